@@ -1,0 +1,129 @@
+"""Typed inputs and outputs of every activity: the only shapes that cross into history.
+
+Workflows import this module (passed through the sandbox), so it must stay free of
+I/O and heavy imports. Times are Unix seconds as measured on the worker, because
+they describe the ranks' world, not workflow time.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lazarus.spec import HealthSpec, JobSpec
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CheckpointRef(_Model):
+    step: int
+    path: str
+
+
+class FindCheckpointRequest(_Model):
+    checkpoint_dir: str
+
+
+class RankProcess(_Model):
+    """One launched rank. ``start_ticks`` guards against pid reuse."""
+
+    rank: int
+    pid: int
+    pgid: int
+    start_ticks: int
+    log_file: str
+
+
+class LaunchRequest(_Model):
+    spec: JobSpec
+    generation: int = Field(ge=1)
+    resume: CheckpointRef | None = None
+
+
+class LaunchResult(_Model):
+    generation: int
+    master_addr: str
+    master_port: int
+    run_dir: str
+    ranks: list[RankProcess]
+    launched_at: float
+    adopted: bool
+    """True when this call found the generation already launched (a retry) and adopted it."""
+
+
+class StopRequest(_Model):
+    job_id: str
+    run_root: str
+    """The job's run directory; every generation below it is considered."""
+    keep_generation: int | None = None
+    """Stop every generation except this one. ``None`` stops them all."""
+    grace_s: float = 10.0
+    reason: str = ""
+
+
+class StopResult(_Model):
+    generations: list[int]
+    signalled_groups: int
+    killed_groups: int
+    """Groups that ignored SIGTERM for the grace period and needed SIGKILL."""
+
+
+class RankStatus(_Model):
+    rank: int
+    pid: int
+    alive: bool
+    stopped_by_signal: bool = False
+    """The process is in state T (SIGSTOP or a debugger): a hang we can name for sure."""
+    exit_code: int | None = None
+    signal: str | None = None
+    ended_at: float | None = None
+    step: int | None = None
+    last_progress_at: float | None = None
+
+
+FailureKind = Literal["crash", "hang", "vanished"]
+
+
+class FailureReport(_Model):
+    kind: FailureKind
+    failure_class: str
+    """A class of the failure taxonomy (see ``lazarus.failure_classes``)."""
+    rank: int
+    exit_code: int | None = None
+    signal: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+    fault_at: float
+    detected_at: float
+    step_at_failure: int | None = None
+    collateral_ranks: list[int] = Field(default_factory=list)
+    """Ranks that died after the root cause, in the same collective: not separate incidents."""
+
+
+class SuperviseRequest(_Model):
+    job_id: str
+    generation: int
+    run_dir: str
+    world_size: int
+    health: HealthSpec
+    resume_step: int | None = None
+    report_first_step: bool = False
+    """Return as soon as the generation makes its first step (it closes a recovery)."""
+    report_after_s: float = 300.0
+    """Return with a progress report after this long even if nothing happened."""
+
+
+OutcomeKind = Literal["succeeded", "failed", "progress", "first_step"]
+
+
+class SuperviseOutcome(_Model):
+    kind: OutcomeKind
+    generation: int
+    observed_at: float
+    step: int | None = None
+    first_step_at: float | None = None
+    seconds_per_step: float | None = None
+    ranks: list[RankStatus] = Field(default_factory=list)
+    failure: FailureReport | None = None

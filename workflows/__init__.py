@@ -1,0 +1,1 @@
+"""Policy: the deterministic job workflow and its playbook. No I/O, clock or randomness."""

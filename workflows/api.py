@@ -1,0 +1,32 @@
+"""Names a client needs to talk to a job workflow, without importing the workflow.
+
+The CLI, tests and benches address workflows, signals and queries by these names,
+so they never import workflow code (and its sandbox rules) just to send a signal.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey
+
+WORKFLOW_TYPE = "LazarusJob"
+DEFAULT_TASK_QUEUE = "lazarus"
+WORKFLOW_ID_PREFIX = "lazarus-"
+
+SIGNAL_PAUSE = "pause"
+SIGNAL_RESUME = "resume"
+SIGNAL_FORCE_RECOVER = "force_recover"
+QUERY_STATUS = "status"
+
+PHASE_ATTRIBUTE = SearchAttributeKey.for_keyword("LazarusPhase")
+STEP_ATTRIBUTE = SearchAttributeKey.for_int("LazarusStep")
+JOB_ATTRIBUTE = SearchAttributeKey.for_keyword("LazarusJob")
+SEARCH_ATTRIBUTES = (PHASE_ATTRIBUTE, STEP_ATTRIBUTE, JOB_ATTRIBUTE)
+
+
+def workflow_id_for(job_name: str) -> str:
+    """One workflow per job, derived from its name, so a second start is refused."""
+    return f"{WORKFLOW_ID_PREFIX}{job_name}"
+
+
+def job_name_from(workflow_id: str) -> str:
+    return workflow_id.removeprefix(WORKFLOW_ID_PREFIX)

@@ -1,0 +1,128 @@
+"""The job's durable state: what the workflow knows, queries return, and continue-as-new carries.
+
+Everything here is plain data so that a new run, started by continue-as-new, can
+rebuild the job exactly and adopt the ranks that are still alive.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities.contracts import CheckpointRef, RankStatus
+from lazarus.spec import JobSpec
+
+
+class Phase(StrEnum):
+    """The job's state machine. Transitions live in ``workflows.job``::
+
+        PENDING -> LAUNCHING -> RUNNING -> SUCCEEDED
+                      ^            |
+                      |            v
+                      +------ RECOVERING -> NEEDS_OPERATOR -> (resume) LAUNCHING
+                                                            -> (cancel) CANCELLED
+        RUNNING/RECOVERING -> (pause) PAUSED -> (resume) LAUNCHING
+        any -> FAILED when an activity fails for good (e.g. a command that cannot start)
+    """
+
+    PENDING = "PENDING"
+    LAUNCHING = "LAUNCHING"
+    RUNNING = "RUNNING"
+    RECOVERING = "RECOVERING"
+    PAUSED = "PAUSED"
+    NEEDS_OPERATOR = "NEEDS_OPERATOR"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+
+
+class Incident(BaseModel):
+    """One failure and what was done about it. ``class`` on the wire, for scripts."""
+
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
+
+    id: int
+    generation: int
+    kind: str
+    """crash, hang, vanished, or operator (a forced recovery)."""
+    failure_class: str = Field(alias="class")
+    rank: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+    collateral_ranks: list[int] = Field(default_factory=list)
+    fault_at: float
+    detected_at: float
+    detection_s: float
+    step_at_failure: int | None = None
+    resumed_from_step: int | None = None
+    steps_lost: int | None = None
+    recovery_s: float | None = None
+    """Fault to the first step of the new generation; None until that step happens."""
+    action: str = ""
+    reason: str = ""
+
+
+class JobState(BaseModel):
+    """Carried across continue-as-new; the workflow's only memory."""
+
+    phase: Phase = Phase.PENDING
+    generation: int = 0
+    """The newest generation launched; 0 before the first launch."""
+    generation_live: bool = False
+    """True while ranks of ``generation`` may be running (adopt them after continue-as-new)."""
+    step: int | None = None
+    seconds_per_step: float | None = None
+    restarts: int = 0
+    restart_times: list[float] = Field(default_factory=list)
+    """Workflow time of each automatic restart, for the budget window."""
+    consecutive_failures: int = 0
+    incidents: list[Incident] = Field(default_factory=list)
+    open_incident: int | None = None
+    """Id of the incident whose recovery has not yet produced a first step."""
+    resume: CheckpointRef | None = None
+    ranks: list[RankStatus] = Field(default_factory=list)
+    started_at: float = 0.0
+    finished_at: float | None = None
+    operator_reason: str | None = None
+    runs: int = 1
+    """How many workflow runs (continue-as-new hops) this job has used."""
+
+
+class JobInput(BaseModel):
+    spec: JobSpec
+    state: JobState | None = None
+    continue_as_new_after_events: int = 10_000
+    """Hop to a new run past this many history events, or when Temporal suggests it."""
+
+
+class ForceRecover(BaseModel):
+    reason: str = "forced by operator"
+
+
+class JobStatus(BaseModel):
+    """What ``status`` returns: enough for a person or a script to know where the job is."""
+
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
+
+    job_id: str
+    phase: Phase
+    generation: int
+    step: int | None
+    world_size: int
+    ranks: list[RankStatus]
+    restarts: int
+    max_restarts: int
+    incidents: list[Incident]
+    ettr: float | None
+    """Effective training time ratio so far: productive time over wall time."""
+    elapsed_s: float
+    operator_reason: str | None = None
+    suggested_actions: list[str] = Field(default_factory=list)
+    resume_step: int | None = None
+    runs: int = 1
