@@ -69,6 +69,8 @@ class StopResult(_Model):
     signalled_groups: int
     killed_groups: int
     """Groups that ignored SIGTERM for the grace period and needed SIGKILL."""
+    last_step: int | None = None
+    """The newest step any stopped rank reported: what a forced stop costs, in steps."""
 
 
 class RankStatus(_Model):
@@ -127,3 +129,15 @@ class SuperviseOutcome(_Model):
     seconds_per_step: float | None = None
     ranks: list[RankStatus] = Field(default_factory=list)
     failure: FailureReport | None = None
+
+
+class SupervisionProgress(_Model):
+    """The supervise activity's heartbeat details: the live view shown in the Web UI's
+    pending-activity panel and merged into ``lazarus status`` without touching history."""
+
+    generation: int
+    step: int | None
+    alive: int
+    world_size: int
+    seconds_per_step: float | None = None
+    observed_at: float

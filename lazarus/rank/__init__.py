@@ -1,0 +1,500 @@
+"""The helper a training script imports to cooperate with Lazarus.
+
+Lazarus watches ranks from outside the process, so everything here talks to it
+through small files whose names arrive in environment variables
+(:mod:`lazarus.environment`): a heartbeat file the supervisor reads to tell a
+slow rank from a hung one, a control file through which the controller asks for
+a checkpoint, and a checkpoint directory whose commit protocol lets the
+controller pick a resume point without trusting a half-written save.
+
+Three rules shape the code:
+
+* **Standard library only.** This module is imported inside every rank, often
+  before ``torch``; it must never drag in ``temporalio`` or ``torch`` (the torch
+  glue lives in :mod:`lazarus.rank.torch`).
+* **Cheap on the hot path.** :func:`heartbeat` and :func:`should_checkpoint` are
+  meant to be called every step, so their common path is a clock read or one
+  ``stat``; the expensive work happens at most a few times per second.
+* **Atomic on disk.** Every file is written to a temporary name in the same
+  directory and renamed into place, so a reader (or a crash) never sees half a
+  file, and a checkpoint only counts once its ``COMMITTED`` marker exists.
+
+Outside Lazarus (plain ``python`` or ``torchrun``) every function degrades to a
+no-op or a sensible fallback, so one script runs everywhere; in particular
+:func:`resume_path` then falls back to the newest committed checkpoint, which
+lets ``torchrun`` restarts resume too.
+
+Usage::
+
+    import lazarus.rank as lz
+
+    start = lz.resume_step() or 0          # lazarus.rank.torch.load() does this for torch
+    for step in range(start, total_steps):
+        loss = train_one_step(step)
+        lz.heartbeat(step + 1, loss=loss)  # throttled: call it every step
+        if (step + 1) % 100 == 0 or lz.should_checkpoint():
+            save_my_shard(lz.checkpoint_path(step + 1))
+            barrier()
+            if lz.info().rank == 0:
+                lz.commit_checkpoint(step + 1)
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import itertools
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lazarus import checkpoint_layout, environment
+
+__all__ = [
+    "RankInfo",
+    "checkpoint_dir",
+    "checkpoint_path",
+    "commit_checkpoint",
+    "configure",
+    "flush_heartbeat",
+    "heartbeat",
+    "info",
+    "resume_path",
+    "resume_point",
+    "resume_step",
+    "should_checkpoint",
+    "temp_path_for",
+]
+
+DEFAULT_HEARTBEAT_INTERVAL_S = 0.2
+TEMP_SUFFIX = ".lazarus-tmp"
+"""Files ending in this are unfinished writes; the manifest never lists them."""
+
+_HASH_CHUNK_BYTES = 1 << 20
+
+
+# --------------------------------------------------------------------------- identity
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Who this process is. Outside Lazarus the torchrun variables (or a
+    single-process default) fill it, with ``job_id`` None and ``generation`` 0."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    generation: int
+    job_id: str | None
+    checkpoint_dir: Path | None
+    under_lazarus: bool
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def _under_lazarus() -> bool:
+    # The job id is set only by the Lazarus launcher, never by torchrun or a user.
+    return bool(os.environ.get(environment.JOB_ID))
+
+
+def info() -> RankInfo:
+    """Read this rank's identity from the environment (re-read on every call, so
+    tests and wrappers that change the environment see the change)."""
+    rank = _env_int(environment.RANK, 0)
+    return RankInfo(
+        rank=rank,
+        local_rank=_env_int(environment.LOCAL_RANK, rank),
+        world_size=_env_int(environment.WORLD_SIZE, 1),
+        generation=_env_int(environment.GENERATION, 0),
+        job_id=os.environ.get(environment.JOB_ID) or None,
+        checkpoint_dir=checkpoint_dir(),
+        under_lazarus=_under_lazarus(),
+    )
+
+
+# --------------------------------------------------------------------------- configuration
+
+_configured_checkpoint_dir: Path | None = None
+
+
+def configure(*, checkpoint_dir: str | os.PathLike[str] | None = None) -> None:
+    """Name a checkpoint directory for runs outside Lazarus (e.g. from a
+    ``--checkpoint-dir`` flag). Lazarus's own variable still wins, because the
+    controller must decide where a job's checkpoints live."""
+    global _configured_checkpoint_dir
+    _configured_checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+
+
+def checkpoint_dir() -> Path | None:
+    """The root holding ``step-NNNNNNNN/`` directories, or None if nobody said."""
+    from_env = os.environ.get(environment.CHECKPOINT_DIR)
+    if from_env:
+        return Path(from_env)
+    return _configured_checkpoint_dir
+
+
+# --------------------------------------------------------------------------- heartbeat
+
+# Module-level state keeps the throttled path to a clock read and a compare:
+# no syscalls, no allocation beyond the caller's own **metrics dict.
+_UNRESOLVED = object()
+_heartbeat_file: object | str | None = _UNRESOLVED
+_heartbeat_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
+_next_heartbeat_at = 0.0
+_reported_step: int | None = None
+_reported_metrics: dict[str, Any] = {}
+_heartbeat_warned = False
+_flush_registered = False
+
+
+def _resolve_heartbeat() -> str | None:
+    global _heartbeat_file, _heartbeat_interval_s, _flush_registered
+    path = os.environ.get(environment.HEARTBEAT_FILE) or None
+    interval = DEFAULT_HEARTBEAT_INTERVAL_S
+    raw_interval = os.environ.get(environment.HEARTBEAT_INTERVAL)
+    if raw_interval:
+        try:
+            interval = max(0.0, float(raw_interval))
+        except ValueError:
+            interval = DEFAULT_HEARTBEAT_INTERVAL_S
+    _heartbeat_file = path
+    _heartbeat_interval_s = interval
+    if path is not None and not _flush_registered:
+        _flush_registered = True
+        atexit.register(flush_heartbeat)
+    return path
+
+
+def heartbeat(step: int, **metrics: Any) -> None:
+    """Tell the supervisor this rank completed ``step`` (the number of finished
+    steps). Call it every step: writes are throttled to one per
+    ``LAZARUS_HEARTBEAT_INTERVAL_S`` (the first call always writes, so startup is
+    seen at once). Metrics should be floats; anything ``float()`` accepts (a
+    0-d tensor) is converted only when a write happens, so the throttled path
+    never forces a device sync. A no-op outside Lazarus. The two variables are
+    read once, at the first call, to keep later calls free of lookups."""
+    global _reported_step, _reported_metrics, _next_heartbeat_at
+    path = _heartbeat_file
+    if path is _UNRESOLVED:
+        path = _resolve_heartbeat()
+    if path is None:
+        return
+    _reported_step = step
+    _reported_metrics = metrics
+    now = time.monotonic()
+    if now < _next_heartbeat_at:
+        return
+    _next_heartbeat_at = now + _heartbeat_interval_s
+    _write_heartbeat(str(path), step, metrics)
+
+
+def flush_heartbeat() -> None:
+    """Write the last reported step now, bypassing the throttle. Registered with
+    :mod:`atexit`, so a clean exit never leaves the supervisor a stale step."""
+    global _next_heartbeat_at
+    path = _heartbeat_file
+    if not isinstance(path, str) or _reported_step is None:
+        return
+    _next_heartbeat_at = time.monotonic() + _heartbeat_interval_s
+    _write_heartbeat(path, _reported_step, _reported_metrics)
+
+
+def _write_heartbeat(path: str, step: int, metrics: dict[str, Any]) -> None:
+    global _heartbeat_warned
+    payload = {
+        "step": int(step),
+        "time": time.time(),
+        "pid": os.getpid(),
+        "metrics": {name: _as_float(value) for name, value in metrics.items()},
+    }
+    try:
+        # No fsync: a heartbeat only has to be whole (rename gives that), not
+        # durable; losing the last one in a machine crash costs nothing.
+        _atomic_write(Path(path), json.dumps(payload).encode(), durable=False)
+    except OSError as exc:
+        # A training step must never die because its monitoring file could not be
+        # written; the supervisor will notice the missing progress instead.
+        if not _heartbeat_warned:
+            _heartbeat_warned = True
+            print(f"lazarus.rank: cannot write heartbeat {path}: {exc}", file=sys.stderr)
+
+
+def _as_float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    # JSON has no NaN/Infinity; a diverged loss is reported as null.
+    return number if math.isfinite(number) else None
+
+
+# --------------------------------------------------------------------------- control file
+
+_control_signature: tuple[int, int, int] | None = None
+_last_checkpoint_request: int | None = None
+
+
+def should_checkpoint() -> bool:
+    """True exactly once for each new checkpoint request the controller writes to
+    ``LAZARUS_CONTROL_FILE`` (``{"checkpoint_request": <id>}``); False otherwise.
+    Ids are positive; 0, which the launcher writes when it starts a generation,
+    means "no request", so a fresh generation does not checkpoint at once.
+
+    Cheap enough for every step: one ``stat``, and the file is read only when
+    it was replaced or its mtime or size changed. In a multi-rank job, ranks
+    see the change at different steps, so ask on one rank and broadcast the
+    answer (``lazarus.rank.torch.should_checkpoint`` does), or ranks will enter
+    the checkpoint collective at different steps."""
+    global _control_signature, _last_checkpoint_request
+    path = os.environ.get(environment.CONTROL_FILE)
+    if not path:
+        return False
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False
+    # The inode catches a rename-into-place rewrite even within one coarse mtime
+    # tick; mtime and size catch writers that rewrite in place.
+    signature = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    if signature == _control_signature:
+        return False
+    try:
+        with open(path, "rb") as handle:
+            document = json.loads(handle.read())
+        request = document.get("checkpoint_request")
+    except (OSError, ValueError, AttributeError):
+        # Half-written or foreign content: leave the signature unrecorded so the
+        # next call reads it again.
+        return False
+    _control_signature = signature
+    if not isinstance(request, int) or isinstance(request, bool) or request <= 0:
+        return False
+    if request == _last_checkpoint_request:
+        return False
+    _last_checkpoint_request = request
+    return True
+
+
+# --------------------------------------------------------------------------- resume
+
+
+def resume_point() -> tuple[int, Path] | None:
+    """The ``(step, directory)`` to resume from, or None to start fresh.
+
+    Under Lazarus only the controller's choice counts (it may have skipped a
+    checkpoint it judged bad). Outside Lazarus the explicit variables still win,
+    and otherwise the newest committed checkpoint is used, so a ``torchrun``
+    restart resumes as well. Call it once at startup: later it may see the run's
+    own new checkpoints."""
+    raw_path = os.environ.get(environment.RESUME_FROM) or None
+    raw_step = os.environ.get(environment.RESUME_STEP) or None
+    if raw_path is not None or raw_step is not None:
+        return _explicit_resume_point(raw_path, raw_step)
+    if _under_lazarus():
+        return None
+    root = checkpoint_dir()
+    if root is None:
+        return None
+    committed = checkpoint_layout.committed_steps(root)
+    return committed[-1] if committed else None
+
+
+def _explicit_resume_point(raw_path: str | None, raw_step: str | None) -> tuple[int, Path]:
+    step = _env_int(environment.RESUME_STEP, -1) if raw_step is not None else None
+    if raw_path is not None:
+        path = Path(raw_path)
+        if step is None:
+            step = checkpoint_layout.parse_step_dir(path.name)
+            if step is None:
+                raise ValueError(
+                    f"{environment.RESUME_FROM}={raw_path!r} is not a step-NNNNNNNN "
+                    f"directory; set {environment.RESUME_STEP} too"
+                )
+        return step, path
+    assert step is not None
+    root = checkpoint_dir()
+    if root is None:
+        raise ValueError(
+            f"{environment.RESUME_STEP} is set but no checkpoint directory is known; "
+            f"set {environment.RESUME_FROM} or {environment.CHECKPOINT_DIR}"
+        )
+    return step, root / checkpoint_layout.step_dir_name(step)
+
+
+def resume_step() -> int | None:
+    """The step to resume from (see :func:`resume_point`), or None to start fresh."""
+    point = resume_point()
+    return point[0] if point else None
+
+
+def resume_path() -> Path | None:
+    """The checkpoint directory to resume from (see :func:`resume_point`)."""
+    point = resume_point()
+    return point[1] if point else None
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_path(step: int) -> Path:
+    """Create (if needed) and return ``<checkpoint_dir>/step-NNNNNNNN`` for every
+    rank to write its files into before rank 0 commits."""
+    root = checkpoint_dir()
+    if root is None:
+        raise RuntimeError(
+            f"no checkpoint directory: set {environment.CHECKPOINT_DIR} or call "
+            "lazarus.rank.configure(checkpoint_dir=...)"
+        )
+    directory = root / checkpoint_layout.step_dir_name(step)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def commit_checkpoint(step: int, *, hash_files: bool = True) -> Path:
+    """Seal the checkpoint for ``step``: write ``manifest.json``, then the
+    ``COMMITTED`` marker, each atomically and fsynced, marker last.
+
+    Call it on rank 0 only, after a barrier, once every rank's files are written:
+    the marker is what tells the controller the directory is safe to resume from,
+    so it must not exist before the data is durable. Calling it again for a
+    committed step does nothing, so a retried save is harmless. ``hash_files``
+    records each file's sha256 (set False for very large checkpoints; sizes are
+    always recorded)."""
+    me = info()
+    if me.rank != 0:
+        raise RuntimeError(f"commit_checkpoint must run on rank 0 only (this is rank {me.rank})")
+    directory = checkpoint_path(step)
+    if checkpoint_layout.is_committed(directory):
+        return directory
+    files: dict[str, dict[str, Any]] = {}
+    directories_to_sync = {directory}
+    for file in sorted(directory.rglob("*")):
+        name = file.relative_to(directory).as_posix()
+        if (
+            not file.is_file()
+            or name in (checkpoint_layout.MANIFEST, checkpoint_layout.COMMIT_MARKER)
+            or name.endswith(TEMP_SUFFIX)
+        ):
+            continue
+        files[name] = _describe_and_sync(file, hash_files)
+        directories_to_sync.add(file.parent)
+    for synced in sorted(directories_to_sync):
+        _fsync_directory(synced)
+    # The step directory's own entry in the root must survive a crash too.
+    _fsync_directory(directory.parent)
+    manifest = {
+        "step": step,
+        "world_size": me.world_size,
+        "generation": me.generation,
+        "job_id": me.job_id,
+        "created_at": time.time(),
+        "files": files,
+    }
+    _atomic_write(
+        directory / checkpoint_layout.MANIFEST,
+        json.dumps(manifest, indent=2, sort_keys=True).encode(),
+        durable=True,
+    )
+    marker = {"step": step, "committed_at": time.time()}
+    _atomic_write(
+        directory / checkpoint_layout.COMMIT_MARKER,
+        json.dumps(marker).encode(),
+        durable=True,
+    )
+    return directory
+
+
+def _describe_and_sync(file: Path, hash_files: bool) -> dict[str, Any]:
+    # Other ranks may have closed these files without fsync; syncing here makes
+    # the data durable before the marker that vouches for it.
+    digest = hashlib.sha256() if hash_files else None
+    with open(file, "rb") as handle:
+        if digest is not None:
+            while chunk := handle.read(_HASH_CHUNK_BYTES):
+                digest.update(chunk)
+        os.fsync(handle.fileno())
+        size = os.fstat(handle.fileno()).st_size
+    return {"size": size, "sha256": digest.hexdigest() if digest is not None else None}
+
+
+# --------------------------------------------------------------------------- file helpers
+
+
+def _atomic_write(target: Path, data: bytes, *, durable: bool) -> None:
+    """Write ``data`` to ``target`` so readers see the old file or the new one,
+    never a mix. ``durable`` also fsyncs the file and its directory, so after a
+    machine crash the new file is there and whole."""
+    directory = target.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    temp_name = temp_path_for(target)
+    # O_EXCL and a per-process counter: two writers never share a temp file.
+    # Mode 0o666 lets the umask decide, unlike mkstemp's private 0o600.
+    fd = os.open(temp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(temp_name, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp_name)
+        raise
+    if durable:
+        _fsync_directory(directory)
+
+
+def temp_path_for(target: Path) -> Path:
+    """A unique temporary sibling of ``target`` for write-then-rename; the
+    manifest skips such names, so a crashed writer's leftovers are never listed."""
+    return target.with_name(f".{target.name}.{os.getpid()}.{next(_temp_counter)}{TEMP_SUFFIX}")
+
+
+_temp_counter = itertools.count()
+
+
+def _fsync_directory(directory: Path) -> None:
+    # A rename is durable only once the directory entry is; not every platform
+    # lets a directory be opened for this, and there the rename is all we have.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _reset_state() -> None:
+    """Forget cached environment and per-process state (for tests that change
+    the environment within one process)."""
+    global _heartbeat_file, _heartbeat_interval_s, _next_heartbeat_at, _reported_step
+    global _reported_metrics, _heartbeat_warned
+    global _control_signature, _last_checkpoint_request, _configured_checkpoint_dir
+    _heartbeat_file = _UNRESOLVED
+    _heartbeat_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
+    _next_heartbeat_at = 0.0
+    _reported_step = None
+    _reported_metrics = {}
+    _heartbeat_warned = False
+    _control_signature = None
+    _last_checkpoint_request = None
+    _configured_checkpoint_dir = None

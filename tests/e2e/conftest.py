@@ -1,0 +1,160 @@
+"""End-to-end fixtures: one real dev server per session, a real worker process per test.
+
+Each test gets its own task queue and run directories, so a worker killed by one
+test cannot pick up another test's work. Teardown always cancels the job and
+SIGKILLs every rank of every generation, whatever the test did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
+
+from activities.contracts import StopRequest
+from activities.stop import stop_generations
+from lazarus.devserver import DevServer
+from lazarus.local_stack import LocalStack
+from lazarus.spec import JobSpec, parse_spec
+from workflows.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
+from workflows.state import JobInput, JobStatus, Phase
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "train_ddp.py"
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="session")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    server = DevServer(tmp_path_factory.mktemp("temporal"), headless=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def stack(dev_server: DevServer, tmp_path: Path) -> Iterator[LocalStack]:
+    stack = LocalStack(tmp_path / "stack", task_queue=f"tq-{uuid.uuid4().hex[:8]}", server=dev_server)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.kill_worker(signal.SIGKILL)
+
+
+@pytest.fixture
+async def client(stack: LocalStack) -> Client:
+    return await stack.client()
+
+
+def ddp_spec(
+    tmp_path: Path,
+    name: str | None = None,
+    steps: int = 60,
+    step_time: float = 0.05,
+    ckpt_every: int = 10,
+    **overrides: object,
+) -> JobSpec:
+    """The example DDP job, with every path inside the test's tmp dir."""
+    name = name or f"job-{uuid.uuid4().hex[:8]}"
+    data: dict[str, object] = {
+        "name": name,
+        "command": ["python", str(EXAMPLE), "--steps", str(steps), "--step-time", str(step_time),
+                    "--ckpt-every", str(ckpt_every), "--out", str(tmp_path / "out" / "model.pt")],
+        "workdir": str(tmp_path),
+        "nproc_per_node": 2,
+        "checkpoint_dir": str(tmp_path / "checkpoints"),
+        "run_dir": str(tmp_path / "runs"),
+        "health": {"hang_timeout_s": 5, "startup_timeout_s": 60, "poll_interval_s": 0.2,
+                   "supervisor_heartbeat_timeout_s": 4},
+        "recovery": {"max_restarts": 5, "backoff_initial_s": 0.2, "backoff_max_s": 2,
+                     "stop_grace_s": 3},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}  # type: ignore[dict-item]
+        else:
+            data[key] = value
+    return parse_spec(data, "<test>").resolved(tmp_path)
+
+
+def run_root(spec: JobSpec) -> Path:
+    return Path(spec.run_dir) / spec.job_id
+
+
+class Job:
+    """A started job and the handful of things tests do to it."""
+
+    def __init__(self, spec: JobSpec, handle: WorkflowHandle[object, object]) -> None:
+        self.spec = spec
+        self.handle = handle
+        self.run_root = run_root(spec)
+        self.weights = Path(spec.workdir) / "out" / "model.pt"
+
+    async def status(self) -> JobStatus:
+        return await self.handle.query(QUERY_STATUS, result_type=JobStatus)
+
+    async def wait_phase(self, *phases: Phase, timeout_s: float = 120.0) -> JobStatus:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        last: JobStatus | None = None
+        while asyncio.get_running_loop().time() < deadline:
+            try:
+                last = await self.status()
+            except RPCError:
+                await asyncio.sleep(0.5)  # server restarting, or no worker to answer yet
+                continue
+            if last.phase in phases:
+                return last
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"job never reached {phases}; last status: {last}")
+
+    async def result(self, timeout_s: float = 180.0) -> JobStatus:
+        return await asyncio.wait_for(self.handle.result(), timeout_s)  # type: ignore[return-value]
+
+
+@pytest.fixture
+async def start_job(client: Client, stack: LocalStack) -> AsyncIterator[object]:
+    started: list[Job] = []
+
+    async def start(spec: JobSpec, **input_overrides: object) -> Job:
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE,
+            JobInput(spec=spec, **input_overrides),  # type: ignore[arg-type]
+            id=workflow_id_for(spec.name),
+            task_queue=stack.task_queue,
+            result_type=JobStatus,
+        )
+        job = Job(spec, handle)  # type: ignore[arg-type]
+        started.append(job)
+        return job
+
+    yield start
+    for job in started:
+        try:
+            await job.handle.terminate("test teardown")
+        except RPCError:
+            pass
+        await stop_generations(StopRequest(job_id=job.spec.job_id, run_root=str(job.run_root), grace_s=0))
+
+
+@pytest.fixture(scope="session")
+def reference_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """Fault-free weights by step count, computed on first use by a plain 2-rank run."""
+    cache: dict[int, Path] = {}
+    return cache
+
+
+def copy_weights(src: Path, dst: Path) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dst)
+    return dst

@@ -1,0 +1,82 @@
+"""The core promise, end to end: a real 2-rank DDP job survives faults with correct weights."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from lazarus import chaos
+from tests.e2e.conftest import Job, ddp_spec
+from workflows.state import Phase
+
+StartJob = Callable[..., Awaitable[Job]]
+STEPS = 60
+
+
+def assert_same_weights(actual: Path, expected: Path) -> None:
+    got = torch.load(actual, map_location="cpu")
+    want = torch.load(expected, map_location="cpu")
+    assert got.keys() == want.keys()
+    for key in want:
+        assert torch.equal(got[key], want[key]), f"tensor {key} differs from the fault-free run"
+
+
+@pytest.fixture(scope="session")
+def fault_free_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference: the same job run straight through, by plain subprocesses."""
+    from tests.e2e.reference import run_fault_free
+
+    return run_fault_free(tmp_path_factory.mktemp("reference"), steps=STEPS)
+
+
+@pytest.mark.timeout(180)
+async def test_fault_free_run_matches_reference(
+    start_job: StartJob, tmp_path: Path, fault_free_weights: Path
+) -> None:
+    job = await start_job(ddp_spec(tmp_path, steps=STEPS))
+    status = await job.result()
+    assert status.phase == Phase.SUCCEEDED
+    assert status.generation == 1 and status.incidents == []
+    assert status.step == STEPS
+    assert_same_weights(job.weights, fault_free_weights)
+
+
+@pytest.mark.timeout(180)
+async def test_rank_crash_recovers_with_identical_weights(
+    start_job: StartJob, tmp_path: Path, fault_free_weights: Path
+) -> None:
+    job = await start_job(ddp_spec(tmp_path, steps=STEPS))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 25)
+    fault = chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
+    status = await job.result()
+    assert status.phase == Phase.SUCCEEDED
+    assert status.generation == 2
+    [incident] = status.incidents
+    assert incident.rank == 1 and incident.kind == "crash" and incident.signal == "SIGKILL"
+    assert incident.detection_s is not None and incident.detection_s < 5
+    assert incident.recovery_s is not None
+    assert incident.resumed_from_step == 20
+    assert incident.steps_lost is not None and incident.steps_lost >= (fault.step or 0) - 20
+    assert_same_weights(job.weights, fault_free_weights)
+
+
+@pytest.mark.timeout(180)
+async def test_hang_is_detected_named_and_recovered(
+    start_job: StartJob, tmp_path: Path, fault_free_weights: Path
+) -> None:
+    job = await start_job(ddp_spec(tmp_path, steps=STEPS))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 25)
+    chaos.signal_rank(job.run_root, rank=0, sig=signal.SIGSTOP)
+    status = await job.result()
+    assert status.phase == Phase.SUCCEEDED
+    [incident] = status.incidents
+    assert incident.kind == "hang" and incident.failure_class == "hang"
+    assert incident.rank == 0, "the SIGSTOPped rank must be named, not its blocked peer"
+    hang_timeout = job.spec.health.hang_timeout_s
+    assert hang_timeout <= incident.detection_s < hang_timeout + 4
+    assert_same_weights(job.weights, fault_free_weights)

@@ -1,0 +1,1 @@
+"""The processes that host the workflows and activities."""

@@ -1,0 +1,76 @@
+"""The controller worker: hosts the job workflow and every activity.
+
+Ranks never belong to this process, so it may be killed, restarted or replaced at
+any time; a worker that comes back (here or on another machine sharing the run
+directory) picks up supervision where the last one stopped. SIGTERM drains it
+gracefully: running activities are cancelled and retried elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeIndexedValueType
+from temporalio.worker import Worker
+
+from activities.checkpoints import find_checkpoint
+from activities.launcher import launch
+from activities.stop import stop
+from activities.supervise import supervise
+from lazarus.settings import ConnectionSettings, connect
+from workflows.api import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
+from workflows.job import JobWorkflow
+
+log = logging.getLogger("lazarus.worker")
+
+ACTIVITIES: Sequence[Any] = (launch, supervise, stop, find_checkpoint)
+WORKFLOWS: Sequence[type] = (JobWorkflow,)
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> None:
+    """Register Lazarus's search attributes if the server lacks them (idempotent)."""
+    existing = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    missing = {
+        key.name: IndexedValueType.ValueType(SearchAttributeIndexedValueType(key.indexed_value_type))
+        for key in SEARCH_ATTRIBUTES
+        if key.name not in existing.custom_attributes
+    }
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+        )
+        log.info("registered search attributes %s", sorted(missing))
+
+
+def build_worker(client: Client, task_queue: str) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=list(WORKFLOWS),
+        activities=list(ACTIVITIES),
+        max_concurrent_activities=256,
+    )
+
+
+async def run_worker(settings: ConnectionSettings, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    client = await connect(settings)
+    await ensure_search_attributes(client, settings.namespace)
+    worker = build_worker(client, task_queue)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    log.info("worker polling task queue %r at %s", task_queue, settings.address)
+    async with worker:
+        await stopping.wait()
+        log.info("shutting down: ranks keep running; supervision resumes on the next worker")
