@@ -14,7 +14,8 @@ Ray, gloo), not anything specific to one job. Scoring works like this:
 * *Hint* rules (a bare SIGKILL, an exit code, a traceback frame) are capped per
   class, so circumstantial evidence never outvotes one explicit message.
 * Collective timeouts and NCCL transport errors are usually *symptoms*: when
-  another class has a decisive message (weight >= 8), their scores are halved,
+  another class has a concrete message (a non-hint rule of weight >= 6), their
+  scores are halved,
   so e.g. an ECC error or CUDA OOM on one rank wins over the other ranks'
   watchdog timeouts.
 
@@ -38,7 +39,7 @@ _FC = FailureClass
 # line alone settles it", 5-8 strong, <= 4 supporting.
 _MIN_SCORE = 2.5  # below this the answer is UNKNOWN
 _HINT_CAP = 7.0  # total a class may collect from hint rules
-_DECISIVE = 8.0  # a rule this heavy marks its class as a concrete cause
+_DECISIVE = 6.0  # a non-hint rule this heavy marks its class as a concrete cause
 _SYMPTOM_FACTOR = 0.5  # applied to timeout/transport classes when a cause is present
 _MAX_EVIDENCE = 5
 _MAX_LINES_PER_RULE = 64  # matched lines kept per rule
@@ -159,7 +160,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.NCCL_ERROR, 7, r"NCCL\s+error\s*(?:\d+\s*)?:\s*(?:unhandled|internal|remote|invalid|system)", "nccl error"),
     # the result codes NCCL prints on the next line: "ncclRemoteError: A call failed
     # possibly due to a network error or a remote process exiting prematurely."
-    _rule(_FC.NCCL_ERROR, 8, r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b", "nccl"),
+    _rule(_FC.NCCL_ERROR, 8, r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)(?:Error)?\b", "ncclremote", "ncclinternal", "ncclsystem", "ncclunhandledcuda", "ncclinvalid"),
     _rule(_FC.NCCL_ERROR, 7, r"remote\s+process\s+exited\s+or\s+there\s+was\s+a\s+network\s+error", "remote process"),
     # any NCCL warning ("host:pid:tid [dev] misc/socket.cc:538 NCCL WARN Net : Connection
     # closed by remote peer"), except the harmless plugin-loading chatter.
@@ -172,7 +173,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.NCCL_ERROR, 8, r"NET/OFI\b.*(?:error|failed)", "net/ofi"),
     # socket transport: "Net : Connection closed by remote peer host<47861>", "Call to recv
     # from 10.0.0.1<58355> failed : Broken pipe", "socketProgressOpt: Call to recv ... failed"
-    _rule(_FC.NCCL_ERROR, 7, r"\bNet\s*:\s*(?:Connection\s+closed\s+by\s+remote\s+peer|Call\s+to\s+\w+\s+from\s+\S+\s+failed)", "net"),
+    _rule(_FC.NCCL_ERROR, 7, r"\bNet\s*:\s*(?:Connection\s+closed\s+by\s+remote\s+peer|Call\s+to\s+\w+\s+from\s+\S+\s+failed)", "net :", "net:"),
     _rule(_FC.NCCL_ERROR, 5, r"NET/Socket\b.*(?:error|failed|closed)", "net/socket"),
     # shared memory transport: "Error while creating shared memory segment /dev/shm/nccl-...",
     # "Error while attaching to shared memory segment".
@@ -194,15 +195,15 @@ _RULES: tuple[_Rule, ...] = (
     # "RuntimeError: CUDA error: uncorrectable ECC error encountered", "Double Bit ECC Error",
     # "cudaErrorECCUncorrectable", NCCL "Cuda failure 'uncorrectable ECC error encountered'".
     _rule(_FC.GPU_HARDWARE, 12, r"uncorrectable\s+ECC\s+error|ECC_?UNCORRECTABLE|ErrorECCUncorrectable", "ecc"),
-    _rule(_FC.GPU_HARDWARE, 8, r"\b(?:double\s+bit\s+)?ECC\s+errors?\b(?!\s*:\s*0\b)", "ecc"),
+    _rule(_FC.GPU_HARDWARE, 9, r"\b(?:double[\s-]bit|multi[\s-]bit|fatal)\s+ECC\b|\bECC\s+errors?\s+(?:detected|encountered|occurred)|\bDBE\b", "ecc", "dbe"),
     # kernel log: "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus."
     _rule(_FC.GPU_HARDWARE, 10, r"NVRM:\s*Xid\b|\bXid\s*\(PCI:", "xid"),
     _rule(_FC.GPU_HARDWARE, 7, r"\bXid(?:\s+error)?\s*[:#]?\s*\d+", "xid"),
-    _rule(_FC.GPU_HARDWARE, 12, r"fallen\s+off\s+(?:of\s+)?the\s+bus|fell\s+off\s+the\s+bus", "off the bus", "bus"),
+    _rule(_FC.GPU_HARDWARE, 12, r"fallen\s+off\s+(?:of\s+)?the\s+bus|fell\s+off\s+the\s+bus", "off the bus", "off of the bus", "fell off"),
     # nvidia-smi / NVML on a dead GPU: "Unable to determine the device handle for GPU
     # 0000:03:00.0: Unknown Error", "GPU is lost. Reboot the system to recover this GPU".
     _rule(_FC.GPU_HARDWARE, 10, r"Unable\s+to\s+determine\s+the\s+device\s+handle\s+for\s+GPU", "device handle"),
-    _rule(_FC.GPU_HARDWARE, 12, r"\bGPU\s+(?:is|has\s+been)\s+lost\b|recover\s+this\s+GPU|GPU\s+requires\s+reset", "lost", "recover", "reset"),
+    _rule(_FC.GPU_HARDWARE, 12, r"\bGPU\s+(?:is|has\s+been)\s+lost\b|recover\s+this\s+GPU|GPU\s+requires\s+reset", "gpu is lost", "gpu has been lost", "recover this gpu", "requires reset"),
     _rule(_FC.GPU_HARDWARE, 10, r"RmInitAdapter\s+failed", "rminitadapter"),
     _rule(_FC.GPU_HARDWARE, 7, r"couldn't\s+communicate\s+with\s+the\s+NVIDIA\s+driver", "nvidia driver"),
     # "CUDA error: an uncorrectable NVLink error was detected during the execution",
@@ -241,7 +242,9 @@ _RULES: tuple[_Rule, ...] = (
     # kernel: "Out of memory: Killed process 12345 (python)", "Memory cgroup out of memory:
     # Killed process ...", "python invoked oom-killer", "oom-kill:constraint=...", "oom_reaper".
     _rule(_FC.OOM_HOST, 10, r"Out\s+of\s+memory:\s+Kill(?:ed)?\s+process|Memory\s+cgroup\s+out\s+of\s+memory", "out of memory"),
-    _rule(_FC.OOM_HOST, 10, r"\boom[-_ ]?kill(?:er|ed|ing)?\b|\boom_reaper\b|\bOOMKilled\b", "oom"),
+    _rule(_FC.OOM_HOST, 10, r"\boom[-_ ]?kill(?:er|ed|ing)?\b|\boom_reaper\b", "oom-kill", "oom_kill", "oom kill", "oomkill", "oom_reaper"),
+    # Kubernetes container status "OOMKilled" (reason: OOMKilled, exit code 137).
+    _rule(_FC.OOM_HOST, 10, r"\bOOMKilled\b", "oomkilled"),
     # Slurm: "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup",
     # "Job 123 exceeded memory limit (X > Y), being killed", "task 0: Out Of Memory".
     _rule(_FC.OOM_HOST, 10, r"exceeded\s+(?:job\s+|step\s+)?memory\s+limit", "exceeded"),
@@ -262,12 +265,12 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.OOM_HOST, 7, r"low\s+on\s+resource:\s*memory", "low on resource"),
     # --- circumstantial: the process got SIGKILL and nobody said why (hint tier) ---
     # torchrun: "failed (exitcode: -9) local_rank: 3 (pid: 812917)", "exitcode  : -9 (pid: ..)"
-    _rule(_FC.OOM_HOST, 6, r"exit\s*code\s*:?\s*-9\b|exitcode\s*:\s*-9\b", "-9", hint=True),
+    _rule(_FC.OOM_HOST, 6, r"exit\s*code\s*:?\s*-9\b", "exitcode", "exit code", hint=True),
     # torchrun: "traceback : Signal 9 (SIGKILL) received by PID 14750"
     _rule(_FC.OOM_HOST, 6, r"Signal\s+9\s+\(SIGKILL\)", "sigkill", hint=True),
     # DeepSpeed launcher: "exits with return code = -9"; mp.spawn: "process 0 terminated with
     # signal SIGKILL"; subprocess: "died with <Signals.SIGKILL: 9>"; shells: "exit code 137".
-    _rule(_FC.OOM_HOST, 6, r"return\s+code\s*=\s*-9\b|terminated\s+with\s+signal\s+SIGKILL|Signals\.SIGKILL|(?:exit(?:ed)?\s+(?:with\s+)?(?:code|status)|exit\s+code)\s*:?\s*137\b", "-9", "sigkill", "137", hint=True),
+    _rule(_FC.OOM_HOST, 6, r"return\s+code\s*=\s*-9\b|terminated\s+with\s+signal\s+SIGKILL|Signals\.SIGKILL|exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*:?\s*137\b", "return code", "sigkill", "exit code", "exit status", "exited with", hint=True),
     # bash / Slurm: a bare "Killed" line, "line 28:  8156 Killed   python3 main.py",
     # "srun: error: node1: task 0: Killed".
     _rule(_FC.OOM_HOST, 5, r"^\s*(?:\S+:\s+line\s+\d+:\s+\d+\s+)?Killed\b|task\s+\d+:\s*Killed\b", "killed", hint=True),
@@ -278,6 +281,9 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.USER_CODE, 8, r"\bModuleNotFoundError\b|No\s+module\s+named", "modulenotfounderror", "no module named"),
     _rule(_FC.USER_CODE, 7, r"\bImportError\b|cannot\s+import\s+name", "importerror", "cannot import name"),
     _rule(_FC.USER_CODE, 6, r"undefined\s+symbol:", "undefined symbol"),
+    # launch config: "ValueError: Error initializing torch.distributed using env:// rendezvous:
+    # environment variable MASTER_ADDR expected, but not set"
+    _rule(_FC.USER_CODE, 7, r"environment\s+variable\s+\w+\s+expected,\s+but\s+not\s+set", "expected, but not set"),
     _rule(_FC.USER_CODE, 4, r"Failed\s+to\s+import\s+\S+\s+because", "failed to import"),
     # plain Python bugs, as the final line of a traceback ("KeyError: 'input_ids'").
     _rule(_FC.USER_CODE, 8, r"\b(?:SyntaxError|IndentationError|NameError|UnboundLocalError)\b\s*:", "syntaxerror", "indentationerror", "nameerror", "unboundlocalerror"),
@@ -291,7 +297,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.USER_CODE, 7, r"is\s+not\s+a\s+valid\s+model\s+identifier|does\s+not\s+appear\s+to\s+have\s+a\s+file\s+named|\bHFValidationError\b|Can't\s+load\s+(?:tokenizer|config|the\s+model)", "model identifier", "appear to have", "hfvalidationerror", "can't load"),
     # CLI: argparse "train.py: error: unrecognized arguments: --local-rank=1",
     # "error: the following arguments are required: --cfg", "error: argument --lr: invalid".
-    _rule(_FC.USER_CODE, 9, r"error:\s+(?:unrecognized\s+arguments|the\s+following\s+arguments\s+are\s+required|argument\s+\S+:\s+(?:invalid|expected))", "error:"),
+    _rule(_FC.USER_CODE, 9, r"error:\s+(?:unrecognized\s+arguments|the\s+following\s+arguments\s+are\s+required|argument\s+\S+:\s+(?:invalid|expected))", "unrecognized arguments", "arguments are required", "error: argument"),
     # checkpoint/model structure mismatch: "Error(s) in loading state_dict for Net:",
     # "size mismatch for fc.weight: copying a param with shape ...", "Missing key(s) in
     # state_dict", "Unexpected key(s) in state_dict".
@@ -314,7 +320,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.USER_CODE, 4, r"illegal\s+memory\s+access|misaligned\s+address", "illegal memory", "misaligned"),
     # a Python traceback / "exitcode: 1" on their own say little (hint tier).
     _rule(_FC.USER_CODE, 1.5, r"Traceback\s+\(most\s+recent\s+call\s+last\)", "traceback", hint=True),
-    _rule(_FC.USER_CODE, 1, r"exit\s*code\s*:?\s*1\b|return\s+code\s*=\s*1\b", "code", hint=True),
+    _rule(_FC.USER_CODE, 1, r"exit\s*code\s*:?\s*1\b|return\s+code\s*=\s*1\b", "exitcode", "exit code", "return code", hint=True),
 
     # ------------------------------------------------------------------ rendezvous
     # TCPStore / c10d socket: "The server socket has failed to bind to [::]:29500 (errno: 98 -
@@ -342,15 +348,11 @@ _RULES: tuple[_Rule, ...] = (
     # NCCL communicator bootstrap through the store: "[1] is setting up NCCL communicator and
     # retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0')
     # got error: Socket Timeout" (older builds spell it "retreiving").
-    _rule(_FC.RENDEZVOUS, 9, r"ncclUniqueId\s+from\s+\[\d+\]\s+via\s+c10d|store->get\(.*\)\s+got\s+(?:error|exception)", "ncclUniqueId".lower(), "store->get"),
+    _rule(_FC.RENDEZVOUS, 9, r"ncclUniqueId\s+from\s+\[\d+\]\s+via\s+c10d|store->get\(.*\)\s+got\s+(?:error|exception)", "nccluniqueid", "store->get"),
     _rule(_FC.RENDEZVOUS, 6, r"Timeout\s+waiting\s+for\s+key|wait\s+timeout\s+after\s+\d+\s*ms,?\s+keys", "waiting for key", "wait timeout"),
     _rule(_FC.RENDEZVOUS, 4, r"\bSocket\s+Timeout\b", "socket timeout"),
-    # env:// misconfiguration: "Error initializing torch.distributed using env:// rendezvous:
-    # environment variable MASTER_ADDR expected, but not set"
-    _rule(_FC.RENDEZVOUS, 8, r"using\s+env://\s+rendezvous", "env://"),
     # traceback frames inside process-group creation (hint tier).
-    _rule(_FC.RENDEZVOUS, 2, r"in\s+(?:init_process_group|_store_based_barrier|_create_c10d_store|_env_rendezvous_handler|next_rendezvous|_rendezvous)\b", "in "
-          , hint=True),
+    _rule(_FC.RENDEZVOUS, 2, r"in\s+(?:init_process_group|_store_based_barrier|_create_c10d_store|_env_rendezvous_handler|next_rendezvous)\b", "init_process_group", "_store_based_barrier", "_create_c10d_store", "_env_rendezvous_handler", "next_rendezvous", hint=True),
 
     # ------------------------------------------------------------------ storage
     # "OSError: [Errno 28] No space left on device", "[Errno 122] Disk quota exceeded"
@@ -375,7 +377,7 @@ _RULES: tuple[_Rule, ...] = (
     # torch.distributed.checkpoint wraps per-rank write failures in CheckpointException.
     _rule(_FC.STORAGE, 4, r"\bCheckpointException\b", "checkpointexception"),
     # traceback frames inside (de)serialisation (hint tier).
-    _rule(_FC.STORAGE, 2, r"serialization\.py\",\s+line\s+\d+,\s+in\s+(?:save|_save|load|_load)\b|in\s+(?:save_checkpoint|_save_checkpoint|write_record)\b", "serialization.py", "checkpoint", "write_record", hint=True),
+    _rule(_FC.STORAGE, 2, r"serialization\.py\",\s+line\s+\d+,\s+in\s+(?:save|_save|load|_load)\b|in\s+(?:save_checkpoint|_save_checkpoint|write_record)\b", "serialization.py", "save_checkpoint", "write_record", hint=True),
 
     # ------------------------------------------------------------------ preempted
     # Slurm: "slurmstepd: error: *** STEP 55595933.0 ON node-1 CANCELLED AT 2025-01-10T15:27:25
@@ -397,7 +399,7 @@ _RULES: tuple[_Rule, ...] = (
     # Lightning: "[rank: 0] Received SIGTERM: 15", "Handling auto-requeue signal: 10",
     # "Requeued SLURM job: 123"; submitit: "Caught signal SIGUSR2 on host: this job is
     # preempted.", "... this job is timed-out.", "Bypassing signal SIGTERM".
-    _rule(_FC.PREEMPTED, 8, r"Received\s+SIG(?:TERM|HUP|INT|USR1|USR2)\b|SIGTERM\s+received|Caught\s+signal\s+SIG(?:TERM|USR1|USR2|HUP)\b", "sig"),
+    _rule(_FC.PREEMPTED, 8, r"Received\s+SIG(?:TERM|HUP|INT|USR1|USR2)\b|SIGTERM\s+received|Caught\s+signal\s+SIG(?:TERM|USR1|USR2|HUP)\b", "received sig", "sigterm received", "caught signal"),
     _rule(_FC.PREEMPTED, 10, r"this\s+job\s+is\s+(?:preempted|timed[\s-]out)", "this job is"),
     _rule(_FC.PREEMPTED, 8, r"auto-requeue\s+signal|Requeu(?:e|ed|ing)\s+(?:SLURM\s+)?job", "requeu"),
     _rule(_FC.PREEMPTED, 5, r"Bypassing\s+(?:signal\s+)?SIGTERM", "bypassing"),
@@ -406,16 +408,17 @@ _RULES: tuple[_Rule, ...] = (
     # Ctrl-C or an operator stopping the run.
     _rule(_FC.PREEMPTED, 5, r"^\s*KeyboardInterrupt\b|\bKeyboardInterrupt\s*$", "keyboardinterrupt"),
     # --- circumstantial (hint tier) ---
-    _rule(_FC.PREEMPTED, 5, r"exit\s*code\s*:?\s*-(?:15|1)\b|return\s+code\s*=\s*-15\b|exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*:?\s*143\b", "-15", "-1", "143", hint=True),
-    _rule(_FC.PREEMPTED, 4, r"^\s*(?:\S+:\s+line\s+\d+:\s+\d+\s+)?(?:Terminated|Hangup)\s*(?:\S.*)?$", "terminated", "hangup", hint=True, case=True),
+    _rule(_FC.PREEMPTED, 5, r"exit\s*code\s*:?\s*-(?:15|1)\b|return\s+code\s*=\s*-15\b|exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*:?\s*143\b", "exitcode", "exit code", "return code", "exit status", "exited with", hint=True),
+    _rule(_FC.PREEMPTED, 4, r"^\s*(?:\S+:\s+line\s+\d+:\s+\d+\s+)?(?:Terminated|Hangup)(?:\s{2,}\S.*)?\s*$", "terminated", "hangup", hint=True, case=True),
     _rule(_FC.PREEMPTED, 2, r"srun:\s+forcing\s+job\s+termination|srun:\s+got\s+SIGCONT", "srun:", hint=True),
 
     # ------------------------------------------------------------------ numerical
     # detectron2: "FloatingPointError: Loss became infinite or NaN at iteration=137!";
     # generic "loss is nan", "Loss is NaN, stopping training", "loss became nan".
-    _rule(_FC.NUMERICAL, 10, r"\bloss\b[^\n]{0,60}?\b(?:is|became|was|has\s+become|becomes|went)\s+(?:infinite\s+or\s+)?(?:nan|inf|infinite|non-finite)\b", "loss"),
+    _rule(_FC.NUMERICAL, 10, r"\bloss\b[^\n]{0,60}?\b(?:is|became|was|has\s+become|becomes|went)\s+(?:infinite\s+or\s+)?(?:nan|inf|infinite|non-finite)\b", "nan", "infinite", "non-finite", "is inf", "became inf", "was inf"),
     _rule(_FC.NUMERICAL, 8, r"\bFloatingPointError\b", "floatingpointerror"),
-    _rule(_FC.NUMERICAL, 9, r"\b(?:nan|inf)\s+(?:loss|gradients?|grad\s+norm)\s+(?:detected|encountered|found)|(?:detected|encountered|found)\s+(?:a\s+)?(?:nan|inf)\b", "nan", "inf"),
+    _rule(_FC.NUMERICAL, 9, r"\bnan\s+(?:loss|gradients?|grad\s+norm|values?)\s+(?:detected|encountered|found)|(?:detected|encountered|found)\s+(?:a\s+)?nan\b|contains\s+nan\b", "nan"),
+    _rule(_FC.NUMERICAL, 8, r"\binf\s+(?:loss|gradients?|grad\s+norm)\s+(?:detected|encountered|found)|(?:detected|encountered|found)\s+(?:an\s+)?inf\b|\binf\s+or\s+nan\b|\bnan\s+or\s+inf\b", "inf loss", "inf grad", "detected inf", "encountered inf", "found inf", "inf or nan", "nan or inf"),
     _rule(_FC.NUMERICAL, 8, r"non-finite\s+(?:loss|gradients?|values?)|is\s+non-finite,\s+so\s+it\s+cannot\s+be\s+clipped", "non-finite"),
     # anomaly mode: "Function 'LogSoftmaxBackward0' returned nan values in its 0th output."
     _rule(_FC.NUMERICAL, 9, r"returned\s+nan\s+values\s+in\s+its", "returned nan"),
@@ -425,7 +428,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.NUMERICAL, 8, r"Unexpected\s+result\s+(?:nan|inf)", "unexpected result"),
     _rule(_FC.NUMERICAL, 6, r"number\s+of\s+nan\s+iterations:\s*[1-9]", "nan iterations"),
     # logged metrics: "{'loss': nan, ...}", "loss=nan", "grad_norm: nan", "lm loss: NaN".
-    _rule(_FC.NUMERICAL, 7, r"\b(?:loss|train_loss|lm\s+loss|grad_norm|grad\s+norm|gnorm)['\"]?\s*[:=]\s*['\"]?[-+]?(?:nan|inf)\b", "nan", "inf"),
+    _rule(_FC.NUMERICAL, 7, r"\b(?:loss|train_loss|lm\s+loss|grad_norm|grad\s+norm|gnorm)['\"]?\s*[:=]\s*['\"]?[-+]?(?:nan|inf)\b", "nan", ": inf", "=inf", "= inf", ": -inf", "=-inf"),
     # fp16 loss scaling. DeepSpeed: "Current loss scale already at minimum - cannot decrease scale
     # anymore. Exiting run."; fairseq: "Minimum loss scale reached (0.0001)".
     _rule(_FC.NUMERICAL, 12, r"loss\s+scale\s+already\s+at\s+minimum|Minimum\s+loss\s+scale\s+reached", "minimum"),
@@ -435,7 +438,7 @@ _RULES: tuple[_Rule, ...] = (
     # overflow detected, setting loss scale to: 0.25".
     _rule(_FC.NUMERICAL, 6, r"OVERFLOW!\s+Rank\s+\d+\s+Skipping\s+step|Gradient\s+overflow\.\s+Skipping\s+step|overflow\s+detected,\s+setting\s+loss\s+scale", "overflow", min_count=3),
     # a dynamic loss scale pushed below 1.0 means gradients overflow even at tiny scales.
-    _rule(_FC.NUMERICAL, 4, r"(?:loss\s+scale|reducing)\s+(?:to|to:)\s*0\.\d*[1-9]|loss\s+scale\s+to\s*:\s*0\.\d*[1-9]", "to", min_count=2),
+    _rule(_FC.NUMERICAL, 4, r"(?:loss\s+scale|reducing)\s+(?:to|to:)\s*0\.\d*[1-9]|loss\s+scale\s+to\s*:\s*0\.\d*[1-9]", "loss scale", "reducing", min_count=2),
 
     # ------------------------------------------------------------------ node_lost
     # Slurm: "*** JOB 123 ON node12 CANCELLED AT ... DUE TO NODE FAILURE ***",
@@ -472,15 +475,17 @@ def _line_bounds(text: str, pos: int) -> tuple[int, int]:
 def _matched_lines(rule: _Rule, text: str, lower: str) -> list[int]:
     """Start offsets (in log order) of lines on which ``rule`` matches.
 
-    The regex runs on a window of the previous, current and next line around each
-    needle hit, so phrases hard-wrapped across two lines still match; a match is
-    attributed to the line where it starts.
+    Needle hits are visited from the end of the log backwards, so when a rule hits
+    its caps it keeps the most recent lines, which is where failures are reported.
+    The regex runs on the previous, current and next line around each hit, so a
+    phrase hard-wrapped across two lines still matches; a match is attributed to
+    the line where it starts.
     """
     found: set[int] = set()
     checked: set[int] = set()
     size = len(text)
     for needle in rule.needles:
-        pos = lower.find(needle)
+        pos = lower.rfind(needle)
         scanned = 0
         while pos != -1 and scanned < _MAX_SCAN_PER_NEEDLE and len(found) < _MAX_LINES_PER_RULE:
             scanned += 1
@@ -494,7 +499,7 @@ def _matched_lines(rule: _Rule, text: str, lower: str) -> list[int]:
                     if m.end() <= start or m.start() > end:
                         continue
                     found.add(text.rfind("\n", 0, m.start()) + 1)
-            pos = lower.find(needle, end + 1)
+            pos = lower.rfind(needle, 0, start) if start > 0 else -1
     return sorted(found)
 
 
@@ -638,8 +643,8 @@ def classify(
             top_weight[cls] = max(top_weight.get(cls, 0.0), rule.weight)
         hits.setdefault(cls, []).extend((rule.weight, start) for start in lines)
 
-    for hint in (_EXIT_CODE_HINTS.get(exit_code) if exit_code is not None else None,
-                 _signal_hint(signal)):  # fmt: skip
+    exit_hint = _EXIT_CODE_HINTS.get(exit_code) if exit_code is not None else None
+    for hint in (exit_hint, _signal_hint(signal)):
         if hint is not None:
             hints[hint[0]] = hints.get(hint[0], 0.0) + hint[1]
 

@@ -8,13 +8,16 @@ SIGKILLs every rank of every generation, whatever the test did.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import os
+
 import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
@@ -23,6 +26,7 @@ from activities.stop import stop_generations
 from lazarus.devserver import DevServer
 from lazarus.local_stack import LocalStack
 from lazarus.spec import JobSpec, parse_spec
+from workflows.job import JobWorkflow
 from workflows.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
 from workflows.state import JobInput, JobStatus, Phase
 
@@ -92,6 +96,19 @@ def run_root(spec: JobSpec) -> Path:
     return Path(spec.run_dir) / spec.job_id
 
 
+async def replay_and_record(handle: WorkflowHandle[object, object]) -> None:
+    """Replay every finished job's history against the current code (catches
+    non-determinism), and keep it as a fixture when LAZARUS_RECORD_HISTORIES is set."""
+    history = await handle.fetch_history()
+    replayer = Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    record_dir = os.environ.get("LAZARUS_RECORD_HISTORIES")
+    if record_dir:
+        target = Path(record_dir) / f"{history.workflow_id}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(history.to_json())
+
+
 class Job:
     """A started job and the handful of things tests do to it."""
 
@@ -119,7 +136,9 @@ class Job:
         raise TimeoutError(f"job never reached {phases}; last status: {last}")
 
     async def result(self, timeout_s: float = 180.0) -> JobStatus:
-        return await asyncio.wait_for(self.handle.result(), timeout_s)  # type: ignore[return-value]
+        status: JobStatus = await asyncio.wait_for(self.handle.result(), timeout_s)  # type: ignore[assignment]
+        await replay_and_record(self.handle)
+        return status
 
 
 @pytest.fixture
@@ -147,14 +166,23 @@ async def start_job(client: Client, stack: LocalStack) -> AsyncIterator[object]:
         await stop_generations(StopRequest(job_id=job.spec.job_id, run_root=str(job.run_root), grace_s=0))
 
 
+STEPS = 60
+"""Every weight-checking test runs this many steps, so one reference serves them all."""
+
+
 @pytest.fixture(scope="session")
-def reference_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """Fault-free weights by step count, computed on first use by a plain 2-rank run."""
-    cache: dict[int, Path] = {}
-    return cache
+def fault_free_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference: the same job run straight through by plain subprocesses, no Lazarus."""
+    from tests.e2e.reference import run_fault_free
+
+    return run_fault_free(tmp_path_factory.mktemp("reference"), steps=STEPS)
 
 
-def copy_weights(src: Path, dst: Path) -> Path:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(src, dst)
-    return dst
+def assert_same_weights(actual: Path, expected: Path) -> None:
+    import torch
+
+    got = torch.load(actual, map_location="cpu")
+    want = torch.load(expected, map_location="cpu")
+    assert got.keys() == want.keys()
+    for key in want:
+        assert torch.equal(got[key], want[key]), f"tensor {key} differs from the fault-free run"

@@ -8,30 +8,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-import torch
 
 from lazarus import chaos
-from tests.e2e.conftest import Job, ddp_spec
+from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
-STEPS = 60
-
-
-def assert_same_weights(actual: Path, expected: Path) -> None:
-    got = torch.load(actual, map_location="cpu")
-    want = torch.load(expected, map_location="cpu")
-    assert got.keys() == want.keys()
-    for key in want:
-        assert torch.equal(got[key], want[key]), f"tensor {key} differs from the fault-free run"
-
-
-@pytest.fixture(scope="session")
-def fault_free_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The reference: the same job run straight through, by plain subprocesses."""
-    from tests.e2e.reference import run_fault_free
-
-    return run_fault_free(tmp_path_factory.mktemp("reference"), steps=STEPS)
 
 
 @pytest.mark.timeout(180)
