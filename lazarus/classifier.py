@@ -40,7 +40,7 @@ _FC = FailureClass
 _MIN_SCORE = 2.5  # below this the answer is UNKNOWN
 _HINT_CAP = 7.0  # total a class may collect from hint rules
 _DECISIVE = 6.0  # a non-hint rule this heavy marks its class as a concrete cause
-_SYMPTOM_FACTOR = 0.5  # applied to timeout/transport classes when a cause is present
+_SYMPTOM_FACTOR = 0.3  # applied to timeout/transport classes when a cause is present
 _MAX_EVIDENCE = 5
 _MAX_LINES_PER_RULE = 64  # matched lines kept per rule
 _MAX_SCAN_PER_NEEDLE = 512  # needle occurrences examined per rule and needle
@@ -436,7 +436,7 @@ _RULES: tuple[_Rule, ...] = (
     # OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 64, reducing to 32", apex "Gradient
     # overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.5", fairseq "WARNING:
     # overflow detected, setting loss scale to: 0.25".
-    _rule(_FC.NUMERICAL, 6, r"OVERFLOW!\s+Rank\s+\d+\s+Skipping\s+step|Gradient\s+overflow\.\s+Skipping\s+step|overflow\s+detected,\s+setting\s+loss\s+scale", "overflow", min_count=3),
+    _rule(_FC.NUMERICAL, 5, r"OVERFLOW!\s+Rank\s+\d+\s+Skipping\s+step|Gradient\s+overflow\.\s+Skipping\s+step|overflow\s+detected,\s+setting\s+loss\s+scale", "overflow", min_count=3),
     # a dynamic loss scale pushed below 1.0 means gradients overflow even at tiny scales.
     _rule(_FC.NUMERICAL, 4, r"(?:loss\s+scale|reducing)\s+(?:to|to:)\s*0\.\d*[1-9]|loss\s+scale\s+to\s*:\s*0\.\d*[1-9]", "loss scale", "reducing", min_count=2),
 

@@ -1,0 +1,127 @@
+"""What an operator does to a job, through the CLI and through signals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from activities.contracts import StopRequest
+from activities.stop import stop_generations
+from lazarus import chaos
+from lazarus.local_stack import LocalStack
+from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from workflows.api import SIGNAL_FORCE_RECOVER, SIGNAL_PAUSE, SIGNAL_RESUME
+from workflows.state import ForceRecover, Phase
+
+StartJob = Callable[..., Awaitable[Job]]
+
+
+def lazarus_cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lazarus.cli", *args],
+        env=stack.worker_env(), capture_output=True, text=True, timeout=60,
+    )
+
+
+@pytest.mark.timeout(180)
+async def test_pause_then_resume_completes(
+    start_job: StartJob, tmp_path: Path, fault_free_weights: Path
+) -> None:
+    job = await start_job(ddp_spec(tmp_path, steps=STEPS, step_time=0.1))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 15)
+    await job.handle.signal(SIGNAL_PAUSE)
+    await job.wait_phase(Phase.PAUSED, timeout_s=60)
+    assert chaos.live_rank_processes(job.run_root) == [], "a paused job holds no ranks"
+    await job.handle.signal(SIGNAL_RESUME)
+    status = await job.result()
+    assert status.phase == Phase.SUCCEEDED
+    assert status.generation == 2 and status.incidents == []
+    assert_same_weights(job.weights, fault_free_weights)
+
+
+@pytest.mark.timeout(180)
+async def test_force_recover_restarts_from_checkpoint(
+    start_job: StartJob, tmp_path: Path, fault_free_weights: Path
+) -> None:
+    job = await start_job(ddp_spec(tmp_path, steps=STEPS, step_time=0.1))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 15)
+    await job.handle.signal(SIGNAL_FORCE_RECOVER, ForceRecover(reason="suspect NIC"))
+    status = await job.result()
+    assert status.phase == Phase.SUCCEEDED
+    assert status.generation == 2
+    [incident] = status.incidents
+    assert incident.kind == "operator" and "suspect NIC" in incident.reason
+    assert incident.recovery_s is not None and incident.steps_lost is not None
+    assert status.restarts == 0, "an operator's recovery does not spend the restart budget"
+    assert_same_weights(job.weights, fault_free_weights)
+
+
+@pytest.mark.timeout(180)
+async def test_restart_budget_exhausted_needs_operator_then_cancel(
+    start_job: StartJob, tmp_path: Path
+) -> None:
+    spec = ddp_spec(
+        tmp_path,
+        command=[sys.executable, "-c", "import sys; print('KeyError: no such key'); sys.exit(1)"],
+        recovery={"max_restarts": 2, "backoff_initial_s": 0.1, "backoff_max_s": 0.2},
+    )
+    job = await start_job(spec)
+    status = await job.wait_phase(Phase.NEEDS_OPERATOR, timeout_s=90)
+    assert status.restarts == 2 and len(status.incidents) == 3
+    assert status.operator_reason and "restart budget spent" in status.operator_reason
+    assert status.suggested_actions and "resume" in status.suggested_actions[0]
+    assert all(i.failure_class == "user_code" for i in status.incidents)
+    await job.handle.cancel()
+    with pytest.raises(Exception):  # noqa: B017 - the workflow ends as cancelled
+        await job.handle.result()
+    assert chaos.live_rank_processes(job.run_root) == []
+
+
+@pytest.mark.timeout(120)
+async def test_cli_refuses_duplicate_start_and_reports_json(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    spec = ddp_spec(tmp_path, steps=STEPS, step_time=0.1)
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
+    first = lazarus_cli(stack, "start", str(spec_file))
+    try:
+        assert first.returncode == 0, first.stderr
+        second = lazarus_cli(stack, "start", str(spec_file))
+        assert second.returncode == 1
+        assert "already running" in second.stderr + second.stdout
+        renamed = lazarus_cli(stack, "start", str(spec_file), "--name", spec.name + "-b", "--dry-run")
+        assert renamed.returncode == 0, renamed.stderr
+        await asyncio.to_thread(chaos.wait_for_step, Path(spec.run_dir) / spec.name, 5)
+        shown = lazarus_cli(stack, "status", spec.name, "--json")
+        assert shown.returncode == 0, shown.stderr
+        data = json.loads(shown.stdout)
+        assert {"phase", "generation", "step", "ettr", "incidents"} <= data.keys()
+        assert data["phase"] == "RUNNING"
+    finally:
+        lazarus_cli(stack, "cancel", spec.name)
+        await stop_generations(
+            StopRequest(job_id=spec.name, run_root=str(Path(spec.run_dir) / spec.name), grace_s=0)
+        )
+    cancelled = lazarus_cli(stack, "cancel", spec.name)
+    assert cancelled.returncode == 0, "cancel is idempotent"
+
+
+@pytest.mark.timeout(180)
+async def test_continue_as_new_adopts_live_ranks(
+    start_job: StartJob, tmp_path: Path, fault_free_weights: Path
+) -> None:
+    spec = ddp_spec(tmp_path, steps=STEPS, step_time=0.1, health={"report_interval_s": 1.0})
+    job = await start_job(spec, continue_as_new_after_events=25)
+    status = await job.result()
+    assert status.phase == Phase.SUCCEEDED
+    assert status.runs > 1, "the workflow should have continued as new"
+    assert status.generation == 1, "continue-as-new must adopt the ranks, not relaunch them"
+    assert_same_weights(job.weights, fault_free_weights)
