@@ -49,8 +49,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
+def generation_lock(gen: GenerationDir) -> Iterator[None]:
+    """Held by ``launch`` while it starts ranks and by ``stop`` before it signals, so a
+    stop can never slip in between two rank starts and leave the later ones orphaned."""
+    gen.path.mkdir(parents=True, exist_ok=True)
+    with open(gen.lock_file, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -71,7 +74,11 @@ def resolve_program(spec: JobSpec) -> str | None:
 
 
 def rank_environment(
-    spec: JobSpec, gen: GenerationDir, rank: int, master_port: int, resume_step: int | None,
+    spec: JobSpec,
+    gen: GenerationDir,
+    rank: int,
+    master_port: int,
+    resume_step: int | None,
     resume_path: str | None,
 ) -> dict[str, str]:
     """The environment torchrun would set, plus Lazarus's own contract."""
@@ -107,7 +114,9 @@ def rank_environment(
     if "PATH" not in spec.env:
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     # The wrapper is imported from this checkout even if the worker runs elsewhere.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+    )
     return env
 
 
@@ -128,12 +137,29 @@ def _fence_older_generations(job_run_root: Path, generation: int) -> None:
 
 def _start_rank(spec: JobSpec, gen: GenerationDir, rank: int, env: dict[str, str]) -> RankProcess:
     gen.exit_file(rank).unlink(missing_ok=True)
-    wrapper = [sys.executable, "-m", "activities.rank_wrapper", "--rank", str(rank),
-               "--gen-dir", str(gen.path), "--", *spec.command]
+    wrapper = [
+        sys.executable,
+        "-m",
+        "activities.rank_wrapper",
+        "--rank",
+        str(rank),
+        "--gen-dir",
+        str(gen.path),
+        "--",
+        *spec.command,
+    ]
     # The wrapper forks and its parent exits at once; wait() reaps that parent only.
-    subprocess.run(wrapper, cwd=spec.workdir, env=env, stdin=subprocess.DEVNULL,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                   start_new_session=True, timeout=30)
+    subprocess.run(
+        wrapper,
+        cwd=spec.workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        start_new_session=True,
+        timeout=30,
+    )
     deadline = time.monotonic() + PID_FILE_WAIT_S
     while time.monotonic() < deadline:
         record = read_json(gen.pid_file(rank))
@@ -162,8 +188,10 @@ def launch_generation(request: LaunchRequest) -> LaunchResult:
     root = job_root(spec.run_dir, spec.job_id)
     gen = GenerationDir.of(root, request.generation)
     gen.path.mkdir(parents=True, exist_ok=True)
-    with _locked(gen.lock_file):
+    with generation_lock(gen):
         _fence_older_generations(root, request.generation)
+        if gen.stopped_file.exists():
+            raise LaunchRefused(f"generation {request.generation} was stopped; launch a new one")
         done = read_json(gen.launch_file)
         if done is not None:
             return LaunchResult.model_validate({**done, "adopted": True})

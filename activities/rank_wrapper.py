@@ -58,8 +58,13 @@ def _supervise_rank(rank: int, gen_dir: Path, command: list[str]) -> None:
             log.write(f"lazarus: cannot start {command[0]!r}: {exc}\n".encode())
             _write_atomic(
                 gen_dir / f"rank-{rank}.exit.json",
-                {"rank": rank, "exit_code": 127, "signal": None, "ended_at": time.time(),
-                 "error": f"cannot start {command[0]!r}: {exc.strerror or exc}"},
+                {
+                    "rank": rank,
+                    "exit_code": 127,
+                    "signal": None,
+                    "ended_at": time.time(),
+                    "error": f"cannot start {command[0]!r}: {exc.strerror or exc}",
+                },
             )
             return
     me = os.getpid()

@@ -15,6 +15,7 @@ import time
 from temporalio import activity
 
 from activities.contracts import StopRequest, StopResult
+from activities.launcher import generation_lock
 from activities.procfs import group_members, signal_group
 from activities.rundir import GenerationDir, generations, read_json, write_json_atomic
 
@@ -28,6 +29,14 @@ def _last_step(gen: GenerationDir) -> int | None:
     return max(steps) if steps else None
 
 
+def _settled_live_groups(gen: GenerationDir) -> list[int]:
+    """Wait out a launch in progress, and fence the generation against a late one."""
+    with generation_lock(gen):
+        if not gen.stopped_file.exists():
+            write_json_atomic(gen.stopped_file, {"reason": "stopping", "at": time.time()})
+        return _live_groups(gen)
+
+
 def _live_groups(gen: GenerationDir) -> list[int]:
     groups: set[int] = set()
     for pid_file in gen.path.glob("rank-*.pid"):
@@ -39,7 +48,7 @@ def _live_groups(gen: GenerationDir) -> list[int]:
 
 async def stop_generations(request: StopRequest, heartbeat: bool = False) -> StopResult:
     targets = [g for g in generations(request.run_root) if g.generation != request.keep_generation]
-    groups = {g.generation: _live_groups(g) for g in targets}
+    groups = {g.generation: await asyncio.to_thread(_settled_live_groups, g) for g in targets}
     signalled = [pgid for pgids in groups.values() for pgid in pgids]
     for pgid in signalled:
         signal_group(pgid, signal.SIGTERM)
@@ -63,7 +72,7 @@ async def stop_generations(request: StopRequest, heartbeat: bool = False) -> Sto
     if remaining:
         raise RuntimeError(f"process groups {remaining} survived SIGKILL; will retry")
     for gen in targets:
-        if groups[gen.generation] or not gen.stopped_file.exists():
+        if groups[gen.generation]:
             write_json_atomic(gen.stopped_file, {"reason": request.reason, "at": time.time()})
     stepped = [s for g in targets if groups[g.generation] and (s := _last_step(g)) is not None]
     return StopResult(

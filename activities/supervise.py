@@ -168,8 +168,10 @@ def _vanished(obs: Observation) -> FailureReport | None:
         kind="vanished",
         failure_class="unknown",
         rank=rank,
-        evidence=[f"rank {rank} is gone and its wrapper recorded no exit status: "
-                  "its whole process group was killed from outside"],
+        evidence=[
+            f"rank {rank} is gone and its wrapper recorded no exit status: "
+            "its whole process group was killed from outside"
+        ],
         fault_at=since,
         detected_at=obs.now,
         step_at_failure=_max_step(obs.ranks),
@@ -229,7 +231,9 @@ def _first_step_at(request: SuperviseRequest, obs: Observation) -> float | None:
 
 
 def evaluate(
-    request: SuperviseRequest, obs: Observation, started_at: float,
+    request: SuperviseRequest,
+    obs: Observation,
+    started_at: float,
     seconds_per_step: float | None = None,
 ) -> SuperviseOutcome | None:
     """Decide whether this observation ends the supervision, and how. Pure."""
@@ -262,8 +266,11 @@ class StepRate:
         self._last: tuple[int, float] | None = None
 
     def update(self, ranks: list[RankStatus]) -> float | None:
-        steps = [(r.step, r.last_progress_at) for r in ranks
-                 if r.step is not None and r.last_progress_at is not None]
+        steps = [
+            (r.step, r.last_progress_at)
+            for r in ranks
+            if r.step is not None and r.last_progress_at is not None
+        ]
         if steps:
             newest = max(steps)
             if self._first is None or newest[0] < self._first[0]:

@@ -33,11 +33,18 @@ def newest_generation(job_run_root: Path) -> GenerationDir | None:
 
 def current_step(job_run_root: Path, generation: int | None = None) -> tuple[int, int | None]:
     """(generation, newest step any of its ranks reported)."""
-    gen = GenerationDir.of(job_run_root, generation) if generation else newest_generation(job_run_root)
+    gen = (
+        GenerationDir.of(job_run_root, generation)
+        if generation
+        else newest_generation(job_run_root)
+    )
     if gen is None:
         return 0, None
-    steps = [int(r["step"]) for p in gen.path.glob("rank-*.heartbeat.json")
-             if (r := read_json(p)) is not None and "step" in r]
+    steps = [
+        int(r["step"])
+        for p in gen.path.glob("rank-*.heartbeat.json")
+        if (r := read_json(p)) is not None and "step" in r
+    ]
     return gen.generation, (max(steps) if steps else None)
 
 
@@ -63,12 +70,15 @@ def rank_pid(job_run_root: Path, rank: int) -> tuple[int, int]:
     return gen.generation, int(record["pid"])
 
 
-def signal_rank(job_run_root: Path, rank: int, sig: signal.Signals = signal.SIGKILL) -> InjectedFault:
+def signal_rank(
+    job_run_root: Path, rank: int, sig: signal.Signals = signal.SIGKILL
+) -> InjectedFault:
     generation, pid = rank_pid(job_run_root, rank)
     _, step = current_step(job_run_root, generation)
     os.kill(pid, sig)
-    return InjectedFault(rank=rank, pid=pid, signal=sig.name, generation=generation,
-                         at=time.time(), step=step)
+    return InjectedFault(
+        rank=rank, pid=pid, signal=sig.name, generation=generation, at=time.time(), step=step
+    )
 
 
 def live_rank_processes(job_run_root: Path) -> list[int]:

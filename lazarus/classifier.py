@@ -6,8 +6,9 @@ real stack prints (PyTorch / c10d / ProcessGroupNCCL, NCCL itself, torchrun's
 elastic agent, DeepSpeed, Lightning, Slurm, the NVIDIA driver, the Linux kernel,
 Ray, gloo), not anything specific to one job. Scoring works like this:
 
-* Each rule has literal *needles*; the rule only runs on lines around a needle
-  hit, so a 1 MB tail costs a few milliseconds.
+* Each rule has literal *needles*; a rule only runs on the lines around needle
+  hits, and a needle is only looked for when its words occur in the log at all,
+  so a 1 MB tail takes tens of milliseconds.
 * A rule that matches on ``n`` distinct lines adds ``weight * (1 + 0.1 * (n-1))``
   (at most ``1.5 * weight``) to its class: repetition across ranks helps a bit,
   but one decisive line beats a flood of noise.
@@ -15,9 +16,10 @@ Ray, gloo), not anything specific to one job. Scoring works like this:
   class, so circumstantial evidence never outvotes one explicit message.
 * Collective timeouts and NCCL transport errors are usually *symptoms*: when
   another class has a concrete message (a non-hint rule of weight >= 6), their
-  scores are halved,
-  so e.g. an ECC error or CUDA OOM on one rank wins over the other ranks'
-  watchdog timeouts.
+  scores are scaled down, so an ECC error, a CUDA OOM or a Python exception on
+  one rank wins over the other ranks' watchdog timeouts.
+* Nothing above ``_MIN_SCORE`` means ``UNKNOWN``. ``HANG`` is never produced here:
+  it comes from Lazarus's own progress monitoring.
 
 Everything here is pure, deterministic and standard-library only.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,9 +45,11 @@ _HINT_CAP = 7.0  # total a class may collect from hint rules
 _DECISIVE = 6.0  # a non-hint rule this heavy marks its class as a concrete cause
 _SYMPTOM_FACTOR = 0.3  # applied to timeout/transport classes when a cause is present
 _MAX_EVIDENCE = 5
-_MAX_LINES_PER_RULE = 64  # matched lines kept per rule
-_MAX_SCAN_PER_NEEDLE = 512  # needle occurrences examined per rule and needle
+_MAX_LINES_PER_RULE = 32  # matched lines kept per rule
+_MAX_SCAN_PER_NEEDLE = 64  # lines examined per needle, newest first
 _EVIDENCE_CHARS = 300
+_DEWRAP_BELOW = 10.0  # retry with hard wraps undone when the best score is below this
+_DEWRAP_MIN_WIDTH = 60  # narrower "wrap widths" are just short lines
 
 _SYMPTOM_CLASSES = frozenset({_FC.NCCL_TIMEOUT, _FC.NCCL_ERROR})
 
@@ -101,6 +106,13 @@ class _Rule:
     needles: tuple[str, ...]
     hint: bool
     min_count: int
+    # per needle, its runs of letters/underscores: all must occur in the log's vocabulary
+    gates: tuple[tuple[bytes, ...], ...]
+
+
+_WORD_RE = re.compile(r"[a-z_]+")
+# bytes.translate table: keep lowercase ASCII letters and "_", blank out everything else
+_WORD_BYTES = bytes(c if (97 <= c <= 122 or c == 95) else 32 for c in range(256))
 
 
 def _rule(
@@ -117,7 +129,8 @@ def _rule(
     if not needles or any(n != n.lower() or not n for n in needles):
         raise ValueError(f"rule {regex!r} needs non-empty lowercase needles")
     flags = re.MULTILINE | (0 if case else re.IGNORECASE)
-    return _Rule(failure_class, weight, re.compile(regex, flags), needles, hint, min_count)
+    gates = tuple(tuple(w.encode() for w in _WORD_RE.findall(n)) for n in needles)
+    return _Rule(failure_class, weight, re.compile(regex, flags), needles, hint, min_count, gates)
 
 
 # fmt: off
@@ -137,10 +150,13 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.NCCL_TIMEOUT, 9, r"Timeout\s+at\s+NCCL\s+work", "timeout at"),
     # "Some NCCL operations have failed or timed out. Due to the asynchronous nature of
     # CUDA kernels, ..." - printed for errors too, but overwhelmingly after timeouts.
-    _rule(_FC.NCCL_TIMEOUT, 4, r"NCCL\s+operations\s+have\s+failed\s+or\s+timed\s+out", "timed out"),
+    _rule(_FC.NCCL_TIMEOUT, 4, r"NCCL\s+operations\s+have\s+failed\s+or\s+timed\s+out",
+          "timed out"),
     # gloo: "[gloo/transport/tcp/unbound_buffer.cc:72] Timed out waiting 1800000ms for recv
     # operation to complete" (and the send variant).
-    _rule(_FC.NCCL_TIMEOUT, 11, r"Timed\s+out\s+waiting\s+\d+\s*ms\s+for\s+(?:recv|send)\s+operation", "timed out"),
+    _rule(_FC.NCCL_TIMEOUT, 11,
+          r"Timed\s+out\s+waiting\s+\d+\s*ms\s+for\s+(?:recv|send)\s+operation",
+          "timed out"),
     # monitored_barrier: "Rank 1 failed to pass monitoredBarrier in 2000 ms"
     _rule(_FC.NCCL_TIMEOUT, 9, r"failed\s+to\s+pass\s+monitoredBarrier", "monitoredbarrier"),
     # heartbeat monitor: "Heartbeat monitor timed out! Process will be terminated after
@@ -157,14 +173,22 @@ _RULES: tuple[_Rule, ...] = (
     # and older "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825,
     # unhandled system error, NCCL version 2.7.8"; "NCCL Error 2: unhandled system error".
     _rule(_FC.NCCL_ERROR, 8, r"NCCL\s+error\s+in\s*:", "nccl error"),
-    _rule(_FC.NCCL_ERROR, 7, r"NCCL\s+error\s*(?:\d+\s*)?:\s*(?:unhandled|internal|remote|invalid|system)", "nccl error"),
+    _rule(_FC.NCCL_ERROR, 7,
+          r"NCCL\s+error\s*(?:\d+\s*)?:\s*(?:unhandled|internal|remote|invalid|system)",
+          "nccl error"),
     # the result codes NCCL prints on the next line: "ncclRemoteError: A call failed
     # possibly due to a network error or a remote process exiting prematurely."
-    _rule(_FC.NCCL_ERROR, 8, r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)(?:Error)?\b", "ncclremote", "ncclinternal", "ncclsystem", "ncclunhandledcuda", "ncclinvalid"),
-    _rule(_FC.NCCL_ERROR, 7, r"remote\s+process\s+exited\s+or\s+there\s+was\s+a\s+network\s+error", "remote process"),
+    _rule(_FC.NCCL_ERROR, 8,
+          r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|"
+          r"InvalidArgument)(?:Error)?\b",
+          "ncclremote", "ncclinternal", "ncclsystem", "ncclunhandledcuda", "ncclinvalid"),
+    _rule(_FC.NCCL_ERROR, 7, r"remote\s+process\s+exited\s+or\s+there\s+was\s+a\s+network\s+error",
+          "remote process"),
     # any NCCL warning ("host:pid:tid [dev] misc/socket.cc:538 NCCL WARN Net : Connection
     # closed by remote peer"), except the harmless plugin-loading chatter.
-    _rule(_FC.NCCL_ERROR, 4, r"NCCL\s+WARN\b(?!.*(?:plugin|libnccl-net|No\s+such\s+file|Could\s+not\s+find))", "nccl warn"),
+    _rule(_FC.NCCL_ERROR, 4,
+          r"NCCL\s+WARN\b(?!.*(?:plugin|libnccl-net|No\s+such\s+file|Could\s+not\s+find))",
+          "nccl warn"),
     # InfiniBand / RoCE: "NET/IB : Got completion from peer 10.0.0.2<54862> with status=12
     # opcode=0 len=0 vendor err 129 (Recv)", "NET/IB : Got async event : port error".
     _rule(_FC.NCCL_ERROR, 9, r"NET/IB\w*\s*:\s*Got\s+(?:completion|async\s+event)", "net/ib"),
@@ -173,52 +197,76 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.NCCL_ERROR, 8, r"NET/OFI\b.*(?:error|failed)", "net/ofi"),
     # socket transport: "Net : Connection closed by remote peer host<47861>", "Call to recv
     # from 10.0.0.1<58355> failed : Broken pipe", "socketProgressOpt: Call to recv ... failed"
-    _rule(_FC.NCCL_ERROR, 7, r"\bNet\s*:\s*(?:Connection\s+closed\s+by\s+remote\s+peer|Call\s+to\s+\w+\s+from\s+\S+\s+failed)", "net :", "net:"),
+    _rule(_FC.NCCL_ERROR, 7,
+          r"\bNet\s*:\s*(?:Connection\s+closed\s+by\s+remote\s+peer|"
+          r"Call\s+to\s+\w+\s+from\s+\S+\s+failed)",
+          "net :", "net:"),
     _rule(_FC.NCCL_ERROR, 5, r"NET/Socket\b.*(?:error|failed|closed)", "net/socket"),
     # shared memory transport: "Error while creating shared memory segment /dev/shm/nccl-...",
     # "Error while attaching to shared memory segment".
-    _rule(_FC.NCCL_ERROR, 8, r"Error\s+while\s+(?:creating|attaching\s+to)\s+shared\s+memory\s+segment", "shared memory segment"),
+    _rule(_FC.NCCL_ERROR, 8,
+          r"Error\s+while\s+(?:creating|attaching\s+to)\s+shared\s+memory\s+segment",
+          "shared memory segment"),
     # proxy thread failures: "[Proxy Service 9] Failed to execute operation Connect from rank 9"
     _rule(_FC.NCCL_ERROR, 6, r"\[Proxy\s+\w+(?:\s+\d+)?\]\s+Failed", "proxy"),
-    # bootstrap: "NCCL WARN Bootstrap : no socket interface found", "bootstrap.cc:... Connection refused"
+    # bootstrap: "NCCL WARN Bootstrap : no socket interface found"
     _rule(_FC.NCCL_ERROR, 5, r"Bootstrap\s*:\s*no\s+socket\s+interface", "bootstrap"),
     # "ncclCommInitRank failed", "NCCL communicator was aborted on rank 3."
     _rule(_FC.NCCL_ERROR, 6, r"ncclCommInit\w*\s+failed", "ncclcomminit"),
     _rule(_FC.NCCL_ERROR, 3, r"NCCL\s+communicator\s+was\s+aborted", "aborted"),
     # gloo transport: "[../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed
     # by peer [10.0.0.1]:8594" / "Connection reset by peer".
-    _rule(_FC.NCCL_ERROR, 6, r"gloo/transport/\S+\]\s*(?:Connection\s+(?:closed|reset)\s+by\s+peer|Read\s+error|Write\s+error)", "gloo"),
+    _rule(_FC.NCCL_ERROR, 6,
+          r"gloo/transport/\S+\]\s*(?:Connection\s+(?:closed|reset)\s+by\s+peer|Read\s+error|"
+          r"Write\s+error)",
+          "gloo"),
     # c10d wraps all backend failures in DistBackendError; on its own it only hints.
     _rule(_FC.NCCL_ERROR, 2, r"\bDistBackendError\b", "distbackenderror", hint=True),
 
     # ------------------------------------------------------------------ gpu_hardware
     # "RuntimeError: CUDA error: uncorrectable ECC error encountered", "Double Bit ECC Error",
     # "cudaErrorECCUncorrectable", NCCL "Cuda failure 'uncorrectable ECC error encountered'".
-    _rule(_FC.GPU_HARDWARE, 12, r"uncorrectable\s+ECC\s+error|ECC_?UNCORRECTABLE|ErrorECCUncorrectable", "ecc"),
-    _rule(_FC.GPU_HARDWARE, 9, r"\b(?:double[\s-]bit|multi[\s-]bit|fatal)\s+ECC\b|\bECC\s+errors?\s+(?:detected|encountered|occurred)|\bDBE\b", "ecc", "dbe"),
+    _rule(_FC.GPU_HARDWARE, 12,
+          r"uncorrectable\s+ECC\s+error|ECC_?UNCORRECTABLE|ErrorECCUncorrectable",
+          "ecc"),
+    _rule(_FC.GPU_HARDWARE, 9,
+          r"\b(?:double[\s-]bit|multi[\s-]bit|fatal)\s+ECC\b|\bECC\s+errors?\s+(?:detected|"
+          r"encountered|occurred)|\bDBE\b",
+          "ecc", "dbe"),
     # kernel log: "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus."
     _rule(_FC.GPU_HARDWARE, 10, r"NVRM:\s*Xid\b|\bXid\s*\(PCI:", "xid"),
     _rule(_FC.GPU_HARDWARE, 7, r"\bXid(?:\s+error)?\s*[:#]?\s*\d+", "xid"),
-    _rule(_FC.GPU_HARDWARE, 12, r"fallen\s+off\s+(?:of\s+)?the\s+bus|fell\s+off\s+the\s+bus", "off the bus", "off of the bus", "fell off"),
+    _rule(_FC.GPU_HARDWARE, 12, r"fallen\s+off\s+(?:of\s+)?the\s+bus|fell\s+off\s+the\s+bus",
+          "off the bus", "off of the bus", "fell off"),
     # nvidia-smi / NVML on a dead GPU: "Unable to determine the device handle for GPU
     # 0000:03:00.0: Unknown Error", "GPU is lost. Reboot the system to recover this GPU".
-    _rule(_FC.GPU_HARDWARE, 10, r"Unable\s+to\s+determine\s+the\s+device\s+handle\s+for\s+GPU", "device handle"),
-    _rule(_FC.GPU_HARDWARE, 12, r"\bGPU\s+(?:is|has\s+been)\s+lost\b|recover\s+this\s+GPU|GPU\s+requires\s+reset", "gpu is lost", "gpu has been lost", "recover this gpu", "requires reset"),
+    _rule(_FC.GPU_HARDWARE, 10, r"Unable\s+to\s+determine\s+the\s+device\s+handle\s+for\s+GPU",
+          "device handle"),
+    _rule(_FC.GPU_HARDWARE, 12,
+          r"\bGPU\s+(?:is|has\s+been)\s+lost\b|recover\s+this\s+GPU|GPU\s+requires\s+reset",
+          "gpu is lost", "gpu has been lost", "recover this gpu", "requires reset"),
     _rule(_FC.GPU_HARDWARE, 10, r"RmInitAdapter\s+failed", "rminitadapter"),
-    _rule(_FC.GPU_HARDWARE, 7, r"couldn't\s+communicate\s+with\s+the\s+NVIDIA\s+driver", "nvidia driver"),
+    _rule(_FC.GPU_HARDWARE, 7, r"couldn't\s+communicate\s+with\s+the\s+NVIDIA\s+driver",
+          "nvidia driver"),
     # "CUDA error: an uncorrectable NVLink error was detected during the execution",
     # fabric manager / DCGM "NVLink ... error".
     _rule(_FC.GPU_HARDWARE, 12, r"uncorrectable\s+NVLink\s+error", "nvlink"),
     _rule(_FC.GPU_HARDWARE, 6, r"\bNVLink\b.*\b(?:error|fatal|failure|down|inactive)\b", "nvlink"),
     # PCIe AER: "pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected, type=Data Link Layer"
     _rule(_FC.GPU_HARDWARE, 7, r"PCIe\s+Bus\s+Error", "pcie"),
-    _rule(_FC.GPU_HARDWARE, 4, r"\bAER:\s*(?:Multiple\s+)?(?:Uncorrected|Corrected)\s+(?:\(\w+\)\s+)?error", "aer"),
+    _rule(_FC.GPU_HARDWARE, 4,
+          r"\bAER:\s*(?:Multiple\s+)?(?:Uncorrected|Corrected)\s+(?:\(\w+\)\s+)?error",
+          "aer"),
     # memory retirement: "pending row remap", "Row Remapper ... failure", "retired pages"
-    _rule(_FC.GPU_HARDWARE, 6, r"row[\s-]*remap\w*\s+(?:failure|pending)|pending\s+row\s+remap", "remap"),
+    _rule(_FC.GPU_HARDWARE, 6, r"row[\s-]*remap\w*\s+(?:failure|pending)|pending\s+row\s+remap",
+          "remap"),
     # "CUDA error: unspecified launch failure" is the classic Xid 13/43/79 companion.
-    _rule(_FC.GPU_HARDWARE, 5, r"unspecified\s+launch\s+failure|cudaErrorLaunchFailure", "launch failure", "cudaerrorlaunchfailure"),
+    _rule(_FC.GPU_HARDWARE, 5, r"unspecified\s+launch\s+failure|cudaErrorLaunchFailure",
+          "launch failure", "cudaerrorlaunchfailure"),
     # "CUDA error: unknown error" / "CUDA-capable device(s) is/are busy or unavailable"
-    _rule(_FC.GPU_HARDWARE, 4, r"CUDA\s+error:\s+unknown\s+error|device\(s\)\s+is/are\s+busy\s+or\s+unavailable", "cuda error", "busy or unavailable"),
+    _rule(_FC.GPU_HARDWARE, 4,
+          r"CUDA\s+error:\s+unknown\s+error|device\(s\)\s+is/are\s+busy\s+or\s+unavailable",
+          "cuda error", "busy or unavailable"),
     # illegal memory access is usually a kernel bug (see user_code), sometimes an Xid 31.
     _rule(_FC.GPU_HARDWARE, 2, r"illegal\s+memory\s+access", "illegal memory", hint=True),
 
@@ -226,11 +274,14 @@ _RULES: tuple[_Rule, ...] = (
     # "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.39 GiB. GPU 1 has
     # a total capacity of 79.32 GiB ...", "RuntimeError: CUDA error: out of memory",
     # "torch.OutOfMemoryError", ROCm "HIP out of memory", XPU/MPS variants.
-    _rule(_FC.OOM_GPU, 10, r"\b(?:CUDA|HIP|XPU|MPS\s+backend)(?:\s+error)?\s*:?\s*out\s+of\s+memory", "out of memory"),
+    _rule(_FC.OOM_GPU, 10,
+          r"\b(?:CUDA|HIP|XPU|MPS\s+backend)(?:\s+error)?\s*:?\s*out\s+of\s+memory",
+          "out of memory"),
     _rule(_FC.OOM_GPU, 10, r"\btorch\.(?:cuda\.)?OutOfMemoryError\b", "outofmemoryerror"),
     # NCCL's own allocation failing: "NCCL WARN Cuda failure 'out of memory'"
     _rule(_FC.OOM_GPU, 9, r"Cuda\s+failure\s+'?out\s+of\s+memory", "cuda failure"),
-    _rule(_FC.OOM_GPU, 8, r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY", "cudaerrormemoryallocation", "cuda_error_out_of_memory"),
+    _rule(_FC.OOM_GPU, 8, r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY",
+          "cudaerrormemoryallocation", "cuda_error_out_of_memory"),
     _rule(_FC.OOM_GPU, 7, r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED", "alloc_failed"),
     # allocator detail lines: "Tried to allocate 564.00 MiB (GPU 2; 79.35 GiB total capacity;"
     _rule(_FC.OOM_GPU, 5, r"Tried\s+to\s+allocate\s+[\d.]+\s*[KMGT]iB", "tried to allocate"),
@@ -241,26 +292,38 @@ _RULES: tuple[_Rule, ...] = (
     # ------------------------------------------------------------------ oom_host
     # kernel: "Out of memory: Killed process 12345 (python)", "Memory cgroup out of memory:
     # Killed process ...", "python invoked oom-killer", "oom-kill:constraint=...", "oom_reaper".
-    _rule(_FC.OOM_HOST, 10, r"Out\s+of\s+memory:\s+Kill(?:ed)?\s+process|Memory\s+cgroup\s+out\s+of\s+memory", "out of memory"),
-    _rule(_FC.OOM_HOST, 10, r"\boom[-_ ]?kill(?:er|ed|ing)?\b|\boom_reaper\b", "oom-kill", "oom_kill", "oom kill", "oomkill", "oom_reaper"),
+    _rule(_FC.OOM_HOST, 10,
+          r"Out\s+of\s+memory:\s+Kill(?:ed)?\s+process|Memory\s+cgroup\s+out\s+of\s+memory",
+          "out of memory"),
+    _rule(_FC.OOM_HOST, 10, r"\boom[-_ ]?kill(?:er|ed|ing)?\b|\boom_reaper\b",
+          "oom-kill", "oom_kill", "oom kill", "oomkill", "oom_reaper"),
     # Kubernetes container status "OOMKilled" (reason: OOMKilled, exit code 137).
     _rule(_FC.OOM_HOST, 10, r"\bOOMKilled\b", "oomkilled"),
     # Slurm: "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup",
     # "Job 123 exceeded memory limit (X > Y), being killed", "task 0: Out Of Memory".
     _rule(_FC.OOM_HOST, 10, r"exceeded\s+(?:job\s+|step\s+)?memory\s+limit", "exceeded"),
-    _rule(_FC.OOM_HOST, 10, r"\btasks?\s+[\d,-]+:\s*Out\s+Of\s+Memory|\bOUT_OF_MEMORY\b", "out of memory", "out_of_memory"),
+    _rule(_FC.OOM_HOST, 10, r"\btasks?\s+[\d,-]+:\s*Out\s+Of\s+Memory|\bOUT_OF_MEMORY\b",
+          "out of memory", "out_of_memory"),
     # Ray: "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on
     # memory." / raylet "Workers (tasks / actors) killed due to memory pressure (OOM)".
-    _rule(_FC.OOM_HOST, 10, r"running\s+low\s+on\s+memory|killed\s+due\s+to\s+memory\s+pressure|ray\.exceptions\.OutOfMemoryError", "low on memory", "memory pressure", "ray.exceptions"),
+    _rule(_FC.OOM_HOST, 10,
+          r"running\s+low\s+on\s+memory|killed\s+due\s+to\s+memory\s+pressure|"
+          r"ray\.exceptions\.OutOfMemoryError",
+          "low on memory", "memory pressure", "ray.exceptions"),
     # CPU allocator: "[enforce fail at alloc_cpu.cpp:83] . DefaultCPUAllocator: can't allocate
     # memory: you tried to allocate 123 bytes. Error code 12 (Cannot allocate memory)"
-    _rule(_FC.OOM_HOST, 10, r"DefaultCPUAllocator:\s*can't\s+allocate\s+memory", "defaultcpuallocator"),
-    _rule(_FC.OOM_HOST, 6, r"Cannot\s+allocate\s+memory|std::bad_alloc|(?<![\w.])MemoryError\b", "allocate memory", "bad_alloc", "memoryerror"),
+    _rule(_FC.OOM_HOST, 10, r"DefaultCPUAllocator:\s*can't\s+allocate\s+memory",
+          "defaultcpuallocator"),
+    _rule(_FC.OOM_HOST, 6, r"Cannot\s+allocate\s+memory|std::bad_alloc|(?<![\w.])MemoryError\b",
+          "allocate memory", "bad_alloc", "memoryerror"),
     # DataLoader workers: "DataLoader worker (pid 1234) is killed by signal: Killed." and the
     # /dev/shm variant "Unexpected bus error encountered in worker. This might be caused by
     # insufficient shared memory (shm)."
-    _rule(_FC.OOM_HOST, 8, r"worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+Killed", "killed by signal"),
-    _rule(_FC.OOM_HOST, 5, r"insufficient\s+shared\s+memory|bus\s+error\s+encountered\s+in\s+worker", "insufficient shared", "bus error"),
+    _rule(_FC.OOM_HOST, 8, r"worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+Killed",
+          "killed by signal"),
+    _rule(_FC.OOM_HOST, 5,
+          r"insufficient\s+shared\s+memory|bus\s+error\s+encountered\s+in\s+worker",
+          "insufficient shared", "bus error"),
     # Kubernetes eviction: "The node was low on resource: memory."
     _rule(_FC.OOM_HOST, 7, r"low\s+on\s+resource:\s*memory", "low on resource"),
     # --- circumstantial: the process got SIGKILL and nobody said why (hint tier) ---
@@ -270,69 +333,125 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.OOM_HOST, 6, r"Signal\s+9\s+\(SIGKILL\)", "sigkill", hint=True),
     # DeepSpeed launcher: "exits with return code = -9"; mp.spawn: "process 0 terminated with
     # signal SIGKILL"; subprocess: "died with <Signals.SIGKILL: 9>"; shells: "exit code 137".
-    _rule(_FC.OOM_HOST, 6, r"return\s+code\s*=\s*-9\b|terminated\s+with\s+signal\s+SIGKILL|Signals\.SIGKILL|exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*:?\s*137\b", "return code", "sigkill", "exit code", "exit status", "exited with", hint=True),
+    _rule(_FC.OOM_HOST, 6,
+          r"return\s+code\s*=\s*-9\b|terminated\s+with\s+signal\s+SIGKILL|Signals\.SIGKILL|"
+          r"exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*:?\s*137\b",
+          "return code", "sigkill", "exit code", "exit status", "exited with", hint=True),
     # bash / Slurm: a bare "Killed" line, "line 28:  8156 Killed   python3 main.py",
     # "srun: error: node1: task 0: Killed".
-    _rule(_FC.OOM_HOST, 5, r"^\s*(?:\S+:\s+line\s+\d+:\s+\d+\s+)?Killed\b|task\s+\d+:\s*Killed\b", "killed", hint=True),
+    _rule(_FC.OOM_HOST, 5, r"^\s*(?:\S+:\s+line\s+\d+:\s+\d+\s+)?Killed\b|task\s+\d+:\s*Killed\b",
+          "killed", hint=True),
 
     # ------------------------------------------------------------------ user_code
     # imports: "ModuleNotFoundError: No module named 'x'", "ImportError: cannot import name
     # 'LRScheduler' from ...", "undefined symbol: _ZN3c10..." (ABI mismatch of an extension).
-    _rule(_FC.USER_CODE, 8, r"\bModuleNotFoundError\b|No\s+module\s+named", "modulenotfounderror", "no module named"),
-    _rule(_FC.USER_CODE, 7, r"\bImportError\b|cannot\s+import\s+name", "importerror", "cannot import name"),
+    _rule(_FC.USER_CODE, 8, r"\bModuleNotFoundError\b|No\s+module\s+named",
+          "modulenotfounderror", "no module named"),
+    _rule(_FC.USER_CODE, 7, r"\bImportError\b|cannot\s+import\s+name",
+          "importerror", "cannot import name"),
     _rule(_FC.USER_CODE, 6, r"undefined\s+symbol:", "undefined symbol"),
     # launch config: "ValueError: Error initializing torch.distributed using env:// rendezvous:
     # environment variable MASTER_ADDR expected, but not set"
-    _rule(_FC.USER_CODE, 7, r"environment\s+variable\s+\w+\s+expected,\s+but\s+not\s+set", "expected, but not set"),
+    _rule(_FC.USER_CODE, 7, r"environment\s+variable\s+\w+\s+expected,\s+but\s+not\s+set",
+          "expected, but not set"),
     _rule(_FC.USER_CODE, 4, r"Failed\s+to\s+import\s+\S+\s+because", "failed to import"),
     # plain Python bugs, as the final line of a traceback ("KeyError: 'input_ids'").
-    _rule(_FC.USER_CODE, 8, r"\b(?:SyntaxError|IndentationError|NameError|UnboundLocalError)\b\s*:", "syntaxerror", "indentationerror", "nameerror", "unboundlocalerror"),
-    _rule(_FC.USER_CODE, 6, r"\b(?:TypeError|KeyError|AttributeError|IndexError|NotImplementedError|ZeroDivisionError)\b(?:\s*:|\s*$)", "typeerror", "keyerror", "attributeerror", "indexerror", "notimplementederror", "zerodivisionerror"),
-    _rule(_FC.USER_CODE, 5, r"\b(?:ValueError|AssertionError|RecursionError)\b(?:\s*:|\s*$)", "valueerror", "assertionerror", "recursionerror"),
+    _rule(_FC.USER_CODE, 8, r"\b(?:SyntaxError|IndentationError|NameError|UnboundLocalError)\b\s*:",
+          "syntaxerror", "indentationerror", "nameerror", "unboundlocalerror"),
+    _rule(_FC.USER_CODE, 6,
+          r"\b(?:TypeError|KeyError|AttributeError|IndexError|NotImplementedError|"
+          r"ZeroDivisionError)\b(?:\s*:|\s*$)",
+          "typeerror", "keyerror", "attributeerror", "indexerror", "notimplementederror",
+          "zerodivisionerror"),
+    _rule(_FC.USER_CODE, 5, r"\b(?:ValueError|AssertionError|RecursionError)\b(?:\s*:|\s*$)",
+          "valueerror", "assertionerror", "recursionerror"),
     # wrong paths (data, configs, pretrained weights): "FileNotFoundError: [Errno 2] No such
     # file or directory: 'data/x.json'", HF "... is not a local folder and is not a valid model
     # identifier", "does not appear to have a file named".
-    _rule(_FC.USER_CODE, 6, r"\bFileNotFoundError\b|\bIsADirectoryError\b|\bNotADirectoryError\b", "filenotfounderror", "isadirectoryerror", "notadirectoryerror"),
+    _rule(_FC.USER_CODE, 6, r"\bFileNotFoundError\b|\bIsADirectoryError\b|\bNotADirectoryError\b",
+          "filenotfounderror", "isadirectoryerror", "notadirectoryerror"),
     _rule(_FC.USER_CODE, 3, r"No\s+such\s+file\s+or\s+directory", "no such file"),
-    _rule(_FC.USER_CODE, 7, r"is\s+not\s+a\s+valid\s+model\s+identifier|does\s+not\s+appear\s+to\s+have\s+a\s+file\s+named|\bHFValidationError\b|Can't\s+load\s+(?:tokenizer|config|the\s+model)", "model identifier", "appear to have", "hfvalidationerror", "can't load"),
+    _rule(_FC.USER_CODE, 7,
+          r"is\s+not\s+a\s+valid\s+model\s+identifier|"
+          r"does\s+not\s+appear\s+to\s+have\s+a\s+file\s+named|\bHFValidationError\b|"
+          r"Can't\s+load\s+(?:tokenizer|config|the\s+model)",
+          "model identifier", "appear to have", "hfvalidationerror", "can't load"),
     # CLI: argparse "train.py: error: unrecognized arguments: --local-rank=1",
     # "error: the following arguments are required: --cfg", "error: argument --lr: invalid".
-    _rule(_FC.USER_CODE, 9, r"error:\s+(?:unrecognized\s+arguments|the\s+following\s+arguments\s+are\s+required|argument\s+\S+:\s+(?:invalid|expected))", "unrecognized arguments", "arguments are required", "error: argument"),
+    _rule(_FC.USER_CODE, 9,
+          r"error:\s+(?:unrecognized\s+arguments|the\s+following\s+arguments\s+are\s+required|"
+          r"argument\s+\S+:\s+(?:invalid|expected))",
+          "unrecognized arguments", "arguments are required", "error: argument"),
     # checkpoint/model structure mismatch: "Error(s) in loading state_dict for Net:",
     # "size mismatch for fc.weight: copying a param with shape ...", "Missing key(s) in
     # state_dict", "Unexpected key(s) in state_dict".
-    _rule(_FC.USER_CODE, 8, r"size\s+mismatch\s+for\s+\S+|Error\(s\)\s+in\s+loading\s+state_dict|(?:Missing|Unexpected)\s+key\(s\)\s+in\s+state_dict", "mismatch", "state_dict"),
+    _rule(_FC.USER_CODE, 8,
+          r"size\s+mismatch\s+for\s+\S+|Error\(s\)\s+in\s+loading\s+state_dict|(?:Missing|"
+          r"Unexpected)\s+key\(s\)\s+in\s+state_dict",
+          "mismatch", "state_dict"),
     # shapes, dtypes, devices and autograd misuse.
-    _rule(_FC.USER_CODE, 8, r"mat1\s+and\s+mat2\s+shapes\s+cannot\s+be\s+multiplied|size\s+of\s+tensor\s+a\s+\(\d+\)\s+must\s+match|shape\s+'\[[^\]]*\]'\s+is\s+invalid\s+for\s+input\s+of\s+size", "shapes cannot", "must match", "is invalid for input"),
-    _rule(_FC.USER_CODE, 8, r"Expected\s+all\s+tensors\s+to\s+be\s+on\s+the\s+same\s+device|expected\s+scalar\s+type\s+\w+\s+but\s+found|Input\s+type\s+\(.*\)\s+and\s+weight\s+type", "same device", "scalar type", "weight type"),
-    _rule(_FC.USER_CODE, 8, r"does\s+not\s+require\s+grad\s+and\s+does\s+not\s+have\s+a\s+grad_fn|modified\s+by\s+an\s+inplace\s+operation|backward\s+through\s+the\s+graph\s+a\s+second\s+time", "grad_fn", "inplace", "second time"),
+    _rule(_FC.USER_CODE, 8,
+          r"mat1\s+and\s+mat2\s+shapes\s+cannot\s+be\s+multiplied|"
+          r"size\s+of\s+tensor\s+a\s+\(\d+\)\s+must\s+match|"
+          r"shape\s+'\[[^\]]*\]'\s+is\s+invalid\s+for\s+input\s+of\s+size",
+          "shapes cannot", "must match", "is invalid for input"),
+    _rule(_FC.USER_CODE, 8,
+          r"Expected\s+all\s+tensors\s+to\s+be\s+on\s+the\s+same\s+device|"
+          r"expected\s+scalar\s+type\s+\w+\s+but\s+found|"
+          r"Input\s+type\s+\(.*\)\s+and\s+weight\s+type",
+          "same device", "scalar type", "weight type"),
+    _rule(_FC.USER_CODE, 8,
+          r"does\s+not\s+require\s+grad\s+and\s+does\s+not\s+have\s+a\s+grad_fn|"
+          r"modified\s+by\s+an\s+inplace\s+operation|"
+          r"backward\s+through\s+the\s+graph\s+a\s+second\s+time",
+          "grad_fn", "inplace", "second time"),
     # DDP / c10d misuse: "Expected to have finished reduction in the prior iteration before
     # starting a new one", "Expected to mark a variable ready only once", "Default process
     # group has not been initialized", TORCH_DISTRIBUTED_DEBUG "Detected mismatch between
     # collectives on ranks", NCCL "Duplicate GPU detected : rank 1 and rank 0 both on CUDA
     # device 1d000" (no set_device), DDP param shape checks.
-    _rule(_FC.USER_CODE, 9, r"Expected\s+to\s+have\s+finished\s+reduction|Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once|parameters\s+that\s+were\s+not\s+used\s+in\s+producing\s+(?:the\s+)?loss", "finished reduction", "ready only once", "not used in producing"),
-    _rule(_FC.USER_CODE, 8, r"Default\s+process\s+group\s+has\s+not\s+been\s+initialized|Detected\s+mismatch\s+between\s+collectives|appears\s+not\s+to\s+match\s+sizes\s+of\s+the\s+same\s+param", "default process group", "mismatch between collectives", "appears not to match"),
+    _rule(_FC.USER_CODE, 9,
+          r"Expected\s+to\s+have\s+finished\s+reduction|"
+          r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once|"
+          r"parameters\s+that\s+were\s+not\s+used\s+in\s+producing\s+(?:the\s+)?loss",
+          "finished reduction", "ready only once", "not used in producing"),
+    _rule(_FC.USER_CODE, 8,
+          r"Default\s+process\s+group\s+has\s+not\s+been\s+initialized|"
+          r"Detected\s+mismatch\s+between\s+collectives|"
+          r"appears\s+not\s+to\s+match\s+sizes\s+of\s+the\s+same\s+param",
+          "default process group", "mismatch between collectives", "appears not to match"),
     _rule(_FC.USER_CODE, 12, r"Duplicate\s+GPU\s+detected", "duplicate gpu"),
     # device-side asserts (index out of range in embedding / loss), bad device ordinals,
     # binaries built for another GPU arch.
-    _rule(_FC.USER_CODE, 8, r"device-side\s+assert\s+triggered|invalid\s+device\s+ordinal|no\s+kernel\s+image\s+is\s+available", "device-side assert", "device ordinal", "kernel image"),
-    _rule(_FC.USER_CODE, 4, r"illegal\s+memory\s+access|misaligned\s+address", "illegal memory", "misaligned"),
+    _rule(_FC.USER_CODE, 8,
+          r"device-side\s+assert\s+triggered|invalid\s+device\s+ordinal|"
+          r"no\s+kernel\s+image\s+is\s+available",
+          "device-side assert", "device ordinal", "kernel image"),
+    _rule(_FC.USER_CODE, 4, r"illegal\s+memory\s+access|misaligned\s+address",
+          "illegal memory", "misaligned"),
     # a Python traceback / "exitcode: 1" on their own say little (hint tier).
-    _rule(_FC.USER_CODE, 1.5, r"Traceback\s+\(most\s+recent\s+call\s+last\)", "traceback", hint=True),
-    _rule(_FC.USER_CODE, 1, r"exit\s*code\s*:?\s*1\b|return\s+code\s*=\s*1\b", "exitcode", "exit code", "return code", hint=True),
+    _rule(_FC.USER_CODE, 1.5, r"Traceback\s+\(most\s+recent\s+call\s+last\)",
+          "traceback", hint=True),
+    _rule(_FC.USER_CODE, 1, r"exit\s*code\s*:?\s*1\b|return\s+code\s*=\s*1\b",
+          "exitcode", "exit code", "return code", hint=True),
 
     # ------------------------------------------------------------------ rendezvous
     # TCPStore / c10d socket: "The server socket has failed to bind to [::]:29500 (errno: 98 -
     # Address already in use)", "EADDRINUSE".
-    _rule(_FC.RENDEZVOUS, 10, r"Address\s+already\s+in\s+use|\bEADDRINUSE\b", "already in use", "eaddrinuse"),
-    _rule(_FC.RENDEZVOUS, 8, r"server\s+socket\s+has\s+failed\s+to\s+(?:listen|bind)", "server socket"),
+    _rule(_FC.RENDEZVOUS, 10, r"Address\s+already\s+in\s+use|\bEADDRINUSE\b",
+          "already in use", "eaddrinuse"),
+    _rule(_FC.RENDEZVOUS, 8, r"server\s+socket\s+has\s+failed\s+to\s+(?:listen|bind)",
+          "server socket"),
     # client side: "[c10d] The client socket has timed out after 60s while trying to connect to
     # (host, 29500).", "The client socket has failed to connect to any network address of
     # (host, 29500)", old "RuntimeError: connect() timed out."
-    _rule(_FC.RENDEZVOUS, 9, r"client\s+socket\s+has\s+(?:timed\s+out|failed\s+to\s+connect)", "client socket"),
+    _rule(_FC.RENDEZVOUS, 9, r"client\s+socket\s+has\s+(?:timed\s+out|failed\s+to\s+connect)",
+          "client socket"),
     _rule(_FC.RENDEZVOUS, 8, r"connect\(\)\s+timed\s+out", "connect()"),
-    _rule(_FC.RENDEZVOUS, 7, r"errno:\s*(?:111|113|110)\s*-\s*(?:Connection\s+refused|No\s+route\s+to\s+host|Connection\s+timed\s+out)", "errno"),
+    _rule(_FC.RENDEZVOUS, 7,
+          r"errno:\s*(?:111|113|110)\s*-\s*(?:Connection\s+refused|No\s+route\s+to\s+host|"
+          r"Connection\s+timed\s+out)",
+          "errno"),
     # torchrun elastic: "RendezvousTimeoutError", "RendezvousConnectionError: The connection to
     # the C10d store has failed.", "RendezvousClosedError".
     _rule(_FC.RENDEZVOUS, 10, r"Rendezvous(?:Timeout|Connection|Closed|State)?Error", "rendezvous"),
@@ -343,41 +462,65 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.RENDEZVOUS, 8, r"store\s+based\s+barrier", "store based barrier"),
     # TCPStore server waiting for workers: "DistStoreError: Timed out after 901 seconds waiting
     # for clients. 1/2 clients joined."
-    _rule(_FC.RENDEZVOUS, 10, r"waiting\s+for\s+clients|\d+/\d+\s+clients\s+joined", "waiting for clients", "clients joined"),
-    _rule(_FC.RENDEZVOUS, 6, r"\bDist(?:Store|Network)Error\b", "diststoreerror", "distnetworkerror"),
+    _rule(_FC.RENDEZVOUS, 10, r"waiting\s+for\s+clients|\d+/\d+\s+clients\s+joined",
+          "waiting for clients", "clients joined"),
+    _rule(_FC.RENDEZVOUS, 6, r"\bDist(?:Store|Network)Error\b",
+          "diststoreerror", "distnetworkerror"),
     # NCCL communicator bootstrap through the store: "[1] is setting up NCCL communicator and
     # retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0')
     # got error: Socket Timeout" (older builds spell it "retreiving").
-    _rule(_FC.RENDEZVOUS, 9, r"ncclUniqueId\s+from\s+\[\d+\]\s+via\s+c10d|store->get\(.*\)\s+got\s+(?:error|exception)", "nccluniqueid", "store->get"),
-    _rule(_FC.RENDEZVOUS, 6, r"Timeout\s+waiting\s+for\s+key|wait\s+timeout\s+after\s+\d+\s*ms,?\s+keys", "waiting for key", "wait timeout"),
+    _rule(_FC.RENDEZVOUS, 9,
+          r"ncclUniqueId\s+from\s+\[\d+\]\s+via\s+c10d|store->get\(.*\)\s+got\s+(?:error|"
+          r"exception)",
+          "nccluniqueid", "store->get"),
+    _rule(_FC.RENDEZVOUS, 6,
+          r"Timeout\s+waiting\s+for\s+key|wait\s+timeout\s+after\s+\d+\s*ms,?\s+keys",
+          "waiting for key", "wait timeout"),
     _rule(_FC.RENDEZVOUS, 4, r"\bSocket\s+Timeout\b", "socket timeout"),
     # traceback frames inside process-group creation (hint tier).
-    _rule(_FC.RENDEZVOUS, 2, r"in\s+(?:init_process_group|_store_based_barrier|_create_c10d_store|_env_rendezvous_handler|next_rendezvous)\b", "init_process_group", "_store_based_barrier", "_create_c10d_store", "_env_rendezvous_handler", "next_rendezvous", hint=True),
+    _rule(_FC.RENDEZVOUS, 2,
+          r"in\s+(?:init_process_group|_store_based_barrier|_create_c10d_store|"
+          r"_env_rendezvous_handler|next_rendezvous)\b",
+          "init_process_group", "_store_based_barrier", "_create_c10d_store",
+          "_env_rendezvous_handler", "next_rendezvous", hint=True),
 
     # ------------------------------------------------------------------ storage
     # "OSError: [Errno 28] No space left on device", "[Errno 122] Disk quota exceeded"
-    _rule(_FC.STORAGE, 10, r"No\s+space\s+left\s+on\s+device|\[Errno\s+28\]|Disk\s+quota\s+exceeded|\[Errno\s+122\]", "no space", "errno 28", "quota", "errno 122"),
+    _rule(_FC.STORAGE, 10,
+          r"No\s+space\s+left\s+on\s+device|\[Errno\s+28\]|Disk\s+quota\s+exceeded|\[Errno\s+122\]",
+          "no space", "errno 28", "quota", "errno 122"),
     # "RuntimeError: write(): fd 29 failed with Input/output error", "[Errno 5] Input/output error"
     _rule(_FC.STORAGE, 9, r"Input/output\s+error|\[Errno\s+5\]", "input/output", "errno 5"),
     # "Stale file handle", "Read-only file system", FUSE "Transport endpoint is not connected"
-    _rule(_FC.STORAGE, 8, r"Stale\s+file\s+handle|Read-only\s+file\s+system|Transport\s+endpoint\s+is\s+not\s+connected", "stale file", "read-only file", "transport endpoint"),
+    _rule(_FC.STORAGE, 8,
+          r"Stale\s+file\s+handle|Read-only\s+file\s+system|"
+          r"Transport\s+endpoint\s+is\s+not\s+connected",
+          "stale file", "read-only file", "transport endpoint"),
     # torch.save / torch.load zip container: "[enforce fail at inline_container.cc:445] .
     # PytorchStreamWriter failed writing file data/176: file write failed",
     # "PytorchStreamReader failed reading zip archive: failed finding central directory",
     # "PytorchStreamReader failed reading file data/3: invalid header or archive is corrupted".
     _rule(_FC.STORAGE, 10, r"PytorchStream(?:Writer|Reader)\s+failed", "pytorchstream"),
-    _rule(_FC.STORAGE, 8, r"file\s+write\s+failed|failed\s+finding\s+central\s+directory|archive\s+is\s+corrupted", "write failed", "central directory", "corrupted"),
+    _rule(_FC.STORAGE, 8,
+          r"file\s+write\s+failed|failed\s+finding\s+central\s+directory|archive\s+is\s+corrupted",
+          "write failed", "central directory", "corrupted"),
     # truncated files: "unexpected EOF, expected 123 more bytes. The file might be corrupted.",
     # "_pickle.UnpicklingError: invalid load key, '\x00'.", "EOFError: Ran out of input",
     # safetensors "Error while deserializing header: MetadataIncompleteBuffer".
-    _rule(_FC.STORAGE, 9, r"unexpected\s+EOF,\s+expected\s+\d+\s+more\s+bytes|file\s+might\s+be\s+corrupted", "unexpected eof", "might be corrupted"),
+    _rule(_FC.STORAGE, 9,
+          r"unexpected\s+EOF,\s+expected\s+\d+\s+more\s+bytes|file\s+might\s+be\s+corrupted",
+          "unexpected eof", "might be corrupted"),
     _rule(_FC.STORAGE, 7, r"UnpicklingError|invalid\s+load\s+key", "unpicklingerror", "load key"),
     _rule(_FC.STORAGE, 5, r"EOFError:\s*Ran\s+out\s+of\s+input", "ran out of input"),
-    _rule(_FC.STORAGE, 8, r"MetadataIncompleteBuffer|HeaderTooLarge|SafetensorError", "metadataincompletebuffer", "headertoolarge", "safetensorerror"),
+    _rule(_FC.STORAGE, 8, r"MetadataIncompleteBuffer|HeaderTooLarge|SafetensorError",
+          "metadataincompletebuffer", "headertoolarge", "safetensorerror"),
     # torch.distributed.checkpoint wraps per-rank write failures in CheckpointException.
     _rule(_FC.STORAGE, 4, r"\bCheckpointException\b", "checkpointexception"),
     # traceback frames inside (de)serialisation (hint tier).
-    _rule(_FC.STORAGE, 2, r"serialization\.py\",\s+line\s+\d+,\s+in\s+(?:save|_save|load|_load)\b|in\s+(?:save_checkpoint|_save_checkpoint|write_record)\b", "serialization.py", "save_checkpoint", "write_record", hint=True),
+    _rule(_FC.STORAGE, 2,
+          r"serialization\.py\",\s+line\s+\d+,\s+in\s+(?:save|_save|load|_load)\b|"
+          r"in\s+(?:save_checkpoint|_save_checkpoint|write_record)\b",
+          "serialization.py", "save_checkpoint", "write_record", hint=True),
 
     # ------------------------------------------------------------------ preempted
     # Slurm: "slurmstepd: error: *** STEP 55595933.0 ON node-1 CANCELLED AT 2025-01-10T15:27:25
@@ -392,61 +535,104 @@ _RULES: tuple[_Rule, ...] = (
     # "torch.distributed.elastic.multiprocessing.api.SignalException: Process 76 got signal: 15"
     _rule(_FC.PREEMPTED, 9, r"got\s+signal:\s*(?:15|1|2|SIGTERM|SIGHUP|SIGINT)\b", "got signal"),
     # torchrun summary: "traceback : Signal 15 (SIGTERM) received by PID 1234"
-    _rule(_FC.PREEMPTED, 8, r"Signal\s+(?:15|1|2)\s+\(SIG(?:TERM|HUP|INT)\)\s+received", "received by"),
+    _rule(_FC.PREEMPTED, 8, r"Signal\s+(?:15|1|2)\s+\(SIG(?:TERM|HUP|INT)\)\s+received",
+          "received by"),
     # the agent forwarding a hang-up / interrupt it received ("Sending process 123 closing
     # signal SIGHUP"); SIGTERM here is just the agent's normal cleanup, so it is not a rule.
     _rule(_FC.PREEMPTED, 6, r"closing\s+signal\s+SIG(?:HUP|INT)\b", "closing signal"),
     # Lightning: "[rank: 0] Received SIGTERM: 15", "Handling auto-requeue signal: 10",
     # "Requeued SLURM job: 123"; submitit: "Caught signal SIGUSR2 on host: this job is
     # preempted.", "... this job is timed-out.", "Bypassing signal SIGTERM".
-    _rule(_FC.PREEMPTED, 8, r"Received\s+SIG(?:TERM|HUP|INT|USR1|USR2)\b|SIGTERM\s+received|Caught\s+signal\s+SIG(?:TERM|USR1|USR2|HUP)\b", "received sig", "sigterm received", "caught signal"),
+    _rule(_FC.PREEMPTED, 8,
+          r"Received\s+SIG(?:TERM|HUP|INT|USR1|USR2)\b|SIGTERM\s+received|"
+          r"Caught\s+signal\s+SIG(?:TERM|USR1|USR2|HUP)\b",
+          "received sig", "sigterm received", "caught signal"),
     _rule(_FC.PREEMPTED, 10, r"this\s+job\s+is\s+(?:preempted|timed[\s-]out)", "this job is"),
-    _rule(_FC.PREEMPTED, 8, r"auto-requeue\s+signal|Requeu(?:e|ed|ing)\s+(?:SLURM\s+)?job", "requeu"),
+    _rule(_FC.PREEMPTED, 8, r"auto-requeue\s+signal|Requeu(?:e|ed|ing)\s+(?:SLURM\s+)?job",
+          "requeu"),
     _rule(_FC.PREEMPTED, 5, r"Bypassing\s+(?:signal\s+)?SIGTERM", "bypassing"),
     # clouds / k8s: "Spot Instance interruption notice", "instance was preempted", "pod preempted"
-    _rule(_FC.PREEMPTED, 7, r"\bpreempted\b|\bpreemption\s+(?:notice|signal)\b|spot\s+(?:instance\s+)?(?:interruption|termination)", "preempt", "spot"),
+    _rule(_FC.PREEMPTED, 7,
+          r"\bpreempted\b|\bpreemption\s+(?:notice|signal)\b|"
+          r"spot\s+(?:instance\s+)?(?:interruption|termination)",
+          "preempt", "spot"),
     # Ctrl-C or an operator stopping the run.
-    _rule(_FC.PREEMPTED, 5, r"^\s*KeyboardInterrupt\b|\bKeyboardInterrupt\s*$", "keyboardinterrupt"),
+    _rule(_FC.PREEMPTED, 5, r"^\s*KeyboardInterrupt\b|\bKeyboardInterrupt\s*$",
+          "keyboardinterrupt"),
     # --- circumstantial (hint tier) ---
-    _rule(_FC.PREEMPTED, 5, r"exit\s*code\s*:?\s*-(?:15|1)\b|return\s+code\s*=\s*-15\b|exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*:?\s*143\b", "exitcode", "exit code", "return code", "exit status", "exited with", hint=True),
-    _rule(_FC.PREEMPTED, 4, r"^\s*(?:\S+:\s+line\s+\d+:\s+\d+\s+)?(?:Terminated|Hangup)(?:\s{2,}\S.*)?\s*$", "terminated", "hangup", hint=True, case=True),
-    _rule(_FC.PREEMPTED, 2, r"srun:\s+forcing\s+job\s+termination|srun:\s+got\s+SIGCONT", "srun:", hint=True),
+    _rule(_FC.PREEMPTED, 5,
+          r"exit\s*code\s*:?\s*-(?:15|1)\b|return\s+code\s*=\s*-15\b|"
+          r"exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*:?\s*143\b",
+          "exitcode", "exit code", "return code", "exit status", "exited with", hint=True),
+    _rule(_FC.PREEMPTED, 4,
+          r"^\s*(?:\S+:\s+line\s+\d+:\s+\d+\s+)?(?:Terminated|Hangup)(?:\s{2,}\S.*)?\s*$",
+          "terminated", "hangup", hint=True, case=True),
+    _rule(_FC.PREEMPTED, 2, r"srun:\s+forcing\s+job\s+termination|srun:\s+got\s+SIGCONT",
+          "srun:", hint=True),
 
     # ------------------------------------------------------------------ numerical
     # detectron2: "FloatingPointError: Loss became infinite or NaN at iteration=137!";
     # generic "loss is nan", "Loss is NaN, stopping training", "loss became nan".
-    _rule(_FC.NUMERICAL, 10, r"\bloss\b[^\n]{0,60}?\b(?:is|became|was|has\s+become|becomes|went)\s+(?:infinite\s+or\s+)?(?:nan|inf|infinite|non-finite)\b", "nan", "infinite", "non-finite", "is inf", "became inf", "was inf"),
+    _rule(_FC.NUMERICAL, 10,
+          r"\bloss\b[^\n]{0,60}?\b(?:is|became|was|has\s+become|becomes|"
+          r"went)\s+(?:infinite\s+or\s+)?(?:nan|inf|infinite|non-finite)\b",
+          "nan", "infinite", "non-finite", "is inf", "became inf", "was inf"),
     _rule(_FC.NUMERICAL, 8, r"\bFloatingPointError\b", "floatingpointerror"),
-    _rule(_FC.NUMERICAL, 9, r"\bnan\s+(?:loss|gradients?|grad\s+norm|values?)\s+(?:detected|encountered|found)|(?:detected|encountered|found)\s+(?:a\s+)?nan\b|contains\s+nan\b", "nan"),
-    _rule(_FC.NUMERICAL, 8, r"\binf\s+(?:loss|gradients?|grad\s+norm)\s+(?:detected|encountered|found)|(?:detected|encountered|found)\s+(?:an\s+)?inf\b|\binf\s+or\s+nan\b|\bnan\s+or\s+inf\b", "inf loss", "inf grad", "detected inf", "encountered inf", "found inf", "inf or nan", "nan or inf"),
-    _rule(_FC.NUMERICAL, 8, r"non-finite\s+(?:loss|gradients?|values?)|is\s+non-finite,\s+so\s+it\s+cannot\s+be\s+clipped", "non-finite"),
+    _rule(_FC.NUMERICAL, 9,
+          r"\bnan\s+(?:loss|gradients?|grad\s+norm|values?)\s+(?:detected|encountered|found)|"
+          r"(?:detected|encountered|found)\s+(?:a\s+)?nan\b|contains\s+nan\b",
+          "nan"),
+    _rule(_FC.NUMERICAL, 8,
+          r"\binf\s+(?:loss|gradients?|grad\s+norm)\s+(?:detected|encountered|found)|(?:detected|"
+          r"encountered|found)\s+(?:an\s+)?inf\b|\binf\s+or\s+nan\b|\bnan\s+or\s+inf\b",
+          "inf loss", "inf grad", "detected inf", "encountered inf", "found inf", "inf or nan",
+          "nan or inf"),
+    _rule(_FC.NUMERICAL, 8,
+          r"non-finite\s+(?:loss|gradients?|values?)|"
+          r"is\s+non-finite,\s+so\s+it\s+cannot\s+be\s+clipped",
+          "non-finite"),
     # anomaly mode: "Function 'LogSoftmaxBackward0' returned nan values in its 0th output."
     _rule(_FC.NUMERICAL, 9, r"returned\s+nan\s+values\s+in\s+its", "returned nan"),
     # Megatron: "Rank 13: found NaN in local grad norm in backward pass before data-parallel
     # communication collective", rerun machine "Unexpected result nan".
-    _rule(_FC.NUMERICAL, 10, r"found\s+(?:NaN|Inf)\s+in\s+(?:local\s+)?grad", "found nan", "found inf"),
+    _rule(_FC.NUMERICAL, 10, r"found\s+(?:NaN|Inf)\s+in\s+(?:local\s+)?grad",
+          "found nan", "found inf"),
     _rule(_FC.NUMERICAL, 8, r"Unexpected\s+result\s+(?:nan|inf)", "unexpected result"),
     _rule(_FC.NUMERICAL, 6, r"number\s+of\s+nan\s+iterations:\s*[1-9]", "nan iterations"),
     # logged metrics: "{'loss': nan, ...}", "loss=nan", "grad_norm: nan", "lm loss: NaN".
-    _rule(_FC.NUMERICAL, 7, r"\b(?:loss|train_loss|lm\s+loss|grad_norm|grad\s+norm|gnorm)['\"]?\s*[:=]\s*['\"]?[-+]?(?:nan|inf)\b", "nan", ": inf", "=inf", "= inf", ": -inf", "=-inf"),
+    _rule(_FC.NUMERICAL, 7,
+          r"\b(?:loss|train_loss|lm\s+loss|grad_norm|grad\s+norm|"
+          r"gnorm)['\"]?\s*[:=]\s*['\"]?[-+]?(?:nan|inf)\b",
+          "nan", ": inf", "=inf", "= inf", ": -inf", "=-inf"),
     # fp16 loss scaling. DeepSpeed: "Current loss scale already at minimum - cannot decrease scale
     # anymore. Exiting run."; fairseq: "Minimum loss scale reached (0.0001)".
-    _rule(_FC.NUMERICAL, 12, r"loss\s+scale\s+already\s+at\s+minimum|Minimum\s+loss\s+scale\s+reached", "minimum"),
+    _rule(_FC.NUMERICAL, 12,
+          r"loss\s+scale\s+already\s+at\s+minimum|Minimum\s+loss\s+scale\s+reached",
+          "minimum"),
     # ...and the run-up to it, which only matters when it keeps happening: DeepSpeed "[deepspeed]
     # OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 64, reducing to 32", apex "Gradient
     # overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.5", fairseq "WARNING:
     # overflow detected, setting loss scale to: 0.25".
-    _rule(_FC.NUMERICAL, 5, r"OVERFLOW!\s+Rank\s+\d+\s+Skipping\s+step|Gradient\s+overflow\.\s+Skipping\s+step|overflow\s+detected,\s+setting\s+loss\s+scale", "overflow", min_count=3),
+    _rule(_FC.NUMERICAL, 5,
+          r"OVERFLOW!\s+Rank\s+\d+\s+Skipping\s+step|Gradient\s+overflow\.\s+Skipping\s+step|"
+          r"overflow\s+detected,\s+setting\s+loss\s+scale",
+          "overflow", min_count=3),
     # a dynamic loss scale pushed below 1.0 means gradients overflow even at tiny scales.
-    _rule(_FC.NUMERICAL, 4, r"(?:loss\s+scale|reducing)\s+(?:to|to:)\s*0\.\d*[1-9]|loss\s+scale\s+to\s*:\s*0\.\d*[1-9]", "loss scale", "reducing", min_count=2),
+    _rule(_FC.NUMERICAL, 4,
+          r"(?:loss\s+scale|reducing)\s+(?:to|to:)\s*0\.\d*[1-9]|"
+          r"loss\s+scale\s+to\s*:\s*0\.\d*[1-9]",
+          "loss scale", "reducing", min_count=2),
 
     # ------------------------------------------------------------------ node_lost
     # Slurm: "*** JOB 123 ON node12 CANCELLED AT ... DUE TO NODE FAILURE ***",
     # "srun: error: Node failure on node12"; sacct state NODE_FAIL.
-    _rule(_FC.NODE_LOST, 12, r"DUE\s+TO\s+NODE\s+FAILURE|Node\s+failure\s+on\b|\bNODE_FAIL\b", "node failure", "node_fail"),
+    _rule(_FC.NODE_LOST, 12, r"DUE\s+TO\s+NODE\s+FAILURE|Node\s+failure\s+on\b|\bNODE_FAIL\b",
+          "node failure", "node_fail"),
     # Ray: "The node with node id: ... has been marked dead because the detector has missed too
     # many heartbeats from it.", "The actor died because its node has died."
-    _rule(_FC.NODE_LOST, 10, r"has\s+been\s+marked\s+dead|because\s+its\s+node\s+has\s+died|\bNodeDiedError\b", "marked dead", "node has died", "nodediederror"),
+    _rule(_FC.NODE_LOST, 10,
+          r"has\s+been\s+marked\s+dead|because\s+its\s+node\s+has\s+died|\bNodeDiedError\b",
+          "marked dead", "node has died", "nodediederror"),
 )
 # fmt: on
 
@@ -472,26 +658,55 @@ def _line_bounds(text: str, pos: int) -> tuple[int, int]:
     return start, (len(text) if end == -1 else end)
 
 
-def _matched_lines(rule: _Rule, text: str, lower: str) -> list[int]:
-    """Start offsets (in log order) of lines on which ``rule`` matches.
+class _Scanner:
+    """One log prepared for rule matching: normalised text, a same-length lowercase
+    copy, the log's vocabulary, and needle positions shared between rules."""
 
-    Needle hits are visited from the end of the log backwards, so when a rule hits
-    its caps it keeps the most recent lines, which is where failures are reported.
-    The regex runs on the previous, current and next line around each hit, so a
-    phrase hard-wrapped across two lines still matches; a match is attributed to
-    the line where it starts.
-    """
-    found: set[int] = set()
-    checked: set[int] = set()
-    size = len(text)
-    for needle in rule.needles:
-        pos = lower.rfind(needle)
-        scanned = 0
-        while pos != -1 and scanned < _MAX_SCAN_PER_NEEDLE and len(found) < _MAX_LINES_PER_RULE:
-            scanned += 1
-            start, end = _line_bounds(text, pos)
-            if start not in checked:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.lower = _lower_same_length(text)
+        # Distinct words of the log. A needle is only searched for in the full text
+        # if all of its letter runs occur here, which rules out most rules cheaply.
+        words = self.lower.encode("utf-8", "ignore").translate(_WORD_BYTES).split()
+        self.vocabulary = b" ".join(set(words))
+        self._lines: dict[str, list[int]] = {}
+
+    def needle_lines(self, needle: str, gate: tuple[bytes, ...]) -> list[int]:
+        """Start offsets of the last ``_MAX_SCAN_PER_NEEDLE`` lines containing
+        ``needle``, newest first (failures are reported at the end of a log)."""
+        cached = self._lines.get(needle)
+        if cached is not None:
+            return cached
+        starts: list[int] = []
+        if all(word in self.vocabulary for word in gate):
+            text, lower = self.text, self.lower
+            pos = lower.rfind(needle)
+            while pos != -1 and len(starts) < _MAX_SCAN_PER_NEEDLE:
+                start = text.rfind("\n", 0, pos) + 1
+                starts.append(start)
+                pos = lower.rfind(needle, 0, start) if start > 0 else -1
+        self._lines[needle] = starts
+        return starts
+
+    def matched_lines(self, rule: _Rule) -> list[int]:
+        """Start offsets (in log order) of lines on which ``rule`` matches.
+
+        The regex runs on the previous, current and next line around each needle
+        hit, so a phrase hard-wrapped across two lines still matches; a match is
+        attributed to the line where it starts.
+        """
+        text = self.text
+        size = len(text)
+        found: set[int] = set()
+        checked: set[int] = set()
+        for needle, gate in zip(rule.needles, rule.gates, strict=True):
+            for start in self.needle_lines(needle, gate):
+                if len(found) >= _MAX_LINES_PER_RULE:
+                    break
+                if start in checked:
+                    continue
                 checked.add(start)
+                end = _line_bounds(text, start)[1]
                 win_start = text.rfind("\n", 0, start - 1) + 1 if start > 0 else 0
                 nxt = text.find("\n", end + 1) if end < size else -1
                 win_end = size if nxt == -1 else nxt
@@ -499,8 +714,7 @@ def _matched_lines(rule: _Rule, text: str, lower: str) -> list[int]:
                     if m.end() <= start or m.start() > end:
                         continue
                     found.add(text.rfind("\n", 0, m.start()) + 1)
-            pos = lower.rfind(needle, 0, start) if start > 0 else -1
-    return sorted(found)
+        return sorted(found)
 
 
 def _clip(line: str) -> str:
@@ -545,7 +759,6 @@ def _signal_hint(signal: str | None) -> tuple[FailureClass, float] | None:
 
 # ---------------------------------------------------------------- suspect rank / node
 
-_ROOT_CAUSE_RE = re.compile(r"Root\s+Cause\s+\(first\s+observed\s+failure\)", re.IGNORECASE)
 _RC_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
 _RC_HOST_RE = re.compile(r"^\s*host\s*:\s*(\S+)", re.MULTILINE)
 
@@ -557,7 +770,7 @@ _RANK_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"\blocal_rank\s*[:=]\s*(\d+)"),  # torchrun "failed (exitcode: -9) local_rank: 3"
 )
 _ERROR_LINE_RANK_RE = re.compile(
-    r"^\s*(?:\d+:\s*)?\[rank(\d+)\]:.*(?:Error|Exception|error:|Traceback)", re.MULTILINE
+    r"\s*(?:\d+:\s*)?\[rank(\d+)\]:.*(?:Error|Exception|error:|Traceback)"
 )
 
 _NOT_A_HOST = re.compile(r"(?:error|warn|info|debug|fatal|\.py)$|^(?:python|cuda|epoch|iter)", re.I)
@@ -590,12 +803,19 @@ def _node_in(line: str) -> str | None:
     return None
 
 
-def _suspects(text: str, evidence: list[str]) -> tuple[int | None, str | None]:
+def _suspects(scanner: _Scanner, evidence: list[str]) -> tuple[int | None, str | None]:
+    """Best guess at the rank and node where the failure started.
+
+    torchrun's "Root Cause (first observed failure)" block wins when present;
+    otherwise the decisive evidence lines are searched for rank prefixes and host
+    names, and finally the last ``[rankN]:`` line that reports an error.
+    """
+    text, lower = scanner.text, scanner.lower
     rank: int | None = None
     node: str | None = None
-    m = _ROOT_CAUSE_RE.search(text)
-    if m:
-        block = text[m.end() : m.end() + 2000]
+    at = lower.find("root cause (first observed failure)")
+    if at != -1:
+        block = text[at : at + 2000]
         if (rm := _RC_RANK_RE.search(block)) is not None:
             rank = int(rm.group(1))
         if (hm := _RC_HOST_RE.search(block)) is not None:
@@ -605,9 +825,44 @@ def _suspects(text: str, evidence: list[str]) -> tuple[int | None, str | None]:
             rank = _rank_in(line)
         if node is None:
             node = _node_in(line)
-    if rank is None and (em := _ERROR_LINE_RANK_RE.search(text)) is not None:
-        rank = int(em.group(1))
+    if rank is None:
+        for start in scanner.needle_lines("[rank", (b"rank",)):
+            line = text[start : _line_bounds(text, start)[1]]
+            if (em := _ERROR_LINE_RANK_RE.match(line)) is not None:
+                rank = int(em.group(1))
+                break
     return rank, node
+
+
+# ---------------------------------------------------------------- hard-wrapped logs
+
+
+def _dewrap(text: str) -> str | None:
+    """Undo fixed-width hard wrapping, or return None if the log does not look wrapped.
+
+    A log is taken as wrapped at width ``w`` when ``w`` is both the longest line
+    length (ignoring trailing blanks) and shared by several lines: a terminal or
+    issue tracker cut every long line there. Each line of exactly that length is
+    then joined to the next one without a separator (the cut falls mid-word).
+    """
+    lines = text.split("\n")
+    lengths = Counter(len(line) for line in lines if len(line) >= _DEWRAP_MIN_WIDTH)
+    if not lengths:
+        return None
+    width, count = lengths.most_common(1)[0]
+    if count < 2 or width != max(lengths):
+        return None
+    out: list[str] = []
+    carry = ""
+    for line in lines:
+        if len(line) == width and not line.endswith(" "):
+            carry += line
+            continue
+        out.append(carry + line)
+        carry = ""
+    if carry:
+        out.append(carry)
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------- classify
@@ -623,7 +878,23 @@ def classify(
     itself says little.
     """
     text = _normalise(log_text or "")
-    lower = _lower_same_length(text)
+    result, best = _classify_text(text, exit_code, signal)
+    if best < _DEWRAP_BELOW:
+        # Weak verdict: the log may have been hard-wrapped at a fixed width (pasted
+        # from a narrow terminal), splitting the decisive phrase. Re-join and retry.
+        unwrapped = _dewrap(text)
+        if unwrapped is not None:
+            alt, alt_best = _classify_text(unwrapped, exit_code, signal)
+            if alt_best > best:
+                return alt
+    return result
+
+
+def _classify_text(
+    text: str, exit_code: int | None, signal: str | None
+) -> tuple[Classification, float]:
+    """Classify normalised text; also return the winning score."""
+    scanner = _Scanner(text)
 
     strong: dict[FailureClass, float] = {}
     hints: dict[FailureClass, float] = {}
@@ -631,7 +902,7 @@ def classify(
     hits: dict[FailureClass, list[tuple[float, int]]] = {}
 
     for rule in _RULES:
-        lines = _matched_lines(rule, text, lower)
+        lines = scanner.matched_lines(rule)
         if len(lines) < rule.min_count:
             continue
         repeats = min(len(lines) - rule.min_count + 1, 6)
@@ -661,7 +932,7 @@ def classify(
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], _PRIORITY.index(kv[0])))
     score_view = {str(c): round(s, 2) for c, s in ranked}
     if not ranked or ranked[0][1] < _MIN_SCORE:
-        return Classification(_FC.UNKNOWN, [], 0.0, None, None, score_view)
+        return Classification(_FC.UNKNOWN, [], 0.0, None, None, score_view), 0.0
 
     winner, best = ranked[0]
     runner_up = ranked[1][1] if len(ranked) > 1 else 0.0
@@ -674,8 +945,8 @@ def classify(
         if len(chosen) == _MAX_EVIDENCE:
             break
     evidence = [_clip(text[s : _line_bounds(text, s)[1]]) for s in sorted(chosen)]
-    rank, node = _suspects(text, evidence)
-    return Classification(winner, evidence, confidence, rank, node, score_view)
+    rank, node = _suspects(scanner, evidence)
+    return Classification(winner, evidence, confidence, rank, node, score_view), best
 
 
 # ---------------------------------------------------------------- root cause across ranks
@@ -694,8 +965,6 @@ def root_cause(reports: Sequence[tuple[int, float, Classification]]) -> RootCaus
     """
     if not reports:
         raise ValueError("root_cause() needs at least one report")
-    ordered = sorted(
-        reports, key=lambda r: (r[1], r[2].failure_class in _COLLATERAL_LIKE, r[0])
-    )
+    ordered = sorted(reports, key=lambda r: (r[1], r[2].failure_class in _COLLATERAL_LIKE, r[0]))
     rank, ended_at, classification = ordered[0]
     return RootCause(rank, ended_at, classification, list(ordered[1:]))

@@ -51,8 +51,13 @@ class LocalStack:
 
     def worker_env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({"TEMPORAL_ADDRESS": self.server.address, "LAZARUS_TASK_QUEUE": self.task_queue,
-                    "TEMPORAL_NAMESPACE": "default"})
+        env.update(
+            {
+                "TEMPORAL_ADDRESS": self.server.address,
+                "LAZARUS_TASK_QUEUE": self.task_queue,
+                "TEMPORAL_NAMESPACE": "default",
+            }
+        )
         return env
 
     async def client(self) -> Client:
@@ -68,7 +73,8 @@ class LocalStack:
             return self.worker_pid
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.worker_starts += 1
-        self._worker_log = open(self.state_dir / f"worker-{self.worker_starts}.log", "ab")
+        log_path = self.state_dir / f"worker-{self.worker_starts}.log"
+        self._worker_log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the worker
         self._worker = subprocess.Popen(
             [sys.executable, "-m", "lazarus.cli", "worker", "--task-queue", self.task_queue],
             env=self.worker_env(),
@@ -119,6 +125,9 @@ class LocalStack:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.stop()

@@ -192,7 +192,9 @@ def _message(err: dict[str, object]) -> str:
 def parse_spec(data: object, source: str, name_override: str | None = None) -> JobSpec:
     """Validate already-parsed YAML; ``source`` names the file in error lines."""
     if not isinstance(data, dict):
-        raise SpecError([f"{source}: (top level): expected a mapping of fields, got {type(data).__name__}"])
+        raise SpecError(
+            [f"{source}: (top level): expected a mapping of fields, got {type(data).__name__}"]
+        )
     if name_override is not None:
         data = {**data, "name": name_override}
     try:

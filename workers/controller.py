@@ -15,7 +15,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.worker import Worker
@@ -40,7 +43,9 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
         ListSearchAttributesRequest(namespace=namespace)
     )
     missing = {
-        key.name: IndexedValueType.ValueType(SearchAttributeIndexedValueType(key.indexed_value_type))
+        key.name: IndexedValueType.ValueType(
+            SearchAttributeIndexedValueType(key.indexed_value_type)
+        )
         for key in SEARCH_ATTRIBUTES
         if key.name not in existing.custom_attributes
     }
@@ -62,7 +67,9 @@ def build_worker(client: Client, task_queue: str) -> Worker:
 
 
 async def run_worker(settings: ConnectionSettings, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     client = await connect(settings)
     await ensure_search_attributes(client, settings.namespace)
     worker = build_worker(client, task_queue)

@@ -15,6 +15,7 @@ run adopts the live ranks rather than relaunching them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
@@ -37,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.stop import stop
     from activities.supervise import supervise
     from lazarus.spec import JobSpec
+    from workflows.accounting import effective_training_time_ratio
     from workflows.api import (
         PHASE_ATTRIBUTE,
         QUERY_STATUS,
@@ -46,7 +48,6 @@ with workflow.unsafe.imports_passed_through():
         STEP_ATTRIBUTE,
         WORKFLOW_TYPE,
     )
-    from workflows.accounting import effective_training_time_ratio
     from workflows.playbook import (
         SUGGESTED_OPERATOR_ACTIONS,
         Action,
@@ -55,7 +56,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.state import ForceRecover, Incident, JobInput, JobState, JobStatus, Phase
 
-QUICK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5))
+QUICK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5)
+)
 LAUNCH_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=10),
@@ -178,7 +181,9 @@ class JobWorkflow:
                 LaunchRequest(spec=spec, generation=state.generation, resume=resume),
                 start_to_close_timeout=timedelta(seconds=120),
                 retry_policy=LAUNCH_RETRY,
-                summary=f"launch generation {state.generation}: {spec.world_size} ranks from {origin}",
+                summary=(
+                    f"launch generation {state.generation}: {spec.world_size} ranks from {origin}"
+                ),
             )
         except ActivityError as err:
             await self._stop_all("launch failed")
@@ -188,7 +193,9 @@ class JobWorkflow:
         state.ranks = []
         workflow.logger.info(
             "launched generation %d on port %d (adopted=%s)",
-            result.generation, result.master_port, result.adopted,
+            result.generation,
+            result.master_port,
+            result.adopted,
         )
         self._set_phase(Phase.RUNNING)
 
@@ -217,10 +224,8 @@ class JobWorkflow:
         await workflow.wait_condition(lambda: handle.done() or self._interrupted())
         if not handle.done():
             handle.cancel()
-            try:
+            with contextlib.suppress(ActivityError, asyncio.CancelledError):
                 await handle
-            except (ActivityError, asyncio.CancelledError):
-                pass
             return  # the next turn handles the pause or forced recovery
         try:
             outcome = await handle
@@ -274,7 +279,9 @@ class JobWorkflow:
         )
         incident.action = decision.action.value
         incident.reason = decision.reason
-        stopped = await self._stop_all(f"incident {incident.id}: {failure.kind} on rank {failure.rank}")
+        stopped = await self._stop_all(
+            f"incident {incident.id}: {failure.kind} on rank {failure.rank}"
+        )
         if stopped.last_step is not None:
             incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
         if decision.action == Action.NEEDS_OPERATOR:
@@ -286,7 +293,9 @@ class JobWorkflow:
         if decision.backoff_s > 0:
             await workflow.sleep(
                 decision.backoff_s,
-                summary=f"backoff {decision.backoff_s:.1f} s before generation {state.generation + 1}",
+                summary=(
+                    f"backoff {decision.backoff_s:.1f} s before generation {state.generation + 1}"
+                ),
             )
         self._set_phase(Phase.LAUNCHING)
 
@@ -355,7 +364,9 @@ class JobWorkflow:
         grace = self.spec.recovery.stop_grace_s
         result = await workflow.execute_activity(
             stop,
-            StopRequest(job_id=self.spec.job_id, run_root=self._run_root(), grace_s=grace, reason=reason),
+            StopRequest(
+                job_id=self.spec.job_id, run_root=self._run_root(), grace_s=grace, reason=reason
+            ),
             start_to_close_timeout=timedelta(seconds=grace + 60),
             heartbeat_timeout=timedelta(seconds=30),
             retry_policy=QUICK_RETRY,

@@ -57,7 +57,9 @@ def strategy(name: str) -> Callable[[Strategy], Strategy]:
 def backoff_s(consecutive_failures: int, policy: RecoverySpec) -> float:
     """Exponential in failures-without-progress, so a crash loop slows itself down."""
     exponent = max(0, consecutive_failures - 1)
-    return float(min(policy.backoff_max_s, policy.backoff_initial_s * policy.backoff_multiplier**exponent))
+    return float(
+        min(policy.backoff_max_s, policy.backoff_initial_s * policy.backoff_multiplier**exponent)
+    )
 
 
 @strategy("restart_in_place")

@@ -17,13 +17,13 @@ from lazarus.spec import JobSpec
 class Phase(StrEnum):
     """The job's state machine. Transitions live in ``workflows.job``::
 
-        PENDING -> LAUNCHING -> RUNNING -> SUCCEEDED
-                      ^            |
-                      |            v
-                      +------ RECOVERING -> NEEDS_OPERATOR -> (resume) LAUNCHING
-                                                            -> (cancel) CANCELLED
-        RUNNING/RECOVERING -> (pause) PAUSED -> (resume) LAUNCHING
-        any -> FAILED when an activity fails for good (e.g. a command that cannot start)
+    PENDING -> LAUNCHING -> RUNNING -> SUCCEEDED
+                  ^            |
+                  |            v
+                  +------ RECOVERING -> NEEDS_OPERATOR -> (resume) LAUNCHING
+                                                        -> (cancel) CANCELLED
+    RUNNING/RECOVERING -> (pause) PAUSED -> (resume) LAUNCHING
+    any -> FAILED when an activity fails for good (e.g. a command that cannot start)
     """
 
     PENDING = "PENDING"

@@ -8,26 +8,26 @@ SIGKILLs every rank of every generation, whatever the test did.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import os
-
 import pytest
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
+from temporalio.worker import Replayer
 
 from activities.contracts import StopRequest
 from activities.stop import stop_generations
 from lazarus.devserver import DevServer
 from lazarus.local_stack import LocalStack
 from lazarus.spec import JobSpec, parse_spec
-from workflows.job import JobWorkflow
 from workflows.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
+from workflows.job import JobWorkflow
 from workflows.state import JobInput, JobStatus, Phase
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +48,9 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 @pytest.fixture
 def stack(dev_server: DevServer, tmp_path: Path) -> Iterator[LocalStack]:
-    stack = LocalStack(tmp_path / "stack", task_queue=f"tq-{uuid.uuid4().hex[:8]}", server=dev_server)
+    stack = LocalStack(
+        tmp_path / "stack", task_queue=f"tq-{uuid.uuid4().hex[:8]}", server=dev_server
+    )
     stack.start()
     try:
         yield stack
@@ -73,16 +75,34 @@ def ddp_spec(
     name = name or f"job-{uuid.uuid4().hex[:8]}"
     data: dict[str, object] = {
         "name": name,
-        "command": ["python", str(EXAMPLE), "--steps", str(steps), "--step-time", str(step_time),
-                    "--ckpt-every", str(ckpt_every), "--out", str(tmp_path / "out" / "model.pt")],
+        "command": [
+            "python",
+            str(EXAMPLE),
+            "--steps",
+            str(steps),
+            "--step-time",
+            str(step_time),
+            "--ckpt-every",
+            str(ckpt_every),
+            "--out",
+            str(tmp_path / "out" / "model.pt"),
+        ],
         "workdir": str(tmp_path),
         "nproc_per_node": 2,
         "checkpoint_dir": str(tmp_path / "checkpoints"),
         "run_dir": str(tmp_path / "runs"),
-        "health": {"hang_timeout_s": 5, "startup_timeout_s": 60, "poll_interval_s": 0.2,
-                   "supervisor_heartbeat_timeout_s": 4},
-        "recovery": {"max_restarts": 5, "backoff_initial_s": 0.2, "backoff_max_s": 2,
-                     "stop_grace_s": 3},
+        "health": {
+            "hang_timeout_s": 5,
+            "startup_timeout_s": 60,
+            "poll_interval_s": 0.2,
+            "supervisor_heartbeat_timeout_s": 4,
+        },
+        "recovery": {
+            "max_restarts": 5,
+            "backoff_initial_s": 0.2,
+            "backoff_max_s": 2,
+            "stop_grace_s": 3,
+        },
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
@@ -104,7 +124,9 @@ async def replay_and_record(handle: WorkflowHandle[object, object]) -> None:
     await replayer.replay_workflow(history)
     record_dir = os.environ.get("LAZARUS_RECORD_HISTORIES")
     if record_dir:
-        target = Path(record_dir) / f"{history.workflow_id}.json"
+        test = os.environ.get("PYTEST_CURRENT_TEST", history.workflow_id)
+        name = test.split("::")[-1].split(" ")[0].removeprefix("test_")
+        target = Path(record_dir) / f"{name}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(history.to_json())
 
@@ -159,11 +181,11 @@ async def start_job(client: Client, stack: LocalStack) -> AsyncIterator[object]:
 
     yield start
     for job in started:
-        try:
+        with contextlib.suppress(RPCError):
             await job.handle.terminate("test teardown")
-        except RPCError:
-            pass
-        await stop_generations(StopRequest(job_id=job.spec.job_id, run_root=str(job.run_root), grace_s=0))
+        await stop_generations(
+            StopRequest(job_id=job.spec.job_id, run_root=str(job.run_root), grace_s=0)
+        )
 
 
 STEPS = 60

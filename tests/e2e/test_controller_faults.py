@@ -71,8 +71,12 @@ async def test_worker_sigkill_during_training_loses_nothing(
 async def test_worker_sigkill_during_recovery(
     start_job: StartJob, stack: LocalStack, tmp_path: Path, fault_free_weights: Path
 ) -> None:
-    spec = ddp_spec(tmp_path, steps=STEPS, step_time=0.1,
-                    recovery={"backoff_initial_s": 3.0, "backoff_max_s": 3.0})
+    spec = ddp_spec(
+        tmp_path,
+        steps=STEPS,
+        step_time=0.1,
+        recovery={"backoff_initial_s": 3.0, "backoff_max_s": 3.0},
+    )
     job = await start_job(spec)
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 15)
     with rank_census(job) as counts:

@@ -26,7 +26,10 @@ StartJob = Callable[..., Awaitable[Job]]
 def lazarus_cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "lazarus.cli", *args],
-        env=stack.worker_env(), capture_output=True, text=True, timeout=60,
+        env=stack.worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -97,7 +100,9 @@ async def test_cli_refuses_duplicate_start_and_reports_json(
         second = lazarus_cli(stack, "start", str(spec_file))
         assert second.returncode == 1
         assert "already running" in second.stderr + second.stdout
-        renamed = lazarus_cli(stack, "start", str(spec_file), "--name", spec.name + "-b", "--dry-run")
+        renamed = lazarus_cli(
+            stack, "start", str(spec_file), "--name", spec.name + "-b", "--dry-run"
+        )
         assert renamed.returncode == 0, renamed.stderr
         await asyncio.to_thread(chaos.wait_for_step, Path(spec.run_dir) / spec.name, 5)
         shown = lazarus_cli(stack, "status", spec.name, "--json")

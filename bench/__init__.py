@@ -1,0 +1,1 @@
+"""Benchmarks and evaluation scripts (run as ``python -m bench.<name>``)."""

@@ -1,0 +1,191 @@
+"""The job every benchmark runs: the example DDP script, its spec, and its reference weights.
+
+The example is deterministic (see ``examples/train_ddp.py``), so a job that
+survived any number of faults must end with exactly the weights of one plain
+fault-free run; :func:`run_reference` makes that run once per benchmark, without
+Lazarus, and :func:`weights_match` compares with ``torch.equal``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lazarus.spec import JobSpec, parse_spec
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "train_ddp.py"
+WORLD_SIZE = 2
+REFERENCE_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """How big the benchmark job is and how Lazarus watches it; recorded in every result."""
+
+    steps: int = 120
+    step_time_s: float = 0.1
+    ckpt_every: int = 20
+    fault_step: int = 50
+    """Faults are injected once the job reports this step."""
+    hang_timeout_s: float = 10.0
+    worker_down_s: float = 3.0
+    """How long the worker stays dead in the worker_kill scenario."""
+    health: dict[str, float] = field(
+        default_factory=lambda: {"startup_timeout_s": 120.0, "poll_interval_s": 0.5}
+    )
+    """Other ``health`` fields; everything not named keeps the spec's default."""
+    recovery: dict[str, float] = field(default_factory=dict)
+    """``recovery`` overrides; empty keeps the spec's defaults, as a user would."""
+    job_timeout_s: float = 300.0
+    """Give up on a job that has not finished after this long."""
+
+    @classmethod
+    def quick(cls) -> JobShape:
+        """A tiny job for smoke tests: seconds per scenario, numbers meaningless."""
+        return cls(
+            steps=30,
+            step_time_s=0.05,
+            ckpt_every=5,
+            fault_step=12,
+            hang_timeout_s=3.0,
+            worker_down_s=1.0,
+            health={"startup_timeout_s": 60.0, "poll_interval_s": 0.2},
+            recovery={"backoff_initial_s": 0.2, "stop_grace_s": 2.0},
+            job_timeout_s=120.0,
+        )
+
+    def with_steps(self, steps: int) -> JobShape:
+        """Scale the fault step with a new step count (about 5/12 of the way in),
+        keeping at least one checkpoint before the fault."""
+        fault_step = max(self.ckpt_every + 1, steps * self.fault_step // self.steps)
+        if fault_step >= steps:
+            raise ValueError(
+                f"--steps {steps} is too few: the fault needs a checkpoint "
+                f"(every {self.ckpt_every} steps) before it and steps after it"
+            )
+        return JobShape(**{**asdict(self), "steps": steps, "fault_step": fault_step})
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """Everything one benchmark job writes lives under ``root``."""
+
+    root: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def weights(self) -> Path:
+        return self.root / "out" / "model.pt"
+
+
+def build_spec(name: str, paths: JobPaths, shape: JobShape) -> JobSpec:
+    """The 2-rank example under Lazarus, every path absolute and inside ``paths.root``."""
+    paths.root.mkdir(parents=True, exist_ok=True)
+    data: dict[str, object] = {
+        "name": name,
+        "command": [
+            sys.executable,
+            str(EXAMPLE),
+            "--steps",
+            str(shape.steps),
+            "--step-time",
+            str(shape.step_time_s),
+            "--ckpt-every",
+            str(shape.ckpt_every),
+            "--out",
+            str(paths.weights),
+        ],
+        "workdir": str(paths.root),
+        "nproc_per_node": WORLD_SIZE,
+        "checkpoint_dir": str(paths.checkpoints),
+        "run_dir": str(paths.run_dir),
+        "health": {"hang_timeout_s": shape.hang_timeout_s, **shape.health},
+        "recovery": dict(shape.recovery),
+    }
+    return parse_spec(data, "<bench>").resolved(paths.root)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_reference(workdir: Path, steps: int) -> Path:
+    """Run the example straight through with plain processes (no Lazarus, no sleeps)
+    and return its final weights: what every benchmark job must end with."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / "model.pt"
+    port = _free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    for rank in range(WORLD_SIZE):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
+        env.update(
+            {
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(WORLD_SIZE),
+                "LOCAL_WORLD_SIZE": str(WORLD_SIZE),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "PYTHONPATH": str(REPO),
+            }
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(EXAMPLE),
+                    "--steps",
+                    str(steps),
+                    "--step-time",
+                    "0",
+                    "--out",
+                    str(out),
+                    "--checkpoint-dir",
+                    str(workdir / "checkpoints"),
+                ],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        )
+    try:
+        for proc in procs:
+            _, err = proc.communicate(timeout=REFERENCE_TIMEOUT_S)
+            if proc.returncode != 0:
+                raise RuntimeError(f"reference run failed: {err.decode()[-2000:]}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return out
+
+
+def weights_match(actual: Path, expected: Path) -> bool:
+    """True when both state dicts hold the same tensors, bit for bit."""
+    import torch
+
+    if not actual.is_file():
+        return False
+    got = torch.load(actual, map_location="cpu")
+    want = torch.load(expected, map_location="cpu")
+    return bool(got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want))

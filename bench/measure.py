@@ -1,0 +1,124 @@
+"""Measuring a job from the outside: what the controller reports is checked, not trusted.
+
+:class:`RunMonitor` samples the job's run directory in a background thread for
+the whole run: how many rank processes are alive (never more than the world
+size, or two generations overlapped) and when each generation's heartbeats
+advanced (so recovery can be timed from the injected fault to the first real
+step of the new generation without asking the workflow).
+:func:`count_history_events` counts a workflow's events across every run of its
+continue-as-new chain.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from temporalio.client import Client
+
+from activities.rundir import generations, read_json
+from lazarus import chaos
+
+SAMPLE_INTERVAL_S = 0.05
+
+
+@dataclass(frozen=True)
+class ProgressSeen:
+    """A heartbeat that reported a new step, and when."""
+
+    generation: int
+    rank: int
+    step: int
+    written_at: float
+    """The rank's own timestamp in the heartbeat file."""
+    seen_at: float
+    """When the monitor first read it."""
+
+
+class RunMonitor:
+    """Samples a job's run directory every 50 ms until stopped (use it as a context manager)."""
+
+    def __init__(self, job_run_root: Path, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        self.job_run_root = job_run_root
+        self.interval_s = interval_s
+        self.live_counts: list[int] = []
+        self.progress: list[ProgressSeen] = []
+        self._last_step: dict[tuple[int, int], int] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="bench-monitor", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._done.is_set():
+            self.sample()
+            self._done.wait(self.interval_s)
+
+    def sample(self) -> None:
+        self.live_counts.append(len(chaos.live_rank_processes(self.job_run_root)))
+        now = time.time()
+        for gen in generations(self.job_run_root):
+            for hb_file in gen.path.glob("rank-*.heartbeat.json"):
+                record = read_json(hb_file)
+                if record is None or "step" not in record:
+                    continue
+                rank = int(hb_file.name.split(".")[0].removeprefix("rank-"))
+                key = (gen.generation, rank)
+                step = int(record["step"])
+                if self._last_step.get(key) != step:
+                    self._last_step[key] = step
+                    self.progress.append(
+                        ProgressSeen(gen.generation, rank, step, float(record["time"]), now)
+                    )
+
+    @property
+    def max_live_ranks(self) -> int:
+        return max(self.live_counts, default=0)
+
+    def first_progress(self, generation: int, after_step: int) -> ProgressSeen | None:
+        """The earliest heartbeat of ``generation`` past ``after_step`` (by the rank's clock)."""
+        seen = [p for p in self.progress if p.generation == generation and p.step > after_step]
+        return min(seen, key=lambda p: p.written_at) if seen else None
+
+
+@dataclass(frozen=True)
+class HistorySize:
+    events: int
+    runs: int
+
+
+async def count_history_events(client: Client, workflow_id: str, first_run_id: str) -> HistorySize:
+    """Events across the whole continue-as-new chain, following each run to the next."""
+    events = 0
+    runs = 0
+    run_id: str | None = first_run_id
+    while run_id:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        events += len(history.events)
+        runs += 1
+        last = history.events[-1] if history.events else None
+        run_id = None
+        if last is not None and last.HasField(
+            "workflow_execution_continued_as_new_event_attributes"
+        ):
+            run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    return HistorySize(events=events, runs=runs)

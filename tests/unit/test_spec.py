@@ -1,0 +1,96 @@
+"""Bad specs fail with `file: field: what is wrong`, before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lazarus.spec import SpecError, load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD = """
+name: demo
+command: [python, train.py]
+checkpoint_dir: ckpt
+nproc_per_node: 2
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return path
+
+
+def errors(tmp_path: Path, text: str) -> list[str]:
+    with pytest.raises(SpecError) as caught:
+        load_spec(write(tmp_path, text))
+    return caught.value.lines
+
+
+def test_good_spec_resolves_paths_against_its_folder(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, GOOD))
+    assert spec.world_size == 2
+    assert spec.checkpoint_dir == str(tmp_path / "ckpt")
+    assert spec.run_dir == str(tmp_path / ".lazarus" / "runs")
+
+
+def test_name_override_lets_one_file_run_twice(tmp_path: Path) -> None:
+    assert load_spec(write(tmp_path, GOOD), name_override="demo-2").name == "demo-2"
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ("nproc_per_node: 0", "nproc_per_node: Input should be greater than or equal to 1"),
+        ("nproc_per_node: '2'", "nproc_per_node: Input should be a valid integer"),
+        ("health: {hang_timeout_s: 0.5}", "health.hang_timeout_s: Input should be greater"),
+        ("health: {hang_timout_s: 5}", "health.hang_timout_s: unknown field"),
+        ("health: {progress_regex: 'step \\d+'}", "health.progress_regex: needs a capture group"),
+        (
+            "health: {progress_regex: 'step ('}",
+            "health.progress_regex: not a valid regular expression",
+        ),
+        ("env: {MASTER_PORT: '1'}", "env: MASTER_PORT is set by Lazarus"),
+        (
+            "recovery: {backoff_initial_s: 5, backoff_max_s: 1}",
+            "recovery: backoff_max_s must be >= backoff_initial_s",
+        ),
+        ("nodes: [{name: a}, {name: b}]", "nodes: only one local node is supported"),
+    ],
+)
+def test_each_bad_field_is_named(tmp_path: Path, patch: str, expected: str) -> None:
+    lines = errors(tmp_path, GOOD + patch + "\n")
+    assert any(
+        expected.split(":")[0] in line and expected.split(": ", 1)[1][:20] in line for line in lines
+    ), lines
+    assert all(line.startswith(str(tmp_path / "job.yaml") + ": ") for line in lines)
+
+
+def test_missing_required_fields_are_all_listed(tmp_path: Path) -> None:
+    lines = errors(tmp_path, "name: x\n")
+    assert any("command: required field is missing" in line for line in lines)
+    assert any("checkpoint_dir: required field is missing" in line for line in lines)
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    [line] = errors(tmp_path, "name: [unclosed\n")
+    assert "line" in line and "not valid YAML" in line
+
+
+def test_not_a_mapping(tmp_path: Path) -> None:
+    [line] = errors(tmp_path, "- just\n- a list\n")
+    assert "expected a mapping" in line
+
+
+def test_missing_file_and_workdir(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read the file"):
+        load_spec(tmp_path / "absent.yaml")
+    [line] = errors(tmp_path, GOOD + "workdir: nowhere\n")
+    assert "workdir:" in line and "does not exist" in line
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "examples" / "jobs").glob("*.yaml")))
+def test_shipped_examples_are_valid(example: Path) -> None:
+    assert load_spec(example).name
