@@ -50,6 +50,9 @@ _MAX_SCAN_PER_NEEDLE = 64  # lines examined per needle, newest first
 _EVIDENCE_CHARS = 300
 _DEWRAP_BELOW = 10.0  # retry with hard wraps undone when the best score is below this
 _DEWRAP_MIN_WIDTH = 60  # narrower "wrap widths" are just short lines
+_LONG_LINE = 4096  # on longer lines, regexes only look this far around a needle hit
+_VOCAB_CHUNK = 96  # longer "words" are stored as overlapping chunks of this size
+_VOCAB_STEP = 64  # ...starting every this many letters (gate words must be <= 32)
 
 _SYMPTOM_CLASSES = frozenset({_FC.NCCL_TIMEOUT, _FC.NCCL_ERROR})
 
@@ -130,6 +133,8 @@ def _rule(
         raise ValueError(f"rule {regex!r} needs non-empty lowercase needles")
     flags = re.MULTILINE | (0 if case else re.IGNORECASE)
     gates = tuple(tuple(w.encode() for w in _WORD_RE.findall(n)) for n in needles)
+    if any(len(w) > _VOCAB_CHUNK - _VOCAB_STEP for g in gates for w in g):
+        raise ValueError(f"rule {regex!r}: needle words must be <= 32 letters")
     return _Rule(failure_class, weight, re.compile(regex, flags), needles, hint, min_count, gates)
 
 
@@ -231,8 +236,10 @@ _RULES: tuple[_Rule, ...] = (
           "ecc"),
     _rule(_FC.GPU_HARDWARE, 9,
           r"\b(?:double[\s-]bit|multi[\s-]bit|fatal)\s+ECC\b|\bECC\s+errors?\s+(?:detected|"
-          r"encountered|occurred)|\bDBE\b",
-          "ecc", "dbe"),
+          r"encountered|occurred)",
+          "ecc"),
+    # Xid 48 text: "An uncorrectable double bit error (DBE) has been detected on GPU"
+    _rule(_FC.GPU_HARDWARE, 9, r"\(DBE\)|\bDBE\s+error", "dbe", case=True),
     # kernel log: "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus."
     _rule(_FC.GPU_HARDWARE, 10, r"NVRM:\s*Xid\b|\bXid\s*\(PCI:", "xid"),
     _rule(_FC.GPU_HARDWARE, 7, r"\bXid(?:\s+error)?\s*[:#]?\s*\d+", "xid"),
@@ -311,8 +318,10 @@ _RULES: tuple[_Rule, ...] = (
           r"ray\.exceptions\.OutOfMemoryError",
           "low on memory", "memory pressure", "ray.exceptions"),
     # CPU allocator: "[enforce fail at alloc_cpu.cpp:83] . DefaultCPUAllocator: can't allocate
-    # memory: you tried to allocate 123 bytes. Error code 12 (Cannot allocate memory)"
-    _rule(_FC.OOM_HOST, 10, r"DefaultCPUAllocator:\s*can't\s+allocate\s+memory",
+    # memory: you tried to allocate 123 bytes. Error code 12 (Cannot allocate memory)", newer
+    # builds: "DefaultCPUAllocator: not enough memory: you tried to allocate 34359738368 bytes."
+    _rule(_FC.OOM_HOST, 10,
+          r"DefaultCPUAllocator:\s*(?:can't\s+allocate|not\s+enough)\s+memory",
           "defaultcpuallocator"),
     _rule(_FC.OOM_HOST, 6, r"Cannot\s+allocate\s+memory|std::bad_alloc|(?<![\w.])MemoryError\b",
           "allocate memory", "bad_alloc", "memoryerror"),
@@ -393,8 +402,9 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.USER_CODE, 8,
           r"mat1\s+and\s+mat2\s+shapes\s+cannot\s+be\s+multiplied|"
           r"size\s+of\s+tensor\s+a\s+\(\d+\)\s+must\s+match|"
-          r"shape\s+'\[[^\]]*\]'\s+is\s+invalid\s+for\s+input\s+of\s+size",
-          "shapes cannot", "must match", "is invalid for input"),
+          r"shape\s+'\[[^\]]*\]'\s+is\s+invalid\s+for\s+input\s+of\s+size|"
+          r"Given\s+groups=\d+,\s+weight\s+of\s+size",
+          "shapes cannot", "must match", "is invalid for input", "given groups"),
     _rule(_FC.USER_CODE, 8,
           r"Expected\s+all\s+tensors\s+to\s+be\s+on\s+the\s+same\s+device|"
           r"expected\s+scalar\s+type\s+\w+\s+but\s+found|"
@@ -409,7 +419,8 @@ _RULES: tuple[_Rule, ...] = (
     # starting a new one", "Expected to mark a variable ready only once", "Default process
     # group has not been initialized", TORCH_DISTRIBUTED_DEBUG "Detected mismatch between
     # collectives on ranks", NCCL "Duplicate GPU detected : rank 1 and rank 0 both on CUDA
-    # device 1d000" (no set_device), DDP param shape checks.
+    # device 1d000" (no set_device), DDP param shape checks, "DistributedDataParallel is not
+    # needed when a module doesn't have any parameter that requires a gradient".
     _rule(_FC.USER_CODE, 9,
           r"Expected\s+to\s+have\s+finished\s+reduction|"
           r"Expected\s+to\s+mark\s+a\s+variable\s+ready\s+only\s+once|"
@@ -418,8 +429,10 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.USER_CODE, 8,
           r"Default\s+process\s+group\s+has\s+not\s+been\s+initialized|"
           r"Detected\s+mismatch\s+between\s+collectives|"
-          r"appears\s+not\s+to\s+match\s+sizes\s+of\s+the\s+same\s+param",
-          "default process group", "mismatch between collectives", "appears not to match"),
+          r"appears\s+not\s+to\s+match\s+sizes\s+of\s+the\s+same\s+param|"
+          r"DistributedDataParallel\s+is\s+not\s+needed\s+when",
+          "default process group", "mismatch between collectives", "appears not to match",
+          "is not needed when"),
     _rule(_FC.USER_CODE, 12, r"Duplicate\s+GPU\s+detected", "duplicate gpu"),
     # device-side asserts (index out of range in embedding / loss), bad device ordinals,
     # binaries built for another GPU arch.
@@ -434,6 +447,18 @@ _RULES: tuple[_Rule, ...] = (
           "traceback", hint=True),
     _rule(_FC.USER_CODE, 1, r"exit\s*code\s*:?\s*1\b|return\s+code\s*=\s*1\b",
           "exitcode", "exit code", "return code", hint=True),
+    # Fallbacks (hint tier): a traceback ending in an exception type that is not one of the
+    # infrastructure ones ("json.decoder.JSONDecodeError: Expecting value"), or a bare
+    # "RuntimeError: <message>" that no rule above recognised, is most likely a bug.
+    _rule(_FC.USER_CODE, 3,
+          r"^\s*(?:\[rank\d+\]:\s*)?(?:\w+\.)*"
+          r"(?!(?:Runtime|OS|IO|Environment|Connection\w*|BrokenPipe|EOF|Timeout|Memory|"
+          r"OutOfMemory|FloatingPoint|ChildFailed|CalledProcess|Dist\w*|Ray\w*|ActorDied|"
+          r"Rendezvous\w*|Unpickling|Safetensor|Signal|ProcessExited|Checkpoint|Blocking|"
+          r"Interrupted)(?:Error|Exception)\b)[A-Z]\w*(?:Error|Exception)\s*:",
+          "error:", "exception:", hint=True, case=True),
+    _rule(_FC.USER_CODE, 2, r"^\s*(?:\[rank\d+\]:\s*)?RuntimeError:", "runtimeerror:",
+          hint=True, case=True),
 
     # ------------------------------------------------------------------ rendezvous
     # TCPStore / c10d socket: "The server socket has failed to bind to [::]:29500 (errno: 98 -
@@ -514,6 +539,10 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.STORAGE, 5, r"EOFError:\s*Ran\s+out\s+of\s+input", "ran out of input"),
     _rule(_FC.STORAGE, 8, r"MetadataIncompleteBuffer|HeaderTooLarge|SafetensorError",
           "metadataincompletebuffer", "headertoolarge", "safetensorerror"),
+    # transformers on a corrupt weights file: "OSError: Unable to load weights from pytorch
+    # checkpoint file for '/ckpt/pytorch_model.bin' at ..."
+    _rule(_FC.STORAGE, 7, r"Unable\s+to\s+load\s+weights\s+from\s+pytorch\s+checkpoint",
+          "unable to load weights"),
     # torch.distributed.checkpoint wraps per-rank write failures in CheckpointException.
     _rule(_FC.STORAGE, 4, r"\bCheckpointException\b", "checkpointexception"),
     # traceback frames inside (de)serialisation (hint tier).
@@ -667,26 +696,35 @@ class _Scanner:
         self.lower = _lower_same_length(text)
         # Distinct words of the log. A needle is only searched for in the full text
         # if all of its letter runs occur here, which rules out most rules cheaply.
-        words = self.lower.encode("utf-8", "ignore").translate(_WORD_BYTES).split()
-        self.vocabulary = b" ".join(set(words))
-        self._lines: dict[str, list[int]] = {}
+        words = set(self.lower.encode("utf-8", "ignore").translate(_WORD_BYTES).split())
+        long_words = [w for w in words if len(w) > _VOCAB_CHUNK]
+        if long_words:
+            # Blobs (a megabyte of one "word") would make every membership test slow:
+            # keep them as overlapping chunks, so any gate word up to
+            # _VOCAB_CHUNK - _VOCAB_STEP letters still appears whole in one chunk.
+            words.difference_update(long_words)
+            for w in long_words:
+                words.update(w[i : i + _VOCAB_CHUNK] for i in range(0, len(w), _VOCAB_STEP))
+        self.vocabulary = b" ".join(words)
+        self._lines: dict[str, list[tuple[int, int]]] = {}
 
-    def needle_lines(self, needle: str, gate: tuple[bytes, ...]) -> list[int]:
-        """Start offsets of the last ``_MAX_SCAN_PER_NEEDLE`` lines containing
-        ``needle``, newest first (failures are reported at the end of a log)."""
+    def needle_lines(self, needle: str, gate: tuple[bytes, ...]) -> list[tuple[int, int]]:
+        """``(line_start, position)`` of the newest hit of ``needle`` on each of the
+        last ``_MAX_SCAN_PER_NEEDLE`` lines containing it, newest first (failures are
+        reported at the end of a log)."""
         cached = self._lines.get(needle)
         if cached is not None:
             return cached
-        starts: list[int] = []
+        hits: list[tuple[int, int]] = []
         if all(word in self.vocabulary for word in gate):
             text, lower = self.text, self.lower
             pos = lower.rfind(needle)
-            while pos != -1 and len(starts) < _MAX_SCAN_PER_NEEDLE:
+            while pos != -1 and len(hits) < _MAX_SCAN_PER_NEEDLE:
                 start = text.rfind("\n", 0, pos) + 1
-                starts.append(start)
+                hits.append((start, pos))
                 pos = lower.rfind(needle, 0, start) if start > 0 else -1
-        self._lines[needle] = starts
-        return starts
+        self._lines[needle] = hits
+        return hits
 
     def matched_lines(self, rule: _Rule) -> list[int]:
         """Start offsets (in log order) of lines on which ``rule`` matches.
@@ -700,16 +738,22 @@ class _Scanner:
         found: set[int] = set()
         checked: set[int] = set()
         for needle, gate in zip(rule.needles, rule.gates, strict=True):
-            for start in self.needle_lines(needle, gate):
+            for start, pos in self.needle_lines(needle, gate):
                 if len(found) >= _MAX_LINES_PER_RULE:
                     break
                 if start in checked:
                     continue
                 checked.add(start)
                 end = _line_bounds(text, start)[1]
-                win_start = text.rfind("\n", 0, start - 1) + 1 if start > 0 else 0
-                nxt = text.find("\n", end + 1) if end < size else -1
-                win_end = size if nxt == -1 else nxt
+                if end - start > _LONG_LINE:
+                    # a huge "line" (a blob, a progress bar without newlines): only
+                    # look around the needle instead of running the regex on all of it
+                    win_start = max(start, pos - _LONG_LINE // 2)
+                    win_end = min(end, pos + _LONG_LINE // 2)
+                else:
+                    win_start = text.rfind("\n", 0, start - 1) + 1 if start > 0 else 0
+                    nxt = text.find("\n", end + 1) if end < size else -1
+                    win_end = size if nxt == -1 else nxt
                 for m in rule.pattern.finditer(text, win_start, win_end):
                     if m.end() <= start or m.start() > end:
                         continue
@@ -826,7 +870,7 @@ def _suspects(scanner: _Scanner, evidence: list[str]) -> tuple[int | None, str |
         if node is None:
             node = _node_in(line)
     if rank is None:
-        for start in scanner.needle_lines("[rank", (b"rank",)):
+        for start, _ in scanner.needle_lines("[rank", (b"rank",)):
             line = text[start : _line_bounds(text, start)[1]]
             if (em := _ERROR_LINE_RANK_RE.match(line)) is not None:
                 rank = int(em.group(1))

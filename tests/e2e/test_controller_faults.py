@@ -104,3 +104,19 @@ async def test_dev_server_restart_mid_run(
     assert status.phase == Phase.SUCCEEDED
     assert status.generation == 1
     assert_same_weights(job.weights, fault_free_weights)
+
+
+@pytest.mark.timeout(180)
+async def test_worker_sigterm_drains_gracefully_and_ranks_keep_running(
+    start_job: StartJob, stack: LocalStack, tmp_path: Path
+) -> None:
+    job = await start_job(ddp_spec(tmp_path, steps=STEPS, step_time=0.1))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 10)
+    worker_pid = stack.worker_pid
+    started = time.monotonic()
+    stack.kill_worker(signal.SIGTERM, timeout_s=20)
+    assert time.monotonic() - started < 20, f"worker {worker_pid} did not drain on SIGTERM"
+    assert len(chaos.live_rank_processes(job.run_root)) == job.spec.world_size
+    stack.start_worker()
+    status = await job.result()
+    assert status.phase == Phase.SUCCEEDED and status.generation == 1
