@@ -202,10 +202,27 @@ async def _query_status(handle: WorkflowHandle[Any, Any]) -> tuple[JobStatus | N
     return status, None
 
 
-async def _fetch_status(client: Client, name: str) -> render.StatusView:
+async def _final_status(client: Client, workflow_id: str) -> JobStatus | None:
+    """A completed job's result is its final status: readable without any worker."""
+    handle = client.get_workflow_handle(workflow_id, result_type=JobStatus)
+    try:
+        result = await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+    except Exception:  # not a JobStatus result (an older workflow version), or gone
+        return None
+    return result if isinstance(result, JobStatus) else None
+
+
+async def fetch_status(client: Client, name: str) -> render.StatusView:
+    """Everything known about one job; public so the demo and bench draw the same view.
+
+    Raises :class:`JobNotFound` for a name Temporal has never seen.
+    """
     handle, description = await _describe(client, name)
     live = await _live_progress(client, description) if _is_open(description) else None
     status, note = await _query_status(handle)
+    if status is None and description.status == WorkflowExecutionStatus.COMPLETED:
+        status = await _final_status(client, description.id)
+        note = None if status is not None else note
     attributes = description.typed_search_attributes
     return render.StatusView(
         workflow_id=description.id,
@@ -253,11 +270,11 @@ def main(
     ctx: typer.Context,
     address: Annotated[
         str | None,
-        typer.Option(help="Temporal gRPC address [env: TEMPORAL_ADDRESS; default localhost:7233]"),
+        typer.Option(help="Temporal gRPC address (env TEMPORAL_ADDRESS, default localhost:7233)"),
     ] = None,
     namespace: Annotated[
         str | None,
-        typer.Option(help="Temporal namespace [env: TEMPORAL_NAMESPACE; default 'default']"),
+        typer.Option(help="Temporal namespace (env TEMPORAL_NAMESPACE, default 'default')"),
     ] = None,
 ) -> None:
     """Keep distributed training jobs running through failures."""
@@ -361,7 +378,7 @@ def status(
     if watch and not as_json:
         _with_client(ctx, lambda client: _watch(client, job))
         return
-    view = _with_client(ctx, lambda client: _fetch_status(client, job))
+    view = _with_client(ctx, lambda client: fetch_status(client, job))
     if as_json:
         _print_json(render.status_json(view))
     else:
@@ -369,12 +386,12 @@ def status(
 
 
 async def _watch(client: Client, job: str) -> None:
-    view = await _fetch_status(client, job)
+    view = await fetch_status(client, job)
     try:
         with Live(render.render_status(view), console=_out(), auto_refresh=False) as live:
             while not view.is_terminal:
                 await asyncio.sleep(WATCH_INTERVAL_S)
-                view = await _fetch_status(client, job)
+                view = await fetch_status(client, job)
                 live.update(render.render_status(view), refresh=True)
     except (KeyboardInterrupt, asyncio.CancelledError):
         return
@@ -515,7 +532,7 @@ def worker(
     ctx: typer.Context,
     task_queue: Annotated[
         str | None,
-        typer.Option(help="Task queue to poll [env: LAZARUS_TASK_QUEUE; default 'lazarus']"),
+        typer.Option(help="Task queue to poll (env LAZARUS_TASK_QUEUE, default 'lazarus')"),
     ] = None,
 ) -> None:
     """Run the controller worker: the workflow and the activities that launch and watch ranks."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -336,13 +336,38 @@ def _rank_state(rank: RankStatus) -> Text:
     return Text("gone", style="red")
 
 
-def incidents_table(incidents: list[Incident]) -> Table:
+def incidents_table(incidents: list[Incident]) -> RenderableType:
+    return _IncidentsTable(incidents)
+
+
+class _IncidentsTable:
+    """Picks its layout from the width it is given: a reason squeezed into a narrow
+    column folds into a tower of fragments, so narrow terminals get it below instead."""
+
+    WIDE = 120
+
+    def __init__(self, incidents: list[Incident]) -> None:
+        self.incidents = incidents
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        wide = options.max_width >= self.WIDE
+        yield _incident_columns(self.incidents, with_reason=wide)
+        if not wide:
+            for incident in self.incidents:
+                line = Text(f"  #{incident.id} ", style="bold")
+                line.append(f"{incident.action}: " if incident.action else "", style="dim")
+                line.append(incident.reason or _DASH)
+                yield line
+
+
+def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
     table = Table(title="incidents", title_justify="left")
     columns = [
         ("id", "right"), ("class", "left"), ("kind", "left"), ("rank", "right"),
         ("detection\ns", "right"), ("recovery\ns", "right"), ("steps\nlost", "right"),
-        ("action", "left"), ("reason", "left"),
     ]  # fmt: skip
+    if with_reason:
+        columns += [("action", "left"), ("reason", "left")]
     for name, justify in columns:
         # Numbers stay whole; words fold rather than vanish behind an ellipsis.
         numeric = justify == "right"
@@ -353,7 +378,7 @@ def incidents_table(incidents: list[Incident]) -> Table:
             overflow="ellipsis" if numeric else "fold",
         )
     for incident in incidents:
-        table.add_row(
+        cells = [
             str(incident.id),
             incident.failure_class,
             incident.kind,
@@ -361,9 +386,10 @@ def incidents_table(incidents: list[Incident]) -> Table:
             f"{incident.detection_s:.2f}",
             _DASH if incident.recovery_s is None else f"{incident.recovery_s:.2f}",
             _opt(incident.steps_lost),
-            incident.action,
-            incident.reason,
-        )
+        ]
+        if with_reason:
+            cells += [incident.action, incident.reason]
+        table.add_row(*cells)
     return table
 
 

@@ -119,6 +119,31 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def _is_free(host: str, port: int) -> bool:
+    if not 0 < port < 65536:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port_with_ui_port(host: str) -> int:
+    """A free gRPC port whose +1000 neighbour is free too, so the UI sits where
+    :func:`lazarus.settings.web_ui_url` (and the ``temporal`` CLI) expect it."""
+    for _ in range(50):
+        port = free_port(host)
+        if _is_free(host, port + 1000):
+            return port
+    return free_port(host)
+
+
+def _ui_port_for(host: str, port: int) -> int:
+    return port + 1000 if _is_free(host, port + 1000) else free_port(host)
+
+
 class DevServer:
     """A dev server child process, in its own process group so that stopping it
     cannot touch the caller and nothing it spawned is left behind.
@@ -138,8 +163,10 @@ class DevServer:
     ) -> None:
         self.state_dir = Path(state_dir).expanduser()
         self.ip = ip
-        self.port = port if port is not None else free_port(ip)
-        self.ui_port = ui_port if ui_port is not None else free_port(ip)
+        if port is None:
+            port = _free_port_with_ui_port(ip) if ui_port is None else free_port(ip)
+        self.port = port
+        self.ui_port = ui_port if ui_port is not None else _ui_port_for(ip, port)
         self.headless = headless
         self.ready_timeout_s = ready_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
