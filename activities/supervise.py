@@ -155,11 +155,21 @@ def _crash(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     )
 
 
+def _earliest(*reports: FailureReport | None) -> FailureReport | None:
+    """A rank that vanished before another crashed is the root cause, not collateral."""
+    found = [r for r in reports if r is not None]
+    return min(found, key=lambda r: r.fault_at) if found else None
+
+
 def _vanished(obs: Observation) -> FailureReport | None:
+    # Past the grace, or at once when another rank has already crashed after it died.
+    crashed_at = min((r.ended_at for r in obs.ranks if r.exit_code not in (None, 0) and r.ended_at),
+                     default=None)
     gone = [
         (since, rank)
         for rank, since in obs.dead_since.items()
-        if obs.now - since >= VANISHED_GRACE_S and obs.ranks[rank].exit_code is None
+        if obs.ranks[rank].exit_code is None
+        and (obs.now - since >= VANISHED_GRACE_S or (crashed_at is not None and since <= crashed_at))
     ]
     if not gone:
         return None
@@ -244,7 +254,7 @@ def evaluate(
         "ranks": obs.ranks,
         "seconds_per_step": seconds_per_step,
     }
-    failure = _crash(request, obs) or _vanished(obs) or _hang(request, obs)
+    failure = _earliest(_crash(request, obs), _vanished(obs)) or _hang(request, obs)
     if failure is not None:
         return SuperviseOutcome(kind="failed", failure=failure, **base)
     if all(r.exit_code == 0 for r in obs.ranks):

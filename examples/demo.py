@@ -88,7 +88,9 @@ async def _run(stack: LocalStack, console: Console) -> JobStatus:
             if view.is_terminal:
                 break
             await asyncio.sleep(0.5)
-    return await handle.result()
+    status = await handle.result()
+    assert isinstance(status, JobStatus)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -550,5 +550,44 @@ def worker(
         pass
 
 
+@app.command()
+def classify(
+    logfile: Annotated[Path, typer.Argument(metavar="LOGFILE", help="A rank's log, or - for stdin.")],
+    exit_code: Annotated[int | None, typer.Option(help="The rank's exit code, if known.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Name the failure class of a log, with the lines that decided it. Offline."""
+    from lazarus.classifier import classify as classify_log
+
+    if str(logfile) == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = logfile.read_text(errors="replace")
+        except OSError as exc:
+            _fail(f"{logfile}: cannot read the file: {exc.strerror or exc}", code=2)
+    result = classify_log(text, exit_code=exit_code)
+    payload = {
+        "class": str(result.failure_class),
+        "confidence": round(result.confidence, 3),
+        "evidence": result.evidence,
+        "suspect_rank": result.suspect_rank,
+        "suspect_node": result.suspect_node,
+    }
+    if as_json:
+        _print_json(payload)
+        return
+    out = _out()
+    out.print(f"[bold]{payload['class']}[/] (confidence {payload['confidence']:.2f})")
+    if result.suspect_rank is not None or result.suspect_node is not None:
+        out.print(f"suspect: rank {_dash(result.suspect_rank)}, node {_dash(result.suspect_node)}")
+    for line in result.evidence:
+        out.print(f"  [dim]>[/] {line}", markup=True, highlight=False)
+
+
+def _dash(value: object) -> str:
+    return "—" if value is None else str(value)
+
+
 if __name__ == "__main__":
     app()

@@ -349,3 +349,17 @@ def test_dev_server_ui_sits_at_grpc_port_plus_1000(tmp_path: Path) -> None:
     assert web_ui_url(ConnectionSettings(address=server.address)) == (
         f"{server.ui_url}/namespaces/default/workflows"
     )
+
+
+def test_classify_prints_class_and_evidence_as_json(tmp_path: Path) -> None:
+    log = tmp_path / "rank.log"
+    log.write_text("Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.\n")
+    result = CliRunner().invoke(cli.app, ["classify", str(log), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["class"] == "oom_gpu" and data["evidence"]
+
+
+def test_classify_unreadable_file_exits_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli.app, ["classify", str(tmp_path / "absent.log")])
+    assert result.exit_code == 2

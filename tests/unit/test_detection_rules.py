@@ -112,3 +112,14 @@ def test_step_rate_measures_seconds_per_step() -> None:
     rate = StepRate()
     assert rate.update([rank(0, step=10, last_progress_at=100.0)]) is None
     assert rate.update([rank(0, step=20, last_progress_at=105.0)]) == 0.5
+
+
+def test_a_rank_that_vanished_before_a_peer_crashed_is_the_root_cause() -> None:
+    o = obs(
+        rank(0, alive=False, step=9),
+        rank(1, alive=False, exit_code=1, ended_at=999.8, step=9),
+        dead_since={0: 999.6},
+    )
+    outcome = evaluate(request(), o, started_at=990.0)
+    assert outcome is not None and outcome.failure is not None
+    assert outcome.failure.kind == "vanished" and outcome.failure.rank == 0
