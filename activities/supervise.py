@@ -163,13 +163,16 @@ def _earliest(*reports: FailureReport | None) -> FailureReport | None:
 
 def _vanished(obs: Observation) -> FailureReport | None:
     # Past the grace, or at once when another rank has already crashed after it died.
-    crashed_at = min((r.ended_at for r in obs.ranks if r.exit_code not in (None, 0) and r.ended_at),
-                     default=None)
+    crashed_at = min(
+        (r.ended_at for r in obs.ranks if r.exit_code not in (None, 0) and r.ended_at), default=None
+    )
     gone = [
         (since, rank)
         for rank, since in obs.dead_since.items()
         if obs.ranks[rank].exit_code is None
-        and (obs.now - since >= VANISHED_GRACE_S or (crashed_at is not None and since <= crashed_at))
+        and (
+            obs.now - since >= VANISHED_GRACE_S or (crashed_at is not None and since <= crashed_at)
+        )
     ]
     if not gone:
         return None

@@ -552,7 +552,9 @@ def worker(
 
 @app.command()
 def classify(
-    logfile: Annotated[Path, typer.Argument(metavar="LOGFILE", help="A rank's log, or - for stdin.")],
+    logfile: Annotated[
+        Path, typer.Argument(metavar="LOGFILE", help="A rank's log, or - for stdin.")
+    ],
     exit_code: Annotated[int | None, typer.Option(help="The rank's exit code, if known.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:

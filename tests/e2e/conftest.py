@@ -23,6 +23,7 @@ from temporalio.worker import Replayer
 
 from activities.contracts import StopRequest
 from activities.stop import stop_generations
+from bench.jobs import run_reference, weights_match
 from lazarus.devserver import DevServer
 from lazarus.local_stack import LocalStack
 from lazarus.spec import JobSpec, parse_spec
@@ -195,16 +196,8 @@ STEPS = 60
 @pytest.fixture(scope="session")
 def fault_free_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference: the same job run straight through by plain subprocesses, no Lazarus."""
-    from tests.e2e.reference import run_fault_free
-
-    return run_fault_free(tmp_path_factory.mktemp("reference"), steps=STEPS)
+    return run_reference(tmp_path_factory.mktemp("reference"), steps=STEPS)
 
 
 def assert_same_weights(actual: Path, expected: Path) -> None:
-    import torch
-
-    got = torch.load(actual, map_location="cpu")
-    want = torch.load(expected, map_location="cpu")
-    assert got.keys() == want.keys()
-    for key in want:
-        assert torch.equal(got[key], want[key]), f"tensor {key} differs from the fault-free run"
+    assert weights_match(actual, expected), f"{actual} differs from the fault-free run {expected}"

@@ -112,7 +112,9 @@ def test_stop_takes_down_stopped_ranks_and_is_idempotent(job: JobSpec) -> None:
 def test_a_stopped_generation_cannot_be_launched_late(job: JobSpec) -> None:
     launch_generation(LaunchRequest(spec=job, generation=1))
     asyncio.run(
-        stop_generations(StopRequest(job_id="mech", run_root=str(Path(job.run_dir) / "mech"), grace_s=1))
+        stop_generations(
+            StopRequest(job_id="mech", run_root=str(Path(job.run_dir) / "mech"), grace_s=1)
+        )
     )
     with pytest.raises(LaunchRefused, match="was stopped"):
         launch_generation(LaunchRequest(spec=job, generation=1))

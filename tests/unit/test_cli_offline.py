@@ -353,7 +353,9 @@ def test_dev_server_ui_sits_at_grpc_port_plus_1000(tmp_path: Path) -> None:
 
 def test_classify_prints_class_and_evidence_as_json(tmp_path: Path) -> None:
     log = tmp_path / "rank.log"
-    log.write_text("Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.\n")
+    log.write_text(
+        "Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.\n"
+    )
     result = CliRunner().invoke(cli.app, ["classify", str(log), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
