@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lazarus.spec import HealthSpec, JobSpec
+from lazarus.spec import HealthSpec, JobSpec, NodeSpec, PreflightSpec, SSHSpec
 
 
 class _Model(BaseModel):
@@ -31,6 +31,7 @@ class RankProcess(_Model):
     """One launched rank. ``start_ticks`` guards against pid reuse."""
 
     rank: int
+    node: str = "local"
     pid: int
     pgid: int
     start_ticks: int
@@ -41,6 +42,8 @@ class LaunchRequest(_Model):
     spec: JobSpec
     generation: int = Field(ge=1)
     resume: CheckpointRef | None = None
+    nodes: list[NodeSpec] | None = None
+    """The node set of this generation, in rank order; None means ``spec.nodes``."""
 
 
 class LaunchResult(_Model):
@@ -62,6 +65,9 @@ class StopRequest(_Model):
     """Stop every generation except this one. ``None`` stops them all."""
     grace_s: float = 10.0
     reason: str = ""
+    nodes: list[NodeSpec] = Field(default_factory=list)
+    """Every node that may hold ranks of this job; empty means this machine only."""
+    ssh: SSHSpec = Field(default_factory=SSHSpec)
 
 
 class StopResult(_Model):
@@ -71,10 +77,13 @@ class StopResult(_Model):
     """Groups that ignored SIGTERM for the grace period and needed SIGKILL."""
     last_step: int | None = None
     """The newest step any stopped rank reported: what a forced stop costs, in steps."""
+    unreachable: list[str] = Field(default_factory=list)
+    """Nodes that could not be reached: whatever runs there is not yet fenced."""
 
 
 class RankStatus(_Model):
     rank: int
+    node: str = "local"
     pid: int
     alive: bool
     stopped_by_signal: bool = False
@@ -86,7 +95,7 @@ class RankStatus(_Model):
     last_progress_at: float | None = None
 
 
-FailureKind = Literal["crash", "hang", "vanished"]
+FailureKind = Literal["crash", "hang", "vanished", "node_lost"]
 
 
 class FailureReport(_Model):
@@ -94,6 +103,7 @@ class FailureReport(_Model):
     failure_class: str
     """A class of the failure taxonomy (see ``lazarus.failure_classes``)."""
     rank: int
+    node: str | None = None
     exit_code: int | None = None
     signal: str | None = None
     evidence: list[str] = Field(default_factory=list)
@@ -115,6 +125,11 @@ class SuperviseRequest(_Model):
     """Return as soon as the generation makes its first step (it closes a recovery)."""
     report_after_s: float = 300.0
     """Return with a progress report after this long even if nothing happened."""
+    nodes: list[NodeSpec] = Field(default_factory=list)
+    """The generation's nodes in rank order; empty means one local node."""
+    nproc_per_node: int = 1
+    node_timeout_s: float = 15.0
+    ssh: SSHSpec = Field(default_factory=SSHSpec)
 
 
 OutcomeKind = Literal["succeeded", "failed", "progress", "first_step"]
@@ -141,3 +156,28 @@ class SupervisionProgress(_Model):
     world_size: int
     seconds_per_step: float | None = None
     observed_at: float
+
+
+class NodeHealth(_Model):
+    node: str
+    ok: bool
+    problems: list[str] = Field(default_factory=list)
+    free_disk_gb: float | None = None
+    gpus: int | None = None
+
+
+class PreflightActivityRequest(_Model):
+    nodes: list[NodeSpec]
+    ssh: SSHSpec
+    checks: PreflightSpec
+    interpreter: str
+    workdir: str
+    disk_path: str
+
+
+class PreflightReport(_Model):
+    nodes: list[NodeHealth]
+
+    @property
+    def failed(self) -> list[NodeHealth]:
+        return [n for n in self.nodes if not n.ok]

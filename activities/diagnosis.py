@@ -14,24 +14,14 @@ class Diagnosis:
     evidence: list[str]
 
 
-def log_tail(path: str | None, lines: int = 20) -> list[str]:
-    if path is None:
-        return []
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - TAIL_BYTES))
-            text = handle.read().decode(errors="replace")
-    except FileNotFoundError:
-        return []
+def last_lines(text: str, lines: int = 20) -> list[str]:
     return list(deque((line.rstrip() for line in text.splitlines() if line.strip()), maxlen=lines))
 
 
-def diagnose_crash(log_path: str | None, exit_code: int | None, signal: str | None) -> Diagnosis:
+def diagnose_crash(log_text: str, exit_code: int | None, signal: str | None) -> Diagnosis:
     from lazarus.classifier import classify  # imported on first crash: keeps workers light
 
-    tail = log_tail(log_path, lines=200)
+    tail = last_lines(log_text, lines=200)
     result = classify("\n".join(tail), exit_code=exit_code, signal=signal)
     evidence = list(result.evidence) or tail[-10:]
     if signal:

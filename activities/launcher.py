@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import hashlib
 import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -28,13 +28,15 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.contracts import LaunchRequest, LaunchResult, RankProcess
-from activities.procfs import group_members, is_alive, signal_group
+from activities.contracts import CheckpointRef, LaunchRequest, LaunchResult, RankProcess
+from activities.nodes.agent import NodeAgent, NodeRefused, RankLaunch, StartedRank
+from activities.nodes.factory import agents, on_each
+from activities.nodes.local_agent import RankStartFailed
+from activities.procfs import group_members, signal_group
 from activities.rundir import GenerationDir, generations, job_root, read_json, write_json_atomic
 from lazarus import environment as env_names
-from lazarus.spec import JobSpec
+from lazarus.spec import JobSpec, NodeSpec
 
-PID_FILE_WAIT_S = 30.0
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -73,26 +75,34 @@ def resolve_program(spec: JobSpec) -> str | None:
     return shutil.which(program, path=search_path)
 
 
+def derived_port(job_id: str, generation: int) -> int:
+    """A port the whole world agrees on without asking a remote node: stable per
+    (job, generation), so a retried launch computes the same one."""
+    digest = hashlib.sha256(f"{job_id}/{generation}".encode()).digest()
+    return 20000 + int.from_bytes(digest[:4], "big") % 30000
+
+
 def rank_environment(
     spec: JobSpec,
+    nodes: list[NodeSpec],
+    node_index: int,
     gen: GenerationDir,
     rank: int,
     master_port: int,
-    resume_step: int | None,
-    resume_path: str | None,
+    resume: CheckpointRef | None,
 ) -> dict[str, str]:
     """The environment torchrun would set, plus Lazarus's own contract."""
-    node = spec.nodes[0]
-    env = dict(os.environ)
+    local = nodes[node_index].launcher == "local"
+    env = dict(os.environ) if local else {}
     env.update(spec.env)
     env.update(
         {
             env_names.RANK: str(rank),
             env_names.LOCAL_RANK: str(rank % spec.nproc_per_node),
-            env_names.GROUP_RANK: str(rank // spec.nproc_per_node),
-            env_names.WORLD_SIZE: str(spec.world_size),
+            env_names.GROUP_RANK: str(node_index),
+            env_names.WORLD_SIZE: str(len(nodes) * spec.nproc_per_node),
             env_names.LOCAL_WORLD_SIZE: str(spec.nproc_per_node),
-            env_names.MASTER_ADDR: node.host,
+            env_names.MASTER_ADDR: nodes[0].host,
             env_names.MASTER_PORT: str(master_port),
             env_names.RESTART_COUNT: str(gen.generation - 1),
             env_names.JOB_ID: spec.job_id,
@@ -101,27 +111,28 @@ def rank_environment(
             env_names.CHECKPOINT_DIR: spec.checkpoint_dir,
             env_names.CONTROL_FILE: str(gen.control_file),
             env_names.RUN_DIR: str(gen.path),
+            env_names.NODE: nodes[node_index].name,
             "PYTHONUNBUFFERED": "1",
         }
     )
     env.pop(env_names.RESUME_FROM, None)
     env.pop(env_names.RESUME_STEP, None)
-    if resume_path is not None and resume_step is not None:
-        env[env_names.RESUME_FROM] = resume_path
-        env[env_names.RESUME_STEP] = str(resume_step)
+    if resume is not None:
+        env[env_names.RESUME_FROM] = resume.path
+        env[env_names.RESUME_STEP] = str(resume.step)
     # Like torchrun, which runs scripts with its own interpreter: `python` in a command
     # means the worker's environment unless the spec's PATH says otherwise.
     if "PATH" not in spec.env:
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    # The wrapper is imported from this checkout even if the worker runs elsewhere.
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
-    )
+        base_path = env.get("PATH") or os.environ.get("PATH", "/usr/bin:/bin")
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), base_path])
+    # lazarus.rank is importable from this checkout even where it is not installed.
+    extra = spec.env.get("PYTHONPATH") or (os.environ.get("PYTHONPATH") if local else None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), extra]))
     return env
 
 
 def _fence_older_generations(job_run_root: Path, generation: int) -> None:
-    """Safety net behind the workflow's own ``stop``: nothing older may stay alive."""
+    """Safety net behind the workflow's own ``stop``: nothing older may stay alive here."""
     for gen in generations(job_run_root):
         if gen.generation > generation:
             raise LaunchRefused(
@@ -135,56 +146,16 @@ def _fence_older_generations(job_run_root: Path, generation: int) -> None:
                 signal_group(int(record["pgid"]), signal.SIGKILL)
 
 
-def _start_rank(spec: JobSpec, gen: GenerationDir, rank: int, env: dict[str, str]) -> RankProcess:
-    gen.exit_file(rank).unlink(missing_ok=True)
-    wrapper = [
-        sys.executable,
-        "-m",
-        "activities.rank_wrapper",
-        "--rank",
-        str(rank),
-        "--gen-dir",
-        str(gen.path),
-        "--",
-        *spec.command,
-    ]
-    # The wrapper forks and its parent exits at once; wait() reaps that parent only.
-    subprocess.run(
-        wrapper,
-        cwd=spec.workdir,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=True,
-        start_new_session=True,
-        timeout=30,
-    )
-    deadline = time.monotonic() + PID_FILE_WAIT_S
-    while time.monotonic() < deadline:
-        record = read_json(gen.pid_file(rank))
-        if record is not None:
-            return _rank_process(gen, rank, record)
-        exit_record = read_json(gen.exit_file(rank))
-        if exit_record is not None and exit_record.get("error"):
-            raise LaunchRefused(f"rank {rank}: {exit_record['error']}")
-        time.sleep(0.01)
-    raise TimeoutError(f"rank {rank}: wrapper wrote no pid file within {PID_FILE_WAIT_S:.0f} s")
-
-
-def _rank_process(gen: GenerationDir, rank: int, record: dict[str, object]) -> RankProcess:
-    return RankProcess(
-        rank=rank,
-        pid=int(str(record["pid"])),
-        pgid=int(str(record["pgid"])),
-        start_ticks=int(str(record["start_ticks"])),
-        log_file=str(gen.log_file(rank)),
-    )
+def _master_port(spec: JobSpec, nodes: list[NodeSpec], generation: int) -> int:
+    if nodes[0].launcher == "local":
+        return free_port(nodes[0].host)
+    return derived_port(spec.job_id, generation)
 
 
 def launch_generation(request: LaunchRequest) -> LaunchResult:
     """Blocking core of :func:`launch`; also used directly by tests and benches."""
     spec = request.spec
+    nodes = request.nodes or spec.nodes
     root = job_root(spec.run_dir, spec.job_id)
     gen = GenerationDir.of(root, request.generation)
     gen.path.mkdir(parents=True, exist_ok=True)
@@ -195,37 +166,64 @@ def launch_generation(request: LaunchRequest) -> LaunchResult:
         done = read_json(gen.launch_file)
         if done is not None:
             return LaunchResult.model_validate({**done, "adopted": True})
-        if resolve_program(spec) is None:
+        if nodes[0].launcher == "local" and resolve_program(spec) is None:
             raise LaunchRefused(
                 f"command: cannot find program {spec.command[0]!r} (workdir {spec.workdir}); "
                 "fix the spec's command or PATH"
             )
         plan = read_json(gen.plan_file)
         if plan is None:
-            plan = {"master_port": free_port(spec.nodes[0].host)}
+            plan = {
+                "master_port": _master_port(spec, nodes, request.generation),
+                "nodes": [n.name for n in nodes],
+            }
             write_json_atomic(gen.plan_file, plan)
         master_port = int(plan["master_port"])
         write_json_atomic(gen.control_file, {"checkpoint_request": 0})
-        resume_path = request.resume.path if request.resume else None
-        resume_step = request.resume.step if request.resume else None
-        ranks: list[RankProcess] = []
-        adopted_any = False
-        for rank in range(spec.world_size):
-            existing = read_json(gen.pid_file(rank))
-            if existing is not None:
-                adopted_any = True
-                ranks.append(_rank_process(gen, rank, existing))
-                continue
-            env = rank_environment(spec, gen, rank, master_port, resume_step, resume_path)
-            ranks.append(_start_rank(spec, gen, rank, env))
+
+        def start_on(agent: NodeAgent) -> list[StartedRank]:
+            index = nodes.index(agent.node)
+            first = index * spec.nproc_per_node
+            launches = [
+                RankLaunch(
+                    rank=rank,
+                    command=spec.command,
+                    env=rank_environment(
+                        spec, nodes, index, gen, rank, master_port, request.resume
+                    ),
+                    workdir=spec.workdir,
+                )
+                for rank in range(first, first + spec.nproc_per_node)
+            ]
+            return agent.start_ranks(str(gen.path), launches)
+
+        with agents(nodes, spec.ssh) as opened:
+            try:
+                per_node = on_each(opened, start_on)
+            except RankStartFailed as exc:
+                raise LaunchRefused(f"command: {exc}; fix the spec's command or PATH") from exc
+            except NodeRefused as exc:
+                raise LaunchRefused(str(exc)) from exc
+        ranks = [
+            RankProcess(
+                rank=r.rank,
+                node=node.name,
+                pid=r.pid,
+                pgid=r.pgid,
+                start_ticks=r.start_ticks,
+                log_file=r.log_file,
+            )
+            for node, started in zip(nodes, per_node, strict=True)
+            for r in started
+        ]
         result = LaunchResult(
             generation=request.generation,
-            master_addr=spec.nodes[0].host,
+            master_addr=nodes[0].host,
             master_port=master_port,
             run_dir=str(gen.path),
             ranks=ranks,
             launched_at=time.time(),
-            adopted=adopted_any,
+            adopted=any(r.adopted for started in per_node for r in started),
         )
         write_json_atomic(gen.launch_file, result.model_dump(mode="json", exclude={"adopted"}))
         return result
@@ -238,7 +236,3 @@ async def launch(request: LaunchRequest) -> LaunchResult:
         return await asyncio.to_thread(launch_generation, request)
     except LaunchRefused as exc:
         raise ApplicationError(str(exc), type="LaunchRefused", non_retryable=True) from exc
-
-
-def ranks_alive(result: LaunchResult) -> int:
-    return sum(1 for r in result.ranks if is_alive(r.pid, r.start_ticks))

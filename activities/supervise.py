@@ -27,12 +27,21 @@ from activities.contracts import (
     SuperviseRequest,
     SupervisionProgress,
 )
-from activities.diagnosis import diagnose_crash, log_tail
-from activities.procfs import is_alive, is_stopped
+from activities.diagnosis import TAIL_BYTES, diagnose_crash, last_lines
+from activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
+from activities.nodes.factory import agents, on_each
 from activities.rundir import GenerationDir, read_json
+from lazarus.spec import NodeSpec
 
 VANISHED_GRACE_S = 1.5
 """A dead rank gets this long for its wrapper to write the exit-status file."""
+
+
+@dataclass
+class NodeObservation:
+    reachable: bool
+    unreachable_since: float | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -41,23 +50,32 @@ class Observation:
     launched_at: float
     ranks: list[RankStatus]
     logs: dict[int, str] = field(default_factory=dict)
-    """Log paths by rank, for evidence."""
+    """Log tails by rank, fetched only for ranks that need evidence."""
     dead_since: dict[int, float] = field(default_factory=dict)
     """Ranks seen dead without an exit-status file, and since when."""
+    nodes: dict[str, NodeObservation] = field(default_factory=dict)
+    multi_node: bool = False
 
 
 class GenerationObserver:
-    """Reads one generation's run directory; remembers only what files cannot tell."""
+    """Polls every node of one generation concurrently; remembers only what the
+    nodes cannot tell (when a node went quiet, when a rank was first seen dead)."""
 
-    def __init__(self, request: SuperviseRequest) -> None:
+    def __init__(self, request: SuperviseRequest, opened: list[NodeAgent]) -> None:
         self._request = request
+        self._agents = opened
         self._gen = GenerationDir(Path(request.run_dir))
         regex = request.health.progress_regex
         self._progress_regex = re.compile(regex) if regex else None
-        self._log_offsets: dict[int, int] = {}
         self._regex_steps: dict[int, tuple[int, float]] = {}
         self._dead_since: dict[int, float] = {}
+        self._unreachable_since: dict[str, float] = {}
         self._first_seen = time.time()
+        per_node = request.nproc_per_node
+        self._ranks_of = {
+            agent.node.name: list(range(i * per_node, (i + 1) * per_node))
+            for i, agent in enumerate(opened)
+        }
 
     def _launched_at(self) -> float:
         launch = read_json(self._gen.launch_file)
@@ -65,68 +83,91 @@ class GenerationObserver:
             return float(launch["launched_at"])
         return self._first_seen
 
-    def _scan_log_for_steps(self, rank: int, now: float) -> tuple[int, float] | None:
+    def _step_from_log(self, agent: NodeAgent, rank: int, now: float) -> tuple[int, float] | None:
         assert self._progress_regex is not None
-        path = self._gen.log_file(rank)
-        offset = self._log_offsets.get(rank, 0)
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-        except FileNotFoundError:
-            return self._regex_steps.get(rank)
-        # Only consume whole lines, so a step number split across reads is not misparsed.
-        cut = chunk.rfind(b"\n") + 1
-        self._log_offsets[rank] = offset + cut
+        text = agent.log_tail(str(self._gen.path), rank, 16 * 1024)
         last_step: int | None = None
-        for match in self._progress_regex.finditer(chunk[:cut].decode(errors="replace")):
-            text = match.groupdict().get("step") or match.group(1)
-            if text is not None and text.isdigit():
-                last_step = int(text)
+        for match in self._progress_regex.finditer(text):
+            found = match.groupdict().get("step") or match.group(1)
+            if found is not None and found.isdigit():
+                last_step = int(found)
         previous = self._regex_steps.get(rank)
         if last_step is not None and (previous is None or last_step != previous[0]):
             self._regex_steps[rank] = (last_step, now)
         return self._regex_steps.get(rank)
 
+    def _poll(self, agent: NodeAgent) -> NodeStatus:
+        return agent.poll(str(self._gen.path), self._ranks_of[agent.node.name])
+
     def observe(self) -> Observation:
+        statuses = on_each(self._agents, self._poll)
         now = time.time()
-        statuses: list[RankStatus] = []
-        for rank in range(self._request.world_size):
-            pid_record = read_json(self._gen.pid_file(rank))
-            exit_record = read_json(self._gen.exit_file(rank))
-            heartbeat = read_json(self._gen.heartbeat_file(rank))
-            pid = int(pid_record["pid"]) if pid_record else 0
-            alive = bool(pid_record) and is_alive(pid, int(pid_record["start_ticks"]))  # type: ignore[index]
-            step: int | None = None
-            progress_at: float | None = None
-            if heartbeat is not None and "step" in heartbeat:
-                step, progress_at = int(heartbeat["step"]), float(heartbeat["time"])
-            elif self._progress_regex is not None:
-                seen = self._scan_log_for_steps(rank, now)
-                if seen is not None:
-                    step, progress_at = seen
-            if pid_record and not alive and exit_record is None:
-                self._dead_since.setdefault(rank, now)
-            statuses.append(
-                RankStatus(
-                    rank=rank,
-                    pid=pid,
-                    alive=alive,
-                    stopped_by_signal=alive and is_stopped(pid),
-                    exit_code=exit_record.get("exit_code") if exit_record else None,
-                    signal=exit_record.get("signal") if exit_record else None,
-                    ended_at=exit_record.get("ended_at") if exit_record else None,
-                    step=step,
-                    last_progress_at=progress_at,
-                )
+        ranks: list[RankStatus] = []
+        nodes: dict[str, NodeObservation] = {}
+        for agent, status in zip(self._agents, statuses, strict=True):
+            name = agent.node.name
+            if status.reachable:
+                self._unreachable_since.pop(name, None)
+            else:
+                self._unreachable_since.setdefault(name, now)
+            nodes[name] = NodeObservation(
+                reachable=status.reachable,
+                unreachable_since=self._unreachable_since.get(name),
+                error=status.error,
             )
+            by_rank = {record.rank: record for record in status.ranks}
+            for rank in self._ranks_of[name]:
+                ranks.append(
+                    self._rank_status(agent, rank, by_rank.get(rank), status.reachable, now)
+                )
         return Observation(
             now=now,
             launched_at=self._launched_at(),
-            ranks=statuses,
-            logs={r: str(self._gen.log_file(r)) for r in range(self._request.world_size)},
+            ranks=ranks,
             dead_since=dict(self._dead_since),
+            nodes=nodes,
+            multi_node=len(self._agents) > 1 or any(a.node.launcher == "ssh" for a in self._agents),
         )
+
+    def _rank_status(
+        self, agent: NodeAgent, rank: int, record: RankRecord | None, reachable: bool, now: float
+    ) -> RankStatus:
+        if record is None:
+            # Unreachable: we know nothing new, and must not call the rank dead for it.
+            return RankStatus(rank=rank, node=agent.node.name, pid=0, alive=reachable is False)
+        step: int | None = None
+        progress_at: float | None = None
+        heartbeat = record.heartbeat
+        if heartbeat is not None and "step" in heartbeat:
+            step, progress_at = int(heartbeat["step"]), float(heartbeat["time"])
+        elif self._progress_regex is not None:
+            seen = self._step_from_log(agent, rank, now)
+            if seen is not None:
+                step, progress_at = seen
+        if record.pid is not None and not record.alive and record.exit is None:
+            self._dead_since.setdefault(rank, now)
+        exit_record = record.exit or {}
+        return RankStatus(
+            rank=rank,
+            node=agent.node.name,
+            pid=record.pid or 0,
+            alive=record.alive,
+            stopped_by_signal=record.stopped,
+            exit_code=exit_record.get("exit_code"),
+            signal=exit_record.get("signal"),
+            ended_at=exit_record.get("ended_at"),
+            step=step,
+            last_progress_at=progress_at,
+        )
+
+    def evidence_for(self, rank: int) -> str:
+        """The log tail of one rank (one extra round trip, only when something failed)."""
+        per_node = self._request.nproc_per_node
+        agent = self._agents[rank // per_node]
+        try:
+            return agent.log_tail(str(self._gen.path), rank, TAIL_BYTES)
+        except Exception as exc:
+            return f"(log of rank {rank} unavailable: {exc})"
 
 
 def _max_step(ranks: list[RankStatus]) -> int | None:
@@ -140,14 +181,13 @@ def _crash(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
         return None
     # The first rank to fail is the root cause; the rest died with it in the collective.
     root = min(failed, key=lambda r: (r.ended_at or obs.now, r.rank))
-    diagnosis = diagnose_crash(obs.logs.get(root.rank), root.exit_code, root.signal)
     return FailureReport(
         kind="crash",
-        failure_class=diagnosis.failure_class,
+        failure_class="unknown",  # classified from the log tail by with_evidence()
         rank=root.rank,
+        node=root.node,
         exit_code=root.exit_code,
         signal=root.signal,
-        evidence=diagnosis.evidence,
         fault_at=root.ended_at or obs.now,
         detected_at=obs.now,
         step_at_failure=_max_step(obs.ranks),
@@ -155,32 +195,25 @@ def _crash(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     )
 
 
-def _earliest(*reports: FailureReport | None) -> FailureReport | None:
-    """A rank that vanished before another crashed is the root cause, not collateral."""
-    found = [r for r in reports if r is not None]
-    return min(found, key=lambda r: r.fault_at) if found else None
+def _vanishing(obs: Observation) -> bool:
+    """Some rank is dead with no exit status yet: its wrapper may still be writing it."""
+    return any(obs.now - since < VANISHED_GRACE_S for since in obs.dead_since.values())
 
 
 def _vanished(obs: Observation) -> FailureReport | None:
-    # Past the grace, or at once when another rank has already crashed after it died.
-    crashed_at = min(
-        (r.ended_at for r in obs.ranks if r.exit_code not in (None, 0) and r.ended_at), default=None
-    )
-    gone = [
+    gone = sorted(
         (since, rank)
         for rank, since in obs.dead_since.items()
-        if obs.ranks[rank].exit_code is None
-        and (
-            obs.now - since >= VANISHED_GRACE_S or (crashed_at is not None and since <= crashed_at)
-        )
-    ]
+        if obs.now - since >= VANISHED_GRACE_S and obs.ranks[rank].exit_code is None
+    )
     if not gone:
         return None
-    since, rank = min(gone)
+    since, rank = gone[0]
     return FailureReport(
         kind="vanished",
         failure_class="unknown",
         rank=rank,
+        node=obs.ranks[rank].node,
         evidence=[
             f"rank {rank} is gone and its wrapper recorded no exit status: "
             "its whole process group was killed from outside"
@@ -188,6 +221,50 @@ def _vanished(obs: Observation) -> FailureReport | None:
         fault_at=since,
         detected_at=obs.now,
         step_at_failure=_max_step(obs.ranks),
+        collateral_ranks=sorted(r for _, r in gone[1:]),
+    )
+
+
+def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> FailureReport | None:
+    """A node is dead when it is unreachable for node_timeout_s (at once if ranks are
+    already crashing: they lost their peers there), or when, in a multi-node job,
+    every one of its ranks vanished without an exit status."""
+    found: list[tuple[float, str, str]] = []
+    for name, node in obs.nodes.items():
+        if not node.reachable and node.unreachable_since is not None:
+            silent = obs.now - node.unreachable_since
+            if crashed or silent >= request.node_timeout_s:
+                found.append(
+                    (
+                        node.unreachable_since,
+                        name,
+                        f"node {name} unreachable for {silent:.1f} s: {node.error}",
+                    )
+                )
+        elif obs.multi_node:
+            mine = [r for r in obs.ranks if r.node == name]
+            dead = [obs.dead_since.get(r.rank) for r in mine]
+            if mine and all(d is not None and obs.now - d >= VANISHED_GRACE_S for d in dead):
+                since = min(d for d in dead if d is not None)
+                found.append(
+                    (since, name, f"every rank on node {name} vanished without exit status")
+                )
+    if not found:
+        return None
+    since, name, why = min(found)
+    node_ranks = [r.rank for r in obs.ranks if r.node == name]
+    return FailureReport(
+        kind="node_lost",
+        failure_class="node_lost",
+        rank=node_ranks[0] if node_ranks else 0,
+        node=name,
+        evidence=[why],
+        fault_at=since,
+        detected_at=obs.now,
+        step_at_failure=_max_step(obs.ranks),
+        collateral_ranks=sorted(
+            r.rank for r in obs.ranks if r.node != name and r.exit_code not in (None, 0)
+        ),
     )
 
 
@@ -195,7 +272,8 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     health = request.health
     stalled: list[tuple[RankStatus, float]] = []
     for status in obs.ranks:
-        if not status.alive:
+        node = obs.nodes.get(status.node)
+        if not status.alive or (node is not None and not node.reachable):
             continue
         if status.last_progress_at is None:
             if obs.now - obs.launched_at > health.startup_timeout_s:
@@ -216,21 +294,42 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     )
     state = "stopped (state T)" if culprit.stopped_by_signal else "running"
     silent = obs.now - since
-    evidence = [
-        f"rank {culprit.rank} made no progress for {silent:.1f} s "
-        f"(last step {culprit.step}, process {state}); hang_timeout_s={health.hang_timeout_s}"
-    ]
-    evidence += log_tail(obs.logs.get(culprit.rank), lines=5)
     return FailureReport(
         kind="hang",
         failure_class="hang",
         rank=culprit.rank,
-        evidence=evidence,
+        node=culprit.node,
+        evidence=[
+            f"rank {culprit.rank} made no progress for {silent:.1f} s "
+            f"(last step {culprit.step}, process {state}); hang_timeout_s={health.hang_timeout_s}"
+        ],
         fault_at=since,
         detected_at=obs.now,
         step_at_failure=_max_step(obs.ranks),
         collateral_ranks=sorted(s.rank for s, _ in stalled if s.rank != culprit.rank),
     )
+
+
+def _failure(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
+    """Root cause first: a lost node, then ranks killed from outside, then crashes
+    (peers of a dead rank crash within milliseconds: they are collateral), then hangs."""
+    crash = _crash(request, obs)
+    lost = _node_lost(request, obs, crashed=crash is not None)
+    if lost is not None:
+        return lost
+    if crash is not None and _vanishing(obs):
+        return None  # wait a moment: either an exit status arrives or the rank vanished
+    return _vanished(obs) or crash or _hang(request, obs)
+
+
+def with_evidence(failure: FailureReport, log_text: str) -> FailureReport:
+    """Attach the decisive log lines (and, for a crash, the failure class)."""
+    if failure.kind == "crash":
+        diagnosis = diagnose_crash(log_text, failure.exit_code, failure.signal)
+        return failure.model_copy(
+            update={"failure_class": diagnosis.failure_class, "evidence": diagnosis.evidence}
+        )
+    return failure.model_copy(update={"evidence": [*failure.evidence, *last_lines(log_text, 5)]})
 
 
 def _first_step_at(request: SuperviseRequest, obs: Observation) -> float | None:
@@ -257,7 +356,7 @@ def evaluate(
         "ranks": obs.ranks,
         "seconds_per_step": seconds_per_step,
     }
-    failure = _earliest(_crash(request, obs), _vanished(obs)) or _hang(request, obs)
+    failure = _failure(request, obs)
     if failure is not None:
         return SuperviseOutcome(kind="failed", failure=failure, **base)
     if all(r.exit_code == 0 for r in obs.ranks):
@@ -297,23 +396,30 @@ class StepRate:
 @activity.defn(name="supervise")
 async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
     """Watch one generation until it fails, finishes, or has progress worth reporting."""
-    observer = GenerationObserver(request)
-    rate = StepRate()
-    started_at = time.time()
-    while True:
-        obs = await asyncio.to_thread(observer.observe)
-        seconds_per_step = rate.update(obs.ranks)
-        outcome = evaluate(request, obs, started_at, seconds_per_step)
-        if outcome is not None:
-            return outcome
-        activity.heartbeat(
-            SupervisionProgress(
-                generation=request.generation,
-                step=_max_step(obs.ranks),
-                alive=sum(1 for r in obs.ranks if r.alive),
-                world_size=request.world_size,
-                seconds_per_step=seconds_per_step,
-                observed_at=obs.now,
+    nodes = request.nodes or [NodeSpec()]
+    with agents(nodes, request.ssh) as opened:
+        observer = GenerationObserver(request, opened)
+        rate = StepRate()
+        started_at = time.time()
+        while True:
+            obs = await asyncio.to_thread(observer.observe)
+            seconds_per_step = rate.update(obs.ranks)
+            outcome = evaluate(request, obs, started_at, seconds_per_step)
+            if outcome is not None:
+                if outcome.failure is not None:
+                    log_text = await asyncio.to_thread(observer.evidence_for, outcome.failure.rank)
+                    outcome = outcome.model_copy(
+                        update={"failure": with_evidence(outcome.failure, log_text)}
+                    )
+                return outcome
+            activity.heartbeat(
+                SupervisionProgress(
+                    generation=request.generation,
+                    step=_max_step(obs.ranks),
+                    alive=sum(1 for r in obs.ranks if r.alive),
+                    world_size=request.world_size,
+                    seconds_per_step=seconds_per_step,
+                    observed_at=obs.now,
+                )
             )
-        )
-        await asyncio.sleep(request.health.poll_interval_s)
+            await asyncio.sleep(request.health.poll_interval_s)

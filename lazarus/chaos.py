@@ -90,3 +90,18 @@ def live_rank_processes(job_run_root: Path) -> list[int]:
             if record and is_alive(int(record["pid"]), int(record["start_ticks"])):
                 alive.append(int(record["pid"]))
     return alive
+
+
+def kill_node(job_run_root: Path, node: str) -> list[int]:
+    """A local node "dies": every rank it hosts is killed with its wrapper, so no
+    exit status is written, exactly as when a machine vanishes."""
+    gen = newest_generation(job_run_root)
+    launch = read_json(gen.launch_file) if gen else None
+    if gen is None or launch is None:
+        raise LookupError(f"{job_run_root}: no launched generation")
+    killed: list[int] = []
+    for rank in launch["ranks"]:
+        if rank.get("node") == node:
+            os.killpg(int(rank["pgid"]), signal.SIGKILL)
+            killed.append(int(rank["rank"]))
+    return killed

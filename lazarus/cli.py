@@ -28,6 +28,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -64,11 +65,13 @@ from workflows.api import (
     SIGNAL_PAUSE,
     SIGNAL_RESUME,
     STEP_ATTRIBUTE,
+    UPDATE_DRAIN,
+    UPDATE_RETURN,
     WORKFLOW_TYPE,
     job_name_from,
     workflow_id_for,
 )
-from workflows.state import ForceRecover, Incident, JobInput, JobStatus, Phase
+from workflows.state import ForceRecover, Incident, JobInput, JobStatus, NodeRequest, Phase
 
 SUPERVISE_ACTIVITY = "supervise"
 QUERY_TIMEOUT = timedelta(seconds=5)
@@ -445,10 +448,54 @@ def recover(
     ctx: typer.Context,
     job: str,
     reason: Annotated[str, typer.Option(help="Recorded in the incident.")] = "forced by operator",
+    exclude_node: Annotated[
+        str | None,
+        typer.Option(help="Quarantine this node and relaunch on a spare instead."),
+    ] = None,
 ) -> None:
     """Restart the job's ranks from the last checkpoint now, as if a rank had failed."""
-    _signal_open_job(ctx, job, SIGNAL_FORCE_RECOVER, ForceRecover(reason=reason), "recover")
-    _out().print(f"asked job '{job}' to recover: {reason}", markup=False)
+    request = ForceRecover(reason=reason, exclude_node=exclude_node)
+    _signal_open_job(ctx, job, SIGNAL_FORCE_RECOVER, request, "recover")
+    without = f" without node {exclude_node}" if exclude_node else ""
+    _out().print(f"asked job '{job}' to recover{without}: {reason}", markup=False)
+
+
+def _update_open_job(ctx: typer.Context, job: str, update: str, request: NodeRequest) -> str:
+    """Updates, unlike signals, answer: an unknown node is refused with the reason."""
+
+    async def action(client: Client) -> str:
+        handle, description = await _describe(client, job)
+        if not _is_open(description):
+            raise Refusal(f"job '{job}' is already closed ({_status_name(description)})")
+        try:
+            reply = await handle.execute_update(update, request, result_type=str)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            while cause.__cause__ is not None:
+                cause = cause.__cause__
+            raise Refusal(f"job '{job}': {cause}") from None
+        return str(reply)
+
+    return _with_client(ctx, action)
+
+
+@app.command()
+def drain(
+    ctx: typer.Context,
+    job: str,
+    node: str,
+    reason: Annotated[str, typer.Option(help="Recorded with the quarantine.")] = "",
+) -> None:
+    """Move the job off NODE: quarantine it and relaunch its ranks on a spare."""
+    reply = _update_open_job(ctx, job, UPDATE_DRAIN, NodeRequest(node=node, reason=reason))
+    _out().print(reply, markup=False)
+
+
+@app.command("return")
+def return_node(ctx: typer.Context, job: str, node: str) -> None:
+    """Take NODE out of quarantine into the spares (after stopping anything stale on it)."""
+    reply = _update_open_job(ctx, job, UPDATE_RETURN, NodeRequest(node=node))
+    _out().print(reply, markup=False)
 
 
 @app.command()

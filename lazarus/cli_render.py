@@ -21,7 +21,7 @@ from activities.contracts import RankStatus, SupervisionProgress
 from lazarus import environment as env_names
 from lazarus.spec import JobSpec
 from workflows.api import job_name_from
-from workflows.state import Incident, JobStatus, Phase
+from workflows.state import Incident, JobStatus, NodePool, Phase
 
 PHASE_STYLES: dict[str, str] = {
     Phase.PENDING: "cyan",
@@ -251,6 +251,10 @@ def render_status(view: StatusView, now: float | None = None) -> RenderableType:
         parts.append(_operator_panel(status))
     if status is not None and status.ranks:
         parts.append(ranks_table(status.ranks, now if now is not None else time.time()))
+    if status is not None and (
+        status.nodes.spares or status.nodes.quarantined or len(status.nodes.active) > 1
+    ):
+        parts.append(nodes_table(status.nodes))
     if status is not None and status.incidents:
         parts.append(incidents_table(status.incidents))
     if view.note:
@@ -336,6 +340,26 @@ def _rank_state(rank: RankStatus) -> Text:
     return Text("gone", style="red")
 
 
+def nodes_table(pool: NodePool) -> Table:
+    """Where the job runs, what is held back, and what was taken out of service and why."""
+    table = Table(title="nodes", title_justify="left")
+    table.add_column("node")
+    table.add_column("state")
+    table.add_column("detail")
+    for index, node in enumerate(pool.active):
+        table.add_row(node, Text("active", style="green"), "master" if index == 0 else "")
+    for node in pool.spares:
+        table.add_row(node, Text("spare", style="cyan"), "")
+    for quarantined in pool.quarantined:
+        fenced = "fenced" if quarantined.fenced else "not yet fenced"
+        table.add_row(
+            quarantined.node,
+            Text("quarantined", style="red"),
+            f"{quarantined.reason} ({fenced}, {format_duration(time.time() - quarantined.at)} ago)",
+        )
+    return table
+
+
 def incidents_table(incidents: list[Incident]) -> RenderableType:
     return _IncidentsTable(incidents)
 
@@ -364,7 +388,7 @@ def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
     table = Table(title="incidents", title_justify="left")
     columns = [
         ("id", "right"), ("class", "left"), ("kind", "left"), ("rank", "right"),
-        ("detection\ns", "right"), ("recovery\ns", "right"), ("steps\nlost", "right"),
+        ("node", "left"), ("detection\ns", "right"), ("recovery\ns", "right"), ("steps\nlost", "right"),
     ]  # fmt: skip
     if with_reason:
         columns += [("action", "left"), ("reason", "left")]
@@ -383,6 +407,7 @@ def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
             incident.failure_class,
             incident.kind,
             _opt(incident.rank),
+            _opt(incident.node),
             f"{incident.detection_s:.2f}",
             _DASH if incident.recovery_s is None else f"{incident.recovery_s:.2f}",
             _opt(incident.steps_lost),

@@ -40,11 +40,42 @@ class _Strict(BaseModel):
 
 
 class NodeSpec(_Strict):
-    """One machine that hosts ranks. Only the local launcher exists so far."""
+    """One machine that hosts ranks (or waits as a spare).
+
+    ``local`` nodes run on the controller's machine; several local nodes are
+    logical nodes of one machine (useful for tests and single-box jobs). ``ssh``
+    nodes are reached with paramiko; only a *path* to the identity file is ever
+    stored, and host keys are checked against ``ssh.known_hosts``.
+    """
 
     name: str = Field(default="local", pattern=r"^[A-Za-z0-9._-]+$")
-    launcher: Literal["local"] = "local"
+    launcher: Literal["local", "ssh"] = "local"
     host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    user: str | None = None
+    identity_file: str | None = None
+    """Path to a private key file; without it, the ssh agent is used."""
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class SSHSpec(_Strict):
+    known_hosts: str = "~/.ssh/known_hosts"
+    accept_new_host_keys: bool = False
+    """Trust-on-first-use: add unknown host keys to ``known_hosts``. Off by default;
+    a changed key is refused even when this is on."""
+    connect_timeout_s: Annotated[float, Field(gt=0, le=120)] = 5.0
+    use_agent: bool = True
+
+
+class PreflightSpec(_Strict):
+    """Checked on every node, in parallel, before each launch; a failing node is
+    replaced from the spares and never launched on."""
+
+    min_free_disk_gb: Annotated[float, Field(ge=0)] = 0.0
+    health_command: list[str] | None = None
+    """Optional check that must exit 0, e.g. ``[nvidia-smi, -q]``; its nvidia-smi
+    output, when present, is parsed for GPU count, ECC and Xid errors."""
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
 
 
 class HealthSpec(_Strict):
@@ -110,6 +141,15 @@ class JobSpec(_Strict):
     workdir: str = "."
     env: dict[str, str] = Field(default_factory=dict)
     nodes: list[NodeSpec] = Field(default_factory=lambda: [NodeSpec()], min_length=1)
+    spares: list[NodeSpec] = Field(default_factory=list)
+    """Healthy nodes held back to replace a dead, failing or straggling one."""
+    min_nodes: Annotated[int, Field(ge=1)] | None = None
+    """Allow elastic shrinking down to this many nodes when no spare is left;
+    None means the world size is fixed and running out of spares needs an operator."""
+    node_timeout_s: Annotated[float, Field(ge=1, le=3600)] = 15.0
+    """A node unreachable this long is dead (its ranks may still run: it is fenced)."""
+    ssh: SSHSpec = Field(default_factory=SSHSpec)
+    preflight: PreflightSpec = Field(default_factory=PreflightSpec)
     nproc_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
     checkpoint_dir: str
     run_dir: str = ".lazarus/runs"
@@ -134,12 +174,20 @@ class JobSpec(_Strict):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
         return value
 
-    @field_validator("nodes")
-    @classmethod
-    def _single_local_node(cls, value: list[NodeSpec]) -> list[NodeSpec]:
-        if len(value) != 1:
-            raise ValueError("only one local node is supported until the ssh launcher lands")
-        return value
+    @model_validator(mode="after")
+    def _nodes_consistent(self) -> JobSpec:
+        every = [*self.nodes, *self.spares]
+        names = [n.name for n in every]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"nodes/spares: node names must be unique; repeated: {duplicates}")
+        if len({n.launcher for n in every}) > 1:
+            raise ValueError("nodes/spares: all nodes must use the same launcher (local or ssh)")
+        if self.min_nodes is not None and self.min_nodes > len(self.nodes):
+            raise ValueError(
+                f"min_nodes: {self.min_nodes} is more than the {len(self.nodes)} nodes listed"
+            )
+        return self
 
     @property
     def world_size(self) -> int:
@@ -157,8 +205,21 @@ class JobSpec(_Strict):
                 "workdir": str(workdir),
                 "checkpoint_dir": str((workdir / self.checkpoint_dir).resolve()),
                 "run_dir": str((workdir / self.run_dir).resolve()),
+                "ssh": self.ssh.model_copy(
+                    update={"known_hosts": str(Path(self.ssh.known_hosts).expanduser())}
+                ),
+                "nodes": [_resolve_node(n, base) for n in self.nodes],
+                "spares": [_resolve_node(n, base) for n in self.spares],
             }
         )
+
+
+def _resolve_node(node: NodeSpec, base: Path) -> NodeSpec:
+    if node.identity_file is None:
+        return node
+    return node.model_copy(
+        update={"identity_file": str((base / Path(node.identity_file).expanduser()).resolve())}
+    )
 
 
 class SpecError(Exception):

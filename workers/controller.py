@@ -25,6 +25,7 @@ from temporalio.worker import Worker
 
 from activities.checkpoints import find_checkpoint
 from activities.launcher import launch
+from activities.preflight import preflight
 from activities.stop import stop
 from activities.supervise import supervise
 from lazarus.settings import ConnectionSettings, connect
@@ -33,7 +34,7 @@ from workflows.job import JobWorkflow
 
 log = logging.getLogger("lazarus.worker")
 
-ACTIVITIES: Sequence[Any] = (launch, supervise, stop, find_checkpoint)
+ACTIVITIES: Sequence[Any] = (launch, supervise, stop, find_checkpoint, preflight)
 WORKFLOWS: Sequence[type] = (JobWorkflow,)
 
 

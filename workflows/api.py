@@ -16,6 +16,8 @@ SIGNAL_PAUSE = "pause"
 SIGNAL_RESUME = "resume"
 SIGNAL_FORCE_RECOVER = "force_recover"
 QUERY_STATUS = "status"
+UPDATE_DRAIN = "drain"
+UPDATE_RETURN = "return_node"
 
 PHASE_ATTRIBUTE = SearchAttributeKey.for_keyword("LazarusPhase")
 STEP_ATTRIBUTE = SearchAttributeKey.for_int("LazarusStep")

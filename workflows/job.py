@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoints import find_checkpoint
@@ -29,15 +29,17 @@ with workflow.unsafe.imports_passed_through():
         FailureReport,
         FindCheckpointRequest,
         LaunchRequest,
+        PreflightActivityRequest,
         StopRequest,
         StopResult,
         SuperviseOutcome,
         SuperviseRequest,
     )
     from activities.launcher import launch
+    from activities.preflight import preflight
     from activities.stop import stop
     from activities.supervise import supervise
-    from lazarus.spec import JobSpec
+    from lazarus.spec import JobSpec, NodeSpec
     from workflows.accounting import effective_training_time_ratio
     from workflows.api import (
         PHASE_ATTRIBUTE,
@@ -46,6 +48,8 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_PAUSE,
         SIGNAL_RESUME,
         STEP_ATTRIBUTE,
+        UPDATE_DRAIN,
+        UPDATE_RETURN,
         WORKFLOW_TYPE,
     )
     from workflows.playbook import (
@@ -54,7 +58,15 @@ with workflow.unsafe.imports_passed_through():
         FailureContext,
         decide,
     )
-    from workflows.state import ForceRecover, Incident, JobInput, JobState, JobStatus, Phase
+    from workflows.state import (
+        ForceRecover,
+        Incident,
+        JobInput,
+        JobState,
+        JobStatus,
+        NodeRequest,
+        Phase,
+    )
 
 QUICK_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5)
@@ -91,6 +103,47 @@ class JobWorkflow:
     def force_recover(self, request: ForceRecover) -> None:
         self._force = request
 
+    @workflow.update(name=UPDATE_DRAIN)
+    def drain(self, request: NodeRequest) -> str:
+        reason = request.reason or "drained by operator"
+        self._force = ForceRecover(
+            reason=f"drain {request.node}: {reason}", exclude_node=request.node
+        )
+        return f"draining {request.node}: its ranks move to a spare at the next turn"
+
+    @drain.validator
+    def _validate_drain(self, request: NodeRequest) -> None:
+        if request.node not in self._state.pool.active:
+            raise ValueError(
+                f"node {request.node!r} is not running this job; active nodes: "
+                f"{', '.join(self._state.pool.active) or 'none'}"
+            )
+
+    @workflow.update(name=UPDATE_RETURN)
+    async def return_node(self, request: NodeRequest) -> str:
+        """Take a node out of quarantine into the spares, but only once whatever stale
+        generation it may still run has been stopped (fencing)."""
+        stopped = await self._stop_all(f"fence {request.node} before returning it", [request.node])
+        if request.node in stopped.unreachable:
+            raise ApplicationError(
+                f"node {request.node!r} is still unreachable; it stays quarantined",
+                non_retryable=True,
+            )
+        pool = self._state.pool
+        pool.quarantined = [q for q in pool.quarantined if q.node != request.node]
+        if request.node not in pool.spares:
+            pool.spares.append(request.node)
+        return f"{request.node} is a spare again"
+
+    @return_node.validator
+    def _validate_return(self, request: NodeRequest) -> None:
+        quarantined = [q.node for q in self._state.pool.quarantined]
+        if request.node not in quarantined:
+            raise ValueError(
+                f"node {request.node!r} is not quarantined; quarantined nodes: "
+                f"{', '.join(quarantined) or 'none'}"
+            )
+
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> JobStatus:
         spec = self.spec
@@ -103,7 +156,7 @@ class JobWorkflow:
             phase=state.phase,
             generation=state.generation,
             step=state.step,
-            world_size=spec.world_size,
+            world_size=self._world_size(),
             ranks=state.ranks,
             restarts=state.restarts,
             max_restarts=spec.recovery.max_restarts,
@@ -116,6 +169,7 @@ class JobWorkflow:
             ),
             resume_step=state.resume.step if state.resume else None,
             runs=state.runs,
+            nodes=state.pool,
         )
 
     # ---------------------------------------------------------------- main loop
@@ -128,6 +182,8 @@ class JobWorkflow:
             self._state = job.state
         else:
             self._state.started_at = self._now()
+            self._state.pool.active = [n.name for n in job.spec.nodes]
+            self._state.pool.spares = [n.name for n in job.spec.spares]
         self._publish_phase()
         try:
             while not self._state.phase.is_terminal:
@@ -173,16 +229,21 @@ class JobWorkflow:
         )
         state.resume = resume
         self._account_resume(resume)
+        if not await self._preflight_active_nodes():
+            return
         state.generation += 1
         origin = f"step {resume.step}" if resume else "scratch"
         try:
             result = await workflow.execute_activity(
                 launch,
-                LaunchRequest(spec=spec, generation=state.generation, resume=resume),
+                LaunchRequest(
+                    spec=spec, generation=state.generation, resume=resume, nodes=self._active()
+                ),
                 start_to_close_timeout=timedelta(seconds=120),
                 retry_policy=LAUNCH_RETRY,
                 summary=(
-                    f"launch generation {state.generation}: {spec.world_size} ranks from {origin}"
+                    f"launch generation {state.generation}: {self._world_size()} ranks on "
+                    f"{', '.join(state.pool.active)} from {origin}"
                 ),
             )
         except ActivityError as err:
@@ -206,11 +267,15 @@ class JobWorkflow:
             job_id=spec.job_id,
             generation=state.generation,
             run_dir=f"{self._run_root()}/gen-{state.generation:05d}",
-            world_size=spec.world_size,
+            world_size=self._world_size(),
             health=spec.health,
             resume_step=state.resume.step if state.resume else None,
             report_first_step=state.open_incident is not None,
             report_after_s=spec.health.report_interval_s,
+            nodes=self._active(),
+            nproc_per_node=spec.nproc_per_node,
+            node_timeout_s=spec.node_timeout_s,
+            ssh=spec.ssh,
         )
         handle = workflow.start_activity(
             supervise,
@@ -259,6 +324,7 @@ class JobWorkflow:
             kind=failure.kind,
             failure_class=failure.failure_class,
             rank=failure.rank,
+            node=failure.node,
             fault_at=failure.fault_at,
             detected_at=failure.detected_at,
             step_at_failure=failure.step_at_failure,
@@ -274,6 +340,10 @@ class JobWorkflow:
                 now=self._now(),
                 restart_times=state.restart_times,
                 consecutive_failures=state.consecutive_failures,
+                node=failure.node,
+                spares_left=len(state.pool.spares),
+                active_nodes=len(state.pool.active),
+                min_nodes=spec.min_nodes,
             ),
             spec.recovery,
         )
@@ -285,8 +355,17 @@ class JobWorkflow:
         if stopped.last_step is not None:
             incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
         if decision.action == Action.NEEDS_OPERATOR:
+            if failure.kind == "node_lost" and failure.node in state.pool.active:
+                # Never relaunch on a dead node, even when a person resumes without looking.
+                state.pool.quarantine(
+                    failure.node, f"incident {incident.id}: node_lost", self._now()
+                )
             state.operator_reason = decision.reason
             self._set_phase(Phase.NEEDS_OPERATOR)
+            return
+        swaps_node = decision.action in (Action.REPLACE_NODE, Action.SHRINK)
+        why = f"incident {incident.id}: {failure.failure_class}"
+        if swaps_node and failure.node is not None and not self._swap_out(failure.node, why):
             return
         state.restarts += 1
         state.restart_times.append(self._now())
@@ -317,6 +396,11 @@ class JobWorkflow:
         stopped = await self._stop_all(f"forced recovery: {request.reason}")
         if stopped.last_step is not None:
             incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
+        if request.exclude_node is not None:
+            incident.node = request.exclude_node
+            incident.action = Action.REPLACE_NODE.value
+            if not self._swap_out(request.exclude_node, f"excluded by operator: {request.reason}"):
+                return
         self._set_phase(Phase.LAUNCHING)
 
     async def _pause(self) -> None:
@@ -328,9 +412,27 @@ class JobWorkflow:
 
     async def _wait_for_operator(self) -> None:
         await workflow.wait_condition(lambda: self._resume_requested or self._force is not None)
-        reason = self._force.reason if self._force else "resumed by operator"
+        force = self._force
+        reason = force.reason if force else "resumed by operator"
         self._resume_requested = False
         self._force = None
+        pool = self._state.pool
+        if force is not None and force.exclude_node in pool.active:
+            slot = pool.active.index(force.exclude_node)
+            pool.quarantine(force.exclude_node, f"excluded by operator: {reason}", self._now())
+            if pool.spares:
+                pool.active.insert(slot, pool.spares.pop(0))
+        # Nodes the operator returned while we waited fill the slots that were lost.
+        while len(pool.active) < len(self.spec.nodes) and pool.spares:
+            pool.active.append(pool.spares.pop(0))
+        needed = self.spec.min_nodes or len(self.spec.nodes)
+        if len(pool.active) < needed:
+            self._state.operator_reason = (
+                f"cannot resume: {len(pool.active)} usable nodes, the job needs {needed}; "
+                "'lazarus return' a quarantined node or add spares"
+            )
+            self._set_phase(Phase.NEEDS_OPERATOR)
+            return
         if self._state.phase == Phase.NEEDS_OPERATOR:
             # A person looked at it: the budget starts afresh.
             self._state.restart_times = []
@@ -360,20 +462,90 @@ class JobWorkflow:
         self._state.finished_at = self._now()
         self._set_phase(Phase.FAILED)
 
-    async def _stop_all(self, reason: str) -> StopResult:
+    async def _stop_all(self, reason: str, only: list[str] | None = None) -> StopResult:
+        """Stop ranks on the active nodes and on quarantined nodes not yet fenced."""
+        pool = self._state.pool
+        names = only if only is not None else [*pool.active, *pool.unfenced()]
         grace = self.spec.recovery.stop_grace_s
         result = await workflow.execute_activity(
             stop,
             StopRequest(
-                job_id=self.spec.job_id, run_root=self._run_root(), grace_s=grace, reason=reason
+                job_id=self.spec.job_id,
+                run_root=self._run_root(),
+                grace_s=grace,
+                reason=reason,
+                nodes=[self._node(n) for n in dict.fromkeys(names)],
+                ssh=self.spec.ssh,
             ),
             start_to_close_timeout=timedelta(seconds=grace + 60),
             heartbeat_timeout=timedelta(seconds=30),
             retry_policy=QUICK_RETRY,
             summary=f"stop ranks: {reason}",
         )
-        self._state.generation_live = False
+        if only is None:
+            self._state.generation_live = False
+        for quarantined in pool.quarantined:
+            if quarantined.node in names and quarantined.node not in result.unreachable:
+                quarantined.fenced = True
         return result
+
+    # ------------------------------------------------------------------- nodes
+
+    def _node(self, name: str) -> NodeSpec:
+        for node in (*self.spec.nodes, *self.spec.spares):
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def _active(self) -> list[NodeSpec]:
+        return [self._node(name) for name in self._state.pool.active]
+
+    def _world_size(self) -> int:
+        return len(self._state.pool.active) * self.spec.nproc_per_node
+
+    def _swap_out(self, node: str, reason: str) -> bool:
+        """Quarantine a node and put a spare in its place (same rank slot), or shrink
+        when allowed. False when neither is possible: the job then needs an operator."""
+        pool = self._state.pool
+        slot = pool.active.index(node) if node in pool.active else len(pool.active)
+        pool.quarantine(node, reason, self._now())
+        if pool.spares:
+            pool.active.insert(slot, pool.spares.pop(0))
+            return True
+        min_nodes = self.spec.min_nodes
+        if min_nodes is not None and len(pool.active) >= min_nodes and pool.active:
+            return True
+        self._state.operator_reason = (
+            f"{node} quarantined ({reason}) and no spare left; set min_nodes to allow "
+            "shrinking, or 'lazarus return' a node"
+        )
+        self._set_phase(Phase.NEEDS_OPERATOR)
+        return False
+
+    async def _preflight_active_nodes(self) -> bool:
+        """Check every active node before launching; replace the ones that fail."""
+        spec = self.spec
+        program = spec.command[0]
+        while True:
+            report = await workflow.execute_activity(
+                preflight,
+                PreflightActivityRequest(
+                    nodes=self._active(),
+                    ssh=spec.ssh,
+                    checks=spec.preflight,
+                    interpreter=program,
+                    workdir=spec.workdir,
+                    disk_path=spec.checkpoint_dir,
+                ),
+                start_to_close_timeout=timedelta(seconds=spec.preflight.timeout_s + 60),
+                retry_policy=QUICK_RETRY,
+                summary=f"preflight {', '.join(self._state.pool.active)}",
+            )
+            if not report.failed:
+                return True
+            for failed in report.failed:
+                if not self._swap_out(failed.node, "preflight: " + "; ".join(failed.problems)):
+                    return False
 
     def _open_incident(self, **fields: object) -> Incident:
         state = self._state

@@ -23,6 +23,10 @@ class Action(StrEnum):
     """Stop the whole generation, relaunch generation+1 from the newest checkpoint."""
     NEEDS_OPERATOR = "needs_operator"
     """Stop the ranks and wait for a person: more restarts would not help."""
+    REPLACE_NODE = "replace_node"
+    """Quarantine the failed node, take a spare, relaunch with the same world size."""
+    SHRINK = "shrink"
+    """No spare left, but the spec allows fewer nodes: relaunch without the failed node."""
 
 
 class Decision(BaseModel):
@@ -40,6 +44,10 @@ class FailureContext(BaseModel):
     restart_times: list[float]
     consecutive_failures: int
     """Failures since the job last made progress, including this one."""
+    node: str | None = None
+    spares_left: int = 0
+    active_nodes: int = 1
+    min_nodes: int | None = None
 
 
 Strategy = Callable[[FailureContext, RecoverySpec], Decision]
@@ -77,9 +85,37 @@ def escalate(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     return Decision(action=Action.NEEDS_OPERATOR, reason=f"{ctx.failure_class}: needs a person")
 
 
+@strategy("replace_node")
+def replace_node(ctx: FailureContext, policy: RecoverySpec) -> Decision:
+    """A node that died (or whose hardware failed) is never trusted again by itself:
+    swap in a spare; without one, shrink if the spec allows, else ask a person."""
+    node = ctx.node or "unknown node"
+    if ctx.spares_left > 0:
+        return Decision(
+            action=Action.REPLACE_NODE,
+            reason=f"{ctx.failure_class} on {node}: quarantine it and relaunch on a spare",
+            backoff_s=0.0,
+        )
+    if ctx.min_nodes is not None and ctx.active_nodes - 1 >= ctx.min_nodes:
+        return Decision(
+            action=Action.SHRINK,
+            reason=(
+                f"{ctx.failure_class} on {node}, no spare left: continue on "
+                f"{ctx.active_nodes - 1} nodes (min_nodes={ctx.min_nodes})"
+            ),
+        )
+    return Decision(
+        action=Action.NEEDS_OPERATOR,
+        reason=(
+            f"{ctx.failure_class} on {node} and no spare left "
+            "(set min_nodes to allow shrinking, or 'lazarus return' a node)"
+        ),
+    )
+
+
 DEFAULT_STRATEGY = "restart_in_place"
-CLASS_STRATEGIES: dict[str, str] = {}
-"""Per-class overrides of the default strategy; empty until classes need different handling."""
+CLASS_STRATEGIES: dict[str, str] = {"node_lost": "replace_node"}
+"""Per-class overrides of the default strategy."""
 
 
 def restarts_in_window(restart_times: Sequence[float], now: float, window_s: float) -> int:
@@ -101,4 +137,4 @@ def decide(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     return STRATEGIES[name](ctx, policy)
 
 
-SUGGESTED_OPERATOR_ACTIONS = ("resume", "recover --reason TEXT", "cancel")
+SUGGESTED_OPERATOR_ACTIONS = ("resume", "recover --exclude-node NODE", "cancel")

@@ -52,6 +52,7 @@ class Incident(BaseModel):
     """crash, hang, vanished, or operator (a forced recovery)."""
     failure_class: str = Field(alias="class")
     rank: int | None = None
+    node: str | None = None
     exit_code: int | None = None
     signal: str | None = None
     evidence: list[str] = Field(default_factory=list)
@@ -66,6 +67,34 @@ class Incident(BaseModel):
     """Fault to the first step of the new generation; None until that step happens."""
     action: str = ""
     reason: str = ""
+
+
+class QuarantinedNode(BaseModel):
+    """A node taken out of service, durably, with why and when."""
+
+    node: str
+    reason: str
+    at: float
+    fenced: bool = False
+    """Its stale ranks were confirmed stopped; until then it is never launched on."""
+
+
+class NodePool(BaseModel):
+    active: list[str] = Field(default_factory=list)
+    """Nodes of the current generation, in rank order (the first hosts MASTER_ADDR)."""
+    spares: list[str] = Field(default_factory=list)
+    quarantined: list[QuarantinedNode] = Field(default_factory=list)
+
+    def quarantine(self, node: str, reason: str, at: float) -> None:
+        if node in self.active:
+            self.active.remove(node)
+        if node in self.spares:
+            self.spares.remove(node)
+        self.quarantined = [q for q in self.quarantined if q.node != node]
+        self.quarantined.append(QuarantinedNode(node=node, reason=reason, at=at))
+
+    def unfenced(self) -> list[str]:
+        return [q.node for q in self.quarantined if not q.fenced]
 
 
 class JobState(BaseModel):
@@ -92,6 +121,7 @@ class JobState(BaseModel):
     operator_reason: str | None = None
     runs: int = 1
     """How many workflow runs (continue-as-new hops) this job has used."""
+    pool: NodePool = Field(default_factory=NodePool)
 
 
 class JobInput(BaseModel):
@@ -103,6 +133,15 @@ class JobInput(BaseModel):
 
 class ForceRecover(BaseModel):
     reason: str = "forced by operator"
+    exclude_node: str | None = None
+    """Quarantine this node and relaunch without it (a spare takes its place)."""
+
+
+class NodeRequest(BaseModel):
+    """``drain`` and ``return`` name one node of the job."""
+
+    node: str
+    reason: str = ""
 
 
 class JobStatus(BaseModel):
@@ -126,3 +165,4 @@ class JobStatus(BaseModel):
     suggested_actions: list[str] = Field(default_factory=list)
     resume_step: int | None = None
     runs: int = 1
+    nodes: NodePool = Field(default_factory=NodePool)

@@ -118,7 +118,7 @@ def test_a_rank_that_vanished_before_a_peer_crashed_is_the_root_cause() -> None:
     o = obs(
         rank(0, alive=False, step=9),
         rank(1, alive=False, exit_code=1, ended_at=999.8, step=9),
-        dead_since={0: 999.6},
+        dead_since={0: 998.0},
     )
     outcome = evaluate(request(), o, started_at=990.0)
     assert outcome is not None and outcome.failure is not None

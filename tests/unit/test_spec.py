@@ -57,7 +57,7 @@ def test_name_override_lets_one_file_run_twice(tmp_path: Path) -> None:
             "recovery: {backoff_initial_s: 5, backoff_max_s: 1}",
             "recovery: backoff_max_s must be >= backoff_initial_s",
         ),
-        ("nodes: [{name: a}, {name: b}]", "nodes: only one local node is supported"),
+        ("nodes: [{name: a}, {name: a}]", "(top level): nodes/spares: node names must be unique"),
     ],
 )
 def test_each_bad_field_is_named(tmp_path: Path, patch: str, expected: str) -> None:

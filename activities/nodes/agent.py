@@ -1,0 +1,147 @@
+"""The node-agent interface and the records that cross it.
+
+Every method is blocking (activities call them from a thread pool) and
+idempotent, and each of ``poll``, ``start_ranks`` and ``stop`` costs one round
+trip to the node, so supervising N nodes costs N concurrent round trips per poll.
+
+Paths are the node's own: the run directory of a generation lives on the node
+that runs its ranks (for the local agent, this machine).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lazarus.spec import NodeSpec
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RankLaunch(_Record):
+    """Everything a node needs to start one rank; the env is complete (torchrun + LAZARUS_*)."""
+
+    rank: int
+    command: list[str]
+    env: dict[str, str]
+    workdir: str
+
+
+class StartedRank(_Record):
+    rank: int
+    pid: int
+    pgid: int
+    start_ticks: int
+    log_file: str
+    adopted: bool = False
+    """The rank was already running (a retried launch): nothing new was started."""
+
+
+class RankRecord(_Record):
+    """What one poll saw of one rank, raw: the supervisor interprets it."""
+
+    rank: int
+    pid: int | None = None
+    """None when the rank has no pid file (never started here)."""
+    alive: bool = False
+    stopped: bool = False
+    """In state T: SIGSTOPped or traced."""
+    exit: dict[str, Any] | None = None
+    """The exit-status record: {"exit_code": int, "signal": str | None, "ended_at": float}."""
+    heartbeat: dict[str, Any] | None = None
+    """The rank helper's heartbeat record: {"step": int, "time": float, ...}."""
+
+
+class NodeStatus(_Record):
+    node: str
+    reachable: bool
+    error: str | None = None
+    """Why the node could not be polled (connection refused, host key mismatch, ...)."""
+    ranks: list[RankRecord] = Field(default_factory=list)
+    observed_at: float
+    round_trip_s: float = 0.0
+
+
+class NodeStopResult(_Record):
+    node: str
+    reachable: bool
+    error: str | None = None
+    signalled_groups: int = 0
+    killed_groups: int = 0
+    last_step: int | None = None
+    generations: list[int] = Field(default_factory=list)
+
+
+class PreflightRequest(_Record):
+    interpreter: str
+    """The training command's program (e.g. ``python``): it must exist on the node."""
+    workdir: str
+    disk_path: str
+    """Where checkpoints go; its free space is measured."""
+    min_free_disk_gb: float = 0.0
+    health_command: list[str] | None = None
+    timeout_s: float = 30.0
+
+
+class GpuHealth(_Record):
+    count: int
+    ecc_errors: int = 0
+    xid_errors: int = 0
+    details: list[str] = Field(default_factory=list)
+
+
+class PreflightResult(_Record):
+    node: str
+    ok: bool
+    problems: list[str] = Field(default_factory=list)
+    """One line each, naming the check and what to do."""
+    free_disk_gb: float | None = None
+    gpus: GpuHealth | None = None
+    round_trip_s: float = 0.0
+
+
+class NodeUnreachable(Exception):
+    """The node cannot be reached now (a network problem: maybe transient)."""
+
+
+class NodeRefused(Exception):
+    """The node must not be used as configured (unknown or changed host key, bad
+    identity file, authentication refused): retrying will not help."""
+
+
+class NodeAgent(ABC):
+    def __init__(self, node: NodeSpec) -> None:
+        self.node = node
+
+    @abstractmethod
+    def start_ranks(self, gen_dir: str, ranks: list[RankLaunch]) -> list[StartedRank]:
+        """Start each rank detached (setsid; never a child of the controller) unless its
+        pid file already exists, in which case adopt it. Creates ``gen_dir``."""
+
+    @abstractmethod
+    def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
+        """One round trip: liveness, exit records and heartbeats of these ranks.
+        Never raises for network trouble: returns ``reachable=False`` with the error."""
+
+    @abstractmethod
+    def stop(self, run_root: str, keep_generation: int | None, grace_s: float) -> NodeStopResult:
+        """SIGTERM+SIGCONT every live rank group of every generation under ``run_root``
+        except ``keep_generation``, wait ``grace_s``, SIGKILL the rest, mark each
+        generation stopped. Never raises for network trouble (``reachable=False``)."""
+
+    @abstractmethod
+    def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str: ...
+
+    @abstractmethod
+    def preflight(self, request: PreflightRequest) -> PreflightResult: ...
+
+    @abstractmethod
+    def write_file(self, path: str, content: str) -> None:
+        """Write atomically on the node (control files)."""
+
+    def close(self) -> None:  # noqa: B027 - optional for agents without connections
+        """Release connections; agents are reused within one activity."""

@@ -1,0 +1,41 @@
+"""Which agent reaches a node: chosen by the node's ``launcher``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import TypeVar
+
+from activities.nodes.agent import NodeAgent
+from activities.nodes.local_agent import LocalAgent
+from lazarus.spec import NodeSpec, SSHSpec
+
+T = TypeVar("T")
+
+
+def agent_for(node: NodeSpec, ssh: SSHSpec) -> NodeAgent:
+    if node.launcher == "ssh":
+        from activities.nodes.ssh_agent import SSHAgent
+
+        return SSHAgent(node, ssh)
+    return LocalAgent(node)
+
+
+@contextmanager
+def agents(nodes: Sequence[NodeSpec], ssh: SSHSpec) -> Iterator[list[NodeAgent]]:
+    """Agents for one activity: connections are reused inside it, closed after."""
+    opened = [agent_for(node, ssh) for node in nodes]
+    try:
+        yield opened
+    finally:
+        for agent in opened:
+            agent.close()
+
+
+def on_each(items: Sequence[NodeAgent], fn: Callable[[NodeAgent], T]) -> list[T]:
+    """Run a blocking per-node call on every node at once: N nodes cost one round trip."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+        return list(pool.map(fn, items))

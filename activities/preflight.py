@@ -1,0 +1,49 @@
+"""Preflight: every node is checked, in parallel, before each launch.
+
+A node that fails is replaced before launch and never launched on: finding a bad
+disk or a missing interpreter here costs seconds, finding it after rendezvous
+costs a whole failed generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+
+from activities.contracts import NodeHealth, PreflightActivityRequest, PreflightReport
+from activities.nodes.agent import NodeAgent, NodeRefused, NodeUnreachable, PreflightRequest
+from activities.nodes.factory import agents, on_each
+
+
+def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
+    checks = PreflightRequest(
+        interpreter=request.interpreter,
+        workdir=request.workdir,
+        disk_path=request.disk_path,
+        min_free_disk_gb=request.checks.min_free_disk_gb,
+        health_command=request.checks.health_command,
+        timeout_s=request.checks.timeout_s,
+    )
+
+    def check(agent: NodeAgent) -> NodeHealth:
+        name = agent.node.name
+        try:
+            result = agent.preflight(checks)
+        except (NodeUnreachable, NodeRefused) as exc:
+            return NodeHealth(node=name, ok=False, problems=[f"reachable: {exc}"])
+        return NodeHealth(
+            node=name,
+            ok=result.ok,
+            problems=result.problems,
+            free_disk_gb=result.free_disk_gb,
+            gpus=result.gpus.count if result.gpus else None,
+        )
+
+    with agents(request.nodes, request.ssh) as opened:
+        return PreflightReport(nodes=on_each(opened, check))
+
+
+@activity.defn(name="preflight")
+async def preflight(request: PreflightActivityRequest) -> PreflightReport:
+    return await asyncio.to_thread(check_nodes, request)

@@ -1,0 +1,1 @@
+"""Test infrastructure: disposable multi-host environments for tests, benchmarks and demos."""

@@ -1,0 +1,844 @@
+"""Real test hosts: one Linux network namespace per host, each running its own OpenSSH sshd.
+
+Why this exists: multi-node support talks to nodes over SSH, starts ranks there and must
+survive a node dying or dropping off the network. Mocking SSH would test our assumptions,
+not OpenSSH; VMs or containers are slow and need images. A network namespace is the
+cheapest thing that behaves like a separate machine *on the network*: its own interface,
+address, routes and listening sockets, reachable from the controller through a bridge,
+killable (SIGKILL everything in it) and partitionable (link down) independently.
+
+What it deliberately shares with the root namespace: the filesystem, users, hostname and
+PID space. Sharing the filesystem is the point — the repo and the venv are at the same
+paths on every "node", exactly as the product expects ("nodes need only the training
+environment"). It also means every host reports the same ``hostname``; use the address
+(``hostname -I``) to tell hosts apart.
+
+Topology for one run (``k`` is picked per run so concurrent runs do not clash)::
+
+    root ns:  lzb-<rid>  10.231.k.1/24   (bridge; the controller runs here)
+               |-- lzv-<rid>-1 <veth> eth0 10.231.k.11/24 in ns lzt-<rid>-h1  (sshd :22)
+               |-- lzv-<rid>-2 <veth> eth0 10.231.k.12/24 in ns lzt-<rid>-h2  (sshd :22)
+               ...
+
+Leftovers from crashed runs are found by name and removed by :func:`cleanup_stale`. To
+never remove a *concurrent* run's hosts, every run registers itself (pid + process start
+time) under ``/run/lazarus-testhosts`` before creating anything; only resources whose
+owner is dead are stale.
+
+Known pitfalls:
+
+* Hosts reach each other through the root-namespace bridge. If ``br_netfilter`` is loaded
+  with ``bridge-nf-call-iptables=1`` *and* iptables has a FORWARD DROP policy (Docker
+  does this), host-to-host traffic is dropped while root-to-host works.
+* With ``UsePAM no`` OpenSSH refuses any login (even with a key) to an account whose
+  shadow password starts with ``!`` (locked). :meth:`TestHosts.start` checks this.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import ipaddress
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, ClassVar, Self
+
+__all__ = [
+    "SSHD",
+    "TestHost",
+    "TestHosts",
+    "cleanup_stale",
+    "ensure_prerequisites",
+]
+
+log = logging.getLogger(__name__)
+
+SSHD = "/usr/sbin/sshd"
+NS_PREFIX = "lzt-"
+BRIDGE_PREFIX = "lzb-"
+VETH_PREFIX = "lzv-"
+SUBNET_PREFIX = "10.231"
+BRIDGE_HOST_OCTET = 1
+FIRST_HOST_OCTET = 11  # h1 -> .11, h2 -> .12, ...
+MAX_HOSTS = 99  # keeps veth names (lzv-<8>-<2>) within the kernel's 15-char IFNAMSIZ limit
+SSH_PORT = 22
+DEFAULT_INTERFACE = "eth0"
+REGISTRY_DIR = Path("/run/lazarus-testhosts")
+PRIVSEP_DIR = Path("/run/sshd")
+READY_TIMEOUT_S = 15.0
+KILL_TIMEOUT_S = 5.0
+
+_RUN_ID_RE = re.compile(r"^[a-z0-9]{1,8}$")
+_IFNAMSIZ = 15
+
+
+# --------------------------------------------------------------------------------------
+# small helpers
+
+
+def _ip_binary() -> str:
+    """Locate ``ip`` even when PATH lacks /usr/sbin (common for non-login root shells)."""
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/bin"])
+    found = shutil.which("ip", path=path)
+    if found is None:
+        raise RuntimeError("`ip` not found: install the Debian package iproute2")
+    return found
+
+
+def _ssh_keygen_binary() -> str:
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin"])
+    found = shutil.which("ssh-keygen", path=path)
+    if found is None:
+        raise RuntimeError("`ssh-keygen` not found: install the Debian package openssh-client")
+    return found
+
+
+def _run(argv: list[str], *, check: bool = True, timeout: float = 30.0) -> str:
+    """Run a short admin command; on failure raise with its stderr (the useful part)."""
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    if check and proc.returncode != 0:
+        raise RuntimeError(
+            f"command failed (rc={proc.returncode}): {' '.join(argv)}\n{proc.stderr.strip()}"
+        )
+    return proc.stdout
+
+
+def _ip(*args: str, check: bool = True) -> str:
+    return _run([_ip_binary(), *args], check=check)
+
+
+def _quietly(what: str, fn: Callable[..., object], *args: Any) -> None:
+    """Teardown step that must never raise: log and carry on with the next step."""
+    try:
+        fn(*args)
+    except Exception as exc:
+        log.warning("testhosts cleanup: %s failed: %s", what, exc)
+
+
+def _netns_exists(ns: str) -> bool:
+    return Path("/run/netns", ns).exists()
+
+
+def _link_exists(ifname: str) -> bool:
+    """True if ``ifname`` exists in the *root* namespace (where bridge and veths live)."""
+    return Path("/sys/class/net", ifname).exists()
+
+
+def _list_netns() -> list[str]:
+    out = _ip("netns", "list", check=False)
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _list_links() -> list[str]:
+    out = _ip("-j", "link", "show", check=False)
+    try:
+        links: list[dict[str, Any]] = json.loads(out or "[]")
+    except json.JSONDecodeError:
+        return []
+    return [str(link["ifname"]) for link in links if "ifname" in link]
+
+
+def _ns_pids(ns: str) -> list[int]:
+    """PIDs whose network namespace is ``ns``. Zombies are not listed (their ns is gone)."""
+    if not _netns_exists(ns):
+        return []
+    out = _ip("netns", "pids", ns, check=False)
+    return sorted(int(tok) for tok in out.split() if tok.isdigit())
+
+
+def _kill_netns_processes(ns: str, timeout: float = KILL_TIMEOUT_S) -> None:
+    """SIGKILL everything in ``ns``, repeatedly: processes may fork while we are killing.
+
+    Never touches our own process, even if (oddly) it were inside the namespace.
+    """
+    deadline = time.monotonic() + timeout
+    me = os.getpid()
+    while True:
+        pids = [pid for pid in _ns_pids(ns) if pid != me]
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            log.warning("testhosts: processes still alive in %s after SIGKILL: %s", ns, pids)
+            return
+        time.sleep(0.02)
+
+
+def _process_start_time(pid: int) -> int | None:
+    """Kernel start time of ``pid`` (field 22 of /proc/PID/stat), to survive PID reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def _registry_lock() -> Iterator[None]:
+    """Serialise subnet choice and stale-cleanup across concurrent runs on this machine."""
+    REGISTRY_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    # Lock the directory itself: no lock file to leave behind or to race on deleting.
+    fd = os.open(REGISTRY_DIR, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _record_path(run_id: str) -> Path:
+    return REGISTRY_DIR / f"{run_id}.json"
+
+
+def _read_record(run_id: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(_record_path(run_id).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _record_alive(record: dict[str, Any] | None) -> bool:
+    if record is None:
+        return False
+    pid, start = record.get("pid"), record.get("start_time")
+    if not isinstance(pid, int) or not isinstance(start, int):
+        return False
+    return _process_start_time(pid) == start
+
+
+def _run_id_of(name: str, prefix: str) -> str | None:
+    """Extract the run id from one of our resource names, or None if it is not ours."""
+    if name.startswith(prefix) and "-" in name[len(prefix) :]:  # lzt-<rid>-h1
+        rid = name[len(prefix) :].split("-", 1)[0]
+    elif name.startswith(BRIDGE_PREFIX):  # lzb-<rid>
+        rid = name[len(BRIDGE_PREFIX) :]
+    elif name.startswith(VETH_PREFIX) and "-" in name[len(VETH_PREFIX) :]:  # lzv-<rid>-1
+        rid = name[len(VETH_PREFIX) :].split("-", 1)[0]
+    else:
+        return None
+    return rid if _RUN_ID_RE.match(rid) else None
+
+
+def _used_networks() -> list[ipaddress.IPv4Network]:
+    """Every IPv4 network the root namespace already has an address or a route in."""
+    nets: list[ipaddress.IPv4Network] = []
+    for line in _ip("-4", "-o", "addr", "show", check=False).splitlines():
+        toks = line.split()
+        if "inet" in toks:
+            with contextlib.suppress(ValueError, IndexError):
+                iface = ipaddress.IPv4Interface(toks[toks.index("inet") + 1])
+                nets.append(iface.network)
+    for line in _ip("-4", "route", "show", "table", "all", check=False).splitlines():
+        toks = line.split()
+        if not toks:
+            continue
+        dst = toks[1] if toks[0] in {"local", "broadcast", "unicast", "multicast"} else toks[0]
+        if dst == "default":
+            continue
+        with contextlib.suppress(ValueError):
+            nets.append(ipaddress.IPv4Network(dst, strict=False))
+    return nets
+
+
+def _choose_third_octet(run_id: str) -> int:
+    """Pick a free 10.231.k.0/24. Call with the registry lock held.
+
+    The start point is derived from pid + run id so concurrent runs usually try different
+    subnets first; the checks below make it correct when they do not.
+    """
+    used = _used_networks()
+    claimed: set[int] = set()
+    for record_file in REGISTRY_DIR.glob("*.json"):
+        record = _read_record(record_file.stem)
+        if _record_alive(record) and record is not None:
+            octet = record.get("third_octet")
+            if isinstance(octet, int):
+                claimed.add(octet)
+    seed = os.getpid() + int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16)
+    for offset in range(254):
+        k = (seed + offset) % 254 + 1  # 1..254
+        candidate = ipaddress.IPv4Network(f"{SUBNET_PREFIX}.{k}.0/24")
+        if k in claimed or any(candidate.overlaps(net) for net in used):
+            continue
+        return k
+    raise RuntimeError(f"no free /24 left in {SUBNET_PREFIX}.0.0/16 for test hosts")
+
+
+def _login_locked(user: str) -> bool:
+    """True if ``user``'s shadow entry is locked ('!...'), which sshd rejects with UsePAM no."""
+    try:
+        for line in Path("/etc/shadow").read_text().splitlines():
+            fields = line.split(":")
+            if fields[0] == user and len(fields) > 1:
+                return fields[1].startswith("!")
+    except OSError:
+        pass
+    return False
+
+
+# --------------------------------------------------------------------------------------
+# public API
+
+
+def ensure_prerequisites() -> None:
+    """Fail early with an actionable message instead of a cryptic FileNotFoundError later."""
+    missing: list[str] = []
+    try:
+        _ip_binary()
+    except RuntimeError:
+        missing.append("`ip` (Debian package iproute2)")
+    if not os.access(SSHD, os.X_OK):
+        missing.append(f"`{SSHD}` (Debian package openssh-server)")
+    try:
+        _ssh_keygen_binary()
+    except RuntimeError:
+        missing.append("`ssh-keygen` (Debian package openssh-client)")
+    if missing:
+        raise RuntimeError(
+            "test hosts need "
+            + ", ".join(missing)
+            + ". Install with: sudo infra/install-test-prereqs.sh "
+            "(or: apt-get install -y iproute2 openssh-server)"
+        )
+
+
+def cleanup_stale(prefix: str = NS_PREFIX) -> None:
+    """Remove namespaces, bridges and veths left behind by runs whose process has died.
+
+    Matching is by name (``<prefix><rid>-hN``, ``lzb-<rid>``, ``lzv-<rid>-N``), but a
+    resource is only removed when the run that owns ``<rid>`` is no longer alive, so it
+    is safe to call while other test runs are active. Never raises.
+    """
+    try:
+        with _registry_lock():
+            dead: dict[str, bool] = {}
+
+            def is_dead(rid: str) -> bool:
+                if rid not in dead:
+                    dead[rid] = not _record_alive(_read_record(rid))
+                return dead[rid]
+
+            for ns in _list_netns():
+                rid = _run_id_of(ns, prefix)
+                if ns.startswith(prefix) and rid is not None and is_dead(rid):
+                    log.info("testhosts: removing stale namespace %s", ns)
+                    _quietly(f"kill {ns}", _kill_netns_processes, ns)
+                    _quietly(f"del netns {ns}", _ip, "netns", "del", ns)
+            links = _list_links()
+            # veths first: deleting one end removes the pair; bridges afterwards.
+            for link in sorted(links, key=lambda name: name.startswith(BRIDGE_PREFIX)):
+                if not link.startswith((BRIDGE_PREFIX, VETH_PREFIX)):
+                    continue
+                rid = _run_id_of(link, prefix)
+                if rid is not None and is_dead(rid) and _link_exists(link):
+                    log.info("testhosts: removing stale link %s", link)
+                    _quietly(f"del link {link}", _ip, "link", "del", link)
+            for record_file in REGISTRY_DIR.glob("*.json"):
+                rid = record_file.stem
+                record = _read_record(rid)
+                if _record_alive(record):
+                    continue
+                tmpdir = record.get("tmpdir") if record else None
+                if isinstance(tmpdir, str) and Path(tmpdir).name == f"{NS_PREFIX}{rid}":
+                    shutil.rmtree(tmpdir, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    record_file.unlink()
+    except Exception as exc:
+        log.warning("testhosts: cleanup_stale failed: %s", exc)
+
+
+@dataclass(frozen=True)
+class TestHost:
+    """One simulated machine: a network namespace reachable at ``address:port`` over SSH."""
+
+    __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
+
+    name: str
+    netns: str
+    address: str
+    port: int
+    interface: str
+
+
+_ACTIVE: set[TestHosts] = set()
+_ACTIVE_LOCK = threading.Lock()
+
+
+def _stop_all_active() -> None:
+    """atexit hook: the last line of defence if a caller forgot ``stop()``."""
+    with _ACTIVE_LOCK:
+        active = list(_ACTIVE)
+    for hosts in active:
+        # A forked child exiting through atexit must not tear down its parent's hosts.
+        if hosts._owner_pid == os.getpid():
+            hosts.stop()
+
+
+atexit.register(_stop_all_active)
+
+
+class TestHosts:
+    """``count`` SSH-reachable hosts in network namespaces. Use as a context manager.
+
+    ``hosts`` is filled by :meth:`start` (addresses depend on the subnet chosen then).
+    ``known_hosts`` and ``identity_file`` are fixed paths from construction and exist
+    once :meth:`start` has returned. ``user`` must exist on this machine; root is the
+    tested configuration (key files live in a root-owned directory).
+    """
+
+    __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
+
+    def __init__(
+        self,
+        count: int,
+        workdir: Path,
+        user: str = "root",
+        run_id: str | None = None,
+        *,
+        interface: str = DEFAULT_INTERFACE,
+    ) -> None:
+        if not 1 <= count <= MAX_HOSTS:
+            raise ValueError(f"count must be between 1 and {MAX_HOSTS}, got {count}")
+        rid = run_id if run_id is not None else secrets.token_hex(3)
+        if not _RUN_ID_RE.match(rid):
+            raise ValueError(f"run_id must match {_RUN_ID_RE.pattern} (IFNAMSIZ), got {rid!r}")
+        if not 1 <= len(interface) <= _IFNAMSIZ or "/" in interface or " " in interface:
+            raise ValueError(f"invalid interface name {interface!r}")
+        self.count = count
+        self.user = user
+        self.run_id = rid
+        self.interface = interface
+        self.workdir = Path(workdir)
+        self.dir = self.workdir / f"{NS_PREFIX}{rid}"
+        self.bridge = f"{BRIDGE_PREFIX}{rid}"
+        self.known_hosts = self.dir / "known_hosts"
+        self.identity_file = self.dir / "id_ed25519"
+        self.hosts: list[TestHost] = []
+        self.bridge_address: str | None = None
+        self._third_octet: int | None = None
+        self._sshd: dict[str, subprocess.Popen[bytes]] = {}
+        self._sshd_logs: dict[str, IO[bytes]] = {}
+        self._lock = threading.RLock()
+        self._registered = False  # start() was called and stop() has not run since
+        # True from the moment our registry record exists until stop(): only then may
+        # stop() delete namespaces/links/dirs named after our run id. Guards against
+        # destroying another live run's hosts when run ids collide.
+        self._owns_resources = False
+        self._owner_pid = os.getpid()
+
+    # -- names ------------------------------------------------------------------------
+
+    def _names(self) -> list[str]:
+        return [f"h{i}" for i in range(1, self.count + 1)]
+
+    def _netns_name(self, name: str) -> str:
+        return f"{NS_PREFIX}{self.run_id}-{name}"
+
+    def _veth_name(self, name: str) -> str:
+        return f"{VETH_PREFIX}{self.run_id}-{name.removeprefix('h')}"
+
+    def _host_dir(self, name: str) -> Path:
+        return self.dir / name
+
+    def host(self, name: str) -> TestHost:
+        """The host called ``name`` (``h1``...); KeyError if there is no such host."""
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(f"no test host {name!r} (have {[h.name for h in self.hosts]})")
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Create the network, start one sshd per host and wait until all accept TCP.
+
+        On any failure everything created so far is torn down before the error propagates.
+        """
+        if os.geteuid() != 0:
+            raise RuntimeError("TestHosts needs root (network namespaces, veths, sshd)")
+        ensure_prerequisites()
+        if _login_locked(self.user):
+            raise RuntimeError(
+                f"account {self.user!r} is locked ('!' in /etc/shadow); sshd with UsePAM no "
+                f"rejects even key logins for it. Unlock with: usermod -p '*' {self.user}"
+            )
+        cleanup_stale()
+        with self._lock:
+            if self._registered:
+                raise RuntimeError("TestHosts.start() called twice")
+            with _ACTIVE_LOCK:
+                _ACTIVE.add(self)
+            self._registered = True
+            self.hosts = []
+            try:
+                self._start()
+            except BaseException:
+                self.stop()
+                raise
+
+    def _start(self) -> None:
+        started = time.monotonic()
+        PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+
+        with _registry_lock():
+            if (
+                _record_alive(_read_record(self.run_id))
+                or _link_exists(self.bridge)
+                or any(ns.startswith(f"{NS_PREFIX}{self.run_id}-") for ns in _list_netns())
+            ):
+                raise RuntimeError(f"test-host run id {self.run_id!r} is already in use")
+            k = _choose_third_octet(self.run_id)
+            # Register *before* creating anything, so cleanup_stale in a concurrent run
+            # never mistakes our half-built hosts for leftovers.
+            start_time = _process_start_time(os.getpid())
+            record = {
+                "pid": os.getpid(),
+                "start_time": start_time,
+                "third_octet": k,
+                "tmpdir": str(self.dir),
+            }
+            _record_path(self.run_id).write_text(json.dumps(record))
+            self._owns_resources = True
+            self._owner_pid = os.getpid()
+            self._third_octet = k
+            self.bridge_address = f"{SUBNET_PREFIX}.{k}.{BRIDGE_HOST_OCTET}"
+            _ip("link", "add", self.bridge, "type", "bridge")
+            _ip("addr", "add", f"{self.bridge_address}/24", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o711)  # traversable, so a non-root user's sshd child can read keys
+        self._write_client_key()
+        for i, name in enumerate(self._names()):
+            self.hosts.append(
+                self._create_host(name, f"{SUBNET_PREFIX}.{k}.{FIRST_HOST_OCTET + i}")
+            )
+        for host in self.hosts:
+            self._start_sshd(host)
+        for host in self.hosts:
+            self._wait_ready(host)
+        self._write_known_hosts()
+        log.info(
+            "testhosts %s: %d hosts on %s.%d.0/24 ready in %.2fs",
+            self.run_id,
+            self.count,
+            SUBNET_PREFIX,
+            k,
+            time.monotonic() - started,
+        )
+
+    def _write_client_key(self) -> None:
+        _run(
+            [
+                _ssh_keygen_binary(),
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"lazarus-testhosts-{self.run_id}",
+                "-f",
+                str(self.identity_file),
+            ]
+        )
+        pub = Path(f"{self.identity_file}.pub").read_text()
+        authorized = self.dir / "authorized_keys"
+        authorized.write_text(pub)
+        os.chmod(authorized, 0o644)  # a public key; readable so non-root logins work too
+
+    def _create_host(self, name: str, address: str) -> TestHost:
+        ns, veth = self._netns_name(name), self._veth_name(name)
+        _ip("netns", "add", ns)
+        # Create the peer directly inside the namespace under its final name: no
+        # temporary name in the root ns, so no clash with the host's own eth0.
+        _ip("link", "add", veth, "type", "veth", "peer", "name", self.interface, "netns", ns)
+        _ip("link", "set", veth, "master", self.bridge, "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        _ip("-n", ns, "addr", "add", f"{address}/24", "dev", self.interface)
+        _ip("-n", ns, "link", "set", self.interface, "up")
+        assert self.bridge_address is not None
+        _ip("-n", ns, "route", "add", "default", "via", self.bridge_address)
+
+        hdir = self._host_dir(name)
+        hdir.mkdir(mode=0o700, exist_ok=True)
+        host_key = hdir / "ssh_host_ed25519_key"
+        _run(
+            [
+                _ssh_keygen_binary(),
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"{name}.{self.run_id}",
+                "-f",
+                str(host_key),
+            ]
+        )
+        config = "\n".join(
+            [
+                f"ListenAddress {address}",
+                f"Port {SSH_PORT}",
+                f"HostKey {host_key}",
+                f"PidFile {hdir / 'sshd.pid'}",
+                f"AuthorizedKeysFile {self.dir / 'authorized_keys'}",
+                "PermitRootLogin prohibit-password",
+                "PubkeyAuthentication yes",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "StrictModes no",
+                "UseDNS no",
+                "PrintMotd no",
+                "PrintLastLog no",
+                "Subsystem sftp internal-sftp",
+                "AcceptEnv *",
+                "LogLevel ERROR",
+                "MaxStartups 100",
+                "MaxSessions 100",
+                "",
+            ]
+        )
+        (hdir / "sshd_config").write_text(config)
+        return TestHost(
+            name=name, netns=ns, address=address, port=SSH_PORT, interface=self.interface
+        )
+
+    def _start_sshd(self, host: TestHost) -> None:
+        hdir = self._host_dir(host.name)
+        old_log = self._sshd_logs.pop(host.name, None)
+        if old_log is not None:
+            old_log.close()
+        logfile = open(hdir / "sshd.log", "ab")  # noqa: SIM115 - lives as long as sshd
+        self._sshd_logs[host.name] = logfile
+        # `ip netns exec` execs sshd in place, so the Popen pid *is* sshd's pid.
+        # New session: a Ctrl-C meant for pytest must reach pytest (which then runs
+        # stop()), not race it by killing sshd under our feet.
+        self._sshd[host.name] = subprocess.Popen(
+            [
+                _ip_binary(),
+                "netns",
+                "exec",
+                host.netns,
+                SSHD,
+                "-D",
+                "-e",
+                "-f",
+                str(hdir / "sshd_config"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _wait_ready(self, host: TestHost, timeout: float = READY_TIMEOUT_S) -> None:
+        """Probe from the root namespace — the controller's point of view — for the banner."""
+        proc = self._sshd[host.name]
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"sshd for {host.name} exited with {proc.returncode}: {self._log_tail(host)}"
+                )
+            try:
+                with socket.create_connection((host.address, host.port), timeout=1.0) as sock:
+                    sock.settimeout(2.0)
+                    if sock.recv(64).startswith(b"SSH-"):
+                        return
+            except OSError as exc:
+                last_error = exc
+            time.sleep(0.02)
+        raise RuntimeError(
+            f"sshd for {host.name} not accepting on {host.address}:{host.port} after "
+            f"{timeout:.0f}s (last error: {last_error}): {self._log_tail(host)}"
+        )
+
+    def _log_tail(self, host: TestHost) -> str:
+        try:
+            return (self._host_dir(host.name) / "sshd.log").read_text()[-2000:].strip()
+        except OSError:
+            return "<no sshd log>"
+
+    def _write_known_hosts(self) -> None:
+        lines = []
+        for host in self.hosts:
+            keytype, key = (
+                (self._host_dir(host.name) / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+            )
+            # OpenSSH and paramiko look port 22 up by bare address, others as [addr]:port.
+            spec = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+            lines.append(f"{spec} {keytype} {key}\n")
+        self.known_hosts.write_text("".join(lines))
+
+    def stop(self) -> None:
+        """Tear everything down. Idempotent, never raises, fine after a partial start."""
+        with self._lock:
+            if self._owns_resources:
+                for name in self._names():
+                    ns, veth = self._netns_name(name), self._veth_name(name)
+                    if _netns_exists(ns):
+                        _quietly(f"kill {ns}", _kill_netns_processes, ns)
+                    if _link_exists(veth):
+                        _quietly(f"del {veth}", _ip, "link", "del", veth)
+                    if _netns_exists(ns):
+                        _quietly(f"del netns {ns}", _ip, "netns", "del", ns)
+            for name, proc in list(self._sshd.items()):
+                _quietly(f"reap sshd {name}", self._reap, proc)
+            self._sshd.clear()
+            for logfile in self._sshd_logs.values():
+                _quietly("close log", logfile.close)
+            self._sshd_logs.clear()
+            if self._owns_resources:
+                if _link_exists(self.bridge):
+                    _quietly(f"del {self.bridge}", _ip, "link", "del", self.bridge)
+                _quietly("remove tmpdir", shutil.rmtree, self.dir, True)
+                _quietly("unregister", self._unregister)
+                self._owns_resources = False
+            self._registered = False
+            with _ACTIVE_LOCK:
+                _ACTIVE.discard(self)
+
+    def _unregister(self) -> None:
+        record = _read_record(self.run_id)
+        if record is not None and record.get("pid") == os.getpid():
+            _record_path(self.run_id).unlink(missing_ok=True)
+
+    @staticmethod
+    def _reap(proc: subprocess.Popen[bytes]) -> None:
+        """Make sure an sshd we spawned is dead and waited for (no zombie, no warning)."""
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        proc.wait(timeout=KILL_TIMEOUT_S)
+
+    # -- fault injection --------------------------------------------------------------
+
+    def _set_link(self, name: str, up: bool) -> None:
+        # Toggle the root-side veth only: the namespace's eth0 keeps its address and
+        # default route (an admin-down eth0 would delete the route, and heal() would
+        # have to rebuild it); it just loses carrier, like an unplugged cable.
+        self.host(name)
+        _ip("link", "set", self._veth_name(name), "up" if up else "down")
+
+    def kill_host(self, name: str) -> None:
+        """The machine dies: link down first (no last gasp on the wire), then SIGKILL all."""
+        host = self.host(name)
+        self._set_link(name, up=False)
+        _kill_netns_processes(host.netns)
+        proc = self._sshd.get(name)
+        if proc is not None:
+            self._reap(proc)
+
+    def partition(self, name: str) -> None:
+        """Network partition: unplug the cable, processes keep running."""
+        self._set_link(name, up=False)
+
+    def heal(self, name: str) -> None:
+        """Plug the cable back in; whatever still runs there is reachable again."""
+        self._set_link(name, up=True)
+
+    def restart_sshd(self, name: str) -> None:
+        """The node comes back: link up and a fresh sshd (same host key), ready on return."""
+        host = self.host(name)
+        proc = self._sshd.get(name)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=KILL_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._reap(proc)
+        self._set_link(name, up=True)
+        self._start_sshd(host)
+        self._wait_ready(host)
+
+    # -- inspection -------------------------------------------------------------------
+
+    def pids(self, name: str) -> list[int]:
+        """Processes currently in the host's namespace (sshd, sessions, ranks...)."""
+        return _ns_pids(self.host(name).netns)
+
+    def exec(
+        self, name: str, *argv: str, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside the host's namespace (not via SSH), capturing text output."""
+        return subprocess.run(
+            [_ip_binary(), "netns", "exec", self.host(name).netns, *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def ssh_argv(self, name: str, *command: str) -> list[str]:
+        """An OpenSSH client command line for ``name`` with strict host-key checking."""
+        host = self.host(name)
+        return [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-i",
+            str(self.identity_file),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            "-o",
+            "LogLevel=ERROR",
+            "-p",
+            str(host.port),
+            f"{self.user}@{host.address}",
+            *command,
+        ]

@@ -1,0 +1,90 @@
+"""Fixtures for tests that need real SSH hosts (network namespaces + one sshd each).
+
+Why function scope: tests kill hosts, partition them and leave processes behind; a fresh
+set per test keeps one test's damage out of the next. Start-up is cheap (~0.2 s for
+four hosts), so there is nothing worth sharing.
+
+Why skip-or-fail: on a developer laptop without root or without openssh-server these
+tests cannot run and should say why (skip). In CI (env ``CI`` set) a skip would silently
+hide the whole multi-node suite, so the same condition is a hard failure there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.testhosts import TestHosts, ensure_prerequisites
+
+# Capability bits from <linux/capability.h>.
+_CAP_NET_ADMIN = 12
+_CAP_SYS_ADMIN = 21
+
+HostsFactory = Callable[[int], TestHosts]
+
+
+def _effective_caps() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def netns_unavailable_reason() -> str | None:
+    """Why real test hosts cannot run here, or None if they can."""
+    problems: list[str] = []
+    if os.geteuid() != 0:
+        problems.append("needs root (network namespaces, veths, sshd)")
+    else:
+        caps = _effective_caps()
+        for bit, name in ((_CAP_NET_ADMIN, "CAP_NET_ADMIN"), (_CAP_SYS_ADMIN, "CAP_SYS_ADMIN")):
+            if not caps & (1 << bit):
+                problems.append(f"root lacks {name} (unprivileged container?)")
+    try:
+        ensure_prerequisites()
+    except RuntimeError as exc:
+        problems.append(str(exc))
+    return "; ".join(problems) if problems else None
+
+
+def require_netns() -> None:
+    """Skip the calling test (or fail it, when env CI is set) if test hosts cannot run."""
+    reason = netns_unavailable_reason()
+    if reason is None:
+        return
+    message = f"real SSH test hosts unavailable: {reason}"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI is set: refusing to skip)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def netns_required() -> None:
+    """For tests that drive TestHosts themselves (e.g. to exercise failure paths)."""
+    require_netns()
+
+
+@pytest.fixture
+def test_hosts(tmp_path: Path) -> Iterator[HostsFactory]:
+    """Factory: ``test_hosts(3)`` returns started hosts h1..h3; all are stopped afterwards.
+
+    Teardown runs even when the test fails or times out (pytest-timeout's signal method
+    raises inside the test), and TestHosts also has an atexit hook as a last resort.
+    """
+    require_netns()
+    created: list[TestHosts] = []
+
+    def factory(count: int) -> TestHosts:
+        hosts = TestHosts(count, tmp_path / f"hosts{len(created)}")
+        created.append(hosts)
+        hosts.start()
+        return hosts
+
+    try:
+        yield factory
+    finally:
+        for hosts in reversed(created):
+            hosts.stop()

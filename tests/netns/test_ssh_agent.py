@@ -1,0 +1,331 @@
+"""SSHAgent against real OpenSSH servers (one network namespace per host).
+
+What is checked is what only a real server can show: ranks survive the SSH session
+that started them, host keys are verified the way OpenSSH would (unknown refused,
+changed refused loudly, trust-on-first-use saved), identity files fail with a message
+naming them, and a dead or unplugged host makes ``poll`` say so within its timeouts
+instead of hanging.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from activities.nodes.agent import NodeRefused, NodeUnreachable, RankLaunch
+from activities.nodes.ssh_agent import SSHAgent
+from infra.testhosts import TestHosts
+from lazarus.spec import NodeSpec, SSHSpec
+
+from .conftest import HostsFactory
+
+CONNECT_TIMEOUT_S = 2.0
+
+
+def node_for(hosts: TestHosts, name: str, identity: Path | None = None) -> NodeSpec:
+    host = hosts.host(name)
+    return NodeSpec(
+        name=name,
+        launcher="ssh",
+        host=host.address,
+        port=host.port,
+        user=hosts.user,
+        identity_file=str(identity or hosts.identity_file),
+    )
+
+
+def ssh_spec(known_hosts: Path, accept_new: bool = False) -> SSHSpec:
+    return SSHSpec(
+        known_hosts=str(known_hosts),
+        accept_new_host_keys=accept_new,
+        connect_timeout_s=CONNECT_TIMEOUT_S,
+        use_agent=False,
+    )
+
+
+def sleeper(rank: int, workdir: Path, seconds: int = 60) -> RankLaunch:
+    return RankLaunch(
+        rank=rank,
+        command=["sh", "-c", f"echo rank {rank} on $(hostname -I); exec sleep {seconds}"],
+        env={"PATH": os.environ["PATH"]},
+        workdir=str(workdir),
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+def other_host_key(tmp_path: Path) -> tuple[str, str]:
+    """A fresh ed25519 key that is not the host's: what a man-in-the-middle offers."""
+    key_file = tmp_path / "impostor"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_file)],
+        check=True,
+        capture_output=True,
+    )
+    keytype, key = (tmp_path / "impostor.pub").read_text().split()[:2]
+    return keytype, key
+
+
+@pytest.fixture
+def hosts(test_hosts: HostsFactory) -> TestHosts:
+    return test_hosts(2)
+
+
+@pytest.fixture
+def run_root(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "runs" / "job"
+    root.mkdir(parents=True)
+    yield root
+    for pid_file in root.glob("gen-*/rank-*.pid"):
+        pgid = int(json.loads(pid_file.read_text())["pgid"])
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(120)
+def test_start_poll_adopt_stop_over_ssh(hosts: TestHosts, run_root: Path, tmp_path: Path) -> None:
+    gen = str(run_root / "gen-00001")
+    heartbeat = run_root / "gen-00001" / "rank-1.heartbeat.json"
+    writer = (
+        "import json, os, time; p = os.environ['HB']; "
+        "open(p + '.tmp', 'w').write(json.dumps({'step': 11, 'time': time.time()})); "
+        "os.replace(p + '.tmp', p); time.sleep(60)"
+    )
+    ranks = [
+        sleeper(0, tmp_path),
+        RankLaunch(
+            rank=1,
+            command=[sys.executable, "-c", writer],
+            env={"PATH": os.environ["PATH"], "HB": str(heartbeat)},
+            workdir=str(tmp_path),
+        ),
+    ]
+    agent = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
+    try:
+        started = agent.start_ranks(gen, ranks)
+    finally:
+        agent.close()  # the SSH session that started them is gone from here on
+    assert [r.adopted for r in started] == [False, False]
+    in_h1 = set(hosts.pids("h1"))
+    assert {r.pid for r in started} <= in_h1, "ranks run on the remote host"
+    log = Path(started[0].log_file).read_text()
+    assert hosts.host("h1").address in log
+
+    agent = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            status = agent.poll(gen, [0, 1])
+            if status.ranks[1].heartbeat or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert status.reachable, status.error
+        assert all(r.alive for r in status.ranks)
+        assert status.ranks[1].heartbeat and status.ranks[1].heartbeat["step"] == 11
+
+        timings = []
+        for _ in range(20):
+            timings.append(agent.poll(gen, [0, 1]).round_trip_s)
+        timings.sort()
+        print(f"ssh poll of 2 ranks (reused connection): median {timings[10] * 1000:.1f} ms")
+        assert timings[10] < 1.0
+
+        again = agent.start_ranks(gen, ranks)
+        assert [r.adopted for r in again] == [True, True]
+        assert [r.pid for r in again] == [r.pid for r in started]
+
+        result = agent.stop(str(run_root), None, 5.0)
+        assert result.reachable and result.generations == [1]
+        assert result.signalled_groups == 2 and result.last_step == 11
+        assert not any(alive(r.pid) for r in started)
+        status = agent.poll(gen, [0, 1])
+        assert all(r.exit and r.exit["signal"] == "SIGTERM" for r in status.ranks)
+    finally:
+        agent.close()
+
+
+@pytest.mark.timeout(60)
+def test_spec_values_cannot_inject_shell_over_ssh(
+    hosts: TestHosts, run_root: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    nasty = [f"$(touch {marker}-a)", f"`touch {marker}-b`", f"; touch {marker}-c", "'\"\n"]
+    gen = str(run_root / "gen-00001")
+    agent = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
+    try:
+        agent.start_ranks(
+            gen,
+            [
+                RankLaunch(
+                    rank=0,
+                    command=["printf", "%s|", *nasty],
+                    env={"X": nasty[0]},
+                    workdir=str(tmp_path),
+                )
+            ],
+        )
+        deadline = time.monotonic() + 10
+        while not agent.poll(gen, [0]).ranks[0].exit and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert agent.log_tail(gen, 0) == "|".join(nasty) + "|"
+        agent.write_file(str(tmp_path / "ctl.json"), nasty[1])
+        assert (tmp_path / "ctl.json").read_text() == nasty[1]
+    finally:
+        agent.close()
+    assert list(tmp_path.glob("pwned*")) == []
+
+
+@pytest.mark.timeout(60)
+def test_changed_host_key_is_refused_and_nothing_starts(
+    hosts: TestHosts, run_root: Path, tmp_path: Path
+) -> None:
+    address = hosts.host("h1").address
+    keytype, key = other_host_key(tmp_path)
+    known = tmp_path / "known_hosts_mitm"
+    known.write_text(f"{address} {keytype} {key}\n")
+    gen = run_root / "gen-00001"
+    for accept_new in (False, True):  # TOFU never replaces a known key
+        agent = SSHAgent(node_for(hosts, "h1"), ssh_spec(known, accept_new=accept_new))
+        with pytest.raises(NodeRefused) as refused:
+            agent.start_ranks(str(gen), [sleeper(0, tmp_path)])
+        message = str(refused.value)
+        assert f"node h1 ({address}:22)" in message
+        assert "CHANGED" in message and "man-in-the-middle" in message
+        assert str(known) in message
+        status = agent.poll(str(gen), [0])
+        assert not status.reachable and status.error and "CHANGED" in status.error
+        agent.close()
+    assert not gen.exists(), "nothing may run on a host we cannot trust"
+    assert known.read_text() == f"{address} {keytype} {key}\n"
+
+
+@pytest.mark.timeout(60)
+def test_unknown_host_key_refused_unless_accept_new(
+    hosts: TestHosts, run_root: Path, tmp_path: Path
+) -> None:
+    address = hosts.host("h2").address
+    known = tmp_path / "fresh" / "known_hosts"  # does not exist yet
+    gen = str(run_root / "gen-00001")
+    strict = SSHAgent(node_for(hosts, "h2"), ssh_spec(known))
+    with pytest.raises(NodeRefused) as refused:
+        strict.start_ranks(gen, [sleeper(0, tmp_path)])
+    message = str(refused.value)
+    assert f"node h2 ({address}:22): unknown host key" in message
+    assert f"ssh-keyscan -p 22 {address} >> {known}" in message
+    assert "accept_new_host_keys" in message
+    assert not Path(gen).exists() and not known.exists()
+    strict.close()
+
+    tofu = SSHAgent(node_for(hosts, "h2"), ssh_spec(known, accept_new=True))
+    try:
+        assert tofu.poll(gen, [0]).reachable
+    finally:
+        tofu.close()
+    saved = known.read_text()
+    real = (hosts.known_hosts).read_text()
+    assert saved.startswith(f"{address} ssh-ed25519 ")
+    assert saved.split()[2] in real, "the saved key is the host's real key"
+    assert known.stat().st_mode & 0o777 == 0o600
+
+    strict = SSHAgent(node_for(hosts, "h2"), ssh_spec(known))
+    try:
+        assert strict.poll(gen, [0]).reachable
+    finally:
+        strict.close()
+    assert known.read_text() == saved, "a known host is not appended twice"
+
+
+@pytest.mark.timeout(60)
+def test_bad_identity_files_are_refused_by_name(hosts: TestHosts, tmp_path: Path) -> None:
+    missing = tmp_path / "no_such_key"
+    garbage = tmp_path / "garbage_key"
+    garbage.write_text("this is not a key\n")
+    public = Path(f"{hosts.identity_file}.pub")
+    locked = tmp_path / "locked_key"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret-pass", "-f", str(locked)],
+        check=True,
+        capture_output=True,
+    )
+    stranger = tmp_path / "stranger_key"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)],
+        check=True,
+        capture_output=True,
+    )
+    cases = [
+        (missing, "does not exist"),
+        (garbage, "not a private key"),
+        (public, "not a private key"),
+        (locked, "passphrase"),
+        (stranger, "authentication refused"),
+    ]
+    for key_file, expected in cases:
+        agent = SSHAgent(node_for(hosts, "h1", identity=key_file), ssh_spec(hosts.known_hosts))
+        with pytest.raises(NodeRefused) as refused:
+            agent.log_tail(str(tmp_path), 0)
+        message = str(refused.value)
+        assert str(key_file) in message and expected in message, message
+        assert "node h1" in message
+        assert "PRIVATE KEY" not in message
+        status = agent.poll(str(tmp_path), [0])
+        assert not status.reachable and status.error and str(key_file) in status.error
+        agent.close()
+
+
+@pytest.mark.timeout(90)
+def test_dead_and_partitioned_hosts_are_unreachable_quickly(
+    hosts: TestHosts, run_root: Path, tmp_path: Path
+) -> None:
+    gen = str(run_root / "gen-00001")
+    # A connection that was healthy, then the cable is pulled: the command times out.
+    h1 = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
+    h1.status_timeout_s = 2.0
+    # A host that dies before we ever connect: connect fails within connect_timeout_s.
+    h2 = SSHAgent(node_for(hosts, "h2"), ssh_spec(hosts.known_hosts))
+    # An address nobody answers on.
+    ghost_spec = node_for(hosts, "h2").model_copy(
+        update={"name": "ghost", "host": hosts.host("h2").address.rsplit(".", 1)[0] + ".250"}
+    )
+    ghost = SSHAgent(ghost_spec, ssh_spec(hosts.known_hosts))
+    try:
+        assert h1.poll(gen, [0]).reachable
+        hosts.partition("h1")
+        hosts.kill_host("h2")
+
+        for agent, budget in ((h1, 2.0 + 1.0), (h2, CONNECT_TIMEOUT_S), (ghost, CONNECT_TIMEOUT_S)):
+            before = time.monotonic()
+            status = agent.poll(gen, [0])
+            took = time.monotonic() - before
+            assert not status.reachable, agent.node.name
+            assert status.error and f"node {agent.node.name}" in status.error
+            assert "\n" not in status.error
+            assert took < budget + 1.5, (agent.node.name, took, status.error)
+            stopped = agent.stop(str(run_root), None, 0.0)
+            assert not stopped.reachable and stopped.error
+        with pytest.raises(NodeUnreachable):
+            h2.start_ranks(gen, [sleeper(0, tmp_path)])
+
+        hosts.heal("h1")
+        deadline = time.monotonic() + 20
+        while not (status := h1.poll(gen, [0])).reachable and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.reachable, f"no lazy reconnect after heal: {status.error}"
+    finally:
+        for agent in (h1, h2, ghost):
+            agent.close()
