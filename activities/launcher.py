@@ -32,6 +32,7 @@ from activities.contracts import CheckpointRef, LaunchRequest, LaunchResult, Ran
 from activities.nodes.agent import NodeAgent, NodeRefused, RankLaunch, StartedRank
 from activities.nodes.factory import agents, on_each
 from activities.nodes.local_agent import RankStartFailed
+from activities.nodes.shim_agent import ShimError
 from activities.procfs import group_members, signal_group
 from activities.rundir import GenerationDir, generations, job_root, read_json, write_json_atomic
 from lazarus import environment as env_names
@@ -202,7 +203,7 @@ def launch_generation(request: LaunchRequest) -> LaunchResult:
                 per_node = on_each(opened, start_on)
             except RankStartFailed as exc:
                 raise LaunchRefused(f"command: {exc}; fix the spec's command or PATH") from exc
-            except NodeRefused as exc:
+            except (NodeRefused, ShimError) as exc:
                 raise LaunchRefused(str(exc)) from exc
         ranks = [
             RankProcess(

@@ -127,21 +127,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def run_reference(workdir: Path, steps: int) -> Path:
+def run_reference(workdir: Path, steps: int, world_size: int = WORLD_SIZE) -> Path:
     """Run the example straight through with plain processes (no Lazarus, no sleeps)
     and return its final weights: what every benchmark job must end with."""
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / "model.pt"
     port = _free_port()
     procs: list[subprocess.Popen[bytes]] = []
-    for rank in range(WORLD_SIZE):
+    for rank in range(world_size):
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
         env.update(
             {
                 "RANK": str(rank),
                 "LOCAL_RANK": str(rank),
-                "WORLD_SIZE": str(WORLD_SIZE),
-                "LOCAL_WORLD_SIZE": str(WORLD_SIZE),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_WORLD_SIZE": str(world_size),
                 "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port),
                 "PYTHONPATH": str(REPO),

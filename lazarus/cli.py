@@ -55,7 +55,7 @@ from lazarus.settings import (
     connect,
     web_ui_url,
 )
-from lazarus.spec import SpecError, load_spec
+from lazarus.spec import JobSpec, SpecError, load_spec
 from workflows.api import (
     JOB_ATTRIBUTE,
     PHASE_ATTRIBUTE,
@@ -295,12 +295,27 @@ def start(
         bool, typer.Option("--dry-run", help="Show the plan; start nothing, contact nothing.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    check_nodes: Annotated[
+        bool,
+        typer.Option(
+            "--check-nodes/--no-check-nodes",
+            help="Reach every ssh node first (host key, identity, interpreter).",
+        ),
+    ] = True,
 ) -> None:
     """Start a job from its spec (a job name runs at most once at a time)."""
     try:
         spec = load_spec(spec_file, name_override=name)
     except SpecError as exc:
         _fail("\n".join(exc.lines), code=2)
+    if (
+        check_nodes
+        and not dry_run
+        and any(n.launcher == "ssh" for n in (*spec.nodes, *spec.spares))
+    ):
+        problems = _unusable_nodes(spec_file, spec)
+        if problems:
+            _fail("\n".join(problems), code=2)
     settings = _settings(ctx)
     workflow_id = workflow_id_for(spec.name)
     if dry_run:
@@ -351,6 +366,41 @@ def start(
     if url:
         out.print(f"web UI: {url}", markup=False)
     out.print(f"follow it with: lazarus status {spec.name} --watch", markup=False)
+
+
+def _unusable_nodes(spec_file: Path, spec: JobSpec) -> list[str]:
+    """Bad hosts are bad input: a wrong host key, an unreachable host or a bad identity
+    file is reported here, naming the node, and nothing is started."""
+    from activities.contracts import PreflightActivityRequest
+    from activities.preflight import check_nodes
+
+    everything = [*spec.nodes, *spec.spares]
+    with _out().status(f"checking {len(everything)} nodes ..."):
+        report = check_nodes(
+            PreflightActivityRequest(
+                nodes=everything,
+                ssh=spec.ssh,
+                checks=spec.preflight,
+                interpreter=spec.command[0],
+                workdir=spec.workdir,
+                disk_path=spec.checkpoint_dir,
+            )
+        )
+    where = {n.name: f"nodes[{i}]" for i, n in enumerate(spec.nodes)}
+    where.update({n.name: f"spares[{i}]" for i, n in enumerate(spec.spares)})
+    spares = {n.name for n in spec.spares}
+    for health in report.failed:
+        if health.node in spares:  # a bad spare is worth a warning, not a refusal
+            for problem in health.problems:
+                _out().print(
+                    f"warning: {where[health.node]} ({health.node}): {problem}", markup=False
+                )
+    return [
+        f"{spec_file}: {where[health.node]} ({health.node}): {problem}"
+        for health in report.failed
+        if health.node not in spares
+        for problem in health.problems
+    ]
 
 
 def _missing_attributes_hint(message: str) -> str:

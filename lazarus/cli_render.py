@@ -388,7 +388,8 @@ def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
     table = Table(title="incidents", title_justify="left")
     columns = [
         ("id", "right"), ("class", "left"), ("kind", "left"), ("rank", "right"),
-        ("node", "left"), ("detection\ns", "right"), ("recovery\ns", "right"), ("steps\nlost", "right"),
+        ("node", "left"), ("detection\ns", "right"), ("recovery\ns", "right"),
+        ("steps\nlost", "right"),
     ]  # fmt: skip
     if with_reason:
         columns += [("action", "left"), ("reason", "left")]

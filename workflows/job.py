@@ -309,6 +309,8 @@ class JobWorkflow:
         if outcome.kind == "first_step":
             self._close_open_incident(outcome.first_step_at or outcome.observed_at)
         elif outcome.kind == "succeeded":
+            if state.pool.unfenced():
+                await self._stop_all("job finished: fence quarantined nodes that came back")
             state.generation_live = False
             state.finished_at = self._now()
             self._set_phase(Phase.SUCCEEDED)

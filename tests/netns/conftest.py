@@ -88,3 +88,8 @@ def test_hosts(tmp_path: Path) -> Iterator[HostsFactory]:
     finally:
         for hosts in reversed(created):
             hosts.stop()
+
+
+# The job fixtures (one dev server per session, a worker per test, start_job with
+# teardown) are the end-to-end suite's; re-exported so the ssh tests share them.
+from tests.e2e.conftest import client, dev_server, stack, start_job  # noqa: E402, F401

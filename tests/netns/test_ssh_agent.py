@@ -329,3 +329,41 @@ def test_dead_and_partitioned_hosts_are_unreachable_quickly(
     finally:
         for agent in (h1, h2, ghost):
             agent.close()
+
+
+@pytest.mark.timeout(60)
+def test_ssh_agent_keys_are_used_and_no_agent_is_refused(
+    hosts: TestHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = node_for(hosts, "h1").model_copy(update={"identity_file": None})
+    spec = ssh_spec(hosts.known_hosts).model_copy(update={"use_agent": True})
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    lonely = SSHAgent(node, spec)
+    with pytest.raises(NodeRefused, match="no key to offer"):
+        lonely.log_tail(str(tmp_path), 0)
+    lonely.close()
+
+    sock = tmp_path / "agent.sock"
+    agent_proc = subprocess.Popen(
+        ["ssh-agent", "-D", "-a", str(sock)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        subprocess.run(
+            ["ssh-add", "-q", str(hosts.identity_file)], env=env, check=True, capture_output=True
+        )
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        with_agent = SSHAgent(node, spec)
+        try:
+            assert with_agent.poll(str(tmp_path), [0]).reachable
+        finally:
+            with_agent.close()
+    finally:
+        agent_proc.kill()
+        agent_proc.wait()

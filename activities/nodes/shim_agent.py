@@ -1,0 +1,409 @@
+"""A node agent that drives ``shim.sh`` over any transport that can run ``sh -s``.
+
+The rank mechanics live in one POSIX sh script (``shim.sh``) so that a node needs
+nothing from Lazarus installed; this class only builds the script's input and
+reads its JSON lines. Transports (paramiko for ssh nodes, a local subprocess for
+tests and for running the exact remote code path on this machine) implement
+:meth:`ShimAgent._run`, and nothing else.
+
+Injection safety: the whole request travels on the shell's stdin as the shim
+followed by ``shim_main ARG...`` lines whose every argument is ``shlex.quote``-d,
+and the remote login shell only ever sees the fixed command ``sh -s``. A spec
+value (command, env, path) is therefore always a single literal word.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from abc import abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from activities.nodes.agent import (
+    NodeAgent,
+    NodeRefused,
+    NodeStatus,
+    NodeStopResult,
+    NodeUnreachable,
+    PreflightRequest,
+    PreflightResult,
+    RankLaunch,
+    RankRecord,
+    StartedRank,
+)
+from activities.nodes.gpu_health import gpu_problems, parse_gpu_health
+from lazarus.spec import NodeSpec
+
+SHIM_PATH = Path(__file__).with_name("shim.sh")
+SHIM_TEXT = SHIM_PATH.read_text()
+
+STATUS_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 30.0
+"""Per rank on top of the base: the shim waits up to 30 s for each wrapper's pid file."""
+STOP_EXTRA_S = 30.0
+"""Beyond the grace: the SIGKILL wait (10 s), the launch-lock wait and the round trip."""
+HEALTH_OUTPUT_MAX = 1 << 20
+"""``nvidia-smi -q`` on 8 GPUs is ~100 KiB; the GPU count needs all of it."""
+
+_STATUS_PREFIX = re.compile(
+    r'^\{"rank":(?P<rank>\d+),"pid":(?P<pid>\d+|null),"alive":(?P<alive>true|false),'
+    r'"stopped":(?P<stopped>true|false),'
+)
+
+
+class ShimError(RuntimeError):
+    """The node answered, but the operation failed there (a stopped generation, a
+    missing workdir, a group that survived SIGKILL). Neither a network problem nor
+    a misconfigured node: the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class ShimReply:
+    exit_code: int
+    output: bytes
+    """stdout and stderr interleaved: JSON lines plus any diagnostics."""
+    round_trip_s: float
+
+
+def shim_script(invocations: list[list[str]], prelude: str = "") -> bytes:
+    """The stdin of ``sh -s``: the shim, then one quoted call per invocation."""
+    calls = []
+    for argv in invocations:
+        for arg in argv:
+            if "\x00" in arg:
+                raise ValueError(f"argument {arg[:40]!r}... contains a NUL byte")
+        calls.append("shim_main " + " ".join(shlex.quote(a) for a in argv) + " </dev/null\n")
+    return (prelude + SHIM_TEXT + "\n" + "".join(calls)).encode()
+
+
+def rank_argv(launch: RankLaunch) -> list[str]:
+    """The rank's command with exactly its environment: ``env -i -- K=V... CMD``.
+
+    ``env`` reads leading ``K=V`` words as assignments, so a program name holding
+    ``=`` would be mistaken for one; such a command is started through ``sh -c
+    'exec "$@"'``, which keeps the rank's pid.
+    """
+    assignments = []
+    for key, value in sorted(launch.env.items()):
+        if not key or "=" in key or "\x00" in key or "\x00" in value:
+            raise ValueError(f"rank {launch.rank}: environment variable {key!r} cannot be passed")
+        assignments.append(f"{key}={value}")
+    command = list(launch.command)
+    if not command:
+        raise ValueError(f"rank {launch.rank}: empty command")
+    if "=" in command[0]:
+        command = ["/bin/sh", "-c", 'exec "$@"', "lazarus-rank", *command]
+    return ["env", "-i", "--", *assignments, *command]
+
+
+def json_lines(output: bytes) -> tuple[list[dict[str, Any]], list[str]]:
+    """Objects from the lines that hold one, and the other lines (diagnostics)."""
+    records: list[dict[str, Any]] = []
+    noise: list[str] = []
+    for line in output.decode("utf-8", errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                value = json.loads(line, strict=False)
+            except json.JSONDecodeError:
+                noise.append(line)
+                continue
+            if isinstance(value, dict):
+                records.append(value)
+                continue
+        if line.strip():
+            noise.append(line)
+    return records, noise
+
+
+def _status_record(line: str) -> dict[str, Any] | None:
+    """A status line; when an embedded file is not valid JSON (a torn foreign write),
+    the fixed prefix still gives liveness, and the files count as absent this poll."""
+    try:
+        value = json.loads(line, strict=False)
+    except json.JSONDecodeError:
+        match = _STATUS_PREFIX.match(line)
+        if match is None:
+            return None
+        pid = match.group("pid")
+        return {
+            "rank": int(match.group("rank")),
+            "pid": None if pid == "null" else int(pid),
+            "alive": match.group("alive") == "true",
+            "stopped": match.group("stopped") == "true",
+        }
+    return value if isinstance(value, dict) else None
+
+
+def _object_or_none(value: object) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+class ShimAgent(NodeAgent):
+    """Everything but the transport. Subclasses implement :meth:`_run`."""
+
+    status_timeout_s: float = STATUS_TIMEOUT_S
+    """For poll, tail and write: a node that cannot answer a few file reads in this long
+    is as good as unreachable for supervision."""
+
+    @abstractmethod
+    def _run(self, script: bytes, timeout_s: float) -> ShimReply:
+        """Run ``sh -s`` on the node with ``script`` as its stdin; one round trip.
+        Raises :class:`NodeUnreachable` (network, timeout) or :class:`NodeRefused`
+        (host key, authentication)."""
+
+    def _prelude(self) -> str:
+        """Shell lines run before the shim (e.g. which sh runs the rank wrapper)."""
+        return ""
+
+    def _call(self, invocations: list[list[str]], timeout_s: float) -> ShimReply:
+        return self._run(shim_script(invocations, self._prelude()), timeout_s)
+
+    def _where(self) -> str:
+        return f"node {self.node.name}"
+
+    # --- NodeAgent -------------------------------------------------------------------
+
+    def start_ranks(self, gen_dir: str, ranks: list[RankLaunch]) -> list[StartedRank]:
+        if not ranks:
+            return []
+        invocations = [
+            ["start", gen_dir, str(r.rank), r.workdir, "--", *rank_argv(r)] for r in ranks
+        ]
+        reply = self._call(invocations, START_TIMEOUT_S * (1 + len(ranks)))
+        records, noise = json_lines(reply.output)
+        by_rank = {r.get("rank"): r for r in records}
+        started: list[StartedRank] = []
+        errors: list[str] = []
+        for launch in ranks:
+            record = by_rank.get(launch.rank)
+            if record is None:
+                errors.append(f"rank {launch.rank}: no answer from the shim")
+            elif "error" in record:
+                errors.append(str(record["error"]))
+            else:
+                started.append(
+                    StartedRank(
+                        rank=launch.rank,
+                        pid=int(record["pid"]),
+                        pgid=int(record["pgid"]),
+                        start_ticks=int(record["start_ticks"]),
+                        log_file=str(record["log_file"]),
+                        adopted=bool(record.get("adopted", False)),
+                    )
+                )
+        if errors:
+            detail = f" ({'; '.join(noise[:3])})" if noise else ""
+            raise ShimError(f"{self._where()}: cannot start ranks: {'; '.join(errors)}{detail}")
+        return started
+
+    def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
+        started = time.monotonic()
+        try:
+            reply = self._call([["status", gen_dir, *map(str, ranks)]], self.status_timeout_s)
+        except (NodeUnreachable, NodeRefused) as exc:
+            return NodeStatus(
+                node=self.node.name,
+                reachable=False,
+                error=str(exc),
+                observed_at=time.time(),
+                round_trip_s=time.monotonic() - started,
+            )
+        seen: dict[int, RankRecord] = {}
+        for line in reply.output.decode("utf-8", errors="replace").splitlines():
+            if not line.startswith('{"rank":'):
+                continue
+            value = _status_record(line)
+            if value is None:
+                continue
+            pid = value.get("pid")
+            seen[int(value["rank"])] = RankRecord(
+                rank=int(value["rank"]),
+                pid=pid if isinstance(pid, int) else None,
+                alive=value.get("alive") is True,
+                stopped=value.get("stopped") is True,
+                exit=_object_or_none(value.get("exit")),
+                heartbeat=_object_or_none(value.get("heartbeat")),
+            )
+        missing = [r for r in ranks if r not in seen]
+        if missing:
+            _, noise = json_lines(reply.output)
+            return NodeStatus(
+                node=self.node.name,
+                reachable=False,
+                error=(
+                    f"{self._where()}: incomplete status (no line for ranks {missing}, "
+                    f"exit {reply.exit_code}): {' | '.join(noise[:3]) or 'no output'}"
+                ),
+                observed_at=time.time(),
+                round_trip_s=reply.round_trip_s,
+            )
+        return NodeStatus(
+            node=self.node.name,
+            reachable=True,
+            ranks=[seen[r] for r in ranks],
+            observed_at=time.time(),
+            round_trip_s=reply.round_trip_s,
+        )
+
+    def stop(self, run_root: str, keep_generation: int | None, grace_s: float) -> NodeStopResult:
+        keep = "none" if keep_generation is None else str(keep_generation)
+        try:
+            reply = self._call(
+                [["stop", run_root, keep, f"{max(grace_s, 0.0):.2f}"]], grace_s + STOP_EXTRA_S
+            )
+        except (NodeUnreachable, NodeRefused) as exc:
+            return NodeStopResult(node=self.node.name, reachable=False, error=str(exc))
+        records, noise = json_lines(reply.output)
+        summary = next((r for r in records if "signalled" in r), None)
+        if summary is None:
+            error = next((str(r["error"]) for r in records if "error" in r), None)
+            raise ShimError(
+                f"{self._where()}: stop failed: {error or ' | '.join(noise[:3]) or 'no output'}"
+            )
+        if summary.get("survivors"):
+            raise ShimError(
+                f"{self._where()}: process groups {summary['survivors']} survived SIGKILL; "
+                "will retry"
+            )
+        last_step = summary.get("last_step")
+        return NodeStopResult(
+            node=self.node.name,
+            reachable=True,
+            signalled_groups=int(summary["signalled"]),
+            killed_groups=int(summary["killed"]),
+            last_step=last_step if isinstance(last_step, int) else None,
+            generations=[int(g) for g in summary.get("generations", [])],
+        )
+
+    def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str:
+        reply = self._call(
+            [["tail", gen_dir, str(rank), str(max(max_bytes, 0))]], self.status_timeout_s
+        )
+        return reply.output.decode("utf-8", errors="replace")
+
+    def preflight(self, request: PreflightRequest) -> PreflightResult:
+        timeout = max(1, int(request.timeout_s + 0.999))
+        argv = [
+            "preflight",
+            request.interpreter,
+            request.workdir,
+            request.disk_path,
+            str(timeout),
+            str(HEALTH_OUTPUT_MAX),
+        ]
+        if request.health_command:
+            # Like the local checks: the command learns which node it is checking.
+            health = list(request.health_command)
+            if "=" in health[0]:
+                health = ["/bin/sh", "-c", 'exec "$@"', "lazarus-health", *health]
+            argv += ["--", "env", "--", f"LAZARUS_NODE={self.node.name}", *health]
+        reply = self._call([argv], timeout + self.status_timeout_s + 5)
+        records, noise = json_lines(reply.output)
+        report = next((r for r in records if "workdir_exists" in r), None)
+        if report is None:
+            raise ShimError(
+                f"{self._where()}: preflight failed: {' | '.join(noise[:3]) or 'no output'}"
+            )
+        problems: list[str] = []
+        name = self.node.name
+        if report.get("interpreter") is None:
+            problems.append(
+                f"interpreter: {request.interpreter!r} not found on node {name} (PATH of a "
+                "non-interactive session there); install it or give an absolute path"
+            )
+        if report.get("workdir_exists") is not True:
+            problems.append(
+                f"workdir: {request.workdir} does not exist on node {name}; create it or "
+                "sync the code there"
+            )
+        free_kb = report.get("free_kb")
+        # Decimal GB, as the local checks measure it.
+        free_gb = free_kb * 1024 / 1e9 if isinstance(free_kb, int) else None
+        if free_gb is None:
+            problems.append(
+                f"disk: cannot measure free space of {request.disk_path} on node {name}"
+            )
+        elif free_gb < request.min_free_disk_gb:
+            problems.append(
+                f"disk: {free_gb:.1f} GB free under {report.get('disk_path')} on node {name}, "
+                f"need {request.min_free_disk_gb:g} GB; free space or lower "
+                "preflight.min_free_disk_gb"
+            )
+        gpus = None
+        output = str(report.get("health_output") or "")
+        if request.health_command:
+            code = report.get("health_exit")
+            if report.get("health_timed_out") is True:
+                problems.append(
+                    f"health_command: timed out after {timeout} s on node {name}; "
+                    "raise preflight.timeout_s or fix the check"
+                )
+            elif code != 0:
+                last = next((ln for ln in reversed(output.splitlines()) if ln.strip()), "")
+                problems.append(
+                    f"health_command: exited {code} on node {name}"
+                    + (f": {last.strip()[:200]}" if last else "")
+                )
+            gpus = parse_gpu_health(output)
+            if gpus is not None:
+                problems.extend(gpu_problems(gpus, name))
+        return PreflightResult(
+            node=name,
+            ok=not problems,
+            problems=problems,
+            free_disk_gb=free_gb,
+            gpus=gpus,
+            round_trip_s=reply.round_trip_s,
+        )
+
+    def write_file(self, path: str, content: str) -> None:
+        reply = self._call([["write", path, content]], self.status_timeout_s)
+        records, noise = json_lines(reply.output)
+        if not any("written" in r for r in records):
+            error = next((str(r["error"]) for r in records if "error" in r), None)
+            raise ShimError(
+                f"{self._where()}: cannot write {path}: "
+                f"{error or ' | '.join(noise[:3]) or 'no output'}"
+            )
+
+
+class LocalShimAgent(ShimAgent):
+    """The shim run on this machine through ``sh -s``: the ssh agent's exact code path
+    without a network, for tests and for nodes where ssh would only add latency."""
+
+    def __init__(self, node: NodeSpec, shell: str = "/bin/sh") -> None:
+        super().__init__(node)
+        self.shell = shell
+
+    def _prelude(self) -> str:
+        # The wrapper runs under the same shell, so a dash test covers it too.
+        return f"LAZARUS_SHIM_SH={shlex.quote(self.shell)}\n"
+
+    def _run(self, script: bytes, timeout_s: float) -> ShimReply:
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                [self.shell, "-s"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise NodeUnreachable(f"{self._where()}: cannot run {self.shell}: {exc}") from exc
+        try:
+            output, _ = proc.communicate(script, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise NodeUnreachable(f"{self._where()}: no answer within {timeout_s:.0f} s") from None
+        return ShimReply(proc.returncode, output, time.monotonic() - started)

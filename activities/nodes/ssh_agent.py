@@ -1,0 +1,385 @@
+"""The ssh node agent: the shim over one paramiko connection per node.
+
+Trust is never implicit. The host key must already be in ``ssh.known_hosts``
+(or, with ``ssh.accept_new_host_keys``, is appended there on first use, as
+OpenSSH's ``StrictHostKeyChecking=accept-new`` does); a *changed* key is always
+refused, because that is what a man-in-the-middle looks like. Authentication is by
+key only (an identity file without a passphrase, or the ssh agent), never by
+password, and no key material is logged or put in an error.
+
+Failures split by what retrying can do: network trouble (refused, timeout, no
+route, a connection dropped mid-command) is :class:`NodeUnreachable`, which
+``poll`` and ``stop`` turn into ``reachable=False``; a host key or authentication
+problem is :class:`NodeRefused`, since the node must not be used as configured.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import paramiko
+from paramiko.auth_strategy import AuthFailure, AuthSource, AuthStrategy, InMemoryPrivateKey
+
+from activities.nodes.agent import NodeRefused, NodeUnreachable
+from activities.nodes.shim_agent import LocalShimAgent, ShimAgent, ShimError, ShimReply
+from lazarus.spec import NodeSpec, SSHSpec
+
+__all__ = ["LocalShimAgent", "SSHAgent", "ShimError"]
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 65536
+
+
+class _HostKeyRefused(paramiko.SSHException):
+    """Raised by our host key policies inside ``connect``; the message is for the user."""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def host_key_entry(host: str, port: int) -> str:
+    """The name a host has in known_hosts (OpenSSH writes non-22 ports as [host]:port)."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def _changed_key_message(where: str, known_hosts: Path, entry: str, expected: str, got: str) -> str:
+    return (
+        f"{where}: HOST KEY CHANGED: {known_hosts} has {expected} but the host offered {got}. "
+        "Someone may be intercepting the connection (man-in-the-middle), or the host was "
+        "reinstalled. Verify the new key out of band, then remove the old one "
+        f"(ssh-keygen -R '{entry}' -f {known_hosts}); Lazarus never replaces a known key"
+    )
+
+
+def _describe(key: paramiko.PKey) -> str:
+    return f"{key.get_name()} {key.fingerprint}"
+
+
+class _RefuseUnknownHostKey(paramiko.MissingHostKeyPolicy):
+    """RejectPolicy, with a message that says how to trust the host."""
+
+    def __init__(self, where: str, host: str, port: int, known_hosts: Path) -> None:
+        self.where, self.host, self.port, self.known_hosts = where, host, port, known_hosts
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        raise _HostKeyRefused(
+            f"{self.where}: unknown host key ({_describe(key)}); add it to {self.known_hosts} "
+            f"(e.g. ssh-keyscan -p {self.port} {self.host} >> {self.known_hosts}) "
+            "or set ssh.accept_new_host_keys: true"
+        )
+
+
+class _AcceptNewHostKey(paramiko.MissingHostKeyPolicy):
+    """Trust on first use: append the key to known_hosts (never rewrite the file, which
+    would drop the user's comments and markers). Agents for several new nodes may do
+    this at once, so the file is locked and re-read before appending."""
+
+    def __init__(self, where: str, known_hosts: Path) -> None:
+        self.where, self.known_hosts = where, known_hosts
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.known_hosts, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "r+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            current = paramiko.HostKeys()
+            current.load(str(self.known_hosts))
+            known = current.lookup(hostname)
+            if known is not None:
+                same = known.get(key.get_name())
+                if same is None or same != key:
+                    expected = _describe(same or next(iter(known.values())))
+                    raise _HostKeyRefused(
+                        _changed_key_message(
+                            self.where, self.known_hosts, hostname, expected, _describe(key)
+                        )
+                    )
+            else:
+                handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+                log.warning(
+                    "%s: trusted new host key %s, added to %s",
+                    self.where,
+                    _describe(key),
+                    self.known_hosts,
+                )
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+class _KeysOnly(AuthStrategy):
+    """The identity file, then the ssh agent's keys; nothing else. paramiko's default
+    flow falls back to an interactive prompt on stdin when a server wants a second
+    factor, which would hang a worker; this strategy never prompts and never sends a
+    password."""
+
+    def __init__(self, username: str, pkey: paramiko.PKey | None, use_agent: bool) -> None:
+        super().__init__(ssh_config=paramiko.SSHConfig())
+        self.username, self.pkey, self.use_agent = username, pkey, use_agent
+        self.agent: paramiko.Agent | None = None
+
+    def get_sources(self) -> Iterator[AuthSource]:
+        if self.pkey is not None:
+            yield InMemoryPrivateKey(self.username, self.pkey)
+        if self.use_agent:
+            self.agent = paramiko.Agent()
+            for key in self.agent.get_keys():
+                yield InMemoryPrivateKey(self.username, key)
+
+    def close(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
+            self.agent = None
+
+
+class SSHAgent(ShimAgent):
+    """One SSH connection per agent, opened on first use and reopened lazily after a
+    failure; each method is one ``sh -s`` exec on it."""
+
+    def __init__(self, node: NodeSpec, ssh: SSHSpec) -> None:
+        super().__init__(node)
+        self.ssh = ssh
+        self.known_hosts = Path(os.path.expanduser(ssh.known_hosts))
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+
+    def _where(self) -> str:
+        return f"node {self.node.name} ({self.node.host}:{self.node.port})"
+
+    # --- connection -------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def _drop(self, client: paramiko.SSHClient) -> None:
+        """Forget a broken connection (only if no other thread replaced it already)."""
+        with self._lock:
+            if self._client is client:
+                self._client = None
+        client.close()
+
+    def _connection(self) -> tuple[paramiko.SSHClient, paramiko.Transport]:
+        with self._lock:
+            if self._client is not None:
+                transport = self._client.get_transport()
+                if transport is not None and transport.is_active():
+                    return self._client, transport
+                self._client.close()
+                self._client = None
+            client = self._connect()
+            transport = client.get_transport()
+            if transport is None:
+                client.close()
+                raise NodeUnreachable(f"{self._where()}: connection closed right after login")
+            self._client = client
+            return client, transport
+
+    def _identity(self) -> paramiko.PKey | None:
+        path = self.node.identity_file
+        where = self._where()
+        if path is None:
+            if not self.ssh.use_agent:
+                raise NodeRefused(
+                    f"{where}: no identity_file and ssh.use_agent is false: no key to log in "
+                    "with; set one of them"
+                )
+            return None
+        expanded = os.path.expanduser(path)
+        try:
+            return paramiko.PKey.from_path(expanded)
+        except FileNotFoundError:
+            raise NodeRefused(f"{where}: identity_file {path} does not exist") from None
+        except IsADirectoryError:
+            raise NodeRefused(f"{where}: identity_file {path} is a directory") from None
+        except PermissionError:
+            raise NodeRefused(
+                f"{where}: identity_file {path} is not readable by this user"
+            ) from None
+        except (paramiko.PasswordRequiredException, TypeError) as exc:
+            # cryptography reports an encrypted key as a TypeError about the password.
+            if isinstance(exc, TypeError) and "password" not in str(exc).lower():
+                raise NodeRefused(
+                    f"{where}: identity_file {path} is not a private key paramiko can read "
+                    f"({type(exc).__name__})"
+                ) from None
+            raise NodeRefused(
+                f"{where}: identity_file {path} is protected by a passphrase and Lazarus never "
+                "prompts; load it into an ssh agent (ssh.use_agent: true, no identity_file) "
+                "or use a key without a passphrase"
+            ) from None
+        except (paramiko.SSHException, ValueError, IndexError, OSError) as exc:
+            # The parser's own message could quote the file; the type is enough.
+            raise NodeRefused(
+                f"{where}: identity_file {path} is not a private key paramiko can read "
+                f"({type(exc).__name__}); expected an OpenSSH or PEM private key, not a .pub file"
+            ) from None
+
+    def _load_known_hosts(self, client: paramiko.SSHClient) -> None:
+        if not self.known_hosts.exists():
+            return  # nothing trusted yet: every host is unknown
+        try:
+            client.get_host_keys().load(str(self.known_hosts))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise NodeRefused(
+                f"{self._where()}: cannot read known_hosts {self.known_hosts}: {_one_line(exc)}"
+            ) from None
+
+    def _connect(self) -> paramiko.SSHClient:
+        where = self._where()
+        pkey = self._identity()
+        client = paramiko.SSHClient()
+        self._load_known_hosts(client)
+        policy: paramiko.MissingHostKeyPolicy
+        if self.ssh.accept_new_host_keys:
+            policy = _AcceptNewHostKey(where, self.known_hosts)
+        else:
+            policy = _RefuseUnknownHostKey(where, self.node.host, self.node.port, self.known_hosts)
+        client.set_missing_host_key_policy(policy)
+        timeout = self.ssh.connect_timeout_s
+        user = self.node.user or getpass.getuser()
+        strategy = _KeysOnly(user, pkey, self.ssh.use_agent)
+        try:
+            client.connect(
+                self.node.host,
+                port=self.node.port,
+                username=user,
+                look_for_keys=False,
+                allow_agent=False,  # the strategy asks the agent, if allowed
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                channel_timeout=timeout,
+                auth_strategy=strategy,
+            )
+            transport = client.get_transport()
+            if transport is None or not transport.is_authenticated():
+                client.close()
+                raise NodeRefused(
+                    f"{where}: the server wants more than a key for user {user} (a second "
+                    "factor or a password); Lazarus logs in with a key only"
+                )
+        except AuthFailure as exc:
+            client.close()
+            if not exc.result:
+                raise NodeRefused(
+                    f"{where}: no key to offer for user {user} ({self._credentials()}); "
+                    "set identity_file or load a key into the ssh agent"
+                ) from None
+            raise NodeRefused(
+                f"{where}: authentication refused for user {user} with {self._credentials()}"
+            ) from None
+        except _HostKeyRefused as exc:
+            client.close()
+            raise NodeRefused(str(exc)) from None
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            entry = host_key_entry(self.node.host, self.node.port)
+            raise NodeRefused(
+                _changed_key_message(
+                    where,
+                    self.known_hosts,
+                    entry,
+                    _describe(exc.expected_key),
+                    _describe(exc.key),
+                )
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise NodeRefused(
+                f"{where}: authentication refused for user {user} with "
+                f"{self._credentials()}: {_one_line(exc)}"
+            ) from None
+        except paramiko.SSHException as exc:
+            client.close()
+            if "No authentication methods available" in str(exc):
+                raise NodeRefused(
+                    f"{where}: no key to offer for user {user} ({self._credentials()}); "
+                    "set identity_file or load a key into the ssh agent"
+                ) from None
+            raise NodeUnreachable(f"{where}: ssh handshake failed: {_one_line(exc)}") from None
+        except TimeoutError:
+            client.close()
+            raise NodeUnreachable(f"{where}: connect timed out after {timeout:g} s") from None
+        except (OSError, EOFError) as exc:
+            client.close()
+            raise NodeUnreachable(f"{where}: cannot connect: {_one_line(exc)}") from None
+        finally:
+            strategy.close()
+        return client
+
+    def _credentials(self) -> str:
+        if self.node.identity_file is not None:
+            extra = " (and the ssh agent)" if self.ssh.use_agent else ""
+            return f"identity_file {self.node.identity_file}{extra}"
+        return "the ssh agent"
+
+    # --- one round trip ---------------------------------------------------------------
+
+    def _run(self, script: bytes, timeout_s: float) -> ShimReply:
+        started = time.monotonic()
+        client, transport = self._connection()
+        deadline = time.monotonic() + timeout_s
+        # paramiko's channel requests wait without a timeout for a peer that vanished
+        # without a TCP reset; closing the transport is what unblocks them.
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            transport.close()
+
+        watchdog = threading.Timer(timeout_s + 1.0, expire)
+        watchdog.daemon = True
+        watchdog.start()
+        chunks: list[bytes] = []
+        try:
+            channel = transport.open_session(timeout=self.ssh.connect_timeout_s)
+            try:
+                channel.set_combine_stderr(True)
+                channel.exec_command("sh -s")
+                channel.sendall(script)
+                channel.shutdown_write()
+                while True:
+                    channel.settimeout(max(deadline - time.monotonic(), 0.001))
+                    data = channel.recv(READ_CHUNK)
+                    if not data:
+                        break
+                    chunks.append(data)
+                if not channel.status_event.wait(max(deadline - time.monotonic(), 0.1)):
+                    raise TimeoutError
+                code = channel.recv_exit_status()
+            finally:
+                channel.close()
+        except TimeoutError:
+            self._drop(client)
+            raise NodeUnreachable(f"{self._where()}: no answer within {timeout_s:g} s") from None
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self._drop(client)
+            if expired.is_set():
+                raise NodeUnreachable(
+                    f"{self._where()}: no answer within {timeout_s:g} s"
+                ) from None
+            raise NodeUnreachable(f"{self._where()}: connection lost: {_one_line(exc)}") from None
+        finally:
+            watchdog.cancel()
+        if code < 0:
+            # No exit status: the session ended without one (sshd or the link died).
+            self._drop(client)
+            raise NodeUnreachable(f"{self._where()}: connection lost mid-command")
+        return ShimReply(code, b"".join(chunks), time.monotonic() - started)

@@ -1,0 +1,202 @@
+"""Multi-node jobs over real SSH: 3 nodes + 1 spare, each a network namespace with
+its own sshd, running a real DDP job over gloo. The controller (dev server and
+worker) runs in the root namespace and reaches the nodes across a bridge."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from bench.jobs import run_reference
+from infra.testhosts import TestHosts
+from lazarus import chaos
+from lazarus.local_stack import LocalStack
+from lazarus.spec import JobSpec
+from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from tests.netns.conftest import HostsFactory
+from workflows.state import Phase
+
+StartJob = Callable[..., Awaitable[Job]]
+
+
+@pytest.fixture(scope="module")
+def world3_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_reference(tmp_path_factory.mktemp("reference3"), steps=STEPS, world_size=3)
+
+
+def ssh_spec(
+    tmp_path: Path, hosts: TestHosts, nodes: int = 3, spares: int = 1, **overrides: object
+) -> JobSpec:
+    entries = [
+        {
+            "name": h.name,
+            "launcher": "ssh",
+            "host": h.address,
+            "port": h.port,
+            "user": "root",
+            "identity_file": str(hosts.identity_file),
+        }
+        for h in hosts.hosts
+    ]
+    overrides.setdefault("ssh", {"known_hosts": str(hosts.known_hosts), "connect_timeout_s": 2})
+    return ddp_spec(
+        tmp_path,
+        steps=STEPS,
+        step_time=0.1,
+        nproc_per_node=1,
+        nodes=entries[:nodes],
+        spares=entries[nodes : nodes + spares],
+        env={"GLOO_SOCKET_IFNAME": hosts.hosts[0].interface},
+        node_timeout_s=4,
+        **overrides,
+    )
+
+
+def ranks_on(hosts: TestHosts, name: str) -> list[int]:
+    """Training processes in a host's namespace (not sshd)."""
+    return [
+        pid
+        for pid in hosts.pids(name)
+        if b"train_ddp.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+
+
+@pytest.mark.timeout(240)
+async def test_fault_free_run_across_hosts(
+    test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world3_weights: Path
+) -> None:
+    hosts = test_hosts(4)
+    job = await start_job(ssh_spec(tmp_path, hosts))
+    status = await job.result(timeout_s=200)
+    assert status.phase == Phase.SUCCEEDED and status.incidents == []
+    assert status.world_size == 3 and status.nodes.active == ["h1", "h2", "h3"]
+    assert_same_weights(job.weights, world3_weights)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("victim", ["h2", "h1"], ids=["worker-node", "master-node"])
+async def test_killed_host_is_replaced_by_the_spare(
+    test_hosts: HostsFactory,
+    start_job: StartJob,
+    tmp_path: Path,
+    world3_weights: Path,
+    victim: str,
+) -> None:
+    hosts = test_hosts(4)
+    job = await start_job(ssh_spec(tmp_path, hosts))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 15)
+    killed_at = time.time()
+    hosts.kill_host(victim)
+    status = await job.result(timeout_s=200)
+    assert status.phase == Phase.SUCCEEDED
+    [incident] = status.incidents
+    assert incident.kind == "node_lost" and incident.node == victim
+    assert incident.fault_at >= killed_at - 1
+    assert victim not in status.nodes.active and "h4" in status.nodes.active
+    assert [q.node for q in status.nodes.quarantined] == [victim]
+    assert_same_weights(job.weights, world3_weights)
+
+
+@pytest.mark.timeout(240)
+async def test_partition_that_heals_is_fenced(
+    test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world3_weights: Path
+) -> None:
+    hosts = test_hosts(4)
+    job = await start_job(ssh_spec(tmp_path, hosts))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 15)
+    hosts.partition("h2")
+    assert ranks_on(hosts, "h2"), "a partitioned node's ranks keep running"
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 3, 120, 2)
+    hosts.heal("h2")
+    status = await job.result(timeout_s=200)
+    assert status.phase == Phase.SUCCEEDED
+    [quarantined] = status.nodes.quarantined
+    assert quarantined.node == "h2" and quarantined.fenced
+    assert ranks_on(hosts, "h2") == [], "the stale generation was killed when h2 came back"
+    assert_same_weights(job.weights, world3_weights)
+
+
+@pytest.mark.timeout(240)
+async def test_preflight_failure_on_one_node_replaces_it_before_launch(
+    test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world3_weights: Path
+) -> None:
+    hosts = test_hosts(4)
+    bad = hosts.host("h3").address
+    spec = ssh_spec(
+        tmp_path,
+        hosts,
+        preflight={"health_command": ["sh", "-c", f"! ip -4 addr | grep -q 'inet {bad}/'"]},
+    )
+    job = await start_job(spec)
+    status = await job.result(timeout_s=200)
+    assert status.phase == Phase.SUCCEEDED and status.generation == 1
+    assert status.nodes.active == ["h1", "h2", "h4"]
+    assert [q.node for q in status.nodes.quarantined] == ["h3"]
+    assert_same_weights(job.weights, world3_weights)
+
+
+@pytest.mark.timeout(240)
+async def test_no_spare_and_no_shrinking_needs_operator(
+    test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path
+) -> None:
+    hosts = test_hosts(3)
+    job = await start_job(ssh_spec(tmp_path, hosts, spares=0))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 10)
+    hosts.kill_host("h3")
+    status = await job.wait_phase(Phase.NEEDS_OPERATOR, timeout_s=120)
+    assert status.operator_reason and "h3" in status.operator_reason
+    assert [q.node for q in status.nodes.quarantined] == ["h3"]
+
+
+def cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lazarus.cli", *args],
+        env=stack.worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_bad_hosts_are_refused_at_start_and_nothing_runs(
+    test_hosts: HostsFactory, stack: LocalStack, tmp_path: Path
+) -> None:
+    import yaml
+
+    hosts = test_hosts(2)
+    wrong_keys = tmp_path / "wrong_known_hosts"
+    other_key = tmp_path / "other"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)], check=True
+    )
+    public = (other_key.with_suffix(".pub")).read_text().split()
+    wrong_keys.write_text("".join(f"{h.address} {public[0]} {public[1]}\n" for h in hosts.hosts))
+    cases = {
+        "wrong host key": {"ssh": {"known_hosts": str(wrong_keys), "connect_timeout_s": 2}},
+        "unknown host key": {
+            "ssh": {"known_hosts": str(tmp_path / "empty"), "connect_timeout_s": 2}
+        },
+        "bad identity": {"identity_file": str(tmp_path / "missing_key")},
+        # An address on our own test bridge that no host holds: nothing leaves this machine.
+        "unreachable": {"host": hosts.hosts[0].address.rsplit(".", 1)[0] + ".99"},
+    }
+    for label, change in cases.items():
+        spec = ssh_spec(tmp_path, hosts, nodes=2, spares=0)
+        data = spec.model_dump(mode="json")
+        if "ssh" in change:
+            data["ssh"].update(change["ssh"])  # type: ignore[arg-type]
+        else:
+            data["nodes"][1].update(change)
+        spec_file = tmp_path / f"{label.replace(' ', '-')}.yaml"
+        spec_file.write_text(yaml.safe_dump(data))
+        done = cli(stack, "start", str(spec_file))
+        assert done.returncode == 2, (label, done.stdout, done.stderr)
+        assert f"{spec_file}: nodes[" in done.stderr, (label, done.stderr)
+        assert not Path(spec.run_dir).exists(), f"{label}: nothing may be launched"
