@@ -156,6 +156,10 @@ class SupervisionProgress(_Model):
     world_size: int
     seconds_per_step: float | None = None
     observed_at: float
+    unreachable_since: dict[str, float] = Field(default_factory=dict)
+    """Supervisor memory that files cannot hold: a retried attempt (after a worker crash)
+    restores it from the last heartbeat, so node-loss clocks survive the hand-over."""
+    dead_since: dict[int, float] = Field(default_factory=dict)
 
 
 class NodeHealth(_Model):
@@ -173,6 +177,8 @@ class PreflightActivityRequest(_Model):
     interpreter: str
     workdir: str
     disk_path: str
+    search_path: str | None = None
+    """PATH the ranks get on ssh nodes; None lets the launcher's default apply."""
 
 
 class PreflightReport(_Model):

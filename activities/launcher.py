@@ -76,6 +76,16 @@ def resolve_program(spec: JobSpec) -> str | None:
     return shutil.which(program, path=search_path)
 
 
+def rank_search_path(spec_path: str | None) -> str:
+    """Like torchrun, which runs scripts with its own interpreter: `python` in a command
+    means the worker's environment, unless the spec sets PATH itself."""
+    if spec_path is not None:
+        return spec_path
+    return os.pathsep.join(
+        [str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")]
+    )
+
+
 def derived_port(job_id: str, generation: int) -> int:
     """A port the whole world agrees on without asking a remote node: stable per
     (job, generation), so a retried launch computes the same one."""
@@ -121,11 +131,7 @@ def rank_environment(
     if resume is not None:
         env[env_names.RESUME_FROM] = resume.path
         env[env_names.RESUME_STEP] = str(resume.step)
-    # Like torchrun, which runs scripts with its own interpreter: `python` in a command
-    # means the worker's environment unless the spec's PATH says otherwise.
-    if "PATH" not in spec.env:
-        base_path = env.get("PATH") or os.environ.get("PATH", "/usr/bin:/bin")
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), base_path])
+    env["PATH"] = rank_search_path(spec.env.get("PATH"))
     # lazarus.rank is importable from this checkout even where it is not installed.
     extra = spec.env.get("PYTHONPATH") or (os.environ.get("PYTHONPATH") if local else None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), extra]))

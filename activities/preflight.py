@@ -12,6 +12,7 @@ import asyncio
 from temporalio import activity
 
 from activities.contracts import NodeHealth, PreflightActivityRequest, PreflightReport
+from activities.launcher import rank_search_path
 from activities.nodes.agent import NodeAgent, NodeRefused, NodeUnreachable, PreflightRequest
 from activities.nodes.factory import agents, on_each
 
@@ -24,6 +25,7 @@ def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
         min_free_disk_gb=request.checks.min_free_disk_gb,
         health_command=request.checks.health_command,
         timeout_s=request.checks.timeout_s,
+        search_path=rank_search_path(request.search_path),
     )
 
     def check(agent: NodeAgent) -> NodeHealth:

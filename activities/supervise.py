@@ -61,6 +61,13 @@ class GenerationObserver:
     """Polls every node of one generation concurrently; remembers only what the
     nodes cannot tell (when a node went quiet, when a rank was first seen dead)."""
 
+    def restore(self, memory: SupervisionProgress) -> None:
+        self._unreachable_since.update(memory.unreachable_since)
+        self._dead_since.update(memory.dead_since)
+
+    def memory(self) -> tuple[dict[str, float], dict[int, float]]:
+        return dict(self._unreachable_since), dict(self._dead_since)
+
     def __init__(self, request: SuperviseRequest, opened: list[NodeAgent]) -> None:
         self._request = request
         self._agents = opened
@@ -100,6 +107,7 @@ class GenerationObserver:
         return agent.poll(str(self._gen.path), self._ranks_of[agent.node.name])
 
     def observe(self) -> Observation:
+        asked_at = time.time()  # a silent node went quiet when we asked, not when we gave up
         statuses = on_each(self._agents, self._poll)
         now = time.time()
         ranks: list[RankStatus] = []
@@ -109,7 +117,7 @@ class GenerationObserver:
             if status.reachable:
                 self._unreachable_since.pop(name, None)
             else:
-                self._unreachable_since.setdefault(name, now)
+                self._unreachable_since.setdefault(name, asked_at)
             nodes[name] = NodeObservation(
                 reachable=status.reachable,
                 unreachable_since=self._unreachable_since.get(name),
@@ -314,12 +322,14 @@ def _failure(request: SuperviseRequest, obs: Observation) -> FailureReport | Non
     """Root cause first: a lost node, then ranks killed from outside, then crashes
     (peers of a dead rank crash within milliseconds: they are collateral), then hangs."""
     crash = _crash(request, obs)
-    lost = _node_lost(request, obs, crashed=crash is not None)
+    hang = _hang(request, obs)
+    # Ranks crashing or stalling while a node is silent lost their peers there.
+    lost = _node_lost(request, obs, crashed=crash is not None or hang is not None)
     if lost is not None:
         return lost
     if crash is not None and _vanishing(obs):
         return None  # wait a moment: either an exit status arrives or the rank vanished
-    return _vanished(obs) or crash or _hang(request, obs)
+    return _vanished(obs) or crash or hang
 
 
 def with_evidence(failure: FailureReport, log_text: str) -> FailureReport:
@@ -393,16 +403,43 @@ class StepRate:
         return None
 
 
+def _previous_memory() -> SupervisionProgress | None:
+    details = activity.info().heartbeat_details
+    if not details:
+        return None
+    try:
+        return SupervisionProgress.model_validate(details[0])
+    except ValueError:
+        return None
+
+
+async def _observe_heartbeating(
+    observer: GenerationObserver, last: SupervisionProgress | None
+) -> Observation:
+    """A silent node makes one poll take up to the command timeout: keep heartbeating
+    meanwhile, or Temporal would think this worker died."""
+    task = asyncio.create_task(asyncio.to_thread(observer.observe))
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=1.0)
+        if done:
+            return task.result()
+        if last is not None:
+            activity.heartbeat(last)
+
+
 @activity.defn(name="supervise")
 async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
     """Watch one generation until it fails, finishes, or has progress worth reporting."""
     nodes = request.nodes or [NodeSpec()]
     with agents(nodes, request.ssh) as opened:
         observer = GenerationObserver(request, opened)
+        last = _previous_memory()
+        if last is not None and last.generation == request.generation:
+            observer.restore(last)
         rate = StepRate()
         started_at = time.time()
         while True:
-            obs = await asyncio.to_thread(observer.observe)
+            obs = await _observe_heartbeating(observer, last)
             seconds_per_step = rate.update(obs.ranks)
             outcome = evaluate(request, obs, started_at, seconds_per_step)
             if outcome is not None:
@@ -412,14 +449,16 @@ async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
                         update={"failure": with_evidence(outcome.failure, log_text)}
                     )
                 return outcome
-            activity.heartbeat(
-                SupervisionProgress(
-                    generation=request.generation,
-                    step=_max_step(obs.ranks),
-                    alive=sum(1 for r in obs.ranks if r.alive),
-                    world_size=request.world_size,
-                    seconds_per_step=seconds_per_step,
-                    observed_at=obs.now,
-                )
+            unreachable_since, dead_since = observer.memory()
+            last = SupervisionProgress(
+                generation=request.generation,
+                step=_max_step(obs.ranks),
+                alive=sum(1 for r in obs.ranks if r.alive),
+                world_size=request.world_size,
+                seconds_per_step=seconds_per_step,
+                observed_at=obs.now,
+                unreachable_since=unreachable_since,
+                dead_since=dead_since,
             )
+            activity.heartbeat(last)
             await asyncio.sleep(request.health.poll_interval_s)

@@ -637,6 +637,10 @@ class TestHosts:
                 "PrintLastLog no",
                 "Subsystem sftp internal-sftp",
                 "AcceptEnv *",
+                # A clean HOME: the machine user's ~/.bashrc (sourced by bash for every
+                # ssh command) may be slow or, after a host is killed mid-login, block on
+                # a stale lock; test hosts must not depend on it.
+                f"SetEnv HOME={self._clean_home()}",
                 "LogLevel ERROR",
                 "MaxStartups 100",
                 "MaxSessions 100",
@@ -647,6 +651,11 @@ class TestHosts:
         return TestHost(
             name=name, netns=ns, address=address, port=SSH_PORT, interface=self.interface
         )
+
+    def _clean_home(self) -> Path:
+        home = self.dir / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        return home
 
     def _start_sshd(self, host: TestHost) -> None:
         hdir = self._host_dir(host.name)

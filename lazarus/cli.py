@@ -384,6 +384,7 @@ def _unusable_nodes(spec_file: Path, spec: JobSpec) -> list[str]:
                 interpreter=spec.command[0],
                 workdir=spec.workdir,
                 disk_path=spec.checkpoint_dir,
+                search_path=spec.env.get("PATH"),
             )
         )
     where = {n.name: f"nodes[{i}]" for i, n in enumerate(spec.nodes)}

@@ -64,6 +64,8 @@ class SSHSpec(_Strict):
     """Trust-on-first-use: add unknown host keys to ``known_hosts``. Off by default;
     a changed key is refused even when this is on."""
     connect_timeout_s: Annotated[float, Field(gt=0, le=120)] = 5.0
+    command_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
+    """A status poll with no answer this long marks the node unreachable for that poll."""
     use_agent: bool = True
 
 

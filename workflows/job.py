@@ -538,6 +538,7 @@ class JobWorkflow:
                     interpreter=program,
                     workdir=spec.workdir,
                     disk_path=spec.checkpoint_dir,
+                    search_path=spec.env.get("PATH"),
                 ),
                 start_to_close_timeout=timedelta(seconds=spec.preflight.timeout_s + 60),
                 retry_policy=QUICK_RETRY,

@@ -85,6 +85,9 @@ class PreflightRequest(_Record):
     min_free_disk_gb: float = 0.0
     health_command: list[str] | None = None
     timeout_s: float = 30.0
+    search_path: str | None = None
+    """The PATH the ranks will get: the interpreter must be found on it, not on the
+    login shell's PATH."""
 
 
 class GpuHealth(_Record):

@@ -305,7 +305,10 @@ class ShimAgent(NodeAgent):
             if "=" in health[0]:
                 health = ["/bin/sh", "-c", 'exec "$@"', "lazarus-health", *health]
             argv += ["--", "env", "--", f"LAZARUS_NODE={self.node.name}", *health]
-        reply = self._call([argv], timeout + self.status_timeout_s + 5)
+        prelude = self._prelude()
+        if request.search_path:
+            prelude += f"PATH={shlex.quote(request.search_path)}; export PATH\n"
+        reply = self._run(shim_script([argv], prelude), timeout + self.status_timeout_s + 5)
         records, noise = json_lines(reply.output)
         report = next((r for r in records if "workdir_exists" in r), None)
         if report is None:

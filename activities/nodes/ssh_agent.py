@@ -153,6 +153,8 @@ class SSHAgent(ShimAgent):
     def __init__(self, node: NodeSpec, ssh: SSHSpec) -> None:
         super().__init__(node)
         self.ssh = ssh
+        # A poll must fail fast on a silent host: its staleness is what detects node loss.
+        self.status_timeout_s = ssh.command_timeout_s
         self.known_hosts = Path(os.path.expanduser(ssh.known_hosts))
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()

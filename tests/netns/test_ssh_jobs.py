@@ -44,7 +44,10 @@ def ssh_spec(
         }
         for h in hosts.hosts
     ]
-    overrides.setdefault("ssh", {"known_hosts": str(hosts.known_hosts), "connect_timeout_s": 2})
+    overrides.setdefault(
+        "ssh",
+        {"known_hosts": str(hosts.known_hosts), "connect_timeout_s": 2, "command_timeout_s": 2},
+    )
     return ddp_spec(
         tmp_path,
         steps=STEPS,
