@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-hosts lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,13 +16,19 @@ setup: $(STAMP)
 demo: setup
 	$(PY) examples/demo.py $(DEMO_ARGS)
 
-test: setup
+test: setup test-hosts
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The ssh tests run real sshd in network namespaces: install sshd and iproute2 when
+# missing (root only; without root those tests skip, except under CI where they fail).
+test-hosts:
+	@if [ "$$(id -u)" = 0 ]; then bash infra/install-test-prereqs.sh; \
+	else echo "not root: the network-namespace ssh tests will be skipped"; fi
 
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy lazarus workflows activities workers bench examples
+	$(VENV)/bin/mypy lazarus workflows activities workers bench examples infra
 
 bench: setup
 	$(PY) -m bench recovery --repeats 3

@@ -105,3 +105,17 @@ async def test_preflight_failure_replaces_the_node_before_launch(
     [quarantined] = status.nodes.quarantined
     assert quarantined.node == "b" and "health_command" in quarantined.reason
     assert_same_weights(job.weights, fault_free_weights)
+
+
+@pytest.mark.timeout(180)
+async def test_without_spares_min_nodes_lets_the_job_shrink(
+    start_job: StartJob, tmp_path: Path
+) -> None:
+    job = await start_job(two_nodes(tmp_path, spares=0, min_nodes=1))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 15)
+    chaos.kill_node(job.run_root, "b")
+    status = await job.result()
+    assert status.phase == Phase.SUCCEEDED
+    [incident] = status.incidents
+    assert incident.action == "shrink"
+    assert status.nodes.active == ["a"] and status.world_size == 1
