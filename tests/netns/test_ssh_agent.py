@@ -123,8 +123,11 @@ def test_start_poll_adopt_stop_over_ssh(hosts: TestHosts, run_root: Path, tmp_pa
     assert [r.adopted for r in started] == [False, False]
     in_h1 = set(hosts.pids("h1"))
     assert {r.pid for r in started} <= in_h1, "ranks run on the remote host"
-    log = Path(started[0].log_file).read_text()
-    assert hosts.host("h1").address in log
+    log = Path(started[0].log_file)
+    deadline = time.monotonic() + 15  # the rank writes its line when it gets CPU
+    while hosts.host("h1").address not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert hosts.host("h1").address in log.read_text()
 
     agent = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
     try:
