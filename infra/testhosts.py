@@ -55,8 +55,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, ClassVar, Self
+from typing import IO, Any, ClassVar
+
+from lazarus.lifecycle import StartStop
 
 __all__ = [
     "SSHD",
@@ -407,7 +408,7 @@ def _stop_all_active() -> None:
 atexit.register(_stop_all_active)
 
 
-class TestHosts:
+class TestHosts(StartStop):
     """``count`` SSH-reachable hosts in network namespaces. Use as a context manager.
 
     ``hosts`` is filled by :meth:`start` (addresses depend on the subnet chosen then).
@@ -478,18 +479,6 @@ class TestHosts:
         raise KeyError(f"no test host {name!r} (have {[h.name for h in self.hosts]})")
 
     # -- lifecycle --------------------------------------------------------------------
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Create the network, start one sshd per host and wait until all accept TCP.

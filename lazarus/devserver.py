@@ -30,6 +30,7 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
+from lazarus.lifecycle import StartStop
 from workflows.api import SEARCH_ATTRIBUTES
 
 DEFAULT_PORT = 7233
@@ -144,7 +145,7 @@ def _ui_port_for(host: str, port: int) -> int:
     return port + 1000 if _is_free(host, port + 1000) else free_port(host)
 
 
-class DevServer:
+class DevServer(StartStop):
     """A dev server child process, in its own process group so that stopping it
     cannot touch the caller and nothing it spawned is left behind.
 
@@ -229,18 +230,6 @@ class DevServer:
     def restart(self) -> None:
         self.stop()
         self.start()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     async def __aenter__(self) -> Self:
         await asyncio.to_thread(self.start)

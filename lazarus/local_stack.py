@@ -14,16 +14,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Self
+from typing import IO
 
 from temporalio.client import Client
 
 from lazarus.devserver import DevServer
+from lazarus.lifecycle import StartStop
 from lazarus.settings import ConnectionSettings, connect
 
 
-class LocalStack:
+class LocalStack(StartStop):
     def __init__(
         self,
         state_dir: Path,
@@ -119,15 +119,3 @@ class LocalStack:
         self.kill_worker(signal.SIGTERM, timeout_s=15.0)
         if self._owns_server:
             self.server.stop()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
