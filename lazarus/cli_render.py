@@ -284,6 +284,9 @@ def _header(view: StatusView) -> Panel:
             f"{status.restarts}/{status.max_restarts}",
         )
         grid.add_row("ETTR", _percent(status.ettr), "elapsed", format_duration(status.elapsed_s))
+        if status.incidents:
+            mttr = _DASH if status.mttr_s is None else f"{status.mttr_s:.1f}s"
+            grid.add_row("MTTR", mttr, "steps lost", str(status.steps_lost))
         if status.resume_step is not None or status.runs > 1:
             grid.add_row("resumed from", _opt(status.resume_step), "runs", str(status.runs))
     if view.live is not None and view.live.seconds_per_step:

@@ -28,3 +28,8 @@ def effective_training_time_ratio(state: JobState, now: float) -> float | None:
     if elapsed <= 0:
         return None
     return max(0.0, min(1.0, (elapsed - unproductive_s(state, now)) / elapsed))
+
+
+def mean_time_to_recover(state: JobState) -> float | None:
+    recovered = [i.recovery_s for i in state.incidents if i.recovery_s is not None]
+    return sum(recovered) / len(recovered) if recovered else None

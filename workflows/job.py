@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.stop import stop
     from activities.supervise import supervise
     from lazarus.spec import JobSpec, NodeSpec
-    from workflows.accounting import effective_training_time_ratio
+    from workflows.accounting import effective_training_time_ratio, mean_time_to_recover
     from workflows.api import (
         PHASE_ATTRIBUTE,
         QUERY_STATUS,
@@ -170,6 +170,8 @@ class JobWorkflow:
             resume_step=state.resume.step if state.resume else None,
             runs=state.runs,
             nodes=state.pool,
+            mttr_s=mean_time_to_recover(state),
+            steps_lost=sum(i.steps_lost or 0 for i in state.incidents),
         )
 
     # ---------------------------------------------------------------- main loop
@@ -252,6 +254,8 @@ class JobWorkflow:
             return
         state.generation_live = True
         state.ranks = []
+        if state.open_incident is not None:
+            state.incidents[state.open_incident - 1].relaunched_at = result.launched_at
         workflow.logger.info(
             "launched generation %d on port %d (adopted=%s)",
             result.generation,
@@ -354,6 +358,7 @@ class JobWorkflow:
         stopped = await self._stop_all(
             f"incident {incident.id}: {failure.kind} on rank {failure.rank}"
         )
+        incident.stopped_at = self._now()
         if stopped.last_step is not None:
             incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
         if decision.action == Action.NEEDS_OPERATOR:
@@ -396,6 +401,7 @@ class JobWorkflow:
         incident.action = Action.RESTART.value
         incident.reason = f"forced by operator: {request.reason}"
         stopped = await self._stop_all(f"forced recovery: {request.reason}")
+        incident.stopped_at = self._now()
         if stopped.last_step is not None:
             incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
         if request.exclude_node is not None:
@@ -586,6 +592,7 @@ class JobWorkflow:
         if state.open_incident is not None:
             incident = state.incidents[state.open_incident - 1]
             incident.recovery_s = max(0.0, first_step_at - incident.fault_at)
+            incident.first_step_at = first_step_at
             state.open_incident = None
         state.consecutive_failures = 0
 

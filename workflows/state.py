@@ -65,6 +65,10 @@ class Incident(BaseModel):
     steps_lost: int | None = None
     recovery_s: float | None = None
     """Fault to the first step of the new generation; None until that step happens."""
+    stopped_at: float | None = None
+    """Phase times of the recovery (fault_at, detected_at, then these): where it went."""
+    relaunched_at: float | None = None
+    first_step_at: float | None = None
     action: str = ""
     reason: str = ""
 
@@ -166,3 +170,6 @@ class JobStatus(BaseModel):
     resume_step: int | None = None
     runs: int = 1
     nodes: NodePool = Field(default_factory=NodePool)
+    mttr_s: float | None = None
+    """Mean time to recover over the incidents that have recovered."""
+    steps_lost: int = 0

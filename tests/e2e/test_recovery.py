@@ -43,6 +43,15 @@ async def test_rank_crash_recovers_with_identical_weights(
     assert incident.detection_s is not None and incident.detection_s < 5
     assert incident.recovery_s is not None
     assert incident.resumed_from_step == 20
+    phases = [
+        incident.fault_at,
+        incident.detected_at,
+        incident.stopped_at,
+        incident.relaunched_at,
+        incident.first_step_at,
+    ]
+    assert None not in phases and phases == sorted(phases), f"phase times out of order: {phases}"
+    assert status.mttr_s == incident.recovery_s and status.steps_lost == incident.steps_lost
     assert incident.steps_lost is not None and incident.steps_lost >= (fault.step or 0) - 20
     assert_same_weights(job.weights, fault_free_weights)
 
