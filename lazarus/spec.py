@@ -125,6 +125,8 @@ class RecoverySpec(_Strict):
     backoff_initial_s: Annotated[float, Field(ge=0)] = 1.0
     backoff_max_s: Annotated[float, Field(ge=0)] = 60.0
     backoff_multiplier: Annotated[float, Field(ge=1.0)] = 2.0
+    crash_loop_after: Annotated[int, Field(ge=1, le=1000)] = 3
+    """Restarts that may fail before making a step; one more failure is a crash loop."""
     stop_grace_s: Annotated[float, Field(ge=0, le=600)] = 10.0
     """SIGTERM, then this long, then SIGKILL for the whole process group."""
 

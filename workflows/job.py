@@ -326,6 +326,10 @@ class JobWorkflow:
         state = self._state
         self._set_phase(Phase.RECOVERING)
         state.consecutive_failures += 1
+        previous = next(
+            (i for i in reversed(state.incidents) if i.failure_class == failure.failure_class),
+            None,
+        )
         incident = self._open_incident(
             kind=failure.kind,
             failure_class=failure.failure_class,
@@ -346,6 +350,9 @@ class JobWorkflow:
                 now=self._now(),
                 restart_times=state.restart_times,
                 consecutive_failures=state.consecutive_failures,
+                step_at_failure=failure.step_at_failure,
+                had_previous_same_class=previous is not None,
+                previous_same_class_step=previous.step_at_failure if previous else None,
                 node=failure.node,
                 spares_left=len(state.pool.spares),
                 active_nodes=len(state.pool.active),

@@ -44,6 +44,10 @@ class FailureContext(BaseModel):
     restart_times: list[float]
     consecutive_failures: int
     """Failures since the job last made progress, including this one."""
+    step_at_failure: int | None = None
+    previous_same_class_step: int | None = None
+    """The step of the last earlier failure of this same class, if there was one."""
+    had_previous_same_class: bool = False
     node: str | None = None
     spares_left: int = 0
     active_nodes: int = 1
@@ -113,8 +117,33 @@ def replace_node(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     )
 
 
+@strategy("no_blind_restarts")
+def no_blind_restarts(ctx: FailureContext, policy: RecoverySpec) -> Decision:
+    """Bugs and too-large batches fail the same way every time: a failure before the
+    first step (an ImportError, a bad path) or a second one at the same step goes to
+    a person with the evidence instead of burning the restart budget."""
+    if ctx.step_at_failure is None:
+        return Decision(
+            action=Action.NEEDS_OPERATOR,
+            reason=f"{ctx.failure_class} before the first step: a restart will not fix it",
+        )
+    if ctx.had_previous_same_class and ctx.previous_same_class_step == ctx.step_at_failure:
+        return Decision(
+            action=Action.NEEDS_OPERATOR,
+            reason=(
+                f"{ctx.failure_class} at step {ctx.step_at_failure} twice: "
+                "a restart will not fix it"
+            ),
+        )
+    return restart_in_place(ctx, policy)
+
+
 DEFAULT_STRATEGY = "restart_in_place"
-CLASS_STRATEGIES: dict[str, str] = {"node_lost": "replace_node"}
+CLASS_STRATEGIES: dict[str, str] = {
+    "node_lost": "replace_node",
+    "user_code": "no_blind_restarts",
+    "oom_gpu": "no_blind_restarts",
+}
 """Per-class overrides of the default strategy."""
 
 
@@ -131,6 +160,14 @@ def decide(ctx: FailureContext, policy: RecoverySpec) -> Decision:
                 f"restart budget spent: {used} restarts within {policy.restart_window_s:.0f} s "
                 f"(max_restarts={policy.max_restarts}); last failure {ctx.failure_class}"
                 + (f" on rank {ctx.rank}" if ctx.rank is not None else "")
+            ),
+        )
+    if ctx.consecutive_failures > policy.crash_loop_after:
+        return Decision(
+            action=Action.NEEDS_OPERATOR,
+            reason=(
+                f"crash loop: {ctx.consecutive_failures} failures without a step of progress "
+                f"(crash_loop_after={policy.crash_loop_after}); last {ctx.failure_class}"
             ),
         )
     name = CLASS_STRATEGIES.get(ctx.failure_class, DEFAULT_STRATEGY)

@@ -1,7 +1,10 @@
 """The recovery benchmark harness runs every scenario once and writes well-formed JSON.
 
 Only the shape of the output is checked, never a timing: the numbers of a
-``--quick`` run on a busy CI machine mean nothing.
+``--quick`` run on a busy CI machine mean nothing. The multi-node scenarios need
+real SSH test hosts (root, network namespaces, sshd); where those are missing
+their test is skipped, and a scenario the benchmark cannot run is reported as
+skipped, not failed.
 """
 
 from __future__ import annotations
@@ -13,6 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from bench import report
+from bench.harness import BenchRun, RunRecord
+from bench.jobs import JobShape
+from bench.multinode import netns_unavailable_reason
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ["clean", "crash", "hang", "worker_kill"]
@@ -46,6 +54,39 @@ SCENARIO_METRICS = {
     "worker_kill": {"fault_step", "steps_lost", "duplicate_ranks", "worker_down_s"},
 }
 STAT_KEYS = {"median", "min", "max", "n"}
+MULTINODE_SCENARIOS = ["node_loss", "ssh_poll", "controller_cpu"]
+MULTINODE_METRICS = {
+    "node_loss": COMMON_METRICS
+    | {
+        "fault_step",
+        "node_timeout_s",
+        "ssh_connect_timeout_s",
+        "ssh_command_timeout_s",
+        "node_lost_ok",
+        "spare_used",
+        "detection_s",
+        "detection_from_kill_s",
+        "recovery_s",
+        "recovery_outside_s",
+        "steps_lost",
+    },
+    "ssh_poll": {
+        "polls_ok",
+        "first_poll_with_connect_ms",
+        *(f"h{i}_{stat}_ms" for i in range(1, 5) for stat in ("median", "p95")),
+        "all_concurrent_median_ms",
+        "all_concurrent_p95_ms",
+        "back_to_back_median_ms",
+    },
+    "controller_cpu": {
+        "idle_cpu_ms_per_s",
+        *(
+            f"{job}_{metric}"
+            for job in ("local1", "ssh4")
+            for metric in ("completed", "weights_ok", "cpu_ms_per_s", "cpu_s_per_hour")
+        ),
+    },
+}
 
 pytestmark = pytest.mark.e2e
 
@@ -62,9 +103,9 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-@pytest.mark.timeout(300)
-def test_quick_benchmark_writes_expected_json(tmp_path: Path) -> None:
-    out = tmp_path / "recovery.json"
+def _run_quick(
+    scenarios: list[str], out: Path, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -75,14 +116,14 @@ def test_quick_benchmark_writes_expected_json(tmp_path: Path) -> None:
             "--repeats",
             "1",
             "--scenarios",
-            ",".join(SCENARIOS),
+            ",".join(scenarios),
             "--json-out",
             str(out),
         ],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=timeout_s,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     assert proc.stdout.startswith("| scenario | metric | median | min | max | n |")
@@ -93,7 +134,13 @@ def test_quick_benchmark_writes_expected_json(tmp_path: Path) -> None:
     workdir = match.group(1)
     assert not Path(workdir).exists()
     assert _processes_mentioning(workdir) == []
+    return proc
 
+
+@pytest.mark.timeout(300)
+def test_quick_benchmark_writes_expected_json(tmp_path: Path) -> None:
+    out = tmp_path / "recovery.json"
+    _run_quick(SCENARIOS, out, timeout_s=280)
     data = json.loads(out.read_text())
     assert data["benchmark"] == "recovery"
     assert {"date", "cpu_count", "python", "torch", "temporalio"} <= data["machine"].keys()
@@ -112,3 +159,55 @@ def test_quick_benchmark_writes_expected_json(tmp_path: Path) -> None:
         assert (COMMON_METRICS | SCENARIO_METRICS[scenario]) <= metrics.keys(), scenario
         for stats in metrics.values():
             assert stats.keys() >= STAT_KEYS
+
+
+@pytest.mark.timeout(420)
+def test_quick_multinode_benchmark_writes_expected_json(tmp_path: Path) -> None:
+    reason = netns_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    out = tmp_path / "recovery.json"
+    proc = _run_quick(MULTINODE_SCENARIOS, out, timeout_s=400)
+    assert "Skipped" not in proc.stdout
+
+    data = json.loads(out.read_text())
+    assert data["config"]["scenarios"] == MULTINODE_SCENARIOS
+    assert data["skipped"] == {}
+    assert {"node_timeout_s", "ssh_connect_timeout_s", "ssh_command_timeout_s"} <= data["config"][
+        "job"
+    ].keys()
+    assert [r["scenario"] for r in data["runs"]] == MULTINODE_SCENARIOS
+    for run in data["runs"]:
+        assert run["error"] is None, run["error"]
+        assert run["skipped"] is None
+        assert MULTINODE_METRICS[run["scenario"]] <= run["metrics"].keys(), run["scenario"]
+        # Its test hosts are gone: no namespace, so no sshd or rank left in one.
+        assert not [
+            ns for ns in run["details"]["rig"]["namespaces"] if Path("/run/netns", ns).exists()
+        ]
+    node_loss = data["runs"][0]
+    assert node_loss["metrics"]["completed"] and node_loss["metrics"]["weights_ok"]
+    assert node_loss["metrics"]["node_lost_ok"] and node_loss["metrics"]["spare_used"]
+    # Later incidents are possible in a quick run on a busy machine (its hang timeout
+    # is 3 s); the first one must be the killed host.
+    incident = node_loss["details"]["incidents"][0]
+    assert incident["kind"] == "node_lost" and incident["node"] == "h2"
+    assert data["runs"][1]["metrics"]["polls_ok"]
+    cpu = data["runs"][2]["metrics"]
+    assert cpu["local1_weights_ok"] and cpu["ssh4_weights_ok"]
+    for scenario, metrics in data["summary"].items():
+        assert MULTINODE_METRICS[scenario] <= metrics.keys(), scenario
+
+
+def test_a_skipped_scenario_is_reported_not_failed() -> None:
+    bench = BenchRun(shape=JobShape.quick(), scenarios=["node_loss"], repeats=2, started_at=0.0)
+    for repeat in range(2):
+        bench.records.append(RunRecord("node_loss", repeat, 0.0, 0.0, {}, {}, skipped="needs root"))
+    stats = report.summary(bench)
+    assert "failed_runs" not in stats["node_loss"]
+    assert stats["node_loss"]["skipped_runs"].true_count == 2
+    table = report.markdown_table(stats, report.skipped(bench))
+    assert table.endswith("Skipped node_loss: needs root")
+    data = report.payload(bench, stats)
+    assert data["skipped"] == {"node_loss": "needs root"}
+    json.dumps(data)

@@ -72,15 +72,20 @@ async def test_restart_budget_exhausted_needs_operator_then_cancel(
 ) -> None:
     spec = ddp_spec(
         tmp_path,
-        command=[sys.executable, "-c", "import sys; print('KeyError: no such key'); sys.exit(1)"],
-        recovery={"max_restarts": 2, "backoff_initial_s": 0.1, "backoff_max_s": 0.2},
+        command=[sys.executable, "-c", "import sys; sys.exit(7)"],
+        recovery={
+            "max_restarts": 2,
+            "backoff_initial_s": 0.1,
+            "backoff_max_s": 0.2,
+            "crash_loop_after": 10,
+        },
     )
     job = await start_job(spec)
     status = await job.wait_phase(Phase.NEEDS_OPERATOR, timeout_s=90)
     assert status.restarts == 2 and len(status.incidents) == 3
     assert status.operator_reason and "restart budget spent" in status.operator_reason
     assert status.suggested_actions and "resume" in status.suggested_actions[0]
-    assert all(i.failure_class == "user_code" for i in status.incidents)
+    assert all(i.failure_class == "unknown" for i in status.incidents)
     await job.handle.cancel()
     with pytest.raises(Exception):  # noqa: B017 - the workflow ends as cancelled
         await job.handle.result()
@@ -130,3 +135,34 @@ async def test_continue_as_new_adopts_live_ranks(
     assert status.runs > 1, "the workflow should have continued as new"
     assert status.generation == 1, "continue-as-new must adopt the ranks, not relaunch them"
     assert_same_weights(job.weights, fault_free_weights)
+
+
+@pytest.mark.timeout(120)
+async def test_import_error_escalates_without_a_blind_restart(
+    start_job: StartJob, tmp_path: Path
+) -> None:
+    spec = ddp_spec(tmp_path, command=[sys.executable, "-c", "import no_such_module_xyz"])
+    job = await start_job(spec)
+    status = await job.wait_phase(Phase.NEEDS_OPERATOR, timeout_s=60)
+    [incident] = status.incidents
+    assert incident.failure_class == "user_code" and status.restarts == 0
+    assert any("no_such_module_xyz" in line for line in incident.evidence)
+    assert status.operator_reason and "before the first step" in status.operator_reason
+
+
+@pytest.mark.timeout(120)
+async def test_crash_loop_escalates_before_the_budget(start_job: StartJob, tmp_path: Path) -> None:
+    spec = ddp_spec(
+        tmp_path,
+        command=[sys.executable, "-c", "import sys; sys.exit(7)"],
+        recovery={
+            "max_restarts": 50,
+            "backoff_initial_s": 0.1,
+            "backoff_max_s": 0.2,
+            "crash_loop_after": 2,
+        },
+    )
+    job = await start_job(spec)
+    status = await job.wait_phase(Phase.NEEDS_OPERATOR, timeout_s=60)
+    assert len(status.incidents) == 3 and status.restarts == 2
+    assert status.operator_reason and "crash loop" in status.operator_reason

@@ -58,3 +58,48 @@ def test_zero_budget_never_restarts() -> None:
 
 def test_decisions_are_deterministic() -> None:
     assert decide(ctx(), POLICY) == decide(ctx(), POLICY)
+
+
+def test_user_code_before_the_first_step_escalates_without_a_restart() -> None:
+    decision = decide(ctx(failure_class="user_code", step_at_failure=None), POLICY)
+    assert decision.action == Action.NEEDS_OPERATOR and "before the first step" in decision.reason
+
+
+def test_user_code_mid_training_restarts_once_then_escalates_at_the_same_step() -> None:
+    first = decide(ctx(failure_class="oom_gpu", step_at_failure=40), POLICY)
+    assert first.action == Action.RESTART
+    again = decide(
+        ctx(
+            failure_class="oom_gpu",
+            step_at_failure=40,
+            had_previous_same_class=True,
+            previous_same_class_step=40,
+            consecutive_failures=2,
+        ),
+        POLICY,
+    )
+    assert again.action == Action.NEEDS_OPERATOR and "step 40 twice" in again.reason
+    elsewhere = decide(
+        ctx(
+            failure_class="oom_gpu",
+            step_at_failure=55,
+            had_previous_same_class=True,
+            previous_same_class_step=40,
+        ),
+        POLICY,
+    )
+    assert elsewhere.action == Action.RESTART
+
+
+def test_failures_without_progress_are_a_crash_loop() -> None:
+    loose = RecoverySpec(max_restarts=100, crash_loop_after=3)
+    assert decide(ctx(consecutive_failures=3), loose).action == Action.RESTART
+    looping = decide(ctx(consecutive_failures=4), loose)
+    assert looping.action == Action.NEEDS_OPERATOR and "crash loop" in looping.reason
+
+
+def test_dead_nodes_are_replaced_then_shrunk_then_escalated() -> None:
+    lost = {"failure_class": "node_lost", "node": "h2", "active_nodes": 3}
+    assert decide(ctx(**lost, spares_left=1), POLICY).action == Action.REPLACE_NODE
+    assert decide(ctx(**lost, spares_left=0, min_nodes=2), POLICY).action == Action.SHRINK
+    assert decide(ctx(**lost, spares_left=0), POLICY).action == Action.NEEDS_OPERATOR
