@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stats = report.summary(bench)
     json_out: Path = args.json_out or report.default_json_path()
     report.write_json(json_out, report.payload(bench, stats))
-    print(report.markdown_table(stats))
+    print(report.markdown_table(stats, report.skipped(bench)))
     print(f"\nraw results: {json_out}")
     failed = [r for r in bench.records if r.error is not None]
     return 1 if failed else 0

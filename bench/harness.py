@@ -29,9 +29,10 @@ from temporalio.service import RPCError
 
 from activities.contracts import StopRequest
 from activities.stop import stop_generations
-from bench.jobs import JobPaths, JobShape, build_spec, run_reference, weights_match
+from bench.jobs import WORLD_SIZE, JobPaths, JobShape, build_spec, run_reference, weights_match
 from bench.measure import RunMonitor, count_history_events
 from lazarus import chaos
+from lazarus.lifecycle import StartStop
 from lazarus.local_stack import LocalStack
 from lazarus.spec import JobSpec
 from workflows.api import WORKFLOW_TYPE, workflow_id_for
@@ -39,6 +40,17 @@ from workflows.state import JobInput, JobStatus, Phase
 
 Metric = float | int | bool | None
 WORKDIR_PREFIX = "lazarus-bench-"
+STEP_POLL_S = 0.05
+"""How often :meth:`BenchJob.reach_step` reads the heartbeats (as ``chaos.wait_for_step``)."""
+
+SpecBuilder = Callable[[str, JobPaths], JobSpec]
+"""Builds a job's spec from its name and paths (the default: :func:`bench.jobs.build_spec`)."""
+Reference = tuple[int, int]
+"""(world size, steps) of a fault-free reference run."""
+
+
+def default_references(shape: JobShape) -> list[Reference]:
+    return [(WORLD_SIZE, shape.steps)]
 
 
 @dataclass
@@ -55,6 +67,13 @@ class Scenario:
     name: str
     summary: str
     run: Callable[[BenchContext, int], Awaitable[Outcome]]
+    unavailable: Callable[[], str | None] | None = None
+    """Why the scenario cannot run on this machine (e.g. no root for network
+    namespaces), or None when it can: an unavailable scenario is skipped, with the
+    reason in the results, instead of failing."""
+    references: Callable[[JobShape], list[Reference]] = default_references
+    """The fault-free reference runs its jobs are compared with, computed before
+    any scenario runs so that no timing includes them."""
 
 
 @dataclass
@@ -66,6 +85,8 @@ class RunRecord:
     metrics: dict[str, Metric]
     details: dict[str, Any]
     error: str | None = None
+    skipped: str | None = None
+    """Why the scenario did not run (its prerequisites are missing here)."""
 
 
 class BenchJob:
@@ -78,25 +99,36 @@ class BenchJob:
         paths: JobPaths,
         handle: WorkflowHandle[Any, JobStatus],
         monitor: RunMonitor,
+        steps: int,
     ) -> None:
         self.ctx = ctx
         self.spec = spec
         self.paths = paths
         self.handle = handle
         self.monitor = monitor
+        self.steps = steps
         self.run_root = Path(spec.run_dir) / spec.job_id
         self.finished = False
 
     async def reach_step(self, step: int, min_generation: int = 1) -> int:
-        """Wait until the job reports ``step``; returns the step seen."""
-        _, seen = await asyncio.to_thread(
-            chaos.wait_for_step,
-            self.run_root,
-            step,
-            self.ctx.shape.job_timeout_s,
-            min_generation,
-        )
-        return seen
+        """Wait until the job reports ``step``; returns the step seen.
+
+        Polls from the event loop (a read of a few small files every 50 ms), not
+        from a thread: on Ctrl-C or SIGTERM the wait is cancelled at once, where a
+        thread would hold up the interpreter's exit, and so every cleanup after
+        it, until its timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ctx.shape.job_timeout_s
+        while True:
+            generation, seen = chaos.current_step(self.run_root)
+            if generation >= min_generation and seen is not None and seen >= step:
+                return seen
+            if loop.time() > deadline:
+                raise TimeoutError(
+                    f"{self.run_root}: step {step} not reached in "
+                    f"{self.ctx.shape.job_timeout_s:.0f} s"
+                )
+            await asyncio.sleep(STEP_POLL_S)
 
     async def result(self) -> JobStatus:
         status = await asyncio.wait_for(self.handle.result(), self.ctx.shape.job_timeout_s)
@@ -111,7 +143,7 @@ class BenchJob:
             self.ctx.client, self.handle.id, self.handle.first_execution_run_id
         )
         completed = status.phase == Phase.SUCCEEDED
-        reference = await self.ctx.reference_weights()
+        reference = await self.ctx.reference_weights(self.spec.world_size, self.steps)
         weights_ok = completed and await asyncio.to_thread(
             weights_match, self.paths.weights, reference
         )
@@ -154,26 +186,45 @@ class BenchContext:
         self.client = client
         self.shape = shape
         self.workdir = workdir
-        self._reference: Path | None = None
+        self._references: dict[Reference, Path] = {}
         self._reference_lock = asyncio.Lock()
         self.run_roots: dict[str, Path] = {}
         """Every job started, by job id, so that cleanup can find its ranks."""
+        self.resources: list[StartStop] = []
+        """Other things a scenario started (test hosts): cleanup stops each one."""
 
-    async def reference_weights(self) -> Path:
-        """The fault-free weights for ``shape.steps``, computed once."""
+    async def reference_weights(
+        self, world_size: int = WORLD_SIZE, steps: int | None = None
+    ) -> Path:
+        """The fault-free weights for ``world_size`` ranks and ``steps`` (default
+        ``shape.steps``), computed once each."""
+        key = (world_size, self.shape.steps if steps is None else steps)
         async with self._reference_lock:
-            if self._reference is None:
-                self._reference = await asyncio.to_thread(
-                    run_reference, self.workdir / "reference", self.shape.steps
+            if key not in self._references:
+                self._references[key] = await asyncio.to_thread(
+                    run_reference,
+                    self.workdir / f"reference-w{key[0]}-s{key[1]}",
+                    key[1],
+                    key[0],
                 )
-            return self._reference
+            return self._references[key]
 
     @asynccontextmanager
-    async def job(self, scenario: str, repeat: int) -> AsyncIterator[BenchJob]:
-        """Start the example job under Lazarus, monitored; always cleaned up on exit."""
+    async def job(
+        self,
+        scenario: str,
+        repeat: int,
+        build: SpecBuilder | None = None,
+        steps: int | None = None,
+    ) -> AsyncIterator[BenchJob]:
+        """Start the example job under Lazarus, monitored; always cleaned up on exit.
+
+        ``build`` makes a different spec (multi-node jobs); ``steps`` says how many
+        steps it trains, when not ``shape.steps``, so its weights meet the right
+        reference."""
         name = f"bench-{scenario.replace('_', '-')}-{repeat}-{uuid.uuid4().hex[:6]}"
         paths = JobPaths(self.workdir / "jobs" / name)
-        spec = build_spec(name, paths, self.shape)
+        spec = build(name, paths) if build is not None else build_spec(name, paths, self.shape)
         run_root = Path(spec.run_dir) / spec.job_id
         self.run_roots[spec.job_id] = run_root
         handle = await self.client.start_workflow(
@@ -183,7 +234,7 @@ class BenchContext:
             task_queue=self.stack.task_queue,
             result_type=JobStatus,
         )
-        job = BenchJob(self, spec, paths, handle, RunMonitor(run_root))
+        job = BenchJob(self, spec, paths, handle, RunMonitor(run_root), steps or self.shape.steps)
         job.monitor.__enter__()
         try:
             yield job
@@ -198,6 +249,15 @@ class BenchContext:
     async def stop_all_ranks(self) -> None:
         for job_id, run_root in self.run_roots.items():
             await self.stop_ranks(run_root, job_id)
+
+    def release_resources(self) -> None:
+        """Stop everything registered in :attr:`resources`, newest first (idempotent)."""
+        while self.resources:
+            resource = self.resources.pop()
+            try:
+                resource.stop()
+            except Exception:
+                traceback.print_exc()
 
 
 @dataclass
@@ -246,7 +306,10 @@ def run_benchmark(
             # The worker first, so nothing relaunches the ranks stopped next.
             stack.kill_worker(signal.SIGKILL)
             for ctx in contexts:
-                asyncio.run(ctx.stop_all_ranks())
+                try:
+                    asyncio.run(ctx.stop_all_ranks())
+                finally:
+                    ctx.release_resources()
         finally:
             stack.stop()
             signal.signal(signal.SIGTERM, previous_term)
@@ -269,11 +332,34 @@ async def _run_all(
 ) -> None:
     ctx = BenchContext(stack, await stack.client(), shape, workdir)
     contexts.append(ctx)
-    progress("bench: fault-free reference run (no Lazarus)")
-    await ctx.reference_weights()
+    skipped: dict[str, str] = {}
+    for scenario in scenarios:
+        reason = scenario.unavailable() if scenario.unavailable is not None else None
+        if reason is not None:
+            skipped[scenario.name] = reason
+            progress(f"bench: skipping {scenario.name}: {reason}")
+    references = sorted(
+        {ref for s in scenarios if s.name not in skipped for ref in s.references(shape)}
+    )
+    for world_size, steps in references:
+        progress(f"bench: fault-free reference run (no Lazarus), {world_size} ranks, {steps} steps")
+        await ctx.reference_weights(world_size, steps)
     # Interleaved, so slow drift of the machine touches every scenario alike.
     for repeat in range(repeats):
         for scenario in scenarios:
+            if scenario.name in skipped:
+                bench.records.append(
+                    RunRecord(
+                        scenario=scenario.name,
+                        repeat=repeat,
+                        started_at=time.time(),
+                        wall_s=0.0,
+                        metrics={},
+                        details={},
+                        skipped=skipped[scenario.name],
+                    )
+                )
+                continue
             if not stack.worker_running:  # a scenario that failed half-way may leave it down
                 stack.start_worker()
             started = time.time()
@@ -285,6 +371,8 @@ async def _run_all(
                 outcome = Outcome()
                 error = f"{type(exc).__name__}: {exc}"
                 progress(traceback.format_exc())
+            finally:
+                ctx.release_resources()
             wall = time.time() - started
             bench.records.append(
                 RunRecord(

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,18 @@ class JobShape:
     """``recovery`` overrides; empty keeps the spec's defaults, as a user would."""
     job_timeout_s: float = 300.0
     """Give up on a job that has not finished after this long."""
+    node_timeout_s: float = 5.0
+    """Multi-node scenarios: a node unreachable this long is lost (``node_timeout_s``)."""
+    ssh_connect_timeout_s: float = 2.0
+    """Multi-node scenarios: ``ssh.connect_timeout_s``."""
+    ssh_command_timeout_s: float = 2.0
+    """Multi-node scenarios: ``ssh.command_timeout_s`` (a poll that takes longer fails)."""
+    ssh_polls: int = 50
+    """ssh_poll: warm polls per node (and concurrent rounds over every node)."""
+    cpu_steps: int = 150
+    """controller_cpu: training steps of each supervised job."""
+    idle_window_s: float = 10.0
+    """controller_cpu: how long the worker's CPU is sampled with no job at all."""
 
     @classmethod
     def quick(cls) -> JobShape:
@@ -58,6 +71,9 @@ class JobShape:
             health={"startup_timeout_s": 60.0, "poll_interval_s": 0.2},
             recovery={"backoff_initial_s": 0.2, "stop_grace_s": 2.0},
             job_timeout_s=120.0,
+            ssh_polls=10,
+            cpu_steps=30,
+            idle_window_s=2.0,
         )
 
     def with_steps(self, steps: int) -> JobShape:
@@ -94,8 +110,18 @@ class JobPaths:
         return self.root / "out" / "model.pt"
 
 
-def build_spec(name: str, paths: JobPaths, shape: JobShape) -> JobSpec:
-    """The 2-rank example under Lazarus, every path absolute and inside ``paths.root``."""
+def build_spec(
+    name: str,
+    paths: JobPaths,
+    shape: JobShape,
+    *,
+    nproc_per_node: int = WORLD_SIZE,
+    steps: int | None = None,
+    extra: Mapping[str, object] | None = None,
+) -> JobSpec:
+    """The example under Lazarus (by default 2 ranks on this machine), every path
+    absolute and inside ``paths.root``. ``extra`` adds or replaces top-level spec
+    fields (``nodes``, ``spares``, ``ssh``, ``env``...) for multi-node jobs."""
     paths.root.mkdir(parents=True, exist_ok=True)
     data: dict[str, object] = {
         "name": name,
@@ -103,7 +129,7 @@ def build_spec(name: str, paths: JobPaths, shape: JobShape) -> JobSpec:
             sys.executable,
             str(EXAMPLE),
             "--steps",
-            str(shape.steps),
+            str(shape.steps if steps is None else steps),
             "--step-time",
             str(shape.step_time_s),
             "--ckpt-every",
@@ -112,11 +138,12 @@ def build_spec(name: str, paths: JobPaths, shape: JobShape) -> JobSpec:
             str(paths.weights),
         ],
         "workdir": str(paths.root),
-        "nproc_per_node": WORLD_SIZE,
+        "nproc_per_node": nproc_per_node,
         "checkpoint_dir": str(paths.checkpoints),
         "run_dir": str(paths.run_dir),
         "health": {"hang_timeout_s": shape.hang_timeout_s, **shape.health},
         "recovery": dict(shape.recovery),
+        **(extra or {}),
     }
     return parse_spec(data, "<bench>").resolved(paths.root)
 

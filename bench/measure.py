@@ -122,3 +122,50 @@ async def count_history_events(client: Client, workflow_id: str, first_run_id: s
         ):
             run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
     return HistorySize(events=events, runs=runs)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One activity or timer of a workflow: what it was and when it ran (epoch s)."""
+
+    name: str
+    started_at: float
+    ended_at: float | None
+    outcome: str
+    """completed, failed, timed_out, canceled, fired (a timer), or open."""
+
+
+_CLOSED = {
+    "activity_task_completed_event_attributes": "completed",
+    "activity_task_failed_event_attributes": "failed",
+    "activity_task_timed_out_event_attributes": "timed_out",
+    "activity_task_canceled_event_attributes": "canceled",
+}
+
+
+async def workflow_steps(client: Client, workflow_id: str, run_id: str) -> list[Step]:
+    """Every activity and timer of one workflow run, in the order they were scheduled:
+    where the seconds of a recovery went, by the server's clock."""
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    opened: dict[int, tuple[str, float]] = {}
+    closed: dict[int, tuple[float, str]] = {}
+    for event in history.events:
+        at = event.event_time.seconds + event.event_time.nanos / 1e9
+        kind = event.WhichOneof("attributes")
+        if kind == "activity_task_scheduled_event_attributes":
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+            opened[event.event_id] = (name, at)
+        elif kind == "timer_started_event_attributes":
+            opened[event.event_id] = ("timer", at)
+        elif kind == "timer_fired_event_attributes":
+            closed[event.timer_fired_event_attributes.started_event_id] = (at, "fired")
+        elif kind == "timer_canceled_event_attributes":
+            closed[event.timer_canceled_event_attributes.started_event_id] = (at, "canceled")
+        elif kind in _CLOSED:
+            scheduled = int(getattr(event, kind).scheduled_event_id)
+            closed[scheduled] = (at, _CLOSED[kind])
+    steps = []
+    for event_id, (name, at) in sorted(opened.items()):
+        end = closed.get(event_id)
+        steps.append(Step(name, at, end[0] if end else None, end[1] if end else "open"))
+    return steps

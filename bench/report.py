@@ -63,9 +63,18 @@ def summary(bench: BenchRun) -> dict[str, dict[str, Stats]]:
             for key, value in record.metrics.items():
                 metrics.setdefault(key, []).append(value)
         stats = {key: summarize(values) for key, values in metrics.items()}
-        stats["failed_runs"] = summarize([r.error is not None for r in records])
+        ran = [r for r in records if r.skipped is None]
+        if ran or not records:
+            stats["failed_runs"] = summarize([r.error is not None for r in ran])
+        if len(ran) < len(records):
+            stats["skipped_runs"] = summarize([r.skipped is not None for r in records])
         result[name] = stats
     return result
+
+
+def skipped(bench: BenchRun) -> dict[str, str]:
+    """``{scenario: why}`` for every scenario that was skipped (missing prerequisites)."""
+    return {r.scenario: r.skipped for r in bench.records if r.skipped is not None}
 
 
 def _cell(value: float | None, kind: str) -> str:
@@ -78,7 +87,10 @@ def _cell(value: float | None, kind: str) -> str:
     return f"{value:.2f}"
 
 
-def markdown_table(stats: dict[str, dict[str, Stats]]) -> str:
+def markdown_table(
+    stats: dict[str, dict[str, Stats]], skipped: dict[str, str] | None = None
+) -> str:
+    """The summary table; each skipped scenario gets a note under it saying why."""
     lines = ["| scenario | metric | median | min | max | n |", "|---|---|---|---|---|---|"]
     for scenario, metrics in stats.items():
         for metric, s in metrics.items():
@@ -88,6 +100,9 @@ def markdown_table(stats: dict[str, dict[str, Stats]]) -> str:
                 f"| {scenario} | {metric} | {median} | {_cell(s.min, s.kind)} | "
                 f"{_cell(s.max, s.kind)} | {s.n} |"
             )
+    if skipped:
+        lines.append("")
+        lines += [f"Skipped {name}: {why}" for name, why in skipped.items()]
     return "\n".join(lines)
 
 
@@ -123,6 +138,7 @@ def payload(bench: BenchRun, stats: dict[str, dict[str, Stats]]) -> dict[str, An
             "world_size": WORLD_SIZE,
         },
         "started_at": bench.started_at,
+        "skipped": skipped(bench),
         "summary": {sc: {m: asdict(s) for m, s in ms.items()} for sc, ms in stats.items()},
         "runs": [asdict(r) for r in bench.records],
     }

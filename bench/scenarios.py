@@ -12,24 +12,52 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
-from bench.harness import BenchContext, Outcome, Scenario
-from bench.measure import RunMonitor
+from activities.rundir import GenerationDir, read_json
+from bench import multinode
+from bench.harness import (
+    BenchContext,
+    Metric,
+    Outcome,
+    Reference,
+    Scenario,
+    SpecBuilder,
+    default_references,
+)
+from bench.jobs import JobPaths, JobShape, build_spec
+from bench.measure import RunMonitor, workflow_steps
 from lazarus import chaos
-from workflows.state import Incident
+from lazarus.spec import JobSpec
+from workflows.state import Incident, JobStatus
 
 ScenarioFn = Callable[[BenchContext, int], Awaitable[Outcome]]
 
 SCENARIOS: dict[str, Scenario] = {}
 
 
-def scenario(name: str, summary: str) -> Callable[[ScenarioFn], ScenarioFn]:
+def scenario(
+    name: str,
+    summary: str,
+    unavailable: Callable[[], str | None] | None = None,
+    references: Callable[[JobShape], list[Reference]] | None = None,
+) -> Callable[[ScenarioFn], ScenarioFn]:
+    """Register a scenario. ``unavailable`` says why it cannot run here (it is then
+    skipped); ``references`` lists the (world size, steps) reference runs it needs
+    (default: the 2-rank example at ``shape.steps``)."""
+
     def register(fn: ScenarioFn) -> ScenarioFn:
         if name in SCENARIOS:
             raise ValueError(f"scenario {name!r} is registered twice")
-        SCENARIOS[name] = Scenario(name=name, summary=summary, run=fn)
+        SCENARIOS[name] = Scenario(
+            name=name,
+            summary=summary,
+            run=fn,
+            unavailable=unavailable,
+            references=references or default_references,
+        )
         return fn
 
     return register
@@ -132,4 +160,250 @@ def _outside_recovery(
     return {
         "recovery_outside_s": first.written_at - fault.at if first else None,
         "recovery_outside_seen_s": first.seen_at - fault.at if first else None,
+    }
+
+
+# --------------------------------------------------------------------------- multi-node
+#
+# Real SSH nodes: network namespaces with their own sshd (see bench.multinode);
+# skipped, with the reason in the results, where they cannot run.
+
+NODE_LOSS_VICTIM = "h2"
+NODE_LOSS_WORLD_SIZE = 3
+CPU_WORLD_SIZE = 4
+
+
+@scenario(
+    "node_loss",
+    f"3 ssh nodes + 1 spare (network namespaces); kill host {NODE_LOSS_VICTIM} at the fault "
+    "step; the job finishes on the spare",
+    unavailable=multinode.netns_unavailable_reason,
+    references=lambda shape: [(NODE_LOSS_WORLD_SIZE, shape.steps)],
+)
+async def node_loss(ctx: BenchContext, repeat: int) -> Outcome:
+    shape = ctx.shape
+    async with multinode.hosts_for_run(ctx, "node_loss", repeat, count=4) as hosts:
+
+        def build(name: str, paths: JobPaths) -> JobSpec:
+            return multinode.ssh_spec(name, paths, shape, hosts, nodes=3, spares=1)
+
+        async with ctx.job("node_loss", repeat, build) as job:
+            await job.reach_step(shape.fault_step)
+            generation, step = chaos.current_step(job.run_root)
+            killed_at = time.time()
+            await asyncio.to_thread(hosts.kill_host, NODE_LOSS_VICTIM)
+            kill_took = time.time() - killed_at
+            status = await job.result()
+            outcome = await job.common_outcome(status)
+            assert job.handle.first_execution_run_id is not None
+            steps = await workflow_steps(
+                ctx.client, job.handle.id, job.handle.first_execution_run_id
+            )
+    lost = [i for i in status.incidents if i.kind == "node_lost"]
+    incident = lost[0] if lost else None
+    # Where the seconds went, from the run directory: the old generation stopped,
+    # the new one launched (its first step is recovery_outside_s).
+    stopped_at = _stopped_at(GenerationDir.of(job.run_root, generation))
+    launch = read_json(GenerationDir.of(job.run_root, generation + 1).launch_file)
+    launched_at = float(launch["launched_at"]) if launch else None
+    outside: dict[str, float | None] = {
+        "recovery_outside_s": None,
+        "recovery_outside_seen_s": None,
+    }
+    if incident is not None:
+        first = job.monitor.first_progress(incident.generation + 1, incident.resumed_from_step or 0)
+        if first is not None:
+            outside = {
+                "recovery_outside_s": first.written_at - killed_at,
+                "recovery_outside_seen_s": first.seen_at - killed_at,
+            }
+    outcome.details |= {
+        "fault": {
+            "host": NODE_LOSS_VICTIM,
+            "at": killed_at,
+            "generation": generation,
+            "step": step,
+            "kill_took_s": kill_took,
+        },
+        "nodes": status.nodes.model_dump(mode="json"),
+        "spec": _multinode_settings(job.spec),
+        "rig": multinode.rig_details(hosts),
+        # Activities and timers from 5 s before the kill, in seconds from the kill.
+        "timeline": [
+            {
+                "name": st.name,
+                "from_s": round(st.started_at - killed_at, 3),
+                "to_s": round(st.ended_at - killed_at, 3) if st.ended_at else None,
+                "outcome": st.outcome,
+            }
+            for st in steps
+            if (st.ended_at or st.started_at) >= killed_at - 5
+        ],
+    }
+    outcome.metrics |= {
+        "fault_step": step,
+        **_multinode_settings(job.spec),
+        # The first incident is the loss of the killed host, named as such (`incidents`
+        # says whether anything else happened later).
+        "node_lost_ok": (
+            incident is not None
+            and incident is status.incidents[0]
+            and incident.node == NODE_LOSS_VICTIM
+        ),
+        "spare_used": ("h4" in status.nodes.active and NODE_LOSS_VICTIM not in status.nodes.active),
+        "detection_s": incident.detection_s if incident else None,
+        "detection_from_kill_s": (incident.detected_at - killed_at) if incident else None,
+        "recovery_s": incident.recovery_s if incident else None,
+        "recovery_from_kill_s": (
+            incident.fault_at + incident.recovery_s - killed_at
+            if incident is not None and incident.recovery_s is not None
+            else None
+        ),
+        # The recovery's phases, by the controller (incident) and from the run directory.
+        "stopped_after_kill_s": _since(killed_at, incident.stopped_at if incident else None),
+        "relaunched_after_kill_s": _since(killed_at, incident.relaunched_at if incident else None),
+        "stopped_after_kill_outside_s": _since(killed_at, stopped_at),
+        "launched_after_kill_outside_s": _since(killed_at, launched_at),
+        **outside,
+        "steps_lost": incident.steps_lost if incident else None,
+        "resumed_from_step": incident.resumed_from_step if incident else None,
+    }
+    return outcome
+
+
+def _since(start: float, at: float | None) -> float | None:
+    return at - start if at is not None else None
+
+
+def _stopped_at(gen: GenerationDir) -> float | None:
+    """When the stop of a generation finished (its ``stopped.json``, rewritten at the end)."""
+    record = read_json(gen.stopped_file)
+    if record is not None and record.get("reason") == "stopped" and "at" in record:
+        return float(record["at"])
+    try:
+        return gen.stopped_file.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _multinode_settings(spec: JobSpec) -> dict[str, Metric]:
+    return {
+        "node_timeout_s": spec.node_timeout_s,
+        "ssh_connect_timeout_s": spec.ssh.connect_timeout_s,
+        "ssh_command_timeout_s": spec.ssh.command_timeout_s,
+        "poll_interval_s": spec.health.poll_interval_s,
+    }
+
+
+@scenario(
+    "ssh_poll",
+    "the supervision round trip over SSH: SSHAgent.poll of an idle rank on each of 4 "
+    "hosts on a reused connection, node by node and all 4 at once, every poll interval",
+    unavailable=multinode.netns_unavailable_reason,
+    references=lambda shape: [],
+)
+async def ssh_poll(ctx: BenchContext, repeat: int) -> Outcome:
+    async with multinode.hosts_for_run(ctx, "ssh_poll", repeat, count=4) as hosts:
+        run_root = ctx.workdir / "polls" / f"ssh-poll-{repeat}" / "runs" / "bench-ssh-poll"
+        cancel = threading.Event()  # so that Ctrl-C does not wait for every poll to fail
+        try:
+            polls = await asyncio.to_thread(
+                multinode.measure_polls, hosts, ctx.shape, run_root, cancel
+            )
+        finally:
+            cancel.set()
+    return Outcome(
+        metrics={
+            "nodes": len(polls.per_node),
+            "poll_interval_s": polls.interval_s,
+            "ssh_command_timeout_s": ctx.shape.ssh_command_timeout_s,
+            **polls.metrics(),
+        },
+        details={
+            "seconds": {
+                "first": polls.first,
+                "per_node": polls.per_node,
+                "concurrent": polls.concurrent,
+                "sequential": polls.sequential,
+                "back_to_back": polls.back_to_back,
+            },
+            "failures": polls.failures[:20],
+            "rig": multinode.rig_details(hosts),
+        },
+    )
+
+
+@scenario(
+    "controller_cpu",
+    f"the worker's CPU time while it supervises {CPU_WORLD_SIZE} ssh nodes (1 rank each), "
+    f"against the same {CPU_WORLD_SIZE} ranks on 1 local node, and idle",
+    unavailable=multinode.netns_unavailable_reason,
+    references=lambda shape: [(CPU_WORLD_SIZE, shape.cpu_steps)],
+)
+async def controller_cpu(ctx: BenchContext, repeat: int) -> Outcome:
+    shape = ctx.shape
+    outcome = Outcome(metrics={"poll_interval_s": shape.health.get("poll_interval_s")})
+    # With no job at all: what the worker costs just by being connected.
+    pid = ctx.stack.worker_pid
+    first = multinode.cpu_sample(pid)
+    await asyncio.sleep(shape.idle_window_s)
+    idle = multinode.cpu_rate(first, multinode.cpu_sample(pid))
+    outcome.metrics["idle_cpu_ms_per_s"] = idle * 1000.0
+
+    def local(name: str, paths: JobPaths) -> JobSpec:
+        return build_spec(name, paths, shape, nproc_per_node=CPU_WORLD_SIZE, steps=shape.cpu_steps)
+
+    await _supervision_cpu(ctx, "cpu_local", repeat, local, "local1", outcome)
+    async with multinode.hosts_for_run(
+        ctx, "controller_cpu", repeat, count=CPU_WORLD_SIZE
+    ) as hosts:
+
+        def ssh(name: str, paths: JobPaths) -> JobSpec:
+            return multinode.ssh_spec(
+                name, paths, shape, hosts, nodes=CPU_WORLD_SIZE, steps=shape.cpu_steps
+            )
+
+        await _supervision_cpu(ctx, "cpu_ssh", repeat, ssh, "ssh4", outcome)
+        outcome.details["rig"] = multinode.rig_details(hosts)
+    local_rate = outcome.metrics.get("local1_cpu_ms_per_s")
+    ssh_rate = outcome.metrics.get("ssh4_cpu_ms_per_s")
+    outcome.metrics["ssh4_over_local1"] = (
+        ssh_rate / local_rate
+        if isinstance(ssh_rate, float) and isinstance(local_rate, float) and local_rate > 0
+        else None
+    )
+    return outcome
+
+
+async def _supervision_cpu(
+    ctx: BenchContext,
+    label: str,
+    repeat: int,
+    build: SpecBuilder,
+    prefix: str,
+    outcome: Outcome,
+) -> None:
+    """Run one job to the end; sample the worker's CPU time over its steady middle
+    (from 1/6 to 5/6 of its steps: after start-up and rendezvous, before the end)."""
+    steps = ctx.shape.cpu_steps
+    async with ctx.job(label, repeat, build, steps=steps) as job:
+        await job.reach_step(max(1, steps // 6))
+        first = multinode.cpu_sample(ctx.stack.worker_pid)
+        await job.reach_step(steps * 5 // 6)
+        last = multinode.cpu_sample(ctx.stack.worker_pid)
+        status: JobStatus = await job.result()
+        common = await job.common_outcome(status)
+    rate = multinode.cpu_rate(first, last)
+    outcome.metrics |= {
+        f"{prefix}_completed": common.metrics["completed"],
+        f"{prefix}_weights_ok": common.metrics["weights_ok"],
+        f"{prefix}_window_s": last.at - first.at,
+        f"{prefix}_cpu_ms_per_s": rate * 1000.0,
+        f"{prefix}_cpu_s_per_hour": rate * 3600.0,
+    }
+    outcome.details[prefix] = {
+        **common.details,
+        "world_size": job.spec.world_size,
+        "nodes": [n.name for n in job.spec.nodes],
+        "window": {"from_cpu_s": first.cpu_s, "to_cpu_s": last.cpu_s},
     }

@@ -106,25 +106,31 @@ def _processes_mentioning(text: str) -> list[str]:
 def _run_quick(
     scenarios: list[str], out: Path, timeout_s: float
 ) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "recovery",
-            "--quick",
-            "--repeats",
-            "1",
-            "--scenarios",
-            ",".join(scenarios),
-            "--json-out",
-            str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
+    argv = [
+        sys.executable,
+        "-m",
+        "bench",
+        "recovery",
+        "--quick",
+        "--repeats",
+        "1",
+        "--scenarios",
+        ",".join(scenarios),
+        "--json-out",
+        str(out),
+    ]
+    with subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            # SIGTERM, not SIGKILL: the benchmark then stops its dev server, worker,
+            # ranks and test hosts; a SIGKILL would leave them all running.
+            child.terminate()
+            stdout, stderr = child.communicate(timeout=60)
+            pytest.fail(f"the benchmark timed out after {timeout_s:.0f} s:\n{stderr[-4000:]}")
+    proc = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     assert proc.stdout.startswith("| scenario | metric | median | min | max | n |")
 
