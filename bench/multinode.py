@@ -30,39 +30,16 @@ from activities.nodes.factory import agents, on_each
 from activities.rundir import GenerationDir, write_json_atomic
 from bench.harness import BenchContext
 from bench.jobs import JobPaths, JobShape, build_spec
-from infra.testhosts import TestHosts, ensure_prerequisites, nameservers
+from infra.testhosts import TestHosts, nameservers, unavailable_reason
 from lazarus.spec import JobSpec, NodeSpec, SSHSpec
 
+
 # Capability bits from <linux/capability.h>.
-_CAP_NET_ADMIN = 12
-_CAP_SYS_ADMIN = 21
-
-
-def _effective_caps() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return int(line.split()[1], 16)
-    return 0
-
-
 @functools.cache
 def netns_unavailable_reason() -> str | None:
     """Why SSH test hosts cannot run on this machine, or None when they can."""
-    problems: list[str] = []
-    if os.geteuid() != 0:
-        problems.append("needs root (network namespaces, veths, sshd)")
-    else:
-        caps = _effective_caps()
-        for bit, name in ((_CAP_NET_ADMIN, "CAP_NET_ADMIN"), (_CAP_SYS_ADMIN, "CAP_SYS_ADMIN")):
-            if not caps & (1 << bit):
-                problems.append(f"root lacks {name} (unprivileged container?)")
-    try:
-        ensure_prerequisites()
-    except RuntimeError as exc:
-        problems.append(str(exc))
-    if not problems:
-        return None
-    return "SSH test hosts (network namespaces) unavailable: " + "; ".join(problems)
+    reason = unavailable_reason()
+    return None if reason is None else f"SSH test hosts (network namespaces) unavailable: {reason}"
 
 
 def node_specs(hosts: TestHosts) -> list[NodeSpec]:

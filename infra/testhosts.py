@@ -333,6 +333,36 @@ def ensure_prerequisites() -> None:
         )
 
 
+# Capability bits from <linux/capability.h>.
+_CAP_NET_ADMIN = 12
+_CAP_SYS_ADMIN = 21
+
+
+def _effective_caps() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def unavailable_reason() -> str | None:
+    """Why test hosts cannot run on this machine (one line naming what is missing), or
+    None when they can. Tests skip (or, under CI, fail) on it; benchmarks report it."""
+    problems: list[str] = []
+    if os.geteuid() != 0:
+        problems.append("needs root (network namespaces, veths, sshd)")
+    else:
+        caps = _effective_caps()
+        for bit, name in ((_CAP_NET_ADMIN, "CAP_NET_ADMIN"), (_CAP_SYS_ADMIN, "CAP_SYS_ADMIN")):
+            if not caps & (1 << bit):
+                problems.append(f"root lacks {name} (unprivileged container?)")
+    try:
+        ensure_prerequisites()
+    except RuntimeError as exc:
+        problems.append(str(exc))
+    return "; ".join(problems) if problems else None
+
+
 def nameservers(resolv_conf: Path = Path("/etc/resolv.conf")) -> list[str]:
     """The IPv4 nameservers this machine uses that a test host could try to reach
     (loopback ones fail at once inside a namespace anyway: nothing listens there)."""

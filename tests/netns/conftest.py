@@ -17,37 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.testhosts import TestHosts, ensure_prerequisites
-
-# Capability bits from <linux/capability.h>.
-_CAP_NET_ADMIN = 12
-_CAP_SYS_ADMIN = 21
+from infra.testhosts import TestHosts, unavailable_reason
 
 HostsFactory = Callable[[int], TestHosts]
-
-
-def _effective_caps() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return int(line.split()[1], 16)
-    return 0
-
-
-def netns_unavailable_reason() -> str | None:
-    """Why real test hosts cannot run here, or None if they can."""
-    problems: list[str] = []
-    if os.geteuid() != 0:
-        problems.append("needs root (network namespaces, veths, sshd)")
-    else:
-        caps = _effective_caps()
-        for bit, name in ((_CAP_NET_ADMIN, "CAP_NET_ADMIN"), (_CAP_SYS_ADMIN, "CAP_SYS_ADMIN")):
-            if not caps & (1 << bit):
-                problems.append(f"root lacks {name} (unprivileged container?)")
-    try:
-        ensure_prerequisites()
-    except RuntimeError as exc:
-        problems.append(str(exc))
-    return "; ".join(problems) if problems else None
+netns_unavailable_reason = unavailable_reason
 
 
 def require_netns() -> None:
