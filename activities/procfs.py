@@ -32,22 +32,11 @@ def read_stat(pid: int) -> ProcStat | None:
     return ProcStat(pid=pid, state=fields[0], pgrp=int(fields[2]), start_ticks=int(fields[19]))
 
 
-def start_ticks(pid: int) -> int | None:
-    stat = read_stat(pid)
-    return stat.start_ticks if stat else None
-
-
 def is_alive(pid: int, expected_start_ticks: int | None = None) -> bool:
     stat = read_stat(pid)
     if stat is None or stat.state in ("Z", "X"):
         return False
     return expected_start_ticks is None or stat.start_ticks == expected_start_ticks
-
-
-def is_stopped(pid: int) -> bool:
-    """State T: stopped by SIGSTOP (or t: a tracer). Certain evidence of a hang."""
-    stat = read_stat(pid)
-    return stat is not None and stat.state in ("T", "t")
 
 
 def group_members(pgid: int) -> list[int]:

@@ -78,6 +78,7 @@ class GenerationObserver:
         self._dead_since: dict[int, float] = {}
         self._unreachable_since: dict[str, float] = {}
         self._first_seen = time.time()
+        self._launch_time: float | None = None
         per_node = request.nproc_per_node
         self._ranks_of = {
             agent.node.name: list(range(i * per_node, (i + 1) * per_node))
@@ -85,10 +86,13 @@ class GenerationObserver:
         }
 
     def _launched_at(self) -> float:
-        launch = read_json(self._gen.launch_file)
-        if launch is not None:
-            return float(launch["launched_at"])
-        return self._first_seen
+        """Read once: launch.json never changes after the launch completes."""
+        if self._launch_time is None:
+            launch = read_json(self._gen.launch_file)
+            if launch is None:
+                return self._first_seen
+            self._launch_time = float(launch["launched_at"])
+        return self._launch_time
 
     def _step_from_log(self, agent: NodeAgent, rank: int, now: float) -> tuple[int, float] | None:
         assert self._progress_regex is not None
@@ -141,8 +145,9 @@ class GenerationObserver:
         self, agent: NodeAgent, rank: int, record: RankRecord | None, reachable: bool, now: float
     ) -> RankStatus:
         if record is None:
-            # Unreachable: we know nothing new, and must not call the rank dead for it.
-            return RankStatus(rank=rank, node=agent.node.name, pid=0, alive=reachable is False)
+            # The node did not answer: we know nothing new about the rank and must not
+            # call it dead for that (node loss has its own clock), so it counts as alive.
+            return RankStatus(rank=rank, node=agent.node.name, pid=0, alive=not reachable)
         step: int | None = None
         progress_at: float | None = None
         heartbeat = record.heartbeat

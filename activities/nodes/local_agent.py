@@ -19,7 +19,7 @@ from activities.nodes.agent import (
     RankRecord,
     StartedRank,
 )
-from activities.procfs import group_members, is_alive, is_stopped, signal_group
+from activities.procfs import group_members, read_stat, signal_group
 from activities.rundir import GenerationDir, generations, read_json, write_json_atomic
 
 PID_FILE_WAIT_S = 30.0
@@ -85,13 +85,20 @@ class LocalAgent(NodeAgent):
         for rank in ranks:
             pid_record = read_json(gen.pid_file(rank))
             pid = int(pid_record["pid"]) if pid_record else None
-            alive = pid is not None and is_alive(pid, int(pid_record["start_ticks"]))  # type: ignore[index]
+            # One read of /proc/PID/stat answers identity, liveness and state T at once.
+            stat = read_stat(pid) if pid is not None else None
+            alive = (
+                stat is not None
+                and pid_record is not None
+                and stat.state not in ("Z", "X")
+                and stat.start_ticks == int(pid_record["start_ticks"])
+            )
             records.append(
                 RankRecord(
                     rank=rank,
                     pid=pid,
                     alive=alive,
-                    stopped=alive and pid is not None and is_stopped(pid),
+                    stopped=alive and stat is not None and stat.state in ("T", "t"),
                     exit=read_json(gen.exit_file(rank)),
                     heartbeat=read_json(gen.heartbeat_file(rank)),
                 )
