@@ -11,7 +11,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lazarus.spec import HealthSpec, JobSpec, NodeSpec, PreflightSpec, SSHSpec
+from lazarus.spec import (
+    CheckpointsSpec,
+    HealthSpec,
+    JobSpec,
+    NodeSpec,
+    PreflightSpec,
+    SSHSpec,
+    StragglerSpec,
+)
 
 
 class _Model(BaseModel):
@@ -93,6 +101,8 @@ class RankStatus(_Model):
     ended_at: float | None = None
     step: int | None = None
     last_progress_at: float | None = None
+    compute_s: float | None = None
+    """The rank's own work per step (``lazarus.rank.compute_timer``), from its last heartbeat."""
 
 
 FailureKind = Literal["crash", "hang", "vanished", "node_lost"]
@@ -130,9 +140,25 @@ class SuperviseRequest(_Model):
     nproc_per_node: int = 1
     node_timeout_s: float = 15.0
     ssh: SSHSpec = Field(default_factory=SSHSpec)
+    straggler: StragglerSpec = Field(default_factory=StragglerSpec)
+    known_stragglers: list[str] = Field(default_factory=list)
+    """Nodes already reported as slow in this generation: not reported again."""
 
 
-OutcomeKind = Literal["succeeded", "failed", "progress", "first_step"]
+OutcomeKind = Literal["succeeded", "failed", "progress", "first_step", "straggler"]
+
+
+class StragglerReport(_Model):
+    rank: int
+    node: str
+    slowdown: float
+    """The rank's median compute time over the median of its peers' medians."""
+    compute_s: float
+    peers_compute_s: float
+    samples: int
+    slow_since: float
+    """When the rank's compute time first crossed the threshold in the window."""
+    detected_at: float
 
 
 class SuperviseOutcome(_Model):
@@ -144,6 +170,7 @@ class SuperviseOutcome(_Model):
     seconds_per_step: float | None = None
     ranks: list[RankStatus] = Field(default_factory=list)
     failure: FailureReport | None = None
+    straggler: StragglerReport | None = None
 
 
 class SupervisionProgress(_Model):
@@ -187,3 +214,172 @@ class PreflightReport(_Model):
     @property
     def failed(self) -> list[NodeHealth]:
         return [n for n in self.nodes if not n.ok]
+
+
+class CheckpointNowRequest(_Model):
+    """Ask a generation's ranks to checkpoint at their next step boundary, then wait
+    (bounded) for that checkpoint to be committed."""
+
+    run_dir: str
+    """The generation's run directory: its control file is what the ranks read."""
+    nodes: list[NodeSpec] = Field(default_factory=list)
+    ssh: SSHSpec = Field(default_factory=SSHSpec)
+    request_id: int = Field(ge=1)
+    checkpoint_dir: str
+    newer_than_step: int | None = None
+    """The checkpoint must be newer than this; None: newer than the newest at request time."""
+    timeout_s: float = 60.0
+
+
+class CheckpointNowResult(_Model):
+    checkpoint: CheckpointRef | None
+    """None when no new checkpoint arrived in time (the caller records the steps lost)."""
+    waited_s: float
+
+
+class RollbackRequest(_Model):
+    checkpoint_dir: str
+    reason: str = ""
+
+
+class RollbackResult(_Model):
+    retired: list[CheckpointRef]
+    """Checkpoints moved aside (under ``.rolled-back/``): never resumed from again."""
+    resume: CheckpointRef | None
+
+
+class EscalationHookRequest(_Model):
+    command: list[str]
+    workdir: str
+    payload: str
+    """The incident as JSON, given to the command on stdin."""
+    marker: str
+    """Written after the command succeeds: a retried attempt never runs it twice."""
+    timeout_s: float = 60.0
+
+
+class EscalationHookResult(_Model):
+    ran: bool
+    """False when an earlier attempt had already run it (the marker existed)."""
+    exit_code: int
+    output_tail: str = ""
+
+
+# --- checkpoints you can trust: verification, tiering, retention -------------------------
+
+CheckpointLocation = Literal["local", "durable"]
+
+
+class CheckpointVerification(_Model):
+    """What ``activities.checkpoints.verify_checkpoint`` found. ``problems`` each name
+    the file and what is wrong with it; ``ok`` means there are none."""
+
+    step: int | None
+    path: str
+    ok: bool
+    problems: list[str] = Field(default_factory=list)
+    hashed: bool = False
+    """Every file's sha256 was checked (False for sizes-only, or a manifest without hashes)."""
+    files: int = 0
+    size_bytes: int = 0
+    world_size: int | None = None
+    committed_at: float | None = None
+
+
+class SkippedCheckpoint(_Model):
+    """A checkpoint newer than the one chosen that could not be trusted."""
+
+    step: int
+    path: str
+    location: CheckpointLocation = "local"
+    problems: list[str]
+
+
+class FindVerifiedCheckpointRequest(_Model):
+    checkpoint_dir: str
+    checkpoints: CheckpointsSpec = Field(default_factory=CheckpointsSpec)
+    """``verify_hashes`` decides sha256 or sizes only; ``durable_uri`` (with
+    ``endpoint_url``/``region``) adds the durable tier to the search."""
+    expected_world_size: int | None = None
+    """Refuse checkpoints whose manifest records another world size (None: any)."""
+    include_durable: bool = True
+
+
+class CheckpointSearch(_Model):
+    chosen: CheckpointRef | None = None
+    """The newest committed and verified checkpoint, or None to start fresh."""
+    location: CheckpointLocation | None = None
+    """``durable``: only the durable tier holds it (``chosen.path`` is its URI);
+    restore it with ``restore_checkpoint`` before resuming from it."""
+    skipped: list[SkippedCheckpoint] = Field(default_factory=list)
+    """Newer checkpoints passed over (torn, corrupt, without marker or manifest),
+    newest first: each is an incident, and the steps between it and ``chosen`` are
+    what it cost."""
+    durable_unavailable: str | None = None
+    """Why the durable tier could not be searched (the search then used local only)."""
+
+
+class UploadCheckpointRequest(_Model):
+    checkpoint: CheckpointRef
+    """A committed local checkpoint (``path`` is its step directory)."""
+    checkpoints: CheckpointsSpec
+    """``durable_uri`` must be set; part size, concurrency and endpoint come from here."""
+
+
+class MultipartState(_Model):
+    upload_id: str
+    parts: dict[int, str] = Field(default_factory=dict)
+    """Part number to ETag, for parts S3 acknowledged."""
+
+
+class UploadProgress(_Model):
+    """``upload_checkpoint``'s heartbeat details: enough for a retried attempt (after a
+    worker crash or an S3 outage) to continue where the last one stopped."""
+
+    step: int
+    uri: str
+    done_files: list[str] = Field(default_factory=list)
+    multipart: dict[str, MultipartState] = Field(default_factory=dict)
+    bytes_total: int = 0
+    bytes_done: int = 0
+    bytes_sent: int = 0
+    """Sent by this attempt (bytes_done also counts what earlier attempts sent)."""
+    phase: str = "uploading"
+
+
+class UploadResult(_Model):
+    step: int
+    uri: str
+    """The durable step location, e.g. ``s3://bucket/prefix/step-00000020``."""
+    files: int
+    size_bytes: int
+    bytes_sent: int
+    """Sent by the final attempt; less than size_bytes when it resumed earlier work."""
+    skipped_files: int
+    seconds: float
+    verified: bool
+
+
+class RestoreCheckpointRequest(_Model):
+    uri: str
+    """A durable checkpoint (``s3://bucket/prefix/step-NNNNNNNN`` or a path)."""
+    checkpoint_dir: str
+    checkpoints: CheckpointsSpec = Field(default_factory=CheckpointsSpec)
+    """Endpoint, region, concurrency and ``verify_hashes`` for the download."""
+
+
+class GarbageCollectionRequest(_Model):
+    checkpoint_dir: str
+    checkpoints: CheckpointsSpec
+    """``keep_local``, ``keep_durable``, ``verify_hashes`` and the durable store."""
+    protect_steps: list[int] = Field(default_factory=list)
+    """Never delete these (e.g. the step being uploaded or resumed from)."""
+
+
+class GarbageCollectionResult(_Model):
+    deleted_local: list[CheckpointRef] = Field(default_factory=list)
+    deleted_durable: list[CheckpointRef] = Field(default_factory=list)
+    newest_verified_local: int | None = None
+    newest_verified_durable: int | None = None
+    problems: list[str] = Field(default_factory=list)
+    """Deletions that failed; the next collection tries again."""

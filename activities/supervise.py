@@ -23,6 +23,7 @@ from temporalio import activity
 from activities.contracts import (
     FailureReport,
     RankStatus,
+    StragglerReport,
     SuperviseOutcome,
     SuperviseRequest,
     SupervisionProgress,
@@ -31,6 +32,7 @@ from activities.diagnosis import TAIL_BYTES, diagnose_crash, last_lines
 from activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
 from activities.nodes.factory import agents, on_each
 from activities.rundir import GenerationDir, read_json
+from activities.straggler_stats import ComputeWindow, find_straggler
 from lazarus.spec import NodeSpec
 
 VANISHED_GRACE_S = 1.5
@@ -55,6 +57,8 @@ class Observation:
     """Ranks seen dead without an exit-status file, and since when."""
     nodes: dict[str, NodeObservation] = field(default_factory=dict)
     multi_node: bool = False
+    compute: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    """Per-rank (heartbeat time, compute seconds) samples inside the straggler window."""
 
 
 class GenerationObserver:
@@ -79,6 +83,7 @@ class GenerationObserver:
         self._unreachable_since: dict[str, float] = {}
         self._first_seen = time.time()
         self._launch_time: float | None = None
+        self._compute = ComputeWindow(request.straggler.window_s)
         per_node = request.nproc_per_node
         self._ranks_of = {
             agent.node.name: list(range(i * per_node, (i + 1) * per_node))
@@ -139,6 +144,7 @@ class GenerationObserver:
             dead_since=dict(self._dead_since),
             nodes=nodes,
             multi_node=len(self._agents) > 1 or any(a.node.launcher == "ssh" for a in self._agents),
+            compute=self._compute.recent(now),
         )
 
     def _rank_status(
@@ -151,8 +157,13 @@ class GenerationObserver:
         step: int | None = None
         progress_at: float | None = None
         heartbeat = record.heartbeat
+        compute_s: float | None = None
         if heartbeat is not None and "step" in heartbeat:
             step, progress_at = int(heartbeat["step"]), float(heartbeat["time"])
+            raw_compute = heartbeat.get("compute_s")
+            if isinstance(raw_compute, (int, float)) and raw_compute > 0:
+                compute_s = float(raw_compute)
+                self._compute.add(rank, progress_at, compute_s)
         elif self._progress_regex is not None:
             seen = self._step_from_log(agent, rank, now)
             if seen is not None:
@@ -171,6 +182,7 @@ class GenerationObserver:
             ended_at=exit_record.get("ended_at"),
             step=step,
             last_progress_at=progress_at,
+            compute_s=compute_s,
         )
 
     def evidence_for(self, rank: int) -> str:
@@ -337,6 +349,25 @@ def _failure(request: SuperviseRequest, obs: Observation) -> FailureReport | Non
     return _vanished(obs) or crash or hang
 
 
+def _straggler(request: SuperviseRequest, obs: Observation) -> StragglerReport | None:
+    if not request.straggler.enabled:
+        return None
+    known = frozenset(r.rank for r in obs.ranks if r.node in request.known_stragglers)
+    finding = find_straggler(obs.compute, request.straggler, ignore=known)
+    if finding is None:
+        return None
+    return StragglerReport(
+        rank=finding.rank,
+        node=obs.ranks[finding.rank].node,
+        slowdown=finding.slowdown,
+        compute_s=finding.compute_s,
+        peers_compute_s=finding.peers_compute_s,
+        samples=finding.samples,
+        slow_since=finding.slow_since,
+        detected_at=obs.now,
+    )
+
+
 def with_evidence(failure: FailureReport, log_text: str) -> FailureReport:
     """Attach the decisive log lines (and, for a crash, the failure class)."""
     if failure.kind == "crash":
@@ -380,6 +411,9 @@ def evaluate(
         first = _first_step_at(request, obs)
         if first is not None:
             return SuperviseOutcome(kind="first_step", first_step_at=first, **base)
+    straggler = _straggler(request, obs)
+    if straggler is not None:
+        return SuperviseOutcome(kind="straggler", straggler=straggler, **base)
     if obs.now - started_at >= request.report_after_s:
         return SuperviseOutcome(kind="progress", **base)
     return None

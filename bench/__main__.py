@@ -1,13 +1,19 @@
-"""``python -m bench recovery``: how fast Lazarus finds and recovers from faults, and at what cost.
+"""``python -m bench``: how fast Lazarus finds and recovers from faults, at what cost,
+and how that compares with torchrun.
 
 Examples::
 
     python -m bench recovery                          # every scenario, 3 repeats
     python -m bench recovery --scenarios crash,hang --repeats 5
     python -m bench recovery --quick --repeats 1      # a tiny job: checks the harness only
+    python -m bench compare                           # Lazarus vs torchrun, overhead, soak
+    python -m bench compare --scenarios crash,hang --repeats 5 --soak-minutes 0
+    python -m bench soak --soak-minutes 10 --seed 1   # the chaos soak alone
+    python -m bench overhead                          # controller and helper costs alone
+    python -m bench checkpoints --size-mb 512         # checkpoint write/verify/S3 tiering costs
 
 Prints a markdown table (median, min and max over repeats) and writes every raw
-number to ``bench/results/recovery-<timestamp>.json`` (or ``--json-out``).
+number to ``bench/results/<benchmark>-<timestamp>.json`` (or ``--json-out``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import report
+from bench import checkpoint_bench, compare_cli, report
 from bench.harness import run_benchmark
 from bench.jobs import JobShape
 from bench.scenarios import SCENARIOS
@@ -66,11 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     recovery.add_argument(
         "--keep-workdir", action="store_true", help="keep the temporary state (logs) for debugging"
     )
+    compare_cli.add_commands(commands, _positive_int)
+    checkpoint_bench.add_command(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "checkpoints":
+        return checkpoint_bench.run(args)
+    if args.command != "recovery":
+        return compare_cli.run(args)
     shape = JobShape.quick() if args.quick else JobShape()
     if args.steps is not None:
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import os
 import socket
 import sys
@@ -64,6 +65,30 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="testing aid: every rank exits (code 0) right after completing this step, "
         "before any checkpoint of it, as if interrupted",
     )
+    parser.add_argument(
+        "--die-at-step",
+        type=int,
+        help="testing aid: the last rank exits 13 on reaching this step, in every generation "
+        "(a crash loop)",
+    )
+    parser.add_argument(
+        "--nan-at-step",
+        type=int,
+        help="testing aid: in the first generation only, the loss turns NaN at this step",
+    )
+    slow = parser.add_argument_group(
+        "straggler injection (testing aid): one rank's own work takes longer, the way a "
+        "throttled GPU or a noisy neighbour makes it"
+    )
+    slow.add_argument("--slow-rank", type=int, help="this rank is slow")
+    slow.add_argument(
+        "--slow-node",
+        help="ranks on this Lazarus node (LAZARUS_NODE) are slow: moving "
+        "the job to another node cures it, as it would a bad machine",
+    )
+    slow.add_argument("--slow-factor", type=float, default=2.0, help="compute time multiplier")
+    slow.add_argument("--slow-from-step", type=int, default=0)
+    slow.add_argument("--slow-until-step", type=int, help="default: to the end")
     args = parser.parse_args(argv)
     if args.steps < 0 or args.ckpt_every < 1:
         parser.error("--steps must be >= 0 and --ckpt-every >= 1")
@@ -139,6 +164,15 @@ def rank_ordered_mean(state, bucket):  # type: ignore[no-untyped-def]  # DDP che
     return work.get_future().then(reduce)
 
 
+def slowdown(args: argparse.Namespace, rank: int, step: int) -> float:
+    """How much longer this rank's work takes at ``step`` (1.0: not slow)."""
+    slow_here = (args.slow_rank is not None and args.slow_rank == rank) or (
+        args.slow_node is not None and os.environ.get("LAZARUS_NODE") == args.slow_node
+    )
+    until = args.slow_until_step if args.slow_until_step is not None else args.steps
+    return args.slow_factor if slow_here and args.slow_from_step <= step < until else 1.0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.checkpoint_dir is not None:
@@ -161,14 +195,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     loss_fn = nn.MSELoss()
 
     while completed < args.steps:
-        inputs, targets = batch_for(args.seed, completed, rank, teacher)
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(ddp_model(inputs), targets)
-        loss.backward()
+        # The rank's own work: timed for straggler detection. The sleep stands in for
+        # the compute a real model would do (and a slow rank does more slowly).
+        with lazarus_rank.compute_timer():
+            inputs, targets = batch_for(args.seed, completed, rank, teacher)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(ddp_model(inputs), targets)
+            if args.step_time > 0:
+                time.sleep(args.step_time * slowdown(args, rank, completed))
+        loss.backward()  # the gradient all-reduce runs here: waiting on peers is not compute
         optimizer.step()
         completed += 1
 
         loss_value = loss.item()
+        if completed == args.nan_at_step and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+            loss_value = math.nan
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"loss is {loss_value} at step {completed}: training diverged")
+        if completed == args.die_at_step and rank == dist.get_world_size() - 1:
+            print(f"injected fault at step {completed}", file=sys.stderr, flush=True)
+            os._exit(13)
         print(f"step {completed} loss {loss_value:.6f}", flush=True)
         lazarus_rank.heartbeat(completed, loss=loss_value)
         if completed == args.exit_at_step:
@@ -180,8 +226,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             lazarus_torch.save(
                 completed, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
             )
-        if args.step_time > 0:
-            time.sleep(args.step_time)
 
     lazarus_rank.flush_heartbeat()
     if rank == 0 and args.out is not None:

@@ -162,6 +162,10 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.NCCL_TIMEOUT, 11,
           r"Timed\s+out\s+waiting\s+\d+\s*ms\s+for\s+(?:recv|send)\s+operation",
           "timed out"),
+    # gloo (torch >= 2.x, tcp pair): "RuntimeError: Application timeout caused pair
+    # closure" - the pair is torn down because the collective's timeout expired.
+    _rule(_FC.NCCL_TIMEOUT, 11, r"Application\s+timeout\s+caused\s+pair\s+closure",
+          "application timeout"),
     # monitored_barrier: "Rank 1 failed to pass monitoredBarrier in 2000 ms"
     _rule(_FC.NCCL_TIMEOUT, 9, r"failed\s+to\s+pass\s+monitoredBarrier", "monitoredbarrier"),
     # heartbeat monitor: "Heartbeat monitor timed out! Process will be terminated after

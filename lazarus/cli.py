@@ -689,5 +689,116 @@ def _dash(value: object) -> str:
     return "—" if value is None else str(value)
 
 
+@app.command()
+def verify(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH|URI",
+            help="A checkpoint (.../step-NNNNNNNN) or a root holding several: "
+            "a directory or s3://bucket/prefix.",
+        ),
+    ],
+    sizes_only: Annotated[
+        bool, typer.Option("--sizes-only", help="Check sizes, not sha256 (much faster).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option(help="S3-compatible endpoint (or env AWS_ENDPOINT_URL); keys: AWS chain."),
+    ] = None,
+    world_size: Annotated[
+        int | None, typer.Option(help="Also require the manifest's world size to be this.")
+    ] = None,
+) -> None:
+    """Check checkpoints against their manifest: marker, sizes, sha256. Offline.
+
+    Exits 0 when every checkpoint is good, 1 when one is corrupt (problems
+    listed), 2 when it could not check (no such path, no checkpoint, store
+    unreachable)."""
+    from activities.checkpoints.storage import CheckpointInputError, locate, store_errors
+    from activities.checkpoints.verify import verify_in_store
+    from lazarus import cli_checkpoints
+
+    try:
+        store, name = locate(target, endpoint_url=endpoint_url)
+        if name is not None and not store.exists(name):
+            raise CheckpointInputError(f"{target}: no such checkpoint")
+        names = [name] if name is not None else [n for _, n in reversed(store.steps())]
+        if not names:
+            raise CheckpointInputError(f"{target}: no checkpoints (step-NNNNNNNN) under it")
+        results = [
+            verify_in_store(
+                store, n, "sizes" if sizes_only else "hashes", expected_world_size=world_size
+            )
+            for n in names
+        ]
+    except CheckpointInputError as exc:
+        _fail(str(exc), code=2)
+    except store_errors() as exc:
+        _fail(f"{target}: cannot read the store: {exc}", code=2)
+    if as_json:
+        _print_json(cli_checkpoints.verification_json(results))
+    else:
+        _out().print(cli_checkpoints.render_verification(results))
+    if not all(r.ok for r in results):
+        raise typer.Exit(1)
+
+
+@app.command()
+def checkpoints(
+    ctx: typer.Context,
+    job: Annotated[
+        str | None, typer.Argument(help="Job name (its directories come from its status).")
+    ] = None,
+    directory: Annotated[
+        str | None, typer.Option("--dir", help="List this checkpoint directory (no server).")
+    ] = None,
+    uri: Annotated[
+        str | None, typer.Option("--uri", help="List this durable store (no server).")
+    ] = None,
+    endpoint_url: Annotated[
+        str | None, typer.Option(help="S3-compatible endpoint (or env AWS_ENDPOINT_URL).")
+    ] = None,
+    hashes: Annotated[
+        bool, typer.Option("--hashes", help="Verify sha256 (reads every byte); default sizes.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """A job's checkpoints: step, time, size, verified locally, durable."""
+    from activities.checkpoints.listing import list_checkpoints
+    from activities.checkpoints.storage import CheckpointInputError, store_errors
+    from lazarus import cli_checkpoints
+
+    if job is None and directory is None and uri is None:
+        _fail("give a JOB, or --dir PATH and/or --uri URI to list without a server", code=2)
+    if job is not None:
+
+        async def action(client: Client) -> tuple[str, str | None]:
+            handle, _ = await _describe(client, job)
+            status_, note = await _query_status(handle)
+            if status_ is None:
+                raise Refusal(f"{note or 'the job did not answer'}; or use --dir/--uri")
+            if not status_.checkpoint_dir:
+                raise Refusal(f"job '{job}' reports no checkpoint directory; use --dir")
+            return status_.checkpoint_dir, getattr(status_, "durable_checkpoint_uri", None)
+
+        found_dir, found_uri = _with_client(ctx, action)
+        directory = directory or found_dir
+        uri = uri or found_uri
+    try:
+        rows = list_checkpoints(directory, uri, endpoint_url=endpoint_url, hashes=hashes)
+    except CheckpointInputError as exc:
+        _fail(str(exc), code=2)
+    except store_errors() as exc:
+        _fail(f"{uri}: cannot read the durable store: {exc}", code=2)
+    if as_json:
+        _print_json(cli_checkpoints.checkpoints_json(rows))
+    elif not rows:
+        _out().print(f"no checkpoints in {directory or ''} {uri or ''}".strip(), markup=False)
+    else:
+        _out().print(cli_checkpoints.checkpoints_table(rows))
+
+
 if __name__ == "__main__":
     app()

@@ -69,3 +69,8 @@ class FailureClass(StrEnum):
 
     UNKNOWN = "unknown"
     """Nothing in the evidence matched a known failure signature."""
+
+
+PLAYBOOK_CLASSES = frozenset({*(c.value for c in FailureClass), "straggler"})
+"""Keys a job spec's ``playbook`` may override: every failure class, plus
+``straggler`` (a slow node, found by the supervisor's compute-time statistics)."""

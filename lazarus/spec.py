@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lazarus import environment as env_names
+from lazarus.failure_classes import PLAYBOOK_CLASSES
 
 JOB_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 
@@ -125,6 +126,14 @@ class RecoverySpec(_Strict):
     backoff_initial_s: Annotated[float, Field(ge=0)] = 1.0
     backoff_max_s: Annotated[float, Field(ge=0)] = 60.0
     backoff_multiplier: Annotated[float, Field(ge=1.0)] = 2.0
+    backoff_jitter: Annotated[float, Field(ge=0.0, le=1.0)] = 0.2
+    """Each backoff is stretched by up to this fraction, so jobs that failed together
+    (one switch, one storage outage) do not all come back in the same second. The
+    jitter is derived from the job and incident, so a workflow replay computes it
+    identically."""
+    node_failure_limit: Annotated[int, Field(ge=1, le=1000)] = 3
+    """Failures blamed on one node inside the window before it is replaced even for
+    classes that normally restart in place (when a spare exists)."""
     crash_loop_after: Annotated[int, Field(ge=1, le=1000)] = 3
     """Restarts that may fail before making a step; one more failure is a crash loop."""
     stop_grace_s: Annotated[float, Field(ge=0, le=600)] = 10.0
@@ -135,6 +144,149 @@ class RecoverySpec(_Strict):
         if self.backoff_max_s < self.backoff_initial_s:
             raise ValueError("backoff_max_s must be >= backoff_initial_s")
         return self
+
+
+STRATEGY_NAMES = frozenset(
+    {"restart_in_place", "replace_node", "no_blind_restarts", "rollback", "escalate"}
+)
+"""Rungs a playbook ladder may use; ``workflows.playbook`` registers one strategy for each."""
+
+
+class ClassPolicy(_Strict):
+    """How one failure class is handled: an escalation ladder and its own budget.
+
+    The n-th failure of the class inside ``recovery.restart_window_s`` takes rung
+    n (the last rung repeats), so ``[restart_in_place, replace_node, escalate]``
+    means "restart once, then move off the node, then ask a person"."""
+
+    ladder: list[str] = Field(min_length=1)
+    budget: Annotated[int, Field(ge=0, le=10_000)] | None = None
+    """Automatic recoveries of this class allowed inside the window; None: only the
+    job-wide ``max_restarts`` applies."""
+
+    @field_validator("ladder")
+    @classmethod
+    def _known_strategies(cls, value: list[str]) -> list[str]:
+        unknown = [name for name in value if name not in STRATEGY_NAMES]
+        if unknown:
+            raise ValueError(
+                f"unknown strategy {', '.join(map(repr, unknown))}; "
+                f"choose from {', '.join(sorted(STRATEGY_NAMES))}"
+            )
+        return value
+
+
+class StragglerSpec(_Strict):
+    """When a slow rank is worth moving off its node.
+
+    Ranks report per-step compute time (``lazarus.rank.compute_timer``); a rank whose
+    median over ``window_s`` is ``slowdown_factor`` times the median of its peers,
+    and also beyond ``mad_threshold`` median absolute deviations of them, is a
+    straggler. One slow step moves no median, so it is not."""
+
+    enabled: bool = True
+    slowdown_factor: Annotated[float, Field(gt=1.0, le=100.0)] = 1.5
+    window_s: Annotated[float, Field(ge=1.0, le=86_400.0)] = 10.0
+    min_samples: Annotated[int, Field(ge=1, le=10_000)] = 4
+    """Heartbeat samples per rank in the window before any judgement."""
+    mad_threshold: Annotated[float, Field(ge=0.0, le=100.0)] = 3.0
+    swap: bool = True
+    """Move the job off a straggling node when a spare exists and the gain beats the
+    restart cost; False only records and alerts."""
+    default_restart_cost_s: Annotated[float, Field(ge=0.0)] = 30.0
+    """Assumed cost of a restart before one has been measured."""
+
+
+S3_BUCKET_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+class CheckpointsSpec(_Strict):
+    """How checkpoints are trusted, tiered and kept (``checkpoints:`` in the spec).
+
+    ``checkpoint_dir`` stays the fast tier the ranks write to; ``durable_uri``
+    names a second, durable tier that committed and verified checkpoints are
+    copied to: a filesystem path (shared storage; relative to ``workdir``) or
+    ``s3://bucket/prefix`` for S3 and S3-compatible stores. Credentials for S3
+    come only from the standard AWS chain (environment, shared files, instance
+    or pod roles), never from the spec, which is stored in workflow history."""
+
+    durable_uri: str | None = None
+    endpoint_url: str | None = None
+    """For S3-compatible stores (MinIO, Ceph, R2, ...): ``http(s)://host[:port]``."""
+    region: str | None = None
+    keep_local: Annotated[int, Field(ge=0, le=100_000)] = 3
+    """Newest committed checkpoints kept in ``checkpoint_dir`` (the newest verified
+    one is always kept, even with 0)."""
+    keep_durable: Annotated[int, Field(ge=0, le=100_000)] = 10
+    verify_hashes: bool = True
+    """Check every file's sha256 against the manifest before trusting a checkpoint;
+    False checks sizes only (much faster for very large checkpoints)."""
+    upload_part_size_mb: Annotated[int, Field(ge=5, le=5120)] = 16
+    """S3 multipart part size; S3 needs at least 5 MiB for every part but the last. Grown
+    automatically for files over 10,000 parts. Memory: about size x concurrency."""
+    upload_concurrency: Annotated[int, Field(ge=1, le=64)] = 8
+    jit_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    """How long a just-in-time save (asked for before a planned stop) may take."""
+
+    @field_validator("durable_uri")
+    @classmethod
+    def _uri_form(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip():
+            raise ValueError("must not be empty; omit it to keep checkpoints local only")
+        if "://" not in value:
+            return value  # a filesystem path
+        scheme, _, rest = value.partition("://")
+        if scheme != "s3":
+            raise ValueError(
+                f"unsupported scheme {scheme!r}; use s3://bucket/prefix or a filesystem path"
+            )
+        bucket = rest.split("/", 1)[0]
+        if not bucket:
+            raise ValueError("s3 URI needs a bucket: s3://bucket/prefix")
+        if not S3_BUCKET_PATTERN.match(bucket) or ".." in bucket:
+            raise ValueError(
+                f"{bucket!r} is not a valid S3 bucket name "
+                "(3-63 characters: lowercase letters, digits, '.' and '-')"
+            )
+        if "//" in rest or rest.endswith("/.") or "/../" in f"{rest}/":
+            raise ValueError("s3 prefix must not contain empty or '..' segments")
+        return value
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint_form(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.fullmatch(r"https?://[^/\s@]+(/.*)?", value):
+            if "@" in value:
+                raise ValueError(
+                    "must not hold credentials; they come from the AWS chain "
+                    "(AWS_ACCESS_KEY_ID, ~/.aws/credentials, an instance role)"
+                )
+            raise ValueError(f"{value!r} is not an http(s)://host[:port] URL")
+        return value
+
+    @model_validator(mode="after")
+    def _endpoint_needs_s3(self) -> CheckpointsSpec:
+        is_s3 = self.durable_uri is not None and self.durable_uri.startswith("s3://")
+        if self.endpoint_url is not None and not is_s3:
+            raise ValueError("endpoint_url is only used with an s3:// durable_uri")
+        if self.region is not None and not is_s3:
+            raise ValueError("region is only used with an s3:// durable_uri")
+        return self
+
+    @property
+    def durable_is_s3(self) -> bool:
+        return self.durable_uri is not None and self.durable_uri.startswith("s3://")
+
+    def resolved(self, workdir: Path) -> CheckpointsSpec:
+        """Anchor a filesystem ``durable_uri`` at ``workdir``; URIs stay as they are."""
+        if self.durable_uri is None or self.durable_is_s3:
+            return self
+        path = (workdir / Path(self.durable_uri).expanduser()).resolve()
+        return self.model_copy(update={"durable_uri": str(path)})
 
 
 class JobSpec(_Strict):
@@ -160,6 +312,28 @@ class JobSpec(_Strict):
     """Where each generation's pid, log, heartbeat and exit-status files live."""
     health: HealthSpec = Field(default_factory=HealthSpec)
     recovery: RecoverySpec = Field(default_factory=RecoverySpec)
+    checkpoints: CheckpointsSpec = Field(default_factory=CheckpointsSpec)
+    """Verification, durable tiering (S3) and retention of checkpoints."""
+    playbook: dict[str, ClassPolicy] = Field(default_factory=dict)
+    """Per-class overrides of the default playbook, keyed by failure class."""
+    straggler: StragglerSpec = Field(default_factory=StragglerSpec)
+    total_steps: Annotated[int, Field(ge=1)] | None = None
+    """The job's length in steps, if known: the straggler cost model weighs the gain
+    of a swap over the steps that remain."""
+    on_escalation: list[str] | None = Field(default=None, min_length=1)
+    """A command run once per escalation to NEEDS_OPERATOR (a webhook call, a page),
+    with the incident as JSON on stdin; retried durably until it exits 0."""
+
+    @field_validator("playbook")
+    @classmethod
+    def _known_classes(cls, value: dict[str, ClassPolicy]) -> dict[str, ClassPolicy]:
+        unknown = sorted(set(value) - PLAYBOOK_CLASSES)
+        if unknown:
+            raise ValueError(
+                f"unknown failure class {', '.join(map(repr, unknown))}; "
+                f"choose from {', '.join(sorted(PLAYBOOK_CLASSES))}"
+            )
+        return value
 
     @field_validator("command")
     @classmethod
@@ -214,6 +388,7 @@ class JobSpec(_Strict):
                 ),
                 "nodes": [_resolve_node(n, base) for n in self.nodes],
                 "spares": [_resolve_node(n, base) for n in self.spares],
+                "checkpoints": self.checkpoints.resolved(workdir),
             }
         )
 

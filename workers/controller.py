@@ -23,9 +23,18 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.worker import Worker
 
-from activities.checkpoints import find_checkpoint
+from activities.checkpoints import (
+    collect_garbage,
+    find_checkpoint,
+    find_verified_checkpoint,
+    restore_checkpoint,
+    upload_checkpoint,
+)
+from activities.escalation import run_escalation_hook
+from activities.jit_checkpoint import checkpoint_now
 from activities.launcher import launch
 from activities.preflight import preflight
+from activities.rollback import roll_back_checkpoint
 from activities.stop import stop
 from activities.supervise import supervise
 from lazarus.settings import ConnectionSettings, connect
@@ -34,7 +43,20 @@ from workflows.job import JobWorkflow
 
 log = logging.getLogger("lazarus.worker")
 
-ACTIVITIES: Sequence[Any] = (launch, supervise, stop, find_checkpoint, preflight)
+ACTIVITIES: Sequence[Any] = (
+    launch,
+    supervise,
+    stop,
+    find_checkpoint,
+    find_verified_checkpoint,
+    upload_checkpoint,
+    restore_checkpoint,
+    collect_garbage,
+    preflight,
+    checkpoint_now,
+    roll_back_checkpoint,
+    run_escalation_hook,
+)
 WORKFLOWS: Sequence[type] = (JobWorkflow,)
 
 

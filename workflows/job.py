@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from datetime import timedelta
 
 from temporalio import workflow
@@ -25,18 +26,25 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.checkpoints import find_checkpoint
     from activities.contracts import (
+        CheckpointNowRequest,
         CheckpointRef,
+        EscalationHookRequest,
         FailureReport,
         FindCheckpointRequest,
         LaunchRequest,
         PreflightActivityRequest,
+        RollbackRequest,
         StopRequest,
         StopResult,
+        StragglerReport,
         SuperviseOutcome,
         SuperviseRequest,
     )
+    from activities.escalation import run_escalation_hook
+    from activities.jit_checkpoint import checkpoint_now
     from activities.launcher import launch
     from activities.preflight import preflight
+    from activities.rollback import roll_back_checkpoint
     from activities.stop import stop
     from activities.supervise import supervise
     from lazarus.spec import JobSpec, NodeSpec
@@ -56,7 +64,10 @@ with workflow.unsafe.imports_passed_through():
         SUGGESTED_OPERATOR_ACTIONS,
         Action,
         FailureContext,
+        PastFailure,
+        StragglerContext,
         decide,
+        straggler_decision,
     )
     from workflows.state import (
         ForceRecover,
@@ -66,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         JobStatus,
         NodeRequest,
         Phase,
+        StragglerRecord,
     )
 
 QUICK_RETRY = RetryPolicy(
@@ -77,6 +89,11 @@ LAUNCH_RETRY = RetryPolicy(
     maximum_attempts=5,
     non_retryable_error_types=["LaunchRefused"],
 )
+HOOK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60)
+)
+"""Unlimited attempts: an escalation must reach a person even if their webhook is down."""
+NO_RETRY = RetryPolicy(maximum_attempts=1)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -88,6 +105,7 @@ class JobWorkflow:
         self._pause_requested = False
         self._resume_requested = False
         self._force: ForceRecover | None = None
+        self._hooks: list[asyncio.Task[None]] = []
 
     # ----------------------------------------------------------------- messages
 
@@ -107,7 +125,9 @@ class JobWorkflow:
     def drain(self, request: NodeRequest) -> str:
         reason = request.reason or "drained by operator"
         self._force = ForceRecover(
-            reason=f"drain {request.node}: {reason}", exclude_node=request.node
+            reason=f"drain {request.node}: {reason}",
+            exclude_node=request.node,
+            checkpoint_first=True,
         )
         return f"draining {request.node}: its ranks move to a spare at the next turn"
 
@@ -172,6 +192,8 @@ class JobWorkflow:
             nodes=state.pool,
             mttr_s=mean_time_to_recover(state),
             steps_lost=sum(i.steps_lost or 0 for i in state.incidents),
+            checkpoint_dir=spec.checkpoint_dir,
+            stragglers=state.stragglers,
         )
 
     # ---------------------------------------------------------------- main loop
@@ -222,6 +244,8 @@ class JobWorkflow:
         self._set_phase(Phase.LAUNCHING)
         if state.generation > 0:
             await self._stop_all(f"fence generation {state.generation} before relaunch")
+        if state.rollback_pending:
+            await self._roll_back()
         resume = await workflow.execute_activity(
             find_checkpoint,
             FindCheckpointRequest(checkpoint_dir=spec.checkpoint_dir),
@@ -254,6 +278,7 @@ class JobWorkflow:
             return
         state.generation_live = True
         state.ranks = []
+        state.noted_stragglers = []
         if state.open_incident is not None:
             state.incidents[state.open_incident - 1].relaunched_at = result.launched_at
         workflow.logger.info(
@@ -270,7 +295,7 @@ class JobWorkflow:
         request = SuperviseRequest(
             job_id=spec.job_id,
             generation=state.generation,
-            run_dir=f"{self._run_root()}/gen-{state.generation:05d}",
+            run_dir=self._gen_dir(),
             world_size=self._world_size(),
             health=spec.health,
             resume_step=state.resume.step if state.resume else None,
@@ -280,6 +305,8 @@ class JobWorkflow:
             nproc_per_node=spec.nproc_per_node,
             node_timeout_s=spec.node_timeout_s,
             ssh=spec.ssh,
+            straggler=spec.straggler,
+            known_stragglers=state.noted_stragglers,
         )
         handle = workflow.start_activity(
             supervise,
@@ -320,16 +347,21 @@ class JobWorkflow:
             self._set_phase(Phase.SUCCEEDED)
         elif outcome.kind == "failed" and outcome.failure is not None:
             await self._recover(outcome.failure)
+        elif outcome.kind == "straggler" and outcome.straggler is not None:
+            await self._on_straggler(outcome.straggler)
 
     async def _recover(self, failure: FailureReport) -> None:
         spec = self.spec
         state = self._state
         self._set_phase(Phase.RECOVERING)
         state.consecutive_failures += 1
-        previous = next(
-            (i for i in reversed(state.incidents) if i.failure_class == failure.failure_class),
-            None,
-        )
+        previous = [
+            PastFailure(
+                failure_class=i.failure_class, at=i.detected_at, node=i.node, step=i.step_at_failure
+            )
+            for i in state.incidents
+            if i.kind not in ("operator", "straggler")
+        ]
         incident = self._open_incident(
             kind=failure.kind,
             failure_class=failure.failure_class,
@@ -351,17 +383,19 @@ class JobWorkflow:
                 restart_times=state.restart_times,
                 consecutive_failures=state.consecutive_failures,
                 step_at_failure=failure.step_at_failure,
-                had_previous_same_class=previous is not None,
-                previous_same_class_step=previous.step_at_failure if previous else None,
+                previous=previous,
                 node=failure.node,
                 spares_left=len(state.pool.spares),
                 active_nodes=len(state.pool.active),
                 min_nodes=spec.min_nodes,
+                jitter_key=f"{spec.job_id}:{incident.id}",
             ),
             spec.recovery,
+            spec.playbook,
         )
         incident.action = decision.action.value
         incident.reason = decision.reason
+        incident.strategy = decision.strategy
         stopped = await self._stop_all(
             f"incident {incident.id}: {failure.kind} on rank {failure.rank}"
         )
@@ -374,8 +408,7 @@ class JobWorkflow:
                 state.pool.quarantine(
                     failure.node, f"incident {incident.id}: node_lost", self._now()
                 )
-            state.operator_reason = decision.reason
-            self._set_phase(Phase.NEEDS_OPERATOR)
+            self._needs_operator(decision.reason)
             return
         swaps_node = decision.action in (Action.REPLACE_NODE, Action.SHRINK)
         why = f"incident {incident.id}: {failure.failure_class}"
@@ -383,6 +416,7 @@ class JobWorkflow:
             return
         state.restarts += 1
         state.restart_times.append(self._now())
+        state.rollback_pending = decision.action == Action.ROLLBACK
         if decision.backoff_s > 0:
             await workflow.sleep(
                 decision.backoff_s,
@@ -407,6 +441,13 @@ class JobWorkflow:
         )
         incident.action = Action.RESTART.value
         incident.reason = f"forced by operator: {request.reason}"
+        if request.checkpoint_first:
+            saved = await self._checkpoint_before(f"forced recovery: {request.reason}")
+            incident.evidence.append(
+                f"just-in-time checkpoint at step {saved.step}"
+                if saved
+                else "just-in-time checkpoint did not arrive in time"
+            )
         stopped = await self._stop_all(f"forced recovery: {request.reason}")
         incident.stopped_at = self._now()
         if stopped.last_step is not None:
@@ -420,6 +461,8 @@ class JobWorkflow:
 
     async def _pause(self) -> None:
         self._pause_requested = False
+        if self._state.phase == Phase.RUNNING:
+            await self._checkpoint_before("pause")
         stopped = await self._stop_all("paused by operator")
         if stopped.last_step is not None:
             self._set_step(stopped.last_step)
@@ -456,6 +499,171 @@ class JobWorkflow:
         workflow.logger.info("leaving %s: %s", self._state.phase, reason)
         self._set_phase(Phase.LAUNCHING)
 
+    async def _on_straggler(self, report: StragglerReport) -> None:
+        """Swap a slow node for a spare when that pays off, else note it and alert.
+        A swap is planned, so it checkpoints first and costs no steps."""
+        spec = self.spec
+        state = self._state
+        measured = [i.recovery_s for i in state.incidents if i.recovery_s is not None]
+        remaining = spec.total_steps - (state.step or 0) if spec.total_steps is not None else None
+        decision = straggler_decision(
+            StragglerContext(
+                node=report.node,
+                rank=report.rank,
+                slowdown=report.slowdown,
+                seconds_per_step=state.seconds_per_step,
+                remaining_steps=remaining,
+                restart_cost_s=measured[-1] if measured else spec.straggler.default_restart_cost_s,
+                spares_left=len(state.pool.spares),
+                swap_allowed=spec.straggler.swap,
+            )
+        )
+        state.stragglers.append(
+            StragglerRecord(
+                generation=state.generation,
+                node=report.node,
+                rank=report.rank,
+                slowdown=report.slowdown,
+                compute_s=report.compute_s,
+                peers_compute_s=report.peers_compute_s,
+                slow_since=report.slow_since,
+                detected_at=report.detected_at,
+                detection_s=max(0.0, report.detected_at - report.slow_since),
+                action=decision.action.value,
+                reason=decision.reason,
+            )
+        )
+        workflow.logger.warning("straggler: %s", decision.reason)
+        if decision.action != Action.REPLACE_NODE:
+            state.noted_stragglers.append(report.node)
+            return
+        self._set_phase(Phase.RECOVERING)
+        incident = self._open_incident(
+            kind="straggler",
+            failure_class="straggler",
+            rank=report.rank,
+            node=report.node,
+            fault_at=report.slow_since,
+            detected_at=report.detected_at,
+            step_at_failure=state.step,
+            evidence=[
+                f"rank {report.rank} compute {report.compute_s * 1000:.1f} ms/step vs peers "
+                f"{report.peers_compute_s * 1000:.1f} ms/step over {report.samples} samples"
+            ],
+        )
+        incident.action = decision.action.value
+        incident.reason = decision.reason
+        incident.strategy = decision.strategy
+        saved = await self._checkpoint_before(f"moving off straggler {report.node}")
+        if saved is None:
+            incident.evidence.append("just-in-time checkpoint did not arrive in time")
+        stopped = await self._stop_all(f"incident {incident.id}: straggler on {report.node}")
+        incident.stopped_at = self._now()
+        if stopped.last_step is not None:
+            incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
+        if self._swap_out(report.node, f"incident {incident.id}: straggler"):
+            self._set_phase(Phase.LAUNCHING)
+
+    async def _checkpoint_before(self, why: str) -> CheckpointRef | None:
+        """Ask the live ranks to save now and wait (bounded) for the commit; None when
+        it did not arrive in time: the caller goes ahead and the steps lost are counted."""
+        spec = self.spec
+        state = self._state
+        if not state.generation_live:
+            return None
+        state.checkpoint_requests += 1
+        timeout = spec.checkpoints.jit_timeout_s
+        try:
+            result = await workflow.execute_activity(
+                checkpoint_now,
+                CheckpointNowRequest(
+                    run_dir=self._gen_dir(),
+                    nodes=self._active(),
+                    ssh=spec.ssh,
+                    request_id=state.checkpoint_requests,
+                    checkpoint_dir=spec.checkpoint_dir,
+                    timeout_s=timeout,
+                ),
+                start_to_close_timeout=timedelta(seconds=timeout + 60),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"just-in-time checkpoint before {why}",
+            )
+        except ActivityError as err:
+            workflow.logger.warning("just-in-time checkpoint failed: %s", _cause(err))
+            return None
+        return result.checkpoint
+
+    async def _roll_back(self) -> None:
+        """Retire the newest checkpoint so the relaunch resumes from the one before it."""
+        state = self._state
+        state.rollback_pending = False
+        try:
+            result = await workflow.execute_activity(
+                roll_back_checkpoint,
+                RollbackRequest(checkpoint_dir=self.spec.checkpoint_dir, reason="numerical"),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=NO_RETRY,
+                summary="roll back: retire the newest checkpoint",
+            )
+        except ActivityError as err:
+            workflow.logger.warning("rollback failed, resuming from the newest: %s", _cause(err))
+            return
+        if state.open_incident is not None:
+            incident = state.incidents[state.open_incident - 1]
+            incident.evidence.extend(
+                f"rolled back past checkpoint step {r.step} (kept at {r.path})"
+                for r in result.retired
+            )
+
+    def _needs_operator(self, reason: str) -> None:
+        """Escalate: stop automatic recovery, say why, and run the spec's hook once."""
+        state = self._state
+        state.operator_reason = reason
+        self._set_phase(Phase.NEEDS_OPERATOR)
+        command = self.spec.on_escalation
+        if command is None:
+            return
+        state.escalations += 1
+        incident = state.incidents[-1] if state.incidents else None
+        if incident is not None:
+            incident.escalation_hook = "pending"
+        payload = {
+            "job_id": self.spec.job_id,
+            "phase": Phase.NEEDS_OPERATOR.value,
+            "reason": reason,
+            "escalation": state.escalations,
+            "generation": state.generation,
+            "step": state.step,
+            "suggested_actions": list(SUGGESTED_OPERATOR_ACTIONS),
+            "incident": incident.model_dump(mode="json", by_alias=True) if incident else None,
+        }
+        request = EscalationHookRequest(
+            command=command,
+            workdir=self.spec.workdir,
+            payload=json.dumps(payload, sort_keys=True),
+            marker=f"{self._run_root()}/escalations/{state.escalations:05d}.done",
+        )
+        self._hooks.append(asyncio.create_task(self._deliver_escalation(request, incident)))
+
+    async def _deliver_escalation(
+        self, request: EscalationHookRequest, incident: Incident | None
+    ) -> None:
+        try:
+            result = await workflow.execute_activity(
+                run_escalation_hook,
+                request,
+                start_to_close_timeout=timedelta(seconds=request.timeout_s + 30),
+                retry_policy=HOOK_RETRY,
+                summary=f"on_escalation: {' '.join(request.command)[:80]}",
+            )
+        except ActivityError as err:
+            if incident is not None:
+                incident.escalation_hook = f"failed: {_cause(err)}"
+            return
+        if incident is not None:
+            incident.escalation_hook = "ran" if result.ran else "ran (earlier attempt)"
+
     # ------------------------------------------------------------------ helpers
 
     @property
@@ -468,6 +676,9 @@ class JobWorkflow:
 
     def _run_root(self) -> str:
         return f"{self.spec.run_dir}/{self.spec.job_id}"
+
+    def _gen_dir(self) -> str:
+        return f"{self._run_root()}/gen-{self._state.generation:05d}"
 
     def _interrupted(self) -> bool:
         return self._pause_requested or self._force is not None
@@ -530,11 +741,10 @@ class JobWorkflow:
         min_nodes = self.spec.min_nodes
         if min_nodes is not None and len(pool.active) >= min_nodes and pool.active:
             return True
-        self._state.operator_reason = (
+        self._needs_operator(
             f"{node} quarantined ({reason}) and no spare left; set min_nodes to allow "
             "shrinking, or 'lazarus return' a node"
         )
-        self._set_phase(Phase.NEEDS_OPERATOR)
         return False
 
     async def _preflight_active_nodes(self) -> bool:
@@ -612,6 +822,8 @@ class JobWorkflow:
             return
         if self._pause_requested or self._force is not None or self._resume_requested:
             return  # finish handling operator messages in this run first
+        if any(not hook.done() for hook in self._hooks):
+            return  # an escalation hook is still being delivered
         self._state.runs += 1
         workflow.continue_as_new(
             JobInput(

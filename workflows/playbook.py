@@ -2,37 +2,65 @@
 
 Deterministic and free of I/O so it runs inside the workflow and in plain unit
 tests alike. Actions are strategies registered by name (as SkyPilot registers its
-recovery strategies), and a table maps each failure class to one. The restart
-budget wraps them all: whatever a strategy says, a job that has restarted
-``max_restarts`` times inside ``restart_window_s`` goes to an operator instead of
-looping forever.
+recovery strategies). Each failure class has an *escalation ladder* of strategy
+names: the n-th failure of that class inside the restart window takes rung n,
+and the last rung repeats. The defaults below can be overridden per class in the
+job spec's ``playbook`` section.
+
+Guards wrap every ladder, checked in this order, so no strategy can loop forever:
+
+1. the job-wide budget (``max_restarts`` inside ``restart_window_s``);
+2. the class's own budget (``playbook.<class>.budget``);
+3. crash-loop detection: more than ``crash_loop_after`` failures without a step of
+   progress, or in a row at the same step;
+4. repeated failures blamed on one node move the job off that node when a spare exists.
+
+Backoff is exponential in failures-without-progress, with jitter derived from a
+hash of the job and incident, never from a random source: a replay must decide
+exactly what the original run decided.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from lazarus.spec import RecoverySpec
+from lazarus.spec import ClassPolicy, RecoverySpec
 
 
 class Action(StrEnum):
     RESTART = "restart"
     """Stop the whole generation, relaunch generation+1 from the newest checkpoint."""
+    ROLLBACK = "rollback"
+    """Like RESTART, but from the checkpoint before the newest (it may hold the divergence)."""
     NEEDS_OPERATOR = "needs_operator"
     """Stop the ranks and wait for a person: more restarts would not help."""
     REPLACE_NODE = "replace_node"
     """Quarantine the failed node, take a spare, relaunch with the same world size."""
     SHRINK = "shrink"
     """No spare left, but the spec allows fewer nodes: relaunch without the failed node."""
+    RECORD = "record"
+    """Note it and alert, keep training: acting would cost more than it gains."""
 
 
 class Decision(BaseModel):
     action: Action
     reason: str
     backoff_s: float = 0.0
+    strategy: str = ""
+    """The ladder rung (or guard) that decided: visible in the incident."""
+
+
+class PastFailure(BaseModel):
+    """An earlier incident, as far as the playbook cares."""
+
+    failure_class: str
+    at: float
+    node: str | None = None
+    step: int | None = None
 
 
 class FailureContext(BaseModel):
@@ -45,13 +73,30 @@ class FailureContext(BaseModel):
     consecutive_failures: int
     """Failures since the job last made progress, including this one."""
     step_at_failure: int | None = None
-    previous_same_class_step: int | None = None
-    """The step of the last earlier failure of this same class, if there was one."""
-    had_previous_same_class: bool = False
+    previous: list[PastFailure] = Field(default_factory=list)
+    """Earlier automatic incidents of this job, oldest first (not this one)."""
     node: str | None = None
     spares_left: int = 0
     active_nodes: int = 1
     min_nodes: int | None = None
+    jitter_key: str = ""
+    """Seeds the backoff jitter; the workflow passes job id and incident id."""
+
+    def same_class_in_window(self, window_s: float) -> list[PastFailure]:
+        return [
+            p
+            for p in self.previous
+            if p.failure_class == self.failure_class and self.now - p.at < window_s
+        ]
+
+    def node_failures_in_window(self, window_s: float) -> int:
+        """Failures blamed on this failure's node inside the window, this one included."""
+        if self.node is None:
+            return 0
+        earlier = sum(
+            1 for p in self.previous if p.node == self.node and self.now - p.at < window_s
+        )
+        return earlier + 1
 
 
 Strategy = Callable[[FailureContext, RecoverySpec], Decision]
@@ -66,27 +111,47 @@ def strategy(name: str) -> Callable[[Strategy], Strategy]:
     return register
 
 
-def backoff_s(consecutive_failures: int, policy: RecoverySpec) -> float:
-    """Exponential in failures-without-progress, so a crash loop slows itself down."""
+def jitter_fraction(key: str) -> float:
+    """A stable number in [0, 1) for ``key``: the same incident always gets the same jitter."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def backoff_s(consecutive_failures: int, policy: RecoverySpec, jitter_key: str = "") -> float:
+    """Exponential in failures-without-progress, so a crash loop slows itself down;
+    stretched by up to ``backoff_jitter`` so jobs that failed together spread out."""
     exponent = max(0, consecutive_failures - 1)
-    return float(
-        min(policy.backoff_max_s, policy.backoff_initial_s * policy.backoff_multiplier**exponent)
-    )
+    base = min(policy.backoff_max_s, policy.backoff_initial_s * policy.backoff_multiplier**exponent)
+    if not jitter_key or policy.backoff_jitter == 0:
+        return float(base)
+    return float(base * (1.0 + policy.backoff_jitter * jitter_fraction(jitter_key)))
+
+
+def _where(ctx: FailureContext) -> str:
+    if ctx.rank is not None and ctx.node is not None and ctx.active_nodes > 1:
+        return f" on rank {ctx.rank} ({ctx.node})"
+    return f" on rank {ctx.rank}" if ctx.rank is not None else ""
 
 
 @strategy("restart_in_place")
 def restart_in_place(ctx: FailureContext, policy: RecoverySpec) -> Decision:
-    where = f" on rank {ctx.rank}" if ctx.rank is not None else ""
     return Decision(
         action=Action.RESTART,
-        reason=f"{ctx.failure_class}{where}: restart the generation from the newest checkpoint",
-        backoff_s=backoff_s(ctx.consecutive_failures, policy),
+        reason=(
+            f"{ctx.failure_class}{_where(ctx)}: restart the generation from the newest checkpoint"
+        ),
+        backoff_s=backoff_s(ctx.consecutive_failures, policy, ctx.jitter_key),
     )
 
 
 @strategy("escalate")
 def escalate(ctx: FailureContext, policy: RecoverySpec) -> Decision:
-    return Decision(action=Action.NEEDS_OPERATOR, reason=f"{ctx.failure_class}: needs a person")
+    again = len(ctx.same_class_in_window(policy.restart_window_s))
+    history = f" ({again + 1} within the window)" if again else ""
+    return Decision(
+        action=Action.NEEDS_OPERATOR,
+        reason=f"{ctx.failure_class}{_where(ctx)}{history}: the playbook asks a person",
+    )
 
 
 @strategy("replace_node")
@@ -98,7 +163,6 @@ def replace_node(ctx: FailureContext, policy: RecoverySpec) -> Decision:
         return Decision(
             action=Action.REPLACE_NODE,
             reason=f"{ctx.failure_class} on {node}: quarantine it and relaunch on a spare",
-            backoff_s=0.0,
         )
     if ctx.min_nodes is not None and ctx.active_nodes - 1 >= ctx.min_nodes:
         return Decision(
@@ -127,7 +191,8 @@ def no_blind_restarts(ctx: FailureContext, policy: RecoverySpec) -> Decision:
             action=Action.NEEDS_OPERATOR,
             reason=f"{ctx.failure_class} before the first step: a restart will not fix it",
         )
-    if ctx.had_previous_same_class and ctx.previous_same_class_step == ctx.step_at_failure:
+    earlier_steps = {p.step for p in ctx.same_class_in_window(policy.restart_window_s)}
+    if ctx.step_at_failure in earlier_steps:
         return Decision(
             action=Action.NEEDS_OPERATOR,
             reason=(
@@ -138,40 +203,176 @@ def no_blind_restarts(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     return restart_in_place(ctx, policy)
 
 
-DEFAULT_STRATEGY = "restart_in_place"
-CLASS_STRATEGIES: dict[str, str] = {
-    "node_lost": "replace_node",
-    "user_code": "no_blind_restarts",
-    "oom_gpu": "no_blind_restarts",
+@strategy("rollback")
+def rollback(ctx: FailureContext, policy: RecoverySpec) -> Decision:
+    """A diverged loss may already be baked into the newest checkpoint: resume from
+    the one before it. Ladders put ``escalate`` after this rung, so it happens once."""
+    at = f" at step {ctx.step_at_failure}" if ctx.step_at_failure is not None else ""
+    return Decision(
+        action=Action.ROLLBACK,
+        reason=f"{ctx.failure_class}{at}: roll back to the checkpoint before the newest",
+        backoff_s=backoff_s(ctx.consecutive_failures, policy, ctx.jitter_key),
+    )
+
+
+_TRANSIENT = ClassPolicy(ladder=["restart_in_place"])
+DEFAULT_PLAYBOOK: dict[str, ClassPolicy] = {
+    "nccl_timeout": _TRANSIENT,
+    "nccl_error": _TRANSIENT,
+    "rendezvous": _TRANSIENT,
+    "preempted": _TRANSIENT,
+    "unknown": _TRANSIENT,
+    "hang": _TRANSIENT,
+    "storage": _TRANSIENT,
+    "oom_host": _TRANSIENT,
+    "gpu_hardware": ClassPolicy(ladder=["replace_node"]),
+    "node_lost": ClassPolicy(ladder=["replace_node"]),
+    "user_code": ClassPolicy(ladder=["no_blind_restarts"]),
+    "oom_gpu": ClassPolicy(ladder=["no_blind_restarts"]),
+    "numerical": ClassPolicy(ladder=["rollback", "escalate"]),
+    "straggler": ClassPolicy(ladder=["replace_node"]),
 }
-"""Per-class overrides of the default strategy."""
+"""Class -> ladder. Transient classes restart in place; a bad node is replaced;
+bugs never restart blindly; divergence rolls back once, then asks a person."""
+
+
+def policy_for(failure_class: str, overrides: dict[str, ClassPolicy] | None = None) -> ClassPolicy:
+    if overrides and failure_class in overrides:
+        return overrides[failure_class]
+    return DEFAULT_PLAYBOOK.get(failure_class, _TRANSIENT)
 
 
 def restarts_in_window(restart_times: Sequence[float], now: float, window_s: float) -> int:
     return sum(1 for t in restart_times if now - t < window_s)
 
 
-def decide(ctx: FailureContext, policy: RecoverySpec) -> Decision:
+def _failures_at_this_step(ctx: FailureContext, limit: int) -> int:
+    """Consecutive failures, this one included, at exactly this step: a job that
+    resumes, makes a few steps and dies at the same place again is looping even
+    though each generation made progress."""
+    if ctx.step_at_failure is None:
+        return 0
+    count = 1
+    for past in reversed(ctx.previous[-(limit + 1) :]):
+        if past.step != ctx.step_at_failure:
+            break
+        count += 1
+    return count
+
+
+def _needs_operator(reason: str, guard: str) -> Decision:
+    return Decision(action=Action.NEEDS_OPERATOR, reason=reason, strategy=guard)
+
+
+def decide(
+    ctx: FailureContext,
+    policy: RecoverySpec,
+    overrides: dict[str, ClassPolicy] | None = None,
+) -> Decision:
     used = restarts_in_window(ctx.restart_times, ctx.now, policy.restart_window_s)
     if used >= policy.max_restarts:
-        return Decision(
-            action=Action.NEEDS_OPERATOR,
-            reason=(
-                f"restart budget spent: {used} restarts within {policy.restart_window_s:.0f} s "
-                f"(max_restarts={policy.max_restarts}); last failure {ctx.failure_class}"
-                + (f" on rank {ctx.rank}" if ctx.rank is not None else "")
-            ),
+        return _needs_operator(
+            f"restart budget spent: {used} restarts within {policy.restart_window_s:.0f} s "
+            f"(max_restarts={policy.max_restarts}); last failure {ctx.failure_class}{_where(ctx)}",
+            "budget",
+        )
+    class_policy = policy_for(ctx.failure_class, overrides)
+    earlier = len(ctx.same_class_in_window(policy.restart_window_s))
+    if class_policy.budget is not None and earlier >= class_policy.budget:
+        return _needs_operator(
+            f"{ctx.failure_class} budget spent: {earlier + 1} failures of this class within "
+            f"{policy.restart_window_s:.0f} s (budget={class_policy.budget})",
+            "class_budget",
         )
     if ctx.consecutive_failures > policy.crash_loop_after:
-        return Decision(
-            action=Action.NEEDS_OPERATOR,
-            reason=(
-                f"crash loop: {ctx.consecutive_failures} failures without a step of progress "
-                f"(crash_loop_after={policy.crash_loop_after}); last {ctx.failure_class}"
-            ),
+        return _needs_operator(
+            f"crash loop: {ctx.consecutive_failures} failures without a step of progress "
+            f"(crash_loop_after={policy.crash_loop_after}); last {ctx.failure_class}",
+            "crash_loop",
         )
-    name = CLASS_STRATEGIES.get(ctx.failure_class, DEFAULT_STRATEGY)
-    return STRATEGIES[name](ctx, policy)
+    same_step = _failures_at_this_step(ctx, policy.crash_loop_after)
+    if same_step > policy.crash_loop_after:
+        return _needs_operator(
+            f"crash loop: failed at step {ctx.step_at_failure} {same_step} times in a row "
+            f"(crash_loop_after={policy.crash_loop_after}); last {ctx.failure_class}{_where(ctx)}",
+            "crash_loop",
+        )
+    rung = class_policy.ladder[min(earlier, len(class_policy.ladder) - 1)]
+    decision = STRATEGIES[rung](ctx, policy).model_copy(update={"strategy": rung})
+    failures_here = ctx.node_failures_in_window(policy.restart_window_s)
+    if (
+        decision.action == Action.RESTART
+        and ctx.spares_left > 0
+        and failures_here >= policy.node_failure_limit
+    ):
+        moved = replace_node(ctx, policy)
+        return moved.model_copy(
+            update={
+                "reason": (
+                    f"{failures_here} failures on {ctx.node} within the window "
+                    f"(node_failure_limit={policy.node_failure_limit}): {moved.reason}"
+                ),
+                "strategy": "node_failure_limit",
+            }
+        )
+    return decision
+
+
+# --------------------------------------------------------------------- stragglers
+
+
+class StragglerContext(BaseModel):
+    """What the swap-or-not decision weighs, all measured by the supervisor."""
+
+    node: str
+    rank: int
+    slowdown: float
+    """The straggler's compute time over its peers' median (>1)."""
+    seconds_per_step: float | None
+    """The job's current step time (it runs at the straggler's pace)."""
+    remaining_steps: int | None
+    """None when the spec does not give ``total_steps``."""
+    restart_cost_s: float
+    """The last measured recovery time (fault -> first new step), or the spec's default."""
+    spares_left: int
+    swap_allowed: bool = True
+    assumed_remaining_s: float = 3600.0
+    """The horizon weighed when the job's length is unknown."""
+
+
+def straggler_decision(ctx: StragglerContext) -> Decision:
+    """Swap only when the time a swap saves over the rest of the job beats what the
+    restart costs. A swap is preceded by a just-in-time checkpoint, so its cost is the
+    restart alone, not lost steps."""
+    where = f"rank {ctx.rank} on {ctx.node} is {ctx.slowdown:.2f}x slower than its peers"
+    if not ctx.swap_allowed:
+        return Decision(
+            action=Action.RECORD,
+            reason=f"{where}; swapping is off (straggler.swap)",
+            strategy="record",
+        )
+    if ctx.spares_left == 0:
+        return Decision(
+            action=Action.RECORD, reason=f"{where}; no spare to move to", strategy="record"
+        )
+    if ctx.seconds_per_step is not None and ctx.remaining_steps is not None:
+        remaining_s = ctx.seconds_per_step * ctx.remaining_steps
+    else:
+        remaining_s = ctx.assumed_remaining_s
+    gain_s = remaining_s * (1.0 - 1.0 / ctx.slowdown)
+    weighed = (
+        f"gain {gain_s:.0f} s over the remaining {remaining_s:.0f} s "
+        f"vs restart {ctx.restart_cost_s:.0f} s"
+    )
+    if gain_s <= ctx.restart_cost_s:
+        return Decision(
+            action=Action.RECORD, reason=f"{where}; not worth a swap: {weighed}", strategy="record"
+        )
+    return Decision(
+        action=Action.REPLACE_NODE,
+        reason=f"{where}; checkpoint, then swap {ctx.node} for a spare: {weighed}",
+        strategy="replace_node",
+    )
 
 
 SUGGESTED_OPERATOR_ACTIONS = ("resume", "recover --exclude-node NODE", "cancel")

@@ -71,6 +71,27 @@ class Incident(BaseModel):
     first_step_at: float | None = None
     action: str = ""
     reason: str = ""
+    strategy: str = ""
+    """The playbook rung or guard that decided (restart_in_place, class_budget, ...)."""
+    escalation_hook: str | None = None
+    """For escalations with an ``on_escalation`` command: pending, ran, or failed: why."""
+
+
+class StragglerRecord(BaseModel):
+    """A slow node the supervisor found, and what was done about it."""
+
+    generation: int
+    node: str
+    rank: int
+    slowdown: float
+    compute_s: float
+    peers_compute_s: float
+    slow_since: float
+    detected_at: float
+    detection_s: float
+    action: str
+    """replace_node (checkpointed, then swapped onto a spare) or record (alert only)."""
+    reason: str
 
 
 class QuarantinedNode(BaseModel):
@@ -126,6 +147,15 @@ class JobState(BaseModel):
     runs: int = 1
     """How many workflow runs (continue-as-new hops) this job has used."""
     pool: NodePool = Field(default_factory=NodePool)
+    stragglers: list[StragglerRecord] = Field(default_factory=list)
+    noted_stragglers: list[str] = Field(default_factory=list)
+    """Nodes reported slow in this generation and left running (not reported again)."""
+    checkpoint_requests: int = 0
+    """Just-in-time checkpoint requests so far: each request's id."""
+    escalations: int = 0
+    """Escalations to NEEDS_OPERATOR so far: numbers each ``on_escalation`` run."""
+    rollback_pending: bool = False
+    """The next launch must first retire the newest checkpoint (numerical rollback)."""
 
 
 class JobInput(BaseModel):
@@ -139,6 +169,8 @@ class ForceRecover(BaseModel):
     reason: str = "forced by operator"
     exclude_node: str | None = None
     """Quarantine this node and relaunch without it (a spare takes its place)."""
+    checkpoint_first: bool = False
+    """Ask the ranks for a just-in-time checkpoint before stopping them."""
 
 
 class NodeRequest(BaseModel):
@@ -173,3 +205,8 @@ class JobStatus(BaseModel):
     mttr_s: float | None = None
     """Mean time to recover over the incidents that have recovered."""
     steps_lost: int = 0
+    checkpoint_dir: str = ""
+    """Where the ranks write checkpoints (fast, node-local or shared storage)."""
+    durable_checkpoint_uri: str | None = None
+    """Where committed checkpoints are tiered to (``s3://bucket/prefix``), if anywhere."""
+    stragglers: list[StragglerRecord] = Field(default_factory=list)

@@ -30,7 +30,9 @@ Usage::
 
     start = lz.resume_step() or 0          # lazarus.rank.torch.load() does this for torch
     for step in range(start, total_steps):
-        loss = train_one_step(step)
+        with lz.compute_timer():           # optional: lets Lazarus spot stragglers
+            loss = forward_and_local_work(step)
+        exchange_gradients()               # waiting on peers is not compute
         lz.heartbeat(step + 1, loss=loss)  # throttled: call it every step
         if (step + 1) % 100 == 0 or lz.should_checkpoint():
             save_my_shard(lz.checkpoint_path(step + 1))
@@ -50,6 +52,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,10 +64,12 @@ __all__ = [
     "checkpoint_dir",
     "checkpoint_path",
     "commit_checkpoint",
+    "compute_timer",
     "configure",
     "flush_heartbeat",
     "heartbeat",
     "info",
+    "record_compute_time",
     "resume_path",
     "resume_point",
     "resume_step",
@@ -179,6 +184,57 @@ def _resolve_heartbeat() -> str | None:
     return path
 
 
+# --------------------------------------------------------------------------- compute time
+
+_step_compute_s = 0.0
+"""Compute time recorded since the last heartbeat() call: this step's, so far."""
+_window_compute_s = 0.0
+_window_steps = 0
+"""Steps (and their compute) since the last heartbeat write: the next write reports the mean."""
+
+
+def record_compute_time(seconds: float) -> None:
+    """Add ``seconds`` of this rank's own work to the current step.
+
+    Stragglers hide in step times: in a synchronous job every rank's step takes as
+    long as the slowest one's, because the fast ranks wait in the collective. Only
+    the time a rank spends on its own work tells them apart, so time the forward
+    pass, the loss and anything else that is not waiting on peers, and leave the
+    gradient exchange out. Several calls per step add up."""
+    global _step_compute_s
+    if seconds > 0:
+        _step_compute_s += seconds
+
+
+@contextlib.contextmanager
+def compute_timer() -> Iterator[None]:
+    """``with lazarus.rank.compute_timer(): ...`` times a block of this rank's own
+    work for straggler detection (see :func:`record_compute_time`). Costs two
+    ``perf_counter`` calls; a no-op outside Lazarus apart from that."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        record_compute_time(time.perf_counter() - started)
+
+
+def _close_step_compute() -> None:
+    global _step_compute_s, _window_compute_s, _window_steps
+    if _step_compute_s > 0:
+        _window_compute_s += _step_compute_s
+        _window_steps += 1
+        _step_compute_s = 0.0
+
+
+def _take_compute_mean() -> float | None:
+    global _window_compute_s, _window_steps
+    if _window_steps == 0:
+        return None
+    mean = _window_compute_s / _window_steps
+    _window_compute_s, _window_steps = 0.0, 0
+    return mean
+
+
 def heartbeat(step: int, **metrics: Any) -> None:
     """Tell the supervisor this rank completed ``step`` (the number of finished
     steps). Call it every step: writes are throttled to one per
@@ -193,6 +249,7 @@ def heartbeat(step: int, **metrics: Any) -> None:
         path = _resolve_heartbeat()
     if path is None:
         return
+    _close_step_compute()
     _reported_step = step
     _reported_metrics = metrics
     now = time.monotonic()
@@ -221,6 +278,9 @@ def _write_heartbeat(path: str, step: int, metrics: dict[str, Any]) -> None:
         "pid": os.getpid(),
         "metrics": {name: _as_float(value) for name, value in metrics.items()},
     }
+    compute_s = _take_compute_mean()
+    if compute_s is not None:
+        payload["compute_s"] = compute_s
     try:
         # No fsync: a heartbeat only has to be whole (rename gives that), not
         # durable; losing the last one in a machine crash costs nothing.
@@ -246,6 +306,11 @@ def _as_float(value: Any) -> float | None:
 
 _control_signature: tuple[int, int, int] | None = None
 _last_checkpoint_request: int | None = None
+_unanswered_request: int | None = None
+"""The request the next commit answers: recorded in its manifest, so the controller
+knows which checkpoint it asked for."""
+_hold_after_commit = False
+HOLD_AFTER_REQUESTED_CHECKPOINT_S = 30.0
 
 
 def should_checkpoint() -> bool:
@@ -259,7 +324,7 @@ def should_checkpoint() -> bool:
     see the change at different steps, so ask on one rank and broadcast the
     answer (``lazarus.rank.torch.should_checkpoint`` does), or ranks will enter
     the checkpoint collective at different steps."""
-    global _control_signature, _last_checkpoint_request
+    global _control_signature, _last_checkpoint_request, _unanswered_request, _hold_after_commit
     path = os.environ.get(environment.CONTROL_FILE)
     if not path:
         return False
@@ -286,6 +351,8 @@ def should_checkpoint() -> bool:
     if request == _last_checkpoint_request:
         return False
     _last_checkpoint_request = request
+    _unanswered_request = request
+    _hold_after_commit = document.get("then") == "hold"
     return True
 
 
@@ -404,6 +471,9 @@ def commit_checkpoint(step: int, *, hash_files: bool = True) -> Path:
         "created_at": time.time(),
         "files": files,
     }
+    answered = _unanswered_request
+    if answered is not None:
+        manifest["checkpoint_request"] = answered
     _atomic_write(
         directory / checkpoint_layout.MANIFEST,
         json.dumps(manifest, indent=2, sort_keys=True).encode(),
@@ -415,7 +485,25 @@ def commit_checkpoint(step: int, *, hash_files: bool = True) -> Path:
         json.dumps(marker).encode(),
         durable=True,
     )
+    if answered is not None:
+        _answered(answered)
     return directory
+
+
+def _answered(request: int) -> None:
+    """A controller's checkpoint request always precedes a planned stop (pause, drain,
+    node swap). Holding here, right after the commit, keeps every rank at this step
+    (the others wait in their next collective) until the stop arrives, so the stop
+    costs zero steps. The hold is bounded: if no stop comes, training goes on."""
+    global _unanswered_request, _hold_after_commit
+    _unanswered_request = None
+    if not _hold_after_commit:
+        return
+    _hold_after_commit = False
+    flush_heartbeat()
+    deadline = time.monotonic() + HOLD_AFTER_REQUESTED_CHECKPOINT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _describe_and_sync(file: Path, hash_files: bool) -> dict[str, Any]:
@@ -488,13 +576,18 @@ def _reset_state() -> None:
     the environment within one process)."""
     global _heartbeat_file, _heartbeat_interval_s, _next_heartbeat_at, _reported_step
     global _reported_metrics, _heartbeat_warned
+    global _step_compute_s, _window_compute_s, _window_steps
     global _control_signature, _last_checkpoint_request, _configured_checkpoint_dir
+    global _unanswered_request, _hold_after_commit
     _heartbeat_file = _UNRESOLVED
     _heartbeat_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
     _next_heartbeat_at = 0.0
     _reported_step = None
     _reported_metrics = {}
     _heartbeat_warned = False
+    _step_compute_s, _window_compute_s, _window_steps = 0.0, 0.0, 0
     _control_signature = None
     _last_checkpoint_request = None
+    _unanswered_request = None
+    _hold_after_commit = False
     _configured_checkpoint_dir = None

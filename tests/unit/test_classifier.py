@@ -478,3 +478,16 @@ def test_accuracy_on_fixture_logs() -> None:
 def test_accuracy_on_synthetic_logs() -> None:
     """Snippets written by us from real message wordings; see the bench for details."""
     _check_accuracy(FIXTURES / "failure-logs-synthetic", 0.90)
+
+
+CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "captured-logs"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("gloo-pair-closure-timeout.log", "nccl_timeout")],
+)
+def test_logs_captured_from_our_own_torch_runs(name: str, expected: str) -> None:
+    """Wordings of the torch build we run (2.13, gloo) that the shared corpus lacks."""
+    result = classify((CAPTURED / name).read_text(), exit_code=1)
+    assert result.failure_class == expected, result.evidence

@@ -94,3 +94,52 @@ def test_missing_file_and_workdir(tmp_path: Path) -> None:
 @pytest.mark.parametrize("example", sorted((REPO / "examples" / "jobs").glob("*.yaml")))
 def test_shipped_examples_are_valid(example: Path) -> None:
     assert load_spec(example).name
+
+
+def test_checkpoints_section_defaults_and_resolution(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, GOOD))
+    assert spec.checkpoints.durable_uri is None
+    assert (spec.checkpoints.keep_local, spec.checkpoints.keep_durable) == (3, 10)
+    assert spec.checkpoints.verify_hashes and spec.checkpoints.jit_timeout_s == 60
+    local = load_spec(write(tmp_path, GOOD + "checkpoints: {durable_uri: ../durable}\n"))
+    assert local.checkpoints.durable_uri == str((tmp_path / ".." / "durable").resolve())
+    s3 = load_spec(
+        write(
+            tmp_path,
+            GOOD
+            + "checkpoints: {durable_uri: 's3://my-bucket/jobs/demo', keep_local: 0,"
+            + " endpoint_url: 'http://127.0.0.1:9000', region: eu-west-1}\n",
+        )
+    )
+    assert s3.checkpoints.durable_uri == "s3://my-bucket/jobs/demo"
+    assert s3.checkpoints.durable_is_s3 and s3.checkpoints.keep_local == 0
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        (
+            "{durable_uri: 'gs://b/p'}",
+            "checkpoints.durable_uri: unsupported scheme 'gs'; use s3://bucket/prefix",
+        ),
+        ("{durable_uri: 's3://'}", "checkpoints.durable_uri: s3 URI needs a bucket"),
+        ("{durable_uri: 's3://Bad_Bucket/p'}", "checkpoints.durable_uri: 'Bad_Bucket' is not"),
+        ("{durable_uri: 's3://bkt/a//b'}", "checkpoints.durable_uri: s3 prefix must not"),
+        ("{durable_uri: ''}", "checkpoints.durable_uri: must not be empty"),
+        ("{endpoint_url: 'http://x:9000'}", "checkpoints: endpoint_url is only used with an s3"),
+        (
+            "{durable_uri: 's3://bkt/p', endpoint_url: 'http://key:secret@x'}",
+            "checkpoints.endpoint_url: must not hold credentials",
+        ),
+        (
+            "{durable_uri: 's3://bkt/p', endpoint_url: 'minio:9000'}",
+            "checkpoints.endpoint_url: 'minio:9000' is not an http(s)",
+        ),
+        ("{keep_local: -1}", "checkpoints.keep_local: Input should be greater than or equal"),
+        ("{upload_part_size_mb: 1}", "checkpoints.upload_part_size_mb: Input should be greater"),
+        ("{aws_secret_access_key: x}", "checkpoints.aws_secret_access_key: unknown field"),
+    ],
+)
+def test_bad_checkpoints_section(tmp_path: Path, patch: str, expected: str) -> None:
+    lines = errors(tmp_path, GOOD + f"checkpoints: {patch}\n")
+    assert any(line.startswith(f"{tmp_path / 'job.yaml'}: {expected}") for line in lines), lines

@@ -1,0 +1,128 @@
+"""Finding the checkpoint to resume from.
+
+``find_checkpoint`` (the original activity) trusts the commit marker alone.
+``find_verified_checkpoint`` also verifies: it walks checkpoints newest first,
+locally and (if configured) in the durable tier, and returns the newest one
+that is committed *and* matches its manifest, listing every newer one it had
+to pass over and why, so the workflow can record an incident and the steps it
+cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from temporalio import activity
+
+from activities.checkpoints.storage import CheckpointStore, LocalStore, open_store, store_errors
+from activities.checkpoints.verify import Level, verify_in_store
+from activities.contracts import (
+    CheckpointRef,
+    CheckpointSearch,
+    FindCheckpointRequest,
+    FindVerifiedCheckpointRequest,
+    SkippedCheckpoint,
+)
+from lazarus.checkpoint_layout import COMMIT_MARKER, committed_steps
+from lazarus.spec import CheckpointsSpec
+
+
+def newest_committed(checkpoint_dir: str) -> CheckpointRef | None:
+    found = committed_steps(Path(checkpoint_dir))
+    if not found:
+        return None
+    step, path = found[-1]
+    return CheckpointRef(step=step, path=str(path))
+
+
+@activity.defn(name="find_checkpoint")
+async def find_checkpoint(request: FindCheckpointRequest) -> CheckpointRef | None:
+    return await asyncio.to_thread(newest_committed, request.checkpoint_dir)
+
+
+def durable_store(checkpoints: CheckpointsSpec, *, max_attempts: int = 3) -> CheckpointStore | None:
+    if checkpoints.durable_uri is None:
+        return None
+    return open_store(
+        checkpoints.durable_uri,
+        endpoint_url=checkpoints.endpoint_url,
+        region=checkpoints.region,
+        max_connections=checkpoints.upload_concurrency,
+        max_attempts=max_attempts,
+    )
+
+
+def search_verified(request: FindVerifiedCheckpointRequest) -> CheckpointSearch:
+    """The newest committed and verified checkpoint (see the module docstring).
+
+    At a step held by both tiers the local copy wins; a durable copy is checked
+    with one HEAD per file (sizes and the sha256 recorded at upload), because
+    ``restore_checkpoint`` verifies every byte anyway before it counts. A durable
+    store that cannot be reached is noted and ignored: it never blocks a restart."""
+    checkpoints = request.checkpoints
+    local = LocalStore(request.checkpoint_dir)
+    level: Level = "hashes" if checkpoints.verify_hashes else "sizes"
+    local_names = {step: name for step, name in local.steps()}
+    durable: CheckpointStore | None = None
+    durable_names: dict[int, str] = {}
+    unavailable: str | None = None
+    if request.include_durable and checkpoints.durable_uri is not None:
+        try:
+            durable = durable_store(checkpoints, max_attempts=2)
+            assert durable is not None
+            durable_names = {step: name for step, name in durable.steps()}
+        except store_errors() as exc:
+            durable, unavailable = None, f"{checkpoints.durable_uri}: {exc}"
+    skipped: list[SkippedCheckpoint] = []
+    for step in sorted(set(local_names) | set(durable_names), reverse=True):
+        if step in local_names:
+            result = verify_in_store(
+                local, local_names[step], level, expected_world_size=request.expected_world_size
+            )
+            if result.ok:
+                return CheckpointSearch(
+                    chosen=CheckpointRef(step=step, path=result.path),
+                    location="local",
+                    skipped=skipped,
+                    durable_unavailable=unavailable,
+                )
+            skipped.append(SkippedCheckpoint(step=step, path=result.path, problems=result.problems))
+        if durable is not None and step in durable_names:
+            name = durable_names[step]
+            try:
+                if durable.stat(name, COMMIT_MARKER) is None:
+                    continue  # an upload still in progress, or abandoned: never a resume point
+                result = verify_in_store(
+                    durable, name, "metadata", expected_world_size=request.expected_world_size
+                )
+            except store_errors() as exc:
+                durable, unavailable = None, f"{checkpoints.durable_uri}: {exc}"
+                continue
+            if result.ok:
+                return CheckpointSearch(
+                    chosen=CheckpointRef(step=step, path=result.path),
+                    location="durable",
+                    skipped=skipped,
+                    durable_unavailable=unavailable,
+                )
+            skipped.append(
+                SkippedCheckpoint(
+                    step=step, path=result.path, location="durable", problems=result.problems
+                )
+            )
+    return CheckpointSearch(skipped=skipped, durable_unavailable=unavailable)
+
+
+@activity.defn(name="find_verified_checkpoint")
+async def find_verified_checkpoint(request: FindVerifiedCheckpointRequest) -> CheckpointSearch:
+    """Newest committed and verified checkpoint, and the newer ones skipped.
+
+    Hashing a large checkpoint takes a while (about 1 s/GB per core), so give the
+    activity a start-to-close timeout to match; it heartbeats while it works."""
+    task = asyncio.ensure_future(asyncio.to_thread(search_verified, request))
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=2.0)
+        if done:
+            return task.result()
+        activity.heartbeat()

@@ -1,0 +1,251 @@
+"""What Lazarus costs when nothing goes wrong, next to torchrun.
+
+* Controller CPU per training hour: the Lazarus worker's CPU time (every thread,
+  the Temporal core included) against the torchrun agent's, over the same steady
+  window of the same fault-free job.
+* Temporal history: events of a fault-free generation, and events per hour of
+  healthy training. A healthy generation writes into history once per
+  ``health.report_interval_s`` (default 300 s), too rarely to time in a short
+  job, so a second job reports every 2 s and the per-report cost is scaled to
+  the default interval; both figures are given.
+* The rank helper: ``lazarus.rank.heartbeat`` per call with
+  ``LAZARUS_HEARTBEAT_FILE`` set, against the same loop calling an empty
+  function, and the cost of the file write it makes at most every 0.2 s.
+* Fault-free wall time, Lazarus over torchrun: from the ``clean`` scenario
+  (see :func:`markdown`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from bench import multinode
+from bench.compare import CompareContext, wait_until
+from bench.compare_report import Cell, render_cell
+from bench.jobs import REPO
+from bench.measure import count_history_events
+
+DEFAULT_REPORT_INTERVAL_S = 300.0
+FAST_REPORT_INTERVAL_S = 2.0
+MICRO_CALLS = 1_000_000
+MICRO_WRITES = 2_000
+
+_MICRO = r"""
+import json, os, sys, time
+import lazarus.rank as lz
+
+calls, writes = int(sys.argv[1]), int(sys.argv[2])
+
+def empty(step, **metrics):
+    return None
+
+def timed(fn):
+    best = None
+    for _ in range(3):
+        started = time.perf_counter_ns()
+        for i in range(calls):
+            fn(i, loss=0.5)
+        elapsed = (time.perf_counter_ns() - started) / calls
+        best = elapsed if best is None else min(best, elapsed)
+    return best
+
+lz.heartbeat(0, loss=0.5)  # resolves the variables and writes once
+empty_ns = timed(empty)
+heartbeat_ns = timed(lz.heartbeat)
+started = time.perf_counter_ns()
+for i in range(writes):
+    lz.flush_heartbeat()
+write_ns = (time.perf_counter_ns() - started) / writes
+print(json.dumps({"empty_ns": empty_ns, "heartbeat_ns": heartbeat_ns, "write_ns": write_ns}))
+"""
+
+
+class OverheadResult(BaseModel):
+    lazarus_cpu_s_per_hour: float | None = None
+    torchrun_cpu_s_per_hour: float | None = None
+    cpu_window_s: dict[str, float] = {}
+    history_events_per_generation: int | None = None
+    history_events_per_hour_measured: float | None = None
+    """At ``report_interval_s`` = FAST_REPORT_INTERVAL_S, measured."""
+    history_events_per_report: float | None = None
+    history_events_per_hour_default: float | None = None
+    """Per-report cost scaled to the default 300 s interval."""
+    heartbeat_ns_per_call: float | None = None
+    empty_loop_ns_per_call: float | None = None
+    heartbeat_over_empty_ns: float | None = None
+    heartbeat_write_us: float | None = None
+    heartbeat_us_per_step: float | None = None
+    """Amortised at the job's step time: one throttled call plus a write every 0.2 s."""
+    step_time_s: float
+    completed: dict[str, bool] = {}
+
+
+async def measure(ctx: CompareContext, progress: Callable[[str], None]) -> dict[str, Any]:
+    result = OverheadResult(step_time_s=ctx.shape.step_time_s)
+    progress("compare: overhead: heartbeat microbenchmark")
+    micro = await asyncio.to_thread(heartbeat_micro)
+    result.heartbeat_ns_per_call = micro["heartbeat_ns"]
+    result.empty_loop_ns_per_call = micro["empty_ns"]
+    result.heartbeat_over_empty_ns = micro["heartbeat_ns"] - micro["empty_ns"]
+    result.heartbeat_write_us = micro["write_ns"] / 1000.0
+    writes_per_step = min(1.0, ctx.shape.step_time_s / 0.2)
+    result.heartbeat_us_per_step = (
+        result.heartbeat_over_empty_ns / 1000.0 + result.heartbeat_write_us * writes_per_step
+    )
+    progress("compare: overhead: Lazarus worker CPU and history, fault-free job")
+    await _lazarus_cpu(ctx, result)
+    progress("compare: overhead: torchrun agent CPU, fault-free job")
+    await _torchrun_cpu(ctx, result)
+    progress("compare: overhead: history growth at a 2 s report interval")
+    await _history_rate(ctx, result)
+    return {"overhead": result.model_dump()}
+
+
+def heartbeat_micro(calls: int = MICRO_CALLS, writes: int = MICRO_WRITES) -> dict[str, float]:
+    """Run the microbenchmark in a fresh interpreter, so the helper's module state
+    (the heartbeat file is resolved once per process) is exactly a rank's."""
+    with tempfile.TemporaryDirectory(prefix="lazarus-hb-") as tmp:
+        env = {**os.environ, "LAZARUS_HEARTBEAT_FILE": str(Path(tmp) / "hb.json")}
+        env["PYTHONPATH"] = str(REPO)
+        out = subprocess.run(
+            [sys.executable, "-c", _MICRO, str(calls), str(writes)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
+    data: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return data
+
+
+def _window(steps: int) -> tuple[int, int]:
+    return max(1, steps // 6), steps * 5 // 6
+
+
+async def _lazarus_cpu(ctx: CompareContext, result: OverheadResult) -> None:
+    steps = ctx.shape.cpu_steps
+    low, high = _window(steps)
+    async with ctx.lazarus("overhead-cpu", 0, steps=steps) as run:
+        await run.job.reach_step(low)
+        first = multinode.cpu_sample(ctx.bench.stack.worker_pid)
+        await run.job.reach_step(high)
+        last = multinode.cpu_sample(ctx.bench.stack.worker_pid)
+        status = await run.job.result()
+        common = await run.job.common_outcome(status)
+    result.lazarus_cpu_s_per_hour = multinode.cpu_rate(first, last) * 3600.0
+    result.cpu_window_s["lazarus"] = last.at - first.at
+    result.completed["lazarus_cpu"] = bool(common.metrics["weights_ok"])
+    events = common.metrics["history_events"]
+    result.history_events_per_generation = int(events) if isinstance(events, int) else None
+
+
+async def _torchrun_cpu(ctx: CompareContext, result: OverheadResult) -> None:
+    steps = ctx.shape.cpu_steps
+    low, high = _window(steps)
+    async with ctx.torchrun("overhead-cpu", 0, steps=steps) as run:
+        timeout = ctx.shape.job_timeout_s
+        await wait_until(lambda: (run.job.current_step() or 0) >= low, timeout)
+        first = multinode.cpu_sample(run.job.agent.pid)
+        await wait_until(lambda: (run.job.current_step() or 0) >= high, timeout)
+        last = multinode.cpu_sample(run.job.agent.pid)
+        ended = await run.wait_exit(timeout)
+        result.completed["torchrun_cpu"] = ended is not None and run.job.agent.returncode == 0
+    result.torchrun_cpu_s_per_hour = multinode.cpu_rate(first, last) * 3600.0
+    result.cpu_window_s["torchrun"] = last.at - first.at
+
+
+async def _history_rate(ctx: CompareContext, result: OverheadResult) -> None:
+    steps = ctx.shape.cpu_steps * 2
+    low, high = _window(steps)
+    health = {
+        "hang_timeout_s": ctx.shape.hang_timeout_s,
+        **ctx.shape.health,
+        "report_interval_s": FAST_REPORT_INTERVAL_S,
+    }
+    async with ctx.lazarus(
+        "overhead-history", 0, steps=steps, spec_extra={"health": health}
+    ) as run:
+        handle = run.job.handle
+        assert handle.first_execution_run_id is not None
+        run_id = handle.first_execution_run_id
+        await run.job.reach_step(low)
+        loop = asyncio.get_running_loop()
+        first_at = loop.time()
+        first = await count_history_events(ctx.bench.client, handle.id, run_id)
+        await run.job.reach_step(high)
+        last_at = loop.time()
+        last = await count_history_events(ctx.bench.client, handle.id, run_id)
+        status = await run.job.result()
+    window = last_at - first_at
+    per_s = (last.events - first.events) / window if window > 0 else 0.0
+    result.history_events_per_hour_measured = per_s * 3600.0
+    reports = window / FAST_REPORT_INTERVAL_S
+    result.history_events_per_report = (last.events - first.events) / reports if reports else None
+    if result.history_events_per_report is not None:
+        result.history_events_per_hour_default = (
+            result.history_events_per_report * 3600.0 / DEFAULT_REPORT_INTERVAL_S
+        )
+    result.completed["lazarus_history"] = status.phase.value == "SUCCEEDED"
+
+
+def markdown(extra: dict[str, Any], stats: dict[str, dict[str, dict[str, Cell]]]) -> str:
+    """The overhead table; the wall-time ratio comes from the ``clean`` scenario."""
+    if "error" in extra:
+        return f"overhead: failed: {extra['error']}"
+    o = OverheadResult.model_validate(extra["overhead"])
+    clean = stats.get("clean", {})
+    laz, tr = clean.get("lazarus", {}).get("wall_s"), clean.get("torchrun", {}).get("wall_s")
+    wall_ratio = ""
+    if laz and tr and laz.stats and tr.stats and laz.stats.median and tr.stats.median:
+        wall_ratio = f"{laz.stats.median / tr.stats.median:.3f}"
+
+    def f(value: float | None, digits: int = 1) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    rows = [
+        (
+            "controller CPU s per training hour",
+            f(o.lazarus_cpu_s_per_hour),
+            f(o.torchrun_cpu_s_per_hour),
+        ),
+        ("history events per fault-free generation", str(o.history_events_per_generation), "-"),
+        (
+            f"history events per healthy hour (report every {DEFAULT_REPORT_INTERVAL_S:.0f} s)",
+            f(o.history_events_per_hour_default),
+            "-",
+        ),
+        (
+            f"history events per healthy hour (report every {FAST_REPORT_INTERVAL_S:.0f} s, "
+            "measured)",
+            f(o.history_events_per_hour_measured),
+            "-",
+        ),
+        (
+            "heartbeat() ns/call (throttled) / empty loop",
+            f"{f(o.heartbeat_ns_per_call)} / {f(o.empty_loop_ns_per_call)}",
+            "-",
+        ),
+        ("heartbeat file write, µs", f(o.heartbeat_write_us), "-"),
+        (f"helper µs per step at {o.step_time_s} s/step", f(o.heartbeat_us_per_step, 2), "-"),
+        (
+            "fault-free wall time, s (clean)",
+            render_cell(laz),
+            render_cell(tr),
+        ),
+    ]
+    lines = ["| overhead | Lazarus | torchrun |", "|---|---|---|"]
+    lines += [f"| {name} | {a} | {b} |" for name, a, b in rows]
+    if wall_ratio:
+        lines.append(f"| fault-free wall time, Lazarus/torchrun | {wall_ratio} | |")
+    return "\n".join(lines)

@@ -1,0 +1,312 @@
+"""Running the example job under plain ``torchrun``, watched from outside, for comparison.
+
+torchrun is the baseline Lazarus is measured against, so it runs the very same
+script with the very same arguments, and is given its best chance: restarts
+allowed (``--max-restarts``), a fast monitor (``--monitor-interval 0.5``), and
+the example's own resume-from-the-newest-checkpoint logic. Two setups exist:
+
+* ``best``: ``--standalone`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``. On
+  torch 2.13 the ranks otherwise share the agent's rendezvous TCP store, and a
+  restarted generation often hangs in ``init_process_group`` against it; with
+  the variable each generation gets its own store and restarts work.
+* ``default``: ``--standalone`` as documented, without the variable; measured
+  only for how often it recovers at all.
+
+Nothing here trusts torchrun's own account. A reader thread timestamps every
+line the agent and its ranks print (``python -u``: unbuffered), which gives
+the step trace and the agent's detection messages; a poller finds the rank
+processes (the agent's children; their environment says ``RANK`` and
+``TORCHELASTIC_RESTART_COUNT``) so faults can be injected into a chosen rank and
+every rank ever started can be killed at cleanup, including ranks orphaned by a
+killed agent (torchrun starts each in its own session).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+from activities.procfs import is_alive, read_stat
+from bench.jobs import REPO
+from bench.trace import STEP_LINE, StepTrace
+
+TorchrunSetup = Literal["best", "default"]
+POLL_INTERVAL_S = 0.05
+MONITOR_INTERVAL_S = 0.5
+UNSHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+"""glog-style prefix of the elastic agent's log lines (``W1130 15:02:51.889000 5036 ...``)."""
+AGENT_DETECTION = re.compile(r"closing signal|failed \(exitcode|Worker group FAILED|Restarting")
+"""What the agent prints once its monitor has seen a rank fail."""
+RESUMED_LINE = re.compile(r"^resumed from step (\d+)")
+
+
+@dataclass(frozen=True)
+class Line:
+    t: float
+    text: str
+
+
+@dataclass
+class RankProcess:
+    """One rank process the agent started."""
+
+    pid: int
+    start_ticks: int
+    rank: int
+    generation: int
+    """1 for the first agent's first workers, +1 for every restart (or new agent)."""
+    seen_at: float
+
+    @property
+    def alive(self) -> bool:
+        return is_alive(self.pid, self.start_ticks)
+
+
+@dataclass
+class TorchrunJob:
+    """One job under torchrun: possibly several agents in a row (an operator restart)."""
+
+    example_args: list[str]
+    log_path: Path
+    setup: TorchrunSetup = "best"
+    nproc: int = 2
+    max_restarts: int = 3
+    monitor_interval_s: float = MONITOR_INTERVAL_S
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.trace = StepTrace(started_at=time.time())
+        self.lines: list[Line] = []
+        self.ranks: list[RankProcess] = []
+        self.resumed_from: dict[int, int] = {}
+        """Generation -> the step its ranks said they resumed from."""
+        self.max_live_ranks = 0
+        self.agents: list[subprocess.Popen[bytes]] = []
+        self._generation_keys: dict[tuple[int, int], int] = {}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._log: IO[str] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(self.nproc),
+            "--max-restarts",
+            str(self.max_restarts),
+            "--monitor-interval",
+            str(self.monitor_interval_s),
+            *self.example_args,
+        ]
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
+        env.pop(UNSHARED_STORE_ENV, None)
+        env["PYTHONPATH"] = str(REPO)
+        if self.setup == "best":
+            env[UNSHARED_STORE_ENV] = "1"
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> None:
+        """Start (or, after an operator's kill, start again) an agent."""
+        if self._log is None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.log_path, "a")  # noqa: SIM115 - closed by stop()
+            poller = threading.Thread(target=self._poll_loop, name="torchrun-poll", daemon=True)
+            poller.start()
+            self._threads.append(poller)
+        if not self.agents:
+            self.trace.started_at = time.time()
+        agent = subprocess.Popen(
+            self.command(),
+            cwd=REPO,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.agents.append(agent)
+        reader = threading.Thread(
+            target=self._read_loop, args=(agent,), name="torchrun-read", daemon=True
+        )
+        reader.start()
+        self._threads.append(reader)
+
+    @property
+    def agent(self) -> subprocess.Popen[bytes]:
+        return self.agents[-1]
+
+    @property
+    def agent_running(self) -> bool:
+        return bool(self.agents) and self.agent.poll() is None
+
+    def kill_processes(self) -> None:
+        """SIGKILL every agent and every rank ever seen (a stopped process dies too)
+        and wait until they are gone; the job can be started again afterwards."""
+        for agent in self.agents:
+            if agent.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
+        self._poll_once()  # a rank started in the last few ms
+        for proc in self.live_ranks():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while self.live_ranks() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Kill everything (:meth:`kill_processes`) and stop the threads. Idempotent."""
+        self.kill_processes()
+        self._done.set()
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    # ------------------------------------------------------------------ observation
+
+    def _read_loop(self, agent: subprocess.Popen[bytes]) -> None:
+        assert agent.stdout is not None
+        for raw in agent.stdout:
+            now = time.time()
+            text = raw.decode(errors="replace").rstrip("\n")
+            with self._lock:
+                self.lines.append(Line(now, text))
+                if self._log is not None:
+                    self._log.write(f"{now:.3f} {text}\n")
+                if match := STEP_LINE.match(text):
+                    self.trace.add(now, self._current_generation(), int(match.group(1)))
+                elif match := RESUMED_LINE.match(text):
+                    self.resumed_from.setdefault(self._current_generation(), int(match.group(1)))
+        agent.stdout.close()
+
+    def _current_generation(self) -> int:
+        return max((r.generation for r in self.ranks), default=0)
+
+    def _poll_loop(self) -> None:
+        while not self._done.is_set():
+            self._poll_once()
+            self._done.wait(POLL_INTERVAL_S)
+
+    def _poll_once(self) -> None:
+        now = time.time()
+        for agent in list(self.agents):
+            if agent.poll() is not None:
+                continue
+            for pid in _children(agent.pid):
+                with self._lock:
+                    if any(r.pid == pid for r in self.ranks):
+                        continue
+                env = _environ(pid)
+                stat = read_stat(pid)
+                if env is None or stat is None or "RANK" not in env:
+                    continue  # not exec'ed yet: next poll
+                key = (agent.pid, int(env.get("TORCHELASTIC_RESTART_COUNT", "0")))
+                with self._lock:
+                    generation = self._generation_keys.setdefault(
+                        key, len(self._generation_keys) + 1
+                    )
+                    self.ranks.append(
+                        RankProcess(pid, stat.start_ticks, int(env["RANK"]), generation, now)
+                    )
+        live = len(self.live_ranks())
+        self.max_live_ranks = max(self.max_live_ranks, live)
+
+    def live_ranks(self) -> list[RankProcess]:
+        with self._lock:
+            ranks = list(self.ranks)
+        return [r for r in ranks if r.alive]
+
+    def rank_process(self, rank: int) -> RankProcess:
+        """The newest live process of ``rank``."""
+        found = [r for r in self.live_ranks() if r.rank == rank]
+        if not found:
+            raise LookupError(f"torchrun: no live process for rank {rank}")
+        return max(found, key=lambda r: r.generation)
+
+    def signal_rank(self, rank: int, sig: signal.Signals) -> RankProcess:
+        proc = self.rank_process(rank)
+        os.kill(proc.pid, sig)
+        return proc
+
+    def kill_agent(self) -> None:
+        """SIGKILL the agent alone (its ranks live in their own sessions)."""
+        self.agent.send_signal(signal.SIGKILL)
+        self.agent.wait()
+
+    @property
+    def generation(self) -> int:
+        with self._lock:
+            return self._current_generation()
+
+    def current_step(self) -> int | None:
+        with self._lock:
+            return self.trace.max_step()
+
+    def agent_detection_after(self, t: float) -> float | None:
+        """When the agent first said, after ``t``, that a worker failed."""
+        with self._lock:
+            lines = list(self.lines)
+        for line in lines:
+            if line.t >= t and AGENT_LINE.match(line.text) and AGENT_DETECTION.search(line.text):
+                return line.t
+        return None
+
+    def snapshot(self) -> StepTrace:
+        with self._lock:
+            return self.trace.model_copy(deep=True)
+
+    def tail(self, lines: int = 40) -> str:
+        with self._lock:
+            return "\n".join(line.text for line in self.lines[-lines:])
+
+
+def _children(pid: int) -> list[int]:
+    """Children of every thread of ``pid`` (``/proc/PID/task/TID/children``)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/children").read_text()
+        except OSError:
+            continue
+        found += [int(p) for p in text.split()]
+    return found
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
