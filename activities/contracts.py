@@ -383,3 +383,11 @@ class GarbageCollectionResult(_Model):
     newest_verified_durable: int | None = None
     problems: list[str] = Field(default_factory=list)
     """Deletions that failed; the next collection tries again."""
+
+
+class WatchCheckpointsRequest(_Model):
+    checkpoint_dir: str
+    newer_than_step: int | None = None
+    min_interval_s: float = 0.0
+    """Report no sooner than this after the call: bounds history growth."""
+    max_wait_s: float = 3600.0

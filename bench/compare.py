@@ -61,8 +61,10 @@ class CompareConfig:
     so that a hang under torchrun behaves as it would out of the box."""
     torchrun_max_restarts: int = 3
     torchrun_monitor_interval_s: float = 0.5
-    torchrun_bound_s: float = 60.0
-    """How long torchrun gets to notice a hang, or (default setup) to recover."""
+    torchrun_hang_bound_s: float = 60.0
+    """How long torchrun gets to notice a hang (it has no hang detection of its own)."""
+    torchrun_default_bound_s: float = 60.0
+    """How long torchrun's default setup gets to show a step of a restarted generation."""
     straggler_steps: int = 240
     straggler_from_step: int = 50
     straggler_until_step: int = 200
@@ -87,7 +89,8 @@ class CompareConfig:
         shape = JobShape.quick()
         return cls(
             shape=shape,
-            torchrun_bound_s=shape.hang_timeout_s + 3.0,
+            torchrun_hang_bound_s=shape.hang_timeout_s + 3.0,
+            torchrun_default_bound_s=20.0,
             straggler_steps=40,
             straggler_from_step=10,
             straggler_until_step=30,

@@ -148,6 +148,118 @@ async def worker_kill(ctx: BenchContext, repeat: int) -> Outcome:
         return outcome
 
 
+# --------------------------------------------------------------------------- playbooks
+#
+# Two logical local nodes of one rank each and a spare: the straggler is a node, and
+# moving the job off it cures it, as it would a throttled machine.
+
+STRAGGLER_STEPS_FACTOR = 2
+"""The straggler job runs twice the shape's steps, so that a swap pays off."""
+STRAGGLER_SLOWDOWN = 2.0
+
+
+def _straggler_steps(shape: JobShape) -> int:
+    return shape.steps * STRAGGLER_STEPS_FACTOR
+
+
+def _two_local_nodes(shape: JobShape, steps: int, *slow_args: str) -> SpecBuilder:
+    def build(name: str, paths: JobPaths) -> JobSpec:
+        spec = build_spec(
+            name,
+            paths,
+            shape,
+            nproc_per_node=1,
+            steps=steps,
+            extra={
+                "nodes": [{"name": "a"}, {"name": "b"}],
+                "spares": [{"name": "s0"}],
+                "total_steps": steps,
+                # What one of our recoveries costs here (see the crash scenario), so the
+                # cost model weighs a real number rather than the conservative default.
+                "straggler": {"default_restart_cost_s": 5.0},
+            },
+        )
+        return spec.model_copy(update={"command": [*spec.command, *slow_args]})
+
+    return build
+
+
+@scenario(
+    "straggler",
+    f"node b's rank becomes {STRAGGLER_SLOWDOWN:g}x slower from the fault step (2 local "
+    "nodes + 1 spare, spec defaults for detection); found, checkpointed, swapped",
+    references=lambda shape: [(2, _straggler_steps(shape))],
+)
+async def straggler(ctx: BenchContext, repeat: int) -> Outcome:
+    shape = ctx.shape
+    steps = _straggler_steps(shape)
+    slow = ("--slow-node", "b", "--slow-factor", str(STRAGGLER_SLOWDOWN))
+    build = _two_local_nodes(shape, steps, *slow, "--slow-from-step", str(shape.fault_step))
+    async with ctx.job("straggler", repeat, build, steps=steps) as job:
+        await job.reach_step(shape.fault_step)
+        slow_from = time.time()  # the next step of node b is the first slow one
+        status = await job.result()
+        outcome = await job.common_outcome(status)
+        found = status.stragglers[0] if status.stragglers else None
+        incident = next((i for i in status.incidents if i.kind == "straggler"), None)
+        outcome.metrics |= {
+            "slowdown_injected": STRAGGLER_SLOWDOWN,
+            "window_s": job.spec.straggler.window_s,
+            "slowdown_factor": job.spec.straggler.slowdown_factor,
+            "found_ok": found is not None and found.node == "b",
+            "slowdown_measured": found.slowdown if found else None,
+            "detection_s": (found.detected_at - slow_from) if found else None,
+            "detection_by_samples_s": found.detection_s if found else None,
+            "swapped": found is not None and found.action == "replace_node",
+            "recovery_s": incident.recovery_s if incident else None,
+            "steps_lost": incident.steps_lost if incident else None,
+        }
+        return outcome
+
+
+SCHEDULE_STEPS = 300
+
+
+@scenario(
+    "schedule",
+    f"a scripted fault schedule on one {SCHEDULE_STEPS}-step job: rank crash at 20%, "
+    "rank hang at 40%, worker SIGKILL at 60%, straggler node from 75%; reports ETTR",
+    references=lambda shape: [(2, SCHEDULE_STEPS)],
+)
+async def schedule(ctx: BenchContext, repeat: int) -> Outcome:
+    shape = ctx.shape
+    steps = SCHEDULE_STEPS
+    at = {name: int(steps * f) for name, f in (("crash", 0.2), ("hang", 0.4), ("worker", 0.6))}
+    slow_from = int(steps * 0.75)
+    build = _two_local_nodes(
+        shape, steps, "--slow-node", "b", "--slow-factor", "2", "--slow-from-step", str(slow_from)
+    )
+    async with ctx.job("schedule", repeat, build, steps=steps) as job:
+        await job.reach_step(at["crash"])
+        chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
+        await job.reach_step(at["hang"], min_generation=2)
+        chaos.signal_rank(job.run_root, rank=0, sig=signal.SIGSTOP)
+        await job.reach_step(at["worker"], min_generation=3)
+        ctx.stack.kill_worker(signal.SIGKILL)
+        await asyncio.sleep(shape.worker_down_s)
+        ctx.stack.start_worker()
+        status = await job.result()
+        outcome = await job.common_outcome(status)
+        outcome.details["incidents"] = [
+            i.model_dump(mode="json", by_alias=True) for i in status.incidents
+        ]
+        outcome.metrics |= {
+            "ettr": status.ettr,
+            "mttr_s": status.mttr_s,
+            "incidents": len(status.incidents),
+            "stragglers_swapped": sum(1 for s in status.stragglers if s.action == "replace_node"),
+            "steps_lost": status.steps_lost,
+            "elapsed_s": status.elapsed_s,
+            "unhandled": status.phase.value != "SUCCEEDED",
+        }
+        return outcome
+
+
 def _outside_recovery(
     monitor: RunMonitor, fault: chaos.InjectedFault, incident: Incident | None
 ) -> dict[str, float | None]:

@@ -76,6 +76,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         help="testing aid: in the first generation only, the loss turns NaN at this step",
     )
+    parser.add_argument(
+        "--ballast-mb",
+        type=int,
+        default=0,
+        help="testing aid: rank 0 adds this many MB of data to each checkpoint (slow uploads)",
+    )
     slow = parser.add_argument_group(
         "straggler injection (testing aid): one rank's own work takes longer, the way a "
         "throttled GPU or a noisy neighbour makes it"
@@ -223,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # should_checkpoint is a collective: every rank calls it every step.
         requested = lazarus_torch.should_checkpoint()
         if completed % args.ckpt_every == 0 or requested:
+            if args.ballast_mb and rank == 0:
+                ballast = lazarus_rank.checkpoint_path(completed) / "ballast.bin"
+                ballast.write_bytes(os.urandom(args.ballast_mb << 20))
             lazarus_torch.save(
                 completed, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
             )

@@ -503,9 +503,18 @@ def recover(
         str | None,
         typer.Option(help="Quarantine this node and relaunch on a spare instead."),
     ] = None,
+    checkpoint_first: Annotated[
+        bool,
+        typer.Option(
+            "--checkpoint-first",
+            help="Ask the ranks for a checkpoint before stopping them (loses no steps).",
+        ),
+    ] = False,
 ) -> None:
     """Restart the job's ranks from the last checkpoint now, as if a rank had failed."""
-    request = ForceRecover(reason=reason, exclude_node=exclude_node)
+    request = ForceRecover(
+        reason=reason, exclude_node=exclude_node, checkpoint_first=checkpoint_first
+    )
     _signal_open_job(ctx, job, SIGNAL_FORCE_RECOVER, request, "recover")
     without = f" without node {exclude_node}" if exclude_node else ""
     _out().print(f"asked job '{job}' to recover{without}: {reason}", markup=False)

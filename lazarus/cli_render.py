@@ -21,7 +21,7 @@ from activities.contracts import RankStatus, SupervisionProgress
 from lazarus import environment as env_names
 from lazarus.spec import JobSpec
 from workflows.api import job_name_from
-from workflows.state import Incident, JobStatus, NodePool, Phase
+from workflows.state import Incident, JobStatus, NodePool, Phase, StragglerRecord
 
 PHASE_STYLES: dict[str, str] = {
     Phase.PENDING: "cyan",
@@ -255,6 +255,8 @@ def render_status(view: StatusView, now: float | None = None) -> RenderableType:
         status.nodes.spares or status.nodes.quarantined or len(status.nodes.active) > 1
     ):
         parts.append(nodes_table(status.nodes))
+    if status is not None and status.stragglers:
+        parts.append(stragglers_table(status.stragglers))
     if status is not None and status.incidents:
         parts.append(incidents_table(status.incidents))
     if view.note:
@@ -384,6 +386,8 @@ class _IncidentsTable:
                 line = Text(f"  #{incident.id} ", style="bold")
                 line.append(f"{incident.action}: " if incident.action else "", style="dim")
                 line.append(incident.reason or _DASH)
+                if incident.escalation_hook:
+                    line.append(f" [on_escalation: {incident.escalation_hook}]", style="dim")
                 yield line
 
 
@@ -417,8 +421,35 @@ def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
             _opt(incident.steps_lost),
         ]
         if with_reason:
-            cells += [incident.action, incident.reason]
+            hook = (
+                f" [on_escalation: {incident.escalation_hook}]" if incident.escalation_hook else ""
+            )
+            cells += [incident.action, incident.reason + hook]
         table.add_row(*cells)
+    return table
+
+
+def stragglers_table(stragglers: list[StragglerRecord]) -> Table:
+    """Slow nodes found, swapped or not: a recorded straggler still costs throughput."""
+    table = Table(title="stragglers", title_justify="left")
+    for name, justify in (
+        ("gen", "right"), ("node", "left"), ("rank", "right"), ("slowdown", "right"),
+        ("compute\nms/step", "right"), ("peers\nms/step", "right"),
+        ("detection\ns", "right"), ("action", "left"), ("reason", "left"),
+    ):  # fmt: skip
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for s in stragglers:
+        table.add_row(
+            str(s.generation),
+            s.node,
+            str(s.rank),
+            f"{s.slowdown:.2f}x",
+            f"{s.compute_s * 1000:.1f}",
+            f"{s.peers_compute_s * 1000:.1f}",
+            f"{s.detection_s:.1f}",
+            s.action,
+            s.reason,
+        )
     return table
 
 

@@ -227,6 +227,9 @@ class CheckpointsSpec(_Strict):
     upload_concurrency: Annotated[int, Field(ge=1, le=64)] = 8
     jit_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
     """How long a just-in-time save (asked for before a planned stop) may take."""
+    housekeeping_interval_s: Annotated[float, Field(ge=0, le=86_400)] = 60.0
+    """At most this often, the newest new checkpoint is tiered (with ``durable_uri``)
+    and old ones are collected: one handful of history events per interval."""
 
     @field_validator("durable_uri")
     @classmethod

@@ -30,11 +30,12 @@ from activities.checkpoints import (
     restore_checkpoint,
     upload_checkpoint,
 )
+from activities.checkpoints.just_in_time import checkpoint_now
+from activities.checkpoints.rollback import roll_back_checkpoint
+from activities.checkpoints.watch import watch_checkpoints
 from activities.escalation import run_escalation_hook
-from activities.jit_checkpoint import checkpoint_now
 from activities.launcher import launch
 from activities.preflight import preflight
-from activities.rollback import roll_back_checkpoint
 from activities.stop import stop
 from activities.supervise import supervise
 from lazarus.settings import ConnectionSettings, connect
@@ -55,6 +56,7 @@ ACTIVITIES: Sequence[Any] = (
     preflight,
     checkpoint_now,
     roll_back_checkpoint,
+    watch_checkpoints,
     run_escalation_hook,
 )
 WORKFLOWS: Sequence[type] = (JobWorkflow,)

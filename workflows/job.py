@@ -24,27 +24,38 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.checkpoints import find_checkpoint
+    from activities.checkpoints import (
+        collect_garbage,
+        find_verified_checkpoint,
+        restore_checkpoint,
+        upload_checkpoint,
+    )
+    from activities.checkpoints.just_in_time import checkpoint_now
+    from activities.checkpoints.rollback import roll_back_checkpoint
+    from activities.checkpoints.watch import watch_checkpoints
     from activities.contracts import (
         CheckpointNowRequest,
         CheckpointRef,
+        CheckpointSearch,
         EscalationHookRequest,
         FailureReport,
-        FindCheckpointRequest,
+        FindVerifiedCheckpointRequest,
+        GarbageCollectionRequest,
         LaunchRequest,
         PreflightActivityRequest,
+        RestoreCheckpointRequest,
         RollbackRequest,
         StopRequest,
         StopResult,
         StragglerReport,
         SuperviseOutcome,
         SuperviseRequest,
+        UploadCheckpointRequest,
+        WatchCheckpointsRequest,
     )
     from activities.escalation import run_escalation_hook
-    from activities.jit_checkpoint import checkpoint_now
     from activities.launcher import launch
     from activities.preflight import preflight
-    from activities.rollback import roll_back_checkpoint
     from activities.stop import stop
     from activities.supervise import supervise
     from lazarus.spec import JobSpec, NodeSpec
@@ -77,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
         JobStatus,
         NodeRequest,
         Phase,
+        PlannedStop,
         StragglerRecord,
     )
 
@@ -94,6 +106,13 @@ HOOK_RETRY = RetryPolicy(
 )
 """Unlimited attempts: an escalation must reach a person even if their webhook is down."""
 NO_RETRY = RetryPolicy(maximum_attempts=1)
+UPLOAD_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=["CheckpointCorrupt", "CheckpointInputError", "NoDurableStore"],
+)
+"""Store outages are waited out (training never waits for an upload); a corrupt local
+copy or a bad configuration is not."""
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -106,6 +125,7 @@ class JobWorkflow:
         self._resume_requested = False
         self._force: ForceRecover | None = None
         self._hooks: list[asyncio.Task[None]] = []
+        self._housekeeping: asyncio.Task[None] | None = None
 
     # ----------------------------------------------------------------- messages
 
@@ -194,6 +214,9 @@ class JobWorkflow:
             steps_lost=sum(i.steps_lost or 0 for i in state.incidents),
             checkpoint_dir=spec.checkpoint_dir,
             stragglers=state.stragglers,
+            planned_stops=state.planned_stops,
+            durable_checkpoint_uri=spec.checkpoints.durable_uri,
+            durable_steps=state.durable_steps,
         )
 
     # ---------------------------------------------------------------- main loop
@@ -209,14 +232,17 @@ class JobWorkflow:
             self._state.pool.active = [n.name for n in job.spec.nodes]
             self._state.pool.spares = [n.name for n in job.spec.spares]
         self._publish_phase()
+        self._housekeeping = asyncio.create_task(self._housekeep())
         try:
             while not self._state.phase.is_terminal:
                 await self._turn()
         except asyncio.CancelledError:
+            self._stop_housekeeping()
             await self._stop_all("job cancelled")
             self._set_phase(Phase.CANCELLED)
             self._state.finished_at = self._now()
             raise
+        self._stop_housekeeping()
         return self.status()
 
     async def _turn(self) -> None:
@@ -246,13 +272,7 @@ class JobWorkflow:
             await self._stop_all(f"fence generation {state.generation} before relaunch")
         if state.rollback_pending:
             await self._roll_back()
-        resume = await workflow.execute_activity(
-            find_checkpoint,
-            FindCheckpointRequest(checkpoint_dir=spec.checkpoint_dir),
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=QUICK_RETRY,
-            summary="find the newest committed checkpoint",
-        )
+        resume = await self._find_resume_point()
         state.resume = resume
         self._account_resume(resume)
         if not await self._preflight_active_nodes():
@@ -442,13 +462,15 @@ class JobWorkflow:
         incident.action = Action.RESTART.value
         incident.reason = f"forced by operator: {request.reason}"
         if request.checkpoint_first:
-            saved = await self._checkpoint_before(f"forced recovery: {request.reason}")
+            stopped = await self._planned_stop(f"forced recovery: {request.reason}")
+            saved = self._state.planned_stops[-1].checkpoint_step
             incident.evidence.append(
-                f"just-in-time checkpoint at step {saved.step}"
-                if saved
+                f"just-in-time checkpoint at step {saved}"
+                if saved is not None
                 else "just-in-time checkpoint did not arrive in time"
             )
-        stopped = await self._stop_all(f"forced recovery: {request.reason}")
+        else:
+            stopped = await self._stop_all(f"forced recovery: {request.reason}")
         incident.stopped_at = self._now()
         if stopped.last_step is not None:
             incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
@@ -461,11 +483,10 @@ class JobWorkflow:
 
     async def _pause(self) -> None:
         self._pause_requested = False
-        if self._state.phase == Phase.RUNNING:
-            await self._checkpoint_before("pause")
-        stopped = await self._stop_all("paused by operator")
-        if stopped.last_step is not None:
-            self._set_step(stopped.last_step)
+        if self._state.phase == Phase.RUNNING and self._state.generation_live:
+            await self._planned_stop("pause")
+        else:
+            await self._stop_all("paused by operator")
         self._set_phase(Phase.PAUSED)
 
     async def _wait_for_operator(self) -> None:
@@ -554,15 +575,193 @@ class JobWorkflow:
         incident.action = decision.action.value
         incident.reason = decision.reason
         incident.strategy = decision.strategy
-        saved = await self._checkpoint_before(f"moving off straggler {report.node}")
-        if saved is None:
+        stopped = await self._planned_stop(f"incident {incident.id}: straggler on {report.node}")
+        if state.planned_stops[-1].checkpoint_step is None:
             incident.evidence.append("just-in-time checkpoint did not arrive in time")
-        stopped = await self._stop_all(f"incident {incident.id}: straggler on {report.node}")
         incident.stopped_at = self._now()
         if stopped.last_step is not None:
             incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
         if self._swap_out(report.node, f"incident {incident.id}: straggler"):
             self._set_phase(Phase.LAUNCHING)
+
+    async def _find_resume_point(self) -> CheckpointRef | None:
+        """The newest checkpoint that is committed *and* verified, restored from the
+        durable tier when only it holds one (a spare replacing a dead node). Newer
+        checkpoints that fail verification are skipped and recorded."""
+        spec = self.spec
+        search = await self._find_verified(include_durable=True)
+        resume = search.chosen
+        if resume is not None and search.location == "durable":
+            try:
+                resume = await workflow.execute_activity(
+                    restore_checkpoint,
+                    RestoreCheckpointRequest(
+                        uri=resume.path,
+                        checkpoint_dir=spec.checkpoint_dir,
+                        checkpoints=spec.checkpoints,
+                    ),
+                    start_to_close_timeout=timedelta(hours=6),
+                    heartbeat_timeout=self._worker_loss_timeout(),
+                    retry_policy=RetryPolicy(maximum_attempts=5),
+                    summary=f"restore step {resume.step} from {resume.path}",
+                )
+            except ActivityError as err:
+                workflow.logger.warning("restore failed, using local only: %s", _cause(err))
+                search = await self._find_verified(include_durable=False)
+                resume = search.chosen
+        if search.skipped:
+            self._record_skipped(search, resume)
+        return resume
+
+    async def _find_verified(self, include_durable: bool) -> CheckpointSearch:
+        spec = self.spec
+        return await workflow.execute_activity(
+            find_verified_checkpoint,
+            FindVerifiedCheckpointRequest(
+                checkpoint_dir=spec.checkpoint_dir,
+                checkpoints=spec.checkpoints,
+                include_durable=include_durable,
+            ),
+            start_to_close_timeout=timedelta(minutes=30),
+            heartbeat_timeout=timedelta(seconds=30),
+            retry_policy=QUICK_RETRY,
+            summary=(
+                "find the newest verified checkpoint"
+                + (
+                    " (local and durable)"
+                    if include_durable and spec.checkpoints.durable_uri
+                    else ""
+                )
+            ),
+        )
+
+    def _record_skipped(self, search: CheckpointSearch, resume: CheckpointRef | None) -> None:
+        """Say which checkpoints could not be trusted and what falling back cost."""
+        state = self._state
+        lines = [
+            f"skipped {s.location} checkpoint step {s.step}: {'; '.join(s.problems)}"
+            for s in search.skipped
+        ]
+        resumed = resume.step if resume else 0
+        cost = max(0, max(s.step for s in search.skipped) - resumed)
+        origin = f"step {resumed}" if resume else "scratch"
+        if state.open_incident is not None:
+            incident = state.incidents[state.open_incident - 1]
+        else:
+            now = self._now()
+            incident = self._open_incident(
+                kind="checkpoint",
+                failure_class="storage",
+                rank=None,
+                fault_at=now,
+                detected_at=now,
+                step_at_failure=state.step,
+            )
+            incident.action = "fallback"
+            incident.strategy = "verified_checkpoints_only"
+            incident.reason = f"newest checkpoint failed verification: resuming from {origin}"
+        incident.skipped_checkpoints = lines
+        incident.fallback_steps = cost
+        incident.evidence.extend(lines)
+        incident.evidence.append(f"fell back to {origin}: {cost} steps older than the newest")
+
+    async def _housekeep(self) -> None:
+        """Runs beside the state machine for the job's whole life: each new committed
+        checkpoint (at most one per ``housekeeping_interval_s``) is copied to the
+        durable tier and verified there, then old checkpoints are collected. Nothing
+        here ever blocks training or a recovery."""
+        spec = self.spec
+        state = self._state
+        checkpoints = spec.checkpoints
+        while not state.phase.is_terminal:
+            found = await workflow.execute_activity(
+                watch_checkpoints,
+                WatchCheckpointsRequest(
+                    checkpoint_dir=spec.checkpoint_dir,
+                    newer_than_step=state.housekept_step,
+                    min_interval_s=checkpoints.housekeeping_interval_s,
+                ),
+                start_to_close_timeout=timedelta(hours=2),
+                heartbeat_timeout=self._worker_loss_timeout(),
+                retry_policy=QUICK_RETRY,
+                summary="watch for new checkpoints",
+            )
+            if found is None:
+                continue
+            state.housekept_step = found.step
+            if checkpoints.durable_uri is not None:
+                try:
+                    uploaded = await workflow.execute_activity(
+                        upload_checkpoint,
+                        UploadCheckpointRequest(checkpoint=found, checkpoints=checkpoints),
+                        start_to_close_timeout=timedelta(hours=6),
+                        heartbeat_timeout=self._worker_loss_timeout(),
+                        retry_policy=UPLOAD_RETRY,
+                        summary=f"tier step {found.step} to {checkpoints.durable_uri}",
+                    )
+                except ActivityError as err:
+                    workflow.logger.warning("step %d not tiered: %s", found.step, _cause(err))
+                    continue
+                if uploaded.verified:
+                    keep = max(1, checkpoints.keep_durable)
+                    state.durable_steps = [*state.durable_steps, found.step][-keep:]
+            protect = [found.step, *([state.resume.step] if state.resume else [])]
+            try:
+                await workflow.execute_activity(
+                    collect_garbage,
+                    GarbageCollectionRequest(
+                        checkpoint_dir=spec.checkpoint_dir,
+                        checkpoints=checkpoints,
+                        protect_steps=protect,
+                    ),
+                    start_to_close_timeout=timedelta(minutes=30),
+                    heartbeat_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(maximum_attempts=3),
+                    summary=(
+                        f"keep the newest {checkpoints.keep_local} local"
+                        + (
+                            f" and {checkpoints.keep_durable} durable checkpoints"
+                            if checkpoints.durable_uri
+                            else " checkpoints"
+                        )
+                    ),
+                )
+            except ActivityError as err:
+                workflow.logger.warning("garbage collection failed: %s", _cause(err))
+
+    def _worker_loss_timeout(self) -> timedelta:
+        """How long a silent long-running activity may go before Temporal retries it
+        elsewhere: the same bound for uploads as for supervision."""
+        return timedelta(seconds=self.spec.health.supervisor_heartbeat_timeout_s)
+
+    def _stop_housekeeping(self) -> None:
+        if self._housekeeping is not None and not self._housekeeping.done():
+            self._housekeeping.cancel()
+
+    async def _planned_stop(self, reason: str) -> StopResult:
+        """Checkpoint just in time, then stop: a planned stop should cost no steps, and
+        when it does (the save did not arrive in time) the cost is recorded."""
+        requested_at = self._now()
+        saved = await self._checkpoint_before(reason)
+        saved_at = self._now()
+        stopped = await self._stop_all(reason)
+        if stopped.last_step is not None:
+            self._set_step(stopped.last_step)
+        record = PlannedStop(
+            reason=reason,
+            requested_at=requested_at,
+            stopped_at=self._now(),
+            step_at_stop=stopped.last_step,
+            checkpoint_step=saved.step if saved else None,
+            checkpoint_s=saved_at - requested_at if saved else None,
+        )
+        if stopped.last_step is not None:
+            resume_from = (
+                saved.step if saved else self._state.resume.step if self._state.resume else 0
+            )
+            record.steps_lost = max(0, stopped.last_step - resume_from)
+        self._state.planned_stops.append(record)
+        return stopped
 
     async def _checkpoint_before(self, why: str) -> CheckpointRef | None:
         """Ask the live ranks to save now and wait (bounded) for the commit; None when
@@ -824,6 +1023,7 @@ class JobWorkflow:
             return  # finish handling operator messages in this run first
         if any(not hook.done() for hook in self._hooks):
             return  # an escalation hook is still being delivered
+        self._stop_housekeeping()  # the next run starts its own (uploads resume)
         self._state.runs += 1
         workflow.continue_as_new(
             JobInput(

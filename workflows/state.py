@@ -75,6 +75,10 @@ class Incident(BaseModel):
     """The playbook rung or guard that decided (restart_in_place, class_budget, ...)."""
     escalation_hook: str | None = None
     """For escalations with an ``on_escalation`` command: pending, ran, or failed: why."""
+    skipped_checkpoints: list[str] = Field(default_factory=list)
+    """Newer checkpoints the recovery could not trust (torn, corrupt), with why."""
+    fallback_steps: int | None = None
+    """What skipping them cost: the newest skipped step minus the step resumed from."""
 
 
 class StragglerRecord(BaseModel):
@@ -92,6 +96,21 @@ class StragglerRecord(BaseModel):
     action: str
     """replace_node (checkpointed, then swapped onto a spare) or record (alert only)."""
     reason: str
+
+
+class PlannedStop(BaseModel):
+    """A stop somebody asked for (pause, drain, forced recovery, straggler swap): what
+    the just-in-time checkpoint saved and what the stop still cost."""
+
+    reason: str
+    requested_at: float
+    stopped_at: float
+    step_at_stop: int | None = None
+    checkpoint_step: int | None = None
+    """The just-in-time checkpoint; None when it did not arrive within the bound."""
+    checkpoint_s: float | None = None
+    """Request to committed checkpoint, in seconds."""
+    steps_lost: int | None = None
 
 
 class QuarantinedNode(BaseModel):
@@ -148,10 +167,15 @@ class JobState(BaseModel):
     """How many workflow runs (continue-as-new hops) this job has used."""
     pool: NodePool = Field(default_factory=NodePool)
     stragglers: list[StragglerRecord] = Field(default_factory=list)
+    planned_stops: list[PlannedStop] = Field(default_factory=list)
     noted_stragglers: list[str] = Field(default_factory=list)
     """Nodes reported slow in this generation and left running (not reported again)."""
     checkpoint_requests: int = 0
     """Just-in-time checkpoint requests so far: each request's id."""
+    housekept_step: int | None = None
+    """The newest checkpoint handed to tiering and garbage collection."""
+    durable_steps: list[int] = Field(default_factory=list)
+    """Checkpoints whose durable copy was uploaded and verified (newest last)."""
     escalations: int = 0
     """Escalations to NEEDS_OPERATOR so far: numbers each ``on_escalation`` run."""
     rollback_pending: bool = False
@@ -210,3 +234,6 @@ class JobStatus(BaseModel):
     durable_checkpoint_uri: str | None = None
     """Where committed checkpoints are tiered to (``s3://bucket/prefix``), if anywhere."""
     stragglers: list[StragglerRecord] = Field(default_factory=list)
+    planned_stops: list[PlannedStop] = Field(default_factory=list)
+    durable_steps: list[int] = Field(default_factory=list)
+    """Checkpoints whose durable copy is uploaded and verified (newest last)."""

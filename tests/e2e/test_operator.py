@@ -46,6 +46,9 @@ async def test_pause_then_resume_completes(
     status = await job.result()
     assert status.phase == Phase.SUCCEEDED
     assert status.generation == 2 and status.incidents == []
+    [paused] = status.planned_stops
+    assert paused.checkpoint_step is not None and paused.checkpoint_step > 15
+    assert paused.steps_lost == 0, paused
     assert_same_weights(job.weights, fault_free_weights)
 
 

@@ -264,3 +264,37 @@ def test_durable_gc_and_listing(tmp_path: Path, moto_s3: MotoS3) -> None:
         )
     )
     assert zero.newest_verified_durable == 20 and zero.deleted_durable == []
+
+
+def test_cli_verify_and_list_over_s3(tmp_path: Path, moto_s3: MotoS3) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from lazarus import cli
+
+    local = tmp_path / "ckpt"
+    spec = spec_for(moto_s3)
+    for step in (10, 20):
+        upload(write_checkpoint(local, step), step, spec)
+    runner = CliRunner()
+    endpoint = ["--endpoint-url", moto_s3.endpoint]
+    root_uri = str(spec.durable_uri)
+    good = runner.invoke(cli.app, ["verify", root_uri, "--json", *endpoint])
+    assert good.exit_code == 0, good.output
+    assert [c["step"] for c in json.loads(good.stdout)] == [20, 10]
+    client = boto3.client("s3", endpoint_url=moto_s3.endpoint, region_name="us-east-1")
+    client.put_object(Bucket=BUCKET, Key="jobs/demo/step-00000020/state.pt", Body=b"short")
+    bad = runner.invoke(cli.app, ["verify", f"{root_uri}/step-00000020", *endpoint])
+    assert bad.exit_code == 1 and "truncated" in bad.output
+    absent = runner.invoke(cli.app, ["verify", f"{root_uri}/step-00000099", *endpoint])
+    assert absent.exit_code == 2 and "no such checkpoint" in absent.output
+    listed = runner.invoke(
+        cli.app, ["checkpoints", "--dir", str(local), "--uri", root_uri, "--json", *endpoint]
+    )
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)
+    assert [(r["step"], r["verified"], r["durable"]) for r in rows] == [
+        (20, True, False),
+        (10, True, True),
+    ]

@@ -219,3 +219,27 @@ def test_cli_checkpoints_offline(root: Path) -> None:
     table = runner.invoke(cli.app, ["checkpoints", "--dir", str(root)])
     assert table.exit_code == 0 and "step" in table.output
     assert runner.invoke(cli.app, ["checkpoints"]).exit_code == 2
+
+
+async def test_activities_wrap_the_same_logic(root: Path) -> None:
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.checkpoints import collect_garbage, find_verified_checkpoint
+
+    for step in (10, 20, 30):
+        write_checkpoint(root, step)
+    flip_byte(root / "step-00000030" / "state.pt")
+    env = ActivityEnvironment()
+    found = await env.run(
+        find_verified_checkpoint, FindVerifiedCheckpointRequest(checkpoint_dir=str(root))
+    )
+    assert found.chosen is not None and found.chosen.step == 20
+    assert [s.step for s in found.skipped] == [30]
+    collected = await env.run(
+        collect_garbage,
+        GarbageCollectionRequest(
+            checkpoint_dir=str(root), checkpoints=CheckpointsSpec(keep_local=0)
+        ),
+    )
+    assert [r.step for r in collected.deleted_local] == [10]
+    assert collected.newest_verified_local == 20

@@ -58,6 +58,12 @@ def test_name_override_lets_one_file_run_twice(tmp_path: Path) -> None:
             "recovery: backoff_max_s must be >= backoff_initial_s",
         ),
         ("nodes: [{name: a}, {name: a}]", "(top level): nodes/spares: node names must be unique"),
+        ("playbook: {nccl_timeout: {ladder: [reboot]}}", "playbook.nccl_timeout.ladder: unknown"),
+        ("playbook: {nccl_timeout: {ladder: []}}", "playbook.nccl_timeout.ladder: List should"),
+        ("playbook: {ncc_timeout: {ladder: [escalate]}}", "playbook: unknown failure class"),
+        ("straggler: {slowdown_factor: 1.0}", "straggler.slowdown_factor: Input should be"),
+        ("on_escalation: []", "on_escalation: List should have at least 1"),
+        ("recovery: {backoff_jitter: 2}", "recovery.backoff_jitter: Input should be less"),
     ],
 )
 def test_each_bad_field_is_named(tmp_path: Path, patch: str, expected: str) -> None:
@@ -143,3 +149,19 @@ def test_checkpoints_section_defaults_and_resolution(tmp_path: Path) -> None:
 def test_bad_checkpoints_section(tmp_path: Path, patch: str, expected: str) -> None:
     lines = errors(tmp_path, GOOD + f"checkpoints: {patch}\n")
     assert any(line.startswith(f"{tmp_path / 'job.yaml'}: {expected}") for line in lines), lines
+
+
+def test_playbook_overrides_and_hooks_load(tmp_path: Path) -> None:
+    spec = load_spec(
+        write(
+            tmp_path,
+            GOOD
+            + "playbook:\n  nccl_timeout: {ladder: [restart_in_place, replace_node, escalate], "
+            "budget: 4}\n"
+            + "on_escalation: [curl, -d, '@-', http://pager.example/hook]\n"
+            + "total_steps: 1000\n",
+        )
+    )
+    assert spec.playbook["nccl_timeout"].ladder[-1] == "escalate"
+    assert spec.playbook["nccl_timeout"].budget == 4
+    assert spec.on_escalation is not None and spec.total_steps == 1000

@@ -1,0 +1,51 @@
+"""Noticing new checkpoints, so the workflow can tier and collect them.
+
+The workflow cannot see the checkpoint directory, and polling it with one short
+activity per look would fill history with nothing. This activity long-polls
+instead: it returns once a committed checkpoint newer than the newest handled one
+exists *and* ``min_interval_s`` has passed since the last report, so a job that
+checkpoints every few seconds still costs one report per interval (the newest
+checkpoint then; older ones in between are superseded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+from temporalio import activity
+
+from activities.contracts import CheckpointRef, WatchCheckpointsRequest
+from lazarus.checkpoint_layout import committed_steps
+
+POLL_S = 0.5
+
+
+def newest_newer_than(checkpoint_dir: str, step: int | None) -> CheckpointRef | None:
+    found = committed_steps(Path(checkpoint_dir))
+    if not found or (step is not None and found[-1][0] <= step):
+        return None
+    newest, path = found[-1]
+    return CheckpointRef(step=newest, path=str(path))
+
+
+@activity.defn(name="watch_checkpoints")
+async def watch_checkpoints(request: WatchCheckpointsRequest) -> CheckpointRef | None:
+    """The newest committed checkpoint newer than ``newer_than_step``; None after
+    ``max_wait_s`` without one (the caller simply asks again)."""
+    started = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - started
+        if elapsed >= request.min_interval_s:
+            found = await asyncio.to_thread(
+                newest_newer_than, request.checkpoint_dir, request.newer_than_step
+            )
+            if found is not None:
+                return found
+        if elapsed >= request.max_wait_s:
+            return None
+        with contextlib.suppress(RuntimeError):  # outside an activity (tests)
+            activity.heartbeat()
+        await asyncio.sleep(POLL_S)
