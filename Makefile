@@ -30,8 +30,10 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy lazarus workflows activities workers bench examples infra
 
+# The full comparison with torchrun: every fault scenario (median of 3), the
+# overhead figures and a 10-minute chaos soak per system (about 50 minutes).
 bench: setup
-	$(PY) -m bench recovery --repeats 3
+	$(PY) -m bench compare --repeats 3 $(BENCH_ARGS)
 
 clean:
 	rm -rf .lazarus .pytest_cache .mypy_cache .ruff_cache

@@ -307,6 +307,13 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
             stalled.append((status, status.last_progress_at))
     if not stalled:
         return None
+    # A stopped process (state T) is the culprit even if its last heartbeat landed a
+    # moment after its blocked peer's (heartbeats are throttled): it joins the suspects.
+    suspects = {s.rank for s, _ in stalled}
+    for status in obs.ranks:
+        if status.alive and status.stopped_by_signal and status.rank not in suspects:
+            since = status.last_progress_at or obs.launched_at
+            stalled.append((status, since))
     # Name the rank that stopped first: a SIGSTOPped process is certain; otherwise the
     # lowest step, then the oldest progress. Its peers stall behind it in the collective.
     culprit, since = min(
@@ -328,7 +335,8 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
             f"rank {culprit.rank} made no progress for {silent:.1f} s "
             f"(last step {culprit.step}, process {state}); hang_timeout_s={health.hang_timeout_s}"
         ],
-        fault_at=since,
+        # The job stopped progressing when its first rank went quiet.
+        fault_at=min(quiet for _, quiet in stalled),
         detected_at=obs.now,
         step_at_failure=_max_step(obs.ranks),
         collateral_ranks=sorted(s.rank for s, _ in stalled if s.rank != culprit.rank),

@@ -73,6 +73,12 @@ class CompareConfig:
     """Lazarus: how long the worker stays dead before it is restarted."""
     pause_hold_s: float = 2.0
     """pause_resume: how long the job stays paused."""
+    overhead_steps: int = 450
+    """Overhead: steps of the fault-free jobs whose controller CPU is sampled (the
+    middle two thirds: 30 s at 0.1 s/step, 3000 clock ticks)."""
+    overhead_history_job: bool = True
+    """Overhead: time history growth in a job of its own (reporting every 2 s);
+    False (quick) makes the CPU job report every 2 s instead."""
     soak_minutes: float = 10.0
     soak_fault_every_s: float = 60.0
     soak_operator_after_s: float = 60.0
@@ -96,9 +102,11 @@ class CompareConfig:
             straggler_until_step=30,
             controller_down_s=1.0,
             pause_hold_s=0.5,
+            overhead_steps=40,
+            overhead_history_job=False,
             soak_minutes=0.25,
             soak_fault_every_s=6.0,
-            soak_operator_after_s=8.0,
+            soak_operator_after_s=30.0,
             soak_step_time_s=0.05,
         )
 

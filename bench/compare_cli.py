@@ -21,6 +21,7 @@ from bench.compare import (
     SYSTEMS,
     CompareConfig,
     CompareContext,
+    CompareRun,
     Extra,
     ScenarioPlan,
     System,
@@ -114,9 +115,20 @@ def add_commands(commands: Any, positive_int: PositiveInt) -> None:
     )
     _common(overhead, positive_int)
 
+    show = commands.add_parser(
+        "compare-report", help="print the tables of a saved compare/soak/overhead JSON again"
+    )
+    show.add_argument("json_file", type=Path)
+
 
 def run(args: argparse.Namespace) -> int:
     from bench import overhead, soak
+
+    if args.command == "compare-report":
+        saved, _ = compare_report.load(args.json_file)
+        stats = compare_report.summary(saved)
+        print(_tables(saved, stats))
+        return 0
 
     config = CompareConfig.quick() if args.quick else CompareConfig()
     if getattr(args, "steps", None) is not None:
@@ -172,17 +184,23 @@ def run(args: argparse.Namespace) -> int:
     data = compare_report.payload(result, stats)
     data["benchmark"] = args.command
     compare_report.write_json(json_out, data)
-    if scenarios:
-        print(compare_report.markdown_table(stats))
-    if "overhead" in result.extras:
-        print()
-        print(overhead.markdown(result.extras["overhead"], stats))
-    if "soak" in result.extras:
-        print()
-        print(soak.markdown(result.extras["soak"]))
+    print(_tables(result, stats))
     print(f"\nraw results: {json_out}")
     if plot_out is not None and plot_out.exists():
         print(f"soak plot: {plot_out}")
     failed = [r for r in result.results if r.status == "error"]
     failed_extras = [k for k, v in result.extras.items() if "error" in v]
     return 1 if failed or failed_extras else 0
+
+
+def _tables(run: CompareRun, stats: dict[str, dict[str, dict[str, compare_report.Cell]]]) -> str:
+    from bench import overhead, soak
+
+    parts = []
+    if run.plan.scenarios:
+        parts.append(compare_report.markdown_table(stats))
+    if "overhead" in run.extras:
+        parts.append(overhead.markdown(run.extras["overhead"], stats))
+    if "soak" in run.extras:
+        parts.append(soak.markdown(run.extras["soak"]))
+    return "\n\n".join(parts)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bench.compare import SCENARIOS, CompareRun, Metric, RunResult, System
+from bench.compare import SCENARIOS, CompareConfig, CompareRun, Metric, RunResult, System
 from bench.report import RESULTS_DIR, machine_info, summarize
 
 HEADLINE: dict[str, list[str]] = {
@@ -24,11 +24,20 @@ HEADLINE: dict[str, list[str]] = {
         "recovered",
         "detection_s",
         "recovery_s",
+        "relaunch_to_first_step_s",
         "steps_lost",
         "wall_vs_clean",
         "weights_ok",
     ],
-    "hang": ["detected", "detection_s", "recovery_s", "steps_lost", "wall_vs_clean", "weights_ok"],
+    "hang": [
+        "detected",
+        "detection_s",
+        "recovery_s",
+        "relaunch_to_first_step_s",
+        "steps_lost",
+        "wall_vs_clean",
+        "weights_ok",
+    ],
     "controller_crash": [
         "training_survived",
         "steps_lost",
@@ -253,3 +262,35 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 def systems_of(run: CompareRun) -> list[System]:
     return list(run.plan.systems)
+
+
+def load(path: Path) -> tuple[CompareRun, dict[str, Any]]:
+    """A saved comparison, back as a :class:`CompareRun` (for re-rendering its tables)."""
+    from bench.compare import ScenarioPlan
+
+    data = json.loads(path.read_text())
+    plan = ScenarioPlan.model_validate(data["config"]["plan"])
+    run = CompareRun(config=CompareConfig(), plan=plan, started_at=data["started_at"])
+    run.results = [RunResult.model_validate(r) for r in data["runs"]]
+    for result in run.results:
+        _backfill_phases(result)
+    for name in ("overhead", "soak"):
+        if name in data:
+            extra = data[name]
+            # Files written before the extras were flattened nest them once more.
+            run.extras[name] = extra.get(name, extra) if isinstance(extra, dict) else extra
+    return run, data
+
+
+def _backfill_phases(result: RunResult) -> None:
+    """Files written before ``relaunch_to_first_step_s`` existed: take it from the
+    controller's own incident phase times (its first-step time may lag the ranks'
+    by up to one poll interval)."""
+    if result.system != "lazarus" or "relaunch_to_first_step_s" in result.metrics:
+        return
+    incidents = result.details.get("incidents") or []
+    if result.scenario not in ("crash", "hang") or not incidents:
+        return
+    first = incidents[0]
+    if first.get("relaunched_at") and first.get("first_step_at"):
+        result.metrics["relaunch_to_first_step_s"] = first["first_step_at"] - first["relaunched_at"]

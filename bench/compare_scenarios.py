@@ -41,9 +41,10 @@ from workflows.api import QUERY_STATUS, SIGNAL_PAUSE, SIGNAL_RESUME
 from workflows.state import Incident, JobStatus, Phase
 
 NOT_MEASURED_NODE_LOSS = (
-    "not measured: torchrun has no notion of a spare node to move a rank slot to; "
-    "elastic c10d rendezvous (--nnodes 1:2) can only re-form the group on the "
-    "survivors, a different world size and so different training (time-boxed, not run)"
+    "not measured (time-boxed): torchrun's answer is elastic c10d rendezvous across "
+    "agents on each host (survivors restart and re-rendezvous, a standby agent may take "
+    "the slot, or --nnodes 1:2 shrinks the world size); setting that up in the test "
+    "hosts was not attempted"
 )
 NO_PAUSE = (
     "not possible: torchrun has no pause; stopping the agent ends the job, and "
@@ -138,10 +139,34 @@ def _torchrun_recovery(run: TorchrunRun, fault_at: float, generation: int) -> di
     first = trace.first_of_later_generation(generation, fault_at)
     resumed = run.job.resumed_from.get(first.generation) if first is not None else None
     detected = run.job.agent_detection_after(fault_at)
+    relaunched = None
+    if first is not None:
+        spawned = [r.seen_at for r in run.job.ranks if r.generation == first.generation]
+        relaunched = min(spawned, default=None)
     return {
         "detected": detected is not None,
         "detection_s": (detected - fault_at) if detected is not None else None,
         **recovery_metrics(trace, fault_at, generation, None, resumed),
+        "relaunch_to_first_step_s": _since(relaunched, first.t if first else None),
+    }
+
+
+def _since(start: float | None, end: float | None) -> float | None:
+    return end - start if start is not None and end is not None else None
+
+
+def _lazarus_phases(
+    incident: Incident | None, trace: StepTrace, fault_at: float
+) -> dict[str, Metric]:
+    """Where a Lazarus recovery's seconds went: fault to stopped, to relaunched, and
+    relaunch to the first step (the new ranks' start-up: python, torch, rendezvous)."""
+    if incident is None:
+        return {}
+    first = trace.first_of_later_generation(incident.generation, fault_at)
+    return {
+        "stopped_after_s": _since(fault_at, incident.stopped_at),
+        "relaunched_after_s": _since(fault_at, incident.relaunched_at),
+        "relaunch_to_first_step_s": _since(incident.relaunched_at, first.t if first else None),
     }
 
 
@@ -203,6 +228,7 @@ async def crash_lazarus(ctx: CompareContext, repeat: int) -> Measured:
                 run.logged_max_step(fault.generation),
                 incident.resumed_from_step if incident else None,
             ),
+            **_lazarus_phases(incident, run.trace(), fault.at),
         }
     return Measured(metrics, details)
 
@@ -275,6 +301,7 @@ async def hang_lazarus(ctx: CompareContext, repeat: int) -> Measured:
                 run.logged_max_step(fault.generation),
                 incident.resumed_from_step if incident else None,
             ),
+            **_lazarus_phases(incident, run.trace(), fault.at),
         }
     return Measured(metrics, details)
 

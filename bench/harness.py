@@ -35,7 +35,7 @@ from lazarus import chaos
 from lazarus.lifecycle import StartStop
 from lazarus.local_stack import LocalStack
 from lazarus.spec import JobSpec
-from workflows.api import WORKFLOW_TYPE, workflow_id_for
+from workflows.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
 from workflows.state import JobInput, JobStatus, Phase
 
 Metric = float | int | bool | None
@@ -128,6 +128,18 @@ class BenchJob:
                     f"{self.run_root}: step {step} not reached in "
                     f"{self.ctx.shape.job_timeout_s:.0f} s"
                 )
+            await asyncio.sleep(STEP_POLL_S)
+
+    async def wait_phase(self, phase: Phase) -> JobStatus:
+        """Poll the status query until the job is in ``phase``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ctx.shape.job_timeout_s
+        while True:
+            status: JobStatus = await self.handle.query(QUERY_STATUS, result_type=JobStatus)
+            if status.phase == phase:
+                return status
+            if loop.time() > deadline:
+                raise TimeoutError(f"{self.spec.job_id}: never reached {phase}: {status.phase}")
             await asyncio.sleep(STEP_POLL_S)
 
     async def result(self) -> JobStatus:

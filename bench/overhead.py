@@ -106,9 +106,10 @@ async def measure(ctx: CompareContext, progress: Callable[[str], None]) -> dict[
     await _lazarus_cpu(ctx, result)
     progress("compare: overhead: torchrun agent CPU, fault-free job")
     await _torchrun_cpu(ctx, result)
-    progress("compare: overhead: history growth at a 2 s report interval")
-    await _history_rate(ctx, result)
-    return {"overhead": result.model_dump()}
+    if ctx.config.overhead_history_job:
+        progress("compare: overhead: history growth at a 2 s report interval")
+        await _history_rate(ctx, result)
+    return result.model_dump()
 
 
 def heartbeat_micro(calls: int = MICRO_CALLS, writes: int = MICRO_WRITES) -> dict[str, float]:
@@ -134,24 +135,58 @@ def _window(steps: int) -> tuple[int, int]:
 
 
 async def _lazarus_cpu(ctx: CompareContext, result: OverheadResult) -> None:
-    steps = ctx.shape.cpu_steps
+    """Worker CPU over the steady middle of a fault-free job; in quick mode the same
+    job also reports every 2 s and gives the history growth."""
+    steps = ctx.config.overhead_steps
     low, high = _window(steps)
-    async with ctx.lazarus("overhead-cpu", 0, steps=steps) as run:
+    fast = not ctx.config.overhead_history_job
+    extra = _fast_reports(ctx, fast)
+    async with ctx.lazarus("overhead-cpu", 0, steps=steps, spec_extra=extra) as run:
+        handle = run.job.handle
+        assert handle.first_execution_run_id is not None
+        run_id = handle.first_execution_run_id
         await run.job.reach_step(low)
         first = multinode.cpu_sample(ctx.bench.stack.worker_pid)
+        events_first = await count_history_events(ctx.bench.client, handle.id, run_id)
         await run.job.reach_step(high)
         last = multinode.cpu_sample(ctx.bench.stack.worker_pid)
+        events_last = await count_history_events(ctx.bench.client, handle.id, run_id)
         status = await run.job.result()
         common = await run.job.common_outcome(status)
     result.lazarus_cpu_s_per_hour = multinode.cpu_rate(first, last) * 3600.0
     result.cpu_window_s["lazarus"] = last.at - first.at
     result.completed["lazarus_cpu"] = bool(common.metrics["weights_ok"])
     events = common.metrics["history_events"]
+    # With fast reports (quick mode) this includes the reports: a smoke figure only.
     result.history_events_per_generation = int(events) if isinstance(events, int) else None
+    if fast:
+        _history_figures(result, events_last.events - events_first.events, last.at - first.at)
+
+
+def _fast_reports(ctx: CompareContext, fast: bool) -> dict[str, object]:
+    if not fast:
+        return {}
+    health = {
+        "hang_timeout_s": ctx.shape.hang_timeout_s,
+        **ctx.shape.health,
+        "report_interval_s": FAST_REPORT_INTERVAL_S,
+    }
+    return {"health": health}
+
+
+def _history_figures(result: OverheadResult, events: int, window_s: float) -> None:
+    """Events per hour at the fast report interval, and scaled to the default one."""
+    if window_s <= 0:
+        return
+    result.history_events_per_hour_measured = events / window_s * 3600.0
+    result.history_events_per_report = events / (window_s / FAST_REPORT_INTERVAL_S)
+    result.history_events_per_hour_default = (
+        result.history_events_per_report * 3600.0 / DEFAULT_REPORT_INTERVAL_S
+    )
 
 
 async def _torchrun_cpu(ctx: CompareContext, result: OverheadResult) -> None:
-    steps = ctx.shape.cpu_steps
+    steps = ctx.config.overhead_steps
     low, high = _window(steps)
     async with ctx.torchrun("overhead-cpu", 0, steps=steps) as run:
         timeout = ctx.shape.job_timeout_s
@@ -166,15 +201,12 @@ async def _torchrun_cpu(ctx: CompareContext, result: OverheadResult) -> None:
 
 
 async def _history_rate(ctx: CompareContext, result: OverheadResult) -> None:
-    steps = ctx.shape.cpu_steps * 2
+    """History growth of a healthy generation that reports every 2 s, and the events
+    of one fault-free generation (the job's whole history minus its reports)."""
+    steps = ctx.config.overhead_steps
     low, high = _window(steps)
-    health = {
-        "hang_timeout_s": ctx.shape.hang_timeout_s,
-        **ctx.shape.health,
-        "report_interval_s": FAST_REPORT_INTERVAL_S,
-    }
     async with ctx.lazarus(
-        "overhead-history", 0, steps=steps, spec_extra={"health": health}
+        "overhead-history", 0, steps=steps, spec_extra=_fast_reports(ctx, True)
     ) as run:
         handle = run.job.handle
         assert handle.first_execution_run_id is not None
@@ -187,15 +219,7 @@ async def _history_rate(ctx: CompareContext, result: OverheadResult) -> None:
         last_at = loop.time()
         last = await count_history_events(ctx.bench.client, handle.id, run_id)
         status = await run.job.result()
-    window = last_at - first_at
-    per_s = (last.events - first.events) / window if window > 0 else 0.0
-    result.history_events_per_hour_measured = per_s * 3600.0
-    reports = window / FAST_REPORT_INTERVAL_S
-    result.history_events_per_report = (last.events - first.events) / reports if reports else None
-    if result.history_events_per_report is not None:
-        result.history_events_per_hour_default = (
-            result.history_events_per_report * 3600.0 / DEFAULT_REPORT_INTERVAL_S
-        )
+    _history_figures(result, last.events - first.events, last_at - first_at)
     result.completed["lazarus_history"] = status.phase.value == "SUCCEEDED"
 
 
@@ -203,7 +227,7 @@ def markdown(extra: dict[str, Any], stats: dict[str, dict[str, dict[str, Cell]]]
     """The overhead table; the wall-time ratio comes from the ``clean`` scenario."""
     if "error" in extra:
         return f"overhead: failed: {extra['error']}"
-    o = OverheadResult.model_validate(extra["overhead"])
+    o = OverheadResult.model_validate(extra)
     clean = stats.get("clean", {})
     laz, tr = clean.get("lazarus", {}).get("wall_s"), clean.get("torchrun", {}).get("wall_s")
     wall_ratio = ""

@@ -31,7 +31,8 @@ from bench.jobs import JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor, workflow_steps
 from lazarus import chaos
 from lazarus.spec import JobSpec
-from workflows.state import Incident, JobStatus
+from workflows.api import SIGNAL_PAUSE, SIGNAL_RESUME
+from workflows.state import Incident, JobStatus, Phase
 
 ScenarioFn = Callable[[BenchContext, int], Awaitable[Outcome]]
 
@@ -144,6 +145,40 @@ async def worker_kill(ctx: BenchContext, repeat: int) -> Outcome:
             ),
             "steps_lost": sum(i.steps_lost or 0 for i in status.incidents),
             "duplicate_ranks": job.monitor.max_live_ranks > job.spec.world_size,
+        }
+        return outcome
+
+
+@scenario(
+    "pause",
+    "pause at the fault step (a just-in-time checkpoint, then stop), resume at once; "
+    "reports the save latency and the steps the pause cost",
+)
+async def pause(ctx: BenchContext, repeat: int) -> Outcome:
+    async with ctx.job("pause", repeat) as job:
+        await job.reach_step(ctx.shape.fault_step)
+        signalled_at = time.time()
+        await job.handle.signal(SIGNAL_PAUSE)
+        paused = await job.wait_phase(Phase.PAUSED)
+        paused_at = time.time()
+        await job.handle.signal(SIGNAL_RESUME)
+        status = await job.result()
+        outcome = await job.common_outcome(status)
+        stop = paused.planned_stops[-1] if paused.planned_stops else None
+        committed_at = None
+        if stop is not None and stop.checkpoint_step is not None:
+            marker = read_json(
+                job.paths.checkpoints / f"step-{stop.checkpoint_step:08d}" / "COMMITTED"
+            )
+            committed_at = float(marker["committed_at"]) if marker else None
+        outcome.metrics |= {
+            "jit_checkpoint_ok": stop is not None and stop.checkpoint_step is not None,
+            "signal_to_checkpoint_s": (
+                committed_at - signalled_at if committed_at is not None else None
+            ),
+            "jit_checkpoint_s": stop.checkpoint_s if stop else None,
+            "signal_to_paused_s": paused_at - signalled_at,
+            "steps_lost": stop.steps_lost if stop else None,
         }
         return outcome
 

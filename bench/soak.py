@@ -23,6 +23,7 @@ Reported per system, from the step trace (:mod:`bench.trace`):
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import signal
 import statistics
@@ -42,7 +43,12 @@ from workflows.state import ForceRecover, JobStatus, Phase
 FaultKind = Literal["crash", "hang", "controller_crash"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("crash", "hang", "controller_crash")
 TRAINING_FRESH_S = 2.0
-"""A fault is injected only into a job that made progress this recently."""
+"""A fault is injected only into a job that made progress this recently..."""
+STEADY_S = 3.0
+"""...and whose current generation has been making progress for this long: a fault
+that fell due during an outage does not hit the very first step after it."""
+SOAK_TAIL_RECOVERY_S = 15.0
+"""No fault this close to the end, beyond the operator's delay: room for a relaunch."""
 TRACE_KEEP_S = 0.5
 """The JSON keeps at most one trace point per generation every this many seconds."""
 
@@ -96,19 +102,25 @@ class SoakResult(BaseModel):
     plot: str | None = None
 
 
-def schedule(minutes: float, every_s: float, seed: int, world_size: int = 2) -> list[SoakFault]:
+def schedule(
+    minutes: float, every_s: float, seed: int, tail_s: float = 0.0, world_size: int = 2
+) -> list[SoakFault]:
     """Faults about ``every_s`` apart (jittered by up to a fifth either way), none in
-    the last interval, so the last recovery is inside the soak."""
+    the last ``tail_s`` (the operator's delay plus a recovery), so that every fault
+    is resolved, one way or the other, inside the soak. At least one fault."""
     rng = random.Random(seed)
-    count = max(1, int(minutes * 60.0 / every_s) - 1)
-    return [
-        SoakFault(
-            at_s=every_s * (i + 1) + rng.uniform(-0.2, 0.2) * every_s,
-            kind=rng.choice(FAULT_KINDS),
-            rank=rng.randrange(world_size),
-        )
-        for i in range(count)
-    ]
+    duration = minutes * 60.0
+    faults: list[SoakFault] = []
+    for i in range(int(duration / every_s) + 1):
+        at_s = every_s * (i + 1) + rng.uniform(-0.2, 0.2) * every_s
+        kind = rng.choice(FAULT_KINDS)
+        rank = rng.randrange(world_size)
+        if at_s > duration - tail_s:
+            break
+        faults.append(SoakFault(at_s=at_s, kind=kind, rank=rank))
+    if not faults:
+        faults.append(SoakFault(at_s=duration / 3, kind=rng.choice(FAULT_KINDS), rank=0))
+    return faults
 
 
 class _Driver:
@@ -202,7 +214,12 @@ async def run_soak(
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
     config = ctx.config
-    plan = schedule(config.soak_minutes, config.soak_fault_every_s, config.seed)
+    plan = schedule(
+        config.soak_minutes,
+        config.soak_fault_every_s,
+        config.seed,
+        tail_s=config.soak_operator_after_s + SOAK_TAIL_RECOVERY_S,
+    )
     progress(
         "compare: soak schedule: " + ", ".join(f"{f.at_s:.0f}s {f.kind}@{f.rank}" for f in plan)
     )
@@ -255,7 +272,7 @@ async def run_soak(
 
         await asyncio.to_thread(plot.soak_plot, soak, plot_path)
         soak.plot = str(plot_path)
-    return {"soak": soak.model_dump()}
+    return soak.model_dump()
 
 
 async def _soak(
@@ -269,7 +286,11 @@ async def _soak(
     incidents: list[SoakIncident] = []
     last_step: int | None = None
     last_progress = started
-    last_operator = 0.0
+    steady_since: tuple[int, float] | None = None
+    """(generation, when it first made progress)."""
+    last_operator = started
+    last_injected = 0.0
+    min_gap = min((b.at_s - a.at_s for a, b in itertools.pairwise(plan)), default=0.0)
     pending = list(plan)
 
     def now_s() -> float:
@@ -279,8 +300,11 @@ async def _soak(
         generation, step = driver.generation_step()
         if step is not None and step != last_step:
             last_step, last_progress = step, time.time()
-        stalled = time.time() - last_progress
-        if stalled > operator_after_s and time.time() - last_operator > operator_after_s:
+            if steady_since is None or steady_since[0] != generation:
+                steady_since = (generation, last_progress)
+        # Start-up counts as a stall too, but the clock restarts with the operator's action.
+        stalled = time.time() - max(last_progress, last_operator)
+        if stalled > operator_after_s:
             action = await driver.operator()
             last_operator = time.time()
             incidents.append(
@@ -294,10 +318,19 @@ async def _soak(
                 )
             )
             progress(f"compare: soak {driver.system}: operator at {now_s():.0f} s: {action}")
-        training = step is not None and time.time() - last_progress < TRAINING_FRESH_S
-        if pending and now_s() >= pending[0].at_s and training:
+        training = (
+            step is not None
+            and time.time() - last_progress < TRAINING_FRESH_S
+            and steady_since is not None
+            and steady_since[0] == generation
+            and time.time() - steady_since[1] >= STEADY_S
+        )
+        # Faults that fell due during an outage wait, and then keep their spacing.
+        spaced = time.time() - last_injected >= min_gap / 2
+        if pending and now_s() >= pending[0].at_s and training and spaced:
             fault = pending.pop(0)
             at = now_s()
+            last_injected = time.time()
             try:
                 await driver.inject(fault)
             except (LookupError, ProcessLookupError) as exc:  # the rank died meanwhile
@@ -371,7 +404,7 @@ def _thin(trace: StepTrace) -> list[tuple[float, int, int]]:
 def markdown(extra: dict[str, Any]) -> str:
     if "error" in extra:
         return f"soak: failed: {extra['error']}"
-    soak = SoakResult.model_validate(extra["soak"])
+    soak = SoakResult.model_validate(extra)
     lines = [
         f"Soak: {soak.minutes:g} min per system, seed {soak.seed}, "
         f"{len(soak.schedule)} faults ({', '.join(f.kind for f in soak.schedule)}), "

@@ -123,3 +123,15 @@ def test_a_rank_that_vanished_before_a_peer_crashed_is_the_root_cause() -> None:
     outcome = evaluate(request(), o, started_at=990.0)
     assert outcome is not None and outcome.failure is not None
     assert outcome.failure.kind == "vanished" and outcome.failure.rank == 0
+
+
+def test_a_stopped_rank_is_named_even_when_its_peer_went_quiet_first() -> None:
+    """Heartbeats are throttled: the blocked peer's last write can be older than the
+    stopped rank's, so only the peer is past the timeout when the hang is found."""
+    o = obs(
+        rank(0, step=25, last_progress_at=990.5, stopped_by_signal=True),
+        rank(1, step=25, last_progress_at=989.9),
+    )
+    outcome = evaluate(request(), o, started_at=900.0)
+    assert outcome is not None and outcome.failure is not None
+    assert outcome.failure.rank == 0 and outcome.failure.collateral_ranks == [1]
