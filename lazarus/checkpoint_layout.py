@@ -11,6 +11,7 @@ Standard library only: this module is imported inside training ranks.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -46,3 +47,19 @@ def committed_steps(root: Path) -> list[tuple[int, Path]]:
             found.append((step, child))
     found.sort()
     return found
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the renames inside ``directory`` durable. A rename is durable only once
+    the directory entry is; not every platform lets a directory be opened for this,
+    and there the rename is all we have."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

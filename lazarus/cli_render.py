@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -387,7 +388,7 @@ class _IncidentsTable:
                 line.append(f"{incident.action}: " if incident.action else "", style="dim")
                 line.append(incident.reason or _DASH)
                 if incident.escalation_hook:
-                    line.append(f" [on_escalation: {incident.escalation_hook}]", style="dim")
+                    line.append(f" (on_escalation: {incident.escalation_hook})", style="dim")
                 yield line
 
 
@@ -422,9 +423,9 @@ def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
         ]
         if with_reason:
             hook = (
-                f" [on_escalation: {incident.escalation_hook}]" if incident.escalation_hook else ""
+                f" (on_escalation: {incident.escalation_hook})" if incident.escalation_hook else ""
             )
-            cells += [incident.action, incident.reason + hook]
+            cells += [incident.action, escape(incident.reason + hook)]
         table.add_row(*cells)
     return table
 
@@ -448,7 +449,7 @@ def stragglers_table(stragglers: list[StragglerRecord]) -> Table:
             f"{s.peers_compute_s * 1000:.1f}",
             f"{s.detection_s:.1f}",
             s.action,
-            s.reason,
+            escape(s.reason),
         )
     return table
 

@@ -1,4 +1,5 @@
-"""Running blocking checkpoint work in a thread while the activity heartbeats.
+"""Running blocking checkpoint work in a thread while the activity heartbeats, and
+mapping its failures onto retryable or final activity errors.
 
 Temporal's heartbeat must be called from the activity's event loop, so the work
 runs in a thread and publishes its resumable state through a snapshot function
@@ -10,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.checkpoints.storage import CheckpointCorrupt, CheckpointInputError, store_errors
 
 T = TypeVar("T")
 
@@ -57,3 +61,20 @@ async def run_with_heartbeats(
         with contextlib.suppress(BaseException):
             await task
         raise
+
+
+@contextlib.contextmanager
+def as_activity_errors(unavailable: str) -> Iterator[None]:
+    """Map checkpoint failures onto what Temporal should do with them: a corrupt
+    checkpoint or a bad request fails for good; a store that cannot be reached
+    (``unavailable`` says which) is retried."""
+    try:
+        yield
+    except CheckpointCorrupt as exc:
+        raise ApplicationError(
+            str(exc), exc.problems, type="CheckpointCorrupt", non_retryable=True
+        ) from exc
+    except CheckpointInputError as exc:
+        raise ApplicationError(str(exc), type="CheckpointInputError", non_retryable=True) from exc
+    except store_errors() as exc:
+        raise ApplicationError(f"{unavailable}: {exc}", type="DurableStoreUnavailable") from exc

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from activities.checkpoints._heartbeat import run_with_heartbeats
+from activities.checkpoints._heartbeat import as_activity_errors, run_with_heartbeats
 from activities.checkpoints.storage import (
     CheckpointCorrupt,
     CheckpointInputError,
@@ -26,13 +25,11 @@ from activities.checkpoints.storage import (
     LocalStore,
     S3Store,
     file_sha256,
-    fsync_directory,
     locate,
-    store_errors,
 )
 from activities.checkpoints.verify import read_manifest, verify_directory
 from activities.contracts import CheckpointRef, RestoreCheckpointRequest
-from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST, parse_step_dir
+from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST, fsync_directory, parse_step_dir
 from lazarus.rank import TEMP_SUFFIX
 
 
@@ -162,17 +159,7 @@ async def restore_checkpoint(request: RestoreCheckpointRequest) -> CheckpointRef
     (``CheckpointCorrupt``: search again and pick an older one); an unreachable
     store fails with ``DurableStoreUnavailable`` (retryable)."""
     progress = RestoreProgress()
-    try:
+    with as_activity_errors(f"durable store unavailable for {request.uri}"):
         return await run_with_heartbeats(
             lambda cancel: restore_checkpoint_sync(request, progress, cancel), progress.snapshot
         )
-    except CheckpointCorrupt as exc:
-        raise ApplicationError(
-            str(exc), exc.problems, type="CheckpointCorrupt", non_retryable=True
-        ) from exc
-    except CheckpointInputError as exc:
-        raise ApplicationError(str(exc), type="CheckpointInputError", non_retryable=True) from exc
-    except store_errors() as exc:
-        raise ApplicationError(
-            f"durable store unavailable for {request.uri}: {exc}", type="DurableStoreUnavailable"
-        ) from exc

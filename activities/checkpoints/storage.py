@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST, parse_step_dir
+from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST, fsync_directory, parse_step_dir
 from lazarus.rank import TEMP_SUFFIX
 
 CHUNK_BYTES = 8 << 20
@@ -207,19 +207,6 @@ class LocalStore(CheckpointStore):
 def file_sha256(path: Path) -> str:
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- S3

@@ -41,7 +41,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.checkpoints._heartbeat import run_with_heartbeats
+from activities.checkpoints._heartbeat import as_activity_errors, run_with_heartbeats
 from activities.checkpoints.find import durable_store
 from activities.checkpoints.storage import (
     CheckpointCorrupt,
@@ -50,7 +50,6 @@ from activities.checkpoints.storage import (
     S3Store,
     file_sha256,
     multipart_etag,
-    store_errors,
 )
 from activities.checkpoints.verify import Level, verify_directory, verify_in_store
 from activities.contracts import (
@@ -423,17 +422,7 @@ async def upload_checkpoint(request: UploadCheckpointRequest) -> UploadResult:
         durable_location(spec.durable_uri, name),
         resume_details(activity.info().heartbeat_details),
     )
-    try:
+    with as_activity_errors(f"durable store {spec.durable_uri} unavailable"):
         return await run_with_heartbeats(
             lambda cancel: upload_checkpoint_sync(request, tracker, cancel), tracker.snapshot
         )
-    except CheckpointCorrupt as exc:
-        raise ApplicationError(
-            str(exc), exc.problems, type="CheckpointCorrupt", non_retryable=True
-        ) from exc
-    except CheckpointInputError as exc:
-        raise ApplicationError(str(exc), type="CheckpointInputError", non_retryable=True) from exc
-    except store_errors() as exc:
-        raise ApplicationError(
-            f"durable store {spec.durable_uri} unavailable: {exc}", type="DurableStoreUnavailable"
-        ) from exc

@@ -460,9 +460,9 @@ def commit_checkpoint(step: int, *, hash_files: bool = True) -> Path:
         files[name] = _describe_and_sync(file, hash_files)
         directories_to_sync.add(file.parent)
     for synced in sorted(directories_to_sync):
-        _fsync_directory(synced)
+        checkpoint_layout.fsync_directory(synced)
     # The step directory's own entry in the root must survive a crash too.
-    _fsync_directory(directory.parent)
+    checkpoint_layout.fsync_directory(directory.parent)
     manifest = {
         "step": step,
         "world_size": me.world_size,
@@ -544,7 +544,7 @@ def _atomic_write(target: Path, data: bytes, *, durable: bool) -> None:
             os.unlink(temp_name)
         raise
     if durable:
-        _fsync_directory(directory)
+        checkpoint_layout.fsync_directory(directory)
 
 
 def temp_path_for(target: Path) -> Path:
@@ -554,21 +554,6 @@ def temp_path_for(target: Path) -> Path:
 
 
 _temp_counter = itertools.count()
-
-
-def _fsync_directory(directory: Path) -> None:
-    # A rename is durable only once the directory entry is; not every platform
-    # lets a directory be opened for this, and there the rename is all we have.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _reset_state() -> None:

@@ -365,3 +365,34 @@ def test_classify_prints_class_and_evidence_as_json(tmp_path: Path) -> None:
 def test_classify_unreadable_file_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli.app, ["classify", str(tmp_path / "absent.log")])
     assert result.exit_code == 2
+
+
+def test_status_shows_stragglers_and_escalation_hooks() -> None:
+    from rich.console import Console
+
+    from workflows.state import StragglerRecord
+
+    straggler = StragglerRecord(
+        generation=2,
+        node="h3",
+        rank=5,
+        slowdown=2.04,
+        compute_s=0.204,
+        peers_compute_s=0.1,
+        slow_since=1000.0,
+        detected_at=1004.2,
+        detection_s=4.2,
+        action="record",
+        reason="rank 5 on h3 is 2.04x slower than its peers; no spare to move to",
+    )
+    status = _status(stragglers=[straggler])
+    status.incidents[0].escalation_hook = "ran"
+    console = Console(width=200, record=True, color_system=None)
+    console.print(
+        cli_render.render_status(cli_render.StatusView("lazarus-tiny", "RUNNING", status))
+    )
+    text = console.export_text()
+    assert "stragglers" in text and "2.04x" in text and "no spare to move to" in text
+    assert "on_escalation: ran" in text
+    body = cli_render.status_json(cli_render.StatusView("lazarus-tiny", "RUNNING", status))
+    assert body["stragglers"][0]["node"] == "h3"
