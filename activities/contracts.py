@@ -303,6 +303,9 @@ class FindVerifiedCheckpointRequest(_Model):
     expected_world_size: int | None = None
     """Refuse checkpoints whose manifest records another world size (None: any)."""
     include_durable: bool = True
+    below_step: int | None = None
+    """Only consider checkpoints older than this step (a rollback must not pick the
+    durable copy of the checkpoint it just retired)."""
 
 
 class CheckpointSearch(_Model):

@@ -270,9 +270,8 @@ class JobWorkflow:
         self._set_phase(Phase.LAUNCHING)
         if state.generation > 0:
             await self._stop_all(f"fence generation {state.generation} before relaunch")
-        if state.rollback_pending:
-            await self._roll_back()
-        resume = await self._find_resume_point()
+        below = await self._roll_back() if state.rollback_pending else None
+        resume = await self._find_resume_point(below)
         state.resume = resume
         self._account_resume(resume)
         if not await self._preflight_active_nodes():
@@ -584,12 +583,12 @@ class JobWorkflow:
         if self._swap_out(report.node, f"incident {incident.id}: straggler"):
             self._set_phase(Phase.LAUNCHING)
 
-    async def _find_resume_point(self) -> CheckpointRef | None:
+    async def _find_resume_point(self, below_step: int | None = None) -> CheckpointRef | None:
         """The newest checkpoint that is committed *and* verified, restored from the
         durable tier when only it holds one (a spare replacing a dead node). Newer
         checkpoints that fail verification are skipped and recorded."""
         spec = self.spec
-        search = await self._find_verified(include_durable=True)
+        search = await self._find_verified(include_durable=True, below_step=below_step)
         resume = search.chosen
         if resume is not None and search.location == "durable":
             try:
@@ -607,13 +606,15 @@ class JobWorkflow:
                 )
             except ActivityError as err:
                 workflow.logger.warning("restore failed, using local only: %s", _cause(err))
-                search = await self._find_verified(include_durable=False)
+                search = await self._find_verified(include_durable=False, below_step=below_step)
                 resume = search.chosen
         if search.skipped:
             self._record_skipped(search, resume)
         return resume
 
-    async def _find_verified(self, include_durable: bool) -> CheckpointSearch:
+    async def _find_verified(
+        self, include_durable: bool, below_step: int | None = None
+    ) -> CheckpointSearch:
         spec = self.spec
         return await workflow.execute_activity(
             find_verified_checkpoint,
@@ -621,6 +622,7 @@ class JobWorkflow:
                 checkpoint_dir=spec.checkpoint_dir,
                 checkpoints=spec.checkpoints,
                 include_durable=include_durable,
+                below_step=below_step,
             ),
             start_to_close_timeout=timedelta(minutes=30),
             heartbeat_timeout=timedelta(seconds=30),
@@ -793,8 +795,10 @@ class JobWorkflow:
             return None
         return result.checkpoint
 
-    async def _roll_back(self) -> None:
-        """Retire the newest checkpoint so the relaunch resumes from the one before it."""
+    async def _roll_back(self) -> int | None:
+        """Retire the newest checkpoint so the relaunch resumes from the one before it;
+        returns the retired step, which the search then stays below (its durable copy,
+        if tiered, holds the same divergence)."""
         state = self._state
         state.rollback_pending = False
         try:
@@ -807,13 +811,14 @@ class JobWorkflow:
             )
         except ActivityError as err:
             workflow.logger.warning("rollback failed, resuming from the newest: %s", _cause(err))
-            return
+            return None
         if state.open_incident is not None:
             incident = state.incidents[state.open_incident - 1]
             incident.evidence.extend(
                 f"rolled back past checkpoint step {r.step} (kept at {r.path})"
                 for r in result.retired
             )
+        return min((r.step for r in result.retired), default=None)
 
     def _needs_operator(self, reason: str) -> None:
         """Escalate: stop automatic recovery, say why, and run the spec's hook once."""

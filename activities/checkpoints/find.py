@@ -75,7 +75,10 @@ def search_verified(request: FindVerifiedCheckpointRequest) -> CheckpointSearch:
         except store_errors() as exc:
             durable, unavailable = None, f"{checkpoints.durable_uri}: {exc}"
     skipped: list[SkippedCheckpoint] = []
-    for step in sorted(set(local_names) | set(durable_names), reverse=True):
+    candidates = set(local_names) | set(durable_names)
+    if request.below_step is not None:
+        candidates = {step for step in candidates if step < request.below_step}
+    for step in sorted(candidates, reverse=True):
         if step in local_names:
             result = verify_in_store(
                 local, local_names[step], level, expected_world_size=request.expected_world_size

@@ -243,3 +243,14 @@ async def test_activities_wrap_the_same_logic(root: Path) -> None:
     )
     assert [r.step for r in collected.deleted_local] == [10]
     assert collected.newest_verified_local == 20
+
+
+def test_a_rollback_search_stays_below_the_retired_step(
+    tmp_path: Path, clean_rank_env: None
+) -> None:
+    root = tmp_path / "ckpt"
+    for step in (10, 20, 30):
+        write_checkpoint(root, step)
+    found = search_verified(FindVerifiedCheckpointRequest(checkpoint_dir=str(root), below_step=30))
+    assert found.chosen is not None and found.chosen.step == 20
+    assert found.skipped == []
