@@ -93,7 +93,7 @@ def ddp_spec(
         "checkpoint_dir": str(tmp_path / "checkpoints"),
         "run_dir": str(tmp_path / "runs"),
         "health": {
-            "hang_timeout_s": 5,
+            "hang_timeout_s": 8,  # a loaded CI machine can take 5 s to tear a job down
             "startup_timeout_s": 60,
             "poll_interval_s": 0.2,
             "supervisor_heartbeat_timeout_s": 4,
