@@ -95,13 +95,13 @@ class CompareConfig:
         shape = JobShape.quick()
         return cls(
             shape=shape,
-            torchrun_hang_bound_s=shape.hang_timeout_s + 3.0,
+            torchrun_hang_bound_s=shape.hang_timeout_s + 1.0,
             torchrun_default_bound_s=20.0,
             straggler_steps=40,
             straggler_from_step=10,
             straggler_until_step=30,
-            controller_down_s=1.0,
-            pause_hold_s=0.5,
+            controller_down_s=0.5,
+            pause_hold_s=0.2,
             overhead_steps=40,
             overhead_history_job=False,
             soak_minutes=0.25,
