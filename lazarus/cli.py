@@ -809,5 +809,26 @@ def checkpoints(
         _out().print(cli_checkpoints.checkpoints_table(rows))
 
 
+def run() -> None:
+    """The console entry point: ``app`` with an exit that skips interpreter shutdown.
+
+    The Temporal client's Rust core keeps native threads alive; a normal shutdown
+    occasionally races them and aborts (SIGABRT) a command that already printed its
+    answer, turning exit code 0 into -6. Everything is flushed first, so nothing the
+    command wrote is lost."""
+    code = 0
+    try:
+        app()
+    except SystemExit as exc:
+        if isinstance(exc.code, int):
+            code = exc.code
+        elif exc.code is not None:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    app()
+    run()
