@@ -39,6 +39,7 @@ from activities.preflight import preflight
 from activities.stop import stop
 from activities.supervise import supervise
 from lazarus.settings import ConnectionSettings, connect
+from workers.versioning import WorkerDeployment
 from workflows.api import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 from workflows.job import JobWorkflow
 
@@ -81,23 +82,33 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
         log.info("registered search attributes %s", sorted(missing))
 
 
-def build_worker(client: Client, task_queue: str) -> Worker:
+def build_worker(
+    client: Client, task_queue: str, deployment: WorkerDeployment | None = None
+) -> Worker:
+    """``deployment`` makes this worker one version of a Worker Deployment, and pins
+    the jobs it starts to it (see ``workers.versioning``)."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
         activities=list(ACTIVITIES),
         max_concurrent_activities=256,
+        deployment_config=deployment.config() if deployment else None,
     )
 
 
-async def run_worker(settings: ConnectionSettings, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+async def run_worker(
+    settings: ConnectionSettings,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    deployment: WorkerDeployment | None = None,
+) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     client = await connect(settings)
     await ensure_search_attributes(client, settings.namespace)
-    worker = build_worker(client, task_queue)
+    deployment = deployment or WorkerDeployment.from_env()
+    worker = build_worker(client, task_queue, deployment)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -18,6 +18,8 @@ SIGNAL_FORCE_RECOVER = "force_recover"
 QUERY_STATUS = "status"
 UPDATE_DRAIN = "drain"
 UPDATE_RETURN = "return_node"
+UPDATE_RECOVER = "recover"
+"""Forced recovery as an update: a bad ``--exclude-node`` is refused with the reason."""
 
 PHASE_ATTRIBUTE = SearchAttributeKey.for_keyword("LazarusPhase")
 STEP_ATTRIBUTE = SearchAttributeKey.for_int("LazarusStep")

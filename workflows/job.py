@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         StragglerReport,
         SuperviseOutcome,
         SuperviseRequest,
+        UnkillableGroup,
         UploadCheckpointRequest,
         WatchCheckpointsRequest,
     )
@@ -68,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_RESUME,
         STEP_ATTRIBUTE,
         UPDATE_DRAIN,
+        UPDATE_RECOVER,
         UPDATE_RETURN,
         WORKFLOW_TYPE,
     )
@@ -81,7 +83,10 @@ with workflow.unsafe.imports_passed_through():
         straggler_decision,
     )
     from workflows.state import (
+        MAX_INCIDENTS,
+        MAX_RECORDS,
         ForceRecover,
+        IgnoredMessage,
         Incident,
         JobInput,
         JobState,
@@ -90,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         PlannedStop,
         StragglerRecord,
+        cap_evidence,
     )
 
 QUICK_RETRY = RetryPolicy(
@@ -114,6 +120,22 @@ UPLOAD_RETRY = RetryPolicy(
 """Store outages are waited out (training never waits for an upload); a corrupt local
 copy or a bad configuration is not."""
 
+# Staged patches (``workflow.patched``): each changes which commands a run issues, so a
+# history recorded before it (tests/fixtures/histories/released/) must keep its old
+# path on replay. Remove one only after every job started before it has finished,
+# going through ``workflow.deprecate_patch`` first.
+PATCH_RUN_DIRECTORY = "run-directory-per-start"
+"""Each start gets ``<run_dir>/<job_id>/run-<run id>``; older jobs keep ``<job_id>/``."""
+PATCH_CONTINUE_AS_NEW_ANY_PHASE = "continue-as-new-in-every-phase"
+"""Continue-as-new is checked while supervising, paused or waiting for an operator,
+and a hook that keeps failing no longer blocks it (its delivery moves to the next run)."""
+PATCH_RETIER_AFTER_FALLBACK = "retier-after-fallback"
+"""Resuming below the newest tiered step restarts the checkpoint watch there, so the
+checkpoints written after a rollback or a fallback are tiered too."""
+
+NODE_UNREACHABLE = "NodeUnreachable"
+"""The launch activity's error type for a node it could not reach (details: the node)."""
+
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class JobWorkflow:
@@ -126,20 +148,91 @@ class JobWorkflow:
         self._force: ForceRecover | None = None
         self._hooks: list[asyncio.Task[None]] = []
         self._housekeeping: asyncio.Task[None] | None = None
+        self._continue_anywhere = False
+        """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
 
     # ----------------------------------------------------------------- messages
 
+    # A message that makes no sense in the current phase is recorded as ignored, with
+    # the reason, and has no later effect: a stray ``resume`` sent to a running job
+    # must not turn the next ``pause`` into a no-op or resume a later escalation.
+
     @workflow.signal(name=SIGNAL_PAUSE)
     def pause(self) -> None:
+        phase = self._state.phase
+        if phase.is_terminal or phase in (Phase.PAUSED, Phase.NEEDS_OPERATOR):
+            why = (
+                "it waits for an operator already: resume or cancel it"
+                if phase == Phase.NEEDS_OPERATOR
+                else f"the job is {phase.value}"
+            )
+            self._ignore(SIGNAL_PAUSE, why)
+            return
         self._pause_requested = True
 
     @workflow.signal(name=SIGNAL_RESUME)
     def resume(self) -> None:
+        phase = self._state.phase
+        if self._pause_requested and phase not in (Phase.PAUSED, Phase.NEEDS_OPERATOR):
+            self._pause_requested = False  # withdrawn before it was acted on
+            self._ignore(SIGNAL_RESUME, "withdrew the pause that had not started yet")
+            return
+        if phase not in (Phase.PAUSED, Phase.NEEDS_OPERATOR):
+            self._ignore(
+                SIGNAL_RESUME, f"the job is {phase.value}, not paused or waiting for an operator"
+            )
+            return
         self._resume_requested = True
 
     @workflow.signal(name=SIGNAL_FORCE_RECOVER)
     def force_recover(self, request: ForceRecover) -> None:
+        """The signal form, kept for older clients: it cannot answer, so a request the
+        update would refuse is recorded as ignored instead."""
+        problem = self._recover_problem(request)
+        if problem is not None:
+            self._ignore(SIGNAL_FORCE_RECOVER, problem)
+            return
         self._force = request
+
+    @workflow.update(name=UPDATE_RECOVER)
+    def recover(self, request: ForceRecover) -> str:
+        self._force = request
+        without = f" without {request.exclude_node}" if request.exclude_node else ""
+        return f"recovering{without} at the next turn: {request.reason}"
+
+    @recover.validator
+    def _validate_recover(self, request: ForceRecover) -> None:
+        problem = self._recover_problem(request)
+        if problem is not None:
+            raise ValueError(problem)
+
+    def _recover_problem(self, request: ForceRecover) -> str | None:
+        """Why a forced recovery cannot be taken now, or None. An excluded node must be
+        one this job runs on: a typo must not quarantine nothing and grow the world."""
+        state = self._state
+        if state.phase.is_terminal:
+            return f"the job is {state.phase.value}"
+        if self._force is not None:
+            return f"a recovery is already queued ({self._force.reason}); send this after it"
+        node = request.exclude_node
+        if node is not None and node not in state.pool.active:
+            if node in state.pool.spares:
+                return f"node {node!r} is a spare, not running this job"
+            if node in [q.node for q in state.pool.quarantined]:
+                return f"node {node!r} is already quarantined"
+            return (
+                f"node {node!r} is not running this job; active nodes: "
+                f"{', '.join(state.pool.active) or 'none'}"
+            )
+        return None
+
+    def _ignore(self, name: str, reason: str) -> None:
+        state = self._state
+        workflow.logger.warning("ignored %s: %s", name, reason)
+        state.ignored_messages = [
+            *state.ignored_messages,
+            IgnoredMessage(name=name, at=self._now(), phase=state.phase, reason=reason),
+        ][-MAX_RECORDS:]
 
     @workflow.update(name=UPDATE_DRAIN)
     def drain(self, request: NodeRequest) -> str:
@@ -153,6 +246,15 @@ class JobWorkflow:
 
     @drain.validator
     def _validate_drain(self, request: NodeRequest) -> None:
+        if self._force is not None:
+            # One pending request at a time: a second drain would silently replace the
+            # first, which both callers were told is happening.
+            raise ValueError(
+                f"another recovery is already queued ({self._force.reason}); "
+                f"drain {request.node} after it has moved"
+            )
+        if self._state.phase.is_terminal:
+            raise ValueError(f"the job is {self._state.phase.value}")
         if request.node not in self._state.pool.active:
             raise ValueError(
                 f"node {request.node!r} is not running this job; active nodes: "
@@ -217,6 +319,12 @@ class JobWorkflow:
             planned_stops=state.planned_stops,
             durable_checkpoint_uri=spec.checkpoints.durable_uri,
             durable_steps=state.durable_steps,
+            incidents_dropped=state.incidents_dropped,
+            dropped_by_class=state.dropped_by_class,
+            ignored_messages=state.ignored_messages,
+            retired_steps=state.retired_steps,
+            progress_signal=state.progress_signal,
+            run_dir=self._run_root(),
         )
 
     # ---------------------------------------------------------------- main loop
@@ -231,8 +339,15 @@ class JobWorkflow:
             self._state.started_at = self._now()
             self._state.pool.active = [n.name for n in job.spec.nodes]
             self._state.pool.spares = [n.name for n in job.spec.spares]
+            if workflow.patched(PATCH_RUN_DIRECTORY):
+                # A new start never sees an earlier start's launch.json, exit files,
+                # fences or escalation markers; continue-as-new keeps the key.
+                self._state.run_key = f"run-{workflow.info().run_id}"
+        self._continue_anywhere = workflow.patched(PATCH_CONTINUE_AS_NEW_ANY_PHASE)
         self._publish_phase()
         self._housekeeping = asyncio.create_task(self._housekeep())
+        for request in self._state.pending_hooks:  # carried over by continue-as-new
+            self._hooks.append(asyncio.create_task(self._deliver_escalation(request)))
         try:
             while not self._state.phase.is_terminal:
                 await self._turn()
@@ -255,7 +370,7 @@ class JobWorkflow:
         elif phase in (Phase.PENDING, Phase.LAUNCHING):
             await self._launch_next()
         elif phase == Phase.RUNNING:
-            self._maybe_continue_as_new()
+            await self._maybe_continue_as_new()
             await self._supervise()
         elif phase in (Phase.PAUSED, Phase.NEEDS_OPERATOR):
             await self._wait_for_operator()
@@ -270,10 +385,16 @@ class JobWorkflow:
         self._set_phase(Phase.LAUNCHING)
         if state.generation > 0:
             await self._stop_all(f"fence generation {state.generation} before relaunch")
+        if state.stuck_ranks is not None:
+            # Never launch beside ranks that would not die: a person must look.
+            stuck, state.stuck_ranks = state.stuck_ranks, None
+            self._needs_operator(stuck)
+            return
         below = await self._roll_back() if state.rollback_pending else None
         resume = await self._find_resume_point(below)
         state.resume = resume
         self._account_resume(resume)
+        self._retier_from(resume)
         if not await self._preflight_active_nodes():
             return
         state.generation += 1
@@ -282,7 +403,11 @@ class JobWorkflow:
             result = await workflow.execute_activity(
                 launch,
                 LaunchRequest(
-                    spec=spec, generation=state.generation, resume=resume, nodes=self._active()
+                    spec=spec,
+                    generation=state.generation,
+                    resume=resume,
+                    nodes=self._active(),
+                    run_root=self._run_root() if state.run_key else None,
                 ),
                 start_to_close_timeout=timedelta(seconds=120),
                 retry_policy=LAUNCH_RETRY,
@@ -292,14 +417,21 @@ class JobWorkflow:
                 ),
             )
         except ActivityError as err:
+            unreachable = _unreachable_node(err)
+            if unreachable is not None:
+                # A blip during a launch is a node failure for the playbook (a spare, or
+                # an operator), never the end of the job.
+                await self._recover(self._unreachable_at_launch(unreachable, _cause(err)))
+                return
             await self._stop_all("launch failed")
             self._fail(f"launch of generation {state.generation} failed: {_cause(err)}")
             return
         state.generation_live = True
         state.ranks = []
         state.noted_stragglers = []
-        if state.open_incident is not None:
-            state.incidents[state.open_incident - 1].relaunched_at = result.launched_at
+        relaunched = self._incident(state.open_incident)
+        if relaunched is not None:
+            relaunched.relaunched_at = result.launched_at
         workflow.logger.info(
             "launched generation %d on port %d (adopted=%s)",
             result.generation,
@@ -336,12 +468,14 @@ class JobWorkflow:
             cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
             summary=f"supervise generation {state.generation}",
         )
-        await workflow.wait_condition(lambda: handle.done() or self._interrupted())
+        await workflow.wait_condition(
+            lambda: handle.done() or self._interrupted() or self._continue_as_new_due()
+        )
         if not handle.done():
             handle.cancel()
             with contextlib.suppress(ActivityError, asyncio.CancelledError):
                 await handle
-            return  # the next turn handles the pause or forced recovery
+            return  # the next turn handles the pause, forced recovery or continue-as-new
         try:
             outcome = await handle
         except ActivityError as err:
@@ -352,6 +486,8 @@ class JobWorkflow:
     async def _on_outcome(self, outcome: SuperviseOutcome) -> None:
         state = self._state
         state.ranks = outcome.ranks
+        if outcome.progress_signal is not None:
+            state.progress_signal = outcome.progress_signal
         if outcome.seconds_per_step is not None:
             state.seconds_per_step = outcome.seconds_per_step
         if outcome.step is not None:
@@ -489,7 +625,12 @@ class JobWorkflow:
         self._set_phase(Phase.PAUSED)
 
     async def _wait_for_operator(self) -> None:
-        await workflow.wait_condition(lambda: self._resume_requested or self._force is not None)
+        await workflow.wait_condition(
+            lambda: self._resume_requested or self._force is not None or self._continue_as_new_due()
+        )
+        if not (self._resume_requested or self._force is not None):
+            await self._maybe_continue_as_new()  # a long wait must not grow history forever
+            return
         force = self._force
         reason = force.reason if force else "resumed by operator"
         self._resume_requested = False
@@ -538,6 +679,7 @@ class JobWorkflow:
                 swap_allowed=spec.straggler.swap,
             )
         )
+        state.stragglers = state.stragglers[-(MAX_RECORDS - 1) :]
         state.stragglers.append(
             StragglerRecord(
                 generation=state.generation,
@@ -623,6 +765,8 @@ class JobWorkflow:
                 checkpoints=spec.checkpoints,
                 include_durable=include_durable,
                 below_step=below_step,
+                exclude_steps=self._state.retired_steps,
+                job_id=spec.job_id,
             ),
             start_to_close_timeout=timedelta(minutes=30),
             heartbeat_timeout=timedelta(seconds=30),
@@ -647,8 +791,9 @@ class JobWorkflow:
         resumed = resume.step if resume else 0
         cost = max(0, max(s.step for s in search.skipped) - resumed)
         origin = f"step {resumed}" if resume else "scratch"
-        if state.open_incident is not None:
-            incident = state.incidents[state.open_incident - 1]
+        open_incident = self._incident(state.open_incident)
+        if open_incident is not None:
+            incident = open_incident
         else:
             now = self._now()
             incident = self._open_incident(
@@ -664,8 +809,13 @@ class JobWorkflow:
             incident.reason = f"newest checkpoint failed verification: resuming from {origin}"
         incident.skipped_checkpoints = lines
         incident.fallback_steps = cost
-        incident.evidence.extend(lines)
-        incident.evidence.append(f"fell back to {origin}: {cost} steps older than the newest")
+        incident.evidence = cap_evidence(
+            [
+                *incident.evidence,
+                *lines,
+                f"fell back to {origin}: {cost} steps older than the newest",
+            ]
+        )
 
     async def _housekeep(self) -> None:
         """Runs beside the state machine for the job's whole life: each new committed
@@ -731,6 +881,22 @@ class JobWorkflow:
             except ActivityError as err:
                 workflow.logger.warning("garbage collection failed: %s", _cause(err))
 
+    def _retier_from(self, resume: CheckpointRef | None) -> None:
+        """After a rollback or a fallback the job resumes below the newest tiered step,
+        and its next checkpoints reuse lower step numbers: restart the watch there, or
+        they would never be tiered."""
+        state = self._state
+        resumed = resume.step if resume is not None else None
+        if state.housekept_step is None or (
+            resumed is not None and resumed >= state.housekept_step
+        ):
+            return
+        if not workflow.patched(PATCH_RETIER_AFTER_FALLBACK):
+            return
+        state.housekept_step = resumed
+        self._stop_housekeeping()
+        self._housekeeping = asyncio.create_task(self._housekeep())
+
     def _worker_loss_timeout(self) -> timedelta:
         """How long a silent long-running activity may go before Temporal retries it
         elsewhere: the same bound for uploads as for supervision."""
@@ -762,7 +928,7 @@ class JobWorkflow:
                 saved.step if saved else self._state.resume.step if self._state.resume else 0
             )
             record.steps_lost = max(0, stopped.last_step - resume_from)
-        self._state.planned_stops.append(record)
+        self._state.planned_stops = [*self._state.planned_stops, record][-MAX_RECORDS:]
         return stopped
 
     async def _checkpoint_before(self, why: str) -> CheckpointRef | None:
@@ -812,11 +978,17 @@ class JobWorkflow:
         except ActivityError as err:
             workflow.logger.warning("rollback failed, resuming from the newest: %s", _cause(err))
             return None
-        if state.open_incident is not None:
-            incident = state.incidents[state.open_incident - 1]
-            incident.evidence.extend(
-                f"rolled back past checkpoint step {r.step} (kept at {r.path})"
-                for r in result.retired
+        state.retired_steps = sorted({*state.retired_steps, *(r.step for r in result.retired)})
+        incident = self._incident(state.open_incident)
+        if incident is not None:
+            incident.evidence = cap_evidence(
+                [
+                    *incident.evidence,
+                    *(
+                        f"rolled back past checkpoint step {r.step} (kept at {r.path})"
+                        for r in result.retired
+                    ),
+                ]
             )
         return min((r.step for r in result.retired), default=None)
 
@@ -847,12 +1019,15 @@ class JobWorkflow:
             workdir=self.spec.workdir,
             payload=json.dumps(payload, sort_keys=True),
             marker=f"{self._run_root()}/escalations/{state.escalations:05d}.done",
+            incident=incident.id if incident else None,
         )
-        self._hooks.append(asyncio.create_task(self._deliver_escalation(request, incident)))
+        state.pending_hooks = [*state.pending_hooks, request]
+        self._hooks.append(asyncio.create_task(self._deliver_escalation(request)))
 
-    async def _deliver_escalation(
-        self, request: EscalationHookRequest, incident: Incident | None
-    ) -> None:
+    async def _deliver_escalation(self, request: EscalationHookRequest) -> None:
+        """Deliver one hook, retried without limit (a person must hear of it); it
+        stays in ``pending_hooks`` until it ran, so continue-as-new carries it."""
+        incident = self._incident(request.incident)
         try:
             result = await workflow.execute_activity(
                 run_escalation_hook,
@@ -864,9 +1039,14 @@ class JobWorkflow:
         except ActivityError as err:
             if incident is not None:
                 incident.escalation_hook = f"failed: {_cause(err)}"
+            self._hook_done(request)
             return
         if incident is not None:
             incident.escalation_hook = "ran" if result.ran else "ran (earlier attempt)"
+        self._hook_done(request)
+
+    def _hook_done(self, request: EscalationHookRequest) -> None:
+        self._state.pending_hooks = [h for h in self._state.pending_hooks if h != request]
 
     # ------------------------------------------------------------------ helpers
 
@@ -879,7 +1059,9 @@ class JobWorkflow:
         return workflow.now().timestamp()
 
     def _run_root(self) -> str:
-        return f"{self.spec.run_dir}/{self.spec.job_id}"
+        job_dir = f"{self.spec.run_dir}/{self.spec.job_id}"
+        key = self._state.run_key
+        return f"{job_dir}/{key}" if key else job_dir
 
     def _gen_dir(self) -> str:
         return f"{self._run_root()}/gen-{self._state.generation:05d}"
@@ -896,6 +1078,7 @@ class JobWorkflow:
         """Stop ranks on the active nodes and on quarantined nodes not yet fenced."""
         pool = self._state.pool
         names = only if only is not None else [*pool.active, *pool.unfenced()]
+        names = [n for n in dict.fromkeys(names) if self._known(n)]
         grace = self.spec.recovery.stop_grace_s
         result = await workflow.execute_activity(
             stop,
@@ -904,7 +1087,7 @@ class JobWorkflow:
                 run_root=self._run_root(),
                 grace_s=grace,
                 reason=reason,
-                nodes=[self._node(n) for n in dict.fromkeys(names)],
+                nodes=[self._node(n) for n in names],
                 ssh=self.spec.ssh,
             ),
             start_to_close_timeout=timedelta(seconds=grace + 60),
@@ -914,10 +1097,31 @@ class JobWorkflow:
         )
         if only is None:
             self._state.generation_live = False
+        stuck_nodes = {g.node for g in result.unkillable}
         for quarantined in pool.quarantined:
-            if quarantined.node in names and quarantined.node not in result.unreachable:
+            if (
+                quarantined.node in names
+                and quarantined.node not in result.unreachable
+                and quarantined.node not in stuck_nodes
+            ):
                 quarantined.fenced = True
+        if result.unkillable:
+            self._on_unkillable(result.unkillable)
         return result
+
+    def _on_unkillable(self, groups: list[UnkillableGroup]) -> None:
+        """Ranks that survived SIGKILL (uninterruptible sleep after a GPU Xid, or not
+        ours to signal): their node is quarantined, unfenced, and the next launch
+        escalates instead of starting a generation beside them."""
+        pool = self._state.pool
+        lines = []
+        for group in groups:
+            pids = ", ".join(str(p) for p in group.pids)
+            lines.append(f"{group.node}: pgid {group.pgid} (pids {pids}) {group.reason}")
+            if group.node in pool.active or group.node in pool.spares:
+                pool.quarantine(group.node, f"ranks would not die: pids {pids}", self._now())
+        self._state.stuck_ranks = "ranks would not die after SIGKILL: " + "; ".join(lines)
+        workflow.logger.error(self._state.stuck_ranks)
 
     # ------------------------------------------------------------------- nodes
 
@@ -926,6 +1130,24 @@ class JobWorkflow:
             if node.name == name:
                 return node
         raise KeyError(name)
+
+    def _known(self, name: str) -> bool:
+        return any(node.name == name for node in (*self.spec.nodes, *self.spec.spares))
+
+    def _unreachable_at_launch(self, node: str, cause: str) -> FailureReport:
+        """A node the launch could not reach, as the failure the playbook handles."""
+        now = self._now()
+        slot = self._state.pool.active.index(node) if node in self._state.pool.active else 0
+        return FailureReport(
+            kind="node_lost",
+            failure_class="node_lost",
+            rank=slot * self.spec.nproc_per_node,
+            node=node,
+            fault_at=now,
+            detected_at=now,
+            step_at_failure=self._state.step,
+            evidence=[f"launch of generation {self._state.generation}: {cause}"],
+        )
 
     def _active(self) -> list[NodeSpec]:
         return [self._node(name) for name in self._state.pool.active]
@@ -937,7 +1159,12 @@ class JobWorkflow:
         """Quarantine a node and put a spare in its place (same rank slot), or shrink
         when allowed. False when neither is possible: the job then needs an operator."""
         pool = self._state.pool
-        slot = pool.active.index(node) if node in pool.active else len(pool.active)
+        if node not in pool.active:
+            # Not running this job (a spare, or already out): nothing to replace, and
+            # appending a spare would grow the world.
+            pool.quarantine(node, reason, self._now())
+            return True
+        slot = pool.active.index(node)
         pool.quarantine(node, reason, self._now())
         if pool.spares:
             pool.active.insert(slot, pool.spares.pop(0))
@@ -979,30 +1206,45 @@ class JobWorkflow:
 
     def _open_incident(self, **fields: object) -> Incident:
         state = self._state
-        if state.open_incident is not None:
+        previous = self._incident(state.open_incident)
+        if previous is not None:
             # Failed again before the previous recovery made a step: that one never recovered.
-            previous = state.incidents[state.open_incident - 1]
             previous.reason += " (superseded: failed again before the first step)"
         fault_at = float(fields["fault_at"])  # type: ignore[arg-type]
         detected_at = float(fields["detected_at"])  # type: ignore[arg-type]
+        evidence = fields.pop("evidence", None) or []
         incident = Incident.model_validate(
             {
                 **fields,
-                "id": len(state.incidents) + 1,
+                "evidence": cap_evidence(list(evidence)),  # type: ignore[call-overload]
+                "id": state.incidents_dropped + len(state.incidents) + 1,
                 "generation": state.generation,
                 "detection_s": max(0.0, detected_at - fault_at),
             }
         )
         state.incidents.append(incident)
         state.open_incident = incident.id
+        while len(state.incidents) > MAX_INCIDENTS:
+            # Keep the newest in full; the long tail survives as counts by class.
+            dropped = state.incidents.pop(0)
+            state.incidents_dropped += 1
+            counts = state.dropped_by_class
+            counts[dropped.failure_class] = counts.get(dropped.failure_class, 0) + 1
         return incident
+
+    def _incident(self, incident_id: int | None) -> Incident | None:
+        """An incident still kept in full, by id (ids keep counting past dropped ones)."""
+        if incident_id is None:
+            return None
+        index = incident_id - self._state.incidents_dropped - 1
+        return self._state.incidents[index] if 0 <= index < len(self._state.incidents) else None
 
     def _account_resume(self, resume: CheckpointRef | None) -> None:
         """Fill in what the open incident cost in steps, now that we know where we resume."""
         state = self._state
-        if state.open_incident is None:
+        incident = self._incident(state.open_incident)
+        if incident is None:
             return
-        incident = state.incidents[state.open_incident - 1]
         resumed = resume.step if resume else 0
         incident.resumed_from_step = resumed
         if incident.step_at_failure is not None:
@@ -1010,24 +1252,42 @@ class JobWorkflow:
 
     def _close_open_incident(self, first_step_at: float) -> None:
         state = self._state
-        if state.open_incident is not None:
-            incident = state.incidents[state.open_incident - 1]
+        incident = self._incident(state.open_incident)
+        if incident is not None:
             incident.recovery_s = max(0.0, first_step_at - incident.fault_at)
             incident.first_step_at = first_step_at
             state.open_incident = None
         state.consecutive_failures = 0
 
-    def _maybe_continue_as_new(self) -> None:
+    def _continue_as_new_due(self) -> bool:
+        """History is long enough to hop: checked in every phase (while supervising,
+        paused or waiting for an operator), not only between supervision reports."""
+        if not self._continue_anywhere:
+            return False
+        return self._history_is_long()
+
+    def _history_is_long(self) -> bool:
         info = workflow.info()
-        if not (
+        return (
             info.is_continue_as_new_suggested()
             or info.get_current_history_length() >= self._continue_as_new_after
-        ):
+            or info.is_target_worker_deployment_version_changed()
+        )
+
+    async def _maybe_continue_as_new(self) -> None:
+        """Hop to a new run carrying the state; the new run adopts the live ranks.
+        Also how a pinned job moves to a new controller version: when the deployment's
+        target version changes, the next run starts on it (AUTO_UPGRADE)."""
+        if not self._history_is_long():
             return
         if self._pause_requested or self._force is not None or self._resume_requested:
             return  # finish handling operator messages in this run first
-        if any(not hook.done() for hook in self._hooks):
-            return  # an escalation hook is still being delivered
+        if self._continue_anywhere:
+            # Undelivered hooks travel in ``pending_hooks``: one that always fails must
+            # not pin the job to a history that only grows.
+            await workflow.wait_condition(workflow.all_handlers_finished)
+        elif any(not hook.done() for hook in self._hooks):
+            return  # released behaviour: wait for the hook's delivery first
         self._stop_housekeeping()  # the next run starts its own (uploads resume)
         self._state.runs += 1
         workflow.continue_as_new(
@@ -1035,7 +1295,8 @@ class JobWorkflow:
                 spec=self.spec,
                 state=self._state,
                 continue_as_new_after_events=self._continue_as_new_after,
-            )
+            ),
+            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
         )
 
     def _set_phase(self, phase: Phase) -> None:
@@ -1057,3 +1318,13 @@ def _cause(err: BaseException) -> str:
     while err.__cause__ is not None:
         err = err.__cause__
     return str(err)
+
+
+def _unreachable_node(err: BaseException) -> str | None:
+    """The node a launch could not reach, when that is why it failed."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == NODE_UNREACHABLE:
+            return str(cause.details[0]) if cause.details else None
+        cause = cause.__cause__
+    return None

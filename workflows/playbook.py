@@ -225,6 +225,7 @@ DEFAULT_PLAYBOOK: dict[str, ClassPolicy] = {
     "hang": _TRANSIENT,
     "storage": _TRANSIENT,
     "oom_host": _TRANSIENT,
+    "killed": _TRANSIENT,
     "gpu_hardware": ClassPolicy(ladder=["replace_node"]),
     "node_lost": ClassPolicy(ladder=["replace_node"]),
     "user_code": ClassPolicy(ladder=["no_blind_restarts"]),
@@ -232,7 +233,8 @@ DEFAULT_PLAYBOOK: dict[str, ClassPolicy] = {
     "numerical": ClassPolicy(ladder=["rollback", "escalate"]),
     "straggler": ClassPolicy(ladder=["replace_node"]),
 }
-"""Class -> ladder. Transient classes restart in place; a bad node is replaced;
+"""Class -> ladder. Transient classes restart in place (``killed`` too: a SIGKILL with
+no OOM record, an operator's ``kill -9``, is not a reason to page); a bad node is replaced;
 bugs never restart blindly; divergence rolls back once, then asks a person."""
 
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.contracts import CheckpointRef, RankStatus
+from activities.contracts import CheckpointRef, EscalationHookRequest, RankStatus
 from lazarus.spec import JobSpec
 
 
@@ -141,6 +141,40 @@ class NodePool(BaseModel):
         return [q.node for q in self.quarantined if not q.fenced]
 
 
+class IgnoredMessage(BaseModel):
+    """An operator message the job did not act on, and why: it has no later effect."""
+
+    name: str
+    at: float
+    phase: Phase
+    reason: str
+
+
+MAX_INCIDENTS = 50
+"""Incidents kept in full in the state (and so in every query and continue-as-new);
+older ones are counted by class. Bounds the state far below Temporal's payload limit."""
+MAX_RECORDS = 50
+"""The same bound for planned stops, stragglers and ignored messages."""
+MAX_EVIDENCE_LINES = 20
+MAX_EVIDENCE_CHARS = 2_000
+"""Each incident's evidence: at most this many lines of at most this many characters.
+One log line once made 64 KB of evidence; 30 such incidents reached the 2 MB limit."""
+
+
+def cap_evidence(lines: list[str]) -> list[str]:
+    """Evidence small enough to carry forever: the first lines (the root cause comes
+    first), each cut to a bound, and a note of what was left out."""
+    kept = [
+        line
+        if len(line) <= MAX_EVIDENCE_CHARS
+        else line[: MAX_EVIDENCE_CHARS - 15] + " [truncated]"
+        for line in lines[:MAX_EVIDENCE_LINES]
+    ]
+    if len(lines) > MAX_EVIDENCE_LINES:
+        kept.append(f"[{len(lines) - MAX_EVIDENCE_LINES} more lines left out]")
+    return kept
+
+
 class JobState(BaseModel):
     """Carried across continue-as-new; the workflow's only memory."""
 
@@ -180,6 +214,26 @@ class JobState(BaseModel):
     """Escalations to NEEDS_OPERATOR so far: numbers each ``on_escalation`` run."""
     rollback_pending: bool = False
     """The next launch must first retire the newest checkpoint (numerical rollback)."""
+    run_key: str | None = None
+    """This start's own run directory under ``<run_dir>/<job_id>/``, kept across
+    continue-as-new; None for jobs started before runs had their own directory (they
+    keep the legacy ``<run_dir>/<job_id>`` so that an upgraded worker adopts their ranks)."""
+    retired_steps: list[int] = Field(default_factory=list)
+    """Checkpoints retired by a numerical rollback: never resumed from again, from
+    either tier, whatever a later relaunch or an operator's resume does."""
+    incidents_dropped: int = 0
+    """Incidents older than the newest ``MAX_INCIDENTS``, no longer kept in full."""
+    dropped_by_class: dict[str, int] = Field(default_factory=dict)
+    """How many of the dropped incidents each class had: the long tail, aggregated."""
+    ignored_messages: list[IgnoredMessage] = Field(default_factory=list)
+    """Operator messages that made no sense when they arrived (newest last, bounded)."""
+    pending_hooks: list[EscalationHookRequest] = Field(default_factory=list)
+    """Escalation hooks not yet delivered: carried across continue-as-new and delivered
+    again by the next run (the hook's marker file makes a repeat a no-op)."""
+    progress_signal: str | None = None
+    """How the supervisor sees progress: heartbeat, log, or none (hang detection off)."""
+    stuck_ranks: str | None = None
+    """Set when a stop met ranks that survived SIGKILL: the next launch escalates."""
 
 
 class JobInput(BaseModel):
@@ -237,3 +291,12 @@ class JobStatus(BaseModel):
     planned_stops: list[PlannedStop] = Field(default_factory=list)
     durable_steps: list[int] = Field(default_factory=list)
     """Checkpoints whose durable copy is uploaded and verified (newest last)."""
+    incidents_dropped: int = 0
+    """Older incidents not listed in ``incidents`` (counted by class in ``dropped_by_class``)."""
+    dropped_by_class: dict[str, int] = Field(default_factory=dict)
+    ignored_messages: list[IgnoredMessage] = Field(default_factory=list)
+    retired_steps: list[int] = Field(default_factory=list)
+    progress_signal: str | None = None
+    """heartbeat, log, or none: with none, hang detection is off (crashes only)."""
+    run_dir: str | None = None
+    """This start's run directory (generations, logs, exit files)."""

@@ -1,0 +1,195 @@
+"""Fake activities for testing the job workflow's decisions against a real server.
+
+Each fake is registered under the real activity's name, so the real ``JobWorkflow``
+runs unchanged; a :class:`Script` per job says what the "cluster" does (a launch that
+meets an unreachable node, a stop that cannot kill, a failure at some generation) and
+records what the workflow asked for. No ranks, no files: these tests are about policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import (
+    CheckpointNowRequest,
+    CheckpointNowResult,
+    CheckpointRef,
+    CheckpointSearch,
+    EscalationHookRequest,
+    EscalationHookResult,
+    FailureReport,
+    FindVerifiedCheckpointRequest,
+    GarbageCollectionRequest,
+    GarbageCollectionResult,
+    LaunchRequest,
+    LaunchResult,
+    NodeHealth,
+    PreflightActivityRequest,
+    PreflightReport,
+    RestoreCheckpointRequest,
+    RollbackRequest,
+    RollbackResult,
+    StopRequest,
+    StopResult,
+    SuperviseOutcome,
+    SuperviseRequest,
+    UnkillableGroup,
+    UploadCheckpointRequest,
+    UploadResult,
+    WatchCheckpointsRequest,
+)
+
+
+@dataclass
+class Script:
+    """What the fake cluster does for one job, and what the workflow asked of it."""
+
+    unreachable_at_launch: dict[int, str] = field(default_factory=dict)
+    """generation -> node the launch cannot reach."""
+    failures: dict[int, FailureReport] = field(default_factory=dict)
+    """generation -> the failure supervision reports (else it runs until cancelled)."""
+    succeed_at: set[int] = field(default_factory=set)
+    """Generations whose supervision reports success."""
+    unkillable: list[UnkillableGroup] = field(default_factory=list)
+    """Reported by every stop while non-empty."""
+    failure_evidence: list[str] = field(default_factory=list)
+    hook_fails: bool = False
+    launches: list[LaunchRequest] = field(default_factory=list)
+    stops: list[StopRequest] = field(default_factory=list)
+    hooks: list[EscalationHookRequest] = field(default_factory=list)
+
+
+SCRIPTS: dict[str, Script] = {}
+
+
+def script_for(job_id: str) -> Script:
+    return SCRIPTS.setdefault(job_id, Script())
+
+
+async def _wait_until_cancelled() -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(0.2)
+
+
+@activity.defn(name="launch")
+async def launch(request: LaunchRequest) -> LaunchResult:
+    script = script_for(request.spec.job_id)
+    script.launches.append(request)
+    node = script.unreachable_at_launch.get(request.generation)
+    if node is not None:
+        raise ApplicationError(
+            f"node {node} unreachable: connection timed out",
+            node,
+            type="NodeUnreachable",
+            non_retryable=True,
+        )
+    return LaunchResult(
+        generation=request.generation,
+        master_addr="127.0.0.1",
+        master_port=29500,
+        run_dir=f"{request.run_root}/gen-{request.generation:05d}",
+        ranks=[],
+        launched_at=time.time(),
+        adopted=False,
+    )
+
+
+@activity.defn(name="supervise")
+async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
+    script = script_for(request.job_id)
+    now = time.time()
+    if request.generation in script.succeed_at:
+        return SuperviseOutcome(kind="succeeded", generation=request.generation, observed_at=now)
+    failure = script.failures.get(request.generation)
+    if failure is not None:
+        return SuperviseOutcome(
+            kind="failed", generation=request.generation, observed_at=now, failure=failure
+        )
+    deadline = time.monotonic() + request.report_after_s
+    while time.monotonic() < deadline:  # a periodic progress report, as the real one
+        activity.heartbeat()
+        await asyncio.sleep(0.2)
+    return SuperviseOutcome(kind="progress", generation=request.generation, observed_at=time.time())
+
+
+@activity.defn(name="stop")
+async def stop(request: StopRequest) -> StopResult:
+    script = script_for(request.job_id)
+    script.stops.append(request)
+    stuck = [g for g in script.unkillable if g.node in {n.name for n in request.nodes}]
+    return StopResult(generations=[], signalled_groups=0, killed_groups=0, unkillable=stuck)
+
+
+@activity.defn(name="find_verified_checkpoint")
+async def find_verified_checkpoint(request: FindVerifiedCheckpointRequest) -> CheckpointSearch:
+    return CheckpointSearch()
+
+
+@activity.defn(name="preflight")
+async def preflight(request: PreflightActivityRequest) -> PreflightReport:
+    return PreflightReport(nodes=[NodeHealth(node=n.name, ok=True) for n in request.nodes])
+
+
+@activity.defn(name="watch_checkpoints")
+async def watch_checkpoints(request: WatchCheckpointsRequest) -> CheckpointRef | None:
+    await _wait_until_cancelled()
+    return None
+
+
+@activity.defn(name="run_escalation_hook")
+async def run_escalation_hook(request: EscalationHookRequest) -> EscalationHookResult:
+    job_id = request.payload.split('"job_id": "', 1)[1].split('"', 1)[0]
+    script = script_for(job_id)
+    script.hooks.append(request)
+    if script.hook_fails:
+        raise ApplicationError("webhook down")
+    return EscalationHookResult(ran=True, exit_code=0)
+
+
+@activity.defn(name="checkpoint_now")
+async def checkpoint_now(request: CheckpointNowRequest) -> CheckpointNowResult:
+    return CheckpointNowResult(checkpoint=None, waited_s=0.0)
+
+
+@activity.defn(name="roll_back_checkpoint")
+async def roll_back_checkpoint(request: RollbackRequest) -> RollbackResult:
+    return RollbackResult(retired=[], resume=None)
+
+
+@activity.defn(name="restore_checkpoint")
+async def restore_checkpoint(request: RestoreCheckpointRequest) -> CheckpointRef:
+    raise ApplicationError("no durable tier in these tests", non_retryable=True)
+
+
+@activity.defn(name="upload_checkpoint")
+async def upload_checkpoint(request: UploadCheckpointRequest) -> UploadResult:
+    raise ApplicationError("no durable tier in these tests", non_retryable=True)
+
+
+@activity.defn(name="collect_garbage")
+async def collect_garbage(request: GarbageCollectionRequest) -> GarbageCollectionResult:
+    raise ApplicationError("no retention in these tests", non_retryable=True)
+
+
+ACTIVITIES: Sequence[Callable[..., Any]] = (
+    launch,
+    supervise,
+    stop,
+    find_verified_checkpoint,
+    preflight,
+    watch_checkpoints,
+    run_escalation_hook,
+    checkpoint_now,
+    roll_back_checkpoint,
+    restore_checkpoint,
+    upload_checkpoint,
+    collect_garbage,
+)
