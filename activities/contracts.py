@@ -52,6 +52,10 @@ class LaunchRequest(_Model):
     resume: CheckpointRef | None = None
     nodes: list[NodeSpec] | None = None
     """The node set of this generation, in rank order; None means ``spec.nodes``."""
+    run_root: str | None = None
+    """This workflow run's directory, ``<run_dir>/<job_id>/<run_key>``: generations live
+    under it, so a job started again never sees an earlier run's files. None: the
+    legacy ``<run_dir>/<job_id>`` (jobs started before run directories existed)."""
 
 
 class LaunchResult(_Model):
@@ -76,6 +80,20 @@ class StopRequest(_Model):
     nodes: list[NodeSpec] = Field(default_factory=list)
     """Every node that may hold ranks of this job; empty means this machine only."""
     ssh: SSHSpec = Field(default_factory=SSHSpec)
+    kill_wait_s: float = Field(default=10.0, ge=0)
+    """After SIGKILL, how long to wait for a group to die before reporting it in
+    ``StopResult.unkillable`` (instead of failing, and being retried, forever)."""
+
+
+class UnkillableGroup(_Model):
+    """A rank process group still alive ``kill_wait_s`` after SIGKILL: a process in
+    uninterruptible sleep (state D, e.g. a GPU after an Xid, a hung NFS mount)."""
+
+    node: str
+    pgid: int
+    pids: list[int] = Field(default_factory=list)
+    """Members still alive when the stop gave up (empty if the node did not say)."""
+    reason: str
 
 
 class StopResult(_Model):
@@ -87,6 +105,9 @@ class StopResult(_Model):
     """The newest step any stopped rank reported: what a forced stop costs, in steps."""
     unreachable: list[str] = Field(default_factory=list)
     """Nodes that could not be reached: whatever runs there is not yet fenced."""
+    unkillable: list[UnkillableGroup] = Field(default_factory=list)
+    """Groups that survived SIGKILL for ``kill_wait_s``: their nodes are not fenced
+    (quarantine them and escalate, naming the pids)."""
 
 
 class RankStatus(_Model):
@@ -147,6 +168,13 @@ class SuperviseRequest(_Model):
 
 OutcomeKind = Literal["succeeded", "failed", "progress", "first_step", "straggler"]
 
+ProgressSignal = Literal["heartbeat", "log", "none"]
+"""What tells the supervisor a generation makes progress: ``heartbeat`` (some rank
+writes ``lazarus.rank`` heartbeats), ``log`` (``health.progress_regex`` is set and no
+heartbeat was seen), ``none`` (neither, ``startup_timeout_s`` after launch: hang
+detection is off for the generation, only crashes, vanished ranks and lost nodes are
+detected). None while it cannot be known yet (before ``startup_timeout_s``)."""
+
 
 class StragglerReport(_Model):
     rank: int
@@ -171,6 +199,17 @@ class SuperviseOutcome(_Model):
     ranks: list[RankStatus] = Field(default_factory=list)
     failure: FailureReport | None = None
     straggler: StragglerReport | None = None
+    progress_signal: ProgressSignal | None = None
+    """See :data:`ProgressSignal`; ``none`` means hang detection is off."""
+
+
+class ProgressMark(_Model):
+    """When the controller first saw a rank's current progress (a new heartbeat or a
+    new step in its log), by the controller's clock: staleness is never measured
+    against a remote node's clock. ``marker`` identifies that progress."""
+
+    marker: str
+    seen_at: float
 
 
 class SupervisionProgress(_Model):
@@ -187,6 +226,9 @@ class SupervisionProgress(_Model):
     """Supervisor memory that files cannot hold: a retried attempt (after a worker crash)
     restores it from the last heartbeat, so node-loss clocks survive the hand-over."""
     dead_since: dict[int, float] = Field(default_factory=dict)
+    progress_marks: dict[int, ProgressMark] = Field(default_factory=dict)
+    """Per rank, when its current progress was first seen: hang clocks survive too."""
+    progress_signal: ProgressSignal | None = None
 
 
 class NodeHealth(_Model):
@@ -240,6 +282,8 @@ class CheckpointNowResult(_Model):
 class RollbackRequest(_Model):
     checkpoint_dir: str
     reason: str = ""
+    job_id: str | None = None
+    """Only this job's checkpoints are retired (None: any, as before)."""
 
 
 class RollbackResult(_Model):
@@ -255,6 +299,8 @@ class EscalationHookRequest(_Model):
     """The incident as JSON, given to the command on stdin."""
     marker: str
     """Written after the command succeeds: a retried attempt never runs it twice."""
+    incident: int | None = None
+    """The incident escalated, so the workflow can record the hook's outcome on it."""
     timeout_s: float = 60.0
 
 
@@ -293,6 +339,9 @@ class SkippedCheckpoint(_Model):
     path: str
     location: CheckpointLocation = "local"
     problems: list[str]
+    moved_to: str | None = None
+    """Where a corrupt local copy was moved (``<checkpoint_dir>/.corrupt/step-N.<n>``),
+    kept for a person; None when it was left in place (durable, or another job's)."""
 
 
 class FindVerifiedCheckpointRequest(_Model):
@@ -306,6 +355,11 @@ class FindVerifiedCheckpointRequest(_Model):
     below_step: int | None = None
     """Only consider checkpoints older than this step (a rollback must not pick the
     durable copy of the checkpoint it just retired)."""
+    job_id: str | None = None
+    """Never resume from a checkpoint whose manifest names another job (it is listed
+    in ``skipped`` as "written by job X"). None: any job's."""
+    exclude_steps: list[int] = Field(default_factory=list)
+    """Steps retired by a numerical rollback: never chosen, from either tier."""
 
 
 class CheckpointSearch(_Model):
@@ -377,6 +431,8 @@ class GarbageCollectionRequest(_Model):
     """``keep_local``, ``keep_durable``, ``verify_hashes`` and the durable store."""
     protect_steps: list[int] = Field(default_factory=list)
     """Never delete these (e.g. the step being uploaded or resumed from)."""
+    job_id: str | None = None
+    """Never delete, nor count, a checkpoint whose manifest names another job."""
 
 
 class GarbageCollectionResult(_Model):

@@ -17,12 +17,24 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.command_policy import CommandNotAllowed, enforce
 from activities.contracts import EscalationHookRequest, EscalationHookResult
 
 OUTPUT_TAIL_CHARS = 2000
 
 
 def run_hook(request: EscalationHookRequest) -> EscalationHookResult:
+    # The hook runs here with this worker's environment (where a webhook token can
+    # live, out of history), so the worker's allow-list decides, not the client.
+    try:
+        enforce(
+            "on_escalation",
+            request.command,
+            workdir=request.workdir,
+            search_path=os.environ.get("PATH"),
+        )
+    except CommandNotAllowed as exc:
+        raise exc.application_error() from None
     marker = Path(request.marker)
     if marker.exists():
         return EscalationHookResult(ran=False, exit_code=0, output_tail="already ran")

@@ -7,61 +7,91 @@ starts, each rank's wrapper writes its pid file, and ``launch.json`` marks the
 launch complete. A file lock serialises two attempts that overlap in time.
 
 Fencing: a launch of generation N refuses if a newer generation exists, and kills
-anything still alive from older ones, so two generations are never alive at once.
+anything still alive from older ones, and from every other run of the same job (a
+terminated earlier run may have left ranks behind), so two generations are never
+alive at once. Only groups whose pid files' start ticks match are signalled.
+
+A node that cannot be reached fails the launch at once (``NodeUnreachable``, not
+retried: the workflow treats it as a node failure) after what this launch started
+elsewhere is stopped, so no half-launched generation is left running.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import hashlib
+import logging
 import os
 import shutil
-import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.command_policy import CommandNotAllowed, enforce
 from activities.contracts import CheckpointRef, LaunchRequest, LaunchResult, RankProcess
-from activities.nodes.agent import NodeAgent, NodeRefused, RankLaunch, StartedRank
-from activities.nodes.factory import agents, on_each
-from activities.nodes.local_agent import RankStartFailed
+from activities.nodes.agent import (
+    NodeAgent,
+    NodeRefused,
+    NodeUnreachable,
+    RankLaunch,
+    StartedRank,
+)
+from activities.nodes.factory import agents, on_each, on_each_settled
+from activities.nodes.local_agent import RankStartFailed, stop_ranks
 from activities.nodes.shim_agent import ShimError
-from activities.procfs import group_members, signal_group
-from activities.rundir import GenerationDir, generations, job_root, read_json, write_json_atomic
+from activities.rundir import (
+    GenerationDir,
+    generation_lock,
+    generations,
+    job_root,
+    read_json,
+    runs,
+    write_json_atomic,
+)
+from activities.secret_env import SecretEnvError, passed_env, read_env_file
+from lazarus import chaos_points
 from lazarus import environment as env_names
+from lazarus.chaos_points import chaos_point
+from lazarus.settings import API_KEY_ENV
 from lazarus.spec import JobSpec, NodeSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+FENCE_KILL_WAIT_S = 10.0
+"""How long fencing waits for SIGKILLed groups of other generations to die."""
+FENCE_LOCK_WAIT_S = 10.0
+"""How long fencing waits for another generation's launch lock before fencing anyway."""
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LaunchRefused", "LaunchUnreachable", "generation_lock", "launch_generation"]
 
 
 class LaunchRefused(Exception):
     """A launch that must not be retried: fenced, or a command that cannot start."""
 
 
+class LaunchUnreachable(Exception):
+    """Nodes could not be reached during a launch: a node failure for the workflow's
+    playbook (a spare, or NEEDS_OPERATOR), never a terminal failure of the job."""
+
+    def __init__(
+        self, message: str, nodes: list[str], started_on: list[NodeSpec] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.nodes = nodes
+        self.started_on = started_on or []
+        """Nodes that were reached, so may run ranks of this launch: to be stopped."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-@contextmanager
-def generation_lock(gen: GenerationDir) -> Iterator[None]:
-    """Held by ``launch`` while it starts ranks and by ``stop`` before it signals, so a
-    stop can never slip in between two rank starts and leave the later ones orphaned."""
-    gen.path.mkdir(parents=True, exist_ok=True)
-    with open(gen.lock_file, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def resolve_program(spec: JobSpec) -> str | None:
@@ -102,10 +132,24 @@ def rank_environment(
     master_port: int,
     resume: CheckpointRef | None,
 ) -> dict[str, str]:
-    """The environment torchrun would set, plus Lazarus's own contract."""
+    """The environment torchrun would set, plus Lazarus's own contract.
+
+    Precedence, lowest first: the worker's environment (local nodes only), the
+    ``env_from_file`` values (local nodes; the shim reads it on ssh nodes, see
+    :func:`rank_env_file`), ``env``, ``pass_env``, then Lazarus's own variables.
+    Raises :class:`LaunchRefused` for a secret that cannot be supplied.
+    """
     local = nodes[node_index].launcher == "local"
     env = dict(os.environ) if local else {}
-    env.update(spec.env)
+    # The worker's credentials for Temporal are not the job's to use.
+    env.pop(API_KEY_ENV, None)
+    try:
+        if local and spec.env_from_file is not None:
+            env.update(read_env_file(spec.env_from_file))
+        env.update(spec.env)
+        env.update(passed_env(spec.pass_env))
+    except SecretEnvError as exc:
+        raise LaunchRefused(str(exc)) from None
     env.update(
         {
             env_names.RANK: str(rank),
@@ -138,19 +182,73 @@ def rank_environment(
     return env
 
 
-def _fence_older_generations(job_run_root: Path, generation: int) -> None:
+def rank_env_file(spec: JobSpec, node: NodeSpec) -> str | None:
+    """The ``env_from_file`` the node itself must read: ssh nodes only (for local
+    nodes :func:`rank_environment` has read it already)."""
+    return None if node.launcher == "local" else spec.env_from_file
+
+
+def _fence_older_generations(run_root: Path, generation: int) -> None:
     """Safety net behind the workflow's own ``stop``: nothing older may stay alive here."""
-    for gen in generations(job_run_root):
+    older: list[GenerationDir] = []
+    for gen in generations(run_root):
         if gen.generation > generation:
             raise LaunchRefused(
                 f"generation {generation} is fenced: generation {gen.generation} already exists"
             )
-        if gen.generation == generation:
-            continue
-        for pid_file in gen.path.glob("rank-*.pid"):
-            record = read_json(pid_file)
-            if record and group_members(int(record["pgid"])):
-                signal_group(int(record["pgid"]), signal.SIGKILL)
+        if gen.generation < generation:
+            older.append(gen)
+    _fence(older)
+
+
+def _other_runs(job_dir: Path, run_root: Path) -> list[Path]:
+    """Every other run of this job with generations: earlier runs in their own
+    directories, and the legacy generations directly under the job directory."""
+    others = [r for r in runs(job_dir) if r.resolve() != run_root.resolve()]
+    if job_dir.resolve() != run_root.resolve() and generations(job_dir):
+        others.append(job_dir)
+    return others
+
+
+def _fence(gens: list[GenerationDir]) -> None:
+    """Stop (start ticks checked) whatever still runs of these generations here."""
+    if not gens:
+        return
+    result = stop_ranks(
+        gens,
+        grace_s=0.0,
+        kill_wait_s=FENCE_KILL_WAIT_S,
+        reporter="local",
+        lock_timeout_s=FENCE_LOCK_WAIT_S,
+    )
+    for group in result.unkillable:
+        log.warning("fencing: %s", group.reason)
+
+
+def _fence_other_runs_remotely(opened: list[NodeAgent], others: list[Path]) -> None:
+    """Earlier runs' ranks on remote nodes live in the nodes' own run directories:
+    stop them there too. Raises :class:`LaunchUnreachable` for nodes that cannot be
+    reached (nothing has been started yet)."""
+    remote = [a for a in opened if a.node.launcher != "local"]
+    if not remote or not others:
+        return
+
+    def fence_on(agent: NodeAgent) -> str | None:
+        for other in others:
+            result = agent.stop(str(other), None, 0.0, FENCE_KILL_WAIT_S)
+            if not result.reachable:
+                return result.error or f"node {agent.node.name} is unreachable"
+            for group in result.unkillable:
+                log.warning("fencing: %s", group.reason)
+        return None
+
+    errors = {a.node.name: e for a, e in zip(remote, on_each(remote, fence_on), strict=True) if e}
+    if errors:
+        raise LaunchUnreachable(
+            f"cannot reach {', '.join(errors)} to fence earlier runs: "
+            + "; ".join(errors.values()),
+            list(errors),
+        )
 
 
 def _master_port(spec: JobSpec, nodes: list[NodeSpec], generation: int) -> int:
@@ -161,13 +259,33 @@ def _master_port(spec: JobSpec, nodes: list[NodeSpec], generation: int) -> int:
 
 def launch_generation(request: LaunchRequest) -> LaunchResult:
     """Blocking core of :func:`launch`; also used directly by tests and benches."""
+    nodes = request.nodes or request.spec.nodes
+    # The worker is the trust boundary: its allow-list, not the client, decides.
+    enforce(
+        "command",
+        request.spec.command,
+        workdir=request.spec.workdir,
+        search_path=rank_search_path(request.spec.env.get("PATH")),
+        remote=nodes[0].launcher != "local",
+    )
+    try:
+        return _launch_generation(request)
+    except LaunchUnreachable as exc:
+        _stop_half_launch(request, exc)
+        raise
+
+
+def _launch_generation(request: LaunchRequest) -> LaunchResult:
     spec = request.spec
     nodes = request.nodes or spec.nodes
-    root = job_root(spec.run_dir, spec.job_id)
+    job_dir = job_root(spec.run_dir, spec.job_id)
+    root = Path(request.run_root) if request.run_root is not None else job_dir
     gen = GenerationDir.of(root, request.generation)
     gen.path.mkdir(parents=True, exist_ok=True)
     with generation_lock(gen):
         _fence_older_generations(root, request.generation)
+        others = _other_runs(job_dir, root)
+        _fence([g for other in others for g in generations(other)])
         if gen.stopped_file.exists():
             raise LaunchRefused(f"generation {request.generation} was stopped; launch a new one")
         done = read_json(gen.launch_file)
@@ -183,6 +301,9 @@ def launch_generation(request: LaunchRequest) -> LaunchResult:
             plan = {
                 "master_port": _master_port(spec, nodes, request.generation),
                 "nodes": [n.name for n in nodes],
+                # With the node order, says which logical node launched each rank: a
+                # stop of one node must never touch another's (local nodes share files).
+                "nproc_per_node": spec.nproc_per_node,
             }
             write_json_atomic(gen.plan_file, plan)
         master_port = int(plan["master_port"])
@@ -199,18 +320,18 @@ def launch_generation(request: LaunchRequest) -> LaunchResult:
                         spec, nodes, index, gen, rank, master_port, request.resume
                     ),
                     workdir=spec.workdir,
+                    env_file=rank_env_file(spec, agent.node),
                 )
                 for rank in range(first, first + spec.nproc_per_node)
             ]
             return agent.start_ranks(str(gen.path), launches)
 
+        chaos_point(chaos_points.LAUNCH_BEFORE_PIDS)
         with agents(nodes, spec.ssh) as opened:
-            try:
-                per_node = on_each(opened, start_on)
-            except RankStartFailed as exc:
-                raise LaunchRefused(f"command: {exc}; fix the spec's command or PATH") from exc
-            except (NodeRefused, ShimError) as exc:
-                raise LaunchRefused(str(exc)) from exc
+            first_launch = all(g.generation == request.generation for g in generations(root))
+            if first_launch:  # later launches of this run already fenced them
+                _fence_other_runs_remotely(opened, others)
+            per_node = _start_everywhere(opened, start_on)
         ranks = [
             RankProcess(
                 rank=r.rank,
@@ -232,8 +353,53 @@ def launch_generation(request: LaunchRequest) -> LaunchResult:
             launched_at=time.time(),
             adopted=any(r.adopted for started in per_node for r in started),
         )
+        chaos_point(chaos_points.LAUNCH_BEFORE_LAUNCH_JSON)
         write_json_atomic(gen.launch_file, result.model_dump(mode="json", exclude={"adopted"}))
         return result
+
+
+def _start_everywhere(
+    opened: list[NodeAgent], start_on: Callable[[NodeAgent], list[StartedRank]]
+) -> list[list[StartedRank]]:
+    """Start on every node at once; every node's call finishes before this returns or
+    raises, so a failure never leaves a start running in the background."""
+    outcomes = on_each_settled(opened, start_on)
+    unreachable = [
+        (agent, exc)
+        for agent, exc in zip(opened, outcomes, strict=True)
+        if isinstance(exc, NodeUnreachable)
+    ]
+    if unreachable:
+        names = [agent.node.name for agent, _ in unreachable]
+        raise LaunchUnreachable(
+            f"node{'s' if len(names) > 1 else ''} {', '.join(names)} unreachable during "
+            "launch: " + "; ".join(str(exc) for _, exc in unreachable),
+            names,
+            started_on=[a.node for a in opened if a.node.name not in names],
+        )
+    for exc in outcomes:
+        if isinstance(exc, RankStartFailed):
+            raise LaunchRefused(f"command: {exc}; fix the spec's command or PATH") from exc
+        if isinstance(exc, (NodeRefused, ShimError)):
+            raise LaunchRefused(str(exc)) from exc
+        if isinstance(exc, BaseException):
+            raise exc
+    return [started for started in outcomes if not isinstance(started, BaseException)]
+
+
+def _stop_half_launch(request: LaunchRequest, exc: LaunchUnreachable) -> None:
+    """Stop what a launch that met an unreachable node started on the others: a
+    half-launched generation would wait forever for its missing peers. Run after the
+    launch lock is released (the local stop takes that lock itself). The generation is
+    marked stopped: the next launch must use a new generation number."""
+    if not exc.started_on:
+        return
+    root = request.run_root or str(job_root(request.spec.run_dir, request.spec.job_id))
+    with agents(exc.started_on, request.spec.ssh) as opened:
+        results = on_each(opened, lambda agent: agent.stop(root, None, 0.0, FENCE_KILL_WAIT_S))
+    for result in results:
+        for group in result.unkillable:
+            log.warning("stopping a half launch: %s", group.reason)
 
 
 @activity.defn(name="launch")
@@ -243,3 +409,9 @@ async def launch(request: LaunchRequest) -> LaunchResult:
         return await asyncio.to_thread(launch_generation, request)
     except LaunchRefused as exc:
         raise ApplicationError(str(exc), type="LaunchRefused", non_retryable=True) from exc
+    except CommandNotAllowed as exc:
+        raise exc.application_error() from exc
+    except LaunchUnreachable as exc:
+        raise ApplicationError(
+            str(exc), *exc.nodes, type="NodeUnreachable", non_retryable=True
+        ) from exc

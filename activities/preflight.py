@@ -8,9 +8,11 @@ costs a whole failed generation.
 from __future__ import annotations
 
 import asyncio
+import os
 
 from temporalio import activity
 
+from activities.command_policy import CommandNotAllowed, enforce
 from activities.contracts import NodeHealth, PreflightActivityRequest, PreflightReport
 from activities.launcher import rank_search_path
 from activities.nodes.agent import NodeAgent, NodeRefused, NodeUnreachable, PreflightRequest
@@ -18,6 +20,20 @@ from activities.nodes.factory import agents, on_each
 
 
 def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
+    """Check every node; raises :class:`CommandNotAllowed` for a health command the
+    worker's allow-list refuses (before any node runs it)."""
+    search_path = rank_search_path(request.search_path)
+    health = request.checks.health_command
+    if health:
+        remote = any(node.launcher != "local" for node in request.nodes)
+        # Local checks run it with the worker's PATH; on ssh nodes only a path is checkable.
+        enforce(
+            "preflight.health_command",
+            health,
+            workdir=request.workdir,
+            search_path=os.environ.get("PATH"),
+            remote=remote,
+        )
     checks = PreflightRequest(
         interpreter=request.interpreter,
         workdir=request.workdir,
@@ -25,7 +41,7 @@ def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
         min_free_disk_gb=request.checks.min_free_disk_gb,
         health_command=request.checks.health_command,
         timeout_s=request.checks.timeout_s,
-        search_path=rank_search_path(request.search_path),
+        search_path=search_path,
     )
 
     def check(agent: NodeAgent) -> NodeHealth:
@@ -48,4 +64,7 @@ def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
 
 @activity.defn(name="preflight")
 async def preflight(request: PreflightActivityRequest) -> PreflightReport:
-    return await asyncio.to_thread(check_nodes, request)
+    try:
+        return await asyncio.to_thread(check_nodes, request)
+    except CommandNotAllowed as exc:
+        raise exc.application_error() from None

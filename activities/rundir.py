@@ -1,8 +1,13 @@
 """Layout of a job's run directory: the durable record that lets any worker re-attach.
 
-Nothing about running ranks lives in worker memory. Each generation owns a folder::
+Nothing about running ranks lives in worker memory. Every workflow run of a job owns
+a run directory (``run_key`` is chosen by the workflow and kept across
+continue-as-new), so starting a job again never adopts, or is fenced by, an earlier
+run's files. Jobs started before run directories existed keep their generations
+directly under ``<run_dir>/<job_id>`` (the legacy layout). Each generation owns a
+folder::
 
-    <run_dir>/<job_id>/gen-00003/
+    <run_dir>/<job_id>/<run_key>/gen-00003/
         plan.json              master port, chosen once so a retried launch reuses it
         launch.json            written when every rank has started: the launch is done
         rank-0.pid             wrapper pid, process group, rank pid, start ticks
@@ -15,10 +20,14 @@ Nothing about running ranks lives in worker memory. Each generation owns a folde
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,3 +117,76 @@ def generations(job_run_root: str | Path) -> list[GenerationDir]:
         return []
     found = [GenerationDir(p) for p in root.iterdir() if p.is_dir() and _GEN_DIR.match(p.name)]
     return sorted(found, key=lambda g: g.generation)
+
+
+def generations_below(root: str | Path) -> list[GenerationDir]:
+    """The generations directly under ``root`` and those of every run under it: given a
+    job directory, everything the job ever launched on this machine, in any layout."""
+    return [*generations(root), *(g for run in runs(root) for g in generations(run))]
+
+
+def runs(job_dir: str | Path) -> list[Path]:
+    """The run directories of a job that hold at least one generation, least recently
+    active first. The job directory itself (legacy generations) is not included."""
+    root = Path(job_dir)
+    if not root.is_dir():
+        return []
+    found = [
+        p
+        for p in root.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and not _GEN_DIR.match(p.name)
+        if generations(p)
+    ]
+    return sorted(found, key=_last_activity)
+
+
+def latest_run(job_dir: str | Path) -> Path | None:
+    """The run (or, for a legacy job, the job directory itself) whose generations were
+    touched last: run keys are opaque ids, so recency is the only order they have. A
+    generation directory's mtime moves with every heartbeat or pid file renamed into it.
+    None when nothing under ``job_dir`` holds a generation."""
+    root = Path(job_dir)
+    candidates = [*runs(root), *([root] if generations(root) else [])]
+    return max(candidates, key=_last_activity) if candidates else None
+
+
+def _last_activity(root: Path) -> int:
+    stamps = []
+    for gen in generations(root):
+        try:
+            stamps.append(gen.path.stat().st_mtime_ns)
+        except FileNotFoundError:
+            continue
+    return max(stamps, default=0)
+
+
+@contextmanager
+def generation_lock(gen: GenerationDir, timeout_s: float | None = None) -> Iterator[bool]:
+    """Held by ``launch`` while it starts ranks and by ``stop`` before it signals, so a
+    stop can never slip in between two rank starts and leave the later ones orphaned.
+
+    Yields whether the lock is held: with ``timeout_s`` it gives up after that long
+    (fencing another run must not wait forever on a lock a wedged launch holds)."""
+    gen.path.mkdir(parents=True, exist_ok=True)
+    with open(gen.lock_file, "a+") as handle:
+        if timeout_s is None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            held = True
+        else:
+            held = _try_lock(handle.fileno(), time.monotonic() + timeout_s)
+        try:
+            yield held
+        finally:
+            if held:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _try_lock(fd: int, deadline: float) -> bool:
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)

@@ -5,7 +5,9 @@ because a SIGSTOPped rank cannot act on SIGTERM), a grace period, then SIGKILL,
 and each stopped generation is marked so a late launch of it is refused.
 Idempotent: stopping what is already gone is a no-op, so a retry after a worker
 crash, or a second ``cancel``, is always safe. A node that cannot be reached is
-reported, not waited for: what runs there is fenced when it comes back.
+reported, not waited for: what runs there is fenced when it comes back. A group
+that outlives SIGKILL for ``kill_wait_s`` (uninterruptible sleep) is reported in
+``unkillable``, not retried forever: the workflow quarantines its node.
 """
 
 from __future__ import annotations
@@ -18,17 +20,24 @@ from temporalio import activity
 from activities.contracts import StopRequest, StopResult
 from activities.nodes.agent import NodeAgent, NodeStopResult
 from activities.nodes.factory import agents, on_each
+from activities.nodes.local_agent import LocalAgent
 from lazarus.spec import NodeSpec
 
 
 def stop_on_nodes(request: StopRequest) -> StopResult:
-    nodes = request.nodes or [NodeSpec()]
+    """Stop on every node of the request at once; with no nodes, every rank on this
+    machine (whichever logical node launched it)."""
 
     def stop_one(agent: NodeAgent) -> NodeStopResult:
-        return agent.stop(request.run_root, request.keep_generation, request.grace_s)
+        return agent.stop(
+            request.run_root, request.keep_generation, request.grace_s, request.kill_wait_s
+        )
 
-    with agents(nodes, request.ssh) as opened:
-        results = on_each(opened, stop_one)
+    if not request.nodes:
+        results = [stop_one(LocalAgent(NodeSpec(), whole_machine=True))]
+    else:
+        with agents(request.nodes, request.ssh) as opened:
+            results = on_each(opened, stop_one)
     steps = [r.last_step for r in results if r.last_step is not None]
     return StopResult(
         generations=sorted({g for r in results for g in r.generations}),
@@ -36,6 +45,7 @@ def stop_on_nodes(request: StopRequest) -> StopResult:
         killed_groups=sum(r.killed_groups for r in results),
         last_step=max(steps) if steps else None,
         unreachable=[r.node for r in results if not r.reachable],
+        unkillable=[group for r in results for group in r.unkillable],
     )
 
 

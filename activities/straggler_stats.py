@@ -34,7 +34,11 @@ class StragglerFinding:
 
 
 class ComputeWindow:
-    """Per-rank ``(heartbeat time, compute seconds)`` samples within ``window_s``."""
+    """Per-rank ``(seen at, compute seconds)`` samples within ``window_s``.
+
+    ``seen at`` is the controller's time when it first saw the heartbeat, never the
+    node's timestamp in it: a node whose clock is off would otherwise keep its samples
+    out of the window (behind) or in it for too long (ahead)."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s

@@ -2,8 +2,14 @@
 
 Everything the supervisor needs is on disk in the generation's run directory, so
 an attempt started after a worker crash re-attaches with no loss: exit-status
-files say what ended while nobody watched, heartbeat files carry the time of the
-last progress, and hang clocks therefore survive the hand-over.
+files say what ended while nobody watched, and heartbeat files say how far each
+rank got. What files cannot hold (when the controller first saw each rank's
+current progress, when a node went quiet) travels in the activity heartbeat.
+
+Every clock is the controller's own. A heartbeat's timestamp is written by the
+node's clock, which may be seconds off: staleness is measured from the moment
+the controller first saw each new heartbeat or log step (monotonic time), never
+by subtracting a remote timestamp from the local clock.
 
 The split is deliberate: :class:`GenerationObserver` does the I/O and
 :func:`evaluate` is a pure function from one observation to an outcome, so the
@@ -13,22 +19,33 @@ detection rules are unit-tested without processes.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from temporalio import activity
 
 from activities.contracts import (
     FailureReport,
+    ProgressMark,
+    ProgressSignal,
     RankStatus,
     StragglerReport,
     SuperviseOutcome,
     SuperviseRequest,
     SupervisionProgress,
 )
-from activities.diagnosis import TAIL_BYTES, diagnose_crash, last_lines
+from activities.diagnosis import (
+    TAIL_BYTES,
+    diagnose_crash,
+    diagnose_vanished,
+    killed_by_sigkill,
+    last_lines,
+)
+from activities.kernel_evidence import KernelSources, OomWatch
 from activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
 from activities.nodes.factory import agents, on_each
 from activities.rundir import GenerationDir, read_json
@@ -58,30 +75,93 @@ class Observation:
     nodes: dict[str, NodeObservation] = field(default_factory=dict)
     multi_node: bool = False
     compute: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
-    """Per-rank (heartbeat time, compute seconds) samples inside the straggler window."""
+    """Per-rank (controller time the heartbeat was seen, compute seconds) samples
+    inside the straggler window."""
+    progress_signal: ProgressSignal | None = None
+    """``none``: no progress signal, hang detection is off. None: not known yet, or a
+    hand-made observation: hang detection as usual."""
+    signal_seen_at: float | None = None
+    """When the first progress of any rank was seen. A rank with none yet gets a full
+    ``hang_timeout_s`` after it before it counts as stalled, when progress appears
+    only near or after ``startup_timeout_s``."""
+
+
+class Clock(Protocol):
+    """The controller's clocks: wall time for records, monotonic time for ages
+    (injectable, so tests move time by hand)."""
+
+    def wall(self) -> float: ...
+
+    def mono(self) -> float: ...
+
+
+class SystemClock:
+    def wall(self) -> float:
+        return time.time()
+
+    def mono(self) -> float:
+        return time.monotonic()
 
 
 class GenerationObserver:
     """Polls every node of one generation concurrently; remembers only what the
-    nodes cannot tell (when a node went quiet, when a rank was first seen dead)."""
+    nodes cannot tell (when a node went quiet, when a rank was first seen dead,
+    when each rank's current progress was first seen)."""
 
     def restore(self, memory: SupervisionProgress) -> None:
         self._unreachable_since.update(memory.unreachable_since)
         self._dead_since.update(memory.dead_since)
+        wall, mono = self._clock.wall(), self._clock.mono()
+        for rank, mark in memory.progress_marks.items():
+            # Back to this process's monotonic clock; a mark "in the future" (another
+            # controller's clock ahead of ours) counts as seen now.
+            self._marks[rank] = (mark.marker, mono - max(0.0, wall - mark.seen_at))
 
-    def memory(self) -> tuple[dict[str, float], dict[int, float]]:
-        return dict(self._unreachable_since), dict(self._dead_since)
+    def heartbeat_details(
+        self, obs: Observation, seconds_per_step: float | None
+    ) -> SupervisionProgress:
+        """The activity heartbeat: the live view, plus the memory a retried attempt
+        restores (node-loss, vanished-rank and hang clocks survive a worker crash)."""
+        wall, mono = self._clock.wall(), self._clock.mono()
+        return SupervisionProgress(
+            generation=self._request.generation,
+            step=_max_step(obs.ranks),
+            alive=sum(1 for r in obs.ranks if r.alive),
+            world_size=self._request.world_size,
+            seconds_per_step=seconds_per_step,
+            observed_at=obs.now,
+            unreachable_since=dict(self._unreachable_since),
+            dead_since=dict(self._dead_since),
+            progress_marks={
+                rank: ProgressMark(marker=marker, seen_at=wall - (mono - seen))
+                for rank, (marker, seen) in self._marks.items()
+            },
+            progress_signal=obs.progress_signal,
+        )
 
-    def __init__(self, request: SuperviseRequest, opened: list[NodeAgent]) -> None:
+    def __init__(
+        self,
+        request: SuperviseRequest,
+        opened: list[NodeAgent],
+        clock: Clock | None = None,
+        kernel: KernelSources | None = None,
+    ) -> None:
         self._request = request
         self._agents = opened
+        self._clock = clock or SystemClock()
         self._gen = GenerationDir(Path(request.run_dir))
         regex = request.health.progress_regex
         self._progress_regex = re.compile(regex) if regex else None
-        self._regex_steps: dict[int, tuple[int, float]] = {}
+        self._regex_steps: dict[int, int] = {}
+        self._marks: dict[int, tuple[str, float]] = {}
+        """rank -> (progress marker, controller monotonic time it was first seen)."""
+        self._heartbeat_seen = False
+        self._signal_seen: float | None = None
+        """Monotonic time the first progress of any rank was seen."""
+        self._oom = OomWatch(kernel)
         self._dead_since: dict[int, float] = {}
         self._unreachable_since: dict[str, float] = {}
-        self._first_seen = time.time()
+        self._first_seen = self._clock.wall()
         self._launch_time: float | None = None
         self._compute = ComputeWindow(request.straggler.window_s)
         per_node = request.nproc_per_node
@@ -99,26 +179,45 @@ class GenerationObserver:
             self._launch_time = float(launch["launched_at"])
         return self._launch_time
 
-    def _step_from_log(self, agent: NodeAgent, rank: int, now: float) -> tuple[int, float] | None:
+    def _step_from_log(self, agent: NodeAgent, rank: int) -> int | None:
+        """The newest step the rank's log tail shows (the last one seen if the tail
+        holds none any more)."""
         assert self._progress_regex is not None
         text = agent.log_tail(str(self._gen.path), rank, 16 * 1024)
-        last_step: int | None = None
         for match in self._progress_regex.finditer(text):
             found = match.groupdict().get("step") or match.group(1)
             if found is not None and found.isdigit():
-                last_step = int(found)
-        previous = self._regex_steps.get(rank)
-        if last_step is not None and (previous is None or last_step != previous[0]):
-            self._regex_steps[rank] = (last_step, now)
+                self._regex_steps[rank] = int(found)
         return self._regex_steps.get(rank)
+
+    def _progressed(self, rank: int, marker: str, now: float, mono: float) -> tuple[bool, float]:
+        """Whether ``marker`` is new progress for the rank, and when (controller wall
+        time, derived from the monotonic clock) its current progress was first seen."""
+        known = self._marks.get(rank)
+        changed = known is None or known[0] != marker
+        if changed:
+            self._marks[rank] = (marker, mono)
+        if self._signal_seen is None:
+            self._signal_seen = mono
+        return changed, now - (mono - self._marks[rank][1])
+
+    def _progress_signal(self, now: float, launched_at: float) -> ProgressSignal | None:
+        if self._heartbeat_seen:
+            return "heartbeat"
+        if self._progress_regex is not None:
+            return "log"
+        if now - launched_at > self._request.health.startup_timeout_s:
+            return "none"
+        return None
 
     def _poll(self, agent: NodeAgent) -> NodeStatus:
         return agent.poll(str(self._gen.path), self._ranks_of[agent.node.name])
 
     def observe(self) -> Observation:
-        asked_at = time.time()  # a silent node went quiet when we asked, not when we gave up
+        # A silent node went quiet when we asked, not when we gave up.
+        asked_at = self._clock.wall()
         statuses = on_each(self._agents, self._poll)
-        now = time.time()
+        now, mono = self._clock.wall(), self._clock.mono()
         ranks: list[RankStatus] = []
         nodes: dict[str, NodeObservation] = {}
         for agent, status in zip(self._agents, statuses, strict=True):
@@ -135,20 +234,29 @@ class GenerationObserver:
             by_rank = {record.rank: record for record in status.ranks}
             for rank in self._ranks_of[name]:
                 ranks.append(
-                    self._rank_status(agent, rank, by_rank.get(rank), status.reachable, now)
+                    self._rank_status(agent, rank, by_rank.get(rank), status.reachable, now, mono)
                 )
+        launched_at = self._launched_at()
         return Observation(
             now=now,
-            launched_at=self._launched_at(),
+            launched_at=launched_at,
             ranks=ranks,
             dead_since=dict(self._dead_since),
             nodes=nodes,
             multi_node=len(self._agents) > 1 or any(a.node.launcher == "ssh" for a in self._agents),
             compute=self._compute.recent(now),
+            progress_signal=self._progress_signal(now, launched_at),
+            signal_seen_at=None if self._signal_seen is None else now - (mono - self._signal_seen),
         )
 
     def _rank_status(
-        self, agent: NodeAgent, rank: int, record: RankRecord | None, reachable: bool, now: float
+        self,
+        agent: NodeAgent,
+        rank: int,
+        record: RankRecord | None,
+        reachable: bool,
+        now: float,
+        mono: float,
     ) -> RankStatus:
         if record is None:
             # The node did not answer: we know nothing new about the rank and must not
@@ -158,16 +266,24 @@ class GenerationObserver:
         progress_at: float | None = None
         heartbeat = record.heartbeat
         compute_s: float | None = None
+        if heartbeat is not None:
+            self._heartbeat_seen = True
         if heartbeat is not None and "step" in heartbeat:
-            step, progress_at = int(heartbeat["step"]), float(heartbeat["time"])
+            step = int(heartbeat["step"])
+            # The node's timestamp only identifies the write; its value is never compared.
+            marker = "hb:" + json.dumps([step, heartbeat.get("time")])
+            changed, progress_at = self._progressed(rank, marker, now, mono)
             raw_compute = heartbeat.get("compute_s")
             if isinstance(raw_compute, (int, float)) and raw_compute > 0:
                 compute_s = float(raw_compute)
-                self._compute.add(rank, progress_at, compute_s)
+                if changed:
+                    self._compute.add(rank, progress_at, compute_s)
         elif self._progress_regex is not None:
-            seen = self._step_from_log(agent, rank, now)
-            if seen is not None:
-                step, progress_at = seen
+            step = self._step_from_log(agent, rank)
+            if step is not None:
+                _, progress_at = self._progressed(rank, f"log:{step}", now, mono)
+        if record.alive and record.pid is not None and agent.node.launcher == "local":
+            self._oom.watch(rank, record.pid)
         if record.pid is not None and not record.alive and record.exit is None:
             self._dead_since.setdefault(rank, now)
         exit_record = record.exit or {}
@@ -193,6 +309,14 @@ class GenerationObserver:
             return agent.log_tail(str(self._gen.path), rank, TAIL_BYTES)
         except Exception as exc:
             return f"(log of rank {rank} unavailable: {exc})"
+
+    def kernel_evidence_for(self, rank: int, pid: int) -> list[str] | None:
+        """The kernel's OOM records for a SIGKILLed rank; None when its node's kernel
+        is not visible from here (ranks on other machines)."""
+        agent = self._agents[rank // self._request.nproc_per_node]
+        if agent.node.launcher != "local" or pid <= 0:
+            return None
+        return self._oom.evidence(rank, pid)
 
 
 def _max_step(ranks: list[RankStatus]) -> int | None:
@@ -236,7 +360,7 @@ def _vanished(obs: Observation) -> FailureReport | None:
     since, rank = gone[0]
     return FailureReport(
         kind="vanished",
-        failure_class="unknown",
+        failure_class="killed",  # or oom_host, with the kernel's record: with_evidence()
         rank=rank,
         node=obs.ranks[rank].node,
         evidence=[
@@ -294,6 +418,11 @@ def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> Fa
 
 
 def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
+    """Ranks alive but not progressing. Off when the job has no progress signal: a
+    script with neither heartbeats nor ``progress_regex`` would otherwise be killed
+    as hung ``startup_timeout_s`` after every launch."""
+    if obs.progress_signal == "none":
+        return None
     health = request.health
     stalled: list[tuple[RankStatus, float]] = []
     for status in obs.ranks:
@@ -301,7 +430,11 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
         if not status.alive or (node is not None and not node.reachable):
             continue
         if status.last_progress_at is None:
-            if obs.now - obs.launched_at > health.startup_timeout_s:
+            late_signal = (
+                obs.signal_seen_at is not None
+                and obs.now - obs.signal_seen_at <= health.hang_timeout_s
+            )
+            if obs.now - obs.launched_at > health.startup_timeout_s and not late_signal:
                 stalled.append((status, obs.launched_at))
         elif obs.now - status.last_progress_at > health.hang_timeout_s:
             stalled.append((status, status.last_progress_at))
@@ -376,17 +509,40 @@ def _straggler(request: SuperviseRequest, obs: Observation) -> StragglerReport |
     )
 
 
-def with_evidence(failure: FailureReport, log_text: str) -> FailureReport:
-    """Attach the decisive log lines (and, for a crash, the failure class)."""
+def needs_kernel_evidence(failure: FailureReport) -> bool:
+    """Killed from outside: only the kernel can say whether it was the OOM killer."""
+    return failure.kind == "vanished" or (
+        failure.kind == "crash" and killed_by_sigkill(failure.exit_code, failure.signal)
+    )
+
+
+def with_evidence(
+    failure: FailureReport, log_text: str, kernel_evidence: list[str] | None = None
+) -> FailureReport:
+    """Attach the decisive log lines (and, for a crash or a vanished rank, the failure
+    class). ``kernel_evidence``: the kernel's OOM records for the rank's pid, [] when
+    there are none, None when they could not be read (see :func:`diagnose_crash`)."""
     if failure.kind == "crash":
-        diagnosis = diagnose_crash(log_text, failure.exit_code, failure.signal)
+        diagnosis = diagnose_crash(log_text, failure.exit_code, failure.signal, kernel_evidence)
         return failure.model_copy(
             update={"failure_class": diagnosis.failure_class, "evidence": diagnosis.evidence}
+        )
+    if failure.kind == "vanished":
+        diagnosis = diagnose_vanished(kernel_evidence)
+        evidence = [*failure.evidence, *diagnosis.evidence, *last_lines(log_text, 5)]
+        return failure.model_copy(
+            update={"failure_class": diagnosis.failure_class, "evidence": evidence}
         )
     return failure.model_copy(update={"evidence": [*failure.evidence, *last_lines(log_text, 5)]})
 
 
 def _first_step_at(request: SuperviseRequest, obs: Observation) -> float | None:
+    """When the generation made its first step (closing a recovery). Without a
+    progress signal no step is ever seen: the generation counts as recovered once
+    every rank has outlived ``startup_timeout_s`` (that is when the signal is found
+    to be ``none``), so a job that crashes now and then is not a crash loop."""
+    if obs.progress_signal == "none":
+        return obs.now
     floor = request.resume_step if request.resume_step is not None else -1
     times = [
         r.last_progress_at
@@ -409,6 +565,7 @@ def evaluate(
         "step": _max_step(obs.ranks),
         "ranks": obs.ranks,
         "seconds_per_step": seconds_per_step,
+        "progress_signal": obs.progress_signal,
     }
     failure = _failure(request, obs)
     if failure is not None:
@@ -448,6 +605,19 @@ class StepRate:
         if self._first and self._last and self._last[0] > self._first[0]:
             return (self._last[1] - self._first[1]) / (self._last[0] - self._first[0])
         return None
+
+
+def attach_evidence(observer: GenerationObserver, outcome: SuperviseOutcome) -> FailureReport:
+    """The failure of ``outcome`` with its log lines, kernel records and final class
+    (blocking: one or two round trips to the failed rank's node)."""
+    failure = outcome.failure
+    assert failure is not None
+    log_text = observer.evidence_for(failure.rank)
+    kernel: list[str] | None = None
+    if needs_kernel_evidence(failure):
+        pid = next((r.pid for r in outcome.ranks if r.rank == failure.rank), 0)
+        kernel = observer.kernel_evidence_for(failure.rank, pid)
+    return with_evidence(failure, log_text, kernel)
 
 
 def _previous_memory() -> SupervisionProgress | None:
@@ -491,21 +661,9 @@ async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
             outcome = evaluate(request, obs, started_at, seconds_per_step)
             if outcome is not None:
                 if outcome.failure is not None:
-                    log_text = await asyncio.to_thread(observer.evidence_for, outcome.failure.rank)
-                    outcome = outcome.model_copy(
-                        update={"failure": with_evidence(outcome.failure, log_text)}
-                    )
+                    failure = await asyncio.to_thread(attach_evidence, observer, outcome)
+                    outcome = outcome.model_copy(update={"failure": failure})
                 return outcome
-            unreachable_since, dead_since = observer.memory()
-            last = SupervisionProgress(
-                generation=request.generation,
-                step=_max_step(obs.ranks),
-                alive=sum(1 for r in obs.ranks if r.alive),
-                world_size=request.world_size,
-                seconds_per_step=seconds_per_step,
-                observed_at=obs.now,
-                unreachable_since=unreachable_since,
-                dead_since=dead_since,
-            )
+            last = observer.heartbeat_details(obs, seconds_per_step)
             activity.heartbeat(last)
             await asyncio.sleep(request.health.poll_interval_s)

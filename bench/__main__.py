@@ -11,6 +11,8 @@ Examples::
     python -m bench soak --soak-minutes 10 --seed 1   # the chaos soak alone
     python -m bench overhead                          # controller and helper costs alone
     python -m bench checkpoints --size-mb 512         # checkpoint write/verify/S3 tiering costs
+    python -m bench chaos                             # the fault x phase matrix, as a table
+    python -m bench chaos --cells smoke               # its fast subset (as in make test)
 
 Prints a markdown table (median, min and max over repeats) and writes every raw
 number to ``bench/results/<benchmark>-<timestamp>.json`` (or ``--json-out``).
@@ -23,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import checkpoint_bench, compare_cli, report
+from bench import chaos, checkpoint_bench, compare_cli, report
 from bench.harness import run_benchmark
 from bench.jobs import JobShape
 from bench.scenarios import SCENARIOS
@@ -74,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare_cli.add_commands(commands, _positive_int)
     checkpoint_bench.add_command(commands)
+    chaos.add_command(commands)
     return parser
 
 
@@ -81,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "checkpoints":
         return checkpoint_bench.run(args)
+    if args.command == "chaos":
+        return chaos.run(args)
     if args.command != "recovery":
         return compare_cli.run(args)
     shape = JobShape.quick() if args.quick else JobShape()

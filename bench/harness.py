@@ -228,12 +228,14 @@ class BenchContext:
         repeat: int,
         build: SpecBuilder | None = None,
         steps: int | None = None,
+        input_overrides: dict[str, Any] | None = None,
     ) -> AsyncIterator[BenchJob]:
         """Start the example job under Lazarus, monitored; always cleaned up on exit.
 
         ``build`` makes a different spec (multi-node jobs); ``steps`` says how many
         steps it trains, when not ``shape.steps``, so its weights meet the right
-        reference."""
+        reference; ``input_overrides`` sets other :class:`JobInput` fields (e.g. a low
+        ``continue_as_new_after_events``)."""
         name = f"bench-{scenario.replace('_', '-')}-{repeat}-{uuid.uuid4().hex[:6]}"
         paths = JobPaths(self.workdir / "jobs" / name)
         spec = build(name, paths) if build is not None else build_spec(name, paths, self.shape)
@@ -241,7 +243,7 @@ class BenchContext:
         self.run_roots[spec.job_id] = run_root
         handle = await self.client.start_workflow(
             WORKFLOW_TYPE,
-            JobInput(spec=spec),
+            JobInput(spec=spec, **(input_overrides or {})),
             id=workflow_id_for(spec.name),
             task_queue=self.stack.task_queue,
             result_type=JobStatus,

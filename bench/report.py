@@ -144,8 +144,8 @@ def payload(bench: BenchRun, stats: dict[str, dict[str, Stats]]) -> dict[str, An
     }
 
 
-def default_json_path() -> Path:
-    return RESULTS_DIR / f"recovery-{time.strftime('%Y%m%d-%H%M%S')}.json"
+def default_json_path(benchmark: str = "recovery") -> Path:
+    return RESULTS_DIR / f"{benchmark}-{time.strftime('%Y%m%d-%H%M%S')}.json"
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

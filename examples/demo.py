@@ -31,11 +31,16 @@ from lazarus.cli import fetch_status  # noqa: E402
 from lazarus.cli_render import incidents_table, render_status  # noqa: E402
 from lazarus.local_stack import LocalStack  # noqa: E402
 from lazarus.settings import web_ui_url  # noqa: E402
-from lazarus.spec import load_spec  # noqa: E402
+from lazarus.spec import JobSpec, load_spec  # noqa: E402
 from workflows.api import WORKFLOW_TYPE, workflow_id_for  # noqa: E402
 from workflows.state import JobInput, JobStatus  # noqa: E402
 
 SPEC = REPO / "examples" / "jobs" / "ddp_demo.yaml"
+DEMO_JOB = "ddp-demo-showcase"
+"""The demo runs the spec under a name of its own, so its checkpoints
+(``.lazarus/checkpoints/{job_id}``) and output never meet those of the README's
+walk-through, ``lazarus start examples/jobs/ddp_demo.yaml`` (job ``ddp-demo``),
+which would otherwise resume from the demo's final step and train nothing."""
 CRASH_AT_STEP = 80
 HANG_AT_STEP = 180
 
@@ -49,12 +54,21 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def demo_spec() -> JobSpec:
+    """ddp_demo.yaml as the demo job: its own name, checkpoints and output file."""
+    spec = load_spec(SPEC, name_override=DEMO_JOB)
+    command = list(spec.command)
+    if "--out" in command:
+        command[command.index("--out") + 1] = f".lazarus/out/{spec.name}/model.pt"
+    return spec.model_copy(update={"command": command})
+
+
 async def _run(stack: LocalStack, console: Console) -> JobStatus:
-    spec = load_spec(SPEC)
+    spec = demo_spec()
     for leftover in (
         Path(spec.checkpoint_dir),
-        Path(spec.run_dir),
-        Path(spec.workdir) / ".lazarus/out/ddp-demo",
+        Path(spec.run_dir) / spec.name,
+        Path(spec.workdir) / ".lazarus/out" / spec.name,
     ):
         shutil.rmtree(leftover, ignore_errors=True)  # a demo starts from scratch
     client = await stack.client()

@@ -2,6 +2,8 @@
 
 It reads the same run directory the controller does, so "kill rank 1 at step 30"
 means the same thing everywhere, and a game day can use it against a real job.
+Every helper takes a run root (``<run_dir>/<job_id>/<run_key>``) or the job
+directory (``<run_dir>/<job_id>``), which means its most recently active run.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from activities.procfs import is_alive
-from activities.rundir import GenerationDir, generations, read_json
+from activities.rundir import GenerationDir, generations, generations_below, latest_run, read_json
 
 
 @dataclass(frozen=True)
@@ -26,15 +28,21 @@ class InjectedFault:
     step: int | None
 
 
+def run_root_of(root: Path) -> Path:
+    """``root`` itself when it is a run root (or a legacy job directory), else the job
+    directory's most recently active run; ``root`` when nothing has started yet."""
+    return latest_run(root) or Path(root)
+
+
 def newest_generation(job_run_root: Path) -> GenerationDir | None:
-    gens = generations(job_run_root)
+    gens = generations(run_root_of(job_run_root))
     return gens[-1] if gens else None
 
 
 def current_step(job_run_root: Path, generation: int | None = None) -> tuple[int, int | None]:
     """(generation, newest step any of its ranks reported)."""
     gen = (
-        GenerationDir.of(job_run_root, generation)
+        GenerationDir.of(run_root_of(job_run_root), generation)
         if generation
         else newest_generation(job_run_root)
     )
@@ -82,9 +90,10 @@ def signal_rank(
 
 
 def live_rank_processes(job_run_root: Path) -> list[int]:
-    """Every rank process alive across all generations: at most world size, always."""
+    """Every rank process alive across all generations (of every run, given a job
+    directory): at most world size, always."""
     alive: list[int] = []
-    for gen in generations(job_run_root):
+    for gen in generations_below(job_run_root):
         for pid_file in gen.path.glob("rank-*.pid"):
             record = read_json(pid_file)
             if record and is_alive(int(record["pid"]), int(record["start_ticks"])):

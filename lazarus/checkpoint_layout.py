@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 COMMIT_MARKER = "COMMITTED"
 MANIFEST = "manifest.json"
+CORRUPT_DIR = ".corrupt"
+"""Where a committed checkpoint that failed verification is moved, kept for a person."""
+ROLLED_BACK_DIR = ".rolled-back"
+"""Where a numerical rollback retires the checkpoint that may hold the divergence."""
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 
 
@@ -63,3 +67,52 @@ def fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def unsafe_relpath(relpath: object) -> str | None:
+    """Why a manifest entry cannot name a file of its checkpoint, or None if it can.
+
+    Manifests come from storage a job does not fully control (a shared directory,
+    a bucket), and restore turns every entry into a path to write. An entry is a
+    relative POSIX path that stays inside its checkpoint: not absolute, no ``..``
+    segment, no empty or NUL-bearing name. Symlinks that lead outside are checked
+    where the files are (:func:`resolves_inside`)."""
+    if not isinstance(relpath, str) or not relpath:
+        return "an empty file name"
+    if "\x00" in relpath:
+        return "a NUL byte in the file name"
+    if relpath.startswith(("/", "\\")) or PurePosixPath(relpath).is_absolute():
+        return "an absolute path"
+    if re.match(r"^[A-Za-z]:", relpath):
+        return "an absolute (drive) path"
+    if any(part == ".." for part in re.split(r"[/\\]", relpath)):
+        return "a '..' segment (it would leave the checkpoint)"
+    return None
+
+
+def resolves_inside(base: Path, relpath: str) -> bool:
+    """``base / relpath`` stays inside ``base`` once symlinks are followed."""
+    root = base.resolve()
+    return (root / relpath).resolve().is_relative_to(root)
+
+
+def move_aside(root: Path, path: Path, folder: str) -> Path:
+    """Rename checkpoint ``path`` to ``root/folder/<name>.<n>`` (the first free n),
+    so readers stop seeing it while a person still can. A rename, never a copy:
+    ``folder`` lives under the same root, hence on the same filesystem."""
+    graveyard = root / folder
+    graveyard.mkdir(parents=True, exist_ok=True)
+    index = 0
+    while True:
+        target = graveyard / f"{path.name}.{index}"
+        if not target.exists():
+            try:
+                path.rename(target)
+            except OSError:
+                if target.exists():  # a concurrent mover took this index
+                    index += 1
+                    continue
+                raise
+            fsync_directory(root)
+            return target
+        index += 1

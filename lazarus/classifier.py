@@ -61,6 +61,7 @@ _PRIORITY: tuple[FailureClass, ...] = (
     _FC.GPU_HARDWARE,
     _FC.OOM_GPU,
     _FC.OOM_HOST,
+    _FC.KILLED,
     _FC.NODE_LOST,
     _FC.PREEMPTED,
     _FC.STORAGE,
@@ -81,6 +82,12 @@ class Classification:
     ``evidence`` holds the (trimmed) log lines that decided it, in log order;
     ``confidence`` is in [0, 1]; ``scores`` maps every class that matched anything
     to its final score, so callers can see the runner-up.
+
+    ``circumstantial`` is True when the verdict rests on hints alone (an exit code,
+    a signal, a bare "Killed" or "exitcode: -9" line) and no explicit message: a
+    bare SIGKILL reads as ``oom_host`` here because that is its most common cause
+    in published logs, but the supervisor only keeps that class when the kernel
+    confirms it (see :mod:`activities.kernel_evidence`).
     """
 
     failure_class: FailureClass
@@ -89,6 +96,7 @@ class Classification:
     suspect_rank: int | None
     suspect_node: str | None
     scores: dict[str, float]
+    circumstantial: bool = False
 
 
 @dataclass(frozen=True)
@@ -994,7 +1002,11 @@ def _classify_text(
             break
     evidence = [_clip(text[s : _line_bounds(text, s)[1]]) for s in sorted(chosen)]
     rank, node = _suspects(scanner, evidence)
-    return Classification(winner, evidence, confidence, rank, node, score_view), best
+    circumstantial = strong.get(winner, 0.0) == 0.0
+    return (
+        Classification(winner, evidence, confidence, rank, node, score_view, circumstantial),
+        best,
+    )
 
 
 # ---------------------------------------------------------------- root cause across ranks

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 import yaml
@@ -61,17 +61,20 @@ from workflows.api import (
     PHASE_ATTRIBUTE,
     QUERY_STATUS,
     SEARCH_ATTRIBUTES,
-    SIGNAL_FORCE_RECOVER,
     SIGNAL_PAUSE,
     SIGNAL_RESUME,
     STEP_ATTRIBUTE,
     UPDATE_DRAIN,
+    UPDATE_RECOVER,
     UPDATE_RETURN,
     WORKFLOW_TYPE,
     job_name_from,
     workflow_id_for,
 )
 from workflows.state import ForceRecover, Incident, JobInput, JobStatus, NodeRequest, Phase
+
+if TYPE_CHECKING:
+    from activities.checkpoints.resume_plan import ResumePlan
 
 SUPERVISE_ACTIVITY = "supervise"
 QUERY_TIMEOUT = timedelta(seconds=5)
@@ -302,8 +305,21 @@ def start(
             help="Reach every ssh node first (host key, identity, interpreter).",
         ),
     ] = True,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Start from step 0: move existing checkpoints aside (kept, not deleted).",
+        ),
+    ] = False,
 ) -> None:
-    """Start a job from its spec (a job name runs at most once at a time)."""
+    """Start a job from its spec (a job name runs at most once at a time).
+
+    Says first whether the job will resume from an existing checkpoint (its step,
+    the job that wrote it, and when), so a leftover never passes for progress."""
+    from activities.checkpoints.resume_plan import FreshRefused, start_fresh
+    from lazarus import cli_checkpoints
+
     try:
         spec = load_spec(spec_file, name_override=name)
     except SpecError as exc:
@@ -319,16 +335,56 @@ def start(
     settings = _settings(ctx)
     workflow_id = workflow_id_for(spec.name)
     if dry_run:
+        plan = None if fresh else _resume_plan(spec)
         if as_json:
-            _print_json(render.dry_run_json(spec, workflow_id, settings.task_queue))
+            _print_json(
+                {
+                    **render.dry_run_json(spec, workflow_id, settings.task_queue),
+                    "resume_from": cli_checkpoints.resume_json(plan),
+                }
+            )
         else:
             out = _out()
             out.print("[bold]resolved spec[/]")
             out.print(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False), markup=False)
             out.print(render.render_dry_run(spec, workflow_id, settings.task_queue))
+            if fresh:
+                out.print(f"--fresh would move the checkpoints in {spec.checkpoint_dir} aside")
+            elif plan is not None:
+                for line in cli_checkpoints.resume_lines(plan, spec.name):
+                    out.print(line, markup=False)
         return
+    said: list[str] = []
+    plan_holder: list[ResumePlan | None] = []
+
+    async def before_start(client: Client) -> None:
+        """--fresh and the resume notice, once the name is known to be free: moving a
+        running job's checkpoints aside would pull them from under it."""
+        try:
+            _, description = await _describe(client, spec.name)
+        except JobNotFound:
+            description = None
+        if description is not None and _is_open(description):
+            raise Refusal(
+                f"job '{spec.name}' is already running ({workflow_id}); "
+                f"see 'lazarus status {spec.name}', or start it under another --name"
+            )
+        if fresh:
+            try:
+                moved = await asyncio.to_thread(start_fresh, spec)
+            except FreshRefused as exc:
+                raise Refusal(str(exc)) from None
+            said.extend(cli_checkpoints.set_aside_lines(moved))
+        plan = await asyncio.to_thread(_resume_plan, spec)
+        plan_holder.append(plan)
+        if plan is not None:
+            said.extend(cli_checkpoints.resume_lines(plan, spec.name))
+        if not as_json:
+            for line in said:
+                _out().print(line, markup=False)
 
     async def action(client: Client) -> str:
+        await before_start(client)
         try:
             handle = await client.start_workflow(
                 WORKFLOW_TYPE,
@@ -359,13 +415,39 @@ def start(
     run_id = _with_client(ctx, action)
     url = web_ui_url(settings, workflow_id)
     if as_json:
-        _print_json({"job": spec.name, "workflow_id": workflow_id, "run_id": run_id, "ui": url})
+        _print_json(
+            {
+                "job": spec.name,
+                "workflow_id": workflow_id,
+                "run_id": run_id,
+                "ui": url,
+                "resume_from": cli_checkpoints.resume_json(plan_holder[0] if plan_holder else None),
+                "checkpoint_dir": spec.checkpoint_dir,
+                "notes": said,
+            }
+        )
         return
     out = _out()
     out.print(f"started job [bold]{spec.name}[/] as workflow {workflow_id}")
     if url:
         out.print(f"web UI: {url}", markup=False)
     out.print(f"follow it with: lazarus status {spec.name} --watch", markup=False)
+    for note in render.start_notes(spec):
+        out.print(note, markup=False, style="yellow")
+
+
+def _resume_plan(spec: JobSpec) -> ResumePlan | None:
+    """The resume point as this machine sees it; None if it cannot look (the
+    notice is advice: it never stops a start)."""
+    from activities.checkpoints.resume_plan import plan_resume
+
+    try:
+        return plan_resume(spec)
+    except (OSError, ValueError) as exc:
+        _out().print(
+            f"note: cannot inspect {spec.checkpoint_dir} for a resume point: {exc}", markup=False
+        )
+        return None
 
 
 def _unusable_nodes(spec_file: Path, spec: JobSpec) -> list[str]:
@@ -465,13 +547,31 @@ def list_jobs(
 
 
 def _signal_open_job(
-    ctx: typer.Context, job: str, signal: str, arg: object | None, verb: str
+    ctx: typer.Context,
+    job: str,
+    signal: str,
+    arg: object | None,
+    verb: str,
+    allowed_in: tuple[Phase, ...] = (),
 ) -> None:
+    """Signal an open job. With ``allowed_in``, a job in another phase is refused here,
+    with the reason, before anything is sent (the job would record it as ignored)."""
+
     async def action(client: Client) -> None:
         handle, description = await _describe(client, job)
         if not _is_open(description):
             closed_as = _status_name(description)
             raise Refusal(f"job '{job}' is already closed ({closed_as}); cannot {verb} it")
+        if allowed_in:
+            status = await handle.query(
+                QUERY_STATUS, result_type=JobStatus, rpc_timeout=QUERY_TIMEOUT
+            )
+            if status.phase not in allowed_in:
+                wanted = " or ".join(p.value for p in allowed_in)
+                raise Refusal(
+                    f"job '{job}' is {status.phase.value}; {verb} applies only when it is "
+                    f"{wanted}: nothing sent"
+                )
         if arg is None:
             await handle.signal(signal)
         else:
@@ -483,14 +583,23 @@ def _signal_open_job(
 @app.command()
 def pause(ctx: typer.Context, job: str) -> None:
     """Stop the ranks and hold; 'resume' relaunches them from the last checkpoint."""
-    _signal_open_job(ctx, job, SIGNAL_PAUSE, None, "pause")
+    _signal_open_job(
+        ctx,
+        job,
+        SIGNAL_PAUSE,
+        None,
+        "pause",
+        allowed_in=(Phase.PENDING, Phase.LAUNCHING, Phase.RUNNING, Phase.RECOVERING),
+    )
     _out().print(f"asked job '{job}' to pause", markup=False)
 
 
 @app.command()
 def resume(ctx: typer.Context, job: str) -> None:
     """Relaunch a paused job, or one waiting for an operator."""
-    _signal_open_job(ctx, job, SIGNAL_RESUME, None, "resume")
+    _signal_open_job(
+        ctx, job, SIGNAL_RESUME, None, "resume", allowed_in=(Phase.PAUSED, Phase.NEEDS_OPERATOR)
+    )
     _out().print(f"asked job '{job}' to resume", markup=False)
 
 
@@ -515,12 +624,15 @@ def recover(
     request = ForceRecover(
         reason=reason, exclude_node=exclude_node, checkpoint_first=checkpoint_first
     )
-    _signal_open_job(ctx, job, SIGNAL_FORCE_RECOVER, request, "recover")
-    without = f" without node {exclude_node}" if exclude_node else ""
-    _out().print(f"asked job '{job}' to recover{without}: {reason}", markup=False)
+    # An update, not a signal: the job validates it first, so a typo in --exclude-node
+    # is refused with the reason instead of quarantining nothing and growing the world.
+    reply = _update_open_job(ctx, job, UPDATE_RECOVER, request)
+    _out().print(f"job '{job}': {reply}", markup=False)
 
 
-def _update_open_job(ctx: typer.Context, job: str, update: str, request: NodeRequest) -> str:
+def _update_open_job(
+    ctx: typer.Context, job: str, update: str, request: NodeRequest | ForceRecover
+) -> str:
     """Updates, unlike signals, answer: an unknown node is refused with the reason."""
 
     async def action(client: Client) -> str:
@@ -641,16 +753,36 @@ def worker(
         str | None,
         typer.Option(help="Task queue to poll (env LAZARUS_TASK_QUEUE, default 'lazarus')"),
     ] = None,
+    deployment: Annotated[
+        str | None,
+        typer.Option(
+            help="Worker Deployment name: jobs are pinned to this worker's build and move to "
+            "a new build at their next continue-as-new (env LAZARUS_DEPLOYMENT)."
+        ),
+    ] = None,
+    build_id: Annotated[
+        str | None,
+        typer.Option(help="This worker's build id within --deployment (env LAZARUS_BUILD_ID)."),
+    ] = None,
 ) -> None:
     """Run the controller worker: the workflow and the activities that launch and watch ranks."""
     from workers.controller import run_worker  # heavy, and only this command needs it
+    from workers.versioning import WorkerDeployment
 
     settings = _settings(ctx)
     queue = task_queue or settings.task_queue
     if task_queue:
         settings = settings.model_copy(update={"task_queue": task_queue})
     try:
-        asyncio.run(run_worker(settings, queue))
+        versioned = (
+            WorkerDeployment(name=deployment or "", build_id=build_id or "")
+            if deployment or build_id
+            else WorkerDeployment.from_env()
+        )
+    except ValueError as exc:
+        _fail(f"--deployment and --build-id go together: {exc}")
+    try:
+        asyncio.run(run_worker(settings, queue, versioned))
     except ConnectionProblem as exc:
         _fail(str(exc))
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from activities.checkpoints.listing import CheckpointListing
+from activities.checkpoints.resume_plan import ResumePlan, SetAside
 from activities.contracts import CheckpointVerification
 
 _DASH = "—"
@@ -109,3 +110,50 @@ def checkpoints_table(rows: list[CheckpointListing]) -> RenderableType:
             else Text(""),
         )
     return table
+
+
+def resume_json(plan: ResumePlan | None) -> dict[str, Any] | None:
+    """``start --json``'s ``resume_from``: None when the job starts from step 0."""
+    if plan is None or plan.step is None:
+        return None
+    return {
+        "step": plan.step,
+        "path": plan.path,
+        "location": plan.location,
+        "written_by": plan.written_by,
+        "written_at": plan.written_at,
+        "skipped": [s.model_dump(mode="json") for s in plan.skipped],
+    }
+
+
+def resume_lines(plan: ResumePlan, job: str) -> list[str]:
+    """What ``start`` says before starting: the resume point and whose it is, or
+    that the job starts fresh; and what it will pass over (another job's, corrupt)."""
+    lines: list[str] = []
+    if plan.step is None:
+        lines.append(f"no checkpoint to resume from in {plan.checkpoint_dir}: starts at step 0")
+    else:
+        writer = plan.written_by or "an unknown job (no job id in its manifest)"
+        if plan.written_by == job:
+            writer = f"this job ({job})"
+        where = "the durable tier" if plan.location == "durable" else "local"
+        lines.append(
+            f"will RESUME from step {plan.step}, written by {writer} at "
+            f"{_when(plan.written_at)} ({where}: {plan.path}); "
+            "use --fresh to start from step 0 (existing checkpoints are kept aside)"
+        )
+    for skipped in plan.skipped:
+        lines.append(f"  passes over step {skipped.step}: {'; '.join(skipped.problems)}")
+    if plan.durable_unavailable:
+        lines.append(f"  durable tier not checked: {plan.durable_unavailable}")
+    return lines
+
+
+def set_aside_lines(moved: list[SetAside]) -> list[str]:
+    if not moved:
+        return ["--fresh: no existing checkpoints to move aside"]
+    return [
+        f"--fresh: moved checkpoints {', '.join(map(str, m.steps)) or '(unfinished saves)'} "
+        f"aside to {m.moved_to} (kept, not deleted)"
+        for m in moved
+    ]

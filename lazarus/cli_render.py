@@ -37,6 +37,12 @@ PHASE_STYLES: dict[str, str] = {
 }
 _DASH = "—"
 
+NO_PROGRESS_SIGNAL_NOTE = (
+    "hang detection needs lazarus.rank heartbeats or health.progress_regex; "
+    "without either only crashes are detected"
+)
+HANG_DETECTION_OFF = "hang detection: off (no progress signal)"
+
 
 @dataclass(frozen=True)
 class StatusView:
@@ -260,9 +266,29 @@ def render_status(view: StatusView, now: float | None = None) -> RenderableType:
         parts.append(stragglers_table(status.stragglers))
     if status is not None and status.incidents:
         parts.append(incidents_table(status.incidents))
+    if progress_signal(view) == "none":
+        parts.append(Text(HANG_DETECTION_OFF, style="yellow"))
     if view.note:
         parts.append(Text(view.note, style="yellow"))
     return Group(*parts)
+
+
+def progress_signal(view: StatusView) -> str | None:
+    """What tells the supervisor the job progresses (heartbeat, log, none): the
+    workflow's record, else the live supervisor's, when it is of this generation."""
+    if view.status is not None and view.status.progress_signal is not None:
+        return view.status.progress_signal
+    live = view.live
+    if live is None or (view.status is not None and live.generation < view.status.generation):
+        return None
+    return live.progress_signal
+
+
+def start_notes(spec: JobSpec) -> list[str]:
+    """What ``start`` should tell the operator about how the job will be watched.
+    Heartbeats cannot be known before the ranks run, so a spec without
+    ``progress_regex`` always gets the note."""
+    return [] if spec.health.progress_regex else [f"note: {NO_PROGRESS_SIGNAL_NOTE}"]
 
 
 def _header(view: StatusView) -> Panel:

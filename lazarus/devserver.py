@@ -5,12 +5,18 @@ is all a user needs. State lives in a sqlite file so that jobs survive a server
 restart (one test restarts the server mid-job on purpose), and Lazarus's search
 attributes are registered at start-up because the workflow sets them from its
 first task: a server without them would fail that task.
+
+It binds to loopback only. The dev server has no authentication, and whoever can
+reach a Temporal frontend can start a workflow whose input is a command the worker
+runs as its own user: on any other interface that is remote code execution for the
+whole network. A shared controller needs a real Temporal with mTLS or an API key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -82,6 +88,24 @@ def search_attribute_flags() -> list[str]:
     return flags
 
 
+def require_loopback(ip: str) -> str:
+    """``ip`` if it is a loopback address (or ``localhost``); else :class:`DevServerError`."""
+    if ip == "localhost":
+        return ip
+    try:
+        loopback = ipaddress.ip_address(ip.strip("[]")).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise DevServerError(
+            f"refusing to bind the dev server to {ip}: it has no authentication, and anyone "
+            "who reaches it can run commands as the worker's user. It binds to loopback only "
+            "(127.0.0.1, ::1); for a controller shared across machines run a Temporal server "
+            "with mTLS or an API key (see the README's Security model)"
+        )
+    return ip
+
+
 def dev_server_command(
     port: int,
     ui_port: int,
@@ -89,6 +113,9 @@ def dev_server_command(
     ip: str = "127.0.0.1",
     headless: bool = False,
 ) -> list[str]:
+    """The ``temporal server start-dev`` command line; the gRPC frontend, the Web UI and
+    the HTTP API all bind to ``ip``, which must be a loopback address."""
+    require_loopback(ip)
     command = [
         str(temporal_binary()),
         "server",
@@ -99,6 +126,9 @@ def dev_server_command(
         str(port),
         "--ui-port",
         str(ui_port),
+        # The default already follows --ip; explicit, so a CLI upgrade cannot widen it.
+        "--ui-ip",
+        ip,
         "--db-filename",
         str(Path(state_dir) / "temporal.sqlite"),
         "--namespace",
@@ -163,7 +193,7 @@ class DevServer(StartStop):
         ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> None:
         self.state_dir = Path(state_dir).expanduser()
-        self.ip = ip
+        self.ip = require_loopback(ip)
         if port is None:
             port = _free_port_with_ui_port(ip) if ui_port is None else free_port(ip)
         self.port = port

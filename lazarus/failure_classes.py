@@ -36,7 +36,16 @@ class FailureClass(StrEnum):
 
     OOM_HOST = "oom_host"
     """Host RAM ran out and the process was killed: kernel or cgroup OOM killer, Slurm
-    oom-kill, Ray memory-pressure kills, or a bare SIGKILL / exit -9 / 137."""
+    oom-kill, Ray memory-pressure kills. Lazarus's supervisor says so only with evidence:
+    an OOM message in the log, or the kernel's own record (the rank's cgroup
+    ``memory.events`` ``oom_kill`` counter rose, or the kernel log names its pid). Log
+    text from other launchers ("exitcode: -9") is still read as this class by
+    :func:`lazarus.classifier.classify`, which reports it as circumstantial."""
+
+    KILLED = "killed"
+    """The rank was killed by SIGKILL from outside and nothing says why: no OOM message,
+    no kernel OOM record. An operator's ``kill -9``, a scheduler, a watchdog, or an OOM
+    kill the kernel did not let us see. Restarted in place by default."""
 
     USER_CODE = "user_code"
     """A bug in the training script or its configuration: import errors, Python

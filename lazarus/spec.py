@@ -20,6 +20,9 @@ from lazarus import environment as env_names
 from lazarus.failure_classes import PLAYBOOK_CLASSES
 
 JOB_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+JOB_ID_PLACEHOLDER = "{job_id}"
+DEFAULT_CHECKPOINT_DIR = "checkpoints/{job_id}"
+"""Relative to ``workdir``: checkpoints are per job unless a spec says otherwise."""
 
 # Variables the launcher owns; a spec that sets them would break rendezvous or fencing.
 RESERVED_ENV = frozenset(
@@ -34,6 +37,37 @@ RESERVED_ENV = frozenset(
         env_names.RESTART_COUNT,
     }
 )
+
+ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+SECRET_NAME_PATTERN = re.compile(
+    r"TOKEN$|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|PRIVATE_?KEY|CREDENTIALS?$",
+    re.IGNORECASE,
+)
+"""Names that usually hold a secret (``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``,
+``WANDB_API_KEY``, ``DB_PASSWORD``, ``GOOGLE_APPLICATION_CREDENTIALS``...). The spec is
+the workflow's input, so a value in ``env`` lands in Temporal history and the Web UI:
+such names must come through ``pass_env`` or ``env_from_file`` instead."""
+
+
+def secret_env_message(name: str) -> str:
+    """Why ``name`` is refused in ``env``, and the two ways to supply it instead."""
+    return (
+        f"{name} looks like a secret, and env values are stored in workflow history and "
+        f"shown in the Web UI; remove it from env and either list it in pass_env: [{name}] "
+        "(the value is read from the worker's own environment at launch) or put the line "
+        f"{name}=VALUE in a file readable only by its owner (chmod 600) named by "
+        "env_from_file (read on the node where each rank runs)"
+    )
+
+
+def _env_name_problem(name: str) -> str | None:
+    """What is wrong with ``name`` as a variable a spec supplies, or None."""
+    if name in RESERVED_ENV or name.startswith("LAZARUS_"):
+        return f"{name} is set by Lazarus for every rank; remove it"
+    if not ENV_NAME_PATTERN.fullmatch(name):
+        return f"{name!r} is not a valid environment variable name"
+    return None
 
 
 class _Strict(BaseModel):
@@ -211,6 +245,8 @@ class CheckpointsSpec(_Strict):
     or pod roles), never from the spec, which is stored in workflow history."""
 
     durable_uri: str | None = None
+    """``{job_id}`` is replaced by the job's name, as in ``checkpoint_dir``: give each
+    job its own prefix (``s3://bucket/{job_id}``), or two jobs' step N collide."""
     endpoint_url: str | None = None
     """For S3-compatible stores (MinIO, Ceph, R2, ...): ``http(s)://host[:port]``."""
     region: str | None = None
@@ -299,6 +335,18 @@ class JobSpec(_Strict):
     command: list[str] = Field(min_length=1)
     workdir: str = "."
     env: dict[str, str] = Field(default_factory=dict)
+    """Plain settings for every rank. Stored in workflow history: names that look like
+    secrets are refused (see ``pass_env`` and ``env_from_file``)."""
+    pass_env: list[str] = Field(default_factory=list)
+    """Names of variables whose values come from the worker's own environment at each
+    launch (e.g. ``WANDB_API_KEY``): only the names are in history. A name the worker
+    does not have is a launch error."""
+    env_from_file: str | None = None
+    """A file of ``KEY=VALUE`` lines (``#`` comments and blank lines ignored; the value
+    is literal, no quotes or expansion), read on the node where each rank runs at
+    launch; absolute or relative to ``workdir``. It must be readable by its owner only
+    (mode 0600 or stricter) or the launch is refused. ``env`` and ``pass_env`` win over
+    it, and Lazarus's own variables win over all."""
     nodes: list[NodeSpec] = Field(default_factory=lambda: [NodeSpec()], min_length=1)
     spares: list[NodeSpec] = Field(default_factory=list)
     """Healthy nodes held back to replace a dead, failing or straggling one."""
@@ -310,7 +358,10 @@ class JobSpec(_Strict):
     ssh: SSHSpec = Field(default_factory=SSHSpec)
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
     nproc_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
-    checkpoint_dir: str
+    checkpoint_dir: str = DEFAULT_CHECKPOINT_DIR
+    """Where the ranks write checkpoints (relative to ``workdir``). ``{job_id}`` is
+    replaced by the job's final name (after ``--name``), so one spec started under
+    two names never shares checkpoints; the default is ``checkpoints/{job_id}``."""
     run_dir: str = ".lazarus/runs"
     """Where each generation's pid, log, heartbeat and exit-status files live."""
     health: HealthSpec = Field(default_factory=HealthSpec)
@@ -326,6 +377,39 @@ class JobSpec(_Strict):
     on_escalation: list[str] | None = Field(default=None, min_length=1)
     """A command run once per escalation to NEEDS_OPERATOR (a webhook call, a page),
     with the incident as JSON on stdin; retried durably until it exits 0."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _job_scoped_checkpoint_dir(cls, data: object) -> object:
+        # Substituted here, while the name is the final one (parse_spec applies
+        # --name before validation), so every JobSpec holds a concrete path.
+        if not isinstance(data, dict):
+            return data
+        template = data.get("checkpoint_dir", DEFAULT_CHECKPOINT_DIR)
+        name = data.get("name")
+        if not isinstance(name, str):
+            return data
+        data = dict(data)
+        if isinstance(template, str):
+            data["checkpoint_dir"] = template.replace(JOB_ID_PLACEHOLDER, name)
+        checkpoints = data.get("checkpoints")
+        if isinstance(checkpoints, dict) and isinstance(checkpoints.get("durable_uri"), str):
+            uri = checkpoints["durable_uri"].replace(JOB_ID_PLACEHOLDER, name)
+            data["checkpoints"] = {**checkpoints, "durable_uri": uri}
+        return data
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _only_known_placeholders(cls, value: str) -> str:
+        unknown = sorted(set(re.findall(r"\{[^}]*\}", value)) - {JOB_ID_PLACEHOLDER})
+        if unknown:
+            raise ValueError(
+                f"unknown placeholder {', '.join(unknown)}; only {JOB_ID_PLACEHOLDER} "
+                "(the job's name) is replaced"
+            )
+        if not value.strip():
+            raise ValueError("must name a directory (or leave it out for checkpoints/{job_id})")
+        return value
 
     @field_validator("playbook")
     @classmethod
@@ -349,11 +433,45 @@ class JobSpec(_Strict):
     @classmethod
     def _env_not_reserved(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
-            if key in RESERVED_ENV or key.startswith("LAZARUS_"):
-                raise ValueError(f"{key} is set by Lazarus for every rank; remove it")
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
+            problem = _env_name_problem(key)
+            if problem is not None:
+                raise ValueError(problem)
+            if SECRET_NAME_PATTERN.search(key):
+                raise ValueError(secret_env_message(key))
         return value
+
+    @field_validator("pass_env")
+    @classmethod
+    def _pass_env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            problem = _env_name_problem(name)
+            if problem is not None:
+                raise ValueError(problem)
+        repeated = sorted({n for n in value if value.count(n) > 1})
+        if repeated:
+            raise ValueError(f"names must be unique; repeated: {', '.join(repeated)}")
+        return value
+
+    @field_validator("env_from_file")
+    @classmethod
+    def _env_file_path(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip() or "\x00" in value:
+            raise ValueError("must name a file (absolute, or relative to workdir)")
+        if value.startswith("~"):
+            raise ValueError(
+                "'~' is not expanded (the file is read on each node); give an absolute path "
+                "or one relative to workdir"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _env_sources_disjoint(self) -> JobSpec:
+        both = sorted(set(self.env) & set(self.pass_env))
+        if both:
+            raise ValueError(f"pass_env: {', '.join(both)} is also set in env; keep one of them")
+        return self
 
     @model_validator(mode="after")
     def _nodes_consistent(self) -> JobSpec:
@@ -386,6 +504,9 @@ class JobSpec(_Strict):
                 "workdir": str(workdir),
                 "checkpoint_dir": str((workdir / self.checkpoint_dir).resolve()),
                 "run_dir": str((workdir / self.run_dir).resolve()),
+                "env_from_file": (
+                    None if self.env_from_file is None else str(workdir / self.env_from_file)
+                ),
                 "ssh": self.ssh.model_copy(
                     update={"known_hosts": str(Path(self.ssh.known_hosts).expanduser())}
                 ),

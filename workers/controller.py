@@ -38,7 +38,13 @@ from activities.launcher import launch
 from activities.preflight import preflight
 from activities.stop import stop
 from activities.supervise import supervise
-from lazarus.settings import ConnectionSettings, connect
+from lazarus.settings import (
+    ALLOWED_COMMANDS_ENV,
+    ALLOWED_COMMANDS_FILE_ENV,
+    ConnectionSettings,
+    WorkerSettings,
+    connect,
+)
 from workers.versioning import WorkerDeployment
 from workflows.api import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 from workflows.job import JobWorkflow
@@ -97,6 +103,24 @@ def build_worker(
     )
 
 
+def log_command_policy(policy: WorkerSettings) -> None:
+    """Say at start what this worker will run for any client: an unreadable allow-list
+    has already stopped it (``WorkerSettings.from_env`` raises), not each launch."""
+    if policy.allowed_commands is None:
+        log.warning(
+            "no allowed_commands: whoever can start a workflow on this task queue can run "
+            "any program as this user (set %s or %s)",
+            ALLOWED_COMMANDS_ENV,
+            ALLOWED_COMMANDS_FILE_ENV,
+        )
+    else:
+        log.info(
+            "allowed_commands from %s: %s",
+            policy.allowed_commands_source,
+            ", ".join(policy.allowed_commands) or "(empty: nothing may run)",
+        )
+
+
 async def run_worker(
     settings: ConnectionSettings,
     task_queue: str = DEFAULT_TASK_QUEUE,
@@ -105,6 +129,7 @@ async def run_worker(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    log_command_policy(WorkerSettings.from_env())
     client = await connect(settings)
     await ensure_search_attributes(client, settings.namespace)
     deployment = deployment or WorkerDeployment.from_env()

@@ -865,6 +865,7 @@ class JobWorkflow:
                         checkpoint_dir=spec.checkpoint_dir,
                         checkpoints=checkpoints,
                         protect_steps=protect,
+                        job_id=spec.job_id,
                     ),
                     start_to_close_timeout=timedelta(minutes=30),
                     heartbeat_timeout=timedelta(seconds=30),
@@ -970,7 +971,11 @@ class JobWorkflow:
         try:
             result = await workflow.execute_activity(
                 roll_back_checkpoint,
-                RollbackRequest(checkpoint_dir=self.spec.checkpoint_dir, reason="numerical"),
+                RollbackRequest(
+                    checkpoint_dir=self.spec.checkpoint_dir,
+                    reason="numerical",
+                    job_id=self.spec.job_id,
+                ),
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=NO_RETRY,
                 summary="roll back: retire the newest checkpoint",

@@ -16,7 +16,7 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.checkpoints.storage import CheckpointStore, LocalStore, open_store, store_errors
-from activities.checkpoints.verify import Level, verify_in_store
+from activities.checkpoints.verify import Level, owner_problem, verify_in_store
 from activities.contracts import (
     CheckpointRef,
     CheckpointSearch,
@@ -24,7 +24,15 @@ from activities.contracts import (
     FindVerifiedCheckpointRequest,
     SkippedCheckpoint,
 )
-from lazarus.checkpoint_layout import COMMIT_MARKER, committed_steps
+from lazarus.checkpoint_layout import (
+    COMMIT_MARKER,
+    CORRUPT_DIR,
+    MANIFEST,
+    committed_steps,
+    is_committed,
+    move_aside,
+    parse_step_dir,
+)
 from lazarus.spec import CheckpointsSpec
 
 
@@ -53,13 +61,22 @@ def durable_store(checkpoints: CheckpointsSpec, *, max_attempts: int = 3) -> Che
     )
 
 
-def search_verified(request: FindVerifiedCheckpointRequest) -> CheckpointSearch:
+def search_verified(
+    request: FindVerifiedCheckpointRequest, *, move_aside_corrupt: bool = True
+) -> CheckpointSearch:
     """The newest committed and verified checkpoint (see the module docstring).
 
     At a step held by both tiers the local copy wins; a durable copy is checked
     with one HEAD per file (sizes and the sha256 recorded at upload), because
     ``restore_checkpoint`` verifies every byte anyway before it counts. A durable
-    store that cannot be reached is noted and ignored: it never blocks a restart."""
+    store that cannot be reached is noted and ignored: it never blocks a restart.
+
+    Steps in ``exclude_steps`` (retired by a rollback) are never considered, and a
+    checkpoint another job wrote is skipped ("written by job X"), never touched.
+    A committed local checkpoint that fails verification is moved to
+    ``<checkpoint_dir>/.corrupt/`` (``move_aside_corrupt``; off for a read-only
+    preview): kept for a person, and out of the way of the re-save of its step,
+    which would otherwise write new bytes under the old, broken manifest."""
     checkpoints = request.checkpoints
     local = LocalStore(request.checkpoint_dir)
     level: Level = "hashes" if checkpoints.verify_hashes else "sizes"
@@ -75,27 +92,33 @@ def search_verified(request: FindVerifiedCheckpointRequest) -> CheckpointSearch:
         except store_errors() as exc:
             durable, unavailable = None, f"{checkpoints.durable_uri}: {exc}"
     skipped: list[SkippedCheckpoint] = []
-    candidates = set(local_names) | set(durable_names)
+    candidates = (set(local_names) | set(durable_names)) - set(request.exclude_steps)
     if request.below_step is not None:
         candidates = {step for step in candidates if step < request.below_step}
     for step in sorted(candidates, reverse=True):
         if step in local_names:
-            result = verify_in_store(
-                local, local_names[step], level, expected_world_size=request.expected_world_size
-            )
-            if result.ok:
+            found = _check_local(request, local, local_names[step], level, move_aside_corrupt)
+            if isinstance(found, CheckpointRef):
                 return CheckpointSearch(
-                    chosen=CheckpointRef(step=step, path=result.path),
-                    location="local",
-                    skipped=skipped,
-                    durable_unavailable=unavailable,
+                    chosen=found, location="local", skipped=skipped, durable_unavailable=unavailable
                 )
-            skipped.append(SkippedCheckpoint(step=step, path=result.path, problems=result.problems))
+            skipped.append(found)
         if durable is not None and step in durable_names:
             name = durable_names[step]
             try:
                 if durable.stat(name, COMMIT_MARKER) is None:
                     continue  # an upload still in progress, or abandoned: never a resume point
+                owner = owner_problem(durable, name, request.job_id)
+                if owner is not None:
+                    skipped.append(
+                        SkippedCheckpoint(
+                            step=step,
+                            path=durable.location(name),
+                            location="durable",
+                            problems=[owner],
+                        )
+                    )
+                    continue
                 result = verify_in_store(
                     durable, name, "metadata", expected_world_size=request.expected_world_size
                 )
@@ -115,6 +138,39 @@ def search_verified(request: FindVerifiedCheckpointRequest) -> CheckpointSearch:
                 )
             )
     return CheckpointSearch(skipped=skipped, durable_unavailable=unavailable)
+
+
+def _check_local(
+    request: FindVerifiedCheckpointRequest,
+    local: LocalStore,
+    name: str,
+    level: Level,
+    move_aside_corrupt: bool,
+) -> CheckpointRef | SkippedCheckpoint:
+    """The local checkpoint ``name`` as a resume point, or why it is skipped."""
+    step = parse_step_dir(name)
+    assert step is not None
+    path = local.location(name)
+    owner = owner_problem(local, name, request.job_id)
+    if owner is not None:
+        return SkippedCheckpoint(step=step, path=path, problems=[owner])
+    result = verify_in_store(local, name, level)
+    if not result.ok:
+        moved: str | None = None
+        if move_aside_corrupt and is_committed(local.path / name):
+            moved = str(move_aside(local.path, local.path / name, CORRUPT_DIR))
+        return SkippedCheckpoint(step=step, path=path, problems=result.problems, moved_to=moved)
+    expected = request.expected_world_size
+    if expected is not None and result.world_size != expected:
+        # Sound, but for another world size (an elastic shrink): kept where it is.
+        return SkippedCheckpoint(
+            step=step,
+            path=path,
+            problems=[
+                f"{MANIFEST}: written by a world of {result.world_size} ranks, expected {expected}"
+            ],
+        )
+    return CheckpointRef(step=step, path=path)
 
 
 @activity.defn(name="find_verified_checkpoint")

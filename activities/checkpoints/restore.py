@@ -5,6 +5,11 @@ verified (every sha256, unless ``verify_hashes`` is off), and only then renamed
 to ``step-NNNNNNNN``: a torn or corrupt download never looks like a checkpoint.
 A retried attempt keeps the files already downloaded whole, so an outage in the
 middle of a large restore costs only what was missing.
+
+The manifest comes from storage the job does not fully control, so a manifest
+path that is absolute, holds a ``..`` segment or resolves outside the checkpoint
+is refused (``CheckpointCorrupt``, naming the checkpoint and the path) before
+anything is created or downloaded.
 """
 
 from __future__ import annotations
@@ -29,7 +34,13 @@ from activities.checkpoints.storage import (
 )
 from activities.checkpoints.verify import read_manifest, verify_directory
 from activities.contracts import CheckpointRef, RestoreCheckpointRequest
-from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST, fsync_directory, parse_step_dir
+from lazarus.checkpoint_layout import (
+    COMMIT_MARKER,
+    MANIFEST,
+    fsync_directory,
+    parse_step_dir,
+    resolves_inside,
+)
 from lazarus.rank import TEMP_SUFFIX
 
 
@@ -88,6 +99,9 @@ def restore_checkpoint_sync(
         if cancel.is_set():
             raise RuntimeError("restore cancelled")
         size, sha = int(entry["size"]), entry.get("sha256")
+        if not resolves_inside(temp, rel):  # read_manifest refused '..' and absolute paths
+            problem = f"{MANIFEST}: refused file path {rel!r}: leaves the checkpoint"
+            raise CheckpointCorrupt(store.location(name), [problem])
         dest = temp / rel
         if (
             dest.is_file()

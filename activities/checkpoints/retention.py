@@ -4,7 +4,8 @@ Each tier keeps its newest ``keep_local`` / ``keep_durable`` committed
 checkpoints. Whatever the numbers say (even 0), the newest checkpoint that
 passes verification is never deleted, and neither is anything newer than it
 (a save or upload in progress, or a corrupt copy worth a look), nor a step the
-caller protects. If no checkpoint verifies, nothing is deleted at all.
+caller protects. If no checkpoint verifies, nothing is deleted at all. Given the
+request's ``job_id``, checkpoints another job wrote are left alone.
 Uncommitted leftovers older than the newest verified checkpoint (torn saves,
 abandoned uploads) are deleted. Deletion removes the commit marker first.
 """
@@ -17,7 +18,7 @@ from temporalio import activity
 
 from activities.checkpoints.find import durable_store
 from activities.checkpoints.storage import CheckpointStore, LocalStore, store_errors
-from activities.checkpoints.verify import Level, verify_in_store
+from activities.checkpoints.verify import Level, owner_problem, verify_in_store
 from activities.contracts import (
     CheckpointRef,
     GarbageCollectionRequest,
@@ -27,10 +28,12 @@ from lazarus.checkpoint_layout import COMMIT_MARKER
 
 
 def plan_deletions(
-    store: CheckpointStore, keep: int, level: Level, protect: set[int]
+    store: CheckpointStore, keep: int, level: Level, protect: set[int], job_id: str | None = None
 ) -> tuple[list[tuple[int, str]], int | None]:
-    """``(checkpoints to delete, newest verified step)`` for one tier."""
-    every = store.steps()
+    """``(checkpoints to delete, newest verified step)`` for one tier. Checkpoints
+    whose manifest names another job are invisible here: never deleted, and never
+    the "newest verified" that would let this job's own be deleted."""
+    every = [(s, n) for s, n in store.steps() if owner_problem(store, n, job_id) is None]
     committed = [(s, n) for s, n in every if store.stat(n, COMMIT_MARKER) is not None]
     newest_verified: int | None = None
     for step, name in reversed(committed):
@@ -50,7 +53,7 @@ def collect_garbage_sync(request: GarbageCollectionRequest) -> GarbageCollection
     problems: list[str] = []
     local = LocalStore(request.checkpoint_dir)
     level: Level = "hashes" if spec.verify_hashes else "sizes"
-    deletions, newest_local = plan_deletions(local, spec.keep_local, level, protect)
+    deletions, newest_local = plan_deletions(local, spec.keep_local, level, protect, request.job_id)
     deleted_local = _delete(local, deletions, problems)
     deleted_durable: list[CheckpointRef] = []
     newest_durable: int | None = None
@@ -59,7 +62,7 @@ def collect_garbage_sync(request: GarbageCollectionRequest) -> GarbageCollection
             durable = durable_store(spec, max_attempts=2)
             assert durable is not None
             deletions, newest_durable = plan_deletions(
-                durable, spec.keep_durable, "metadata", protect
+                durable, spec.keep_durable, "metadata", protect, request.job_id
             )
             deleted_durable = _delete(durable, deletions, problems)
         except store_errors() as exc:

@@ -14,23 +14,26 @@ from pathlib import Path
 
 from temporalio import activity
 
+from activities.checkpoints.verify import written_by_other_job
 from activities.contracts import CheckpointRef, RollbackRequest, RollbackResult
-from lazarus.checkpoint_layout import committed_steps
+from lazarus.checkpoint_layout import ROLLED_BACK_DIR, committed_steps, move_aside
 
-RETIRED_DIR = ".rolled-back"
+RETIRED_DIR = ROLLED_BACK_DIR
 
 
-def retire_newest(checkpoint_dir: str) -> RollbackResult:
+def retire_newest(checkpoint_dir: str, job_id: str | None = None) -> RollbackResult:
+    """Move the newest committed checkpoint of ``job_id`` aside. Checkpoints another
+    job wrote (a directory shared by mistake) are neither retired nor resumed from."""
     root = Path(checkpoint_dir)
-    found = committed_steps(root)
+    found = [
+        (step, path)
+        for step, path in committed_steps(root)
+        if written_by_other_job(path, job_id) is None
+    ]
     if len(found) < 1:
         return RollbackResult(retired=[], resume=None)
     step, path = found[-1]
-    graveyard = root / RETIRED_DIR
-    graveyard.mkdir(exist_ok=True)
-    index = sum(1 for _ in graveyard.glob(f"{path.name}.*"))
-    target = graveyard / f"{path.name}.{index}"
-    path.rename(target)
+    target = move_aside(root, path, RETIRED_DIR)
     remaining = found[:-1]
     resume = CheckpointRef(step=remaining[-1][0], path=str(remaining[-1][1])) if remaining else None
     return RollbackResult(retired=[CheckpointRef(step=step, path=str(target))], resume=resume)
@@ -40,4 +43,4 @@ def retire_newest(checkpoint_dir: str) -> RollbackResult:
 async def roll_back_checkpoint(request: RollbackRequest) -> RollbackResult:
     """Not idempotent by itself (each call retires one more), so the workflow runs it
     with no retries; a failed attempt leaves at worst the newest one in place."""
-    return await asyncio.to_thread(retire_newest, request.checkpoint_dir)
+    return await asyncio.to_thread(retire_newest, request.checkpoint_dir, request.job_id)

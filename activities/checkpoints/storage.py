@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST, fsync_directory, parse_step_dir
+from lazarus.checkpoint_layout import (
+    COMMIT_MARKER,
+    MANIFEST,
+    fsync_directory,
+    parse_step_dir,
+    resolves_inside,
+)
 from lazarus.rank import TEMP_SUFFIX
 
 CHUNK_BYTES = 8 << 20
@@ -115,6 +121,11 @@ class CheckpointStore(ABC):
         """Remove a checkpoint, its commit marker first, so a half-finished delete
         leaves an uncommitted directory rather than a committed torn one."""
 
+    def escapes(self, name: str, relpath: str) -> bool:
+        """``relpath`` of checkpoint ``name`` leads outside it (only a filesystem's
+        symlinks can; object keys are literal)."""
+        return False
+
     def steps(self) -> list[tuple[int, str]]:
         """``(step, name)`` of every checkpoint, oldest first."""
         found = [(step, n) for n in self.list_names() if (step := parse_step_dir(n)) is not None]
@@ -148,6 +159,9 @@ class LocalStore(CheckpointStore):
 
     def exists(self, name: str) -> bool:
         return (self.path / name).is_dir()
+
+    def escapes(self, name: str, relpath: str) -> bool:
+        return not resolves_inside(self.path / name, relpath)
 
     def read_small(self, name: str, relpath: str) -> bytes | None:
         try:

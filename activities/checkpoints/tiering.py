@@ -51,7 +51,7 @@ from activities.checkpoints.storage import (
     file_sha256,
     multipart_etag,
 )
-from activities.checkpoints.verify import Level, verify_directory, verify_in_store
+from activities.checkpoints.verify import Level, owner_problem, verify_directory, verify_in_store
 from activities.contracts import (
     MultipartState,
     UploadCheckpointRequest,
@@ -172,6 +172,14 @@ def upload_checkpoint_sync(
     tracker.bytes_total = sum(int(e["size"]) for e in files.values())
     store = durable_store(spec)
     assert store is not None
+    job_id = json.loads(manifest_bytes).get("job_id")
+    owner = owner_problem(store, name, job_id if isinstance(job_id, str) else None)
+    if owner is not None and store.stat(name, COMMIT_MARKER) is not None:
+        # Never overwrite, nor count as uploaded, another job's durable copy.
+        raise CheckpointInputError(
+            f"{store.location(name)}: {owner}, not by {job_id}: give each job its own "
+            "checkpoints.durable_uri (e.g. s3://bucket/{job_id})"
+        )
     if isinstance(store, S3Store):
         skipped = _upload_s3(
             store,

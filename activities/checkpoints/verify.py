@@ -23,7 +23,7 @@ from activities.checkpoints.storage import (
     locate,
 )
 from activities.contracts import CheckpointVerification
-from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST, parse_step_dir
+from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST, parse_step_dir, unsafe_relpath
 
 Level = Literal["hashes", "metadata", "sizes"]
 """``hashes`` reads every byte; ``sizes`` checks sizes only; ``metadata`` (S3) also
@@ -33,7 +33,14 @@ costs one HEAD per file instead of a download."""
 HASH_THREADS = 4
 """Files hashed in parallel (hashlib releases the GIL on large buffers)."""
 
-__all__ = ["Level", "read_manifest", "verify_checkpoint", "verify_in_store"]
+__all__ = [
+    "Level",
+    "owner_problem",
+    "read_manifest",
+    "verify_checkpoint",
+    "verify_in_store",
+    "written_by_other_job",
+]
 
 
 def verify_checkpoint(
@@ -81,7 +88,33 @@ def read_manifest(store: CheckpointStore, name: str) -> tuple[dict[str, Any] | N
         return None, f"{MANIFEST}: not valid JSON ({exc})"
     if not isinstance(document, dict) or not isinstance(document.get("files"), dict):
         return None, f"{MANIFEST}: has no 'files' mapping"
+    for relpath in document["files"]:
+        reason = unsafe_relpath(relpath)
+        if reason is not None:
+            # Refused before anything is read or written through it: restore would
+            # otherwise write wherever the entry points, as the worker's user.
+            return None, f"{MANIFEST}: refused file path {relpath!r}: {reason}"
     return document, None
+
+
+def owner_problem(store: CheckpointStore, name: str, job_id: str | None) -> str | None:
+    """``"written by job X"`` when the manifest names a job other than ``job_id``.
+
+    Two jobs sharing a directory (one spec started twice under ``--name``) must never
+    resume from, nor delete, each other's checkpoints. A manifest without a job id
+    (written outside Lazarus, or by an older helper) belongs to whoever reads it."""
+    if job_id is None:
+        return None
+    manifest, _ = read_manifest(store, name)
+    owner = manifest.get("job_id") if manifest is not None else None
+    if isinstance(owner, str) and owner and owner != job_id:
+        return f"written by job {owner}"
+    return None
+
+
+def written_by_other_job(path: Path, job_id: str | None) -> str | None:
+    """:func:`owner_problem` for a local checkpoint directory."""
+    return owner_problem(LocalStore(path.parent), path.name, job_id)
 
 
 def verify_in_store(
@@ -130,6 +163,15 @@ def verify_in_store(
         )
 
     files: dict[str, Any] = manifest["files"]
+    escaping = sorted(rel for rel in files if store.escapes(name, rel))
+    if escaping:
+        problems.extend(
+            f"{rel}: refused: resolves outside the checkpoint (through a symlink)"
+            for rel in escaping
+        )
+        return CheckpointVerification(
+            step=step, path=location, ok=False, problems=problems, committed_at=committed_at
+        )
     total = 0
     to_hash: list[tuple[str, str]] = []
     all_hashed = True

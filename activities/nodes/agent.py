@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from activities.contracts import UnkillableGroup
 from lazarus.spec import NodeSpec
 
 
@@ -29,6 +30,9 @@ class RankLaunch(_Record):
     command: list[str]
     env: dict[str, str]
     workdir: str
+    env_file: str | None = None
+    """``env_from_file`` for the node to read itself (ssh nodes): its values go under
+    ``env``, and never leave the node."""
 
 
 class StartedRank(_Record):
@@ -74,6 +78,8 @@ class NodeStopResult(_Record):
     killed_groups: int = 0
     last_step: int | None = None
     generations: list[int] = Field(default_factory=list)
+    unkillable: list[UnkillableGroup] = Field(default_factory=list)
+    """Groups still alive ``kill_wait_s`` after SIGKILL: reported, never waited on forever."""
 
 
 class PreflightRequest(_Record):
@@ -131,10 +137,19 @@ class NodeAgent(ABC):
         Never raises for network trouble: returns ``reachable=False`` with the error."""
 
     @abstractmethod
-    def stop(self, run_root: str, keep_generation: int | None, grace_s: float) -> NodeStopResult:
-        """SIGTERM+SIGCONT every live rank group of every generation under ``run_root``
-        except ``keep_generation``, wait ``grace_s``, SIGKILL the rest, mark each
-        generation stopped. Never raises for network trouble (``reachable=False``)."""
+    def stop(
+        self,
+        run_root: str,
+        keep_generation: int | None,
+        grace_s: float,
+        kill_wait_s: float = 10.0,
+    ) -> NodeStopResult:
+        """SIGTERM+SIGCONT every live rank group of this node in every generation under
+        ``run_root`` except ``keep_generation``, wait ``grace_s``, SIGKILL the rest, mark
+        each generation stopped. A group still alive ``kill_wait_s`` after SIGKILL is
+        returned in ``unkillable``, not retried. Only groups whose pid file's start
+        ticks match are signalled: a reused pid or pgid is someone else's. Never raises
+        for network trouble (``reachable=False``)."""
 
     @abstractmethod
     def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str: ...

@@ -39,3 +39,19 @@ def on_each(items: Sequence[NodeAgent], fn: Callable[[NodeAgent], T]) -> list[T]
         return [fn(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
         return list(pool.map(fn, items))
+
+
+def on_each_settled(
+    items: Sequence[NodeAgent], fn: Callable[[NodeAgent], T]
+) -> list[T | Exception]:
+    """Like :func:`on_each`, but every node's outcome, result or exception, in order:
+    a caller that must clean up after one node's failure needs to know what the
+    others did."""
+
+    def settled(item: NodeAgent) -> T | Exception:
+        try:
+            return fn(item)
+        except Exception as exc:  # returned to the caller, not swallowed
+            return exc
+
+    return on_each(items, settled)

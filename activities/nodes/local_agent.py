@@ -3,12 +3,14 @@ Python rank wrapper and watched through /proc and the run directory directly."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from activities.contracts import UnkillableGroup
 from activities.nodes.agent import (
     NodeAgent,
     NodeStatus,
@@ -19,10 +21,21 @@ from activities.nodes.agent import (
     RankRecord,
     StartedRank,
 )
-from activities.procfs import group_members, read_stat, signal_group
-from activities.rundir import GenerationDir, generations, read_json, write_json_atomic
+from activities.procfs import live_groups, owned_group, read_stat, signal_group
+from activities.rundir import (
+    GenerationDir,
+    generation_lock,
+    generations,
+    read_json,
+    runs,
+    write_json_atomic,
+)
+from lazarus import chaos_points
+from lazarus.chaos_points import chaos_point
+from lazarus.spec import NodeSpec
 
 PID_FILE_WAIT_S = 30.0
+_PID_FILE = re.compile(r"^rank-(\d+)\.pid$")
 
 
 class RankStartFailed(Exception):
@@ -30,6 +43,13 @@ class RankStartFailed(Exception):
 
 
 class LocalAgent(NodeAgent):
+    def __init__(self, node: NodeSpec, whole_machine: bool = False) -> None:
+        super().__init__(node)
+        self.whole_machine = whole_machine
+        """Stop every rank on this machine, whichever logical node launched it (a stop
+        that names no node). Otherwise ``stop`` touches only this node's ranks: several
+        logical local nodes share one machine and one run directory."""
+
     def start_ranks(self, gen_dir: str, ranks: list[RankLaunch]) -> list[StartedRank]:
         gen = GenerationDir(Path(gen_dir))
         gen.path.mkdir(parents=True, exist_ok=True)
@@ -111,42 +131,23 @@ class LocalAgent(NodeAgent):
             round_trip_s=time.monotonic() - started,
         )
 
-    def stop(self, run_root: str, keep_generation: int | None, grace_s: float) -> NodeStopResult:
-        from activities.launcher import generation_lock
-
-        targets = [g for g in generations(run_root) if g.generation != keep_generation]
-        groups: dict[int, list[int]] = {}
-        for gen in targets:
-            with generation_lock(gen):  # wait out a launch in progress, then fence it
-                if not gen.stopped_file.exists():
-                    write_json_atomic(gen.stopped_file, {"reason": "stopping", "at": time.time()})
-                groups[gen.generation] = _live_groups(gen)
-        signalled = [pgid for pgids in groups.values() for pgid in pgids]
-        for pgid in signalled:
-            signal_group(pgid, signal.SIGTERM)
-            signal_group(pgid, signal.SIGCONT)  # a stopped rank cannot act on SIGTERM
-        deadline = time.monotonic() + grace_s
-        remaining = list(signalled)
-        while remaining and time.monotonic() < deadline:
-            time.sleep(0.05)
-            remaining = [pgid for pgid in remaining if group_members(pgid)]
-        needed_kill = list(remaining)
-        for pgid in needed_kill:
-            signal_group(pgid, signal.SIGKILL)
-        kill_deadline = time.monotonic() + 10.0
-        while remaining and time.monotonic() < kill_deadline:
-            time.sleep(0.02)
-            remaining = [pgid for pgid in remaining if group_members(pgid)]
-        if remaining:
-            raise RuntimeError(f"process groups {remaining} survived SIGKILL")
-        stepped = [s for g in targets if groups[g.generation] and (s := _last_step(g)) is not None]
-        return NodeStopResult(
-            node=self.node.name,
-            reachable=True,
-            signalled_groups=len(signalled),
-            killed_groups=len(needed_kill),
-            last_step=max(stepped) if stepped else None,
-            generations=[g.generation for g in targets if groups[g.generation]],
+    def stop(
+        self,
+        run_root: str,
+        keep_generation: int | None,
+        grace_s: float,
+        kill_wait_s: float = 10.0,
+    ) -> NodeStopResult:
+        root = Path(run_root)
+        # Given a job directory, the runs below it are stopped too (cleanup, fencing).
+        targets = [g for g in generations(root) if g.generation != keep_generation]
+        targets += [g for run in runs(root) for g in generations(run)]
+        return stop_ranks(
+            targets,
+            grace_s=grace_s,
+            kill_wait_s=kill_wait_s,
+            reporter=self.node.name,
+            node=None if self.whole_machine else self.node.name,
         )
 
     def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str:
@@ -185,12 +186,129 @@ def _started(
     )
 
 
-def _live_groups(gen: GenerationDir) -> list[int]:
+def stop_ranks(
+    gens: list[GenerationDir],
+    *,
+    grace_s: float,
+    kill_wait_s: float,
+    reporter: str,
+    node: str | None = None,
+    lock_timeout_s: float | None = None,
+) -> NodeStopResult:
+    """Stop the rank groups of these generations on this machine: SIGTERM+SIGCONT, the
+    grace period, SIGKILL, then at most ``kill_wait_s`` for the groups to die.
+
+    ``node`` limits it to the ranks that logical node launched (and the generations it
+    took part in); None takes every rank. A group is signalled only when its pid file's
+    start ticks prove it ours (:func:`owned_group`); a signal refused with EPERM means
+    the pgid is someone else's now, so it counts as gone. A group that outlives the
+    SIGKILL wait is reported in ``unkillable`` instead of failing the stop: a process in
+    uninterruptible sleep may never die, and a stop retried forever blocks cancel too.
+    Shared by ``LocalAgent.stop`` and the launcher's fencing.
+    """
+    groups: dict[GenerationDir, list[int]] = {}
+    for gen in gens:
+        # Wait out a launch in progress, then fence it (bounded where a caller asks).
+        with generation_lock(gen, lock_timeout_s):
+            if node is not None and not _took_part(gen, node):
+                continue
+            if not gen.stopped_file.exists():
+                write_json_atomic(gen.stopped_file, {"reason": "stopping", "at": time.time()})
+            groups[gen] = _owned_groups(gen, node)
+    alive = live_groups(pgid for pgids in groups.values() for pgid in pgids)
+    signalled = [pgid for pgid in sorted(alive) if signal_group(pgid, signal.SIGTERM)]
+    for pgid in signalled:
+        signal_group(pgid, signal.SIGCONT)  # a stopped rank cannot act on SIGTERM
+    chaos_point(chaos_points.STOP_AFTER_SIGTERM, when=bool(signalled))
+    remaining = _wait_for_exit(signalled, grace_s, interval_s=0.05)
+    needed_kill = [pgid for pgid in sorted(remaining) if signal_group(pgid, signal.SIGKILL)]
+    # SIGKILL is not instant: wait until the kernel has really taken them down, so the
+    # next generation never overlaps this one; but not forever.
+    survivors = _wait_for_exit(needed_kill, kill_wait_s, interval_s=0.02)
+    stopped = [g for g, pgids in groups.items() if any(p in alive for p in pgids)]
+    stepped = [s for g in stopped if (s := _last_step(g)) is not None]
+    return NodeStopResult(
+        node=reporter,
+        reachable=True,
+        signalled_groups=len(signalled),
+        killed_groups=len(needed_kill),
+        last_step=max(stepped) if stepped else None,
+        generations=sorted({g.generation for g in stopped}),
+        unkillable=[
+            _unkillable(reporter, pgid, pids, kill_wait_s)
+            for pgid, pids in sorted(survivors.items())
+        ],
+    )
+
+
+def _wait_for_exit(pgids: list[int], timeout_s: float, interval_s: float) -> dict[int, list[int]]:
+    """The groups among ``pgids`` still alive after waiting at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    remaining = live_groups(pgids)
+    while remaining and time.monotonic() < deadline:
+        time.sleep(interval_s)
+        remaining = live_groups(remaining)
+    return remaining
+
+
+def _unkillable(node: str, pgid: int, pids: list[int], waited_s: float) -> UnkillableGroup:
+    states = ", ".join(
+        f"{pid} ({stat.state})" if (stat := read_stat(pid)) is not None else str(pid)
+        for pid in sorted(pids)
+    )
+    return UnkillableGroup(
+        node=node,
+        pgid=pgid,
+        pids=sorted(pids),
+        reason=(
+            f"process group {pgid} on node {node} still alive {waited_s:g} s after SIGKILL: "
+            f"pids {states}; a process in uninterruptible sleep (state D: a GPU after an "
+            "Xid, a hung filesystem) dies only when the kernel lets it go"
+        ),
+    )
+
+
+def _rank_nodes(gen: GenerationDir) -> dict[int, str] | None:
+    """Which logical node launched each rank: from ``launch.json``, else from the plan
+    (written before any rank starts); None when neither says (then every rank counts)."""
+    launched = read_json(gen.launch_file)
+    if launched is not None and isinstance(launched.get("ranks"), list):
+        return {int(r["rank"]): str(r.get("node", "local")) for r in launched["ranks"]}
+    plan = read_json(gen.plan_file)
+    if plan is None or not isinstance(plan.get("nodes"), list):
+        return None
+    per_node = plan.get("nproc_per_node")
+    if not isinstance(per_node, int) or per_node < 1:
+        return None
+    return {
+        index * per_node + local: str(name)
+        for index, name in enumerate(plan["nodes"])
+        for local in range(per_node)
+    }
+
+
+def _took_part(gen: GenerationDir, node: str) -> bool:
+    nodes = _rank_nodes(gen)
+    if nodes is not None:
+        return node in nodes.values()
+    plan = read_json(gen.plan_file)
+    return plan is None or not isinstance(plan.get("nodes"), list) or node in plan["nodes"]
+
+
+def _owned_groups(gen: GenerationDir, node: str | None) -> list[int]:
+    """The groups of this generation's pid files that are provably ours (and, with
+    ``node``, launched by that node)."""
+    nodes = _rank_nodes(gen) if node is not None else None
     found: set[int] = set()
     for pid_file in gen.path.glob("rank-*.pid"):
+        rank = _PID_FILE.match(pid_file.name)
+        if rank is None:
+            continue
+        if nodes is not None and nodes.get(int(rank.group(1)), node) != node:
+            continue
         record = read_json(pid_file)
-        if record is not None and group_members(int(record["pgid"])):
-            found.add(int(record["pgid"]))
+        if record is not None and (pgid := owned_group(record)) is not None:
+            found.add(pgid)
     return sorted(found)
 
 

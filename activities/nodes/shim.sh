@@ -14,13 +14,19 @@
 # Every subcommand prints one JSON object per line on stdout (tail prints raw
 # bytes); failures print {"error": "..."} (with "rank" where one applies).
 #
-#   start GEN_DIR RANK WORKDIR -- CMD...
+#   start GEN_DIR RANK WORKDIR [--env-file FILE] -- CMD...   (stdin: the env)
 #       {"rank","pid","pgid","start_ticks","log_file","adopted"}
+#       The rank's whole environment comes on stdin as sh assignments (KEY='VALUE'
+#       lines, values quoted by the agent), never as arguments: every user can read
+#       any process's argv in /proc/PID/cmdline. FILE (env_from_file) is read on
+#       this node: KEY=VALUE lines, refused unless only its owner can read it.
 #   status GEN_DIR RANK...
 #       per rank {"rank","pid","alive","stopped","exit","heartbeat"}; exit and
 #       heartbeat are the files' JSON objects embedded as they are, or null
-#   stop RUN_ROOT KEEP_GEN|none GRACE_S
-#       {"signalled","killed","last_step","generations","survivors"}
+#   stop RUN_ROOT KEEP_GEN|none GRACE_S [KILL_WAIT_CS]
+#       {"signalled","killed","last_step","generations","survivors","survivor_pids"}
+#       survivor_pids: [[PGID,PID],...] still alive KILL_WAIT_CS (default 1000)
+#       centiseconds after SIGKILL
 #   tail GEN_DIR RANK MAX_BYTES            raw bytes of the end of rank-N.log
 #   preflight INTERPRETER WORKDIR DISK_PATH TIMEOUT_S MAX_OUTPUT [-- HEALTH_CMD...]
 #       {"interpreter","workdir_exists","disk_path","free_kb","health_exit",
@@ -78,8 +84,34 @@ write_atomic() {
 }
 '
 
+# --- The rank's environment. The rank wrapper's subshell, after writing the pid
+# file, becomes `env -i SH -s -- ENV_FILE CMD...` (exec: the pid is kept) reading
+# this program from its stdin, a pipe: the env_from_file values, then the agent's
+# assignments (so env and Lazarus's own variables win), then `exec CMD`. Secrets
+# thus travel only through pipes and the owner-only file, never through an argv.
+SHIM_ENV_LOADER='
+unset PWD OLDPWD SHLVL
+envf=$1
+shift
+if [ -n "$envf" ]; then
+	while IFS= read -r _el || [ -n "$_el" ]; do
+		case $_el in "" | "#"*) continue ;; *=*) ;; *) continue ;; esac
+		_ek=${_el%%=*}
+		case $_ek in "" | [0-9]* | *[!A-Za-z0-9_]*) continue ;; esac
+		export "$_ek=${_el#*=}"
+	done <"$envf" || exit 125
+fi
+unset envf _el _ek
+set -a
+'
+SHIM_ENV_EXEC='
+set +a
+exec "$@" </dev/null
+'
+
 # --- The rank wrapper: `setsid -f sh -c "$SHIM_LIB$SHIM_WRAPPER" lazarus-rank
-# GEN_DIR RANK WORKDIR CMD...`, stdout+stderr appended to the rank log. It is the
+# GEN_DIR RANK WORKDIR SH ENV_FILE CMD...` with the environment program above on
+# its stdin, stdout+stderr appended to the rank log. It is the
 # session and group leader that `stop` signals as a whole. It ignores TERM, HUP
 # and INT so that it outlives the rank and records how it ended; the rank runs in
 # a foreground subshell that restores default dispositions, then writes the pid
@@ -90,7 +122,9 @@ SHIM_WRAPPER='
 gen=$1
 rank=$2
 workdir=$3
-shift 3
+rsh=$4
+envf=$5
+shift 5
 exitf="$gen/rank-$rank.exit.json"
 trap "" TERM HUP INT
 if ! cd "$workdir" 2>/dev/null; then
@@ -106,7 +140,7 @@ wticks=$ST_TICKS
 	proc_stat self || exit 126
 	now
 	write_atomic "$gen/rank-$rank.pid" "{\"rank\":$rank,\"wrapper_pid\":$$,\"pgid\":$ST_PGRP,\"wrapper_start_ticks\":$wticks,\"pid\":$ST_PID,\"start_ticks\":$ST_TICKS,\"started_at\":$NOW}" || exit 126
-	exec "$@"
+	exec env -i "$rsh" -s -- "$envf" "$@"
 )
 rc=$?
 now
@@ -217,6 +251,42 @@ lock_gen() {
 
 # --- start -----------------------------------------------------------------------------
 
+check_env_file() {
+	# FILE -> EF (why not). env_from_file must be a regular file only its owner can
+	# read or write (0600 or stricter) holding KEY=VALUE lines. A line is never
+	# quoted back: it may hold a secret.
+	if [ ! -f "$1" ]; then
+		EF="env_from_file: $1 does not exist on the node (or is not a regular file)"
+		return 1
+	fi
+	if [ ! -r "$1" ]; then
+		EF="env_from_file: $1 is not readable by this user"
+		return 1
+	fi
+	_em=$(LC_ALL=C ls -ld -- "$1" 2>/dev/null)
+	_em=${_em%% *}
+	case $_em in
+	-???------*) ;;
+	*)
+		EF="env_from_file: $1 is readable or writable by group or others (mode $_em); it holds secrets: chmod 600 $1"
+		return 1
+		;;
+	esac
+	_en=0
+	while IFS= read -r _el || [ -n "$_el" ]; do
+		_en=$((_en + 1))
+		case $_el in "" | "#"*) continue ;; esac
+		_ek=${_el%%=*}
+		case $_el in *=*) ;; *) _ek= ;; esac
+		case $_ek in
+		"" | [0-9]* | *[!A-Za-z0-9_]*)
+			EF="env_from_file: $1 line $_en: expected KEY=VALUE with KEY a variable name (letters, digits, '_'); the line is not shown, it may hold a secret"
+			return 1
+			;;
+		esac
+	done <"$1"
+}
+
 print_started() {
 	# RANK PIDFILE_CONTENT LOG ADOPTED
 	json_int "$2" pid && _sp=$JI || return 1
@@ -227,14 +297,22 @@ print_started() {
 }
 
 shim_start() {
+	# Read the environment first, whatever happens next: a writer blocked on a full
+	# pipe would keep the session (and the agent) waiting.
+	_env=$(cat)
 	[ $# -ge 3 ] || {
-		fail "start: usage: start GEN_DIR RANK WORKDIR -- CMD..." "null"
+		fail "start: usage: start GEN_DIR RANK WORKDIR [--env-file FILE] -- CMD..." "null"
 		return 2
 	}
 	_gen=$1
 	_rank=$2
 	_wdir=$3
 	shift 3
+	_envf=
+	if [ "${1-}" = "--env-file" ] && [ $# -ge 2 ]; then
+		_envf=$2
+		shift 2
+	fi
 	[ "${1-}" = "--" ] && shift
 	is_uint "$_rank" || {
 		fail "start: rank must be a number" "null"
@@ -269,19 +347,28 @@ shim_start() {
 		fail "workdir $_wdir does not exist on the node" "$_rank"
 		return 1
 	fi
+	if [ -n "$_envf" ] && ! check_env_file "$_envf"; then
+		fail "$EF" "$_rank"
+		return 1
+	fi
 	rm -f -- "$_gen/rank-$_rank.exit.json"
 	if [ -z "${SETSID_FORK-}" ]; then
 		if setsid -f true >/dev/null 2>&1; then SETSID_FORK=yes; else SETSID_FORK=no; fi
 	fi
 	# fd 9 (the launch lock) must not leak: the wrapper would hold it for its life.
+	# The environment goes down a pipe: printf is a builtin (no argv), and a wrapper
+	# that dies before reading closes the pipe, so the writer never blocks for good.
+	_rsh=${LAZARUS_SHIM_SH:-/bin/sh}
 	if [ "$SETSID_FORK" = yes ]; then
-		setsid -f "${LAZARUS_SHIM_SH:-/bin/sh}" -c "$SHIM_LIB$SHIM_WRAPPER" lazarus-rank \
-			"$_gen" "$_rank" "$_wdir" "$@" </dev/null >>"$_log" 2>&1 9>&-
+		printf '%s\n%s\n%s\n' "$SHIM_ENV_LOADER" "$_env" "$SHIM_ENV_EXEC" |
+			setsid -f "$_rsh" -c "$SHIM_LIB$SHIM_WRAPPER" lazarus-rank \
+				"$_gen" "$_rank" "$_wdir" "$_rsh" "$_envf" "$@" >>"$_log" 2>&1 9>&-
 	else
 		# Old setsid without -f: an asynchronous child is never a group leader, so
 		# setsid does not fork. (sh then ignores SIGINT in it for good.)
-		setsid "${LAZARUS_SHIM_SH:-/bin/sh}" -c "$SHIM_LIB$SHIM_WRAPPER" lazarus-rank \
-			"$_gen" "$_rank" "$_wdir" "$@" </dev/null >>"$_log" 2>&1 9>&- &
+		printf '%s\n%s\n%s\n' "$SHIM_ENV_LOADER" "$_env" "$SHIM_ENV_EXEC" |
+			setsid "$_rsh" -c "$SHIM_LIB$SHIM_WRAPPER" lazarus-rank \
+				"$_gen" "$_rank" "$_wdir" "$_rsh" "$_envf" "$@" >>"$_log" 2>&1 9>&- &
 	fi
 	uptime_cs
 	_deadline=$((UP + 3000))
@@ -383,13 +470,18 @@ last_step_of() {
 }
 
 shim_stop() {
-	[ $# -eq 3 ] || {
-		fail "stop: usage: stop RUN_ROOT KEEP_GEN|none GRACE_S"
+	[ $# -eq 3 ] || [ $# -eq 4 ] || {
+		fail "stop: usage: stop RUN_ROOT KEEP_GEN|none GRACE_S [KILL_WAIT_CS]"
 		return 2
 	}
 	_root=$1
 	_keep=$2
 	_grace=$3
+	_kill_cs=${4:-1000}
+	is_uint "$_kill_cs" || {
+		fail "stop: the SIGKILL wait must be a whole number of centiseconds"
+		return 2
+	}
 	case $_keep in none) ;; *) is_uint "$_keep" || {
 		fail "stop: keep generation must be a number or none"
 		return 2
@@ -466,7 +558,7 @@ shim_stop() {
 	# SIGKILL is not instant: wait until the kernel has really taken them down, so
 	# the next generation never overlaps this one.
 	uptime_cs
-	_deadline=$((UP + 1000))
+	_deadline=$((UP + _kill_cs))
 	while [ -n "$_remaining" ]; do
 		nap 0.02
 		live_groups $_remaining
@@ -488,8 +580,18 @@ shim_stop() {
 	done
 	_surv=
 	for _pg in $_remaining; do _surv="${_surv:+$_surv,}$_pg"; done
-	printf '{"signalled":%s,"killed":%s,"last_step":%s,"generations":[%s],"survivors":[%s]}\n' \
-		"$_signalled" "$_killed" "${STEP:-null}" "$_gens" "$_surv"
+	# Name the survivors' pids: the operator must know what would not die.
+	_spids=
+	if [ -n "$_remaining" ]; then
+		for _ld in /proc/[0-9]*; do
+			proc_stat "${_ld#/proc/}" || continue
+			case $ST_STATE in Z | X) continue ;; esac
+			case " $_remaining " in *" $ST_PGRP "*) ;; *) continue ;; esac
+			_spids="${_spids:+$_spids,}[$ST_PGRP,$ST_PID]"
+		done
+	fi
+	printf '{"signalled":%s,"killed":%s,"last_step":%s,"generations":[%s],"survivors":[%s],"survivor_pids":[%s]}\n' \
+		"$_signalled" "$_killed" "${STEP:-null}" "$_gens" "$_surv" "$_spids"
 	[ -z "$_remaining" ]
 }
 

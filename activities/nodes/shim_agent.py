@@ -10,6 +10,11 @@ Injection safety: the whole request travels on the shell's stdin as the shim
 followed by ``shim_main ARG...`` lines whose every argument is ``shlex.quote``-d,
 and the remote login shell only ever sees the fixed command ``sh -s``. A spec
 value (command, env, path) is therefore always a single literal word.
+
+Secrecy: a rank's environment (which may carry ``pass_env`` secrets) is never an
+argument of any process, since every user on a node can read ``/proc/PID/cmdline``.
+It goes to ``shim_main start`` as a quoted here-document on its stdin, and from there
+down a pipe into the rank (see ``SHIM_ENV_LOADER`` in ``shim.sh``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shlex
 import signal
 import subprocess
@@ -27,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from activities.contracts import UnkillableGroup
 from activities.nodes.agent import (
     NodeAgent,
     NodeRefused,
@@ -40,7 +47,7 @@ from activities.nodes.agent import (
     StartedRank,
 )
 from activities.nodes.gpu_health import gpu_problems, parse_gpu_health
-from lazarus.spec import NodeSpec
+from lazarus.spec import ENV_NAME_PATTERN, NodeSpec
 
 SHIM_PATH = Path(__file__).with_name("shim.sh")
 SHIM_TEXT = SHIM_PATH.read_text()
@@ -73,35 +80,60 @@ class ShimReply:
     round_trip_s: float
 
 
-def shim_script(invocations: list[list[str]], prelude: str = "") -> bytes:
+@dataclass(frozen=True)
+class ShimCall:
+    """One ``shim_main`` call with ``stdin`` as its standard input (a quoted
+    here-document: never expanded, never an argument). A plain argument list
+    gets ``/dev/null``."""
+
+    argv: list[str]
+    stdin: str
+
+
+def _here_document(text: str) -> str:
+    """``<<'DELIM'`` + ``text`` + ``DELIM``, with a delimiter no line of ``text`` equals."""
+    body = text if not text or text.endswith("\n") else text + "\n"
+    lines = set(body.split("\n"))
+    while True:
+        delimiter = f"LAZARUS_STDIN_{secrets.token_hex(8)}"
+        if delimiter not in lines:
+            return f"<<'{delimiter}'\n{body}{delimiter}\n"
+
+
+def shim_script(invocations: list[list[str] | ShimCall], prelude: str = "") -> bytes:
     """The stdin of ``sh -s``: the shim, then one quoted call per invocation."""
     calls = []
-    for argv in invocations:
-        for arg in argv:
+    for call in invocations:
+        argv, stdin = (call.argv, call.stdin) if isinstance(call, ShimCall) else (call, None)
+        for arg in [*argv, stdin or ""]:
             if "\x00" in arg:
                 raise ValueError(f"argument {arg[:40]!r}... contains a NUL byte")
-        calls.append("shim_main " + " ".join(shlex.quote(a) for a in argv) + " </dev/null\n")
+        line = "shim_main " + " ".join(shlex.quote(a) for a in argv)
+        calls.append(f"{line} </dev/null\n" if stdin is None else f"{line} {_here_document(stdin)}")
     return (prelude + SHIM_TEXT + "\n" + "".join(calls)).encode()
 
 
-def rank_argv(launch: RankLaunch) -> list[str]:
-    """The rank's command with exactly its environment: ``env -i -- K=V... CMD``.
+def rank_env_script(launch: RankLaunch) -> str:
+    """The rank's whole environment as ``KEY='VALUE'`` lines for the shim's stdin.
 
-    ``env`` reads leading ``K=V`` words as assignments, so a program name holding
-    ``=`` would be mistaken for one; such a command is started through ``sh -c
-    'exec "$@"'``, which keeps the rank's pid.
+    Values are ``shlex.quote``-d, so the rank's ``sh`` assigns them literally; names
+    must be plain variable names, which is all an ``sh`` assignment can set.
     """
-    assignments = []
+    lines = []
     for key, value in sorted(launch.env.items()):
-        if not key or "=" in key or "\x00" in key or "\x00" in value:
+        if not ENV_NAME_PATTERN.fullmatch(key) or "\x00" in value:
             raise ValueError(f"rank {launch.rank}: environment variable {key!r} cannot be passed")
-        assignments.append(f"{key}={value}")
-    command = list(launch.command)
-    if not command:
+        lines.append(f"{key}={shlex.quote(value)}\n")
+    return "".join(lines)
+
+
+def start_call(gen_dir: str, launch: RankLaunch) -> ShimCall:
+    """``start`` for one rank: its command as arguments, its environment on stdin."""
+    if not launch.command:
         raise ValueError(f"rank {launch.rank}: empty command")
-    if "=" in command[0]:
-        command = ["/bin/sh", "-c", 'exec "$@"', "lazarus-rank", *command]
-    return ["env", "-i", "--", *assignments, *command]
+    env_file = ["--env-file", launch.env_file] if launch.env_file else []
+    argv = ["start", gen_dir, str(launch.rank), launch.workdir, *env_file, "--", *launch.command]
+    return ShimCall(argv=argv, stdin=rank_env_script(launch))
 
 
 def json_lines(output: bytes) -> tuple[list[dict[str, Any]], list[str]]:
@@ -142,6 +174,33 @@ def _status_record(line: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _unkillable_groups(
+    node: str, summary: dict[str, Any], waited_s: float
+) -> list[UnkillableGroup]:
+    """The stop summary's survivors of SIGKILL, reported rather than retried forever."""
+    pids: dict[int, list[int]] = {}
+    for pair in summary.get("survivor_pids") or []:
+        if isinstance(pair, list) and len(pair) == 2:
+            pids.setdefault(int(pair[0]), []).append(int(pair[1]))
+    groups = []
+    for pgid in (int(g) for g in summary.get("survivors") or []):
+        members = sorted(pids.get(pgid, []))
+        groups.append(
+            UnkillableGroup(
+                node=node,
+                pgid=pgid,
+                pids=members,
+                reason=(
+                    f"process group {pgid} on node {node} still alive {waited_s:g} s after "
+                    f"SIGKILL (pids {', '.join(map(str, members)) or 'unknown'}): a process "
+                    "in uninterruptible sleep (state D: a GPU after an Xid, a hung "
+                    "filesystem) dies only when the kernel lets it go"
+                ),
+            )
+        )
+    return groups
+
+
 def _object_or_none(value: object) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
@@ -163,7 +222,7 @@ class ShimAgent(NodeAgent):
         """Shell lines run before the shim (e.g. which sh runs the rank wrapper)."""
         return ""
 
-    def _call(self, invocations: list[list[str]], timeout_s: float) -> ShimReply:
+    def _call(self, invocations: list[list[str] | ShimCall], timeout_s: float) -> ShimReply:
         return self._run(shim_script(invocations, self._prelude()), timeout_s)
 
     def _where(self) -> str:
@@ -174,9 +233,7 @@ class ShimAgent(NodeAgent):
     def start_ranks(self, gen_dir: str, ranks: list[RankLaunch]) -> list[StartedRank]:
         if not ranks:
             return []
-        invocations = [
-            ["start", gen_dir, str(r.rank), r.workdir, "--", *rank_argv(r)] for r in ranks
-        ]
+        invocations: list[list[str] | ShimCall] = [start_call(gen_dir, r) for r in ranks]
         reply = self._call(invocations, START_TIMEOUT_S * (1 + len(ranks)))
         records, noise = json_lines(reply.output)
         by_rank = {r.get("rank"): r for r in records}
@@ -253,11 +310,19 @@ class ShimAgent(NodeAgent):
             round_trip_s=reply.round_trip_s,
         )
 
-    def stop(self, run_root: str, keep_generation: int | None, grace_s: float) -> NodeStopResult:
+    def stop(
+        self,
+        run_root: str,
+        keep_generation: int | None,
+        grace_s: float,
+        kill_wait_s: float = 10.0,
+    ) -> NodeStopResult:
         keep = "none" if keep_generation is None else str(keep_generation)
+        kill_cs = str(max(int(kill_wait_s * 100), 0))
         try:
             reply = self._call(
-                [["stop", run_root, keep, f"{max(grace_s, 0.0):.2f}"]], grace_s + STOP_EXTRA_S
+                [["stop", run_root, keep, f"{max(grace_s, 0.0):.2f}", kill_cs]],
+                grace_s + STOP_EXTRA_S + max(kill_wait_s - 10.0, 0.0),
             )
         except (NodeUnreachable, NodeRefused) as exc:
             return NodeStopResult(node=self.node.name, reachable=False, error=str(exc))
@@ -268,11 +333,7 @@ class ShimAgent(NodeAgent):
             raise ShimError(
                 f"{self._where()}: stop failed: {error or ' | '.join(noise[:3]) or 'no output'}"
             )
-        if summary.get("survivors"):
-            raise ShimError(
-                f"{self._where()}: process groups {summary['survivors']} survived SIGKILL; "
-                "will retry"
-            )
+        unkillable = _unkillable_groups(self.node.name, summary, kill_wait_s)
         last_step = summary.get("last_step")
         return NodeStopResult(
             node=self.node.name,
@@ -281,6 +342,7 @@ class ShimAgent(NodeAgent):
             killed_groups=int(summary["killed"]),
             last_step=last_step if isinstance(last_step, int) else None,
             generations=[int(g) for g in summary.get("generations", [])],
+            unkillable=unkillable,
         )
 
     def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str:

@@ -50,6 +50,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -57,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lazarus import checkpoint_layout, environment
+from lazarus import chaos_points, checkpoint_layout, environment
 
 __all__ = [
     "RankInfo",
@@ -417,16 +418,37 @@ def resume_path() -> Path | None:
 # --------------------------------------------------------------------------- checkpoints
 
 
-def checkpoint_path(step: int) -> Path:
-    """Create (if needed) and return ``<checkpoint_dir>/step-NNNNNNNN`` for every
-    rank to write its files into before rank 0 commits."""
+RESAVE_SUFFIX = ".resave"
+"""``.step-NNNNNNNN.resave``: where a committed step is saved again (hidden from readers)."""
+
+
+def _checkpoint_root() -> Path:
     root = checkpoint_dir()
     if root is None:
         raise RuntimeError(
             f"no checkpoint directory: set {environment.CHECKPOINT_DIR} or call "
             "lazarus.rank.configure(checkpoint_dir=...)"
         )
+    return root
+
+
+def _resave_dir(root: Path, step: int) -> Path:
+    return root / f".{checkpoint_layout.step_dir_name(step)}{RESAVE_SUFFIX}"
+
+
+def checkpoint_path(step: int) -> Path:
+    """Create (if needed) and return the directory every rank writes its files for
+    ``step`` into before rank 0 commits: ``<checkpoint_dir>/step-NNNNNNNN``.
+
+    When that step is already committed (a relaunch re-saving a step it had saved
+    before, or a just-in-time request landing on a saved step), the files go to a
+    hidden sibling instead, which :func:`commit_checkpoint` renames over the old
+    copy once it is sealed: the old copy stays whole until the new one is, and new
+    bytes never end up under the old manifest."""
+    root = _checkpoint_root()
     directory = root / checkpoint_layout.step_dir_name(step)
+    if checkpoint_layout.is_committed(directory):
+        directory = _resave_dir(root, step)
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
@@ -437,16 +459,39 @@ def commit_checkpoint(step: int, *, hash_files: bool = True) -> Path:
 
     Call it on rank 0 only, after a barrier, once every rank's files are written:
     the marker is what tells the controller the directory is safe to resume from,
-    so it must not exist before the data is durable. Calling it again for a
-    committed step does nothing, so a retried save is harmless. ``hash_files``
-    records each file's sha256 (set False for very large checkpoints; sizes are
-    always recorded)."""
+    so it must not exist before the data is durable. A step saved again after it
+    was committed (see :func:`checkpoint_path`) is sealed in its hidden directory
+    and then replaces the old copy by rename; calling it again for a committed step
+    with nothing re-saved does nothing, so a retried commit is harmless.
+    ``hash_files`` records each file's sha256 (set False for very large
+    checkpoints; sizes are always recorded)."""
     me = info()
     if me.rank != 0:
         raise RuntimeError(f"commit_checkpoint must run on rank 0 only (this is rank {me.rank})")
-    directory = checkpoint_path(step)
-    if checkpoint_layout.is_committed(directory):
-        return directory
+    root = _checkpoint_root()
+    final = root / checkpoint_layout.step_dir_name(step)
+    resave = _resave_dir(root, step)
+    if resave.is_dir():
+        directory = resave
+    elif checkpoint_layout.is_committed(final):
+        return final
+    else:
+        directory = final
+        directory.mkdir(parents=True, exist_ok=True)
+    answered = _seal(directory, step, me, hash_files)
+    if directory == resave:
+        _replace(final, resave)
+    if answered is not None:
+        _answered(answered)
+    return final
+
+
+def _seal(directory: Path, step: int, me: RankInfo, hash_files: bool) -> int | None:
+    """Write the manifest and then the marker into ``directory``; returns the
+    just-in-time request this checkpoint answers, if any."""
+    # A marker left by an earlier seal of this directory must not vouch for the new
+    # bytes while the new manifest is being written.
+    (directory / checkpoint_layout.COMMIT_MARKER).unlink(missing_ok=True)
     files: dict[str, dict[str, Any]] = {}
     directories_to_sync = {directory}
     for file in sorted(directory.rglob("*")):
@@ -479,15 +524,29 @@ def commit_checkpoint(step: int, *, hash_files: bool = True) -> Path:
         json.dumps(manifest, indent=2, sort_keys=True).encode(),
         durable=True,
     )
+    chaos_points.chaos_point(chaos_points.CHECKPOINT_BEFORE_COMMIT)
     marker = {"step": step, "committed_at": time.time()}
     _atomic_write(
         directory / checkpoint_layout.COMMIT_MARKER,
         json.dumps(marker).encode(),
         durable=True,
     )
-    if answered is not None:
-        _answered(answered)
-    return directory
+    return answered
+
+
+def _replace(final: Path, resave: Path) -> None:
+    """Put the sealed re-save in place of the committed ``final``. Two renames (POSIX
+    has no portable directory swap); a crash between them leaves the step absent,
+    never torn, and the older checkpoints still resume. The old copy is deleted
+    marker first, like every deletion of a checkpoint."""
+    old = final.with_name(f".{final.name}.replaced.{os.getpid()}.{next(_temp_counter)}")
+    if final.exists():
+        os.rename(final, old)
+    os.rename(resave, final)
+    checkpoint_layout.fsync_directory(final.parent)
+    with contextlib.suppress(OSError):
+        (old / checkpoint_layout.COMMIT_MARKER).unlink()
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _answered(request: int) -> None:

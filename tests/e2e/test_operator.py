@@ -169,3 +169,44 @@ async def test_crash_loop_escalates_before_the_budget(start_job: StartJob, tmp_p
     status = await job.wait_phase(Phase.NEEDS_OPERATOR, timeout_s=60)
     assert len(status.incidents) == 3 and status.restarts == 2
     assert status.operator_reason and "crash loop" in status.operator_reason
+
+
+@pytest.mark.timeout(240)
+async def test_cancel_then_start_again_trains_on_from_the_newest_checkpoint(
+    start_job: StartJob, tmp_path: Path, fault_free_weights: Path
+) -> None:
+    """Issue 10, defect 1: a new start used to adopt the old start's launch.json and
+    exit files (SUCCEEDED without training) or trip on its fences. Each start now has
+    its own run directory; the checkpoints, which are the job's, carry over."""
+    spec = ddp_spec(tmp_path, steps=STEPS, step_time=0.1)
+    first = await start_job(spec)
+    await asyncio.to_thread(chaos.wait_for_step, first.run_root, 25)
+    await first.handle.cancel()
+    cancelled = await first.wait_phase(Phase.CANCELLED, timeout_s=90)
+    assert chaos.live_rank_processes(first.run_root) == []
+
+    second = await start_job(spec)
+    status = await second.result()
+    assert status.phase == Phase.SUCCEEDED
+    assert status.run_dir != cancelled.run_dir
+    assert status.resume_step is not None and status.resume_step >= 20, status.resume_step
+    assert_same_weights(second.weights, fault_free_weights)
+
+
+@pytest.mark.timeout(180)
+async def test_cli_refuses_a_typo_in_exclude_node_and_a_resume_of_a_running_job(
+    start_job: StartJob, stack: LocalStack, tmp_path: Path
+) -> None:
+    """Issue 10, defects 5 and 6: ``recover --exclude-node no-such-node`` exited 0 and
+    left a 2-rank local job in NEEDS_OPERATOR; a stray ``resume`` was remembered."""
+    job = await start_job(ddp_spec(tmp_path, steps=400, step_time=0.1))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 5)
+    typo = lazarus_cli(stack, "recover", job.spec.name, "--exclude-node", "no-such-node")
+    assert typo.returncode != 0
+    assert "no-such-node" in typo.stderr and "not running this job" in typo.stderr
+    stray = lazarus_cli(stack, "resume", job.spec.name)
+    assert stray.returncode != 0 and "nothing sent" in stray.stderr
+    await asyncio.sleep(3)
+    status = await job.status()
+    assert status.phase == Phase.RUNNING and status.generation == 1
+    assert status.nodes.quarantined == [] and status.world_size == 2

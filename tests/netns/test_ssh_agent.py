@@ -370,3 +370,54 @@ def test_ssh_agent_keys_are_used_and_no_agent_is_refused(
     finally:
         agent_proc.kill()
         agent_proc.wait()
+
+
+@pytest.mark.timeout(120)
+def test_rank_environment_never_appears_in_any_cmdline_over_ssh(
+    hosts: TestHosts, run_root: Path, tmp_path: Path
+) -> None:
+    """Over SSH the env once went to a long-lived ``sh`` as arguments, readable by every
+    user in /proc/PID/cmdline. Now it travels on stdin; the env file is read on the node."""
+    secret = f"sekrit-{os.urandom(8).hex()}"
+    from_file = f"filesecret-{os.urandom(8).hex()}"
+    secrets_file = tmp_path / "job.env"
+    secrets_file.write_text(f"HF_TOKEN={from_file}\n")
+    secrets_file.chmod(0o600)
+    out = tmp_path / "env.json"
+    dump = (
+        "import json, os, sys, time\n"
+        "with open(sys.argv[1] + '.tmp', 'w') as f: json.dump(dict(os.environ), f)\n"
+        "os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
+        "time.sleep(60)\n"
+    )
+    gen = str(run_root / "gen-00001")
+    agent = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
+    try:
+        agent.start_ranks(
+            gen,
+            [
+                RankLaunch(
+                    rank=0,
+                    command=[sys.executable, "-c", dump, str(out)],
+                    env={"PATH": os.environ["PATH"], "WANDB_API_KEY": secret},
+                    workdir=str(tmp_path),
+                    env_file=str(secrets_file),
+                )
+            ],
+        )
+        deadline = time.monotonic() + 20
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        env = json.loads(out.read_text())
+        assert env["WANDB_API_KEY"] == secret and env["HF_TOKEN"] == from_file
+        leaks = []
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                with contextlib.suppress(OSError):
+                    cmdline = (proc / "cmdline").read_bytes()
+                    if secret.encode() in cmdline or from_file.encode() in cmdline:
+                        leaks.append(int(proc.name))
+        assert not leaks, f"a secret is in the argv of {leaks}"
+        agent.stop(str(run_root), None, 1.0)
+    finally:
+        agent.close()

@@ -97,19 +97,27 @@ def test_search_falls_back_past_torn_and_corrupt(root: Path) -> None:
     (torn / COMMIT_MARKER).unlink()
     no_manifest = write_checkpoint(root, 40, FILES)
     (no_manifest / MANIFEST).unlink()
+    # Sizes only (a preview that moves nothing): the flipped byte passes, so 20 wins.
+    sizes = search_verified(
+        FindVerifiedCheckpointRequest(
+            checkpoint_dir=str(root), checkpoints=CheckpointsSpec(verify_hashes=False)
+        ),
+        move_aside_corrupt=False,
+    )
+    assert sizes.chosen is not None and sizes.chosen.step == 20
     found = search_verified(FindVerifiedCheckpointRequest(checkpoint_dir=str(root)))
     assert found.chosen is not None and found.chosen.step == 10 and found.location == "local"
     assert [s.step for s in found.skipped] == [40, 30, 20]
     assert "manifest.json: missing" in found.skipped[0].problems
     assert found.skipped[1].problems[0].startswith("COMMITTED: missing")
     assert found.skipped[2].problems[0].startswith("state.pt: sha256 mismatch")
-    # Sizes only: the flipped byte passes, so step 20 is chosen.
-    sizes = search_verified(
-        FindVerifiedCheckpointRequest(
-            checkpoint_dir=str(root), checkpoints=CheckpointsSpec(verify_hashes=False)
-        )
-    )
-    assert sizes.chosen is not None and sizes.chosen.step == 20
+    # Committed but corrupt: moved aside for a person; the torn save stays (GC's).
+    assert [s.moved_to for s in found.skipped] == [
+        str(root / ".corrupt" / "step-00000040.0"),
+        None,
+        str(root / ".corrupt" / "step-00000020.0"),
+    ]
+    assert _steps(root) == [10, 30]
 
 
 def test_search_of_an_empty_dir(tmp_path: Path) -> None:

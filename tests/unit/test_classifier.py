@@ -166,7 +166,9 @@ def test_snippet_class(expected: FC, snippet: str) -> None:
 
 def test_every_labelled_class_has_a_snippet() -> None:
     covered = {cls for cls, _ in SNIPPETS}
-    labelled = set(FC) - {FC.HANG, FC.NODE_LOST, FC.UNKNOWN}
+    # hang, node_lost and killed come from the supervisor (progress, liveness, the
+    # kernel's OOM records), never from log text alone.
+    labelled = set(FC) - {FC.HANG, FC.NODE_LOST, FC.UNKNOWN, FC.KILLED}
     assert labelled <= covered
 
 
@@ -243,6 +245,13 @@ def test_bare_sigkill_from_torchrun_means_host_oom() -> None:
     result = classify(log)
     assert result.failure_class == FC.OOM_HOST
     assert result.suspect_rank == 1
+    assert result.circumstantial, "only a -9: the supervisor must look for kernel evidence"
+
+
+def test_an_explicit_oom_message_is_not_circumstantial() -> None:
+    log = "[ 812.1] Out of memory: Killed process 4242 (python) total-vm:81234kB\n"
+    result = classify(log, exit_code=-9, signal="SIGKILL")
+    assert result.failure_class == FC.OOM_HOST and not result.circumstantial
 
 
 def test_time_limit_then_sigkill_is_preemption() -> None:

@@ -128,6 +128,7 @@ DEFAULT_LADDERS = [
     ],
     ("storage", 0, 0, Action.RESTART, "restart_in_place"),
     ("oom_host", 0, 0, Action.RESTART, "restart_in_place"),
+    ("killed", 0, 0, Action.RESTART, "restart_in_place"),
     ("gpu_hardware", 0, 1, Action.REPLACE_NODE, "replace_node"),
     ("gpu_hardware", 0, 0, Action.NEEDS_OPERATOR, "replace_node"),
     ("node_lost", 2, 1, Action.REPLACE_NODE, "replace_node"),
@@ -181,6 +182,16 @@ def test_spec_overrides_a_ladder_rung_by_rung(before: int, action: Action, rung:
         ctx(previous=earlier("nccl_timeout", before), node="h1", spares_left=1), LOOSE, OVERRIDE
     )
     assert (decision.action, decision.strategy) == (action, rung)
+
+
+def test_an_operator_kill_is_not_escalated_by_the_readme_oom_override() -> None:
+    """README: ``oom_host: {ladder: [escalate]}``. A bare kill -9 (class ``killed``)
+    must still restart in place; only a proven OOM escalates."""
+    override = {"oom_host": ClassPolicy(ladder=["escalate"])}
+    killed = decide(ctx(failure_class="killed"), LOOSE, override)
+    assert (killed.action, killed.strategy) == (Action.RESTART, "restart_in_place")
+    oom = decide(ctx(failure_class="oom_host"), LOOSE, override)
+    assert oom.action == Action.NEEDS_OPERATOR
 
 
 def test_ladder_counts_only_failures_of_the_class_inside_the_window() -> None:

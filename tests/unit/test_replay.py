@@ -30,9 +30,7 @@ HISTORIES = sorted(RELEASED.glob("*/*.json"))
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize(
-    "path", HISTORIES, ids=[f"{p.parent.name}/{p.stem}" for p in HISTORIES]
-)
+@pytest.mark.parametrize("path", HISTORIES, ids=[f"{p.parent.name}/{p.stem}" for p in HISTORIES])
 async def test_released_history_replays_on_current_code(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     replayer = Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter)

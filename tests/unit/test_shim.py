@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,7 +31,8 @@ from activities.nodes.shim_agent import (
     LocalShimAgent,
     ShimError,
     json_lines,
-    rank_argv,
+    shim_script,
+    start_call,
 )
 from lazarus.spec import NodeSpec
 
@@ -584,13 +586,35 @@ def test_json_escaping_round_trips_nasty_strings(agent: LocalShimAgent) -> None:
     assert decoded == strings
 
 
-def test_rank_argv_clears_the_environment() -> None:
-    argv = rank_argv(
-        RankLaunch(rank=0, command=["python", "t.py"], env={"B": "2", "A": "x=y"}, workdir="/")
+def test_start_call_puts_the_environment_on_stdin_not_in_arguments() -> None:
+    call = start_call(
+        "/run/gen-00001",
+        RankLaunch(
+            rank=0,
+            command=["python", "t.py"],
+            env={"B": "2", "A": "x=y 'q'"},
+            workdir="/w",
+            env_file="/w/secrets.env",
+        ),
     )
-    assert argv == ["env", "-i", "--", "A=x=y", "B=2", "python", "t.py"]
+    assert call.argv == [
+        "start",
+        "/run/gen-00001",
+        "0",
+        "/w",
+        "--env-file",
+        "/w/secrets.env",
+        "--",
+        "python",
+        "t.py",
+    ]
+    assert call.stdin == "A='x=y '\"'\"'q'\"'\"''\nB=2\n"
     with pytest.raises(ValueError):
-        rank_argv(RankLaunch(rank=0, command=["x"], env={"A=B": "1"}, workdir="/"))
+        start_call("/g", RankLaunch(rank=0, command=["x"], env={"A=B": "1"}, workdir="/"))
+    with pytest.raises(ValueError):
+        start_call("/g", RankLaunch(rank=0, command=["x"], env={"A-B": "1"}, workdir="/"))
+    script = shim_script([call]).decode()
+    assert "x=y" not in script.split("<<", 1)[0].rsplit("\n", 2)[-1]
 
 
 def test_json_lines_separates_noise() -> None:
@@ -711,3 +735,138 @@ def test_poll_round_trip_is_fast(agent: LocalShimAgent, run_root: Path, tmp_path
     median = times[len(times) // 2]
     print(f"local shim poll of 4 ranks: median {median * 1000:.1f} ms")
     assert median < 0.5
+
+
+# --- secrets travel through pipes, never through an argv (issue 10, defect 13) --------------
+
+
+def _all_cmdlines() -> list[tuple[int, bytes]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            found.append((int(entry.name), _cmdline(entry)))
+    return found
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shell", SHELLS)
+def test_rank_environment_never_appears_in_any_cmdline(
+    shell: str, run_root: Path, tmp_path: Path
+) -> None:
+    """Every user can read /proc/PID/cmdline: the env once sat in the wrapper's argv for
+    the rank's whole life. Sampled all through the launch and while the rank runs."""
+    secret = f"sekrit-{uuid.uuid4().hex}"
+    big = f"big-{uuid.uuid4().hex}" + "x" * 70_000  # beyond a pipe's buffer
+    agent = LocalShimAgent(NodeSpec(name="n1"), shell=shell)
+    seen: list[tuple[int, bytes]] = []
+    launching = True
+
+    def sample() -> None:
+        while launching:
+            seen.extend((pid, line) for pid, line in _all_cmdlines() if secret.encode() in line)
+            time.sleep(0.001)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    gen = gen_dir(run_root)
+    out = tmp_path / "env.json"
+    dump = (
+        "import json, os, sys, time\n"
+        "with open(sys.argv[1] + '.tmp', 'w') as f: json.dump(dict(os.environ), f)\n"
+        "os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
+        "time.sleep(30)\n"
+    )
+    try:
+        agent.start_ranks(
+            gen,
+            [
+                RankLaunch(
+                    rank=0,
+                    command=[sys.executable, "-c", dump, str(out)],
+                    env={"PATH": os.environ["PATH"], "WANDB_API_KEY": secret, "BIG": big},
+                    workdir=str(tmp_path),
+                )
+            ],
+        )
+        env = wait_for(lambda: out.exists() and json.loads(out.read_text()), what="env")
+    finally:
+        launching = False
+        sampler.join()
+    try:
+        assert env["WANDB_API_KEY"] == secret and env["BIG"] == big
+        leaks = [(pid, line) for pid, line in _all_cmdlines() if secret.encode() in line]
+        assert not leaks and not seen, (
+            f"secret in the argv of {sorted({p for p, _ in seen + leaks})}"
+        )
+        run_files = [p for p in Path(gen).iterdir() if p.is_file()]
+        assert not [p for p in run_files if secret in p.read_text(errors="replace")]
+    finally:
+        agent.stop(str(run_root), None, 0.0)
+        agent.close()
+
+
+def _env_file(tmp_path: Path, text: str, mode: int) -> Path:
+    path = tmp_path / "secrets.env"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.timeout(60)
+def test_env_from_file_is_read_on_the_node_below_env_and_lazarus(
+    agent: LocalShimAgent, run_root: Path, tmp_path: Path
+) -> None:
+    from activities.secret_env import read_env_file
+
+    text = "# comment\n\nHF_TOKEN=hf 'quoted' $HOME \\n\nSHARED=from file\nEMPTY=\nEQ=a=b\n"
+    secrets_file = _env_file(tmp_path, text, 0o600)
+    out = tmp_path / "env.json"
+    dump = f"import json, os; json.dump(dict(os.environ), open({str(out)!r}, 'w'))"
+    gen = gen_dir(run_root)
+    agent.start_ranks(
+        gen,
+        [
+            RankLaunch(
+                rank=0,
+                command=[sys.executable, "-c", dump],
+                env={"PATH": os.environ["PATH"], "SHARED": "from env"},
+                workdir=str(tmp_path),
+                env_file=str(secrets_file),
+            )
+        ],
+    )
+    poll_until(agent, gen, [0], lambda s: s.ranks[0].exit is not None)
+    env = json.loads(out.read_text())
+    assert env["HF_TOKEN"] == "hf 'quoted' $HOME \\n"
+    assert env["EMPTY"] == "" and env["EQ"] == "a=b" and env["SHARED"] == "from env"
+    # The worker's reader (local nodes) parses the same format the same way.
+    local = read_env_file(str(secrets_file))
+    assert {k: env[k] for k in local if k != "SHARED"} == {
+        k: v for k, v in local.items() if k != "SHARED"
+    }
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("text", "mode", "expected"),
+    [
+        ("HF_TOKEN=abc\n", 0o640, "is readable or writable by group or others"),
+        ("HF_TOKEN=abc\n", 0o604, "chmod 600"),
+        ("HF_TOKEN=abc\nexport SECRET=hunter2\n", 0o600, "line 2: expected KEY=VALUE"),
+        ("hunter2\n", 0o600, "line 1: expected KEY=VALUE"),
+    ],
+)
+def test_env_from_file_refused_at_launch_naming_the_file(
+    agent: LocalShimAgent, run_root: Path, tmp_path: Path, text: str, mode: int, expected: str
+) -> None:
+    secrets_file = _env_file(tmp_path, text, mode)
+    launch_one = launch(0, "exit 0", tmp_path).model_copy(update={"env_file": str(secrets_file)})
+    with pytest.raises(ShimError) as caught:
+        agent.start_ranks(gen_dir(run_root), [launch_one])
+    message = str(caught.value)
+    assert f"env_from_file: {secrets_file}" in message and expected in message
+    assert "hunter2" not in message and "abc" not in message
+    assert not (Path(gen_dir(run_root)) / "rank-0.pid").exists()
+    missing = launch_one.model_copy(update={"env_file": str(tmp_path / "nope.env")})
+    with pytest.raises(ShimError, match=r"nope\.env does not exist on the node"):
+        agent.start_ranks(gen_dir(run_root), [missing])

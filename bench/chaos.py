@@ -1,0 +1,880 @@
+"""``python -m bench chaos``: the fault x phase matrix.
+
+Every guarantee Lazarus makes is checked under one fault injected at one phase of
+the job's life, for every (fault, phase) cell where that combination means
+something. Phases are reached deterministically: the product holds at a named
+point (:mod:`lazarus.chaos_points`) or the job reports a state, never after a
+sleep. Each cell runs on the benchmark harness (one LocalStack for the matrix, a
+fresh job per cell, the same reference runs) and is judged by
+:func:`bench.chaos_invariants.judge`: the right end state, the fault-free weights,
+one generation alive at a time, no step lost beyond the checkpoint interval (none
+on a planned stop), nothing left behind.
+
+The matrix is the explicit list :data:`CELLS`; a (fault, phase) pair not in it is
+reported with the reason it is not a cell (:func:`absent_reason`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import WorkflowExecutionDescription
+
+from bench import report
+from bench.chaos_invariants import GenerationCensus, judge
+from bench.chaos_points import ChaosPoints
+from bench.harness import (
+    BenchContext,
+    BenchJob,
+    BenchRun,
+    Outcome,
+    Reference,
+    RunRecord,
+    Scenario,
+    run_benchmark,
+)
+from bench.jobs import WORLD_SIZE, JobPaths, JobShape, build_spec
+from lazarus import chaos
+from lazarus import chaos_points as points
+from lazarus.chaos_points import CHAOS_DIR_ENV
+from lazarus.checkpoint_layout import committed_steps
+from lazarus.spec import JobSpec
+from workflows.api import SIGNAL_PAUSE, SIGNAL_RESUME
+from workflows.state import JobStatus, Phase
+
+FAULTS: dict[str, str] = {
+    "rank_sigkill": "rank SIGKILL",
+    "rank_sigstop": "rank SIGSTOP",
+    "worker_sigkill": "worker SIGKILL",
+    "server_sigkill": "dev server SIGKILL + restart",
+    "node_ranks_killed": "every rank of a node killed",
+    "s3_stopped": "S3 (moto) server stopped",
+    "checkpoint_corrupt": "checkpoint corrupted on disk",
+    "operator_signal": "duplicated or conflicting operator signal",
+}
+PHASES: dict[str, str] = {
+    "launch_before_pids": "launch: before the pid files",
+    "launch_before_launch_json": "launch: pid files written, no launch.json",
+    "steady": "steady training",
+    "checkpoint_write": "checkpoint write, before COMMITTED",
+    "stop": "stop: after SIGTERM, before reaping",
+    "recovery_relaunch": "relaunch of a recovery",
+    "jit_checkpoint": "just-in-time checkpoint",
+    "paused": "while paused",
+    "continue_as_new": "continue-as-new",
+}
+
+CHAOS_SHAPE = JobShape(
+    steps=40,
+    step_time_s=0.05,
+    ckpt_every=5,
+    fault_step=15,
+    hang_timeout_s=8.0,  # a loaded machine takes seconds to tear a job down
+    worker_down_s=1.0,
+    health={"startup_timeout_s": 60.0, "poll_interval_s": 0.2},
+    recovery={"backoff_initial_s": 0.2, "backoff_max_s": 2.0, "stop_grace_s": 3.0},
+    job_timeout_s=240.0,
+)
+"""Small and quick, with timeouts that hold on a loaded 2-core machine."""
+CONTINUE_AS_NEW_AFTER_EVENTS = 60
+"""Low enough that a 40-step job continues as new while it trains."""
+
+
+@dataclass
+class CellRun:
+    """What an injection sees: the harness, the job, the chaos points. ``notes`` go
+    into the result (the fault injected, at which step, ...)."""
+
+    ctx: BenchContext
+    job: BenchJob
+    points: ChaosPoints
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+Inject = Callable[[CellRun], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Cell:
+    fault: str
+    phase: str
+    why: str
+    """What this combination tests that no other cell does."""
+    inject: Inject
+    arm: str | None = None
+    """A chaos point held from the job's start (launch points of generation 1)."""
+    expect: tuple[Phase, ...] = (Phase.SUCCEEDED,)
+    jit_only: bool = False
+    """Checkpoints only when asked (no periodic ones): the just-in-time one is the
+    only checkpoint write the cell can hold."""
+    nodes: bool = False
+    """Two local logical nodes of one rank each, plus a spare."""
+    continue_as_new: bool = False
+    smoke: bool = False
+    """Part of the fast subset run by ``make test``."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.fault}@{self.phase}"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _signal_newest(run: CellRun, rank: int, sig: signal.Signals) -> None:
+    fault = chaos.signal_rank(run.job.run_root, rank=rank, sig=sig)
+    run.notes.setdefault("faults", []).append(dataclasses.asdict(fault))
+
+
+async def _kill_worker(run: CellRun) -> None:
+    run.ctx.stack.kill_worker(signal.SIGKILL)
+    run.notes.setdefault("faults", []).append({"worker_sigkill_at": time.time()})
+
+
+async def _restart_worker(run: CellRun) -> None:
+    await asyncio.sleep(run.ctx.shape.worker_down_s)  # the outage's length, not a sync point
+    run.ctx.stack.start_worker()
+
+
+async def _kill_server(run: CellRun) -> None:
+    """SIGKILL the dev server's whole process group (no graceful shutdown), then
+    start it again on the same sqlite file and port."""
+    server = run.ctx.stack.server
+    pid = server.pid
+    assert pid is not None, "the dev server is not running"
+    os.killpg(pid, signal.SIGKILL)
+    run.notes.setdefault("faults", []).append({"server_sigkill_at": time.time(), "pid": pid})
+    await asyncio.to_thread(server.stop)  # reaps it; nothing left to signal
+    await asyncio.to_thread(server.start)
+
+
+async def _held_at(run: CellRun, point: str) -> None:
+    await run.points.reached(point)
+    run.notes["held_at"] = point
+    run.notes["step_when_held"] = chaos.current_step(run.job.run_root)[1]
+
+
+async def _pause(run: CellRun) -> JobStatus:
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    return await run.job.wait_phase(Phase.PAUSED)
+
+
+def _corrupt_newest_checkpoint(run: CellRun) -> None:
+    """Flip bytes in the newest committed checkpoint's first data file: its manifest
+    hash no longer matches, so a verified resume must skip it."""
+    found = committed_steps(Path(run.job.spec.checkpoint_dir))
+    if not found:
+        raise RuntimeError("no committed checkpoint to corrupt")
+    step, directory = found[-1]
+    data = sorted(
+        p
+        for p in directory.rglob("*")
+        if p.is_file() and p.name not in ("manifest.json", "COMMITTED")
+    )
+    if not data:
+        raise RuntimeError(f"{directory}: no data file to corrupt")
+    target = data[0]
+    raw = bytearray(target.read_bytes())
+    for i in range(0, min(len(raw), 64)):
+        raw[i] ^= 0xFF
+    target.write_bytes(bytes(raw))
+    run.notes["corrupted"] = {"step": step, "file": str(target)}
+
+
+async def _next_run(run: CellRun) -> None:
+    """Wait until the workflow has continued as new (its run id changed)."""
+    handle = run.ctx.client.get_workflow_handle(run.job.handle.id)
+    first = run.job.handle.first_execution_run_id
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + run.ctx.shape.job_timeout_s
+    while True:
+        described: WorkflowExecutionDescription = await handle.describe()
+        if described.run_id != first:
+            run.notes["continued_as_new_run"] = described.run_id
+            return
+        if loop.time() > deadline:
+            raise TimeoutError("the workflow never continued as new")
+        await asyncio.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- injections
+
+
+async def rank_kill_steady(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    _signal_newest(run, 1, signal.SIGKILL)
+
+
+async def rank_kill_launch(run: CellRun) -> None:
+    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, signal.SIGKILL)
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+
+
+async def rank_kill_checkpoint(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    _signal_newest(run, 0, signal.SIGKILL)  # rank 0 is the one holding the commit
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+
+
+async def rank_stop_checkpoint(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    _signal_newest(run, 0, signal.SIGSTOP)
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+
+
+async def rank_kill_relaunch(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, signal.SIGKILL)
+    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, signal.SIGKILL)  # generation 2's rank 1, mid-launch
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+
+
+async def rank_kill_jit(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    _signal_newest(run, 1, signal.SIGKILL)
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+    await run.job.wait_phase(Phase.PAUSED)
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
+async def rank_kill_continue_as_new(run: CellRun) -> None:
+    await _next_run(run)
+    _signal_newest(run, 1, signal.SIGKILL)
+
+
+async def rank_hang_steady(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    _signal_newest(run, 0, signal.SIGSTOP)
+
+
+async def rank_hang_stop(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.STOP_AFTER_SIGTERM)
+    _signal_newest(run, 1, signal.SIGKILL)  # a crash: the recovery stops generation 1
+    await _held_at(run, points.STOP_AFTER_SIGTERM)
+    try:
+        _signal_newest(run, 0, signal.SIGSTOP)  # SIGTERMed, now frozen before it can exit
+    except ProcessLookupError:
+        run.notes["rank0_already_exited"] = True
+    run.points.release(points.STOP_AFTER_SIGTERM)
+
+
+async def worker_kill_launch_before_pids(run: CellRun) -> None:
+    await _held_at(run, points.LAUNCH_BEFORE_PIDS)
+    await _kill_worker(run)
+    run.points.release(points.LAUNCH_BEFORE_PIDS)
+    await _restart_worker(run)
+
+
+async def worker_kill_launch_before_launch_json(run: CellRun) -> None:
+    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
+    await _kill_worker(run)
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+    await _restart_worker(run)
+
+
+async def worker_kill_steady(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    await _kill_worker(run)
+    await _restart_worker(run)
+
+
+async def worker_kill_stop(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.STOP_AFTER_SIGTERM)
+    _signal_newest(run, 1, signal.SIGKILL)
+    await _held_at(run, points.STOP_AFTER_SIGTERM)
+    await _kill_worker(run)
+    run.points.release(points.STOP_AFTER_SIGTERM)
+    await _restart_worker(run)
+
+
+async def worker_kill_jit(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    await _kill_worker(run)
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+    await _restart_worker(run)
+    await run.job.wait_phase(Phase.PAUSED)
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
+async def worker_kill_paused(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    await _pause(run)
+    await _kill_worker(run)
+    await _restart_worker(run)
+    await run.job.wait_phase(Phase.PAUSED)
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
+async def worker_kill_continue_as_new(run: CellRun) -> None:
+    await _next_run(run)
+    await _kill_worker(run)
+    await _restart_worker(run)
+
+
+async def server_kill_steady(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    await _kill_server(run)
+
+
+async def server_kill_relaunch(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, signal.SIGKILL)
+    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
+    server = run.ctx.stack.server
+    assert server.pid is not None
+    os.killpg(server.pid, signal.SIGKILL)
+    run.notes.setdefault("faults", []).append({"server_sigkill_at": time.time()})
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+    await asyncio.to_thread(server.stop)
+    await asyncio.to_thread(server.start)
+
+
+async def server_kill_paused(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    await _pause(run)
+    await _kill_server(run)
+    await run.job.wait_phase(Phase.PAUSED)
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
+async def node_killed_steady(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.notes["killed_ranks"] = chaos.kill_node(run.job.run_root, "b")
+
+
+async def corrupt_then_crash(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    _corrupt_newest_checkpoint(run)
+    _signal_newest(run, 1, signal.SIGKILL)
+
+
+async def corrupt_while_paused(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    await _pause(run)
+    _corrupt_newest_checkpoint(run)  # the just-in-time one: resume must skip it
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
+async def conflicting_signals_steady(run: CellRun) -> None:
+    """A stray ``resume`` to a running job, then a real ``pause``: the pause must
+    hold (the stray resume is ignored, not remembered), then a resume finishes it."""
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    await run.job.handle.signal(SIGNAL_RESUME)
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    await run.job.wait_phase(Phase.PAUSED)
+    # Still paused after the controller had time to act on anything remembered:
+    await run.job.reach_step(0)  # (cheap: a read of the run directory)
+    status = await _status_after_polls(run, polls=10)
+    run.notes["phase_after_pause"] = status.phase.value
+    if status.phase != Phase.PAUSED:
+        raise AssertionError(f"paused job went on to {status.phase.value} by itself")
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
+async def _status_after_polls(run: CellRun, polls: int) -> JobStatus:
+    """The status after ``polls`` status queries, each answered by a workflow task
+    (so the workflow has run its loop that many times)."""
+    status = await run.job.wait_phase(Phase.PAUSED)
+    for _ in range(polls):
+        status = await run.job.handle.query("status", result_type=JobStatus)
+        await asyncio.sleep(0.05)
+    return status
+
+
+async def duplicate_signals_paused(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    await run.job.wait_phase(Phase.PAUSED)
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    await run.job.handle.signal(SIGNAL_RESUME)
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
+async def duplicate_pause_during_jit(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+    await run.job.wait_phase(Phase.PAUSED)
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
+# --------------------------------------------------------------------------- the matrix
+
+CELLS: list[Cell] = [
+    Cell(
+        "rank_sigkill",
+        "launch_before_launch_json",
+        "a rank dies after its pid file but before the launch is recorded: the launch "
+        "must still complete and supervision must find the dead rank",
+        rank_kill_launch,
+        arm=points.LAUNCH_BEFORE_LAUNCH_JSON,
+    ),
+    Cell(
+        "rank_sigkill", "steady", "the basic crash: relaunch from the checkpoint", rank_kill_steady
+    ),
+    Cell(
+        "rank_sigkill",
+        "checkpoint_write",
+        "rank 0 dies between the manifest and COMMITTED: the half-written step must "
+        "never be resumed from",
+        rank_kill_checkpoint,
+        smoke=True,
+    ),
+    Cell(
+        "rank_sigkill",
+        "recovery_relaunch",
+        "a second crash while the recovery's launch is half done (pid files, no "
+        "launch.json): a second incident, never two generations",
+        rank_kill_relaunch,
+    ),
+    Cell(
+        "rank_sigkill",
+        "jit_checkpoint",
+        "a rank dies while a pause's just-in-time checkpoint is being committed: the "
+        "pause must still land, on an older checkpoint if need be",
+        rank_kill_jit,
+        jit_only=True,
+    ),
+    Cell(
+        "rank_sigkill",
+        "continue_as_new",
+        "a crash right after continue-as-new: the new run must re-attach to the ranks "
+        "and still detect it",
+        rank_kill_continue_as_new,
+        continue_as_new=True,
+    ),
+    Cell("rank_sigstop", "steady", "a hang, found by the hang clock", rank_hang_steady),
+    Cell(
+        "rank_sigstop",
+        "checkpoint_write",
+        "rank 0 freezes holding an uncommitted checkpoint: hang detection, and the "
+        "half-written step is not resumed from",
+        rank_stop_checkpoint,
+    ),
+    Cell(
+        "rank_sigstop",
+        "stop",
+        "a rank frozen after SIGTERM: the stop must SIGKILL it after the grace, not wait",
+        rank_hang_stop,
+    ),
+    Cell(
+        "worker_sigkill",
+        "launch_before_pids",
+        "the controller dies before any rank started: the retried launch starts them once",
+        worker_kill_launch_before_pids,
+        arm=points.LAUNCH_BEFORE_PIDS,
+    ),
+    Cell(
+        "worker_sigkill",
+        "launch_before_launch_json",
+        "the controller dies with ranks started but the launch unrecorded: the retry "
+        "must adopt them, never start duplicates",
+        worker_kill_launch_before_launch_json,
+        arm=points.LAUNCH_BEFORE_LAUNCH_JSON,
+        smoke=True,
+    ),
+    Cell(
+        "worker_sigkill",
+        "steady",
+        "the controller dies: ranks train on, the new worker re-attaches",
+        worker_kill_steady,
+    ),
+    Cell(
+        "worker_sigkill",
+        "stop",
+        "the controller dies half-way through a recovery's stop: the retried stop finishes it",
+        worker_kill_stop,
+    ),
+    Cell(
+        "worker_sigkill",
+        "jit_checkpoint",
+        "the controller dies while a pause waits for its just-in-time checkpoint",
+        worker_kill_jit,
+        jit_only=True,
+    ),
+    Cell(
+        "worker_sigkill",
+        "paused",
+        "the controller dies while the job is paused: still paused, resumes on request",
+        worker_kill_paused,
+    ),
+    Cell(
+        "worker_sigkill",
+        "continue_as_new",
+        "the controller dies right after continue-as-new",
+        worker_kill_continue_as_new,
+        continue_as_new=True,
+    ),
+    Cell(
+        "server_sigkill",
+        "steady",
+        "the Temporal server dies hard and comes back: training is untouched",
+        server_kill_steady,
+    ),
+    Cell(
+        "server_sigkill",
+        "recovery_relaunch",
+        "the server dies while a recovery's launch is half done",
+        server_kill_relaunch,
+    ),
+    Cell(
+        "server_sigkill",
+        "paused",
+        "the server dies while the job is paused: the pause survives",
+        server_kill_paused,
+    ),
+    Cell(
+        "node_ranks_killed",
+        "steady",
+        "every rank of local node b dies with its wrapper (no exit status): node lost, "
+        "the spare takes over",
+        node_killed_steady,
+        nodes=True,
+    ),
+    Cell(
+        "checkpoint_corrupt",
+        "steady",
+        "the newest checkpoint is corrupted, then a crash: resume must verify and fall "
+        "back to the one before",
+        corrupt_then_crash,
+    ),
+    Cell(
+        "checkpoint_corrupt",
+        "paused",
+        "the just-in-time checkpoint of a pause is corrupted while paused: resume falls back",
+        corrupt_while_paused,
+        jit_only=True,
+    ),
+    Cell(
+        "operator_signal",
+        "steady",
+        "a stray resume to a running job, then a pause: the pause must hold",
+        conflicting_signals_steady,
+    ),
+    Cell(
+        "operator_signal",
+        "paused",
+        "pause twice, pause while paused, resume twice: one pause, one resume",
+        duplicate_signals_paused,
+        smoke=True,
+    ),
+    Cell(
+        "operator_signal",
+        "jit_checkpoint",
+        "a second pause while the first one's just-in-time checkpoint is being written",
+        duplicate_pause_during_jit,
+        jit_only=True,
+    ),
+]
+CELLS_BY_KEY = {cell.key: cell for cell in CELLS}
+SMOKE = [cell.key for cell in CELLS if cell.smoke]
+
+
+def absent_reason(fault: str, phase: str) -> str:
+    """Why a (fault, phase) pair is not a cell of :data:`CELLS`."""
+    if fault == "s3_stopped":
+        return (
+            "not built yet: needs a moto server and S3 tiering in the chaos job; the S3 "
+            "outage paths are covered by tests/e2e/test_checkpoint_trust.py"
+        )
+    if fault in ("rank_sigkill", "rank_sigstop", "node_ranks_killed"):
+        if phase == "launch_before_pids":
+            return "no rank exists yet"
+        if phase == "paused":
+            return "no rank runs while paused"
+    if fault == "rank_sigkill" and phase == "stop":
+        return "the stop SIGKILLs ranks itself after the grace: nothing new to test"
+    if fault == "node_ranks_killed":
+        return "the same path as a rank SIGKILL at this phase (a local node is its ranks)"
+    if fault == "checkpoint_corrupt":
+        return "only a resume reads a checkpoint: covered by the steady and paused cells"
+    if fault == "server_sigkill":
+        return (
+            "the server holds no state of this phase that the steady and relaunch "
+            "cells do not already cover"
+        )
+    if fault == "worker_sigkill" and phase == "checkpoint_write":
+        return "the worker plays no part in a periodic checkpoint write"
+    if fault == "operator_signal":
+        return "signals in this phase are covered by the steady/paused/jit cells"
+    return "not built yet"
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _spec_builder(cell: Cell, shape: JobShape) -> Callable[[str, JobPaths], JobSpec]:
+    def build(name: str, paths: JobPaths) -> JobSpec:
+        used = dataclasses.replace(shape, ckpt_every=shape.steps) if cell.jit_only else shape
+        if cell.nodes:
+            return build_spec(
+                name,
+                paths,
+                used,
+                nproc_per_node=1,
+                extra={"nodes": [{"name": "a"}, {"name": "b"}], "spares": [{"name": "s0"}]},
+            )
+        return build_spec(name, paths, used)
+
+    return build
+
+
+async def run_cell(cell: Cell, chaos_points: ChaosPoints, ctx: BenchContext) -> Outcome:
+    """One job, one fault at one phase, every invariant judged."""
+    shape = ctx.shape
+    chaos_points.release_all()
+    if cell.arm is not None:
+        chaos_points.arm(cell.arm)
+    overrides = (
+        {"continue_as_new_after_events": CONTINUE_AS_NEW_AFTER_EVENTS}
+        if cell.continue_as_new
+        else None
+    )
+    label = cell.key.replace("@", ".")  # a job name allows no '@'
+    async with ctx.job(label, 0, _spec_builder(cell, shape), input_overrides=overrides) as job:
+        run = CellRun(ctx, job, chaos_points)
+        with GenerationCensus(job.run_root) as census:
+            try:
+                await cell.inject(run)
+            finally:
+                chaos_points.release_all()  # nothing may stay held, cleanup included
+                if not ctx.stack.worker_running:
+                    ctx.stack.start_worker()
+            status = await job.result()
+        common = await job.common_outcome(status)
+        weights_ok = bool(common.metrics["weights_ok"]) if Phase.SUCCEEDED in cell.expect else None
+        verdict = await asyncio.to_thread(
+            judge,
+            status,
+            cell.expect,
+            weights_ok,
+            census,
+            job.spec.world_size,
+            shape.steps if cell.jit_only else shape.ckpt_every,
+            job.run_root,
+            job.paths.checkpoints,
+        )
+    return Outcome(
+        metrics={"held": verdict.held, **verdict.checks},
+        details={
+            **common.details,
+            "violations": verdict.violations,
+            "notes": run.notes,
+            "census_samples": census.samples,
+            "max_live_ranks": census.max_live_ranks,
+        },
+    )
+
+
+def _references(cell: Cell) -> Callable[[JobShape], list[Reference]]:
+    world = 2 if cell.nodes else WORLD_SIZE
+    return lambda shape: [(world, shape.steps)]
+
+
+def scenarios_for(cells: list[Cell], chaos_points: ChaosPoints) -> list[Scenario]:
+    """Each cell as a harness scenario: one framework for every benchmark."""
+
+    def runner(cell: Cell) -> Callable[[BenchContext, int], Awaitable[Outcome]]:
+        async def run(ctx: BenchContext, repeat: int) -> Outcome:
+            return await run_cell(cell, chaos_points, ctx)
+
+        return run
+
+    return [
+        Scenario(name=cell.key, summary=cell.why, run=runner(cell), references=_references(cell))
+        for cell in cells
+    ]
+
+
+@dataclass(frozen=True)
+class CellResult:
+    fault: str
+    phase: str
+    state: str
+    """held, failed, n/a (not a cell of the matrix), or not run (not selected)."""
+    reason: str
+    wall_s: float | None = None
+
+
+def results(cells: list[Cell], records: list[RunRecord]) -> list[CellResult]:
+    """Every (fault, phase) pair: the run cells' verdicts, the others' reasons."""
+    by_key = {r.scenario: r for r in records}
+    chosen = {c.key for c in cells}
+    out: list[CellResult] = []
+    for fault in FAULTS:
+        for phase in PHASES:
+            key = f"{fault}@{phase}"
+            record = by_key.get(key)
+            if record is None and key in CELLS_BY_KEY and key not in chosen:
+                out.append(CellResult(fault, phase, "not run", "not selected in this run"))
+            elif record is None:
+                out.append(CellResult(fault, phase, "n/a", absent_reason(fault, phase)))
+            elif record.error is not None:
+                out.append(CellResult(fault, phase, "failed", record.error, record.wall_s))
+            elif record.metrics.get("held"):
+                out.append(CellResult(fault, phase, "held", CELLS_BY_KEY[key].why, record.wall_s))
+            else:
+                why = "; ".join(record.details.get("violations", [])) or "invariant failed"
+                out.append(CellResult(fault, phase, "failed", why, record.wall_s))
+    return out
+
+
+def render_table(cells: list[CellResult]) -> str:
+    """The matrix as a rich table (faults down, phases across), as plain text."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Lazarus chaos matrix (fault x phase)", show_lines=True)
+    table.add_column("fault")
+    for phase in PHASES:
+        table.add_column(phase.replace("_", " "), overflow="fold")
+    mark = {
+        "held": "[green]held[/]",
+        "failed": "[red]FAILED[/]",
+        "n/a": "[dim]n/a[/]",
+        "not run": "[dim]-[/]",
+    }
+    for fault, label in FAULTS.items():
+        row = [c for c in cells if c.fault == fault]
+        table.add_row(label, *(mark[c.state] for c in row))
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(table)
+    return console.export_text()
+
+
+def summary_line(cells: list[CellResult]) -> str:
+    run = [c for c in cells if c.state in ("held", "failed")]
+    held = [c for c in run if c.state == "held"]
+    absent = sum(1 for c in cells if c.state == "n/a")
+    return (
+        f"{len(held)}/{len(run)} cells held ({len(CELLS)} cells in the matrix; "
+        f"{absent} fault x phase pairs are not cells, each with its reason in the JSON)"
+    )
+
+
+def payload(cells: list[CellResult], bench: BenchRun, chaos_shape: JobShape) -> dict[str, Any]:
+    return {
+        "benchmark": "chaos",
+        "machine": report.machine_info(),
+        "config": {"job": chaos_shape.as_dict(), "cells": [c.key for c in CELLS]},
+        "summary": summary_line(cells),
+        "held": sum(1 for c in cells if c.state == "held"),
+        "failed": sum(1 for c in cells if c.state == "failed"),
+        "matrix": [dataclasses.asdict(c) for c in cells],
+        "runs": [dataclasses.asdict(r) for r in bench.records],
+        "load_average_at_start": bench.load_average_at_start,
+    }
+
+
+def run_matrix(
+    cells: list[Cell],
+    shape: JobShape = CHAOS_SHAPE,
+    keep_workdir: bool = False,
+    progress: Callable[[str], None] = print,
+) -> tuple[list[CellResult], BenchRun]:
+    """Run ``cells`` on one LocalStack; every other pair gets its reason."""
+    chaos_dir = Path(tempfile.mkdtemp(prefix="lazarus-chaos-points-"))
+    chaos_points = ChaosPoints(chaos_dir)
+    previous = os.environ.get(CHAOS_DIR_ENV)
+    os.environ[CHAOS_DIR_ENV] = str(chaos_dir)  # the worker and local ranks inherit it
+    try:
+        bench = run_benchmark(
+            scenarios_for(cells, chaos_points), shape, 1, keep_workdir, progress=progress
+        )
+    finally:
+        chaos_points.release_all()
+        if previous is None:
+            os.environ.pop(CHAOS_DIR_ENV, None)
+        else:
+            os.environ[CHAOS_DIR_ENV] = previous
+        shutil.rmtree(chaos_dir, ignore_errors=True)
+    return results(cells, bench.records), bench
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cell_keys(text: str) -> list[str]:
+    if text == "smoke":
+        return list(SMOKE)
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in CELLS_BY_KEY]
+    if unknown or not keys:
+        raise argparse.ArgumentTypeError(
+            f"unknown cell(s) {', '.join(unknown) or '(none given)'}; choose from "
+            f"{', '.join(CELLS_BY_KEY)} (or 'smoke')"
+        )
+    return keys
+
+
+def add_command(commands: Any) -> None:
+    parser = commands.add_parser(
+        "chaos",
+        help="the fault x phase chaos matrix: every cell's invariants, as a table",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--cells",
+        type=_cell_keys,
+        default=list(CELLS_BY_KEY),
+        help="comma-separated fault@phase keys, or 'smoke' (default: every cell)",
+    )
+    parser.add_argument("--list", action="store_true", help="list the cells and exit")
+    parser.add_argument("--json-out", type=Path, help="default: bench/results/chaos-<ts>.json")
+    parser.add_argument("--keep-workdir", action="store_true", help="keep logs for debugging")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        for cell in CELLS:
+            print(f"{cell.key:45} {cell.why}")
+        return 0
+    cells = [CELLS_BY_KEY[k] for k in args.cells]
+    matrix, bench = run_matrix(
+        cells,
+        keep_workdir=args.keep_workdir,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    json_out: Path = args.json_out or report.default_json_path("chaos")
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(payload(matrix, bench, CHAOS_SHAPE), indent=2, default=str))
+    print(render_table(matrix))
+    for result in matrix:
+        if result.state == "failed":
+            print(f"FAILED {result.fault}@{result.phase}: {result.reason}")
+    print(summary_line(matrix))
+    print(f"raw results: {json_out}")
+    return 0 if all(c.state != "failed" for c in matrix) else 1
