@@ -20,20 +20,6 @@ from activities.nodes.factory import agents, on_each
 
 
 def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
-    """Check every node; raises :class:`CommandNotAllowed` for a health command the
-    worker's allow-list refuses (before any node runs it)."""
-    search_path = rank_search_path(request.search_path)
-    health = request.checks.health_command
-    if health:
-        remote = any(node.launcher != "local" for node in request.nodes)
-        # Local checks run it with the worker's PATH; on ssh nodes only a path is checkable.
-        enforce(
-            "preflight.health_command",
-            health,
-            workdir=request.workdir,
-            search_path=os.environ.get("PATH"),
-            remote=remote,
-        )
     checks = PreflightRequest(
         interpreter=request.interpreter,
         workdir=request.workdir,
@@ -41,7 +27,7 @@ def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
         min_free_disk_gb=request.checks.min_free_disk_gb,
         health_command=request.checks.health_command,
         timeout_s=request.checks.timeout_s,
-        search_path=search_path,
+        search_path=rank_search_path(request.search_path),
     )
 
     def check(agent: NodeAgent) -> NodeHealth:
@@ -62,9 +48,32 @@ def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
         return PreflightReport(nodes=on_each(opened, check))
 
 
+def enforce_health_command(request: PreflightActivityRequest) -> None:
+    """The worker's allow-list decides whether the health command may run at all.
+
+    Only the activity applies it: ``lazarus start`` also calls :func:`check_nodes`,
+    as the client's own user, and the client is not the trust boundary."""
+    health = request.checks.health_command
+    if not health:
+        return
+    # Local checks run it with the worker's PATH; on ssh nodes only a path is checkable.
+    enforce(
+        "preflight.health_command",
+        health,
+        workdir=request.workdir,
+        search_path=os.environ.get("PATH"),
+        remote=any(node.launcher != "local" for node in request.nodes),
+    )
+
+
+def _checked_nodes(request: PreflightActivityRequest) -> PreflightReport:
+    enforce_health_command(request)
+    return check_nodes(request)
+
+
 @activity.defn(name="preflight")
 async def preflight(request: PreflightActivityRequest) -> PreflightReport:
     try:
-        return await asyncio.to_thread(check_nodes, request)
+        return await asyncio.to_thread(_checked_nodes, request)
     except CommandNotAllowed as exc:
         raise exc.application_error() from None

@@ -38,6 +38,7 @@ from bench.harness import BenchContext, BenchJob
 from bench.jobs import EXAMPLE, WORLD_SIZE, JobPaths, JobShape, build_spec, weights_match
 from bench.torchrun import TorchrunJob, TorchrunSetup
 from bench.trace import StepTrace, max_logged_step
+from lazarus import chaos
 from lazarus.local_stack import LocalStack
 from lazarus.spec import JobSpec
 
@@ -205,7 +206,7 @@ class LazarusRun:
         return trace
 
     def logged_max_step(self, generation: int) -> int | None:
-        gen = GenerationDir.of(self.job.run_root, generation)
+        gen = GenerationDir.of(chaos.run_root_of(self.job.run_root), generation)
         return max_logged_step(sorted(gen.path.glob("rank-*.log")))
 
 

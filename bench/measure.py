@@ -20,7 +20,7 @@ from typing import Self
 
 from temporalio.client import Client
 
-from activities.rundir import generations, read_json
+from activities.rundir import generations_below, read_json
 from lazarus import chaos
 
 SAMPLE_INTERVAL_S = 0.05
@@ -76,7 +76,7 @@ class RunMonitor:
     def sample(self) -> None:
         self.live_counts.append(len(chaos.live_rank_processes(self.job_run_root)))
         now = time.time()
-        for gen in generations(self.job_run_root):
+        for gen in generations_below(self.job_run_root):
             for hb_file in gen.path.glob("rank-*.heartbeat.json"):
                 record = read_json(hb_file)
                 if record is None or "step" not in record:

@@ -350,8 +350,9 @@ async def node_loss(ctx: BenchContext, repeat: int) -> Outcome:
     incident = lost[0] if lost else None
     # Where the seconds went, from the run directory: the old generation stopped,
     # the new one launched (its first step is recovery_outside_s).
-    stopped_at = _stopped_at(GenerationDir.of(job.run_root, generation))
-    launch = read_json(GenerationDir.of(job.run_root, generation + 1).launch_file)
+    run_root = chaos.run_root_of(job.run_root)
+    stopped_at = _stopped_at(GenerationDir.of(run_root, generation))
+    launch = read_json(GenerationDir.of(run_root, generation + 1).launch_file)
     launched_at = float(launch["launched_at"]) if launch else None
     outside: dict[str, float | None] = {
         "recovery_outside_s": None,

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         GarbageCollectionRequest,
         LaunchRequest,
         PreflightActivityRequest,
+        PreflightReport,
         RestoreCheckpointRequest,
         RollbackRequest,
         StopRequest,
@@ -1188,26 +1189,36 @@ class JobWorkflow:
         spec = self.spec
         program = spec.command[0]
         while True:
-            report = await workflow.execute_activity(
-                preflight,
-                PreflightActivityRequest(
-                    nodes=self._active(),
-                    ssh=spec.ssh,
-                    checks=spec.preflight,
-                    interpreter=program,
-                    workdir=spec.workdir,
-                    disk_path=spec.checkpoint_dir,
-                    search_path=spec.env.get("PATH"),
-                ),
-                start_to_close_timeout=timedelta(seconds=spec.preflight.timeout_s + 60),
-                retry_policy=QUICK_RETRY,
-                summary=f"preflight {', '.join(self._state.pool.active)}",
-            )
+            try:
+                report = await self._preflight(program)
+            except ActivityError as err:
+                # Only a refusal ends up here (a program not on the worker's allow-list):
+                # a node that fails its checks is a report, not an error.
+                self._fail(f"preflight: {_cause(err)}")
+                return False
             if not report.failed:
                 return True
             for failed in report.failed:
                 if not self._swap_out(failed.node, "preflight: " + "; ".join(failed.problems)):
                     return False
+
+    async def _preflight(self, program: str) -> PreflightReport:
+        spec = self.spec
+        return await workflow.execute_activity(
+            preflight,
+            PreflightActivityRequest(
+                nodes=self._active(),
+                ssh=spec.ssh,
+                checks=spec.preflight,
+                interpreter=program,
+                workdir=spec.workdir,
+                disk_path=spec.checkpoint_dir,
+                search_path=spec.env.get("PATH"),
+            ),
+            start_to_close_timeout=timedelta(seconds=spec.preflight.timeout_s + 60),
+            retry_policy=QUICK_RETRY,
+            summary=f"preflight {', '.join(self._state.pool.active)}",
+        )
 
     def _open_incident(self, **fields: object) -> Incident:
         state = self._state
