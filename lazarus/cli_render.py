@@ -22,7 +22,14 @@ from activities.contracts import RankStatus, SupervisionProgress
 from lazarus import environment as env_names
 from lazarus.spec import JobSpec
 from workflows.api import job_name_from
-from workflows.state import Incident, JobStatus, NodePool, Phase, StragglerRecord
+from workflows.state import (
+    IgnoredMessage,
+    Incident,
+    JobStatus,
+    NodePool,
+    Phase,
+    StragglerRecord,
+)
 
 PHASE_STYLES: dict[str, str] = {
     Phase.PENDING: "cyan",
@@ -266,6 +273,13 @@ def render_status(view: StatusView, now: float | None = None) -> RenderableType:
         parts.append(stragglers_table(status.stragglers))
     if status is not None and status.incidents:
         parts.append(incidents_table(status.incidents))
+    if status is not None and status.incidents_dropped:
+        counts = ", ".join(f"{n} {c}" for c, n in sorted(status.dropped_by_class.items()))
+        parts.append(
+            Text(f"{status.incidents_dropped} older incidents not listed: {counts}", style="dim")
+        )
+    if status is not None and status.ignored_messages:
+        parts.append(ignored_table(status.ignored_messages))
     if progress_signal(view) == "none":
         parts.append(Text(HANG_DETECTION_OFF, style="yellow"))
     if view.note:
@@ -453,6 +467,17 @@ def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
             )
             cells += [incident.action, escape(incident.reason + hook)]
         table.add_row(*cells)
+    return table
+
+
+def ignored_table(messages: list[IgnoredMessage]) -> Table:
+    """Operator messages the job did not act on, and why (they have no later effect)."""
+    table = Table(title="Ignored operator messages", title_justify="left")
+    table.add_column("message")
+    table.add_column("phase")
+    table.add_column("why")
+    for message in messages[-5:]:
+        table.add_row(message.name, message.phase.value, message.reason)
     return table
 
 

@@ -91,3 +91,19 @@ def test_start_prints_the_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert "hang detection needs lazarus.rank heartbeats or health.progress_regex" in " ".join(
         result.stdout.split()
     )
+
+
+def test_status_lists_ignored_messages_and_the_dropped_incident_tail() -> None:
+    """Issue 10, defects 5 and 18: what was ignored, and what is no longer listed."""
+    from workflows.state import IgnoredMessage
+
+    status = _status(
+        ignored_messages=[
+            IgnoredMessage(name="resume", at=1.0, phase=Phase.RUNNING, reason="the job is RUNNING")
+        ],
+        incidents_dropped=7,
+        dropped_by_class={"killed": 5, "nccl_timeout": 2},
+    )
+    text = _text(cli_render.StatusView("lazarus-tiny", "RUNNING", status))
+    assert "Ignored operator messages" in text and "the job is RUNNING" in text
+    assert "7 older incidents not listed: 5 killed, 2 nccl_timeout" in text
