@@ -277,6 +277,12 @@ def test_rank_is_detached_in_its_own_session_with_default_signals(
     )
     assert signal_mask(started.pid, "SigIgn") & term_hup_int == 0, "rank must get defaults"
     assert signal_mask(ppid, "SigIgn") & term_hup_int == term_hup_int, "wrapper ignores them"
+    # Until the environment loader (same pid) has read its program from the pipe and
+    # exec'd the command, stdin is that pipe: wait for the exec, on a loaded machine too.
+    deadline = time.monotonic() + 30
+    while not _cmdline(Path(f"/proc/{started.pid}")).startswith(b"sleep"):
+        assert time.monotonic() < deadline, "the rank never exec'd its command"
+        time.sleep(0.05)
     assert Path(f"/proc/{started.pid}/fd/0").resolve() == Path("/dev/null")
     assert Path(f"/proc/{started.pid}/fd/1").resolve() == Path(started.log_file).resolve()
 
