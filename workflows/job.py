@@ -197,6 +197,7 @@ class JobWorkflow:
 
     @workflow.update(name=UPDATE_RECOVER)
     def recover(self, request: ForceRecover) -> str:
+        self._refuse_if_queued(f"recover: {request.reason}")
         self._force = request
         without = f" without {request.exclude_node}" if request.exclude_node else ""
         return f"recovering{without} at the next turn: {request.reason}"
@@ -227,6 +228,17 @@ class JobWorkflow:
             )
         return None
 
+    def _refuse_if_queued(self, what: str) -> None:
+        """Validators of two updates in one workflow task can both pass before either
+        handler runs: the handler checks again, so exactly one request is queued and
+        the other caller is told, never acknowledged and then dropped."""
+        if self._force is not None:
+            raise ApplicationError(
+                f"another recovery is already queued ({self._force.reason}); "
+                f"send '{what}' after it has happened",
+                non_retryable=True,
+            )
+
     def _ignore(self, name: str, reason: str) -> None:
         state = self._state
         workflow.logger.warning("ignored %s: %s", name, reason)
@@ -237,6 +249,7 @@ class JobWorkflow:
 
     @workflow.update(name=UPDATE_DRAIN)
     def drain(self, request: NodeRequest) -> str:
+        self._refuse_if_queued(f"drain {request.node}")
         reason = request.reason or "drained by operator"
         self._force = ForceRecover(
             reason=f"drain {request.node}: {reason}",

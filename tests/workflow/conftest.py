@@ -71,7 +71,7 @@ def fake_spec(tmp_path: Path, **overrides: object) -> JobSpec:
         "name": f"wf-{uuid.uuid4().hex[:8]}",
         "command": ["python", "train.py"],
         "workdir": str(tmp_path),
-        "checkpoint_dir": str(tmp_path / "checkpoints"),
+        "checkpoint_dir": str(tmp_path / "checkpoints" / "{job_id}"),
         "run_dir": str(tmp_path / "runs"),
         "recovery": {"max_restarts": 5, "backoff_initial_s": 0.1, "backoff_max_s": 0.2},
         "health": {"poll_interval_s": 0.2, "supervisor_heartbeat_timeout_s": 5},

@@ -61,6 +61,13 @@ class Script:
     """Reported by every stop while non-empty."""
     failure_evidence: list[str] = field(default_factory=list)
     hook_fails: bool = False
+    checkpoint_steps: list[int] = field(default_factory=list)
+    """Committed, verified checkpoints the fake search can choose from."""
+    watch_reports: list[int] = field(default_factory=list)
+    """Steps the fake checkpoint watch reports, one per call, before it blocks."""
+    retire_on_rollback: list[int] = field(default_factory=list)
+    searches: list[FindVerifiedCheckpointRequest] = field(default_factory=list)
+    watches: list[WatchCheckpointsRequest] = field(default_factory=list)
     launches: list[LaunchRequest] = field(default_factory=list)
     stops: list[StopRequest] = field(default_factory=list)
     hooks: list[EscalationHookRequest] = field(default_factory=list)
@@ -104,20 +111,26 @@ async def launch(request: LaunchRequest) -> LaunchResult:
 
 @activity.defn(name="supervise")
 async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
+    """Reports what the script says for this generation as soon as it says it (tests
+    may script a failure after the generation started), else a periodic progress
+    report after ``report_after_s``, as the real supervisor does."""
     script = script_for(request.job_id)
-    now = time.time()
-    if request.generation in script.succeed_at:
-        return SuperviseOutcome(kind="succeeded", generation=request.generation, observed_at=now)
-    failure = script.failures.get(request.generation)
-    if failure is not None:
-        return SuperviseOutcome(
-            kind="failed", generation=request.generation, observed_at=now, failure=failure
-        )
     deadline = time.monotonic() + request.report_after_s
-    while time.monotonic() < deadline:  # a periodic progress report, as the real one
+    while True:
+        now = time.time()
+        if request.generation in script.succeed_at:
+            return SuperviseOutcome(
+                kind="succeeded", generation=request.generation, observed_at=now
+            )
+        failure = script.failures.get(request.generation)
+        if failure is not None:
+            return SuperviseOutcome(
+                kind="failed", generation=request.generation, observed_at=now, failure=failure
+            )
+        if time.monotonic() >= deadline:
+            return SuperviseOutcome(kind="progress", generation=request.generation, observed_at=now)
         activity.heartbeat()
         await asyncio.sleep(0.2)
-    return SuperviseOutcome(kind="progress", generation=request.generation, observed_at=time.time())
 
 
 @activity.defn(name="stop")
@@ -130,7 +143,21 @@ async def stop(request: StopRequest) -> StopResult:
 
 @activity.defn(name="find_verified_checkpoint")
 async def find_verified_checkpoint(request: FindVerifiedCheckpointRequest) -> CheckpointSearch:
-    return CheckpointSearch()
+    script = script_for(request.job_id or "")
+    script.searches.append(request)
+    usable = [
+        step
+        for step in script.checkpoint_steps
+        if step not in request.exclude_steps
+        and (request.below_step is None or step < request.below_step)
+    ]
+    if not usable:
+        return CheckpointSearch()
+    step = max(usable)
+    return CheckpointSearch(
+        chosen=CheckpointRef(step=step, path=f"{request.checkpoint_dir}/step-{step:08d}"),
+        location="local",
+    )
 
 
 @activity.defn(name="preflight")
@@ -140,6 +167,12 @@ async def preflight(request: PreflightActivityRequest) -> PreflightReport:
 
 @activity.defn(name="watch_checkpoints")
 async def watch_checkpoints(request: WatchCheckpointsRequest) -> CheckpointRef | None:
+    job_id = request.checkpoint_dir.rstrip("/").rsplit("/", 1)[-1]
+    script = script_for(job_id)
+    script.watches.append(request)
+    if script.watch_reports:
+        step = script.watch_reports.pop(0)
+        return CheckpointRef(step=step, path=f"{request.checkpoint_dir}/step-{step:08d}")
     await _wait_until_cancelled()
     return None
 
@@ -161,7 +194,14 @@ async def checkpoint_now(request: CheckpointNowRequest) -> CheckpointNowResult:
 
 @activity.defn(name="roll_back_checkpoint")
 async def roll_back_checkpoint(request: RollbackRequest) -> RollbackResult:
-    return RollbackResult(retired=[], resume=None)
+    script = script_for(request.job_id or "")
+    retired = [
+        CheckpointRef(step=step, path=f"{request.checkpoint_dir}/.rolled-back/step-{step:08d}")
+        for step in script.retire_on_rollback
+    ]
+    # The retired steps stay in ``checkpoint_steps``: their durable copies still exist,
+    # and only the workflow's ``exclude_steps`` keeps a search from choosing them.
+    return RollbackResult(retired=retired, resume=None)
 
 
 @activity.defn(name="restore_checkpoint")

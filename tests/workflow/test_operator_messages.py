@@ -93,16 +93,22 @@ async def test_a_second_drain_is_refused_not_dropped(
         job.handle.execute_update(UPDATE_DRAIN, NodeRequest(node="b"), result_type=str),
         return_exceptions=True,
     )
-    outcomes = [first, second]
-    accepted = [o for o in outcomes if isinstance(o, str)]
-    refused = [o for o in outcomes if isinstance(o, WorkflowUpdateFailedError)]
-    assert len(accepted) == 1 and len(refused) == 1, outcomes
-    assert "already queued" in str(refused[0].cause)
-    drained = "a" if "draining a" in accepted[0] else "b"
+    # Either the second arrives while the first is still queued and is refused with
+    # the reason, or after the first was taken up and is queued in turn: what must
+    # never happen is a "draining" answer that is then dropped.
+    outcomes = {"a": first, "b": second}
+    accepted = [node for node, o in outcomes.items() if isinstance(o, str)]
+    refused = [o for o in outcomes.values() if isinstance(o, WorkflowUpdateFailedError)]
+    assert accepted and len(accepted) + len(refused) == 2, outcomes
+    assert all("already queued" in str(o.cause) for o in refused)
     status = await job.wait_for(
-        lambda s: s.generation == 2 and s.phase == Phase.RUNNING, "the drain's relaunch"
+        lambda s: (
+            sorted(q.node for q in s.nodes.quarantined) == sorted(accepted)
+            and s.phase == Phase.RUNNING
+        ),
+        f"every accepted drain honoured ({accepted})",
     )
-    assert [q.node for q in status.nodes.quarantined] == [drained]
+    assert status.generation == 1 + len(accepted)
 
 
 async def test_every_start_gets_its_own_run_directory(

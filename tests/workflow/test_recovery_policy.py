@@ -121,3 +121,30 @@ async def test_a_failing_hook_does_not_block_continue_as_new(
     assert status.runs >= 2
     hooks_before = len(job.script.hooks)
     await job.wait_for(lambda s: len(job.script.hooks) > hooks_before, "the hook retried")
+
+
+async def test_a_retired_step_stays_retired_and_later_checkpoints_are_tiered(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    """Issue 10, defect 4: after a rollback, a later relaunch (here a crash) restored
+    the diverged step from its durable copy; and the checkpoint watch, still waiting
+    for steps above the retired one, never tiered what the job wrote after it."""
+    job = await start_fake_job(fake_spec(tmp_path))
+    job.script.checkpoint_steps = [20, 40]
+    job.script.watch_reports = [40]  # step 40 is housekept (tiered) before it diverges
+    job.script.retire_on_rollback = [40]
+    await job.wait_for(
+        lambda s: bool(job.script.watches) and len(job.script.watches) >= 2, "40 housekept"
+    )
+    diverged = crash()
+    job.script.failures[1] = diverged.model_copy(update={"failure_class": "numerical"})
+    job.script.failures[2] = crash()  # a later, ordinary relaunch
+    status = await job.wait_for(lambda s: s.generation == 3, "the relaunch after the crash")
+    assert status.retired_steps == [40]
+    relaunch_searches = job.script.searches[1:]
+    assert len(relaunch_searches) >= 2
+    assert all(40 in search.exclude_steps for search in relaunch_searches)
+    assert status.resume_step == 20, "the diverged step's durable copy never comes back"
+    assert any(w.newer_than_step == 20 for w in job.script.watches), (
+        "the watch restarts below the retired step, so new checkpoints are tiered"
+    )
