@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lazarus.evidence import cap_evidence
 from lazarus.spec import (
     CheckpointsSpec,
     HealthSpec,
@@ -143,6 +144,12 @@ class FailureReport(_Model):
     step_at_failure: int | None = None
     collateral_ranks: list[int] = Field(default_factory=list)
     """Ranks that died after the root cause, in the same collective: not separate incidents."""
+
+    @field_validator("evidence")
+    @classmethod
+    def _bounded(cls, lines: list[str]) -> list[str]:
+        """Evidence is bounded where it is made: it travels in history and state."""
+        return cap_evidence(lines)
 
 
 class SuperviseRequest(_Model):

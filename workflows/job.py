@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.preflight import preflight
     from activities.stop import stop
     from activities.supervise import supervise
+    from lazarus.evidence import cap_evidence
     from lazarus.spec import JobSpec, NodeSpec
     from workflows.accounting import effective_training_time_ratio, mean_time_to_recover
     from workflows.api import (
@@ -96,7 +97,6 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         PlannedStop,
         StragglerRecord,
-        cap_evidence,
     )
 
 QUICK_RETRY = RetryPolicy(

@@ -155,24 +155,6 @@ MAX_INCIDENTS = 50
 older ones are counted by class. Bounds the state far below Temporal's payload limit."""
 MAX_RECORDS = 50
 """The same bound for planned stops, stragglers and ignored messages."""
-MAX_EVIDENCE_LINES = 20
-MAX_EVIDENCE_CHARS = 2_000
-"""Each incident's evidence: at most this many lines of at most this many characters.
-One log line once made 64 KB of evidence; 30 such incidents reached the 2 MB limit."""
-
-
-def cap_evidence(lines: list[str]) -> list[str]:
-    """Evidence small enough to carry forever: the first lines (the root cause comes
-    first), each cut to a bound, and a note of what was left out."""
-    kept = [
-        line
-        if len(line) <= MAX_EVIDENCE_CHARS
-        else line[: MAX_EVIDENCE_CHARS - 15] + " [truncated]"
-        for line in lines[:MAX_EVIDENCE_LINES]
-    ]
-    if len(lines) > MAX_EVIDENCE_LINES:
-        kept.append(f"[{len(lines) - MAX_EVIDENCE_LINES} more lines left out]")
-    return kept
 
 
 class JobState(BaseModel):

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from activities.contracts import FailureReport, UnkillableGroup
+from lazarus.evidence import MAX_EVIDENCE_CHARS, MAX_EVIDENCE_LINES, cap_evidence
 from tests.workflow.conftest import StartFakeJob, fake_spec
 from workflows.api import SIGNAL_RESUME
-from workflows.state import MAX_EVIDENCE_CHARS, MAX_EVIDENCE_LINES, Phase, cap_evidence
+from workflows.state import Phase
 
 pytestmark = pytest.mark.timeout(120)
 
