@@ -37,16 +37,6 @@ EXAMPLE = REPO / "examples" / "train_ddp.py"
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="session")
-def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
-    server = DevServer(tmp_path_factory.mktemp("temporal"), headless=True)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def stack(dev_server: DevServer, tmp_path: Path) -> Iterator[LocalStack]:
     stack = LocalStack(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -23,16 +23,6 @@ from tests.workflow import fakes
 from workflows.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
 from workflows.job import JobWorkflow
 from workflows.state import JobInput, JobStatus, Phase
-
-
-@pytest.fixture(scope="session")
-def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
-    server = DevServer(tmp_path_factory.mktemp("temporal"), headless=True)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class FakeJob:
