@@ -19,6 +19,7 @@ elsewhere is stopped, so no half-launched generation is left running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -26,7 +27,7 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from temporalio import activity
@@ -404,9 +405,13 @@ def _stop_half_launch(request: LaunchRequest, exc: LaunchUnreachable) -> None:
 
 @activity.defn(name="launch")
 async def launch(request: LaunchRequest) -> LaunchResult:
-    """Start (or adopt) every rank of one generation, detached from this worker."""
+    """Start (or adopt) every rank of one generation, detached from this worker.
+
+    Heartbeats while it works, so a worker killed mid-launch is noticed within the
+    heartbeat timeout and the retry (on any worker) adopts what was started, instead
+    of waiting out the whole start-to-close timeout."""
     try:
-        return await asyncio.to_thread(launch_generation, request)
+        return await _heartbeating(asyncio.to_thread(launch_generation, request))
     except LaunchRefused as exc:
         raise ApplicationError(str(exc), type="LaunchRefused", non_retryable=True) from exc
     except CommandNotAllowed as exc:
@@ -415,3 +420,12 @@ async def launch(request: LaunchRequest) -> LaunchResult:
         raise ApplicationError(
             str(exc), *exc.nodes, type="NodeUnreachable", non_retryable=True
         ) from exc
+
+
+async def _heartbeating(work: Awaitable[LaunchResult]) -> LaunchResult:
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        with contextlib.suppress(RuntimeError):  # called outside an activity (tests)
+            activity.heartbeat("launching")
+        await asyncio.wait({task}, timeout=1.0)
+    return task.result()

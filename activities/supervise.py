@@ -56,11 +56,20 @@ VANISHED_GRACE_S = 1.5
 """A dead rank gets this long for its wrapper to write the exit-status file."""
 
 
+MIN_FAILED_POLLS = 2
+"""Consecutive failed polls before a node can be declared lost. One poll that timed
+out proves nothing on a loaded controller (a 2 s SSH timeout fires on live hosts
+when the CPU is saturated); a node is lost only when it stayed silent across polls
+and, unless its peers are already crashing, for ``node_timeout_s``."""
+
+
 @dataclass
 class NodeObservation:
     reachable: bool
     unreachable_since: float | None = None
     error: str | None = None
+    failed_polls: int = 0
+    """Consecutive polls that could not reach the node (0 when the last one did)."""
 
 
 @dataclass
@@ -161,6 +170,7 @@ class GenerationObserver:
         self._oom = OomWatch(kernel)
         self._dead_since: dict[int, float] = {}
         self._unreachable_since: dict[str, float] = {}
+        self._failed_polls: dict[str, int] = {}
         self._first_seen = self._clock.wall()
         self._launch_time: float | None = None
         self._compute = ComputeWindow(request.straggler.window_s)
@@ -224,12 +234,15 @@ class GenerationObserver:
             name = agent.node.name
             if status.reachable:
                 self._unreachable_since.pop(name, None)
+                self._failed_polls.pop(name, None)
             else:
                 self._unreachable_since.setdefault(name, asked_at)
+                self._failed_polls[name] = self._failed_polls.get(name, 0) + 1
             nodes[name] = NodeObservation(
                 reachable=status.reachable,
                 unreachable_since=self._unreachable_since.get(name),
                 error=status.error,
+                failed_polls=self._failed_polls.get(name, 0),
             )
             by_rank = {record.rank: record for record in status.ranks}
             for rank in self._ranks_of[name]:
@@ -377,12 +390,15 @@ def _vanished(obs: Observation) -> FailureReport | None:
 def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> FailureReport | None:
     """A node is dead when it is unreachable for node_timeout_s (at once if ranks are
     already crashing: they lost their peers there), or when, in a multi-node job,
-    every one of its ranks vanished without an exit status."""
+    every one of its ranks vanished without an exit status. Either way it must have
+    failed :data:`MIN_FAILED_POLLS` polls in a row: a single slow answer from a live
+    host on a loaded controller must not quarantine it (defect 19, issue 10)."""
     found: list[tuple[float, str, str]] = []
     for name, node in obs.nodes.items():
         if not node.reachable and node.unreachable_since is not None:
             silent = obs.now - node.unreachable_since
-            if crashed or silent >= request.node_timeout_s:
+            confirmed = node.failed_polls >= MIN_FAILED_POLLS
+            if confirmed and (crashed or silent >= request.node_timeout_s):
                 found.append(
                     (
                         node.unreachable_since,

@@ -27,15 +27,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import WorkflowExecutionDescription
+from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 
 from bench import report
 from bench.chaos_invariants import GenerationCensus, judge
 from bench.chaos_points import ChaosPoints
+from bench.chaos_s3 import ChaosS3, chaos_s3
 from bench.harness import (
     BenchContext,
     BenchJob,
@@ -89,8 +91,9 @@ CHAOS_SHAPE = JobShape(
     job_timeout_s=240.0,
 )
 """Small and quick, with timeouts that hold on a loaded 2-core machine."""
-CONTINUE_AS_NEW_AFTER_EVENTS = 60
-"""Low enough that a 40-step job continues as new while it trains."""
+CONTINUE_AS_NEW_AFTER_EVENTS = 20
+"""Low enough that a 40-step job continues as new while it trains (its start-up alone
+writes more events than this)."""
 
 
 @dataclass
@@ -101,6 +104,7 @@ class CellRun:
     ctx: BenchContext
     job: BenchJob
     points: ChaosPoints
+    s3: ChaosS3 | None = None
     notes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,6 +127,11 @@ class Cell:
     nodes: bool = False
     """Two local logical nodes of one rank each, plus a spare."""
     continue_as_new: bool = False
+    s3: bool = False
+    """Checkpoints are tiered to the matrix's S3 endpoint (moto)."""
+    lost_intervals: int = 1
+    """How many checkpoint intervals of steps the fault may cost: 2 where it destroys
+    the checkpoint being written (the one before it is the newest to resume from)."""
     smoke: bool = False
     """Part of the fast subset run by ``make test``."""
 
@@ -191,7 +200,7 @@ def _corrupt_newest_checkpoint(run: CellRun) -> None:
     for i in range(0, min(len(raw), 64)):
         raw[i] ^= 0xFF
     target.write_bytes(bytes(raw))
-    run.notes["corrupted"] = {"step": step, "file": str(target)}
+    run.notes["corrupted"] = {"step": step, "file": str(target.relative_to(directory))}
 
 
 async def _next_run(run: CellRun) -> None:
@@ -205,6 +214,8 @@ async def _next_run(run: CellRun) -> None:
         if described.run_id != first:
             run.notes["continued_as_new_run"] = described.run_id
             return
+        if described.status != WorkflowExecutionStatus.RUNNING:
+            raise RuntimeError(f"the workflow ended ({described.status}) without continuing as new")
         if loop.time() > deadline:
             raise TimeoutError("the workflow never continued as new")
         await asyncio.sleep(0.05)
@@ -384,6 +395,30 @@ async def corrupt_while_paused(run: CellRun) -> None:
     await run.job.handle.signal(SIGNAL_RESUME)
 
 
+def _stop_s3(run: CellRun) -> None:
+    assert run.s3 is not None, "an S3 cell without the S3 endpoint"
+    run.s3.stop()
+    run.notes.setdefault("faults", []).append({"s3_stopped_at": time.time()})
+
+
+async def s3_down_steady(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    _stop_s3(run)
+
+
+async def s3_down_recovery(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    _stop_s3(run)
+    _signal_newest(run, 1, signal.SIGKILL)
+
+
+async def s3_down_paused(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    await _pause(run)
+    _stop_s3(run)
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
 async def conflicting_signals_steady(run: CellRun) -> None:
     """A stray ``resume`` to a running job, then a real ``pause``: the pause must
     hold (the stray resume is ignored, not remembered), then a resume finishes it."""
@@ -441,6 +476,7 @@ CELLS: list[Cell] = [
         "must still complete and supervision must find the dead rank",
         rank_kill_launch,
         arm=points.LAUNCH_BEFORE_LAUNCH_JSON,
+        smoke=True,
     ),
     Cell(
         "rank_sigkill", "steady", "the basic crash: relaunch from the checkpoint", rank_kill_steady
@@ -452,6 +488,7 @@ CELLS: list[Cell] = [
         "never be resumed from",
         rank_kill_checkpoint,
         smoke=True,
+        lost_intervals=2,
     ),
     Cell(
         "rank_sigkill",
@@ -483,12 +520,14 @@ CELLS: list[Cell] = [
         "rank 0 freezes holding an uncommitted checkpoint: hang detection, and the "
         "half-written step is not resumed from",
         rank_stop_checkpoint,
+        lost_intervals=2,
     ),
     Cell(
         "rank_sigstop",
         "stop",
         "a rank frozen after SIGTERM: the stop must SIGKILL it after the grace, not wait",
         rank_hang_stop,
+        smoke=True,
     ),
     Cell(
         "worker_sigkill",
@@ -504,7 +543,6 @@ CELLS: list[Cell] = [
         "must adopt them, never start duplicates",
         worker_kill_launch_before_launch_json,
         arm=points.LAUNCH_BEFORE_LAUNCH_JSON,
-        smoke=True,
     ),
     Cell(
         "worker_sigkill",
@@ -565,6 +603,27 @@ CELLS: list[Cell] = [
         nodes=True,
     ),
     Cell(
+        "s3_stopped",
+        "steady",
+        "S3 dies mid-job: tiering fails, training and local checkpoints go on",
+        s3_down_steady,
+        s3=True,
+    ),
+    Cell(
+        "s3_stopped",
+        "recovery_relaunch",
+        "S3 is down when a crash needs a recovery: resume from the local checkpoint",
+        s3_down_recovery,
+        s3=True,
+    ),
+    Cell(
+        "s3_stopped",
+        "paused",
+        "S3 dies while paused: resume from the local just-in-time checkpoint",
+        s3_down_paused,
+        s3=True,
+    ),
+    Cell(
         "checkpoint_corrupt",
         "steady",
         "the newest checkpoint is corrupted, then a crash: resume must verify and fall "
@@ -589,7 +648,6 @@ CELLS: list[Cell] = [
         "paused",
         "pause twice, pause while paused, resume twice: one pause, one resume",
         duplicate_signals_paused,
-        smoke=True,
     ),
     Cell(
         "operator_signal",
@@ -607,8 +665,8 @@ def absent_reason(fault: str, phase: str) -> str:
     """Why a (fault, phase) pair is not a cell of :data:`CELLS`."""
     if fault == "s3_stopped":
         return (
-            "not built yet: needs a moto server and S3 tiering in the chaos job; the S3 "
-            "outage paths are covered by tests/e2e/test_checkpoint_trust.py"
+            "S3 is read only at a restore and written only by background tiering: the "
+            "steady, recovery and paused cells cover both"
         )
     if fault in ("rank_sigkill", "rank_sigstop", "node_ranks_killed"):
         if phase == "launch_before_pids":
@@ -636,26 +694,36 @@ def absent_reason(fault: str, phase: str) -> str:
 # --------------------------------------------------------------------------- running
 
 
-def _spec_builder(cell: Cell, shape: JobShape) -> Callable[[str, JobPaths], JobSpec]:
+def _spec_builder(
+    cell: Cell, shape: JobShape, s3: ChaosS3 | None
+) -> Callable[[str, JobPaths], JobSpec]:
     def build(name: str, paths: JobPaths) -> JobSpec:
         used = dataclasses.replace(shape, ckpt_every=shape.steps) if cell.jit_only else shape
+        extra: dict[str, object] = {}
+        if cell.s3:
+            assert s3 is not None, "an S3 cell without the S3 endpoint"
+            extra["checkpoints"] = {
+                "durable_uri": s3.durable_uri(name),
+                "endpoint_url": s3.endpoint,
+                "housekeeping_interval_s": 0,
+                "upload_part_size_mb": 5,
+            }
         if cell.nodes:
-            return build_spec(
-                name,
-                paths,
-                used,
-                nproc_per_node=1,
-                extra={"nodes": [{"name": "a"}, {"name": "b"}], "spares": [{"name": "s0"}]},
-            )
-        return build_spec(name, paths, used)
+            extra |= {"nodes": [{"name": "a"}, {"name": "b"}], "spares": [{"name": "s0"}]}
+            return build_spec(name, paths, used, nproc_per_node=1, extra=extra)
+        return build_spec(name, paths, used, extra=extra)
 
     return build
 
 
-async def run_cell(cell: Cell, chaos_points: ChaosPoints, ctx: BenchContext) -> Outcome:
+async def run_cell(
+    cell: Cell, chaos_points: ChaosPoints, ctx: BenchContext, s3: ChaosS3 | None = None
+) -> Outcome:
     """One job, one fault at one phase, every invariant judged."""
     shape = ctx.shape
     chaos_points.release_all()
+    if s3 is not None:
+        s3.start()  # back up after an earlier cell's outage
     if cell.arm is not None:
         chaos_points.arm(cell.arm)
     overrides = (
@@ -664,16 +732,20 @@ async def run_cell(cell: Cell, chaos_points: ChaosPoints, ctx: BenchContext) -> 
         else None
     )
     label = cell.key.replace("@", ".")  # a job name allows no '@'
-    async with ctx.job(label, 0, _spec_builder(cell, shape), input_overrides=overrides) as job:
-        run = CellRun(ctx, job, chaos_points)
+    build = _spec_builder(cell, shape, s3)
+    async with ctx.job(label, 0, build, input_overrides=overrides) as job:
+        run = CellRun(ctx, job, chaos_points, s3)
         with GenerationCensus(job.run_root) as census:
             try:
                 await cell.inject(run)
+                chaos_points.release_all()
+                status = await job.result()
+            except Exception as exc:
+                raise CellError(f"{exc or type(exc).__name__}; {await _last_status(job)}") from exc
             finally:
                 chaos_points.release_all()  # nothing may stay held, cleanup included
                 if not ctx.stack.worker_running:
                     ctx.stack.start_worker()
-            status = await job.result()
         common = await job.common_outcome(status)
         weights_ok = bool(common.metrics["weights_ok"]) if Phase.SUCCEEDED in cell.expect else None
         verdict = await asyncio.to_thread(
@@ -683,7 +755,7 @@ async def run_cell(cell: Cell, chaos_points: ChaosPoints, ctx: BenchContext) -> 
             weights_ok,
             census,
             job.spec.world_size,
-            shape.steps if cell.jit_only else shape.ckpt_every,
+            (shape.steps if cell.jit_only else shape.ckpt_every) * cell.lost_intervals,
             job.run_root,
             job.paths.checkpoints,
         )
@@ -699,17 +771,37 @@ async def run_cell(cell: Cell, chaos_points: ChaosPoints, ctx: BenchContext) -> 
     )
 
 
+class CellError(Exception):
+    """A cell that could not finish: the message says where the job was left."""
+
+
+async def _last_status(job: BenchJob) -> str:
+    """The job's last known state, for the reason of a cell that failed."""
+    try:
+        status = await asyncio.wait_for(
+            job.handle.query("status", result_type=JobStatus), timeout=10
+        )
+    except Exception as exc:  # the server or worker may be what failed
+        return f"status unavailable ({type(exc).__name__})"
+    return (
+        f"job {status.phase.value} at step {status.step}, generation {status.generation}, "
+        f"incidents {[i.kind for i in status.incidents]}"
+    )
+
+
 def _references(cell: Cell) -> Callable[[JobShape], list[Reference]]:
     world = 2 if cell.nodes else WORLD_SIZE
     return lambda shape: [(world, shape.steps)]
 
 
-def scenarios_for(cells: list[Cell], chaos_points: ChaosPoints) -> list[Scenario]:
+def scenarios_for(
+    cells: list[Cell], chaos_points: ChaosPoints, s3: ChaosS3 | None = None
+) -> list[Scenario]:
     """Each cell as a harness scenario: one framework for every benchmark."""
 
     def runner(cell: Cell) -> Callable[[BenchContext, int], Awaitable[Outcome]]:
         async def run(ctx: BenchContext, repeat: int) -> Outcome:
-            return await run_cell(cell, chaos_points, ctx)
+            return await run_cell(cell, chaos_points, ctx, s3)
 
         return run
 
@@ -811,9 +903,12 @@ def run_matrix(
     previous = os.environ.get(CHAOS_DIR_ENV)
     os.environ[CHAOS_DIR_ENV] = str(chaos_dir)  # the worker and local ranks inherit it
     try:
-        bench = run_benchmark(
-            scenarios_for(cells, chaos_points), shape, 1, keep_workdir, progress=progress
-        )
+        with ExitStack() as stack:
+            # Started first, so the worker inherits its (fake) credentials.
+            s3 = stack.enter_context(chaos_s3()) if any(c.s3 for c in cells) else None
+            bench = run_benchmark(
+                scenarios_for(cells, chaos_points, s3), shape, 1, keep_workdir, progress=progress
+            )
     finally:
         chaos_points.release_all()
         if previous is None:

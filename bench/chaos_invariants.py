@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Self
 
 from activities.procfs import is_alive
-from activities.rundir import generations, read_json
+from activities.rundir import generations_below, read_json
 from lazarus.rank import TEMP_SUFFIX
 from workflows.state import JobStatus, Phase
 
@@ -36,7 +36,7 @@ class GenerationCensus:
         self.interval_s = interval_s
         self.samples = 0
         self.max_live_ranks = 0
-        self.overlaps: list[dict[int, int]] = []
+        self.overlaps: list[dict[str, int]] = []
         """Samples where more than one generation had live ranks: ranks per generation."""
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="chaos-census", daemon=True)
@@ -71,14 +71,16 @@ class GenerationCensus:
             self.overlaps.append(live)
 
 
-def live_ranks_by_generation(job_run_root: Path) -> dict[int, int]:
-    """Live rank processes per generation (pid and start time from each pid file)."""
-    live: dict[int, int] = {}
-    for gen in generations(job_run_root):
+def live_ranks_by_generation(job_run_root: Path) -> dict[str, int]:
+    """Live rank processes per generation folder (pid and start time from each pid
+    file), across every run of the job: two starts' generations overlapping count too."""
+    live: dict[str, int] = {}
+    for gen in generations_below(job_run_root):
         for pid_file in gen.path.glob("rank-*.pid"):
             record = read_json(pid_file)
             if record and is_alive(int(record["pid"]), int(record["start_ticks"])):
-                live[gen.generation] = live.get(gen.generation, 0) + 1
+                key = str(gen.path.relative_to(job_run_root))
+                live[key] = live.get(key, 0) + 1
     return live
 
 
@@ -102,7 +104,7 @@ class Verdict:
 def held_locks(job_run_root: Path) -> list[str]:
     """Generation lock files somebody still holds (a non-blocking flock fails)."""
     held: list[str] = []
-    for gen in generations(job_run_root):
+    for gen in generations_below(job_run_root):
         if not gen.lock_file.exists():
             continue
         with open(gen.lock_file, "a+") as handle:
@@ -124,7 +126,7 @@ def temp_files(*roots: Path) -> list[str]:
     return sorted(found)
 
 
-def wait_ranks_gone(job_run_root: Path, timeout_s: float = RANKS_GONE_WAIT_S) -> dict[int, int]:
+def wait_ranks_gone(job_run_root: Path, timeout_s: float = RANKS_GONE_WAIT_S) -> dict[str, int]:
     """Live ranks once they had ``timeout_s`` to exit (a finished job's ranks exit
     by themselves; a deadline on their exit, not a speed)."""
     deadline = time.monotonic() + timeout_s

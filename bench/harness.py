@@ -42,6 +42,8 @@ Metric = float | int | bool | None
 WORKDIR_PREFIX = "lazarus-bench-"
 STEP_POLL_S = 0.05
 """How often :meth:`BenchJob.reach_step` reads the heartbeats (as ``chaos.wait_for_step``)."""
+PROGRESS_POLL_S = 1.0
+"""How often :meth:`BenchJob.result` checks that a job still makes progress."""
 
 SpecBuilder = Callable[[str, JobPaths], JobSpec]
 """Builds a job's spec from its name and paths (the default: :func:`bench.jobs.build_spec`)."""
@@ -143,7 +145,27 @@ class BenchJob:
             await asyncio.sleep(STEP_POLL_S)
 
     async def result(self) -> JobStatus:
-        status = await asyncio.wait_for(self.handle.result(), self.ctx.shape.job_timeout_s)
+        """The job's final status. The deadline is on progress, not on speed: it
+        fails only when neither the step nor the generation moved for
+        ``job_timeout_s`` (a busy machine makes a job slower, never a failure)."""
+        loop = asyncio.get_running_loop()
+        waiting = asyncio.ensure_future(self.handle.result())
+        seen = chaos.current_step(self.run_root)
+        moved_at = loop.time()
+        try:
+            while not waiting.done():
+                await asyncio.wait({waiting}, timeout=PROGRESS_POLL_S)
+                now_seen = chaos.current_step(self.run_root)
+                if now_seen != seen:
+                    seen, moved_at = now_seen, loop.time()
+                elif loop.time() - moved_at > self.ctx.shape.job_timeout_s:
+                    raise TimeoutError(
+                        f"{self.spec.job_id}: no progress for "
+                        f"{self.ctx.shape.job_timeout_s:.0f} s (generation, step: {seen})"
+                    )
+            status = waiting.result()
+        finally:
+            waiting.cancel()
         self.finished = True
         self.monitor.stop()
         return status

@@ -66,7 +66,9 @@ class JobShape:
             step_time_s=0.05,
             ckpt_every=5,
             fault_step=12,
-            hang_timeout_s=3.0,
+            # Not less: a loaded 2-core machine takes seconds to tear a finished rank
+            # down, and a 3 s hang clock then relaunched finished jobs (defect 19).
+            hang_timeout_s=8.0,
             worker_down_s=1.0,
             health={"startup_timeout_s": 60.0, "poll_interval_s": 0.2},
             recovery={"backoff_initial_s": 0.2, "stop_grace_s": 2.0},

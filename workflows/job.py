@@ -150,6 +150,8 @@ class JobWorkflow:
         self._hooks: list[asyncio.Task[None]] = []
         self._housekeeping: asyncio.Task[None] | None = None
         self._continue_anywhere = False
+        self._pausing = False
+        """A pause is being carried out (its just-in-time checkpoint and stop)."""
         """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
 
     # ----------------------------------------------------------------- messages
@@ -161,6 +163,11 @@ class JobWorkflow:
     @workflow.signal(name=SIGNAL_PAUSE)
     def pause(self) -> None:
         phase = self._state.phase
+        if self._pausing or self._pause_requested:
+            # A duplicate: remembered, it would pause the job again right after the
+            # operator's resume, and leave it PAUSED for good.
+            self._ignore(SIGNAL_PAUSE, "a pause is already in progress")
+            return
         if phase.is_terminal or phase in (Phase.PAUSED, Phase.NEEDS_OPERATOR):
             why = (
                 "it waits for an operator already: resume or cancel it"
@@ -424,6 +431,7 @@ class JobWorkflow:
                     run_root=self._run_root() if state.run_key else None,
                 ),
                 start_to_close_timeout=timedelta(seconds=120),
+                heartbeat_timeout=self._worker_loss_timeout(),
                 retry_policy=LAUNCH_RETRY,
                 summary=(
                     f"launch generation {state.generation}: {self._world_size()} ranks on "
@@ -632,11 +640,15 @@ class JobWorkflow:
 
     async def _pause(self) -> None:
         self._pause_requested = False
-        if self._state.phase == Phase.RUNNING and self._state.generation_live:
-            await self._planned_stop("pause")
-        else:
-            await self._stop_all("paused by operator")
-        self._set_phase(Phase.PAUSED)
+        self._pausing = True
+        try:
+            if self._state.phase == Phase.RUNNING and self._state.generation_live:
+                await self._planned_stop("pause")
+            else:
+                await self._stop_all("paused by operator")
+            self._set_phase(Phase.PAUSED)
+        finally:
+            self._pausing = False
 
     async def _wait_for_operator(self) -> None:
         await workflow.wait_condition(

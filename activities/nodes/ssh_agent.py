@@ -369,7 +369,12 @@ class SSHAgent(ShimAgent):
             finally:
                 channel.close()
         except TimeoutError:
-            self._drop(client)
+            # A slow answer on a live connection (a loaded host or controller) keeps the
+            # connection: dropping it makes the next poll pay a full key exchange under
+            # the same load, which times out too, and a live node looks dead (defect 19,
+            # issue 10). A dead transport is dropped, and the watchdog bounds the rest.
+            if expired.is_set() or not transport.is_active():
+                self._drop(client)
             raise NodeUnreachable(f"{self._where()}: no answer within {timeout_s:g} s") from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
             self._drop(client)

@@ -167,13 +167,16 @@ def test_quick_benchmark_writes_expected_json(tmp_path: Path) -> None:
             assert stats.keys() >= STAT_KEYS
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(720)
 def test_quick_multinode_benchmark_writes_expected_json(tmp_path: Path) -> None:
     reason = netns_unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
     out = tmp_path / "recovery.json"
-    proc = _run_quick(MULTINODE_SCENARIOS, out, timeout_s=400)
+    # A backstop only: the benchmark fails a job by itself once it stops making
+    # progress (BenchJob.result); on a busy machine this takes several times its
+    # idle 90 s, and that is slower, not wrong (defect 19, issue 10).
+    proc = _run_quick(MULTINODE_SCENARIOS, out, timeout_s=660)
     assert "Skipped" not in proc.stdout
 
     data = json.loads(out.read_text())

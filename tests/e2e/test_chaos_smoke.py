@@ -1,0 +1,102 @@
+"""The fast subset of the fault x phase chaos matrix (``python -m bench chaos --cells
+smoke``), end to end: every cell must hold every invariant, the table and the JSON
+must say so, and nothing the matrix started may outlive it.
+
+The whole matrix runs in the benchmark (``python -m bench chaos``); this checks the
+machinery and three cells that each reach their phase through a chaos point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from bench.chaos import CELLS_BY_KEY, FAULTS, PHASES, SMOKE, absent_reason
+from lazarus import chaos
+from tests.e2e.conftest import Job, ddp_spec
+from workflows.api import SIGNAL_PAUSE, SIGNAL_RESUME
+from workflows.state import Phase
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.e2e
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(f"{cmdline.parent.name}: {args}")
+    return found
+
+
+def test_every_pair_is_a_cell_or_has_a_reason() -> None:
+    assert len(SMOKE) >= 2
+    for key, cell in CELLS_BY_KEY.items():
+        assert cell.fault in FAULTS and cell.phase in PHASES, key
+        assert cell.why, key
+    for fault in FAULTS:
+        for phase in PHASES:
+            if f"{fault}@{phase}" not in CELLS_BY_KEY:
+                assert absent_reason(fault, phase), (fault, phase)
+
+
+@pytest.mark.timeout(900)
+def test_chaos_smoke_cells_hold(tmp_path: Path) -> None:
+    out = tmp_path / "chaos.json"
+    argv = [sys.executable, "-m", "bench", "chaos", "--cells", "smoke", "--json-out", str(out)]
+    with subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            # A backstop only: each cell fails by itself when its job stops making
+            # progress, and every phase is reached by a chaos point, not a sleep.
+            stdout, stderr = child.communicate(timeout=840)
+        except subprocess.TimeoutExpired:
+            child.terminate()  # the benchmark then stops everything it started
+            stdout, stderr = child.communicate(timeout=60)
+            pytest.fail(f"the chaos smoke run timed out:\n{stderr[-4000:]}")
+    assert child.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr[-6000:]}"
+    assert f"{len(SMOKE)}/{len(SMOKE)} cells held" in stdout, stdout
+
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "chaos"
+    assert data["held"] == len(SMOKE) and data["failed"] == 0
+    matrix = {f"{c['fault']}@{c['phase']}": c for c in data["matrix"]}
+    assert len(matrix) == len(FAULTS) * len(PHASES)
+    for key in SMOKE:
+        assert matrix[key]["state"] == "held", matrix[key]
+    for run in data["runs"]:
+        assert run["error"] is None, run["error"]
+        assert run["metrics"]["held"] is True, run["details"]["violations"]
+        assert run["details"]["notes"].get("faults"), run["scenario"]
+
+    match = re.search(r"state in (\S+);", stderr)
+    assert match, stderr[-2000:]
+    assert not Path(match.group(1)).exists()
+    assert _processes_mentioning(match.group(1)) == []
+
+
+@pytest.mark.timeout(180)
+async def test_a_second_pause_during_a_pause_has_no_later_effect(
+    start_job: Callable[..., Awaitable[Job]], tmp_path: Path
+) -> None:
+    job = await start_job(ddp_spec(tmp_path, steps=60, step_time=0.1))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 10)
+    await job.handle.signal(SIGNAL_PAUSE)
+    await job.handle.signal(SIGNAL_PAUSE)
+    await job.wait_phase(Phase.PAUSED)
+    await job.handle.signal(SIGNAL_RESUME)
+    # One resume undoes one pause: training starts again (a deadline on that event).
+    await job.wait_phase(Phase.RUNNING, Phase.SUCCEEDED, timeout_s=90)
