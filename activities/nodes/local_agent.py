@@ -3,6 +3,7 @@ Python rank wrapper and watched through /proc and the run directory directly."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import subprocess
@@ -32,6 +33,7 @@ from activities.rundir import (
 )
 from lazarus import chaos_points
 from lazarus.chaos_points import chaos_point
+from lazarus.rank import TEMP_SUFFIX
 from lazarus.spec import NodeSpec
 
 PID_FILE_WAIT_S = 30.0
@@ -227,6 +229,8 @@ def stop_ranks(
     survivors = _wait_for_exit(needed_kill, kill_wait_s, interval_s=0.02)
     stopped = [g for g, pgids in groups.items() if any(p in alive for p in pgids)]
     stepped = [s for g in stopped if (s := _last_step(g)) is not None]
+    for gen in groups:
+        _sweep_temp_files(gen)
     return NodeStopResult(
         node=reporter,
         reachable=True,
@@ -239,6 +243,17 @@ def stop_ranks(
             for pgid, pids in sorted(survivors.items())
         ],
     )
+
+
+def _sweep_temp_files(gen: GenerationDir) -> None:
+    """A rank killed in the middle of an atomic write (heartbeat, exit record) leaves
+    its temporary file behind; once no rank of the generation is alive, nobody will
+    rename it, so the stop that killed them removes it."""
+    if live_groups(_owned_groups(gen, None)):
+        return  # another logical node's ranks may still be writing here
+    for temp in gen.path.glob(f"*{TEMP_SUFFIX}"):
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
 
 
 def _wait_for_exit(pgids: list[int], timeout_s: float, interval_s: float) -> dict[int, list[int]]:

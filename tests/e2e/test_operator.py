@@ -99,7 +99,7 @@ async def test_restart_budget_exhausted_needs_operator_then_cancel(
 async def test_cli_refuses_duplicate_start_and_reports_json(
     stack: LocalStack, tmp_path: Path
 ) -> None:
-    spec = ddp_spec(tmp_path, steps=STEPS, step_time=0.1)
+    spec = ddp_spec(tmp_path, steps=400, step_time=0.1)  # still RUNNING when queried, under load
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
     first = lazarus_cli(stack, "start", str(spec_file))

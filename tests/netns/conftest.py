@@ -65,4 +65,4 @@ def test_hosts(tmp_path: Path) -> Iterator[HostsFactory]:
 
 # The job fixtures (one dev server per session, a worker per test, start_job with
 # teardown) are the end-to-end suite's; re-exported so the ssh tests share them.
-from tests.e2e.conftest import client, dev_server, stack, start_job  # noqa: E402, F401
+from tests.e2e.conftest import client, stack, start_job  # noqa: E402, F401
