@@ -293,6 +293,47 @@ async def rank_hang_stop(run: CellRun) -> None:
     run.points.release(points.STOP_AFTER_SIGTERM)
 
 
+async def rank_stop_launch(run: CellRun) -> None:
+    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, signal.SIGSTOP)  # frozen before its first heartbeat
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+
+
+async def rank_stop_relaunch(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, signal.SIGKILL)
+    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, signal.SIGSTOP)  # generation 2's rank 1 freezes mid-launch
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+
+
+async def rank_stop_jit(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    _signal_newest(run, 1, signal.SIGSTOP)
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+    await run.job.wait_phase(Phase.PAUSED)
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
+async def rank_stop_continue_as_new(run: CellRun) -> None:
+    await _next_run(run)
+    _signal_newest(run, 0, signal.SIGSTOP)
+
+
+async def worker_kill_relaunch(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, signal.SIGKILL)
+    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
+    await _kill_worker(run)
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+    await _restart_worker(run)
+
+
 async def worker_kill_launch_before_pids(run: CellRun) -> None:
     await _held_at(run, points.LAUNCH_BEFORE_PIDS)
     await _kill_worker(run)
@@ -530,6 +571,43 @@ CELLS: list[Cell] = [
         smoke=True,
     ),
     Cell(
+        "rank_sigstop",
+        "launch_before_launch_json",
+        "a rank freezes before its first heartbeat while the launch is unrecorded: the "
+        "launch completes and the silent rank is found hung",
+        rank_stop_launch,
+        arm=points.LAUNCH_BEFORE_LAUNCH_JSON,
+    ),
+    Cell(
+        "rank_sigstop",
+        "recovery_relaunch",
+        "a rank of the recovery's generation freezes mid-launch: a second incident (a "
+        "hang), never two generations",
+        rank_stop_relaunch,
+    ),
+    Cell(
+        "rank_sigstop",
+        "jit_checkpoint",
+        "a peer freezes while rank 0 commits a pause's just-in-time checkpoint: the "
+        "pause's stop (SIGTERM with SIGCONT) still takes it down",
+        rank_stop_jit,
+        jit_only=True,
+    ),
+    Cell(
+        "rank_sigstop",
+        "continue_as_new",
+        "a hang right after continue-as-new: the new run's hang clock must find it",
+        rank_stop_continue_as_new,
+        continue_as_new=True,
+    ),
+    Cell(
+        "worker_sigkill",
+        "recovery_relaunch",
+        "the controller dies while a recovery's launch is half done: the retried launch "
+        "adopts generation 2, never starts it twice",
+        worker_kill_relaunch,
+    ),
+    Cell(
         "worker_sigkill",
         "launch_before_pids",
         "the controller dies before any rank started: the retried launch starts them once",
@@ -688,7 +766,7 @@ def absent_reason(fault: str, phase: str) -> str:
         return "the worker plays no part in a periodic checkpoint write"
     if fault == "operator_signal":
         return "signals in this phase are covered by the steady/paused/jit cells"
-    return "not built yet"
+    raise ValueError(f"{fault}@{phase}: neither a cell nor a reason why not")
 
 
 # --------------------------------------------------------------------------- running

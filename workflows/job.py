@@ -1122,7 +1122,7 @@ class JobWorkflow:
                 ssh=self.spec.ssh,
             ),
             start_to_close_timeout=timedelta(seconds=grace + 60),
-            heartbeat_timeout=timedelta(seconds=30),
+            heartbeat_timeout=self._worker_loss_timeout(),
             retry_policy=QUICK_RETRY,
             summary=f"stop ranks: {reason}",
         )
