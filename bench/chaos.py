@@ -321,6 +321,8 @@ async def rank_stop_jit(run: CellRun) -> None:
 
 async def rank_stop_continue_as_new(run: CellRun) -> None:
     await _next_run(run)
+    # Training, not rendezvous: a freeze before the first step is the launch cell's.
+    await run.job.reach_step(run.ctx.shape.fault_step)
     _signal_newest(run, 0, signal.SIGSTOP)
 
 
@@ -357,6 +359,9 @@ async def worker_kill_steady(run: CellRun) -> None:
 async def worker_kill_stop(run: CellRun) -> None:
     await run.job.reach_step(run.ctx.shape.fault_step)
     run.points.arm(points.STOP_AFTER_SIGTERM)
+    # Rank 0 frozen first, so it cannot exit by itself when its peer dies: the
+    # recovery's stop must signal it, and so reaches the point the worker dies at.
+    _signal_newest(run, 0, signal.SIGSTOP)
     _signal_newest(run, 1, signal.SIGKILL)
     await _held_at(run, points.STOP_AFTER_SIGTERM)
     await _kill_worker(run)
