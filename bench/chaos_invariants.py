@@ -17,7 +17,7 @@ from typing import Self
 
 from activities.procfs import is_alive
 from activities.rundir import generations_below, read_json
-from lazarus.rank import TEMP_SUFFIX
+from lazarus.checkpoint_layout import TEMP_SUFFIX
 from workflows.state import JobStatus, Phase
 
 CENSUS_INTERVAL_S = 0.05

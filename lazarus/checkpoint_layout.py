@@ -16,6 +16,11 @@ import re
 from pathlib import Path, PurePosixPath
 
 COMMIT_MARKER = "COMMITTED"
+TEMP_SUFFIX = ".lazarus-tmp"
+RESAVE_SUFFIX = ".resave"
+"""``.step-N.resave/``: a re-save of a committed step, sealed there and renamed over it."""
+"""Files ending in this are unfinished writes (the rank helper's and the controller's
+atomic writes): never listed in a manifest, and swept once their writer is dead."""
 MANIFEST = "manifest.json"
 CORRUPT_DIR = ".corrupt"
 """Where a committed checkpoint that failed verification is moved, kept for a person."""

@@ -37,11 +37,11 @@ from activities.contracts import CheckpointRef, RestoreCheckpointRequest
 from lazarus.checkpoint_layout import (
     COMMIT_MARKER,
     MANIFEST,
+    TEMP_SUFFIX,
     fsync_directory,
     parse_step_dir,
     resolves_inside,
 )
-from lazarus.rank import TEMP_SUFFIX
 
 
 class RestoreProgress:

@@ -24,8 +24,12 @@ from activities.checkpoints.find import durable_store, search_verified
 from activities.checkpoints.storage import LocalStore, S3Store, store_errors
 from activities.checkpoints.verify import owner_problem, read_manifest
 from activities.contracts import FindVerifiedCheckpointRequest, SkippedCheckpoint
-from lazarus.checkpoint_layout import COMMIT_MARKER, fsync_directory, parse_step_dir
-from lazarus.rank import RESAVE_SUFFIX
+from lazarus.checkpoint_layout import (
+    COMMIT_MARKER,
+    RESAVE_SUFFIX,
+    fsync_directory,
+    parse_step_dir,
+)
 from lazarus.spec import JobSpec
 
 PREVIOUS_PREFIX = ".previous-"

@@ -29,11 +29,11 @@ from typing import Any
 from lazarus.checkpoint_layout import (
     COMMIT_MARKER,
     MANIFEST,
+    TEMP_SUFFIX,
     fsync_directory,
     parse_step_dir,
     resolves_inside,
 )
-from lazarus.rank import TEMP_SUFFIX
 
 CHUNK_BYTES = 8 << 20
 """Read size for hashing and copying: large enough to amortise syscalls."""

@@ -33,7 +33,7 @@ from activities.rundir import (
 )
 from lazarus import chaos_points
 from lazarus.chaos_points import chaos_point
-from lazarus.rank import TEMP_SUFFIX
+from lazarus.checkpoint_layout import TEMP_SUFFIX
 from lazarus.spec import NodeSpec
 
 PID_FILE_WAIT_S = 30.0

@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 DEFAULT_HEARTBEAT_INTERVAL_S = 0.2
-TEMP_SUFFIX = ".lazarus-tmp"
+TEMP_SUFFIX = checkpoint_layout.TEMP_SUFFIX
 """Files ending in this are unfinished writes; the manifest never lists them."""
 
 _HASH_CHUNK_BYTES = 1 << 20
@@ -418,7 +418,7 @@ def resume_path() -> Path | None:
 # --------------------------------------------------------------------------- checkpoints
 
 
-RESAVE_SUFFIX = ".resave"
+RESAVE_SUFFIX = checkpoint_layout.RESAVE_SUFFIX
 """``.step-NNNNNNNN.resave``: where a committed step is saved again (hidden from readers)."""
 
 
