@@ -18,8 +18,6 @@ elsewhere is stopped, so no half-launched generation is left running.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import logging
 import os
@@ -27,7 +25,7 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 from temporalio import activity
@@ -35,6 +33,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.command_policy import CommandNotAllowed, enforce
 from activities.contracts import CheckpointRef, LaunchRequest, LaunchResult, RankProcess
+from activities.heartbeat import in_thread_heartbeating
 from activities.nodes.agent import (
     NodeAgent,
     NodeRefused,
@@ -411,7 +410,7 @@ async def launch(request: LaunchRequest) -> LaunchResult:
     heartbeat timeout and the retry (on any worker) adopts what was started, instead
     of waiting out the whole start-to-close timeout."""
     try:
-        return await _heartbeating(asyncio.to_thread(launch_generation, request))
+        return await in_thread_heartbeating(lambda: launch_generation(request), "launching")
     except LaunchRefused as exc:
         raise ApplicationError(str(exc), type="LaunchRefused", non_retryable=True) from exc
     except CommandNotAllowed as exc:
@@ -420,12 +419,3 @@ async def launch(request: LaunchRequest) -> LaunchResult:
         raise ApplicationError(
             str(exc), *exc.nodes, type="NodeUnreachable", non_retryable=True
         ) from exc
-
-
-async def _heartbeating(work: Awaitable[LaunchResult]) -> LaunchResult:
-    task = asyncio.ensure_future(work)
-    while not task.done():
-        with contextlib.suppress(RuntimeError):  # called outside an activity (tests)
-            activity.heartbeat("launching")
-        await asyncio.wait({task}, timeout=1.0)
-    return task.result()

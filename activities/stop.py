@@ -12,12 +12,10 @@ that outlives SIGKILL for ``kill_wait_s`` (uninterruptible sleep) is reported in
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 from temporalio import activity
 
 from activities.contracts import StopRequest, StopResult
+from activities.heartbeat import in_thread_heartbeating
 from activities.nodes.agent import NodeAgent, NodeStopResult
 from activities.nodes.factory import agents, on_each
 from activities.nodes.local_agent import LocalAgent
@@ -49,17 +47,11 @@ def stop_on_nodes(request: StopRequest) -> StopResult:
     )
 
 
-async def stop_generations(request: StopRequest, heartbeat: bool = False) -> StopResult:
-    task = asyncio.create_task(asyncio.to_thread(stop_on_nodes, request))
-    while not task.done():
-        if heartbeat:
-            with contextlib.suppress(RuntimeError):  # outside an activity (tests)
-                activity.heartbeat("stopping")
-        await asyncio.wait({task}, timeout=1.0)
-    return task.result()
+async def stop_generations(request: StopRequest) -> StopResult:
+    return await in_thread_heartbeating(lambda: stop_on_nodes(request), "stopping")
 
 
 @activity.defn(name="stop")
 async def stop(request: StopRequest) -> StopResult:
     """Stop every generation of the job except ``keep_generation``, on every node."""
-    return await stop_generations(request, heartbeat=True)
+    return await stop_generations(request)

@@ -8,15 +8,13 @@ leftovers are looked for on disk and in /proc after the job ended.
 from __future__ import annotations
 
 import fcntl
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
-from activities.procfs import is_alive
-from activities.rundir import generations_below, read_json
+from activities.rundir import generations_below
+from bench.measure import BackgroundSampler
+from lazarus import chaos
 from lazarus.checkpoint_layout import TEMP_SUFFIX
 from workflows.state import JobStatus, Phase
 
@@ -27,41 +25,17 @@ TEMP_PATTERNS = (f"*{TEMP_SUFFIX}", ".*.tmp")
 """The rank helper's checkpoint temp files and ``write_json_atomic``'s."""
 
 
-class GenerationCensus:
+class GenerationCensus(BackgroundSampler):
     """Samples, every 50 ms, which generations have a live rank process: two at once
     is the split brain the launcher's fencing exists to prevent."""
 
     def __init__(self, job_run_root: Path, interval_s: float = CENSUS_INTERVAL_S) -> None:
+        super().__init__(interval_s, name="chaos-census")
         self.job_run_root = job_run_root
-        self.interval_s = interval_s
         self.samples = 0
         self.max_live_ranks = 0
         self.overlaps: list[dict[str, int]] = []
         """Samples where more than one generation had live ranks: ranks per generation."""
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="chaos-census", daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._done.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._done.is_set():
-            self.sample()
-            self._done.wait(self.interval_s)
 
     def sample(self) -> None:
         live = live_ranks_by_generation(self.job_run_root)
@@ -72,16 +46,12 @@ class GenerationCensus:
 
 
 def live_ranks_by_generation(job_run_root: Path) -> dict[str, int]:
-    """Live rank processes per generation folder (pid and start time from each pid
-    file), across every run of the job: two starts' generations overlapping count too."""
-    live: dict[str, int] = {}
-    for gen in generations_below(job_run_root):
-        for pid_file in gen.path.glob("rank-*.pid"):
-            record = read_json(pid_file)
-            if record and is_alive(int(record["pid"]), int(record["start_ticks"])):
-                key = str(gen.path.relative_to(job_run_root))
-                live[key] = live.get(key, 0) + 1
-    return live
+    """Live rank processes per generation folder (relative to the job directory),
+    across every run of the job: two starts' generations overlapping count too."""
+    return {
+        str(path.relative_to(job_run_root)): len(pids)
+        for path, pids in chaos.live_ranks_by_generation(job_run_root).items()
+    }
 
 
 @dataclass

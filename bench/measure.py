@@ -39,17 +39,14 @@ class ProgressSeen:
     """When the monitor first read it."""
 
 
-class RunMonitor:
-    """Samples a job's run directory every 50 ms until stopped (use it as a context manager)."""
+class BackgroundSampler:
+    """Calls :meth:`sample` every ``interval_s`` in a daemon thread while used as a
+    context manager: the benches' and the chaos matrix's outside observers."""
 
-    def __init__(self, job_run_root: Path, interval_s: float = SAMPLE_INTERVAL_S) -> None:
-        self.job_run_root = job_run_root
+    def __init__(self, interval_s: float, name: str) -> None:
         self.interval_s = interval_s
-        self.live_counts: list[int] = []
-        self.progress: list[ProgressSeen] = []
-        self._last_step: dict[tuple[int, int], int] = {}
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="bench-monitor", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -72,6 +69,20 @@ class RunMonitor:
         while not self._done.is_set():
             self.sample()
             self._done.wait(self.interval_s)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
+class RunMonitor(BackgroundSampler):
+    """Samples a job's run directory every 50 ms until stopped (use it as a context manager)."""
+
+    def __init__(self, job_run_root: Path, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        super().__init__(interval_s, name="bench-monitor")
+        self.job_run_root = job_run_root
+        self.live_counts: list[int] = []
+        self.progress: list[ProgressSeen] = []
+        self._last_step: dict[tuple[int, int], int] = {}
 
     def sample(self) -> None:
         self.live_counts.append(len(chaos.live_rank_processes(self.job_run_root)))

@@ -89,16 +89,22 @@ def signal_rank(
     )
 
 
-def live_rank_processes(job_run_root: Path) -> list[int]:
-    """Every rank process alive across all generations (of every run, given a job
-    directory): at most world size, always."""
-    alive: list[int] = []
+def live_ranks_by_generation(job_run_root: Path) -> dict[Path, list[int]]:
+    """The live rank pids of each generation folder (pid and start time from each pid
+    file), across every run of the job given its directory."""
+    live: dict[Path, list[int]] = {}
     for gen in generations_below(job_run_root):
         for pid_file in gen.path.glob("rank-*.pid"):
             record = read_json(pid_file)
             if record and is_alive(int(record["pid"]), int(record["start_ticks"])):
-                alive.append(int(record["pid"]))
-    return alive
+                live.setdefault(gen.path, []).append(int(record["pid"]))
+    return live
+
+
+def live_rank_processes(job_run_root: Path) -> list[int]:
+    """Every rank process alive across all generations (of every run, given a job
+    directory): at most world size, always."""
+    return [pid for pids in live_ranks_by_generation(job_run_root).values() for pid in pids]
 
 
 def kill_node(job_run_root: Path, node: str) -> list[int]:

@@ -150,9 +150,9 @@ class JobWorkflow:
         self._hooks: list[asyncio.Task[None]] = []
         self._housekeeping: asyncio.Task[None] | None = None
         self._continue_anywhere = False
+        """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
         self._pausing = False
         """A pause is being carried out (its just-in-time checkpoint and stop)."""
-        """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
 
     # ----------------------------------------------------------------- messages
 
@@ -221,8 +221,9 @@ class JobWorkflow:
         state = self._state
         if state.phase.is_terminal:
             return f"the job is {state.phase.value}"
-        if self._force is not None:
-            return f"a recovery is already queued ({self._force.reason}); send this after it"
+        queued = self._queued_problem(f"recover: {request.reason}")
+        if queued is not None:
+            return queued
         node = request.exclude_node
         if node is not None and node not in state.pool.active:
             if node in state.pool.spares:
@@ -235,16 +236,23 @@ class JobWorkflow:
             )
         return None
 
+    def _queued_problem(self, what: str) -> str | None:
+        """One forced recovery (``recover`` or ``drain``) is queued at a time: a second
+        would silently replace the first, which both callers were told is happening."""
+        if self._force is None:
+            return None
+        return (
+            f"another recovery is already queued ({self._force.reason}); "
+            f"send '{what}' after it has happened"
+        )
+
     def _refuse_if_queued(self, what: str) -> None:
         """Validators of two updates in one workflow task can both pass before either
         handler runs: the handler checks again, so exactly one request is queued and
         the other caller is told, never acknowledged and then dropped."""
-        if self._force is not None:
-            raise ApplicationError(
-                f"another recovery is already queued ({self._force.reason}); "
-                f"send '{what}' after it has happened",
-                non_retryable=True,
-            )
+        problem = self._queued_problem(what)
+        if problem is not None:
+            raise ApplicationError(problem, non_retryable=True)
 
     def _ignore(self, name: str, reason: str) -> None:
         state = self._state
@@ -267,13 +275,9 @@ class JobWorkflow:
 
     @drain.validator
     def _validate_drain(self, request: NodeRequest) -> None:
-        if self._force is not None:
-            # One pending request at a time: a second drain would silently replace the
-            # first, which both callers were told is happening.
-            raise ValueError(
-                f"another recovery is already queued ({self._force.reason}); "
-                f"drain {request.node} after it has moved"
-            )
+        queued = self._queued_problem(f"drain {request.node}")
+        if queued is not None:
+            raise ValueError(queued)
         if self._state.phase.is_terminal:
             raise ValueError(f"the job is {self._state.phase.value}")
         if request.node not in self._state.pool.active:
@@ -705,8 +709,8 @@ class JobWorkflow:
                 swap_allowed=spec.straggler.swap,
             )
         )
-        state.stragglers = state.stragglers[-(MAX_RECORDS - 1) :]
-        state.stragglers.append(
+        state.stragglers = [
+            *state.stragglers,
             StragglerRecord(
                 generation=state.generation,
                 node=report.node,
@@ -719,8 +723,8 @@ class JobWorkflow:
                 detection_s=max(0.0, report.detected_at - report.slow_since),
                 action=decision.action.value,
                 reason=decision.reason,
-            )
-        )
+            ),
+        ][-MAX_RECORDS:]
         workflow.logger.warning("straggler: %s", decision.reason)
         if decision.action != Action.REPLACE_NODE:
             state.noted_stragglers.append(report.node)
@@ -1109,7 +1113,7 @@ class JobWorkflow:
         """Stop ranks on the active nodes and on quarantined nodes not yet fenced."""
         pool = self._state.pool
         names = only if only is not None else [*pool.active, *pool.unfenced()]
-        names = [n for n in dict.fromkeys(names) if self._known(n)]
+        names = [n for n in dict.fromkeys(names) if self._find_node(n) is not None]
         grace = self.spec.recovery.stop_grace_s
         result = await workflow.execute_activity(
             stop,
@@ -1157,13 +1161,13 @@ class JobWorkflow:
     # ------------------------------------------------------------------- nodes
 
     def _node(self, name: str) -> NodeSpec:
-        for node in (*self.spec.nodes, *self.spec.spares):
-            if node.name == name:
-                return node
-        raise KeyError(name)
+        node = self._find_node(name)
+        if node is None:
+            raise KeyError(name)
+        return node
 
-    def _known(self, name: str) -> bool:
-        return any(node.name == name for node in (*self.spec.nodes, *self.spec.spares))
+    def _find_node(self, name: str) -> NodeSpec | None:
+        return next((n for n in (*self.spec.nodes, *self.spec.spares) if n.name == name), None)
 
     def _unreachable_at_launch(self, node: str, cause: str) -> FailureReport:
         """A node the launch could not reach, as the failure the playbook handles."""
