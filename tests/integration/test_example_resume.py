@@ -60,7 +60,7 @@ def _assert_clean_exit(runs: list[RankRun]) -> None:
         assert run.returncode == 0, f"rank {run.rank} exited {run.returncode}:\n{run.output}"
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(400)  # three DDP launches, each bounded at 90 s by launch_ddp
 def test_interrupted_and_resumed_run_matches_a_straight_run(
     tmp_path: Path, launch_ddp: LaunchDDP
 ) -> None:
@@ -121,7 +121,7 @@ def test_interrupted_and_resumed_run_matches_a_straight_run(
         assert torch.equal(tensor, actual[name]), f"{name} differs after resume"
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(270)  # two DDP launches, each bounded at 90 s by launch_ddp
 def test_a_plain_relaunch_resumes_from_the_newest_commit(
     tmp_path: Path, launch_ddp: LaunchDDP
 ) -> None:
