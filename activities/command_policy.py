@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from temporalio.exceptions import ApplicationError
 
-from lazarus.settings import (
+from lazarus.activities.worker_settings import (
     ALLOWED_COMMANDS_ENV,
     ALLOWED_COMMANDS_FILE_ENV,
     WorkerSettings,

@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lazarus.failure_classes import FailureClass
+from lazarus.domain.failure_classes import FailureClass
 
 TAIL_BYTES = 64 * 1024
 
@@ -47,7 +47,7 @@ def diagnose_crash(
     pid ([] when the kernel was asked and said nothing, None when it could not be
     asked, e.g. on a remote node). A SIGKILL is ``oom_host`` only with evidence: the
     kernel's record, or an explicit OOM message in the log; otherwise ``killed``."""
-    from lazarus.classifier import classify  # imported on first crash: keeps workers light
+    from lazarus.domain.classifier import classify  # imported on first crash: keeps workers light
 
     tail = last_lines(log_text, lines=200)
     result = classify("\n".join(tail), exit_code=exit_code, signal=signal)

@@ -17,8 +17,8 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.command_policy import CommandNotAllowed, enforce
-from activities.contracts import EscalationHookRequest, EscalationHookResult
+from lazarus.activities.command_policy import CommandNotAllowed, enforce
+from lazarus.domain.contracts import EscalationHookRequest, EscalationHookResult
 
 OUTPUT_TAIL_CHARS = 2000
 

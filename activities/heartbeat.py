@@ -4,7 +4,7 @@ Temporal notices a dead worker by missing heartbeats, so a long ``launch`` or
 ``stop`` must keep beating for its retry (on any worker) to come within the
 heartbeat timeout instead of the whole start-to-close timeout. Checkpoint
 transfers, which also carry resumable state and honour cancellation, use
-``activities.checkpoints._heartbeat`` instead.
+``lazarus.activities.checkpoints._heartbeat`` instead.
 """
 
 from __future__ import annotations

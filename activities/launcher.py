@@ -21,9 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import socket
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,20 +29,21 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.command_policy import CommandNotAllowed, enforce
-from activities.contracts import CheckpointRef, LaunchRequest, LaunchResult, RankProcess
-from activities.heartbeat import in_thread_heartbeating
-from activities.nodes.agent import (
+import lazarus
+from lazarus.activities.command_policy import CommandNotAllowed, enforce
+from lazarus.activities.heartbeat import in_thread_heartbeating
+from lazarus.activities.nodes.agent import (
     NodeAgent,
     NodeRefused,
     NodeUnreachable,
     RankLaunch,
     StartedRank,
 )
-from activities.nodes.factory import agents, on_each, on_each_settled
-from activities.nodes.local_agent import RankStartFailed, stop_ranks
-from activities.nodes.shim_agent import ShimError
-from activities.rundir import (
+from lazarus.activities.nodes.factory import agents, on_each, on_each_settled
+from lazarus.activities.nodes.local_agent import RankStartFailed, stop_ranks
+from lazarus.activities.nodes.shim_agent import ShimError
+from lazarus.activities.program import rank_search_path, resolve_program
+from lazarus.activities.rundir import (
     GenerationDir,
     generation_lock,
     generations,
@@ -53,14 +52,17 @@ from activities.rundir import (
     runs,
     write_json_atomic,
 )
-from activities.secret_env import SecretEnvError, passed_env, read_env_file
-from lazarus import chaos_points
-from lazarus import environment as env_names
-from lazarus.chaos_points import chaos_point
-from lazarus.settings import API_KEY_ENV
-from lazarus.spec import JobSpec, NodeSpec
+from lazarus.activities.secret_env import SecretEnvError, passed_env, read_env_file
+from lazarus.domain import chaos_points
+from lazarus.domain import environment as env_names
+from lazarus.domain.api import API_KEY_ENV
+from lazarus.domain.chaos_points import chaos_point
+from lazarus.domain.contracts import CheckpointRef, LaunchRequest, LaunchResult, RankProcess
+from lazarus.domain.spec import JobSpec, NodeSpec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+RANK_IMPORT_ROOT = Path(lazarus.__file__).resolve().parent.parent
+"""Where ``import lazarus.rank`` resolves, for every rank's PYTHONPATH: the checkout
+in development, ``site-packages`` when installed."""
 FENCE_KILL_WAIT_S = 10.0
 """How long fencing waits for SIGKILLed groups of other generations to die."""
 FENCE_LOCK_WAIT_S = 10.0
@@ -68,7 +70,7 @@ FENCE_LOCK_WAIT_S = 10.0
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LaunchRefused", "LaunchUnreachable", "generation_lock", "launch_generation"]
+__all__ = ["LaunchRefused", "LaunchUnreachable", "launch_generation"]
 
 
 class LaunchRefused(Exception):
@@ -92,28 +94,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def resolve_program(spec: JobSpec) -> str | None:
-    """Where the command's program would come from, or None if it cannot start."""
-    program = spec.command[0]
-    search_path = spec.env.get("PATH") or os.pathsep.join(
-        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
-    )
-    if os.sep in program:
-        candidate = Path(spec.workdir) / program
-        return str(candidate) if os.access(candidate, os.X_OK) else None
-    return shutil.which(program, path=search_path)
-
-
-def rank_search_path(spec_path: str | None) -> str:
-    """Like torchrun, which runs scripts with its own interpreter: `python` in a command
-    means the worker's environment, unless the spec sets PATH itself."""
-    if spec_path is not None:
-        return spec_path
-    return os.pathsep.join(
-        [str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")]
-    )
 
 
 def derived_port(job_id: str, generation: int) -> int:
@@ -178,7 +158,7 @@ def rank_environment(
     env["PATH"] = rank_search_path(spec.env.get("PATH"))
     # lazarus.rank is importable from this checkout even where it is not installed.
     extra = spec.env.get("PYTHONPATH") or (os.environ.get("PYTHONPATH") if local else None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), extra]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(RANK_IMPORT_ROOT), extra]))
     return env
 
 

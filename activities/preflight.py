@@ -12,11 +12,11 @@ import os
 
 from temporalio import activity
 
-from activities.command_policy import CommandNotAllowed, enforce
-from activities.contracts import NodeHealth, PreflightActivityRequest, PreflightReport
-from activities.launcher import rank_search_path
-from activities.nodes.agent import NodeAgent, NodeRefused, NodeUnreachable, PreflightRequest
-from activities.nodes.factory import agents, on_each
+from lazarus.activities.command_policy import CommandNotAllowed, enforce
+from lazarus.activities.nodes.agent import NodeAgent, NodeRefused, NodeUnreachable, PreflightRequest
+from lazarus.activities.nodes.factory import agents, on_each
+from lazarus.activities.program import rank_search_path
+from lazarus.domain.contracts import NodeHealth, PreflightActivityRequest, PreflightReport
 
 
 def check_nodes(request: PreflightActivityRequest) -> PreflightReport:

@@ -15,7 +15,7 @@ import os
 import stat
 from collections.abc import Mapping, Sequence
 
-from lazarus.spec import ENV_NAME_PATTERN
+from lazarus.domain.spec import ENV_NAME_PATTERN
 
 
 class SecretEnvError(Exception):

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.contracts import StopRequest, StopResult
-from activities.heartbeat import in_thread_heartbeating
-from activities.nodes.agent import NodeAgent, NodeStopResult
-from activities.nodes.factory import agents, on_each
-from activities.nodes.local_agent import LocalAgent
-from lazarus.spec import NodeSpec
+from lazarus.activities.heartbeat import in_thread_heartbeating
+from lazarus.activities.nodes.agent import NodeAgent, NodeStopResult
+from lazarus.activities.nodes.factory import agents, on_each
+from lazarus.activities.nodes.local_agent import LocalAgent
+from lazarus.domain.contracts import StopRequest, StopResult
+from lazarus.domain.spec import NodeSpec
 
 
 def stop_on_nodes(request: StopRequest) -> StopResult:

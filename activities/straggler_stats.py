@@ -20,7 +20,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from lazarus.spec import StragglerSpec
+from lazarus.domain.spec import StragglerSpec
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,19 @@ from typing import Protocol
 
 from temporalio import activity
 
-from activities.contracts import (
+from lazarus.activities.diagnosis import (
+    TAIL_BYTES,
+    diagnose_crash,
+    diagnose_vanished,
+    killed_by_sigkill,
+    last_lines,
+)
+from lazarus.activities.kernel_evidence import KernelSources, OomWatch
+from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
+from lazarus.activities.nodes.factory import agents, on_each
+from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.straggler_stats import ComputeWindow, find_straggler
+from lazarus.domain.contracts import (
     FailureReport,
     ProgressMark,
     ProgressSignal,
@@ -38,19 +50,7 @@ from activities.contracts import (
     SuperviseRequest,
     SupervisionProgress,
 )
-from activities.diagnosis import (
-    TAIL_BYTES,
-    diagnose_crash,
-    diagnose_vanished,
-    killed_by_sigkill,
-    last_lines,
-)
-from activities.kernel_evidence import KernelSources, OomWatch
-from activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
-from activities.nodes.factory import agents, on_each
-from activities.rundir import GenerationDir, read_json
-from activities.straggler_stats import ComputeWindow, find_straggler
-from lazarus.spec import NodeSpec
+from lazarus.domain.spec import NodeSpec
 
 VANISHED_GRACE_S = 1.5
 """A dead rank gets this long for its wrapper to write the exit-status file."""

@@ -3,7 +3,7 @@
 Every guarantee Lazarus makes is checked under one fault injected at one phase of
 the job's life, for every (fault, phase) cell where that combination means
 something. Phases are reached deterministically: the product holds at a named
-point (:mod:`lazarus.chaos_points`) or the job reports a state, never after a
+point (:mod:`lazarus.domain.chaos_points`) or the job reports a state, never after a
 sleep. Each cell runs on the benchmark harness (one LocalStack for the matrix, a
 fresh job per cell, the same reference runs) and is judged by
 :func:`bench.chaos_invariants.judge`: the right end state, the fault-free weights,
@@ -50,12 +50,12 @@ from bench.harness import (
 )
 from bench.jobs import WORLD_SIZE, JobPaths, JobShape, build_spec
 from lazarus import chaos
-from lazarus import chaos_points as points
-from lazarus.chaos_points import CHAOS_DIR_ENV
-from lazarus.checkpoint_layout import committed_steps
-from lazarus.spec import JobSpec
-from workflows.api import SIGNAL_PAUSE, SIGNAL_RESUME
-from workflows.state import JobStatus, Phase
+from lazarus.domain import chaos_points as points
+from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
+from lazarus.domain.chaos_points import CHAOS_DIR_ENV
+from lazarus.domain.checkpoint_layout import committed_steps
+from lazarus.domain.spec import JobSpec
+from lazarus.workflows.state import JobStatus, Phase
 
 FAULTS: dict[str, str] = {
     "rank_sigkill": "rank SIGKILL",

@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from activities.rundir import generations_below
 from bench.measure import BackgroundSampler
 from lazarus import chaos
-from lazarus.checkpoint_layout import TEMP_SUFFIX
-from workflows.state import JobStatus, Phase
+from lazarus.activities.rundir import generations_below
+from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
+from lazarus.workflows.state import JobStatus, Phase
 
 CENSUS_INTERVAL_S = 0.05
 RANKS_GONE_WAIT_S = 15.0

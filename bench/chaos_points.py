@@ -1,4 +1,4 @@
-"""The test side of :mod:`lazarus.chaos_points`: arm a point, wait until the product
+"""The test side of :mod:`lazarus.domain.chaos_points`: arm a point, wait until the product
 is held there, release it.
 
 One directory serves a whole matrix run (the worker and every local rank inherit
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from lazarus.chaos_points import ALL_POINTS, go_file, reached_file
+from lazarus.domain.chaos_points import ALL_POINTS, go_file, reached_file
 
 REACH_TIMEOUT_S = 180.0
 

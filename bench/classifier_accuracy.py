@@ -1,4 +1,4 @@
-"""Accuracy of :func:`lazarus.classifier.classify` on labelled failure logs.
+"""Accuracy of :func:`lazarus.domain.classifier.classify` on labelled failure logs.
 
 Usage::
 
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lazarus import classifier
-from lazarus.classifier import classify
+from lazarus.domain import classifier
+from lazarus.domain.classifier import classify
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = REPO / "tests" / "fixtures" / "failure-logs"

@@ -33,14 +33,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from activities.rundir import GenerationDir
 from bench.harness import BenchContext, BenchJob
 from bench.jobs import EXAMPLE, WORLD_SIZE, JobPaths, JobShape, build_spec, weights_match
 from bench.torchrun import TorchrunJob, TorchrunSetup
 from bench.trace import StepTrace, max_logged_step
 from lazarus import chaos
+from lazarus.activities.rundir import GenerationDir
+from lazarus.domain.spec import JobSpec
 from lazarus.local_stack import LocalStack
-from lazarus.spec import JobSpec
 
 System = Literal["lazarus", "torchrun", "torchrun_default"]
 SYSTEMS: tuple[System, ...] = ("lazarus", "torchrun", "torchrun_default")

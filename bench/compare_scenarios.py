@@ -36,9 +36,9 @@ from bench.multinode import netns_unavailable_reason
 from bench.torchrun import TorchrunSetup
 from bench.trace import StepTrace
 from lazarus import chaos
-from lazarus.spec import JobSpec
-from workflows.api import QUERY_STATUS, SIGNAL_PAUSE, SIGNAL_RESUME
-from workflows.state import Incident, JobStatus, Phase
+from lazarus.domain.api import QUERY_STATUS, SIGNAL_PAUSE, SIGNAL_RESUME
+from lazarus.domain.spec import JobSpec
+from lazarus.workflows.state import Incident, JobStatus, Phase
 
 NOT_MEASURED_NODE_LOSS = (
     "not measured (time-boxed): torchrun's answer is elastic c10d rendezvous across "

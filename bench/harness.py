@@ -27,16 +27,16 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
-from activities.contracts import StopRequest
-from activities.stop import stop_generations
 from bench.jobs import WORLD_SIZE, JobPaths, JobShape, build_spec, run_reference, weights_match
 from bench.measure import RunMonitor, count_history_events
 from lazarus import chaos
+from lazarus.activities.stop import stop_generations
+from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
+from lazarus.domain.contracts import StopRequest
+from lazarus.domain.spec import JobSpec
 from lazarus.lifecycle import StartStop
 from lazarus.local_stack import LocalStack
-from lazarus.spec import JobSpec
-from workflows.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
-from workflows.state import JobInput, JobStatus, Phase
+from lazarus.workflows.state import JobInput, JobStatus, Phase
 
 Metric = float | int | bool | None
 WORKDIR_PREFIX = "lazarus-bench-"

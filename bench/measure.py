@@ -20,8 +20,8 @@ from typing import Self
 
 from temporalio.client import Client
 
-from activities.rundir import generations_below, read_json
 from lazarus import chaos
+from lazarus.activities.rundir import generations_below, read_json
 
 SAMPLE_INTERVAL_S = 0.05
 

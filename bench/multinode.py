@@ -1,7 +1,7 @@
 """What the multi-node scenarios share: real SSH test hosts, ssh job specs, measuring
 an SSH poll, and the controller worker's CPU time.
 
-The hosts are :class:`infra.testhosts.TestHosts`: one network namespace per host,
+The hosts are :class:`lazarus.infra.testhosts.TestHosts`: one network namespace per host,
 each running its own sshd, reachable from the controller (which stays in the root
 namespace) across a bridge. They share this machine's filesystem and PID space,
 so a job's run directory (and the monitor reading it) is the same on every node,
@@ -25,13 +25,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from activities.nodes.agent import NodeAgent, NodeStatus, RankLaunch
-from activities.nodes.factory import agents, on_each
-from activities.rundir import GenerationDir, write_json_atomic
 from bench.harness import BenchContext
 from bench.jobs import JobPaths, JobShape, build_spec
-from infra.testhosts import TestHosts, nameservers, unavailable_reason
-from lazarus.spec import JobSpec, NodeSpec, SSHSpec
+from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankLaunch
+from lazarus.activities.nodes.factory import agents, on_each
+from lazarus.activities.rundir import GenerationDir, write_json_atomic
+from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec
+from lazarus.infra.testhosts import TestHosts, nameservers, unavailable_reason
 
 
 # Capability bits from <linux/capability.h>.

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
-from activities.rundir import GenerationDir, read_json
 from bench import multinode
 from bench.harness import (
     BenchContext,
@@ -30,9 +29,10 @@ from bench.harness import (
 from bench.jobs import JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor, workflow_steps
 from lazarus import chaos
-from lazarus.spec import JobSpec
-from workflows.api import SIGNAL_PAUSE, SIGNAL_RESUME
-from workflows.state import Incident, JobStatus, Phase
+from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
+from lazarus.domain.spec import JobSpec
+from lazarus.workflows.state import Incident, JobStatus, Phase
 
 ScenarioFn = Callable[[BenchContext, int], Awaitable[Outcome]]
 

@@ -37,8 +37,8 @@ from pydantic import BaseModel
 from bench.compare import CompareContext, LazarusRun, System, TorchrunRun
 from bench.trace import StepTrace
 from lazarus import chaos
-from workflows.api import QUERY_STATUS, SIGNAL_FORCE_RECOVER, SIGNAL_RESUME
-from workflows.state import ForceRecover, JobStatus, Phase
+from lazarus.domain.api import QUERY_STATUS, SIGNAL_FORCE_RECOVER, SIGNAL_RESUME
+from lazarus.workflows.state import ForceRecover, JobStatus, Phase
 
 FaultKind = Literal["crash", "hang", "controller_crash"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("crash", "hang", "controller_crash")

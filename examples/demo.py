@@ -29,11 +29,11 @@ sys.path.insert(0, str(REPO))
 from lazarus import chaos  # noqa: E402
 from lazarus.cli import fetch_status  # noqa: E402
 from lazarus.cli_render import incidents_table, render_status  # noqa: E402
+from lazarus.domain.api import WORKFLOW_TYPE, workflow_id_for  # noqa: E402
+from lazarus.domain.spec import JobSpec, load_spec  # noqa: E402
 from lazarus.local_stack import LocalStack  # noqa: E402
 from lazarus.settings import web_ui_url  # noqa: E402
-from lazarus.spec import JobSpec, load_spec  # noqa: E402
-from workflows.api import WORKFLOW_TYPE, workflow_id_for  # noqa: E402
-from workflows.state import JobInput, JobStatus  # noqa: E402
+from lazarus.workflows.state import JobInput, JobStatus  # noqa: E402
 
 SPEC = REPO / "examples" / "jobs" / "ddp_demo.yaml"
 DEMO_JOB = "ddp-demo-showcase"

@@ -14,8 +14,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from activities.procfs import is_alive
-from activities.rundir import GenerationDir, generations, generations_below, latest_run, read_json
+from lazarus.activities.procfs import is_alive
+from lazarus.activities.rundir import (
+    GenerationDir,
+    generations,
+    generations_below,
+    latest_run,
+    read_json,
+)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """``lazarus``: start, watch and steer training jobs, and run the server and worker.
 
 The CLI never imports workflow or activity code: it addresses jobs by the names
-in :mod:`workflows.api` and exchanges only the models of :mod:`workflows.state`.
+in :mod:`lazarus.domain.api` and exchanges only the models of :mod:`lazarus.workflows.state`.
 Failures a person can fix (a bad spec, no server, a job name that does not
 exist) end in one line on stderr and a non-zero exit code, never a traceback.
 """
@@ -39,8 +39,8 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import SupervisionProgress
 from lazarus import cli_render as render
+from lazarus.activities.worker_settings import WorkerSettingsError
 from lazarus.devserver import (
     DEFAULT_PORT,
     DEFAULT_STATE_DIR,
@@ -48,15 +48,7 @@ from lazarus.devserver import (
     DevServerError,
     dev_server_command,
 )
-from lazarus.settings import (
-    ConnectionProblem,
-    ConnectionSettings,
-    ServerUnreachable,
-    connect,
-    web_ui_url,
-)
-from lazarus.spec import JobSpec, SpecError, load_spec
-from workflows.api import (
+from lazarus.domain.api import (
     JOB_ATTRIBUTE,
     PHASE_ATTRIBUTE,
     QUERY_STATUS,
@@ -71,10 +63,19 @@ from workflows.api import (
     job_name_from,
     workflow_id_for,
 )
-from workflows.state import ForceRecover, Incident, JobInput, JobStatus, NodeRequest, Phase
+from lazarus.domain.contracts import SupervisionProgress
+from lazarus.domain.spec import JobSpec, SpecError, load_spec
+from lazarus.settings import (
+    ConnectionProblem,
+    ConnectionSettings,
+    ServerUnreachable,
+    connect,
+    web_ui_url,
+)
+from lazarus.workflows.state import ForceRecover, Incident, JobInput, JobStatus, NodeRequest, Phase
 
 if TYPE_CHECKING:
-    from activities.checkpoints.resume_plan import ResumePlan
+    from lazarus.activities.checkpoints.resume_plan import ResumePlan
 
 SUPERVISE_ACTIVITY = "supervise"
 QUERY_TIMEOUT = timedelta(seconds=5)
@@ -317,8 +318,8 @@ def start(
 
     Says first whether the job will resume from an existing checkpoint (its step,
     the job that wrote it, and when), so a leftover never passes for progress."""
-    from activities.checkpoints.resume_plan import FreshRefused, start_fresh
     from lazarus import cli_checkpoints
+    from lazarus.activities.checkpoints.resume_plan import FreshRefused, start_fresh
 
     try:
         spec = load_spec(spec_file, name_override=name)
@@ -439,7 +440,7 @@ def start(
 def _resume_plan(spec: JobSpec) -> ResumePlan | None:
     """The resume point as this machine sees it; None if it cannot look (the
     notice is advice: it never stops a start)."""
-    from activities.checkpoints.resume_plan import plan_resume
+    from lazarus.activities.checkpoints.resume_plan import plan_resume
 
     try:
         return plan_resume(spec)
@@ -453,8 +454,8 @@ def _resume_plan(spec: JobSpec) -> ResumePlan | None:
 def _unusable_nodes(spec_file: Path, spec: JobSpec) -> list[str]:
     """Bad hosts are bad input: a wrong host key, an unreachable host or a bad identity
     file is reported here, naming the node, and nothing is started."""
-    from activities.contracts import PreflightActivityRequest
-    from activities.preflight import check_nodes
+    from lazarus.activities.preflight import check_nodes
+    from lazarus.domain.contracts import PreflightActivityRequest
 
     everything = [*spec.nodes, *spec.spares]
     with _out().status(f"checking {len(everything)} nodes ..."):
@@ -766,8 +767,8 @@ def worker(
     ] = None,
 ) -> None:
     """Run the controller worker: the workflow and the activities that launch and watch ranks."""
-    from workers.controller import run_worker  # heavy, and only this command needs it
-    from workers.versioning import WorkerDeployment
+    from lazarus.workers.controller import run_worker  # heavy, and only this command needs it
+    from lazarus.workers.versioning import WorkerDeployment
 
     settings = _settings(ctx)
     queue = task_queue or settings.task_queue
@@ -783,7 +784,7 @@ def worker(
         _fail(f"--deployment and --build-id go together: {exc}")
     try:
         asyncio.run(run_worker(settings, queue, versioned))
-    except ConnectionProblem as exc:
+    except (ConnectionProblem, WorkerSettingsError) as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
         pass
@@ -798,7 +799,7 @@ def classify(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Name the failure class of a log, with the lines that decided it. Offline."""
-    from lazarus.classifier import classify as classify_log
+    from lazarus.domain.classifier import classify as classify_log
 
     if str(logfile) == "-":
         text = sys.stdin.read()
@@ -857,9 +858,9 @@ def verify(
     Exits 0 when every checkpoint is good, 1 when one is corrupt (problems
     listed), 2 when it could not check (no such path, no checkpoint, store
     unreachable)."""
-    from activities.checkpoints.storage import CheckpointInputError, locate, store_errors
-    from activities.checkpoints.verify import verify_in_store
     from lazarus import cli_checkpoints
+    from lazarus.activities.checkpoints.storage import CheckpointInputError, locate, store_errors
+    from lazarus.activities.checkpoints.verify import verify_in_store
 
     try:
         store, name = locate(target, endpoint_url=endpoint_url)
@@ -907,9 +908,9 @@ def checkpoints(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """A job's checkpoints: step, time, size, verified locally, durable."""
-    from activities.checkpoints.listing import list_checkpoints
-    from activities.checkpoints.storage import CheckpointInputError, store_errors
     from lazarus import cli_checkpoints
+    from lazarus.activities.checkpoints.listing import list_checkpoints
+    from lazarus.activities.checkpoints.storage import CheckpointInputError, store_errors
 
     if job is None and directory is None and uri is None:
         _fail("give a JOB, or --dir PATH and/or --uri URI to list without a server", code=2)

@@ -13,9 +13,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from activities.checkpoints.listing import CheckpointListing
-from activities.checkpoints.resume_plan import ResumePlan, SetAside
-from activities.contracts import CheckpointVerification
+from lazarus.activities.checkpoints.listing import CheckpointListing
+from lazarus.activities.checkpoints.resume_plan import ResumePlan, SetAside
+from lazarus.domain.contracts import CheckpointVerification
 
 _DASH = "—"
 

@@ -18,11 +18,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from activities.contracts import RankStatus, SupervisionProgress
-from lazarus import environment as env_names
-from lazarus.spec import JobSpec
-from workflows.api import job_name_from
-from workflows.state import (
+from lazarus.domain import environment as env_names
+from lazarus.domain.api import job_name_from
+from lazarus.domain.contracts import RankStatus, SupervisionProgress
+from lazarus.domain.spec import JobSpec
+from lazarus.workflows.state import (
     IgnoredMessage,
     Incident,
     JobStatus,

@@ -36,8 +36,8 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
+from lazarus.domain.api import SEARCH_ATTRIBUTES
 from lazarus.lifecycle import StartStop
-from workflows.api import SEARCH_ATTRIBUTES
 
 DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233

@@ -24,7 +24,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 
-from workflows.api import DEFAULT_TASK_QUEUE
+from lazarus.domain.api import API_KEY_ENV, DEFAULT_TASK_QUEUE
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
@@ -41,7 +41,6 @@ _ENV_NAMES: dict[str, tuple[str, ...]] = {
     "tls_key_path": ("TEMPORAL_TLS_KEY", "TEMPORAL_TLS_CLIENT_KEY_PATH"),
     "tls_ca_path": ("TEMPORAL_TLS_CA", "TEMPORAL_TLS_SERVER_CA_CERT_PATH"),
 }
-API_KEY_ENV = "TEMPORAL_API_KEY"
 UI_URL_ENV = "LAZARUS_UI_URL"
 _TRUTHY = frozenset({"1", "true", "yes", "on"})
 
@@ -171,79 +170,3 @@ def _guess_ui_base(address: str) -> str | None:
     if host.strip("[]") not in ("localhost", "127.0.0.1", "::1", "0.0.0.0") or not port.isdigit():
         return None
     return f"http://localhost:{int(port) + 1000}"
-
-
-# --- the worker's own policy: what the activities may run ------------------------------
-
-ALLOWED_COMMANDS_ENV = "LAZARUS_ALLOWED_COMMANDS"
-"""Allowed programs, separated by ``os.pathsep`` (``:``)."""
-ALLOWED_COMMANDS_FILE_ENV = "LAZARUS_ALLOWED_COMMANDS_FILE"
-"""A file of allowed programs, one per line (``#`` comments and blank lines ignored)."""
-
-
-class WorkerSettingsError(ConnectionProblem):
-    """The worker's own settings are unusable; the message names the variable or file.
-    A :class:`ConnectionProblem` so that ``lazarus worker`` reports it as one line at
-    start, as it does a server it cannot reach."""
-
-
-class WorkerSettings(BaseModel):
-    """Settings only the worker reads: they bound what a workflow input can make it do.
-
-    They come from the worker's environment (and a file it names), never from a
-    workflow input: whoever can start a workflow must not be able to widen them.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    allowed_commands: tuple[str, ...] | None = None
-    """Absolute program paths or glob patterns (``fnmatch``: ``*`` also matches ``/``)
-    that a job's ``command``, ``on_escalation`` and ``preflight.health_command`` may
-    start. None (the default) allows any program; an empty allow-list allows none."""
-    allowed_commands_source: str = ""
-    """Where the list came from, for error messages that tell the operator what to edit."""
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
-        """Read ``LAZARUS_ALLOWED_COMMANDS`` and ``LAZARUS_ALLOWED_COMMANDS_FILE`` (both
-        may be set: the lists are joined). Raises :class:`WorkerSettingsError`."""
-        source = os.environ if env is None else env
-        patterns: list[tuple[str, str]] = []
-        sources: list[str] = []
-        listed = source.get(ALLOWED_COMMANDS_ENV, "")
-        if listed.strip():
-            sources.append(ALLOWED_COMMANDS_ENV)
-            patterns += [(p.strip(), ALLOWED_COMMANDS_ENV) for p in listed.split(os.pathsep)]
-        file_name = source.get(ALLOWED_COMMANDS_FILE_ENV, "").strip()
-        if file_name:
-            path = Path(file_name).expanduser()
-            where = f"{path} (named by {ALLOWED_COMMANDS_FILE_ENV})"
-            sources.append(where)
-            try:
-                lines = path.read_text().splitlines()
-            except (OSError, UnicodeDecodeError) as exc:
-                reason = getattr(exc, "strerror", None) or exc
-                raise WorkerSettingsError(
-                    f"allowed_commands: cannot read {where}: {reason}"
-                ) from None
-            for number, line in enumerate(lines, start=1):
-                text = line.strip()
-                if text and not text.startswith("#"):
-                    patterns.append((text, f"{path} line {number}"))
-        if not sources:
-            return cls()
-        for pattern, where in patterns:
-            if not pattern:
-                raise WorkerSettingsError(
-                    f"allowed_commands: {where} has an empty entry; remove the stray separator"
-                )
-            if not pattern.startswith("/"):
-                raise WorkerSettingsError(
-                    f"allowed_commands: {pattern!r} in {where} is not an absolute path; write "
-                    "the program's full path (e.g. /usr/bin/python3) or an absolute glob "
-                    "(e.g. /opt/train/bin/*)"
-                )
-        return cls(
-            allowed_commands=tuple(p for p, _ in patterns),
-            allowed_commands_source=" and ".join(sources),
-        )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import lazarus.rank as lz
-from lazarus import environment
+from lazarus.domain import environment
 
 BUCKET = "lazarus-test"
 

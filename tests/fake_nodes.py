@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities.nodes.agent import (
+from lazarus.activities.nodes.agent import (
     NodeAgent,
     NodeStatus,
     NodeStopResult,
@@ -11,7 +11,7 @@ from activities.nodes.agent import (
     RankLaunch,
     StartedRank,
 )
-from lazarus.spec import NodeSpec
+from lazarus.domain.spec import NodeSpec
 
 
 class FakeClock:

@@ -23,31 +23,29 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.worker import Worker
 
-from activities.checkpoints import (
+from lazarus.activities.checkpoints import (
     collect_garbage,
-    find_checkpoint,
     find_verified_checkpoint,
     restore_checkpoint,
     upload_checkpoint,
 )
-from activities.checkpoints.just_in_time import checkpoint_now
-from activities.checkpoints.rollback import roll_back_checkpoint
-from activities.checkpoints.watch import watch_checkpoints
-from activities.escalation import run_escalation_hook
-from activities.launcher import launch
-from activities.preflight import preflight
-from activities.stop import stop
-from activities.supervise import supervise
-from lazarus.settings import (
+from lazarus.activities.checkpoints.just_in_time import checkpoint_now
+from lazarus.activities.checkpoints.rollback import roll_back_checkpoint
+from lazarus.activities.checkpoints.watch import watch_checkpoints
+from lazarus.activities.escalation import run_escalation_hook
+from lazarus.activities.launcher import launch
+from lazarus.activities.preflight import preflight
+from lazarus.activities.stop import stop
+from lazarus.activities.supervise import supervise
+from lazarus.activities.worker_settings import (
     ALLOWED_COMMANDS_ENV,
     ALLOWED_COMMANDS_FILE_ENV,
-    ConnectionSettings,
     WorkerSettings,
-    connect,
 )
-from workers.versioning import WorkerDeployment
-from workflows.api import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
-from workflows.job import JobWorkflow
+from lazarus.domain.api import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
+from lazarus.settings import ConnectionSettings, connect
+from lazarus.workers.versioning import WorkerDeployment
+from lazarus.workflows.job import JobWorkflow
 
 log = logging.getLogger("lazarus.worker")
 
@@ -55,7 +53,6 @@ ACTIVITIES: Sequence[Any] = (
     launch,
     supervise,
     stop,
-    find_checkpoint,
     find_verified_checkpoint,
     upload_checkpoint,
     restore_checkpoint,
@@ -92,7 +89,7 @@ def build_worker(
     client: Client, task_queue: str, deployment: WorkerDeployment | None = None
 ) -> Worker:
     """``deployment`` makes this worker one version of a Worker Deployment, and pins
-    the jobs it starts to it (see ``workers.versioning``)."""
+    the jobs it starts to it (see ``lazarus.workers.versioning``)."""
     return Worker(
         client,
         task_queue=task_queue,

@@ -8,7 +8,7 @@ measured seconds per step). An incident still open costs the time since its faul
 
 from __future__ import annotations
 
-from workflows.state import JobState
+from lazarus.workflows.state import JobState
 
 
 def unproductive_s(state: JobState, now: float) -> float:

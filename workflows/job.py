@@ -1,6 +1,6 @@
 """The job workflow: one long-running workflow per training job.
 
-It is the state machine documented on :class:`workflows.state.Phase`. Each loop
+It is the state machine documented on :class:`lazarus.workflows.state.Phase`. Each loop
 turn looks at the phase and does one durable thing (launch, supervise, recover,
 wait for an operator), so a crash of the controller at any point resumes at the
 same place: activities are idempotent and re-attach to what is already running.
@@ -24,16 +24,33 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.checkpoints import (
-        collect_garbage,
-        find_verified_checkpoint,
-        restore_checkpoint,
-        upload_checkpoint,
+    from lazarus.domain.activity_refs import (
+        CHECKPOINT_NOW,
+        COLLECT_GARBAGE,
+        FIND_VERIFIED_CHECKPOINT,
+        LAUNCH,
+        PREFLIGHT,
+        RESTORE_CHECKPOINT,
+        ROLL_BACK_CHECKPOINT,
+        RUN_ESCALATION_HOOK,
+        STOP,
+        SUPERVISE,
+        UPLOAD_CHECKPOINT,
+        WATCH_CHECKPOINTS,
     )
-    from activities.checkpoints.just_in_time import checkpoint_now
-    from activities.checkpoints.rollback import roll_back_checkpoint
-    from activities.checkpoints.watch import watch_checkpoints
-    from activities.contracts import (
+    from lazarus.domain.api import (
+        PHASE_ATTRIBUTE,
+        QUERY_STATUS,
+        SIGNAL_FORCE_RECOVER,
+        SIGNAL_PAUSE,
+        SIGNAL_RESUME,
+        STEP_ATTRIBUTE,
+        UPDATE_DRAIN,
+        UPDATE_RECOVER,
+        UPDATE_RETURN,
+        WORKFLOW_TYPE,
+    )
+    from lazarus.domain.contracts import (
         CheckpointNowRequest,
         CheckpointRef,
         CheckpointSearch,
@@ -55,27 +72,11 @@ with workflow.unsafe.imports_passed_through():
         UploadCheckpointRequest,
         WatchCheckpointsRequest,
     )
-    from activities.escalation import run_escalation_hook
-    from activities.launcher import launch
-    from activities.preflight import preflight
-    from activities.stop import stop
-    from activities.supervise import supervise
-    from lazarus.evidence import cap_evidence
-    from lazarus.spec import JobSpec, NodeSpec
-    from workflows.accounting import effective_training_time_ratio, mean_time_to_recover
-    from workflows.api import (
-        PHASE_ATTRIBUTE,
-        QUERY_STATUS,
-        SIGNAL_FORCE_RECOVER,
-        SIGNAL_PAUSE,
-        SIGNAL_RESUME,
-        STEP_ATTRIBUTE,
-        UPDATE_DRAIN,
-        UPDATE_RECOVER,
-        UPDATE_RETURN,
-        WORKFLOW_TYPE,
-    )
-    from workflows.playbook import (
+    from lazarus.domain.evidence import cap_evidence
+    from lazarus.domain.spec import JobSpec, NodeSpec
+    from lazarus.workflows.accounting import effective_training_time_ratio, mean_time_to_recover
+    from lazarus.workflows.activity_calls import execute, start
+    from lazarus.workflows.playbook import (
         SUGGESTED_OPERATOR_ACTIONS,
         Action,
         FailureContext,
@@ -84,7 +85,7 @@ with workflow.unsafe.imports_passed_through():
         decide,
         straggler_decision,
     )
-    from workflows.state import (
+    from lazarus.workflows.state import (
         MAX_INCIDENTS,
         MAX_RECORDS,
         ForceRecover,
@@ -425,8 +426,8 @@ class JobWorkflow:
         state.generation += 1
         origin = f"step {resume.step}" if resume else "scratch"
         try:
-            result = await workflow.execute_activity(
-                launch,
+            result = await execute(
+                LAUNCH,
                 LaunchRequest(
                     spec=spec,
                     generation=state.generation,
@@ -485,8 +486,8 @@ class JobWorkflow:
             straggler=spec.straggler,
             known_stragglers=state.noted_stragglers,
         )
-        handle = workflow.start_activity(
-            supervise,
+        handle = start(
+            SUPERVISE,
             request,
             start_to_close_timeout=timedelta(seconds=spec.health.report_interval_s + 600),
             heartbeat_timeout=timedelta(seconds=spec.health.supervisor_heartbeat_timeout_s),
@@ -764,8 +765,8 @@ class JobWorkflow:
         resume = search.chosen
         if resume is not None and search.location == "durable":
             try:
-                resume = await workflow.execute_activity(
-                    restore_checkpoint,
+                resume = await execute(
+                    RESTORE_CHECKPOINT,
                     RestoreCheckpointRequest(
                         uri=resume.path,
                         checkpoint_dir=spec.checkpoint_dir,
@@ -788,8 +789,8 @@ class JobWorkflow:
         self, include_durable: bool, below_step: int | None = None
     ) -> CheckpointSearch:
         spec = self.spec
-        return await workflow.execute_activity(
-            find_verified_checkpoint,
+        return await execute(
+            FIND_VERIFIED_CHECKPOINT,
             FindVerifiedCheckpointRequest(
                 checkpoint_dir=spec.checkpoint_dir,
                 checkpoints=spec.checkpoints,
@@ -856,8 +857,8 @@ class JobWorkflow:
         state = self._state
         checkpoints = spec.checkpoints
         while not state.phase.is_terminal:
-            found = await workflow.execute_activity(
-                watch_checkpoints,
+            found = await execute(
+                WATCH_CHECKPOINTS,
                 WatchCheckpointsRequest(
                     checkpoint_dir=spec.checkpoint_dir,
                     newer_than_step=state.housekept_step,
@@ -873,8 +874,8 @@ class JobWorkflow:
             state.housekept_step = found.step
             if checkpoints.durable_uri is not None:
                 try:
-                    uploaded = await workflow.execute_activity(
-                        upload_checkpoint,
+                    uploaded = await execute(
+                        UPLOAD_CHECKPOINT,
                         UploadCheckpointRequest(checkpoint=found, checkpoints=checkpoints),
                         start_to_close_timeout=timedelta(hours=6),
                         heartbeat_timeout=self._worker_loss_timeout(),
@@ -889,8 +890,8 @@ class JobWorkflow:
                     state.durable_steps = [*state.durable_steps, found.step][-keep:]
             protect = [found.step, *([state.resume.step] if state.resume else [])]
             try:
-                await workflow.execute_activity(
-                    collect_garbage,
+                await execute(
+                    COLLECT_GARBAGE,
                     GarbageCollectionRequest(
                         checkpoint_dir=spec.checkpoint_dir,
                         checkpoints=checkpoints,
@@ -972,8 +973,8 @@ class JobWorkflow:
         state.checkpoint_requests += 1
         timeout = spec.checkpoints.jit_timeout_s
         try:
-            result = await workflow.execute_activity(
-                checkpoint_now,
+            result = await execute(
+                CHECKPOINT_NOW,
                 CheckpointNowRequest(
                     run_dir=self._gen_dir(),
                     nodes=self._active(),
@@ -999,8 +1000,8 @@ class JobWorkflow:
         state = self._state
         state.rollback_pending = False
         try:
-            result = await workflow.execute_activity(
-                roll_back_checkpoint,
+            result = await execute(
+                ROLL_BACK_CHECKPOINT,
                 RollbackRequest(
                     checkpoint_dir=self.spec.checkpoint_dir,
                     reason="numerical",
@@ -1064,8 +1065,8 @@ class JobWorkflow:
         stays in ``pending_hooks`` until it ran, so continue-as-new carries it."""
         incident = self._incident(request.incident)
         try:
-            result = await workflow.execute_activity(
-                run_escalation_hook,
+            result = await execute(
+                RUN_ESCALATION_HOOK,
                 request,
                 start_to_close_timeout=timedelta(seconds=request.timeout_s + 30),
                 retry_policy=HOOK_RETRY,
@@ -1115,8 +1116,8 @@ class JobWorkflow:
         names = only if only is not None else [*pool.active, *pool.unfenced()]
         names = [n for n in dict.fromkeys(names) if self._find_node(n) is not None]
         grace = self.spec.recovery.stop_grace_s
-        result = await workflow.execute_activity(
-            stop,
+        result = await execute(
+            STOP,
             StopRequest(
                 job_id=self.spec.job_id,
                 run_root=self._run_root(),
@@ -1233,8 +1234,8 @@ class JobWorkflow:
 
     async def _preflight(self, program: str) -> PreflightReport:
         spec = self.spec
-        return await workflow.execute_activity(
-            preflight,
+        return await execute(
+            PREFLIGHT,
             PreflightActivityRequest(
                 nodes=self._active(),
                 ssh=spec.ssh,

@@ -28,7 +28,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from lazarus.spec import ClassPolicy, RecoverySpec
+from lazarus.domain.spec import ClassPolicy, RecoverySpec
 
 
 class Action(StrEnum):

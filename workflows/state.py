@@ -10,12 +10,12 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.contracts import CheckpointRef, EscalationHookRequest, RankStatus
-from lazarus.spec import JobSpec
+from lazarus.domain.contracts import CheckpointRef, EscalationHookRequest, RankStatus
+from lazarus.domain.spec import JobSpec
 
 
 class Phase(StrEnum):
-    """The job's state machine. Transitions live in ``workflows.job``::
+    """The job's state machine. Transitions live in ``lazarus.workflows.job``::
 
     PENDING -> LAUNCHING -> RUNNING -> SUCCEEDED
                   ^            |

@@ -6,8 +6,8 @@ One package for every checkpoint concern:
   S3-compatible stores) behind one interface;
 - :mod:`.verify`: :func:`verify_checkpoint`, the marker + manifest + size +
   sha256 check (plain I/O, used by ``lazarus verify``);
-- :mod:`.find`: ``find_checkpoint`` (marker only) and ``find_verified_checkpoint``
-  (newest committed *and* verified, with the skipped ones listed);
+- :mod:`.find`: ``find_verified_checkpoint`` (newest committed *and* verified, with
+  the skipped ones listed);
 - :mod:`.tiering`: ``upload_checkpoint`` to the durable tier, multipart, parallel,
   resumable from its heartbeat;
 - :mod:`.restore`: ``restore_checkpoint`` from the durable tier, verified before
@@ -19,42 +19,28 @@ One package for every checkpoint concern:
 
 from __future__ import annotations
 
-from activities.checkpoints.find import (
-    find_checkpoint,
+from lazarus.activities.checkpoints.find import (
     find_verified_checkpoint,
-    newest_committed,
     search_verified,
 )
-from activities.checkpoints.restore import restore_checkpoint, restore_checkpoint_sync
-from activities.checkpoints.retention import collect_garbage, collect_garbage_sync
-from activities.checkpoints.storage import (
+from lazarus.activities.checkpoints.restore import restore_checkpoint, restore_checkpoint_sync
+from lazarus.activities.checkpoints.retention import collect_garbage, collect_garbage_sync
+from lazarus.activities.checkpoints.storage import (
     CheckpointCorrupt,
     CheckpointInputError,
     DurableStoreUnavailable,
     open_store,
 )
-from activities.checkpoints.tiering import upload_checkpoint, upload_checkpoint_sync
-from activities.checkpoints.verify import verify_checkpoint, verify_in_store
-
-CHECKPOINT_ACTIVITIES = (
-    find_checkpoint,
-    find_verified_checkpoint,
-    upload_checkpoint,
-    restore_checkpoint,
-    collect_garbage,
-)
-"""Every checkpoint activity, for the worker's registration."""
+from lazarus.activities.checkpoints.tiering import upload_checkpoint, upload_checkpoint_sync
+from lazarus.activities.checkpoints.verify import verify_checkpoint, verify_in_store
 
 __all__ = [
-    "CHECKPOINT_ACTIVITIES",
     "CheckpointCorrupt",
     "CheckpointInputError",
     "DurableStoreUnavailable",
     "collect_garbage",
     "collect_garbage_sync",
-    "find_checkpoint",
     "find_verified_checkpoint",
-    "newest_committed",
     "open_store",
     "restore_checkpoint",
     "restore_checkpoint_sync",

@@ -17,7 +17,11 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.checkpoints.storage import CheckpointCorrupt, CheckpointInputError, store_errors
+from lazarus.activities.checkpoints.storage import (
+    CheckpointCorrupt,
+    CheckpointInputError,
+    store_errors,
+)
 
 T = TypeVar("T")
 

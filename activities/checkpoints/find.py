@@ -1,7 +1,6 @@
 """Finding the checkpoint to resume from.
 
-``find_checkpoint`` (the original activity) trusts the commit marker alone.
-``find_verified_checkpoint`` also verifies: it walks checkpoints newest first,
+``find_verified_checkpoint`` walks checkpoints newest first,
 locally and (if configured) in the durable tier, and returns the newest one
 that is committed *and* matches its manifest, listing every newer one it had
 to pass over and why, so the workflow can record an incident and the steps it
@@ -11,42 +10,31 @@ cost.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from temporalio import activity
 
-from activities.checkpoints.storage import CheckpointStore, LocalStore, open_store, store_errors
-from activities.checkpoints.verify import Level, owner_problem, verify_in_store
-from activities.contracts import (
-    CheckpointRef,
-    CheckpointSearch,
-    FindCheckpointRequest,
-    FindVerifiedCheckpointRequest,
-    SkippedCheckpoint,
+from lazarus.activities.checkpoints.storage import (
+    CheckpointStore,
+    LocalStore,
+    open_store,
+    store_errors,
 )
-from lazarus.checkpoint_layout import (
+from lazarus.activities.checkpoints.verify import Level, owner_problem, verify_in_store
+from lazarus.domain.checkpoint_layout import (
     COMMIT_MARKER,
     CORRUPT_DIR,
     MANIFEST,
-    committed_steps,
     is_committed,
     move_aside,
     parse_step_dir,
 )
-from lazarus.spec import CheckpointsSpec
-
-
-def newest_committed(checkpoint_dir: str) -> CheckpointRef | None:
-    found = committed_steps(Path(checkpoint_dir))
-    if not found:
-        return None
-    step, path = found[-1]
-    return CheckpointRef(step=step, path=str(path))
-
-
-@activity.defn(name="find_checkpoint")
-async def find_checkpoint(request: FindCheckpointRequest) -> CheckpointRef | None:
-    return await asyncio.to_thread(newest_committed, request.checkpoint_dir)
+from lazarus.domain.contracts import (
+    CheckpointRef,
+    CheckpointSearch,
+    FindVerifiedCheckpointRequest,
+    SkippedCheckpoint,
+)
+from lazarus.domain.spec import CheckpointsSpec
 
 
 def durable_store(checkpoints: CheckpointsSpec, *, max_attempts: int = 3) -> CheckpointStore | None:

@@ -20,12 +20,12 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities.contracts import CheckpointNowRequest, CheckpointNowResult, CheckpointRef
-from activities.nodes.agent import NodeAgent
-from activities.nodes.factory import agents, on_each
-from activities.rundir import GenerationDir, read_json
-from lazarus.checkpoint_layout import MANIFEST, committed_steps
-from lazarus.spec import NodeSpec
+from lazarus.activities.nodes.agent import NodeAgent
+from lazarus.activities.nodes.factory import agents, on_each
+from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.domain.checkpoint_layout import MANIFEST, committed_steps
+from lazarus.domain.contracts import CheckpointNowRequest, CheckpointNowResult, CheckpointRef
+from lazarus.domain.spec import NodeSpec
 
 POLL_S = 0.1
 

@@ -6,9 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.checkpoints.storage import CheckpointStore, LocalStore, open_store
-from activities.checkpoints.verify import Level, verify_in_store
-from lazarus.checkpoint_layout import COMMIT_MARKER
+from lazarus.activities.checkpoints.storage import CheckpointStore, LocalStore, open_store
+from lazarus.activities.checkpoints.verify import Level, verify_in_store
+from lazarus.domain.checkpoint_layout import COMMIT_MARKER
 
 TierState = Literal["verified", "corrupt", "uncommitted"]
 

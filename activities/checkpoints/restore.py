@@ -22,8 +22,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.checkpoints._heartbeat import as_activity_errors, run_with_heartbeats
-from activities.checkpoints.storage import (
+from lazarus.activities.checkpoints._heartbeat import as_activity_errors, run_with_heartbeats
+from lazarus.activities.checkpoints.storage import (
     CheckpointCorrupt,
     CheckpointInputError,
     CheckpointStore,
@@ -32,9 +32,8 @@ from activities.checkpoints.storage import (
     file_sha256,
     locate,
 )
-from activities.checkpoints.verify import read_manifest, verify_directory
-from activities.contracts import CheckpointRef, RestoreCheckpointRequest
-from lazarus.checkpoint_layout import (
+from lazarus.activities.checkpoints.verify import read_manifest, verify_directory
+from lazarus.domain.checkpoint_layout import (
     COMMIT_MARKER,
     MANIFEST,
     TEMP_SUFFIX,
@@ -42,6 +41,7 @@ from lazarus.checkpoint_layout import (
     parse_step_dir,
     resolves_inside,
 )
+from lazarus.domain.contracts import CheckpointRef, RestoreCheckpointRequest
 
 
 class RestoreProgress:

@@ -20,17 +20,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.checkpoints.find import durable_store, search_verified
-from activities.checkpoints.storage import LocalStore, S3Store, store_errors
-from activities.checkpoints.verify import owner_problem, read_manifest
-from activities.contracts import FindVerifiedCheckpointRequest, SkippedCheckpoint
-from lazarus.checkpoint_layout import (
+from lazarus.activities.checkpoints.find import durable_store, search_verified
+from lazarus.activities.checkpoints.storage import LocalStore, S3Store, store_errors
+from lazarus.activities.checkpoints.verify import owner_problem, read_manifest
+from lazarus.domain.checkpoint_layout import (
     COMMIT_MARKER,
     RESAVE_SUFFIX,
     fsync_directory,
     parse_step_dir,
 )
-from lazarus.spec import JobSpec
+from lazarus.domain.contracts import FindVerifiedCheckpointRequest, SkippedCheckpoint
+from lazarus.domain.spec import JobSpec
 
 PREVIOUS_PREFIX = ".previous-"
 """``<checkpoint_dir>/.previous-<UTC time>/``: where ``start --fresh`` moves checkpoints."""

@@ -16,15 +16,15 @@ import asyncio
 
 from temporalio import activity
 
-from activities.checkpoints.find import durable_store
-from activities.checkpoints.storage import CheckpointStore, LocalStore, store_errors
-from activities.checkpoints.verify import Level, owner_problem, verify_in_store
-from activities.contracts import (
+from lazarus.activities.checkpoints.find import durable_store
+from lazarus.activities.checkpoints.storage import CheckpointStore, LocalStore, store_errors
+from lazarus.activities.checkpoints.verify import Level, owner_problem, verify_in_store
+from lazarus.domain.checkpoint_layout import COMMIT_MARKER
+from lazarus.domain.contracts import (
     CheckpointRef,
     GarbageCollectionRequest,
     GarbageCollectionResult,
 )
-from lazarus.checkpoint_layout import COMMIT_MARKER
 
 
 def plan_deletions(

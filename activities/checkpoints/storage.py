@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lazarus.checkpoint_layout import (
+from lazarus.domain.checkpoint_layout import (
     COMMIT_MARKER,
     MANIFEST,
     TEMP_SUFFIX,

@@ -41,9 +41,9 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.checkpoints._heartbeat import as_activity_errors, run_with_heartbeats
-from activities.checkpoints.find import durable_store
-from activities.checkpoints.storage import (
+from lazarus.activities.checkpoints._heartbeat import as_activity_errors, run_with_heartbeats
+from lazarus.activities.checkpoints.find import durable_store
+from lazarus.activities.checkpoints.storage import (
     CheckpointCorrupt,
     CheckpointInputError,
     LocalStore,
@@ -51,14 +51,19 @@ from activities.checkpoints.storage import (
     file_sha256,
     multipart_etag,
 )
-from activities.checkpoints.verify import Level, owner_problem, verify_directory, verify_in_store
-from activities.contracts import (
+from lazarus.activities.checkpoints.verify import (
+    Level,
+    owner_problem,
+    verify_directory,
+    verify_in_store,
+)
+from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST
+from lazarus.domain.contracts import (
     MultipartState,
     UploadCheckpointRequest,
     UploadProgress,
     UploadResult,
 )
-from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST
 
 MAX_PARTS = 10_000
 MIB = 1 << 20

@@ -16,14 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from activities.checkpoints.storage import (
+from lazarus.activities.checkpoints.storage import (
     CheckpointInputError,
     CheckpointStore,
     LocalStore,
     locate,
 )
-from activities.contracts import CheckpointVerification
-from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST, parse_step_dir, unsafe_relpath
+from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST, parse_step_dir, unsafe_relpath
+from lazarus.domain.contracts import CheckpointVerification
 
 Level = Literal["hashes", "metadata", "sizes"]
 """``hashes`` reads every byte; ``sizes`` checks sizes only; ``metadata`` (S3) also

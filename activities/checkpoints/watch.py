@@ -17,8 +17,8 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities.contracts import CheckpointRef, WatchCheckpointsRequest
-from lazarus.checkpoint_layout import committed_steps
+from lazarus.domain.checkpoint_layout import committed_steps
+from lazarus.domain.contracts import CheckpointRef, WatchCheckpointsRequest
 
 POLL_S = 0.5
 

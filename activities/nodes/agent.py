@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.contracts import UnkillableGroup
-from lazarus.spec import NodeSpec
+from lazarus.domain.contracts import UnkillableGroup
+from lazarus.domain.spec import NodeSpec
 
 
 class _Record(BaseModel):

@@ -7,16 +7,16 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
-from activities.nodes.agent import NodeAgent
-from activities.nodes.local_agent import LocalAgent
-from lazarus.spec import NodeSpec, SSHSpec
+from lazarus.activities.nodes.agent import NodeAgent
+from lazarus.activities.nodes.local_agent import LocalAgent
+from lazarus.domain.spec import NodeSpec, SSHSpec
 
 T = TypeVar("T")
 
 
 def agent_for(node: NodeSpec, ssh: SSHSpec) -> NodeAgent:
     if node.launcher == "ssh":
-        from activities.nodes.ssh_agent import SSHAgent
+        from lazarus.activities.nodes.ssh_agent import SSHAgent
 
         return SSHAgent(node, ssh)
     return LocalAgent(node)

@@ -11,8 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from activities.contracts import UnkillableGroup
-from activities.nodes.agent import (
+from lazarus.activities.nodes.agent import (
     NodeAgent,
     NodeStatus,
     NodeStopResult,
@@ -22,8 +21,8 @@ from activities.nodes.agent import (
     RankRecord,
     StartedRank,
 )
-from activities.procfs import live_groups, owned_group, read_stat, signal_group
-from activities.rundir import (
+from lazarus.activities.procfs import live_groups, owned_group, read_stat, signal_group
+from lazarus.activities.rundir import (
     GenerationDir,
     generation_lock,
     generations,
@@ -31,10 +30,11 @@ from activities.rundir import (
     runs,
     write_json_atomic,
 )
-from lazarus import chaos_points
-from lazarus.chaos_points import chaos_point
-from lazarus.checkpoint_layout import TEMP_SUFFIX
-from lazarus.spec import NodeSpec
+from lazarus.domain import chaos_points
+from lazarus.domain.chaos_points import chaos_point
+from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
+from lazarus.domain.contracts import UnkillableGroup
+from lazarus.domain.spec import NodeSpec
 
 PID_FILE_WAIT_S = 30.0
 _PID_FILE = re.compile(r"^rank-(\d+)\.pid$")
@@ -69,7 +69,7 @@ class LocalAgent(NodeAgent):
         wrapper = [
             sys.executable,
             "-m",
-            "activities.rank_wrapper",
+            "lazarus.activities.rank_wrapper",
             "--rank",
             str(launch.rank),
             "--gen-dir",
@@ -163,7 +163,7 @@ class LocalAgent(NodeAgent):
             return ""
 
     def preflight(self, request: PreflightRequest) -> PreflightResult:
-        from activities.nodes.local_checks import run_local_preflight
+        from lazarus.activities.nodes.local_checks import run_local_preflight
 
         return run_local_preflight(self.node.name, request)
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from activities.nodes.agent import GpuHealth, PreflightRequest, PreflightResult
+from lazarus.activities.nodes.agent import GpuHealth, PreflightRequest, PreflightResult
 
 
 def _free_gb(path: Path) -> float:
@@ -78,7 +78,7 @@ def run_local_preflight(node: str, request: PreflightRequest) -> PreflightResult
 
 def _parse_gpus(output: str) -> GpuHealth | None:
     try:
-        from activities.nodes.gpu_health import parse_nvidia_smi
+        from lazarus.activities.nodes.gpu_health import parse_nvidia_smi
     except ImportError:
         return None
     return parse_nvidia_smi(output)

@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from activities.contracts import UnkillableGroup
-from activities.nodes.agent import (
+from lazarus.activities.nodes.agent import (
     NodeAgent,
     NodeRefused,
     NodeStatus,
@@ -46,8 +45,9 @@ from activities.nodes.agent import (
     RankRecord,
     StartedRank,
 )
-from activities.nodes.gpu_health import gpu_problems, parse_gpu_health
-from lazarus.spec import ENV_NAME_PATTERN, NodeSpec
+from lazarus.activities.nodes.gpu_health import gpu_problems, parse_gpu_health
+from lazarus.domain.contracts import UnkillableGroup
+from lazarus.domain.spec import ENV_NAME_PATTERN, NodeSpec
 
 SHIM_PATH = Path(__file__).with_name("shim.sh")
 SHIM_TEXT = SHIM_PATH.read_text()

@@ -2,7 +2,7 @@
 
 Lazarus watches ranks from outside the process, so everything here talks to it
 through small files whose names arrive in environment variables
-(:mod:`lazarus.environment`): a heartbeat file the supervisor reads to tell a
+(:mod:`lazarus.domain.environment`): a heartbeat file the supervisor reads to tell a
 slow rank from a hung one, a control file through which the controller asks for
 a checkpoint, and a checkpoint directory whose commit protocol lets the
 controller pick a resume point without trusting a half-written save.
@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lazarus import chaos_points, checkpoint_layout, environment
+from lazarus.domain import chaos_points, checkpoint_layout, environment
 
 __all__ = [
     "RankInfo",

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 import lazarus.rank as lazarus_rank
-from lazarus import environment
+from lazarus.domain import environment
 
 STATE_FILE = "state.pt"
 

@@ -20,9 +20,9 @@ import pytest
 
 from bench.chaos import CELLS_BY_KEY, FAULTS, PHASES, SMOKE, absent_reason
 from lazarus import chaos
+from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
+from lazarus.workflows.state import Phase
 from tests.e2e.conftest import Job, ddp_spec
-from workflows.api import SIGNAL_PAUSE, SIGNAL_RESUME
-from workflows.state import Phase
 
 REPO = Path(__file__).resolve().parents[2]
 

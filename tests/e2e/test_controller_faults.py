@@ -18,8 +18,8 @@ import pytest
 
 from lazarus import chaos
 from lazarus.local_stack import LocalStack
+from lazarus.workflows.state import Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
-from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from activities.contracts import StopRequest
-from activities.stop import stop_generations
 from lazarus import chaos
+from lazarus.activities.stop import stop_generations
+from lazarus.domain.api import SIGNAL_FORCE_RECOVER, SIGNAL_PAUSE, SIGNAL_RESUME
+from lazarus.domain.contracts import StopRequest
 from lazarus.local_stack import LocalStack
+from lazarus.workflows.state import ForceRecover, Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
-from workflows.api import SIGNAL_FORCE_RECOVER, SIGNAL_PAUSE, SIGNAL_RESUME
-from workflows.state import ForceRecover, Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 

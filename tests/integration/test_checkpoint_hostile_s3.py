@@ -12,17 +12,17 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.checkpoints import restore_checkpoint, search_verified, verify_checkpoint
-from activities.checkpoints.storage import CheckpointInputError
-from activities.checkpoints.tiering import UploadTracker, upload_checkpoint_sync
-from activities.contracts import (
+from lazarus.activities.checkpoints import restore_checkpoint, search_verified, verify_checkpoint
+from lazarus.activities.checkpoints.storage import CheckpointInputError
+from lazarus.activities.checkpoints.tiering import UploadTracker, upload_checkpoint_sync
+from lazarus.domain import environment
+from lazarus.domain.contracts import (
     CheckpointRef,
     FindVerifiedCheckpointRequest,
     RestoreCheckpointRequest,
     UploadCheckpointRequest,
 )
-from lazarus import environment
-from lazarus.spec import CheckpointsSpec
+from lazarus.domain.spec import CheckpointsSpec
 from tests.checkpoint_helpers import BUCKET, MotoS3, clean_rank_env, moto_s3, write_checkpoint
 
 pytestmark = pytest.mark.usefixtures("clean_rank_env")

@@ -14,7 +14,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.checkpoints import (
+from lazarus.activities.checkpoints import (
     collect_garbage_sync,
     restore_checkpoint,
     search_verified,
@@ -22,10 +22,11 @@ from activities.checkpoints import (
     upload_checkpoint_sync,
     verify_checkpoint,
 )
-from activities.checkpoints.listing import list_checkpoints
-from activities.checkpoints.storage import S3Store
-from activities.checkpoints.tiering import UploadTracker
-from activities.contracts import (
+from lazarus.activities.checkpoints.listing import list_checkpoints
+from lazarus.activities.checkpoints.storage import S3Store
+from lazarus.activities.checkpoints.tiering import UploadTracker
+from lazarus.domain.checkpoint_layout import COMMIT_MARKER
+from lazarus.domain.contracts import (
     CheckpointRef,
     FindVerifiedCheckpointRequest,
     GarbageCollectionRequest,
@@ -33,8 +34,7 @@ from activities.contracts import (
     UploadCheckpointRequest,
     UploadProgress,
 )
-from lazarus.checkpoint_layout import COMMIT_MARKER
-from lazarus.spec import CheckpointsSpec
+from lazarus.domain.spec import CheckpointsSpec
 from tests.checkpoint_helpers import (
     BUCKET,
     MotoS3,

@@ -17,8 +17,8 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from lazarus.devserver import DevServer
+from lazarus.domain.api import SEARCH_ATTRIBUTES
 from lazarus.settings import ConnectionSettings, connect
-from workflows.api import SEARCH_ATTRIBUTES
 
 
 @pytest.fixture

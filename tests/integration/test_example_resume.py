@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from lazarus import checkpoint_layout, environment
+from lazarus.domain import checkpoint_layout, environment
 
 torch = pytest.importorskip("torch")
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from activities.contracts import LaunchRequest, StopRequest
-from activities.launcher import LaunchRefused, launch_generation
-from activities.procfs import is_alive, read_stat
-from activities.rundir import GenerationDir, read_json
-from activities.stop import stop_generations
 from lazarus import chaos
-from lazarus.spec import JobSpec, parse_spec
+from lazarus.activities.launcher import LaunchRefused, launch_generation
+from lazarus.activities.procfs import is_alive, read_stat
+from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.stop import stop_generations
+from lazarus.domain.contracts import LaunchRequest, StopRequest
+from lazarus.domain.spec import JobSpec, parse_spec
 
 FAKE_RANK = Path(__file__).resolve().parents[1] / "fixtures" / "fake_rank.py"
 

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.contracts import LaunchRequest, RankProcess, StopRequest
-from activities.launcher import LaunchUnreachable, launch, launch_generation
-from activities.nodes import local_agent
-from activities.procfs import is_alive, read_stat
-from activities.rundir import GenerationDir, latest_run, read_json, runs, write_json_atomic
-from activities.stop import stop_generations
 from lazarus import chaos
-from lazarus.spec import JobSpec, NodeSpec, SSHSpec, parse_spec
+from lazarus.activities.launcher import LaunchUnreachable, launch, launch_generation
+from lazarus.activities.nodes import local_agent
+from lazarus.activities.procfs import is_alive, read_stat
+from lazarus.activities.rundir import GenerationDir, latest_run, read_json, runs, write_json_atomic
+from lazarus.activities.stop import stop_generations
+from lazarus.domain.contracts import LaunchRequest, RankProcess, StopRequest
+from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec, parse_spec
 
 FAKE_RANK = Path(__file__).resolve().parents[1] / "fixtures" / "fake_rank.py"
 JOB = "fence"

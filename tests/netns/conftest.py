@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.testhosts import TestHosts, unavailable_reason
+from lazarus.infra.testhosts import TestHosts, unavailable_reason
 
 HostsFactory = Callable[[int], TestHosts]
 netns_unavailable_reason = unavailable_reason

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from bench.jobs import run_reference
-from infra.testhosts import TestHosts
 from lazarus import chaos
+from lazarus.domain.spec import JobSpec
+from lazarus.infra.testhosts import TestHosts
 from lazarus.local_stack import LocalStack
-from lazarus.spec import JobSpec
+from lazarus.workflows.state import Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from tests.netns.conftest import HostsFactory
-from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 

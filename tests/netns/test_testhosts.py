@@ -17,8 +17,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from infra import testhosts
-from infra.testhosts import TestHosts, cleanup_stale
+from lazarus.infra import testhosts
+from lazarus.infra.testhosts import TestHosts, cleanup_stale
 
 from .conftest import HostsFactory
 
@@ -330,7 +330,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import sys, time
 from pathlib import Path
-from infra.testhosts import TestHosts
+from lazarus.infra.testhosts import TestHosts
 hosts = TestHosts(2, Path(sys.argv[1]))
 hosts.start()
 print(hosts.run_id, flush=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lazarus import chaos_points
-from lazarus.chaos_points import CHAOS_DIR_ENV, chaos_point, go_file, reached_file
+from lazarus.domain import chaos_points
+from lazarus.domain.chaos_points import CHAOS_DIR_ENV, chaos_point, go_file, reached_file
 
 
 def test_without_the_environment_it_does_nothing(

@@ -11,23 +11,24 @@ import pytest
 from typer.testing import CliRunner
 
 import lazarus.rank as lz
-from activities.checkpoints import (
+from lazarus import cli
+from lazarus.activities.checkpoints import (
     CheckpointCorrupt,
     collect_garbage_sync,
     restore_checkpoint_sync,
     search_verified,
     verify_checkpoint,
 )
-from activities.checkpoints.resume_plan import set_aside
-from activities.checkpoints.rollback import retire_newest
-from activities.contracts import (
+from lazarus.activities.checkpoints.resume_plan import set_aside
+from lazarus.activities.checkpoints.rollback import retire_newest
+from lazarus.domain import environment
+from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST
+from lazarus.domain.contracts import (
     FindVerifiedCheckpointRequest,
     GarbageCollectionRequest,
     RestoreCheckpointRequest,
 )
-from lazarus import cli, environment
-from lazarus.checkpoint_layout import COMMIT_MARKER, MANIFEST
-from lazarus.spec import CheckpointsSpec, SpecError, load_spec
+from lazarus.domain.spec import CheckpointsSpec, SpecError, load_spec
 from tests.checkpoint_helpers import clean_rank_env, flip_byte, write_checkpoint
 
 pytestmark = pytest.mark.usefixtures("clean_rank_env")

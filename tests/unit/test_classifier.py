@@ -1,4 +1,4 @@
-"""Tests for lazarus.classifier.
+"""Tests for lazarus.domain.classifier.
 
 The per-class snippets below are short, hand-written lines in the wording the real
 tools print (they are not copies of the fixture logs). The fixture accuracy test
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench.classifier_accuracy import evaluate, format_confusion, load_samples
-from lazarus.classifier import Classification, RootCause, classify, root_cause
-from lazarus.failure_classes import FailureClass as FC
+from lazarus.domain.classifier import Classification, RootCause, classify, root_cause
+from lazarus.domain.failure_classes import FailureClass as FC
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

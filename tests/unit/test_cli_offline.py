@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from activities.contracts import RankStatus, SupervisionProgress
 from lazarus import cli, cli_render
 from lazarus.devserver import dev_server_command, free_port
+from lazarus.domain.contracts import RankStatus, SupervisionProgress
 from lazarus.settings import ConnectionSettings, web_ui_url
-from workflows.state import Incident, JobStatus, Phase
+from lazarus.workflows.state import Incident, JobStatus, Phase
 
 GOOD_SPEC = """\
 name: tiny
@@ -370,7 +370,7 @@ def test_classify_unreadable_file_exits_2(tmp_path: Path) -> None:
 def test_status_shows_stragglers_and_escalation_hooks() -> None:
     from rich.console import Console
 
-    from workflows.state import StragglerRecord
+    from lazarus.workflows.state import StragglerRecord
 
     straggler = StragglerRecord(
         generation=2,

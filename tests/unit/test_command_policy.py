@@ -16,22 +16,22 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.command_policy import ERROR_TYPE, CommandNotAllowed, enforce
-from activities.contracts import (
-    EscalationHookRequest,
-    LaunchRequest,
-    PreflightActivityRequest,
-)
-from activities.escalation import run_escalation_hook
-from activities.launcher import launch
-from activities.preflight import preflight
-from lazarus.settings import (
+from lazarus.activities.command_policy import ERROR_TYPE, CommandNotAllowed, enforce
+from lazarus.activities.escalation import run_escalation_hook
+from lazarus.activities.launcher import launch
+from lazarus.activities.preflight import preflight
+from lazarus.activities.worker_settings import (
     ALLOWED_COMMANDS_ENV,
     ALLOWED_COMMANDS_FILE_ENV,
     WorkerSettings,
     WorkerSettingsError,
 )
-from lazarus.spec import JobSpec, NodeSpec, PreflightSpec, SSHSpec
+from lazarus.domain.contracts import (
+    EscalationHookRequest,
+    LaunchRequest,
+    PreflightActivityRequest,
+)
+from lazarus.domain.spec import JobSpec, NodeSpec, PreflightSpec, SSHSpec
 
 TOUCH = shutil.which("touch") or "/usr/bin/touch"
 TRUE = shutil.which("true") or "/usr/bin/true"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from activities.contracts import RankStatus, SuperviseRequest
-from activities.supervise import Observation, StepRate, evaluate
-from lazarus.spec import HealthSpec
+from lazarus.activities.supervise import Observation, StepRate, evaluate
+from lazarus.domain.contracts import RankStatus, SuperviseRequest
+from lazarus.domain.spec import HealthSpec
 
 HEALTH = HealthSpec(hang_timeout_s=10, startup_timeout_s=60)
 

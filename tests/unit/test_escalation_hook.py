@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.contracts import EscalationHookRequest
-from activities.escalation import run_hook
+from lazarus.activities.escalation import run_hook
+from lazarus.domain.contracts import EscalationHookRequest
 
 
 def hook(tmp_path: Path, script: str) -> EscalationHookRequest:

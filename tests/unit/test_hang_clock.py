@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from activities.contracts import SuperviseOutcome, SuperviseRequest
-from activities.nodes.agent import NodeStatus, RankRecord
-from activities.supervise import GenerationObserver, Observation, evaluate
-from lazarus.spec import HealthSpec, NodeSpec, StragglerSpec
+from lazarus.activities.nodes.agent import NodeStatus, RankRecord
+from lazarus.activities.supervise import GenerationObserver, Observation, evaluate
+from lazarus.domain.contracts import SuperviseOutcome, SuperviseRequest
+from lazarus.domain.spec import HealthSpec, NodeSpec, StragglerSpec
 from tests.fake_nodes import FakeAgent, FakeClock
 
 HANG_S = 10.0

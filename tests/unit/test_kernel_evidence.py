@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from activities.contracts import SuperviseRequest
-from activities.diagnosis import (
+from lazarus.activities.diagnosis import (
     KERNEL_NOT_VISIBLE,
     NO_KERNEL_RECORD,
     diagnose_crash,
     diagnose_vanished,
 )
-from activities.kernel_evidence import KernelSources, OomWatch, kernel_log_line
-from activities.nodes.agent import NodeStatus, RankRecord
-from activities.supervise import GenerationObserver, attach_evidence, evaluate
-from lazarus.spec import HealthSpec, NodeSpec
+from lazarus.activities.kernel_evidence import KernelSources, OomWatch, kernel_log_line
+from lazarus.activities.nodes.agent import NodeStatus, RankRecord
+from lazarus.activities.supervise import GenerationObserver, attach_evidence, evaluate
+from lazarus.domain.contracts import SuperviseRequest
+from lazarus.domain.spec import HealthSpec, NodeSpec
 from tests.fake_nodes import FakeAgent, FakeClock
 
 PID = 4242

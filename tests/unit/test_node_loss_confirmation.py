@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from activities.contracts import RankStatus, SuperviseRequest
-from activities.nodes.agent import NodeStatus
-from activities.supervise import (
+from lazarus.activities.nodes.agent import NodeStatus
+from lazarus.activities.supervise import (
     MIN_FAILED_POLLS,
     GenerationObserver,
     NodeObservation,
     Observation,
     evaluate,
 )
-from lazarus.spec import HealthSpec, NodeSpec
+from lazarus.domain.contracts import RankStatus, SuperviseRequest
+from lazarus.domain.spec import HealthSpec, NodeSpec
 
 
 def request(tmp: str = "/nonexistent") -> SuperviseRequest:

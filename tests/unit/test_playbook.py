@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.failure_classes import FailureClass
-from lazarus.spec import ClassPolicy, RecoverySpec
-from workflows.playbook import (
+from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.spec import ClassPolicy, RecoverySpec
+from lazarus.workflows.playbook import (
     DEFAULT_PLAYBOOK,
     Action,
     FailureContext,

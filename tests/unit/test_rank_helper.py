@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import lazarus.rank as lazarus_rank
-from lazarus import checkpoint_layout, environment
+from lazarus.domain import checkpoint_layout, environment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from activities.contracts import LaunchRequest
-from activities.launcher import LaunchRefused, rank_env_file, rank_environment
-from activities.rundir import GenerationDir
-from activities.secret_env import SecretEnvError, parse_env_lines, passed_env, read_env_file
-from lazarus.settings import API_KEY_ENV
-from lazarus.spec import JobSpec, NodeSpec
+from lazarus.activities.launcher import LaunchRefused, rank_env_file, rank_environment
+from lazarus.activities.rundir import GenerationDir
+from lazarus.activities.secret_env import SecretEnvError, parse_env_lines, passed_env, read_env_file
+from lazarus.domain.api import API_KEY_ENV
+from lazarus.domain.contracts import LaunchRequest
+from lazarus.domain.spec import JobSpec, NodeSpec
 
 
 def job(tmp_path: Path, **fields: object) -> JobSpec:

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from activities.nodes.agent import NodeStatus, NodeUnreachable, PreflightRequest, RankLaunch
-from activities.nodes.shim_agent import (
+from lazarus.activities.nodes.agent import NodeStatus, NodeUnreachable, PreflightRequest, RankLaunch
+from lazarus.activities.nodes.shim_agent import (
     SHIM_PATH,
     LocalShimAgent,
     ShimError,
@@ -34,7 +34,7 @@ from activities.nodes.shim_agent import (
     shim_script,
     start_call,
 )
-from lazarus.spec import NodeSpec
+from lazarus.domain.spec import NodeSpec
 
 DASH = "/bin/dash" if os.access("/bin/dash", os.X_OK) else "/bin/sh"
 SHELLS = [DASH] + (["/bin/bash"] if os.access("/bin/bash", os.X_OK) else [])
@@ -822,7 +822,7 @@ def _env_file(tmp_path: Path, text: str, mode: int) -> Path:
 def test_env_from_file_is_read_on_the_node_below_env_and_lazarus(
     agent: LocalShimAgent, run_root: Path, tmp_path: Path
 ) -> None:
-    from activities.secret_env import read_env_file
+    from lazarus.activities.secret_env import read_env_file
 
     text = "# comment\n\nHF_TOKEN=hf 'quoted' $HOME \\n\nSHARED=from file\nEMPTY=\nEQ=a=b\n"
     secrets_file = _env_file(tmp_path, text, 0o600)

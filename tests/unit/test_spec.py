@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.spec import SpecError, load_spec
+from lazarus.domain.spec import SpecError, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = """

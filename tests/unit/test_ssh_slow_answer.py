@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from activities.nodes.agent import NodeUnreachable
-from activities.nodes.ssh_agent import SSHAgent
-from lazarus.spec import NodeSpec, SSHSpec
+from lazarus.activities.nodes.agent import NodeUnreachable
+from lazarus.activities.nodes.ssh_agent import SSHAgent
+from lazarus.domain.spec import NodeSpec, SSHSpec
 
 
 class SlowChannel:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from activities.contracts import RankStatus, SuperviseRequest
-from activities.straggler_stats import ComputeWindow, find_straggler
-from activities.supervise import Observation, evaluate
-from lazarus.spec import HealthSpec, StragglerSpec
+from lazarus.activities.straggler_stats import ComputeWindow, find_straggler
+from lazarus.activities.supervise import Observation, evaluate
+from lazarus.domain.contracts import RankStatus, SuperviseRequest
+from lazarus.domain.spec import HealthSpec, StragglerSpec
 
 SPEC = StragglerSpec(slowdown_factor=1.5, window_s=10, min_samples=4, mad_threshold=3)
 

@@ -18,11 +18,11 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from lazarus.devserver import DevServer
-from lazarus.spec import JobSpec, parse_spec
+from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
+from lazarus.domain.spec import JobSpec, parse_spec
+from lazarus.workflows.job import JobWorkflow
+from lazarus.workflows.state import JobInput, JobStatus, Phase
 from tests.workflow import fakes
-from workflows.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
-from workflows.job import JobWorkflow
-from workflows.state import JobInput, JobStatus, Phase
 
 
 class FakeJob:

@@ -17,7 +17,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.contracts import (
+from lazarus.domain.contracts import (
     CheckpointNowRequest,
     CheckpointNowResult,
     CheckpointRef,

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from tests.workflow.conftest import StartFakeJob, fake_spec
-from workflows.api import (
+from lazarus.domain.api import (
     SIGNAL_FORCE_RECOVER,
     SIGNAL_PAUSE,
     SIGNAL_RESUME,
     UPDATE_DRAIN,
     UPDATE_RECOVER,
 )
-from workflows.state import ForceRecover, NodeRequest, Phase
+from lazarus.workflows.state import ForceRecover, NodeRequest, Phase
+from tests.workflow.conftest import StartFakeJob, fake_spec
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,12 +20,12 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from lazarus.devserver import DevServer
+from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
+from lazarus.workers.versioning import WorkerDeployment
+from lazarus.workflows.job import JobWorkflow
+from lazarus.workflows.state import JobInput, JobStatus, Phase
 from tests.workflow import fakes
 from tests.workflow.conftest import fake_spec
-from workers.versioning import WorkerDeployment
-from workflows.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
-from workflows.job import JobWorkflow
-from workflows.state import JobInput, JobStatus, Phase
 
 pytestmark = pytest.mark.timeout(180)
 

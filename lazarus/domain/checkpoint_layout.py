@@ -1,10 +1,11 @@
 """On-disk layout of a committed checkpoint, shared by writer and reader.
 
-The rank helper writes checkpoints in this layout and the ``find_checkpoint``
-activity reads it. A checkpoint is a directory ``step-NNNNNNNN/`` that counts
-only once its commit marker exists: the marker is written last, atomically, by
-rank 0 after every rank has finished writing, so a crash mid-save leaves a
-directory without a marker, which readers skip.
+The rank helper writes checkpoints in this layout; the checkpoint activities
+(find, verify, tier, restore, retire) and ``lazarus checkpoints`` read it.
+A checkpoint is a directory ``step-NNNNNNNN/`` that counts only once its commit
+marker exists: the marker is written last, atomically, by rank 0 after every
+rank has finished writing, so a crash mid-save leaves a directory without a
+marker, which readers skip.
 
 Standard library only: this module is imported inside training ranks.
 """

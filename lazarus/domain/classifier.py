@@ -1,7 +1,7 @@
 """Classify why a distributed PyTorch training run failed, from the tail of its log.
 
 The classifier is a table of weighted regular-expression rules, one block per
-:class:`~lazarus.failure_classes.FailureClass`. Every rule targets wording that the
+:class:`~lazarus.domain.failure_classes.FailureClass`. Every rule targets wording that the
 real stack prints (PyTorch / c10d / ProcessGroupNCCL, NCCL itself, torchrun's
 elastic agent, DeepSpeed, Lightning, Slurm, the NVIDIA driver, the Linux kernel,
 Ray, gloo), not anything specific to one job. Scoring works like this:
@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lazarus.failure_classes import FailureClass
+from lazarus.domain.failure_classes import FailureClass
 
 __all__ = ["Classification", "RootCause", "classify", "root_cause"]
 
@@ -87,7 +87,7 @@ class Classification:
     a signal, a bare "Killed" or "exitcode: -9" line) and no explicit message: a
     bare SIGKILL reads as ``oom_host`` here because that is its most common cause
     in published logs, but the supervisor only keeps that class when the kernel
-    confirms it (see :mod:`activities.kernel_evidence`).
+    confirms it (see :mod:`lazarus.activities.kernel_evidence`).
     """
 
     failure_class: FailureClass

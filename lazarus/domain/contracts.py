@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lazarus.evidence import cap_evidence
-from lazarus.spec import (
+from lazarus.domain.evidence import cap_evidence
+from lazarus.domain.spec import (
     CheckpointsSpec,
     HealthSpec,
     JobSpec,
@@ -30,10 +30,6 @@ class _Model(BaseModel):
 class CheckpointRef(_Model):
     step: int
     path: str
-
-
-class FindCheckpointRequest(_Model):
-    checkpoint_dir: str
 
 
 class RankProcess(_Model):
@@ -133,7 +129,7 @@ FailureKind = Literal["crash", "hang", "vanished", "node_lost"]
 class FailureReport(_Model):
     kind: FailureKind
     failure_class: str
-    """A class of the failure taxonomy (see ``lazarus.failure_classes``)."""
+    """A class of the failure taxonomy (see ``lazarus.domain.failure_classes``)."""
     rank: int
     node: str | None = None
     exit_code: int | None = None
@@ -324,7 +320,7 @@ CheckpointLocation = Literal["local", "durable"]
 
 
 class CheckpointVerification(_Model):
-    """What ``activities.checkpoints.verify_checkpoint`` found. ``problems`` each name
+    """What ``lazarus.activities.checkpoints.verify_checkpoint`` found. ``problems`` each name
     the file and what is wrong with it; ``ok`` means there are none."""
 
     step: int | None

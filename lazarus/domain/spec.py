@@ -16,8 +16,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lazarus import environment as env_names
-from lazarus.failure_classes import PLAYBOOK_CLASSES
+from lazarus.domain import environment as env_names
+from lazarus.domain.failure_classes import PLAYBOOK_CLASSES
 
 JOB_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 JOB_ID_PLACEHOLDER = "{job_id}"
@@ -183,7 +183,8 @@ class RecoverySpec(_Strict):
 STRATEGY_NAMES = frozenset(
     {"restart_in_place", "replace_node", "no_blind_restarts", "rollback", "escalate"}
 )
-"""Rungs a playbook ladder may use; ``workflows.playbook`` registers one strategy for each."""
+"""Rungs a playbook ladder may use; ``lazarus.workflows.playbook`` registers one strategy
+for each."""
 
 
 class ClassPolicy(_Strict):

@@ -34,3 +34,8 @@ def workflow_id_for(job_name: str) -> str:
 
 def job_name_from(workflow_id: str) -> str:
     return workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
+
+
+API_KEY_ENV = "TEMPORAL_API_KEY"
+"""The Temporal Cloud API key's variable: read by the client, and removed from every
+rank's environment by the launcher."""

@@ -3,7 +3,7 @@
 Each member names *why* a distributed training run stopped, because the right
 reaction differs: retry in place, cordon a node, shrink the batch, roll back to
 an older checkpoint, or stop and page a human. The classifier in
-:mod:`lazarus.classifier` maps a log tail onto one of these; ``hang`` and
+:mod:`lazarus.domain.classifier` maps a log tail onto one of these; ``hang`` and
 ``node_lost`` come mostly from Lazarus's own health checks rather than from a
 rank's log. Standard library only, so training ranks can import it for free.
 """
@@ -40,7 +40,7 @@ class FailureClass(StrEnum):
     an OOM message in the log, or the kernel's own record (the rank's cgroup
     ``memory.events`` ``oom_kill`` counter rose, or the kernel log names its pid). Log
     text from other launchers ("exitcode: -9") is still read as this class by
-    :func:`lazarus.classifier.classify`, which reports it as circumstantial."""
+    :func:`lazarus.domain.classifier.classify`, which reports it as circumstantial."""
 
     KILLED = "killed"
     """The rank was killed by SIGKILL from outside and nothing says why: no OOM message,

@@ -1,0 +1,108 @@
+"""Every activity as the workflow calls it: a registered name and a typed contract.
+
+The workflow floor must not import the activities' floor (it would pull SSH, S3
+and process code into the workflow sandbox, and make policy depend on
+mechanics). So the workflow calls activities by these references, and each
+implementation registers under the same name (``@activity.defn(name=REF.name)``).
+A unit test checks that every reference has exactly one implementation whose
+request and result types match, so a rename on either side fails in CI, not in a
+week-old history.
+
+The names are the functions' original names: recorded histories schedule them,
+and they must keep replaying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from lazarus.domain.contracts import (
+    CheckpointNowRequest,
+    CheckpointNowResult,
+    CheckpointRef,
+    CheckpointSearch,
+    EscalationHookRequest,
+    EscalationHookResult,
+    FindVerifiedCheckpointRequest,
+    GarbageCollectionRequest,
+    GarbageCollectionResult,
+    LaunchRequest,
+    LaunchResult,
+    PreflightActivityRequest,
+    PreflightReport,
+    RestoreCheckpointRequest,
+    RollbackRequest,
+    RollbackResult,
+    StopRequest,
+    StopResult,
+    SuperviseOutcome,
+    SuperviseRequest,
+    UploadCheckpointRequest,
+    UploadResult,
+    WatchCheckpointsRequest,
+)
+
+RequestT = TypeVar("RequestT")
+ResultT = TypeVar("ResultT")
+
+
+@dataclass(frozen=True)
+class ActivityRef(Generic[RequestT, ResultT]):
+    """One activity's name, request type and result type (the result may be a union)."""
+
+    name: str
+    request_type: type[RequestT]
+    result_type: Any
+    """The result's type hint, handed to the data converter (``CheckpointRef | None``
+    is a hint, not a class, hence ``Any``)."""
+
+
+LAUNCH = ActivityRef[LaunchRequest, LaunchResult]("launch", LaunchRequest, LaunchResult)
+SUPERVISE = ActivityRef[SuperviseRequest, SuperviseOutcome](
+    "supervise", SuperviseRequest, SuperviseOutcome
+)
+STOP = ActivityRef[StopRequest, StopResult]("stop", StopRequest, StopResult)
+PREFLIGHT = ActivityRef[PreflightActivityRequest, PreflightReport](
+    "preflight", PreflightActivityRequest, PreflightReport
+)
+FIND_VERIFIED_CHECKPOINT = ActivityRef[FindVerifiedCheckpointRequest, CheckpointSearch](
+    "find_verified_checkpoint", FindVerifiedCheckpointRequest, CheckpointSearch
+)
+RESTORE_CHECKPOINT = ActivityRef[RestoreCheckpointRequest, CheckpointRef](
+    "restore_checkpoint", RestoreCheckpointRequest, CheckpointRef
+)
+WATCH_CHECKPOINTS = ActivityRef[WatchCheckpointsRequest, CheckpointRef | None](
+    "watch_checkpoints", WatchCheckpointsRequest, CheckpointRef | None
+)
+UPLOAD_CHECKPOINT = ActivityRef[UploadCheckpointRequest, UploadResult](
+    "upload_checkpoint", UploadCheckpointRequest, UploadResult
+)
+COLLECT_GARBAGE = ActivityRef[GarbageCollectionRequest, GarbageCollectionResult](
+    "collect_garbage", GarbageCollectionRequest, GarbageCollectionResult
+)
+CHECKPOINT_NOW = ActivityRef[CheckpointNowRequest, CheckpointNowResult](
+    "checkpoint_now", CheckpointNowRequest, CheckpointNowResult
+)
+ROLL_BACK_CHECKPOINT = ActivityRef[RollbackRequest, RollbackResult](
+    "roll_back_checkpoint", RollbackRequest, RollbackResult
+)
+RUN_ESCALATION_HOOK = ActivityRef[EscalationHookRequest, EscalationHookResult](
+    "run_escalation_hook", EscalationHookRequest, EscalationHookResult
+)
+
+ALL: tuple[ActivityRef[Any, Any], ...] = (
+    LAUNCH,
+    SUPERVISE,
+    STOP,
+    PREFLIGHT,
+    FIND_VERIFIED_CHECKPOINT,
+    RESTORE_CHECKPOINT,
+    WATCH_CHECKPOINTS,
+    UPLOAD_CHECKPOINT,
+    COLLECT_GARBAGE,
+    CHECKPOINT_NOW,
+    ROLL_BACK_CHECKPOINT,
+    RUN_ESCALATION_HOOK,
+)
+"""What the controller worker must register, each exactly once."""

@@ -1,0 +1,207 @@
+"""The floors import downward only, and no module imports itself through a circle.
+
+Floors, bottom to top (README, "How it works"):
+
+0. **domain**: ``lazarus.domain`` (and the package root); ``lazarus.rank`` sits
+   here too, standard library only, importable inside every training rank;
+1. **workflows**: ``lazarus.workflows``, deterministic policy;
+2. **activities**: ``lazarus.activities``, mechanics;
+3. **app**: the CLI, the client, settings, the dev server, the local stack,
+   chaos, ``lazarus.workers`` and ``lazarus.infra``.
+
+Every import counts, including ones inside functions: a lazy upward import is
+still an upward dependency. The walk reads source with :mod:`ast`, so it checks
+the code as written, not what happened to be imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = {"lazarus": REPO / "lazarus"} | {
+    f"lazarus.{name}": REPO / name for name in ("workflows", "activities", "workers", "infra")
+}
+FLOORS = ("domain", "workflows", "activities", "app")
+ALLOWED_CIRCLES: dict[frozenset[str], str] = {}
+"""Documented exceptions: none today. A circle added here needs a reason."""
+
+
+def floor_of(module: str) -> int:
+    for prefix, floor in (
+        ("lazarus.domain", 0),
+        ("lazarus.rank", 0),
+        ("lazarus.workflows", 1),
+        ("lazarus.activities", 2),
+        ("lazarus.workers", 3),
+        ("lazarus.infra", 3),
+    ):
+        if module == prefix or module.startswith(prefix + "."):
+            return floor
+    return 0 if module == "lazarus" else 3
+
+
+def modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package, root in PACKAGES.items():
+        for path in sorted(root.rglob("*.py")):
+            relative = path.relative_to(root).with_suffix("").parts
+            if package == "lazarus" and relative[0] in (
+                "workflows",
+                "activities",
+                "workers",
+                "infra",
+            ):
+                continue  # the symlinks: walked under their own names
+            parts = [package, *relative]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imports(module: str, path: Path) -> Iterator[tuple[str, int]]:
+    """Every lazarus module ``module`` imports, with the line."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            yield target, node.lineno
+            for alias in node.names:  # ``from lazarus.domain import spec`` imports a module
+                yield f"{target}.{alias.name}", node.lineno
+
+
+def graph() -> dict[str, set[tuple[str, int]]]:
+    known = modules()
+    edges: dict[str, set[tuple[str, int]]] = {}
+    for module, path in known.items():
+        edges[module] = {
+            (target, line)
+            for target, line in imports(module, path)
+            if target in known and target != module
+        }
+    return edges
+
+
+def test_every_floor_imports_only_floors_below_it() -> None:
+    known = modules()
+    upward = [
+        f"{known[module].relative_to(REPO)}:{line}: {module} ({FLOORS[floor_of(module)]}) "
+        f"imports {target} ({FLOORS[floor_of(target)]})"
+        for module, targets in graph().items()
+        for target, line in sorted(targets)
+        if floor_of(target) > floor_of(module)
+    ]
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_no_module_reaches_the_bare_top_level_names() -> None:
+    """``workflows`` and friends are installed as ``lazarus.workflows``: a bare
+    ``import workflows`` works in a checkout and breaks in an installed Lazarus."""
+    bare = {"workflows", "activities", "workers", "infra"}
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {target}"
+        for module, path in modules().items()
+        for target, line in imports(module, path)
+        if target.split(".")[0] in bare
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_no_import_circles() -> None:
+    edges = {m: {t for t, _ in targets} for m, targets in graph().items()}
+    # Importing ``a.b`` runs ``a/__init__``; a package's own re-exports of its
+    # children are not circles, so edges from a package into itself are dropped.
+    for module, targets in edges.items():
+        edges[module] = {t for t in targets if not t.startswith(module + ".")}
+    circles = [c for c in strongly_connected(edges) if len(c) > 1]
+    unexplained = [sorted(c) for c in circles if frozenset(c) not in ALLOWED_CIRCLES]
+    assert not unexplained, f"import circles: {unexplained}"
+
+
+def test_the_rank_helper_needs_only_the_standard_library() -> None:
+    """Training scripts import ``lazarus.rank`` into every rank: it must cost nothing
+    and pull no controller dependency (temporalio, pydantic) into training."""
+    allowed_lazarus = {
+        "lazarus",
+        "lazarus.rank",
+        "lazarus.domain",
+        "lazarus.domain.environment",
+        "lazarus.domain.checkpoint_layout",
+        "lazarus.domain.chaos_points",
+        "lazarus.domain.ports",
+    }
+    problems = []
+    for module, path in modules().items():
+        if floor_of(module) != 0 or not (
+            module.startswith("lazarus.rank") or module in allowed_lazarus
+        ):
+            continue
+        for target, line in imports(module, path):
+            top = target.split(".")[0]
+            if top == "lazarus":
+                if target not in allowed_lazarus and not target.startswith("lazarus.rank"):
+                    problems.append(f"{module}:{line} imports {target}")
+            elif top not in sys.stdlib_module_names and top not in ("__future__", "torch"):
+                problems.append(f"{module}:{line} imports {target}")
+    assert not problems, "\n".join(problems)
+
+
+def strongly_connected(edges: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's algorithm, iterative: the import graph's circles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[set[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                components.append(component)
+    return components
+
+
+@pytest.mark.parametrize("module", ["lazarus.domain.spec", "lazarus.workflows.job"])
+def test_the_walk_sees_real_modules(module: str) -> None:
+    """Guards the guard: a walk that found nothing would pass every check above."""
+    assert graph()[module]
