@@ -22,7 +22,7 @@ KERNEL_NOT_VISIBLE = (
 
 @dataclass(frozen=True)
 class Diagnosis:
-    failure_class: str
+    failure_class: FailureClass
     evidence: list[str]
 
 
@@ -51,13 +51,13 @@ def diagnose_crash(
 
     tail = last_lines(log_text, lines=200)
     result = classify("\n".join(tail), exit_code=exit_code, signal=signal)
-    failure_class = str(result.failure_class)
+    failure_class = FailureClass(result.failure_class)
     evidence = list(result.evidence) or tail[-10:]
     if kernel_evidence and killed_by_sigkill(exit_code, signal):
-        failure_class = FailureClass.OOM_HOST.value
+        failure_class = FailureClass.OOM_HOST
         evidence = [*kernel_evidence, *result.evidence]
     elif result.failure_class == FailureClass.OOM_HOST and result.circumstantial:
-        failure_class = FailureClass.KILLED.value
+        failure_class = FailureClass.KILLED
         why = KERNEL_NOT_VISIBLE if kernel_evidence is None else NO_KERNEL_RECORD
         evidence = [why, *result.evidence]
     if signal:
@@ -72,6 +72,6 @@ def diagnose_vanished(kernel_evidence: Sequence[str] | None) -> Diagnosis:
     outside, the wrapper included. ``oom_host`` when the kernel recorded an OOM kill
     of the rank (a cgroup with ``memory.oom.group`` kills every member), else ``killed``."""
     if kernel_evidence:
-        return Diagnosis(FailureClass.OOM_HOST.value, list(kernel_evidence))
+        return Diagnosis(FailureClass.OOM_HOST, list(kernel_evidence))
     why = KERNEL_NOT_VISIBLE if kernel_evidence is None else NO_KERNEL_RECORD
-    return Diagnosis(FailureClass.KILLED.value, [why])
+    return Diagnosis(FailureClass.KILLED, [why])

@@ -21,9 +21,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from temporalio import activity
@@ -58,6 +57,7 @@ from lazarus.domain import environment as env_names
 from lazarus.domain.api import API_KEY_ENV
 from lazarus.domain.chaos_points import chaos_point
 from lazarus.domain.contracts import CheckpointRef, LaunchRequest, LaunchResult, RankProcess
+from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec, NodeSpec
 
 RANK_IMPORT_ROOT = Path(lazarus.__file__).resolve().parent.parent
@@ -90,12 +90,6 @@ class LaunchUnreachable(Exception):
         """Nodes that were reached, so may run ranks of this launch: to be stopped."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def derived_port(job_id: str, generation: int) -> int:
     """A port the whole world agrees on without asking a remote node: stable per
     (job, generation), so a retried launch computes the same one."""
@@ -111,6 +105,7 @@ def rank_environment(
     rank: int,
     master_port: int,
     resume: CheckpointRef | None,
+    worker_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment torchrun would set, plus Lazarus's own contract.
 
@@ -118,16 +113,20 @@ def rank_environment(
     ``env_from_file`` values (local nodes; the shim reads it on ssh nodes, see
     :func:`rank_env_file`), ``env``, ``pass_env``, then Lazarus's own variables.
     Raises :class:`LaunchRefused` for a secret that cannot be supplied.
+
+    ``worker_env`` stands in for this worker's environment (default ``os.environ``):
+    ``start --dry-run`` passes only placeholders, since it cannot know the worker's.
     """
+    source = os.environ if worker_env is None else worker_env
     local = nodes[node_index].launcher == "local"
-    env = dict(os.environ) if local else {}
+    env = dict(source) if local else {}
     # The worker's credentials for Temporal are not the job's to use.
     env.pop(API_KEY_ENV, None)
     try:
         if local and spec.env_from_file is not None:
             env.update(read_env_file(spec.env_from_file))
         env.update(spec.env)
-        env.update(passed_env(spec.pass_env))
+        env.update(passed_env(spec.pass_env, source))
     except SecretEnvError as exc:
         raise LaunchRefused(str(exc)) from None
     env.update(
@@ -157,7 +156,7 @@ def rank_environment(
         env[env_names.RESUME_STEP] = str(resume.step)
     env["PATH"] = rank_search_path(spec.env.get("PATH"))
     # lazarus.rank is importable from this checkout even where it is not installed.
-    extra = spec.env.get("PYTHONPATH") or (os.environ.get("PYTHONPATH") if local else None)
+    extra = spec.env.get("PYTHONPATH") or (source.get("PYTHONPATH") if local else None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(RANK_IMPORT_ROOT), extra]))
     return env
 
@@ -390,7 +389,7 @@ async def launch(request: LaunchRequest) -> LaunchResult:
     heartbeat timeout and the retry (on any worker) adopts what was started, instead
     of waiting out the whole start-to-close timeout."""
     try:
-        return await in_thread_heartbeating(lambda: launch_generation(request), "launching")
+        return await in_thread_heartbeating(lambda: launch_generation(request), lambda: "launching")
     except LaunchRefused as exc:
         raise ApplicationError(str(exc), type="LaunchRefused", non_retryable=True) from exc
     except CommandNotAllowed as exc:

@@ -48,7 +48,7 @@ def stop_on_nodes(request: StopRequest) -> StopResult:
 
 
 async def stop_generations(request: StopRequest) -> StopResult:
-    return await in_thread_heartbeating(lambda: stop_on_nodes(request), "stopping")
+    return await in_thread_heartbeating(lambda: stop_on_nodes(request), lambda: "stopping")
 
 
 @activity.defn(name="stop")

@@ -35,6 +35,7 @@ from lazarus.activities.diagnosis import (
     killed_by_sigkill,
     last_lines,
 )
+from lazarus.activities.heartbeat import in_thread_heartbeating
 from lazarus.activities.kernel_evidence import KernelSources, OomWatch
 from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
 from lazarus.activities.nodes.factory import agents, on_each
@@ -50,6 +51,7 @@ from lazarus.domain.contracts import (
     SuperviseRequest,
     SupervisionProgress,
 )
+from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import NodeSpec
 
 VANISHED_GRACE_S = 1.5
@@ -345,7 +347,7 @@ def _crash(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     root = min(failed, key=lambda r: (r.ended_at or obs.now, r.rank))
     return FailureReport(
         kind="crash",
-        failure_class="unknown",  # classified from the log tail by with_evidence()
+        failure_class=FailureClass.UNKNOWN,  # classified from the log tail by with_evidence()
         rank=root.rank,
         node=root.node,
         exit_code=root.exit_code,
@@ -373,7 +375,7 @@ def _vanished(obs: Observation) -> FailureReport | None:
     since, rank = gone[0]
     return FailureReport(
         kind="vanished",
-        failure_class="killed",  # or oom_host, with the kernel's record: with_evidence()
+        failure_class=FailureClass.KILLED,  # or oom_host, with the kernel's record: with_evidence()
         rank=rank,
         node=obs.ranks[rank].node,
         evidence=[
@@ -420,7 +422,7 @@ def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> Fa
     node_ranks = [r.rank for r in obs.ranks if r.node == name]
     return FailureReport(
         kind="node_lost",
-        failure_class="node_lost",
+        failure_class=FailureClass.NODE_LOST,
         rank=node_ranks[0] if node_ranks else 0,
         node=name,
         evidence=[why],
@@ -477,7 +479,7 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     silent = obs.now - since
     return FailureReport(
         kind="hang",
-        failure_class="hang",
+        failure_class=FailureClass.HANG,
         rank=culprit.rank,
         node=culprit.node,
         evidence=[
@@ -650,14 +652,9 @@ async def _observe_heartbeating(
     observer: GenerationObserver, last: SupervisionProgress | None
 ) -> Observation:
     """A silent node makes one poll take up to the command timeout: keep heartbeating
-    meanwhile, or Temporal would think this worker died."""
-    task = asyncio.create_task(asyncio.to_thread(observer.observe))
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=1.0)
-        if done:
-            return task.result()
-        if last is not None:
-            activity.heartbeat(last)
+    meanwhile, or Temporal would think this worker died. Before the first observation
+    there is no memory to send: those beats carry no details."""
+    return await in_thread_heartbeating(observer.observe, lambda: last)
 
 
 @activity.defn(name="supervise")

@@ -10,36 +10,56 @@ Examples::
     python -m bench compare --scenarios crash,hang --repeats 5 --soak-minutes 0
     python -m bench soak --soak-minutes 10 --seed 1   # the chaos soak alone
     python -m bench overhead                          # controller and helper costs alone
+    python -m bench compare-report bench/results/compare-<ts>.json   # the tables again
     python -m bench checkpoints --size-mb 512         # checkpoint write/verify/S3 tiering costs
     python -m bench chaos                             # the fault x phase matrix, as a table
     python -m bench chaos --cells smoke               # its fast subset (as in make test)
 
-Prints a markdown table (median, min and max over repeats) and writes every raw
-number to ``bench/results/<benchmark>-<timestamp>.json`` (or ``--json-out``).
+``recovery``, ``compare``, ``soak`` and ``overhead`` share one harness
+(:mod:`bench.harness`), one scenario registry (:mod:`bench.registry`) and one
+report (:mod:`bench.report`). Each prints a markdown table (median, min and max
+over repeats) and writes every raw number to
+``bench/results/<benchmark>-<timestamp>.json`` (or ``--json-out``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from bench import chaos, checkpoint_bench, compare_cli, report
-from bench.harness import run_benchmark
+from bench import chaos, checkpoint_bench, registry, report
+from bench.harness import BenchConfig, BenchContext, BenchRun, Extra, run_benchmark
 from bench.jobs import JobShape
-from bench.scenarios import SCENARIOS
+from bench.registry import SUITES, SYSTEMS, System
+
+PROG = "python -m bench"
 
 
-def _scenario_names(text: str) -> list[str]:
+def _names(text: str, known: Sequence[str], what: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SCENARIOS]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown scenario(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(SCENARIOS)}"
+            f"unknown {what} {', '.join(unknown) or '(none given)'}; choose from {', '.join(known)}"
         )
     return names
+
+
+def _lazarus_scenarios(text: str) -> list[str]:
+    known = [n for n, s in registry.load().items() if s.run is not None]
+    return _names(text, known, "scenario(s)")
+
+
+def _any_scenarios(text: str) -> list[str]:
+    return _names(text, list(registry.load()), "scenario(s)")
+
+
+def _system_names(text: str) -> list[str]:
+    return _names(text, list(SYSTEMS), "system(s)")
 
 
 def _positive_int(text: str) -> int:
@@ -49,35 +69,153 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _minutes(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser, quick_help: str) -> None:
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--json-out", type=Path, help="default: bench/results/<command>-<ts>.json")
+    parser.add_argument(
+        "--keep-workdir", action="store_true", help="keep the temporary state (logs) for debugging"
+    )
+
+
+def _systems_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--systems",
+        type=_system_names,
+        default=list(SYSTEMS),
+        help=f"comma-separated, from: {','.join(SYSTEMS)} (default: all)",
+    )
+
+
+def _soak_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--soak-minutes",
+        type=_minutes,
+        default=None,
+        help="soak length per system; 0 skips it (default: 10, or 0.25 with --quick)",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="the soak's fault schedule")
+    parser.add_argument("--plot-out", type=Path, help="default: next to the JSON, .png")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    scenarios = registry.load()
+
     recovery = commands.add_parser(
         "recovery",
-        help="fault scenarios against the example DDP job on a local stack",
-        description="Scenarios: " + "; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values()),
+        help="fault scenarios against the example DDP job on a local stack, Lazarus alone",
+        description="Scenarios: "
+        + "; ".join(f"{n}: {scenarios[n].summary}" for n in SUITES["recovery"]),
     )
     recovery.add_argument("--repeats", type=_positive_int, default=3)
     recovery.add_argument(
         "--scenarios",
-        type=_scenario_names,
-        default=list(SCENARIOS),
-        help=f"comma-separated, from: {','.join(SCENARIOS)} (default: all)",
+        type=_lazarus_scenarios,
+        default=list(SUITES["recovery"]),
+        help=f"comma-separated, from: {','.join(SUITES['recovery'])} (default: all; any "
+        "registered scenario Lazarus runs is accepted)",
     )
-    recovery.add_argument("--json-out", type=Path, help="default: bench/results/recovery-<ts>.json")
     recovery.add_argument(
         "--steps", type=_positive_int, help="training steps per job (the fault step scales)"
     )
-    recovery.add_argument(
-        "--quick", action="store_true", help="a tiny job (30 steps, 3 s hang timeout): smoke only"
+    _common(recovery, "a tiny job (30 steps, 3 s hang timeout): smoke only")
+
+    compare = commands.add_parser(
+        "compare",
+        help="the same job and faults under Lazarus and torchrun, then overhead and a soak",
+        description="Fault scenarios under both systems, the overhead figures and the chaos "
+        "soak; a markdown table and bench/results/compare-<ts>.json.",
     )
-    recovery.add_argument(
-        "--keep-workdir", action="store_true", help="keep the temporary state (logs) for debugging"
+    quick = "tiny jobs and a 15 s soak: checks the harness only"
+    _common(compare, quick)
+    _systems_flag(compare)
+    compare.add_argument("--repeats", type=_positive_int, default=3)
+    compare.add_argument(
+        "--scenarios",
+        type=_any_scenarios,
+        help=f"comma-separated (default: {','.join(SUITES['compare'])})",
     )
-    compare_cli.add_commands(commands, _positive_int)
+    compare.add_argument("--steps", type=_positive_int, help="training steps per job")
+    compare.add_argument("--no-overhead", action="store_true", help="skip the overhead figures")
+    _soak_flags(compare)
+
+    soak = commands.add_parser(
+        "soak", help="the chaos soak alone: random faults about once a minute, ETTR and MTTR"
+    )
+    _common(soak, quick)
+    _systems_flag(soak)
+    _soak_flags(soak)
+
+    overhead = commands.add_parser(
+        "overhead", help="controller CPU, history growth, heartbeat cost, fault-free wall time"
+    )
+    _common(overhead, quick)
+    _systems_flag(overhead)
+
+    show = commands.add_parser(
+        "compare-report",
+        help="print the tables of a saved recovery/compare/soak/overhead JSON again",
+    )
+    show.add_argument("json_file", type=Path)
     checkpoint_bench.add_command(commands)
     chaos.add_command(commands)
     return parser
+
+
+def _config(args: argparse.Namespace) -> BenchConfig:
+    if args.command == "recovery":
+        config = BenchConfig.recovery(JobShape.quick() if args.quick else JobShape())
+    else:
+        config = BenchConfig.quick() if args.quick else BenchConfig()
+    if getattr(args, "steps", None) is not None:
+        config = config.with_steps(args.steps)
+    return config
+
+
+def _extras(args: argparse.Namespace, config: BenchConfig, json_out: Path) -> dict[str, Extra]:
+    """Overhead and soak, as the command asks."""
+    from bench import overhead, soak
+
+    extras: dict[str, Extra] = {}
+    if (args.command == "compare" and not args.no_overhead) or args.command == "overhead":
+        extras["overhead"] = overhead.measure
+    if args.command in ("compare", "soak"):
+        minutes = config.soak_minutes if args.soak_minutes is None else args.soak_minutes
+        if minutes > 0:
+            plot_out: Path = args.plot_out or json_out.with_suffix(".png")
+            soak_systems: list[System] = [s for s in args.systems if s != "torchrun_default"]
+
+            async def run_soak(
+                ctx: BenchContext, progress: Callable[[str], None]
+            ) -> dict[str, Any]:
+                return await soak.run_soak(ctx, soak_systems, plot_out, progress)
+
+            extras["soak"] = run_soak
+    return extras
+
+
+def tables(run: BenchRun, stats: report.Summary, benchmark: str) -> str:
+    """What a benchmark prints: its scenario table, then overhead and soak tables."""
+    from bench import overhead, soak
+
+    if benchmark == "recovery":
+        return report.recovery_table(stats, report.skipped(run))
+    parts = []
+    if run.plan.scenarios:
+        parts.append(report.compare_table(stats))
+    if "overhead" in run.extras:
+        parts.append(overhead.markdown(run.extras["overhead"], stats))
+    if "soak" in run.extras:
+        parts.append(soak.markdown(run.extras["soak"]))
+    return "\n\n".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,34 +224,66 @@ def main(argv: Sequence[str] | None = None) -> int:
         return checkpoint_bench.run(args)
     if args.command == "chaos":
         return chaos.run(args)
-    if args.command != "recovery":
-        return compare_cli.run(args)
-    shape = JobShape.quick() if args.quick else JobShape()
-    if args.steps is not None:
+    if args.command == "compare-report":
         try:
-            shape = shape.with_steps(args.steps)
-        except ValueError as exc:
-            print(f"python -m bench: {exc}", file=sys.stderr)
+            saved, data = report.load(args.json_file)
+        except ValueError as exc:  # names the file already
+            print(f"{PROG} compare-report: {exc}", file=sys.stderr)
             return 2
-    bench = run_benchmark(
-        [SCENARIOS[name] for name in args.scenarios],
-        shape,
-        args.repeats,
+        except (OSError, KeyError) as exc:
+            print(f"{PROG} compare-report: {args.json_file}: cannot read: {exc}", file=sys.stderr)
+            return 2
+        print(tables(saved, report.summary(saved), data["benchmark"]))
+        return 0
+    try:
+        config = _config(args)
+    except ValueError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    json_out: Path = args.json_out or report.default_json_path(args.command)
+    extras = _extras(args, config, json_out)
+    if "soak" in extras and args.soak_minutes is not None:
+        config = replace(config, soak_minutes=args.soak_minutes, seed=args.seed)
+    elif "soak" in extras:
+        config = replace(config, seed=args.seed)
+    scenarios = registry.load()
+    names: list[str]
+    systems: list[System]
+    if args.command == "recovery":
+        names, systems, repeats = args.scenarios, ["lazarus"], args.repeats
+    elif args.command == "compare":
+        names, systems, repeats = (
+            args.scenarios or list(SUITES["compare"]),
+            args.systems,
+            args.repeats,
+        )
+    else:
+        names, systems, repeats = [], args.systems, 1
+    run = run_benchmark(
+        [scenarios[n] for n in names],
+        config,
+        repeats,
         keep_workdir=args.keep_workdir,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
+        systems=systems,
+        extras=extras,
+        label="bench" if args.command == "recovery" else "compare",
     )
-    stats = report.summary(bench)
-    json_out: Path = args.json_out or report.default_json_path()
-    report.write_json(json_out, report.payload(bench, stats))
-    print(report.markdown_table(stats, report.skipped(bench)))
+    stats = report.summary(run)
+    report.write_json(json_out, report.payload(run, stats, args.command))
+    print(tables(run, stats, args.command))
     print(f"\nraw results: {json_out}")
-    failed = [r for r in bench.records if r.error is not None]
-    return 1 if failed else 0
+    plot = run.extras.get("soak", {}).get("plot")
+    if plot and Path(plot).exists():
+        print(f"soak plot: {plot}")
+    failed = [r for r in run.records if r.error is not None]
+    failed_extras = [k for k, v in run.extras.items() if "error" in v]
+    return 1 if failed or failed_extras else 0
 
 
 if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:
-        print("python -m bench: interrupted; everything started was stopped", file=sys.stderr)
+        print(f"{PROG}: interrupted; everything started was stopped", file=sys.stderr)
         sys.exit(130)

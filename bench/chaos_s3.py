@@ -8,10 +8,11 @@ the environment (which the worker inherits), and only for the matrix run.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from lazarus.domain.ports import free_port
 
 BUCKET = "lazarus-chaos"
 FAKE_CREDENTIALS = {
@@ -22,15 +23,9 @@ FAKE_CREDENTIALS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class ChaosS3:
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._server: Any = None
 

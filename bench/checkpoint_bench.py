@@ -31,6 +31,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from lazarus.domain.ports import free_port
+
 RESULTS = Path(__file__).resolve().parent / "results"
 CHUNK = 1 << 20
 
@@ -83,15 +85,9 @@ def _write_checkpoint(root: Path, step: int, size_mb: int, files: int, hash_file
     return directory
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _moto_server() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,

@@ -1,11 +1,18 @@
-"""Running scenarios: one LocalStack for the whole benchmark, one fresh job per run.
+"""The one benchmark harness: one LocalStack per invocation, one fresh job per run.
 
-The stack (embedded dev server, headless, plus a real worker process) lives in a
-temporary directory that is removed at the end, whatever happened: every job is
-terminated, every rank of every generation is stopped, the worker and the server
-are shut down, even on Ctrl-C. Scenarios are plain async functions registered by
-name (see :mod:`bench.scenarios`); the harness runs each one ``repeats`` times,
-interleaved, and keeps every run's raw numbers.
+:func:`run_benchmark` runs every scenario under every chosen system ``repeats``
+times, interleaved (so slow drift of the machine touches all of them alike),
+then the extras (overhead, soak), and keeps every run's raw numbers as
+:class:`RunRecord`. The stack (embedded dev server, headless, plus a real
+worker process) lives in a temporary directory that is removed at the end,
+whatever happened: every job is terminated, every rank of every generation is
+stopped, every torchrun job killed, the worker and the server shut down, even
+on Ctrl-C or SIGTERM.
+
+:class:`BenchContext` is what a runner gets: :meth:`~BenchContext.lazarus`
+and :meth:`~BenchContext.torchrun` start the example under either system with
+the same command line, :meth:`~BenchContext.job` any spec under Lazarus.
+Scenarios live in :mod:`bench.registry`; what they measure in :mod:`bench.metrics`.
 """
 
 from __future__ import annotations
@@ -14,99 +21,152 @@ import asyncio
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from temporalio.client import Client, WorkflowHandle
+from pydantic import BaseModel
+from temporalio.client import Client
 from temporalio.service import RPCError
 
-from bench.jobs import WORLD_SIZE, JobPaths, JobShape, build_spec, run_reference, weights_match
-from bench.measure import RunMonitor, count_history_events
+from bench.jobs import (
+    EXAMPLE,
+    WORLD_SIZE,
+    JobControl,
+    JobPaths,
+    JobShape,
+    build_spec,
+    run_reference,
+    weights_match,
+)
+from bench.measure import RunMonitor, StepTrace, count_history_events, max_logged_step
+from bench.metrics import Value
+from bench.registry import Measured, Outcome, Reference, Scenario, System
+from bench.torchrun import TorchrunJob, TorchrunSetup
 from lazarus import chaos
+from lazarus.activities.rundir import GenerationDir
 from lazarus.activities.stop import stop_generations
-from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.contracts import StopRequest
 from lazarus.domain.spec import JobSpec
 from lazarus.lifecycle import StartStop
 from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import JobInput, JobStatus, Phase
+from lazarus.workflows.state import JobStatus, Phase
 
-Metric = float | int | bool | None
-WORKDIR_PREFIX = "lazarus-bench-"
+__all__ = [
+    "BenchConfig",
+    "BenchContext",
+    "BenchJob",
+    "BenchRun",
+    "Outcome",
+    "Reference",
+    "RunRecord",
+    "Scenario",
+    "run_benchmark",
+]
+
+Metric = Value
 STEP_POLL_S = 0.05
 """How often :meth:`BenchJob.reach_step` reads the heartbeats (as ``chaos.wait_for_step``)."""
 PROGRESS_POLL_S = 1.0
 """How often :meth:`BenchJob.result` checks that a job still makes progress."""
+RANK_ENV = {"OMP_NUM_THREADS": "1"}
+"""torchrun sets OMP_NUM_THREADS=1 for its ranks unless it is set; Lazarus passes the
+environment through. Under the comparable command line both get it explicitly."""
 
 SpecBuilder = Callable[[str, JobPaths], JobSpec]
 """Builds a job's spec from its name and paths (the default: :func:`bench.jobs.build_spec`)."""
-Reference = tuple[int, int]
-"""(world size, steps) of a fault-free reference run."""
-
-
-def default_references(shape: JobShape) -> list[Reference]:
-    return [(WORLD_SIZE, shape.steps)]
-
-
-@dataclass
-class Outcome:
-    """What one run of a scenario measured: ``metrics`` are summarised over repeats,
-    ``details`` (incidents, the injected fault, ...) are kept raw in the JSON."""
-
-    metrics: dict[str, Metric] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class Scenario:
-    name: str
-    summary: str
-    run: Callable[[BenchContext, int], Awaitable[Outcome]]
-    unavailable: Callable[[], str | None] | None = None
-    """Why the scenario cannot run on this machine (e.g. no root for network
-    namespaces), or None when it can: an unavailable scenario is skipped, with the
-    reason in the results, instead of failing."""
-    references: Callable[[JobShape], list[Reference]] = default_references
-    """The fault-free reference runs its jobs are compared with, computed before
-    any scenario runs so that no timing includes them."""
+class BenchConfig:
+    """Everything that shapes a benchmark run beyond the job; recorded in the JSON."""
+
+    shape: JobShape = field(default_factory=JobShape)
+    command: Literal["plain", "comparable"] = "comparable"
+    """``comparable`` (compare, soak, overhead): the example's command line is the one
+    torchrun runs (``--pg-timeout-s``, ``OMP_NUM_THREADS=1``); ``plain`` (recovery):
+    :func:`bench.jobs.build_spec`'s, the environment passed through, as a user would."""
+    pg_timeout_s: float = 1800.0
+    """The example's collective timeout under the comparable command line: gloo's
+    default (30 min), so that a hang under torchrun behaves as it would out of the box."""
+    torchrun_max_restarts: int = 3
+    torchrun_monitor_interval_s: float = 0.5
+    torchrun_hang_bound_s: float = 60.0
+    """How long torchrun gets to notice a hang (it has no hang detection of its own)."""
+    torchrun_default_bound_s: float = 60.0
+    """How long torchrun's default setup gets to show a step of a restarted generation."""
+    overhead_steps: int = 450
+    """Overhead: steps of the fault-free jobs whose controller CPU is sampled (the
+    middle two thirds: 30 s at 0.1 s/step, 3000 clock ticks)."""
+    overhead_history_job: bool = True
+    """Overhead: time history growth in a job of its own (reporting every 2 s);
+    False (quick) makes the CPU job report every 2 s instead."""
+    soak_minutes: float = 10.0
+    soak_fault_every_s: float = 60.0
+    soak_operator_after_s: float = 60.0
+    """Soak: with no progress this long the harness acts as the operator (an
+    unhandled incident): it restarts the job, as a person paged would."""
+    soak_step_time_s: float = 0.1
+    soak_max_restarts: int = 100
+    """Both systems are given a restart budget that a fault a minute cannot spend."""
+    seed: int = 1
+
+    @classmethod
+    def quick(cls) -> BenchConfig:
+        """A tiny job for smoke tests: seconds per run, numbers meaningless."""
+        shape = JobShape.quick()
+        return cls(
+            shape=shape,
+            torchrun_hang_bound_s=shape.hang_timeout_s + 1.0,
+            torchrun_default_bound_s=20.0,
+            overhead_steps=40,
+            overhead_history_job=False,
+            soak_minutes=0.25,
+            soak_fault_every_s=6.0,
+            soak_operator_after_s=30.0,
+            soak_step_time_s=0.05,
+        )
+
+    @classmethod
+    def recovery(cls, shape: JobShape) -> BenchConfig:
+        """The recovery benchmark's: Lazarus alone, the plain command line."""
+        return cls(shape=shape, command="plain")
+
+    def with_steps(self, steps: int) -> BenchConfig:
+        return replace(self, shape=self.shape.with_steps(steps))
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-@dataclass
-class RunRecord:
-    scenario: str
-    repeat: int
-    started_at: float
-    wall_s: float
-    metrics: dict[str, Metric]
-    details: dict[str, Any]
-    error: str | None = None
-    skipped: str | None = None
-    """Why the scenario did not run (its prerequisites are missing here)."""
+# --------------------------------------------------------------------------- jobs
 
 
 class BenchJob:
-    """A started example job, its run directory monitor, and the common measurements."""
+    """A started Lazarus job, its run directory monitor, and the common measurements."""
 
     def __init__(
         self,
         ctx: BenchContext,
         spec: JobSpec,
         paths: JobPaths,
-        handle: WorkflowHandle[Any, JobStatus],
+        control: JobControl,
         monitor: RunMonitor,
         steps: int,
     ) -> None:
         self.ctx = ctx
         self.spec = spec
         self.paths = paths
-        self.handle = handle
+        self.control = control
+        self.handle = control.handle
+        """The raw workflow handle (the chaos matrix signals it directly)."""
         self.monitor = monitor
         self.steps = steps
         self.run_root = Path(spec.run_dir) / spec.job_id
@@ -137,7 +197,7 @@ class BenchJob:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ctx.shape.job_timeout_s
         while True:
-            status: JobStatus = await self.handle.query(QUERY_STATUS, result_type=JobStatus)
+            status = await self.control.status()
             if status.phase == phase:
                 return status
             if loop.time() > deadline:
@@ -149,7 +209,7 @@ class BenchJob:
         fails only when neither the step nor the generation moved for
         ``job_timeout_s`` (a busy machine makes a job slower, never a failure)."""
         loop = asyncio.get_running_loop()
-        waiting = asyncio.ensure_future(self.handle.result())
+        waiting = asyncio.ensure_future(self.control.result())
         seen = chaos.current_step(self.run_root)
         moved_at = loop.time()
         try:
@@ -170,11 +230,11 @@ class BenchJob:
         self.monitor.stop()
         return status
 
-    async def common_outcome(self, status: JobStatus) -> Outcome:
-        """What every Lazarus scenario reports about a finished job."""
-        assert self.handle.first_execution_run_id is not None
+    async def common_outcome(self, status: JobStatus) -> Measured:
+        """What every Lazarus job reports once finished (the metrics of
+        :mod:`bench.metrics`' "any finished job" section, less the wall times)."""
         history = await count_history_events(
-            self.ctx.client, self.handle.id, self.handle.first_execution_run_id
+            self.ctx.client, self.control.workflow_id, self.control.first_run_id
         )
         completed = status.phase == Phase.SUCCEEDED
         reference = await self.ctx.reference_weights(self.spec.world_size, self.steps)
@@ -182,13 +242,14 @@ class BenchJob:
             weights_match, self.paths.weights, reference
         )
         generations = max(status.generation, 1)
-        return Outcome(
+        return Measured(
             metrics={
                 "completed": completed,
                 "weights_ok": weights_ok,
                 "generations": status.generation,
                 "incidents": len(status.incidents),
                 "max_live_ranks": self.monitor.max_live_ranks,
+                "duplicate_ranks": self.monitor.max_live_ranks > self.spec.world_size,
                 "history_events": history.events,
                 "workflow_runs": history.runs,
                 "history_events_per_generation": history.events / generations,
@@ -208,24 +269,80 @@ class BenchJob:
         self.monitor.stop()
         if not self.finished:
             with suppress(RPCError):  # already finished, or never got going
-                await self.handle.terminate("benchmark cleanup")
+                await self.control.terminate("benchmark cleanup")
         await self.ctx.stop_ranks(self.run_root, self.spec.job_id)
 
 
-class BenchContext:
-    """Shared by every run of a benchmark: the stack, a client, the job shape."""
+@dataclass
+class LazarusRun:
+    """The example under Lazarus, started by :meth:`BenchContext.lazarus`."""
 
-    def __init__(self, stack: LocalStack, client: Client, shape: JobShape, workdir: Path) -> None:
+    job: BenchJob
+    started_at: float
+
+    def trace(self) -> StepTrace:
+        """Heartbeats as seen by the run-directory monitor, by the rank's own clock."""
+        trace = StepTrace(started_at=self.started_at)
+        for p in list(self.job.monitor.progress):
+            trace.add(p.written_at, p.generation, p.step)
+        return trace
+
+    def logged_max_step(self, generation: int) -> int | None:
+        gen = GenerationDir.of(chaos.run_root_of(self.job.run_root), generation)
+        return max_logged_step(sorted(gen.path.glob("rank-*.log")))
+
+
+@dataclass
+class TorchrunRun:
+    job: TorchrunJob
+    paths: JobPaths
+
+    @property
+    def weights(self) -> Path:
+        return self.paths.weights
+
+    async def wait_exit(self, timeout_s: float) -> float | None:
+        """Wait for the agent to exit; the time it did, or None on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.job.agent.poll() is not None:
+                return time.time()
+            await asyncio.sleep(STEP_POLL_S)
+        return None
+
+
+async def wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``predicate`` every 50 ms; False if it never held within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(STEP_POLL_S)
+    return predicate()
+
+
+class BenchContext:
+    """Shared by every run of one invocation: the stack, a client, the config,
+    the reference weights, and everything started (so that cleanup finds it)."""
+
+    def __init__(
+        self, stack: LocalStack, client: Client, config: BenchConfig, workdir: Path
+    ) -> None:
         self.stack = stack
         self.client = client
-        self.shape = shape
+        self.config = config
         self.workdir = workdir
         self._references: dict[Reference, Path] = {}
         self._reference_lock = asyncio.Lock()
         self.run_roots: dict[str, Path] = {}
-        """Every job started, by job id, so that cleanup can find its ranks."""
+        """Every Lazarus job started, by job id, so that cleanup can find its ranks."""
+        self.torchrun_jobs: list[TorchrunJob] = []
         self.resources: list[StartStop] = []
         """Other things a scenario started (test hosts): cleanup stops each one."""
+
+    @property
+    def shape(self) -> JobShape:
+        return self.config.shape
 
     async def reference_weights(
         self, world_size: int = WORLD_SIZE, steps: int | None = None
@@ -243,6 +360,38 @@ class BenchContext:
                 )
             return self._references[key]
 
+    async def weights_ok(
+        self, weights: Path, steps: int | None = None, world_size: int = WORLD_SIZE
+    ) -> bool:
+        reference = await self.reference_weights(world_size, steps)
+        return await asyncio.to_thread(weights_match, weights, reference)
+
+    def example_args(
+        self,
+        paths: JobPaths,
+        steps: int | None = None,
+        extra: list[str] | None = None,
+        step_time_s: float | None = None,
+    ) -> list[str]:
+        """The example's comparable command line, identical for both systems (bar paths)."""
+        shape = self.shape
+        return [
+            str(EXAMPLE),
+            "--steps",
+            str(steps or shape.steps),
+            "--step-time",
+            str(shape.step_time_s if step_time_s is None else step_time_s),
+            "--ckpt-every",
+            str(shape.ckpt_every),
+            "--pg-timeout-s",
+            str(self.config.pg_timeout_s),
+            "--out",
+            str(paths.weights),
+            "--checkpoint-dir",
+            str(paths.checkpoints),
+            *(extra or []),
+        ]
+
     @asynccontextmanager
     async def job(
         self,
@@ -252,30 +401,98 @@ class BenchContext:
         steps: int | None = None,
         input_overrides: dict[str, Any] | None = None,
     ) -> AsyncIterator[BenchJob]:
-        """Start the example job under Lazarus, monitored; always cleaned up on exit.
+        """Start a job under Lazarus, monitored; always cleaned up on exit.
 
-        ``build`` makes a different spec (multi-node jobs); ``steps`` says how many
-        steps it trains, when not ``shape.steps``, so its weights meet the right
-        reference; ``input_overrides`` sets other :class:`JobInput` fields (e.g. a low
-        ``continue_as_new_after_events``)."""
+        ``build`` makes its spec (default: the example, :func:`bench.jobs.build_spec`);
+        ``steps`` says how many steps it trains, when not ``shape.steps``, so its
+        weights meet the right reference; ``input_overrides`` sets other
+        :class:`JobInput` fields (e.g. a low ``continue_as_new_after_events``)."""
         name = f"bench-{scenario.replace('_', '-')}-{repeat}-{uuid.uuid4().hex[:6]}"
         paths = JobPaths(self.workdir / "jobs" / name)
         spec = build(name, paths) if build is not None else build_spec(name, paths, self.shape)
         run_root = Path(spec.run_dir) / spec.job_id
         self.run_roots[spec.job_id] = run_root
-        handle = await self.client.start_workflow(
-            WORKFLOW_TYPE,
-            JobInput(spec=spec, **(input_overrides or {})),
-            id=workflow_id_for(spec.name),
-            task_queue=self.stack.task_queue,
-            result_type=JobStatus,
+        control = await JobControl.start(
+            self.client, spec, self.stack.task_queue, **(input_overrides or {})
         )
-        job = BenchJob(self, spec, paths, handle, RunMonitor(run_root), steps or self.shape.steps)
+        job = BenchJob(self, spec, paths, control, RunMonitor(run_root), steps or self.shape.steps)
         job.monitor.__enter__()
         try:
             yield job
         finally:
             await job.abandon()
+
+    @asynccontextmanager
+    async def lazarus(
+        self,
+        scenario: str,
+        repeat: int,
+        steps: int | None = None,
+        extra_args: list[str] | None = None,
+        spec_extra: dict[str, object] | None = None,
+        nproc_per_node: int = WORLD_SIZE,
+        step_time_s: float | None = None,
+    ) -> AsyncIterator[LazarusRun]:
+        """Start the example under Lazarus, with the command line of ``config.command``
+        plus ``extra_args``; ``spec_extra`` adds or replaces top-level spec fields."""
+        comparable = self.config.command == "comparable"
+
+        def build(name: str, paths: JobPaths) -> JobSpec:
+            extra: dict[str, object] = {}
+            if comparable:
+                command = [
+                    sys.executable,
+                    *self.example_args(paths, steps, extra_args, step_time_s),
+                ]
+                extra = {"command": command, "env": dict(RANK_ENV)}
+            extra.update(spec_extra or {})
+            spec = build_spec(
+                name, paths, self.shape, nproc_per_node=nproc_per_node, steps=steps, extra=extra
+            )
+            if comparable or not extra_args:
+                return spec
+            return spec.model_copy(update={"command": [*spec.command, *extra_args]})
+
+        label = f"cmp-{scenario}" if comparable else scenario
+        started = time.time()
+        async with self.job(label, repeat, build, steps=steps) as job:
+            yield LazarusRun(job, started)
+
+    def _paths(self, system: str, scenario: str, repeat: int) -> JobPaths:
+        name = f"{system}-{scenario.replace('_', '-')}-{repeat}-{uuid.uuid4().hex[:6]}"
+        paths = JobPaths(self.workdir / "jobs" / name)
+        paths.root.mkdir(parents=True, exist_ok=True)
+        return paths
+
+    @asynccontextmanager
+    async def torchrun(
+        self,
+        scenario: str,
+        repeat: int,
+        setup: TorchrunSetup = "best",
+        steps: int | None = None,
+        extra_args: list[str] | None = None,
+        max_restarts: int | None = None,
+        step_time_s: float | None = None,
+    ) -> AsyncIterator[TorchrunRun]:
+        """Start the example under torchrun; every process it started is killed on exit."""
+        paths = self._paths(f"torchrun-{setup}", scenario, repeat)
+        job = TorchrunJob(
+            example_args=self.example_args(paths, steps, extra_args, step_time_s),
+            log_path=paths.root / "torchrun.log",
+            setup=setup,
+            max_restarts=(
+                self.config.torchrun_max_restarts if max_restarts is None else max_restarts
+            ),
+            monitor_interval_s=self.config.torchrun_monitor_interval_s,
+            extra_env=dict(RANK_ENV),
+        )
+        self.torchrun_jobs.append(job)
+        job.start()
+        try:
+            yield TorchrunRun(job, paths)
+        finally:
+            await asyncio.to_thread(job.stop)
 
     async def stop_ranks(self, run_root: Path, job_id: str) -> None:
         await stop_generations(
@@ -285,6 +502,13 @@ class BenchContext:
     async def stop_all_ranks(self) -> None:
         for job_id, run_root in self.run_roots.items():
             await self.stop_ranks(run_root, job_id)
+
+    def stop_all_torchrun(self) -> None:
+        for job in self.torchrun_jobs:
+            try:
+                job.stop()
+            except Exception:
+                traceback.print_exc()
 
     def release_resources(self) -> None:
         """Stop everything registered in :attr:`resources`, newest first (idempotent)."""
@@ -296,133 +520,245 @@ class BenchContext:
                 traceback.print_exc()
 
 
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class RunRecord:
+    """One run of one scenario under one system, as the JSON keeps it."""
+
+    scenario: str
+    repeat: int
+    started_at: float
+    wall_clock_s: float
+    """How long the run took, set-up and checks included (not a metric)."""
+    metrics: dict[str, Metric]
+    details: dict[str, Any]
+    error: str | None = None
+    skipped: str | None = None
+    """Why the scenario did not run (its prerequisites are missing here)."""
+    system: System = "lazarus"
+    not_possible: str | None = None
+    """Why this system cannot do this scenario at all."""
+    note: str | None = None
+    """What a number means (``not detected within 60 s``)."""
+
+    @property
+    def wall_s(self) -> float:
+        """The chaos matrix's name for :attr:`wall_clock_s`."""
+        return self.wall_clock_s
+
+    @property
+    def status(self) -> Literal["ok", "error", "not_possible", "skipped"]:
+        if self.not_possible is not None:
+            return "not_possible"
+        if self.skipped is not None:
+            return "skipped"
+        return "error" if self.error is not None else "ok"
+
+
+class Plan(BaseModel):
+    scenarios: list[str]
+    systems: list[System]
+    repeats: int
+
+
 @dataclass
 class BenchRun:
     """Everything a benchmark produced, before summarising."""
 
-    shape: JobShape
-    scenarios: list[str]
-    repeats: int
+    config: BenchConfig
+    plan: Plan
     started_at: float
     records: list[RunRecord] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Overhead and soak results, by name, as JSON-ready dicts."""
+    summaries: dict[str, str] = field(default_factory=dict)
+    """Each scenario's one-line summary, by name."""
     server_address: str = ""
     load_average_at_start: list[float] = field(default_factory=lambda: list(os.getloadavg()))
     """Other work on the machine skews every timing; this says how busy it was."""
+
+    @property
+    def shape(self) -> JobShape:
+        return self.config.shape
+
+    @property
+    def scenarios(self) -> list[str]:
+        return self.plan.scenarios
+
+    @property
+    def repeats(self) -> int:
+        return self.plan.repeats
+
+
+Extra = Callable[[BenchContext, Callable[[str], None]], Awaitable[dict[str, Any]]]
+"""A part of a benchmark that is not a per-fault scenario (overhead, soak)."""
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_benchmark(
     scenarios: list[Scenario],
-    shape: JobShape,
+    config: BenchConfig | JobShape,
     repeats: int,
     keep_workdir: bool = False,
     progress: Callable[[str], None] = print,
+    *,
+    systems: list[System] | None = None,
+    extras: dict[str, Extra] | None = None,
+    label: str = "bench",
 ) -> BenchRun:
-    """Run every scenario ``repeats`` times on one fresh LocalStack, then tear it all down."""
-    workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
-    stack = LocalStack(workdir / "stack", task_queue=f"bench-{uuid.uuid4().hex[:8]}", headless=True)
-    bench = BenchRun(
-        shape=shape,
-        scenarios=[s.name for s in scenarios],
-        repeats=repeats,
+    """Run every scenario under every system (default: Lazarus alone) ``repeats``
+    times, interleaved, then the extras, on one fresh LocalStack; everything
+    started is stopped at the end. A bare :class:`JobShape` means the recovery
+    benchmark's config (:meth:`BenchConfig.recovery`). ``label`` prefixes the
+    progress lines and names the temporary directory (``/tmp/lazarus-<label>-*``)."""
+    if isinstance(config, JobShape):
+        config = BenchConfig.recovery(config)
+    plan = Plan(
+        scenarios=[s.name for s in scenarios], systems=systems or ["lazarus"], repeats=repeats
+    )
+    workdir = Path(tempfile.mkdtemp(prefix=f"lazarus-{label}-"))
+    stack = LocalStack(
+        workdir / "stack", task_queue=f"{label}-{uuid.uuid4().hex[:8]}", headless=True
+    )
+    run = BenchRun(
+        config=config,
+        plan=plan,
         started_at=time.time(),
+        summaries={s.name: s.summary for s in scenarios},
     )
-    previous_term = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     contexts: list[BenchContext] = []
-    try:
-        progress(f"bench: state in {workdir}; starting the dev server and a worker")
-        stack.start()
-        bench.server_address = stack.server.address
-        asyncio.run(_run_all(stack, shape, workdir, scenarios, repeats, bench, contexts, progress))
-    finally:
+    with _sigterm_as_interrupt():
         try:
-            # The worker first, so nothing relaunches the ranks stopped next.
-            stack.kill_worker(signal.SIGKILL)
-            for ctx in contexts:
-                try:
-                    asyncio.run(ctx.stop_all_ranks())
-                finally:
-                    ctx.release_resources()
+            progress(f"{label}: state in {workdir}; starting the dev server and a worker")
+            stack.start()
+            run.server_address = stack.server.address
+            loop = _Loop(stack, config, workdir, scenarios, run, progress, label)
+            asyncio.run(loop.run_all(extras or {}, contexts))
         finally:
-            stack.stop()
-            signal.signal(signal.SIGTERM, previous_term)
-            if keep_workdir:
-                progress(f"bench: kept {workdir}")
-            else:
-                shutil.rmtree(workdir, ignore_errors=True)
-    return bench
-
-
-async def _run_all(
-    stack: LocalStack,
-    shape: JobShape,
-    workdir: Path,
-    scenarios: list[Scenario],
-    repeats: int,
-    bench: BenchRun,
-    contexts: list[BenchContext],
-    progress: Callable[[str], None],
-) -> None:
-    ctx = BenchContext(stack, await stack.client(), shape, workdir)
-    contexts.append(ctx)
-    skipped: dict[str, str] = {}
-    for scenario in scenarios:
-        reason = scenario.unavailable() if scenario.unavailable is not None else None
-        if reason is not None:
-            skipped[scenario.name] = reason
-            progress(f"bench: skipping {scenario.name}: {reason}")
-    references = sorted(
-        {ref for s in scenarios if s.name not in skipped for ref in s.references(shape)}
-    )
-    for world_size, steps in references:
-        progress(f"bench: fault-free reference run (no Lazarus), {world_size} ranks, {steps} steps")
-        await ctx.reference_weights(world_size, steps)
-    # Interleaved, so slow drift of the machine touches every scenario alike.
-    for repeat in range(repeats):
-        for scenario in scenarios:
-            if scenario.name in skipped:
-                bench.records.append(
-                    RunRecord(
-                        scenario=scenario.name,
-                        repeat=repeat,
-                        started_at=time.time(),
-                        wall_s=0.0,
-                        metrics={},
-                        details={},
-                        skipped=skipped[scenario.name],
-                    )
-                )
-                continue
-            if not stack.worker_running:  # a scenario that failed half-way may leave it down
-                stack.start_worker()
-            started = time.time()
-            progress(f"bench: {scenario.name} #{repeat + 1}/{repeats} ...")
             try:
-                outcome = await scenario.run(ctx, repeat)
-                error = None
-            except Exception as exc:
-                outcome = Outcome()
-                error = f"{type(exc).__name__}: {exc}"
-                progress(traceback.format_exc())
+                # The worker first, so nothing relaunches the ranks stopped next.
+                stack.kill_worker(signal.SIGKILL)
+                for ctx in contexts:
+                    ctx.stop_all_torchrun()
+                    try:
+                        asyncio.run(ctx.stop_all_ranks())
+                    finally:
+                        ctx.release_resources()
             finally:
-                ctx.release_resources()
-            wall = time.time() - started
-            bench.records.append(
-                RunRecord(
-                    scenario=scenario.name,
-                    repeat=repeat,
-                    started_at=started,
-                    wall_s=wall,
-                    metrics=outcome.metrics,
-                    details=outcome.details,
-                    error=error,
-                )
+                stack.stop()
+                if keep_workdir:
+                    progress(f"{label}: kept {workdir}")
+                else:
+                    shutil.rmtree(workdir, ignore_errors=True)
+    return run
+
+
+@dataclass
+class _Loop:
+    stack: LocalStack
+    config: BenchConfig
+    workdir: Path
+    scenarios: list[Scenario]
+    run: BenchRun
+    progress: Callable[[str], None]
+    label: str
+
+    async def run_all(self, extras: dict[str, Extra], contexts: list[BenchContext]) -> None:
+        ctx = BenchContext(self.stack, await self.stack.client(), self.config, self.workdir)
+        contexts.append(ctx)
+        skipped: dict[str, str] = {}
+        for sc in self.scenarios:
+            reason = sc.unavailable() if sc.unavailable is not None else None
+            if reason is not None:
+                skipped[sc.name] = reason
+                self.progress(f"{self.label}: skipping {sc.name}: {reason}")
+        references = sorted(
+            {
+                ref
+                for s in self.scenarios
+                if s.name not in skipped
+                for ref in s.references(ctx.shape)
+            }
+        )
+        for world_size, steps in references:
+            self.progress(
+                f"{self.label}: fault-free reference run (no controller), "
+                f"{world_size} ranks, {steps} steps"
             )
-            shown = ", ".join(f"{k}={_short(v)}" for k, v in outcome.metrics.items())
-            progress(f"bench: {scenario.name} #{repeat + 1} {wall:.1f} s: {error or shown}")
+            await ctx.reference_weights(world_size, steps)
+        for repeat in range(self.run.plan.repeats):
+            for sc in self.scenarios:
+                for system in self.run.plan.systems:
+                    record = await self._run_one(ctx, sc, system, repeat, skipped.get(sc.name))
+                    if record is not None:
+                        self.run.records.append(record)
+        for name, extra in extras.items():
+            self.progress(f"{self.label}: {name} ...")
+            started = time.time()
+            try:
+                self.run.extras[name] = await extra(ctx, self.progress)
+            except Exception as exc:
+                self.progress(traceback.format_exc())
+                self.run.extras[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            finally:
+                ctx.stop_all_torchrun()
+                if not self.stack.worker_running:
+                    self.stack.start_worker()
+            self.progress(f"{self.label}: {name} took {time.time() - started:.0f} s")
+
+    async def _run_one(
+        self, ctx: BenchContext, sc: Scenario, system: System, repeat: int, skipped: str | None
+    ) -> RunRecord | None:
+        started = time.time()
+        record = RunRecord(sc.name, repeat, started, 0.0, {}, {}, system=system)
+        if system in sc.not_possible:
+            record.not_possible = sc.not_possible[system]
+            return record
+        runner = sc.runner(system)
+        if runner is None:
+            return None  # e.g. torchrun_default only where it says something
+        if skipped is not None:
+            record.skipped = skipped
+            return record
+        if not self.stack.worker_running:  # a run that failed half-way may leave it down
+            self.stack.start_worker()
+        where = sc.name if system == "lazarus" else f"{sc.name} / {system}"
+        self.progress(f"{self.label}: {where} #{repeat + 1}/{self.run.plan.repeats} ...")
+        try:
+            measured = await runner(ctx, repeat)
+            record.metrics, record.details, record.note = (
+                measured.metrics,
+                measured.details,
+                measured.note,
+            )
+        except Exception as exc:
+            record.error = f"{type(exc).__name__}: {exc}"
+            self.progress(traceback.format_exc())
+        finally:
+            ctx.stop_all_torchrun()
+            ctx.release_resources()
+        record.wall_clock_s = time.time() - started
+        shown = ", ".join(f"{k}={_short(v)}" for k, v in record.metrics.items())
+        note = f" ({record.note})" if record.note else ""
+        self.progress(
+            f"{self.label}: {where} #{repeat + 1} {record.wall_clock_s:.1f} s: "
+            f"{record.error or shown}{note}"
+        )
+        return record
 
 
 def _short(value: Metric) -> str:

@@ -9,7 +9,6 @@ Lazarus, and :func:`weights_match` compares with ``torch.equal``.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -17,7 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client, WorkflowHandle
+
+from lazarus.client import JobClient, JobHandle
+from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec, parse_spec
+from lazarus.workflows.state import JobInput, JobStatus
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "train_ddp.py"
@@ -36,7 +40,16 @@ class JobShape:
     """Faults are injected once the job reports this step."""
     hang_timeout_s: float = 10.0
     worker_down_s: float = 3.0
-    """How long the worker stays dead in the worker_kill scenario."""
+    """How long the worker stays dead in the controller-crash scenarios and the soak."""
+    pause_hold_s: float = 2.0
+    """pause_resume: how long the job stays paused (the ``pause`` scenario: 0)."""
+    straggler_steps: int = 240
+    """straggler: the job's steps (it has one rank on each of 2 nodes, plus a spare)."""
+    straggler_from_step: int = 50
+    straggler_until_step: int = 200
+    """straggler: node n2's rank is slow for steps [from, until)."""
+    straggler_factor: float = 2.0
+    """straggler: how much slower (``--slow-factor``)."""
     health: dict[str, float] = field(
         default_factory=lambda: {"startup_timeout_s": 120.0, "poll_interval_s": 0.5}
     )
@@ -70,6 +83,10 @@ class JobShape:
             # down, and a 3 s hang clock then relaunched finished jobs (defect 19).
             hang_timeout_s=8.0,
             worker_down_s=1.0,
+            pause_hold_s=0.2,
+            straggler_steps=40,
+            straggler_from_step=10,
+            straggler_until_step=30,
             health={"startup_timeout_s": 60.0, "poll_interval_s": 0.2},
             recovery={"backoff_initial_s": 0.2, "stop_grace_s": 2.0},
             job_timeout_s=120.0,
@@ -150,18 +167,12 @@ def build_spec(
     return parse_spec(data, "<bench>").resolved(paths.root)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def run_reference(workdir: Path, steps: int, world_size: int = WORLD_SIZE) -> Path:
     """Run the example straight through with plain processes (no Lazarus, no sleeps)
     and return its final weights: what every benchmark job must end with."""
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / "model.pt"
-    port = _free_port()
+    port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
     for rank in range(world_size):
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
@@ -218,3 +229,57 @@ def weights_match(actual: Path, expected: Path) -> bool:
     got = torch.load(actual, map_location="cpu")
     want = torch.load(expected, map_location="cpu")
     return bool(got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want))
+
+
+class JobControl:
+    """One Lazarus job as the bench drives it, through :class:`lazarus.client.JobClient`
+    (the supported Python API), so the bench exercises what users call.
+
+    Two things the client deliberately does not offer stay here: ``terminate`` (a
+    bench-only hard stop that skips the workflow's own cleanup) and ``handle``, the
+    raw workflow handle the chaos matrix signals directly, in phases where the
+    client would refuse to send anything."""
+
+    def __init__(self, jobs: JobClient, job: JobHandle) -> None:
+        self.jobs = jobs
+        self.job = job
+
+    @classmethod
+    async def start(
+        cls, client: Client, spec: JobSpec, task_queue: str, **input_fields: Any
+    ) -> JobControl:
+        """Start ``spec``'s workflow; ``input_fields`` set other :class:`JobInput` fields."""
+        jobs = JobClient(client, task_queue=task_queue)
+        return cls(jobs, await jobs.start(JobInput(spec=spec, **input_fields)))
+
+    @property
+    def handle(self) -> WorkflowHandle[Any, JobStatus]:
+        return self.jobs.temporal.get_workflow_handle(self.job.workflow_id, result_type=JobStatus)
+
+    @property
+    def workflow_id(self) -> str:
+        return self.job.workflow_id
+
+    @property
+    def first_run_id(self) -> str:
+        if not self.job.run_id:
+            raise RuntimeError(f"{self.job.workflow_id}: started without a run id")
+        return self.job.run_id
+
+    async def status(self) -> JobStatus:
+        return await self.jobs.query(self.job)
+
+    async def pause(self) -> None:
+        await self.jobs.pause(self.job)
+
+    async def resume(self) -> None:
+        await self.jobs.resume(self.job)
+
+    async def force_recover(self, reason: str) -> None:
+        await self.jobs.recover(self.job, reason=reason)
+
+    async def result(self) -> JobStatus:
+        return await self.jobs.result(self.job)
+
+    async def terminate(self, reason: str) -> None:
+        await self.handle.terminate(reason)

@@ -30,10 +30,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from bench import multinode
-from bench.compare import CompareContext, wait_until
-from bench.compare_report import Cell, render_cell
+from bench.harness import BenchContext, wait_until
 from bench.jobs import REPO
 from bench.measure import count_history_events
+from bench.report import Summary, render_cell
 
 DEFAULT_REPORT_INTERVAL_S = 300.0
 FAST_REPORT_INTERVAL_S = 2.0
@@ -90,7 +90,7 @@ class OverheadResult(BaseModel):
     completed: dict[str, bool] = {}
 
 
-async def measure(ctx: CompareContext, progress: Callable[[str], None]) -> dict[str, Any]:
+async def measure(ctx: BenchContext, progress: Callable[[str], None]) -> dict[str, Any]:
     result = OverheadResult(step_time_s=ctx.shape.step_time_s)
     progress("compare: overhead: heartbeat microbenchmark")
     micro = await asyncio.to_thread(heartbeat_micro)
@@ -134,7 +134,7 @@ def _window(steps: int) -> tuple[int, int]:
     return max(1, steps // 6), steps * 5 // 6
 
 
-async def _lazarus_cpu(ctx: CompareContext, result: OverheadResult) -> None:
+async def _lazarus_cpu(ctx: BenchContext, result: OverheadResult) -> None:
     """Worker CPU over the steady middle of a fault-free job; in quick mode the same
     job also reports every 2 s and gives the history growth."""
     steps = ctx.config.overhead_steps
@@ -142,15 +142,13 @@ async def _lazarus_cpu(ctx: CompareContext, result: OverheadResult) -> None:
     fast = not ctx.config.overhead_history_job
     extra = _fast_reports(ctx, fast)
     async with ctx.lazarus("overhead-cpu", 0, steps=steps, spec_extra=extra) as run:
-        handle = run.job.handle
-        assert handle.first_execution_run_id is not None
-        run_id = handle.first_execution_run_id
+        workflow_id, run_id = run.job.control.workflow_id, run.job.control.first_run_id
         await run.job.reach_step(low)
-        first = multinode.cpu_sample(ctx.bench.stack.worker_pid)
-        events_first = await count_history_events(ctx.bench.client, handle.id, run_id)
+        first = multinode.cpu_sample(ctx.stack.worker_pid)
+        events_first = await count_history_events(ctx.client, workflow_id, run_id)
         await run.job.reach_step(high)
-        last = multinode.cpu_sample(ctx.bench.stack.worker_pid)
-        events_last = await count_history_events(ctx.bench.client, handle.id, run_id)
+        last = multinode.cpu_sample(ctx.stack.worker_pid)
+        events_last = await count_history_events(ctx.client, workflow_id, run_id)
         status = await run.job.result()
         common = await run.job.common_outcome(status)
     result.lazarus_cpu_s_per_hour = multinode.cpu_rate(first, last) * 3600.0
@@ -163,7 +161,7 @@ async def _lazarus_cpu(ctx: CompareContext, result: OverheadResult) -> None:
         _history_figures(result, events_last.events - events_first.events, last.at - first.at)
 
 
-def _fast_reports(ctx: CompareContext, fast: bool) -> dict[str, object]:
+def _fast_reports(ctx: BenchContext, fast: bool) -> dict[str, object]:
     if not fast:
         return {}
     health = {
@@ -185,7 +183,7 @@ def _history_figures(result: OverheadResult, events: int, window_s: float) -> No
     )
 
 
-async def _torchrun_cpu(ctx: CompareContext, result: OverheadResult) -> None:
+async def _torchrun_cpu(ctx: BenchContext, result: OverheadResult) -> None:
     steps = ctx.config.overhead_steps
     low, high = _window(steps)
     async with ctx.torchrun("overhead-cpu", 0, steps=steps) as run:
@@ -200,7 +198,7 @@ async def _torchrun_cpu(ctx: CompareContext, result: OverheadResult) -> None:
     result.cpu_window_s["torchrun"] = last.at - first.at
 
 
-async def _history_rate(ctx: CompareContext, result: OverheadResult) -> None:
+async def _history_rate(ctx: BenchContext, result: OverheadResult) -> None:
     """History growth of a healthy generation that reports every 2 s, and the events
     of one fault-free generation (the job's whole history minus its reports)."""
     steps = ctx.config.overhead_steps
@@ -208,22 +206,20 @@ async def _history_rate(ctx: CompareContext, result: OverheadResult) -> None:
     async with ctx.lazarus(
         "overhead-history", 0, steps=steps, spec_extra=_fast_reports(ctx, True)
     ) as run:
-        handle = run.job.handle
-        assert handle.first_execution_run_id is not None
-        run_id = handle.first_execution_run_id
+        workflow_id, run_id = run.job.control.workflow_id, run.job.control.first_run_id
         await run.job.reach_step(low)
         loop = asyncio.get_running_loop()
         first_at = loop.time()
-        first = await count_history_events(ctx.bench.client, handle.id, run_id)
+        first = await count_history_events(ctx.client, workflow_id, run_id)
         await run.job.reach_step(high)
         last_at = loop.time()
-        last = await count_history_events(ctx.bench.client, handle.id, run_id)
+        last = await count_history_events(ctx.client, workflow_id, run_id)
         status = await run.job.result()
     _history_figures(result, last.events - first.events, last_at - first_at)
     result.completed["lazarus_history"] = status.phase.value == "SUCCEEDED"
 
 
-def markdown(extra: dict[str, Any], stats: dict[str, dict[str, dict[str, Cell]]]) -> str:
+def markdown(extra: dict[str, Any], stats: Summary) -> str:
     """The overhead table; the wall-time ratio comes from the ``clean`` scenario."""
     if "error" in extra:
         return f"overhead: failed: {extra['error']}"

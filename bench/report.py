@@ -1,7 +1,17 @@
-"""Turning runs into results: medians over repeats, a markdown table, and the JSON file.
+"""Turning runs into results: medians per scenario and system, the tables, the JSON file.
+
+One summary (:func:`summary`: ``{scenario: {system: {metric: Cell}}}``), two
+table layouts over it: :func:`recovery_table` (one system: median, min, max, n;
+what ``python -m bench recovery`` prints) and :func:`compare_table` (headline
+metrics side by side with the Lazarus/torchrun ratio; what ``compare`` prints).
+One JSON writer (:func:`payload`, :func:`write_json`) and one reader
+(:func:`load`), which also reads the schema-1 files in ``bench/results/``.
 
 The JSON keeps every run's raw numbers next to the summary and describes the
 machine, so results from different machines and commits can be compared later.
+Wall times are also given relative to the same system's fault-free median
+(``wall_vs_clean``), so "how much did the fault cost" is comparable even where
+the two systems' fault-free runs differ.
 """
 
 from __future__ import annotations
@@ -17,10 +27,67 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.harness import BenchRun, Metric
+from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import WORLD_SIZE
+from bench.registry import SYSTEMS, System
 
+SCHEMA = 2
+"""The results files' schema. 1 (no ``schema`` key): the two frameworks' files;
+2: one layout for every benchmark (see bench/README.md, "Results files")."""
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+HEADLINE: dict[str, list[str]] = {
+    "clean": ["wall_s", "steps_per_s", "launch_to_first_step_s", "weights_ok"],
+    "crash": [
+        "recovered",
+        "detection_from_injection_s",
+        "recovery_outside_s",
+        "relaunch_to_first_step_s",
+        "steps_lost",
+        "wall_vs_clean",
+        "weights_ok",
+    ],
+    "hang": [
+        "detected",
+        "detection_from_injection_s",
+        "recovery_outside_s",
+        "relaunch_to_first_step_s",
+        "steps_lost",
+        "wall_vs_clean",
+        "weights_ok",
+    ],
+    "controller_crash": [
+        "training_survived",
+        "steps_lost",
+        "duplicate_ranks",
+        "supervised_after",
+        "wall_vs_clean",
+        "weights_ok",
+    ],
+    "straggler": [
+        "before_steps_per_s",
+        "stretch_steps_per_s",
+        "stretch_s",
+        "straggler_detected",
+        "swapped",
+        "wall_s",
+        "weights_ok",
+    ],
+    "node_loss": [
+        "detection_from_kill_s",
+        "recovery_outside_s",
+        "steps_lost",
+        "spare_used",
+        "weights_ok",
+    ],
+    "pause_resume": [
+        "pause_to_ranks_stopped_s",
+        "resume_to_first_step_s",
+        "steps_lost",
+        "weights_ok",
+    ],
+}
+"""The metrics the side-by-side table shows, per scenario (the JSON has every metric)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +102,20 @@ class Stats:
     kind: str
     """``number`` or ``bool``; for ``bool``, median/min/max are over 0 and 1."""
     true_count: int | None = None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One system's figure for one scenario and metric, or why there is none."""
+
+    stats: Stats | None = None
+    note: str | None = None
+    """Why there is no number: not possible, skipped, not detected in time..."""
+
+
+Summary = dict[str, dict[str, dict[str, Cell]]]
+"""``{scenario: {system: {metric: Cell}}}``; ``"*"`` holds a system's only note
+when none of its runs ran (not possible, skipped)."""
 
 
 def summarize(values: list[Metric]) -> Stats:
@@ -53,47 +134,90 @@ def summarize(values: list[Metric]) -> Stats:
     )
 
 
-def summary(bench: BenchRun) -> dict[str, dict[str, Stats]]:
-    """``{scenario: {metric: Stats}}``, metrics in the order the scenario reported them."""
-    result: dict[str, dict[str, Stats]] = {}
-    for name in bench.scenarios:
-        records = [r for r in bench.records if r.scenario == name]
-        metrics: dict[str, list[Metric]] = {}
-        for record in records:
-            for key, value in record.metrics.items():
-                metrics.setdefault(key, []).append(value)
-        stats = {key: summarize(values) for key, values in metrics.items()}
-        ran = [r for r in records if r.skipped is None]
-        if ran or not records:
-            stats["failed_runs"] = summarize([r.error is not None for r in ran])
-        if len(ran) < len(records):
-            stats["skipped_runs"] = summarize([r.skipped is not None for r in records])
-        result[name] = stats
-    return result
+def _add_wall_vs_clean(records: list[RunRecord]) -> None:
+    """Each run's wall time over its system's fault-free median (torchrun's default
+    setup is compared with torchrun's fault-free runs: a clean run cannot tell them apart)."""
+    clean: dict[str, list[float]] = {}
+    for r in records:
+        wall = r.metrics.get("wall_s")
+        if r.scenario == "clean" and isinstance(wall, float) and r.status == "ok":
+            clean.setdefault(r.system, []).append(wall)
+    for r in records:
+        base = clean.get(r.system)
+        if not base and r.system == "torchrun_default":
+            base = clean.get("torchrun")
+        wall = r.metrics.get("wall_s")
+        if r.scenario != "clean" and base and isinstance(wall, float):
+            r.metrics["wall_vs_clean"] = wall / statistics.median(base)
 
 
-def skipped(bench: BenchRun) -> dict[str, str]:
+def summary(run: BenchRun) -> Summary:
+    """Every scenario's metrics per system, in the order the runs reported them,
+    then ``failed_runs`` (runs that raised, of those that ran) and, where any run
+    was skipped, ``skipped_runs``."""
+    _add_wall_vs_clean(run.records)
+    out: Summary = {}
+    for name in run.plan.scenarios:
+        per_system: dict[str, dict[str, Cell]] = {}
+        for system in run.plan.systems:
+            records = [r for r in run.records if r.scenario == name and r.system == system]
+            if not records:
+                continue
+            notes = sorted(
+                {n for r in records if (n := r.note or r.not_possible or r.skipped) is not None}
+            )
+            ran = [r for r in records if r.status in ("ok", "error")]
+            cells: dict[str, Cell] = {}
+            if not ran:
+                cells["*"] = Cell(note=notes[0] if notes else records[0].status)
+            values: dict[str, list[Metric]] = {}
+            for r in ran:
+                for key, value in r.metrics.items():
+                    values.setdefault(key, []).append(value)
+            cells |= {key: Cell(stats=summarize(vals)) for key, vals in values.items()}
+            if ran:
+                failed = summarize([r.error is not None for r in ran])
+                cells["failed_runs"] = Cell(stats=failed, note="; ".join(notes) or None)
+            if any(r.skipped is not None for r in records):
+                cells["skipped_runs"] = Cell(
+                    stats=summarize([r.skipped is not None for r in records])
+                )
+            per_system[system] = cells
+        out[name] = per_system
+    return out
+
+
+def skipped(run: BenchRun) -> dict[str, str]:
     """``{scenario: why}`` for every scenario that was skipped (missing prerequisites)."""
-    return {r.scenario: r.skipped for r in bench.records if r.skipped is not None}
+    return {r.scenario: r.skipped for r in run.records if r.skipped is not None}
 
 
-def _cell(value: float | None, kind: str) -> str:
+# --------------------------------------------------------------------------- tables
+
+
+def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
-    if kind == "bool":
-        return "yes" if value >= 0.5 else "no"
     if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))
     return f"{value:.2f}"
 
 
-def markdown_table(
-    stats: dict[str, dict[str, Stats]], skipped: dict[str, str] | None = None
-) -> str:
-    """The summary table; each skipped scenario gets a note under it saying why."""
+def _cell(value: float | None, kind: str) -> str:
+    if kind == "bool" and value is not None:
+        return "yes" if value >= 0.5 else "no"
+    return _fmt(value)
+
+
+def recovery_table(stats: Summary, skipped: dict[str, str], system: System = "lazarus") -> str:
+    """One system's metrics, every one: median, min, max, n; each skipped scenario
+    gets a note under the table saying why."""
     lines = ["| scenario | metric | median | min | max | n |", "|---|---|---|---|---|---|"]
-    for scenario, metrics in stats.items():
-        for metric, s in metrics.items():
+    for scenario, per_system in stats.items():
+        for metric, cell in per_system.get(system, {}).items():
+            s = cell.stats
+            if s is None:
+                continue
             # A boolean's "median" column says how many runs were true.
             median = f"{s.true_count}/{s.n}" if s.kind == "bool" else _cell(s.median, s.kind)
             lines.append(
@@ -104,6 +228,83 @@ def markdown_table(
         lines.append("")
         lines += [f"Skipped {name}: {why}" for name, why in skipped.items()]
     return "\n".join(lines)
+
+
+def render_cell(cell: Cell | None) -> str:
+    if cell is None:
+        return ""
+    s = cell.stats
+    if s is None:
+        return cell.note or "-"
+    if s.kind == "bool":
+        return f"{s.true_count}/{s.n}"
+    if s.median is None:
+        return cell.note or "-"
+    if s.n > 1 and s.min is not None and s.max is not None and s.min != s.max:
+        return f"{_fmt(s.median)} ({_fmt(s.min)}\u2013{_fmt(s.max)})"
+    return _fmt(s.median)
+
+
+def ratio(lazarus: Cell | None, torchrun: Cell | None) -> str:
+    a = lazarus.stats if lazarus else None
+    b = torchrun.stats if torchrun else None
+    if (
+        a is None
+        or b is None
+        or a.kind != "number"
+        or b.kind != "number"
+        or a.median is None
+        or not b.median
+    ):
+        return ""
+    return f"{a.median / b.median:.2f}"
+
+
+def compare_table(stats: Summary) -> str:
+    """Headline metrics side by side: median (min to max); booleans as true/runs."""
+    lines = [
+        "| scenario | metric | Lazarus | torchrun | Lazarus/torchrun | torchrun (default setup) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, per_system in stats.items():
+        laz = per_system.get("lazarus", {})
+        tr = per_system.get("torchrun", {})
+        trd = per_system.get("torchrun_default", {})
+        notes = {s: cells["*"].note for s, cells in per_system.items() if "*" in cells}
+        for metric in [*HEADLINE.get(name, []), "failed_runs"]:
+            cells = [laz.get(metric), tr.get(metric), trd.get(metric)]
+            if all(c is None for c in cells) and not notes:
+                continue
+            shown = [
+                render_cell(c)
+                if c is not None
+                else (notes.get(s, "") if metric == "failed_runs" else "")
+                for s, c in zip(SYSTEMS, cells, strict=True)
+            ]
+            if metric == "failed_runs":
+                shown = [
+                    (f"{c.stats.true_count}/{c.stats.n}" if c and c.stats else txt)
+                    for c, txt in zip(cells, shown, strict=True)
+                ]
+            if not any(shown):
+                continue
+            lines.append(
+                f"| {name} | {metric} | {shown[0]} | {shown[1]} | "
+                f"{ratio(cells[0], cells[1])} | {shown[2]} |"
+            )
+    notes_seen: dict[str, str] = {}
+    for name, per_system in stats.items():
+        for system, system_cells in per_system.items():
+            for cell in system_cells.values():
+                if cell.note:
+                    notes_seen.setdefault(f"{name} / {system}", cell.note)
+    if notes_seen:
+        lines.append("")
+        lines += [f"- {key}: {note}" for key, note in notes_seen.items()]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- JSON
 
 
 def _version(dist: str) -> str | None:
@@ -127,20 +328,34 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def payload(bench: BenchRun, stats: dict[str, dict[str, Stats]]) -> dict[str, Any]:
+def record_json(record: RunRecord) -> dict[str, Any]:
+    return {**asdict(record), "status": record.status}
+
+
+def payload(run: BenchRun, stats: Summary, benchmark: str) -> dict[str, Any]:
+    """The results file (schema :data:`SCHEMA`) of any benchmark but chaos."""
     return {
-        "benchmark": "recovery",
-        "machine": {**machine_info(), "load_average_at_start": bench.load_average_at_start},
+        "schema": SCHEMA,
+        "benchmark": benchmark,
+        "machine": {**machine_info(), "load_average_at_start": run.load_average_at_start},
         "config": {
-            "repeats": bench.repeats,
-            "scenarios": bench.scenarios,
-            "job": bench.shape.as_dict(),
+            **run.config.as_dict(),
+            "job": run.shape.as_dict(),
             "world_size": WORLD_SIZE,
+            "repeats": run.plan.repeats,
+            "scenarios": run.plan.scenarios,
+            "summaries": run.summaries,
+            "plan": run.plan.model_dump(),
         },
-        "started_at": bench.started_at,
-        "skipped": skipped(bench),
-        "summary": {sc: {m: asdict(s) for m, s in ms.items()} for sc, ms in stats.items()},
-        "runs": [asdict(r) for r in bench.records],
+        "started_at": run.started_at,
+        "finished_at": time.time(),
+        "skipped": skipped(run),
+        "summary": {
+            sc: {sys_: {m: asdict(c) for m, c in cells.items()} for sys_, cells in per.items()}
+            for sc, per in stats.items()
+        },
+        "runs": [record_json(r) for r in run.records],
+        **run.extras,
     }
 
 
@@ -151,3 +366,104 @@ def default_json_path(benchmark: str = "recovery") -> Path:
 def write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+# --------------------------------------------------------------------------- reading
+
+_V1_RENAMES: dict[tuple[str, str, str], dict[str, str]] = {
+    # (benchmark, scenario, system): {schema-1 name: schema-2 name}
+    **{
+        ("compare", sc, system): {
+            "detection_s": "detection_from_injection_s",
+            "recovery_s": "recovery_outside_s",
+        }
+        for sc in ("crash", "hang")
+        for system in SYSTEMS
+    },
+    ("compare", "straggler", "lazarus"): {"detection_s": "detection_by_samples_s"},
+    ("compare", "node_loss", "lazarus"): {
+        "detection_s": "detection_from_kill_s",
+        "recovery_s": "recovery_outside_s",
+        "detected": "node_lost_ok",
+        "wall_s": "job_elapsed_s",
+    },
+    ("compare", "controller_crash", "lazarus"): {
+        "controller_down_s": "worker_down_s",
+        "steps_while_controller_down": "steps_while_worker_down",
+    },
+    ("recovery", "straggler", "lazarus"): {"detection_s": "detection_from_injection_s"},
+    ("recovery", "pause", "lazarus"): {"signal_to_paused_s": "pause_to_paused_s"},
+    ("recovery", "schedule", "lazarus"): {"elapsed_s": "job_elapsed_s"},
+}
+"""Schema 1 used one name for different things; these are their schema-2 names."""
+
+
+def _record(raw: dict[str, Any], benchmark: str) -> RunRecord:
+    """One run as saved; ``benchmark`` picks schema-1 renames (``current``: none)."""
+    status = raw.get("status", "ok")
+    note = raw.get("note")
+    system: System = raw.get("system", "lazarus")
+    renames = _V1_RENAMES.get((benchmark, raw["scenario"], system), {})
+    metrics = {renames.get(k, k): v for k, v in raw.get("metrics", {}).items()}
+    record = RunRecord(
+        scenario=raw["scenario"],
+        repeat=raw["repeat"],
+        started_at=raw["started_at"],
+        wall_clock_s=raw.get("wall_clock_s", raw.get("wall_s", 0.0)),
+        metrics=metrics,
+        details=raw.get("details", {}),
+        error=raw.get("error"),
+        skipped=raw.get("skipped") or (note if status == "skipped" else None),
+        system=system,
+        not_possible=raw.get("not_possible") or (note if status == "not_possible" else None),
+        note=note if status not in ("skipped", "not_possible") else None,
+    )
+    _backfill_phases(record)
+    return record
+
+
+def load(path: Path) -> tuple[BenchRun, dict[str, Any]]:
+    """A saved recovery, compare, soak or overhead file (schema 1 or 2), back as a
+    :class:`BenchRun` for re-rendering its tables. Chaos files have their own
+    layout: ``ValueError`` naming the file."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not a results file (not JSON: {exc})") from exc
+    benchmark = data.get("benchmark") if isinstance(data, dict) else None
+    if benchmark not in ("recovery", "compare", "soak", "overhead"):
+        raise ValueError(
+            f"{path}: a {benchmark or 'unknown'} results file; only recovery, compare, "
+            "soak and overhead files can be read here"
+        )
+    config = data.get("config", {})
+    if "plan" in config:
+        plan = Plan.model_validate(config["plan"])
+    else:  # schema-1 recovery files: Lazarus alone
+        plan = Plan(scenarios=config["scenarios"], systems=["lazarus"], repeats=config["repeats"])
+    run = BenchRun(config=BenchConfig(), plan=plan, started_at=data["started_at"])
+    if data.get("schema", 1) == 1:
+        kind = "recovery" if benchmark == "recovery" else "compare"
+        run.records = [_record(r, kind) for r in data["runs"]]
+    else:
+        run.records = [_record(r, "current") for r in data["runs"]]
+    for name in ("overhead", "soak"):
+        if name in data:
+            extra = data[name]
+            # Files written before the extras were flattened nest them once more.
+            run.extras[name] = extra.get(name, extra) if isinstance(extra, dict) else extra
+    return run, data
+
+
+def _backfill_phases(record: RunRecord) -> None:
+    """Files written before ``relaunch_to_first_step_s`` existed: take it from the
+    controller's own incident phase times (its first-step time may lag the ranks'
+    by up to one poll interval)."""
+    if record.system != "lazarus" or "relaunch_to_first_step_s" in record.metrics:
+        return
+    incidents = record.details.get("incidents") or []
+    if record.scenario not in ("crash", "hang") or not incidents:
+        return
+    first = incidents[0]
+    if first.get("relaunched_at") and first.get("first_step_at"):
+        record.metrics["relaunch_to_first_step_s"] = first["first_step_at"] - first["relaunched_at"]

@@ -1,10 +1,12 @@
-"""The recovery scenarios, registered by name in :data:`SCENARIOS`.
+"""The single-node scenarios, each scripted once per system.
 
-Each scenario starts one example job (see :mod:`bench.jobs`), does one thing to
-it, waits for the result and returns an :class:`~bench.harness.Outcome`. To add
-one, write ``async def my_scenario(ctx, repeat) -> Outcome`` and decorate it with
-``@scenario("name", "one line saying what it does")``; ``python -m bench
-recovery --scenarios name`` then runs it.
+Every runner starts the example job (see :mod:`bench.jobs`) under its system
+through :class:`~bench.harness.BenchContext`, injects its fault once the job
+reports ``shape.fault_step``, and measures with the same helpers for both
+systems (:func:`recovery_metrics`, :class:`~bench.measure.StepTrace`), so the
+numbers line up column by column. Every metric name is defined in
+:mod:`bench.metrics`. The multi-node scenarios are in
+:mod:`bench.scenarios_multinode`.
 """
 
 from __future__ import annotations
@@ -12,189 +14,627 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
-import threading
 import time
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-from bench import multinode
-from bench.harness import (
-    BenchContext,
-    Metric,
-    Outcome,
-    Reference,
-    Scenario,
-    SpecBuilder,
-    default_references,
-)
+from bench.harness import BenchContext, LazarusRun, Metric, SpecBuilder, TorchrunRun, wait_until
 from bench.jobs import JobPaths, JobShape, build_spec
-from bench.measure import RunMonitor, workflow_steps
+from bench.measure import RunMonitor, StepTrace
+from bench.registry import Measured, runs, scenario
+from bench.torchrun import TorchrunSetup
 from lazarus import chaos
-from lazarus.activities.rundir import GenerationDir, read_json
-from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
+from lazarus.activities.rundir import read_json
 from lazarus.domain.spec import JobSpec
+from lazarus.local_stack import LocalStack
 from lazarus.workflows.state import Incident, JobStatus, Phase
 
-ScenarioFn = Callable[[BenchContext, int], Awaitable[Outcome]]
-
-SCENARIOS: dict[str, Scenario] = {}
-
-
-def scenario(
-    name: str,
-    summary: str,
-    unavailable: Callable[[], str | None] | None = None,
-    references: Callable[[JobShape], list[Reference]] | None = None,
-) -> Callable[[ScenarioFn], ScenarioFn]:
-    """Register a scenario. ``unavailable`` says why it cannot run here (it is then
-    skipped); ``references`` lists the (world size, steps) reference runs it needs
-    (default: the 2-rank example at ``shape.steps``)."""
-
-    def register(fn: ScenarioFn) -> ScenarioFn:
-        if name in SCENARIOS:
-            raise ValueError(f"scenario {name!r} is registered twice")
-        SCENARIOS[name] = Scenario(
-            name=name,
-            summary=summary,
-            run=fn,
-            unavailable=unavailable,
-            references=references or default_references,
-        )
-        return fn
-
-    return register
+NO_PAUSE = (
+    "not possible: torchrun has no pause; stopping the agent ends the job, and "
+    "starting it again resumes from the last periodic checkpoint"
+)
 
 
-def _only_incident(incidents: list[Incident]) -> Incident | None:
+# --------------------------------------------------------------------------- shared
+
+
+def recovery_metrics(
+    trace: StepTrace,
+    fault_at: float,
+    fault_generation: int,
+    max_step_before: int | None,
+    resumed_from: int | None = None,
+) -> dict[str, Metric]:
+    """Fault to the next generation's first step, and the steps it redid."""
+    first = trace.first_of_later_generation(fault_generation, fault_at)
+    if first is None:
+        return {
+            "recovered": False,
+            "recovery_outside_s": None,
+            "steps_lost": None,
+            "resumed_from_step": None,
+        }
+    resume = resumed_from if resumed_from is not None else first.step - 1
+    before = max_step_before
+    if before is None:
+        before = trace.max_step(before=first.t)
+    return {
+        "recovered": True,
+        "recovery_outside_s": first.t - fault_at,
+        "steps_lost": (before - resume) if before is not None else None,
+        "resumed_from_step": resume,
+    }
+
+
+def _seen_outside(monitor: RunMonitor, generation: int, fault_at: float) -> float | None:
+    """When the monitor read the first heartbeat of a later generation (recovery_outside_seen_s)."""
+    later = [p for p in monitor.progress if p.generation > generation and p.written_at >= fault_at]
+    first = min(later, key=lambda p: p.written_at) if later else None
+    return first.seen_at - fault_at if first is not None else None
+
+
+def _first(incidents: list[Incident]) -> Incident | None:
     return incidents[0] if incidents else None
 
 
-@scenario("clean", "no fault: the baseline for history size and weights")
-async def clean(ctx: BenchContext, repeat: int) -> Outcome:
-    async with ctx.job("clean", repeat) as job:
-        status = await job.result()
-        return await job.common_outcome(status)
+def _since(start: float | None, end: float | None) -> float | None:
+    return end - start if start is not None and end is not None else None
 
 
-@scenario("crash", "SIGKILL rank 1 at the fault step; Lazarus relaunches from the checkpoint")
-async def crash(ctx: BenchContext, repeat: int) -> Outcome:
-    async with ctx.job("crash", repeat) as job:
-        await job.reach_step(ctx.shape.fault_step)
-        fault = chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
-        status = await job.result()
-        outcome = await job.common_outcome(status)
-        incident = _only_incident(status.incidents)
-        outcome.details["fault"] = dataclasses.asdict(fault)
-        outcome.metrics |= {
+async def finish(run: LazarusRun) -> tuple[JobStatus, dict[str, Metric], dict[str, object]]:
+    """Wait for the Lazarus job; the figures every Lazarus run reports."""
+    status = await run.job.result()
+    ended = time.time()
+    common = await run.job.common_outcome(status)
+    metrics: dict[str, Metric] = {**common.metrics, "wall_s": ended - run.started_at}
+    return status, metrics, dict(common.details)
+
+
+def _lazarus_phases(
+    incident: Incident | None, trace: StepTrace, fault_at: float
+) -> dict[str, Metric]:
+    """Where a Lazarus recovery's seconds went: fault to stopped, to relaunched, and
+    relaunch to the first step (the new ranks' start-up: python, torch, rendezvous)."""
+    if incident is None:
+        return {}
+    first = trace.first_of_later_generation(incident.generation, fault_at)
+    return {
+        "stopped_after_s": _since(fault_at, incident.stopped_at),
+        "relaunched_after_s": _since(fault_at, incident.relaunched_at),
+        "relaunch_to_first_step_s": _since(incident.relaunched_at, first.t if first else None),
+    }
+
+
+async def _rank_fault(
+    ctx: BenchContext, repeat: int, name: str, rank: int, sig: signal.Signals
+) -> Measured:
+    """The Lazarus side of crash and hang: signal one rank at the fault step."""
+    async with ctx.lazarus(name, repeat) as run:
+        await run.job.reach_step(ctx.shape.fault_step)
+        fault = chaos.signal_rank(run.job.run_root, rank=rank, sig=sig)
+        status, metrics, details = await finish(run)
+        trace = run.trace()
+        incident = _first(status.incidents)
+        metrics |= {
             "fault_step": fault.step,
-            "named_rank_ok": incident is not None and incident.rank == fault.rank,
-            "detection_s": incident.detection_s if incident else None,
-            "recovery_s": incident.recovery_s if incident else None,
-            "steps_lost": incident.steps_lost if incident else None,
-            "resumed_from_step": incident.resumed_from_step if incident else None,
-        }
-        outcome.metrics |= _outside_recovery(job.monitor, fault, incident)
-        return outcome
-
-
-@scenario("hang", "SIGSTOP rank 0 at the fault step; found by the hang timeout and relaunched")
-async def hang(ctx: BenchContext, repeat: int) -> Outcome:
-    async with ctx.job("hang", repeat) as job:
-        await job.reach_step(ctx.shape.fault_step)
-        fault = chaos.signal_rank(job.run_root, rank=0, sig=signal.SIGSTOP)
-        status = await job.result()
-        outcome = await job.common_outcome(status)
-        incident = _only_incident(status.incidents)
-        outcome.details["fault"] = dataclasses.asdict(fault)
-        outcome.metrics |= {
-            "fault_step": fault.step,
-            "hang_timeout_s": job.spec.health.hang_timeout_s,
+            "detected": incident is not None,
             "named_rank_ok": incident is not None and incident.rank == fault.rank,
             "detection_s": incident.detection_s if incident else None,
             "detection_from_injection_s": (incident.detected_at - fault.at) if incident else None,
             "recovery_s": incident.recovery_s if incident else None,
-            "steps_lost": incident.steps_lost if incident else None,
-        }
-        outcome.metrics |= _outside_recovery(job.monitor, fault, incident)
-        return outcome
-
-
-@scenario(
-    "worker_kill",
-    "SIGKILL the controller worker at the fault step, restart it after a pause; "
-    "ranks must not notice",
-)
-async def worker_kill(ctx: BenchContext, repeat: int) -> Outcome:
-    stack = ctx.stack
-    async with ctx.job("worker_kill", repeat) as job:
-        fault_step = await job.reach_step(ctx.shape.fault_step)
-        killed_at = time.time()
-        stack.kill_worker(signal.SIGKILL)
-        _, before = chaos.current_step(job.run_root)
-        await asyncio.sleep(ctx.shape.worker_down_s)
-        _, during = chaos.current_step(job.run_root)
-        stack.start_worker()
-        restarted_at = time.time()
-        status = await job.result()
-        outcome = await job.common_outcome(status)
-        outcome.details |= {"worker_killed_at": killed_at, "worker_restarted_at": restarted_at}
-        outcome.metrics |= {
-            "fault_step": fault_step,
-            "worker_down_s": restarted_at - killed_at,
-            "steps_while_worker_down": (
-                during - before if during is not None and before is not None else None
+            **recovery_metrics(
+                trace,
+                fault.at,
+                fault.generation,
+                run.logged_max_step(fault.generation),
+                incident.resumed_from_step if incident else None,
             ),
-            "steps_lost": sum(i.steps_lost or 0 for i in status.incidents),
-            "duplicate_ranks": job.monitor.max_live_ranks > job.spec.world_size,
+            "recovery_outside_seen_s": _seen_outside(run.job.monitor, fault.generation, fault.at),
+            **_lazarus_phases(incident, trace, fault.at),
         }
-        return outcome
+        if sig == signal.SIGSTOP:
+            metrics["hang_timeout_s"] = run.job.spec.health.hang_timeout_s
+    details["fault"] = dataclasses.asdict(fault)
+    return Measured(metrics, details)
 
 
-@scenario(
-    "pause",
-    "pause at the fault step (a just-in-time checkpoint, then stop), resume at once; "
-    "reports the save latency and the steps the pause cost",
+async def _torchrun_reach(ctx: BenchContext, run: TorchrunRun, step: int) -> int:
+    timeout = ctx.shape.job_timeout_s
+    if not await wait_until(lambda: (run.job.current_step() or 0) >= step, timeout):
+        raise TimeoutError(
+            f"torchrun: step {step} not reached in {timeout:.0f} s:\n{run.job.tail()}"
+        )
+    return run.job.current_step() or step
+
+
+async def _torchrun_finish(
+    ctx: BenchContext, run: TorchrunRun, steps: int | None = None
+) -> dict[str, Metric]:
+    ended = await run.wait_exit(ctx.shape.job_timeout_s)
+    if ended is None:
+        raise TimeoutError(f"torchrun did not finish in {ctx.shape.job_timeout_s:.0f} s")
+    completed = run.job.agent.returncode == 0
+    weights_ok = completed and await ctx.weights_ok(run.weights, steps)
+    return {
+        "completed": completed,
+        "weights_ok": weights_ok,
+        "wall_s": ended - run.job.trace.started_at,
+        "generations": run.job.generation,
+        "max_live_ranks": run.job.max_live_ranks,
+        "duplicate_ranks": run.job.max_live_ranks > run.job.nproc,
+    }
+
+
+def _torchrun_recovery(run: TorchrunRun, fault_at: float, generation: int) -> dict[str, Metric]:
+    trace = run.job.snapshot()
+    first = trace.first_of_later_generation(generation, fault_at)
+    resumed = run.job.resumed_from.get(first.generation) if first is not None else None
+    detected = run.job.agent_detection_after(fault_at)
+    relaunched = None
+    if first is not None:
+        spawned = [r.seen_at for r in run.job.ranks if r.generation == first.generation]
+        relaunched = min(spawned, default=None)
+    return {
+        "detected": detected is not None,
+        "detection_from_injection_s": (detected - fault_at) if detected is not None else None,
+        **recovery_metrics(trace, fault_at, generation, None, resumed),
+        "relaunch_to_first_step_s": _since(relaunched, first.t if first else None),
+    }
+
+
+# --------------------------------------------------------------------------- clean
+
+CLEAN = scenario(
+    "clean",
+    """No fault: each system's baseline wall time, rate, history size and weights.
+
+    1. launch the example (2 ranks, ``shape.steps`` steps);
+    2. wait for it to finish; compare its weights with the fault-free reference.
+    """,
 )
-async def pause(ctx: BenchContext, repeat: int) -> Outcome:
-    async with ctx.job("pause", repeat) as job:
-        await job.reach_step(ctx.shape.fault_step)
-        signalled_at = time.time()
-        await job.handle.signal(SIGNAL_PAUSE)
+
+
+def _rate(trace: StepTrace, shape: JobShape) -> dict[str, Metric]:
+    """Steps per second over the middle of the job, and launch to first step."""
+    low, high = max(1, shape.steps // 6), shape.steps * 5 // 6
+    t_low, t_high = trace.time_reaching(low), trace.time_reaching(high)
+    first = trace.time_reaching(1)
+    return {
+        "steps_per_s": (high - low) / (t_high - t_low)
+        if t_low is not None and t_high is not None and t_high > t_low
+        else None,
+        "launch_to_first_step_s": (first - trace.started_at) if first is not None else None,
+    }
+
+
+@runs(CLEAN, "lazarus")
+async def clean_lazarus(ctx: BenchContext, repeat: int) -> Measured:
+    async with ctx.lazarus("clean", repeat) as run:
+        _, metrics, details = await finish(run)
+        metrics |= _rate(run.trace(), ctx.shape)
+    return Measured(metrics, details)
+
+
+@runs(CLEAN, "torchrun")
+async def clean_torchrun(ctx: BenchContext, repeat: int) -> Measured:
+    async with ctx.torchrun("clean", repeat) as run:
+        metrics = await _torchrun_finish(ctx, run)
+        metrics |= _rate(run.job.snapshot(), ctx.shape)
+    return Measured(metrics)
+
+
+# --------------------------------------------------------------------------- crash
+
+CRASH = scenario(
+    "crash",
+    """SIGKILL rank 1 at the fault step; the controller relaunches from the checkpoint.
+
+    1. launch the example; wait until it reports ``shape.fault_step``;
+    2. SIGKILL rank 1 (the bench's clock: the injection);
+    3. Lazarus: the wrapper sees the death, an incident opens, the survivor is
+       stopped, a new generation resumes from the newest checkpoint. torchrun:
+       the agent restarts every rank (``--max-restarts``); ``torchrun_default``
+       gets a bounded wait for any step of the restarted generation;
+    4. wait for the end; weights against the reference.
+    """,
+)
+
+
+@runs(CRASH, "lazarus")
+async def crash_lazarus(ctx: BenchContext, repeat: int) -> Measured:
+    return await _rank_fault(ctx, repeat, "crash", rank=1, sig=signal.SIGKILL)
+
+
+async def _crash_torchrun(ctx: BenchContext, repeat: int, setup: TorchrunSetup) -> Measured:
+    # The best setup is expected to recover: it gets as long as a whole job. The
+    # default setup often hangs after a restart: it gets a bounded wait.
+    bound = ctx.config.torchrun_default_bound_s if setup == "default" else ctx.shape.job_timeout_s
+    async with ctx.torchrun("crash", repeat, setup=setup) as run:
+        step = await _torchrun_reach(ctx, run, ctx.shape.fault_step)
+        generation = run.job.generation
+        run.job.signal_rank(1, signal.SIGKILL)
+        fault_at = time.time()
+        recovered = await wait_until(
+            lambda: run.job.snapshot().first_of_later_generation(generation, fault_at) is not None,
+            bound,
+        )
+        if not recovered:
+            metrics: dict[str, Metric] = {
+                "fault_step": step,
+                **_torchrun_recovery(run, fault_at, generation),
+                "completed": False,
+                "weights_ok": False,
+            }
+            return Measured(
+                metrics,
+                {"tail": run.job.tail()},
+                note=f"no step of a restarted generation within {bound:.0f} s",
+            )
+        metrics = await _torchrun_finish(ctx, run)
+        metrics |= {"fault_step": step, **_torchrun_recovery(run, fault_at, generation)}
+    return Measured(metrics)
+
+
+@runs(CRASH, "torchrun")
+async def crash_torchrun(ctx: BenchContext, repeat: int) -> Measured:
+    return await _crash_torchrun(ctx, repeat, "best")
+
+
+@runs(CRASH, "torchrun_default")
+async def crash_torchrun_default(ctx: BenchContext, repeat: int) -> Measured:
+    return await _crash_torchrun(ctx, repeat, "default")
+
+
+# --------------------------------------------------------------------------- hang
+
+HANG = scenario(
+    "hang",
+    """SIGSTOP rank 0 at the fault step: alive and silent, as if stuck in a collective.
+
+    1. launch the example; wait until it reports ``shape.fault_step``;
+    2. SIGSTOP rank 0 (its peer blocks in the next collective);
+    3. Lazarus: the hang timeout finds the stopped rank (named, not its blocked
+       peer), stops the generation (SIGCONT included) and relaunches. torchrun:
+       nothing notices short of the collective timeout; after
+       ``torchrun_hang_bound_s`` the run is reported as not detected and stopped;
+    4. wait for the end; weights against the reference.
+    """,
+)
+
+
+@runs(HANG, "lazarus")
+async def hang_lazarus(ctx: BenchContext, repeat: int) -> Measured:
+    return await _rank_fault(ctx, repeat, "hang", rank=0, sig=signal.SIGSTOP)
+
+
+@runs(HANG, "torchrun")
+async def hang_torchrun(ctx: BenchContext, repeat: int) -> Measured:
+    bound = ctx.config.torchrun_hang_bound_s
+    async with ctx.torchrun("hang", repeat) as run:
+        step = await _torchrun_reach(ctx, run, ctx.shape.fault_step)
+        generation = run.job.generation
+        run.job.signal_rank(0, signal.SIGSTOP)
+        fault_at = time.time()
+        noticed = await wait_until(
+            lambda: (
+                run.job.agent_detection_after(fault_at) is not None
+                or run.job.snapshot().first_of_later_generation(generation, fault_at) is not None
+            ),
+            bound,
+        )
+        metrics: dict[str, Metric] = {
+            "fault_step": step,
+            **_torchrun_recovery(run, fault_at, generation),
+        }
+        if not noticed:
+            metrics |= {"completed": False, "weights_ok": False}
+            return Measured(
+                metrics,
+                {"pg_timeout_s": ctx.config.pg_timeout_s},
+                note=f"not detected within {bound:.0f} s "
+                f"(the collective timeout is {ctx.config.pg_timeout_s:.0f} s)",
+            )
+        metrics |= await _torchrun_finish(ctx, run)
+    return Measured(metrics)
+
+
+# --------------------------------------------------------------------------- controller crash
+
+
+@dataclass(frozen=True)
+class Outage:
+    killed_at: float
+    restarted_at: float
+
+
+async def kill_controller(stack: LocalStack, down_s: float) -> Outage:
+    """SIGKILL the Lazarus worker, leave it dead ``down_s``, start it again (the
+    controller-crash scenarios and the soak)."""
+    killed_at = time.time()
+    stack.kill_worker(signal.SIGKILL)
+    await asyncio.sleep(down_s)
+    stack.start_worker()
+    return Outage(killed_at, time.time())
+
+
+_CONTROLLER_DOC = """
+    1. launch the example; wait until it reports ``shape.fault_step``;
+    2. Lazarus: SIGKILL the worker, restart it ``shape.worker_down_s`` later; the
+       ranks must not notice (no incident, still generation 1, never more rank
+       processes than the world size) and the restarted worker must pick the job
+       up. torchrun: SIGKILL the agent; its ranks live in their own sessions;
+    3. wait for the end (torchrun: for the orphaned ranks to exit); weights
+       against the reference.
+"""
+
+CONTROLLER = scenario(
+    "controller_crash",
+    "SIGKILL the controller (Lazarus worker, restarted after a pause; torchrun agent) "
+    "at the fault step.\n" + _CONTROLLER_DOC,
+)
+WORKER_KILL = scenario(
+    "worker_kill",
+    "SIGKILL the controller worker at the fault step, restart it after a pause; ranks "
+    "must not notice (controller_crash under Lazarus alone, the recovery benchmark's name).\n"
+    + _CONTROLLER_DOC,
+)
+
+
+@runs(WORKER_KILL, "lazarus")
+@runs(CONTROLLER, "lazarus")
+async def controller_crash_lazarus(ctx: BenchContext, repeat: int) -> Measured:
+    async with ctx.lazarus("controller", repeat) as run:
+        step = await run.job.reach_step(ctx.shape.fault_step)
+        outage = await kill_controller(ctx.stack, ctx.shape.worker_down_s)
+        status, metrics, details = await finish(run)
+        trace = run.trace()
+    details |= {"worker_killed_at": outage.killed_at, "worker_restarted_at": outage.restarted_at}
+    metrics |= {
+        "fault_step": step,
+        "worker_down_s": outage.restarted_at - outage.killed_at,
+        "steps_while_worker_down": _steps_between(trace, outage.killed_at, outage.restarted_at),
+        "training_survived": bool(metrics["completed"]) and bool(metrics["weights_ok"]),
+        "steps_lost": sum(i.steps_lost or 0 for i in status.incidents),
+        "supervised_after": status.phase == Phase.SUCCEEDED,
+    }
+    return Measured(metrics, details)
+
+
+@runs(CONTROLLER, "torchrun")
+async def controller_crash_torchrun(ctx: BenchContext, repeat: int) -> Measured:
+    async with ctx.torchrun("controller", repeat) as run:
+        step = await _torchrun_reach(ctx, run, ctx.shape.fault_step)
+        await asyncio.to_thread(run.job.kill_agent)
+        # The ranks live in their own sessions: they carry on, unsupervised.
+        survivors = len(run.job.live_ranks())
+        await wait_until(lambda: not run.job.live_ranks(), ctx.shape.job_timeout_s)
+        ended = time.time()
+        trace = run.job.snapshot()
+        completed = run.weights.is_file()
+        weights_ok = completed and await ctx.weights_ok(run.weights)
+    metrics: dict[str, Metric] = {
+        "fault_step": step,
+        "completed": completed,
+        "weights_ok": weights_ok,
+        "wall_s": ended - trace.started_at,
+        "generations": run.job.generation,
+        "max_live_ranks": run.job.max_live_ranks,
+        "duplicate_ranks": run.job.max_live_ranks > run.job.nproc,
+        "ranks_alive_after_kill": survivors,
+        "training_survived": weights_ok,
+        "steps_lost": 0 if run.job.generation <= 1 else None,
+        "supervised_after": False,
+    }
+    return Measured(
+        metrics, note="the ranks finish orphaned: nothing watches them after the agent died"
+    )
+
+
+def _steps_between(trace: StepTrace, start: float, end: float) -> int | None:
+    before, during = trace.max_step(before=start), trace.max_step(before=end)
+    return during - before if before is not None and during is not None else None
+
+
+# --------------------------------------------------------------------------- pause
+
+_PAUSE_DOC = """
+    1. launch the example; wait until it reports ``shape.fault_step``;
+    2. signal ``pause``: the ranks save a just-in-time checkpoint and stop; wait
+       for PAUSED and for no rank process alive;
+    3. hold ``{hold}``, then signal ``resume``: a new generation resumes from the
+       JIT checkpoint;
+    4. wait for the end; weights against the reference.
+"""
+
+PAUSE = scenario(
+    "pause",
+    "Pause at the fault step (a just-in-time checkpoint, then stop), resume at once; "
+    "reports the save latency and the steps the pause cost.\n" + _PAUSE_DOC.format(hold="nothing"),
+)
+PAUSE_RESUME = scenario(
+    "pause_resume",
+    "Planned maintenance: pause at the fault step, hold, resume.\n"
+    + _PAUSE_DOC.format(hold="``shape.pause_hold_s``"),
+    not_possible={"torchrun": NO_PAUSE},
+)
+
+
+async def _pause_lazarus(ctx: BenchContext, repeat: int, label: str, hold_s: float) -> Measured:
+    async with ctx.lazarus(label, repeat) as run:
+        job = run.job
+        step = await job.reach_step(ctx.shape.fault_step)
+        generation, _ = chaos.current_step(job.run_root)
+        asked_at = time.time()
+        await job.control.pause()
         paused = await job.wait_phase(Phase.PAUSED)
         paused_at = time.time()
-        await job.handle.signal(SIGNAL_RESUME)
-        status = await job.result()
-        outcome = await job.common_outcome(status)
-        stop = paused.planned_stops[-1] if paused.planned_stops else None
-        committed_at = None
-        if stop is not None and stop.checkpoint_step is not None:
-            marker = read_json(
-                job.paths.checkpoints / f"step-{stop.checkpoint_step:08d}" / "COMMITTED"
-            )
-            committed_at = float(marker["committed_at"]) if marker else None
-        outcome.metrics |= {
-            "jit_checkpoint_ok": stop is not None and stop.checkpoint_step is not None,
-            "signal_to_checkpoint_s": (
-                committed_at - signalled_at if committed_at is not None else None
-            ),
-            "jit_checkpoint_s": stop.checkpoint_s if stop else None,
-            "signal_to_paused_s": paused_at - signalled_at,
-            "steps_lost": stop.steps_lost if stop else None,
+        stopped = await wait_until(
+            lambda: not chaos.live_rank_processes(job.run_root), ctx.shape.job_timeout_s
+        )
+        stopped_at = time.time()
+        await asyncio.sleep(hold_s)
+        resumed_at = time.time()
+        await job.control.resume()
+        _, metrics, details = await finish(run)
+        trace = run.trace()
+        lost = recovery_metrics(
+            trace, resumed_at, generation, run.logged_max_step(generation), None
+        )
+    stop = paused.planned_stops[-1] if paused.planned_stops else None
+    committed_at = None
+    if stop is not None and stop.checkpoint_step is not None:
+        marker = read_json(job.paths.checkpoints / f"step-{stop.checkpoint_step:08d}" / "COMMITTED")
+        committed_at = float(marker["committed_at"]) if marker else None
+    first = trace.first_of_later_generation(generation, resumed_at)
+    metrics |= {
+        "fault_step": step,
+        "pause_to_paused_s": paused_at - asked_at,
+        "pause_to_ranks_stopped_s": (stopped_at - asked_at) if stopped else None,
+        "resume_to_first_step_s": (first.t - resumed_at) if first is not None else None,
+        "steps_lost": lost["steps_lost"],
+        "resumed_from_step": lost["resumed_from_step"],
+        "jit_checkpoint_ok": stop is not None and stop.checkpoint_step is not None,
+        "jit_checkpoint_s": stop.checkpoint_s if stop else None,
+        "signal_to_checkpoint_s": _since(asked_at, committed_at),
+    }
+    return Measured(metrics, details)
+
+
+@runs(PAUSE, "lazarus")
+async def pause_lazarus(ctx: BenchContext, repeat: int) -> Measured:
+    return await _pause_lazarus(ctx, repeat, "pause", 0.0)
+
+
+@runs(PAUSE_RESUME, "lazarus")
+async def pause_resume_lazarus(ctx: BenchContext, repeat: int) -> Measured:
+    return await _pause_lazarus(ctx, repeat, "pause", ctx.shape.pause_hold_s)
+
+
+# --------------------------------------------------------------------------- straggler
+
+SLOW_NODE, SPARE_NODE = "n2", "n3"
+
+STRAGGLER = scenario(
+    "straggler",
+    """One rank 2x slower for a stretch of steps (Lazarus: node n2 of n1, n2 plus spare n3).
+
+    1. launch ``shape.straggler_steps`` steps, one rank per node (Lazarus: local
+       nodes n1 and n2, spare n3; torchrun: 2 ranks); the example slows node n2's
+       rank (torchrun: rank 1) by ``straggler_factor`` for steps
+       ``straggler_from_step`` to ``straggler_until_step``;
+    2. Lazarus: straggler detection (the spec's defaults) records it, and the
+       cost model decides whether moving to the spare pays; torchrun: nothing
+       detects it;
+    3. wait for the end; rates before and during the stretch; weights against a
+       2-rank reference.
+    """,
+    references=lambda shape: [(2, shape.straggler_steps)],
+)
+
+
+def _slow_args(shape: JobShape, *target: str) -> list[str]:
+    return [
+        *target,
+        "--slow-factor",
+        str(shape.straggler_factor),
+        "--slow-from-step",
+        str(shape.straggler_from_step),
+        "--slow-until-step",
+        str(shape.straggler_until_step),
+    ]
+
+
+def _stretch(trace: StepTrace, shape: JobShape) -> dict[str, Metric]:
+    """Steps per second before and during the slow stretch (by the high-water mark)."""
+    start, end = shape.straggler_from_step, shape.straggler_until_step
+    warm = max(1, start // 5)
+    t_warm, t_start, t_end = (trace.time_reaching(s) for s in (warm, start, end))
+    metrics: dict[str, Metric] = {
+        "before_steps_per_s": (start - warm) / (t_start - t_warm)
+        if t_warm is not None and t_start is not None and t_start > t_warm
+        else None,
+        "stretch_s": (t_end - t_start) if t_start is not None and t_end is not None else None,
+    }
+    stretch = metrics["stretch_s"]
+    metrics["stretch_steps_per_s"] = (
+        (end - start) / stretch if isinstance(stretch, float) and stretch > 0 else None
+    )
+    return metrics
+
+
+@runs(STRAGGLER, "lazarus")
+async def straggler_lazarus(ctx: BenchContext, repeat: int) -> Measured:
+    shape = ctx.shape
+    steps = shape.straggler_steps
+    spec_extra: dict[str, object] = {
+        "nodes": [{"name": "n1"}, {"name": SLOW_NODE}],
+        "spares": [{"name": SPARE_NODE}],
+        "total_steps": steps,
+    }
+    async with ctx.lazarus(
+        "straggler",
+        repeat,
+        steps=steps,
+        extra_args=_slow_args(shape, "--slow-node", SLOW_NODE),
+        spec_extra=spec_extra,
+        nproc_per_node=1,
+    ) as run:
+        await run.job.reach_step(shape.straggler_from_step)
+        slow_from = time.time()  # the next step of the slow node is the first slow one
+        status, metrics, details = await finish(run)
+        trace = run.trace()
+        spec = run.job.spec
+    found = status.stragglers[0] if status.stragglers else None
+    incident = next((i for i in status.incidents if i.kind == "straggler"), None)
+    metrics |= {
+        **_stretch(trace, shape),
+        "straggler_detected": found is not None,
+        "found_ok": found is not None and found.node == SLOW_NODE,
+        "slowdown_injected": shape.straggler_factor,
+        "slowdown_measured": found.slowdown if found else None,
+        "window_s": spec.straggler.window_s,
+        "slowdown_factor": spec.straggler.slowdown_factor,
+        "detection_from_injection_s": (found.detected_at - slow_from) if found else None,
+        "detection_by_samples_s": found.detection_s if found else None,
+        "swapped": any(SPARE_NODE in n for n in status.nodes.active),
+        "recovery_s": incident.recovery_s if incident else None,
+        "steps_lost": sum(i.steps_lost or 0 for i in status.incidents),
+    }
+    details["stragglers"] = [r.model_dump(mode="json") for r in status.stragglers]
+    return Measured(metrics, details)
+
+
+@runs(STRAGGLER, "torchrun")
+async def straggler_torchrun(ctx: BenchContext, repeat: int) -> Measured:
+    shape = ctx.shape
+    steps = shape.straggler_steps
+    async with ctx.torchrun(
+        "straggler", repeat, steps=steps, extra_args=_slow_args(shape, "--slow-rank", "1")
+    ) as run:
+        metrics = await _torchrun_finish(ctx, run, steps)
+        metrics |= {
+            **_stretch(run.job.snapshot(), shape),
+            "straggler_detected": False,
+            "swapped": False,
         }
-        return outcome
+    return Measured(metrics, note="torchrun has no straggler detection")
 
 
-# --------------------------------------------------------------------------- playbooks
-#
-# Two logical local nodes of one rank each and a spare: the straggler is a node, and
-# moving the job off it cures it, as it would a throttled machine.
+# --------------------------------------------------------------------------- schedule
 
-STRAGGLER_STEPS_FACTOR = 2
-"""The straggler job runs twice the shape's steps, so that a swap pays off."""
-STRAGGLER_SLOWDOWN = 2.0
+SCHEDULE_STEPS = 300
 
+SCHEDULE = scenario(
+    "schedule",
+    f"""A scripted fault schedule on one {SCHEDULE_STEPS}-step job; reports ETTR.
 
-def _straggler_steps(shape: JobShape) -> int:
-    return shape.steps * STRAGGLER_STEPS_FACTOR
+    1. launch {SCHEDULE_STEPS} steps on local nodes a and b (one rank each) and spare
+       s0, node b slowed 2x from 75% of the steps;
+    2. at 20%: SIGKILL rank 1; at 40% (generation 2): SIGSTOP rank 0; at 60%
+       (generation 3): SIGKILL the worker, restart it ``shape.worker_down_s`` later;
+    3. wait for the end: the controller's ETTR, MTTR, incidents, straggler swaps.
+    """,
+    references=lambda shape: [(2, SCHEDULE_STEPS)],
+)
 
 
 def _two_local_nodes(shape: JobShape, steps: int, *slow_args: str) -> SpecBuilder:
@@ -219,49 +659,8 @@ def _two_local_nodes(shape: JobShape, steps: int, *slow_args: str) -> SpecBuilde
     return build
 
 
-@scenario(
-    "straggler",
-    f"node b's rank becomes {STRAGGLER_SLOWDOWN:g}x slower from the fault step (2 local "
-    "nodes + 1 spare, spec defaults for detection); found, checkpointed, swapped",
-    references=lambda shape: [(2, _straggler_steps(shape))],
-)
-async def straggler(ctx: BenchContext, repeat: int) -> Outcome:
-    shape = ctx.shape
-    steps = _straggler_steps(shape)
-    slow = ("--slow-node", "b", "--slow-factor", str(STRAGGLER_SLOWDOWN))
-    build = _two_local_nodes(shape, steps, *slow, "--slow-from-step", str(shape.fault_step))
-    async with ctx.job("straggler", repeat, build, steps=steps) as job:
-        await job.reach_step(shape.fault_step)
-        slow_from = time.time()  # the next step of node b is the first slow one
-        status = await job.result()
-        outcome = await job.common_outcome(status)
-        found = status.stragglers[0] if status.stragglers else None
-        incident = next((i for i in status.incidents if i.kind == "straggler"), None)
-        outcome.metrics |= {
-            "slowdown_injected": STRAGGLER_SLOWDOWN,
-            "window_s": job.spec.straggler.window_s,
-            "slowdown_factor": job.spec.straggler.slowdown_factor,
-            "found_ok": found is not None and found.node == "b",
-            "slowdown_measured": found.slowdown if found else None,
-            "detection_s": (found.detected_at - slow_from) if found else None,
-            "detection_by_samples_s": found.detection_s if found else None,
-            "swapped": found is not None and found.action == "replace_node",
-            "recovery_s": incident.recovery_s if incident else None,
-            "steps_lost": incident.steps_lost if incident else None,
-        }
-        return outcome
-
-
-SCHEDULE_STEPS = 300
-
-
-@scenario(
-    "schedule",
-    f"a scripted fault schedule on one {SCHEDULE_STEPS}-step job: rank crash at 20%, "
-    "rank hang at 40%, worker SIGKILL at 60%, straggler node from 75%; reports ETTR",
-    references=lambda shape: [(2, SCHEDULE_STEPS)],
-)
-async def schedule(ctx: BenchContext, repeat: int) -> Outcome:
+@runs(SCHEDULE, "lazarus")
+async def schedule_lazarus(ctx: BenchContext, repeat: int) -> Measured:
     shape = ctx.shape
     steps = SCHEDULE_STEPS
     at = {name: int(steps * f) for name, f in (("crash", 0.2), ("hang", 0.4), ("worker", 0.6))}
@@ -275,283 +674,14 @@ async def schedule(ctx: BenchContext, repeat: int) -> Outcome:
         await job.reach_step(at["hang"], min_generation=2)
         chaos.signal_rank(job.run_root, rank=0, sig=signal.SIGSTOP)
         await job.reach_step(at["worker"], min_generation=3)
-        ctx.stack.kill_worker(signal.SIGKILL)
-        await asyncio.sleep(shape.worker_down_s)
-        ctx.stack.start_worker()
+        await kill_controller(ctx.stack, shape.worker_down_s)
         status = await job.result()
         outcome = await job.common_outcome(status)
-        outcome.details["incidents"] = [
-            i.model_dump(mode="json", by_alias=True) for i in status.incidents
-        ]
         outcome.metrics |= {
             "ettr": status.ettr,
             "mttr_s": status.mttr_s,
-            "incidents": len(status.incidents),
             "stragglers_swapped": sum(1 for s in status.stragglers if s.action == "replace_node"),
             "steps_lost": status.steps_lost,
-            "elapsed_s": status.elapsed_s,
             "unhandled": status.phase.value != "SUCCEEDED",
         }
         return outcome
-
-
-def _outside_recovery(
-    monitor: RunMonitor, fault: chaos.InjectedFault, incident: Incident | None
-) -> dict[str, float | None]:
-    """Fault injection to the first heartbeat of the next generation past its resume
-    step, from the run directory alone: by the rank's own clock, and when we saw it."""
-    resumed = 0
-    if incident is not None and incident.resumed_from_step is not None:
-        resumed = incident.resumed_from_step
-    first = monitor.first_progress(fault.generation + 1, resumed)
-    return {
-        "recovery_outside_s": first.written_at - fault.at if first else None,
-        "recovery_outside_seen_s": first.seen_at - fault.at if first else None,
-    }
-
-
-# --------------------------------------------------------------------------- multi-node
-#
-# Real SSH nodes: network namespaces with their own sshd (see bench.multinode);
-# skipped, with the reason in the results, where they cannot run.
-
-NODE_LOSS_VICTIM = "h2"
-NODE_LOSS_WORLD_SIZE = 3
-CPU_WORLD_SIZE = 4
-
-
-@scenario(
-    "node_loss",
-    f"3 ssh nodes + 1 spare (network namespaces); kill host {NODE_LOSS_VICTIM} at the fault "
-    "step; the job finishes on the spare",
-    unavailable=multinode.netns_unavailable_reason,
-    references=lambda shape: [(NODE_LOSS_WORLD_SIZE, shape.steps)],
-)
-async def node_loss(ctx: BenchContext, repeat: int) -> Outcome:
-    shape = ctx.shape
-    async with multinode.hosts_for_run(ctx, "node_loss", repeat, count=4) as hosts:
-
-        def build(name: str, paths: JobPaths) -> JobSpec:
-            return multinode.ssh_spec(name, paths, shape, hosts, nodes=3, spares=1)
-
-        async with ctx.job("node_loss", repeat, build) as job:
-            await job.reach_step(shape.fault_step)
-            generation, step = chaos.current_step(job.run_root)
-            killed_at = time.time()
-            await asyncio.to_thread(hosts.kill_host, NODE_LOSS_VICTIM)
-            kill_took = time.time() - killed_at
-            status = await job.result()
-            outcome = await job.common_outcome(status)
-            assert job.handle.first_execution_run_id is not None
-            steps = await workflow_steps(
-                ctx.client, job.handle.id, job.handle.first_execution_run_id
-            )
-    lost = [i for i in status.incidents if i.kind == "node_lost"]
-    incident = lost[0] if lost else None
-    # Where the seconds went, from the run directory: the old generation stopped,
-    # the new one launched (its first step is recovery_outside_s).
-    run_root = chaos.run_root_of(job.run_root)
-    stopped_at = _stopped_at(GenerationDir.of(run_root, generation))
-    launch = read_json(GenerationDir.of(run_root, generation + 1).launch_file)
-    launched_at = float(launch["launched_at"]) if launch else None
-    outside: dict[str, float | None] = {
-        "recovery_outside_s": None,
-        "recovery_outside_seen_s": None,
-    }
-    if incident is not None:
-        first = job.monitor.first_progress(incident.generation + 1, incident.resumed_from_step or 0)
-        if first is not None:
-            outside = {
-                "recovery_outside_s": first.written_at - killed_at,
-                "recovery_outside_seen_s": first.seen_at - killed_at,
-            }
-    outcome.details |= {
-        "fault": {
-            "host": NODE_LOSS_VICTIM,
-            "at": killed_at,
-            "generation": generation,
-            "step": step,
-            "kill_took_s": kill_took,
-        },
-        "nodes": status.nodes.model_dump(mode="json"),
-        "spec": _multinode_settings(job.spec),
-        "rig": multinode.rig_details(hosts),
-        # Activities and timers from 5 s before the kill, in seconds from the kill.
-        "timeline": [
-            {
-                "name": st.name,
-                "from_s": round(st.started_at - killed_at, 3),
-                "to_s": round(st.ended_at - killed_at, 3) if st.ended_at else None,
-                "outcome": st.outcome,
-            }
-            for st in steps
-            if (st.ended_at or st.started_at) >= killed_at - 5
-        ],
-    }
-    outcome.metrics |= {
-        "fault_step": step,
-        **_multinode_settings(job.spec),
-        # The first incident is the loss of the killed host, named as such (`incidents`
-        # says whether anything else happened later).
-        "node_lost_ok": (
-            incident is not None
-            and incident is status.incidents[0]
-            and incident.node == NODE_LOSS_VICTIM
-        ),
-        "spare_used": ("h4" in status.nodes.active and NODE_LOSS_VICTIM not in status.nodes.active),
-        "detection_s": incident.detection_s if incident else None,
-        "detection_from_kill_s": (incident.detected_at - killed_at) if incident else None,
-        "recovery_s": incident.recovery_s if incident else None,
-        "recovery_from_kill_s": (
-            incident.fault_at + incident.recovery_s - killed_at
-            if incident is not None and incident.recovery_s is not None
-            else None
-        ),
-        # The recovery's phases, by the controller (incident) and from the run directory.
-        "stopped_after_kill_s": _since(killed_at, incident.stopped_at if incident else None),
-        "relaunched_after_kill_s": _since(killed_at, incident.relaunched_at if incident else None),
-        "stopped_after_kill_outside_s": _since(killed_at, stopped_at),
-        "launched_after_kill_outside_s": _since(killed_at, launched_at),
-        **outside,
-        "steps_lost": incident.steps_lost if incident else None,
-        "resumed_from_step": incident.resumed_from_step if incident else None,
-    }
-    return outcome
-
-
-def _since(start: float, at: float | None) -> float | None:
-    return at - start if at is not None else None
-
-
-def _stopped_at(gen: GenerationDir) -> float | None:
-    """When the stop of a generation finished (its ``stopped.json``, rewritten at the end)."""
-    record = read_json(gen.stopped_file)
-    if record is not None and record.get("reason") == "stopped" and "at" in record:
-        return float(record["at"])
-    try:
-        return gen.stopped_file.stat().st_mtime
-    except OSError:
-        return None
-
-
-def _multinode_settings(spec: JobSpec) -> dict[str, Metric]:
-    return {
-        "node_timeout_s": spec.node_timeout_s,
-        "ssh_connect_timeout_s": spec.ssh.connect_timeout_s,
-        "ssh_command_timeout_s": spec.ssh.command_timeout_s,
-        "poll_interval_s": spec.health.poll_interval_s,
-    }
-
-
-@scenario(
-    "ssh_poll",
-    "the supervision round trip over SSH: SSHAgent.poll of an idle rank on each of 4 "
-    "hosts on a reused connection, node by node and all 4 at once, every poll interval",
-    unavailable=multinode.netns_unavailable_reason,
-    references=lambda shape: [],
-)
-async def ssh_poll(ctx: BenchContext, repeat: int) -> Outcome:
-    async with multinode.hosts_for_run(ctx, "ssh_poll", repeat, count=4) as hosts:
-        run_root = ctx.workdir / "polls" / f"ssh-poll-{repeat}" / "runs" / "bench-ssh-poll"
-        cancel = threading.Event()  # so that Ctrl-C does not wait for every poll to fail
-        try:
-            polls = await asyncio.to_thread(
-                multinode.measure_polls, hosts, ctx.shape, run_root, cancel
-            )
-        finally:
-            cancel.set()
-    return Outcome(
-        metrics={
-            "nodes": len(polls.per_node),
-            "poll_interval_s": polls.interval_s,
-            "ssh_command_timeout_s": ctx.shape.ssh_command_timeout_s,
-            **polls.metrics(),
-        },
-        details={
-            "seconds": {
-                "first": polls.first,
-                "per_node": polls.per_node,
-                "concurrent": polls.concurrent,
-                "sequential": polls.sequential,
-                "back_to_back": polls.back_to_back,
-            },
-            "failures": polls.failures[:20],
-            "rig": multinode.rig_details(hosts),
-        },
-    )
-
-
-@scenario(
-    "controller_cpu",
-    f"the worker's CPU time while it supervises {CPU_WORLD_SIZE} ssh nodes (1 rank each), "
-    f"against the same {CPU_WORLD_SIZE} ranks on 1 local node, and idle",
-    unavailable=multinode.netns_unavailable_reason,
-    references=lambda shape: [(CPU_WORLD_SIZE, shape.cpu_steps)],
-)
-async def controller_cpu(ctx: BenchContext, repeat: int) -> Outcome:
-    shape = ctx.shape
-    outcome = Outcome(metrics={"poll_interval_s": shape.health.get("poll_interval_s")})
-    # With no job at all: what the worker costs just by being connected.
-    pid = ctx.stack.worker_pid
-    first = multinode.cpu_sample(pid)
-    await asyncio.sleep(shape.idle_window_s)
-    idle = multinode.cpu_rate(first, multinode.cpu_sample(pid))
-    outcome.metrics["idle_cpu_ms_per_s"] = idle * 1000.0
-
-    def local(name: str, paths: JobPaths) -> JobSpec:
-        return build_spec(name, paths, shape, nproc_per_node=CPU_WORLD_SIZE, steps=shape.cpu_steps)
-
-    await _supervision_cpu(ctx, "cpu_local", repeat, local, "local1", outcome)
-    async with multinode.hosts_for_run(
-        ctx, "controller_cpu", repeat, count=CPU_WORLD_SIZE
-    ) as hosts:
-
-        def ssh(name: str, paths: JobPaths) -> JobSpec:
-            return multinode.ssh_spec(
-                name, paths, shape, hosts, nodes=CPU_WORLD_SIZE, steps=shape.cpu_steps
-            )
-
-        await _supervision_cpu(ctx, "cpu_ssh", repeat, ssh, "ssh4", outcome)
-        outcome.details["rig"] = multinode.rig_details(hosts)
-    local_rate = outcome.metrics.get("local1_cpu_ms_per_s")
-    ssh_rate = outcome.metrics.get("ssh4_cpu_ms_per_s")
-    outcome.metrics["ssh4_over_local1"] = (
-        ssh_rate / local_rate
-        if isinstance(ssh_rate, float) and isinstance(local_rate, float) and local_rate > 0
-        else None
-    )
-    return outcome
-
-
-async def _supervision_cpu(
-    ctx: BenchContext,
-    label: str,
-    repeat: int,
-    build: SpecBuilder,
-    prefix: str,
-    outcome: Outcome,
-) -> None:
-    """Run one job to the end; sample the worker's CPU time over its steady middle
-    (from 1/6 to 5/6 of its steps: after start-up and rendezvous, before the end)."""
-    steps = ctx.shape.cpu_steps
-    async with ctx.job(label, repeat, build, steps=steps) as job:
-        await job.reach_step(max(1, steps // 6))
-        first = multinode.cpu_sample(ctx.stack.worker_pid)
-        await job.reach_step(steps * 5 // 6)
-        last = multinode.cpu_sample(ctx.stack.worker_pid)
-        status: JobStatus = await job.result()
-        common = await job.common_outcome(status)
-    rate = multinode.cpu_rate(first, last)
-    outcome.metrics |= {
-        f"{prefix}_completed": common.metrics["completed"],
-        f"{prefix}_weights_ok": common.metrics["weights_ok"],
-        f"{prefix}_window_s": last.at - first.at,
-        f"{prefix}_cpu_ms_per_s": rate * 1000.0,
-        f"{prefix}_cpu_s_per_hour": rate * 3600.0,
-    }
-    outcome.details[prefix] = {
-        **common.details,
-        "world_size": job.spec.world_size,
-        "nodes": [n.name for n in job.spec.nodes],
-        "window": {"from_cpu_s": first.cpu_s, "to_cpu_s": last.cpu_s},
-    }

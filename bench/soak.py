@@ -12,7 +12,7 @@ Lazarus: ``force_recover``, or ``resume`` if it asks for an operator) and the
 incident counts as unhandled. That is generous to a system that needs one: a
 person is rarely paged, logged in and done within a minute.
 
-Reported per system, from the step trace (:mod:`bench.trace`):
+Reported per system, from the step trace (:class:`bench.measure.StepTrace`):
 
 * ETTR: productive time (new steps beyond the high-water mark) / wall time.
 * MTTR: mean fault-to-first-step-of-the-next-generation over incidents that
@@ -34,11 +34,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from bench.compare import CompareContext, LazarusRun, System, TorchrunRun
-from bench.trace import StepTrace
+from bench.harness import BenchContext, LazarusRun, TorchrunRun
+from bench.measure import StepTrace
+from bench.registry import System
+from bench.scenarios import kill_controller
 from lazarus import chaos
-from lazarus.domain.api import QUERY_STATUS, SIGNAL_FORCE_RECOVER, SIGNAL_RESUME
-from lazarus.workflows.state import ForceRecover, JobStatus, Phase
+from lazarus.client import RequestRejected
+from lazarus.workflows.state import Phase
 
 FaultKind = Literal["crash", "hang", "controller_crash"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("crash", "hang", "controller_crash")
@@ -145,7 +147,7 @@ class _Driver:
 class _LazarusDriver(_Driver):
     system: System = "lazarus"
 
-    def __init__(self, ctx: CompareContext, run: LazarusRun) -> None:
+    def __init__(self, ctx: BenchContext, run: LazarusRun) -> None:
         self.ctx, self.run = ctx, run
 
     def trace(self) -> StepTrace:
@@ -156,28 +158,28 @@ class _LazarusDriver(_Driver):
 
     async def inject(self, fault: SoakFault) -> None:
         if fault.kind == "controller_crash":
-            stack = self.ctx.bench.stack
-            stack.kill_worker(signal.SIGKILL)
-            await asyncio.sleep(self.ctx.config.controller_down_s)
-            stack.start_worker()
+            await kill_controller(self.ctx.stack, self.ctx.shape.worker_down_s)
             return
         sig = signal.SIGKILL if fault.kind == "crash" else signal.SIGSTOP
         chaos.signal_rank(self.run.job.run_root, rank=fault.rank, sig=sig)
 
     async def operator(self) -> str:
-        handle = self.run.job.handle
-        stack = self.ctx.bench.stack
+        control = self.run.job.control
+        stack = self.ctx.stack
         if not stack.worker_running:
             stack.start_worker()
-        status = await handle.query(QUERY_STATUS, result_type=JobStatus)
+        status = await control.status()
         if status.phase in (Phase.NEEDS_OPERATOR, Phase.PAUSED):
-            await handle.signal(SIGNAL_RESUME)
+            await control.resume()
             return f"resume ({status.phase.value})"
-        await handle.signal(SIGNAL_FORCE_RECOVER, ForceRecover(reason="soak operator"))
+        try:
+            await control.force_recover("soak operator")
+        except RequestRejected as refused:  # e.g. a recovery already under way
+            return f"force_recover refused ({status.phase.value}): {refused.reason}"
         return f"force_recover ({status.phase.value})"
 
     async def controller_ettr(self) -> float | None:
-        status: JobStatus = await self.run.job.handle.query(QUERY_STATUS, result_type=JobStatus)
+        status = await self.run.job.control.status()
         return status.ettr
 
 
@@ -208,7 +210,7 @@ class _TorchrunDriver(_Driver):
 
 
 async def run_soak(
-    ctx: CompareContext,
+    ctx: BenchContext,
     systems: Sequence[System],
     plot_path: Path | None,
     progress: Callable[[str], None],

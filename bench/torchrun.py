@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from bench.jobs import REPO
-from bench.trace import STEP_LINE, StepTrace
+from bench.measure import STEP_LINE, StepTrace
 from lazarus.activities.procfs import is_alive, read_stat
 
 TorchrunSetup = Literal["best", "default"]

@@ -27,13 +27,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from lazarus import chaos  # noqa: E402
-from lazarus.cli import fetch_status  # noqa: E402
 from lazarus.cli_render import incidents_table, render_status  # noqa: E402
-from lazarus.domain.api import WORKFLOW_TYPE, workflow_id_for  # noqa: E402
+from lazarus.client import JobClient  # noqa: E402
+from lazarus.domain.api import workflow_id_for  # noqa: E402
 from lazarus.domain.spec import JobSpec, load_spec  # noqa: E402
 from lazarus.local_stack import LocalStack  # noqa: E402
 from lazarus.settings import web_ui_url  # noqa: E402
-from lazarus.workflows.state import JobInput, JobStatus  # noqa: E402
+from lazarus.workflows.state import JobStatus  # noqa: E402
 
 SPEC = REPO / "examples" / "jobs" / "ddp_demo.yaml"
 DEMO_JOB = "ddp-demo-showcase"
@@ -71,25 +71,18 @@ async def _run(stack: LocalStack, console: Console) -> JobStatus:
         Path(spec.workdir) / ".lazarus/out" / spec.name,
     ):
         shutil.rmtree(leftover, ignore_errors=True)  # a demo starts from scratch
-    client = await stack.client()
-    workflow_id = workflow_id_for(spec.name)
-    handle = await client.start_workflow(
-        WORKFLOW_TYPE,
-        JobInput(spec=spec),
-        id=workflow_id,
-        task_queue=stack.task_queue,
-        result_type=JobStatus,
-    )
+    jobs = await JobClient.connect(stack.settings)
+    handle = await jobs.start(spec)
     console.print(
         f"started [bold]{spec.name}[/]: {spec.world_size} ranks, "
-        f"Web UI {web_ui_url(stack.settings, workflow_id)}"
+        f"Web UI {web_ui_url(stack.settings, handle.workflow_id)}"
     )
     run_root = Path(spec.run_dir) / spec.name
     events: list[str] = []
     plan = [(CRASH_AT_STEP, 1, signal.SIGKILL, "crash"), (HANG_AT_STEP, 0, signal.SIGSTOP, "hang")]
     with Live(console=console, refresh_per_second=4) as live:
         while True:
-            view = await fetch_status(client, spec.name)
+            view = await jobs.status(handle)
             generation, step = chaos.current_step(run_root)
             if plan and step is not None and step >= plan[0][0] and generation == len(events) + 1:
                 _, rank, sig, label = plan.pop(0)
@@ -102,9 +95,7 @@ async def _run(stack: LocalStack, console: Console) -> JobStatus:
             if view.is_terminal:
                 break
             await asyncio.sleep(0.5)
-    status = await handle.result()
-    assert isinstance(status, JobStatus)
-    return status
+    return await jobs.result(handle)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,11 @@
 """``lazarus``: start, watch and steer training jobs, and run the server and worker.
 
-The CLI never imports workflow or activity code: it addresses jobs by the names
-in :mod:`lazarus.domain.api` and exchanges only the models of :mod:`lazarus.workflows.state`.
+This is the app floor, and presentation only: everything that talks to Temporal
+goes through :class:`lazarus.client.JobClient` (the supported Python API), and this
+module turns its results into rich tables or ``--json`` and its errors into exit
+codes. It imports the activities (checkpoint listing and verification, the resume
+plan, node preflight), the worker only for ``lazarus worker``, and the workflow's
+models (:mod:`lazarus.workflows.state`), never workflow code itself.
 Failures a person can fix (a bad spec, no server, a job name that does not
 exist) end in one line on stderr and a non-zero exit code, never a traceback.
 """
@@ -13,34 +17,22 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 import yaml
 from rich.console import Console
 from rich.live import Live
-from temporalio.client import (
-    Client,
-    WorkflowExecutionDescription,
-    WorkflowExecutionStatus,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowQueryRejectedError,
-    WorkflowUpdateFailedError,
-)
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
 
 from lazarus import cli_render as render
 from lazarus.activities.worker_settings import WorkerSettingsError
+from lazarus.client import (
+    ClientError,
+    JobClient,
+    StatusUnavailable,
+    plan_start,
+)
 from lazarus.devserver import (
     DEFAULT_PORT,
     DEFAULT_STATE_DIR,
@@ -48,38 +40,20 @@ from lazarus.devserver import (
     DevServerError,
     dev_server_command,
 )
-from lazarus.domain.api import (
-    JOB_ATTRIBUTE,
-    PHASE_ATTRIBUTE,
-    QUERY_STATUS,
-    SEARCH_ATTRIBUTES,
-    SIGNAL_PAUSE,
-    SIGNAL_RESUME,
-    STEP_ATTRIBUTE,
-    UPDATE_DRAIN,
-    UPDATE_RECOVER,
-    UPDATE_RETURN,
-    WORKFLOW_TYPE,
-    job_name_from,
-    workflow_id_for,
-)
-from lazarus.domain.contracts import SupervisionProgress
+from lazarus.domain.api import workflow_id_for
+from lazarus.domain.contracts import CheckpointRef
 from lazarus.domain.spec import JobSpec, SpecError, load_spec
 from lazarus.settings import (
     ConnectionProblem,
     ConnectionSettings,
-    ServerUnreachable,
     connect,
     web_ui_url,
 )
-from lazarus.workflows.state import ForceRecover, Incident, JobInput, JobStatus, NodeRequest, Phase
+from lazarus.workflows.state import Incident
 
 if TYPE_CHECKING:
     from lazarus.activities.checkpoints.resume_plan import ResumePlan
 
-SUPERVISE_ACTIVITY = "supervise"
-QUERY_TIMEOUT = timedelta(seconds=5)
-"""A query needs a worker; without one it would wait for the server's long deadline."""
 WATCH_INTERVAL_S = 1.0
 
 T = TypeVar("T")
@@ -93,13 +67,9 @@ app = typer.Typer(
 )
 
 
-class JobNotFound(Exception):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no job named '{name}'; see 'lazarus list'")
-
-
-class Refusal(Exception):
-    """A request the server turned down for a reason the user can act on."""
+class Refusal(ClientError):
+    """A request this CLI turns down for a reason the user can act on (the client's
+    own refusals are the other :class:`ClientError` subclasses)."""
 
 
 # --- plumbing -----------------------------------------------------------------------------
@@ -125,148 +95,19 @@ def _settings(ctx: typer.Context) -> ConnectionSettings:
     return settings
 
 
-def _with_client(ctx: typer.Context, action: Callable[[Client], Awaitable[T]]) -> T:
+def _with_client(ctx: typer.Context, action: Callable[[JobClient], Awaitable[T]]) -> T:
     """Connect, run ``action``, and turn every failure a person can fix into one line."""
     settings = _settings(ctx)
 
     async def main() -> T:
         client = await connect(settings)
-        return await action(client)
+        jobs = JobClient(client, task_queue=settings.task_queue, address=settings.address)
+        return await action(jobs)
 
     try:
         return asyncio.run(main())
-    except ConnectionProblem as exc:
+    except (ConnectionProblem, ClientError) as exc:
         _fail(str(exc))
-    except (JobNotFound, Refusal) as exc:
-        _fail(str(exc))
-    except RPCError as exc:
-        if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-            _fail(str(ServerUnreachable(settings.address)))
-        _fail(f"Temporal refused the request: {exc.message}")
-
-
-async def _describe(
-    client: Client, name: str
-) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
-    handle = client.get_workflow_handle(workflow_id_for(name))
-    try:
-        return handle, await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise JobNotFound(name) from None
-        raise
-
-
-def _is_open(description: WorkflowExecutionDescription) -> bool:
-    return description.status in (None, WorkflowExecutionStatus.RUNNING)
-
-
-def _status_name(description: WorkflowExecutionDescription) -> str:
-    status = description.status
-    return "UNKNOWN" if status is None else status.name
-
-
-async def _live_progress(
-    client: Client, description: WorkflowExecutionDescription
-) -> SupervisionProgress | None:
-    """The supervise activity's last heartbeat: fresher than anything in history."""
-    for activity in description.raw_description.pending_activities:
-        if activity.activity_type.name != SUPERVISE_ACTIVITY:
-            continue
-        payloads = activity.heartbeat_details.payloads
-        if not payloads:
-            continue
-        try:
-            (progress,) = await client.data_converter.decode(payloads[:1], [SupervisionProgress])
-        except Exception:  # an older or newer heartbeat shape: just skip the live view
-            continue
-        if isinstance(progress, SupervisionProgress):
-            return progress
-    return None
-
-
-async def _query_status(handle: WorkflowHandle[Any, Any]) -> tuple[JobStatus | None, str | None]:
-    """The workflow's own status, or why it could not be had.
-
-    Queries on closed workflows work too (a worker replays the history), but only
-    while a worker is polling; without one we fall back to Temporal's view.
-    """
-    try:
-        status = await handle.query(QUERY_STATUS, result_type=JobStatus, rpc_timeout=QUERY_TIMEOUT)
-    except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
-        return None, f"the job did not answer the status query: {exc}"
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.UNAVAILABLE:
-            raise
-        if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
-            return None, (
-                "no worker answered the status query; is 'lazarus worker' running? "
-                "(showing what Temporal itself knows)"
-            )
-        return None, f"the status query failed: {exc.message}"
-    if not isinstance(status, JobStatus):
-        return None, "the status query returned something that is not a job status"
-    return status, None
-
-
-async def _final_status(client: Client, workflow_id: str) -> JobStatus | None:
-    """A completed job's result is its final status: readable without any worker."""
-    handle = client.get_workflow_handle(workflow_id, result_type=JobStatus)
-    try:
-        result = await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
-    except Exception:  # not a JobStatus result (an older workflow version), or gone
-        return None
-    return result if isinstance(result, JobStatus) else None
-
-
-async def fetch_status(client: Client, name: str) -> render.StatusView:
-    """Everything known about one job; public so the demo and bench draw the same view.
-
-    Raises :class:`JobNotFound` for a name Temporal has never seen.
-    """
-    handle, description = await _describe(client, name)
-    live = await _live_progress(client, description) if _is_open(description) else None
-    status, note = await _query_status(handle)
-    if status is None and description.status == WorkflowExecutionStatus.COMPLETED:
-        status = await _final_status(client, description.id)
-        note = None if status is not None else note
-    attributes = description.typed_search_attributes
-    return render.StatusView(
-        workflow_id=description.id,
-        execution_status=_status_name(description),
-        status=status,
-        live=live,
-        phase_hint=attributes.get(PHASE_ATTRIBUTE),
-        step_hint=attributes.get(STEP_ATTRIBUTE),
-        start_time=description.start_time,
-        close_time=description.close_time,
-        note=note,
-    )
-
-
-async def _list_jobs(client: Client) -> list[render.JobRow]:
-    """One row per job: the newest run of each workflow id (continue-as-new and
-    re-starts leave older runs in visibility)."""
-    newest: dict[str, render.JobRow] = {}
-    async for execution in client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'"):
-        attributes = execution.typed_search_attributes
-        row = render.JobRow(
-            job=attributes.get(JOB_ATTRIBUTE) or job_name_from(execution.id),
-            workflow_id=execution.id,
-            phase=attributes.get(PHASE_ATTRIBUTE),
-            step=attributes.get(STEP_ATTRIBUTE),
-            execution_status=execution.status.name if execution.status else "UNKNOWN",
-            start_time=execution.start_time,
-            close_time=execution.close_time,
-        )
-        current = newest.get(row.workflow_id)
-        if current is None or _started(row) > _started(current):
-            newest[row.workflow_id] = row
-    return sorted(newest.values(), key=lambda r: r.job)
-
-
-def _started(row: render.JobRow) -> datetime:
-    return row.start_time or datetime.min.replace(tzinfo=UTC)
 
 
 # --- app ----------------------------------------------------------------------------------
@@ -336,40 +177,33 @@ def start(
     settings = _settings(ctx)
     workflow_id = workflow_id_for(spec.name)
     if dry_run:
-        plan = None if fresh else _resume_plan(spec)
+        resume = None if fresh else _resume_plan(spec)
+        plan = plan_start(spec, settings.task_queue, resume=_resume_ref(resume, spec))
         if as_json:
             _print_json(
                 {
-                    **render.dry_run_json(spec, workflow_id, settings.task_queue),
-                    "resume_from": cli_checkpoints.resume_json(plan),
+                    **render.dry_run_json(plan),
+                    "resume_from": cli_checkpoints.resume_json(resume),
                 }
             )
         else:
             out = _out()
             out.print("[bold]resolved spec[/]")
             out.print(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False), markup=False)
-            out.print(render.render_dry_run(spec, workflow_id, settings.task_queue))
+            out.print(render.render_dry_run(plan))
             if fresh:
                 out.print(f"--fresh would move the checkpoints in {spec.checkpoint_dir} aside")
-            elif plan is not None:
-                for line in cli_checkpoints.resume_lines(plan, spec.name):
+            elif resume is not None:
+                for line in cli_checkpoints.resume_lines(resume, spec.name):
                     out.print(line, markup=False)
         return
     said: list[str] = []
     plan_holder: list[ResumePlan | None] = []
 
-    async def before_start(client: Client) -> None:
+    async def before_start(jobs: JobClient) -> None:
         """--fresh and the resume notice, once the name is known to be free: moving a
         running job's checkpoints aside would pull them from under it."""
-        try:
-            _, description = await _describe(client, spec.name)
-        except JobNotFound:
-            description = None
-        if description is not None and _is_open(description):
-            raise Refusal(
-                f"job '{spec.name}' is already running ({workflow_id}); "
-                f"see 'lazarus status {spec.name}', or start it under another --name"
-            )
+        await jobs.ensure_not_running(spec.name)
         if fresh:
             try:
                 moved = await asyncio.to_thread(start_fresh, spec)
@@ -384,34 +218,10 @@ def start(
             for line in said:
                 _out().print(line, markup=False)
 
-    async def action(client: Client) -> str:
-        await before_start(client)
-        try:
-            handle = await client.start_workflow(
-                WORKFLOW_TYPE,
-                JobInput(spec=spec),
-                id=workflow_id,
-                task_queue=settings.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(PHASE_ATTRIBUTE, Phase.PENDING.value),
-                        SearchAttributePair(JOB_ATTRIBUTE, spec.name),
-                        SearchAttributePair(STEP_ATTRIBUTE, 0),
-                    ]
-                ),
-            )
-        except WorkflowAlreadyStartedError:
-            raise Refusal(
-                f"job '{spec.name}' is already running ({workflow_id}); "
-                f"see 'lazarus status {spec.name}', or start it under another --name"
-            ) from None
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.INVALID_ARGUMENT and "search attribute" in exc.message:
-                raise Refusal(_missing_attributes_hint(exc.message)) from None
-            raise
-        return handle.result_run_id or ""
+    async def action(jobs: JobClient) -> str:
+        await before_start(jobs)
+        handle = await jobs.start(spec)
+        return handle.run_id
 
     run_id = _with_client(ctx, action)
     url = web_ui_url(settings, workflow_id)
@@ -451,6 +261,17 @@ def _resume_plan(spec: JobSpec) -> ResumePlan | None:
         return None
 
 
+def _resume_ref(plan: ResumePlan | None, spec: JobSpec) -> CheckpointRef | None:
+    """The checkpoint the first launch would be told to resume from: a durable one is
+    restored first, under the same name in the checkpoint directory."""
+    if plan is None or plan.step is None or plan.path is None:
+        return None
+    if plan.location == "durable":
+        name = plan.path.rstrip("/").rsplit("/", 1)[-1]
+        return CheckpointRef(step=plan.step, path=str(Path(spec.checkpoint_dir) / name))
+    return CheckpointRef(step=plan.step, path=plan.path)
+
+
 def _unusable_nodes(spec_file: Path, spec: JobSpec) -> list[str]:
     """Bad hosts are bad input: a wrong host key, an unreachable host or a bad identity
     file is reported here, naming the node, and nothing is started."""
@@ -487,18 +308,6 @@ def _unusable_nodes(spec_file: Path, spec: JobSpec) -> list[str]:
     ]
 
 
-def _missing_attributes_hint(message: str) -> str:
-    creates = " ".join(
-        f"--name {key.name} --type {key.indexed_value_type.name.title().replace('_', '')}"
-        for key in SEARCH_ATTRIBUTES
-    )
-    return (
-        f"the server does not know Lazarus's search attributes ({message}); "
-        "use 'lazarus server', or register them: "
-        f"temporal operator search-attribute create {creates}"
-    )
-
-
 @app.command()
 def status(
     ctx: typer.Context,
@@ -513,22 +322,22 @@ def status(
         list_jobs(ctx, as_json=as_json)
         return
     if watch and not as_json:
-        _with_client(ctx, lambda client: _watch(client, job))
+        _with_client(ctx, lambda jobs: _watch(jobs, job))
         return
-    view = _with_client(ctx, lambda client: fetch_status(client, job))
+    view = _with_client(ctx, lambda jobs: jobs.status(job))
     if as_json:
         _print_json(render.status_json(view))
     else:
         _out().print(render.render_status(view))
 
 
-async def _watch(client: Client, job: str) -> None:
-    view = await fetch_status(client, job)
+async def _watch(jobs: JobClient, job: str) -> None:
+    view = await jobs.status(job)
     try:
         with Live(render.render_status(view), console=_out(), auto_refresh=False) as live:
             while not view.is_terminal:
                 await asyncio.sleep(WATCH_INTERVAL_S)
-                view = await fetch_status(client, job)
+                view = await jobs.status(job)
                 live.update(render.render_status(view), refresh=True)
     except (KeyboardInterrupt, asyncio.CancelledError):
         return
@@ -540,67 +349,24 @@ def list_jobs(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Every job this namespace knows, newest run of each."""
-    rows = _with_client(ctx, _list_jobs)
+    rows = _with_client(ctx, lambda jobs: jobs.list())
     if as_json:
         _print_json(render.job_list_json(rows))
     else:
         _out().print(render.render_job_list(rows))
 
 
-def _signal_open_job(
-    ctx: typer.Context,
-    job: str,
-    signal: str,
-    arg: object | None,
-    verb: str,
-    allowed_in: tuple[Phase, ...] = (),
-) -> None:
-    """Signal an open job. With ``allowed_in``, a job in another phase is refused here,
-    with the reason, before anything is sent (the job would record it as ignored)."""
-
-    async def action(client: Client) -> None:
-        handle, description = await _describe(client, job)
-        if not _is_open(description):
-            closed_as = _status_name(description)
-            raise Refusal(f"job '{job}' is already closed ({closed_as}); cannot {verb} it")
-        if allowed_in:
-            status = await handle.query(
-                QUERY_STATUS, result_type=JobStatus, rpc_timeout=QUERY_TIMEOUT
-            )
-            if status.phase not in allowed_in:
-                wanted = " or ".join(p.value for p in allowed_in)
-                raise Refusal(
-                    f"job '{job}' is {status.phase.value}; {verb} applies only when it is "
-                    f"{wanted}: nothing sent"
-                )
-        if arg is None:
-            await handle.signal(signal)
-        else:
-            await handle.signal(signal, arg)
-
-    _with_client(ctx, action)
-
-
 @app.command()
 def pause(ctx: typer.Context, job: str) -> None:
     """Stop the ranks and hold; 'resume' relaunches them from the last checkpoint."""
-    _signal_open_job(
-        ctx,
-        job,
-        SIGNAL_PAUSE,
-        None,
-        "pause",
-        allowed_in=(Phase.PENDING, Phase.LAUNCHING, Phase.RUNNING, Phase.RECOVERING),
-    )
+    _with_client(ctx, lambda jobs: jobs.pause(job))
     _out().print(f"asked job '{job}' to pause", markup=False)
 
 
 @app.command()
 def resume(ctx: typer.Context, job: str) -> None:
     """Relaunch a paused job, or one waiting for an operator."""
-    _signal_open_job(
-        ctx, job, SIGNAL_RESUME, None, "resume", allowed_in=(Phase.PAUSED, Phase.NEEDS_OPERATOR)
-    )
+    _with_client(ctx, lambda jobs: jobs.resume(job))
     _out().print(f"asked job '{job}' to resume", markup=False)
 
 
@@ -622,34 +388,15 @@ def recover(
     ] = False,
 ) -> None:
     """Restart the job's ranks from the last checkpoint now, as if a rank had failed."""
-    request = ForceRecover(
-        reason=reason, exclude_node=exclude_node, checkpoint_first=checkpoint_first
-    )
     # An update, not a signal: the job validates it first, so a typo in --exclude-node
     # is refused with the reason instead of quarantining nothing and growing the world.
-    reply = _update_open_job(ctx, job, UPDATE_RECOVER, request)
+    reply = _with_client(
+        ctx,
+        lambda jobs: jobs.recover(
+            job, reason=reason, exclude_node=exclude_node, checkpoint_first=checkpoint_first
+        ),
+    )
     _out().print(f"job '{job}': {reply}", markup=False)
-
-
-def _update_open_job(
-    ctx: typer.Context, job: str, update: str, request: NodeRequest | ForceRecover
-) -> str:
-    """Updates, unlike signals, answer: an unknown node is refused with the reason."""
-
-    async def action(client: Client) -> str:
-        handle, description = await _describe(client, job)
-        if not _is_open(description):
-            raise Refusal(f"job '{job}' is already closed ({_status_name(description)})")
-        try:
-            reply = await handle.execute_update(update, request, result_type=str)
-        except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
-            while cause.__cause__ is not None:
-                cause = cause.__cause__
-            raise Refusal(f"job '{job}': {cause}") from None
-        return str(reply)
-
-    return _with_client(ctx, action)
 
 
 @app.command()
@@ -660,37 +407,25 @@ def drain(
     reason: Annotated[str, typer.Option(help="Recorded with the quarantine.")] = "",
 ) -> None:
     """Move the job off NODE: quarantine it and relaunch its ranks on a spare."""
-    reply = _update_open_job(ctx, job, UPDATE_DRAIN, NodeRequest(node=node, reason=reason))
+    reply = _with_client(ctx, lambda jobs: jobs.drain(job, node, reason=reason))
     _out().print(reply, markup=False)
 
 
 @app.command("return")
 def return_node(ctx: typer.Context, job: str, node: str) -> None:
     """Take NODE out of quarantine into the spares (after stopping anything stale on it)."""
-    reply = _update_open_job(ctx, job, UPDATE_RETURN, NodeRequest(node=node))
+    reply = _with_client(ctx, lambda jobs: jobs.return_node(job, node))
     _out().print(reply, markup=False)
 
 
 @app.command()
 def cancel(ctx: typer.Context, job: str) -> None:
     """Stop the job's ranks and end it as CANCELLED (a no-op on a job that already ended)."""
-
-    async def action(client: Client) -> str | None:
-        handle, description = await _describe(client, job)
-        if not _is_open(description):
-            return _status_name(description)
-        try:
-            await handle.cancel()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:  # it closed between describe and cancel
-                return "CLOSED"
-            raise
-        return None
-
-    closed_as = _with_client(ctx, action)
-    if closed_as is not None:
+    outcome = _with_client(ctx, lambda jobs: jobs.cancel(job))
+    if outcome.already_closed_as is not None:
         _out().print(
-            f"job '{job}' is already closed ({closed_as}); nothing to cancel", markup=False
+            f"job '{job}' is already closed ({outcome.already_closed_as}); nothing to cancel",
+            markup=False,
         )
     else:
         _out().print(f"cancelling job '{job}': its ranks are being stopped", markup=False)
@@ -703,15 +438,7 @@ def incidents(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Every failure of the job and what was done about it."""
-
-    async def action(client: Client) -> list[Incident]:
-        handle, _ = await _describe(client, job)
-        status_, note = await _query_status(handle)
-        if status_ is None:
-            raise Refusal(note or "the job did not answer")
-        return status_.incidents
-
-    found = _with_client(ctx, action)
+    found: list[Incident] = _with_client(ctx, lambda jobs: jobs.incidents(job))
     if as_json:
         _print_json(render.incidents_json(found))
     elif not found:
@@ -916,11 +643,11 @@ def checkpoints(
         _fail("give a JOB, or --dir PATH and/or --uri URI to list without a server", code=2)
     if job is not None:
 
-        async def action(client: Client) -> tuple[str, str | None]:
-            handle, _ = await _describe(client, job)
-            status_, note = await _query_status(handle)
-            if status_ is None:
-                raise Refusal(f"{note or 'the job did not answer'}; or use --dir/--uri")
+        async def action(jobs: JobClient) -> tuple[str, str | None]:
+            try:
+                status_ = await jobs.query(job)
+            except StatusUnavailable as exc:
+                raise Refusal(f"{exc.reason}; or use --dir/--uri") from None
             if not status_.checkpoint_dir:
                 raise Refusal(f"job '{job}' reports no checkpoint directory; use --dir")
             return status_.checkpoint_dir, getattr(status_, "durable_checkpoint_uri", None)

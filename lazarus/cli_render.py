@@ -8,8 +8,6 @@ as what each command does rather than how it is drawn.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -18,9 +16,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lazarus.client import JobRow as JobRow
+from lazarus.client import StartPlan
+from lazarus.client import StatusView as StatusView
 from lazarus.domain import environment as env_names
 from lazarus.domain.api import job_name_from
-from lazarus.domain.contracts import RankStatus, SupervisionProgress
+from lazarus.domain.contracts import RankStatus
 from lazarus.domain.spec import JobSpec
 from lazarus.workflows.state import (
     IgnoredMessage,
@@ -49,63 +50,6 @@ NO_PROGRESS_SIGNAL_NOTE = (
     "without either only crashes are detected"
 )
 HANG_DETECTION_OFF = "hang detection: off (no progress signal)"
-
-
-@dataclass(frozen=True)
-class StatusView:
-    """Everything ``status`` learned about one job, from up to three sources.
-
-    ``status`` is the workflow's own answer (None when no worker answered the
-    query); ``live`` is the supervise activity's last heartbeat, fresher than
-    the workflow's step; the ``*_hint`` fields come from search attributes and
-    are all that is known when the query could not be answered.
-    """
-
-    workflow_id: str
-    execution_status: str
-    """Temporal's view: RUNNING, COMPLETED, FAILED, CANCELED, TERMINATED, ..."""
-    status: JobStatus | None = None
-    live: SupervisionProgress | None = None
-    phase_hint: str | None = None
-    step_hint: int | None = None
-    start_time: datetime | None = None
-    close_time: datetime | None = None
-    note: str | None = None
-
-    @property
-    def phase(self) -> str | None:
-        if self.status is not None:
-            return str(self.status.phase)
-        return self.phase_hint
-
-    @property
-    def step(self) -> int | None:
-        """The newest step known: the heartbeat's when it is of the current
-        generation and ahead of what the workflow last recorded."""
-        recorded = self.status.step if self.status is not None else self.step_hint
-        live = self.live
-        if live is None or live.step is None:
-            return recorded
-        if self.status is not None and live.generation < self.status.generation:
-            return recorded
-        return live.step if recorded is None or live.step > recorded else recorded
-
-    @property
-    def is_terminal(self) -> bool:
-        if self.execution_status != "RUNNING":
-            return True
-        return self.status is not None and self.status.phase.is_terminal
-
-
-@dataclass(frozen=True)
-class JobRow:
-    job: str
-    workflow_id: str
-    phase: str | None
-    step: int | None
-    execution_status: str
-    start_time: datetime | None
-    close_time: datetime | None
 
 
 # --- JSON ---------------------------------------------------------------------------------
@@ -161,53 +105,22 @@ def job_list_json(rows: list[JobRow]) -> list[dict[str, Any]]:
 # --- dry run ------------------------------------------------------------------------------
 
 
-def rank_environment_plan(spec: JobSpec) -> list[dict[str, str]]:
-    """The variables each rank will see, as far as they are known before launch.
-
-    The port and per-generation files are chosen by the launcher, so they are
-    shown as placeholders rather than guessed.
-    """
-    master = spec.nodes[0].host
-    plan: list[dict[str, str]] = []
-    for node_index in range(len(spec.nodes)):
-        for local_rank in range(spec.nproc_per_node):
-            rank = node_index * spec.nproc_per_node + local_rank
-            plan.append(
-                {
-                    **spec.env,
-                    env_names.RANK: str(rank),
-                    env_names.LOCAL_RANK: str(local_rank),
-                    env_names.WORLD_SIZE: str(spec.world_size),
-                    env_names.LOCAL_WORLD_SIZE: str(spec.nproc_per_node),
-                    env_names.GROUP_RANK: str(node_index),
-                    env_names.MASTER_ADDR: master,
-                    env_names.MASTER_PORT: "<free port chosen at launch>",
-                    env_names.RESTART_COUNT: "<generation - 1>",
-                    env_names.JOB_ID: spec.job_id,
-                    env_names.GENERATION: "<1, then +1 per restart>",
-                    env_names.CHECKPOINT_DIR: spec.checkpoint_dir,
-                    env_names.RUN_DIR: f"{spec.run_dir}/<generation>",
-                    env_names.HEARTBEAT_FILE: "<per rank, under the run dir>",
-                }
-            )
-    return plan
-
-
-def dry_run_json(spec: JobSpec, workflow_id: str, task_queue: str) -> dict[str, Any]:
+def dry_run_json(plan: StartPlan) -> dict[str, Any]:
     return {
-        "workflow_id": workflow_id,
-        "task_queue": task_queue,
-        "world_size": spec.world_size,
-        "spec": spec.model_dump(mode="json"),
-        "ranks": rank_environment_plan(spec),
+        "workflow_id": plan.workflow_id,
+        "task_queue": plan.task_queue,
+        "world_size": plan.spec.world_size,
+        "spec": plan.spec.model_dump(mode="json"),
+        "ranks": plan.ranks,
     }
 
 
-def render_dry_run(spec: JobSpec, workflow_id: str, task_queue: str) -> RenderableType:
+def render_dry_run(plan: StartPlan) -> RenderableType:
+    spec = plan.spec
     facts = Table.grid(padding=(0, 2))
     facts.add_row("job", spec.name)
-    facts.add_row("workflow id", workflow_id)
-    facts.add_row("task queue", task_queue)
+    facts.add_row("workflow id", plan.workflow_id)
+    facts.add_row("task queue", plan.task_queue)
     facts.add_row(
         "world size", f"{spec.world_size} ({len(spec.nodes)} node x {spec.nproc_per_node} proc)"
     )
@@ -225,7 +138,6 @@ def render_dry_run(spec: JobSpec, workflow_id: str, task_queue: str) -> Renderab
         f"startup grace {spec.health.startup_timeout_s:g}s",
     )
 
-    plan = rank_environment_plan(spec)
     varying = [
         env_names.RANK,
         env_names.LOCAL_RANK,
@@ -236,17 +148,37 @@ def render_dry_run(spec: JobSpec, workflow_id: str, task_queue: str) -> Renderab
     ranks = Table(title="per-rank environment", title_justify="left")
     for name in varying:
         ranks.add_column(name, justify="right")
-    for env in plan:
+    for env in plan.ranks:
         ranks.add_row(*(env[name] for name in varying))
-    shared = Table(title="shared by every rank", title_justify="left", show_header=False)
-    shared.add_column("variable", style="bold")
-    shared.add_column("value")
-    for name, value in plan[0].items():
-        if name not in varying:
-            shared.add_row(name, value)
-    return Group(
-        Panel(facts, title="dry run: nothing was started", border_style="cyan"), ranks, shared
+    shared = Table(
+        title="shared by every rank, as the launcher sets it for the first generation "
+        "(<...>: known only at launch)",
+        title_justify="left",
+        show_header=False,
     )
+    shared.add_column("variable", style="bold")
+    shared.add_column("value", overflow="fold")
+    for name, value in plan.ranks[0].items():
+        if name in varying:
+            continue
+        differs = any(env.get(name) != value for env in plan.ranks[1:])
+        shared.add_row(name, f"{value}  (rank 0's; differs per rank)" if differs else value)
+    parts: list[RenderableType] = [
+        Panel(facts, title="dry run: nothing was started", border_style="cyan"),
+        ranks,
+        shared,
+    ]
+    if spec.env_from_file is not None:
+        parts.append(
+            Text(
+                f"plus the KEY=VALUE lines of {spec.env_from_file}, read where each rank runs "
+                "(not shown: secrets); local ranks also inherit the worker's environment",
+                style="dim",
+            )
+        )
+    else:
+        parts.append(Text("local ranks also inherit the worker's environment", style="dim"))
+    return Group(*parts)
 
 
 # --- status -------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
 from lazarus.domain.api import SEARCH_ATTRIBUTES
+from lazarus.domain.ports import free_port
 from lazarus.lifecycle import StartStop
 
 DEFAULT_PORT = 7233
@@ -142,14 +143,6 @@ def dev_server_command(
     return command
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago; good enough for tests on one machine."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _is_free(host: str, port: int) -> bool:
     if not 0 < port < 65536:
         return False
@@ -161,7 +154,7 @@ def _is_free(host: str, port: int) -> bool:
     return True
 
 
-def _free_port_with_ui_port(host: str) -> int:
+def _port_with_free_ui_neighbour(host: str) -> int:
     """A free gRPC port whose +1000 neighbour is free too, so the UI sits where
     :func:`lazarus.settings.web_ui_url` (and the ``temporal`` CLI) expect it."""
     for _ in range(50):
@@ -195,7 +188,7 @@ class DevServer(StartStop):
         self.state_dir = Path(state_dir).expanduser()
         self.ip = require_loopback(ip)
         if port is None:
-            port = _free_port_with_ui_port(ip) if ui_port is None else free_port(ip)
+            port = _port_with_free_ui_neighbour(ip) if ui_port is None else free_port(ip)
         self.port = port
         self.ui_port = ui_port if ui_port is not None else _ui_port_for(ip, port)
         self.headless = headless

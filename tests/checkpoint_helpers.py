@@ -4,7 +4,6 @@ S3 server on loopback that can be stopped and restarted on the same port."""
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 import lazarus.rank as lz
 from lazarus.domain import environment
+from lazarus.domain.ports import free_port
 
 BUCKET = "lazarus-test"
 
@@ -65,12 +65,6 @@ def clean_rank_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     lz._reset_state()
     yield
     lz._reset_state()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class MotoS3:

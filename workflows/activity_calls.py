@@ -5,15 +5,57 @@ Temporal's by-name call with the right result type, so the workflow reads as
 ``await execute(LAUNCH, request, ...)`` and mypy checks the request and result.
 The command recorded in history is the same as calling the function itself: a
 ``ScheduleActivityTask`` with the activity's name.
+
+The retry policies and timeouts the workflow calls activities with live here too, so
+the state machine (``job``) and the housekeeping loop (``housekeeping``) share them.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 
 from lazarus.domain.activity_refs import ActivityRef
+from lazarus.domain.spec import JobSpec
+
+QUICK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5)
+)
+LAUNCH_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+    non_retryable_error_types=["LaunchRefused"],
+)
+HOOK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60)
+)
+"""Unlimited attempts: an escalation must reach a person even if their webhook is down."""
+NO_RETRY = RetryPolicy(maximum_attempts=1)
+UPLOAD_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=["CheckpointCorrupt", "CheckpointInputError", "NoDurableStore"],
+)
+"""Store outages are waited out (training never waits for an upload); a corrupt local
+copy or a bad configuration is not."""
+
+
+def worker_loss_timeout(spec: JobSpec) -> timedelta:
+    """How long a silent long-running activity may go before Temporal retries it
+    elsewhere: the same bound for uploads as for supervision."""
+    return timedelta(seconds=spec.health.supervisor_heartbeat_timeout_s)
+
+
+def cause(err: BaseException) -> str:
+    """The innermost message of an activity failure: what actually went wrong."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return str(err)
+
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")

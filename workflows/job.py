@@ -10,6 +10,12 @@ failure, a finish, the first step after a recovery, or a periodic progress
 report; the live step travels in its heartbeat details instead. When history
 gets long the workflow continues as new, carrying :class:`JobState`, and the new
 run adopts the live ranks rather than relaunching them.
+
+The class holds the state machine only. What it decides with lives in pure modules
+beside it, each unit-tested without a server: ``playbook`` (what to do about a
+failure or a straggler), ``state`` (incident bookkeeping and node-pool moves),
+``housekeeping`` (checkpoint tiering and retention, a loop beside the machine),
+``status`` and ``accounting`` (what a query shows).
 """
 
 from __future__ import annotations
@@ -26,7 +32,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import (
         CHECKPOINT_NOW,
-        COLLECT_GARBAGE,
         FIND_VERIFIED_CHECKPOINT,
         LAUNCH,
         PREFLIGHT,
@@ -35,8 +40,6 @@ with workflow.unsafe.imports_passed_through():
         RUN_ESCALATION_HOOK,
         STOP,
         SUPERVISE,
-        UPLOAD_CHECKPOINT,
-        WATCH_CHECKPOINTS,
     )
     from lazarus.domain.api import (
         PHASE_ATTRIBUTE,
@@ -57,7 +60,6 @@ with workflow.unsafe.imports_passed_through():
         EscalationHookRequest,
         FailureReport,
         FindVerifiedCheckpointRequest,
-        GarbageCollectionRequest,
         LaunchRequest,
         PreflightActivityRequest,
         PreflightReport,
@@ -69,24 +71,29 @@ with workflow.unsafe.imports_passed_through():
         SuperviseOutcome,
         SuperviseRequest,
         UnkillableGroup,
-        UploadCheckpointRequest,
-        WatchCheckpointsRequest,
     )
-    from lazarus.domain.evidence import cap_evidence
+    from lazarus.domain.failure_classes import FailureClass
     from lazarus.domain.spec import JobSpec, NodeSpec
-    from lazarus.workflows.accounting import effective_training_time_ratio, mean_time_to_recover
-    from lazarus.workflows.activity_calls import execute, start
+    from lazarus.workflows.activity_calls import (
+        HOOK_RETRY,
+        LAUNCH_RETRY,
+        NO_RETRY,
+        QUICK_RETRY,
+        cause,
+        execute,
+        start,
+        worker_loss_timeout,
+    )
+    from lazarus.workflows.housekeeping import Housekeeper, must_rewatch
     from lazarus.workflows.playbook import (
         SUGGESTED_OPERATOR_ACTIONS,
         Action,
         FailureContext,
-        PastFailure,
         StragglerContext,
         decide,
         straggler_decision,
     )
     from lazarus.workflows.state import (
-        MAX_INCIDENTS,
         MAX_RECORDS,
         ForceRecover,
         IgnoredMessage,
@@ -96,31 +103,11 @@ with workflow.unsafe.imports_passed_through():
         JobStatus,
         NodeRequest,
         Phase,
+        PlannedMove,
         PlannedStop,
         StragglerRecord,
     )
-
-QUICK_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5)
-)
-LAUNCH_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=5,
-    non_retryable_error_types=["LaunchRefused"],
-)
-HOOK_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60)
-)
-"""Unlimited attempts: an escalation must reach a person even if their webhook is down."""
-NO_RETRY = RetryPolicy(maximum_attempts=1)
-UPLOAD_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    non_retryable_error_types=["CheckpointCorrupt", "CheckpointInputError", "NoDurableStore"],
-)
-"""Store outages are waited out (training never waits for an upload); a corrupt local
-copy or a bad configuration is not."""
+    from lazarus.workflows.status import job_status
 
 # Staged patches (``workflow.patched``): each changes which commands a run issues, so a
 # history recorded before it (tests/fixtures/histories/released/) must keep its old
@@ -149,7 +136,7 @@ class JobWorkflow:
         self._resume_requested = False
         self._force: ForceRecover | None = None
         self._hooks: list[asyncio.Task[None]] = []
-        self._housekeeping: asyncio.Task[None] | None = None
+        self._housekeeper: Housekeeper | None = None
         self._continue_anywhere = False
         """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
         self._pausing = False
@@ -297,10 +284,7 @@ class JobWorkflow:
                 f"node {request.node!r} is still unreachable; it stays quarantined",
                 non_retryable=True,
             )
-        pool = self._state.pool
-        pool.quarantined = [q for q in pool.quarantined if q.node != request.node]
-        if request.node not in pool.spares:
-            pool.spares.append(request.node)
+        self._state.pool.release(request.node)
         return f"{request.node} is a spare again"
 
     @return_node.validator
@@ -314,44 +298,7 @@ class JobWorkflow:
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> JobStatus:
-        spec = self.spec
-        state = self._state
-        now = self._now()
-        end = state.finished_at if state.finished_at is not None else now
-        elapsed = max(0.0, end - state.started_at)
-        return JobStatus(
-            job_id=spec.job_id,
-            phase=state.phase,
-            generation=state.generation,
-            step=state.step,
-            world_size=self._world_size(),
-            ranks=state.ranks,
-            restarts=state.restarts,
-            max_restarts=spec.recovery.max_restarts,
-            incidents=state.incidents,
-            ettr=effective_training_time_ratio(state, end),
-            elapsed_s=elapsed,
-            operator_reason=state.operator_reason,
-            suggested_actions=(
-                list(SUGGESTED_OPERATOR_ACTIONS) if state.phase == Phase.NEEDS_OPERATOR else []
-            ),
-            resume_step=state.resume.step if state.resume else None,
-            runs=state.runs,
-            nodes=state.pool,
-            mttr_s=mean_time_to_recover(state),
-            steps_lost=sum(i.steps_lost or 0 for i in state.incidents),
-            checkpoint_dir=spec.checkpoint_dir,
-            stragglers=state.stragglers,
-            planned_stops=state.planned_stops,
-            durable_checkpoint_uri=spec.checkpoints.durable_uri,
-            durable_steps=state.durable_steps,
-            incidents_dropped=state.incidents_dropped,
-            dropped_by_class=state.dropped_by_class,
-            ignored_messages=state.ignored_messages,
-            retired_steps=state.retired_steps,
-            progress_signal=state.progress_signal,
-            run_dir=self._run_root(),
-        )
+        return job_status(self.spec, self._state, self._now(), self._run_root())
 
     # ---------------------------------------------------------------- main loop
 
@@ -371,7 +318,8 @@ class JobWorkflow:
                 self._state.run_key = f"run-{workflow.info().run_id}"
         self._continue_anywhere = workflow.patched(PATCH_CONTINUE_AS_NEW_ANY_PHASE)
         self._publish_phase()
-        self._housekeeping = asyncio.create_task(self._housekeep())
+        self._housekeeper = Housekeeper(self.spec, self._state)
+        self._housekeeper.start()
         for request in self._state.pending_hooks:  # carried over by continue-as-new
             self._hooks.append(asyncio.create_task(self._deliver_escalation(request)))
         try:
@@ -419,7 +367,7 @@ class JobWorkflow:
         below = await self._roll_back() if state.rollback_pending else None
         resume = await self._find_resume_point(below)
         state.resume = resume
-        self._account_resume(resume)
+        state.account_resume(resume)
         self._retier_from(resume)
         if not await self._preflight_active_nodes():
             return
@@ -436,7 +384,7 @@ class JobWorkflow:
                     run_root=self._run_root() if state.run_key else None,
                 ),
                 start_to_close_timeout=timedelta(seconds=120),
-                heartbeat_timeout=self._worker_loss_timeout(),
+                heartbeat_timeout=worker_loss_timeout(self.spec),
                 retry_policy=LAUNCH_RETRY,
                 summary=(
                     f"launch generation {state.generation}: {self._world_size()} ranks on "
@@ -448,15 +396,15 @@ class JobWorkflow:
             if unreachable is not None:
                 # A blip during a launch is a node failure for the playbook (a spare, or
                 # an operator), never the end of the job.
-                await self._recover(self._unreachable_at_launch(unreachable, _cause(err)))
+                await self._recover(self._unreachable_at_launch(unreachable, cause(err)))
                 return
             await self._stop_all("launch failed")
-            self._fail(f"launch of generation {state.generation} failed: {_cause(err)}")
+            self._fail(f"launch of generation {state.generation} failed: {cause(err)}")
             return
         state.generation_live = True
         state.ranks = []
         state.noted_stragglers = []
-        relaunched = self._incident(state.open_incident)
+        relaunched = state.current_incident
         if relaunched is not None:
             relaunched.relaunched_at = result.launched_at
         workflow.logger.info(
@@ -506,7 +454,7 @@ class JobWorkflow:
         try:
             outcome = await handle
         except ActivityError as err:
-            self._fail(f"supervision of generation {state.generation} failed: {_cause(err)}")
+            self._fail(f"supervision of generation {state.generation} failed: {cause(err)}")
             return
         await self._on_outcome(outcome)
 
@@ -520,7 +468,7 @@ class JobWorkflow:
         if outcome.step is not None:
             self._set_step(outcome.step)
         if outcome.kind == "first_step":
-            self._close_open_incident(outcome.first_step_at or outcome.observed_at)
+            state.close_incident(outcome.first_step_at or outcome.observed_at)
         elif outcome.kind == "succeeded":
             if state.pool.unfenced():
                 await self._stop_all("job finished: fence quarantined nodes that came back")
@@ -537,25 +485,9 @@ class JobWorkflow:
         state = self._state
         self._set_phase(Phase.RECOVERING)
         state.consecutive_failures += 1
-        previous = [
-            PastFailure(
-                failure_class=i.failure_class, at=i.detected_at, node=i.node, step=i.step_at_failure
-            )
-            for i in state.incidents
-            if i.kind not in ("operator", "straggler")
-        ]
-        incident = self._open_incident(
-            kind=failure.kind,
-            failure_class=failure.failure_class,
-            rank=failure.rank,
-            node=failure.node,
-            fault_at=failure.fault_at,
-            detected_at=failure.detected_at,
-            step_at_failure=failure.step_at_failure,
-            exit_code=failure.exit_code,
-            signal=failure.signal,
-            evidence=failure.evidence,
-            collateral_ranks=failure.collateral_ranks,
+        previous = state.past_failures()
+        incident = state.add_incident(
+            Incident.from_failure(failure, id=state.next_incident_id, generation=state.generation)
         )
         decision = decide(
             FailureContext(
@@ -575,15 +507,11 @@ class JobWorkflow:
             spec.recovery,
             spec.playbook,
         )
-        incident.action = decision.action.value
-        incident.reason = decision.reason
-        incident.strategy = decision.strategy
+        incident.apply(decision)
         stopped = await self._stop_all(
             f"incident {incident.id}: {failure.kind} on rank {failure.rank}"
         )
-        incident.stopped_at = self._now()
-        if stopped.last_step is not None:
-            incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
+        incident.record_stop(self._now(), stopped.last_step)
         if decision.action == Action.NEEDS_OPERATOR:
             if failure.kind == "node_lost" and failure.node in state.pool.active:
                 # Never relaunch on a dead node, even when a person resumes without looking.
@@ -612,20 +540,24 @@ class JobWorkflow:
         self._force = None
         now = self._now()
         self._set_phase(Phase.RECOVERING)
-        incident = self._open_incident(
-            kind="operator",
-            failure_class="operator",
-            rank=None,
-            fault_at=now,
-            detected_at=now,
-            step_at_failure=self._state.step,
-            evidence=[f"force_recover: {request.reason}"],
+        state = self._state
+        incident = state.add_incident(
+            Incident.opened(
+                id=state.next_incident_id,
+                generation=state.generation,
+                kind="operator",
+                failure_class=PlannedMove.OPERATOR,
+                fault_at=now,
+                detected_at=now,
+                step_at_failure=state.step,
+                evidence=[f"force_recover: {request.reason}"],
+            )
         )
-        incident.action = Action.RESTART.value
+        incident.action = Action.RESTART
         incident.reason = f"forced by operator: {request.reason}"
         if request.checkpoint_first:
             stopped = await self._planned_stop(f"forced recovery: {request.reason}")
-            saved = self._state.planned_stops[-1].checkpoint_step
+            saved = state.planned_stops[-1].checkpoint_step
             incident.evidence.append(
                 f"just-in-time checkpoint at step {saved}"
                 if saved is not None
@@ -633,12 +565,10 @@ class JobWorkflow:
             )
         else:
             stopped = await self._stop_all(f"forced recovery: {request.reason}")
-        incident.stopped_at = self._now()
-        if stopped.last_step is not None:
-            incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
+        incident.record_stop(self._now(), stopped.last_step)
         if request.exclude_node is not None:
             incident.node = request.exclude_node
-            incident.action = Action.REPLACE_NODE.value
+            incident.action = Action.REPLACE_NODE
             if not self._swap_out(request.exclude_node, f"excluded by operator: {request.reason}"):
                 return
         self._set_phase(Phase.LAUNCHING)
@@ -668,13 +598,9 @@ class JobWorkflow:
         self._force = None
         pool = self._state.pool
         if force is not None and force.exclude_node in pool.active:
-            slot = pool.active.index(force.exclude_node)
-            pool.quarantine(force.exclude_node, f"excluded by operator: {reason}", self._now())
-            if pool.spares:
-                pool.active.insert(slot, pool.spares.pop(0))
+            pool.replace(force.exclude_node, f"excluded by operator: {reason}", self._now())
         # Nodes the operator returned while we waited fill the slots that were lost.
-        while len(pool.active) < len(self.spec.nodes) and pool.spares:
-            pool.active.append(pool.spares.pop(0))
+        pool.refill(len(self.spec.nodes))
         needed = self.spec.min_nodes or len(self.spec.nodes)
         if len(pool.active) < needed:
             self._state.operator_reason = (
@@ -722,7 +648,7 @@ class JobWorkflow:
                 slow_since=report.slow_since,
                 detected_at=report.detected_at,
                 detection_s=max(0.0, report.detected_at - report.slow_since),
-                action=decision.action.value,
+                action=decision.action,
                 reason=decision.reason,
             ),
         ][-MAX_RECORDS:]
@@ -731,28 +657,28 @@ class JobWorkflow:
             state.noted_stragglers.append(report.node)
             return
         self._set_phase(Phase.RECOVERING)
-        incident = self._open_incident(
-            kind="straggler",
-            failure_class="straggler",
-            rank=report.rank,
-            node=report.node,
-            fault_at=report.slow_since,
-            detected_at=report.detected_at,
-            step_at_failure=state.step,
-            evidence=[
-                f"rank {report.rank} compute {report.compute_s * 1000:.1f} ms/step vs peers "
-                f"{report.peers_compute_s * 1000:.1f} ms/step over {report.samples} samples"
-            ],
+        incident = state.add_incident(
+            Incident.opened(
+                id=state.next_incident_id,
+                generation=state.generation,
+                kind="straggler",
+                failure_class=PlannedMove.STRAGGLER,
+                rank=report.rank,
+                node=report.node,
+                fault_at=report.slow_since,
+                detected_at=report.detected_at,
+                step_at_failure=state.step,
+                evidence=[
+                    f"rank {report.rank} compute {report.compute_s * 1000:.1f} ms/step vs peers "
+                    f"{report.peers_compute_s * 1000:.1f} ms/step over {report.samples} samples"
+                ],
+            )
         )
-        incident.action = decision.action.value
-        incident.reason = decision.reason
-        incident.strategy = decision.strategy
+        incident.apply(decision)
         stopped = await self._planned_stop(f"incident {incident.id}: straggler on {report.node}")
         if state.planned_stops[-1].checkpoint_step is None:
             incident.evidence.append("just-in-time checkpoint did not arrive in time")
-        incident.stopped_at = self._now()
-        if stopped.last_step is not None:
-            incident.step_at_failure = max(incident.step_at_failure or 0, stopped.last_step)
+        incident.record_stop(self._now(), stopped.last_step)
         if self._swap_out(report.node, f"incident {incident.id}: straggler"):
             self._set_phase(Phase.LAUNCHING)
 
@@ -773,12 +699,12 @@ class JobWorkflow:
                         checkpoints=spec.checkpoints,
                     ),
                     start_to_close_timeout=timedelta(hours=6),
-                    heartbeat_timeout=self._worker_loss_timeout(),
+                    heartbeat_timeout=worker_loss_timeout(self.spec),
                     retry_policy=RetryPolicy(maximum_attempts=5),
                     summary=f"restore step {resume.step} from {resume.path}",
                 )
             except ActivityError as err:
-                workflow.logger.warning("restore failed, using local only: %s", _cause(err))
+                workflow.logger.warning("restore failed, using local only: %s", cause(err))
                 search = await self._find_verified(include_durable=False, below_step=below_step)
                 resume = search.chosen
         if search.skipped:
@@ -822,121 +748,42 @@ class JobWorkflow:
         resumed = resume.step if resume else 0
         cost = max(0, max(s.step for s in search.skipped) - resumed)
         origin = f"step {resumed}" if resume else "scratch"
-        open_incident = self._incident(state.open_incident)
-        if open_incident is not None:
-            incident = open_incident
-        else:
+        incident = state.current_incident
+        if incident is None:
             now = self._now()
-            incident = self._open_incident(
-                kind="checkpoint",
-                failure_class="storage",
-                rank=None,
-                fault_at=now,
-                detected_at=now,
-                step_at_failure=state.step,
+            incident = state.add_incident(
+                Incident.opened(
+                    id=state.next_incident_id,
+                    generation=state.generation,
+                    kind="checkpoint",
+                    failure_class=FailureClass.STORAGE,
+                    fault_at=now,
+                    detected_at=now,
+                    step_at_failure=state.step,
+                )
             )
-            incident.action = "fallback"
+            incident.action = Action.FALLBACK
             incident.strategy = "verified_checkpoints_only"
             incident.reason = f"newest checkpoint failed verification: resuming from {origin}"
         incident.skipped_checkpoints = lines
         incident.fallback_steps = cost
-        incident.evidence = cap_evidence(
-            [
-                *incident.evidence,
-                *lines,
-                f"fell back to {origin}: {cost} steps older than the newest",
-            ]
+        incident.add_evidence(
+            [*lines, f"fell back to {origin}: {cost} steps older than the newest"]
         )
 
-    async def _housekeep(self) -> None:
-        """Runs beside the state machine for the job's whole life: each new committed
-        checkpoint (at most one per ``housekeeping_interval_s``) is copied to the
-        durable tier and verified there, then old checkpoints are collected. Nothing
-        here ever blocks training or a recovery."""
-        spec = self.spec
-        state = self._state
-        checkpoints = spec.checkpoints
-        while not state.phase.is_terminal:
-            found = await execute(
-                WATCH_CHECKPOINTS,
-                WatchCheckpointsRequest(
-                    checkpoint_dir=spec.checkpoint_dir,
-                    newer_than_step=state.housekept_step,
-                    min_interval_s=checkpoints.housekeeping_interval_s,
-                ),
-                start_to_close_timeout=timedelta(hours=2),
-                heartbeat_timeout=self._worker_loss_timeout(),
-                retry_policy=QUICK_RETRY,
-                summary="watch for new checkpoints",
-            )
-            if found is None:
-                continue
-            state.housekept_step = found.step
-            if checkpoints.durable_uri is not None:
-                try:
-                    uploaded = await execute(
-                        UPLOAD_CHECKPOINT,
-                        UploadCheckpointRequest(checkpoint=found, checkpoints=checkpoints),
-                        start_to_close_timeout=timedelta(hours=6),
-                        heartbeat_timeout=self._worker_loss_timeout(),
-                        retry_policy=UPLOAD_RETRY,
-                        summary=f"tier step {found.step} to {checkpoints.durable_uri}",
-                    )
-                except ActivityError as err:
-                    workflow.logger.warning("step %d not tiered: %s", found.step, _cause(err))
-                    continue
-                if uploaded.verified:
-                    keep = max(1, checkpoints.keep_durable)
-                    state.durable_steps = [*state.durable_steps, found.step][-keep:]
-            protect = [found.step, *([state.resume.step] if state.resume else [])]
-            try:
-                await execute(
-                    COLLECT_GARBAGE,
-                    GarbageCollectionRequest(
-                        checkpoint_dir=spec.checkpoint_dir,
-                        checkpoints=checkpoints,
-                        protect_steps=protect,
-                        job_id=spec.job_id,
-                    ),
-                    start_to_close_timeout=timedelta(minutes=30),
-                    heartbeat_timeout=timedelta(seconds=30),
-                    retry_policy=RetryPolicy(maximum_attempts=3),
-                    summary=(
-                        f"keep the newest {checkpoints.keep_local} local"
-                        + (
-                            f" and {checkpoints.keep_durable} durable checkpoints"
-                            if checkpoints.durable_uri
-                            else " checkpoints"
-                        )
-                    ),
-                )
-            except ActivityError as err:
-                workflow.logger.warning("garbage collection failed: %s", _cause(err))
-
     def _retier_from(self, resume: CheckpointRef | None) -> None:
-        """After a rollback or a fallback the job resumes below the newest tiered step,
-        and its next checkpoints reuse lower step numbers: restart the watch there, or
-        they would never be tiered."""
-        state = self._state
-        resumed = resume.step if resume is not None else None
-        if state.housekept_step is None or (
-            resumed is not None and resumed >= state.housekept_step
-        ):
+        """After a rollback or a fallback the job resumes below the newest tiered step:
+        restart the checkpoint watch there (``housekeeping.must_rewatch``)."""
+        if not must_rewatch(self._state.housekept_step, resume):
             return
         if not workflow.patched(PATCH_RETIER_AFTER_FALLBACK):
             return
-        state.housekept_step = resumed
-        self._stop_housekeeping()
-        self._housekeeping = asyncio.create_task(self._housekeep())
-
-    def _worker_loss_timeout(self) -> timedelta:
-        """How long a silent long-running activity may go before Temporal retries it
-        elsewhere: the same bound for uploads as for supervision."""
-        return timedelta(seconds=self.spec.health.supervisor_heartbeat_timeout_s)
+        assert self._housekeeper is not None, "housekeeping starts with the run"
+        self._housekeeper.restart_from(resume.step if resume is not None else None)
 
     def _stop_housekeeping(self) -> None:
-        if self._housekeeping is not None and not self._housekeeping.done():
-            self._housekeeping.cancel()
+        if self._housekeeper is not None:
+            self._housekeeper.stop()
 
     async def _planned_stop(self, reason: str) -> StopResult:
         """Checkpoint just in time, then stop: a planned stop should cost no steps, and
@@ -989,7 +836,7 @@ class JobWorkflow:
                 summary=f"just-in-time checkpoint before {why}",
             )
         except ActivityError as err:
-            workflow.logger.warning("just-in-time checkpoint failed: %s", _cause(err))
+            workflow.logger.warning("just-in-time checkpoint failed: %s", cause(err))
             return None
         return result.checkpoint
 
@@ -1012,18 +859,15 @@ class JobWorkflow:
                 summary="roll back: retire the newest checkpoint",
             )
         except ActivityError as err:
-            workflow.logger.warning("rollback failed, resuming from the newest: %s", _cause(err))
+            workflow.logger.warning("rollback failed, resuming from the newest: %s", cause(err))
             return None
         state.retired_steps = sorted({*state.retired_steps, *(r.step for r in result.retired)})
-        incident = self._incident(state.open_incident)
+        incident = state.current_incident
         if incident is not None:
-            incident.evidence = cap_evidence(
+            incident.add_evidence(
                 [
-                    *incident.evidence,
-                    *(
-                        f"rolled back past checkpoint step {r.step} (kept at {r.path})"
-                        for r in result.retired
-                    ),
+                    f"rolled back past checkpoint step {r.step} (kept at {r.path})"
+                    for r in result.retired
                 ]
             )
         return min((r.step for r in result.retired), default=None)
@@ -1063,7 +907,7 @@ class JobWorkflow:
     async def _deliver_escalation(self, request: EscalationHookRequest) -> None:
         """Deliver one hook, retried without limit (a person must hear of it); it
         stays in ``pending_hooks`` until it ran, so continue-as-new carries it."""
-        incident = self._incident(request.incident)
+        incident = self._state.incident(request.incident)
         try:
             result = await execute(
                 RUN_ESCALATION_HOOK,
@@ -1074,7 +918,7 @@ class JobWorkflow:
             )
         except ActivityError as err:
             if incident is not None:
-                incident.escalation_hook = f"failed: {_cause(err)}"
+                incident.escalation_hook = f"failed: {cause(err)}"
             self._hook_done(request)
             return
         if incident is not None:
@@ -1127,7 +971,7 @@ class JobWorkflow:
                 ssh=self.spec.ssh,
             ),
             start_to_close_timeout=timedelta(seconds=grace + 60),
-            heartbeat_timeout=self._worker_loss_timeout(),
+            heartbeat_timeout=worker_loss_timeout(self.spec),
             retry_policy=QUICK_RETRY,
             summary=f"stop ranks: {reason}",
         )
@@ -1176,7 +1020,7 @@ class JobWorkflow:
         slot = self._state.pool.active.index(node) if node in self._state.pool.active else 0
         return FailureReport(
             kind="node_lost",
-            failure_class="node_lost",
+            failure_class=FailureClass.NODE_LOST,
             rank=slot * self.spec.nproc_per_node,
             node=node,
             fault_at=now,
@@ -1200,13 +1044,10 @@ class JobWorkflow:
             # appending a spare would grow the world.
             pool.quarantine(node, reason, self._now())
             return True
-        slot = pool.active.index(node)
-        pool.quarantine(node, reason, self._now())
         if pool.spares:
-            pool.active.insert(slot, pool.spares.pop(0))
+            pool.replace(node, reason, self._now())
             return True
-        min_nodes = self.spec.min_nodes
-        if min_nodes is not None and len(pool.active) >= min_nodes and pool.active:
+        if pool.shrink(node, reason, self._now(), self.spec.min_nodes):
             return True
         self._needs_operator(
             f"{node} quarantined ({reason}) and no spare left; set min_nodes to allow "
@@ -1224,7 +1065,7 @@ class JobWorkflow:
             except ActivityError as err:
                 # Only a refusal ends up here (a program not on the worker's allow-list):
                 # a node that fails its checks is a report, not an error.
-                self._fail(f"preflight: {_cause(err)}")
+                self._fail(f"preflight: {cause(err)}")
                 return False
             if not report.failed:
                 return True
@@ -1249,61 +1090,6 @@ class JobWorkflow:
             retry_policy=QUICK_RETRY,
             summary=f"preflight {', '.join(self._state.pool.active)}",
         )
-
-    def _open_incident(self, **fields: object) -> Incident:
-        state = self._state
-        previous = self._incident(state.open_incident)
-        if previous is not None:
-            # Failed again before the previous recovery made a step: that one never recovered.
-            previous.reason += " (superseded: failed again before the first step)"
-        fault_at = float(fields["fault_at"])  # type: ignore[arg-type]
-        detected_at = float(fields["detected_at"])  # type: ignore[arg-type]
-        evidence = fields.pop("evidence", None) or []
-        incident = Incident.model_validate(
-            {
-                **fields,
-                "evidence": cap_evidence(list(evidence)),  # type: ignore[call-overload]
-                "id": state.incidents_dropped + len(state.incidents) + 1,
-                "generation": state.generation,
-                "detection_s": max(0.0, detected_at - fault_at),
-            }
-        )
-        state.incidents.append(incident)
-        state.open_incident = incident.id
-        while len(state.incidents) > MAX_INCIDENTS:
-            # Keep the newest in full; the long tail survives as counts by class.
-            dropped = state.incidents.pop(0)
-            state.incidents_dropped += 1
-            counts = state.dropped_by_class
-            counts[dropped.failure_class] = counts.get(dropped.failure_class, 0) + 1
-        return incident
-
-    def _incident(self, incident_id: int | None) -> Incident | None:
-        """An incident still kept in full, by id (ids keep counting past dropped ones)."""
-        if incident_id is None:
-            return None
-        index = incident_id - self._state.incidents_dropped - 1
-        return self._state.incidents[index] if 0 <= index < len(self._state.incidents) else None
-
-    def _account_resume(self, resume: CheckpointRef | None) -> None:
-        """Fill in what the open incident cost in steps, now that we know where we resume."""
-        state = self._state
-        incident = self._incident(state.open_incident)
-        if incident is None:
-            return
-        resumed = resume.step if resume else 0
-        incident.resumed_from_step = resumed
-        if incident.step_at_failure is not None:
-            incident.steps_lost = max(0, incident.step_at_failure - resumed)
-
-    def _close_open_incident(self, first_step_at: float) -> None:
-        state = self._state
-        incident = self._incident(state.open_incident)
-        if incident is not None:
-            incident.recovery_s = max(0.0, first_step_at - incident.fault_at)
-            incident.first_step_at = first_step_at
-            state.open_incident = None
-        state.consecutive_failures = 0
 
     def _continue_as_new_due(self) -> bool:
         """History is long enough to hop: checked in every phase (while supervising,
@@ -1357,13 +1143,6 @@ class JobWorkflow:
         if self._state.step != step:
             self._state.step = step
             workflow.upsert_search_attributes([STEP_ATTRIBUTE.value_set(step)])
-
-
-def _cause(err: BaseException) -> str:
-    """The innermost message of an activity failure: what actually went wrong."""
-    while err.__cause__ is not None:
-        err = err.__cause__
-    return str(err)
 
 
 def _unreachable_node(err: BaseException) -> str | None:

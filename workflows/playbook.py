@@ -2,10 +2,10 @@
 
 Deterministic and free of I/O so it runs inside the workflow and in plain unit
 tests alike. Actions are strategies registered by name (as SkyPilot registers its
-recovery strategies). Each failure class has an *escalation ladder* of strategy
-names: the n-th failure of that class inside the restart window takes rung n,
-and the last rung repeats. The defaults below can be overridden per class in the
-job spec's ``playbook`` section.
+recovery strategies), one per :class:`~lazarus.domain.spec.StrategyName`. Each failure
+class has an *escalation ladder* of strategy names: the n-th failure of that class
+inside the restart window takes rung n, and the last rung repeats. The defaults below
+can be overridden per class in the job spec's ``playbook`` section.
 
 Guards wrap every ladder, checked in this order, so no strategy can loop forever:
 
@@ -28,7 +28,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from lazarus.domain.spec import ClassPolicy, RecoverySpec
+from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.spec import ClassPolicy, RecoverySpec, StrategyName
 
 
 class Action(StrEnum):
@@ -44,6 +45,10 @@ class Action(StrEnum):
     """No spare left, but the spec allows fewer nodes: relaunch without the failed node."""
     RECORD = "record"
     """Note it and alert, keep training: acting would cost more than it gains."""
+    FALLBACK = "fallback"
+    """Not a strategy's answer: the relaunch found the newest checkpoints untrustworthy
+    and resumed from an older verified one. Recorded on the incident it opens when no
+    recovery was under way (class ``storage``, strategy ``verified_checkpoints_only``)."""
 
 
 class Decision(BaseModel):
@@ -57,7 +62,7 @@ class Decision(BaseModel):
 class PastFailure(BaseModel):
     """An earlier incident, as far as the playbook cares."""
 
-    failure_class: str
+    failure_class: FailureClass
     at: float
     node: str | None = None
     step: int | None = None
@@ -66,7 +71,7 @@ class PastFailure(BaseModel):
 class FailureContext(BaseModel):
     """What the playbook may look at. Times are workflow seconds (deterministic)."""
 
-    failure_class: str
+    failure_class: FailureClass
     rank: int | None = None
     now: float
     restart_times: list[float]
@@ -100,11 +105,17 @@ class FailureContext(BaseModel):
 
 
 Strategy = Callable[[FailureContext, RecoverySpec], Decision]
-STRATEGIES: dict[str, Strategy] = {}
+STRATEGIES: dict[StrategyName, Strategy] = {}
+"""The registry, keyed by the domain's :class:`StrategyName`: the names a spec's ladder
+may use are exactly the ones registered here (``tests/unit/test_playbook.py``)."""
 
 
-def strategy(name: str) -> Callable[[Strategy], Strategy]:
+def strategy(name: StrategyName) -> Callable[[Strategy], Strategy]:
+    """Register ``fn`` as the strategy called ``name``; a name registers once."""
+
     def register(fn: Strategy) -> Strategy:
+        if name in STRATEGIES:
+            raise ValueError(f"strategy {name.value!r} is registered twice")
         STRATEGIES[name] = fn
         return fn
 
@@ -133,7 +144,7 @@ def _where(ctx: FailureContext) -> str:
     return f" on rank {ctx.rank}" if ctx.rank is not None else ""
 
 
-@strategy("restart_in_place")
+@strategy(StrategyName.RESTART_IN_PLACE)
 def restart_in_place(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     return Decision(
         action=Action.RESTART,
@@ -144,7 +155,7 @@ def restart_in_place(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     )
 
 
-@strategy("escalate")
+@strategy(StrategyName.ESCALATE)
 def escalate(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     again = len(ctx.same_class_in_window(policy.restart_window_s))
     history = f" ({again + 1} within the window)" if again else ""
@@ -154,7 +165,7 @@ def escalate(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     )
 
 
-@strategy("replace_node")
+@strategy(StrategyName.REPLACE_NODE)
 def replace_node(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     """A node that died (or whose hardware failed) is never trusted again by itself:
     swap in a spare; without one, shrink if the spec allows, else ask a person."""
@@ -181,7 +192,7 @@ def replace_node(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     )
 
 
-@strategy("no_blind_restarts")
+@strategy(StrategyName.NO_BLIND_RESTARTS)
 def no_blind_restarts(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     """Bugs and too-large batches fail the same way every time: a failure before the
     first step (an ImportError, a bad path) or a second one at the same step goes to
@@ -203,7 +214,7 @@ def no_blind_restarts(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     return restart_in_place(ctx, policy)
 
 
-@strategy("rollback")
+@strategy(StrategyName.ROLLBACK)
 def rollback(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     """A diverged loss may already be baked into the newest checkpoint: resume from
     the one before it. Ladders put ``escalate`` after this rung, so it happens once."""
@@ -215,30 +226,33 @@ def rollback(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     )
 
 
-_TRANSIENT = ClassPolicy(ladder=["restart_in_place"])
-DEFAULT_PLAYBOOK: dict[str, ClassPolicy] = {
-    "nccl_timeout": _TRANSIENT,
-    "nccl_error": _TRANSIENT,
-    "rendezvous": _TRANSIENT,
-    "preempted": _TRANSIENT,
-    "unknown": _TRANSIENT,
-    "hang": _TRANSIENT,
-    "storage": _TRANSIENT,
-    "oom_host": _TRANSIENT,
-    "killed": _TRANSIENT,
-    "gpu_hardware": ClassPolicy(ladder=["replace_node"]),
-    "node_lost": ClassPolicy(ladder=["replace_node"]),
-    "user_code": ClassPolicy(ladder=["no_blind_restarts"]),
-    "oom_gpu": ClassPolicy(ladder=["no_blind_restarts"]),
-    "numerical": ClassPolicy(ladder=["rollback", "escalate"]),
-    "straggler": ClassPolicy(ladder=["replace_node"]),
+_TRANSIENT = ClassPolicy(ladder=[StrategyName.RESTART_IN_PLACE])
+DEFAULT_PLAYBOOK: dict[FailureClass, ClassPolicy] = {
+    FailureClass.NCCL_TIMEOUT: _TRANSIENT,
+    FailureClass.NCCL_ERROR: _TRANSIENT,
+    FailureClass.RENDEZVOUS: _TRANSIENT,
+    FailureClass.PREEMPTED: _TRANSIENT,
+    FailureClass.UNKNOWN: _TRANSIENT,
+    FailureClass.HANG: _TRANSIENT,
+    FailureClass.STORAGE: _TRANSIENT,
+    FailureClass.OOM_HOST: _TRANSIENT,
+    FailureClass.KILLED: _TRANSIENT,
+    FailureClass.GPU_HARDWARE: ClassPolicy(ladder=[StrategyName.REPLACE_NODE]),
+    FailureClass.NODE_LOST: ClassPolicy(ladder=[StrategyName.REPLACE_NODE]),
+    FailureClass.USER_CODE: ClassPolicy(ladder=[StrategyName.NO_BLIND_RESTARTS]),
+    FailureClass.OOM_GPU: ClassPolicy(ladder=[StrategyName.NO_BLIND_RESTARTS]),
+    FailureClass.NUMERICAL: ClassPolicy(ladder=[StrategyName.ROLLBACK, StrategyName.ESCALATE]),
 }
-"""Class -> ladder. Transient classes restart in place (``killed`` too: a SIGKILL with
-no OOM record, an operator's ``kill -9``, is not a reason to page); a bad node is replaced;
-bugs never restart blindly; divergence rolls back once, then asks a person."""
+"""Class -> ladder, for every failure class. Transient classes restart in place
+(``killed`` too: a SIGKILL with no OOM record, an operator's ``kill -9``, is not a reason
+to page); a bad node is replaced; bugs never restart blindly; divergence rolls back once,
+then asks a person. Stragglers have no ladder: a slow node is weighed by
+:func:`straggler_decision` (the spec's ``straggler`` section) instead."""
 
 
-def policy_for(failure_class: str, overrides: dict[str, ClassPolicy] | None = None) -> ClassPolicy:
+def policy_for(
+    failure_class: FailureClass, overrides: dict[str, ClassPolicy] | None = None
+) -> ClassPolicy:
     if overrides and failure_class in overrides:
         return overrides[failure_class]
     return DEFAULT_PLAYBOOK.get(failure_class, _TRANSIENT)
@@ -300,7 +314,7 @@ def decide(
             "crash_loop",
         )
     rung = class_policy.ladder[min(earlier, len(class_policy.ladder) - 1)]
-    decision = STRATEGIES[rung](ctx, policy).model_copy(update={"strategy": rung})
+    decision = STRATEGIES[rung](ctx, policy).model_copy(update={"strategy": rung.value})
     failures_here = ctx.node_failures_in_window(policy.restart_window_s)
     if (
         decision.action == Action.RESTART

@@ -6,24 +6,46 @@ rebuild the job exactly and adopt the ranks that are still alive.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lazarus.domain.contracts import CheckpointRef, EscalationHookRequest, RankStatus
+from lazarus.domain.contracts import (
+    CheckpointRef,
+    EscalationHookRequest,
+    FailureKind,
+    FailureReport,
+    RankStatus,
+)
+from lazarus.domain.evidence import cap_evidence
+from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec
+from lazarus.workflows.playbook import Action, Decision, PastFailure
 
 
 class Phase(StrEnum):
     """The job's state machine. Transitions live in ``lazarus.workflows.job``::
 
     PENDING -> LAUNCHING -> RUNNING -> SUCCEEDED
-                  ^            |
-                  |            v
-                  +------ RECOVERING -> NEEDS_OPERATOR -> (resume) LAUNCHING
-                                                        -> (cancel) CANCELLED
-    RUNNING/RECOVERING -> (pause) PAUSED -> (resume) LAUNCHING
+                 ^  |  ^       |
+                 |  |  |       v  a failure, a forced recovery, a straggler swap
+                 |  |  +--- RECOVERING  (restart, replace a node, shrink)
+                 |  |          |  ^
+                 |  |          |  +-- LAUNCHING, when a node cannot be reached
+                 |  v          v
+                 |  NEEDS_OPERATOR  (the playbook escalates, no spare is left,
+                 |       |           or ranks would not die)
+                 +-------+  (resume or recover; too few nodes: stays NEEDS_OPERATOR)
+
+    PENDING/LAUNCHING/RUNNING/RECOVERING -> (pause, at the next turn) PAUSED
+    PAUSED -> (resume or recover) LAUNCHING; too few nodes: NEEDS_OPERATOR
     any -> FAILED when an activity fails for good (e.g. a command that cannot start)
+    any -> CANCELLED when the workflow is cancelled (``lazarus cancel``)
+
+    A forced recovery sent before RUNNING waits for it; one sent while PAUSED or
+    NEEDS_OPERATOR acts as a resume that first excludes its node.
     """
 
     PENDING = "PENDING"
@@ -41,6 +63,25 @@ class Phase(StrEnum):
         return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
 
 
+class PlannedMove(StrEnum):
+    """Incident classes that are not failures: stops the job chose or was told to make.
+    The playbook never sees them (they count toward no failure budget)."""
+
+    OPERATOR = "operator"
+    """A forced recovery or a drain."""
+    STRAGGLER = "straggler"
+    """A checkpointed swap off a slow node."""
+
+
+IncidentClass = FailureClass | PlannedMove
+"""An incident's ``class``: a failure class, or one of the planned moves."""
+
+IncidentKind = FailureKind | Literal["checkpoint", "operator", "straggler"]
+"""How the incident was found: a supervisor's failure kind (crash, hang, vanished,
+node_lost), ``checkpoint`` (the newest checkpoints failed verification while no
+recovery was open), ``operator`` (a forced recovery or drain) or ``straggler``."""
+
+
 class Incident(BaseModel):
     """One failure and what was done about it. ``class`` on the wire, for scripts."""
 
@@ -48,9 +89,11 @@ class Incident(BaseModel):
 
     id: int
     generation: int
-    kind: str
-    """crash, hang, vanished, or operator (a forced recovery)."""
-    failure_class: str = Field(alias="class")
+    kind: IncidentKind
+    """crash, hang, vanished or node_lost (a failure the supervisor or the launch found),
+    checkpoint (untrusted newest checkpoints), operator (a forced recovery or drain), or
+    straggler (a planned swap off a slow node)."""
+    failure_class: IncidentClass = Field(alias="class")
     rank: int | None = None
     node: str | None = None
     exit_code: int | None = None
@@ -69,7 +112,8 @@ class Incident(BaseModel):
     """Phase times of the recovery (fault_at, detected_at, then these): where it went."""
     relaunched_at: float | None = None
     first_step_at: float | None = None
-    action: str = ""
+    action: Action | Literal[""] = ""
+    """What was done; empty only until the decision is made, in the same workflow task."""
     reason: str = ""
     strategy: str = ""
     """The playbook rung or guard that decided (restart_in_place, class_budget, ...)."""
@@ -79,6 +123,78 @@ class Incident(BaseModel):
     """Newer checkpoints the recovery could not trust (torn, corrupt), with why."""
     fallback_steps: int | None = None
     """What skipping them cost: the newest skipped step minus the step resumed from."""
+
+    @classmethod
+    def opened(
+        cls,
+        *,
+        id: int,
+        generation: int,
+        kind: IncidentKind,
+        failure_class: IncidentClass,
+        fault_at: float,
+        detected_at: float,
+        evidence: Sequence[str] = (),
+        rank: int | None = None,
+        node: str | None = None,
+        step_at_failure: int | None = None,
+        exit_code: int | None = None,
+        signal: str | None = None,
+        collateral_ranks: Sequence[int] = (),
+    ) -> Incident:
+        """A new incident: detection time derived, evidence bounded (it travels in
+        every query and continue-as-new)."""
+        return cls(
+            id=id,
+            generation=generation,
+            kind=kind,
+            failure_class=failure_class,
+            rank=rank,
+            node=node,
+            exit_code=exit_code,
+            signal=signal,
+            evidence=cap_evidence(list(evidence)),
+            collateral_ranks=list(collateral_ranks),
+            fault_at=fault_at,
+            detected_at=detected_at,
+            detection_s=max(0.0, detected_at - fault_at),
+            step_at_failure=step_at_failure,
+        )
+
+    @classmethod
+    def from_failure(cls, failure: FailureReport, *, id: int, generation: int) -> Incident:
+        """The incident for a failure the supervisor (or a launch) reported."""
+        return cls.opened(
+            id=id,
+            generation=generation,
+            kind=failure.kind,
+            failure_class=failure.failure_class,
+            rank=failure.rank,
+            node=failure.node,
+            fault_at=failure.fault_at,
+            detected_at=failure.detected_at,
+            step_at_failure=failure.step_at_failure,
+            exit_code=failure.exit_code,
+            signal=failure.signal,
+            evidence=failure.evidence,
+            collateral_ranks=failure.collateral_ranks,
+        )
+
+    def apply(self, decision: Decision) -> None:
+        """Record what the playbook (or the straggler cost model) decided, and why."""
+        self.action = decision.action
+        self.reason = decision.reason
+        self.strategy = decision.strategy
+
+    def record_stop(self, at: float, last_step: int | None) -> None:
+        """The ranks are stopped: when, and the last step they reached (a rank may have
+        stepped past what the supervisor last saw before it noticed the failure)."""
+        self.stopped_at = at
+        if last_step is not None:
+            self.step_at_failure = max(self.step_at_failure or 0, last_step)
+
+    def add_evidence(self, lines: Sequence[str]) -> None:
+        self.evidence = cap_evidence([*self.evidence, *lines])
 
 
 class StragglerRecord(BaseModel):
@@ -93,7 +209,7 @@ class StragglerRecord(BaseModel):
     slow_since: float
     detected_at: float
     detection_s: float
-    action: str
+    action: Action
     """replace_node (checkpointed, then swapped onto a spare) or record (alert only)."""
     reason: str
 
@@ -124,6 +240,12 @@ class QuarantinedNode(BaseModel):
 
 
 class NodePool(BaseModel):
+    """Which nodes run the job, wait as spares, or are out of service.
+
+    Every move of a node between these lists is a method here, pure and unit-tested
+    (``tests/unit/test_node_pool.py``); the workflow decides *when* to move. The fields
+    are the serialized shape carried by continue-as-new: methods never add fields."""
+
     active: list[str] = Field(default_factory=list)
     """Nodes of the current generation, in rank order (the first hosts MASTER_ADDR)."""
     spares: list[str] = Field(default_factory=list)
@@ -136,6 +258,40 @@ class NodePool(BaseModel):
             self.spares.remove(node)
         self.quarantined = [q for q in self.quarantined if q.node != node]
         self.quarantined.append(QuarantinedNode(node=node, reason=reason, at=at))
+
+    def replace(self, node: str, reason: str, at: float) -> str | None:
+        """Quarantine the active ``node`` and move the first spare into its rank slot,
+        so every other rank keeps its number. Returns that spare; None when none was
+        left: the node is out all the same, and the pool is one node short."""
+        slot = self.active.index(node)
+        self.quarantine(node, reason, at)
+        if not self.spares:
+            return None
+        spare = self.spares.pop(0)
+        self.active.insert(slot, spare)
+        return spare
+
+    def shrink(self, node: str, reason: str, at: float, min_nodes: int | None) -> bool:
+        """Quarantine ``node`` with no spare to take its place. True when the job may go
+        on without it: the spec allows fewer nodes (``min_nodes``) and at least one is
+        left. False: the node is out all the same, and a person must return one."""
+        self.quarantine(node, reason, at)
+        return min_nodes is not None and len(self.active) >= min_nodes and bool(self.active)
+
+    def refill(self, size: int) -> list[str]:
+        """Spares fill the slots lost to quarantine, up to ``size`` active nodes (the
+        spec's node count); returns the nodes moved, in order."""
+        moved = []
+        while len(self.active) < size and self.spares:
+            moved.append(self.spares.pop(0))
+            self.active.append(moved[-1])
+        return moved
+
+    def release(self, node: str) -> None:
+        """Take a fenced node out of quarantine into the spares (``lazarus return``)."""
+        self.quarantined = [q for q in self.quarantined if q.node != node]
+        if node not in self.spares:
+            self.spares.append(node)
 
     def unfenced(self) -> list[str]:
         return [q.node for q in self.quarantined if not q.fenced]
@@ -216,6 +372,73 @@ class JobState(BaseModel):
     """How the supervisor sees progress: heartbeat, log, or none (hang detection off)."""
     stuck_ranks: str | None = None
     """Set when a stop met ranks that survived SIGKILL: the next launch escalates."""
+
+    # Incident bookkeeping: pure, unit-tested in tests/unit/test_incidents.py. Ids keep
+    # counting past the incidents dropped from the bounded list.
+
+    @property
+    def next_incident_id(self) -> int:
+        return self.incidents_dropped + len(self.incidents) + 1
+
+    def incident(self, incident_id: int | None) -> Incident | None:
+        """An incident still kept in full, by id; None for None or a dropped one."""
+        if incident_id is None:
+            return None
+        index = incident_id - self.incidents_dropped - 1
+        return self.incidents[index] if 0 <= index < len(self.incidents) else None
+
+    @property
+    def current_incident(self) -> Incident | None:
+        """The open incident: its recovery has not yet produced a first step."""
+        return self.incident(self.open_incident)
+
+    def add_incident(self, incident: Incident) -> Incident:
+        """Make ``incident`` the open one. An incident still open failed again before
+        its first step: it never recovered, and says so. The list stays bounded: the
+        oldest are dropped, counted by class."""
+        previous = self.current_incident
+        if previous is not None:
+            previous.reason += " (superseded: failed again before the first step)"
+        self.incidents.append(incident)
+        self.open_incident = incident.id
+        while len(self.incidents) > MAX_INCIDENTS:
+            dropped = self.incidents.pop(0)
+            self.incidents_dropped += 1
+            counts = self.dropped_by_class
+            key = dropped.failure_class.value
+            counts[key] = counts.get(key, 0) + 1
+        return incident
+
+    def account_resume(self, resume: CheckpointRef | None) -> None:
+        """Fill in what the open incident cost in steps, now that the resume point is known."""
+        incident = self.current_incident
+        if incident is None:
+            return
+        resumed = resume.step if resume else 0
+        incident.resumed_from_step = resumed
+        if incident.step_at_failure is not None:
+            incident.steps_lost = max(0, incident.step_at_failure - resumed)
+
+    def close_incident(self, first_step_at: float) -> None:
+        """The new generation made its first step: the open incident has recovered, and
+        failures count from zero again."""
+        incident = self.current_incident
+        if incident is not None:
+            incident.recovery_s = max(0.0, first_step_at - incident.fault_at)
+            incident.first_step_at = first_step_at
+            self.open_incident = None
+        self.consecutive_failures = 0
+
+    def past_failures(self) -> list[PastFailure]:
+        """Earlier incidents as the playbook weighs them: failures only, not the planned
+        moves (forced recoveries, straggler swaps)."""
+        return [
+            PastFailure(
+                failure_class=i.failure_class, at=i.detected_at, node=i.node, step=i.step_at_failure
+            )
+            for i in self.incidents
+            if isinstance(i.failure_class, FailureClass)
+        ]
 
 
 class JobInput(BaseModel):

@@ -9,8 +9,6 @@ cost.
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio import activity
 
 from lazarus.activities.checkpoints.storage import (
@@ -20,6 +18,7 @@ from lazarus.activities.checkpoints.storage import (
     store_errors,
 )
 from lazarus.activities.checkpoints.verify import Level, owner_problem, verify_in_store
+from lazarus.activities.heartbeat import in_thread_heartbeating
 from lazarus.domain.checkpoint_layout import (
     COMMIT_MARKER,
     CORRUPT_DIR,
@@ -167,9 +166,4 @@ async def find_verified_checkpoint(request: FindVerifiedCheckpointRequest) -> Ch
 
     Hashing a large checkpoint takes a while (about 1 s/GB per core), so give the
     activity a start-to-close timeout to match; it heartbeats while it works."""
-    task = asyncio.ensure_future(asyncio.to_thread(search_verified, request))
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=2.0)
-        if done:
-            return task.result()
-        activity.heartbeat()
+    return await in_thread_heartbeating(lambda: search_verified(request))

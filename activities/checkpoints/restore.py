@@ -22,7 +22,7 @@ from typing import Any
 
 from temporalio import activity
 
-from lazarus.activities.checkpoints._heartbeat import as_activity_errors, run_with_heartbeats
+from lazarus.activities.checkpoints.activity_errors import as_activity_errors
 from lazarus.activities.checkpoints.storage import (
     CheckpointCorrupt,
     CheckpointInputError,
@@ -33,6 +33,7 @@ from lazarus.activities.checkpoints.storage import (
     locate,
 )
 from lazarus.activities.checkpoints.verify import read_manifest, verify_directory
+from lazarus.activities.heartbeat import in_thread_heartbeating
 from lazarus.domain.checkpoint_layout import (
     COMMIT_MARKER,
     MANIFEST,
@@ -173,7 +174,10 @@ async def restore_checkpoint(request: RestoreCheckpointRequest) -> CheckpointRef
     (``CheckpointCorrupt``: search again and pick an older one); an unreachable
     store fails with ``DurableStoreUnavailable`` (retryable)."""
     progress = RestoreProgress()
+    cancel = threading.Event()
     with as_activity_errors(f"durable store unavailable for {request.uri}"):
-        return await run_with_heartbeats(
-            lambda cancel: restore_checkpoint_sync(request, progress, cancel), progress.snapshot
+        return await in_thread_heartbeating(
+            lambda: restore_checkpoint_sync(request, progress, cancel),
+            progress.snapshot,
+            cancel=cancel,
         )

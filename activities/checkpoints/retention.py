@@ -12,13 +12,12 @@ abandoned uploads) are deleted. Deletion removes the commit marker first.
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio import activity
 
 from lazarus.activities.checkpoints.find import durable_store
 from lazarus.activities.checkpoints.storage import CheckpointStore, LocalStore, store_errors
 from lazarus.activities.checkpoints.verify import Level, owner_problem, verify_in_store
+from lazarus.activities.heartbeat import in_thread_heartbeating
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER
 from lazarus.domain.contracts import (
     CheckpointRef,
@@ -94,9 +93,4 @@ def _delete(
 async def collect_garbage(request: GarbageCollectionRequest) -> GarbageCollectionResult:
     """Apply ``keep_local``/``keep_durable``; returns what was deleted. Best effort:
     failures are listed in ``problems`` (the next run retries), never raised."""
-    task = asyncio.ensure_future(asyncio.to_thread(collect_garbage_sync, request))
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=2.0)
-        if done:
-            return task.result()
-        activity.heartbeat()
+    return await in_thread_heartbeating(lambda: collect_garbage_sync(request))

@@ -41,7 +41,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from lazarus.activities.checkpoints._heartbeat import as_activity_errors, run_with_heartbeats
+from lazarus.activities.checkpoints.activity_errors import as_activity_errors
 from lazarus.activities.checkpoints.find import durable_store
 from lazarus.activities.checkpoints.storage import (
     CheckpointCorrupt,
@@ -57,6 +57,7 @@ from lazarus.activities.checkpoints.verify import (
     verify_directory,
     verify_in_store,
 )
+from lazarus.activities.heartbeat import in_thread_heartbeating
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST
 from lazarus.domain.contracts import (
     MultipartState,
@@ -435,7 +436,10 @@ async def upload_checkpoint(request: UploadCheckpointRequest) -> UploadResult:
         durable_location(spec.durable_uri, name),
         resume_details(activity.info().heartbeat_details),
     )
+    cancel = threading.Event()
     with as_activity_errors(f"durable store {spec.durable_uri} unavailable"):
-        return await run_with_heartbeats(
-            lambda cancel: upload_checkpoint_sync(request, tracker, cancel), tracker.snapshot
+        return await in_thread_heartbeating(
+            lambda: upload_checkpoint_sync(request, tracker, cancel),
+            tracker.snapshot,
+            cancel=cancel,
         )

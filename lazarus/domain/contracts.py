@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lazarus.domain.evidence import cap_evidence
+from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import (
     CheckpointsSpec,
     HealthSpec,
@@ -128,7 +129,7 @@ FailureKind = Literal["crash", "hang", "vanished", "node_lost"]
 
 class FailureReport(_Model):
     kind: FailureKind
-    failure_class: str
+    failure_class: FailureClass
     """A class of the failure taxonomy (see ``lazarus.domain.failure_classes``)."""
     rank: int
     node: str | None = None

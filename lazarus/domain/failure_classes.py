@@ -81,5 +81,6 @@ class FailureClass(StrEnum):
 
 
 PLAYBOOK_CLASSES = frozenset({*(c.value for c in FailureClass), "straggler"})
-"""Keys a job spec's ``playbook`` may override: every failure class, plus
-``straggler`` (a slow node, found by the supervisor's compute-time statistics)."""
+"""Keys a job spec's ``playbook`` may hold: every failure class, plus ``straggler``,
+accepted only so that jobs started with it still decode (a spec file may not set it:
+see ``lazarus.domain.spec.STRAGGLER_PLAYBOOK_REFUSED``)."""

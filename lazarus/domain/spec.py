@@ -10,11 +10,20 @@ lands in Temporal history: it must hold paths to secrets, never secrets.
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from lazarus.domain import environment as env_names
 from lazarus.domain.failure_classes import PLAYBOOK_CLASSES
@@ -180,11 +189,18 @@ class RecoverySpec(_Strict):
         return self
 
 
-STRATEGY_NAMES = frozenset(
-    {"restart_in_place", "replace_node", "no_blind_restarts", "rollback", "escalate"}
-)
-"""Rungs a playbook ladder may use; ``lazarus.workflows.playbook`` registers one strategy
-for each."""
+class StrategyName(StrEnum):
+    """The rungs a playbook ladder may use: the one list of strategy names.
+
+    The spec validates ladders against it; ``lazarus.workflows.playbook`` registers
+    exactly one strategy per member, keyed by it (a unit test checks both ways), so a
+    name cannot be accepted here and then be missing there."""
+
+    RESTART_IN_PLACE = "restart_in_place"
+    REPLACE_NODE = "replace_node"
+    NO_BLIND_RESTARTS = "no_blind_restarts"
+    ROLLBACK = "rollback"
+    ESCALATE = "escalate"
 
 
 class ClassPolicy(_Strict):
@@ -194,19 +210,24 @@ class ClassPolicy(_Strict):
     n (the last rung repeats), so ``[restart_in_place, replace_node, escalate]``
     means "restart once, then move off the node, then ask a person"."""
 
-    ladder: list[str] = Field(min_length=1)
+    ladder: list[Annotated[StrategyName, Strict(False)]] = Field(min_length=1)
+    """Strategy names; YAML gives them as strings, hence not strict like the rest."""
     budget: Annotated[int, Field(ge=0, le=10_000)] | None = None
     """Automatic recoveries of this class allowed inside the window; None: only the
     job-wide ``max_restarts`` applies."""
 
-    @field_validator("ladder")
+    @field_validator("ladder", mode="before")
     @classmethod
-    def _known_strategies(cls, value: list[str]) -> list[str]:
-        unknown = [name for name in value if name not in STRATEGY_NAMES]
+    def _known_strategies(cls, value: object) -> object:
+        # Before the enum's own check, so the message lists every unknown name at once.
+        if not isinstance(value, list):
+            return value
+        known = {s.value for s in StrategyName}
+        unknown = [name for name in value if isinstance(name, str) and name not in known]
         if unknown:
             raise ValueError(
                 f"unknown strategy {', '.join(map(repr, unknown))}; "
-                f"choose from {', '.join(sorted(STRATEGY_NAMES))}"
+                f"choose from {', '.join(sorted(known))}"
             )
         return value
 
@@ -415,11 +436,13 @@ class JobSpec(_Strict):
     @field_validator("playbook")
     @classmethod
     def _known_classes(cls, value: dict[str, ClassPolicy]) -> dict[str, ClassPolicy]:
+        # ``straggler`` passes here only so that jobs started with it still decode:
+        # ``parse_spec`` refuses it in a spec file (it was never read).
         unknown = sorted(set(value) - PLAYBOOK_CLASSES)
         if unknown:
             raise ValueError(
                 f"unknown failure class {', '.join(map(repr, unknown))}; "
-                f"choose from {', '.join(sorted(PLAYBOOK_CLASSES))}"
+                f"choose from {', '.join(sorted(PLAYBOOK_CLASSES - {'straggler'}))}"
             )
         return value
 
@@ -554,6 +577,25 @@ def _message(err: dict[str, object]) -> str:
     return msg.removeprefix("Value error, ")
 
 
+STRAGGLER_PLAYBOOK_REFUSED = (
+    "a slow node is not handled by a playbook ladder: the straggler cost model decides "
+    "(swap onto a spare only when the gain beats the restart cost); configure it in the "
+    "'straggler' section instead (straggler.swap: false only records and alerts, "
+    "straggler.default_restart_cost_s sets the assumed restart cost)"
+)
+"""Why ``playbook.straggler`` is refused in a spec file. The model itself still accepts
+the key, so the input of a job started before the refusal still decodes (and replays);
+it was never read."""
+
+
+def _refused_fields(data: dict[object, object]) -> list[tuple[str, str]]:
+    """Fields a spec file may not set although the model accepts them (see above)."""
+    playbook = data.get("playbook")
+    if isinstance(playbook, dict) and "straggler" in playbook:
+        return [("playbook.straggler", STRAGGLER_PLAYBOOK_REFUSED)]
+    return []
+
+
 def parse_spec(data: object, source: str, name_override: str | None = None) -> JobSpec:
     """Validate already-parsed YAML; ``source`` names the file in error lines."""
     if not isinstance(data, dict):
@@ -562,11 +604,15 @@ def parse_spec(data: object, source: str, name_override: str | None = None) -> J
         )
     if name_override is not None:
         data = {**data, "name": name_override}
+    lines = [f"{source}: {field}: {why}" for field, why in _refused_fields(data)]
     try:
-        return JobSpec.model_validate(data)
+        spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{source}: {_field_path(e['loc'])}: {_message(dict(e))}" for e in exc.errors()]
+        lines += [f"{source}: {_field_path(e['loc'])}: {_message(dict(e))}" for e in exc.errors()]
         raise SpecError(lines) from None
+    if lines:
+        raise SpecError(lines)
+    return spec
 
 
 def load_spec(path: str | Path, name_override: str | None = None) -> JobSpec:

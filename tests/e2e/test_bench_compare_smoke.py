@@ -25,22 +25,25 @@ from pathlib import Path
 
 import pytest
 
-from bench.compare import CompareConfig, CompareRun, RunResult, ScenarioPlan
-from bench.compare_report import markdown_table, summary
+from bench.harness import BenchConfig, BenchRun, Plan, RunRecord
+from bench.measure import StepTrace
+from bench.metrics import lookup
 from bench.overhead import heartbeat_micro
+from bench.registry import System
+from bench.report import compare_table, summary
 from bench.soak import SoakIncident, _assess, schedule
-from bench.trace import StepTrace
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = ["crash", "hang"]
 if os.environ.get("LAZARUS_BENCH_SMOKE_ALL"):
     FAULTS += ["controller_crash", "pause_resume", "clean", "straggler"]
-SYSTEMS = ["lazarus", "torchrun"]
+SYSTEMS: list[System] = ["lazarus", "torchrun"]
 SHARED = {"completed", "weights_ok"}
 EXPECTED: dict[str, set[str]] = {
     "clean": SHARED | {"wall_s", "steps_per_s"},
-    "crash": SHARED | {"detected", "detection_s", "recovery_s", "steps_lost", "wall_s"},
-    "hang": SHARED | {"detected", "detection_s", "recovery_s", "steps_lost"},
+    "crash": SHARED
+    | {"detected", "detection_from_injection_s", "recovery_outside_s", "steps_lost", "wall_s"},
+    "hang": SHARED | {"detected", "detection_from_injection_s", "recovery_outside_s", "steps_lost"},
     "controller_crash": SHARED
     | {"training_survived", "steps_lost", "duplicate_ranks", "supervised_after"},
     "straggler": SHARED | {"stretch_s", "stretch_steps_per_s", "straggler_detected", "wall_s"},
@@ -120,6 +123,8 @@ def test_quick_compare_runs_faults_under_both_systems(tmp_path: Path) -> None:
         if (scenario, system) == ("hang", "torchrun"):
             continue  # never detected: no recovery, no weights, by design
         assert EXPECTED[scenario] <= run["metrics"].keys(), (scenario, system)
+        for name in run["metrics"]:
+            lookup(name)  # every metric has its one meaning in bench.metrics
     assert runs[("hang", "torchrun")]["metrics"]["detected"] is False
     assert "not detected within" in runs[("hang", "torchrun")]["note"]
     for scenario in FAULTS:
@@ -199,34 +204,36 @@ def test_schedule_is_seeded_and_the_assessment_marks_operator_fixes() -> None:
 
 
 def test_table_reports_not_possible_and_ratios() -> None:
-    run = CompareRun(
-        config=CompareConfig.quick(),
-        plan=ScenarioPlan(scenarios=["crash", "pause_resume"], systems=SYSTEMS, repeats=1),
+    run = BenchRun(
+        config=BenchConfig.quick(),
+        plan=Plan(scenarios=["crash", "pause_resume"], systems=SYSTEMS, repeats=1),
         started_at=0.0,
     )
-    for system, recovery in (("lazarus", 4.0), ("torchrun", 8.0)):
-        run.results.append(
-            RunResult(
+    pairs: list[tuple[System, float]] = [("lazarus", 4.0), ("torchrun", 8.0)]
+    for system, recovery in pairs:
+        run.records.append(
+            RunRecord(
                 scenario="crash",
                 system=system,
                 repeat=0,
-                status="ok",
                 started_at=0.0,
                 wall_clock_s=1.0,
-                metrics={"recovery_s": recovery, "weights_ok": True},
+                metrics={"recovery_outside_s": recovery, "weights_ok": True},
+                details={},
             )
         )
-    run.results.append(
-        RunResult(
+    run.records.append(
+        RunRecord(
             scenario="pause_resume",
             system="torchrun",
             repeat=0,
-            status="not_possible",
-            note="no pause",
+            not_possible="no pause",
             started_at=0.0,
             wall_clock_s=0.0,
+            metrics={},
+            details={},
         )
     )
-    table = markdown_table(summary(run))
-    assert "| crash | recovery_s | 4 | 8 | 0.50 |" in table
+    table = compare_table(summary(run))
+    assert "| crash | recovery_outside_s | 4 | 8 | 0.50 |" in table
     assert "no pause" in table

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from bench import report
-from bench.harness import BenchRun, RunRecord
+from bench.harness import BenchConfig, BenchRun, Plan, RunRecord
 from bench.jobs import JobShape
+from bench.metrics import lookup
 from bench.multinode import netns_unavailable_reason
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,12 +160,16 @@ def test_quick_benchmark_writes_expected_json(tmp_path: Path) -> None:
         expected = COMMON_METRICS | SCENARIO_METRICS[run["scenario"]]
         assert expected <= run["metrics"].keys(), run["scenario"]
         assert "incidents" in run["details"]
+        for name in run["metrics"]:
+            lookup(name)  # every metric has its one meaning in bench.metrics
 
+    assert data["schema"] == report.SCHEMA
     assert set(data["summary"]) == set(SCENARIOS)
-    for scenario, metrics in data["summary"].items():
+    for scenario, per_system in data["summary"].items():
+        metrics = per_system["lazarus"]
         assert (COMMON_METRICS | SCENARIO_METRICS[scenario]) <= metrics.keys(), scenario
-        for stats in metrics.values():
-            assert stats.keys() >= STAT_KEYS
+        for cell in metrics.values():
+            assert cell["stats"].keys() >= STAT_KEYS
 
 
 @pytest.mark.timeout(720)
@@ -204,19 +209,21 @@ def test_quick_multinode_benchmark_writes_expected_json(tmp_path: Path) -> None:
     assert data["runs"][1]["metrics"]["polls_ok"]
     cpu = data["runs"][2]["metrics"]
     assert cpu["local1_weights_ok"] and cpu["ssh4_weights_ok"]
-    for scenario, metrics in data["summary"].items():
-        assert MULTINODE_METRICS[scenario] <= metrics.keys(), scenario
+    for scenario, per_system in data["summary"].items():
+        assert MULTINODE_METRICS[scenario] <= per_system["lazarus"].keys(), scenario
 
 
 def test_a_skipped_scenario_is_reported_not_failed() -> None:
-    bench = BenchRun(shape=JobShape.quick(), scenarios=["node_loss"], repeats=2, started_at=0.0)
+    plan = Plan(scenarios=["node_loss"], systems=["lazarus"], repeats=2)
+    bench = BenchRun(config=BenchConfig.recovery(JobShape.quick()), plan=plan, started_at=0.0)
     for repeat in range(2):
         bench.records.append(RunRecord("node_loss", repeat, 0.0, 0.0, {}, {}, skipped="needs root"))
     stats = report.summary(bench)
-    assert "failed_runs" not in stats["node_loss"]
-    assert stats["node_loss"]["skipped_runs"].true_count == 2
-    table = report.markdown_table(stats, report.skipped(bench))
+    assert "failed_runs" not in stats["node_loss"]["lazarus"]
+    skipped_runs = stats["node_loss"]["lazarus"]["skipped_runs"].stats
+    assert skipped_runs is not None and skipped_runs.true_count == 2
+    table = report.recovery_table(stats, report.skipped(bench))
     assert table.endswith("Skipped node_loss: needs root")
-    data = report.payload(bench, stats)
+    data = report.payload(bench, stats, "recovery")
     assert data["skipped"] == {"node_loss": "needs root"}
     json.dumps(data)

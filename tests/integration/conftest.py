@@ -8,7 +8,6 @@ checkpoint and resume, independently of the controller.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from lazarus.domain.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_DDP = REPO_ROOT / "examples" / "train_ddp.py"
@@ -33,12 +34,6 @@ class RankRun:
 
 
 LaunchDDP = Callable[..., list[RankRun]]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def launch_ranks(

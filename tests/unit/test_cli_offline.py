@@ -15,8 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from lazarus import cli, cli_render
-from lazarus.devserver import dev_server_command, free_port
+from lazarus.devserver import dev_server_command
 from lazarus.domain.contracts import RankStatus, SupervisionProgress
+from lazarus.domain.ports import free_port
 from lazarus.settings import ConnectionSettings, web_ui_url
 from lazarus.workflows.state import Incident, JobStatus, Phase
 

@@ -5,18 +5,21 @@ from __future__ import annotations
 import pytest
 
 from lazarus.domain.failure_classes import FailureClass
-from lazarus.domain.spec import ClassPolicy, RecoverySpec
+from lazarus.domain.spec import ClassPolicy, RecoverySpec, StrategyName
 from lazarus.workflows.playbook import (
     DEFAULT_PLAYBOOK,
+    STRATEGIES,
     Action,
     FailureContext,
     PastFailure,
     StragglerContext,
     backoff_s,
     decide,
+    escalate,
     jitter_fraction,
     restarts_in_window,
     straggler_decision,
+    strategy,
 )
 
 POLICY = RecoverySpec(
@@ -164,7 +167,9 @@ def test_every_failure_class_has_a_default_ladder() -> None:
 
 
 OVERRIDE = {
-    "nccl_timeout": ClassPolicy(ladder=["restart_in_place", "replace_node", "escalate"]),
+    "nccl_timeout": ClassPolicy(
+        ladder=[StrategyName.RESTART_IN_PLACE, StrategyName.REPLACE_NODE, StrategyName.ESCALATE]
+    ),
 }
 
 
@@ -187,7 +192,7 @@ def test_spec_overrides_a_ladder_rung_by_rung(before: int, action: Action, rung:
 def test_an_operator_kill_is_not_escalated_by_the_readme_oom_override() -> None:
     """README: ``oom_host: {ladder: [escalate]}``. A bare kill -9 (class ``killed``)
     must still restart in place; only a proven OOM escalates."""
-    override = {"oom_host": ClassPolicy(ladder=["escalate"])}
+    override = {"oom_host": ClassPolicy(ladder=[StrategyName.ESCALATE])}
     killed = decide(ctx(failure_class="killed"), LOOSE, override)
     assert (killed.action, killed.strategy) == (Action.RESTART, "restart_in_place")
     oom = decide(ctx(failure_class="oom_host"), LOOSE, override)
@@ -204,7 +209,7 @@ def test_ladder_counts_only_failures_of_the_class_inside_the_window() -> None:
 
 
 def test_class_budget_escalates_before_the_job_budget() -> None:
-    budgeted = {"hang": ClassPolicy(ladder=["restart_in_place"], budget=2)}
+    budgeted = {"hang": ClassPolicy(ladder=[StrategyName.RESTART_IN_PLACE], budget=2)}
     assert decide(
         ctx(failure_class="hang", previous=earlier("hang", 1)), LOOSE, budgeted
     ).action == (Action.RESTART)
@@ -282,3 +287,26 @@ def test_failing_at_the_same_step_again_and_again_is_a_crash_loop() -> None:
     assert moved_on.action == Action.RESTART
     once = decide(ctx(failure_class="unknown", step_at_failure=25, previous=at_25[:1]), policy)
     assert once.action == Action.RESTART
+
+
+def test_every_strategy_name_has_exactly_one_registered_strategy() -> None:
+    # The spec validates ladders against StrategyName; decide() looks rungs up here.
+    assert set(STRATEGIES) == set(StrategyName)
+    assert all(isinstance(name, StrategyName) for name in STRATEGIES)
+
+
+def test_a_strategy_name_cannot_be_registered_twice() -> None:
+    with pytest.raises(ValueError, match="'escalate' is registered twice"):
+        strategy(StrategyName.ESCALATE)(escalate)
+    assert STRATEGIES[StrategyName.ESCALATE] is escalate
+
+
+def test_the_default_playbook_has_exactly_the_failure_classes() -> None:
+    # No ladder for stragglers: the cost model (straggler_decision) decides those.
+    assert set(DEFAULT_PLAYBOOK) == set(FailureClass)
+
+
+def test_decisions_carry_the_rung_as_its_plain_name() -> None:
+    decision = decide(ctx(failure_class="hang"), LOOSE)
+    assert decision.strategy == "restart_in_place"
+    assert type(decision.strategy) is str

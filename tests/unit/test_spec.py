@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.domain.spec import SpecError, load_spec
+from lazarus.domain.spec import ClassPolicy, JobSpec, SpecError, StrategyName, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = """
@@ -232,3 +232,40 @@ def test_pass_env_and_env_from_file_load_and_resolve(tmp_path: Path) -> None:
 def test_bad_secret_sources_are_named(tmp_path: Path, patch: str, expected: str) -> None:
     lines = errors(tmp_path, GOOD + patch + "\n")
     assert any(expected in line for line in lines), lines
+
+
+def test_a_straggler_playbook_is_refused_with_where_to_configure_it(tmp_path: Path) -> None:
+    # It was accepted and never read: a ladder for a slow node silently did nothing.
+    lines = errors(tmp_path, GOOD + "playbook: {straggler: {ladder: [escalate]}}\n")
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{tmp_path / 'job.yaml'}: playbook.straggler: ")
+    assert "straggler.swap" in lines[0]
+
+
+def test_a_straggler_playbook_is_listed_with_the_other_errors(tmp_path: Path) -> None:
+    lines = errors(
+        tmp_path, GOOD + "nproc_per_node: 0\nplaybook: {straggler: {ladder: [escalate]}}\n"
+    )
+    assert any(": playbook.straggler: " in line for line in lines), lines
+    assert any(": nproc_per_node: " in line for line in lines), lines
+
+
+def test_unknown_class_choices_do_not_offer_straggler(tmp_path: Path) -> None:
+    [line] = errors(tmp_path, GOOD + "playbook: {ncc_timeout: {ladder: [escalate]}}\n")
+    assert "nccl_timeout" in line and "straggler" not in line
+
+
+def test_jobs_started_with_a_straggler_playbook_still_decode() -> None:
+    # The workflow's input of a job started before the refusal must replay.
+    spec = JobSpec.model_validate_json(
+        '{"name": "old", "command": ["python", "t.py"], "workdir": "/w",'
+        ' "playbook": {"straggler": {"ladder": ["replace_node"]}}}'
+    )
+    assert spec.playbook["straggler"].ladder == [StrategyName.REPLACE_NODE]
+
+
+def test_ladders_are_strategy_names() -> None:
+    policy = ClassPolicy.model_validate({"ladder": ["rollback", "escalate"]})
+    assert policy.ladder == [StrategyName.ROLLBACK, StrategyName.ESCALATE]
+    assert ClassPolicy.model_validate_json(policy.model_dump_json()) == policy
+    assert policy.model_dump(mode="json") == {"ladder": ["rollback", "escalate"], "budget": None}

@@ -1,0 +1,159 @@
+"""The one scenario registry: every benchmark scenario, by name, with a runner per system.
+
+A scenario is registered once, with a docstring that walks through its fault
+sequence (the first line is its summary in ``--help`` and the JSON), and gets
+one runner per system that can run it: ``lazarus`` always (a scenario may be
+Lazarus-only), ``torchrun`` / ``torchrun_default`` where the comparison says
+something. A system that cannot do it at all is ``not_possible`` with the
+reason (reported in every table); a scenario this machine cannot run
+(``unavailable``: no root for network namespaces) is skipped with its reason.
+
+``SUITES`` lists what each command runs by default, in table order:
+``python -m bench recovery`` runs Lazarus alone, ``python -m bench compare``
+both systems. To add a scenario::
+
+    MINE = scenario("mine", '''One line saying what happens.
+
+    1. start the example job; 2. once it reports the fault step, ...; 3. ...
+    ''')
+
+    @runs(MINE, "lazarus")
+    async def mine_lazarus(ctx: BenchContext, repeat: int) -> Measured: ...
+
+then add its name to a suite, and every metric it reports to
+:mod:`bench.metrics`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from bench.jobs import WORLD_SIZE, JobShape
+from bench.metrics import Value
+
+if TYPE_CHECKING:
+    from bench.harness import BenchContext
+
+System = Literal["lazarus", "torchrun", "torchrun_default"]
+SYSTEMS: tuple[System, ...] = ("lazarus", "torchrun", "torchrun_default")
+Reference = tuple[int, int]
+"""(world size, steps) of a fault-free reference run."""
+
+
+@dataclass
+class Measured:
+    """What a runner returns: ``metrics`` (summarised over repeats, every name in
+    :mod:`bench.metrics`), raw ``details`` for the JSON, and a ``note`` saying what
+    a number means (``not detected within 60 s``)."""
+
+    metrics: dict[str, Value] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    note: str | None = None
+
+
+Outcome = Measured
+"""The chaos matrix's name for :class:`Measured`."""
+Runner = Callable[["BenchContext", int], Awaitable[Measured]]
+
+
+def default_references(shape: JobShape) -> list[Reference]:
+    return [(WORLD_SIZE, shape.steps)]
+
+
+@dataclass
+class Scenario:
+    name: str
+    summary: str
+    run: Runner | None = None
+    """How Lazarus runs it."""
+    references: Callable[[JobShape], list[Reference]] = default_references
+    """The fault-free reference runs its jobs are compared with, computed before
+    any scenario runs so that no timing includes them."""
+    unavailable: Callable[[], str | None] | None = None
+    """Why it cannot run on this machine (then skipped, with the reason), or None."""
+    others: dict[System, Runner] = field(default_factory=dict)
+    """How the other systems run it."""
+    not_possible: dict[System, str] = field(default_factory=dict)
+    """Systems that cannot do this at all, and why."""
+    doc: str = ""
+    """The fault sequence, step by step."""
+
+    def runner(self, system: System) -> Runner | None:
+        return self.run if system == "lazarus" else self.others.get(system)
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+SUITES: dict[str, tuple[str, ...]] = {
+    "recovery": (
+        "clean",
+        "crash",
+        "hang",
+        "worker_kill",
+        "pause",
+        "straggler",
+        "schedule",
+        "node_loss",
+        "ssh_poll",
+        "controller_cpu",
+    ),
+    "compare": (
+        "clean",
+        "crash",
+        "hang",
+        "controller_crash",
+        "straggler",
+        "node_loss",
+        "pause_resume",
+    ),
+}
+"""What each command runs by default, in this order (the tables' order)."""
+
+
+def scenario(
+    name: str,
+    doc: str,
+    *,
+    not_possible: dict[System, str] | None = None,
+    unavailable: Callable[[], str | None] | None = None,
+    references: Callable[[JobShape], list[Reference]] | None = None,
+) -> Scenario:
+    """Register a scenario; ``doc``'s first line is its summary."""
+    if name in SCENARIOS:
+        raise ValueError(f"scenario {name!r} is registered twice")
+    text = inspect.cleandoc(doc)
+    SCENARIOS[name] = Scenario(
+        name=name,
+        summary=text.splitlines()[0] if text else name,
+        references=references or default_references,
+        unavailable=unavailable,
+        not_possible=dict(not_possible or {}),
+        doc=text,
+    )
+    return SCENARIOS[name]
+
+
+def runs(sc: Scenario, system: System) -> Callable[[Runner], Runner]:
+    """Register the decorated function as how ``system`` runs ``sc``."""
+
+    def register(fn: Runner) -> Runner:
+        if sc.runner(system) is not None:
+            raise ValueError(f"{sc.name}/{system} is registered twice")
+        if system == "lazarus":
+            sc.run = fn
+        else:
+            sc.others[system] = fn
+        return fn
+
+    return register
+
+
+def load() -> dict[str, Scenario]:
+    """Every registered scenario (importing the modules registers them)."""
+    import bench.scenarios
+    import bench.scenarios_multinode  # noqa: F401
+
+    return SCENARIOS

@@ -1,0 +1,734 @@
+"""``JobClient``: the supported Python API for starting and steering Lazarus jobs.
+
+Modelled on TorchX's scheduler API: a few typed calls, a dry run that is the first
+half of a start (:meth:`JobClient.dry_run` returns the :class:`StartPlan` that
+:meth:`JobClient.start` would submit, and ``start`` accepts that plan), and a
+cancel that is safe to repeat. The CLI, the demo and the benches all go through
+it, so every caller sees one status merge and one set of errors.
+
+Jobs are addressed by name (or by the :class:`JobHandle` that ``start`` returned);
+the workflow id, signal, update and query names come from :mod:`lazarus.domain.api`.
+
+Errors a person can act on are :class:`ClientError` subclasses whose message is one
+line meant for them (the CLI prints it as is); a server that cannot be reached is
+:class:`~lazarus.settings.ServerUnreachable`, exactly as :func:`~lazarus.settings.connect`
+raises it. No :class:`temporalio.service.RPCError` escapes a ``JobClient`` call.
+
+This is the app floor: it may import the activities, for the launcher's own
+:func:`~lazarus.activities.launcher.rank_environment` in a dry run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from lazarus.domain import environment as env_names
+from lazarus.domain.api import (
+    DEFAULT_TASK_QUEUE,
+    JOB_ATTRIBUTE,
+    PHASE_ATTRIBUTE,
+    QUERY_STATUS,
+    SEARCH_ATTRIBUTES,
+    SIGNAL_PAUSE,
+    SIGNAL_RESUME,
+    STEP_ATTRIBUTE,
+    UPDATE_DRAIN,
+    UPDATE_RECOVER,
+    UPDATE_RETURN,
+    WORKFLOW_TYPE,
+    job_name_from,
+    workflow_id_for,
+)
+from lazarus.domain.contracts import CheckpointRef, SupervisionProgress
+from lazarus.domain.spec import JobSpec
+from lazarus.settings import ConnectionSettings, ServerUnreachable, connect
+from lazarus.workflows.state import (
+    ForceRecover,
+    Incident,
+    JobInput,
+    JobStatus,
+    NodeRequest,
+    Phase,
+)
+
+__all__ = [
+    "CancelResult",
+    "ClientError",
+    "JobAlreadyRunning",
+    "JobClient",
+    "JobClosed",
+    "JobEndedWithoutResult",
+    "JobHandle",
+    "JobNotFound",
+    "JobRef",
+    "JobRow",
+    "MissingSearchAttributes",
+    "RequestRejected",
+    "ServerUnreachable",
+    "StartPlan",
+    "StatusUnavailable",
+    "StatusView",
+    "TemporalRefused",
+    "plan_start",
+    "rank_environment_plan",
+]
+
+SUPERVISE_ACTIVITY = "supervise"
+QUERY_TIMEOUT = timedelta(seconds=5)
+"""A query needs a worker; without one it would wait for the server's long deadline."""
+
+PAUSABLE = (Phase.PENDING, Phase.LAUNCHING, Phase.RUNNING, Phase.RECOVERING)
+"""The phases a pause is sent in; anywhere else the job would only record it as ignored."""
+RESUMABLE = (Phase.PAUSED, Phase.NEEDS_OPERATOR)
+
+# Dry-run placeholders: what only the launch itself can know, marked as such.
+RUN_KEY_PLACEHOLDER = "run-<run id>"
+"""Each start of a job gets ``run-<Temporal run id>`` under ``{run_dir}/{job_id}``."""
+GENERATION_DIR_PLACEHOLDER = "gen-<NNNNN>"
+"""Generation ``N`` runs in ``gen-NNNNN`` (zero-padded to five digits)."""
+PLACEHOLDERS: dict[str, str] = {
+    env_names.MASTER_PORT: "<port chosen at launch>",
+    env_names.GENERATION: "<generation: 1, then +1 per restart>",
+    env_names.RESTART_COUNT: "<generation - 1>",
+}
+"""Variables whose value the launcher picks per generation, shown as placeholders."""
+
+
+def _worker_variable(name: str) -> str:
+    return f"<{name} from the worker's environment>"
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class ClientError(Exception):
+    """A request that cannot be done as asked; the message is one line for a person."""
+
+
+class JobNotFound(ClientError):
+    """Temporal has never seen a job of this name (in this namespace)."""
+
+    def __init__(self, job: str) -> None:
+        super().__init__(f"no job named '{job}'; see 'lazarus list'")
+        self.job = job
+
+
+class JobAlreadyRunning(ClientError):
+    """A job name runs at most once at a time."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.workflow_id = workflow_id_for(job)
+        super().__init__(
+            f"job '{job}' is already running ({self.workflow_id}); "
+            f"see 'lazarus status {job}', or start it under another --name"
+        )
+
+
+class JobClosed(ClientError):
+    """The job has ended, so it can no longer be paused, resumed or updated."""
+
+    def __init__(self, job: str, execution_status: str, doing: str | None = None) -> None:
+        self.job = job
+        self.execution_status = execution_status
+        tail = f"; cannot {doing} it" if doing else ""
+        super().__init__(f"job '{job}' is already closed ({execution_status}){tail}")
+
+
+class RequestRejected(ClientError):
+    """The job turned the request down; ``reason`` is its own words (an unknown node,
+    a phase in which the request does not apply)."""
+
+    def __init__(self, job: str, reason: str, message: str | None = None) -> None:
+        self.job = job
+        self.reason = reason
+        super().__init__(message or f"job '{job}': {reason}")
+
+
+class StatusUnavailable(ClientError):
+    """The job's own status could not be had (no worker answered the query); the
+    message says why."""
+
+    def __init__(self, job: str, reason: str) -> None:
+        self.job = job
+        self.reason = reason
+        super().__init__(reason)
+
+
+class JobEndedWithoutResult(ClientError):
+    """The workflow ended without a final status: cancelled, terminated or failed."""
+
+    def __init__(self, job: str, why: str) -> None:
+        self.job = job
+        super().__init__(f"job '{job}' ended without a final status: {why}")
+
+
+class MissingSearchAttributes(ClientError):
+    """The server does not know Lazarus's search attributes, so no job can start."""
+
+    def __init__(self, server_message: str) -> None:
+        creates = " ".join(
+            f"--name {key.name} --type {key.indexed_value_type.name.title().replace('_', '')}"
+            for key in SEARCH_ATTRIBUTES
+        )
+        super().__init__(
+            f"the server does not know Lazarus's search attributes ({server_message}); "
+            "use 'lazarus server', or register them: "
+            f"temporal operator search-attribute create {creates}"
+        )
+
+
+class TemporalRefused(ClientError):
+    """Any other refusal by the Temporal server (permissions, a bad namespace, ...)."""
+
+    def __init__(self, server_message: str) -> None:
+        super().__init__(f"Temporal refused the request: {server_message}")
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+class JobHandle(BaseModel):
+    """A started job. Every :class:`JobClient` call takes it, or just the job's name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job: str
+    workflow_id: str
+    run_id: str
+    """The run ``start`` began; continue-as-new moves the job on to later runs."""
+
+
+JobRef = str | JobHandle
+"""A job, by name or by the handle ``start`` returned."""
+
+
+class StartPlan(BaseModel):
+    """What :meth:`JobClient.start` submits, made without contacting anything.
+
+    ``ranks`` is the environment of each rank as the launcher's own
+    :func:`~lazarus.activities.launcher.rank_environment` builds it for the first
+    generation; values only the launch can know are placeholders in ``<...>``
+    (see :data:`PLACEHOLDERS`). The worker's own environment, which local ranks
+    also inherit, is not shown: the dry run cannot know it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    job: str
+    workflow_id: str
+    task_queue: str
+    input: JobInput
+    ranks: list[dict[str, str]] = Field(default_factory=list)
+
+    @property
+    def spec(self) -> JobSpec:
+        return self.input.spec
+
+
+@pydantic_dataclass(frozen=True)
+class StatusView:
+    """Everything known about one job, merged from up to three sources.
+
+    ``status`` is the workflow's own answer (None when no worker answered the
+    query); ``live`` is the supervise activity's last heartbeat, fresher than
+    the workflow's step; the ``*_hint`` fields come from search attributes and
+    are all that is known when the query could not be answered.
+    """
+
+    workflow_id: str
+    execution_status: str
+    """Temporal's view: RUNNING, COMPLETED, FAILED, CANCELED, TERMINATED, ..."""
+    status: JobStatus | None = None
+    live: SupervisionProgress | None = None
+    phase_hint: str | None = None
+    step_hint: int | None = None
+    start_time: datetime | None = None
+    close_time: datetime | None = None
+    note: str | None = None
+
+    @property
+    def job(self) -> str:
+        return job_name_from(self.workflow_id)
+
+    @property
+    def phase(self) -> str | None:
+        if self.status is not None:
+            return str(self.status.phase)
+        return self.phase_hint
+
+    @property
+    def step(self) -> int | None:
+        """The newest step known: the heartbeat's when it is of the current
+        generation and ahead of what the workflow last recorded."""
+        recorded = self.status.step if self.status is not None else self.step_hint
+        live = self.live
+        if live is None or live.step is None:
+            return recorded
+        if self.status is not None and live.generation < self.status.generation:
+            return recorded
+        return live.step if recorded is None or live.step > recorded else recorded
+
+    @property
+    def is_terminal(self) -> bool:
+        if self.execution_status != "RUNNING":
+            return True
+        return self.status is not None and self.status.phase.is_terminal
+
+
+class JobRow(BaseModel):
+    """One job in :meth:`JobClient.list`: the newest run of its workflow id."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job: str
+    workflow_id: str
+    phase: str | None
+    step: int | None
+    execution_status: str
+    start_time: datetime | None
+    close_time: datetime | None
+
+
+class CancelResult(BaseModel):
+    """What :meth:`JobClient.cancel` did. Cancelling an ended job is not an error:
+    ``already_closed_as`` says how it had ended, and nothing was sent."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job: str
+    already_closed_as: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        """True when a cancellation was sent (the ranks are being stopped)."""
+        return self.already_closed_as is None
+
+
+# --- the dry run --------------------------------------------------------------------------
+
+
+def rank_environment_plan(
+    spec: JobSpec, resume: CheckpointRef | None = None
+) -> list[dict[str, str]]:
+    """Each rank's environment as the launcher sets it for the first generation.
+
+    Calls the launcher's own ``rank_environment``, so the dry run cannot drift from
+    it, with placeholders where only the launch knows the value: the run key, the
+    generation's folder and number, the port. ``pass_env`` values come from the
+    worker's environment, so they are placeholders too, and ``env_from_file`` is
+    not read (it holds secrets, on the node).
+    """
+    from lazarus.activities.launcher import rank_environment  # activities: only a dry run
+    from lazarus.activities.rundir import GenerationDir, job_root
+
+    gen = GenerationDir.of(job_root(spec.run_dir, spec.job_id) / RUN_KEY_PLACEHOLDER, 1)
+    shown_gen = str(gen.path.parent / GENERATION_DIR_PLACEHOLDER)
+    worker_env = {name: _worker_variable(name) for name in spec.pass_env}
+    unread = spec.model_copy(update={"env_from_file": None})
+    plan: list[dict[str, str]] = []
+    for node_index in range(len(spec.nodes)):
+        for local_rank in range(spec.nproc_per_node):
+            rank = node_index * spec.nproc_per_node + local_rank
+            env = rank_environment(
+                unread, spec.nodes, node_index, gen, rank, 0, resume, worker_env=worker_env
+            )
+            for name, value in env.items():
+                if value.startswith(str(gen.path)):
+                    env[name] = shown_gen + value.removeprefix(str(gen.path))
+            env.update({name: shown for name, shown in PLACEHOLDERS.items() if name in env})
+            plan.append(env)
+    return plan
+
+
+def plan_start(
+    what: JobSpec | JobInput,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    resume: CheckpointRef | None = None,
+) -> StartPlan:
+    """The first half of a start, contacting nothing: :meth:`JobClient.dry_run`
+    without a client. ``resume`` is the checkpoint the first launch would resume
+    from, when known, so the plan shows the variables that point at it."""
+    job_input = what if isinstance(what, JobInput) else JobInput(spec=what)
+    spec = job_input.spec
+    return StartPlan(
+        job=spec.name,
+        workflow_id=workflow_id_for(spec.name),
+        task_queue=task_queue,
+        input=job_input,
+        ranks=rank_environment_plan(spec, resume),
+    )
+
+
+# --- the client ---------------------------------------------------------------------------
+
+
+class JobClient:
+    """Start, watch and steer jobs over an existing Temporal :class:`Client`.
+
+    The client must use the pydantic data converter (:func:`lazarus.settings.connect`
+    gives one); :meth:`connect` makes both from :class:`ConnectionSettings`.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        address: str | None = None,
+    ) -> None:
+        self.temporal = client
+        """The underlying temporalio client, for anything this API does not cover."""
+        self.task_queue = task_queue
+        """Where :meth:`start` sends jobs: the queue a ``lazarus worker`` polls."""
+        self.address = address or client.service_client.config.target_host
+
+    @classmethod
+    async def connect(cls, settings: ConnectionSettings | None = None) -> JobClient:
+        """Connect as configured (default: the environment, as the CLI does); raises
+        :class:`~lazarus.settings.ConnectionProblem` (e.g. ``ServerUnreachable``)."""
+        settings = settings or ConnectionSettings.from_env()
+        client = await connect(settings)
+        return cls(client, task_queue=settings.task_queue, address=settings.address)
+
+    # --- starting ---------------------------------------------------------------------
+
+    def dry_run(self, what: JobSpec | JobInput, resume: CheckpointRef | None = None) -> StartPlan:
+        """What :meth:`start` would submit to this client's task queue; starts nothing."""
+        return plan_start(what, self.task_queue, resume)
+
+    async def start(self, what: JobSpec | JobInput | StartPlan) -> JobHandle:
+        """Start a job. Raises :class:`JobAlreadyRunning` while a job of that name
+        runs, and :class:`MissingSearchAttributes` on a server not set up for Lazarus."""
+        plan = what if isinstance(what, StartPlan) else self.dry_run(what)
+        with self._translated():
+            try:
+                handle = await self.temporal.start_workflow(
+                    WORKFLOW_TYPE,
+                    plan.input,
+                    id=plan.workflow_id,
+                    task_queue=plan.task_queue,
+                    result_type=JobStatus,
+                    id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                    search_attributes=TypedSearchAttributes(
+                        [
+                            SearchAttributePair(PHASE_ATTRIBUTE, Phase.PENDING.value),
+                            SearchAttributePair(JOB_ATTRIBUTE, plan.job),
+                            SearchAttributePair(STEP_ATTRIBUTE, 0),
+                        ]
+                    ),
+                )
+            except WorkflowAlreadyStartedError:
+                raise JobAlreadyRunning(plan.job) from None
+            except RPCError as exc:
+                if (
+                    exc.status == RPCStatusCode.INVALID_ARGUMENT
+                    and "search attribute" in exc.message
+                ):
+                    raise MissingSearchAttributes(exc.message) from None
+                raise
+        return JobHandle(
+            job=plan.job, workflow_id=plan.workflow_id, run_id=handle.result_run_id or ""
+        )
+
+    async def ensure_not_running(self, job: JobRef) -> None:
+        """Raise :class:`JobAlreadyRunning` if the job runs now; for work that must
+        happen before a start but never under a running job (moving checkpoints)."""
+        name = _name(job)
+        with self._translated():
+            try:
+                _, description = await self._describe(name)
+            except JobNotFound:
+                return
+        if _is_open(description):
+            raise JobAlreadyRunning(name)
+
+    # --- looking ----------------------------------------------------------------------
+
+    async def status(self, job: JobRef) -> StatusView:
+        """Everything known about the job: Temporal's description, the workflow's own
+        status (its final result once completed, readable without a worker) and the
+        supervisor's live heartbeat. Raises :class:`JobNotFound`."""
+        name = _name(job)
+        with self._translated():
+            handle, description = await self._describe(name)
+            open_ = _is_open(description)
+            live = await self._live_progress(description) if open_ else None
+            status, note = await _query_status(handle)
+            if status is None and description.status == WorkflowExecutionStatus.COMPLETED:
+                status = await self._final_status(description.id)
+                note = None if status is not None else note
+        attributes = description.typed_search_attributes
+        return StatusView(
+            workflow_id=description.id,
+            execution_status=_status_name(description),
+            status=status,
+            live=live,
+            phase_hint=attributes.get(PHASE_ATTRIBUTE),
+            step_hint=attributes.get(STEP_ATTRIBUTE),
+            start_time=description.start_time,
+            close_time=description.close_time,
+            note=note,
+        )
+
+    async def query(self, job: JobRef) -> JobStatus:
+        """The workflow's own status; raises :class:`StatusUnavailable` (saying why)
+        when no worker answers. :meth:`status` never raises for that: it falls back."""
+        name = _name(job)
+        with self._translated():
+            handle, _ = await self._describe(name)
+            status, note = await _query_status(handle)
+        if status is None:
+            raise StatusUnavailable(name, note or "the job did not answer")
+        return status
+
+    async def incidents(self, job: JobRef) -> list[Incident]:
+        """Every failure of the job and what was done about it."""
+        return (await self.query(job)).incidents
+
+    async def list(self) -> list[JobRow]:
+        """One row per job, by name: the newest run of each workflow id (continue-as-new
+        and re-starts leave older runs in visibility)."""
+        newest: dict[str, JobRow] = {}
+        with self._translated():
+            async for execution in self.temporal.list_workflows(
+                f"WorkflowType = '{WORKFLOW_TYPE}'"
+            ):
+                attributes = execution.typed_search_attributes
+                row = JobRow(
+                    job=attributes.get(JOB_ATTRIBUTE) or job_name_from(execution.id),
+                    workflow_id=execution.id,
+                    phase=attributes.get(PHASE_ATTRIBUTE),
+                    step=attributes.get(STEP_ATTRIBUTE),
+                    execution_status=execution.status.name if execution.status else "UNKNOWN",
+                    start_time=execution.start_time,
+                    close_time=execution.close_time,
+                )
+                current = newest.get(row.workflow_id)
+                if current is None or _started(row) > _started(current):
+                    newest[row.workflow_id] = row
+        return sorted(newest.values(), key=lambda r: r.job)
+
+    async def result(self, job: JobRef) -> JobStatus:
+        """Wait for the job to end and return its final status (following
+        continue-as-new). Raises :class:`JobEndedWithoutResult` if it was cancelled,
+        terminated or failed as a workflow."""
+        name = _name(job)
+        handle = self.temporal.get_workflow_handle(workflow_id_for(name), result_type=JobStatus)
+        with self._translated():
+            try:
+                result = await handle.result()
+            except WorkflowFailureError as exc:
+                raise JobEndedWithoutResult(name, str(exc.cause or exc)) from None
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:
+                    raise JobNotFound(name) from None
+                raise
+        if not isinstance(result, JobStatus):
+            raise JobEndedWithoutResult(name, "its result is not a job status")
+        return result
+
+    # --- steering ---------------------------------------------------------------------
+
+    async def pause(self, job: JobRef) -> None:
+        """Stop the ranks and hold; :meth:`resume` relaunches them from the last
+        checkpoint. Refused (:class:`RequestRejected`, nothing sent) unless the job is
+        PENDING, LAUNCHING, RUNNING or RECOVERING."""
+        await self._signal(_name(job), SIGNAL_PAUSE, "pause", PAUSABLE)
+
+    async def resume(self, job: JobRef) -> None:
+        """Relaunch a PAUSED job, or one in NEEDS_OPERATOR; refused in any other phase."""
+        await self._signal(_name(job), SIGNAL_RESUME, "resume", RESUMABLE)
+
+    async def recover(
+        self,
+        job: JobRef,
+        reason: str = "forced by operator",
+        exclude_node: str | None = None,
+        checkpoint_first: bool = False,
+    ) -> str:
+        """Restart the ranks from the last checkpoint now, as if a rank had failed;
+        returns the job's reply. An update, not a signal: the job validates it first,
+        so an unknown ``exclude_node`` is refused (:class:`RequestRejected`)."""
+        request = ForceRecover(
+            reason=reason, exclude_node=exclude_node, checkpoint_first=checkpoint_first
+        )
+        return await self._update(_name(job), UPDATE_RECOVER, request)
+
+    async def drain(self, job: JobRef, node: str, reason: str = "") -> str:
+        """Move the job off ``node``: quarantine it and relaunch on a spare."""
+        return await self._update(_name(job), UPDATE_DRAIN, NodeRequest(node=node, reason=reason))
+
+    async def return_node(self, job: JobRef, node: str) -> str:
+        """Take ``node`` out of quarantine into the spares."""
+        return await self._update(_name(job), UPDATE_RETURN, NodeRequest(node=node))
+
+    async def cancel(self, job: JobRef) -> CancelResult:
+        """Stop the ranks and end the job as CANCELLED. Idempotent: on a job that has
+        already ended it sends nothing and says how it ended. A name Temporal has
+        never seen is still :class:`JobNotFound` (most likely a typo)."""
+        name = _name(job)
+        with self._translated():
+            handle, description = await self._describe(name)
+            if not _is_open(description):
+                return CancelResult(job=name, already_closed_as=_status_name(description))
+            try:
+                await handle.cancel()
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:  # closed between describe and cancel
+                    return CancelResult(job=name, already_closed_as="CLOSED")
+                raise
+        return CancelResult(job=name)
+
+    # --- plumbing ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _translated(self) -> Iterator[None]:
+        """Temporal's transport errors as this module's: a server that is not there
+        reads the same as at connect time."""
+        try:
+            yield
+        except RPCError as exc:
+            if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise ServerUnreachable(self.address) from exc
+            raise TemporalRefused(exc.message) from exc
+
+    async def _describe(
+        self, name: str
+    ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
+        handle = self.temporal.get_workflow_handle(workflow_id_for(name))
+        try:
+            return handle, await handle.describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise JobNotFound(name) from None
+            raise
+
+    async def _live_progress(
+        self, description: WorkflowExecutionDescription
+    ) -> SupervisionProgress | None:
+        """The supervise activity's last heartbeat: fresher than anything in history."""
+        for activity in description.raw_description.pending_activities:
+            if activity.activity_type.name != SUPERVISE_ACTIVITY:
+                continue
+            payloads = activity.heartbeat_details.payloads
+            if not payloads:
+                continue
+            try:
+                (progress,) = await self.temporal.data_converter.decode(
+                    payloads[:1], [SupervisionProgress]
+                )
+            except Exception:  # an older or newer heartbeat shape: just skip the live view
+                continue
+            if isinstance(progress, SupervisionProgress):
+                return progress
+        return None
+
+    async def _final_status(self, workflow_id: str) -> JobStatus | None:
+        """A completed job's result is its final status: readable without any worker."""
+        handle = self.temporal.get_workflow_handle(workflow_id, result_type=JobStatus)
+        try:
+            result = await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+        except Exception:  # not a JobStatus result (an older workflow version), or gone
+            return None
+        return result if isinstance(result, JobStatus) else None
+
+    async def _signal(
+        self, name: str, signal: str, verb: str, allowed_in: tuple[Phase, ...]
+    ) -> None:
+        """Signal an open job in one of ``allowed_in``; in another phase it is refused
+        here, with the reason, before anything is sent (the job would record it as
+        ignored)."""
+        with self._translated():
+            handle, description = await self._describe(name)
+            if not _is_open(description):
+                raise JobClosed(name, _status_name(description), doing=verb)
+            status = await handle.query(
+                QUERY_STATUS, result_type=JobStatus, rpc_timeout=QUERY_TIMEOUT
+            )
+            if status.phase not in allowed_in:
+                wanted = " or ".join(p.value for p in allowed_in)
+                reason = f"is {status.phase.value}; {verb} applies only when it is {wanted}"
+                raise RequestRejected(name, reason, message=f"job '{name}' {reason}: nothing sent")
+            await handle.signal(signal)
+
+    async def _update(self, name: str, update: str, request: NodeRequest | ForceRecover) -> str:
+        """Updates, unlike signals, answer: an unknown node is refused with the reason."""
+        with self._translated():
+            handle, description = await self._describe(name)
+            if not _is_open(description):
+                raise JobClosed(name, _status_name(description))
+            try:
+                reply = await handle.execute_update(update, request, result_type=str)
+            except WorkflowUpdateFailedError as exc:
+                cause: BaseException = exc.cause
+                while cause.__cause__ is not None:
+                    cause = cause.__cause__
+                raise RequestRejected(name, str(cause)) from None
+        return str(reply)
+
+
+async def _query_status(handle: WorkflowHandle[Any, Any]) -> tuple[JobStatus | None, str | None]:
+    """The workflow's own status, or why it could not be had.
+
+    Queries on closed workflows work too (a worker replays the history), but only
+    while a worker is polling; without one callers fall back to Temporal's view.
+    """
+    try:
+        status = await handle.query(QUERY_STATUS, result_type=JobStatus, rpc_timeout=QUERY_TIMEOUT)
+    except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+        return None, f"the job did not answer the status query: {exc}"
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.UNAVAILABLE:
+            raise
+        if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+            return None, (
+                "no worker answered the status query; is 'lazarus worker' running? "
+                "(showing what Temporal itself knows)"
+            )
+        return None, f"the status query failed: {exc.message}"
+    if not isinstance(status, JobStatus):
+        return None, "the status query returned something that is not a job status"
+    return status, None
+
+
+def _name(job: JobRef) -> str:
+    return job.job if isinstance(job, JobHandle) else job
+
+
+def _is_open(description: WorkflowExecutionDescription) -> bool:
+    return description.status in (None, WorkflowExecutionStatus.RUNNING)
+
+
+def _status_name(description: WorkflowExecutionDescription) -> str:
+    status = description.status
+    return "UNKNOWN" if status is None else status.name
+
+
+def _started(row: JobRow) -> datetime:
+    return row.start_time or datetime.min.replace(tzinfo=UTC)

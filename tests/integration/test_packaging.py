@@ -1,0 +1,176 @@
+"""An installed Lazarus is the ``lazarus`` package alone, and it runs from outside
+the repository.
+
+The top-level folders ``workflows/``, ``activities/``, ``workers/`` and ``infra/``
+install only as ``lazarus.workflows`` and so on (the symlinks under ``lazarus/``
+map them), so an installed Lazarus can never clash with another distribution's
+``workflows`` package. This builds the wheel from a copy of the tree, offline
+(``--no-build-isolation``: the setuptools in this venv), checks what it holds,
+installs it into a folder and runs the CLI from there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE_FOLDERS = ("workflows", "activities", "workers", "infra")
+"""Top-level in the repository, and never top-level once installed."""
+COPIED = ("pyproject.toml", "README.md", "lazarus", *PACKAGE_FOLDERS)
+STEP_TIMEOUT_S = 240
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"{' '.join(command)} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    )
+    return done.stdout
+
+
+def _repo_modules() -> set[str]:
+    """Every module file the installed package must hold, as its path in the wheel."""
+    found = {
+        f"lazarus/{path.relative_to(REPO / 'lazarus').as_posix()}"
+        for path in (REPO / "lazarus").rglob("*.py")
+        if path.relative_to(REPO / "lazarus").parts[0] not in PACKAGE_FOLDERS
+    }
+    for folder in PACKAGE_FOLDERS:
+        found |= {
+            f"lazarus/{folder}/{path.relative_to(REPO / folder).as_posix()}"
+            for path in (REPO / folder).rglob("*.py")
+        }
+    return {name for name in found if "__pycache__" not in name}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("setuptools", reason="building offline needs setuptools in this venv")
+    work = tmp_path_factory.mktemp("packaging")
+    source = work / "src"
+    source.mkdir()
+    # A copy, so the build's build/ and *.egg-info never land in (or race in) the tree.
+    for name in COPIED:
+        origin = REPO / name
+        if origin.is_dir():
+            shutil.copytree(
+                origin,
+                source / name,
+                symlinks=True,
+                ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+            )
+        else:
+            shutil.copy2(origin, source / name)
+    out = work / "dist"
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--wheel-dir",
+            str(out),
+            str(source),
+        ],
+        cwd=work,
+    )
+    (built,) = out.glob("lazarus_train-*.whl")
+    return built
+
+
+def test_the_wheel_holds_the_lazarus_package_only(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        entry_points = next(
+            archive.read(name).decode()
+            for name in names
+            if name.endswith(".dist-info/entry_points.txt")
+        )
+    top_level = {
+        name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")
+    }
+    assert top_level == {"lazarus"}, f"top-level names besides lazarus: {top_level - {'lazarus'}}"
+    for needed in (
+        "lazarus/workflows/job.py",
+        "lazarus/activities/nodes/shim.sh",
+        "lazarus/workers/controller.py",
+        "lazarus/infra/testhosts.py",
+        "lazarus/domain/ports.py",
+        "lazarus/rank/__init__.py",
+    ):
+        assert needed in names, f"{needed} is missing from {wheel.name}"
+    missing = _repo_modules() - names
+    assert not missing, f"modules in the tree but not in the wheel: {sorted(missing)}"
+    assert "lazarus = lazarus.cli:run" in entry_points
+
+
+def test_the_installed_wheel_runs_from_outside_the_repository(wheel: Path, tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        cwd=tmp_path,
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # Only the installed copy on the path: never the tree, whatever the venv's
+    # editable install or the caller's PYTHONPATH says.
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PYTHON", "LAZARUS_"))
+    }
+    env["PYTHONPATH"] = str(target)
+
+    probe = (
+        "import json, lazarus, lazarus.workers.controller;"
+        "import lazarus.activities.nodes.shim_agent as s, lazarus.workflows.job as j;"
+        "print(json.dumps({'lazarus': lazarus.__file__, 'job': j.__file__,"
+        " 'controller': lazarus.workers.controller.__file__, 'shim': str(s.SHIM_PATH),"
+        " 'shim_exists': s.SHIM_PATH.is_file()}))"
+    )
+    located = json.loads(_run([sys.executable, "-c", probe], cwd=elsewhere, env=env))
+    assert located.pop("shim_exists") is True
+    for what, where in located.items():
+        assert Path(where).resolve().is_relative_to(target.resolve()), (
+            f"{what} imported from {where}, not from the installed {target}"
+        )
+
+    usage = _run([sys.executable, "-m", "lazarus.cli", "--help"], cwd=elsewhere, env=env)
+    assert "worker" in usage and "server" in usage
+    worker_usage = _run(
+        [sys.executable, "-m", "lazarus.cli", "worker", "--help"], cwd=elsewhere, env=env
+    )
+    assert "--task-queue" in worker_usage

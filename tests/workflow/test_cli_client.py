@@ -1,0 +1,144 @@
+"""The CLI over ``JobClient`` against a real server: its messages and exit codes.
+
+The CLI is presentation over the client; these pin what an operator sees for the
+commands that talk to a job (start, status, list, incidents, pause, cancel,
+checkpoints) and for the client's typed errors, each one line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+from typer.testing import CliRunner, Result
+
+from lazarus import cli
+from lazarus.client import JobClient, StatusView
+from lazarus.devserver import DevServer
+from lazarus.workflows.job import JobWorkflow
+from lazarus.workflows.state import Phase
+from tests.workflow import fakes
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Cli:
+    """``lazarus`` against the test server and a private task queue, run in a thread
+    (the CLI runs its own event loop; the worker needs this one)."""
+
+    def __init__(self, address: str, task_queue: str, jobs: JobClient) -> None:
+        self.env: dict[str, str | None] = {
+            "TEMPORAL_ADDRESS": address,
+            "LAZARUS_TASK_QUEUE": task_queue,
+        }
+        self.jobs = jobs
+
+    async def __call__(self, *args: str) -> Result:
+        def invoke() -> Result:
+            return CliRunner().invoke(cli.app, list(args), env=self.env)
+
+        return await asyncio.to_thread(invoke)
+
+    async def until(self, job: str, phase: Phase) -> StatusView:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while (view := await self.jobs.status(job)).phase != phase:
+            if loop.time() > deadline:
+                raise TimeoutError(f"{job} never reached {phase}: {view}")
+            await asyncio.sleep(0.1)
+        return view
+
+
+@pytest.fixture
+async def lazarus(dev_server: DevServer) -> AsyncIterator[Cli]:
+    client = await Client.connect(dev_server.address, data_converter=pydantic_data_converter)
+    task_queue = f"cli-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client, task_queue=task_queue, workflows=[JobWorkflow], activities=list(fakes.ACTIVITIES)
+    ):
+        yield Cli(dev_server.address, task_queue, JobClient(client, task_queue=task_queue))
+
+
+def _spec_file(tmp_path: Path) -> tuple[str, Path]:
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "command": ["python", "train.py"],
+                "checkpoint_dir": "checkpoints/{job_id}",
+                "run_dir": "runs",
+                "health": {"poll_interval_s": 0.2, "supervisor_heartbeat_timeout_s": 5},
+            }
+        )
+    )
+    return name, path
+
+
+async def test_cli_commands_over_the_client(lazarus: Cli, tmp_path: Path) -> None:
+    name, spec_file = _spec_file(tmp_path)
+    started = await lazarus("start", str(spec_file), "--json")
+    assert started.exit_code == 0, started.output
+    assert json.loads(started.stdout)["workflow_id"] == f"lazarus-{name}"
+    await lazarus.until(name, Phase.RUNNING)
+
+    again = await lazarus("start", str(spec_file))
+    assert again.exit_code == 1
+    assert again.stderr.strip() == (
+        f"job '{name}' is already running (lazarus-{name}); "
+        f"see 'lazarus status {name}', or start it under another --name"
+    )
+    shown = await lazarus("status", name, "--json")
+    assert shown.exit_code == 0, shown.output
+    body = json.loads(shown.stdout)
+    assert body["phase"] == "RUNNING" and body["workflow_status"] == "RUNNING"
+    listed = await lazarus("list", "--json")
+    assert name in [row["job"] for row in json.loads(listed.stdout)]
+    quiet = await lazarus("incidents", name)
+    assert quiet.exit_code == 0 and f"job '{name}' has had no incidents" in quiet.stdout
+    where = await lazarus("checkpoints", name, "--json")
+    assert where.exit_code == 0, where.output
+    assert json.loads(where.stdout) == []  # the job's own checkpoint dir, still empty
+
+    paused = await lazarus("pause", name)
+    assert paused.exit_code == 0 and f"asked job '{name}' to pause" in paused.stdout
+    await lazarus.until(name, Phase.PAUSED)
+    twice = await lazarus("pause", name)
+    assert twice.exit_code == 1
+    assert twice.stderr.strip() == (
+        f"job '{name}' is PAUSED; pause applies only when it is "
+        "PENDING or LAUNCHING or RUNNING or RECOVERING: nothing sent"
+    )
+
+    cancelled = await lazarus("cancel", name)
+    assert cancelled.exit_code == 0
+    assert f"cancelling job '{name}': its ranks are being stopped" in cancelled.stdout
+    await lazarus.until(name, Phase.CANCELLED)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while (await lazarus.jobs.status(name)).execution_status == "RUNNING":
+        assert loop.time() < deadline, "the cancelled job never closed"
+        await asyncio.sleep(0.1)
+    repeat = await lazarus("cancel", name)
+    assert repeat.exit_code == 0
+    assert f"job '{name}' is already closed (CANCELED); nothing to cancel" in repeat.stdout
+    closed = await lazarus("drain", name, "local")
+    assert closed.exit_code == 1
+    assert closed.stderr.strip() == f"job '{name}' is already closed (CANCELED)"
+
+
+async def test_cli_unknown_job_is_one_line(lazarus: Cli) -> None:
+    for command in ("status", "cancel", "pause", "incidents"):
+        result = await lazarus(command, "no-such-job")
+        assert result.exit_code == 1, result.output
+        assert result.stderr.strip() == "no job named 'no-such-job'; see 'lazarus list'"
+        assert "Traceback" not in result.output

@@ -1,0 +1,156 @@
+"""Checkpoint housekeeping: tiering to the durable store and retention, beside training.
+
+The job workflow starts one :class:`Housekeeper` per run. Its loop waits for each new
+committed checkpoint (at most one per ``checkpoints.housekeeping_interval_s``), copies
+it to the durable tier and verifies it there, then collects old checkpoints. Nothing
+here ever blocks training or a recovery: a failed upload or collection is logged and
+the next checkpoint tries again.
+
+The decisions (which steps count as durable, which are protected from collection, when
+the watch must restart lower) are pure functions, unit-tested without a server in
+``tests/unit/test_housekeeping.py``; the loop only sequences the activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from lazarus.domain.activity_refs import COLLECT_GARBAGE, UPLOAD_CHECKPOINT, WATCH_CHECKPOINTS
+    from lazarus.domain.contracts import (
+        CheckpointRef,
+        GarbageCollectionRequest,
+        UploadCheckpointRequest,
+        WatchCheckpointsRequest,
+    )
+    from lazarus.domain.spec import CheckpointsSpec, JobSpec
+    from lazarus.workflows.activity_calls import (
+        QUICK_RETRY,
+        UPLOAD_RETRY,
+        cause,
+        execute,
+        worker_loss_timeout,
+    )
+    from lazarus.workflows.state import JobState
+
+# ------------------------------------------------------------------ decisions
+
+
+def durable_after_upload(durable_steps: list[int], step: int, keep_durable: int) -> list[int]:
+    """The verified durable steps once ``step`` is verified too: newest last, at most
+    ``keep_durable`` of them (at least one: the newest is never forgotten)."""
+    return [*durable_steps, step][-max(1, keep_durable) :]
+
+
+def protected_steps(found_step: int, resume: CheckpointRef | None) -> list[int]:
+    """Steps collection must keep: the checkpoint just found, and the one the current
+    generation resumed from (a relaunch may need it again)."""
+    return [found_step, *([resume.step] if resume else [])]
+
+
+def must_rewatch(housekept_step: int | None, resume: CheckpointRef | None) -> bool:
+    """After a rollback or a fallback the job resumes below the newest tiered step and
+    its next checkpoints reuse lower step numbers: the watch must restart at the resume
+    point (from scratch: at None), or they would never be tiered."""
+    if housekept_step is None:
+        return False
+    return resume is None or resume.step < housekept_step
+
+
+def collection_summary(checkpoints: CheckpointsSpec) -> str:
+    """What one garbage collection keeps, for the Web UI."""
+    kept = (
+        f" and {checkpoints.keep_durable} durable checkpoints"
+        if checkpoints.durable_uri
+        else " checkpoints"
+    )
+    return f"keep the newest {checkpoints.keep_local} local{kept}"
+
+
+# ----------------------------------------------------------------------- loop
+
+
+class Housekeeper:
+    """The housekeeping loop of one workflow run, as a task beside the state machine.
+
+    It reads and writes only ``housekept_step`` and ``durable_steps`` of the state (and
+    reads ``phase`` and ``resume``), so it needs no lock: the workflow's event loop runs
+    one coroutine at a time."""
+
+    def __init__(self, spec: JobSpec, state: JobState) -> None:
+        self._spec = spec
+        self._state = state
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        """Cancel the loop (an upload in flight is cancelled; the next run resumes it)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def restart_from(self, step: int | None) -> None:
+        """Watch again from ``step`` (None: every checkpoint), in a fresh loop."""
+        self._state.housekept_step = step
+        self.stop()
+        self.start()
+
+    async def _run(self) -> None:
+        spec = self._spec
+        state = self._state
+        checkpoints = spec.checkpoints
+        while not state.phase.is_terminal:
+            found = await execute(
+                WATCH_CHECKPOINTS,
+                WatchCheckpointsRequest(
+                    checkpoint_dir=spec.checkpoint_dir,
+                    newer_than_step=state.housekept_step,
+                    min_interval_s=checkpoints.housekeeping_interval_s,
+                ),
+                start_to_close_timeout=timedelta(hours=2),
+                heartbeat_timeout=worker_loss_timeout(spec),
+                retry_policy=QUICK_RETRY,
+                summary="watch for new checkpoints",
+            )
+            if found is None:
+                continue
+            state.housekept_step = found.step
+            if checkpoints.durable_uri is not None:
+                try:
+                    uploaded = await execute(
+                        UPLOAD_CHECKPOINT,
+                        UploadCheckpointRequest(checkpoint=found, checkpoints=checkpoints),
+                        start_to_close_timeout=timedelta(hours=6),
+                        heartbeat_timeout=worker_loss_timeout(spec),
+                        retry_policy=UPLOAD_RETRY,
+                        summary=f"tier step {found.step} to {checkpoints.durable_uri}",
+                    )
+                except ActivityError as err:
+                    workflow.logger.warning("step %d not tiered: %s", found.step, cause(err))
+                    continue
+                if uploaded.verified:
+                    state.durable_steps = durable_after_upload(
+                        state.durable_steps, found.step, checkpoints.keep_durable
+                    )
+            try:
+                await execute(
+                    COLLECT_GARBAGE,
+                    GarbageCollectionRequest(
+                        checkpoint_dir=spec.checkpoint_dir,
+                        checkpoints=checkpoints,
+                        protect_steps=protected_steps(found.step, state.resume),
+                        job_id=spec.job_id,
+                    ),
+                    start_to_close_timeout=timedelta(minutes=30),
+                    heartbeat_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(maximum_attempts=3),
+                    summary=collection_summary(checkpoints),
+                )
+            except ActivityError as err:
+                workflow.logger.warning("garbage collection failed: %s", cause(err))
