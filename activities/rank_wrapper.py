@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 
-def _write_atomic(path: Path, payload: dict[str, object]) -> None:
+def write_atomic(path: Path, payload: dict[str, object]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as handle:
         json.dump(payload, handle)
@@ -30,9 +30,21 @@ def _write_atomic(path: Path, payload: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
-def _start_ticks(pid: int) -> int:
+def start_ticks(pid: int) -> int:
     raw = Path(f"/proc/{pid}/stat").read_text()
     return int(raw[raw.rindex(")") + 2 :].split()[19])
+
+
+def exit_record(rank: int, returncode: int, ended_at: float) -> dict[str, object]:
+    """The exit-status file's payload; ``returncode`` as Popen gives it (negative: the
+    signal that killed the rank). Shared with the zygote, whose ranks end the same way."""
+    sig_name = None
+    if returncode < 0:
+        try:
+            sig_name = signal.Signals(-returncode).name
+        except ValueError:
+            sig_name = f"SIG{-returncode}"
+    return {"rank": rank, "exit_code": returncode, "signal": sig_name, "ended_at": ended_at}
 
 
 def _supervise_rank(rank: int, gen_dir: Path, command: list[str]) -> None:
@@ -56,7 +68,7 @@ def _supervise_rank(rank: int, gen_dir: Path, command: list[str]) -> None:
             )
         except OSError as exc:
             log.write(f"lazarus: cannot start {command[0]!r}: {exc}\n".encode())
-            _write_atomic(
+            write_atomic(
                 gen_dir / f"rank-{rank}.exit.json",
                 {
                     "rank": rank,
@@ -68,30 +80,20 @@ def _supervise_rank(rank: int, gen_dir: Path, command: list[str]) -> None:
             )
             return
     me = os.getpid()
-    _write_atomic(
+    write_atomic(
         gen_dir / f"rank-{rank}.pid",
         {
             "rank": rank,
             "wrapper_pid": me,
             "pgid": os.getpgid(0),
-            "wrapper_start_ticks": _start_ticks(me),
+            "wrapper_start_ticks": start_ticks(me),
             "pid": child.pid,
-            "start_ticks": _start_ticks(child.pid),
+            "start_ticks": start_ticks(child.pid),
             "started_at": time.time(),
         },
     )
     returncode = child.wait()
-    ended_at = time.time()
-    sig_name = None
-    if returncode < 0:
-        try:
-            sig_name = signal.Signals(-returncode).name
-        except ValueError:
-            sig_name = f"SIG{-returncode}"
-    _write_atomic(
-        gen_dir / f"rank-{rank}.exit.json",
-        {"rank": rank, "exit_code": returncode, "signal": sig_name, "ended_at": ended_at},
-    )
+    write_atomic(gen_dir / f"rank-{rank}.exit.json", exit_record(rank, returncode, time.time()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,11 @@ Runs under Lazarus, under ``torchrun --nproc-per-node 2 examples/train_ddp.py``,
 or alone as ``python examples/train_ddp.py`` (one rank). Every step prints
 ``step <n> loss <x>`` (n = completed steps) so a progress regex can follow it,
 and a resumed run first prints ``resumed from step <n>``.
+
+Checkpoints: to disk every ``--ckpt-every`` steps, unless the controller sets its
+own interval (``LAZARUS_CHECKPOINT_EVERY_STEPS`` or the control file), and on its
+requests; to the memory tier (a snapshot per ``LAZARUS_MEMORY_EVERY_STEPS``) when
+the launcher names ``LAZARUS_MEMORY_CHECKPOINT_DIR``.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ import argparse
 import hashlib
 import math
 import os
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -37,6 +41,7 @@ except ImportError:  # a checkout without `pip install -e .`: use the repo next 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import lazarus.rank as lazarus_rank
 import lazarus.rank.torch as lazarus_torch
+from lazarus.domain.ports import free_port
 
 INPUT_DIM = 32
 HIDDEN_DIM = 64
@@ -125,19 +130,15 @@ def batch_for(seed: int, step: int, rank: int, teacher: torch.Tensor) -> tuple[t
     return inputs, torch.tanh(inputs @ teacher) + noise
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def init_distributed(timeout_s: float) -> None:
     """Join the gloo group through ``env://``. Alone (no launcher variables) this
     becomes a one-rank group, so the same DDP code path runs everywhere."""
     if "WORLD_SIZE" not in os.environ:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
-    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout_s))
+    lazarus_torch.init_process_group(
+        "gloo", init_method="env://", timeout=timedelta(seconds=timeout_s)
+    )
 
 
 def save_atomically(obj: object, target: Path) -> None:
@@ -226,17 +227,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if completed == args.exit_at_step:
             lazarus_rank.flush_heartbeat()
             os._exit(0)  # skip every cleanup, like a kill would
-        # should_checkpoint is a collective: every rank calls it every step.
-        requested = lazarus_torch.should_checkpoint()
-        if completed % args.ckpt_every == 0 or requested:
+        # should_checkpoint and snapshot are collectives: every rank calls them every step.
+        if lazarus_torch.should_checkpoint(completed, every=args.ckpt_every):
             if args.ballast_mb and rank == 0:
                 ballast = lazarus_rank.checkpoint_path(completed) / "ballast.bin"
                 ballast.write_bytes(os.urandom(args.ballast_mb << 20))
             lazarus_torch.save(
                 completed, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
             )
+        else:
+            lazarus_torch.snapshot(
+                completed,
+                lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+            )
 
     lazarus_rank.flush_heartbeat()
+    lazarus_torch.flush_snapshots()
     if rank == 0 and args.out is not None:
         save_atomically(model.state_dict(), args.out)
     dist.barrier()

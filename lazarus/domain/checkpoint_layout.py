@@ -12,6 +12,7 @@ Standard library only: this module is imported inside training ranks.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path, PurePosixPath
@@ -27,6 +28,8 @@ CORRUPT_DIR = ".corrupt"
 """Where a committed checkpoint that failed verification is moved, kept for a person."""
 ROLLED_BACK_DIR = ".rolled-back"
 """Where a numerical rollback retires the checkpoint that may hold the divergence."""
+MEMORY_TIER = "memory"
+"""The ``tier`` a memory snapshot's manifest records (disk manifests carry no ``tier``)."""
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 
 
@@ -57,6 +60,36 @@ def committed_steps(root: Path) -> list[tuple[int, Path]]:
             found.append((step, child))
     found.sort()
     return found
+
+
+def size_problem(directory: Path) -> str | None:
+    """Why committed checkpoint ``directory`` is not whole by its manifest's sizes, or
+    None if it is: the manifest is readable, names this step, and every file it lists
+    exists with the recorded size. The cheap check (no hashing) that tells a torn or
+    tampered copy from a good one, e.g. for memory snapshots read at startup."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        return f"{MANIFEST} unreadable: {exc}"
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return f"{MANIFEST} has no files table"
+    step = parse_step_dir(directory.name)
+    if step is not None and manifest.get("step") != step:
+        return f"{MANIFEST} names step {manifest.get('step')!r}, the directory step {step}"
+    for relpath, entry in manifest["files"].items():
+        unsafe = unsafe_relpath(relpath)
+        if unsafe is not None:
+            return f"{relpath!r}: {unsafe}"
+        size = entry.get("size") if isinstance(entry, dict) else None
+        if not isinstance(size, int):
+            return f"{relpath}: manifest entry has no size"
+        try:
+            actual = (directory / relpath).stat().st_size
+        except OSError:
+            return f"{relpath}: missing"
+        if actual != size:
+            return f"{relpath}: {actual} bytes, the manifest says {size}"
+    return None
 
 
 def fsync_directory(directory: Path) -> None:

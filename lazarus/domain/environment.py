@@ -29,3 +29,21 @@ CONTROL_FILE = "LAZARUS_CONTROL_FILE"
 RUN_DIR = "LAZARUS_RUN_DIR"
 HEARTBEAT_INTERVAL = "LAZARUS_HEARTBEAT_INTERVAL_S"
 NODE = "LAZARUS_NODE"
+
+# The memory checkpoint tier and the checkpoint intervals (issue 12).
+MEMORY_CHECKPOINT_DIR = "LAZARUS_MEMORY_CHECKPOINT_DIR"
+"""A per-node tmpfs directory (e.g. /dev/shm/lazarus/<job>/<run>): set, and each node's
+local rank 0 writes memory snapshots there. The same path on every node."""
+MEMORY_KEEP = "LAZARUS_MEMORY_KEEP"
+"""How many committed memory snapshots a node keeps (default 2, at least 1)."""
+MEMORY_EVERY_STEPS = "LAZARUS_MEMORY_EVERY_STEPS"
+"""Memory snapshot cadence in steps (default 1 when the memory directory is set; 0: off)."""
+CHECKPOINT_EVERY_STEPS = "LAZARUS_CHECKPOINT_EVERY_STEPS"
+"""Disk checkpoint cadence in steps (unset: the script's own; 0: only on request)."""
+
+# Keys of the JSON document in CONTROL_FILE besides "checkpoint_request" and "then":
+# interval overrides that take effect without a restart. A writer of the control file
+# must carry them over when it writes a new request, or the ranks fall back to the
+# environment's intervals.
+CONTROL_CHECKPOINT_EVERY_STEPS = "checkpoint_every_steps"
+CONTROL_MEMORY_EVERY_STEPS = "memory_every_steps"

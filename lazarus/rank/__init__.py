@@ -34,11 +34,15 @@ Usage::
             loss = forward_and_local_work(step)
         exchange_gradients()               # waiting on peers is not compute
         lz.heartbeat(step + 1, loss=loss)  # throttled: call it every step
-        if (step + 1) % 100 == 0 or lz.should_checkpoint():
+        if lz.should_checkpoint(step + 1, every=100):  # the controller's interval wins
             save_my_shard(lz.checkpoint_path(step + 1))
             barrier()
             if lz.info().rank == 0:
                 lz.commit_checkpoint(step + 1)
+
+Phases of a (re)start (:mod:`lazarus.domain.phases`) are marked with :func:`mark`
+and travel in the heartbeat; the memory checkpoint tier lives in
+:mod:`lazarus.rank.memory` (files) and :mod:`lazarus.rank.torch` (snapshots).
 """
 
 from __future__ import annotations
@@ -53,16 +57,17 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lazarus.domain import chaos_points, checkpoint_layout, environment
+from lazarus.domain import chaos_points, checkpoint_layout, environment, phases
 
 __all__ = [
     "RankInfo",
     "checkpoint_dir",
+    "checkpoint_every_steps",
     "checkpoint_path",
     "commit_checkpoint",
     "compute_timer",
@@ -70,6 +75,9 @@ __all__ = [
     "flush_heartbeat",
     "heartbeat",
     "info",
+    "mark",
+    "memory_every_steps",
+    "phase_marks",
     "record_compute_time",
     "resume_path",
     "resume_point",
@@ -83,6 +91,7 @@ TEMP_SUFFIX = checkpoint_layout.TEMP_SUFFIX
 """Files ending in this are unfinished writes; the manifest never lists them."""
 
 _HASH_CHUNK_BYTES = 1 << 20
+_IMPORTED_AT = time.time()
 
 
 # --------------------------------------------------------------------------- identity
@@ -151,6 +160,73 @@ def checkpoint_dir() -> Path | None:
     if from_env:
         return Path(from_env)
     return _configured_checkpoint_dir
+
+
+# --------------------------------------------------------------------------- phases
+
+_phases: dict[str, float] = {}
+_first_step_pending = True
+_resume_noted = False
+_resumed_from_step = 0
+"""The step this process resumed from (0: fresh): FIRST_STEP is the first beyond it."""
+_resumed_from_dir: Path | None = None
+
+
+def mark(phase: str) -> None:
+    """Record that this process reached ``phase`` now (wall clock), once per process:
+    later marks of the same phase are ignored, so a retried step cannot move it.
+
+    The marks travel in the heartbeat (``"phases": {name: unix_time}``), never in a
+    file of their own; the next :func:`heartbeat` call writes whatever the throttle
+    says, so a phase reaches the controller with the first heartbeat after it.
+    Standard names are in :mod:`lazarus.domain.phases`; the helper marks them itself
+    (``process_started`` from ``/proc``, ``framework_imported`` when
+    :mod:`lazarus.rank.torch` is imported, ``process_group_ready`` in its
+    ``init_process_group``, ``checkpoint_loaded`` in its ``load``, ``first_step`` in
+    :func:`heartbeat`). Scripts that do one of those steps themselves mark it here."""
+    global _next_heartbeat_at
+    if not phase:
+        raise ValueError("a phase needs a name")
+    if phase in _phases:
+        return
+    _phases[phase] = time.time()
+    _next_heartbeat_at = 0.0  # the next heartbeat carries it, throttle or not
+
+
+def phase_marks() -> dict[str, float]:
+    """This process's phase marks so far, ``process_started`` included."""
+    if phases.PROCESS_STARTED not in _phases:
+        _phases[phases.PROCESS_STARTED] = _process_start_time()
+    return dict(_phases)
+
+
+def _process_start_time() -> float:
+    """When the kernel started this process, as a unix time.
+
+    ``/proc/self/stat`` field 22 counts clock ticks (10 ms) since boot; set against
+    ``CLOCK_BOOTTIME`` now it gives the start without the whole-second rounding of
+    ``/proc/stat``'s ``btime``. A process started by ``exec`` (a shim) keeps its
+    pid's start. Where ``/proc`` is missing, the import of this module stands in."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            raw = handle.read()
+        # The command name (field 2) may hold spaces and parentheses: split after it.
+        start_ticks = int(raw[raw.rindex(b")") + 2 :].split()[19])
+        age_s = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+        return min(time.time() - age_s, _IMPORTED_AT)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return _IMPORTED_AT
+
+
+def _note_resume(point: tuple[int, Path] | None) -> None:
+    """Remember the first resume point this process chose: ``first_step`` is measured
+    from its step, and memory-tier pruning never deletes its directory."""
+    global _resume_noted, _resumed_from_step, _resumed_from_dir
+    if _resume_noted:
+        return
+    _resume_noted = True
+    if point is not None:
+        _resumed_from_step, _resumed_from_dir = point
 
 
 # --------------------------------------------------------------------------- heartbeat
@@ -240,16 +316,21 @@ def heartbeat(step: int, **metrics: Any) -> None:
     """Tell the supervisor this rank completed ``step`` (the number of finished
     steps). Call it every step: writes are throttled to one per
     ``LAZARUS_HEARTBEAT_INTERVAL_S`` (the first call always writes, so startup is
-    seen at once). Metrics should be floats; anything ``float()`` accepts (a
-    0-d tensor) is converted only when a write happens, so the throttled path
-    never forces a device sync. A no-op outside Lazarus. The two variables are
-    read once, at the first call, to keep later calls free of lookups."""
-    global _reported_step, _reported_metrics, _next_heartbeat_at
+    seen at once, and so does the first call after a :func:`mark`). The first call
+    with a step beyond the resume point marks ``first_step``. Metrics should be
+    floats; anything ``float()`` accepts (a 0-d tensor) is converted only when a
+    write happens, so the throttled path never forces a device sync. A no-op
+    outside Lazarus. The two variables are read once, at the first call, to keep
+    later calls free of lookups."""
+    global _reported_step, _reported_metrics, _next_heartbeat_at, _first_step_pending
     path = _heartbeat_file
     if path is _UNRESOLVED:
         path = _resolve_heartbeat()
     if path is None:
         return
+    if _first_step_pending and step > _resumed_from_step:
+        _first_step_pending = False
+        mark(phases.FIRST_STEP)
     _close_step_compute()
     _reported_step = step
     _reported_metrics = metrics
@@ -278,6 +359,7 @@ def _write_heartbeat(path: str, step: int, metrics: dict[str, Any]) -> None:
         "time": time.time(),
         "pid": os.getpid(),
         "metrics": {name: _as_float(value) for name, value in metrics.items()},
+        phases.HEARTBEAT_FIELD: phase_marks(),
     }
     compute_s = _take_compute_mean()
     if compute_s is not None:
@@ -314,30 +396,98 @@ _hold_after_commit = False
 HOLD_AFTER_REQUESTED_CHECKPOINT_S = 30.0
 
 
-def should_checkpoint() -> bool:
+_pending_request = False
+"""A new request was read from the control file and not yet returned by should_checkpoint."""
+_control_intervals: dict[str, int] = {}
+"""Interval overrides the control file holds now (key -> steps)."""
+_control_warned: set[str] = set()
+
+
+def should_checkpoint(step: int | None = None, *, every: int | None = None) -> bool:
     """True exactly once for each new checkpoint request the controller writes to
     ``LAZARUS_CONTROL_FILE`` (``{"checkpoint_request": <id>}``); False otherwise.
     Ids are positive; 0, which the launcher writes when it starts a generation,
     means "no request", so a fresh generation does not checkpoint at once.
+
+    Given ``step`` (completed steps), it is also True when ``step`` is a multiple of
+    the disk checkpoint interval: the controller's (:func:`checkpoint_every_steps`,
+    from the control file or ``LAZARUS_CHECKPOINT_EVERY_STEPS``) when it set one,
+    else the script's own ``every``. Without ``step`` it answers requests only, as
+    it always did.
 
     Cheap enough for every step: one ``stat``, and the file is read only when
     it was replaced or its mtime or size changed. In a multi-rank job, ranks
     see the change at different steps, so ask on one rank and broadcast the
     answer (``lazarus.rank.torch.should_checkpoint`` does), or ranks will enter
     the checkpoint collective at different steps."""
-    global _control_signature, _last_checkpoint_request, _unanswered_request, _hold_after_commit
+    global _pending_request
+    _poll_control()
+    requested = _pending_request
+    _pending_request = False
+    if step is None:
+        return requested
+    interval = _interval(
+        environment.CONTROL_CHECKPOINT_EVERY_STEPS, environment.CHECKPOINT_EVERY_STEPS
+    )
+    if interval is None:
+        interval = every
+    return requested or _on_interval(step, interval)
+
+
+def checkpoint_every_steps() -> int | None:
+    """The controller's disk checkpoint interval in steps: the control file's
+    ``checkpoint_every_steps`` if present, else ``LAZARUS_CHECKPOINT_EVERY_STEPS``,
+    else None (the script decides). 0 means "only when requested"."""
+    _poll_control()
+    return _interval(environment.CONTROL_CHECKPOINT_EVERY_STEPS, environment.CHECKPOINT_EVERY_STEPS)
+
+
+def memory_every_steps() -> int:
+    """The memory snapshot interval in steps; 0 when the memory tier is off. Set by
+    the control file's ``memory_every_steps``, else ``LAZARUS_MEMORY_EVERY_STEPS``,
+    else 1 once ``LAZARUS_MEMORY_CHECKPOINT_DIR`` names a directory."""
+    if not os.environ.get(environment.MEMORY_CHECKPOINT_DIR):
+        return 0
+    _poll_control()
+    interval = _interval(environment.CONTROL_MEMORY_EVERY_STEPS, environment.MEMORY_EVERY_STEPS)
+    return 1 if interval is None else interval
+
+
+def _on_interval(step: int, interval: int | None) -> bool:
+    return interval is not None and interval > 0 and step > 0 and step % interval == 0
+
+
+def _interval(control_key: str, variable: str) -> int | None:
+    """The control file's value for ``control_key`` if it holds one, else the
+    environment's ``variable``, else None. A malformed variable is the launcher's
+    bug and raises; a malformed control value was warned about and is ignored."""
+    if control_key in _control_intervals:
+        return _control_intervals[control_key]
+    if not os.environ.get(variable, "").strip():
+        return None
+    value = _env_int(variable, 0)
+    if value < 0:
+        raise ValueError(f"environment variable {variable}={value} must be >= 0")
+    return value
+
+
+def _poll_control() -> None:
+    """Read the control file if it changed since the last read: record a new
+    checkpoint request (for :func:`should_checkpoint`) and the interval overrides."""
+    global _control_signature, _last_checkpoint_request, _unanswered_request
+    global _hold_after_commit, _pending_request, _control_intervals
     path = os.environ.get(environment.CONTROL_FILE)
     if not path:
-        return False
+        return
     try:
         stat = os.stat(path)
     except OSError:
-        return False
+        return
     # The inode catches a rename-into-place rewrite even within one coarse mtime
     # tick; mtime and size catch writers that rewrite in place.
     signature = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
     if signature == _control_signature:
-        return False
+        return
     try:
         with open(path, "rb") as handle:
             document = json.loads(handle.read())
@@ -345,40 +495,94 @@ def should_checkpoint() -> bool:
     except (OSError, ValueError, AttributeError):
         # Half-written or foreign content: leave the signature unrecorded so the
         # next call reads it again.
-        return False
+        return
     _control_signature = signature
+    _control_intervals = _intervals_in(document, path)
     if not isinstance(request, int) or isinstance(request, bool) or request <= 0:
-        return False
+        return
     if request == _last_checkpoint_request:
-        return False
+        return
     _last_checkpoint_request = request
     _unanswered_request = request
     _hold_after_commit = document.get("then") == "hold"
-    return True
+    _pending_request = True
+
+
+def _intervals_in(document: dict[str, Any], path: str) -> dict[str, int]:
+    """The interval overrides in a control document: absent or null keys leave the
+    environment's value in force; anything but an integer >= 0 is reported once on
+    stderr and ignored, because training must not die of a bad control write."""
+    found: dict[str, int] = {}
+    for key in (environment.CONTROL_CHECKPOINT_EVERY_STEPS, environment.CONTROL_MEMORY_EVERY_STEPS):
+        value = document.get(key)
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            found[key] = value
+        elif key not in _control_warned:
+            _control_warned.add(key)
+            print(
+                f"lazarus.rank: control file {path}: {key}={value!r} is not an integer >= 0; "
+                "ignored",
+                file=sys.stderr,
+            )
+    return found
 
 
 # --------------------------------------------------------------------------- resume
 
 
-def resume_point() -> tuple[int, Path] | None:
+def resume_point(
+    *, agree: Callable[[list[int]], int | None] | None = None
+) -> tuple[int, Path] | None:
     """The ``(step, directory)`` to resume from, or None to start fresh.
 
     Under Lazarus only the controller's choice counts (it may have skipped a
-    checkpoint it judged bad). Outside Lazarus the explicit variables still win,
-    and otherwise the newest committed checkpoint is used, so a ``torchrun``
-    restart resumes as well. Call it once at startup: later it may see the run's
-    own new checkpoints."""
+    checkpoint it judged bad, and it may point into the memory tier). Outside
+    Lazarus the explicit variables still win, and otherwise the newest committed
+    checkpoint across the memory tier (usable snapshots of
+    :func:`lazarus.rank.memory.usable_snapshots`) and the disk tier is used, so a
+    ``torchrun`` restart resumes as well; on equal steps the memory copy wins.
+
+    ``agree`` makes that fallback choice collective: it receives this rank's
+    candidate steps and returns the step every rank can resume from (or None), as
+    :func:`lazarus.rank.torch.load` does, because nodes' memory tiers may differ by a
+    snapshot. It is called on every rank that takes the fallback, even one with no
+    candidates. Call this once at startup: later it may see the run's own new
+    checkpoints."""
+    point = _choose_resume_point(agree)
+    _note_resume(point)
+    return point
+
+
+def _choose_resume_point(
+    agree: Callable[[list[int]], int | None] | None,
+) -> tuple[int, Path] | None:
     raw_path = os.environ.get(environment.RESUME_FROM) or None
     raw_step = os.environ.get(environment.RESUME_STEP) or None
     if raw_path is not None or raw_step is not None:
         return _explicit_resume_point(raw_path, raw_step)
     if _under_lazarus():
         return None
+    candidates = _fallback_candidates()
+    if agree is not None:
+        wanted = agree([step for step, _ in candidates])
+        candidates = [(step, path) for step, path in candidates if step == wanted]
+    return candidates[-1] if candidates else None
+
+
+def _fallback_candidates() -> list[tuple[int, Path]]:
+    """Every checkpoint the outside-Lazarus fallback may resume from, oldest first;
+    a memory snapshot sorts after a disk checkpoint of the same step."""
+    from lazarus.rank import memory  # memory imports this module: import on use
+
+    ranked: list[tuple[int, int, Path]] = []
     root = checkpoint_dir()
-    if root is None:
-        return None
-    committed = checkpoint_layout.committed_steps(root)
-    return committed[-1] if committed else None
+    if root is not None:
+        ranked.extend((step, 0, path) for step, path in checkpoint_layout.committed_steps(root))
+    ranked.extend((step, 1, path) for step, path in memory.usable_snapshots())
+    ranked.sort()
+    return [(step, path) for step, _, path in ranked]
 
 
 def _explicit_resume_point(raw_path: str | None, raw_step: str | None) -> tuple[int, Path]:
@@ -445,7 +649,11 @@ def checkpoint_path(step: int) -> Path:
     hidden sibling instead, which :func:`commit_checkpoint` renames over the old
     copy once it is sealed: the old copy stays whole until the new one is, and new
     bytes never end up under the old manifest."""
-    root = _checkpoint_root()
+    return _write_dir(_checkpoint_root(), step)
+
+
+def _write_dir(root: Path, step: int) -> Path:
+    """:func:`checkpoint_path` under any root (the disk or the memory tier)."""
     directory = root / checkpoint_layout.step_dir_name(step)
     if checkpoint_layout.is_committed(directory):
         directory = _resave_dir(root, step)
@@ -468,27 +676,55 @@ def commit_checkpoint(step: int, *, hash_files: bool = True) -> Path:
     me = info()
     if me.rank != 0:
         raise RuntimeError(f"commit_checkpoint must run on rank 0 only (this is rank {me.rank})")
-    root = _checkpoint_root()
+    request = _unanswered_request
+    final, sealed = _commit(
+        _checkpoint_root(), step, me, hash_files=hash_files, request=request, tier=None
+    )
+    if sealed and request is not None:
+        _answered(request)
+    return final
+
+
+def _commit(
+    root: Path,
+    step: int,
+    me: RankInfo,
+    *,
+    hash_files: bool,
+    request: int | None,
+    tier: str | None,
+) -> tuple[Path, bool]:
+    """The commit protocol of both tiers: seal ``step``'s directory under ``root``
+    (or its re-save, then swap it in). Returns the final directory and whether
+    anything was sealed (False: already committed, nothing re-saved)."""
     final = root / checkpoint_layout.step_dir_name(step)
     resave = _resave_dir(root, step)
     if resave.is_dir():
         directory = resave
     elif checkpoint_layout.is_committed(final):
-        return final
+        return final, False
     else:
         directory = final
         directory.mkdir(parents=True, exist_ok=True)
-    answered = _seal(directory, step, me, hash_files)
+    _seal(directory, step, me, hash_files, request=request, tier=tier)
     if directory == resave:
         _replace(final, resave)
-    if answered is not None:
-        _answered(answered)
-    return final
+    return final, True
 
 
-def _seal(directory: Path, step: int, me: RankInfo, hash_files: bool) -> int | None:
-    """Write the manifest and then the marker into ``directory``; returns the
-    just-in-time request this checkpoint answers, if any."""
+def _seal(
+    directory: Path,
+    step: int,
+    me: RankInfo,
+    hash_files: bool,
+    *,
+    request: int | None,
+    tier: str | None,
+) -> None:
+    """Write the manifest and then the marker into ``directory``. ``request`` is the
+    just-in-time request this checkpoint answers (recorded in the manifest);
+    ``tier`` is recorded for non-disk tiers, whose commits skip the chaos point
+    placed on the disk commit."""
     # A marker left by an earlier seal of this directory must not vouch for the new
     # bytes while the new manifest is being written.
     (directory / checkpoint_layout.COMMIT_MARKER).unlink(missing_ok=True)
@@ -516,22 +752,23 @@ def _seal(directory: Path, step: int, me: RankInfo, hash_files: bool) -> int | N
         "created_at": time.time(),
         "files": files,
     }
-    answered = _unanswered_request
-    if answered is not None:
-        manifest["checkpoint_request"] = answered
+    if request is not None:
+        manifest["checkpoint_request"] = request
+    if tier is not None:
+        manifest["tier"] = tier
     _atomic_write(
         directory / checkpoint_layout.MANIFEST,
         json.dumps(manifest, indent=2, sort_keys=True).encode(),
         durable=True,
     )
-    chaos_points.chaos_point(chaos_points.CHECKPOINT_BEFORE_COMMIT)
+    if tier is None:
+        chaos_points.chaos_point(chaos_points.CHECKPOINT_BEFORE_COMMIT)
     marker = {"step": step, "committed_at": time.time()}
     _atomic_write(
         directory / checkpoint_layout.COMMIT_MARKER,
         json.dumps(marker).encode(),
         durable=True,
     )
-    return answered
 
 
 def _replace(final: Path, resave: Path) -> None:
@@ -622,7 +859,8 @@ def _reset_state() -> None:
     global _reported_metrics, _heartbeat_warned
     global _step_compute_s, _window_compute_s, _window_steps
     global _control_signature, _last_checkpoint_request, _configured_checkpoint_dir
-    global _unanswered_request, _hold_after_commit
+    global _unanswered_request, _hold_after_commit, _pending_request, _control_intervals
+    global _first_step_pending, _resume_noted, _resumed_from_step, _resumed_from_dir
     _heartbeat_file = _UNRESOLVED
     _heartbeat_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
     _next_heartbeat_at = 0.0
@@ -634,4 +872,12 @@ def _reset_state() -> None:
     _last_checkpoint_request = None
     _unanswered_request = None
     _hold_after_commit = False
+    _pending_request = False
+    _control_intervals = {}
+    _control_warned.clear()
     _configured_checkpoint_dir = None
+    _phases.clear()
+    _first_step_pending = True
+    _resume_noted = False
+    _resumed_from_step = 0
+    _resumed_from_dir = None
