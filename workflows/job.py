@@ -11,18 +11,26 @@ report; the live step travels in its heartbeat details instead. When history
 gets long the workflow continues as new, carrying :class:`JobState`, and the new
 run adopts the live ranks rather than relaunching them.
 
-The class holds the state machine only. What it decides with lives in pure modules
-beside it, each unit-tested without a server: ``playbook`` (what to do about a
-failure or a straggler), ``state`` (incident bookkeeping and node-pool moves),
-``housekeeping`` (checkpoint tiering and retention, a loop beside the machine),
-``status`` and ``accounting`` (what a query shows).
+The class holds the state machine only: the phases' turns, the message handlers and
+the activity calls. What it decides with lives in pure modules beside it, each
+unit-tested without a server:
+
+- ``playbook``: what to do about a failure or a straggler; ``failures`` and
+  ``stragglers``: what those decisions weigh, and the records they leave;
+- ``state``: incident bookkeeping and node-pool moves;
+- ``operator_requests``: whether pause, resume, recover, drain or return can be taken;
+- ``stops``: which nodes a stop reaches, fencing, and what a planned stop cost;
+- ``resume_points``: untrusted checkpoints skipped and rolled back, on the incident;
+- ``escalation``: the ``on_escalation`` hook's payload and delivery record;
+- ``placement``: the run directory and the nodes of the current generation;
+- ``housekeeping``: checkpoint tiering and retention, a loop beside the machine;
+- ``status`` and ``accounting``: what a query shows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from datetime import timedelta
 
 from temporalio import workflow
@@ -70,10 +78,8 @@ with workflow.unsafe.imports_passed_through():
         StragglerReport,
         SuperviseOutcome,
         SuperviseRequest,
-        UnkillableGroup,
     )
-    from lazarus.domain.failure_classes import FailureClass
-    from lazarus.domain.spec import JobSpec, NodeSpec
+    from lazarus.domain.spec import JobSpec
     from lazarus.workflows.activity_calls import (
         HOOK_RETRY,
         LAUNCH_RETRY,
@@ -84,15 +90,40 @@ with workflow.unsafe.imports_passed_through():
         start,
         worker_loss_timeout,
     )
-    from lazarus.workflows.housekeeping import Housekeeper, must_rewatch
-    from lazarus.workflows.playbook import (
-        SUGGESTED_OPERATOR_ACTIONS,
-        Action,
-        FailureContext,
-        StragglerContext,
-        decide,
-        straggler_decision,
+    from lazarus.workflows.escalation import (
+        hook_failed,
+        hook_finished,
+        hook_ran,
+        queue_escalation,
     )
+    from lazarus.workflows.failures import (
+        failure_context,
+        unreachable_failure,
+        unreachable_node,
+    )
+    from lazarus.workflows.housekeeping import Housekeeper, must_rewatch
+    from lazarus.workflows.operator_requests import (
+        WAITING,
+        drain_recovery,
+        drain_refusal,
+        drain_reply,
+        pause_refusal,
+        queued_refusal,
+        recover_refusal,
+        recover_reply,
+        reopen_pool,
+        resume_refusal,
+        return_refusal,
+    )
+    from lazarus.workflows.placement import (
+        active_nodes,
+        generation_dir,
+        node_spec,
+        run_root,
+        world_size,
+    )
+    from lazarus.workflows.playbook import Action, decide, straggler_decision
+    from lazarus.workflows.resume_points import record_rollback, record_skipped
     from lazarus.workflows.state import (
         MAX_RECORDS,
         ForceRecover,
@@ -105,9 +136,19 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         PlannedMove,
         PlannedStop,
-        StragglerRecord,
     )
     from lazarus.workflows.status import job_status
+    from lazarus.workflows.stops import (
+        checkpoint_evidence,
+        record_planned_stop,
+        settle_stop,
+        stop_targets,
+    )
+    from lazarus.workflows.stragglers import (
+        open_straggler_incident,
+        record_straggler,
+        straggler_context,
+    )
 
 # Staged patches (``workflow.patched``): each changes which commands a run issues, so a
 # history recorded before it (tests/fixtures/histories/released/) must keep its old
@@ -121,9 +162,6 @@ and a hook that keeps failing no longer blocks it (its delivery moves to the nex
 PATCH_RETIER_AFTER_FALLBACK = "retier-after-fallback"
 """Resuming below the newest tiered step restarts the checkpoint watch there, so the
 checkpoints written after a rollback or a fallback are tiered too."""
-
-NODE_UNREACHABLE = "NodeUnreachable"
-"""The launch activity's error type for a node it could not reach (details: the node)."""
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -150,33 +188,21 @@ class JobWorkflow:
 
     @workflow.signal(name=SIGNAL_PAUSE)
     def pause(self) -> None:
-        phase = self._state.phase
-        if self._pausing or self._pause_requested:
-            # A duplicate: remembered, it would pause the job again right after the
-            # operator's resume, and leave it PAUSED for good.
-            self._ignore(SIGNAL_PAUSE, "a pause is already in progress")
-            return
-        if phase.is_terminal or phase in (Phase.PAUSED, Phase.NEEDS_OPERATOR):
-            why = (
-                "it waits for an operator already: resume or cancel it"
-                if phase == Phase.NEEDS_OPERATOR
-                else f"the job is {phase.value}"
-            )
-            self._ignore(SIGNAL_PAUSE, why)
+        problem = pause_refusal(self._state.phase, self._pausing or self._pause_requested)
+        if problem is not None:
+            self._ignore(SIGNAL_PAUSE, problem)
             return
         self._pause_requested = True
 
     @workflow.signal(name=SIGNAL_RESUME)
     def resume(self) -> None:
-        phase = self._state.phase
-        if self._pause_requested and phase not in (Phase.PAUSED, Phase.NEEDS_OPERATOR):
+        if self._pause_requested and self._state.phase not in WAITING:
             self._pause_requested = False  # withdrawn before it was acted on
             self._ignore(SIGNAL_RESUME, "withdrew the pause that had not started yet")
             return
-        if phase not in (Phase.PAUSED, Phase.NEEDS_OPERATOR):
-            self._ignore(
-                SIGNAL_RESUME, f"the job is {phase.value}, not paused or waiting for an operator"
-            )
+        problem = resume_refusal(self._state.phase)
+        if problem is not None:
+            self._ignore(SIGNAL_RESUME, problem)
             return
         self._resume_requested = True
 
@@ -184,7 +210,7 @@ class JobWorkflow:
     def force_recover(self, request: ForceRecover) -> None:
         """The signal form, kept for older clients: it cannot answer, so a request the
         update would refuse is recorded as ignored instead."""
-        problem = self._recover_problem(request)
+        problem = recover_refusal(self._state, self._force, request)
         if problem is not None:
             self._ignore(SIGNAL_FORCE_RECOVER, problem)
             return
@@ -194,51 +220,19 @@ class JobWorkflow:
     def recover(self, request: ForceRecover) -> str:
         self._refuse_if_queued(f"recover: {request.reason}")
         self._force = request
-        without = f" without {request.exclude_node}" if request.exclude_node else ""
-        return f"recovering{without} at the next turn: {request.reason}"
+        return recover_reply(request)
 
     @recover.validator
     def _validate_recover(self, request: ForceRecover) -> None:
-        problem = self._recover_problem(request)
+        problem = recover_refusal(self._state, self._force, request)
         if problem is not None:
             raise ValueError(problem)
-
-    def _recover_problem(self, request: ForceRecover) -> str | None:
-        """Why a forced recovery cannot be taken now, or None. An excluded node must be
-        one this job runs on: a typo must not quarantine nothing and grow the world."""
-        state = self._state
-        if state.phase.is_terminal:
-            return f"the job is {state.phase.value}"
-        queued = self._queued_problem(f"recover: {request.reason}")
-        if queued is not None:
-            return queued
-        node = request.exclude_node
-        if node is not None and node not in state.pool.active:
-            if node in state.pool.spares:
-                return f"node {node!r} is a spare, not running this job"
-            if node in [q.node for q in state.pool.quarantined]:
-                return f"node {node!r} is already quarantined"
-            return (
-                f"node {node!r} is not running this job; active nodes: "
-                f"{', '.join(state.pool.active) or 'none'}"
-            )
-        return None
-
-    def _queued_problem(self, what: str) -> str | None:
-        """One forced recovery (``recover`` or ``drain``) is queued at a time: a second
-        would silently replace the first, which both callers were told is happening."""
-        if self._force is None:
-            return None
-        return (
-            f"another recovery is already queued ({self._force.reason}); "
-            f"send '{what}' after it has happened"
-        )
 
     def _refuse_if_queued(self, what: str) -> None:
         """Validators of two updates in one workflow task can both pass before either
         handler runs: the handler checks again, so exactly one request is queued and
         the other caller is told, never acknowledged and then dropped."""
-        problem = self._queued_problem(what)
+        problem = queued_refusal(self._force, what)
         if problem is not None:
             raise ApplicationError(problem, non_retryable=True)
 
@@ -253,26 +247,14 @@ class JobWorkflow:
     @workflow.update(name=UPDATE_DRAIN)
     def drain(self, request: NodeRequest) -> str:
         self._refuse_if_queued(f"drain {request.node}")
-        reason = request.reason or "drained by operator"
-        self._force = ForceRecover(
-            reason=f"drain {request.node}: {reason}",
-            exclude_node=request.node,
-            checkpoint_first=True,
-        )
-        return f"draining {request.node}: its ranks move to a spare at the next turn"
+        self._force = drain_recovery(request)
+        return drain_reply(request)
 
     @drain.validator
     def _validate_drain(self, request: NodeRequest) -> None:
-        queued = self._queued_problem(f"drain {request.node}")
-        if queued is not None:
-            raise ValueError(queued)
-        if self._state.phase.is_terminal:
-            raise ValueError(f"the job is {self._state.phase.value}")
-        if request.node not in self._state.pool.active:
-            raise ValueError(
-                f"node {request.node!r} is not running this job; active nodes: "
-                f"{', '.join(self._state.pool.active) or 'none'}"
-            )
+        problem = drain_refusal(self._state, self._force, request)
+        if problem is not None:
+            raise ValueError(problem)
 
     @workflow.update(name=UPDATE_RETURN)
     async def return_node(self, request: NodeRequest) -> str:
@@ -289,16 +271,13 @@ class JobWorkflow:
 
     @return_node.validator
     def _validate_return(self, request: NodeRequest) -> None:
-        quarantined = [q.node for q in self._state.pool.quarantined]
-        if request.node not in quarantined:
-            raise ValueError(
-                f"node {request.node!r} is not quarantined; quarantined nodes: "
-                f"{', '.join(quarantined) or 'none'}"
-            )
+        problem = return_refusal(self._state, request)
+        if problem is not None:
+            raise ValueError(problem)
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> JobStatus:
-        return job_status(self.spec, self._state, self._now(), self._run_root())
+        return job_status(self.spec, self._state, self._now(), run_root(self.spec, self._state))
 
     # ---------------------------------------------------------------- main loop
 
@@ -337,7 +316,7 @@ class JobWorkflow:
     async def _turn(self) -> None:
         """One durable move of the state machine."""
         phase = self._state.phase
-        if self._pause_requested and phase not in (Phase.PAUSED, Phase.NEEDS_OPERATOR):
+        if self._pause_requested and phase not in WAITING:
             await self._pause()
         elif self._force is not None and phase == Phase.RUNNING:
             await self._forced_recovery(self._force)
@@ -346,7 +325,7 @@ class JobWorkflow:
         elif phase == Phase.RUNNING:
             await self._maybe_continue_as_new()
             await self._supervise()
-        elif phase in (Phase.PAUSED, Phase.NEEDS_OPERATOR):
+        elif phase in WAITING:
             await self._wait_for_operator()
         else:  # RECOVERING is only ever transient inside _recover
             self._set_phase(Phase.LAUNCHING)
@@ -380,23 +359,24 @@ class JobWorkflow:
                     spec=spec,
                     generation=state.generation,
                     resume=resume,
-                    nodes=self._active(),
-                    run_root=self._run_root() if state.run_key else None,
+                    nodes=active_nodes(spec, state.pool),
+                    run_root=run_root(spec, state) if state.run_key else None,
                 ),
                 start_to_close_timeout=timedelta(seconds=120),
                 heartbeat_timeout=worker_loss_timeout(self.spec),
                 retry_policy=LAUNCH_RETRY,
                 summary=(
-                    f"launch generation {state.generation}: {self._world_size()} ranks on "
-                    f"{', '.join(state.pool.active)} from {origin}"
+                    f"launch generation {state.generation}: {world_size(spec, state.pool)} "
+                    f"ranks on {', '.join(state.pool.active)} from {origin}"
                 ),
             )
         except ActivityError as err:
-            unreachable = _unreachable_node(err)
+            unreachable = unreachable_node(err)
             if unreachable is not None:
                 # A blip during a launch is a node failure for the playbook (a spare, or
                 # an operator), never the end of the job.
-                await self._recover(self._unreachable_at_launch(unreachable, cause(err)))
+                failure = unreachable_failure(spec, state, unreachable, cause(err), self._now())
+                await self._recover(failure)
                 return
             await self._stop_all("launch failed")
             self._fail(f"launch of generation {state.generation} failed: {cause(err)}")
@@ -421,13 +401,13 @@ class JobWorkflow:
         request = SuperviseRequest(
             job_id=spec.job_id,
             generation=state.generation,
-            run_dir=self._gen_dir(),
-            world_size=self._world_size(),
+            run_dir=generation_dir(spec, state),
+            world_size=world_size(spec, state.pool),
             health=spec.health,
             resume_step=state.resume.step if state.resume else None,
             report_first_step=state.open_incident is not None,
             report_after_s=spec.health.report_interval_s,
-            nodes=self._active(),
+            nodes=active_nodes(spec, state.pool),
             nproc_per_node=spec.nproc_per_node,
             node_timeout_s=spec.node_timeout_s,
             ssh=spec.ssh,
@@ -485,28 +465,11 @@ class JobWorkflow:
         state = self._state
         self._set_phase(Phase.RECOVERING)
         state.consecutive_failures += 1
-        previous = state.past_failures()
+        context = failure_context(spec, state, failure, self._now())
         incident = state.add_incident(
             Incident.from_failure(failure, id=state.next_incident_id, generation=state.generation)
         )
-        decision = decide(
-            FailureContext(
-                failure_class=failure.failure_class,
-                rank=failure.rank,
-                now=self._now(),
-                restart_times=state.restart_times,
-                consecutive_failures=state.consecutive_failures,
-                step_at_failure=failure.step_at_failure,
-                previous=previous,
-                node=failure.node,
-                spares_left=len(state.pool.spares),
-                active_nodes=len(state.pool.active),
-                min_nodes=spec.min_nodes,
-                jitter_key=f"{spec.job_id}:{incident.id}",
-            ),
-            spec.recovery,
-            spec.playbook,
-        )
+        decision = decide(context, spec.recovery, spec.playbook)
         incident.apply(decision)
         stopped = await self._stop_all(
             f"incident {incident.id}: {failure.kind} on rank {failure.rank}"
@@ -540,32 +503,21 @@ class JobWorkflow:
         self._force = None
         now = self._now()
         self._set_phase(Phase.RECOVERING)
-        state = self._state
-        incident = state.add_incident(
-            Incident.opened(
-                id=state.next_incident_id,
-                generation=state.generation,
-                kind="operator",
-                failure_class=PlannedMove.OPERATOR,
-                fault_at=now,
-                detected_at=now,
-                step_at_failure=state.step,
-                evidence=[f"force_recover: {request.reason}"],
-            )
+        incident = self._state.open_incident_now(
+            "operator",
+            PlannedMove.OPERATOR,
+            now,
+            action=Action.RESTART,
+            reason=f"forced by operator: {request.reason}",
+            evidence=[f"force_recover: {request.reason}"],
         )
-        incident.action = Action.RESTART
-        incident.reason = f"forced by operator: {request.reason}"
         if request.checkpoint_first:
-            stopped = await self._planned_stop(f"forced recovery: {request.reason}")
-            saved = state.planned_stops[-1].checkpoint_step
-            incident.evidence.append(
-                f"just-in-time checkpoint at step {saved}"
-                if saved is not None
-                else "just-in-time checkpoint did not arrive in time"
-            )
+            planned = await self._planned_stop(f"forced recovery: {request.reason}")
+            incident.evidence.append(checkpoint_evidence(planned.checkpoint_step))
+            last_step = planned.step_at_stop
         else:
-            stopped = await self._stop_all(f"forced recovery: {request.reason}")
-        incident.record_stop(self._now(), stopped.last_step)
+            last_step = (await self._stop_all(f"forced recovery: {request.reason}")).last_step
+        incident.record_stop(self._now(), last_step)
         if request.exclude_node is not None:
             incident.node = request.exclude_node
             incident.action = Action.REPLACE_NODE
@@ -596,17 +548,10 @@ class JobWorkflow:
         reason = force.reason if force else "resumed by operator"
         self._resume_requested = False
         self._force = None
-        pool = self._state.pool
-        if force is not None and force.exclude_node in pool.active:
-            pool.replace(force.exclude_node, f"excluded by operator: {reason}", self._now())
         # Nodes the operator returned while we waited fill the slots that were lost.
-        pool.refill(len(self.spec.nodes))
-        needed = self.spec.min_nodes or len(self.spec.nodes)
-        if len(pool.active) < needed:
-            self._state.operator_reason = (
-                f"cannot resume: {len(pool.active)} usable nodes, the job needs {needed}; "
-                "'lazarus return' a quarantined node or add spares"
-            )
+        short = reopen_pool(self.spec, self._state, force, self._now())
+        if short is not None:
+            self._state.operator_reason = short
             self._set_phase(Phase.NEEDS_OPERATOR)
             return
         if self._state.phase == Phase.NEEDS_OPERATOR:
@@ -620,65 +565,19 @@ class JobWorkflow:
     async def _on_straggler(self, report: StragglerReport) -> None:
         """Swap a slow node for a spare when that pays off, else note it and alert.
         A swap is planned, so it checkpoints first and costs no steps."""
-        spec = self.spec
         state = self._state
-        measured = [i.recovery_s for i in state.incidents if i.recovery_s is not None]
-        remaining = spec.total_steps - (state.step or 0) if spec.total_steps is not None else None
-        decision = straggler_decision(
-            StragglerContext(
-                node=report.node,
-                rank=report.rank,
-                slowdown=report.slowdown,
-                seconds_per_step=state.seconds_per_step,
-                remaining_steps=remaining,
-                restart_cost_s=measured[-1] if measured else spec.straggler.default_restart_cost_s,
-                spares_left=len(state.pool.spares),
-                swap_allowed=spec.straggler.swap,
-            )
-        )
-        state.stragglers = [
-            *state.stragglers,
-            StragglerRecord(
-                generation=state.generation,
-                node=report.node,
-                rank=report.rank,
-                slowdown=report.slowdown,
-                compute_s=report.compute_s,
-                peers_compute_s=report.peers_compute_s,
-                slow_since=report.slow_since,
-                detected_at=report.detected_at,
-                detection_s=max(0.0, report.detected_at - report.slow_since),
-                action=decision.action,
-                reason=decision.reason,
-            ),
-        ][-MAX_RECORDS:]
+        decision = straggler_decision(straggler_context(self.spec, state, report))
+        record_straggler(state, report, decision)
         workflow.logger.warning("straggler: %s", decision.reason)
         if decision.action != Action.REPLACE_NODE:
             state.noted_stragglers.append(report.node)
             return
         self._set_phase(Phase.RECOVERING)
-        incident = state.add_incident(
-            Incident.opened(
-                id=state.next_incident_id,
-                generation=state.generation,
-                kind="straggler",
-                failure_class=PlannedMove.STRAGGLER,
-                rank=report.rank,
-                node=report.node,
-                fault_at=report.slow_since,
-                detected_at=report.detected_at,
-                step_at_failure=state.step,
-                evidence=[
-                    f"rank {report.rank} compute {report.compute_s * 1000:.1f} ms/step vs peers "
-                    f"{report.peers_compute_s * 1000:.1f} ms/step over {report.samples} samples"
-                ],
-            )
-        )
-        incident.apply(decision)
-        stopped = await self._planned_stop(f"incident {incident.id}: straggler on {report.node}")
-        if state.planned_stops[-1].checkpoint_step is None:
-            incident.evidence.append("just-in-time checkpoint did not arrive in time")
-        incident.record_stop(self._now(), stopped.last_step)
+        incident = open_straggler_incident(state, report, decision)
+        planned = await self._planned_stop(f"incident {incident.id}: straggler on {report.node}")
+        if planned.checkpoint_step is None:
+            incident.evidence.append(checkpoint_evidence(None))
+        incident.record_stop(self._now(), planned.step_at_stop)
         if self._swap_out(report.node, f"incident {incident.id}: straggler"):
             self._set_phase(Phase.LAUNCHING)
 
@@ -708,7 +607,7 @@ class JobWorkflow:
                 search = await self._find_verified(include_durable=False, below_step=below_step)
                 resume = search.chosen
         if search.skipped:
-            self._record_skipped(search, resume)
+            record_skipped(self._state, search, resume, self._now())
         return resume
 
     async def _find_verified(
@@ -738,39 +637,6 @@ class JobWorkflow:
             ),
         )
 
-    def _record_skipped(self, search: CheckpointSearch, resume: CheckpointRef | None) -> None:
-        """Say which checkpoints could not be trusted and what falling back cost."""
-        state = self._state
-        lines = [
-            f"skipped {s.location} checkpoint step {s.step}: {'; '.join(s.problems)}"
-            for s in search.skipped
-        ]
-        resumed = resume.step if resume else 0
-        cost = max(0, max(s.step for s in search.skipped) - resumed)
-        origin = f"step {resumed}" if resume else "scratch"
-        incident = state.current_incident
-        if incident is None:
-            now = self._now()
-            incident = state.add_incident(
-                Incident.opened(
-                    id=state.next_incident_id,
-                    generation=state.generation,
-                    kind="checkpoint",
-                    failure_class=FailureClass.STORAGE,
-                    fault_at=now,
-                    detected_at=now,
-                    step_at_failure=state.step,
-                )
-            )
-            incident.action = Action.FALLBACK
-            incident.strategy = "verified_checkpoints_only"
-            incident.reason = f"newest checkpoint failed verification: resuming from {origin}"
-        incident.skipped_checkpoints = lines
-        incident.fallback_steps = cost
-        incident.add_evidence(
-            [*lines, f"fell back to {origin}: {cost} steps older than the newest"]
-        )
-
     def _retier_from(self, resume: CheckpointRef | None) -> None:
         """After a rollback or a fallback the job resumes below the newest tiered step:
         restart the checkpoint watch there (``housekeeping.must_rewatch``)."""
@@ -785,7 +651,7 @@ class JobWorkflow:
         if self._housekeeper is not None:
             self._housekeeper.stop()
 
-    async def _planned_stop(self, reason: str) -> StopResult:
+    async def _planned_stop(self, reason: str) -> PlannedStop:
         """Checkpoint just in time, then stop: a planned stop should cost no steps, and
         when it does (the save did not arrive in time) the cost is recorded."""
         requested_at = self._now()
@@ -794,21 +660,15 @@ class JobWorkflow:
         stopped = await self._stop_all(reason)
         if stopped.last_step is not None:
             self._set_step(stopped.last_step)
-        record = PlannedStop(
-            reason=reason,
+        return record_planned_stop(
+            self._state,
+            reason,
             requested_at=requested_at,
+            saved=saved,
+            saved_at=saved_at,
+            stopped=stopped,
             stopped_at=self._now(),
-            step_at_stop=stopped.last_step,
-            checkpoint_step=saved.step if saved else None,
-            checkpoint_s=saved_at - requested_at if saved else None,
         )
-        if stopped.last_step is not None:
-            resume_from = (
-                saved.step if saved else self._state.resume.step if self._state.resume else 0
-            )
-            record.steps_lost = max(0, stopped.last_step - resume_from)
-        self._state.planned_stops = [*self._state.planned_stops, record][-MAX_RECORDS:]
-        return stopped
 
     async def _checkpoint_before(self, why: str) -> CheckpointRef | None:
         """Ask the live ranks to save now and wait (bounded) for the commit; None when
@@ -823,8 +683,8 @@ class JobWorkflow:
             result = await execute(
                 CHECKPOINT_NOW,
                 CheckpointNowRequest(
-                    run_dir=self._gen_dir(),
-                    nodes=self._active(),
+                    run_dir=generation_dir(spec, state),
+                    nodes=active_nodes(spec, state.pool),
                     ssh=spec.ssh,
                     request_id=state.checkpoint_requests,
                     checkpoint_dir=spec.checkpoint_dir,
@@ -861,53 +721,19 @@ class JobWorkflow:
         except ActivityError as err:
             workflow.logger.warning("rollback failed, resuming from the newest: %s", cause(err))
             return None
-        state.retired_steps = sorted({*state.retired_steps, *(r.step for r in result.retired)})
-        incident = state.current_incident
-        if incident is not None:
-            incident.add_evidence(
-                [
-                    f"rolled back past checkpoint step {r.step} (kept at {r.path})"
-                    for r in result.retired
-                ]
-            )
-        return min((r.step for r in result.retired), default=None)
+        return record_rollback(state, result.retired)
 
     def _needs_operator(self, reason: str) -> None:
         """Escalate: stop automatic recovery, say why, and run the spec's hook once."""
-        state = self._state
-        state.operator_reason = reason
+        self._state.operator_reason = reason
         self._set_phase(Phase.NEEDS_OPERATOR)
-        command = self.spec.on_escalation
-        if command is None:
-            return
-        state.escalations += 1
-        incident = state.incidents[-1] if state.incidents else None
-        if incident is not None:
-            incident.escalation_hook = "pending"
-        payload = {
-            "job_id": self.spec.job_id,
-            "phase": Phase.NEEDS_OPERATOR.value,
-            "reason": reason,
-            "escalation": state.escalations,
-            "generation": state.generation,
-            "step": state.step,
-            "suggested_actions": list(SUGGESTED_OPERATOR_ACTIONS),
-            "incident": incident.model_dump(mode="json", by_alias=True) if incident else None,
-        }
-        request = EscalationHookRequest(
-            command=command,
-            workdir=self.spec.workdir,
-            payload=json.dumps(payload, sort_keys=True),
-            marker=f"{self._run_root()}/escalations/{state.escalations:05d}.done",
-            incident=incident.id if incident else None,
-        )
-        state.pending_hooks = [*state.pending_hooks, request]
-        self._hooks.append(asyncio.create_task(self._deliver_escalation(request)))
+        request = queue_escalation(self.spec, self._state, reason, run_root(self.spec, self._state))
+        if request is not None:
+            self._hooks.append(asyncio.create_task(self._deliver_escalation(request)))
 
     async def _deliver_escalation(self, request: EscalationHookRequest) -> None:
         """Deliver one hook, retried without limit (a person must hear of it); it
         stays in ``pending_hooks`` until it ran, so continue-as-new carries it."""
-        incident = self._state.incident(request.incident)
         try:
             result = await execute(
                 RUN_ESCALATION_HOOK,
@@ -917,16 +743,9 @@ class JobWorkflow:
                 summary=f"on_escalation: {' '.join(request.command)[:80]}",
             )
         except ActivityError as err:
-            if incident is not None:
-                incident.escalation_hook = f"failed: {cause(err)}"
-            self._hook_done(request)
+            hook_finished(self._state, request, hook_failed(cause(err)))
             return
-        if incident is not None:
-            incident.escalation_hook = "ran" if result.ran else "ran (earlier attempt)"
-        self._hook_done(request)
-
-    def _hook_done(self, request: EscalationHookRequest) -> None:
-        self._state.pending_hooks = [h for h in self._state.pending_hooks if h != request]
+        hook_finished(self._state, request, hook_ran(result.ran))
 
     # ------------------------------------------------------------------ helpers
 
@@ -938,14 +757,6 @@ class JobWorkflow:
     def _now(self) -> float:
         return workflow.now().timestamp()
 
-    def _run_root(self) -> str:
-        job_dir = f"{self.spec.run_dir}/{self.spec.job_id}"
-        key = self._state.run_key
-        return f"{job_dir}/{key}" if key else job_dir
-
-    def _gen_dir(self) -> str:
-        return f"{self._run_root()}/gen-{self._state.generation:05d}"
-
     def _interrupted(self) -> bool:
         return self._pause_requested or self._force is not None
 
@@ -956,98 +767,35 @@ class JobWorkflow:
 
     async def _stop_all(self, reason: str, only: list[str] | None = None) -> StopResult:
         """Stop ranks on the active nodes and on quarantined nodes not yet fenced."""
-        pool = self._state.pool
-        names = only if only is not None else [*pool.active, *pool.unfenced()]
-        names = [n for n in dict.fromkeys(names) if self._find_node(n) is not None]
-        grace = self.spec.recovery.stop_grace_s
+        spec = self.spec
+        names = stop_targets(spec, self._state.pool, only)
+        grace = spec.recovery.stop_grace_s
         result = await execute(
             STOP,
             StopRequest(
-                job_id=self.spec.job_id,
-                run_root=self._run_root(),
+                job_id=spec.job_id,
+                run_root=run_root(spec, self._state),
                 grace_s=grace,
                 reason=reason,
-                nodes=[self._node(n) for n in names],
-                ssh=self.spec.ssh,
+                nodes=[node_spec(spec, n) for n in names],
+                ssh=spec.ssh,
             ),
             start_to_close_timeout=timedelta(seconds=grace + 60),
-            heartbeat_timeout=worker_loss_timeout(self.spec),
+            heartbeat_timeout=worker_loss_timeout(spec),
             retry_policy=QUICK_RETRY,
             summary=f"stop ranks: {reason}",
         )
-        if only is None:
-            self._state.generation_live = False
-        stuck_nodes = {g.node for g in result.unkillable}
-        for quarantined in pool.quarantined:
-            if (
-                quarantined.node in names
-                and quarantined.node not in result.unreachable
-                and quarantined.node not in stuck_nodes
-            ):
-                quarantined.fenced = True
-        if result.unkillable:
-            self._on_unkillable(result.unkillable)
+        stuck = settle_stop(self._state, names, result, self._now(), whole_job=only is None)
+        if stuck is not None:
+            workflow.logger.error(stuck)
         return result
 
-    def _on_unkillable(self, groups: list[UnkillableGroup]) -> None:
-        """Ranks that survived SIGKILL (uninterruptible sleep after a GPU Xid, or not
-        ours to signal): their node is quarantined, unfenced, and the next launch
-        escalates instead of starting a generation beside them."""
-        pool = self._state.pool
-        lines = []
-        for group in groups:
-            pids = ", ".join(str(p) for p in group.pids)
-            lines.append(f"{group.node}: pgid {group.pgid} (pids {pids}) {group.reason}")
-            if group.node in pool.active or group.node in pool.spares:
-                pool.quarantine(group.node, f"ranks would not die: pids {pids}", self._now())
-        self._state.stuck_ranks = "ranks would not die after SIGKILL: " + "; ".join(lines)
-        workflow.logger.error(self._state.stuck_ranks)
-
     # ------------------------------------------------------------------- nodes
-
-    def _node(self, name: str) -> NodeSpec:
-        node = self._find_node(name)
-        if node is None:
-            raise KeyError(name)
-        return node
-
-    def _find_node(self, name: str) -> NodeSpec | None:
-        return next((n for n in (*self.spec.nodes, *self.spec.spares) if n.name == name), None)
-
-    def _unreachable_at_launch(self, node: str, cause: str) -> FailureReport:
-        """A node the launch could not reach, as the failure the playbook handles."""
-        now = self._now()
-        slot = self._state.pool.active.index(node) if node in self._state.pool.active else 0
-        return FailureReport(
-            kind="node_lost",
-            failure_class=FailureClass.NODE_LOST,
-            rank=slot * self.spec.nproc_per_node,
-            node=node,
-            fault_at=now,
-            detected_at=now,
-            step_at_failure=self._state.step,
-            evidence=[f"launch of generation {self._state.generation}: {cause}"],
-        )
-
-    def _active(self) -> list[NodeSpec]:
-        return [self._node(name) for name in self._state.pool.active]
-
-    def _world_size(self) -> int:
-        return len(self._state.pool.active) * self.spec.nproc_per_node
 
     def _swap_out(self, node: str, reason: str) -> bool:
         """Quarantine a node and put a spare in its place (same rank slot), or shrink
         when allowed. False when neither is possible: the job then needs an operator."""
-        pool = self._state.pool
-        if node not in pool.active:
-            # Not running this job (a spare, or already out): nothing to replace, and
-            # appending a spare would grow the world.
-            pool.quarantine(node, reason, self._now())
-            return True
-        if pool.spares:
-            pool.replace(node, reason, self._now())
-            return True
-        if pool.shrink(node, reason, self._now(), self.spec.min_nodes):
+        if self._state.pool.swap_out(node, reason, self._now(), self.spec.min_nodes):
             return True
         self._needs_operator(
             f"{node} quarantined ({reason}) and no spare left; set min_nodes to allow "
@@ -1078,7 +826,7 @@ class JobWorkflow:
         return await execute(
             PREFLIGHT,
             PreflightActivityRequest(
-                nodes=self._active(),
+                nodes=active_nodes(spec, self._state.pool),
                 ssh=spec.ssh,
                 checks=spec.preflight,
                 interpreter=program,
@@ -1143,13 +891,3 @@ class JobWorkflow:
         if self._state.step != step:
             self._state.step = step
             workflow.upsert_search_attributes([STEP_ATTRIBUTE.value_set(step)])
-
-
-def _unreachable_node(err: BaseException) -> str | None:
-    """The node a launch could not reach, when that is why it failed."""
-    cause: BaseException | None = err
-    while cause is not None:
-        if isinstance(cause, ApplicationError) and cause.type == NODE_UNREACHABLE:
-            return str(cause.details[0]) if cause.details else None
-        cause = cause.__cause__
-    return None

@@ -21,6 +21,7 @@ from lazarus.domain.contracts import (
 )
 from lazarus.domain.evidence import cap_evidence
 from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.recovery_timeline import RecoveryTimeline
 from lazarus.domain.spec import JobSpec
 from lazarus.workflows.playbook import Action, Decision, PastFailure
 
@@ -123,6 +124,8 @@ class Incident(BaseModel):
     """Newer checkpoints the recovery could not trust (torn, corrupt), with why."""
     fallback_steps: int | None = None
     """What skipping them cost: the newest skipped step minus the step resumed from."""
+    timeline: RecoveryTimeline | None = None
+    """Where the recovery's time went, phase by phase (fault to first new step)."""
 
     @classmethod
     def opened(
@@ -278,6 +281,20 @@ class NodePool(BaseModel):
         self.quarantine(node, reason, at)
         return min_nodes is not None and len(self.active) >= min_nodes and bool(self.active)
 
+    def swap_out(self, node: str, reason: str, at: float, min_nodes: int | None) -> bool:
+        """Quarantine ``node`` and put a spare in its rank slot, or shrink when the spec
+        allows. False when neither is possible: the node is out all the same, and the
+        job needs an operator."""
+        if node not in self.active:
+            # Not running this job (a spare, or already out): nothing to replace, and
+            # appending a spare would grow the world.
+            self.quarantine(node, reason, at)
+            return True
+        if self.spares:
+            self.replace(node, reason, at)
+            return True
+        return self.shrink(node, reason, at, min_nodes)
+
     def refill(self, size: int) -> list[str]:
         """Spares fill the slots lost to quarantine, up to ``size`` active nodes (the
         spec's node count); returns the nodes moved, in order."""
@@ -407,6 +424,37 @@ class JobState(BaseModel):
             counts = self.dropped_by_class
             key = dropped.failure_class.value
             counts[key] = counts.get(key, 0) + 1
+        return incident
+
+    def open_incident_now(
+        self,
+        kind: IncidentKind,
+        failure_class: IncidentClass,
+        now: float,
+        *,
+        action: Action,
+        reason: str,
+        strategy: str = "",
+        evidence: Sequence[str] = (),
+    ) -> Incident:
+        """Open an incident the workflow itself finds at ``now`` (a forced recovery, an
+        untrusted newest checkpoint), with what it does about it: nothing failed
+        earlier, so the fault and its detection are the same moment."""
+        incident = self.add_incident(
+            Incident.opened(
+                id=self.next_incident_id,
+                generation=self.generation,
+                kind=kind,
+                failure_class=failure_class,
+                fault_at=now,
+                detected_at=now,
+                step_at_failure=self.step,
+                evidence=evidence,
+            )
+        )
+        incident.action = action
+        incident.reason = reason
+        incident.strategy = strategy
         return incident
 
     def account_resume(self, resume: CheckpointRef | None) -> None:

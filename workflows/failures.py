@@ -1,0 +1,68 @@
+"""A failure as the playbook sees it: the context ``playbook.decide`` weighs, and a node
+the launch could not reach, turned into the failure the playbook handles.
+
+Pure functions (``tests/unit/test_failures.py``), so the workflow class only runs
+the turn: open the incident, decide, stop, move nodes, relaunch.
+"""
+
+from __future__ import annotations
+
+from temporalio.exceptions import ApplicationError
+
+from lazarus.domain.contracts import FailureReport
+from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.spec import JobSpec
+from lazarus.workflows.playbook import FailureContext
+from lazarus.workflows.state import JobState
+
+NODE_UNREACHABLE = "NodeUnreachable"
+"""The launch activity's error type for a node it could not reach (details: the node)."""
+
+
+def failure_context(
+    spec: JobSpec, state: JobState, failure: FailureReport, now: float
+) -> FailureContext:
+    """What the playbook may weigh about ``failure``, taken before its incident is
+    opened: earlier failures only, and the jitter keyed by the incident about to open."""
+    return FailureContext(
+        failure_class=failure.failure_class,
+        rank=failure.rank,
+        now=now,
+        restart_times=state.restart_times,
+        consecutive_failures=state.consecutive_failures,
+        step_at_failure=failure.step_at_failure,
+        previous=state.past_failures(),
+        node=failure.node,
+        spares_left=len(state.pool.spares),
+        active_nodes=len(state.pool.active),
+        min_nodes=spec.min_nodes,
+        jitter_key=f"{spec.job_id}:{state.next_incident_id}",
+    )
+
+
+def unreachable_failure(
+    spec: JobSpec, state: JobState, node: str, cause: str, now: float
+) -> FailureReport:
+    """A node the launch could not reach, as the failure the playbook handles: a blip
+    during a launch is a node failure (a spare, or an operator), never the job's end."""
+    slot = state.pool.active.index(node) if node in state.pool.active else 0
+    return FailureReport(
+        kind="node_lost",
+        failure_class=FailureClass.NODE_LOST,
+        rank=slot * spec.nproc_per_node,
+        node=node,
+        fault_at=now,
+        detected_at=now,
+        step_at_failure=state.step,
+        evidence=[f"launch of generation {state.generation}: {cause}"],
+    )
+
+
+def unreachable_node(err: BaseException) -> str | None:
+    """The node a launch could not reach, when that is why it failed."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == NODE_UNREACHABLE:
+            return str(cause.details[0]) if cause.details else None
+        cause = cause.__cause__
+    return None

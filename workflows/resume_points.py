@@ -1,0 +1,56 @@
+"""Where a relaunch resumes from, as the incident records it: newer checkpoints that
+could not be trusted, and checkpoints a numerical rollback retired.
+
+Pure functions of the state and the checkpoint activities' results
+(``tests/unit/test_resume_points.py``); the workflow only runs the activities.
+"""
+
+from __future__ import annotations
+
+from lazarus.domain.contracts import CheckpointRef, CheckpointSearch
+from lazarus.domain.failure_classes import FailureClass
+from lazarus.workflows.playbook import Action
+from lazarus.workflows.state import JobState
+
+FALLBACK_STRATEGY = "verified_checkpoints_only"
+"""The strategy of an incident opened because the newest checkpoints failed verification."""
+
+
+def record_skipped(
+    state: JobState, search: CheckpointSearch, resume: CheckpointRef | None, now: float
+) -> None:
+    """Say which checkpoints could not be trusted and what falling back cost, on the
+    open incident; with none open (a clean relaunch, a resume), on a new one."""
+    lines = [
+        f"skipped {s.location} checkpoint step {s.step}: {'; '.join(s.problems)}"
+        for s in search.skipped
+    ]
+    resumed = resume.step if resume else 0
+    cost = max(0, max(s.step for s in search.skipped) - resumed)
+    origin = f"step {resumed}" if resume else "scratch"
+    incident = state.current_incident
+    if incident is None:
+        incident = state.open_incident_now(
+            "checkpoint",
+            FailureClass.STORAGE,
+            now,
+            action=Action.FALLBACK,
+            strategy=FALLBACK_STRATEGY,
+            reason=f"newest checkpoint failed verification: resuming from {origin}",
+        )
+    incident.skipped_checkpoints = lines
+    incident.fallback_steps = cost
+    incident.add_evidence([*lines, f"fell back to {origin}: {cost} steps older than the newest"])
+
+
+def record_rollback(state: JobState, retired: list[CheckpointRef]) -> int | None:
+    """Keep the checkpoints a numerical rollback retired out of every later search,
+    say so on the open incident, and return the lowest retired step (the search then
+    stays below it: a durable copy, if tiered, holds the same divergence)."""
+    state.retired_steps = sorted({*state.retired_steps, *(r.step for r in retired)})
+    incident = state.current_incident
+    if incident is not None:
+        incident.add_evidence(
+            [f"rolled back past checkpoint step {r.step} (kept at {r.path})" for r in retired]
+        )
+    return min((r.step for r in retired), default=None)
