@@ -11,6 +11,12 @@ anything still alive from older ones, and from every other run of the same job (
 terminated earlier run may have left ranks behind), so two generations are never
 alive at once. Only groups whose pid files' start ticks match are signalled.
 
+Warm starts (``warm_start`` in the spec): each local node's ranks are forked from
+that node's zygote for the run (:mod:`lazarus.activities.nodes.warm`), which writes
+the same pid files as a cold start, so adoption and fencing above are unchanged; a
+fork that cannot happen starts the rank cold, and ``LaunchResult.warm_start`` says
+which ranks went which way and why. Fencing another run also stops its zygotes.
+
 A node that cannot be reached fails the launch at once (``NodeUnreachable``, not
 retried: the workflow treats it as a node failure) after what this launch started
 elsewhere is stopped, so no half-launched generation is left running.
@@ -37,13 +43,16 @@ from lazarus.activities.nodes.agent import (
     NodeUnreachable,
     RankLaunch,
     StartedRank,
+    WarmStart,
 )
 from lazarus.activities.nodes.factory import agents, on_each, on_each_settled
 from lazarus.activities.nodes.local_agent import RankStartFailed, stop_ranks
 from lazarus.activities.nodes.shim_agent import ShimError
+from lazarus.activities.nodes.warm import stop_run_zygotes
 from lazarus.activities.program import rank_search_path, resolve_program
 from lazarus.activities.rundir import (
     GenerationDir,
+    control_document,
     generation_lock,
     generations,
     job_root,
@@ -56,7 +65,14 @@ from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
 from lazarus.domain.api import API_KEY_ENV
 from lazarus.domain.chaos_points import chaos_point
-from lazarus.domain.contracts import CheckpointRef, LaunchRequest, LaunchResult, RankProcess
+from lazarus.domain.contracts import (
+    CheckpointRef,
+    LaunchRequest,
+    LaunchResult,
+    RankProcess,
+    WarmStartOutcome,
+)
+from lazarus.domain.memory_tier import memory_checkpoint_dir
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec, NodeSpec
 
@@ -149,6 +165,9 @@ def rank_environment(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    for name in CHECKPOINT_TIER_VARIABLES:  # the worker's own must never leak into a rank
+        env.pop(name, None)
+    env.update(checkpoint_tier_environment(spec, gen))
     env.pop(env_names.RESUME_FROM, None)
     env.pop(env_names.RESUME_STEP, None)
     if resume is not None:
@@ -159,6 +178,49 @@ def rank_environment(
     extra = spec.env.get("PYTHONPATH") or (source.get("PYTHONPATH") if local else None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(RANK_IMPORT_ROOT), extra]))
     return env
+
+
+def run_memory_dir(spec: JobSpec, gen: GenerationDir) -> str | None:
+    """The memory tier's directory for ``gen``'s run on every node
+    (:func:`lazarus.domain.memory_tier.memory_checkpoint_dir`), or None when
+    ``checkpoints.memory_every_steps`` leaves the tier off."""
+    if spec.checkpoints.memory_every_steps is None:
+        return None
+    run_root = gen.path.parent
+    legacy = run_root == job_root(spec.run_dir, spec.job_id)
+    return memory_checkpoint_dir(spec.job_id, None if legacy else str(run_root))
+
+
+CHECKPOINT_TIER_VARIABLES = (
+    env_names.CHECKPOINT_EVERY_STEPS,
+    env_names.MEMORY_CHECKPOINT_DIR,
+    env_names.MEMORY_EVERY_STEPS,
+    env_names.MEMORY_KEEP,
+)
+
+
+def checkpoint_tier_environment(spec: JobSpec, gen: GenerationDir) -> dict[str, str]:
+    """The checkpoint tiers' variables ``checkpoints:`` sets: the disk interval when
+    ``every_steps`` is given, the memory tier's three when ``memory_every_steps`` is."""
+    checkpoints = spec.checkpoints
+    env: dict[str, str] = {}
+    if checkpoints.every_steps is not None:
+        env[env_names.CHECKPOINT_EVERY_STEPS] = str(checkpoints.every_steps)
+    memory_dir = run_memory_dir(spec, gen)
+    if memory_dir is not None:
+        env[env_names.MEMORY_CHECKPOINT_DIR] = memory_dir
+        env[env_names.MEMORY_EVERY_STEPS] = str(checkpoints.memory_every_steps)
+        env[env_names.MEMORY_KEEP] = str(checkpoints.memory_keep)
+    return env
+
+
+def initial_control_document(spec: JobSpec) -> dict[str, object]:
+    """``control.json`` as a launch writes it: no request, the spec's intervals."""
+    return control_document(
+        0,
+        checkpoint_every_steps=spec.checkpoints.every_steps,
+        memory_every_steps=spec.checkpoints.memory_every_steps,
+    )
 
 
 def rank_env_file(spec: JobSpec, node: NodeSpec) -> str | None:
@@ -265,6 +327,8 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
         _fence_older_generations(root, request.generation)
         others = _other_runs(job_dir, root)
         _fence([g for other in others for g in generations(other)])
+        for other in others:  # an earlier run's zygotes would fork for nobody
+            stop_run_zygotes(other)
         if gen.stopped_file.exists():
             raise LaunchRefused(f"generation {request.generation} was stopped; launch a new one")
         done = read_json(gen.launch_file)
@@ -286,7 +350,13 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             }
             write_json_atomic(gen.plan_file, plan)
         master_port = int(plan["master_port"])
-        write_json_atomic(gen.control_file, {"checkpoint_request": 0})
+        write_json_atomic(gen.control_file, initial_control_document(spec))
+
+        warm = (
+            WarmStart(run_root=str(root), preload=spec.warm.preload, standby=spec.warm.standby)
+            if spec.warm is not None
+            else None
+        )
 
         def start_on(agent: NodeAgent) -> list[StartedRank]:
             index = nodes.index(agent.node)
@@ -303,6 +373,8 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
                 )
                 for rank in range(first, first + spec.nproc_per_node)
             ]
+            if warm is not None:
+                return agent.start_ranks_warm(str(gen.path), launches, warm)
             return agent.start_ranks(str(gen.path), launches)
 
         chaos_point(chaos_points.LAUNCH_BEFORE_PIDS)
@@ -331,10 +403,50 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             ranks=ranks,
             launched_at=time.time(),
             adopted=any(r.adopted for started in per_node for r in started),
+            ranks_started_at=ranks_started_at(gen, nodes, ranks),
+            warm_start=(warm_start_outcome(nodes, per_node) if spec.warm is not None else None),
         )
         chaos_point(chaos_points.LAUNCH_BEFORE_LAUNCH_JSON)
         write_json_atomic(gen.launch_file, result.model_dump(mode="json", exclude={"adopted"}))
         return result
+
+
+def ranks_started_at(
+    gen: GenerationDir, nodes: list[NodeSpec], ranks: list[RankProcess]
+) -> float | None:
+    """When the last rank's process started, from the pid files (adopted ranks
+    included): the recovery timeline's "rank process started" for scripts without
+    the rank helper. Only where the run directory is this machine's (local nodes);
+    None elsewhere, or when a pid file does not say (the rank helper's own mark
+    still fills the phase)."""
+    if not ranks or any(node.launcher != "local" for node in nodes):
+        return None
+    times: list[float] = []
+    for rank in ranks:
+        record = read_json(gen.pid_file(rank.rank))
+        at = record.get("started_at") if record is not None else None
+        if not isinstance(at, int | float) or isinstance(at, bool):
+            return None
+        times.append(float(at))
+    return max(times)
+
+
+def warm_start_outcome(
+    nodes: list[NodeSpec], per_node: list[list[StartedRank]]
+) -> WarmStartOutcome:
+    """Which ranks were forked warm and which started cold, with each node's reasons."""
+    warm = [r for started in per_node for r in started if r.warm]
+    cold = [r for started in per_node for r in started if not r.warm]
+    reasons: list[str] = []
+    for node, started in zip(nodes, per_node, strict=True):
+        for reason in dict.fromkeys(r.cold_reason for r in started if r.cold_reason):
+            reasons.append(f"{node.name}: {reason}")
+    return WarmStartOutcome(
+        warm_ranks=sorted(r.rank for r in warm),
+        cold_ranks=sorted(r.rank for r in cold),
+        from_standby=sum(1 for r in warm if r.from_standby),
+        fallback_reasons=reasons,
+    )
 
 
 def _start_everywhere(

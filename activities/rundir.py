@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lazarus.domain import environment as env_names
+
 _GEN_DIR = re.compile(r"^gen-(\d{5,})$")
 
 
@@ -56,6 +58,29 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def control_document(
+    request_id: int,
+    *,
+    checkpoint_every_steps: int | None,
+    memory_every_steps: int | None,
+    then: str | None = None,
+) -> dict[str, Any]:
+    """A generation's ``control.json``: checkpoint request ``request_id`` (0: none, as
+    the launcher writes it), ``then`` (``"hold"``: wait after committing it), and the
+    checkpoint intervals. Every writer builds it here, because a rewrite without the
+    interval keys would silently drop the ranks back to the environment's intervals
+    (:mod:`lazarus.domain.environment`); None leaves a key out (the environment's, or
+    the script's own, interval then applies)."""
+    document: dict[str, Any] = {"checkpoint_request": request_id}
+    if then is not None:
+        document["then"] = then
+    if checkpoint_every_steps is not None:
+        document[env_names.CONTROL_CHECKPOINT_EVERY_STEPS] = checkpoint_every_steps
+    if memory_every_steps is not None:
+        document[env_names.CONTROL_MEMORY_EVERY_STEPS] = memory_every_steps
+    return document
 
 
 def job_root(run_dir: str | Path, job_id: str) -> Path:

@@ -8,34 +8,63 @@ crash, or a second ``cancel``, is always safe. A node that cannot be reached is
 reported, not waited for: what runs there is fenced when it comes back. A group
 that outlives SIGKILL for ``kill_wait_s`` (uninterruptible sleep) is reported in
 ``unkillable``, not retried forever: the workflow quarantines its node.
+With ``end_of_run`` (the run finished, was cancelled or failed) each node's
+zygote (warm starts) is stopped too and the run's memory tier removed.
 """
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 from temporalio import activity
 
 from lazarus.activities.heartbeat import in_thread_heartbeating
-from lazarus.activities.nodes.agent import NodeAgent, NodeStopResult
+from lazarus.activities.nodes.agent import (
+    NodeAgent,
+    NodeRefused,
+    NodeStopResult,
+    NodeUnreachable,
+)
 from lazarus.activities.nodes.factory import agents, on_each
 from lazarus.activities.nodes.local_agent import LocalAgent
+from lazarus.activities.nodes.shim_agent import ShimError
+from lazarus.activities.rundir import runs
 from lazarus.domain.contracts import StopRequest, StopResult
+from lazarus.domain.memory_tier import memory_checkpoint_dir
 from lazarus.domain.spec import NodeSpec
+
+log = logging.getLogger(__name__)
 
 
 def stop_on_nodes(request: StopRequest) -> StopResult:
     """Stop on every node of the request at once; with no nodes, every rank on this
-    machine (whichever logical node launched it)."""
+    machine (whichever logical node launched it).
+
+    The fast path of a crash recovery: ``kill_at_once`` gives no grace (the survivors
+    are stuck in a collective with a dead peer and cannot checkpoint), and the nodes
+    in ``skip_nodes`` (declared dead) are not contacted at all: they are reported
+    ``unreachable``, as a dead host would be, and fenced when they come back."""
+    grace_s = 0.0 if request.kill_at_once else request.grace_s
 
     def stop_one(agent: NodeAgent) -> NodeStopResult:
-        return agent.stop(
-            request.run_root, request.keep_generation, request.grace_s, request.kill_wait_s
-        )
+        result = agent.stop(request.run_root, request.keep_generation, grace_s, request.kill_wait_s)
+        if request.end_of_run and result.reachable:
+            end_run_on(agent, request)
+        return result
 
+    skipped = set(request.skip_nodes)
+    contacted = [node for node in request.nodes if node.name not in skipped]
+    results = [
+        NodeStopResult(node=node.name, reachable=False, error="declared dead: not contacted")
+        for node in request.nodes
+        if node.name in skipped
+    ]
     if not request.nodes:
-        results = [stop_one(LocalAgent(NodeSpec(), whole_machine=True))]
-    else:
-        with agents(request.nodes, request.ssh) as opened:
-            results = on_each(opened, stop_one)
+        results.append(stop_one(LocalAgent(NodeSpec(), whole_machine=True)))
+    elif contacted:
+        with agents(contacted, request.ssh) as opened:
+            results += on_each(opened, stop_one)
     steps = [r.last_step for r in results if r.last_step is not None]
     return StopResult(
         generations=sorted({g for r in results for g in r.generations}),
@@ -45,6 +74,29 @@ def stop_on_nodes(request: StopRequest) -> StopResult:
         unreachable=[r.node for r in results if not r.reachable],
         unkillable=[group for r in results for group in r.unkillable],
     )
+
+
+def end_run_on(agent: NodeAgent, request: StopRequest) -> None:
+    """``end_of_run``: the node's zygote stopped, the run's memory tier removed. Best
+    effort once the ranks are stopped: a failure here is logged, never retried
+    forever (an idle zygote wastes memory, not correctness; ``/dev/shm`` is per run)."""
+    try:
+        agent.end_run(request.run_root, memory_dirs(request))
+    except (NodeUnreachable, NodeRefused, ShimError, OSError, ValueError) as exc:
+        log.warning("end of run on node %s: %s", agent.node.name, exc)
+
+
+def memory_dirs(request: StopRequest) -> list[str]:
+    """The memory-tier directories of the run(s) ``request.run_root`` names: a run
+    directory has one; a job directory (legacy layout, or a whole-job cleanup) has
+    the legacy one and one per run found below it on this machine."""
+    root = Path(request.run_root)
+    if root.name != request.job_id:
+        return [memory_checkpoint_dir(request.job_id, str(root))]
+    return [
+        memory_checkpoint_dir(request.job_id, None),
+        *(memory_checkpoint_dir(request.job_id, str(run)) for run in runs(root)),
+    ]
 
 
 async def stop_generations(request: StopRequest) -> StopResult:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ from lazarus.domain.contracts import (
     SupervisionProgress,
 )
 from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.phases import HEARTBEAT_FIELD
+from lazarus.domain.recovery_timeline import latest_marks
 from lazarus.domain.spec import NodeSpec
 
 VANISHED_GRACE_S = 1.5
@@ -95,6 +98,9 @@ class Observation:
     """When the first progress of any rank was seen. A rank with none yet gets a full
     ``hang_timeout_s`` after it before it counts as stalled, when progress appears
     only near or after ``startup_timeout_s``."""
+    rank_phases: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Per rank, the phase marks of its newest heartbeat (:mod:`lazarus.domain.phases`):
+    where a restart's time went on the rank side. Empty without the rank helper."""
 
 
 class Clock(Protocol):
@@ -166,6 +172,8 @@ class GenerationObserver:
         self._regex_steps: dict[int, int] = {}
         self._marks: dict[int, tuple[str, float]] = {}
         """rank -> (progress marker, controller monotonic time it was first seen)."""
+        self._rank_phases: dict[int, dict[str, float]] = {}
+        """rank -> the phase marks of its newest heartbeat (kept while its node is silent)."""
         self._heartbeat_seen = False
         self._signal_seen: float | None = None
         """Monotonic time the first progress of any rank was seen."""
@@ -262,6 +270,7 @@ class GenerationObserver:
             compute=self._compute.recent(now),
             progress_signal=self._progress_signal(now, launched_at),
             signal_seen_at=None if self._signal_seen is None else now - (mono - self._signal_seen),
+            rank_phases={rank: dict(marks) for rank, marks in self._rank_phases.items()},
         )
 
     def _rank_status(
@@ -283,6 +292,9 @@ class GenerationObserver:
         compute_s: float | None = None
         if heartbeat is not None:
             self._heartbeat_seen = True
+            marks = phase_marks(heartbeat)
+            if marks:
+                self._rank_phases[rank] = marks
         if heartbeat is not None and "step" in heartbeat:
             step = int(heartbeat["step"])
             # The node's timestamp only identifies the write; its value is never compared.
@@ -317,9 +329,15 @@ class GenerationObserver:
         )
 
     def evidence_for(self, rank: int) -> str:
-        """The log tail of one rank (one extra round trip, only when something failed)."""
+        """The log tail of one rank (one extra round trip, only when something failed).
+
+        Not fetched from a node that did not answer the last poll: a host already
+        declared dead (or going) would only make the recovery wait out the connect
+        timeout for a log it cannot send; the node's silence is the evidence."""
         per_node = self._request.nproc_per_node
         agent = self._agents[rank // per_node]
+        if agent.node.name in self._unreachable_since:
+            return ""
         try:
             return agent.log_tail(str(self._gen.path), rank, TAIL_BYTES)
         except Exception as exc:
@@ -332,6 +350,23 @@ class GenerationObserver:
         if agent.node.launcher != "local" or pid <= 0:
             return None
         return self._oom.evidence(rank, pid)
+
+
+def phase_marks(heartbeat: dict[str, object]) -> dict[str, float]:
+    """The phase marks a heartbeat carries (``{name: unix_time}``), keeping only
+    well-formed ones: the heartbeat is the training script's file, and a malformed
+    entry must cost its mark, never the supervision."""
+    raw = heartbeat.get(HEARTBEAT_FIELD)
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        name: float(at)
+        for name, at in raw.items()
+        if isinstance(name, str)
+        and isinstance(at, int | float)
+        and not isinstance(at, bool)
+        and math.isfinite(at)
+    }
 
 
 def _max_step(ranks: list[RankStatus]) -> int | None:
@@ -593,7 +628,12 @@ def evaluate(
     if request.report_first_step:
         first = _first_step_at(request, obs)
         if first is not None:
-            return SuperviseOutcome(kind="first_step", first_step_at=first, **base)
+            return SuperviseOutcome(
+                kind="first_step",
+                first_step_at=first,
+                rank_phases=latest_marks(obs.rank_phases),
+                **base,
+            )
     straggler = _straggler(request, obs)
     if straggler is not None:
         return SuperviseOutcome(kind="straggler", straggler=straggler, **base)

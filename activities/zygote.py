@@ -737,10 +737,14 @@ def _user_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
 
 
 def _already_running(run_dir: Path) -> int | None:
+    """The pid of a live zygote already serving ``run_dir``. A killed zygote whose
+    reaper has not collected it yet (a zombie: its start ticks still match) is dead."""
     try:
         record = json.loads((run_dir / PID_FILE).read_text())
         pid = int(record["pid"])
-        if start_ticks(pid) == int(record["start_ticks"]):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        state = stat[stat.rindex(")") + 2 :].split()[0]
+        if start_ticks(pid) == int(record["start_ticks"]) and state not in ("Z", "X"):
             return pid
     except (OSError, ValueError, KeyError, TypeError):
         pass

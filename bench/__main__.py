@@ -206,11 +206,15 @@ def tables(run: BenchRun, stats: report.Summary, benchmark: str) -> str:
     """What a benchmark prints: its scenario table, then overhead and soak tables."""
     from bench import overhead, soak
 
+    phases = report.phase_table(stats)
     if benchmark == "recovery":
-        return report.recovery_table(stats, report.skipped(run))
+        table = report.recovery_table(stats, report.skipped(run))
+        return table if phases is None else f"{table}\n\n{phases}"
     parts = []
     if run.plan.scenarios:
         parts.append(report.compare_table(stats))
+        if phases is not None:
+            parts.append(phases)
     if "overhead" in run.extras:
         parts.append(overhead.markdown(run.extras["overhead"], stats))
     if "soak" in run.extras:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from lazarus.domain.recovery_timeline import PHASES
+
 Value = float | int | bool | None
 """What one run reports for one metric (None: not measured in this run)."""
 
@@ -224,6 +226,24 @@ _DEFS: tuple[MetricDef, ...] = (
     # ----------------------------------------------------------------- summaries only
     MetricDef("failed_runs", "count", "runs that raised (summaries only)"),
     MetricDef("skipped_runs", "count", "runs skipped: prerequisites missing here (summaries only)"),
+)
+
+PHASE_METRICS: tuple[tuple[str, str], ...] = tuple(
+    (f"phase_{field.removesuffix('_at')}_s", label) for field, label in PHASES[1:]
+)
+"""``(metric, phase label)`` for each recovery phase after the fault, in the order a
+recovery reaches them (:data:`lazarus.domain.recovery_timeline.PHASES`)."""
+
+_DEFS += tuple(
+    MetricDef(
+        name,
+        "s",
+        f"crash, hang: the recovery's phase '{label}': seconds from the previous phase reached "
+        "(Lazarus: the incident's timeline, fault as the controller dates it, rank phases "
+        "from the rank helper's marks; torchrun: the bench's injection, the agent's first "
+        "line saying a worker failed, the restarted ranks' process start, their first step)",
+    )
+    for name, label in PHASE_METRICS
 )
 
 METRICS: dict[str, MetricDef] = {m.name: m for m in _DEFS}

@@ -29,6 +29,7 @@ from typing import Any
 
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import WORLD_SIZE
+from bench.metrics import PHASE_METRICS
 from bench.registry import SYSTEMS, System
 
 SCHEMA = 2
@@ -227,6 +228,36 @@ def recovery_table(stats: Summary, skipped: dict[str, str], system: System = "la
     if skipped:
         lines.append("")
         lines += [f"Skipped {name}: {why}" for name, why in skipped.items()]
+    return "\n".join(lines)
+
+
+def phase_table(stats: Summary, scenario: str = "crash") -> str | None:
+    """Where a recovery's time goes, phase by phase: each system's median seconds
+    from the previous phase it reached (``phase_<name>_s``), and the sum of those
+    medians. A phase a system cannot show (torchrun has no decision or checkpoint
+    search to time; a script without the rank helper has no rank phases) is blank.
+    None when the scenario has no phase figures."""
+    per_system = stats.get(scenario, {})
+    systems = [s for s in SYSTEMS if any(m in per_system.get(s, {}) for m, _ in PHASE_METRICS)]
+    if not systems:
+        return None
+    names = {"lazarus": "Lazarus", "torchrun": "torchrun", "torchrun_default": "torchrun (default)"}
+    lines = [
+        f"{scenario}: recovery phases, median seconds from the previous phase",
+        "",
+        "| phase | " + " | ".join(names.get(s, s) for s in systems) + " |",
+        "|---|" + "---|" * len(systems),
+    ]
+    totals: dict[str, float] = dict.fromkeys(systems, 0.0)
+    for metric, label in PHASE_METRICS:
+        cells = [per_system.get(s, {}).get(metric) for s in systems]
+        medians = [c.stats.median if c is not None and c.stats is not None else None for c in cells]
+        if all(m is None for m in medians):
+            continue
+        for system, median in zip(systems, medians, strict=True):
+            totals[system] += median or 0.0
+        lines.append(f"| {label} | " + " | ".join(_fmt(m) for m in medians) + " |")
+    lines.append("| sum of medians | " + " | ".join(_fmt(totals[s]) for s in systems) + " |")
     return "\n".join(lines)
 
 

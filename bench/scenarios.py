@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from bench.harness import BenchContext, LazarusRun, Metric, SpecBuilder, TorchrunRun, wait_until
 from bench.jobs import JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor, StepTrace
+from bench.metrics import PHASE_METRICS
 from bench.registry import Measured, runs, scenario
 from bench.torchrun import TorchrunSetup
 from lazarus import chaos
 from lazarus.activities.rundir import read_json
+from lazarus.domain.recovery_timeline import RecoveryTimeline
 from lazarus.domain.spec import JobSpec
 from lazarus.local_stack import LocalStack
 from lazarus.workflows.state import Incident, JobStatus, Phase
@@ -104,6 +106,16 @@ def _lazarus_phases(
     }
 
 
+def phase_metrics(timeline: RecoveryTimeline | None) -> dict[str, Metric]:
+    """``phase_<name>_s`` for each phase the recovery reached: the seconds from the
+    previous phase reached (:meth:`RecoveryTimeline.durations`); none without a
+    timeline. The report's phase table prints their medians."""
+    if timeline is None:
+        return {}
+    by_label = {label: name for name, label in PHASE_METRICS}
+    return {by_label[d.phase]: d.seconds for d in timeline.durations()}
+
+
 async def _rank_fault(
     ctx: BenchContext, repeat: int, name: str, rank: int, sig: signal.Signals
 ) -> Measured:
@@ -130,6 +142,7 @@ async def _rank_fault(
             ),
             "recovery_outside_seen_s": _seen_outside(run.job.monitor, fault.generation, fault.at),
             **_lazarus_phases(incident, trace, fault.at),
+            **phase_metrics(incident.timeline if incident else None),
         }
         if sig == signal.SIGSTOP:
             metrics["hang_timeout_s"] = run.job.spec.health.hang_timeout_s
@@ -170,14 +183,25 @@ def _torchrun_recovery(run: TorchrunRun, fault_at: float, generation: int) -> di
     resumed = run.job.resumed_from.get(first.generation) if first is not None else None
     detected = run.job.agent_detection_after(fault_at)
     relaunched = None
+    started: float | None = None
     if first is not None:
-        spawned = [r.seen_at for r in run.job.ranks if r.generation == first.generation]
-        relaunched = min(spawned, default=None)
+        restarted = [r for r in run.job.ranks if r.generation == first.generation]
+        relaunched = min((r.seen_at for r in restarted), default=None)
+        started = max((r.started_at for r in restarted), default=None)
+    # What torchrun's output allows: fault (the injection), the agent noticing, the
+    # last restarted worker's process start, the first new step.
+    timeline = RecoveryTimeline(
+        fault_at=fault_at,
+        detected_at=detected,
+        rank_started_at=started,
+        first_step_at=first.t if first is not None else None,
+    )
     return {
         "detected": detected is not None,
         "detection_from_injection_s": (detected - fault_at) if detected is not None else None,
         **recovery_metrics(trace, fault_at, generation, None, resumed),
         "relaunch_to_first_step_s": _since(relaunched, first.t if first else None),
+        **phase_metrics(timeline),
     }
 
 

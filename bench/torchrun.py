@@ -43,6 +43,7 @@ TorchrunSetup = Literal["best", "default"]
 POLL_INTERVAL_S = 0.05
 MONITOR_INTERVAL_S = 0.5
 UNSHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 """glog-style prefix of the elastic agent's log lines (``W1130 15:02:51.889000 5036 ...``)."""
@@ -71,6 +72,13 @@ class RankProcess:
     @property
     def alive(self) -> bool:
         return is_alive(self.pid, self.start_ticks)
+
+    @property
+    def started_at(self) -> float:
+        """When the kernel started the process (unix time, 10 ms resolution): from its
+        start ticks, more exact than ``seen_at`` (the bench's next poll)."""
+        age_s = time.clock_gettime(time.CLOCK_BOOTTIME) - self.start_ticks / _CLOCK_TICKS
+        return time.time() - age_s
 
 
 @dataclass

@@ -444,7 +444,7 @@ def incidents(
     elif not found:
         _out().print(f"job '{job}' has had no incidents", markup=False)
     else:
-        _out().print(render.incidents_table(found))
+        _out().print(render.render_incidents(found))
 
 
 @app.command()

@@ -55,8 +55,20 @@ HANG_DETECTION_OFF = "hang detection: off (no progress signal)"
 # --- JSON ---------------------------------------------------------------------------------
 
 
+def incident_json(incident: Incident) -> dict[str, Any]:
+    """One incident for scripts: its fields (``timeline`` holds the phase times), plus
+    ``phases``: the timeline's :meth:`~RecoveryTimeline.durations` (phase, seconds
+    since the previous phase, seconds since the fault), [] when it has none."""
+    body = incident.model_dump(mode="json", by_alias=True)
+    timeline = incident.timeline
+    body["phases"] = (
+        [] if timeline is None else [d.model_dump(mode="json") for d in timeline.durations()]
+    )
+    return body
+
+
 def incidents_json(incidents: list[Incident]) -> list[dict[str, Any]]:
-    return [incident.model_dump(mode="json", by_alias=True) for incident in incidents]
+    return [incident_json(incident) for incident in incidents]
 
 
 def status_json(view: StatusView) -> dict[str, Any]:
@@ -64,6 +76,7 @@ def status_json(view: StatusView) -> dict[str, Any]:
     present (null when unknown) so scripts need not special-case a silent worker."""
     if view.status is not None:
         body = view.status.model_dump(mode="json", by_alias=True)
+        body["incidents"] = incidents_json(view.status.incidents)
     else:
         body = {
             name: None
@@ -205,6 +218,9 @@ def render_status(view: StatusView, now: float | None = None) -> RenderableType:
         parts.append(stragglers_table(status.stragglers))
     if status is not None and status.incidents:
         parts.append(incidents_table(status.incidents))
+        breakdown = last_recovery_line(status.incidents)
+        if breakdown is not None:
+            parts.append(breakdown)
     if status is not None and status.incidents_dropped:
         counts = ", ".join(f"{n} {c}" for c, n in sorted(status.dropped_by_class.items()))
         parts.append(
@@ -400,6 +416,72 @@ def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
             cells += [incident.action, escape(incident.reason + hook)]
         table.add_row(*cells)
     return table
+
+
+PHASE_TABLES_SHOWN = 3
+"""``incidents`` draws the phase tables of this many latest recoveries (--json has all)."""
+
+
+def render_incidents(incidents: list[Incident]) -> RenderableType:
+    """What ``lazarus incidents JOB`` prints: the incidents, then where the latest
+    recoveries' time went, phase by phase."""
+    timed = [i for i in incidents if i.timeline is not None]
+    parts: list[RenderableType] = [incidents_table(incidents)]
+    parts += [phase_table(i) for i in timed[-PHASE_TABLES_SHOWN:]]
+    if len(timed) > PHASE_TABLES_SHOWN:
+        parts.append(
+            Text(
+                f"{len(timed) - PHASE_TABLES_SHOWN} older recoveries' phases: see --json",
+                style="dim",
+            )
+        )
+    return Group(*parts)
+
+
+def phase_table(incident: Incident) -> Table:
+    """One recovery's phases: the seconds each took and the time since the fault. A
+    phase not reached (a script without the rank helper, a recovery under way) is
+    not listed."""
+    table = Table(title=f"incident #{incident.id}: recovery phases", title_justify="left")
+    table.add_column("phase")
+    table.add_column("seconds", justify="right")
+    table.add_column("since fault", justify="right")
+    timeline = incident.timeline
+    for phase in [] if timeline is None else timeline.durations():
+        table.add_row(phase.phase, f"{phase.seconds:.2f}", f"{phase.since_fault_s:.2f}")
+    return table
+
+
+SHORT_PHASES: dict[str, str] = {
+    "detected": "detect",
+    "decision": "decide",
+    "survivors stopped": "stop",
+    "resume point chosen": "resume",
+    "launch requested": "launch",
+    "rank process started": "start",
+    "framework imported": "import",
+    "process group initialised": "pg",
+    "checkpoint loaded": "load",
+    "first new step": "step",
+}
+"""The phase labels of :data:`~lazarus.domain.recovery_timeline.PHASES`, shortened
+for the one line ``status`` gives them."""
+
+
+def last_recovery_line(incidents: list[Incident]) -> Text | None:
+    """The latest recovery's breakdown on one line, for ``status``: how long it took
+    so far, then the seconds each reached phase took (``incidents`` has the table)."""
+    latest = next((i for i in reversed(incidents) if i.timeline is not None), None)
+    if latest is None or latest.timeline is None:
+        return None
+    phases = latest.timeline.durations()
+    if not phases:
+        return None
+    line = Text(f"last recovery #{latest.id}: ", style="bold")
+    line.append(f"{phases[-1].since_fault_s:.2f}s to {phases[-1].phase}", style="bold")
+    line.append(" = ")
+    line.append(", ".join(f"{SHORT_PHASES.get(p.phase, p.phase)} {p.seconds:.2f}" for p in phases))
+    return line
 
 
 def ignored_table(messages: list[IgnoredMessage]) -> Table:

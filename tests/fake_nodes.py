@@ -56,6 +56,9 @@ class FakeAgent(NodeAgent):
     def stop(self, *args: object, **kwargs: object) -> NodeStopResult:
         raise NotImplementedError
 
+    def end_run(self, run_root: str, memory_dirs: list[str]) -> None:
+        raise NotImplementedError
+
     def preflight(self, request: PreflightRequest) -> PreflightResult:
         raise NotImplementedError
 

@@ -20,7 +20,12 @@ NODE_UNREACHABLE = "NodeUnreachable"
 
 
 def failure_context(
-    spec: JobSpec, state: JobState, failure: FailureReport, now: float
+    spec: JobSpec,
+    state: JobState,
+    failure: FailureReport,
+    now: float,
+    *,
+    fast_path: bool = False,
 ) -> FailureContext:
     """What the playbook may weigh about ``failure``, taken before its incident is
     opened: earlier failures only, and the jitter keyed by the incident about to open."""
@@ -37,6 +42,7 @@ def failure_context(
         active_nodes=len(state.pool.active),
         min_nodes=spec.min_nodes,
         jitter_key=f"{spec.job_id}:{state.next_incident_id}",
+        no_backoff_after_progress=fast_path,
     )
 
 

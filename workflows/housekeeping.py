@@ -112,6 +112,7 @@ class Housekeeper:
                     checkpoint_dir=spec.checkpoint_dir,
                     newer_than_step=state.housekept_step,
                     min_interval_s=checkpoints.housekeeping_interval_s,
+                    verify=checkpoints.verify_hashes,
                 ),
                 start_to_close_timeout=timedelta(hours=2),
                 heartbeat_timeout=worker_loss_timeout(spec),
@@ -121,6 +122,8 @@ class Housekeeper:
             if found is None:
                 continue
             state.housekept_step = found.step
+            if found.verified is not None:
+                state.remember_verified(found.verified, keep=checkpoints.keep_local + 1)
             if checkpoints.durable_uri is not None:
                 try:
                     uploaded = await execute(

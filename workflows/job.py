@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio import workflow
@@ -79,6 +80,8 @@ with workflow.unsafe.imports_passed_through():
         SuperviseOutcome,
         SuperviseRequest,
     )
+    from lazarus.domain.memory_tier import memory_checkpoint_dir
+    from lazarus.domain.recovery_timeline import RecoveryTimeline
     from lazarus.domain.spec import JobSpec
     from lazarus.workflows.activity_calls import (
         HOOK_RETRY,
@@ -162,6 +165,14 @@ and a hook that keeps failing no longer blocks it (its delivery moves to the nex
 PATCH_RETIER_AFTER_FALLBACK = "retier-after-fallback"
 """Resuming below the newest tiered step restarts the checkpoint watch there, so the
 checkpoints written after a rollback or a fallback are tiered too."""
+PATCH_FAST_RECOVERY = "fast-recovery"
+"""The recovery fast path: no backoff for the first failure after progress, no second
+fence stop of a generation the recovery has just stopped, and a cleanup stop at the
+end of a run that used warm starts or the memory tier."""
+
+DOOMED_KINDS = frozenset({"crash", "hang", "vanished", "node_lost"})
+"""Failures whose surviving ranks are stuck in a collective with a dead (or frozen)
+peer: they cannot checkpoint, so they are killed at once instead of given a grace."""
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -177,6 +188,8 @@ class JobWorkflow:
         self._housekeeper: Housekeeper | None = None
         self._continue_anywhere = False
         """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
+        self._fast = False
+        """PATCH_FAST_RECOVERY applies to this run."""
         self._pausing = False
         """A pause is being carried out (its just-in-time checkpoint and stop)."""
 
@@ -296,6 +309,7 @@ class JobWorkflow:
                 # fences or escalation markers; continue-as-new keeps the key.
                 self._state.run_key = f"run-{workflow.info().run_id}"
         self._continue_anywhere = workflow.patched(PATCH_CONTINUE_AS_NEW_ANY_PHASE)
+        self._fast = workflow.patched(PATCH_FAST_RECOVERY)
         self._publish_phase()
         self._housekeeper = Housekeeper(self.spec, self._state)
         self._housekeeper.start()
@@ -306,12 +320,20 @@ class JobWorkflow:
                 await self._turn()
         except asyncio.CancelledError:
             self._stop_housekeeping()
-            await self._stop_all("job cancelled")
+            await self._stop_all("job cancelled", end_of_run=self._run_leaves_state())
             self._set_phase(Phase.CANCELLED)
             self._state.finished_at = self._now()
             raise
         self._stop_housekeeping()
+        if self._fast and self._run_leaves_state():
+            await self._stop_all(f"end of run ({self._state.phase.value})", end_of_run=True)
         return self.status()
+
+    def _run_leaves_state(self) -> bool:
+        """Whether the run leaves something on the nodes beyond its ranks: zygotes
+        (warm starts) or memory-tier snapshots in tmpfs, which its last stop removes."""
+        spec = self.spec
+        return spec.warm is not None or spec.checkpoints.memory_every_steps is not None
 
     async def _turn(self) -> None:
         """One durable move of the state machine."""
@@ -336,8 +358,13 @@ class JobWorkflow:
         spec = self.spec
         state = self._state
         self._set_phase(Phase.LAUNCHING)
-        if state.generation > 0:
-            await self._stop_all(f"fence generation {state.generation} before relaunch")
+        if state.generation > 0 and not (
+            self._fast and state.stopped_generation == state.generation
+        ):
+            await self._stop_all(
+                f"fence generation {state.generation} before relaunch",
+                skip=self._dead_nodes() if self._fast else (),
+            )
         if state.stuck_ranks is not None:
             # Never launch beside ranks that would not die: a person must look.
             stuck, state.stuck_ranks = state.stuck_ranks, None
@@ -345,6 +372,9 @@ class JobWorkflow:
             return
         below = await self._roll_back() if state.rollback_pending else None
         resume = await self._find_resume_point(below)
+        recovering = state.current_incident
+        if recovering is not None and recovering.timeline is not None:
+            recovering.timeline.resume_chosen_at = self._now()
         state.resume = resume
         state.account_resume(resume)
         self._retier_from(resume)
@@ -352,6 +382,8 @@ class JobWorkflow:
             return
         state.generation += 1
         origin = f"step {resume.step}" if resume else "scratch"
+        if recovering is not None and recovering.timeline is not None:
+            recovering.timeline.launch_requested_at = self._now()
         try:
             result = await execute(
                 LAUNCH,
@@ -387,6 +419,10 @@ class JobWorkflow:
         relaunched = state.current_incident
         if relaunched is not None:
             relaunched.relaunched_at = result.launched_at
+            if relaunched.timeline is not None:
+                relaunched.timeline.rank_started_at = result.ranks_started_at
+            if result.warm_start is not None:
+                relaunched.evidence.append(result.warm_start.summary())
         workflow.logger.info(
             "launched generation %d on port %d (adopted=%s)",
             result.generation,
@@ -448,7 +484,12 @@ class JobWorkflow:
         if outcome.step is not None:
             self._set_step(outcome.step)
         if outcome.kind == "first_step":
-            state.close_incident(outcome.first_step_at or outcome.observed_at)
+            first_step_at = outcome.first_step_at or outcome.observed_at
+            recovered = state.current_incident
+            if recovered is not None and recovered.timeline is not None:
+                timeline = recovered.timeline.with_rank_marks(outcome.rank_phases)
+                recovered.timeline = timeline.model_copy(update={"first_step_at": first_step_at})
+            state.close_incident(first_step_at)
         elif outcome.kind == "succeeded":
             if state.pool.unfenced():
                 await self._stop_all("job finished: fence quarantined nodes that came back")
@@ -465,16 +506,26 @@ class JobWorkflow:
         state = self._state
         self._set_phase(Phase.RECOVERING)
         state.consecutive_failures += 1
-        context = failure_context(spec, state, failure, self._now())
+        context = failure_context(spec, state, failure, self._now(), fast_path=self._fast)
         incident = state.add_incident(
             Incident.from_failure(failure, id=state.next_incident_id, generation=state.generation)
         )
         decision = decide(context, spec.recovery, spec.playbook)
         incident.apply(decision)
+        timeline = RecoveryTimeline(
+            fault_at=incident.fault_at, detected_at=incident.detected_at, decided_at=self._now()
+        )
+        incident.timeline = timeline
+        dead = [failure.node] if failure.kind == "node_lost" and failure.node else []
         stopped = await self._stop_all(
-            f"incident {incident.id}: {failure.kind} on rank {failure.rank}"
+            f"incident {incident.id}: {failure.kind} on rank {failure.rank}",
+            kill_at_once=failure.kind in DOOMED_KINDS,
+            skip=[*dead, *self._dead_nodes()] if self._fast else (),
         )
         incident.record_stop(self._now(), stopped.last_step)
+        timeline.survivors_stopped_at = incident.stopped_at
+        if not stopped.unkillable:
+            state.stopped_generation = state.generation
         if decision.action == Action.NEEDS_OPERATOR:
             if failure.kind == "node_lost" and failure.node in state.pool.active:
                 # Never relaunch on a dead node, even when a person resumes without looking.
@@ -518,6 +569,9 @@ class JobWorkflow:
         else:
             last_step = (await self._stop_all(f"forced recovery: {request.reason}")).last_step
         incident.record_stop(self._now(), last_step)
+        incident.timeline = RecoveryTimeline(
+            fault_at=now, detected_at=now, decided_at=now, survivors_stopped_at=incident.stopped_at
+        )
         if request.exclude_node is not None:
             incident.node = request.exclude_node
             incident.action = Action.REPLACE_NODE
@@ -623,6 +677,14 @@ class JobWorkflow:
                 below_step=below_step,
                 exclude_steps=self._state.retired_steps,
                 job_id=spec.job_id,
+                trusted=self._state.verified_checkpoints,
+                memory_dir=(
+                    memory_checkpoint_dir(spec.job_id, run_root(spec, self._state))
+                    if spec.checkpoints.memory_every_steps is not None and below_step is None
+                    else None
+                ),
+                memory_nodes=active_nodes(spec, self._state.pool),
+                ssh=spec.ssh,
             ),
             start_to_close_timeout=timedelta(minutes=30),
             heartbeat_timeout=timedelta(seconds=30),
@@ -689,6 +751,8 @@ class JobWorkflow:
                     request_id=state.checkpoint_requests,
                     checkpoint_dir=spec.checkpoint_dir,
                     timeout_s=timeout,
+                    checkpoint_every_steps=spec.checkpoints.every_steps,
+                    memory_every_steps=spec.checkpoints.memory_every_steps,
                 ),
                 start_to_close_timeout=timedelta(seconds=timeout + 60),
                 heartbeat_timeout=timedelta(seconds=30),
@@ -765,10 +829,21 @@ class JobWorkflow:
         self._state.finished_at = self._now()
         self._set_phase(Phase.FAILED)
 
-    async def _stop_all(self, reason: str, only: list[str] | None = None) -> StopResult:
-        """Stop ranks on the active nodes and on quarantined nodes not yet fenced."""
+    async def _stop_all(
+        self,
+        reason: str,
+        only: list[str] | None = None,
+        *,
+        kill_at_once: bool = False,
+        skip: Sequence[str] = (),
+        end_of_run: bool = False,
+    ) -> StopResult:
+        """Stop ranks on the active nodes and on quarantined nodes not yet fenced.
+        ``skip``: nodes declared dead, not contacted (they stay unfenced, and a later
+        stop that reaches them fences them); ``kill_at_once``: no grace for ranks that
+        cannot use it; ``end_of_run``: also zygotes and memory-tier snapshots."""
         spec = self.spec
-        names = stop_targets(spec, self._state.pool, only)
+        names = [n for n in stop_targets(spec, self._state.pool, only) if n not in skip]
         grace = spec.recovery.stop_grace_s
         result = await execute(
             STOP,
@@ -779,6 +854,8 @@ class JobWorkflow:
                 reason=reason,
                 nodes=[node_spec(spec, n) for n in names],
                 ssh=spec.ssh,
+                kill_at_once=kill_at_once,
+                end_of_run=end_of_run,
             ),
             start_to_close_timeout=timedelta(seconds=grace + 60),
             heartbeat_timeout=worker_loss_timeout(spec),
@@ -789,6 +866,11 @@ class JobWorkflow:
         if stuck is not None:
             workflow.logger.error(stuck)
         return result
+
+    def _dead_nodes(self) -> list[str]:
+        """Quarantined nodes not yet fenced: on the recovery path they are not waited
+        on (each would cost a connect timeout); every other stop still tries them."""
+        return self._state.pool.unfenced()
 
     # ------------------------------------------------------------------- nodes
 

@@ -86,6 +86,10 @@ class FailureContext(BaseModel):
     min_nodes: int | None = None
     jitter_key: str = ""
     """Seeds the backoff jitter; the workflow passes job id and incident id."""
+    no_backoff_after_progress: bool = False
+    """The fast path: the first failure after the job made progress restarts at once.
+    Backoff exists to slow a crash loop, and a loop has no progress between failures;
+    waiting before the first restart only loses training time."""
 
     def same_class_in_window(self, window_s: float) -> list[PastFailure]:
         return [
@@ -138,6 +142,14 @@ def backoff_s(consecutive_failures: int, policy: RecoverySpec, jitter_key: str =
     return float(base * (1.0 + policy.backoff_jitter * jitter_fraction(jitter_key)))
 
 
+def restart_backoff_s(ctx: FailureContext, policy: RecoverySpec) -> float:
+    """The wait before a restart: none for the first failure after progress on the
+    fast path, else :func:`backoff_s`."""
+    if ctx.no_backoff_after_progress and ctx.consecutive_failures <= 1:
+        return 0.0
+    return backoff_s(ctx.consecutive_failures, policy, ctx.jitter_key)
+
+
 def _where(ctx: FailureContext) -> str:
     if ctx.rank is not None and ctx.node is not None and ctx.active_nodes > 1:
         return f" on rank {ctx.rank} ({ctx.node})"
@@ -151,7 +163,7 @@ def restart_in_place(ctx: FailureContext, policy: RecoverySpec) -> Decision:
         reason=(
             f"{ctx.failure_class}{_where(ctx)}: restart the generation from the newest checkpoint"
         ),
-        backoff_s=backoff_s(ctx.consecutive_failures, policy, ctx.jitter_key),
+        backoff_s=restart_backoff_s(ctx, policy),
     )
 
 
@@ -222,7 +234,7 @@ def rollback(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     return Decision(
         action=Action.ROLLBACK,
         reason=f"{ctx.failure_class}{at}: roll back to the checkpoint before the newest",
-        backoff_s=backoff_s(ctx.consecutive_failures, policy, ctx.jitter_key),
+        backoff_s=restart_backoff_s(ctx, policy),
     )
 
 

@@ -18,6 +18,7 @@ from lazarus.domain.contracts import (
     FailureKind,
     FailureReport,
     RankStatus,
+    VerifiedCheckpoint,
 )
 from lazarus.domain.evidence import cap_evidence
 from lazarus.domain.failure_classes import FailureClass
@@ -358,6 +359,12 @@ class JobState(BaseModel):
     stragglers: list[StragglerRecord] = Field(default_factory=list)
     planned_stops: list[PlannedStop] = Field(default_factory=list)
     noted_stragglers: list[str] = Field(default_factory=list)
+    stopped_generation: int | None = None
+    """The generation a recovery has just stopped completely: the relaunch's fence
+    stop would find nothing of it alive, so the fast path skips it."""
+    verified_checkpoints: list[VerifiedCheckpoint] = Field(default_factory=list)
+    """Checkpoints verified in full when the housekeeping watch first saw them (newest
+    last, bounded): a relaunch re-checks them by sizes and mtimes only."""
     """Nodes reported slow in this generation and left running (not reported again)."""
     checkpoint_requests: int = 0
     """Just-in-time checkpoint requests so far: each request's id."""
@@ -476,6 +483,13 @@ class JobState(BaseModel):
             incident.first_step_at = first_step_at
             self.open_incident = None
         self.consecutive_failures = 0
+
+    def remember_verified(self, checkpoint: VerifiedCheckpoint, keep: int) -> None:
+        """Keep ``checkpoint``'s stamps for relaunches: one record per step (a re-save
+        replaces it), the newest ``keep`` steps."""
+        kept = [v for v in self.verified_checkpoints if v.step != checkpoint.step]
+        kept.append(checkpoint)
+        self.verified_checkpoints = sorted(kept, key=lambda v: v.step)[-max(1, keep) :]
 
     def past_failures(self) -> list[PastFailure]:
         """Earlier incidents as the playbook weighs them: failures only, not the planned

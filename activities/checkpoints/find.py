@@ -1,22 +1,24 @@
 """Finding the checkpoint to resume from.
 
-``find_verified_checkpoint`` walks checkpoints newest first,
-locally and (if configured) in the durable tier, and returns the newest one
-that is committed *and* matches its manifest, listing every newer one it had
-to pass over and why, so the workflow can record an incident and the steps it
-cost.
+``find_verified_checkpoint`` walks checkpoints newest first, in the run's memory
+tier (when the request names it), locally and (if configured) in the durable tier,
+and returns the newest one that is committed *and* matches its manifest, listing
+every newer one it had to pass over and why, so the workflow can record an incident
+and the steps it cost.
 """
 
 from __future__ import annotations
 
 from temporalio import activity
 
+from lazarus.activities.checkpoints.memory_tier import search_memory
 from lazarus.activities.checkpoints.storage import (
     CheckpointStore,
     LocalStore,
     open_store,
     store_errors,
 )
+from lazarus.activities.checkpoints.verified_once import still_as_verified
 from lazarus.activities.checkpoints.verify import Level, owner_problem, verify_in_store
 from lazarus.activities.heartbeat import in_thread_heartbeating
 from lazarus.domain.checkpoint_layout import (
@@ -51,7 +53,39 @@ def durable_store(checkpoints: CheckpointsSpec, *, max_attempts: int = 3) -> Che
 def search_verified(
     request: FindVerifiedCheckpointRequest, *, move_aside_corrupt: bool = True
 ) -> CheckpointSearch:
-    """The newest committed and verified checkpoint (see the module docstring).
+    """The newest resume point across the memory, local and durable tiers.
+
+    The memory tier is searched first (sizes only, on every relaunch node: see
+    :mod:`lazarus.activities.checkpoints.memory_tier`); the disk tiers then only look
+    at steps newer than its choice, so a memory resume never waits on hashing a disk
+    checkpoint it would not use. At equal steps the memory copy wins. ``skipped`` holds
+    what was passed over in every tier above the chosen step, newest first."""
+    memory = search_memory(request)
+    floor = memory.chosen.step if memory.chosen is not None else None
+    disk = _search_disk(request, move_aside_corrupt=move_aside_corrupt, above_step=floor)
+    chosen = disk.chosen if disk.chosen is not None else memory.chosen
+    above = chosen.step if chosen is not None else None
+    skipped = sorted(
+        [*disk.skipped, *(s for s in memory.skipped if above is None or s.step > above)],
+        key=lambda s: s.step,
+        reverse=True,
+    )
+    location = disk.location if disk.chosen is not None else ("memory" if chosen else None)
+    return disk.model_copy(
+        update={
+            "chosen": chosen,
+            "location": location,
+            "skipped": skipped,
+            "memory_unavailable": memory.unavailable,
+        }
+    )
+
+
+def _search_disk(
+    request: FindVerifiedCheckpointRequest, *, move_aside_corrupt: bool, above_step: int | None
+) -> CheckpointSearch:
+    """The newest committed and verified checkpoint on disk (local, then durable)
+    newer than ``above_step`` (see the module docstring).
 
     At a step held by both tiers the local copy wins; a durable copy is checked
     with one HEAD per file (sizes and the sha256 recorded at upload), because
@@ -82,6 +116,8 @@ def search_verified(
     candidates = (set(local_names) | set(durable_names)) - set(request.exclude_steps)
     if request.below_step is not None:
         candidates = {step for step in candidates if step < request.below_step}
+    if above_step is not None:
+        candidates = {step for step in candidates if step > above_step}
     for step in sorted(candidates, reverse=True):
         if step in local_names:
             found = _check_local(request, local, local_names[step], level, move_aside_corrupt)
@@ -141,7 +177,10 @@ def _check_local(
     owner = owner_problem(local, name, request.job_id)
     if owner is not None:
         return SkippedCheckpoint(step=step, path=path, problems=[owner])
-    result = verify_in_store(local, name, level)
+    # Verified in full once already (the housekeeping watch) and unchanged since: the
+    # sizes and the marker are re-checked, the bytes are not hashed again.
+    trusted = still_as_verified(local.path / name, step, request.trusted)
+    result = verify_in_store(local, name, "sizes" if trusted else level)
     if not result.ok:
         moved: str | None = None
         if move_aside_corrupt and is_committed(local.path / name):

@@ -22,7 +22,7 @@ from temporalio import activity
 
 from lazarus.activities.nodes.agent import NodeAgent
 from lazarus.activities.nodes.factory import agents, on_each
-from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.rundir import GenerationDir, control_document, read_json
 from lazarus.domain.checkpoint_layout import MANIFEST, committed_steps
 from lazarus.domain.contracts import CheckpointNowRequest, CheckpointNowResult, CheckpointRef
 from lazarus.domain.spec import NodeSpec
@@ -34,7 +34,14 @@ def request_checkpoint(request: CheckpointNowRequest) -> None:
     control = GenerationDir(Path(request.run_dir)).control_file
     # "hold": rank 0 waits right after committing, so no rank gets past the checkpoint
     # before the stop that follows it (see lazarus.rank.commit_checkpoint).
-    content = json.dumps({"checkpoint_request": request.request_id, "then": "hold"})
+    content = json.dumps(
+        control_document(
+            request.request_id,
+            checkpoint_every_steps=request.checkpoint_every_steps,
+            memory_every_steps=request.memory_every_steps,
+            then="hold",
+        )
+    )
 
     def write(agent: NodeAgent) -> None:
         agent.write_file(str(control), content)

@@ -1,4 +1,4 @@
-"""Noticing new checkpoints, so the workflow can tier and collect them.
+"""Noticing new checkpoints, so the workflow can tier, collect and trust them.
 
 The workflow cannot see the checkpoint directory, and polling it with one short
 activity per look would fill history with nothing. This activity long-polls
@@ -6,6 +6,10 @@ instead: it returns once a committed checkpoint newer than the newest handled on
 exists *and* ``min_interval_s`` has passed since the last report, so a job that
 checkpoints every few seconds still costs one report per interval (the newest
 checkpoint then; older ones in between are superseded).
+
+The checkpoint it reports is verified in full here, off the recovery path
+(:mod:`.verified_once`): its file stamps come back in ``CheckpointRef.verified``,
+and a relaunch then re-checks only sizes and mtimes instead of hashing it again.
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from functools import partial
 from pathlib import Path
 
 from temporalio import activity
 
+from lazarus.activities.checkpoints.verified_once import verify_once
+from lazarus.activities.heartbeat import in_thread_heartbeating
 from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.contracts import CheckpointRef, WatchCheckpointsRequest
 
@@ -31,10 +38,22 @@ def newest_newer_than(checkpoint_dir: str, step: int | None) -> CheckpointRef | 
     return CheckpointRef(step=newest, path=str(path))
 
 
+def with_verification(found: CheckpointRef) -> CheckpointRef:
+    """``found`` with its stamps when it verifies in full; as it is otherwise (a
+    corrupt or vanished checkpoint is still reported: tiering and retention decide
+    about it, and the recovery's own search skips it)."""
+    try:
+        verified = verify_once(Path(found.path), found.step)
+    except OSError:  # unreadable now (permissions, a directory being deleted)
+        return found
+    return found if verified is None else found.model_copy(update={"verified": verified})
+
+
 @activity.defn(name="watch_checkpoints")
 async def watch_checkpoints(request: WatchCheckpointsRequest) -> CheckpointRef | None:
-    """The newest committed checkpoint newer than ``newer_than_step``; None after
-    ``max_wait_s`` without one (the caller simply asks again)."""
+    """The newest committed checkpoint newer than ``newer_than_step``, verified in
+    full when ``request.verify``; None after ``max_wait_s`` without one (the caller
+    simply asks again)."""
     started = time.monotonic()
     while True:
         elapsed = time.monotonic() - started
@@ -43,7 +62,9 @@ async def watch_checkpoints(request: WatchCheckpointsRequest) -> CheckpointRef |
                 newest_newer_than, request.checkpoint_dir, request.newer_than_step
             )
             if found is not None:
-                return found
+                if not request.verify:
+                    return found
+                return await in_thread_heartbeating(partial(with_verification, found))
         if elapsed >= request.max_wait_s:
             return None
         with contextlib.suppress(RuntimeError):  # outside an activity (tests)

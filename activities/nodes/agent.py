@@ -43,6 +43,23 @@ class StartedRank(_Record):
     log_file: str
     adopted: bool = False
     """The rank was already running (a retried launch): nothing new was started."""
+    warm: bool = False
+    """Forked from the node's zygote (``warm_start``), not started by a fresh interpreter."""
+    from_standby: bool = False
+    """Warm, and handed to an idle pre-forked process: no fork on the critical path."""
+    cold_reason: str | None = None
+    """With ``warm_start`` on: why this rank was started cold."""
+    started_at: float | None = None
+    """When its process started (the pid file's ``started_at``), where the node says."""
+
+
+class WarmStart(_Record):
+    """``warm_start`` for one launch on one node: where the run's zygotes live and
+    what they preload."""
+
+    run_root: str
+    preload: list[str]
+    standby: int
 
 
 class RankRecord(_Record):
@@ -113,6 +130,18 @@ class PreflightResult(_Record):
     round_trip_s: float = 0.0
 
 
+class MemorySnapshot(_Record):
+    """One committed step directory of a node's memory tier, as the node reports it:
+    raw facts, judged by the checkpoint search alike for every node."""
+
+    step: int
+    path: str
+    manifest: dict[str, Any] | None = None
+    """The parsed manifest; None when it is missing or unreadable."""
+    sizes: dict[str, int] = Field(default_factory=dict)
+    """Every regular file under the step directory: relative path -> bytes."""
+
+
 class NodeUnreachable(Exception):
     """The node cannot be reached now (a network problem: maybe transient)."""
 
@@ -130,6 +159,20 @@ class NodeAgent(ABC):
     def start_ranks(self, gen_dir: str, ranks: list[RankLaunch]) -> list[StartedRank]:
         """Start each rank detached (setsid; never a child of the controller) unless its
         pid file already exists, in which case adopt it. Creates ``gen_dir``."""
+
+    warm_unsupported: str = "warm start is not supported by this node's launcher"
+    """Why :meth:`start_ranks_warm` starts every rank cold on agents that cannot fork."""
+
+    def start_ranks_warm(
+        self, gen_dir: str, ranks: list[RankLaunch], warm: WarmStart
+    ) -> list[StartedRank]:
+        """Like :meth:`start_ranks`, forking each rank from the node's zygote where it
+        can, and otherwise starting it cold with ``cold_reason`` set. This default
+        starts every rank cold: agents that can fork override it."""
+        return [
+            rank if rank.adopted else rank.model_copy(update={"cold_reason": self.warm_unsupported})
+            for rank in self.start_ranks(gen_dir, ranks)
+        ]
 
     @abstractmethod
     def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
@@ -152,6 +195,14 @@ class NodeAgent(ABC):
         for network trouble (``reachable=False``)."""
 
     @abstractmethod
+    def end_run(self, run_root: str, memory_dirs: list[str]) -> None:
+        """The run is over: stop this node's zygote of ``run_root`` (and of the runs
+        below it, given a job directory; ranks they forked are not touched: stop them
+        first) and remove the memory-tier directories ``memory_dirs`` (only under
+        :data:`lazarus.domain.memory_tier.MEMORY_ROOT`). Idempotent. Raises
+        :class:`NodeUnreachable` when the node cannot be reached."""
+
+    @abstractmethod
     def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str: ...
 
     @abstractmethod
@@ -160,6 +211,12 @@ class NodeAgent(ABC):
     @abstractmethod
     def write_file(self, path: str, content: str) -> None:
         """Write atomically on the node (control files)."""
+
+    def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
+        """The committed step directories under ``root`` (a run's memory tier) on this
+        node, oldest first; empty when ``root`` does not exist. One round trip; raises
+        :class:`NodeUnreachable` or :class:`NodeRefused` when the node cannot answer."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list memory snapshots")
 
     def close(self) -> None:  # noqa: B027 - optional for agents without connections
         """Release connections; agents are reused within one activity."""

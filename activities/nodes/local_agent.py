@@ -4,14 +4,17 @@ Python rank wrapper and watched through /proc and the run directory directly."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from lazarus.activities.nodes.agent import (
+    MemorySnapshot,
     NodeAgent,
     NodeStatus,
     NodeStopResult,
@@ -20,6 +23,14 @@ from lazarus.activities.nodes.agent import (
     RankLaunch,
     RankRecord,
     StartedRank,
+    WarmStart,
+)
+from lazarus.activities.nodes.warm import (
+    await_claimed,
+    ensure_zygote,
+    fork_one,
+    stop_run_zygotes,
+    warm_argv,
 )
 from lazarus.activities.procfs import live_groups, owned_group, read_stat, signal_group
 from lazarus.activities.rundir import (
@@ -30,10 +41,12 @@ from lazarus.activities.rundir import (
     runs,
     write_json_atomic,
 )
+from lazarus.activities.zygote_client import ZygoteUnavailable
 from lazarus.domain import chaos_points
 from lazarus.domain.chaos_points import chaos_point
-from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
+from lazarus.domain.checkpoint_layout import MANIFEST, TEMP_SUFFIX, committed_steps
 from lazarus.domain.contracts import UnkillableGroup
+from lazarus.domain.memory_tier import MEMORY_ROOT
 from lazarus.domain.spec import NodeSpec
 
 PID_FILE_WAIT_S = 30.0
@@ -62,6 +75,60 @@ class LocalAgent(NodeAgent):
                 started.append(_started(gen, launch.rank, record, adopted=True))
             else:
                 started.append(self._start(gen, launch))
+        return started
+
+    def start_ranks_warm(
+        self, gen_dir: str, ranks: list[RankLaunch], warm: WarmStart
+    ) -> list[StartedRank]:
+        gen = GenerationDir(Path(gen_dir))
+        gen.path.mkdir(parents=True, exist_ok=True)
+        started: list[StartedRank] = []
+        zygote: Path | None = None
+        reason: str | None = None
+        for launch in ranks:
+            # A retry adopts what an earlier attempt started, forked or cold: a rank
+            # claimed by a fork whose answer was lost gets its pid file within seconds.
+            record = read_json(gen.pid_file(launch.rank)) or await_claimed(gen, launch.rank)
+            if record is not None:
+                claimed = (gen.path / f"rank-{launch.rank}.zygote.claim").exists()
+                started.append(_started(gen, launch.rank, record, adopted=True, warm=claimed))
+                continue
+            try:
+                argv = warm_argv(launch.command, launch.env, launch.workdir)
+                if zygote is None and reason is None:
+                    zygote = ensure_zygote(
+                        warm.run_root,
+                        self.node.name,
+                        warm.preload,
+                        warm.standby,
+                        launch.env,
+                        launch.workdir,
+                    )
+                if zygote is None:
+                    raise ZygoteUnavailable(reason or "no zygote")
+                forked = fork_one(zygote, gen, launch.rank, argv, launch.env, launch.workdir)
+            except ZygoteUnavailable as exc:
+                if zygote is None:
+                    reason = exc.reason  # the same for every rank of this node
+                record = read_json(gen.pid_file(launch.rank))
+                if record is not None:  # the zygote started it after all
+                    started.append(_started(gen, launch.rank, record, adopted=False, warm=True))
+                    continue
+                cold = self._start(gen, launch)
+                started.append(cold.model_copy(update={"cold_reason": exc.reason}))
+                continue
+            started.append(
+                StartedRank(
+                    rank=launch.rank,
+                    pid=forked.pid,
+                    pgid=forked.pgid,
+                    start_ticks=forked.start_ticks,
+                    log_file=str(gen.log_file(launch.rank)),
+                    warm=True,
+                    from_standby=forked.from_standby,
+                    started_at=forked.started_at,
+                )
+            )
         return started
 
     def _start(self, gen: GenerationDir, launch: RankLaunch) -> StartedRank:
@@ -152,6 +219,13 @@ class LocalAgent(NodeAgent):
             node=None if self.whole_machine else self.node.name,
         )
 
+    def end_run(self, run_root: str, memory_dirs: list[str]) -> None:
+        nodes = None if self.whole_machine else [self.node.name]
+        for root in [Path(run_root), *runs(run_root)]:
+            stop_run_zygotes(root, nodes)
+        for memory_dir in memory_dirs:
+            remove_memory_dir(memory_dir)
+
     def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str:
         path = GenerationDir(Path(gen_dir)).log_file(rank)
         try:
@@ -174,10 +248,47 @@ class LocalAgent(NodeAgent):
         tmp.write_text(content)
         tmp.replace(target)
 
+    def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
+        return local_memory_snapshots(Path(root))
+
+
+def local_memory_snapshots(root: Path) -> list[MemorySnapshot]:
+    """:meth:`NodeAgent.memory_snapshots` on this machine: facts only (manifest and
+    file sizes), judged by the checkpoint search like a remote node's answer."""
+    found: list[MemorySnapshot] = []
+    for step, path in committed_steps(root):
+        manifest = read_json(path / MANIFEST)
+        sizes: dict[str, int] = {}
+        for file in path.rglob("*"):
+            with contextlib.suppress(OSError):
+                if file.is_file():
+                    sizes[file.relative_to(path).as_posix()] = file.stat().st_size
+        found.append(MemorySnapshot(step=step, path=str(path), manifest=manifest, sizes=sizes))
+    return found
+
+
+def remove_memory_dir(path: str) -> None:
+    """Remove a run's memory-tier directory, refusing anything outside the tier's
+    root: it is deleted recursively. Safe to call twice, or from two logical nodes
+    of one machine at once."""
+    target = PurePosixPath(path)
+    if (
+        ".." in target.parts
+        or not target.is_relative_to(MEMORY_ROOT)
+        or target == PurePosixPath(MEMORY_ROOT)
+    ):
+        raise ValueError(f"refusing to remove {path!r}: not a run directory under {MEMORY_ROOT}")
+
+    # Errors are judged by the result: another logical node may be removing it too.
+    shutil.rmtree(target, ignore_errors=True)
+    if os.path.lexists(target):
+        raise OSError(f"cannot remove the memory tier {path}")
+
 
 def _started(
-    gen: GenerationDir, rank: int, record: dict[str, object], adopted: bool
+    gen: GenerationDir, rank: int, record: dict[str, object], adopted: bool, warm: bool = False
 ) -> StartedRank:
+    started_at = record.get("started_at")
     return StartedRank(
         rank=rank,
         pid=int(str(record["pid"])),
@@ -185,6 +296,8 @@ def _started(
         start_ticks=int(str(record["start_ticks"])),
         log_file=str(gen.log_file(rank)),
         adopted=adopted,
+        warm=warm,
+        started_at=float(started_at) if isinstance(started_at, (int, float)) else None,
     )
 
 

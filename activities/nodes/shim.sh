@@ -32,6 +32,10 @@
 #       {"interpreter","workdir_exists","disk_path","free_kb","health_exit",
 #        "health_timed_out","health_output"}
 #   write PATH [CONTENT]                   (stdin without CONTENT) {"written"}
+#   memory ROOT                            per committed step-N under ROOT:
+#       {"memory_step","manifest","sizes"} (manifest embedded or null)
+#   end-run MEMORY_DIR                     {"removed"} the run's memory tier, only
+#       under /dev/shm/lazarus/ (it is removed recursively)
 #   json-escape STRING...                  one JSON string per line (for tests)
 #
 # Must run under dash: no bashisms, no awk, no python. Variables are global
@@ -627,6 +631,27 @@ shim_write() {
 	printf '{"written":%s}\n' "$(json_str "$1")"
 }
 
+shim_end_run() {
+	[ $# -eq 1 ] || {
+		fail "end-run: usage: end-run MEMORY_DIR"
+		return 2
+	}
+	case $1/ in
+	*/../* | */./* | *//*) _ok=no ;;
+	*) case $1 in /dev/shm/lazarus/?*) _ok=yes ;; *) _ok=no ;; esac ;;
+	esac
+	[ "$_ok" = yes ] || {
+		fail "end-run: refusing to remove $1: not a run directory under /dev/shm/lazarus"
+		return 2
+	}
+	rm -rf -- "$1" 2>/dev/null
+	[ ! -e "$1" ] || {
+		fail "end-run: cannot remove $1"
+		return 1
+	}
+	printf '{"removed":%s}\n' "$(json_str "$1")"
+}
+
 free_kb() {
 	# PATH -> FREE_KB via `df -Pk`: the "Available" column is the one just before
 	# the first field ending in "%" (the device name may contain spaces).
@@ -702,6 +727,38 @@ shim_preflight() {
 		"$_found" "$_wd_ok" "$(json_str "$_p")" "${FREE_KB:-null}" "$_hexit" "$_htimed" "$(json_str "$_hout")"
 }
 
+shim_memory() {
+	# ROOT: one line per committed step directory of a run's memory tier, oldest
+	# first: {"memory_step":NAME,"manifest":{...}|null,"sizes":{RELPATH:BYTES,...}}.
+	# Facts only; the controller judges them (torn, another job's).
+	[ $# -eq 1 ] || {
+		fail "memory: usage: memory ROOT"
+		return 2
+	}
+	[ -d "$1" ] || return 0
+	for _md in "$1"/step-*; do
+		_mn=${_md##*/}
+		case $_mn in step-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*) ;; *) continue ;; esac
+		case $_mn in step-*[!0-9]*) continue ;; esac
+		[ -d "$_md" ] && [ -f "$_md/COMMITTED" ] || continue
+		read_json_obj "$_md/manifest.json" || RJ=null
+		_msz=
+		# One file per line (names with spaces or glob characters stay whole).
+		_mifs=$IFS
+		IFS='
+'
+		set -f
+		for _mf in $(find "$_md" -type f 2>/dev/null); do
+			[ -f "$_mf" ] || continue
+			_mb=$(wc -c <"$_mf" 2>/dev/null) || continue
+			_msz="$_msz${_msz:+,}$(json_str "${_mf#"$_md"/}"):$((_mb))"
+		done
+		set +f
+		IFS=$_mifs
+		printf '{"memory_step":%s,"manifest":%s,"sizes":{%s}}\n' "$(json_str "$_mn")" "$RJ" "$_msz"
+	done
+}
+
 # --- dispatch ----------------------------------------------------------------------------
 
 shim_main() {
@@ -714,6 +771,8 @@ shim_main() {
 	tail) shim_tail "$@" ;;
 	preflight) shim_preflight "$@" ;;
 	write) shim_write "$@" ;;
+	end-run) shim_end_run "$@" ;;
+	memory) shim_memory "$@" ;;
 	json-escape)
 		for _s; do
 			json_str "$_s"

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from lazarus.activities.nodes.agent import (
+    MemorySnapshot,
     NodeAgent,
     NodeRefused,
     NodeStatus,
@@ -46,6 +47,7 @@ from lazarus.activities.nodes.agent import (
     StartedRank,
 )
 from lazarus.activities.nodes.gpu_health import gpu_problems, parse_gpu_health
+from lazarus.domain.checkpoint_layout import parse_step_dir
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import ENV_NAME_PATTERN, NodeSpec
 
@@ -211,6 +213,8 @@ class ShimAgent(NodeAgent):
     status_timeout_s: float = STATUS_TIMEOUT_S
     """For poll, tail and write: a node that cannot answer a few file reads in this long
     is as good as unreachable for supervision."""
+    warm_unsupported = "warm start not supported over ssh yet"
+    """The shim cannot yet fork through a zygote on the node: every rank starts cold."""
 
     @abstractmethod
     def _run(self, script: bytes, timeout_s: float) -> ShimReply:
@@ -345,6 +349,21 @@ class ShimAgent(NodeAgent):
             unkillable=unkillable,
         )
 
+    def end_run(self, run_root: str, memory_dirs: list[str]) -> None:
+        # No zygote runs on shim nodes yet (warm starts are local only): only the
+        # memory tier is left to remove.
+        if not memory_dirs:
+            return
+        reply = self._call([["end-run", d] for d in memory_dirs], self.status_timeout_s)
+        records, noise = json_lines(reply.output)
+        removed = {r.get("removed") for r in records}
+        if not removed.issuperset(memory_dirs):
+            error = next((str(r["error"]) for r in records if "error" in r), None)
+            raise ShimError(
+                f"{self._where()}: cannot remove the memory tier {', '.join(memory_dirs)}: "
+                f"{error or ' | '.join(noise[:3]) or 'no output'}"
+            )
+
     def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str:
         reply = self._call(
             [["tail", gen_dir, str(rank), str(max(max_bytes, 0))]], self.status_timeout_s
@@ -438,6 +457,37 @@ class ShimAgent(NodeAgent):
                 f"{self._where()}: cannot write {path}: "
                 f"{error or ' | '.join(noise[:3]) or 'no output'}"
             )
+
+    def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
+        reply = self._call([["memory", root]], self.status_timeout_s)
+        records, noise = json_lines(reply.output)
+        error = next((str(r["error"]) for r in records if "error" in r), None)
+        if error is not None or reply.exit_code != 0:
+            raise ShimError(
+                f"{self._where()}: cannot list memory snapshots in {root}: "
+                f"{error or ' | '.join(noise[:3]) or f'exit {reply.exit_code}'}"
+            )
+        return memory_snapshot_records(root, records)
+
+
+def memory_snapshot_records(root: str, records: list[dict[str, Any]]) -> list[MemorySnapshot]:
+    """The shim's ``memory`` lines as records (a line that is not one is ignored)."""
+    found: list[MemorySnapshot] = []
+    for record in records:
+        name = record.get("memory_step")
+        step = parse_step_dir(name) if isinstance(name, str) else None
+        sizes = record.get("sizes")
+        if step is None or not isinstance(sizes, dict):
+            continue
+        found.append(
+            MemorySnapshot(
+                step=step,
+                path=f"{root.rstrip('/')}/{name}",
+                manifest=_object_or_none(record.get("manifest")),
+                sizes={str(k): v for k, v in sizes.items() if isinstance(v, int)},
+            )
+        )
+    return sorted(found, key=lambda snapshot: snapshot.step)
 
 
 class LocalShimAgent(ShimAgent):

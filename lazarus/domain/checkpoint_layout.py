@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 COMMIT_MARKER = "COMMITTED"
@@ -71,9 +72,24 @@ def size_problem(directory: Path) -> str | None:
         manifest = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         return f"{MANIFEST} unreadable: {exc}"
+
+    def size_of(relpath: str) -> int | None:
+        try:
+            return (directory / relpath).stat().st_size
+        except OSError:
+            return None
+
+    return manifest_size_problem(manifest, parse_step_dir(directory.name), size_of)
+
+
+def manifest_size_problem(
+    manifest: object, step: int | None, size_of: Callable[[str], int | None]
+) -> str | None:
+    """:func:`size_problem` given the parsed manifest, the directory's step and each
+    file's actual size (None: missing), wherever they were read: the controller
+    judges a remote node's snapshot from the sizes that node reports."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         return f"{MANIFEST} has no files table"
-    step = parse_step_dir(directory.name)
     if step is not None and manifest.get("step") != step:
         return f"{MANIFEST} names step {manifest.get('step')!r}, the directory step {step}"
     for relpath, entry in manifest["files"].items():
@@ -83,9 +99,8 @@ def size_problem(directory: Path) -> str | None:
         size = entry.get("size") if isinstance(entry, dict) else None
         if not isinstance(size, int):
             return f"{relpath}: manifest entry has no size"
-        try:
-            actual = (directory / relpath).stat().st_size
-        except OSError:
+        actual = size_of(relpath)
+        if actual is None:
             return f"{relpath}: missing"
         if actual != size:
             return f"{relpath}: {actual} bytes, the manifest says {size}"

@@ -28,9 +28,30 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class FileStamp(_Model):
+    """One checkpoint file as verified: enough to tell, without reading it again,
+    whether it is still the file that was hashed."""
+
+    size: int
+    mtime_ns: int
+
+
+class VerifiedCheckpoint(_Model):
+    """A checkpoint the controller has verified in full (every sha256), once, when it
+    first saw it committed. At relaunch only sizes and mtimes are compared against
+    these stamps; only what was never verified is hashed again."""
+
+    step: int
+    path: str
+    files: dict[str, FileStamp] = Field(default_factory=dict)
+    verified_at: float
+
+
 class CheckpointRef(_Model):
     step: int
     path: str
+    verified: VerifiedCheckpoint | None = None
+    """Set by the housekeeping watch when it verified this checkpoint in full."""
 
 
 class RankProcess(_Model):
@@ -56,6 +77,27 @@ class LaunchRequest(_Model):
     legacy ``<run_dir>/<job_id>`` (jobs started before run directories existed)."""
 
 
+class WarmStartOutcome(_Model):
+    """Which ranks a launch forked from a node's zygote (warm) and which it started
+    cold, and why: a zygote that died or a preload that failed falls back to cold
+    starts, and the incident says so."""
+
+    warm_ranks: list[int] = Field(default_factory=list)
+    cold_ranks: list[int] = Field(default_factory=list)
+    from_standby: int = 0
+    """Warm ranks handed to an idle pre-forked process (no fork on the critical path)."""
+    fallback_reasons: list[str] = Field(default_factory=list)
+    """Per node that fell back cold: ``"<node>: <reason>"``."""
+
+    def summary(self) -> str:
+        """One line for the incident's evidence: how the relaunch started its ranks."""
+        line = f"warm start: {len(self.warm_ranks)} warm ({self.from_standby} from standby)"
+        line += f", {len(self.cold_ranks)} cold"
+        if self.fallback_reasons:
+            line += ": " + "; ".join(self.fallback_reasons)
+        return line
+
+
 class LaunchResult(_Model):
     generation: int
     master_addr: str
@@ -65,6 +107,11 @@ class LaunchResult(_Model):
     launched_at: float
     adopted: bool
     """True when this call found the generation already launched (a retry) and adopted it."""
+    ranks_started_at: float | None = None
+    """When the last rank's process started (its pid file): the recovery timeline's
+    "rank process started" for scripts without the rank helper."""
+    warm_start: WarmStartOutcome | None = None
+    """How the ranks were started when ``warm_start`` is on (None: it is off)."""
 
 
 class StopRequest(_Model):
@@ -81,6 +128,17 @@ class StopRequest(_Model):
     kill_wait_s: float = Field(default=10.0, ge=0)
     """After SIGKILL, how long to wait for a group to die before reporting it in
     ``StopResult.unkillable`` (instead of failing, and being retried, forever)."""
+    kill_at_once: bool = False
+    """SIGKILL without a grace period: the survivors of a crashed generation are
+    stuck in a collective with a dead peer and cannot checkpoint; waiting only delays
+    the restart. Planned stops keep the grace (they checkpoint first)."""
+    skip_nodes: list[str] = Field(default_factory=list)
+    """Nodes declared dead: not contacted (no log fetch, no stop), so a recovery
+    never waits on a host that cannot answer. They stay quarantined and unfenced, and
+    are fenced later like any node that comes back."""
+    end_of_run: bool = False
+    """The run is ending (finished, cancelled, failed): also stop each node's zygote
+    and remove the run's memory-tier snapshots."""
 
 
 class UnkillableGroup(_Model):
@@ -205,6 +263,9 @@ class SuperviseOutcome(_Model):
     straggler: StragglerReport | None = None
     progress_signal: ProgressSignal | None = None
     """See :data:`ProgressSignal`; ``none`` means hang detection is off."""
+    rank_phases: dict[str, float] = Field(default_factory=dict)
+    """With ``first_step``: the ranks' own phase marks (:mod:`lazarus.domain.phases`),
+    the latest rank's time for each; empty for scripts without the rank helper."""
 
 
 class ProgressMark(_Model):
@@ -275,6 +336,12 @@ class CheckpointNowRequest(_Model):
     newer_than_step: int | None = None
     """The checkpoint must be newer than this; None: newer than the newest at request time."""
     timeout_s: float = 60.0
+    checkpoint_every_steps: int | None = None
+    memory_every_steps: int | None = None
+    """The spec's ``checkpoints.every_steps`` and ``checkpoints.memory_every_steps``:
+    the request rewrites the control file, which must keep carrying the intervals the
+    launch wrote there (None: the key is left out and the ranks use the environment's
+    interval, which the launch set from the same spec)."""
 
 
 class CheckpointNowResult(_Model):
@@ -317,7 +384,8 @@ class EscalationHookResult(_Model):
 
 # --- checkpoints you can trust: verification, tiering, retention -------------------------
 
-CheckpointLocation = Literal["local", "durable"]
+CheckpointLocation = Literal["local", "durable", "memory"]
+"""``memory``: the run's memory tier (tmpfs), whole and committed on every relaunch node."""
 
 
 class CheckpointVerification(_Model):
@@ -364,6 +432,18 @@ class FindVerifiedCheckpointRequest(_Model):
     in ``skipped`` as "written by job X"). None: any job's."""
     exclude_steps: list[int] = Field(default_factory=list)
     """Steps retired by a numerical rollback: never chosen, from either tier."""
+    trusted: list[VerifiedCheckpoint] = Field(default_factory=list)
+    """Checkpoints already verified in full: re-checked by sizes and mtimes only."""
+    memory_dir: str | None = None
+    """The run's memory tier directory, the same on every node
+    (``lazarus.domain.memory_tier.memory_checkpoint_dir(job_id, run_root)``, with the
+    ``run_root`` of the launch); None: the memory tier is not searched."""
+    memory_nodes: list[NodeSpec] = Field(default_factory=list)
+    """The nodes the relaunch will run on: a memory snapshot is chosen only when every
+    one of them holds it committed and whole (a replacement node holds none, so after
+    a node loss disk or durable serves). Empty: this machine only."""
+    ssh: SSHSpec = Field(default_factory=SSHSpec)
+    """How to reach ``memory_nodes`` that are ssh nodes."""
 
 
 class CheckpointSearch(_Model):
@@ -371,13 +451,18 @@ class CheckpointSearch(_Model):
     """The newest committed and verified checkpoint, or None to start fresh."""
     location: CheckpointLocation | None = None
     """``durable``: only the durable tier holds it (``chosen.path`` is its URI);
-    restore it with ``restore_checkpoint`` before resuming from it."""
+    restore it with ``restore_checkpoint`` before resuming from it. ``memory``:
+    ``chosen.path`` is the step directory in the memory tier, the same path on every
+    relaunch node: resume from it as it is (like ``local``)."""
     skipped: list[SkippedCheckpoint] = Field(default_factory=list)
     """Newer checkpoints passed over (torn, corrupt, without marker or manifest),
     newest first: each is an incident, and the steps between it and ``chosen`` are
     what it cost."""
     durable_unavailable: str | None = None
     """Why the durable tier could not be searched (the search then used local only)."""
+    memory_unavailable: str | None = None
+    """Why the memory tier could not be searched on every relaunch node (a node that
+    did not answer): it then held nothing, and disk or durable served."""
 
 
 class UploadCheckpointRequest(_Model):
@@ -453,4 +538,7 @@ class WatchCheckpointsRequest(_Model):
     newer_than_step: int | None = None
     min_interval_s: float = 0.0
     """Report no sooner than this after the call: bounds history growth."""
+    verify: bool = True
+    """Verify a reported checkpoint in full (every sha256) and return its stamps in
+    ``CheckpointRef.verified``; the workflow passes ``checkpoints.verify_hashes``."""
     max_wait_s: float = 3600.0

@@ -288,6 +288,21 @@ class CheckpointsSpec(_Strict):
     housekeeping_interval_s: Annotated[float, Field(ge=0, le=86_400)] = 60.0
     """At most this often, the newest new checkpoint is tiered (with ``durable_uri``)
     and old ones are collected: one handful of history events per interval."""
+    every_steps: Annotated[int, Field(ge=0, le=100_000_000)] | None = None
+    """The disk checkpoint interval in steps, set by the controller
+    (``LAZARUS_CHECKPOINT_EVERY_STEPS``): scripts that ask
+    ``lazarus.rank.should_checkpoint(step, every=...)`` use it instead of their own
+    ``every``. 0: only when the controller asks (before a planned stop). None (the
+    default): the script's own interval."""
+    memory_every_steps: Annotated[int, Field(ge=1, le=100_000_000)] | None = None
+    """The memory checkpoint tier: every this many steps, each node snapshots the
+    state into its tmpfs (``/dev/shm``), so a crash on a healthy node loses at most
+    this many steps instead of a disk interval. 1 is the usual value. None (the
+    default): the tier is off."""
+    memory_keep: Annotated[int, Field(ge=1, le=100)] = 2
+    """Committed memory snapshots each node keeps (RAM: ``memory_keep + 1`` copies of
+    the state). 2, because a node that dies between the cross-node barrier and its own
+    commit leaves the previous step as the newest one every node holds."""
 
     @field_validator("durable_uri")
     @classmethod
@@ -350,6 +365,42 @@ class CheckpointsSpec(_Strict):
         return self.model_copy(update={"durable_uri": str(path)})
 
 
+MODULE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+MAX_STANDBY = 8
+
+
+class WarmStartSpec(_Strict):
+    """Warm-standby ranks (``warm_start:`` in the spec; absent = off).
+
+    Each node gets a *zygote* for the run: one process that imports ``preload``
+    once and forks ranks from then on, so a relaunch does not pay for a fresh
+    interpreter importing the framework. The section being present turns it on;
+    ``enabled: false`` keeps it written down but off. Whatever cannot be forked (a
+    non-python command, a failed preload, a dead zygote) starts cold, and the
+    launch result says which ranks did and why."""
+
+    enabled: bool = True
+    preload: list[str] = Field(default_factory=lambda: ["torch"], max_length=32)
+    """Modules the zygote imports before it forks anything (dotted import names)."""
+    standby: Annotated[int, Field(ge=0, le=MAX_STANDBY)] = 1
+    """Idle processes pre-forked per node beyond the running ranks: a relaunch takes
+    one instead of forking on its critical path."""
+
+    @field_validator("preload")
+    @classmethod
+    def _importable_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not MODULE_NAME_PATTERN.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a module name: use dotted Python identifiers "
+                    "such as torch or torch.distributed"
+                )
+        duplicates = sorted({name for name in value if value.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"{', '.join(duplicates)} listed more than once")
+        return value
+
+
 class JobSpec(_Strict):
     """A training job. Paths are absolute once :func:`load_spec` has resolved them."""
 
@@ -399,6 +450,8 @@ class JobSpec(_Strict):
     on_escalation: list[str] | None = Field(default=None, min_length=1)
     """A command run once per escalation to NEEDS_OPERATOR (a webhook call, a page),
     with the incident as JSON on stdin; retried durably until it exits 0."""
+    warm_start: WarmStartSpec | None = None
+    """Warm-standby ranks forked from a per-node zygote; None: every rank starts cold."""
 
     @model_validator(mode="before")
     @classmethod
@@ -519,6 +572,12 @@ class JobSpec(_Strict):
     @property
     def job_id(self) -> str:
         return self.name
+
+    @property
+    def warm(self) -> WarmStartSpec | None:
+        """The warm-start settings when warm starts are on (the section is present
+        and not ``enabled: false``), else None."""
+        return self.warm_start if self.warm_start is not None and self.warm_start.enabled else None
 
     def resolved(self, base: Path) -> JobSpec:
         """Return a copy whose relative paths are anchored at ``base`` (the spec's folder)."""

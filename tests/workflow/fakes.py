@@ -25,6 +25,7 @@ from lazarus.domain.contracts import (
     EscalationHookRequest,
     EscalationHookResult,
     FailureReport,
+    FileStamp,
     FindVerifiedCheckpointRequest,
     GarbageCollectionRequest,
     GarbageCollectionResult,
@@ -43,6 +44,8 @@ from lazarus.domain.contracts import (
     UnkillableGroup,
     UploadCheckpointRequest,
     UploadResult,
+    VerifiedCheckpoint,
+    WarmStartOutcome,
     WatchCheckpointsRequest,
 )
 
@@ -66,6 +69,10 @@ class Script:
     watch_reports: list[int] = field(default_factory=list)
     """Steps the fake checkpoint watch reports, one per call, before it blocks."""
     retire_on_rollback: list[int] = field(default_factory=list)
+    first_step_phases: dict[int, dict[str, float]] = field(default_factory=dict)
+    """generation -> rank phase marks: supervision reports the first step with them."""
+    launch_warm: WarmStartOutcome | None = None
+    """What every launch reports about warm starts (None: warm starts off)."""
     searches: list[FindVerifiedCheckpointRequest] = field(default_factory=list)
     watches: list[WatchCheckpointsRequest] = field(default_factory=list)
     launches: list[LaunchRequest] = field(default_factory=list)
@@ -106,6 +113,8 @@ async def launch(request: LaunchRequest) -> LaunchResult:
         ranks=[],
         launched_at=time.time(),
         adopted=False,
+        ranks_started_at=time.time(),
+        warm_start=script.launch_warm,
     )
 
 
@@ -116,6 +125,16 @@ async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
     report after ``report_after_s``, as the real supervisor does."""
     script = script_for(request.job_id)
     deadline = time.monotonic() + request.report_after_s
+    phases = script.first_step_phases.get(request.generation)
+    if request.report_first_step and phases is not None:
+        return SuperviseOutcome(
+            kind="first_step",
+            generation=request.generation,
+            observed_at=time.time(),
+            first_step_at=time.time(),
+            step=1,
+            rank_phases=phases,
+        )
     while True:
         now = time.time()
         if request.generation in script.succeed_at:
@@ -172,7 +191,12 @@ async def watch_checkpoints(request: WatchCheckpointsRequest) -> CheckpointRef |
     script.watches.append(request)
     if script.watch_reports:
         step = script.watch_reports.pop(0)
-        return CheckpointRef(step=step, path=f"{request.checkpoint_dir}/step-{step:08d}")
+        path = f"{request.checkpoint_dir}/step-{step:08d}"
+        stamp = FileStamp(size=1, mtime_ns=step)
+        verified = VerifiedCheckpoint(
+            step=step, path=path, files={"state.pt": stamp}, verified_at=time.time()
+        )
+        return CheckpointRef(step=step, path=path, verified=verified if request.verify else None)
     await _wait_until_cancelled()
     return None
 
