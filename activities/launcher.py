@@ -266,9 +266,10 @@ def _fence(gens: list[GenerationDir]) -> None:
         log.warning("fencing: %s", group.reason)
 
 
-def _fence_other_runs_remotely(opened: list[NodeAgent], others: list[Path]) -> None:
+def _fence_other_runs_remotely(opened: list[NodeAgent], others: list[Path], job_id: str) -> None:
     """Earlier runs' ranks on remote nodes live in the nodes' own run directories:
-    stop them there too. Raises :class:`LaunchUnreachable` for nodes that cannot be
+    stop them there too, with their zygotes (which would fork for nobody) and their
+    memory-tier snapshots. Raises :class:`LaunchUnreachable` for nodes that cannot be
     reached (nothing has been started yet)."""
     remote = [a for a in opened if a.node.launcher != "local"]
     if not remote or not others:
@@ -281,6 +282,12 @@ def _fence_other_runs_remotely(opened: list[NodeAgent], others: list[Path]) -> N
                 return result.error or f"node {agent.node.name} is unreachable"
             for group in result.unkillable:
                 log.warning("fencing: %s", group.reason)
+            legacy = other.name == job_id
+            memory = memory_checkpoint_dir(job_id, None if legacy else str(other))
+            try:
+                agent.end_run(str(other), [memory])
+            except NodeUnreachable as exc:
+                return str(exc)
         return None
 
     errors = {a.node.name: e for a, e in zip(remote, on_each(remote, fence_on), strict=True) if e}
@@ -381,7 +388,7 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
         with agents(nodes, spec.ssh) as opened:
             first_launch = all(g.generation == request.generation for g in generations(root))
             if first_launch:  # later launches of this run already fenced them
-                _fence_other_runs_remotely(opened, others)
+                _fence_other_runs_remotely(opened, others, spec.job_id)
             per_node = _start_everywhere(opened, start_on)
         ranks = [
             RankProcess(

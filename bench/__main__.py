@@ -34,7 +34,7 @@ from typing import Any
 from bench import chaos, checkpoint_bench, registry, report
 from bench.harness import BenchConfig, BenchContext, BenchRun, Extra, run_benchmark
 from bench.jobs import JobShape
-from bench.registry import SUITES, SYSTEMS, System
+from bench.registry import DEFAULT_PRELOAD, SUITES, SYSTEMS, System
 
 PROG = "python -m bench"
 
@@ -60,6 +60,23 @@ def _any_scenarios(text: str) -> list[str]:
 
 def _system_names(text: str) -> list[str]:
     return _names(text, list(SYSTEMS), "system(s)")
+
+
+def _modules(text: str) -> tuple[str, ...]:
+    """``--preload``: module names, checked as the spec checks ``warm_start.preload``."""
+    from pydantic import ValidationError
+
+    from lazarus.domain.spec import WarmStartSpec
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one module (e.g. torch)")
+    try:
+        WarmStartSpec(preload=list(names))
+    except ValidationError as exc:
+        reasons = "; ".join(str(e["msg"]) for e in exc.errors())
+        raise argparse.ArgumentTypeError(f"warm_start.preload: {reasons}") from None
+    return names
 
 
 def _positive_int(text: str) -> int:
@@ -90,6 +107,13 @@ def _systems_flag(parser: argparse.ArgumentParser) -> None:
         type=_system_names,
         default=list(SYSTEMS),
         help=f"comma-separated, from: {','.join(SYSTEMS)} (default: all)",
+    )
+    parser.add_argument(
+        "--preload",
+        type=_modules,
+        default=DEFAULT_PRELOAD,
+        help="the lazarus system's warm_start.preload, comma-separated "
+        f"(default: {','.join(DEFAULT_PRELOAD)})",
     )
 
 
@@ -177,6 +201,8 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         config = BenchConfig.quick() if args.quick else BenchConfig()
     if getattr(args, "steps", None) is not None:
         config = config.with_steps(args.steps)
+    if getattr(args, "preload", None) is not None:
+        config = replace(config, warm_preload=args.preload)
     return config
 
 

@@ -18,6 +18,7 @@ Scenarios live in :mod:`bench.registry`; what they measure in :mod:`bench.metric
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import shutil
 import signal
@@ -48,7 +49,16 @@ from bench.jobs import (
 )
 from bench.measure import RunMonitor, StepTrace, count_history_events, max_logged_step
 from bench.metrics import Value
-from bench.registry import Measured, Outcome, Reference, Scenario, System
+from bench.registry import (
+    DEFAULT_PRELOAD,
+    LAZARUS_SETUPS,
+    LazarusSetup,
+    Measured,
+    Outcome,
+    Reference,
+    Scenario,
+    System,
+)
 from bench.torchrun import TorchrunJob, TorchrunSetup
 from lazarus import chaos
 from lazarus.activities.rundir import GenerationDir
@@ -117,6 +127,8 @@ class BenchConfig:
     soak_max_restarts: int = 100
     """Both systems are given a restart budget that a fault a minute cannot spend."""
     seed: int = 1
+    warm_preload: tuple[str, ...] = DEFAULT_PRELOAD
+    """The ``lazarus`` system's ``warm_start.preload`` (``--preload``)."""
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -339,6 +351,18 @@ class BenchContext:
         self.torchrun_jobs: list[TorchrunJob] = []
         self.resources: list[StartStop] = []
         """Other things a scenario started (test hosts): cleanup stops each one."""
+        self.setup: LazarusSetup = LAZARUS_SETUPS["lazarus"]
+        """How :meth:`lazarus` sets up the example job: the ``lazarus`` system's (the
+        fast setup) unless :meth:`under` says otherwise."""
+
+    def under(self, system: System) -> BenchContext:
+        """This context for a run of ``system``: a Lazarus system's setup (another
+        system keeps the default, unused). A shallow copy: the stack, the client, the
+        references and every record of what was started stay shared, so cleanup
+        still finds everything."""
+        view = copy.copy(self)
+        view.setup = LAZARUS_SETUPS.get(system, self.setup)
+        return view
 
     @property
     def shape(self) -> JobShape:
@@ -434,8 +458,17 @@ class BenchContext:
         step_time_s: float | None = None,
     ) -> AsyncIterator[LazarusRun]:
         """Start the example under Lazarus, with the command line of ``config.command``
-        plus ``extra_args``; ``spec_extra`` adds or replaces top-level spec fields."""
+        plus ``extra_args``, under :attr:`setup` (warm start, memory tier);
+        ``spec_extra`` adds or replaces top-level spec fields (a ``checkpoints``
+        section is merged with the setup's).
+
+        Only the example job started here gets the setup: jobs built by a scenario's
+        own spec builder through :meth:`job` (ssh nodes, the chaos matrix) keep the
+        spec they build. Warm starts do not reach ssh nodes anyway, and the test hosts
+        share this machine's ``/dev/shm``, so a memory tier there would survive the
+        "dead" host: a rig artifact, not a measurement."""
         comparable = self.config.command == "comparable"
+        setup_fields = self.setup.spec_fields(self.shape, self.config.warm_preload)
 
         def build(name: str, paths: JobPaths) -> JobSpec:
             extra: dict[str, object] = {}
@@ -445,7 +478,7 @@ class BenchContext:
                     *self.example_args(paths, steps, extra_args, step_time_s),
                 ]
                 extra = {"command": command, "env": dict(RANK_ENV)}
-            extra.update(spec_extra or {})
+            extra.update(_merged(setup_fields, spec_extra or {}))
             spec = build_spec(
                 name, paths, self.shape, nproc_per_node=nproc_per_node, steps=steps, extra=extra
             )
@@ -518,6 +551,16 @@ class BenchContext:
                 resource.stop()
             except Exception:
                 traceback.print_exc()
+
+
+def _merged(setup: dict[str, object], extra: dict[str, object]) -> dict[str, object]:
+    """``extra`` over ``setup``, top-level fields replaced but the ``checkpoints``
+    sections merged (a scenario's checkpoint settings keep the setup's tiers)."""
+    merged = {**setup, **extra}
+    ours, theirs = setup.get("checkpoints"), extra.get("checkpoints")
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        merged["checkpoints"] = {**ours, **theirs}
+    return merged
 
 
 # --------------------------------------------------------------------------- the run
@@ -739,7 +782,7 @@ class _Loop:
         where = sc.name if system == "lazarus" else f"{sc.name} / {system}"
         self.progress(f"{self.label}: {where} #{repeat + 1}/{self.run.plan.repeats} ...")
         try:
-            measured = await runner(ctx, repeat)
+            measured = await runner(ctx.under(system), repeat)
             record.metrics, record.details, record.note = (
                 measured.metrics,
                 measured.details,

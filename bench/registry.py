@@ -3,8 +3,9 @@
 A scenario is registered once, with a docstring that walks through its fault
 sequence (the first line is its summary in ``--help`` and the JSON), and gets
 one runner per system that can run it: ``lazarus`` always (a scenario may be
-Lazarus-only), ``torchrun`` / ``torchrun_default`` where the comparison says
-something. A system that cannot do it at all is ``not_possible`` with the
+Lazarus-only; ``lazarus_cold`` runs the same script under the spec's defaults,
+see :class:`LazarusSetup`), ``torchrun`` / ``torchrun_default`` where the
+comparison says something. A system that cannot do it at all is ``not_possible`` with the
 reason (reported in every table); a scenario this machine cannot run
 (``unavailable``: no root for network namespaces) is skipped with its reason.
 
@@ -37,8 +38,55 @@ from bench.metrics import Value
 if TYPE_CHECKING:
     from bench.harness import BenchContext
 
-System = Literal["lazarus", "torchrun", "torchrun_default"]
-SYSTEMS: tuple[System, ...] = ("lazarus", "torchrun", "torchrun_default")
+System = Literal["lazarus", "lazarus_cold", "torchrun", "torchrun_default"]
+SYSTEMS: tuple[System, ...] = ("lazarus", "lazarus_cold", "torchrun", "torchrun_default")
+"""Every system a benchmark can run, in table order."""
+
+
+DEFAULT_PRELOAD: tuple[str, ...] = ("torch",)
+"""The fast setup's ``warm_start.preload``, as the spec recommends."""
+
+
+@dataclass(frozen=True)
+class LazarusSetup:
+    """How a Lazarus system sets up the example job, beyond the scenario's own spec.
+
+    Two Lazarus systems run the same scenario scripts: ``lazarus``, the recommended
+    fast setup (warm starts from a per-node zygote, the memory checkpoint tier), and
+    ``lazarus_cold``, the spec's defaults (both off), so that one run shows what the
+    setup buys next to torchrun. The fields are the spec's own, so the JSON says
+    exactly what each system ran."""
+
+    label: str
+    """The system's column heading in the tables."""
+    warm_start: bool
+    memory_tier: bool
+
+    def spec_fields(
+        self, shape: JobShape, preload: tuple[str, ...] = DEFAULT_PRELOAD
+    ) -> dict[str, object]:
+        """Top-level spec fields for a job of ``shape`` (none for the defaults);
+        ``preload``: what the zygote imports (``--preload``)."""
+        fields: dict[str, object] = {}
+        if self.warm_start:
+            fields["warm_start"] = {"preload": list(preload), "standby": 1}
+        if self.memory_tier:
+            # A snapshot every step in tmpfs; the disk interval stays the job's own,
+            # now set by the controller (the example asks should_checkpoint).
+            fields["checkpoints"] = {"memory_every_steps": 1, "every_steps": shape.ckpt_every}
+        return fields
+
+
+LAZARUS_SETUPS: dict[System, LazarusSetup] = {
+    "lazarus": LazarusSetup("Lazarus", warm_start=True, memory_tier=True),
+    "lazarus_cold": LazarusSetup("Lazarus (cold)", warm_start=False, memory_tier=False),
+}
+"""The Lazarus systems: each runs a scenario's Lazarus script with its setup."""
+LABELS: dict[System, str] = {
+    **{system: setup.label for system, setup in LAZARUS_SETUPS.items()},
+    "torchrun": "torchrun",
+    "torchrun_default": "torchrun (default setup)",
+}
 Reference = tuple[int, int]
 """(world size, steps) of a fault-free reference run."""
 
@@ -82,7 +130,8 @@ class Scenario:
     """The fault sequence, step by step."""
 
     def runner(self, system: System) -> Runner | None:
-        return self.run if system == "lazarus" else self.others.get(system)
+        """Every Lazarus system runs the Lazarus script (with its own setup)."""
+        return self.run if system in LAZARUS_SETUPS else self.others.get(system)
 
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -138,6 +187,12 @@ def scenario(
 
 def runs(sc: Scenario, system: System) -> Callable[[Runner], Runner]:
     """Register the decorated function as how ``system`` runs ``sc``."""
+
+    if system in LAZARUS_SETUPS and system != "lazarus":
+        raise ValueError(
+            f"{sc.name}: register the Lazarus script as 'lazarus'; {system} runs it "
+            "with its own setup"
+        )
 
     def register(fn: Runner) -> Runner:
         if sc.runner(system) is not None:

@@ -30,7 +30,7 @@ from typing import Any
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import WORLD_SIZE
 from bench.metrics import PHASE_METRICS
-from bench.registry import SYSTEMS, System
+from bench.registry import LABELS, LAZARUS_SETUPS, SYSTEMS, System
 
 SCHEMA = 2
 """The results files' schema. 1 (no ``schema`` key): the two frameworks' files;
@@ -241,7 +241,7 @@ def phase_table(stats: Summary, scenario: str = "crash") -> str | None:
     systems = [s for s in SYSTEMS if any(m in per_system.get(s, {}) for m, _ in PHASE_METRICS)]
     if not systems:
         return None
-    names = {"lazarus": "Lazarus", "torchrun": "torchrun", "torchrun_default": "torchrun (default)"}
+    names = {**LABELS, "torchrun_default": "torchrun (default)"}
     lines = [
         f"{scenario}: recovery phases, median seconds from the previous phase",
         "",
@@ -292,43 +292,52 @@ def ratio(lazarus: Cell | None, torchrun: Cell | None) -> str:
 
 
 def compare_table(stats: Summary) -> str:
-    """Headline metrics side by side: median (min to max); booleans as true/runs."""
+    """Headline metrics side by side: median (min to max); booleans as true/runs.
+
+    Columns: Lazarus (its fast setup), torchrun, their ratio, then, where the run
+    had it, Lazarus under the spec's defaults (``lazarus_cold``) and its ratio to
+    torchrun, then torchrun's default setup."""
+    cold = any("lazarus_cold" in per_system for per_system in stats.values())
+    systems: list[System] = ["lazarus", "torchrun"]
+    if cold:
+        systems.append("lazarus_cold")
+    systems.append("torchrun_default")
+    heads = ["Lazarus", "torchrun", "Lazarus/torchrun"]
+    if cold:
+        heads += [LABELS["lazarus_cold"], "cold/torchrun"]
+    heads.append(LABELS["torchrun_default"])
     lines = [
-        "| scenario | metric | Lazarus | torchrun | Lazarus/torchrun | torchrun (default setup) |",
-        "|---|---|---|---|---|---|",
+        "| scenario | metric | " + " | ".join(heads) + " |",
+        "|---|---|" + "---|" * len(heads),
     ]
     for name, per_system in stats.items():
-        laz = per_system.get("lazarus", {})
-        tr = per_system.get("torchrun", {})
-        trd = per_system.get("torchrun_default", {})
         notes = {s: cells["*"].note for s, cells in per_system.items() if "*" in cells}
         for metric in [*HEADLINE.get(name, []), "failed_runs"]:
-            cells = [laz.get(metric), tr.get(metric), trd.get(metric)]
-            if all(c is None for c in cells) and not notes:
+            cells = {s: per_system.get(s, {}).get(metric) for s in systems}
+            if all(c is None for c in cells.values()) and not notes:
                 continue
-            shown = [
-                render_cell(c)
-                if c is not None
-                else (notes.get(s, "") if metric == "failed_runs" else "")
-                for s, c in zip(SYSTEMS, cells, strict=True)
-            ]
-            if metric == "failed_runs":
-                shown = [
-                    (f"{c.stats.true_count}/{c.stats.n}" if c and c.stats else txt)
-                    for c, txt in zip(cells, shown, strict=True)
-                ]
-            if not any(shown):
+            shown: dict[System, str] = {}
+            for system, c in cells.items():
+                if metric == "failed_runs" and c is not None and c.stats is not None:
+                    shown[system] = f"{c.stats.true_count}/{c.stats.n}"
+                elif c is not None:
+                    shown[system] = render_cell(c)
+                else:
+                    note = notes.get(system) if metric == "failed_runs" else None
+                    shown[system] = note or ""
+            if not any(shown.values()):
                 continue
-            lines.append(
-                f"| {name} | {metric} | {shown[0]} | {shown[1]} | "
-                f"{ratio(cells[0], cells[1])} | {shown[2]} |"
-            )
+            row = [shown["lazarus"], shown["torchrun"], ratio(cells["lazarus"], cells["torchrun"])]
+            if cold:
+                row += [shown["lazarus_cold"], ratio(cells["lazarus_cold"], cells["torchrun"])]
+            row.append(shown["torchrun_default"])
+            lines.append(f"| {name} | {metric} | " + " | ".join(row) + " |")
     notes_seen: dict[str, str] = {}
     for name, per_system in stats.items():
-        for system, system_cells in per_system.items():
+        for who, system_cells in per_system.items():
             for cell in system_cells.values():
                 if cell.note:
-                    notes_seen.setdefault(f"{name} / {system}", cell.note)
+                    notes_seen.setdefault(f"{name} / {who}", cell.note)
     if notes_seen:
         lines.append("")
         lines += [f"- {key}: {note}" for key, note in notes_seen.items()]
@@ -377,6 +386,12 @@ def payload(run: BenchRun, stats: Summary, benchmark: str) -> dict[str, Any]:
             "scenarios": run.plan.scenarios,
             "summaries": run.summaries,
             "plan": run.plan.model_dump(),
+            # What each Lazarus system adds to the example job's spec (bench.registry).
+            "lazarus_setups": {
+                system: LAZARUS_SETUPS[system].spec_fields(run.shape, run.config.warm_preload)
+                for system in run.plan.systems
+                if system in LAZARUS_SETUPS
+            },
         },
         "started_at": run.started_at,
         "finished_at": time.time(),

@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from bench.harness import BenchContext, LazarusRun, TorchrunRun
 from bench.measure import StepTrace
-from bench.registry import System
+from bench.registry import LAZARUS_SETUPS, System
 from bench.scenarios import kill_controller
 from lazarus import chaos
 from lazarus.client import RequestRejected
@@ -145,10 +145,8 @@ class _Driver:
 
 
 class _LazarusDriver(_Driver):
-    system: System = "lazarus"
-
-    def __init__(self, ctx: BenchContext, run: LazarusRun) -> None:
-        self.ctx, self.run = ctx, run
+    def __init__(self, ctx: BenchContext, run: LazarusRun, system: System = "lazarus") -> None:
+        self.ctx, self.run, self.system = ctx, run, system
 
     def trace(self) -> StepTrace:
         return self.run.trace()
@@ -230,18 +228,20 @@ async def run_soak(
     results: dict[str, SoakSystemResult] = {}
     for system in systems:
         progress(f"compare: soak under {system} for {config.soak_minutes:g} min ...")
-        if system == "lazarus":
+        if system in LAZARUS_SETUPS:
             recovery = {**ctx.shape.recovery, "max_restarts": config.soak_max_restarts}
-            async with ctx.lazarus(
+            async with ctx.under(system).lazarus(
                 "soak",
                 0,
                 steps=steps,
                 step_time_s=config.soak_step_time_s,
                 spec_extra={"recovery": recovery},
             ) as lrun:
-                driver: _Driver = _LazarusDriver(ctx, lrun)
-                result = await _soak(driver, plan, duration, config.soak_operator_after_s, progress)
-                result.controller_reported_ettr = await _LazarusDriver(ctx, lrun).controller_ettr()
+                lazarus = _LazarusDriver(ctx, lrun, system)
+                result = await _soak(
+                    lazarus, plan, duration, config.soak_operator_after_s, progress
+                )
+                result.controller_reported_ettr = await lazarus.controller_ettr()
         elif system == "torchrun":
             async with ctx.torchrun(
                 "soak",

@@ -25,13 +25,7 @@ from lazarus.activities.nodes.agent import (
     StartedRank,
     WarmStart,
 )
-from lazarus.activities.nodes.warm import (
-    await_claimed,
-    ensure_zygote,
-    fork_one,
-    stop_run_zygotes,
-    warm_argv,
-)
+from lazarus.activities.nodes.warm import stop_run_zygotes, warm_start_ranks
 from lazarus.activities.procfs import live_groups, owned_group, read_stat, signal_group
 from lazarus.activities.rundir import (
     GenerationDir,
@@ -41,7 +35,6 @@ from lazarus.activities.rundir import (
     runs,
     write_json_atomic,
 )
-from lazarus.activities.zygote_client import ZygoteUnavailable
 from lazarus.domain import chaos_points
 from lazarus.domain.chaos_points import chaos_point
 from lazarus.domain.checkpoint_layout import MANIFEST, TEMP_SUFFIX, committed_steps
@@ -81,54 +74,17 @@ class LocalAgent(NodeAgent):
         self, gen_dir: str, ranks: list[RankLaunch], warm: WarmStart
     ) -> list[StartedRank]:
         gen = GenerationDir(Path(gen_dir))
-        gen.path.mkdir(parents=True, exist_ok=True)
+        answers = warm_start_ranks(
+            gen, self.node.name, warm.run_root, warm.preload, warm.standby, ranks
+        )
         started: list[StartedRank] = []
-        zygote: Path | None = None
-        reason: str | None = None
-        for launch in ranks:
-            # A retry adopts what an earlier attempt started, forked or cold: a rank
-            # claimed by a fork whose answer was lost gets its pid file within seconds.
-            record = read_json(gen.pid_file(launch.rank)) or await_claimed(gen, launch.rank)
-            if record is not None:
-                claimed = (gen.path / f"rank-{launch.rank}.zygote.claim").exists()
-                started.append(_started(gen, launch.rank, record, adopted=True, warm=claimed))
-                continue
-            try:
-                argv = warm_argv(launch.command, launch.env, launch.workdir)
-                if zygote is None and reason is None:
-                    zygote = ensure_zygote(
-                        warm.run_root,
-                        self.node.name,
-                        warm.preload,
-                        warm.standby,
-                        launch.env,
-                        launch.workdir,
-                    )
-                if zygote is None:
-                    raise ZygoteUnavailable(reason or "no zygote")
-                forked = fork_one(zygote, gen, launch.rank, argv, launch.env, launch.workdir)
-            except ZygoteUnavailable as exc:
-                if zygote is None:
-                    reason = exc.reason  # the same for every rank of this node
-                record = read_json(gen.pid_file(launch.rank))
-                if record is not None:  # the zygote started it after all
-                    started.append(_started(gen, launch.rank, record, adopted=False, warm=True))
-                    continue
+        for launch, answer in zip(ranks, answers, strict=True):
+            if answer.cold_reason is not None:
                 cold = self._start(gen, launch)
-                started.append(cold.model_copy(update={"cold_reason": exc.reason}))
-                continue
-            started.append(
-                StartedRank(
-                    rank=launch.rank,
-                    pid=forked.pid,
-                    pgid=forked.pgid,
-                    start_ticks=forked.start_ticks,
-                    log_file=str(gen.log_file(launch.rank)),
-                    warm=True,
-                    from_standby=forked.from_standby,
-                    started_at=forked.started_at,
-                )
-            )
+                started.append(cold.model_copy(update={"cold_reason": answer.cold_reason}))
+            else:
+                fields = answer.model_dump(exclude={"cold_reason"})
+                started.append(StartedRank(**fields, log_file=str(gen.log_file(launch.rank))))
         return started
 
     def _start(self, gen: GenerationDir, launch: RankLaunch) -> StartedRank:

@@ -36,6 +36,14 @@
 #       {"memory_step","manifest","sizes"} (manifest embedded or null)
 #   end-run MEMORY_DIR                     {"removed"} the run's memory tier, only
 #       under /dev/shm/lazarus/ (it is removed recursively)
+#   warm GEN_DIR PROGRAM WORKDIR           (stdin: the ranks' PATH line, their
+#       PYTHONPATH line, then one JSON request) runs `PROGRAM -m
+#       lazarus.activities.nodes.warm` (PROGRAM found on the ranks' PATH: the ranks'
+#       own interpreter) in WORKDIR, which forks the ranks from the run's zygote on
+#       this node, starting it when needed, detached; one JSON line per rank, warm
+#       or with the reason it must start cold ({"error"} when nothing can run)
+#   stop-zygote RUN_ROOT NODE              {"zygotes_stopped"} NODE's zygotes of the
+#       run (and of the runs below a job directory); forked ranks are not touched
 #   json-escape STRING...                  one JSON string per line (for tests)
 #
 # Must run under dash: no bashisms, no awk, no python. Variables are global
@@ -341,6 +349,16 @@ shim_start() {
 	fi
 	_pidf="$_gen/rank-$_rank.pid"
 	_log="$_gen/rank-$_rank.log"
+	# A fork request claimed this rank (warm): its pid file, if the zygote started
+	# it, comes within seconds; only then may a cold start proceed.
+	if [ -e "$_gen/rank-$_rank.zygote.claim" ] && [ ! -e "$_pidf" ]; then
+		uptime_cs
+		_deadline=$((UP + 1000))
+		while [ ! -e "$_pidf" ] && [ "$UP" -lt "$_deadline" ]; do
+			nap 0.02
+			uptime_cs
+		done
+	fi
 	# A retried launch: this rank was started before, whatever became of it since.
 	if read_file "$_pidf"; then
 		print_started "$_rank" "$RF" "$_log" true && return 0
@@ -652,6 +670,111 @@ shim_end_run() {
 	printf '{"removed":%s}\n' "$(json_str "$1")"
 }
 
+# --- warm starts ------------------------------------------------------------------------
+
+shim_warm() {
+	# The ranks' PATH and PYTHONPATH, then the request (it holds their environments:
+	# stdin only, never an argument).
+	IFS= read -r _wpath
+	IFS= read -r _wpp
+	_wreq=$(cat)
+	[ $# -eq 3 ] || {
+		fail "warm: usage: warm GEN_DIR PROGRAM WORKDIR"
+		return 2
+	}
+	_gen=$1
+	_prog=$2
+	_wdir=$3
+	mkdir -p -- "$_gen" 2>/dev/null || {
+		fail "cannot create the run directory $_gen"
+		return 1
+	}
+	lock_gen "$_gen"
+	if [ -e "$_gen/stopped.json" ]; then
+		fail "generation $_gen was stopped; launch a new one"
+		return 1
+	fi
+	if [ ! -d "$_wdir" ]; then
+		fail "workdir $_wdir does not exist on the node"
+		return 1
+	fi
+	case $_prog in
+	/*) _py=$_prog ;;
+	*/*) _py=$_wdir/$_prog ;;
+	*) _py=$(PATH=$_wpath && command -v "$_prog" 2>/dev/null) ;;
+	esac
+	case $_py in /*) ;; *) _py= ;; esac
+	if [ -z "$_py" ] || [ -d "$_py" ] || [ ! -x "$_py" ]; then
+		fail "command $_prog is not a program on the ranks' PATH on this node"
+		return 1
+	fi
+	# Only a python runs `-m MODULE` as meant (bash would run a file of that name).
+	case ${_py##*/} in
+	python | python[0-9] | python[0-9][0-9] | python[0-9].[0-9] | python[0-9].[0-9][0-9]) ;;
+	*)
+		fail "command $_prog is not a python interpreter: only python commands can be forked"
+		return 1
+		;;
+	esac
+	# The zygote it starts is detached (its own session, stdio closed): this session
+	# ends when the answers are written. fd 9 (the launch lock) stays here.
+	printf '%s\n' "$_wreq" | (
+		cd -- "$_wdir" || exit 1
+		PATH=$_wpath
+		export PATH
+		if [ -n "$_wpp" ]; then
+			PYTHONPATH=$_wpp
+			export PYTHONPATH
+		else
+			unset PYTHONPATH
+		fi
+		exec "$_py" -m lazarus.activities.nodes.warm
+	) 9>&- 2>&1
+}
+
+zygote_is_ours() {
+	# ZYGOTE_PID_CONTENT -> ZG: the group of a live zygote whose start ticks and
+	# group match its pid file (a reused pid is never signalled).
+	json_int "$1" pid || return 1
+	_zp=$JI
+	json_int "$1" pgid || return 1
+	ZG=$JI
+	json_int "$1" start_ticks || return 1
+	_zt=$JI
+	is_uint "$_zp" && is_uint "$ZG" && [ "$ZG" -gt 1 ] && [ "$ZG" != "${MY_PGRP-}" ] || return 1
+	proc_stat "$_zp" || return 1
+	case $ST_STATE in Z | X) return 1 ;; esac
+	[ "$ST_TICKS" = "$_zt" ] && [ "$ST_PGRP" = "$ZG" ]
+}
+
+shim_stop_zygote() {
+	[ $# -eq 2 ] || {
+		fail "stop-zygote: usage: stop-zygote RUN_ROOT NODE"
+		return 2
+	}
+	proc_stat self && MY_PGRP=$ST_PGRP
+	_zn=0
+	for _zd in "$1/.zygote-$2" "$1"/*/".zygote-$2"; do
+		[ -d "$_zd" ] || continue
+		if read_file "$_zd/zygote.pid" && _zf=$RF && zygote_is_ours "$_zf"; then
+			_zn=$((_zn + 1))
+			# SIGTERM, 5 s, SIGKILL, 5 s: as zygote_client.stop_zygote.
+			for _zsig in TERM KILL; do
+				kill -"$_zsig" -"$ZG" 2>/dev/null
+				uptime_cs
+				_deadline=$((UP + 500))
+				while zygote_is_ours "$_zf" && [ "$UP" -lt "$_deadline" ]; do
+					nap 0.02
+					uptime_cs
+				done
+				zygote_is_ours "$_zf" || break
+			done
+		fi
+		rm -f -- "$_zd/zygote.sock" "$_zd/zygote.pid"
+	done
+	printf '{"zygotes_stopped":%s}\n' "$_zn"
+}
+
 free_kb() {
 	# PATH -> FREE_KB via `df -Pk`: the "Available" column is the one just before
 	# the first field ending in "%" (the device name may contain spaces).
@@ -772,6 +895,8 @@ shim_main() {
 	preflight) shim_preflight "$@" ;;
 	write) shim_write "$@" ;;
 	end-run) shim_end_run "$@" ;;
+	warm) shim_warm "$@" ;;
+	stop-zygote) shim_stop_zygote "$@" ;;
 	memory) shim_memory "$@" ;;
 	json-escape)
 		for _s; do

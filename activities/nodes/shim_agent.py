@@ -15,6 +15,13 @@ Secrecy: a rank's environment (which may carry ``pass_env`` secrets) is never an
 argument of any process, since every user on a node can read ``/proc/PID/cmdline``.
 It goes to ``shim_main start`` as a quoted here-document on its stdin, and from there
 down a pipe into the rank (see ``SHIM_ENV_LOADER`` in ``shim.sh``).
+
+Warm starts (``warm_start``): one round trip runs the shim's ``warm``, which runs
+:mod:`lazarus.activities.nodes.warm` on the node with the request on its stdin: the
+run's zygote there is started when needed (detached, like a rank) and the ranks are
+forked from it. Ranks it answers cold (a dead or refusing zygote, a failed preload,
+Lazarus not importable by the ranks' interpreter) are then started by ``start``
+exactly as without ``warm_start``, with the reason recorded.
 """
 
 from __future__ import annotations
@@ -45,8 +52,17 @@ from lazarus.activities.nodes.agent import (
     RankLaunch,
     RankRecord,
     StartedRank,
+    WarmStart,
 )
 from lazarus.activities.nodes.gpu_health import gpu_problems, parse_gpu_health
+from lazarus.activities.nodes.warm import (
+    CLAIM_WAIT_S,
+    FIRST_START_WAIT_S,
+    FORK_TIMEOUT_S,
+    NodeWarmRequest,
+    WarmAnswer,
+    WarmRankRequest,
+)
 from lazarus.domain.checkpoint_layout import parse_step_dir
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import ENV_NAME_PATTERN, NodeSpec
@@ -59,6 +75,8 @@ START_TIMEOUT_S = 30.0
 """Per rank on top of the base: the shim waits up to 30 s for each wrapper's pid file."""
 STOP_EXTRA_S = 30.0
 """Beyond the grace: the SIGKILL wait (10 s), the launch-lock wait and the round trip."""
+ZYGOTE_STOP_S = 12.0
+"""For ``stop-zygote`` on top of the status timeout: SIGTERM, 5 s, SIGKILL, 5 s."""
 HEALTH_OUTPUT_MAX = 1 << 20
 """``nvidia-smi -q`` on 8 GPUs is ~100 KiB; the GPU count needs all of it."""
 
@@ -138,6 +156,48 @@ def start_call(gen_dir: str, launch: RankLaunch) -> ShimCall:
     return ShimCall(argv=argv, stdin=rank_env_script(launch))
 
 
+def warm_call(gen_dir: str, node: str, ranks: list[RankLaunch], warm: WarmStart) -> ShimCall:
+    """``warm`` for every rank of one node: the interpreter and workdir as arguments;
+    the ranks' PATH and PYTHONPATH (to find and import Lazarus there) and the
+    :class:`NodeWarmRequest`, environments included, on stdin. Raises ValueError for
+    a launch the shim cannot express (then every rank starts cold)."""
+    first = ranks[0]
+    if not first.command:
+        raise ValueError(f"rank {first.rank}: empty command")
+    search_path = first.env.get("PATH", "")
+    python_path = first.env.get("PYTHONPATH", "")
+    if "\n" in search_path or "\n" in python_path:
+        raise ValueError("the ranks' PATH or PYTHONPATH holds a newline")
+    request = NodeWarmRequest(
+        gen_dir=gen_dir,
+        node=node,
+        run_root=warm.run_root,
+        preload=warm.preload,
+        standby=warm.standby,
+        env_file=first.env_file,
+        ranks=[
+            WarmRankRequest(rank=r.rank, command=r.command, env=r.env, workdir=r.workdir)
+            for r in ranks
+        ],
+    )
+    return ShimCall(
+        argv=["warm", gen_dir, first.command[0], first.workdir],
+        stdin=f"{search_path}\n{python_path}\n{request.model_dump_json()}\n",
+    )
+
+
+def warm_answers(records: list[dict[str, Any]]) -> dict[int, WarmAnswer]:
+    """The ``warm`` lines that are answers, by rank (anything else is ignored)."""
+    answers: dict[int, WarmAnswer] = {}
+    for record in records:
+        with contextlib.suppress(ValueError):  # pydantic's ValidationError is one
+            answer = WarmAnswer.model_validate(record)
+            started = None not in (answer.pid, answer.pgid, answer.start_ticks)
+            if answer.cold_reason is not None or started:
+                answers[answer.rank] = answer
+    return answers
+
+
 def json_lines(output: bytes) -> tuple[list[dict[str, Any]], list[str]]:
     """Objects from the lines that hold one, and the other lines (diagnostics)."""
     records: list[dict[str, Any]] = []
@@ -213,8 +273,6 @@ class ShimAgent(NodeAgent):
     status_timeout_s: float = STATUS_TIMEOUT_S
     """For poll, tail and write: a node that cannot answer a few file reads in this long
     is as good as unreachable for supervision."""
-    warm_unsupported = "warm start not supported over ssh yet"
-    """The shim cannot yet fork through a zygote on the node: every rank starts cold."""
 
     @abstractmethod
     def _run(self, script: bytes, timeout_s: float) -> ShimReply:
@@ -264,6 +322,48 @@ class ShimAgent(NodeAgent):
             detail = f" ({'; '.join(noise[:3])})" if noise else ""
             raise ShimError(f"{self._where()}: cannot start ranks: {'; '.join(errors)}{detail}")
         return started
+
+    def start_ranks_warm(
+        self, gen_dir: str, ranks: list[RankLaunch], warm: WarmStart
+    ) -> list[StartedRank]:
+        if not ranks:
+            return []
+        try:
+            call = warm_call(gen_dir, self.node.name, ranks, warm)
+        except ValueError as exc:
+            return self._start_cold(gen_dir, [(r, str(exc)) for r in ranks])
+        # The run's first launch waits for the zygote's preload; each fork is bounded.
+        per_rank = FORK_TIMEOUT_S + CLAIM_WAIT_S
+        reply = self._call([call], FIRST_START_WAIT_S + per_rank * len(ranks) + START_TIMEOUT_S)
+        records, noise = json_lines(reply.output)
+        answers = warm_answers(records)
+        error = next((str(r["error"]) for r in records if "error" in r), None)
+        why = (
+            error
+            or f"no answer from the node's warm start ({' | '.join(noise[-3:]) or 'no output'})"
+        )
+        started: dict[int, StartedRank] = {}
+        cold: list[tuple[RankLaunch, str]] = []
+        for launch in ranks:
+            answer = answers.get(launch.rank)
+            if answer is None or answer.cold_reason is not None:
+                cold.append((launch, answer.cold_reason if answer and answer.cold_reason else why))
+                continue
+            fields = answer.model_dump(exclude={"cold_reason"})
+            log_file = f"{gen_dir.rstrip('/')}/rank-{launch.rank}.log"
+            started[launch.rank] = StartedRank(**fields, log_file=log_file)
+        for rank in self._start_cold(gen_dir, cold):
+            started[rank.rank] = rank
+        return [started[r.rank] for r in ranks]
+
+    def _start_cold(self, gen_dir: str, ranks: list[tuple[RankLaunch, str]]) -> list[StartedRank]:
+        """``start`` with each rank's reason for starting cold (none for one adopted:
+        its pid file was there, so it was not started now)."""
+        reasons = {launch.rank: reason for launch, reason in ranks}
+        return [
+            r if r.adopted else r.model_copy(update={"cold_reason": reasons[r.rank]})
+            for r in self.start_ranks(gen_dir, [launch for launch, _ in ranks])
+        ]
 
     def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
         started = time.monotonic()
@@ -350,13 +450,17 @@ class ShimAgent(NodeAgent):
         )
 
     def end_run(self, run_root: str, memory_dirs: list[str]) -> None:
-        # No zygote runs on shim nodes yet (warm starts are local only): only the
-        # memory tier is left to remove.
-        if not memory_dirs:
-            return
-        reply = self._call([["end-run", d] for d in memory_dirs], self.status_timeout_s)
+        calls: list[list[str] | ShimCall] = [["stop-zygote", run_root, self.node.name]]
+        calls += [["end-run", d] for d in memory_dirs]
+        reply = self._call(calls, self.status_timeout_s + ZYGOTE_STOP_S)
         records, noise = json_lines(reply.output)
         removed = {r.get("removed") for r in records}
+        if not any("zygotes_stopped" in r for r in records):
+            error = next((str(r["error"]) for r in records if "error" in r), None)
+            raise ShimError(
+                f"{self._where()}: cannot stop the zygote of {run_root}: "
+                f"{error or ' | '.join(noise[:3]) or 'no output'}"
+            )
         if not removed.issuperset(memory_dirs):
             error = next((str(r["error"]) for r in records if "error" in r), None)
             raise ShimError(

@@ -16,10 +16,17 @@ usable, per launch:
 Every cold start carries its reason (:class:`ZygoteUnavailable`), which the launcher
 reports in ``LaunchResult.warm_start``. A forked rank writes the same pid, log and
 exit files as a cold one, so supervise, stop and fencing do not change.
+
+The same code serves ssh nodes, run there: the shim's ``warm`` subcommand runs
+``python -m lazarus.activities.nodes.warm`` on the node (the ranks' own interpreter)
+with a :class:`NodeWarmRequest` on stdin, and it answers one :class:`WarmAnswer` line
+per rank; the agent then cold-starts, through the shim, the ranks answered cold. The
+request holds the ranks' environments, which may hold secrets: stdin only, never argv.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -27,6 +34,9 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.activities.zygote_client import (
@@ -197,3 +207,177 @@ def await_claimed(gen: GenerationDir, rank: int) -> dict[str, object] | None:
         if record is not None or time.monotonic() > deadline:
             return record
         time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- a node's launch
+
+
+class _Launch(Protocol):
+    """One rank to start: :class:`lazarus.activities.nodes.agent.RankLaunch` or
+    :class:`WarmRankRequest` (this module stays free of the agent's imports: it runs
+    on every warm launch on an ssh node, where start-up time is relaunch time)."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def command(self) -> list[str]: ...
+    @property
+    def env(self) -> dict[str, str]: ...
+    @property
+    def workdir(self) -> str: ...
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WarmRankRequest(_Model):
+    rank: int = Field(ge=0)
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str]
+    """The rank's environment without the ``env_file`` values (read on the node)."""
+    workdir: str
+
+
+class NodeWarmRequest(_Model):
+    """Every rank of one node's launch, for ``python -m lazarus.activities.nodes.warm``
+    (one JSON object on its stdin)."""
+
+    gen_dir: str
+    node: str
+    run_root: str
+    preload: list[str]
+    standby: int = Field(ge=0)
+    env_file: str | None = None
+    """``env_from_file``, read here on the node, below each rank's ``env``."""
+    ranks: list[WarmRankRequest]
+
+
+class WarmAnswer(_Model):
+    """How one rank was started warm (forked, or adopted from its pid file), or why
+    it must be started cold (``cold_reason``; then nothing of it runs)."""
+
+    rank: int
+    pid: int | None = None
+    pgid: int | None = None
+    start_ticks: int | None = None
+    started_at: float | None = None
+    adopted: bool = False
+    warm: bool = False
+    from_standby: bool = False
+    cold_reason: str | None = None
+
+
+def _from_record(
+    rank: int, record: Mapping[str, object], *, adopted: bool, warm: bool
+) -> WarmAnswer:
+    started_at = record.get("started_at")
+    return WarmAnswer(
+        rank=rank,
+        pid=int(str(record["pid"])),
+        pgid=int(str(record["pgid"])),
+        start_ticks=int(str(record["start_ticks"])),
+        started_at=float(started_at) if isinstance(started_at, (int, float)) else None,
+        adopted=adopted,
+        warm=warm,
+    )
+
+
+def warm_start_ranks(
+    gen: GenerationDir,
+    node: str,
+    run_root: str,
+    preload: Sequence[str],
+    standby: int,
+    launches: Sequence[_Launch],
+) -> list[WarmAnswer]:
+    """Start ``launches`` of ``node`` on this machine from the run's zygote: one answer
+    per launch, in order. A retry adopts what an earlier attempt started, forked or
+    cold (a rank claimed by a fork whose answer was lost gets its pid file within
+    seconds); a rank answered with ``cold_reason`` was not started, and only the
+    caller's cold start may start it."""
+    gen.path.mkdir(parents=True, exist_ok=True)
+    answers: list[WarmAnswer] = []
+    zygote: Path | None = None
+    reason: str | None = None
+    for launch in launches:
+        record = read_json(gen.pid_file(launch.rank)) or await_claimed(gen, launch.rank)
+        if record is not None:
+            claimed = (gen.path / f"rank-{launch.rank}.zygote.claim").exists()
+            answers.append(_from_record(launch.rank, record, adopted=True, warm=claimed))
+            continue
+        try:
+            argv = warm_argv(launch.command, launch.env, launch.workdir)
+            if zygote is None and reason is None:
+                zygote = ensure_zygote(run_root, node, preload, standby, launch.env, launch.workdir)
+            if zygote is None:
+                raise ZygoteUnavailable(reason or "no zygote")
+            forked = fork_one(zygote, gen, launch.rank, argv, launch.env, launch.workdir)
+        except ZygoteUnavailable as exc:
+            if zygote is None:
+                reason = exc.reason  # the same for every rank of this node
+            record = read_json(gen.pid_file(launch.rank))
+            if record is not None:  # the zygote started it after all
+                answers.append(_from_record(launch.rank, record, adopted=False, warm=True))
+            else:
+                answers.append(WarmAnswer(rank=launch.rank, cold_reason=exc.reason))
+            continue
+        answers.append(
+            WarmAnswer(
+                rank=launch.rank,
+                pid=forked.pid,
+                pgid=forked.pgid,
+                start_ticks=forked.start_ticks,
+                started_at=forked.started_at,
+                warm=True,
+                from_standby=forked.from_standby,
+            )
+        )
+    return answers
+
+
+def _with_env_file(request: NodeWarmRequest) -> list[WarmRankRequest] | str:
+    """The ranks with ``env_from_file``'s values under their own (as the shim's cold
+    start sets them), or why the file cannot be used."""
+    if request.env_file is None:
+        return request.ranks
+    from lazarus.activities.secret_env import SecretEnvError, read_env_file
+
+    try:
+        values = read_env_file(request.env_file)
+    except SecretEnvError as exc:
+        return str(exc)
+    return [r.model_copy(update={"env": {**values, **r.env}}) for r in request.ranks]
+
+
+def _problems(exc: ValidationError) -> str:
+    """Field names and messages only: an input value may be a secret."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()
+    )
+
+
+def main() -> int:
+    """``python -m lazarus.activities.nodes.warm``: a :class:`NodeWarmRequest` on stdin,
+    one :class:`WarmAnswer` JSON line per rank on stdout (``{"error": ...}`` for a bad
+    request)."""
+    try:
+        request = NodeWarmRequest.model_validate_json(sys.stdin.buffer.read())
+    except ValidationError as exc:
+        print(json.dumps({"error": f"warm: bad request on stdin: {_problems(exc)}"}), flush=True)
+        return 2
+    ranks = _with_env_file(request)
+    if isinstance(ranks, str):
+        answers = [WarmAnswer(rank=r.rank, cold_reason=ranks) for r in request.ranks]
+    else:
+        gen = GenerationDir(Path(request.gen_dir))
+        answers = warm_start_ranks(
+            gen, request.node, request.run_root, request.preload, request.standby, ranks
+        )
+    for answer in answers:
+        print(answer.model_dump_json(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

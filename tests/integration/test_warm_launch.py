@@ -186,7 +186,7 @@ def test_end_of_run_stops_the_zygote_and_removes_the_memory_tier(
 
 
 @pytest.mark.timeout(60)
-def test_shim_nodes_start_cold_and_say_warm_start_is_local_only(tmp_path: Path) -> None:
+def test_shim_nodes_fork_warm_through_the_nodes_zygote(tmp_path: Path) -> None:
     gen = tmp_path / "gen-00001"
     agent = LocalShimAgent(NodeSpec(name="n0"))
     env = {"RANK": "0", "FAKE_STEPS": "1", "PATH": os.environ["PATH"]}
@@ -199,6 +199,10 @@ def test_shim_nodes_start_cold_and_say_warm_start_is_local_only(tmp_path: Path) 
         ],
         WarmStart(run_root=str(tmp_path), preload=["json"], standby=1),
     )
-    assert not started.warm and started.cold_reason == "warm start not supported over ssh yet"
+    assert started.warm and started.cold_reason is None
     wait_for(lambda: read_json(gen / "rank-0.exit.json"), 30, "the rank to finish")
     assert read_stat(started.pid) is None or not is_alive(started.pid, started.start_ticks)
+    info = zygote_client.read_zygote(zygote_dir(tmp_path, "n0"))
+    assert info is not None
+    agent.end_run(str(tmp_path), [])
+    assert not is_alive(info.pid, info.start_ticks)

@@ -1,0 +1,124 @@
+"""Issue 12, bench side: two Lazarus systems side by side with torchrun.
+
+``lazarus`` runs the recommended fast setup (warm starts from a zygote, the memory
+checkpoint tier, the disk interval set by the controller), ``lazarus_cold`` the
+spec's defaults; both run the one Lazarus script of each scenario, from the one
+registry, and the side-by-side table shows both beside torchrun."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from bench import registry, report
+from bench.__main__ import build_parser
+from bench.harness import BenchConfig, BenchContext, BenchRun, Plan, RunRecord, _merged
+from bench.jobs import JobPaths, JobShape, build_spec
+from bench.registry import LAZARUS_SETUPS, SYSTEMS, System, runs, scenario
+
+
+def test_both_lazarus_systems_run_the_one_lazarus_script() -> None:
+    scenarios = registry.load()
+    assert {"lazarus", "lazarus_cold"} <= set(SYSTEMS)
+    for name, sc in scenarios.items():
+        assert sc.runner("lazarus_cold") is sc.run, name
+    with pytest.raises(ValueError, match="register the Lazarus script as 'lazarus'"):
+        runs(scenario("test_systems_only", "A test.\n\n1. nothing"), "lazarus_cold")
+    del registry.SCENARIOS["test_systems_only"]
+
+
+def test_systems_flag_accepts_lazarus_cold() -> None:
+    args = build_parser().parse_args(
+        ["compare", "--systems", "lazarus,lazarus_cold,torchrun", "--scenarios", "crash,hang"]
+    )
+    assert args.systems == ["lazarus", "lazarus_cold", "torchrun"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["compare", "--systems", "lazarus_warm"])
+
+
+def test_the_fast_setup_is_warm_start_and_the_memory_tier_and_cold_is_the_defaults(
+    tmp_path: Path,
+) -> None:
+    shape = JobShape()
+    fast = LAZARUS_SETUPS["lazarus"].spec_fields(shape)
+    assert fast == {
+        "warm_start": {"preload": ["torch"], "standby": 1},
+        "checkpoints": {"memory_every_steps": 1, "every_steps": shape.ckpt_every},
+    }
+    assert LAZARUS_SETUPS["lazarus_cold"].spec_fields(shape) == {}
+    # The fields are the spec's own: a job built with them parses, and says so.
+    spec = build_spec("fast", JobPaths(tmp_path), shape, extra=fast)
+    assert spec.warm is not None and spec.warm.preload == ["torch"] and spec.warm.standby == 1
+    assert spec.checkpoints.memory_every_steps == 1
+    assert spec.checkpoints.every_steps == shape.ckpt_every
+    cold = build_spec("cold", JobPaths(tmp_path), shape)
+    assert cold.warm is None and cold.checkpoints.memory_every_steps is None
+
+
+def test_a_scenarios_checkpoint_settings_merge_with_the_setups() -> None:
+    setup = LAZARUS_SETUPS["lazarus"].spec_fields(JobShape())
+    merged = _merged(setup, {"checkpoints": {"keep_local": 5}, "recovery": {"max_restarts": 9}})
+    assert merged["checkpoints"] == {"memory_every_steps": 1, "every_steps": 20, "keep_local": 5}
+    assert merged["recovery"] == {"max_restarts": 9}
+    assert merged["warm_start"] == setup["warm_start"]
+
+
+def test_a_run_of_each_system_gets_its_setup_and_shares_the_cleanup_records() -> None:
+    ctx = BenchContext(cast(Any, None), cast(Any, None), BenchConfig.quick(), Path("/nowhere"))
+    assert ctx.setup is LAZARUS_SETUPS["lazarus"]
+    cold = ctx.under("lazarus_cold")
+    assert cold.setup is LAZARUS_SETUPS["lazarus_cold"] and ctx.setup is LAZARUS_SETUPS["lazarus"]
+    assert ctx.under("torchrun").setup is LAZARUS_SETUPS["lazarus"]
+    # What a run under one system starts, the invocation's cleanup still finds.
+    cold.run_roots["job"] = Path("/nowhere/job")
+    assert ctx.run_roots == {"job": Path("/nowhere/job")}
+    assert cold.torchrun_jobs is ctx.torchrun_jobs and cold.resources is ctx.resources
+
+
+def _compare(per_system: dict[System, float]) -> BenchRun:
+    run = BenchRun(
+        config=BenchConfig.quick(),
+        plan=Plan(scenarios=["crash"], systems=list(per_system), repeats=1),
+        started_at=0.0,
+    )
+    run.records = [
+        RunRecord("crash", 0, 0.0, 1.0, {"recovery_outside_s": v, "weights_ok": True}, {}, system=s)
+        for s, v in per_system.items()
+    ]
+    return run
+
+
+def test_the_table_shows_fast_and_cold_beside_torchrun_with_ratios() -> None:
+    run = _compare({"lazarus": 2.0, "lazarus_cold": 6.0, "torchrun": 5.0})
+    table = report.compare_table(report.summary(run))
+    lines = table.splitlines()
+    assert lines[0] == (
+        "| scenario | metric | Lazarus | torchrun | Lazarus/torchrun | Lazarus (cold) "
+        "| cold/torchrun | torchrun (default setup) |"
+    )
+    assert "| crash | recovery_outside_s | 2 | 5 | 0.40 | 6 | 1.20 |  |" in lines
+    # Without lazarus_cold the table keeps its old columns.
+    plain = report.compare_table(report.summary(_compare({"lazarus": 2.0, "torchrun": 5.0})))
+    assert plain.startswith("| scenario | metric | Lazarus | torchrun | Lazarus/torchrun |")
+    assert "cold" not in plain
+    data = report.payload(run, report.summary(run), "compare")
+    assert data["config"]["lazarus_setups"]["lazarus_cold"] == {}
+    assert "warm_start" in data["config"]["lazarus_setups"]["lazarus"]
+
+
+def test_preload_flag_sets_the_fast_setups_preload_and_refuses_bad_names(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.__main__ import _config
+
+    args = build_parser().parse_args(["compare", "--preload", "torch,torch._dynamo"])
+    config = _config(args)
+    assert config.warm_preload == ("torch", "torch._dynamo")
+    fields = LAZARUS_SETUPS["lazarus"].spec_fields(config.shape, config.warm_preload)
+    assert fields["warm_start"] == {"preload": ["torch", "torch._dynamo"], "standby": 1}
+    assert _config(build_parser().parse_args(["compare"])).warm_preload == ("torch",)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["compare", "--preload", "torch,not-a-module"])
+    assert "warm_start.preload" in capsys.readouterr().err
