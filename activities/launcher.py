@@ -385,7 +385,7 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             return agent.start_ranks(str(gen.path), launches)
 
         chaos_point(chaos_points.LAUNCH_BEFORE_PIDS)
-        with agents(nodes, spec.ssh) as opened:
+        with agents(nodes, spec.ssh, spec.slurm) as opened:
             first_launch = all(g.generation == request.generation for g in generations(root))
             if first_launch:  # later launches of this run already fenced them
                 _fence_other_runs_remotely(opened, others, spec.job_id)
@@ -493,7 +493,7 @@ def _stop_half_launch(request: LaunchRequest, exc: LaunchUnreachable) -> None:
     if not exc.started_on:
         return
     root = request.run_root or str(job_root(request.spec.run_dir, request.spec.job_id))
-    with agents(exc.started_on, request.spec.ssh) as opened:
+    with agents(exc.started_on, request.spec.ssh, request.spec.slurm) as opened:
         results = on_each(opened, lambda agent: agent.stop(root, None, 0.0, FENCE_KILL_WAIT_S))
     for result in results:
         for group in result.unkillable:

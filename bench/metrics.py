@@ -238,7 +238,8 @@ _DEFS += tuple(
     MetricDef(
         name,
         "s",
-        f"crash, hang: the recovery's phase '{label}': seconds from the previous phase reached "
+        f"crash, hang, node_loss: the recovery's phase '{label}': seconds from the previous "
+        "phase reached "
         "(Lazarus: the incident's timeline, fault as the controller dates it, rank phases "
         "from the rank helper's marks; torchrun: the bench's injection, the agent's first "
         "line saying a worker failed, the restarted ranks' process start, their first step)",

@@ -14,6 +14,7 @@ from bench.harness import BenchContext, Metric, SpecBuilder
 from bench.jobs import JobPaths, build_spec
 from bench.measure import workflow_steps
 from bench.registry import Measured, runs, scenario
+from bench.scenarios import phase_metrics
 from lazarus import chaos
 from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.domain.spec import JobSpec
@@ -80,6 +81,7 @@ async def node_loss(ctx: BenchContext, repeat: int) -> Measured:
     outside: dict[str, float | None] = {
         "recovery_outside_s": None,
         "recovery_outside_seen_s": None,
+        "relaunch_to_first_step_s": None,
     }
     if incident is not None:
         first = job.monitor.first_progress(incident.generation + 1, incident.resumed_from_step or 0)
@@ -87,6 +89,12 @@ async def node_loss(ctx: BenchContext, repeat: int) -> Measured:
             outside = {
                 "recovery_outside_s": first.written_at - killed_at,
                 "recovery_outside_seen_s": first.seen_at - killed_at,
+                # The restart cost: the new ranks start python and torch, rendezvous, load.
+                "relaunch_to_first_step_s": (
+                    first.written_at - incident.relaunched_at
+                    if incident.relaunched_at is not None
+                    else None
+                ),
             }
     outcome.details |= {
         "fault": {
@@ -138,6 +146,7 @@ async def node_loss(ctx: BenchContext, repeat: int) -> Measured:
         **outside,
         "steps_lost": incident.steps_lost if incident else None,
         "resumed_from_step": incident.resumed_from_step if incident else None,
+        **phase_metrics(incident.timeline if incident else None),
     }
     return outcome
 

@@ -3,6 +3,9 @@
 #   - iproute2        -> `ip netns`, bridges, veths
 #   - openssh-server  -> /usr/sbin/sshd, one instance per namespace
 #   - openssh-client  -> ssh / ssh-keygen (pulled in by openssh-server, checked anyway)
+# and what the Slurm tests (infra/slurm, tests/slurm) need:
+#   - slurm-wlm       -> slurmctld, slurmd and the client commands (srun, scontrol, ...)
+#   - munge           -> munged, Slurm's authentication daemon
 #
 # Idempotent: installs only what is missing and runs `apt-get update` only when it
 # has to install something, so it is cheap to call from CI on every run.
@@ -11,7 +14,8 @@
 # start their own sshd inside each namespace, bound to the namespace address only.
 # Debian's postinst enables and starts ssh.service (or, without systemd, the
 # sysvinit script) — we prevent that with a temporary policy-rc.d and stop/disable
-# anything that slipped through.
+# anything that slipped through. The same goes for the distribution's munge, slurmctld
+# and slurmd services: the Slurm tests start their own, with a per-run configuration.
 set -euo pipefail
 
 if [[ ${EUID} -ne 0 ]]; then
@@ -23,9 +27,11 @@ missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 { command -v sshd >/dev/null 2>&1 || test -x /usr/sbin/sshd; } || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
+{ command -v slurmctld >/dev/null 2>&1 || test -x /usr/sbin/slurmctld; } || missing+=(slurm-wlm)
+{ command -v munged >/dev/null 2>&1 || test -x /usr/sbin/munged; } || missing+=(munge)
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "install-test-prereqs.sh: iproute2 and openssh-server already present"
+    echo "install-test-prereqs.sh: iproute2, openssh-server, slurm-wlm and munge already present"
     exit 0
 fi
 
@@ -62,6 +68,17 @@ elif [[ -x /etc/init.d/ssh ]]; then
     /etc/init.d/ssh stop >/dev/null 2>&1 || true
     update-rc.d ssh disable >/dev/null 2>&1 || true
 fi
+
+# The same for Slurm and munge: a system slurmd or slurmctld would hold the ports and
+# state the tests' own daemons use; the tests start munged themselves.
+for service in slurmctld slurmd munge; do
+    if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
+        systemctl disable --now "${service}.service" >/dev/null 2>&1 || true
+    elif [[ -x /etc/init.d/${service} ]]; then
+        /etc/init.d/"${service}" stop >/dev/null 2>&1 || true
+        update-rc.d "${service}" disable >/dev/null 2>&1 || true
+    fi
+done
 
 # sshd refuses to start without its privilege-separation directory.
 mkdir -p /run/sshd

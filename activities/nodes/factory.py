@@ -9,23 +9,31 @@ from typing import TypeVar
 
 from lazarus.activities.nodes.agent import NodeAgent
 from lazarus.activities.nodes.local_agent import LocalAgent
-from lazarus.domain.spec import NodeSpec, SSHSpec
+from lazarus.domain.spec import NodeSpec, SlurmSpec, SSHSpec
 
 T = TypeVar("T")
 
 
-def agent_for(node: NodeSpec, ssh: SSHSpec) -> NodeAgent:
+def agent_for(node: NodeSpec, ssh: SSHSpec, slurm: SlurmSpec | None = None) -> NodeAgent:
+    """``slurm`` is the job's allocation: Slurm nodes need it to start a step, run a
+    preflight or reach node-local state (polling, stopping and logs work without)."""
     if node.launcher == "ssh":
         from lazarus.activities.nodes.ssh_agent import SSHAgent
 
         return SSHAgent(node, ssh)
+    if node.launcher == "slurm":
+        from lazarus.activities.nodes.slurm_agent import SlurmAgent
+
+        return SlurmAgent(node, slurm)
     return LocalAgent(node)
 
 
 @contextmanager
-def agents(nodes: Sequence[NodeSpec], ssh: SSHSpec) -> Iterator[list[NodeAgent]]:
+def agents(
+    nodes: Sequence[NodeSpec], ssh: SSHSpec, slurm: SlurmSpec | None = None
+) -> Iterator[list[NodeAgent]]:
     """Agents for one activity: connections are reused inside it, closed after."""
-    opened = [agent_for(node, ssh) for node in nodes]
+    opened = [agent_for(node, ssh, slurm) for node in nodes]
     try:
         yield opened
     finally:

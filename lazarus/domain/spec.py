@@ -89,11 +89,14 @@ class NodeSpec(_Strict):
     ``local`` nodes run on the controller's machine; several local nodes are
     logical nodes of one machine (useful for tests and single-box jobs). ``ssh``
     nodes are reached with paramiko; only a *path* to the identity file is ever
-    stored, and host keys are checked against ``ssh.known_hosts``.
+    stored, and host keys are checked against ``ssh.known_hosts``. ``slurm`` nodes
+    are Slurm node names of the job's allocation (``slurm:``), reached with
+    ``srun``/``scontrol``; their ``host`` is informational (the rendezvous address
+    is the address Slurm knows the first node by).
     """
 
     name: str = Field(default="local", pattern=r"^[A-Za-z0-9._-]+$")
-    launcher: Literal["local", "ssh"] = "local"
+    launcher: Literal["local", "ssh", "slurm"] = "local"
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 22
     user: str | None = None
@@ -111,6 +114,15 @@ class SSHSpec(_Strict):
     command_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
     """A status poll with no answer this long marks the node unreachable for that poll."""
     use_agent: bool = True
+
+
+class SlurmSpec(_Strict):
+    """The Slurm allocation a job with ``launcher: slurm`` nodes runs in. For now an
+    existing one (``salloc``, or ``sbatch`` with a holder script): each generation
+    is one job step inside it."""
+
+    job_id: Annotated[int, Field(ge=1)]
+    """The allocation's job id (``squeue --me`` shows it)."""
 
 
 class PreflightSpec(_Strict):
@@ -452,6 +464,9 @@ class JobSpec(_Strict):
     with the incident as JSON on stdin; retried durably until it exits 0."""
     warm_start: WarmStartSpec | None = None
     """Warm-standby ranks forked from a per-node zygote; None: every rank starts cold."""
+    slurm: SlurmSpec | None = None
+    """The Slurm allocation of ``launcher: slurm`` nodes; required with them, refused
+    without them."""
 
     @model_validator(mode="before")
     @classmethod
@@ -558,7 +573,20 @@ class JobSpec(_Strict):
         if duplicates:
             raise ValueError(f"nodes/spares: node names must be unique; repeated: {duplicates}")
         if len({n.launcher for n in every}) > 1:
-            raise ValueError("nodes/spares: all nodes must use the same launcher (local or ssh)")
+            raise ValueError(
+                "nodes/spares: all nodes must use the same launcher (local, ssh or slurm)"
+            )
+        slurm_nodes = every[0].launcher == "slurm"
+        if slurm_nodes and self.slurm is None:
+            raise ValueError(
+                "slurm: nodes use launcher slurm but the job names no allocation; "
+                "add slurm: {job_id: <the allocation's job id>}"
+            )
+        if self.slurm is not None and not slurm_nodes:
+            raise ValueError(
+                f"slurm: set, but the nodes use launcher {every[0].launcher}; "
+                "set launcher: slurm on every node, or remove the slurm section"
+            )
         if self.min_nodes is not None and self.min_nodes > len(self.nodes):
             raise ValueError(
                 f"min_nodes: {self.min_nodes} is more than the {len(self.nodes)} nodes listed"

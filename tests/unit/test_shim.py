@@ -275,7 +275,8 @@ def test_rank_is_detached_in_its_own_session_with_default_signals(
     assert int(wrapper_stat[1]) != os.getpid(), "the wrapper must not be our child"
     assert started.pgid != os.getpgid(0)
     # Until the environment loader (same pid) has read its program from the pipe and
-    # exec'd the command, stdin is that pipe and its signal dispositions are the loader's: wait for the exec, on a loaded machine too.
+    # exec'd the command, stdin is that pipe and its signal dispositions are the
+    # loader's: wait for the exec, on a loaded machine too.
     deadline = time.monotonic() + 30
     while not _cmdline(Path(f"/proc/{started.pid}")).startswith(b"sleep"):
         assert time.monotonic() < deadline, "the rank never exec'd its command"

@@ -1,0 +1,179 @@
+"""The two small processes of a Slurm generation, standard library only.
+
+``srun`` (on the controller's machine): starts the generation's ``srun`` client
+detached. It forks, the parent exits at once (the worker reaps it), and the child
+starts a new session, writes ``slurm-srun.pid``, runs ``srun`` with its output in
+``slurm-srun.log`` and records its exit in ``slurm-srun.exit.json``. So the step's
+client is never a child of the worker: a worker crash or restart does not touch it.
+
+``task`` (on a compute node, one per rank, run by ``srun``): in the foreground, so
+Slurm tracks it and ``scancel`` signals reach it. It computes the rank's own
+variables from the node's slot in the generation's node list (``SLURMD_NODENAME``)
+and ``SLURM_LOCALID``: the rank slots follow the plan's node order, which after a
+spare took a dead node's slot need not be Slurm's sorted order (``SLURM_PROCID``
+is equal to the rank whenever the two orders agree). It then runs the rank with
+its output in the rank's log and writes the same pid and exit files as
+:mod:`lazarus.activities.rank_wrapper`, plus the step's id (``slurm_step``). It
+ignores SIGTERM, SIGINT and SIGHUP so it outlives the rank long enough to record
+how the rank ended; only a SIGKILL of the whole step (``scancel --signal=KILL``)
+takes it down first, and then the stop that sent it records the exit instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lazarus.activities.rank_wrapper import exit_record, start_ticks, write_atomic
+from lazarus.domain import environment as env_names
+
+SRUN_PID = "slurm-srun.pid"
+SRUN_LOG = "slurm-srun.log"
+SRUN_EXIT = "slurm-srun.exit.json"
+_TRAPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def rank_slot(nodes: list[str], node: str, local_id: int, nproc: int) -> tuple[int, int]:
+    """(rank, group rank) of the task with ``local_id`` on ``node``: the node's index in
+    the generation's node order, times ``nproc``, plus its local id."""
+    if node not in nodes:
+        raise ValueError(f"node {node!r} is not one of this generation's nodes {nodes}")
+    if not 0 <= local_id < nproc:
+        raise ValueError(f"SLURM_LOCALID {local_id} is outside 0..{nproc - 1}")
+    group = nodes.index(node)
+    return group * nproc + local_id, group
+
+
+def _run_srun(gen_dir: Path, command: list[str]) -> None:
+    with open(gen_dir / SRUN_LOG, "ab", buffering=0) as log:
+        try:
+            child = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+        except OSError as exc:
+            log.write(f"lazarus: cannot start {command[0]!r}: {exc}\n".encode())
+            write_atomic(
+                gen_dir / SRUN_EXIT, {"exit_code": 127, "ended_at": time.time(), "error": str(exc)}
+            )
+            return
+    write_atomic(
+        gen_dir / SRUN_PID,
+        {"pid": child.pid, "start_ticks": start_ticks(child.pid), "started_at": time.time()},
+    )
+    returncode = child.wait()
+    write_atomic(gen_dir / SRUN_EXIT, {"exit_code": returncode, "ended_at": time.time()})
+
+
+def _cannot_start(exit_path: Path, rank: int, error: str) -> int:
+    """Record a rank that never started, as the rank wrapper does (exit 127)."""
+    write_atomic(
+        exit_path,
+        {"rank": rank, "exit_code": 127, "signal": None, "ended_at": time.time(), "error": error},
+    )
+    return 127
+
+
+def _run_task(args: argparse.Namespace, command: list[str]) -> int:
+    for sig in _TRAPPED:
+        signal.signal(sig, signal.SIG_IGN)
+    gen_dir: Path = args.gen_dir
+    nodes = args.nodes.split(",")
+    node = os.environ.get("SLURMD_NODENAME", "")
+    rank, group = rank_slot(nodes, node, int(os.environ.get("SLURM_LOCALID", "0")), args.nproc)
+    exit_path = gen_dir / f"rank-{rank}.exit.json"
+    exit_path.unlink(missing_ok=True)
+    env: dict[str, str] = {}
+    if args.env_file:
+        # Read here, on the node, like the ssh shim: the values never leave it, and
+        # they go under everything the launcher set.
+        from lazarus.activities.secret_env import SecretEnvError, read_env_file
+
+        try:
+            env.update(read_env_file(args.env_file))
+        except SecretEnvError as exc:
+            return _cannot_start(exit_path, rank, str(exc))
+    env.update(os.environ)
+    env.update(
+        {
+            env_names.RANK: str(rank),
+            env_names.LOCAL_RANK: str(rank % args.nproc),
+            env_names.GROUP_RANK: str(group),
+            env_names.NODE: node,
+            env_names.HEARTBEAT_FILE: str(gen_dir / f"rank-{rank}.heartbeat.json"),
+        }
+    )
+    step = f"{env.get('SLURM_JOB_ID', '?')}.{env.get('SLURM_STEP_ID', '?')}"
+    with open(gen_dir / f"rank-{rank}.log", "ab", buffering=0) as log:
+        try:
+            child = subprocess.Popen(
+                command,
+                cwd=args.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in _TRAPPED],
+            )
+        except OSError as exc:
+            log.write(f"lazarus: cannot start {command[0]!r}: {exc}\n".encode())
+            return _cannot_start(
+                exit_path, rank, f"cannot start {command[0]!r}: {exc.strerror or exc}"
+            )
+    me = os.getpid()
+    write_atomic(
+        gen_dir / f"rank-{rank}.pid",
+        {
+            "rank": rank,
+            "wrapper_pid": me,
+            "pgid": os.getpgid(0),
+            "wrapper_start_ticks": start_ticks(me),
+            "pid": child.pid,
+            "start_ticks": start_ticks(child.pid),
+            "started_at": time.time(),
+            "slurm_step": step,
+            "slurm_node": node,
+        },
+    )
+    returncode = child.wait()
+    write_atomic(exit_path, exit_record(rank, returncode, time.time()))
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    sub = parser.add_subparsers(dest="role", required=True)
+    srun = sub.add_parser("srun", help="start the step's srun client detached")
+    srun.add_argument("--gen-dir", type=Path, required=True)
+    srun.add_argument("command", nargs=argparse.REMAINDER)
+    task = sub.add_parser("task", help="run one rank under srun")
+    task.add_argument("--gen-dir", type=Path, required=True)
+    task.add_argument("--nodes", required=True, help="the generation's nodes, in rank order")
+    task.add_argument("--nproc", type=int, required=True)
+    task.add_argument("--workdir", required=True)
+    task.add_argument("--env-file")
+    task.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("missing the command after --")
+    if args.role == "task":
+        return _run_task(args, command)
+    if os.fork() > 0:
+        return 0  # the worker reaps this parent; srun lives on in the child
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    try:
+        _run_srun(args.gen_dir, command)
+    finally:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

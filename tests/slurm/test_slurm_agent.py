@@ -1,0 +1,341 @@
+"""The Slurm launcher against a real Slurm on this machine (nodes n1..n3, one host).
+
+Each generation is one job step in a holder allocation; these tests check what the
+workflow will build on: the step runs the real DDP example to the end, a SIGKILLed
+rank's exit is recorded with its signal, a stop leaves no step and no process, a
+node whose slurmd died reads as lost, and drain/undrain work (we are root: Slurm
+admin)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lazarus.activities.launcher import launch_generation
+from lazarus.activities.nodes.agent import PreflightRequest, RankLaunch
+from lazarus.activities.nodes.slurm_agent import SlurmAgent, job_steps
+from lazarus.activities.procfs import is_alive
+from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.domain.contracts import LaunchRequest, LaunchResult
+from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, parse_spec
+from lazarus.infra.slurm import TestSlurm
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
+HOST = socket.gethostname().split(".")[0]
+SLEEPER = """\
+import os, sys, time
+open(os.path.join(sys.argv[1], "ready-" + os.environ["RANK"]), "w").close()
+time.sleep(600)
+"""
+ENV_DUMP = """\
+import json, os, sys
+with open(os.path.join(sys.argv[1], "env-" + os.environ["RANK"] + ".json"), "w") as out:
+    json.dump(dict(os.environ), out)
+"""
+
+
+def slurm_spec(tmp_path: Path, job: int, command: list[str], name: str) -> JobSpec:
+    return parse_spec(
+        {
+            "name": name,
+            "command": command,
+            "nodes": [{"name": node, "launcher": "slurm", "host": HOST} for node in ("n1", "n2")],
+            "spares": [{"name": "n3", "launcher": "slurm", "host": HOST}],
+            "slurm": {"job_id": job},
+            "nproc_per_node": 1,
+            "checkpoint_dir": "ckpt",
+        },
+        "<test>",
+    ).resolved(tmp_path)
+
+
+def run_root(spec: JobSpec) -> str:
+    return str(Path(spec.run_dir) / spec.job_id / "run-1")
+
+
+def agents_of(spec: JobSpec) -> list[SlurmAgent]:
+    return [SlurmAgent(node, spec.slurm) for node in spec.nodes]
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float) -> float:
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < timeout_s, f"{what}: not within {timeout_s:g} s"
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def step_of(launched: LaunchResult) -> str:
+    record = read_json(GenerationDir(Path(launched.run_dir)).pid_file(0))
+    assert record is not None
+    return str(record["slurm_step"])
+
+
+def step_listed(step: str) -> bool:
+    steps = job_steps(step.split(".")[0])
+    return steps is None or step in steps
+
+
+@pytest.fixture
+def stopper() -> Iterator[list[tuple[JobSpec, str]]]:
+    """Runs to stop at teardown whatever a failed assertion left running."""
+    started: list[tuple[JobSpec, str]] = []
+    yield started
+    for spec, root in started:
+        for agent in agents_of(spec):
+            agent.stop(root, None, grace_s=0.0, kill_wait_s=20.0)
+
+
+def launch(spec: JobSpec, stopper: list[tuple[JobSpec, str]]) -> LaunchResult:
+    stopper.append((spec, run_root(spec)))
+    return launch_generation(LaunchRequest(spec=spec, generation=1, run_root=run_root(spec)))
+
+
+@pytest.mark.timeout(180)
+def test_cluster_comes_up_and_goes_down_cleanly(own_slurm: Callable[[], TestSlurm]) -> None:
+    cluster = own_slurm()
+    assert cluster.node_states() == {"n1": "idle", "n2": "idle", "n3": "idle"}
+    done = cluster.command("srun", "-N", "3", "sh", "-c", "echo $SLURMD_NODENAME")
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == ["n1", "n2", "n3"]
+    assert cluster.leftovers(), "the marker finds the running daemons"
+    cluster.stop()
+    assert cluster.leftovers() == []
+    cluster.stop()  # idempotent
+
+
+@pytest.mark.timeout(300)
+def test_ddp_step_runs_to_completion(
+    slurm: TestSlurm, allocation: int, tmp_path: Path, stopper: list[tuple[JobSpec, str]]
+) -> None:
+    command = [sys.executable, str(EXAMPLE), "--steps", "12", "--step-time", "0.02"]
+    command += ["--ckpt-every", "5", "--out", str(tmp_path / "final.pt")]
+    spec = slurm_spec(tmp_path, allocation, command, "slurm-ddp")
+    began = time.monotonic()
+    launched = launch(spec, stopper)
+    launch_s = time.monotonic() - began
+    assert [(r.rank, r.node) for r in launched.ranks] == [(0, "n1"), (1, "n2")]
+    gen = GenerationDir(Path(launched.run_dir))
+    step = step_of(launched)
+    assert step.startswith(f"{allocation}.")
+
+    wait_for("both exit files", lambda: all(gen.exit_file(r).exists() for r in (0, 1)), 240)
+    for rank in (0, 1):
+        record = read_json(gen.exit_file(rank))
+        assert record is not None and record["exit_code"] == 0, gen.log_file(rank).read_text()
+    assert (tmp_path / "final.pt").exists()
+    assert "step 12 " in gen.log_file(0).read_text()
+    wait_for("the step to end", lambda: not step_listed(step), 60)
+    status = [
+        agent.poll(str(gen.path), [r.rank])
+        for agent, r in zip(agents_of(spec), launched.ranks, strict=True)
+    ]
+    assert all(s.reachable for s in status)
+    assert [r.alive for s in status for r in s.ranks] == [False, False]
+    print(f"step launch latency (launch call until every pid file): {launch_s:.2f} s")
+
+
+@pytest.mark.timeout(240)
+def test_step_environment_is_the_generations_not_the_workers(
+    slurm: TestSlurm,
+    allocation: int,
+    tmp_path: Path,
+    stopper: list[tuple[JobSpec, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = tmp_path / "dump.py"
+    script.write_text(ENV_DUMP)
+    # The worker itself may run inside some allocation: none of it may leak.
+    monkeypatch.setenv("SLURM_JOB_ID", "999999")
+    monkeypatch.setenv("SLURM_NODELIST", "elsewhere[1-9]")
+    spec = slurm_spec(
+        tmp_path, allocation, [sys.executable, str(script), str(tmp_path)], "slurm-env"
+    )
+    launched = launch(spec, stopper)
+    wait_for("env dumps", lambda: all((tmp_path / f"env-{r}.json").exists() for r in (0, 1)), 120)
+    for rank, node in ((0, "n1"), (1, "n2")):
+        env = json.loads((tmp_path / f"env-{rank}.json").read_text())
+        assert env["RANK"] == str(rank) and env["GROUP_RANK"] == str(rank)
+        assert env["LAZARUS_NODE"] == node and env["SLURMD_NODENAME"] == node
+        assert env["SLURM_JOB_ID"] == str(allocation)
+        assert env["SLURM_NODELIST"] != "elsewhere[1-9]"
+        assert env["MASTER_ADDR"] == HOST
+        assert env["MASTER_PORT"] == str(launched.master_port)
+        assert env["LAZARUS_HEARTBEAT_FILE"].endswith(f"rank-{rank}.heartbeat.json")
+
+
+@pytest.mark.timeout(300)
+def test_sigkilled_rank_is_recorded_and_its_peer_too(
+    slurm: TestSlurm, allocation: int, tmp_path: Path, stopper: list[tuple[JobSpec, str]]
+) -> None:
+    command = [sys.executable, str(EXAMPLE), "--steps", "100000", "--step-time", "0.05"]
+    command += ["--pg-timeout-s", "30"]
+    spec = slurm_spec(tmp_path, allocation, command, "slurm-kill")
+    launched = launch(spec, stopper)
+    gen = GenerationDir(Path(launched.run_dir))
+    wait_for(
+        "training steps", lambda: "step 3 " in gen.log_file(0).read_text(errors="replace"), 180
+    )
+    victim = launched.ranks[1]
+    os.kill(victim.pid, signal.SIGKILL)
+    wait_for("the victim's exit file", lambda: gen.exit_file(1).exists(), 30)
+    record = read_json(gen.exit_file(1))
+    assert record is not None and record["signal"] == "SIGKILL" and record["exit_code"] == -9
+    # The peer fails in its next collective (gloo sees the connection drop).
+    wait_for("the peer's exit file", lambda: gen.exit_file(0).exists(), 120)
+    peer = read_json(gen.exit_file(0))
+    assert peer is not None and peer["exit_code"] != 0
+    step = step_of(launched)
+    wait_for("the step to end", lambda: not step_listed(step), 60)
+
+
+@pytest.mark.timeout(240)
+def test_stop_cancels_the_step_and_leaves_no_process(
+    slurm: TestSlurm, allocation: int, tmp_path: Path, stopper: list[tuple[JobSpec, str]]
+) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    spec = slurm_spec(
+        tmp_path, allocation, [sys.executable, str(script), str(tmp_path)], "slurm-stop"
+    )
+    launched = launch(spec, stopper)
+    gen = GenerationDir(Path(launched.run_dir))
+    wait_for("ranks ready", lambda: all((tmp_path / f"ready-{r}").exists() for r in (0, 1)), 120)
+    step = step_of(launched)
+    assert step_listed(step)
+    wrappers = [read_json(gen.pid_file(r.rank)) for r in launched.ranks]
+
+    results = [agent.stop(run_root(spec), None, grace_s=10.0) for agent in agents_of(spec)]
+    assert results[0].reachable and results[0].generations == [1]
+    assert results[0].signalled_groups == 1 and results[0].unkillable == []
+    assert results[1].signalled_groups == 0  # the first stop ended the whole step
+    assert not step_listed(step)
+    for rank, wrapper in zip(launched.ranks, wrappers, strict=True):
+        assert wrapper is not None
+        assert not is_alive(rank.pid, rank.start_ticks)
+        assert not is_alive(int(wrapper["wrapper_pid"]), int(wrapper["wrapper_start_ticks"]))
+        record = read_json(gen.exit_file(rank.rank))
+        assert record is not None and record["signal"] == "SIGTERM", record
+    assert gen.stopped_file.exists()
+
+
+@pytest.mark.timeout(240)
+def test_stop_records_exits_of_a_killed_step(
+    slurm: TestSlurm, allocation: int, tmp_path: Path, stopper: list[tuple[JobSpec, str]]
+) -> None:
+    stubborn = tmp_path / "stubborn.py"
+    stubborn.write_text("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + SLEEPER)
+    spec = slurm_spec(
+        tmp_path, allocation, [sys.executable, str(stubborn), str(tmp_path)], "slurm-kill9"
+    )
+    launched = launch(spec, stopper)
+    gen = GenerationDir(Path(launched.run_dir))
+    wait_for("ranks ready", lambda: all((tmp_path / f"ready-{r}").exists() for r in (0, 1)), 120)
+    result = agents_of(spec)[0].stop(run_root(spec), None, grace_s=1.0, kill_wait_s=30.0)
+    assert result.killed_groups == 1 and result.unkillable == []
+    assert not step_listed(step_of(launched))
+    for rank in launched.ranks:
+        assert not is_alive(rank.pid, rank.start_ticks)
+        record = read_json(gen.exit_file(rank.rank))
+        assert record is not None and record["signal"] == "SIGKILL", record
+
+
+@pytest.mark.timeout(240)
+def test_killed_slurmd_reads_as_node_lost(
+    own_slurm: Callable[[], TestSlurm], tmp_path: Path
+) -> None:
+    cluster = own_slurm()
+    job = cluster.allocate(3)
+    agent = SlurmAgent(NodeSpec(name="n2", launcher="slurm"), SlurmSpec(job_id=job))
+    gen = str(tmp_path / "gen-1")
+    assert agent.poll(gen, []).reachable
+    cluster.kill_slurmd("n2")
+    # SlurmdTimeout is 10 s; the controller checks nodes on its own period.
+    lost_after = wait_for("n2 lost", lambda: not agent.poll(gen, []).reachable, 120)
+    status = agent.poll(gen, [])
+    assert status.error is not None and "n2" in status.error
+    assert "DOWN" in status.error or "NOT_RESPONDING" in status.error
+    assert (
+        SlurmAgent(NodeSpec(name="n1", launcher="slurm"), SlurmSpec(job_id=job))
+        .poll(gen, [])
+        .reachable
+    )
+    print(f"killed slurmd read as lost after {lost_after:.1f} s: {status.error}")
+
+
+@pytest.mark.timeout(120)
+def test_drain_and_undrain(slurm: TestSlurm, allocation: int) -> None:
+    agent = SlurmAgent(NodeSpec(name="n3", launcher="slurm"), SlurmSpec(job_id=allocation))
+    try:
+        result = agent.drain("node_lost", "job-a")
+        assert result.drained and result.error is None
+        assert result.reason == "lazarus: node_lost in job-a"
+        shown = slurm.command("scontrol", "show", "node", "-o", "n3").stdout
+        assert "DRAIN" in shown and "Reason=lazarus: node_lost in job-a" in shown
+        assert not agent.poll("/nonexistent", []).reachable
+    finally:
+        undone = agent.undrain()
+    assert undone.error is None
+    wait_for("n3 back", lambda: agent.poll("/nonexistent", []).reachable, 30)
+
+
+@pytest.mark.timeout(120)
+def test_drain_refused_is_returned_not_raised(slurm: TestSlurm, allocation: int) -> None:
+    agent = SlurmAgent(NodeSpec(name="nosuchnode", launcher="slurm"), SlurmSpec(job_id=allocation))
+    result = agent.drain("node_lost", "job-a")
+    assert not result.drained and result.error is not None and "nosuchnode" in result.error
+
+
+@pytest.mark.timeout(120)
+def test_preflight_runs_on_the_node(slurm: TestSlurm, allocation: int, tmp_path: Path) -> None:
+    agent = SlurmAgent(NodeSpec(name="n2", launcher="slurm"), SlurmSpec(job_id=allocation))
+    good = agent.preflight(
+        PreflightRequest(
+            interpreter=sys.executable,
+            workdir=str(tmp_path),
+            disk_path=str(tmp_path),
+            health_command=["sh", "-c", 'test "$LAZARUS_NODE" = n2'],
+        )
+    )
+    assert good.ok, good.problems
+    assert good.free_disk_gb is not None and good.free_disk_gb > 0
+    bad = agent.preflight(
+        PreflightRequest(
+            interpreter="no-such-python",
+            workdir=str(tmp_path / "missing"),
+            disk_path=str(tmp_path),
+            min_free_disk_gb=1e9,
+        )
+    )
+    assert not bad.ok
+    assert [p.split(":")[0] for p in bad.problems] == ["interpreter", "workdir", "disk"]
+
+
+@pytest.mark.timeout(240)
+def test_a_retried_start_adopts_the_step(
+    slurm: TestSlurm, allocation: int, tmp_path: Path, stopper: list[tuple[JobSpec, str]]
+) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    command = [sys.executable, str(script), str(tmp_path)]
+    spec = slurm_spec(tmp_path, allocation, command, "slurm-adopt")
+    launched = launch(spec, stopper)
+    gen = GenerationDir(Path(launched.run_dir))
+    agent = agents_of(spec)[1]
+    again = agent.start_ranks(str(gen.path), [launch_of(spec, 1)])
+    assert again[0].adopted and again[0].pid == launched.ranks[1].pid
+    steps = job_steps(str(allocation)) or {}
+    names = [name for name, _ in steps.values() if name.startswith("lazarus-g1-")]
+    assert len(names) == len(set(names)), steps  # one step per generation directory
+
+
+def launch_of(spec: JobSpec, rank: int) -> RankLaunch:
+    return RankLaunch(rank=rank, command=spec.command, env={}, workdir=spec.workdir)
