@@ -46,6 +46,9 @@ class PreloadResult(BaseModel):
     ok: bool
     error: str | None
     seconds: float
+    optional: bool = False
+    """An import the zygote warms on its own (``zygote.IMPLIED_PRELOADS``): a failure
+    is recorded and refuses nothing."""
 
 
 class ZygoteInfo(BaseModel):
