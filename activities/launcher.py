@@ -229,8 +229,8 @@ def rank_env_file(spec: JobSpec, node: NodeSpec) -> str | None:
     return None if node.launcher == "local" else spec.env_from_file
 
 
-def _fence_older_generations(run_root: Path, generation: int) -> None:
-    """Safety net behind the workflow's own ``stop``: nothing older may stay alive here."""
+def _older_generations(run_root: Path, generation: int) -> list[GenerationDir]:
+    """The run's generations before ``generation``; refuses when a newer one exists."""
     older: list[GenerationDir] = []
     for gen in generations(run_root):
         if gen.generation > generation:
@@ -239,7 +239,28 @@ def _fence_older_generations(run_root: Path, generation: int) -> None:
             )
         if gen.generation < generation:
             older.append(gen)
-    _fence(older)
+    return older
+
+
+def _fence_older_generations(run_root: Path, generation: int) -> None:
+    """Safety net behind the workflow's own ``stop``: nothing older may stay alive here."""
+    _fence(_older_generations(run_root, generation))
+
+
+def _fence_older_steps(opened: list[NodeAgent], run_root: Path, generation: int) -> None:
+    """The same safety net for Slurm nodes, through their agents: an older
+    generation's ranks run on compute nodes, so the pids in its files mean nothing
+    on this machine; its job step is cancelled instead. Every node's agent cancels
+    the steps it took part in (a step is whole: the first one ends it for all)."""
+
+    def fence_on(agent: NodeAgent) -> None:
+        result = agent.stop(str(run_root), generation, 0.0, FENCE_KILL_WAIT_S)
+        for group in result.unkillable:
+            log.warning("fencing: %s", group.reason)
+        if not result.reachable:
+            log.warning("fencing on node %s: %s", agent.node.name, result.error)
+
+    on_each(opened, fence_on)
 
 
 def _other_runs(job_dir: Path, run_root: Path) -> list[Path]:
@@ -320,7 +341,28 @@ def launch_generation(request: LaunchRequest) -> LaunchResult:
         return _launch_generation(request)
     except LaunchUnreachable as exc:
         _stop_half_launch(request, exc)
+        drained = _drain_lost(request, exc)
+        if drained:
+            raise LaunchUnreachable(
+                f"{exc}; {'; '.join(drained)}", exc.nodes, exc.started_on
+            ) from exc
         raise
+
+
+def _drain_lost(request: LaunchRequest, exc: LaunchUnreachable) -> list[str]:
+    """Slurm nodes a launch found lost (Slurm says DOWN, DRAIN, ...) are drained as
+    the supervisor drains them, since the workflow takes this as a node loss; the
+    lines say what happened, for the incident's evidence."""
+    from lazarus.activities.nodes.slurm_agent import SlurmAgent  # as the factory: lazily
+
+    spec = request.spec
+    lines = []
+    for node in request.nodes or spec.nodes:
+        if node.name in exc.nodes and node.launcher == "slurm":
+            done = SlurmAgent(node, spec.slurm).drain_if_lost("node_lost", spec.job_id)
+            if done is not None:
+                lines.append(done.evidence())
+    return lines
 
 
 def _launch_generation(request: LaunchRequest) -> LaunchResult:
@@ -330,10 +372,14 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
     root = Path(request.run_root) if request.run_root is not None else job_dir
     gen = GenerationDir.of(root, request.generation)
     gen.path.mkdir(parents=True, exist_ok=True)
+    # Slurm ranks run on compute nodes: their pid files are fenced by step, below.
+    on_slurm = nodes[0].launcher == "slurm"
     with generation_lock(gen):
-        _fence_older_generations(root, request.generation)
+        older = _older_generations(root, request.generation)
         others = _other_runs(job_dir, root)
-        _fence([g for other in others for g in generations(other)])
+        if not on_slurm:
+            _fence(older)
+            _fence([g for other in others for g in generations(other)])
         for other in others:  # an earlier run's zygotes would fork for nobody
             stop_run_zygotes(other)
         if gen.stopped_file.exists():
@@ -389,6 +435,8 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             first_launch = all(g.generation == request.generation for g in generations(root))
             if first_launch:  # later launches of this run already fenced them
                 _fence_other_runs_remotely(opened, others, spec.job_id)
+            if on_slurm and older:
+                _fence_older_steps(opened, root, request.generation)
             per_node = _start_everywhere(opened, start_on)
         ranks = [
             RankProcess(

@@ -51,6 +51,8 @@ def stop_on_nodes(request: StopRequest) -> StopResult:
         result = agent.stop(request.run_root, request.keep_generation, grace_s, request.kill_wait_s)
         if request.end_of_run and result.reachable:
             end_run_on(agent, request)
+        if request.undrain and result.reachable:
+            undrain_on(agent)
         return result
 
     skipped = set(request.skip_nodes)
@@ -63,7 +65,7 @@ def stop_on_nodes(request: StopRequest) -> StopResult:
     if not request.nodes:
         results.append(stop_one(LocalAgent(NodeSpec(), whole_machine=True)))
     elif contacted:
-        with agents(contacted, request.ssh) as opened:
+        with agents(contacted, request.ssh, request.slurm) as opened:
             results += on_each(opened, stop_one)
     steps = [r.last_step for r in results if r.last_step is not None]
     return StopResult(
@@ -84,6 +86,18 @@ def end_run_on(agent: NodeAgent, request: StopRequest) -> None:
         agent.end_run(request.run_root, memory_dirs(request))
     except (NodeUnreachable, NodeRefused, ShimError, OSError, ValueError) as exc:
         log.warning("end of run on node %s: %s", agent.node.name, exc)
+
+
+def undrain_on(agent: NodeAgent) -> None:
+    """``lazarus return`` of a Slurm node: give it back to Slurm's scheduling too.
+    Needs Slurm admin rights; a refusal is logged, never fatal (the node is usable
+    by this job's allocation either way once an admin resumes it)."""
+    from lazarus.activities.nodes.slurm_agent import SlurmAgent  # as the factory: lazily
+
+    if isinstance(agent, SlurmAgent):
+        done = agent.undrain()
+        if done.error is not None:
+            log.warning("return of node %s: %s", agent.node.name, done.error)
 
 
 def memory_dirs(request: StopRequest) -> list[str]:

@@ -75,6 +75,9 @@ class NodeObservation:
     error: str | None = None
     failed_polls: int = 0
     """Consecutive polls that could not reach the node (0 when the last one did)."""
+    declared_lost: bool = False
+    """The scheduler says the node is gone (:attr:`NodeStatus.declared_lost`): its
+    word is final, so one poll is enough and ``node_timeout_s`` does not apply."""
 
 
 @dataclass
@@ -253,6 +256,7 @@ class GenerationObserver:
                 unreachable_since=self._unreachable_since.get(name),
                 error=status.error,
                 failed_polls=self._failed_polls.get(name, 0),
+                declared_lost=status.declared_lost,
             )
             by_rank = {record.rank: record for record in status.ranks}
             for rank in self._ranks_of[name]:
@@ -434,6 +438,9 @@ def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> Fa
     for name, node in obs.nodes.items():
         if not node.reachable and node.unreachable_since is not None:
             silent = obs.now - node.unreachable_since
+            if node.declared_lost:
+                found.append((node.unreachable_since, name, f"{node.error}"))
+                continue
             confirmed = node.failed_polls >= MIN_FAILED_POLLS
             if confirmed and (crashed or silent >= request.node_timeout_s):
                 found.append(
@@ -678,6 +685,22 @@ def attach_evidence(observer: GenerationObserver, outcome: SuperviseOutcome) -> 
     return with_evidence(failure, log_text, kernel)
 
 
+def drain_lost_node(opened: list[NodeAgent], failure: FailureReport, job_id: str) -> FailureReport:
+    """A lost Slurm node is drained with a reason an admin can read, so Slurm gives
+    it to nobody else either; the outcome (or the refusal: draining needs Slurm admin
+    rights) goes into the failure's evidence and never fails the job. Idempotent, so
+    a retried supervise that reports the loss again drains again harmlessly."""
+    if failure.kind != "node_lost":
+        return failure
+    from lazarus.activities.nodes.slurm_agent import SlurmAgent  # as the factory: lazily
+
+    agent = next((a for a in opened if a.node.name == failure.node), None)
+    if not isinstance(agent, SlurmAgent):
+        return failure
+    done = agent.drain(failure.failure_class.value, job_id)
+    return failure.model_copy(update={"evidence": [*failure.evidence, done.evidence()]})
+
+
 def _previous_memory() -> SupervisionProgress | None:
     details = activity.info().heartbeat_details
     if not details:
@@ -701,7 +724,7 @@ async def _observe_heartbeating(
 async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
     """Watch one generation until it fails, finishes, or has progress worth reporting."""
     nodes = request.nodes or [NodeSpec()]
-    with agents(nodes, request.ssh) as opened:
+    with agents(nodes, request.ssh, request.slurm) as opened:
         observer = GenerationObserver(request, opened)
         last = _previous_memory()
         if last is not None and last.generation == request.generation:
@@ -715,6 +738,9 @@ async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
             if outcome is not None:
                 if outcome.failure is not None:
                     failure = await asyncio.to_thread(attach_evidence, observer, outcome)
+                    failure = await asyncio.to_thread(
+                        drain_lost_node, opened, failure, request.job_id
+                    )
                     outcome = outcome.model_copy(update={"failure": failure})
                 return outcome
             last = observer.heartbeat_details(obs, seconds_per_step)

@@ -174,6 +174,12 @@ def start(
         problems = _unusable_nodes(spec_file, spec)
         if problems:
             _fail("\n".join(problems), code=2)
+    if spec.slurm is not None and not dry_run:
+        from lazarus.activities.nodes.slurm_agent import allocation_problems
+
+        problems = allocation_problems(spec.slurm, spec.nodes, spec.spares)
+        if problems:
+            _fail("\n".join(f"{spec_file}: {p}" for p in problems), code=2)
     settings = _settings(ctx)
     workflow_id = workflow_id_for(spec.name)
     if dry_run:

@@ -273,7 +273,9 @@ class JobWorkflow:
     async def return_node(self, request: NodeRequest) -> str:
         """Take a node out of quarantine into the spares, but only once whatever stale
         generation it may still run has been stopped (fencing)."""
-        stopped = await self._stop_all(f"fence {request.node} before returning it", [request.node])
+        stopped = await self._stop_all(
+            f"fence {request.node} before returning it", [request.node], undrain=True
+        )
         if request.node in stopped.unreachable:
             raise ApplicationError(
                 f"node {request.node!r} is still unreachable; it stays quarantined",
@@ -447,6 +449,7 @@ class JobWorkflow:
             nproc_per_node=spec.nproc_per_node,
             node_timeout_s=spec.node_timeout_s,
             ssh=spec.ssh,
+            slurm=spec.slurm,
             straggler=spec.straggler,
             known_stragglers=state.noted_stragglers,
         )
@@ -685,6 +688,7 @@ class JobWorkflow:
                 ),
                 memory_nodes=active_nodes(spec, self._state.pool),
                 ssh=spec.ssh,
+                slurm=spec.slurm,
             ),
             start_to_close_timeout=timedelta(minutes=30),
             heartbeat_timeout=timedelta(seconds=30),
@@ -748,6 +752,7 @@ class JobWorkflow:
                     run_dir=generation_dir(spec, state),
                     nodes=active_nodes(spec, state.pool),
                     ssh=spec.ssh,
+                    slurm=spec.slurm,
                     request_id=state.checkpoint_requests,
                     checkpoint_dir=spec.checkpoint_dir,
                     timeout_s=timeout,
@@ -837,6 +842,7 @@ class JobWorkflow:
         kill_at_once: bool = False,
         skip: Sequence[str] = (),
         end_of_run: bool = False,
+        undrain: bool = False,
     ) -> StopResult:
         """Stop ranks on the active nodes and on quarantined nodes not yet fenced.
         ``skip``: nodes declared dead, not contacted (they stay unfenced, and a later
@@ -854,8 +860,10 @@ class JobWorkflow:
                 reason=reason,
                 nodes=[node_spec(spec, n) for n in names],
                 ssh=spec.ssh,
+                slurm=spec.slurm,
                 kill_at_once=kill_at_once,
                 end_of_run=end_of_run,
+                undrain=undrain,
             ),
             start_to_close_timeout=timedelta(seconds=grace + 60),
             heartbeat_timeout=worker_loss_timeout(spec),
@@ -910,11 +918,13 @@ class JobWorkflow:
             PreflightActivityRequest(
                 nodes=active_nodes(spec, self._state.pool),
                 ssh=spec.ssh,
+                slurm=spec.slurm,
                 checks=spec.preflight,
                 interpreter=program,
                 workdir=spec.workdir,
                 disk_path=spec.checkpoint_dir,
                 search_path=spec.env.get("PATH"),
+                job_id=spec.job_id,
             ),
             start_to_close_timeout=timedelta(seconds=spec.preflight.timeout_s + 60),
             retry_policy=QUICK_RETRY,

@@ -46,7 +46,7 @@ def request_checkpoint(request: CheckpointNowRequest) -> None:
     def write(agent: NodeAgent) -> None:
         agent.write_file(str(control), content)
 
-    with agents(request.nodes or [NodeSpec()], request.ssh) as opened:
+    with agents(request.nodes or [NodeSpec()], request.ssh, request.slurm) as opened:
         on_each(opened, write)
 
 

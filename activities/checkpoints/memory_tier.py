@@ -64,7 +64,7 @@ def search_memory(request: FindVerifiedCheckpointRequest) -> MemoryChoice:
     def listing(agent: NodeAgent) -> list[MemorySnapshot]:
         return agent.memory_snapshots(root)
 
-    with agents(nodes, request.ssh) as opened:
+    with agents(nodes, request.ssh, request.slurm) as opened:
         answers = on_each_settled(opened, listing)
     per_node: dict[str, dict[int, MemorySnapshot]] = {}
     for node, answer in zip(nodes, answers, strict=True):

@@ -82,6 +82,9 @@ class NodeStatus(_Record):
     reachable: bool
     error: str | None = None
     """Why the node could not be polled (connection refused, host key mismatch, ...)."""
+    declared_lost: bool = False
+    """The scheduler itself says the node is gone (Slurm: DOWN, DRAIN, FAIL,
+    NOT_RESPONDING): node loss at once, without waiting ``node_timeout_s``."""
     ranks: list[RankRecord] = Field(default_factory=list)
     observed_at: float
     round_trip_s: float = 0.0

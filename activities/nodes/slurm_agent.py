@@ -126,6 +126,12 @@ class DrainResult(BaseModel):
     reason: str
     error: str | None = None
 
+    def evidence(self) -> str:
+        """The incident's evidence line: what was drained, or why not (ignored)."""
+        if self.drained:
+            return f"drained node {self.node} in Slurm: reason={self.reason!r}"
+        return f"could not drain node {self.node} in Slurm (ignored): {self.error}"
+
 
 def client_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: the worker's environment) without the ``SLURM_*``
@@ -177,7 +183,10 @@ def node_state(node: str) -> tuple[set[str], str]:
             f"scontrol show node {node}: {_one_line(done.stderr or done.stdout)}"
         )
     fields = _fields(done.stdout)
-    words = {w.rstrip("*") for w in fields.get("State", "").split("+") if w}
+    raw = [w for w in fields.get("State", "").split("+") if w]
+    words = {w.rstrip("*") for w in raw}
+    if any(w.endswith("*") for w in raw):  # "ALLOCATED*": the node does not answer
+        words.add("NOT_RESPONDING")
     return words, fields.get("Reason", "")
 
 
@@ -223,6 +232,70 @@ def job_steps(job_id: str) -> dict[str, tuple[str, str]] | None:
         if len(parts) >= 3 and parts[0]:
             steps[parts[0]] = (parts[1], parts[2])
     return steps
+
+
+class Allocation(BaseModel):
+    """A Slurm job as ``squeue`` shows it: its state and its nodes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: int
+    state: str
+    nodes: list[str]
+    nodelist: str
+    """Slurm's compact form (``n[1-3]``), for messages."""
+
+
+def allocation(job_id: int) -> Allocation | None:
+    """The job ``job_id`` now, or None when Slurm does not know it (ended long ago,
+    or never). Raises :class:`SlurmCommandFailed` when Slurm cannot be asked."""
+    done = run_slurm(["squeue", "-j", str(job_id), "-h", "-o", "%T|%N"])
+    if done.returncode != 0:
+        if "Invalid job id" in done.stderr:
+            return None
+        raise SlurmCommandFailed(f"squeue -j {job_id}: {_one_line(done.stderr or done.stdout)}")
+    line = next((ln for ln in done.stdout.splitlines() if "|" in ln), None)
+    if line is None:
+        return None
+    state, _, nodelist = line.strip().partition("|")
+    nodes: list[str] = []
+    if nodelist:
+        names = run_slurm(["scontrol", "show", "hostnames", nodelist])
+        nodes = names.stdout.split() if names.returncode == 0 else []
+    return Allocation(job_id=job_id, state=state, nodes=nodes, nodelist=nodelist)
+
+
+def allocation_problems(
+    slurm: SlurmSpec, nodes: list[NodeSpec], spares: list[NodeSpec]
+) -> list[str]:
+    """Why the job cannot run in ``slurm.job_id``, one line per problem naming the
+    spec field; empty when it can. Asked before anything is submitted, so a typo in
+    the job id or a node list larger than the allocation never starts a workflow."""
+    job = slurm.job_id
+    try:
+        found = allocation(job)
+    except SlurmCommandFailed as exc:
+        return [f"slurm.job_id: cannot ask Slurm about job {job}: {exc}"]
+    if found is None:
+        return [f"slurm.job_id: Slurm job {job} does not exist (squeue does not list it)"]
+    if found.state != "RUNNING":
+        return [f"slurm.job_id: Slurm job {job} is {found.state}, not RUNNING"]
+    wanted = [n for n in (*nodes, *spares) if n.launcher == "slurm"]
+    if len(wanted) > len(found.nodes):
+        return [
+            f"nodes: {len(wanted)} Slurm nodes and spares, but Slurm job {job} holds "
+            f"{len(found.nodes)} ({found.nodelist})"
+        ]
+    held = set(found.nodes)
+    problems = []
+    for field, group in (("nodes", nodes), ("spares", spares)):
+        for index, node in enumerate(group):
+            if node.launcher == "slurm" and node.name not in held:
+                problems.append(
+                    f"{field}[{index}]: node {node.name} is not in Slurm job {job}'s "
+                    f"allocation ({found.nodelist})"
+                )
+    return problems
 
 
 def step_name(gen: GenerationDir) -> str:
@@ -507,6 +580,7 @@ class SlurmAgent(NodeAgent):
             node=self.node.name,
             reachable=error is None,
             error=error,
+            declared_lost=error is not None,
             ranks=records,
             observed_at=time.time(),
             round_trip_s=time.monotonic() - started,
@@ -545,7 +619,17 @@ class SlurmAgent(NodeAgent):
         remaining = self._wait_gone(live, grace_s)
         for step in remaining:
             self._scancel("KILL", step)
-        survivors = self._wait_gone(remaining, kill_wait_s)
+        survivors = self._wait_gone(remaining, kill_wait_s, by_step)
+        if any(self.node.name in self._lost_nodes(by_step[s]) for s in remaining):
+            # This node is the dead one: nothing of the step here can be reached.
+            return NodeStopResult(
+                node=self.node.name,
+                reachable=False,
+                error=f"Slurm reports node {self.node.name} lost: its part of the step "
+                "ends when Slurm marks it DOWN",
+                killed_groups=len(remaining),
+                generations=sorted({by_step[s].generation for s in live}),
+            )
         for gen in touched:
             self._stop_srun_client(gen)
         killed = {by_step[s] for s in remaining if s not in survivors}
@@ -596,18 +680,38 @@ class SlurmAgent(NodeAgent):
         with contextlib.suppress(SlurmCommandFailed):
             run_slurm(["scancel", f"--signal={sig}", step], self.command_timeout_s)
 
-    def _wait_gone(self, step_ids: list[str], timeout_s: float) -> list[str]:
-        """The steps among ``step_ids`` still listed after at most ``timeout_s``."""
+    def _wait_gone(
+        self,
+        step_ids: list[str],
+        timeout_s: float,
+        killed: dict[str, GenerationDir] | None = None,
+    ) -> list[str]:
+        """The steps among ``step_ids`` still listed after at most ``timeout_s``. With
+        ``killed`` (the steps were sent SIGKILL): a step that spans a node Slurm
+        reports lost counts as gone, since Slurm lists it until it marks that node
+        DOWN, while every live node's part died with the SIGKILL."""
         deadline = time.monotonic() + timeout_s
         remaining = list(step_ids)
         while remaining:
             # Slurm unreachable: keep the last answer; the deadline bounds the wait.
             with contextlib.suppress(SlurmCommandFailed):
                 remaining = self._live(remaining)
+            if killed is not None:
+                remaining = [s for s in remaining if not self._lost_nodes(killed[s])]
             if not remaining or time.monotonic() >= deadline:
                 break
             time.sleep(STEP_GONE_POLL_S)
         return remaining
+
+    def _lost_nodes(self, gen: GenerationDir) -> list[str]:
+        """The generation's nodes that Slurm reports lost (see :data:`LOST_STATES`)."""
+        record = read_json(gen.path / STEP_RECORD) or read_json(gen.plan_file) or {}
+        lost = []
+        for name in record.get("nodes") or []:
+            with contextlib.suppress(SlurmCommandFailed):
+                if node_state(str(name))[0] & LOST_STATES:
+                    lost.append(str(name))
+        return lost
 
     def _stop_srun_client(self, gen: GenerationDir) -> None:
         """An ``srun`` still waiting for its step to be created (resources busy) has no
@@ -677,6 +781,15 @@ class SlurmAgent(NodeAgent):
         Needs Slurm admin rights: a refusal is returned in ``error``, never raised."""
         reason = f"lazarus: {failure_class} in {job}"
         return self._update("drain", reason)
+
+    def drain_if_lost(self, failure_class: str, job: str) -> DrainResult | None:
+        """:meth:`drain` when Slurm itself reports the node lost (a launch that could
+        not reach it); None when Slurm says it is fine: a blip is not drained."""
+        try:
+            words, _ = node_state(self.node.name)
+        except SlurmCommandFailed:
+            return None
+        return self.drain(failure_class, job) if words & LOST_STATES else None
 
     def undrain(self) -> DrainResult:
         """Give a drained node back (``lazarus return``), where the rights allow it."""

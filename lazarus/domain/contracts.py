@@ -19,6 +19,7 @@ from lazarus.domain.spec import (
     JobSpec,
     NodeSpec,
     PreflightSpec,
+    SlurmSpec,
     SSHSpec,
     StragglerSpec,
 )
@@ -125,6 +126,8 @@ class StopRequest(_Model):
     nodes: list[NodeSpec] = Field(default_factory=list)
     """Every node that may hold ranks of this job; empty means this machine only."""
     ssh: SSHSpec = Field(default_factory=SSHSpec)
+    slurm: SlurmSpec | None = None
+    """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
     kill_wait_s: float = Field(default=10.0, ge=0)
     """After SIGKILL, how long to wait for a group to die before reporting it in
     ``StopResult.unkillable`` (instead of failing, and being retried, forever)."""
@@ -139,6 +142,10 @@ class StopRequest(_Model):
     end_of_run: bool = False
     """The run is ending (finished, cancelled, failed): also stop each node's zygote
     and remove the run's memory-tier snapshots."""
+    undrain: bool = False
+    """The nodes are being returned to the pool (``lazarus return``): Slurm nodes are
+    also given back to Slurm's scheduling (``scontrol update state=resume``), where
+    the rights allow; a refusal is logged, never fatal."""
 
 
 class UnkillableGroup(_Model):
@@ -223,6 +230,8 @@ class SuperviseRequest(_Model):
     nproc_per_node: int = 1
     node_timeout_s: float = 15.0
     ssh: SSHSpec = Field(default_factory=SSHSpec)
+    slurm: SlurmSpec | None = None
+    """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
     straggler: StragglerSpec = Field(default_factory=StragglerSpec)
     known_stragglers: list[str] = Field(default_factory=list)
     """Nodes already reported as slow in this generation: not reported again."""
@@ -313,6 +322,10 @@ class PreflightActivityRequest(_Model):
     disk_path: str
     search_path: str | None = None
     """PATH the ranks get on ssh nodes; None lets the launcher's default apply."""
+    job_id: str = ""
+    """The job, for the reason a lost Slurm node is drained with ("" : not drained)."""
+    slurm: SlurmSpec | None = None
+    """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
 
 
 class PreflightReport(_Model):
@@ -331,6 +344,8 @@ class CheckpointNowRequest(_Model):
     """The generation's run directory: its control file is what the ranks read."""
     nodes: list[NodeSpec] = Field(default_factory=list)
     ssh: SSHSpec = Field(default_factory=SSHSpec)
+    slurm: SlurmSpec | None = None
+    """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
     request_id: int = Field(ge=1)
     checkpoint_dir: str
     newer_than_step: int | None = None
@@ -444,6 +459,8 @@ class FindVerifiedCheckpointRequest(_Model):
     a node loss disk or durable serves). Empty: this machine only."""
     ssh: SSHSpec = Field(default_factory=SSHSpec)
     """How to reach ``memory_nodes`` that are ssh nodes."""
+    slurm: SlurmSpec | None = None
+    """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
 
 
 class CheckpointSearch(_Model):

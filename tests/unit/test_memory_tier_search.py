@@ -89,7 +89,9 @@ def node_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path
     dirs: dict[str, Path | None] = {n.name: tmp_path / f"shm-{n.name}" for n in NODES}
 
     @contextmanager
-    def fake_agents(nodes: Sequence[NodeSpec], ssh: object) -> Iterator[list[NodeAgent]]:
+    def fake_agents(
+        nodes: Sequence[NodeSpec], ssh: object, slurm: object = None
+    ) -> Iterator[list[NodeAgent]]:
         yield [DirAgent(node, dirs.get(node.name)) for node in nodes]
 
     monkeypatch.setattr(memory_tier, "agents", fake_agents)
