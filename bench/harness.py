@@ -528,8 +528,17 @@ class BenchContext:
             await asyncio.to_thread(job.stop)
 
     async def stop_ranks(self, run_root: Path, job_id: str) -> None:
+        """Stop every rank the job left, and end its runs: a job the bench abandons
+        (the soak's, a failed run's) never gets the workflow's own end-of-run stop,
+        so its zygotes and memory-tier snapshots would outlive the bench."""
         await stop_generations(
-            StopRequest(job_id=job_id, run_root=str(run_root), grace_s=0, reason="benchmark")
+            StopRequest(
+                job_id=job_id,
+                run_root=str(run_root),
+                grace_s=0,
+                reason="benchmark",
+                end_of_run=True,
+            )
         )
 
     async def stop_all_ranks(self) -> None:

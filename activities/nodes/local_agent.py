@@ -239,6 +239,11 @@ def remove_memory_dir(path: str) -> None:
     shutil.rmtree(target, ignore_errors=True)
     if os.path.lexists(target):
         raise OSError(f"cannot remove the memory tier {path}")
+    # The job's directory goes too once its last run's is gone (another run of the
+    # job may still use it: rmdir removes only an empty one).
+    if target.parent != PurePosixPath(MEMORY_ROOT):
+        with contextlib.suppress(OSError):
+            os.rmdir(target.parent)
 
 
 def _started(

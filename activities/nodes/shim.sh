@@ -667,6 +667,8 @@ shim_end_run() {
 		fail "end-run: cannot remove $1"
 		return 1
 	}
+	# the job's directory too, once empty (rmdir leaves one another run still uses)
+	case ${1%/*} in /dev/shm/lazarus/?*) rmdir -- "${1%/*}" 2>/dev/null ;; esac
 	printf '{"removed":%s}\n' "$(json_str "$1")"
 }
 

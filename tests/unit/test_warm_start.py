@@ -87,4 +87,4 @@ def test_memory_tier_removal_is_idempotent(tmp_path: Path) -> None:
     )
     assert reply.returncode == 0 and '"removed"' in reply.stdout and not target.exists()
     remove_memory_dir(str(target))  # already gone: fine
-    target.parent.rmdir()
+    assert not target.parent.exists(), "the job's emptied directory goes too"
