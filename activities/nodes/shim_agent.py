@@ -34,6 +34,7 @@ import secrets
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
@@ -594,6 +595,17 @@ def memory_snapshot_records(root: str, records: list[dict[str, Any]]) -> list[Me
     return sorted(found, key=lambda snapshot: snapshot.step)
 
 
+_EXEC_WITH_DEFAULT_SIGNALS = (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):\n"
+    "    signal.signal(s, signal.SIG_DFL)\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
+"""Starts the shell with default signal dispositions, as sshd does for the ssh agent.
+A signal ignored when sh starts can never be reset by it (POSIX), so a worker (or a
+test runner) that ignores SIGINT would hand that to every rank the shim starts."""
+
+
 class LocalShimAgent(ShimAgent):
     """The shim run on this machine through ``sh -s``: the ssh agent's exact code path
     without a network, for tests and for nodes where ssh would only add latency."""
@@ -610,7 +622,7 @@ class LocalShimAgent(ShimAgent):
         started = time.monotonic()
         try:
             proc = subprocess.Popen(
-                [self.shell, "-s"],
+                [sys.executable, "-S", "-c", _EXEC_WITH_DEFAULT_SIGNALS, self.shell, "-s"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

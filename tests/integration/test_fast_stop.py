@@ -94,9 +94,9 @@ def test_a_node_declared_dead_is_not_contacted(
     opened: list[str] = []
 
     @contextlib.contextmanager
-    def recording(nodes: list[NodeSpec], ssh: SSHSpec) -> Iterator[object]:
+    def recording(nodes: list[NodeSpec], ssh: SSHSpec, slurm: object = None) -> Iterator[object]:
         opened.extend(n.name for n in nodes)
-        with real_agents(nodes, ssh) as found:
+        with real_agents(nodes, ssh, slurm) as found:  # type: ignore[arg-type]
             yield found
 
     monkeypatch.setattr(stop_module, "agents", recording)
