@@ -104,6 +104,9 @@ class Observation:
     rank_phases: dict[int, dict[str, float]] = field(default_factory=dict)
     """Per rank, the phase marks of its newest heartbeat (:mod:`lazarus.domain.phases`):
     where a restart's time went on the rank side. Empty without the rank helper."""
+    preempted: tuple[float, str] | None = None
+    """Slurm is taking the allocation away: when (wall clock), and the evidence line
+    (:func:`lazarus.activities.nodes.slurm_agent.preemption_notice`)."""
 
 
 class Clock(Protocol):
@@ -264,7 +267,9 @@ class GenerationObserver:
                     self._rank_status(agent, rank, by_rank.get(rank), status.reachable, now, mono)
                 )
         launched_at = self._launched_at()
+        preempted = self._preemption()
         return Observation(
+            preempted=preempted,
             now=now,
             launched_at=launched_at,
             ranks=ranks,
@@ -276,6 +281,17 @@ class GenerationObserver:
             signal_seen_at=None if self._signal_seen is None else now - (mono - self._signal_seen),
             rank_phases={rank: dict(marks) for rank, marks in self._rank_phases.items()},
         )
+
+    def _preemption(self) -> tuple[float, str] | None:
+        """Asked after the nodes: an allocation that ended killed the ranks, and its
+        end must win over the crashes it caused."""
+        slurm = self._request.slurm
+        if slurm is None:
+            return None
+        from lazarus.activities.nodes.slurm_agent import preemption_notice  # as the factory
+
+        request = self._request
+        return preemption_notice(slurm, request.preempt_marker, request.preempt_handled_at)
 
     def _rank_status(
         self,
@@ -627,6 +643,18 @@ def evaluate(
         "seconds_per_step": seconds_per_step,
         "progress_signal": obs.progress_signal,
     }
+    if obs.preempted is not None:
+        at, why = obs.preempted
+        notice = FailureReport(
+            kind="preempted",
+            failure_class=FailureClass.PREEMPTED,
+            rank=0,
+            evidence=[why],
+            fault_at=at,
+            detected_at=obs.now,
+            step_at_failure=_max_step(obs.ranks),
+        )
+        return SuperviseOutcome(kind="preempted", failure=notice, **base)
     failure = _failure(request, obs)
     if failure is not None:
         return SuperviseOutcome(kind="failed", failure=failure, **base)
@@ -736,7 +764,7 @@ async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
             seconds_per_step = rate.update(obs.ranks)
             outcome = evaluate(request, obs, started_at, seconds_per_step)
             if outcome is not None:
-                if outcome.failure is not None:
+                if outcome.kind == "failed" and outcome.failure is not None:
                     failure = await asyncio.to_thread(attach_evidence, observer, outcome)
                     failure = await asyncio.to_thread(
                         drain_lost_node, opened, failure, request.job_id

@@ -176,8 +176,13 @@ def start(
             _fail("\n".join(problems), code=2)
     if spec.slurm is not None and not dry_run:
         from lazarus.activities.nodes.slurm_agent import allocation_problems
+        from lazarus.activities.nodes.slurm_submit import submit_problems
 
-        problems = allocation_problems(spec.slurm, spec.nodes, spec.spares)
+        problems = (
+            submit_problems(spec)  # sbatch --test-only: nothing submitted
+            if spec.slurm.submits
+            else allocation_problems(spec.slurm, spec.nodes, spec.spares)
+        )
         if problems:
             _fail("\n".join(f"{spec_file}: {p}" for p in problems), code=2)
     settings = _settings(ctx)
@@ -225,8 +230,28 @@ def start(
                 _out().print(line, markup=False)
 
     async def action(jobs: JobClient) -> str:
+        nonlocal spec
         await before_start(jobs)
-        handle = await jobs.start(spec)
+        if spec.slurm is None or not spec.slurm.submits:
+            handle = await jobs.start(spec)
+            return handle.run_id
+        # Submit mode: the allocation first (waiting for it, with progress), given
+        # back if the workflow does not start after all.
+        from lazarus.activities.nodes.slurm_submit import SubmitRefused, cancel, start_allocation
+
+        console = Console(stderr=as_json, highlight=False)
+        try:
+            spec = await asyncio.to_thread(
+                start_allocation, spec, lambda line: console.print(line, markup=False)
+            )
+        except SubmitRefused as exc:
+            raise Refusal(f"{spec_file}: {exc}") from None
+        assert spec.slurm is not None
+        try:
+            handle = await jobs.start(spec)
+        except BaseException:
+            await asyncio.to_thread(cancel, spec.slurm.allocation_id)
+            raise
         return handle.run_id
 
     run_id = _with_client(ctx, action)

@@ -126,6 +126,12 @@ with workflow.unsafe.imports_passed_through():
         world_size,
     )
     from lazarus.workflows.playbook import Action, decide, straggler_decision
+    from lazarus.workflows.preemption import (
+        handled_preemption_at,
+        open_preemption,
+        preempt_marker_for,
+        record_preemption,
+    )
     from lazarus.workflows.resume_points import record_rollback, record_skipped
     from lazarus.workflows.state import (
         MAX_RECORDS,
@@ -169,6 +175,9 @@ PATCH_FAST_RECOVERY = "fast-recovery"
 """The recovery fast path: no backoff for the first failure after progress, no second
 fence stop of a generation the recovery has just stopped, and a cleanup stop at the
 end of a run that used warm starts or the memory tier."""
+PATCH_SLURM_PREEMPTION = "slurm-preemption"
+"""A ``preempted`` supervision outcome (Slurm is taking the allocation away) is met
+with a just-in-time checkpoint, a stop and PAUSED (issue 13)."""
 
 DOOMED_KINDS = frozenset({"crash", "hang", "vanished", "node_lost"})
 """Failures whose surviving ranks are stuck in a collective with a dead (or frozen)
@@ -450,6 +459,8 @@ class JobWorkflow:
             node_timeout_s=spec.node_timeout_s,
             ssh=spec.ssh,
             slurm=spec.slurm,
+            preempt_marker=preempt_marker_for(spec),
+            preempt_handled_at=handled_preemption_at(state) if spec.slurm is not None else None,
             straggler=spec.straggler,
             known_stragglers=state.noted_stragglers,
         )
@@ -503,6 +514,33 @@ class JobWorkflow:
             await self._recover(outcome.failure)
         elif outcome.kind == "straggler" and outcome.straggler is not None:
             await self._on_straggler(outcome.straggler)
+        elif (
+            outcome.kind == "preempted"
+            and outcome.failure is not None
+            and workflow.patched(PATCH_SLURM_PREEMPTION)
+        ):
+            await self._on_preempted(outcome.failure)
+
+    async def _on_preempted(self, notice: FailureReport) -> None:
+        """Slurm is taking the allocation away: save the ranks just in time while they
+        still run (a notice from the holder), stop them, and pause (``slurm.resubmit:
+        false``, the default until resubmission exists). An allocation already gone
+        took its ranks with it: only the stop (the fence) is left to do."""
+        state = self._state
+        self._set_phase(Phase.RECOVERING)
+        incident = open_preemption(state, notice)
+        if any(r.alive for r in state.ranks) and state.generation_live:
+            planned = await self._planned_stop(f"incident {incident.id}: Slurm preemption")
+            last_step, saved = planned.step_at_stop, planned.checkpoint_step
+        else:
+            last_step = (
+                await self._stop_all(f"incident {incident.id}: allocation ended")
+            ).last_step
+            saved = None
+        if last_step is not None:
+            self._set_step(last_step)
+        record_preemption(incident, self._now(), last_step, saved)
+        self._set_phase(Phase.PAUSED)
 
     async def _recover(self, failure: FailureReport) -> None:
         spec = self.spec

@@ -45,6 +45,9 @@ class Action(StrEnum):
     """No spare left, but the spec allows fewer nodes: relaunch without the failed node."""
     RECORD = "record"
     """Note it and alert, keep training: acting would cost more than it gains."""
+    PAUSE = "pause"
+    """Not a strategy's answer: Slurm is taking the allocation away (preemption, time
+    limit): checkpoint just in time, stop, and pause until resubmission exists."""
     FALLBACK = "fallback"
     """Not a strategy's answer: the relaunch found the newest checkpoints untrustworthy
     and resumed from an older verified one. Recorded on the incident it opens when no

@@ -620,6 +620,8 @@ class LocalShimAgent(ShimAgent):
 
     def _run(self, script: bytes, timeout_s: float) -> ShimReply:
         started = time.monotonic()
+        if not os.access(self.shell, os.X_OK):
+            raise NodeUnreachable(f"{self._where()}: cannot run {self.shell}: not an executable")
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-S", "-c", _EXEC_WITH_DEFAULT_SIGNALS, self.shell, "-s"],

@@ -47,6 +47,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -84,7 +85,7 @@ from lazarus.activities.rundir import (
 )
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import UnkillableGroup
-from lazarus.domain.spec import NodeSpec, SlurmSpec
+from lazarus.domain.spec import PREEMPT_MARKER_PREFIX, NodeSpec, SlurmSpec
 
 STEP_RECORD = "slurm-step.json"
 STEP_LOCK = "slurm-step.lock"
@@ -246,6 +247,18 @@ class Allocation(BaseModel):
     """Slurm's compact form (``n[1-3]``), for messages."""
 
 
+def job_state(job_id: int) -> str | None:
+    """The job's state word (``RUNNING``, ``TIMEOUT``...), None when Slurm no longer
+    lists it: one ``squeue`` call, cheap enough for every poll. Raises
+    :class:`SlurmCommandFailed` when Slurm cannot be asked."""
+    done = run_slurm(["squeue", "-j", str(job_id), "-h", "-o", "%T"])
+    if done.returncode != 0:
+        if "Invalid job id" in done.stderr:
+            return None
+        raise SlurmCommandFailed(f"squeue -j {job_id}: {_one_line(done.stderr or done.stdout)}")
+    return next((ln.strip() for ln in done.stdout.splitlines() if ln.strip()), None)
+
+
 def allocation(job_id: int) -> Allocation | None:
     """The job ``job_id`` now, or None when Slurm does not know it (ended long ago,
     or never). Raises :class:`SlurmCommandFailed` when Slurm cannot be asked."""
@@ -271,14 +284,14 @@ def allocation_problems(
     """Why the job cannot run in ``slurm.job_id``, one line per problem naming the
     spec field; empty when it can. Asked before anything is submitted, so a typo in
     the job id or a node list larger than the allocation never starts a workflow."""
-    job = slurm.job_id
+    job = slurm.allocation_id
     try:
         found = allocation(job)
     except SlurmCommandFailed as exc:
         return [f"slurm.job_id: cannot ask Slurm about job {job}: {exc}"]
     if found is None:
         return [f"slurm.job_id: Slurm job {job} does not exist (squeue does not list it)"]
-    if found.state != "RUNNING":
+    if found.state != RUNNING:
         return [f"slurm.job_id: Slurm job {job} is {found.state}, not RUNNING"]
     wanted = [n for n in (*nodes, *spares) if n.launcher == "slurm"]
     if len(wanted) > len(found.nodes):
@@ -296,6 +309,55 @@ def allocation_problems(
                     f"allocation ({found.nodelist})"
                 )
     return problems
+
+
+RUNNING = "RUNNING"
+
+
+def holder_script(run_dir: str | Path) -> str:
+    """The allocation's holder (``sbatch --signal=B:USR1@<s> --wrap``): it sleeps, and
+    when Slurm sends USR1 (preemption, or the time limit ``<s>`` seconds away) writes
+    the notice file with the time, atomically. Why a file: Slurm signals the batch
+    shell only, and the controller may run anywhere; the run directory is on the
+    shared filesystem, which supervision already reads every poll. POSIX sh: the
+    ``wait`` returns at once when a trapped signal arrives, the loop waits again."""
+    folder = shlex.quote(str(Path(run_dir)))
+    return (
+        f'marker={folder}/{PREEMPT_MARKER_PREFIX}"$SLURM_JOB_ID"; '  # SlurmSpec.preempt_marker
+        'trap \'date +%s > "$marker.tmp" && mv "$marker.tmp" "$marker"\' USR1; '
+        "sleep 2147483647 & child=$!; "
+        'while kill -0 "$child" 2>/dev/null; do wait "$child"; done'
+    )
+
+
+def preemption_notice(
+    slurm: SlurmSpec, marker: str | None, handled_at: float | None
+) -> tuple[float, str] | None:
+    """Why the allocation is going away, with when (wall clock), or None. The holder's
+    notice first (the ranks still run: a just-in-time checkpoint can save them), then
+    the allocation itself no longer RUNNING (time limit without a signal, cancelled):
+    the ranks are gone with it. A notice at or before ``handled_at`` was handled.
+    Slurm unreachable is no evidence of anything: None."""
+    if marker is not None:
+        path = Path(marker)
+        with contextlib.suppress(OSError):
+            at = path.stat().st_mtime
+            if handled_at is None or at > handled_at:
+                return at, (
+                    f"Slurm signalled the holder of job {slurm.allocation_id} (USR1: preemption, "
+                    f"or the time limit is near): notice {path}"
+                )
+    try:
+        state = job_state(slurm.allocation_id)
+    except SlurmCommandFailed:
+        return None
+    if state == RUNNING:
+        return None
+    state = state or "gone (squeue no longer lists it)"
+    return time.time(), (
+        f"Slurm job {slurm.allocation_id} is {state}: the allocation ended "
+        "(time limit or preemption) with no notice seen"
+    )
 
 
 def step_name(gen: GenerationDir) -> str:
@@ -389,7 +451,7 @@ class SlurmAgent(NodeAgent):
                 f"node {self.node.name} uses launcher slurm, but no Slurm allocation was "
                 "passed to its agent (the job spec's slurm.job_id)"
             )
-        return self.slurm.job_id
+        return self.slurm.allocation_id
 
     def _shim(self) -> _SrunShim:
         return _SrunShim(self.node, self._job(), self.command_timeout_s)

@@ -254,20 +254,28 @@ class TestSlurm(StartStop):
                 )
             time.sleep(0.25)
 
-    def allocate(self, nodes: int = len(NODES), timeout_s: float = 60.0) -> int:
+    def allocate(
+        self,
+        nodes: int = len(NODES),
+        timeout_s: float = 60.0,
+        extra_args: tuple[str, ...] = (),
+        holder: str = "exec sleep 100000",
+    ) -> int:
         """A holder allocation, as a user would make one (``sbatch --no-kill
-        --no-requeue`` running ``sleep``): its job id once it runs."""
+        --no-requeue`` running ``holder``, plus ``extra_args`` such as
+        ``--signal=B:USR1@60``): its job id once it runs."""
         done = self.command(
             "sbatch",
             "--parsable",
             "--no-kill",
             "--no-requeue",
+            *extra_args,
             "-N",
             str(nodes),
             "--job-name=lazarus-holder",
             f"--output={self.root}/log/holder-%j.out",
             "--wrap",
-            "exec sleep 100000",
+            holder,
         )
         if done.returncode != 0:
             raise RuntimeError(f"sbatch failed: {done.stderr.strip()}")

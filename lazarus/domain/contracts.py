@@ -189,7 +189,7 @@ class RankStatus(_Model):
     """The rank's own work per step (``lazarus.rank.compute_timer``), from its last heartbeat."""
 
 
-FailureKind = Literal["crash", "hang", "vanished", "node_lost"]
+FailureKind = Literal["crash", "hang", "vanished", "node_lost", "preempted"]
 
 
 class FailureReport(_Model):
@@ -232,12 +232,18 @@ class SuperviseRequest(_Model):
     ssh: SSHSpec = Field(default_factory=SSHSpec)
     slurm: SlurmSpec | None = None
     """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
+    preempt_marker: str | None = None
+    """With ``slurm``: the file the allocation's holder writes when Slurm signals it
+    (``--signal=B:USR1@<s>``: preemption or the time limit is near). Its appearance,
+    or the allocation leaving RUNNING, ends supervision with a ``preempted`` outcome."""
+    preempt_handled_at: float | None = None
+    """The notice (the marker's time) the workflow already handled: not reported again."""
     straggler: StragglerSpec = Field(default_factory=StragglerSpec)
     known_stragglers: list[str] = Field(default_factory=list)
     """Nodes already reported as slow in this generation: not reported again."""
 
 
-OutcomeKind = Literal["succeeded", "failed", "progress", "first_step", "straggler"]
+OutcomeKind = Literal["succeeded", "failed", "progress", "first_step", "straggler", "preempted"]
 
 ProgressSignal = Literal["heartbeat", "log", "none"]
 """What tells the supervisor a generation makes progress: ``heartbeat`` (some rank

@@ -116,13 +116,87 @@ class SSHSpec(_Strict):
     use_agent: bool = True
 
 
-class SlurmSpec(_Strict):
-    """The Slurm allocation a job with ``launcher: slurm`` nodes runs in. For now an
-    existing one (``salloc``, or ``sbatch`` with a holder script): each generation
-    is one job step inside it."""
+PREEMPT_MARKER_PREFIX = ".slurm-preempt-"
+"""The holder's preemption notice is ``<run_dir>/.slurm-preempt-<job id>``."""
 
-    job_id: Annotated[int, Field(ge=1)]
+
+class SlurmSpec(_Strict):
+    """The Slurm allocation a job with ``launcher: slurm`` nodes runs in, named one of
+    two ways: ``job_id``, an existing one (``salloc``, or ``sbatch`` with a holder
+    script), or ``nodes`` (+ ``spares``, ``partition``...), one ``lazarus start``
+    submits with ``sbatch --no-kill --no-requeue --signal=B:USR1@<notice_s>`` and
+    whose nodes become the job's ``nodes`` and ``spares``. Each generation is one job
+    step inside it."""
+
+    job_id: Annotated[int, Field(ge=1)] | None = None
     """The allocation's job id (``squeue --me`` shows it)."""
+    nodes: Annotated[int, Field(ge=1)] | None = None
+    """Submit mode: how many nodes train; the job's ``nodes`` are taken from the
+    allocation, in Slurm's order."""
+    spares: Annotated[int, Field(ge=0)] = 0
+    """Submit mode: extra nodes held in the allocation to replace lost ones."""
+    partition: str | None = None
+    time: str | None = None
+    """Submit mode: the allocation's time limit, in ``sbatch --time`` form (``4:00:00``)."""
+    account: str | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    """Submit mode: more ``sbatch`` options, passed as they are (``--qos=high``)."""
+    notice_s: Annotated[int, Field(ge=10, le=86_400)] = 120
+    """Submit mode: ``--signal=B:USR1@<notice_s>``: how long before the end Slurm warns
+    the holder, for the just-in-time checkpoint. Give the same to your own holder."""
+    resubmit: bool = False
+    """Preempted jobs pause (false). Resubmitting a new allocation is not built yet."""
+
+    @model_validator(mode="after")
+    def _one_allocation(self) -> SlurmSpec:
+        if self.resubmit:
+            raise ValueError(
+                "slurm.resubmit: true is not supported yet; a preempted job pauses "
+                "(remove resubmit, or set it to false)"
+            )
+        if (self.job_id is None) == (self.nodes is None):
+            field = "slurm.job_id" if self.job_id is None else "slurm.nodes"
+            raise ValueError(
+                f"{field}: give slurm.job_id (an existing allocation) or slurm.nodes (one "
+                "Lazarus submits), exactly one of them"
+            )
+        if self.job_id is not None:
+            # By value, not by presence: a dumped spec (the workflow's input) has them all.
+            submit_only = [
+                name
+                for name, value in (
+                    ("spares", self.spares),
+                    ("partition", self.partition),
+                    ("time", self.time),
+                    ("account", self.account),
+                    ("extra_args", self.extra_args),
+                )
+                if value
+            ]
+            if submit_only:
+                raise ValueError(
+                    f"slurm.{submit_only[0]}: only with slurm.nodes (an allocation Lazarus "
+                    f"submits); job {self.job_id} already has its own"
+                )
+        return self
+
+    @property
+    def submits(self) -> bool:
+        """Whether ``lazarus start`` must submit the allocation first."""
+        return self.job_id is None
+
+    @property
+    def allocation_id(self) -> int:
+        """The allocation's job id, once there is one (``lazarus start`` fills it in)."""
+        if self.job_id is None:
+            raise ValueError("slurm: the allocation has not been submitted yet")
+        return self.job_id
+
+    def preempt_marker(self, run_dir: str | Path) -> Path:
+        """Where the allocation's holder writes its preemption notice when Slurm sends
+        it USR1 (``sbatch --signal=B:USR1@<s>``): in the job's ``run_dir``, which is on
+        the filesystem the nodes and the controller share."""
+        return Path(run_dir) / f"{PREEMPT_MARKER_PREFIX}{self.allocation_id}"
 
 
 class PreflightSpec(_Strict):
@@ -576,6 +650,16 @@ class JobSpec(_Strict):
             raise ValueError(
                 "nodes/spares: all nodes must use the same launcher (local, ssh or slurm)"
             )
+        if self.slurm is not None and self.slurm.submits:
+            if self.nodes != [NodeSpec()] or self.spares:  # by value: as dumped, too
+                raise ValueError(
+                    "nodes/spares: with slurm.nodes Lazarus takes them from the allocation "
+                    "it submits; remove them (or name an existing allocation: slurm.job_id)"
+                )
+            wanted = self.slurm.nodes or 0
+            if self.min_nodes is not None and self.min_nodes > wanted:
+                raise ValueError(f"min_nodes: {self.min_nodes} is more than slurm.nodes {wanted}")
+            return self
         slurm_nodes = every[0].launcher == "slurm"
         if slurm_nodes and self.slurm is None:
             raise ValueError(
@@ -606,6 +690,24 @@ class JobSpec(_Strict):
         """The warm-start settings when warm starts are on (the section is present
         and not ``enabled: false``), else None."""
         return self.warm_start if self.warm_start is not None and self.warm_start.enabled else None
+
+    def in_allocation(self, job_id: int, names: list[str]) -> JobSpec:
+        """Submit mode, once the allocation runs: the same job in Slurm job ``job_id``,
+        its first ``slurm.nodes`` nodes training and the next ``slurm.spares`` held.
+        The result names the allocation as an existing one would (``slurm.job_id``)."""
+        assert self.slurm is not None and self.slurm.nodes is not None
+        wanted = self.slurm.nodes + self.slurm.spares
+        if len(names) < wanted:
+            raise ValueError(f"slurm: job {job_id} holds {len(names)} nodes, not {wanted}")
+        nodes = [NodeSpec(name=n, launcher="slurm", host=n) for n in names[:wanted]]
+        slurm = SlurmSpec(job_id=job_id, notice_s=self.slurm.notice_s)
+        return self.model_copy(
+            update={
+                "nodes": nodes[: self.slurm.nodes],
+                "spares": nodes[self.slurm.nodes :],
+                "slurm": slurm,
+            }
+        )
 
     def resolved(self, base: Path) -> JobSpec:
         """Return a copy whose relative paths are anchored at ``base`` (the spec's folder)."""

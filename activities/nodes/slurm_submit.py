@@ -1,0 +1,173 @@
+"""Submit mode of the Slurm launcher (``slurm: {nodes: N, spares: S, ...}``): the
+allocation ``lazarus start`` asks Slurm for, before the workflow starts.
+
+Why before: the workflow runs in an allocation it knows (``slurm.job_id``) and
+sees nodes by name, as in the existing-allocation mode; submitting here keeps one
+workflow for both modes, and a spec Slurm would refuse (a partition that does not
+exist, an account the user lacks) is refused by ``lazarus start`` with nothing
+submitted: ``sbatch --test-only`` with the same options comes first.
+
+The holder is :func:`~lazarus.activities.nodes.slurm_agent.holder_script`:
+``--no-kill`` so a node failure does not end the allocation (Lazarus replaces the
+node), ``--no-requeue`` so Slurm never restarts the holder behind the workflow's
+back, ``--signal=B:USR1@<notice_s>`` for the just-in-time checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from lazarus.activities.nodes.slurm_agent import (
+    RUNNING,
+    Allocation,
+    SlurmCommandFailed,
+    allocation,
+    holder_script,
+    run_slurm,
+)
+from lazarus.domain.spec import JobSpec, SlurmSpec
+
+WAIT_POLL_S = 1.0
+PROGRESS_EVERY_S = 10.0
+ENDED = frozenset(
+    {"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL"}
+)
+"""States of a job that will never run."""
+
+
+class SubmitRefused(RuntimeError):
+    """Slurm refused the allocation, or it ended before it ran: one line naming the
+    spec field where one is to blame."""
+
+
+def holder_argv(slurm: SlurmSpec, job_name: str, run_dir: str | Path) -> list[str]:
+    """The ``sbatch`` command line of the holder (without ``--test-only``)."""
+    assert slurm.nodes is not None, "submit mode only"
+    argv = [
+        "sbatch",
+        "--parsable",
+        "--no-kill",
+        "--no-requeue",
+        f"--signal=B:USR1@{slurm.notice_s}",
+        "-N",
+        str(slurm.nodes + slurm.spares),
+        f"--job-name=lazarus-{job_name}",
+        f"--output={Path(run_dir) / 'slurm-holder-%j.out'}",
+    ]
+    for option, value in (
+        ("--partition", slurm.partition),
+        ("--time", slurm.time),
+        ("--account", slurm.account),
+    ):
+        if value is not None:
+            argv.append(f"{option}={value}")
+    return [*argv, *slurm.extra_args, "--wrap", holder_script(run_dir)]
+
+
+def _blame(error: str) -> str:
+    """The spec field Slurm's refusal points at."""
+    lowered = error.lower()
+    for words, field in (
+        (("account",), "slurm.account"),  # "account/partition combination": the account
+        (("partition",), "slurm.partition"),
+        (("time limit", "time_limit", "invalid time"), "slurm.time"),
+        (("node count", "node configuration", "nodes"), "slurm.nodes"),
+    ):
+        if any(w in lowered for w in words):
+            return field
+    return "slurm.extra_args"
+
+
+def _refusal(error: str) -> str:
+    lines = [ln.strip() for ln in error.splitlines() if ln.strip()]
+    text = " ".join(ln.removeprefix("sbatch: error: ") for ln in lines) or "no reason given"
+    return f"{_blame(text)}: Slurm refuses the allocation: {text[:300]}"
+
+
+def submit_problems(spec: JobSpec) -> list[str]:
+    """Why Slurm would refuse the holder (``sbatch --test-only``), one line naming the
+    field; empty when it would take it. Submits nothing."""
+    assert spec.slurm is not None
+    argv = holder_argv(spec.slurm, spec.name, spec.run_dir)
+    try:
+        done = run_slurm([argv[0], "--test-only", *argv[1:]])
+    except SlurmCommandFailed as exc:
+        return [f"slurm: cannot ask Slurm: {exc}"]
+    # --test-only answers on stderr either way ("sbatch: Job N to start at ...").
+    if done.returncode != 0:
+        return [_refusal(done.stderr or done.stdout)]
+    return []
+
+
+def submit(spec: JobSpec) -> int:
+    """Submit the holder; its job id. Raises :class:`SubmitRefused`."""
+    assert spec.slurm is not None
+    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)  # the holder's notice and log
+    argv = holder_argv(spec.slurm, spec.name, spec.run_dir)
+    try:
+        done = run_slurm(argv)
+    except SlurmCommandFailed as exc:
+        raise SubmitRefused(f"slurm: cannot submit: {exc}") from None
+    if done.returncode != 0:
+        raise SubmitRefused(_refusal(done.stderr or done.stdout))
+    return int(done.stdout.strip().split(";")[0])
+
+
+def wait_running(
+    job_id: int,
+    progress: Callable[[str], None],
+    timeout_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Allocation:
+    """Wait until Slurm runs job ``job_id`` and return it; ``progress`` gets a line
+    now and then (its state and Slurm's reason while it waits). Raises
+    :class:`SubmitRefused` when it ends first, TimeoutError after ``timeout_s``."""
+    started = clock()
+    said_at: float | None = None
+    said = ""
+    while True:
+        try:
+            found = allocation(job_id)
+        except SlurmCommandFailed:
+            found = None  # a slow controller: ask again
+        if found is not None and found.state == RUNNING and found.nodes:
+            progress(f"Slurm job {job_id} runs on {found.nodelist}")
+            return found
+        if found is not None and found.state in ENDED:
+            raise SubmitRefused(f"slurm: job {job_id} ended before it ran: {found.state}")
+        now = clock()
+        line = f"waiting for Slurm job {job_id}: {found.state if found else 'not listed yet'}"
+        if line != said or said_at is None or now - said_at >= PROGRESS_EVERY_S:
+            progress(f"{line} ({now - started:.0f} s)")
+            said, said_at = line, now
+        if timeout_s is not None and now - started > timeout_s:
+            raise TimeoutError(f"Slurm job {job_id} did not start within {timeout_s:g} s")
+        time.sleep(WAIT_POLL_S)
+
+
+def cancel(job_id: int) -> None:
+    """Give the allocation back (the start did not go through)."""
+    with contextlib.suppress(SlurmCommandFailed):
+        run_slurm(["scancel", str(job_id)])
+
+
+def start_allocation(
+    spec: JobSpec, progress: Callable[[str], None], timeout_s: float | None = None
+) -> JobSpec:
+    """Submit mode end to end: check, submit, wait, and the spec in the allocation.
+    A start that fails after the submission cancels what it submitted."""
+    problems = submit_problems(spec)
+    if problems:
+        raise SubmitRefused("; ".join(problems))
+    job_id = submit(spec)
+    progress(f"submitted the allocation: Slurm job {job_id}")
+    try:
+        found = wait_running(job_id, progress, timeout_s)
+        return spec.in_allocation(job_id, found.nodes)
+    except BaseException:
+        cancel(job_id)
+        progress(f"cancelled Slurm job {job_id}")
+        raise

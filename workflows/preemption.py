@@ -1,0 +1,70 @@
+"""Slurm preemption (issue 13): what the workflow records when Slurm takes the
+allocation away, and which notice it has already handled.
+
+Pure functions of the state (``tests/unit/test_preemption.py``); the workflow runs
+the activities (the just-in-time checkpoint, the stop). Until resubmission exists
+(``slurm.resubmit``), a preempted job is paused: an operator resumes it in the same
+allocation (a notice with time left) or starts it again in a new one.
+"""
+
+from __future__ import annotations
+
+from lazarus.domain.contracts import FailureReport
+from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.spec import JobSpec
+from lazarus.workflows.playbook import Action
+from lazarus.workflows.state import Incident, JobState
+from lazarus.workflows.stops import checkpoint_evidence
+
+PAUSE_STRATEGY = "slurm_resubmit_off"
+"""The incident's strategy: the ``slurm.resubmit: false`` behaviour, the default."""
+
+
+def preempt_marker_for(spec: JobSpec) -> str | None:
+    """The holder's notice file supervision watches; None without an allocation (a
+    spec whose allocation was never submitted has none to be preempted from)."""
+    if spec.slurm is None or spec.slurm.submits:
+        return None
+    return str(spec.slurm.preempt_marker(spec.run_dir))
+
+
+def handled_preemption_at(state: JobState) -> float | None:
+    """When the newest preemption notice the job already handled was given: supervision
+    ignores a notice file no newer than this (the holder's file stays where it is)."""
+    times = [i.fault_at for i in state.incidents if i.failure_class == FailureClass.PREEMPTED]
+    return max(times) if times else None
+
+
+def open_preemption(state: JobState, notice: FailureReport) -> Incident:
+    """The ``preempted`` incident for a notice: paused, not a failure of the job, so it
+    counts toward no restart budget."""
+    incident = state.add_incident(
+        Incident.from_failure(notice, id=state.next_incident_id, generation=state.generation)
+    )
+    incident.action = Action.PAUSE
+    incident.strategy = PAUSE_STRATEGY
+    return incident
+
+
+def record_preemption(
+    incident: Incident, stopped_at: float, last_step: int | None, checkpoint_step: int | None
+) -> None:
+    """What the preemption cost: the ranks' last step against the just-in-time
+    checkpoint (None: no checkpoint, the allocation was already gone or the save did
+    not arrive: the resume fills in the cost once it knows its checkpoint)."""
+    incident.record_stop(stopped_at, last_step)
+    incident.evidence.append(checkpoint_evidence(checkpoint_step))
+    if checkpoint_step is not None:
+        incident.resumed_from_step = checkpoint_step
+        if incident.step_at_failure is not None:
+            incident.steps_lost = max(0, incident.step_at_failure - checkpoint_step)
+    saved = (
+        f"checkpointed step {checkpoint_step}"
+        if checkpoint_step is not None
+        else "no just-in-time checkpoint"
+    )
+    incident.reason = (
+        f"Slurm is taking the allocation away: {saved}, ranks stopped, job paused "
+        "(slurm.resubmit is false). Resume it in the same allocation if time is left, "
+        "or start it again in a new one."
+    )
