@@ -47,6 +47,22 @@ def exit_record(rank: int, returncode: int, ended_at: float) -> dict[str, object
     return {"rank": rank, "exit_code": returncode, "signal": sig_name, "ended_at": ended_at}
 
 
+def pid_record(rank: int, child_pid: int) -> dict[str, object]:
+    """The pid file's payload, written by the wrapper (this process, the session and
+    group leader) once its rank runs: start ticks guard both pids against reuse. Shared
+    with the Slurm task, which adds the step's id."""
+    me = os.getpid()
+    return {
+        "rank": rank,
+        "wrapper_pid": me,
+        "pgid": os.getpgid(0),
+        "wrapper_start_ticks": start_ticks(me),
+        "pid": child_pid,
+        "start_ticks": start_ticks(child_pid),
+        "started_at": time.time(),
+    }
+
+
 def _supervise_rank(rank: int, gen_dir: Path, command: list[str]) -> None:
     log_path = gen_dir / f"rank-{rank}.log"
     # The group gets SIGTERM from ``stop``; the rank handles it, and we must outlive
@@ -79,19 +95,7 @@ def _supervise_rank(rank: int, gen_dir: Path, command: list[str]) -> None:
                 },
             )
             return
-    me = os.getpid()
-    write_atomic(
-        gen_dir / f"rank-{rank}.pid",
-        {
-            "rank": rank,
-            "wrapper_pid": me,
-            "pgid": os.getpgid(0),
-            "wrapper_start_ticks": start_ticks(me),
-            "pid": child.pid,
-            "start_ticks": start_ticks(child.pid),
-            "started_at": time.time(),
-        },
-    )
+    write_atomic(gen_dir / f"rank-{rank}.pid", pid_record(rank, child.pid))
     returncode = child.wait()
     write_atomic(gen_dir / f"rank-{rank}.exit.json", exit_record(rank, returncode, time.time()))
 

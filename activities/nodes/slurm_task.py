@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from lazarus.activities.rank_wrapper import exit_record, start_ticks, write_atomic
+from lazarus.activities.rank_wrapper import exit_record, pid_record, start_ticks, write_atomic
 from lazarus.domain import environment as env_names
 
 SRUN_PID = "slurm-srun.pid"
@@ -124,20 +124,9 @@ def _run_task(args: argparse.Namespace, command: list[str]) -> int:
             return _cannot_start(
                 exit_path, rank, f"cannot start {command[0]!r}: {exc.strerror or exc}"
             )
-    me = os.getpid()
     write_atomic(
         gen_dir / f"rank-{rank}.pid",
-        {
-            "rank": rank,
-            "wrapper_pid": me,
-            "pgid": os.getpgid(0),
-            "wrapper_start_ticks": start_ticks(me),
-            "pid": child.pid,
-            "start_ticks": start_ticks(child.pid),
-            "started_at": time.time(),
-            "slurm_step": step,
-            "slurm_node": node,
-        },
+        {**pid_record(rank, child.pid), "slurm_step": step, "slurm_node": node},
     )
     returncode = child.wait()
     write_atomic(exit_path, exit_record(rank, returncode, time.time()))

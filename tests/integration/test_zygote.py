@@ -79,7 +79,7 @@ def zygotes(tmp_path: Path) -> Iterator[StartZygote]:
         if wait:
             wait_for(
                 lambda: (i := zygote_client.read_zygote(run_dir)) and i.state != "starting",
-                60,
+                150,  # torch and torch._dynamo on a loaded 2-core machine
                 "the zygote to preload",
             )
         return run_dir
@@ -392,7 +392,7 @@ def test_a_two_rank_gloo_job_runs_to_completion_from_zygote_forks(
     run_dir = zygotes(preload=("torch", "torch.distributed"), standby=2, env=env)
     assert zygote_client.live_zygote(run_dir).state == "serving"
     wait_for(
-        lambda: len(zygote_client.zygote_status(run_dir).idle_standby_pids) == 2, 60, "standbys"
+        lambda: len(zygote_client.zygote_status(run_dir).idle_standby_pids) == 2, 120, "standbys"
     )
     gen = new_gen(tmp_path, "ddp")
     out = tmp_path / "final.pt"
