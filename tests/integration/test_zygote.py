@@ -383,7 +383,7 @@ def test_stop_zygote_never_signals_a_pid_that_is_not_its_zygote(tmp_path: Path) 
         bystander.wait()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_a_two_rank_gloo_job_runs_to_completion_from_zygote_forks(
     tmp_path: Path, zygotes: StartZygote
 ) -> None:
