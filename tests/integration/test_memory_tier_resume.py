@@ -70,9 +70,10 @@ def test_a_relaunch_resumes_from_the_memory_tier_with_fault_free_weights(
     assert [step for step, _ in checkpoint_layout.committed_steps(disk)] == [10, 20]
     for node in nodes:
         kept = checkpoint_layout.committed_steps(node)
-        # Keep-newest 2. The exit comes before step 25's snapshot, and the write of
-        # step 24's, in flight during step 25, may be cut by it.
-        assert 1 <= len(kept) <= 2, kept
+        # Keep-newest 2, plus one: the exit comes before step 25's snapshot, and the
+        # write of step 24's (or the prune after its commit), in flight during step 25,
+        # may be cut by it.
+        assert 1 <= len(kept) <= 3, kept
         assert kept[-1][0] in (INTERRUPT_AT - 2, INTERRUPT_AT - 1)
         manifest = json.loads((kept[-1][1] / checkpoint_layout.MANIFEST).read_text())
         assert manifest["tier"] == checkpoint_layout.MEMORY_TIER
