@@ -284,6 +284,10 @@ async def rank_hang_steady(run: CellRun) -> None:
 async def rank_hang_stop(run: CellRun) -> None:
     await run.job.reach_step(run.ctx.shape.fault_step)
     run.points.arm(points.STOP_AFTER_SIGTERM)
+    # Rank 0 frozen first, so it cannot exit by itself when its peer dies (gloo sees
+    # the closed connection at once): the recovery's stop must signal it and so
+    # reaches the point. The stop's SIGCONT wakes it; it is frozen again below.
+    _signal_newest(run, 0, signal.SIGSTOP)
     _signal_newest(run, 1, signal.SIGKILL)  # a crash: the recovery stops generation 1
     await _held_at(run, points.STOP_AFTER_SIGTERM)
     try:
