@@ -1,0 +1,37 @@
+"""The workflow calls activities by name (``lazarus.domain.activity_refs``); the worker
+registers implementations. Each reference must have exactly one implementation with
+the same request and result types, or a rename on one side would only show up as a
+stuck workflow."""
+
+from __future__ import annotations
+
+import typing
+
+from temporalio import activity
+
+from lazarus.domain import activity_refs
+from lazarus.workers.controller import ACTIVITIES
+
+
+def registered() -> dict[str, list[object]]:
+    by_name: dict[str, list[object]] = {}
+    for fn in ACTIVITIES:
+        definition = activity._Definition.from_callable(fn)
+        assert definition is not None and definition.name is not None
+        by_name.setdefault(definition.name, []).append(fn)
+    return by_name
+
+
+def test_every_reference_has_exactly_one_implementation_with_its_types() -> None:
+    found = registered()
+    for ref in activity_refs.ALL:
+        implementations = found.get(ref.name, [])
+        assert len(implementations) == 1, f"{ref.name}: {len(implementations)} implementations"
+        hints = typing.get_type_hints(implementations[0])
+        parameters = [name for name in hints if name != "return"]
+        assert hints[parameters[0]] is ref.request_type, ref.name
+        assert hints["return"] == ref.result_type, ref.name
+
+
+def test_the_worker_registers_nothing_the_workflow_cannot_call() -> None:
+    assert set(registered()) == {ref.name for ref in activity_refs.ALL}
