@@ -144,10 +144,12 @@ def generations(job_run_root: str | Path) -> list[GenerationDir]:
     return sorted(found, key=lambda g: g.generation)
 
 
-def generations_below(root: str | Path) -> list[GenerationDir]:
-    """The generations directly under ``root`` and those of every run under it: given a
-    job directory, everything the job ever launched on this machine, in any layout."""
-    return [*generations(root), *(g for run in runs(root) for g in generations(run))]
+def generations_below(root: str | Path, keep_generation: int | None = None) -> list[GenerationDir]:
+    """The generations directly under ``root`` (but ``keep_generation``) and those of
+    every run under it: given a job directory, everything the job ever launched on this
+    machine, in any layout. What a stop of ``root`` must reach."""
+    direct = [g for g in generations(root) if g.generation != keep_generation]
+    return [*direct, *(g for run in runs(root) for g in generations(run))]
 
 
 def runs(job_dir: str | Path) -> list[Path]:

@@ -30,7 +30,7 @@ from lazarus.activities.procfs import live_groups, owned_group, read_stat, signa
 from lazarus.activities.rundir import (
     GenerationDir,
     generation_lock,
-    generations,
+    generations_below,
     read_json,
     runs,
     write_json_atomic,
@@ -165,8 +165,7 @@ class LocalAgent(NodeAgent):
     ) -> NodeStopResult:
         root = Path(run_root)
         # Given a job directory, the runs below it are stopped too (cleanup, fencing).
-        targets = [g for g in generations(root) if g.generation != keep_generation]
-        targets += [g for run in runs(root) for g in generations(run)]
+        targets = generations_below(root, keep_generation)
         return stop_ranks(
             targets,
             grace_s=grace_s,
@@ -302,7 +301,7 @@ def stop_ranks(
     # next generation never overlaps this one; but not forever.
     survivors = _wait_for_exit(needed_kill, kill_wait_s, interval_s=0.02)
     stopped = [g for g, pgids in groups.items() if any(p in alive for p in pgids)]
-    stepped = [s for g in stopped if (s := _last_step(g)) is not None]
+    stepped = [s for g in stopped if (s := last_step(g)) is not None]
     for gen in groups:
         _sweep_temp_files(gen)
     return NodeStopResult(
@@ -401,7 +400,7 @@ def _owned_groups(gen: GenerationDir, node: str | None) -> list[int]:
     return sorted(found)
 
 
-def _last_step(gen: GenerationDir) -> int | None:
+def last_step(gen: GenerationDir) -> int | None:
     steps = [
         int(record["step"])
         for hb in gen.path.glob("rank-*.heartbeat.json")

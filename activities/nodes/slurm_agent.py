@@ -71,16 +71,15 @@ from lazarus.activities.nodes.agent import (
     RankRecord,
     StartedRank,
 )
-from lazarus.activities.nodes.local_agent import LocalAgent, RankStartFailed, _last_step
+from lazarus.activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
 from lazarus.activities.nodes.shim_agent import ShimAgent, ShimReply
 from lazarus.activities.nodes.slurm_task import SRUN_EXIT, SRUN_LOG, SRUN_PID
 from lazarus.activities.procfs import read_stat
 from lazarus.activities.rundir import (
     GenerationDir,
     generation_lock,
-    generations,
+    generations_below,
     read_json,
-    runs,
     write_json_atomic,
 )
 from lazarus.domain import environment as env_names
@@ -658,8 +657,7 @@ class SlurmAgent(NodeAgent):
         kill_wait_s: float = 10.0,
     ) -> NodeStopResult:
         root = Path(run_root)
-        targets = [g for g in generations(root) if g.generation != keep_generation]
-        targets += [g for run in runs(root) for g in generations(run)]
+        targets = generations_below(root, keep_generation)
         by_step: dict[str, GenerationDir] = {}
         touched: list[GenerationDir] = []
         for gen in targets:
@@ -698,7 +696,7 @@ class SlurmAgent(NodeAgent):
         for gen in killed:
             self._record_killed(gen)
         stopped = sorted({by_step[s].generation for s in live})
-        steps = [s for g in touched if (s := _last_step(g)) is not None]
+        steps = [s for g in touched if (s := last_step(g)) is not None]
         return NodeStopResult(
             node=self.node.name,
             reachable=True,
