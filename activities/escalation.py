@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from lazarus.activities.command_policy import CommandNotAllowed, enforce
+from lazarus.domain.checkpoint_layout import temp_path_for
 from lazarus.domain.contracts import EscalationHookRequest, EscalationHookResult
 
 OUTPUT_TAIL_CHARS = 2000
@@ -63,7 +64,7 @@ def run_hook(request: EscalationHookRequest) -> EscalationHookResult:
             f"on_escalation: {request.command[0]} exited {completed.returncode}: {tail.strip()}"
         )
     marker.parent.mkdir(parents=True, exist_ok=True)
-    temp = marker.with_name(f".{marker.name}.{os.getpid()}.tmp")
+    temp = temp_path_for(marker)
     temp.write_text(tail)
     os.replace(temp, marker)
     return EscalationHookResult(ran=True, exit_code=0, output_tail=tail)

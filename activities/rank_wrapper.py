@@ -20,9 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from lazarus.domain.checkpoint_layout import temp_path_for
+
 
 def write_atomic(path: Path, payload: dict[str, object]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_path_for(path)
     with open(tmp, "w") as handle:
         json.dump(payload, handle)
         handle.flush()

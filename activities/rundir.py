@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from lazarus.domain import environment as env_names
+from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 
 _GEN_DIR = re.compile(r"^gen-(\d{5,})$")
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     """Readers poll these files while they are written; a rename is never seen half-done."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(payload, handle)

@@ -37,7 +37,12 @@ from lazarus.activities.rundir import (
 )
 from lazarus.domain import chaos_points
 from lazarus.domain.chaos_points import chaos_point
-from lazarus.domain.checkpoint_layout import MANIFEST, TEMP_SUFFIX, committed_steps
+from lazarus.domain.checkpoint_layout import (
+    MANIFEST,
+    TEMP_SUFFIX,
+    committed_steps,
+    temp_path_for,
+)
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.memory_tier import MEMORY_ROOT
 from lazarus.domain.spec import NodeSpec
@@ -199,7 +204,7 @@ class LocalAgent(NodeAgent):
     def write_file(self, path: str, content: str) -> None:
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
+        tmp = temp_path_for(target)
         tmp.write_text(content)
         tmp.replace(target)
 

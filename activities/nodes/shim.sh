@@ -87,7 +87,7 @@ write_atomic() {
 	# PATH CONTENT. Readers poll these files while they are written; a rename is
 	# never seen half-done.
 	case $1 in */*) _wd=${1%/*} ;; *) _wd=. ;; esac
-	_wt="${_wd:-/}/.${1##*/}.$$.tmp"
+	_wt="${_wd:-/}/.${1##*/}.$$.lazarus-tmp"
 	if printf "%s" "$2" >"$_wt" && mv -f "$_wt" "$1"; then
 		return 0
 	fi
@@ -597,6 +597,9 @@ shim_stop() {
 		while :; do case $_n in 0?*) _n=${_n#0} ;; *) break ;; esac; done
 		now
 		write_atomic "$_gd/stopped.json" "{\"reason\":\"stopped\",\"at\":$NOW}"
+		# A rank or wrapper killed mid-write leaves its temporary file; once every
+		# group is gone nobody will rename it (as local_agent._sweep_temp_files).
+		[ -n "$_remaining" ] || rm -f -- "$_gd"/.*.lazarus-tmp
 		last_step_of "$_gd"
 		_gens="${_gens:+$_gens,}$_n"
 	done
@@ -636,7 +639,7 @@ shim_write() {
 		fail "cannot create the directory of $1"
 		return 1
 	}
-	_t="${_d:-/}/.${1##*/}.$$.tmp"
+	_t="${_d:-/}/.${1##*/}.$$.lazarus-tmp"
 	if [ $# -ge 2 ]; then
 		printf '%s' "$2" >"$_t"
 	else

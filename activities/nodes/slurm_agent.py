@@ -83,6 +83,7 @@ from lazarus.activities.rundir import (
     write_json_atomic,
 )
 from lazarus.domain import environment as env_names
+from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import PREEMPT_MARKER_PREFIX, NodeSpec, SlurmSpec
 
@@ -323,7 +324,7 @@ def holder_script(run_dir: str | Path) -> str:
     folder = shlex.quote(str(Path(run_dir)))
     return (
         f'marker={folder}/{PREEMPT_MARKER_PREFIX}"$SLURM_JOB_ID"; '  # SlurmSpec.preempt_marker
-        'trap \'date +%s > "$marker.tmp" && mv "$marker.tmp" "$marker"\' USR1; '
+        f'trap \'date +%s > "$marker{TEMP_SUFFIX}" && mv "$marker{TEMP_SUFFIX}" "$marker"\' USR1; '
         "sleep 2147483647 & child=$!; "
         'while kill -0 "$child" 2>/dev/null; do wait "$child"; done'
     )

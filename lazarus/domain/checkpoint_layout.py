@@ -12,6 +12,7 @@ Standard library only: this module is imported inside training ranks.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -170,3 +171,17 @@ def move_aside(root: Path, path: Path, folder: str) -> Path:
             fsync_directory(root)
             return target
         index += 1
+
+
+def temp_path_for(target: Path) -> Path:
+    """A unique temporary sibling of ``target`` for write-then-rename.
+
+    Every atomic write Lazarus makes (the rank helper's checkpoints, the rank
+    wrapper's pid and exit records, the controller's run-directory files) names its
+    temporary file this way, so one rule finds a dead writer's leftovers: a stop
+    that has killed a generation sweeps ``*TEMP_SUFFIX`` there, and a manifest
+    never lists such a name."""
+    return target.with_name(f".{target.name}.{os.getpid()}.{next(_temp_counter)}{TEMP_SUFFIX}")
+
+
+_temp_counter = itertools.count()

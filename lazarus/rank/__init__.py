@@ -843,10 +843,7 @@ def _atomic_write(target: Path, data: bytes, *, durable: bool) -> None:
         checkpoint_layout.fsync_directory(directory)
 
 
-def temp_path_for(target: Path) -> Path:
-    """A unique temporary sibling of ``target`` for write-then-rename; the
-    manifest skips such names, so a crashed writer's leftovers are never listed."""
-    return target.with_name(f".{target.name}.{os.getpid()}.{next(_temp_counter)}{TEMP_SUFFIX}")
+temp_path_for = checkpoint_layout.temp_path_for
 
 
 _temp_counter = itertools.count()

@@ -16,6 +16,7 @@ from lazarus.activities.launcher import LaunchRefused, launch_generation
 from lazarus.activities.procfs import is_alive, read_stat
 from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.activities.stop import stop_generations
+from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import LaunchRequest, StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec
 
@@ -101,10 +102,14 @@ def test_a_missing_program_is_refused_before_anything_starts(tmp_path: Path) -> 
 def test_stop_takes_down_stopped_ranks_and_is_idempotent(job: JobSpec) -> None:
     result = launch_generation(LaunchRequest(spec=job, generation=1))
     os.kill(result.ranks[0].pid, signal.SIGSTOP)
+    # What a wrapper killed between its write and its rename leaves behind.
+    leftover = Path(result.run_dir) / f".rank-0.exit.json.999{TEMP_SUFFIX}"
+    leftover.write_text("{")
     request = StopRequest(job_id="mech", run_root=str(Path(job.run_dir) / "mech"), grace_s=2)
     stopped = asyncio.run(stop_generations(request))
     assert stopped.signalled_groups == 2 and stopped.generations == [1]
     assert not any(is_alive(r.pid, r.start_ticks) for r in result.ranks)
+    assert not leftover.exists(), "the stop sweeps what its dead writers left"
     again = asyncio.run(stop_generations(request))
     assert again.signalled_groups == 0
 
