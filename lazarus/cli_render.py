@@ -280,6 +280,8 @@ def _header(view: StatusView) -> Panel:
             grid.add_row("MTTR", mttr, "steps lost", str(status.steps_lost))
         if status.resume_step is not None or status.runs > 1:
             grid.add_row("resumed from", _opt(status.resume_step), "runs", str(status.runs))
+        if status.slurm_job_id is not None:
+            grid.add_row("Slurm job", str(status.slurm_job_id), "", "")
     if view.live is not None and view.live.seconds_per_step:
         grid.add_row(
             "alive", f"{view.live.alive}/{view.live.world_size}",

@@ -35,6 +35,7 @@ from lazarus.activities.checkpoints.watch import watch_checkpoints
 from lazarus.activities.escalation import run_escalation_hook
 from lazarus.activities.launcher import launch
 from lazarus.activities.preflight import preflight
+from lazarus.activities.slurm_allocation import grow_allocation, submit_allocation
 from lazarus.activities.stop import stop
 from lazarus.activities.supervise import supervise
 from lazarus.activities.worker_settings import (
@@ -62,6 +63,8 @@ ACTIVITIES: Sequence[Any] = (
     roll_back_checkpoint,
     watch_checkpoints,
     run_escalation_hook,
+    submit_allocation,
+    grow_allocation,
 )
 WORKFLOWS: Sequence[type] = (JobWorkflow,)
 

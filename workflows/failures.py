@@ -41,6 +41,7 @@ def failure_context(
         spares_left=len(state.pool.spares),
         active_nodes=len(state.pool.active),
         min_nodes=spec.min_nodes,
+        can_grow=spec.slurm is not None and spec.slurm.grow,
         jitter_key=f"{spec.job_id}:{state.next_incident_id}",
         no_backoff_after_progress=fast_path,
     )

@@ -42,12 +42,14 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import (
         CHECKPOINT_NOW,
         FIND_VERIFIED_CHECKPOINT,
+        GROW_ALLOCATION,
         LAUNCH,
         PREFLIGHT,
         RESTORE_CHECKPOINT,
         ROLL_BACK_CHECKPOINT,
         RUN_ESCALATION_HOOK,
         STOP,
+        SUBMIT_ALLOCATION,
         SUPERVISE,
     )
     from lazarus.domain.api import (
@@ -69,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         EscalationHookRequest,
         FailureReport,
         FindVerifiedCheckpointRequest,
+        GrowAllocationRequest,
         LaunchRequest,
         PreflightActivityRequest,
         PreflightReport,
@@ -82,7 +85,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.domain.memory_tier import memory_checkpoint_dir
     from lazarus.domain.recovery_timeline import RecoveryTimeline
-    from lazarus.domain.spec import JobSpec
+    from lazarus.domain.spec import JobSpec, SlurmSpec, slurm_node
     from lazarus.workflows.activity_calls import (
         HOOK_RETRY,
         LAUNCH_RETRY,
@@ -128,9 +131,13 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.playbook import Action, decide, straggler_decision
     from lazarus.workflows.preemption import (
         handled_preemption_at,
+        move_to_allocation,
         open_preemption,
         preempt_marker_for,
         record_preemption,
+        record_resubmission,
+        record_resubmission_refused,
+        resubmission,
     )
     from lazarus.workflows.resume_points import record_rollback, record_skipped
     from lazarus.workflows.state import (
@@ -178,6 +185,11 @@ end of a run that used warm starts or the memory tier."""
 PATCH_SLURM_PREEMPTION = "slurm-preemption"
 """A ``preempted`` supervision outcome (Slurm is taking the allocation away) is met
 with a just-in-time checkpoint, a stop and PAUSED (issue 13)."""
+PATCH_SLURM_ALLOCATION = "slurm-allocation-changes"
+"""The job may change its Slurm allocation: a new one after a preemption
+(``slurm.resubmit``), a node more when a lost one has no spare (``slurm.grow``)."""
+SLURM_QUEUE_MARGIN = timedelta(minutes=2)
+"""Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
 DOOMED_KINDS = frozenset({"crash", "hang", "vanished", "node_lost"})
 """Failures whose surviving ranks are stuck in a collective with a dead (or frozen)
@@ -391,6 +403,7 @@ class JobWorkflow:
         self._retier_from(resume)
         if not await self._preflight_active_nodes():
             return
+        spec = self.spec  # a node Slurm added (slurm.grow) during the preflight
         state.generation += 1
         origin = f"step {resume.step}" if resume else "scratch"
         if recovering is not None and recovering.timeline is not None:
@@ -540,6 +553,25 @@ class JobWorkflow:
         if last_step is not None:
             self._set_step(last_step)
         record_preemption(incident, self._now(), last_step, saved)
+        request = resubmission(self.spec, incident)
+        if request is not None and workflow.patched(PATCH_SLURM_ALLOCATION):
+            try:
+                granted = await execute(
+                    SUBMIT_ALLOCATION,
+                    request,
+                    start_to_close_timeout=timedelta(seconds=request.slurm.wait_s)
+                    + SLURM_QUEUE_MARGIN,
+                    heartbeat_timeout=worker_loss_timeout(self.spec),
+                    retry_policy=QUICK_RETRY,
+                    summary=f"resubmit the allocation (incident {incident.id})",
+                )
+            except ActivityError as err:
+                record_resubmission_refused(incident, cause(err))
+            else:
+                self._spec = move_to_allocation(self.spec, state, granted)
+                record_resubmission(incident, granted)
+                self._set_phase(Phase.LAUNCHING)
+                return
         self._set_phase(Phase.PAUSED)
 
     async def _recover(self, failure: FailureReport) -> None:
@@ -575,8 +607,10 @@ class JobWorkflow:
                 )
             self._needs_operator(decision.reason)
             return
-        swaps_node = decision.action in (Action.REPLACE_NODE, Action.SHRINK)
+        swaps_node = decision.action in (Action.REPLACE_NODE, Action.SHRINK, Action.GROW)
         why = f"incident {incident.id}: {failure.failure_class}"
+        if decision.action == Action.GROW and failure.node is not None:
+            await self._maybe_grow(failure.node, incident)
         if swaps_node and failure.node is not None and not self._swap_out(failure.node, why):
             return
         state.restarts += 1
@@ -913,6 +947,56 @@ class JobWorkflow:
             workflow.logger.error(stuck)
         return result
 
+    async def _maybe_grow(self, lost: str, incident: Incident | None) -> None:
+        """``lost`` is about to leave the pool with no spare to take its slot: with
+        ``slurm.grow``, ask Slurm for one first; on success it is the spare the swap
+        then uses. A refusal is evidence, and the swap shrinks or asks a person as it
+        would without ``slurm.grow``."""
+        spec = self.spec
+        pool = self._state.pool
+        if spec.slurm is None or not spec.slurm.grow or pool.spares or lost not in pool.active:
+            return
+        if workflow.patched(PATCH_SLURM_ALLOCATION):
+            await self._grow_allocation(spec.slurm, lost, incident)
+
+    async def _grow_allocation(
+        self, slurm: SlurmSpec, lost: str, incident: Incident | None
+    ) -> None:
+        spec = self.spec
+        known = [n.name for n in (*spec.nodes, *spec.spares)]
+        request = GrowAllocationRequest(
+            job_name=spec.name,
+            slurm=spec.slurm,
+            known_nodes=known,
+            exclude=[lost],
+            token=f"g{self._state.generation}",
+        )
+        try:
+            granted = await execute(
+                GROW_ALLOCATION,
+                request,
+                start_to_close_timeout=timedelta(seconds=slurm.wait_s) + SLURM_QUEUE_MARGIN,
+                heartbeat_timeout=worker_loss_timeout(spec),
+                retry_policy=QUICK_RETRY,
+                summary=f"grow the allocation: replace {lost}",
+            )
+        except ActivityError as err:
+            workflow.logger.warning("slurm.grow: Slurm added no node: %s", cause(err))
+            if incident is not None:
+                incident.evidence.append(f"slurm.grow: Slurm added no node: {cause(err)}")
+                left = len(self._state.pool.active) - 1
+                shrinks = spec.min_nodes is not None and left >= spec.min_nodes
+                incident.action = Action.SHRINK if shrinks else Action.NEEDS_OPERATOR
+            return
+        added = [name for name in granted.nodes if name not in known]
+        self._spec = spec.model_copy(
+            update={"spares": [*spec.spares, *(slurm_node(name) for name in added)]}
+        )
+        self._state.pool.spares.extend(added)
+        if incident is not None:
+            incident.evidence.append(f"slurm.grow: Slurm job {granted.job_id} grew by {added}")
+            incident.action = Action.GROW
+
     def _dead_nodes(self) -> list[str]:
         """Quarantined nodes not yet fenced: on the recovery path they are not waited
         on (each would cost a connect timeout); every other stop still tries them."""
@@ -946,6 +1030,8 @@ class JobWorkflow:
             if not report.failed:
                 return True
             for failed in report.failed:
+                # A node that died while its peers crashed first is found here.
+                await self._maybe_grow(failed.node, self._state.current_incident)
                 if not self._swap_out(failed.node, "preflight: " + "; ".join(failed.problems)):
                     return False
 

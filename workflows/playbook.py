@@ -47,7 +47,15 @@ class Action(StrEnum):
     """Note it and alert, keep training: acting would cost more than it gains."""
     PAUSE = "pause"
     """Not a strategy's answer: Slurm is taking the allocation away (preemption, time
-    limit): checkpoint just in time, stop, and pause until resubmission exists."""
+    limit): checkpoint just in time, stop, and pause (``slurm.resubmit: false``)."""
+    RESUBMIT = "resubmit"
+    """Not a strategy's answer: Slurm is taking the allocation away and the job asked
+    to go on (``slurm.resubmit``): checkpoint just in time, stop, submit a new
+    allocation, relaunch there from that checkpoint."""
+    GROW = "grow"
+    """No spare left for a lost node, and the job may grow its Slurm allocation
+    (``slurm.grow``): ask Slurm for a node, then relaunch as with a spare. If Slurm
+    says no, shrink within ``min_nodes`` or ask a person."""
     FALLBACK = "fallback"
     """Not a strategy's answer: the relaunch found the newest checkpoints untrustworthy
     and resumed from an older verified one. Recorded on the incident it opens when no
@@ -87,6 +95,9 @@ class FailureContext(BaseModel):
     spares_left: int = 0
     active_nodes: int = 1
     min_nodes: int | None = None
+    can_grow: bool = False
+    """The job may ask Slurm for a replacement node when no spare is left
+    (``slurm.grow``)."""
     jitter_key: str = ""
     """Seeds the backoff jitter; the workflow passes job id and incident id."""
     no_backoff_after_progress: bool = False
@@ -183,12 +194,26 @@ def escalate(ctx: FailureContext, policy: RecoverySpec) -> Decision:
 @strategy(StrategyName.REPLACE_NODE)
 def replace_node(ctx: FailureContext, policy: RecoverySpec) -> Decision:
     """A node that died (or whose hardware failed) is never trusted again by itself:
-    swap in a spare; without one, shrink if the spec allows, else ask a person."""
+    swap in a spare; without one, ask Slurm for one where the job may grow its
+    allocation, else shrink if the spec allows, else ask a person.
+
+    A failure sequence: ``n2`` of ``n1,n2`` + spare ``n3`` is lost: quarantine ``n2``,
+    relaunch on ``n1,n3`` (same ranks). ``n3`` is lost next, no spare: with
+    ``slurm.grow`` Slurm adds ``n4`` and the job relaunches on ``n1,n4``; without it,
+    and ``min_nodes: 1``, on ``n1`` alone; with neither, a person is asked."""
     node = ctx.node or "unknown node"
     if ctx.spares_left > 0:
         return Decision(
             action=Action.REPLACE_NODE,
             reason=f"{ctx.failure_class} on {node}: quarantine it and relaunch on a spare",
+        )
+    if ctx.can_grow:
+        return Decision(
+            action=Action.GROW,
+            reason=(
+                f"{ctx.failure_class} on {node}, no spare left: ask Slurm for a "
+                "replacement node (slurm.grow)"
+            ),
         )
     if ctx.min_nodes is not None and ctx.active_nodes - 1 >= ctx.min_nodes:
         return Decision(

@@ -2,22 +2,34 @@
 allocation away, and which notice it has already handled.
 
 Pure functions of the state (``tests/unit/test_preemption.py``); the workflow runs
-the activities (the just-in-time checkpoint, the stop). Until resubmission exists
-(``slurm.resubmit``), a preempted job is paused: an operator resumes it in the same
-allocation (a notice with time left) or starts it again in a new one.
+the activities (the just-in-time checkpoint, the stop, the resubmission).
+
+A preempted job goes one of two ways:
+
+- ``slurm.resubmit: true`` (an allocation Lazarus submitted): the old allocation is
+  released, a new one with the same options is submitted, and once it runs the
+  job relaunches there from the just-in-time checkpoint: same workflow, next
+  generation, the incident closed at the first step in the new allocation;
+- otherwise it pauses: an operator resumes it in the same allocation (a notice
+  with time left) or starts it again in a new one.
+
+A resubmission Slurm refuses (or that does not run within ``slurm.wait_s``)
+pauses the job too, with Slurm's answer in the incident.
 """
 
 from __future__ import annotations
 
-from lazarus.domain.contracts import FailureReport
+from lazarus.domain.contracts import AllocationGranted, FailureReport, SubmitAllocationRequest
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec
 from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import Incident, JobState
+from lazarus.workflows.state import Incident, JobState, NodePool
 from lazarus.workflows.stops import checkpoint_evidence
 
 PAUSE_STRATEGY = "slurm_resubmit_off"
 """The incident's strategy: the ``slurm.resubmit: false`` behaviour, the default."""
+RESUBMIT_STRATEGY = "slurm_resubmit"
+"""The incident's strategy when the job goes on in a new allocation."""
 
 
 def preempt_marker_for(spec: JobSpec) -> str | None:
@@ -67,4 +79,46 @@ def record_preemption(
         f"Slurm is taking the allocation away: {saved}, ranks stopped, job paused "
         "(slurm.resubmit is false). Resume it in the same allocation if time is left, "
         "or start it again in a new one."
+    )
+
+
+def resubmission(spec: JobSpec, incident: Incident) -> SubmitAllocationRequest | None:
+    """What to ask Slurm for when the job goes on in a new allocation; None when it
+    pauses instead (``slurm.resubmit`` off, or an allocation Lazarus did not submit)."""
+    if spec.slurm is None or not spec.slurm.resubmits:
+        return None
+    return SubmitAllocationRequest(
+        job_name=spec.name, run_dir=spec.run_dir, slurm=spec.slurm, token=f"i{incident.id}"
+    )
+
+
+def move_to_allocation(spec: JobSpec, state: JobState, granted: AllocationGranted) -> JobSpec:
+    """The job in its new allocation: the spec names it, and the pool is its nodes
+    (Slurm vouches for them; the old allocation's quarantine does not carry over,
+    since those nodes are not the job's any more)."""
+    moved = spec.in_allocation(granted.job_id, granted.nodes)
+    state.pool = NodePool(
+        active=[n.name for n in moved.nodes], spares=[n.name for n in moved.spares]
+    )
+    return moved
+
+
+def record_resubmission(incident: Incident, granted: AllocationGranted) -> None:
+    incident.action = Action.RESUBMIT
+    incident.strategy = RESUBMIT_STRATEGY
+    incident.evidence.append(
+        f"resubmitted: Slurm job {granted.job_id} on {', '.join(granted.nodes)} "
+        f"(waited {granted.waited_s:.0f} s in the queue)"
+    )
+    incident.reason = (
+        f"Slurm took the allocation away: checkpointed, resubmitted as Slurm job "
+        f"{granted.job_id}, relaunching there (slurm.resubmit)"
+    )
+
+
+def record_resubmission_refused(incident: Incident, why: str) -> None:
+    incident.evidence.append(f"resubmission failed: {why}")
+    incident.reason = (
+        f"Slurm took the allocation away and the resubmission failed ({why}): job paused; "
+        "start it again when Slurm can run it"
     )

@@ -567,3 +567,5 @@ class JobStatus(BaseModel):
     """heartbeat, log, or none: with none, hang detection is off (crashes only)."""
     run_dir: str | None = None
     """This start's run directory (generations, logs, exit files)."""
+    slurm_job_id: int | None = None
+    """The Slurm allocation the job runs in now (it changes on a resubmission)."""

@@ -48,4 +48,5 @@ def job_status(spec: JobSpec, state: JobState, now: float, run_dir: str) -> JobS
         retired_steps=state.retired_steps,
         progress_signal=state.progress_signal,
         run_dir=run_dir,
+        slurm_job_id=spec.slurm.job_id if spec.slurm is not None else None,
     )

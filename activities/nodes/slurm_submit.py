@@ -28,6 +28,7 @@ from lazarus.activities.nodes.slurm_agent import (
     holder_script,
     run_slurm,
 )
+from lazarus.domain.contracts import AllocationGranted, SubmitAllocationRequest
 from lazarus.domain.spec import JobSpec, SlurmSpec
 
 WAIT_POLL_S = 1.0
@@ -105,8 +106,14 @@ def submit_problems(spec: JobSpec) -> list[str]:
 def submit(spec: JobSpec) -> int:
     """Submit the holder; its job id. Raises :class:`SubmitRefused`."""
     assert spec.slurm is not None
-    Path(spec.run_dir).mkdir(parents=True, exist_ok=True)  # the holder's notice and log
-    argv = holder_argv(spec.slurm, spec.name, spec.run_dir)
+    return submit_holder(spec.slurm, spec.name, spec.run_dir)
+
+
+def submit_holder(slurm: SlurmSpec, job_name: str, run_dir: str) -> int:
+    """Submit a holder named ``lazarus-<job_name>``; its job id. Raises
+    :class:`SubmitRefused`."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)  # the holder's notice and log
+    argv = holder_argv(slurm, job_name, run_dir)
     try:
         done = run_slurm(argv)
     except SlurmCommandFailed as exc:
@@ -171,3 +178,49 @@ def start_allocation(
         cancel(job_id)
         progress(f"cancelled Slurm job {job_id}")
         raise
+
+
+def jobs_named(name: str) -> list[Allocation]:
+    """Slurm's jobs called ``name`` that have not ended (a retried activity looks for
+    what an earlier attempt submitted under the same name)."""
+    try:
+        done = run_slurm(["squeue", "-h", "--name", name, "-o", "%i"])
+    except SlurmCommandFailed:
+        return []
+    found = [allocation(int(word)) for word in done.stdout.split() if word.isdigit()]
+    return [a for a in found if a is not None and a.state not in ENDED]
+
+
+def resubmit(
+    request: SubmitAllocationRequest, progress: Callable[[str], None]
+) -> AllocationGranted:
+    """The new allocation of a preempted job (``slurm.resubmit``), running.
+
+    1. the old allocation is cancelled (it is ending anyway, and the queue may need
+       its nodes for the new one); ``scancel`` of an ended job is harmless;
+    2. a holder named after the resubmission (``token``) is submitted, unless an
+       earlier attempt of this activity already did: it is adopted, never doubled;
+    3. it waits for Slurm to run it, at most ``slurm.wait_s``; a holder that does
+       not run by then is cancelled, so nothing is left queued behind the job.
+    """
+    slurm = request.slurm
+    name = f"{request.job_name}-{request.token}"
+    if request.release_old and slurm.job_id is not None:
+        cancel(slurm.job_id)
+        progress(f"released Slurm job {slurm.job_id}")
+    earlier = jobs_named(f"lazarus-{name}")
+    if earlier:
+        job_id = earlier[0].job_id
+        progress(f"adopted Slurm job {job_id}, submitted by an earlier attempt")
+    else:
+        job_id = submit_holder(slurm, name, request.run_dir)
+        progress(f"submitted the new allocation: Slurm job {job_id}")
+    started = time.monotonic()
+    try:
+        found = wait_running(job_id, progress, timeout_s=slurm.wait_s)
+    except (SubmitRefused, TimeoutError):
+        cancel(job_id)
+        raise
+    return AllocationGranted(
+        job_id=job_id, nodes=found.nodes, waited_s=round(time.monotonic() - started, 3)
+    )

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from lazarus.domain.contracts import (
+    AllocationGranted,
     CheckpointNowRequest,
     CheckpointNowResult,
     CheckpointRef,
@@ -27,6 +28,7 @@ from lazarus.domain.contracts import (
     FindVerifiedCheckpointRequest,
     GarbageCollectionRequest,
     GarbageCollectionResult,
+    GrowAllocationRequest,
     LaunchRequest,
     LaunchResult,
     PreflightActivityRequest,
@@ -36,6 +38,7 @@ from lazarus.domain.contracts import (
     RollbackResult,
     StopRequest,
     StopResult,
+    SubmitAllocationRequest,
     SuperviseOutcome,
     SuperviseRequest,
     UploadCheckpointRequest,
@@ -90,6 +93,12 @@ ROLL_BACK_CHECKPOINT = ActivityRef[RollbackRequest, RollbackResult](
 RUN_ESCALATION_HOOK = ActivityRef[EscalationHookRequest, EscalationHookResult](
     "run_escalation_hook", EscalationHookRequest, EscalationHookResult
 )
+SUBMIT_ALLOCATION = ActivityRef[SubmitAllocationRequest, AllocationGranted](
+    "submit_allocation", SubmitAllocationRequest, AllocationGranted
+)
+GROW_ALLOCATION = ActivityRef[GrowAllocationRequest, AllocationGranted](
+    "grow_allocation", GrowAllocationRequest, AllocationGranted
+)
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     LAUNCH,
@@ -104,5 +113,7 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     CHECKPOINT_NOW,
     ROLL_BACK_CHECKPOINT,
     RUN_ESCALATION_HOOK,
+    SUBMIT_ALLOCATION,
+    GROW_ALLOCATION,
 )
 """What the controller worker must register, each exactly once."""

@@ -565,3 +565,41 @@ class WatchCheckpointsRequest(_Model):
     """Verify a reported checkpoint in full (every sha256) and return its stamps in
     ``CheckpointRef.verified``; the workflow passes ``checkpoints.verify_hashes``."""
     max_wait_s: float = 3600.0
+
+
+class SubmitAllocationRequest(_Model):
+    """A new Slurm allocation for a job whose old one Slurm is taking away
+    (``slurm.resubmit``). ``token`` names this resubmission (the incident), so a
+    retried activity finds the allocation it already submitted instead of a second."""
+
+    job_name: str
+    run_dir: str
+    slurm: SlurmSpec
+    """The submit-mode options (``slurm.submitted``), with the old ``job_id``."""
+    token: str
+    release_old: bool = True
+    """Cancel the old allocation first: it is ending anyway, and its nodes may be the
+    ones the new allocation needs."""
+
+
+class GrowAllocationRequest(_Model):
+    """Nodes added to a running allocation (``slurm.grow``): a lost node had no spare."""
+
+    job_name: str
+    slurm: SlurmSpec
+    count: int = Field(default=1, ge=1)
+    known_nodes: list[str]
+    """Every node the job already has or had in the allocation (quarantined ones
+    included): a grown node is one outside this list, which also makes a retry
+    find the node an earlier attempt added."""
+    exclude: list[str] = Field(default_factory=list)
+    """Nodes Slurm must not give (the lost ones: it may not know yet)."""
+    token: str
+
+
+class AllocationGranted(_Model):
+    job_id: int
+    nodes: list[str]
+    """Submit: every node of the new allocation, in Slurm's order. Grow: the new
+    nodes only."""
+    waited_s: float = 0.0

@@ -145,15 +145,31 @@ class SlurmSpec(_Strict):
     """Submit mode: ``--signal=B:USR1@<notice_s>``: how long before the end Slurm warns
     the holder, for the just-in-time checkpoint. Give the same to your own holder."""
     resubmit: bool = False
-    """Preempted jobs pause (false). Resubmitting a new allocation is not built yet."""
+    """Submit mode: when Slurm takes the allocation away (a preemption notice, the time
+    limit's warning), checkpoint just in time, then submit a new allocation with the
+    same options and go on in it, in the same workflow (true); or pause (false)."""
+    grow: bool = False
+    """A lost node with no spare left: ask Slurm for a replacement node and add it to
+    the allocation (``--dependency=expand``; the cluster must allow it with
+    ``SchedulerParameters=permit_job_expansion``) instead of shrinking or asking a
+    person. When Slurm says no, the job shrinks (``min_nodes``) or needs an operator."""
+    wait_s: Annotated[int, Field(ge=10, le=7 * 86_400)] = 1800
+    """How long a resubmitted allocation or a grown node may wait in Slurm's queue
+    before the job needs an operator instead."""
+    submitted: bool = False
+    """Set by Lazarus, never by hand: ``job_id`` is the allocation Lazarus submitted
+    from the submit-mode options kept beside it (``nodes``, ``partition``...), so a
+    resubmission asks Slurm for the same."""
 
     @model_validator(mode="after")
     def _one_allocation(self) -> SlurmSpec:
-        if self.resubmit:
-            raise ValueError(
-                "slurm.resubmit: true is not supported yet; a preempted job pauses "
-                "(remove resubmit, or set it to false)"
-            )
+        if self.submitted:
+            if self.job_id is None or self.nodes is None:
+                raise ValueError(
+                    "slurm.submitted: set by Lazarus once it submitted the allocation; "
+                    "remove it (give slurm.job_id or slurm.nodes)"
+                )
+            return self
         if (self.job_id is None) == (self.nodes is None):
             field = "slurm.job_id" if self.job_id is None else "slurm.nodes"
             raise ValueError(
@@ -170,6 +186,7 @@ class SlurmSpec(_Strict):
                     ("time", self.time),
                     ("account", self.account),
                     ("extra_args", self.extra_args),
+                    ("resubmit", self.resubmit),
                 )
                 if value
             ]
@@ -184,6 +201,16 @@ class SlurmSpec(_Strict):
     def submits(self) -> bool:
         """Whether ``lazarus start`` must submit the allocation first."""
         return self.job_id is None
+
+    @property
+    def resubmits(self) -> bool:
+        """Whether a preempted job goes on in a new allocation Lazarus submits: only one
+        Lazarus submitted knows what to ask for again."""
+        return self.submitted and self.resubmit
+
+    def granted(self, job_id: int) -> SlurmSpec:
+        """The same options, running as Slurm job ``job_id`` (Lazarus submitted it)."""
+        return self.model_copy(update={"job_id": job_id, "submitted": True})
 
     @property
     def allocation_id(self) -> int:
@@ -692,15 +719,16 @@ class JobSpec(_Strict):
         return self.warm_start if self.warm_start is not None and self.warm_start.enabled else None
 
     def in_allocation(self, job_id: int, names: list[str]) -> JobSpec:
-        """Submit mode, once the allocation runs: the same job in Slurm job ``job_id``,
-        its first ``slurm.nodes`` nodes training and the next ``slurm.spares`` held.
-        The result names the allocation as an existing one would (``slurm.job_id``)."""
+        """Submit mode, once the allocation runs (the first, or a resubmitted one): the
+        same job in Slurm job ``job_id``, its first ``slurm.nodes`` nodes training and
+        the next ``slurm.spares`` held. The submit options stay (``slurm.submitted``),
+        so a resubmission asks for the same."""
         assert self.slurm is not None and self.slurm.nodes is not None
         wanted = self.slurm.nodes + self.slurm.spares
         if len(names) < wanted:
             raise ValueError(f"slurm: job {job_id} holds {len(names)} nodes, not {wanted}")
-        nodes = [NodeSpec(name=n, launcher="slurm", host=n) for n in names[:wanted]]
-        slurm = SlurmSpec(job_id=job_id, notice_s=self.slurm.notice_s)
+        nodes = [slurm_node(n) for n in names[:wanted]]
+        slurm = self.slurm.granted(job_id)
         return self.model_copy(
             update={
                 "nodes": nodes[: self.slurm.nodes],
@@ -728,6 +756,11 @@ class JobSpec(_Strict):
                 "checkpoints": self.checkpoints.resolved(workdir),
             }
         )
+
+
+def slurm_node(name: str) -> NodeSpec:
+    """A node of a Slurm allocation, by the name Slurm gives it."""
+    return NodeSpec(name=name, launcher="slurm", host=name)
 
 
 def _resolve_node(node: NodeSpec, base: Path) -> NodeSpec:

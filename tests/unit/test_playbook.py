@@ -110,6 +110,13 @@ def test_dead_nodes_are_replaced_then_shrunk_then_escalated() -> None:
     assert decide(ctx(**lost, spares_left=0), POLICY).action == Action.NEEDS_OPERATOR
 
 
+def test_a_job_that_may_grow_asks_slurm_before_shrinking() -> None:
+    lost = {"failure_class": "node_lost", "node": "h2", "active_nodes": 3, "can_grow": True}
+    assert decide(ctx(**lost, spares_left=1), POLICY).action == Action.REPLACE_NODE
+    grow = decide(ctx(**lost, spares_left=0, min_nodes=2), POLICY)
+    assert grow.action == Action.GROW and "slurm.grow" in grow.reason
+
+
 # ------------------------------------------------------------ every class, every rung
 
 

@@ -21,16 +21,29 @@ def test_a_submitted_allocation_fills_nodes_then_spares_in_slurm_order() -> None
     assert [n.name for n in filled.spares] == ["n3"]
     assert {n.launcher for n in (*filled.nodes, *filled.spares)} == {"slurm"}
     assert filled.slurm is not None and filled.slurm.job_id == 77 and not filled.slurm.submits
-    # What the workflow gets decodes as an existing allocation.
+    # The submit options stay, so a resubmission asks Slurm for the same.
+    assert filled.slurm.submitted and filled.slurm.partition == "p"
+    assert filled.slurm.nodes == 2 and filled.slurm.spares == 1
+    # What the workflow gets decodes the same.
     again = parse_spec(filled.model_dump(mode="json", by_alias=True), "job.yaml")
     assert again.slurm == filled.slurm and again.nodes == filled.nodes
+
+
+def test_resubmit_is_for_allocations_lazarus_submitted() -> None:
+    spec = parse_spec(spec_data(slurm={"nodes": 1, "resubmit": True}), "job.yaml")
+    assert spec.slurm is not None and not spec.slurm.resubmits  # nothing submitted yet
+    moved = spec.in_allocation(5, ["n1"]).in_allocation(6, ["n2"])
+    assert moved.slurm is not None and moved.slurm.resubmits and moved.slurm.job_id == 6
+    assert [n.name for n in moved.nodes] == ["n2"]
 
 
 @pytest.mark.parametrize(
     ("extra", "names"),
     [
         ({"slurm": {}}, "slurm.job_id: give slurm.job_id"),
-        ({"slurm": {"nodes": 2, "resubmit": True}}, "slurm.resubmit: true is not supported"),
+        ({"slurm": {"job_id": 3, "resubmit": True}}, "slurm.resubmit: only with slurm.nodes"),
+        ({"slurm": {"job_id": 3, "submitted": True}}, "slurm.submitted: set by Lazarus"),
+        ({"slurm": {"nodes": 2, "wait_s": 1}}, "slurm.wait_s"),
         ({"slurm": {"job_id": 3, "partition": "p"}}, "slurm.partition: only with slurm.nodes"),
         (
             {"slurm": {"nodes": 2}, "nodes": [{"name": "n1", "launcher": "slurm"}]},

@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from lazarus.domain.contracts import (
+    AllocationGranted,
     CheckpointNowRequest,
     CheckpointNowResult,
     CheckpointRef,
@@ -29,6 +30,7 @@ from lazarus.domain.contracts import (
     FindVerifiedCheckpointRequest,
     GarbageCollectionRequest,
     GarbageCollectionResult,
+    GrowAllocationRequest,
     LaunchRequest,
     LaunchResult,
     NodeHealth,
@@ -39,6 +41,7 @@ from lazarus.domain.contracts import (
     RollbackResult,
     StopRequest,
     StopResult,
+    SubmitAllocationRequest,
     SuperviseOutcome,
     SuperviseRequest,
     UnkillableGroup,
@@ -73,6 +76,16 @@ class Script:
     """generation -> rank phase marks: supervision reports the first step with them."""
     launch_warm: WarmStartOutcome | None = None
     """What every launch reports about warm starts (None: warm starts off)."""
+    preempted: dict[int, FailureReport] = field(default_factory=dict)
+    """generation -> the preemption notice supervision reports."""
+    allocations: list[AllocationGranted] = field(default_factory=list)
+    """What Slurm grants, one per submission or growth; empty: Slurm refuses."""
+    allocation_requests: list[SubmitAllocationRequest | GrowAllocationRequest] = field(
+        default_factory=list
+    )
+    preflight_lost: dict[int, set[str]] = field(default_factory=dict)
+    """preflight call number (1 is the first launch's) -> nodes it finds lost."""
+    preflights: int = 0
     searches: list[FindVerifiedCheckpointRequest] = field(default_factory=list)
     watches: list[WatchCheckpointsRequest] = field(default_factory=list)
     launches: list[LaunchRequest] = field(default_factory=list)
@@ -141,6 +154,11 @@ async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
             return SuperviseOutcome(
                 kind="succeeded", generation=request.generation, observed_at=now
             )
+        notice = script.preempted.get(request.generation)
+        if notice is not None:
+            return SuperviseOutcome(
+                kind="preempted", generation=request.generation, observed_at=now, failure=notice
+            )
         failure = script.failures.get(request.generation)
         if failure is not None:
             return SuperviseOutcome(
@@ -181,7 +199,15 @@ async def find_verified_checkpoint(request: FindVerifiedCheckpointRequest) -> Ch
 
 @activity.defn(name="preflight")
 async def preflight(request: PreflightActivityRequest) -> PreflightReport:
-    return PreflightReport(nodes=[NodeHealth(node=n.name, ok=True) for n in request.nodes])
+    script = script_for(request.job_id)
+    script.preflights += 1
+    lost = script.preflight_lost.get(script.preflights, set())
+    return PreflightReport(
+        nodes=[
+            NodeHealth(node=n.name, ok=n.name not in lost, problems=["Slurm: node DOWN"])
+            for n in request.nodes
+        ]
+    )
 
 
 @activity.defn(name="watch_checkpoints")
@@ -243,6 +269,25 @@ async def collect_garbage(request: GarbageCollectionRequest) -> GarbageCollectio
     raise ApplicationError("no retention in these tests", non_retryable=True)
 
 
+def _grant(script: Script, request: SubmitAllocationRequest | GrowAllocationRequest) -> Any:
+    script.allocation_requests.append(request)
+    if not script.allocations:
+        raise ApplicationError("Slurm says no: no nodes", type="SubmitRefused", non_retryable=True)
+    return script.allocations.pop(0)
+
+
+@activity.defn(name="submit_allocation")
+async def submit_allocation(request: SubmitAllocationRequest) -> AllocationGranted:
+    granted: AllocationGranted = _grant(script_for(request.job_name), request)
+    return granted
+
+
+@activity.defn(name="grow_allocation")
+async def grow_allocation(request: GrowAllocationRequest) -> AllocationGranted:
+    granted: AllocationGranted = _grant(script_for(request.job_name), request)
+    return granted
+
+
 ACTIVITIES: Sequence[Callable[..., Any]] = (
     launch,
     supervise,
@@ -256,4 +301,6 @@ ACTIVITIES: Sequence[Callable[..., Any]] = (
     restore_checkpoint,
     upload_checkpoint,
     collect_garbage,
+    submit_allocation,
+    grow_allocation,
 )

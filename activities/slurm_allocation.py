@@ -1,0 +1,58 @@
+"""Activities that change the Slurm allocation a job runs in: a new one when Slurm
+takes the old away (``slurm.resubmit``), and a node more when a lost one has no
+spare (``slurm.grow``).
+
+Both wait on Slurm's queue, so both heartbeat with their latest progress line (the
+Web UI shows it as the activity's details) and bound the wait by ``slurm.wait_s``.
+Both are safe to retry: a retry adopts what an earlier attempt got (see
+:func:`~lazarus.activities.nodes.slurm_submit.resubmit` and
+:mod:`~lazarus.activities.nodes.slurm_grow`). A refusal is non-retryable: Slurm's
+answer will not change by asking again at once, and the workflow has a fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from lazarus.activities.heartbeat import in_thread_heartbeating
+from lazarus.activities.nodes.slurm_grow import GrowRefused, grow
+from lazarus.activities.nodes.slurm_submit import SubmitRefused, resubmit
+from lazarus.domain.activity_refs import GROW_ALLOCATION, SUBMIT_ALLOCATION
+from lazarus.domain.contracts import (
+    AllocationGranted,
+    GrowAllocationRequest,
+    SubmitAllocationRequest,
+)
+
+
+class _Progress:
+    """The latest progress line, for the heartbeat's details."""
+
+    def __init__(self) -> None:
+        self.line = "asking Slurm"
+
+    def __call__(self, line: str) -> None:
+        self.line = line
+
+
+async def _waiting(work: Callable[[_Progress], AllocationGranted]) -> AllocationGranted:
+    progress = _Progress()
+    try:
+        return await in_thread_heartbeating(lambda: work(progress), lambda: progress.line)
+    except (SubmitRefused, GrowRefused, TimeoutError) as exc:
+        raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+
+
+@activity.defn(name=SUBMIT_ALLOCATION.name)
+async def submit_allocation(request: SubmitAllocationRequest) -> AllocationGranted:
+    """Release the ending allocation, submit its successor, and wait for it to run."""
+    return await _waiting(lambda progress: resubmit(request, progress))
+
+
+@activity.defn(name=GROW_ALLOCATION.name)
+async def grow_allocation(request: GrowAllocationRequest) -> AllocationGranted:
+    """Add nodes to the running allocation (Slurm job expansion)."""
+    return await _waiting(lambda progress: grow(request, progress))

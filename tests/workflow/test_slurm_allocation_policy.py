@@ -1,0 +1,169 @@
+"""The workflow's side of changing a Slurm allocation (fake activities, real server).
+
+A preemption with ``slurm.resubmit`` goes on in the allocation Slurm grants next,
+and a lost node with no spare and ``slurm.grow`` is replaced by the node Slurm adds;
+when Slurm says no, the job pauses (resubmit) or shrinks / asks a person (grow),
+with Slurm's answer in the incident. The real Slurm side is in tests/slurm.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from lazarus.domain.contracts import AllocationGranted, FailureReport, SubmitAllocationRequest
+from lazarus.domain.failure_classes import FailureClass
+from lazarus.workflows.playbook import Action
+from lazarus.workflows.state import Phase
+from tests.workflow.conftest import StartFakeJob, fake_spec
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def notice(job_id: int) -> FailureReport:
+    now = time.time()
+    return FailureReport(
+        kind="preempted",
+        failure_class=FailureClass.PREEMPTED,
+        rank=0,
+        fault_at=now,
+        detected_at=now,
+        evidence=[f"Slurm signalled the holder of job {job_id}"],
+    )
+
+
+def node_lost(node: str, rank: int) -> FailureReport:
+    now = time.time()
+    return FailureReport(
+        kind="node_lost",
+        failure_class=FailureClass.NODE_LOST,
+        rank=rank,
+        node=node,
+        fault_at=now,
+        detected_at=now,
+        evidence=[f"Slurm reports {node} DOWN"],
+    )
+
+
+def slurm_nodes(*names: str) -> list[dict[str, str]]:
+    return [{"name": n, "launcher": "slurm"} for n in names]
+
+
+def submitted_spec(tmp_path: Path, resubmit: bool) -> object:
+    """A job in an allocation Lazarus submitted (as ``lazarus start`` leaves it)."""
+    slurm = {"job_id": 7, "nodes": 2, "submitted": True, "resubmit": resubmit}
+    return fake_spec(tmp_path, nodes=slurm_nodes("n1", "n2"), slurm=slurm)
+
+
+async def test_a_preempted_job_goes_on_in_the_resubmitted_allocation(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    job = await start_fake_job(submitted_spec(tmp_path, resubmit=True))
+    job.script.allocations = [AllocationGranted(job_id=8, nodes=["n4", "n5"], waited_s=3)]
+    job.script.preempted[1] = notice(7)
+    status = await job.wait_for(
+        lambda s: s.phase == Phase.RUNNING and s.generation == 2, "generation 2 in job 8"
+    )
+    assert status.nodes.active == ["n4", "n5"]
+    (asked,) = job.script.allocation_requests
+    assert isinstance(asked, SubmitAllocationRequest) and asked.slurm.job_id == 7
+    relaunch = job.script.launches[-1]
+    assert relaunch.spec.slurm is not None and relaunch.spec.slurm.job_id == 8
+    assert [n.name for n in relaunch.spec.nodes] == ["n4", "n5"]
+    incident = status.incidents[-1]
+    assert incident.failure_class == FailureClass.PREEMPTED
+    assert incident.action == Action.RESUBMIT
+    assert any("Slurm job 8" in line for line in incident.evidence)
+
+
+async def test_a_refused_resubmission_pauses_with_slurms_answer(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    job = await start_fake_job(submitted_spec(tmp_path, resubmit=True))
+    job.script.preempted[1] = notice(7)
+    status = await job.wait_phase(Phase.PAUSED)
+    incident = status.incidents[-1]
+    assert incident.action == Action.PAUSE
+    assert incident.reason is not None and "no nodes" in incident.reason
+    assert len(job.script.launches) == 1
+
+
+async def test_without_resubmit_a_preempted_job_pauses_and_asks_slurm_nothing(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    job = await start_fake_job(submitted_spec(tmp_path, resubmit=False))
+    job.script.preempted[1] = notice(7)
+    await job.wait_phase(Phase.PAUSED)
+    assert job.script.allocation_requests == []
+
+
+async def test_a_lost_node_with_no_spare_is_replaced_by_the_node_slurm_adds(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    spec = fake_spec(tmp_path, nodes=slurm_nodes("n1", "n2"), slurm={"job_id": 7, "grow": True})
+    job = await start_fake_job(spec)
+    job.script.allocations = [AllocationGranted(job_id=7, nodes=["n3"])]
+    job.script.failures[1] = node_lost("n2", rank=1)
+    status = await job.wait_for(
+        lambda s: s.phase == Phase.RUNNING and s.generation == 2, "generation 2 on n3"
+    )
+    assert status.nodes.active == ["n1", "n3"]  # n3 takes n2's rank slot
+    (asked,) = job.script.allocation_requests
+    assert not isinstance(asked, SubmitAllocationRequest)
+    assert set(asked.known_nodes) == {"n1", "n2"} and asked.exclude == ["n2"]
+    assert [n.name for n in job.script.launches[-1].spec.spares] == ["n3"]
+    assert status.incidents[-1].action == Action.GROW
+
+
+async def test_a_node_found_lost_by_the_relaunchs_preflight_is_replaced_by_growing(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    """The peer crashes first (its collective sees the dead node's connection drop);
+    the relaunch's preflight then finds the node gone, with no spare left."""
+    spec = fake_spec(tmp_path, nodes=slurm_nodes("n1", "n2"), slurm={"job_id": 7, "grow": True})
+    job = await start_fake_job(spec)
+    job.script.allocations = [AllocationGranted(job_id=7, nodes=["n3"])]
+    job.script.preflight_lost = {2: {"n2"}}  # the relaunch's
+    now = time.time()
+    job.script.failures[1] = FailureReport(
+        kind="crash", failure_class=FailureClass.NCCL_ERROR, rank=0, node="n1",
+        exit_code=1, fault_at=now, detected_at=now, evidence=["gloo: connection reset"],
+    )  # fmt: skip
+    status = await job.wait_for(
+        lambda s: s.phase == Phase.RUNNING and s.generation == 2, "generation 2 on n3"
+    )
+    assert status.nodes.active == ["n1", "n3"]
+    assert status.incidents[-1].action == Action.GROW
+
+
+async def test_when_slurm_adds_no_node_the_job_shrinks_within_min_nodes(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    spec = fake_spec(
+        tmp_path,
+        nodes=slurm_nodes("n1", "n2"),
+        slurm={"job_id": 7, "grow": True},
+        min_nodes=1,
+    )
+    job = await start_fake_job(spec)
+    job.script.failures[1] = node_lost("n2", rank=1)
+    status = await job.wait_for(
+        lambda s: s.phase == Phase.RUNNING and s.generation == 2, "generation 2 on n1 alone"
+    )
+    assert status.nodes.active == ["n1"]
+    incident = status.incidents[-1]
+    assert incident.action == Action.SHRINK
+    assert any("Slurm added no node" in line for line in incident.evidence)
+
+
+async def test_when_slurm_adds_no_node_and_no_shrink_is_allowed_a_person_is_asked(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    spec = fake_spec(tmp_path, nodes=slurm_nodes("n1", "n2"), slurm={"job_id": 7, "grow": True})
+    job = await start_fake_job(spec)
+    job.script.failures[1] = node_lost("n2", rank=1)
+    status = await job.wait_phase(Phase.NEEDS_OPERATOR)
+    assert status.incidents[-1].action == Action.NEEDS_OPERATOR
+    assert [q.node for q in status.nodes.quarantined] == ["n2"]
