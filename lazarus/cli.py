@@ -723,3 +723,8 @@ def run() -> None:
 
 if __name__ == "__main__":
     run()
+
+
+from lazarus.cli_fleet import fleet_app  # noqa: E402 (the sub-app after the app it joins)
+
+app.add_typer(fleet_app, name="fleet")

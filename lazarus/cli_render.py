@@ -21,8 +21,10 @@ from lazarus.client import StartPlan
 from lazarus.client import StatusView as StatusView
 from lazarus.domain import environment as env_names
 from lazarus.domain.api import job_name_from
+from lazarus.domain.checkpoint_interval import CheckpointIntervalView
 from lazarus.domain.contracts import RankStatus
 from lazarus.domain.spec import JobSpec
+from lazarus.workflows.checkpoint_tuning import short_duration
 from lazarus.workflows.state import (
     IgnoredMessage,
     Incident,
@@ -228,6 +230,8 @@ def render_status(view: StatusView, now: float | None = None) -> RenderableType:
         )
     if status is not None and status.ignored_messages:
         parts.append(ignored_table(status.ignored_messages))
+    if status is not None and status.checkpoint_interval is not None:
+        parts.append(checkpoint_interval_table(status.checkpoint_interval))
     if progress_signal(view) == "none":
         parts.append(Text(HANG_DETECTION_OFF, style="yellow"))
     if view.note:
@@ -494,6 +498,32 @@ def ignored_table(messages: list[IgnoredMessage]) -> Table:
     table.add_column("why")
     for message in messages[-5:]:
         table.add_row(message.name, message.phase.value, message.reason)
+    return table
+
+
+def checkpoint_interval_table(view: CheckpointIntervalView) -> Table:
+    """``checkpoints.interval: auto``: what the Young-Daly interval is made of."""
+    table = Table(
+        title="Checkpoint interval (auto, Young-Daly)",
+        title_justify="left",
+        caption=(
+            f"M: {view.node_mtbf_h:.0f} h per node over {view.nodes} nodes "
+            f"({view.mtbf_source}); {view.reason or 'no interval sent yet'}"
+        ),
+        caption_justify="left",
+    )
+    for column in ("δ save", "s/step", "M", "τ", "interval", "expected loss", "sent"):
+        table.add_column(column, justify="right")
+    sent = _DASH if view.sent_generation is None else f"{view.changes}x, gen {view.sent_generation}"
+    table.add_row(
+        _DASH if view.checkpoint_save_s is None else f"{view.checkpoint_save_s:.2f}s",
+        _DASH if view.seconds_per_step is None else f"{view.seconds_per_step:.3g}",
+        short_duration(view.job_mtbf_s),
+        _DASH if view.optimum_s is None else short_duration(view.optimum_s),
+        _DASH if view.every_steps is None else f"{view.every_steps} steps",
+        _percent(view.expected_loss),
+        sent,
+    )
     return table
 
 

@@ -29,10 +29,12 @@ from lazarus.activities.checkpoints import (
     restore_checkpoint,
     upload_checkpoint,
 )
+from lazarus.activities.checkpoints.interval import set_checkpoint_interval
 from lazarus.activities.checkpoints.just_in_time import checkpoint_now
 from lazarus.activities.checkpoints.rollback import roll_back_checkpoint
 from lazarus.activities.checkpoints.watch import watch_checkpoints
 from lazarus.activities.escalation import run_escalation_hook
+from lazarus.activities.fleet import fleet_lease, fleet_release, fleet_report
 from lazarus.activities.launcher import launch
 from lazarus.activities.preflight import preflight
 from lazarus.activities.slurm_allocation import grow_allocation, submit_allocation
@@ -46,6 +48,7 @@ from lazarus.activities.worker_settings import (
 from lazarus.domain.api import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 from lazarus.settings import ConnectionSettings, connect
 from lazarus.workers.versioning import WorkerDeployment
+from lazarus.workflows.fleet import FleetWorkflow
 from lazarus.workflows.job import JobWorkflow
 
 log = logging.getLogger("lazarus.worker")
@@ -60,13 +63,17 @@ ACTIVITIES: Sequence[Any] = (
     collect_garbage,
     preflight,
     checkpoint_now,
+    set_checkpoint_interval,
     roll_back_checkpoint,
     watch_checkpoints,
     run_escalation_hook,
     submit_allocation,
     grow_allocation,
+    fleet_lease,
+    fleet_report,
+    fleet_release,
 )
-WORKFLOWS: Sequence[type] = (JobWorkflow,)
+WORKFLOWS: Sequence[type] = (JobWorkflow, FleetWorkflow)
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         RESTORE_CHECKPOINT,
         ROLL_BACK_CHECKPOINT,
         RUN_ESCALATION_HOOK,
+        SET_CHECKPOINT_INTERVAL,
         STOP,
         SUBMIT_ALLOCATION,
         SUPERVISE,
@@ -96,6 +97,14 @@ with workflow.unsafe.imports_passed_through():
         start,
         worker_loss_timeout,
     )
+    from lazarus.workflows.checkpoint_tuning import (
+        TUNED_OUTCOMES,
+        describe,
+        interval_in_force,
+        interval_request,
+        record_sent,
+        retune,
+    )
     from lazarus.workflows.escalation import (
         hook_failed,
         hook_finished,
@@ -107,6 +116,7 @@ with workflow.unsafe.imports_passed_through():
         unreachable_failure,
         unreachable_node,
     )
+    from lazarus.workflows.fleet_link import fleet_of, release_nodes, take_lease, tell_fleet
     from lazarus.workflows.housekeeping import Housekeeper, must_rewatch
     from lazarus.workflows.operator_requests import (
         WAITING,
@@ -188,6 +198,9 @@ with a just-in-time checkpoint, a stop and PAUSED (issue 13)."""
 PATCH_SLURM_ALLOCATION = "slurm-allocation-changes"
 """The job may change its Slurm allocation: a new one after a preemption
 (``slurm.resubmit``), a node more when a lost one has no spare (``slurm.grow``)."""
+PATCH_CHECKPOINT_INTERVAL_AUTO = "checkpoint-interval-auto"
+"""``checkpoints.interval: auto`` sends Young-Daly intervals to the ranks (issue 14);
+asked only by jobs that set it, so other jobs issue exactly the commands they did."""
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
@@ -333,6 +346,8 @@ class JobWorkflow:
                 self._state.run_key = f"run-{workflow.info().run_id}"
         self._continue_anywhere = workflow.patched(PATCH_CONTINUE_AS_NEW_ANY_PHASE)
         self._fast = workflow.patched(PATCH_FAST_RECOVERY)
+        if job.state is None and job.spec.fleet is not None:
+            await self._lease_from_fleet()
         self._publish_phase()
         self._housekeeper = Housekeeper(self.spec, self._state)
         self._housekeeper.start()
@@ -344,12 +359,14 @@ class JobWorkflow:
         except asyncio.CancelledError:
             self._stop_housekeeping()
             await self._stop_all("job cancelled", end_of_run=self._run_leaves_state())
+            await self._release_to_fleet()
             self._set_phase(Phase.CANCELLED)
             self._state.finished_at = self._now()
             raise
         self._stop_housekeeping()
         if self._fast and self._run_leaves_state():
             await self._stop_all(f"end of run ({self._state.phase.value})", end_of_run=True)
+        await self._release_to_fleet()
         return self.status()
 
     def _run_leaves_state(self) -> bool:
@@ -533,6 +550,31 @@ class JobWorkflow:
             and workflow.patched(PATCH_SLURM_PREEMPTION)
         ):
             await self._on_preempted(outcome.failure)
+        if self.spec.checkpoints.interval == "auto" and outcome.kind in TUNED_OUTCOMES:
+            await self._tune_checkpoint_interval(outcome)
+
+    async def _tune_checkpoint_interval(self, outcome: SuperviseOutcome) -> None:
+        """Young-Daly: send the ranks a new interval when it changed enough
+        (``workflows/checkpoint_tuning.py``). A failed send changes nothing: the
+        next report tries again."""
+        state = self._state
+        change = retune(self.spec, state, outcome, self._now())
+        if change is None or state.phase != Phase.RUNNING:
+            return
+        if not workflow.patched(PATCH_CHECKPOINT_INTERVAL_AUTO):
+            return
+        try:
+            await execute(
+                SET_CHECKPOINT_INTERVAL,
+                interval_request(self.spec, state, change),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=QUICK_RETRY,
+                summary=describe(state.checkpoint_interval, change),
+            )
+        except ActivityError as err:
+            workflow.logger.warning("checkpoint interval not sent: %s", cause(err))
+            return
+        workflow.logger.info(describe(record_sent(state, change, self._now()), change))
 
     async def _on_preempted(self, notice: FailureReport) -> None:
         """Slurm is taking the allocation away: save the ranks just in time while they
@@ -579,6 +621,8 @@ class JobWorkflow:
         state = self._state
         self._set_phase(Phase.RECOVERING)
         state.consecutive_failures += 1
+        if failure.node is not None:  # out of spares: the fleet's, before the playbook weighs
+            await self._tell_fleet(failure.node, None, "")
         context = failure_context(spec, state, failure, self._now(), fast_path=self._fast)
         incident = state.add_incident(
             Incident.from_failure(failure, id=state.next_incident_id, generation=state.generation)
@@ -605,12 +649,15 @@ class JobWorkflow:
                 state.pool.quarantine(
                     failure.node, f"incident {incident.id}: node_lost", self._now()
                 )
+                await self._tell_fleet(failure.node, "node_lost", "node_lost")
             self._needs_operator(decision.reason)
             return
         swaps_node = decision.action in (Action.REPLACE_NODE, Action.SHRINK, Action.GROW)
         why = f"incident {incident.id}: {failure.failure_class}"
         if decision.action == Action.GROW and failure.node is not None:
             await self._maybe_grow(failure.node, incident)
+        if swaps_node and failure.node is not None:
+            await self._tell_fleet(failure.node, failure.failure_class.value, why)
         if swaps_node and failure.node is not None and not self._swap_out(failure.node, why):
             return
         state.restarts += 1
@@ -650,6 +697,7 @@ class JobWorkflow:
         if request.exclude_node is not None:
             incident.node = request.exclude_node
             incident.action = Action.REPLACE_NODE
+            await self._tell_fleet(request.exclude_node, "operator", request.reason)
             if not self._swap_out(request.exclude_node, f"excluded by operator: {request.reason}"):
                 return
         self._set_phase(Phase.LAUNCHING)
@@ -707,6 +755,7 @@ class JobWorkflow:
         if planned.checkpoint_step is None:
             incident.evidence.append(checkpoint_evidence(None))
         incident.record_stop(self._now(), planned.step_at_stop)
+        await self._tell_fleet(report.node, "straggler", f"incident {incident.id}: straggler")
         if self._swap_out(report.node, f"incident {incident.id}: straggler"):
             self._set_phase(Phase.LAUNCHING)
 
@@ -828,7 +877,7 @@ class JobWorkflow:
                     request_id=state.checkpoint_requests,
                     checkpoint_dir=spec.checkpoint_dir,
                     timeout_s=timeout,
-                    checkpoint_every_steps=spec.checkpoints.every_steps,
+                    checkpoint_every_steps=interval_in_force(spec, state),
                     memory_every_steps=spec.checkpoints.memory_every_steps,
                 ),
                 start_to_close_timeout=timedelta(seconds=timeout + 60),
@@ -997,6 +1046,32 @@ class JobWorkflow:
             incident.evidence.append(f"slurm.grow: Slurm job {granted.job_id} grew by {added}")
             incident.action = Action.GROW
 
+    # ------------------------------------------------------------------- fleet
+
+    async def _lease_from_fleet(self) -> None:
+        """``spec.fleet``: the nodes come from the fleet (``fleet_link``); no lease, no job."""
+        fleet = fleet_of(self.spec)
+        if fleet is not None:
+            leased = await take_lease(self.spec, self._state, fleet)
+            if isinstance(leased, str):
+                self._fail(leased)
+            else:
+                self._spec = leased
+
+    async def _tell_fleet(self, node: str, failure_class: str | None, reason: str) -> None:
+        """Report a quarantine to the job's fleet (None: none yet), and with no spare of
+        the job's own left, take the fleet's replacement as a spare."""
+        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
+        if fleet is not None:
+            self._spec = await tell_fleet(
+                self.spec, self._state, fleet, node, failure_class, reason
+            )
+
+    async def _release_to_fleet(self) -> None:
+        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
+        if fleet is not None:
+            await release_nodes(self.spec, self._state, fleet)
+
     def _dead_nodes(self) -> list[str]:
         """Quarantined nodes not yet fenced: on the recovery path they are not waited
         on (each would cost a connect timeout); every other stop still tries them."""
@@ -1032,6 +1107,7 @@ class JobWorkflow:
             for failed in report.failed:
                 # A node that died while its peers crashed first is found here.
                 await self._maybe_grow(failed.node, self._state.current_incident)
+                await self._tell_fleet(failed.node, "preflight", "; ".join(failed.problems))
                 if not self._swap_out(failed.node, "preflight: " + "; ".join(failed.problems)):
                     return False
 

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lazarus.domain.checkpoint_interval import CheckpointIntervalView
 from lazarus.domain.contracts import (
     CheckpointRef,
     EscalationHookRequest,
@@ -392,10 +393,15 @@ class JobState(BaseModel):
     pending_hooks: list[EscalationHookRequest] = Field(default_factory=list)
     """Escalation hooks not yet delivered: carried across continue-as-new and delivered
     again by the next run (the hook's marker file makes a repeat a no-op)."""
+    checkpoint_interval: CheckpointIntervalView | None = None
+    """``checkpoints.interval: auto``: δ, M, τ and the interval sent (None otherwise)."""
     progress_signal: str | None = None
     """How the supervisor sees progress: heartbeat, log, or none (hang detection off)."""
     stuck_ranks: str | None = None
     """Set when a stop met ranks that survived SIGKILL: the next launch escalates."""
+    fleet_notes: list[str] = Field(default_factory=list)
+    """What the job's fleet (``spec.fleet``) leased, replaced or refused, or that it did
+    not answer (newest last, bounded)."""
 
     # Incident bookkeeping: pure, unit-tested in tests/unit/test_incidents.py. Ids keep
     # counting past the incidents dropped from the bounded list.
@@ -569,3 +575,9 @@ class JobStatus(BaseModel):
     """This start's run directory (generations, logs, exit files)."""
     slurm_job_id: int | None = None
     """The Slurm allocation the job runs in now (it changes on a resubmission)."""
+    fleet: str | None = None
+    """The fleet the job leased its nodes from, if any."""
+    fleet_notes: list[str] = Field(default_factory=list)
+    checkpoint_interval: CheckpointIntervalView | None = None
+    """``checkpoints.interval: auto``: the Young-Daly tuning (δ, M, τ, the interval sent,
+    the expected goodput loss); None for a fixed interval."""

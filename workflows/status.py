@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from lazarus.domain.spec import JobSpec
 from lazarus.workflows.accounting import effective_training_time_ratio, mean_time_to_recover
+from lazarus.workflows.checkpoint_tuning import status_view
 from lazarus.workflows.playbook import SUGGESTED_OPERATOR_ACTIONS
 from lazarus.workflows.state import JobState, JobStatus, Phase
 
@@ -49,4 +50,7 @@ def job_status(spec: JobSpec, state: JobState, now: float, run_dir: str) -> JobS
         progress_signal=state.progress_signal,
         run_dir=run_dir,
         slurm_job_id=spec.slurm.job_id if spec.slurm is not None else None,
+        fleet=spec.fleet.name if spec.fleet is not None else None,
+        fleet_notes=state.fleet_notes,
+        checkpoint_interval=status_view(spec, state, end),
     )

@@ -1,4 +1,6 @@
-"""Which agent reaches a node: chosen by the node's ``launcher``."""
+"""Which agent reaches a node: chosen by the node's ``launcher``, unless a
+substitution (:func:`substituted_agents`: simulated nodes, for the scale bench and
+its tests) claims the node first."""
 
 from __future__ import annotations
 
@@ -13,10 +15,32 @@ from lazarus.domain.spec import NodeSpec, SlurmSpec, SSHSpec
 
 T = TypeVar("T")
 
+AgentSource = Callable[[NodeSpec], NodeAgent | None]
+"""An agent for the nodes it claims, None for the others."""
+
+_substitutes: list[AgentSource] = []
+
+
+@contextmanager
+def substituted_agents(source: AgentSource) -> Iterator[None]:
+    """Nodes ``source`` claims get its agent instead of their launcher's, in this whole
+    process (an in-process worker too) until the block ends. Not reachable from a job
+    spec: only code that runs the worker itself (the scale bench, tests) can simulate
+    nodes, so no spec can make a real controller pretend."""
+    _substitutes.append(source)
+    try:
+        yield
+    finally:
+        _substitutes.remove(source)
+
 
 def agent_for(node: NodeSpec, ssh: SSHSpec, slurm: SlurmSpec | None = None) -> NodeAgent:
     """``slurm`` is the job's allocation: Slurm nodes need it to start a step, run a
     preflight or reach node-local state (polling, stopping and logs work without)."""
+    for source in reversed(_substitutes):
+        substitute = source(node)
+        if substitute is not None:
+            return substitute
     if node.launcher == "ssh":
         from lazarus.activities.nodes.ssh_agent import SSHAgent
 

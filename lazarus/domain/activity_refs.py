@@ -36,6 +36,8 @@ from lazarus.domain.contracts import (
     RestoreCheckpointRequest,
     RollbackRequest,
     RollbackResult,
+    SetCheckpointIntervalRequest,
+    SetCheckpointIntervalResult,
     StopRequest,
     StopResult,
     SubmitAllocationRequest,
@@ -44,6 +46,14 @@ from lazarus.domain.contracts import (
     UploadCheckpointRequest,
     UploadResult,
     WatchCheckpointsRequest,
+)
+from lazarus.domain.fleet import (
+    FleetLeaseCall,
+    FleetReleaseCall,
+    FleetReply,
+    FleetReportCall,
+    FleetReportReply,
+    Lease,
 )
 
 RequestT = TypeVar("RequestT")
@@ -99,6 +109,18 @@ SUBMIT_ALLOCATION = ActivityRef[SubmitAllocationRequest, AllocationGranted](
 GROW_ALLOCATION = ActivityRef[GrowAllocationRequest, AllocationGranted](
     "grow_allocation", GrowAllocationRequest, AllocationGranted
 )
+SET_CHECKPOINT_INTERVAL = ActivityRef[SetCheckpointIntervalRequest, SetCheckpointIntervalResult](
+    "set_checkpoint_interval", SetCheckpointIntervalRequest, SetCheckpointIntervalResult
+)
+FLEET_LEASE = ActivityRef[FleetLeaseCall, Lease]("fleet_lease", FleetLeaseCall, Lease)
+FLEET_REPORT = ActivityRef[FleetReportCall, FleetReportReply](
+    "fleet_report", FleetReportCall, FleetReportReply
+)
+FLEET_RELEASE = ActivityRef[FleetReleaseCall, FleetReply](
+    "fleet_release", FleetReleaseCall, FleetReply
+)
+"""A job's calls into its fleet (``lazarus.activities.fleet``); the fleet's own
+probation checks reuse ``PREFLIGHT``."""
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     LAUNCH,
@@ -115,5 +137,9 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     RUN_ESCALATION_HOOK,
     SUBMIT_ALLOCATION,
     GROW_ALLOCATION,
+    SET_CHECKPOINT_INTERVAL,
+    FLEET_LEASE,
+    FLEET_REPORT,
+    FLEET_RELEASE,
 )
 """What the controller worker must register, each exactly once."""

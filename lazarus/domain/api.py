@@ -39,3 +39,22 @@ def job_name_from(workflow_id: str) -> str:
 API_KEY_ENV = "TEMPORAL_API_KEY"
 """The Temporal Cloud API key's variable: read by the client, and removed from every
 rank's environment by the launcher."""
+
+
+FLEET_WORKFLOW_TYPE = "LazarusFleet"
+FLEET_WORKFLOW_ID_PREFIX = "lazarus-fleet-"
+"""Fleet workflows are ``lazarus-fleet-<name>``, beside jobs' ``lazarus-<job>``: a job
+named ``fleet-<name>`` would want the same id, and whichever starts second is refused
+(ids are unique among open workflows), so one never acts as the other."""
+FLEET_QUERY_STATUS = "fleet_status"
+FLEET_UPDATE_LEASE = "lease"
+FLEET_UPDATE_RELEASE = "release"
+FLEET_UPDATE_REPORT_QUARANTINE = "report_quarantine"
+FLEET_UPDATE_REPLACE = "replace"
+FLEET_UPDATE_DRAIN = "drain"
+FLEET_UPDATE_RETURN = "return_node"
+
+
+def fleet_workflow_id(fleet_name: str) -> str:
+    """One workflow per fleet, derived from its name: a second start is refused."""
+    return f"{FLEET_WORKFLOW_ID_PREFIX}{fleet_name}"

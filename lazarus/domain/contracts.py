@@ -281,6 +281,10 @@ class SuperviseOutcome(_Model):
     rank_phases: dict[str, float] = Field(default_factory=dict)
     """With ``first_step``: the ranks' own phase marks (:mod:`lazarus.domain.phases`),
     the latest rank's time for each; empty for scripts without the rank helper."""
+    checkpoint_save_s: float | None = None
+    """The blocking seconds of a disk checkpoint, as the ranks measured their recent
+    saves (``lazarus.rank`` heartbeats; the slowest rank's): Young and Daly's δ for
+    ``checkpoints.interval: auto``. None until a rank has saved."""
 
 
 class ProgressMark(_Model):
@@ -369,6 +373,32 @@ class CheckpointNowResult(_Model):
     checkpoint: CheckpointRef | None
     """None when no new checkpoint arrived in time (the caller records the steps lost)."""
     waited_s: float
+
+
+class SetCheckpointIntervalRequest(_Model):
+    """Send a new disk checkpoint interval to a live generation's ranks through their
+    control file (``checkpoints.interval: auto``): ``lazarus.rank.should_checkpoint``
+    follows it at its next call, without a restart."""
+
+    job_id: str
+    run_dir: str
+    """The generation's run directory: its control file is what the ranks read."""
+    nodes: list[NodeSpec] = Field(default_factory=list)
+    ssh: SSHSpec = Field(default_factory=SSHSpec)
+    slurm: SlurmSpec | None = None
+    checkpoint_every_steps: int = Field(ge=1)
+    memory_every_steps: int | None = None
+    """The spec's ``checkpoints.memory_every_steps``, carried over like the interval."""
+    checkpoint_request: int = Field(default=0, ge=0)
+    """The checkpoint request the control file holds, carried over: 0 (none) in a
+    running generation, because every just-in-time request is followed by the stop of
+    its generation in the same turn. Where the file can be read (local nodes), a
+    newer request found in it is kept instead."""
+
+
+class SetCheckpointIntervalResult(_Model):
+    nodes: list[str]
+    """The nodes whose control file now holds the interval."""
 
 
 class RollbackRequest(_Model):

@@ -47,3 +47,8 @@ CHECKPOINT_EVERY_STEPS = "LAZARUS_CHECKPOINT_EVERY_STEPS"
 # environment's intervals.
 CONTROL_CHECKPOINT_EVERY_STEPS = "checkpoint_every_steps"
 CONTROL_MEMORY_EVERY_STEPS = "memory_every_steps"
+
+# A key of the rank's heartbeat document (besides "step", "time", "metrics", phases and
+# "compute_s"): the blocking seconds of the rank's recent disk checkpoints, which
+# ``checkpoints.interval: auto`` tunes the interval with (issue 14).
+HEARTBEAT_CHECKPOINT_SAVE_S = "checkpoint_save_s"

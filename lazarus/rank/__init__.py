@@ -69,6 +69,7 @@ __all__ = [
     "checkpoint_dir",
     "checkpoint_every_steps",
     "checkpoint_path",
+    "checkpoint_save_s",
     "commit_checkpoint",
     "compute_timer",
     "configure",
@@ -78,6 +79,7 @@ __all__ = [
     "mark",
     "memory_every_steps",
     "phase_marks",
+    "record_checkpoint_save",
     "record_compute_time",
     "resume_path",
     "resume_point",
@@ -364,6 +366,9 @@ def _write_heartbeat(path: str, step: int, metrics: dict[str, Any]) -> None:
     compute_s = _take_compute_mean()
     if compute_s is not None:
         payload["compute_s"] = compute_s
+    save_s = checkpoint_save_s()
+    if save_s is not None:
+        payload[environment.HEARTBEAT_CHECKPOINT_SAVE_S] = save_s
     try:
         # No fsync: a heartbeat only has to be whole (rename gives that), not
         # durable; losing the last one in a machine crash costs nothing.
@@ -383,6 +388,67 @@ def _as_float(value: Any) -> float | None:
         return None
     # JSON has no NaN/Infinity; a diverged loss is reported as null.
     return number if math.isfinite(number) else None
+
+
+# --------------------------------------------------------------------------- save timings
+
+SAVE_TIMES_KEPT = 5
+"""How many recent disk saves :func:`checkpoint_save_s` takes the median of: one slow
+save (a cold page cache, a busy filesystem) must not swing the tuned interval."""
+_save_times: list[float] = []
+_save_started: tuple[int, float] | None = None
+"""(step, monotonic time) of the first :func:`checkpoint_path` call of the save under way."""
+_save_timing_explicit = False
+"""The script reports its own save times: the helper's own timing stands down."""
+
+
+def record_checkpoint_save(seconds: float) -> None:
+    """Report that training was blocked ``seconds`` by one disk checkpoint.
+
+    ``checkpoints.interval: auto`` tunes the interval with this cost (Young and Daly's
+    δ), so only the blocking part counts: a save that copies the state and writes it
+    in the background reports the copy. Without calls to this, rank 0 times each save
+    itself, from the first :func:`checkpoint_path` of a step to the end of its
+    :func:`commit_checkpoint` (write, barrier, manifest and fsync: what the other ranks
+    wait for in the barrier); after the first call, only reported times count."""
+    global _save_timing_explicit, _next_heartbeat_at
+    _save_timing_explicit = True
+    _note_save_time(seconds)
+    _next_heartbeat_at = 0.0  # the next heartbeat carries it, throttle or not
+
+
+def checkpoint_save_s() -> float | None:
+    """The median blocking time of this process's last few disk saves (None before
+    the first): sent in the heartbeat as ``checkpoint_save_s``."""
+    if not _save_times:
+        return None
+    ordered = sorted(_save_times)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2.0
+
+
+def _note_save_time(seconds: float) -> None:
+    if seconds >= 0 and math.isfinite(seconds):
+        _save_times.append(float(seconds))
+        del _save_times[:-SAVE_TIMES_KEPT]
+
+
+def _save_starts(step: int) -> None:
+    global _save_started
+    if _save_started is None or _save_started[0] != step:
+        _save_started = (step, time.monotonic())
+
+
+def _save_ended(step: int, sealed: bool) -> None:
+    """A commit of ``step`` finished: its save's time counts if this process timed it."""
+    global _save_started, _next_heartbeat_at
+    started, _save_started = _save_started, None
+    if _save_timing_explicit or not sealed or started is None or started[0] != step:
+        return
+    _note_save_time(time.monotonic() - started[1])
+    _next_heartbeat_at = 0.0
 
 
 # --------------------------------------------------------------------------- control file
@@ -648,8 +714,11 @@ def checkpoint_path(step: int) -> Path:
     before, or a just-in-time request landing on a saved step), the files go to a
     hidden sibling instead, which :func:`commit_checkpoint` renames over the old
     copy once it is sealed: the old copy stays whole until the new one is, and new
-    bytes never end up under the old manifest."""
-    return _write_dir(_checkpoint_root(), step)
+    bytes never end up under the old manifest. The first call for a step starts the
+    clock of that save (see :func:`record_checkpoint_save`)."""
+    root = _checkpoint_root()
+    _save_starts(step)
+    return _write_dir(root, step)
 
 
 def _write_dir(root: Path, step: int) -> Path:
@@ -680,6 +749,7 @@ def commit_checkpoint(step: int, *, hash_files: bool = True) -> Path:
     final, sealed = _commit(
         _checkpoint_root(), step, me, hash_files=hash_files, request=request, tier=None
     )
+    _save_ended(step, sealed)  # before any hold: waiting for the stop is not the save
     if sealed and request is not None:
         _answered(request)
     return final
@@ -858,6 +928,10 @@ def _reset_state() -> None:
     global _control_signature, _last_checkpoint_request, _configured_checkpoint_dir
     global _unanswered_request, _hold_after_commit, _pending_request, _control_intervals
     global _first_step_pending, _resume_noted, _resumed_from_step, _resumed_from_dir
+    global _save_started, _save_timing_explicit
+    _save_times.clear()
+    _save_started = None
+    _save_timing_explicit = False
     _heartbeat_file = _UNRESOLVED
     _heartbeat_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
     _next_heartbeat_at = 0.0

@@ -17,6 +17,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from lazarus.activities.fleet import fleet_lease, fleet_release, fleet_report
 from lazarus.domain.contracts import (
     AllocationGranted,
     CheckpointNowRequest,
@@ -39,6 +40,8 @@ from lazarus.domain.contracts import (
     RestoreCheckpointRequest,
     RollbackRequest,
     RollbackResult,
+    SetCheckpointIntervalRequest,
+    SetCheckpointIntervalResult,
     StopRequest,
     StopResult,
     SubmitAllocationRequest,
@@ -91,6 +94,9 @@ class Script:
     launches: list[LaunchRequest] = field(default_factory=list)
     stops: list[StopRequest] = field(default_factory=list)
     hooks: list[EscalationHookRequest] = field(default_factory=list)
+    progress_fields: dict[str, Any] = field(default_factory=dict)
+    """Added to every periodic progress report (``seconds_per_step``, ``checkpoint_save_s``)."""
+    interval_requests: list[SetCheckpointIntervalRequest] = field(default_factory=list)
 
 
 SCRIPTS: dict[str, Script] = {}
@@ -165,7 +171,12 @@ async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
                 kind="failed", generation=request.generation, observed_at=now, failure=failure
             )
         if time.monotonic() >= deadline:
-            return SuperviseOutcome(kind="progress", generation=request.generation, observed_at=now)
+            return SuperviseOutcome(
+                kind="progress",
+                generation=request.generation,
+                observed_at=now,
+                **script.progress_fields,
+            )
         activity.heartbeat()
         await asyncio.sleep(0.2)
 
@@ -242,6 +253,14 @@ async def checkpoint_now(request: CheckpointNowRequest) -> CheckpointNowResult:
     return CheckpointNowResult(checkpoint=None, waited_s=0.0)
 
 
+@activity.defn(name="set_checkpoint_interval")
+async def set_checkpoint_interval(
+    request: SetCheckpointIntervalRequest,
+) -> SetCheckpointIntervalResult:
+    script_for(request.job_id).interval_requests.append(request)
+    return SetCheckpointIntervalResult(nodes=[n.name for n in request.nodes])
+
+
 @activity.defn(name="roll_back_checkpoint")
 async def roll_back_checkpoint(request: RollbackRequest) -> RollbackResult:
     script = script_for(request.job_id or "")
@@ -297,10 +316,15 @@ ACTIVITIES: Sequence[Callable[..., Any]] = (
     watch_checkpoints,
     run_escalation_hook,
     checkpoint_now,
+    set_checkpoint_interval,
     roll_back_checkpoint,
     restore_checkpoint,
     upload_checkpoint,
     collect_garbage,
     submit_allocation,
     grow_allocation,
+    fleet_lease,
+    fleet_report,
+    fleet_release,
 )
+"""The fleet calls are the real ones: they only send updates to a (real) fleet workflow."""

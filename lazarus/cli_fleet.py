@@ -1,0 +1,171 @@
+"""``lazarus fleet ...``: start a fleet, see its nodes, drain and return them.
+
+Rich tables for people, ``--json`` for machines; every failure a person can fix (a bad
+config, a fleet that is not running, a refused drain) is one line on stderr and exit 1.
+The fleet's name comes from ``--fleet`` or ``LAZARUS_FLEET``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lazarus.client import ClientError
+from lazarus.domain.fleet import FleetStatus
+from lazarus.fleet_client import FleetClient, load_fleet_config
+from lazarus.settings import ConnectionProblem, ConnectionSettings, connect
+
+T = TypeVar("T")
+
+fleet_app = typer.Typer(
+    name="fleet",
+    help="One durable memory per cluster: nodes, spares and lemons shared across jobs.",
+    no_args_is_help=True,
+)
+
+FleetName = Annotated[
+    str,
+    typer.Option("--fleet", "-f", envvar="LAZARUS_FLEET", help="The fleet's name."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(message, markup=False)
+    raise typer.Exit(1)
+
+
+def _with_fleets(ctx: typer.Context, action: Callable[[FleetClient], Awaitable[T]]) -> T:
+    settings = ctx.find_root().obj
+    if not isinstance(settings, ConnectionSettings):
+        settings = ConnectionSettings.from_env()
+
+    async def main() -> T:
+        client = await connect(settings)
+        fleets = FleetClient(client, task_queue=settings.task_queue, address=settings.address)
+        return await action(fleets)
+
+    try:
+        return asyncio.run(main())
+    except (ConnectionProblem, ClientError) as exc:
+        _fail(str(exc))
+
+
+@fleet_app.command("start")
+def start(
+    ctx: typer.Context,
+    config_file: Annotated[Path, typer.Argument(help="The fleet's YAML config.")],
+    as_json: AsJson = False,
+) -> None:
+    """Start the fleet's workflow (``lazarus-fleet-<name>``); a worker must be running."""
+    try:
+        config = load_fleet_config(config_file)
+    except ClientError as exc:
+        _fail(str(exc))
+    workflow_id = _with_fleets(ctx, lambda fleets: fleets.start(config))
+    if as_json:
+        typer.echo(json.dumps({"fleet": config.name, "workflow_id": workflow_id}))
+        return
+    Console(highlight=False).print(
+        f"fleet {config.name} started ({workflow_id}): {len(config.nodes)} node(s), "
+        f"{len(config.spares)} shared spare(s)",
+        markup=False,
+    )
+
+
+@fleet_app.command("status")
+def status(ctx: typer.Context, fleet: FleetName, as_json: AsJson = False) -> None:
+    """Counts by state, lemons, and the fleet's latest decisions."""
+    view = _with_fleets(ctx, lambda fleets: fleets.status(fleet))
+    if as_json:
+        typer.echo(view.model_dump_json(indent=2))
+        return
+    console = Console(highlight=False)
+    counts = ", ".join(f"{state} {count}" for state, count in view.counts.items())
+    console.print(f"fleet {view.name} (run {view.runs}): {counts}", markup=False)
+    console.print(
+        f"shared spare target {view.spare_target}; lemons: {', '.join(view.lemons) or 'none'}; "
+        + (
+            f"probation: {view.probation_passes} passes"
+            if view.probation_passes
+            else "probation off (no health command): 'lazarus fleet return' brings nodes back"
+        ),
+        markup=False,
+    )
+    table = Table("at", "node", "job", "decision", title="latest decisions")
+    for event in view.log[-15:]:
+        table.add_row(_when(event.at), event.node or "", event.job or "", event.what)
+    console.print(table)
+
+
+@fleet_app.command("nodes")
+def nodes(ctx: typer.Context, fleet: FleetName, as_json: AsJson = False) -> None:
+    """Every node: state, job, why, incidents counted by the lemon rule, reputation."""
+    view = _with_fleets(ctx, lambda fleets: fleets.status(fleet))
+    if as_json:
+        typer.echo(json.dumps([n.model_dump(mode="json") for n in view.nodes], indent=2))
+        return
+    Console(highlight=False).print(_nodes_table(view))
+
+
+def _nodes_table(view: FleetStatus) -> Table:
+    table = Table(
+        "node",
+        "state",
+        "job",
+        "since",
+        "reason",
+        "incidents",
+        "fail/node-h",
+        "lemon",
+        title=f"fleet {view.name}",
+    )
+    for node in view.nodes:
+        state = node.state.value
+        if node.state == "probation":
+            state += f" {node.passes}/{view.probation_passes}"
+        if node.drain_pending:
+            state += " (drain pending)"
+        rate = node.failures_per_node_hour
+        table.add_row(
+            node.name,
+            state,
+            f"{node.job} ({node.role})" if node.role else node.job or "",
+            _when(node.since),
+            node.reason + (f" [{node.failure_class}]" if node.failure_class else ""),
+            str(node.incidents),
+            f"{rate:.2g}" if rate is not None else "-",
+            "yes" if node.lemon else "",
+        )
+    return table
+
+
+@fleet_app.command("drain")
+def drain(
+    ctx: typer.Context,
+    node: str,
+    fleet: FleetName,
+    reason: Annotated[str, typer.Option("--reason", help="Why (shown in status).")],
+) -> None:
+    """Take a node out of service (a leased one when its job releases it)."""
+    reply = _with_fleets(ctx, lambda fleets: fleets.drain(fleet, node, reason))
+    Console(highlight=False).print(reply, markup=False)
+
+
+@fleet_app.command("return")
+def return_node(ctx: typer.Context, node: str, fleet: FleetName) -> None:
+    """Put a quarantined (fenced) node back in service, or cancel a pending drain."""
+    reply = _with_fleets(ctx, lambda fleets: fleets.return_node(fleet, node))
+    Console(highlight=False).print(reply, markup=False)
+
+
+def _when(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,738 @@
+"""The fleet: one durable memory per cluster, shared by the jobs that name it.
+
+A fleet owns an inventory of nodes. Jobs lease their nodes (and private spares) from
+it, report every quarantine to it, and ask it for a replacement when their own spares
+run out; the fleet remembers what each node did across jobs, and keeps "lemons" (a
+node blamed in K incidents within a window) out of new leases.
+
+Every node is in one state (:class:`NodeState`)::
+
+    HEALTHY --lease--> LEASED(job) --release--> HEALTHY or SPARE (spare pool refilled first)
+    SPARE --replace--> LEASED(job)        (the shared spare pool serves replacements)
+    LEASED --report_quarantine--> QUARANTINED(reason, class, at, fenced=False)
+    QUARANTINED --release of its job (fenced)--> PROBATION (when a health command is set)
+    PROBATION --N passes in a row--> HEALTHY or SPARE;  a failed pass restarts the count
+    any free state --drain--> QUARANTINED(operator, drained): only ``return`` ends it
+    LEASED --drain--> stays with its job, quarantined when the job releases it
+    QUARANTINED/PROBATION --return--> HEALTHY or SPARE (only once fenced)
+
+Every move is a pure function of (:class:`FleetState`, :class:`FleetConfig`, request,
+now) here, unit-tested without a server (``tests/unit/test_fleet_*.py``); the fleet
+workflow only decides *when*. A move that cannot be taken raises
+:class:`FleetRefusal` with the reason, before changing anything: the workflow's
+update validators run the same move on a copy, so a refused request never reaches
+history as accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.spec import JOB_NAME_PATTERN, NodeSpec, SSHSpec
+
+PREFLIGHT_CLASS = "preflight"
+"""The class of a node that failed the job's preflight checks before a launch."""
+OPERATOR_CLASS = "operator"
+"""A node an operator excluded (a job's ``recover --exclude-node``, a fleet drain)."""
+STRAGGLER_CLASS = "straggler"
+"""A node swapped out for being slow."""
+INCIDENT_CLASSES = frozenset(
+    {*(c.value for c in FailureClass), PREFLIGHT_CLASS, OPERATOR_CLASS, STRAGGLER_CLASS}
+)
+"""What a fleet incident's class may be, and so what a lemon rule may count."""
+
+MAX_NODE_INCIDENTS = 20
+"""Incidents kept per node (newest last): bounds the state carried by continue-as-new."""
+MAX_FLEET_LOG = 100
+"""Decisions kept in the fleet's log (newest last)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LemonRule(_Strict):
+    """A node blamed in ``incidents`` incidents of ``classes`` within ``window_h`` hours,
+    across any jobs, is a lemon: no new lease or replacement hands it out until enough
+    of those incidents age out of the window."""
+
+    incidents: Annotated[int, Field(ge=1)] = 2
+    window_h: Annotated[float, Field(gt=0)] = 24.0 * 7
+    classes: list[str] = Field(
+        default_factory=lambda: [
+            FailureClass.GPU_HARDWARE.value,
+            FailureClass.NODE_LOST.value,
+            FailureClass.NCCL_ERROR.value,
+            FailureClass.NCCL_TIMEOUT.value,
+            FailureClass.HANG.value,
+            PREFLIGHT_CLASS,
+        ]
+    )
+    """Classes that count; user code, OOM, preemption and operator moves do not blame
+    the node by default."""
+
+    @field_validator("classes")
+    @classmethod
+    def _known_classes(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - INCIDENT_CLASSES)
+        if unknown:
+            raise ValueError(
+                f"unknown class {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(sorted(INCIDENT_CLASSES))}"
+            )
+        return value
+
+
+class ProbationSpec(_Strict):
+    """How a quarantined node earns its way back: ``health_command`` run on it every
+    ``interval_s`` must pass ``passes`` times in a row. Without a command a quarantined
+    node stays out until ``lazarus fleet return``."""
+
+    health_command: list[str] | None = Field(default=None, min_length=1)
+    passes: Annotated[int, Field(ge=1)] = 3
+    interval_s: Annotated[float, Field(gt=0, le=86_400)] = 300.0
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    workdir: str = "/tmp"
+    """Where the command runs on the node (and whose disk the check looks at)."""
+
+
+class FleetConfig(_Strict):
+    """A fleet's YAML (``lazarus fleet start CONFIG.yaml``): its nodes, its shared spare
+    pool, the lemon rule, probation and the reputation's half-life."""
+
+    name: str = Field(pattern=JOB_NAME_PATTERN)
+    nodes: list[NodeSpec] = Field(min_length=1)
+    """Nodes jobs lease to train on (and to hold as their own spares)."""
+    spares: list[NodeSpec] = Field(default_factory=list)
+    """The shared spare pool: handed out only as replacements, to whichever job loses a
+    node with no spare of its own left. Its size is the target the fleet refills to."""
+    ssh: SSHSpec = Field(default_factory=SSHSpec)
+    """How probation reaches ``ssh`` nodes."""
+    lemon: LemonRule = Field(default_factory=LemonRule)
+    probation: ProbationSpec = Field(default_factory=ProbationSpec)
+    reputation_half_life_h: Annotated[float, Field(gt=0)] = 24.0 * 7
+    """Failures and node-hours both decay with this half-life: a node's reputation
+    (failures per node-hour) follows what it did lately."""
+    continue_as_new_after_events: Annotated[int, Field(ge=20)] = 5_000
+
+    @model_validator(mode="after")
+    def _nodes_consistent(self) -> FleetConfig:
+        names = [n.name for n in (*self.nodes, *self.spares)]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"nodes/spares: node names must be unique; repeated: {repeated}")
+        launchers = {n.launcher for n in (*self.nodes, *self.spares)}
+        if "slurm" in launchers:
+            raise ValueError("nodes/spares: a fleet holds local or ssh nodes, not slurm ones")
+        if len(launchers) > 1:
+            raise ValueError("nodes/spares: all nodes must use the same launcher")
+        return self
+
+    @property
+    def spare_target(self) -> int:
+        return len(self.spares)
+
+
+class NodeState(StrEnum):
+    HEALTHY = "healthy"
+    """Free: a lease may take it."""
+    SPARE = "spare"
+    """Free, in the shared spare pool: only a replacement takes it."""
+    LEASED = "leased"
+    """Held by a job (training, or one of its own spares)."""
+    QUARANTINED = "quarantined"
+    """Out of service: blamed in an incident, or drained by an operator."""
+    PROBATION = "probation"
+    """Fenced and being checked: back in the pool after N passes in a row."""
+
+
+class FleetIncident(_Strict):
+    """One quarantine a job reported: what, when, in which job."""
+
+    failure_class: str
+    at: float
+    job: str
+    key: str = ""
+    """The job's own name for the report (``job#incident``): a retried report is a no-op."""
+    reason: str = ""
+
+
+class Reputation(BaseModel):
+    """Failures per node-hour, both decayed with the fleet's half-life.
+
+    ``failures`` and ``hours`` are exponentially weighted sums as of ``at``: a failure
+    counts 1 when it happens and half that a half-life later; an hour in service
+    likewise. Their ratio is a failure rate that forgets old behaviour."""
+
+    failures: float = 0.0
+    hours: float = 0.0
+    at: float = 0.0
+
+    def rate(self) -> float | None:
+        """Failures per node-hour; None before the node has served any time."""
+        return self.failures / self.hours if self.hours > 0 else None
+
+
+def decay(rep: Reputation, now: float, half_life_h: float, in_service: bool) -> Reputation:
+    """``rep`` carried forward to ``now``: both sums decay, and the time in service in
+    between adds its node-hours (each weighted by how long ago it was)."""
+    elapsed_h = max(0.0, now - rep.at) / 3600.0
+    factor = 0.5 ** (elapsed_h / half_life_h)
+    served = half_life_h / math.log(2) * (1.0 - factor) if in_service else 0.0
+    return Reputation(
+        failures=rep.failures * factor, hours=rep.hours * factor + served, at=max(now, rep.at)
+    )
+
+
+class NodeRecord(BaseModel):
+    """One node of the fleet: where it is now, and what it has done."""
+
+    spec: NodeSpec
+    state: NodeState = NodeState.HEALTHY
+    since: float = 0.0
+    job: str | None = None
+    """LEASED: the job holding it; QUARANTINED: the job that reported it, if any."""
+    role: Literal["node", "spare", "replacement"] | None = None
+    """LEASED: what the job took it as."""
+    replaces: str | None = None
+    """A replacement: the lost node it stands in for (makes ``replace`` idempotent)."""
+    reason: str = ""
+    failure_class: str | None = None
+    fenced: bool = False
+    """QUARANTINED: no stale rank can run on it (its job released it, or it was free)."""
+    drained: bool = False
+    """Taken out by an operator: probation does not bring it back, only ``return``."""
+    drain_pending: str | None = None
+    """LEASED and drained: quarantined with this reason when its job releases it."""
+    passes: int = 0
+    """PROBATION: health checks passed in a row."""
+    incidents: list[FleetIncident] = Field(default_factory=list)
+    reputation: Reputation = Field(default_factory=Reputation)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class FleetEvent(BaseModel):
+    """One decision of the fleet, for ``lazarus fleet status``."""
+
+    at: float
+    what: str
+    node: str | None = None
+    job: str | None = None
+
+
+class FleetState(BaseModel):
+    """Carried across continue-as-new: the fleet's only memory."""
+
+    nodes: list[NodeRecord] = Field(default_factory=list)
+    log: list[FleetEvent] = Field(default_factory=list)
+    runs: int = 1
+    started_at: float = 0.0
+
+    def record(self, name: str) -> NodeRecord:
+        found = next((r for r in self.nodes if r.name == name), None)
+        if found is None:
+            raise FleetRefusal(f"node {name!r} is not in this fleet")
+        return found
+
+    def held_by(self, job: str) -> list[NodeRecord]:
+        return [r for r in self.nodes if r.state == NodeState.LEASED and r.job == job]
+
+
+class FleetInput(BaseModel):
+    config: FleetConfig
+    state: FleetState | None = None
+
+
+class FleetRefusal(ValueError):
+    """A request the fleet cannot take; the message says why, for the caller."""
+
+
+# ----------------------------------------------------------------- requests/replies
+
+
+class LeaseRequest(BaseModel):
+    job: str
+    nodes: Annotated[int, Field(ge=1)]
+    spares: Annotated[int, Field(ge=0)] = 0
+
+
+class Lease(BaseModel):
+    """What a job holds: its training nodes in rank order, then its own spares."""
+
+    nodes: list[NodeSpec]
+    spares: list[NodeSpec] = Field(default_factory=list)
+    excluded_lemons: list[str] = Field(default_factory=list)
+    """Free nodes the lemon rule kept out of this lease."""
+
+
+class ReleaseRequest(BaseModel):
+    job: str
+    fenced: list[str] = Field(default_factory=list)
+    """Quarantined nodes the job's last stop confirmed empty: they may go on probation."""
+
+
+class QuarantineReport(BaseModel):
+    job: str
+    node: str
+    failure_class: str
+    reason: str = ""
+    key: str = ""
+    """``job#incident``: the same key twice is counted once (a retried report)."""
+
+
+class ReplaceRequest(BaseModel):
+    job: str
+    lost: str
+
+
+class DrainRequest(BaseModel):
+    node: str
+    reason: str
+
+
+class ReturnRequest(BaseModel):
+    node: str
+
+
+class NodeView(BaseModel):
+    """A node as ``lazarus fleet nodes`` shows it."""
+
+    name: str
+    state: NodeState
+    job: str | None = None
+    role: str | None = None
+    reason: str = ""
+    failure_class: str | None = None
+    since: float
+    fenced: bool = False
+    passes: int = 0
+    lemon: bool = False
+    incidents: int = 0
+    """Incidents within the lemon window that count toward the rule."""
+    failures_per_node_hour: float | None = None
+    drain_pending: str | None = None
+
+
+class FleetStatus(BaseModel):
+    name: str
+    counts: dict[str, int]
+    nodes: list[NodeView]
+    log: list[FleetEvent]
+    runs: int
+    lemons: list[str]
+    spare_target: int
+    probation_passes: int | None
+    """Passes a quarantined node needs; None when no health command is configured."""
+
+
+# ------------------------------------------------------------------------ moves
+
+
+def initial_state(config: FleetConfig, now: float) -> FleetState:
+    records = [NodeRecord(spec=n, since=now, reputation=Reputation(at=now)) for n in config.nodes]
+    records += [
+        NodeRecord(spec=n, state=NodeState.SPARE, since=now, reputation=Reputation(at=now))
+        for n in config.spares
+    ]
+    return FleetState(nodes=records, started_at=now)
+
+
+def counting_incidents(record: NodeRecord, rule: LemonRule, now: float) -> int:
+    """The node's incidents that the lemon rule counts at ``now``."""
+    since = now - rule.window_h * 3600.0
+    return sum(1 for i in record.incidents if i.failure_class in rule.classes and i.at >= since)
+
+
+def is_lemon(record: NodeRecord, rule: LemonRule, now: float) -> bool:
+    return counting_incidents(record, rule, now) >= rule.incidents
+
+
+def _log(state: FleetState, now: float, what: str, node: str | None, job: str | None) -> None:
+    state.log = [*state.log, FleetEvent(at=now, what=what, node=node, job=job)][-MAX_FLEET_LOG:]
+
+
+def _move(
+    record: NodeRecord, config: FleetConfig, now: float, to: NodeState, **fields: object
+) -> None:
+    """Change a node's state, settling its reputation's node-hours first (time in
+    service counts only while it was leased)."""
+    record.reputation = decay(
+        record.reputation, now, config.reputation_half_life_h, record.state == NodeState.LEASED
+    )
+    record.state = to
+    record.since = now
+    record.job = None
+    record.role = None
+    record.replaces = None
+    record.passes = 0
+    for key, value in fields.items():
+        setattr(record, key, value)
+
+
+def _to_pool(state: FleetState, config: FleetConfig, record: NodeRecord, now: float) -> None:
+    """A node back in service refills the shared spare pool first, up to its target."""
+    spares = sum(1 for r in state.nodes if r.state == NodeState.SPARE)
+    to = NodeState.SPARE if spares < config.spare_target else NodeState.HEALTHY
+    _move(record, config, now, to, reason="", failure_class=None, fenced=False, drained=False)
+
+
+def lease(state: FleetState, config: FleetConfig, request: LeaseRequest, now: float) -> Lease:
+    """Lease ``nodes`` + ``spares`` healthy nodes to a job, lemons excluded. A job that
+    already holds a lease gets the same one back (a retried call), never a second."""
+    held = state.held_by(request.job)
+    if held:
+        return Lease(
+            nodes=[r.spec for r in held if r.role == "node"],
+            spares=[r.spec for r in held if r.role != "node"],
+        )
+    free = [r for r in state.nodes if r.state == NodeState.HEALTHY]
+    lemons = [r.name for r in free if is_lemon(r, config.lemon, now)]
+    eligible = [r for r in free if r.name not in lemons]
+    wanted = request.nodes + request.spares
+    if len(eligible) < wanted:
+        lemon_note = f" ({len(lemons)} lemon(s) excluded: {', '.join(lemons)})" if lemons else ""
+        raise FleetRefusal(
+            f"fleet {config.name} has {len(eligible)} healthy node(s) free{lemon_note}; "
+            f"job {request.job} wants {request.nodes} node(s) + {request.spares} spare(s)"
+        )
+    # Best reputation first: the lowest decayed failure rate trains.
+    chosen = sorted(eligible, key=lambda r: _rate_key(r, config, now))[:wanted]
+    for index, record in enumerate(chosen):
+        role: Literal["node", "spare"] = "node" if index < request.nodes else "spare"
+        _move(record, config, now, NodeState.LEASED, job=request.job, role=role)
+    names = ", ".join(r.name for r in chosen)
+    excluded = f"; lemons excluded: {', '.join(lemons)}" if lemons else ""
+    _log(state, now, f"leased {names}{excluded}", None, request.job)
+    return Lease(
+        nodes=[r.spec for r in chosen[: request.nodes]],
+        spares=[r.spec for r in chosen[request.nodes :]],
+        excluded_lemons=lemons,
+    )
+
+
+def _rate_key(record: NodeRecord, config: FleetConfig, now: float) -> float:
+    rate = decay(record.reputation, now, config.reputation_half_life_h, False).rate()
+    return rate if rate is not None else 0.0
+
+
+def report_quarantine(
+    state: FleetState, config: FleetConfig, report: QuarantineReport, now: float
+) -> str:
+    """Record a quarantine a job made: the node is out, its incident counts toward the
+    lemon rule and its reputation. The same ``key`` twice is one incident."""
+    if report.failure_class not in INCIDENT_CLASSES:
+        raise FleetRefusal(f"unknown incident class {report.failure_class!r}")
+    record = state.record(report.node)
+    if record.state == NodeState.LEASED and record.job != report.job:
+        raise FleetRefusal(f"node {report.node} is leased to job {record.job}, not {report.job}")
+    if record.state not in (NodeState.LEASED, NodeState.QUARANTINED):
+        raise FleetRefusal(f"node {report.node} is {record.state.value}, not leased to a job")
+    if report.key and any(i.key == report.key for i in record.incidents):
+        return f"{report.node}: already reported"
+    incident = FleetIncident(
+        failure_class=report.failure_class,
+        at=now,
+        job=report.job,
+        key=report.key,
+        reason=report.reason,
+    )
+    record.incidents = [*record.incidents, incident][-MAX_NODE_INCIDENTS:]
+    was_leased = record.state == NodeState.LEASED
+    if was_leased:
+        _move(
+            record,
+            config,
+            now,
+            NodeState.QUARANTINED,
+            job=report.job,
+            reason=report.reason,
+            failure_class=report.failure_class,
+            fenced=False,
+            drained=record.drain_pending is not None,
+            drain_pending=None,
+        )
+    rep = decay(record.reputation, now, config.reputation_half_life_h, False)
+    record.reputation = rep.model_copy(update={"failures": rep.failures + 1.0})
+    lemon = " (now a lemon)" if is_lemon(record, config.lemon, now) else ""
+    _log(
+        state,
+        now,
+        f"quarantined ({report.failure_class}): {report.reason}{lemon}",
+        report.node,
+        report.job,
+    )
+    return f"{report.node} quarantined{lemon}"
+
+
+def replace(
+    state: FleetState, config: FleetConfig, request: ReplaceRequest, now: float
+) -> NodeSpec | None:
+    """A node for a job that lost ``lost`` with no spare of its own left: from the
+    shared spare pool first, then from the healthy nodes, never a lemon. None when the
+    fleet has none. Asking twice for the same lost node returns the same replacement."""
+    given = next((r for r in state.held_by(request.job) if r.replaces == request.lost), None)
+    if given is not None:
+        return given.spec
+    lost = state.record(request.lost)
+    if lost.job != request.job:
+        raise FleetRefusal(f"node {request.lost} is not held by job {request.job}")
+    for pool in (NodeState.SPARE, NodeState.HEALTHY):
+        candidates = [
+            r for r in state.nodes if r.state == pool and not is_lemon(r, config.lemon, now)
+        ]
+        if candidates:
+            chosen = min(candidates, key=lambda r: _rate_key(r, config, now))
+            _move(
+                chosen,
+                config,
+                now,
+                NodeState.LEASED,
+                job=request.job,
+                role="replacement",
+                replaces=request.lost,
+            )
+            _log(
+                state, now, f"replaces {request.lost} (from {pool.value})", chosen.name, request.job
+            )
+            return chosen.spec
+    _log(
+        state,
+        now,
+        f"no replacement for {request.lost}: no spare or healthy node",
+        None,
+        request.job,
+    )
+    return None
+
+
+def release(state: FleetState, config: FleetConfig, request: ReleaseRequest, now: float) -> str:
+    """A job ended: its nodes go back to the pool (a drained one to quarantine), and its
+    quarantined nodes that its last stop fenced may start probation."""
+    returned: list[str] = []
+    for record in state.held_by(request.job):
+        if record.drain_pending is not None:
+            reason = record.drain_pending
+            _move(
+                record,
+                config,
+                now,
+                NodeState.QUARANTINED,
+                reason=reason,
+                failure_class=OPERATOR_CLASS,
+                fenced=True,
+                drained=True,
+                drain_pending=None,
+            )
+            _log(state, now, f"drained on release: {reason}", record.name, request.job)
+            continue
+        _to_pool(state, config, record, now)
+        returned.append(record.name)
+    for record in state.nodes:
+        if (
+            record.state == NodeState.QUARANTINED
+            and record.job == request.job
+            and record.name in request.fenced
+        ):
+            record.fenced = True
+            start_probation(state, config, record, now)
+    if returned:
+        _log(state, now, f"released {', '.join(returned)}", None, request.job)
+    return f"released {len(returned)} node(s)"
+
+
+def start_probation(state: FleetState, config: FleetConfig, record: NodeRecord, now: float) -> None:
+    """A fenced, failed (not drained) node is checked back into service, when the
+    fleet has a health command to check it with."""
+    if (
+        record.state != NodeState.QUARANTINED
+        or not record.fenced
+        or record.drained
+        or config.probation.health_command is None
+    ):
+        return
+    _move(
+        record,
+        config,
+        now,
+        NodeState.PROBATION,
+        reason=record.reason,
+        failure_class=record.failure_class,
+        fenced=True,
+    )
+    _log(state, now, "on probation", record.name, None)
+
+
+def probation_result(
+    state: FleetState, config: FleetConfig, node: str, passed: bool, detail: str, now: float
+) -> None:
+    """One health check of a node on probation: N passes in a row return it to the pool;
+    a failure starts the count again. A node no longer on probation is left alone."""
+    record = state.record(node)
+    if record.state != NodeState.PROBATION:
+        return
+    if not passed:
+        if record.passes:
+            _log(state, now, f"probation check failed after {record.passes}: {detail}", node, None)
+        record.passes = 0
+        return
+    record.passes += 1
+    if record.passes >= config.probation.passes:
+        _to_pool(state, config, record, now)
+        _log(state, now, f"passed probation ({config.probation.passes} checks)", node, None)
+
+
+def drain(state: FleetState, config: FleetConfig, request: DrainRequest, now: float) -> str:
+    """An operator takes a node out. A free node is quarantined at once; a leased one
+    stays with its job (stop it there with ``lazarus drain``) and is quarantined when
+    the job releases it."""
+    record = state.record(request.node)
+    if record.state == NodeState.LEASED:
+        if record.drain_pending is not None:
+            raise FleetRefusal(f"node {request.node} is already to be drained")
+        record.drain_pending = request.reason
+        _log(
+            state,
+            now,
+            f"drain pending until job {record.job} releases it: {request.reason}",
+            request.node,
+            record.job,
+        )
+        return (
+            f"{request.node} is leased to job {record.job}: quarantined when the job "
+            "releases it (use 'lazarus drain' to take it off the job now)"
+        )
+    if record.state == NodeState.QUARANTINED and record.drained:
+        raise FleetRefusal(f"node {request.node} is already drained: {record.reason}")
+    fenced = record.fenced if record.state == NodeState.QUARANTINED else True
+    _move(
+        record,
+        config,
+        now,
+        NodeState.QUARANTINED,
+        reason=request.reason,
+        failure_class=OPERATOR_CLASS,
+        fenced=fenced,
+        drained=True,
+    )
+    _log(state, now, f"drained: {request.reason}", request.node, None)
+    return f"{request.node} drained"
+
+
+def return_node(state: FleetState, config: FleetConfig, request: ReturnRequest, now: float) -> str:
+    """An operator puts a node back in service (or cancels a pending drain). A node a
+    job may still run stale ranks on (not fenced) is refused until its job ends."""
+    record = state.record(request.node)
+    if record.state == NodeState.LEASED:
+        if record.drain_pending is None:
+            raise FleetRefusal(f"node {request.node} is in service (leased to job {record.job})")
+        record.drain_pending = None
+        _log(state, now, "pending drain cancelled", request.node, record.job)
+        return f"{request.node}: pending drain cancelled"
+    if record.state in (NodeState.HEALTHY, NodeState.SPARE):
+        raise FleetRefusal(f"node {request.node} is already in service ({record.state.value})")
+    if not record.fenced:
+        raise FleetRefusal(
+            f"node {request.node} is not fenced: job {record.job} may still run ranks on it; "
+            "it is fenced when that job ends"
+        )
+    was = record.state.value
+    _to_pool(state, config, record, now)
+    _log(state, now, f"returned by operator (was {was})", request.node, None)
+    return f"{request.node} is {record.state.value} again"
+
+
+def on_probation(state: FleetState) -> list[NodeRecord]:
+    return [r for r in state.nodes if r.state == NodeState.PROBATION]
+
+
+def fleet_status(state: FleetState, config: FleetConfig, now: float) -> FleetStatus:
+    """The fleet as a person or a script sees it at ``now`` (workflow time)."""
+    views = [_view(r, config, now) for r in state.nodes]
+    counts = {s.value: sum(1 for v in views if v.state == s) for s in NodeState}
+    return FleetStatus(
+        name=config.name,
+        counts=counts,
+        nodes=views,
+        log=state.log,
+        runs=state.runs,
+        lemons=[v.name for v in views if v.lemon],
+        spare_target=config.spare_target,
+        probation_passes=(
+            config.probation.passes if config.probation.health_command is not None else None
+        ),
+    )
+
+
+def _view(record: NodeRecord, config: FleetConfig, now: float) -> NodeView:
+    rep = decay(
+        record.reputation, now, config.reputation_half_life_h, record.state == NodeState.LEASED
+    )
+    return NodeView(
+        name=record.name,
+        state=record.state,
+        job=record.job,
+        role=record.role,
+        reason=record.reason,
+        failure_class=record.failure_class,
+        since=record.since,
+        fenced=record.fenced,
+        passes=record.passes,
+        lemon=is_lemon(record, config.lemon, now),
+        incidents=counting_incidents(record, config.lemon, now),
+        failures_per_node_hour=rep.rate(),
+        drain_pending=record.drain_pending,
+    )
+
+
+def node_names(specs: Iterable[NodeSpec]) -> list[str]:
+    return [n.name for n in specs]
+
+
+# ------------------------------------------------- a job's calls into its fleet
+#
+# A workflow cannot send an update to another workflow, and a signal cannot answer: a
+# job calls its fleet through these activities, which send the update with the
+# worker's Temporal client and bring back the fleet's validated reply. A refusal
+# comes back as a non-retryable ``FleetRefused`` error; a fleet that is not running
+# (or not answering) as a retryable ``FleetUnreachable``.
+
+FLEET_REFUSED = "FleetRefused"
+FLEET_UNREACHABLE = "FleetUnreachable"
+
+
+class FleetLeaseCall(BaseModel):
+    fleet: str
+    request: LeaseRequest
+
+
+class FleetReportCall(BaseModel):
+    """Report a quarantine, ask for a node in place of ``replace``, or both (in that
+    order)."""
+
+    fleet: str
+    job: str
+    report: QuarantineReport | None = None
+    replace: str | None = None
+
+
+class FleetReportReply(BaseModel):
+    note: str = ""
+    replacement: NodeSpec | None = None
+
+
+class FleetReleaseCall(BaseModel):
+    fleet: str
+    request: ReleaseRequest
+
+
+class FleetReply(BaseModel):
+    note: str

@@ -1,0 +1,150 @@
+"""Start, read and steer a fleet workflow over an existing Temporal client.
+
+The CLI (``lazarus fleet ...``) and tests use this; like :class:`lazarus.client.JobClient`
+it imports no workflow code, only the names in ``lazarus.domain.api`` and the models
+in ``lazarus.domain.fleet``. A refused update comes back as
+:class:`~lazarus.client.RequestRejected` with the fleet's reason.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from lazarus.client import ClientError, RequestRejected, TemporalRefused
+from lazarus.domain.api import (
+    DEFAULT_TASK_QUEUE,
+    FLEET_QUERY_STATUS,
+    FLEET_UPDATE_DRAIN,
+    FLEET_UPDATE_RETURN,
+    FLEET_WORKFLOW_TYPE,
+    fleet_workflow_id,
+)
+from lazarus.domain.fleet import (
+    DrainRequest,
+    FleetConfig,
+    FleetInput,
+    FleetStatus,
+    ReturnRequest,
+)
+from lazarus.settings import ConnectionSettings, ServerUnreachable, connect
+
+QUERY_TIMEOUT = timedelta(seconds=10)
+
+
+class FleetNotFound(ClientError):
+    """No open fleet workflow of that name."""
+
+    def __init__(self, fleet: str) -> None:
+        super().__init__(f"fleet '{fleet}' is not running (start it: lazarus fleet start)")
+        self.fleet = fleet
+
+
+class FleetAlreadyRunning(ClientError):
+    def __init__(self, fleet: str) -> None:
+        super().__init__(f"fleet '{fleet}' is already running")
+        self.fleet = fleet
+
+
+class FleetConfigError(ClientError):
+    """A fleet config file that cannot run: one line per problem, ``file: field: why``."""
+
+
+def load_fleet_config(path: str | Path) -> FleetConfig:
+    """Read and validate a fleet YAML, or raise :class:`FleetConfigError`."""
+    source = Path(path)
+    try:
+        data = yaml.safe_load(source.read_text())
+    except OSError as exc:
+        raise FleetConfigError(f"{source}: cannot read the file: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise FleetConfigError(f"{source}: not valid YAML: {exc}") from None
+    try:
+        return FleetConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [
+            f"{source}: {'.'.join(str(p) for p in e['loc']) or '(top level)'}: "
+            f"{str(e['msg']).removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
+        raise FleetConfigError("\n".join(lines)) from None
+
+
+class FleetClient:
+    """One fleet's workflow, by name."""
+
+    def __init__(
+        self, client: Client, *, task_queue: str = DEFAULT_TASK_QUEUE, address: str = ""
+    ) -> None:
+        self.temporal = client
+        self.task_queue = task_queue
+        self.address = address or client.service_client.config.target_host
+
+    @classmethod
+    async def connect(cls, settings: ConnectionSettings | None = None) -> FleetClient:
+        settings = settings or ConnectionSettings.from_env()
+        client = await connect(settings)
+        return cls(client, task_queue=settings.task_queue, address=settings.address)
+
+    async def start(self, config: FleetConfig) -> str:
+        """Start the fleet's workflow; its id is ``lazarus-fleet-<name>``."""
+        workflow_id = fleet_workflow_id(config.name)
+        try:
+            await self.temporal.start_workflow(
+                FLEET_WORKFLOW_TYPE,
+                FleetInput(config=config),
+                id=workflow_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            )
+        except WorkflowAlreadyStartedError:
+            raise FleetAlreadyRunning(config.name) from None
+        except RPCError as exc:
+            self._raise(exc, config.name)
+        return workflow_id
+
+    async def status(self, fleet: str) -> FleetStatus:
+        try:
+            result: FleetStatus = await self._handle(fleet).query(
+                FLEET_QUERY_STATUS, result_type=FleetStatus, rpc_timeout=QUERY_TIMEOUT
+            )
+        except RPCError as exc:
+            self._raise(exc, fleet)
+        return result
+
+    async def drain(self, fleet: str, node: str, reason: str) -> str:
+        return await self._update(fleet, FLEET_UPDATE_DRAIN, DrainRequest(node=node, reason=reason))
+
+    async def return_node(self, fleet: str, node: str) -> str:
+        return await self._update(fleet, FLEET_UPDATE_RETURN, ReturnRequest(node=node))
+
+    async def _update(self, fleet: str, update: str, request: Any) -> str:
+        try:
+            reply = await self._handle(fleet).execute_update(update, request, result_type=str)
+        except WorkflowUpdateFailedError as exc:
+            cause: BaseException = exc.cause
+            while cause.__cause__ is not None:
+                cause = cause.__cause__
+            raise RequestRejected(f"fleet-{fleet}", str(cause), message=str(cause)) from None
+        except RPCError as exc:
+            self._raise(exc, fleet)
+        return str(reply)
+
+    def _handle(self, fleet: str) -> WorkflowHandle[Any, Any]:
+        return self.temporal.get_workflow_handle(fleet_workflow_id(fleet))
+
+    def _raise(self, exc: RPCError, fleet: str) -> NoReturn:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise FleetNotFound(fleet) from None
+        if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+            raise ServerUnreachable(self.address) from exc
+        raise TemporalRefused(exc.message) from exc

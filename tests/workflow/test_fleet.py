@@ -1,0 +1,285 @@
+"""The fleet workflow with real jobs (fake activities, real dev server): two jobs share
+one spare pool, a node that failed in one job is not leased to the next, a restarted or
+continued-as-new fleet loses no lease, and a job whose fleet is gone keeps running."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from lazarus.client import RequestRejected
+from lazarus.devserver import DevServer
+from lazarus.domain.api import (
+    FLEET_UPDATE_LEASE,
+    WORKFLOW_TYPE,
+    fleet_workflow_id,
+    workflow_id_for,
+)
+from lazarus.domain.contracts import FailureReport
+from lazarus.domain.fleet import FleetConfig, FleetStatus, Lease, LeaseRequest
+from lazarus.domain.spec import JobSpec
+from lazarus.fleet_client import FleetClient, FleetNotFound
+from lazarus.workflows.fleet import FleetWorkflow
+from lazarus.workflows.job import JobWorkflow
+from lazarus.workflows.state import JobInput, Phase
+from tests.workflow import fakes
+from tests.workflow.conftest import FakeJob, fake_spec
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class Cluster:
+    """One task queue with a worker hosting jobs and fleets, as the controller does."""
+
+    def __init__(self, client: Client, task_queue: str) -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.fleets = FleetClient(client, task_queue=task_queue)
+        self.handles: list[WorkflowHandle[object, object]] = []
+
+    async def start_fleet(self, **overrides: object) -> FleetConfig:
+        data: dict[str, object] = {
+            "name": f"f-{uuid.uuid4().hex[:6]}",
+            "nodes": [{"name": f"n{i}"} for i in range(4)],
+            "spares": [{"name": "s0"}],
+            "lemon": {"incidents": 1, "window_h": 24},
+        }
+        data.update(overrides)
+        config = FleetConfig.model_validate(data)
+        await self.fleets.start(config)
+        self.handles.append(self.client.get_workflow_handle(fleet_workflow_id(config.name)))
+        return config
+
+    async def start_job(self, spec: JobSpec) -> FakeJob:
+        handle = await self.client.start_workflow(
+            WORKFLOW_TYPE,
+            JobInput(spec=spec),
+            id=workflow_id_for(spec.name),
+            task_queue=self.task_queue,
+        )
+        self.handles.append(handle)
+        return FakeJob(spec, handle)
+
+
+def lost(node: str) -> FailureReport:
+    now = time.time()
+    return FailureReport(
+        kind="node_lost",
+        failure_class="node_lost",
+        rank=0,
+        node=node,
+        fault_at=now,
+        detected_at=now,
+        evidence=["node unreachable"],
+    )
+
+
+async def fleet_status_until(
+    cluster: Cluster, fleet: str, check: Callable[[FleetStatus], bool], what: str
+) -> FleetStatus:
+    deadline = time.monotonic() + 60
+    last = None
+    while time.monotonic() < deadline:
+        last = await cluster.fleets.status(fleet)
+        if check(last):
+            return last
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"never saw {what}; last: {last}")
+
+
+def leased(status: FleetStatus, job: str) -> list[str]:
+    return sorted(n.name for n in status.nodes if n.state == "leased" and n.job == job)
+
+
+@contextlib.asynccontextmanager
+async def worker(client: Client, task_queue: str) -> AsyncIterator[None]:
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[JobWorkflow, FleetWorkflow],
+        activities=list(fakes.ACTIVITIES),
+    ):
+        yield
+
+
+@pytest.fixture
+async def cluster(dev_server: DevServer) -> AsyncIterator[Cluster]:
+    client = await Client.connect(dev_server.address, data_converter=pydantic_data_converter)
+    made = Cluster(client, f"fleet-{uuid.uuid4().hex[:8]}")
+    async with worker(client, made.task_queue):
+        yield made
+    for handle in made.handles:
+        with contextlib.suppress(RPCError):
+            await handle.terminate("test teardown")
+
+
+def fleet_job(tmp_path: Path, fleet: str, **lease: object) -> JobSpec:
+    return fake_spec(tmp_path, fleet={"name": fleet, **lease})
+
+
+async def test_two_jobs_share_one_spare_pool(cluster: Cluster, tmp_path: Path) -> None:
+    fleet = await cluster.start_fleet()
+    first = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2))
+    second = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2))
+    a = await first.wait_phase(Phase.RUNNING)
+    b = await second.wait_phase(Phase.RUNNING)
+    assert sorted([*a.nodes.active, *b.nodes.active]) == ["n0", "n1", "n2", "n3"]
+    assert a.fleet == fleet.name and a.nodes.spares == []
+
+    first.script.failures[1] = lost(a.nodes.active[0])
+    a2 = await first.wait_for(lambda s: s.generation == 2 and s.phase == Phase.RUNNING, "gen 2")
+    assert "s0" in a2.nodes.active and a.nodes.active[0] not in a2.nodes.active
+    status = await cluster.fleets.status(fleet.name)
+    assert status.counts["spare"] == 0 and "s0" in leased(status, first.spec.job_id)
+
+    second.script.failures[1] = lost(b.nodes.active[1])
+    b2 = await second.wait_phase(Phase.NEEDS_OPERATOR)
+    assert any("none left" in line for line in b2.fleet_notes), b2.fleet_notes
+
+    # The first job ends: its healthy nodes go back (the spare pool first), the lost
+    # node stays quarantined, fenced by the job's stops.
+    first.script.succeed_at.add(2)
+    await first.wait_phase(Phase.SUCCEEDED)
+    after = await fleet_status_until(
+        cluster, fleet.name, lambda s: not leased(s, first.spec.job_id), "the release"
+    )
+    assert after.counts["spare"] == 1
+    assert after.counts["quarantined"] == 2
+
+
+async def test_a_node_that_failed_in_job_a_is_not_leased_to_job_b(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    fleet = await cluster.start_fleet()
+    job_a = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2, spares=1))
+    a = await job_a.wait_phase(Phase.RUNNING)
+    bad = a.nodes.active[0]
+    job_a.script.failures[1] = lost(bad)
+    job_a.script.succeed_at.add(2)
+    await job_a.wait_phase(Phase.SUCCEEDED)
+    status = await fleet_status_until(
+        cluster, fleet.name, lambda s: not leased(s, job_a.spec.job_id), "job A's release"
+    )
+    assert bad in status.lemons
+    # An operator returns it (fenced: job A ended); it is a lemon all the same.
+    assert "again" in await cluster.fleets.return_node(fleet.name, bad)
+    job_b = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=4))
+    b = await job_b.wait_phase(Phase.FAILED)
+    assert "lemon" in (b.operator_reason or "") and bad in (b.operator_reason or "")
+    job_c = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=3))
+    c = await job_c.wait_phase(Phase.RUNNING)
+    assert bad not in c.nodes.active
+    assert any("lemons excluded" in line for line in c.fleet_notes)
+
+
+async def test_a_restarted_or_continued_as_new_fleet_loses_no_lease(cluster: Cluster) -> None:
+    # Its own queue: the worker serving it is stopped and replaced mid-test.
+    own = Cluster(cluster.client, f"fleet-{uuid.uuid4().hex[:8]}")
+    own.handles = cluster.handles  # terminated by the fixture
+    leases: dict[str, Lease] = {}
+    async with worker(own.client, own.task_queue):
+        fleet = await own.start_fleet(
+            nodes=[{"name": f"n{i}"} for i in range(12)], continue_as_new_after_events=20
+        )
+        handle = own.client.get_workflow_handle(fleet_workflow_id(fleet.name))
+        for index in range(6):
+            job = f"job-{index}"
+            leases[job] = await handle.execute_update(
+                FLEET_UPDATE_LEASE, LeaseRequest(job=job, nodes=2), result_type=Lease
+            )
+        status = await fleet_status_until(own, fleet.name, lambda s: s.runs > 1, "a hop")
+    for job, lease in leases.items():
+        assert leased(status, job) == sorted(n.name for n in lease.nodes)
+    # A new worker, after the first is gone, rebuilds the same inventory from history.
+    async with worker(own.client, own.task_queue):
+        again = await own.fleets.status(fleet.name)
+        # A retried lease returns the same nodes, never a second set.
+        repeat = await handle.execute_update(
+            FLEET_UPDATE_LEASE, LeaseRequest(job="job-0", nodes=2), result_type=Lease
+        )
+    assert [leased(again, j) for j in leases] == [leased(status, j) for j in leases]
+    assert repeat.nodes == leases["job-0"].nodes
+
+
+async def test_a_job_whose_fleet_is_unreachable_keeps_running(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    fleet = await cluster.start_fleet()
+    job = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2, spares=1))
+    first = await job.wait_phase(Phase.RUNNING)
+    await cluster.client.get_workflow_handle(fleet_workflow_id(fleet.name)).terminate("gone")
+    job.script.failures[1] = lost(first.nodes.active[0])
+    status = await job.wait_for(lambda s: s.generation == 2 and s.phase == Phase.RUNNING, "gen 2")
+    assert first.nodes.spares[0] in status.nodes.active  # its own spare
+    assert any("unreachable" in line for line in status.fleet_notes), status.fleet_notes
+    with pytest.raises(FleetNotFound):
+        await cluster.fleets.drain(fleet.name, "n0", "x")
+
+
+async def test_operator_drain_and_return_are_validated(cluster: Cluster) -> None:
+    fleet = await cluster.start_fleet()
+    assert "drained" in await cluster.fleets.drain(fleet.name, "n3", "fan")
+    with pytest.raises(RequestRejected, match="already drained"):
+        await cluster.fleets.drain(fleet.name, "n3", "again")
+    with pytest.raises(RequestRejected, match="not in this fleet"):
+        await cluster.fleets.return_node(fleet.name, "zz")
+    assert "healthy" in await cluster.fleets.return_node(fleet.name, "n3")
+    status = await cluster.fleets.status(fleet.name)
+    assert [e.what for e in status.log][-2:] == [
+        "drained: fan",
+        "returned by operator (was quarantined)",
+    ]
+
+
+async def test_the_cli_starts_a_fleet_and_shows_drains_and_returns_its_nodes(
+    cluster: Cluster, dev_server: DevServer, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from lazarus import cli
+
+    name = f"f-{uuid.uuid4().hex[:6]}"
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        f"name: {name}\nnodes: [{{name: n0}}, {{name: n1}}]\nspares: [{{name: s0}}]\n"
+    )
+    env = {
+        "TEMPORAL_ADDRESS": dev_server.address,
+        "LAZARUS_TASK_QUEUE": cluster.task_queue,
+        "LAZARUS_FLEET": name,
+    }
+
+    def run(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(cli.app, list(args), env=env)
+        return result.exit_code, result.output
+
+    code, out = await asyncio.to_thread(run, "fleet", "start", str(config))
+    cluster.handles.append(cluster.client.get_workflow_handle(fleet_workflow_id(name)))
+    assert code == 0 and "2 node(s), 1 shared spare(s)" in out, out
+    code, out = await asyncio.to_thread(run, "fleet", "start", str(config))
+    assert code == 1 and "already running" in out
+    code, out = await asyncio.to_thread(run, "fleet", "drain", "n1", "--reason", "bad fan")
+    assert code == 0 and "drained" in out, out
+    code, out = await asyncio.to_thread(run, "fleet", "nodes", "--json")
+    assert code == 0, out
+    by_name = {n["name"]: n for n in json.loads(out)}
+    assert by_name["n1"]["state"] == "quarantined" and by_name["s0"]["state"] == "spare"
+    code, out = await asyncio.to_thread(run, "fleet", "nodes")
+    assert code == 0 and "bad fan" in out
+    code, out = await asyncio.to_thread(run, "fleet", "status")
+    assert code == 0 and "quarantined 1" in out, out
+    code, out = await asyncio.to_thread(run, "fleet", "return", "n0")
+    assert code == 1 and "already in service" in out
+    code, out = await asyncio.to_thread(run, "fleet", "return", "n1")
+    assert code == 0 and "healthy again" in out, out

@@ -1,0 +1,212 @@
+"""A job's side of its fleet (``spec.fleet``): lease at start, report each quarantine,
+ask for a replacement when no spare is left, release at the end.
+
+The job calls the fleet through activities (``FLEET_LEASE``, ``FLEET_REPORT``,
+``FLEET_RELEASE``) that send updates with the worker's client: a workflow cannot
+call another workflow's update, and a signal cannot answer (a replacement is an
+answer). The reply is recorded in the job's history, so replay never asks again.
+
+The fleet is a memory, not a dependency: once the job holds its nodes, a fleet that
+is down or refuses only costs a line of evidence (``fleet_notes`` and the incident),
+and the job goes on with what it holds, its own spares, and its usual policy (shrink,
+or an operator). Only the first lease must succeed: without it the job has no nodes.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from lazarus.domain.activity_refs import FLEET_LEASE, FLEET_RELEASE, FLEET_REPORT
+    from lazarus.domain.fleet import (
+        FLEET_REFUSED,
+        FleetLeaseCall,
+        FleetReleaseCall,
+        FleetReportCall,
+        Lease,
+        LeaseRequest,
+        QuarantineReport,
+        ReleaseRequest,
+    )
+    from lazarus.domain.spec import FleetLeaseSpec, JobSpec, NodeSpec
+    from lazarus.workflows.activity_calls import cause, execute
+    from lazarus.workflows.state import Incident, JobState
+
+PATCH_FLEET = "fleet"
+"""Jobs with ``spec.fleet`` lease, report and release through their fleet. Checked only
+for such jobs: a job without a fleet issues exactly the commands it did before."""
+
+MAX_FLEET_NOTES = 50
+
+LEASE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=10,
+    non_retryable_error_types=[FLEET_REFUSED],
+)
+"""A fleet that is restarting gets a little time; a refusal (too few healthy nodes)
+is final: the job fails at once, saying why."""
+CALL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=2),
+    maximum_attempts=3,
+    non_retryable_error_types=[FLEET_REFUSED],
+)
+"""Reports and releases try briefly: the job must not wait on its fleet."""
+CALL_TIMEOUT = timedelta(seconds=15)
+
+
+def fleet_of(spec: JobSpec) -> FleetLeaseSpec | None:
+    """The job's fleet, and only then is :data:`PATCH_FLEET` consulted."""
+    return spec.fleet if spec.fleet is not None and workflow.patched(PATCH_FLEET) else None
+
+
+def note(state: JobState, line: str, incident: Incident | None = None) -> None:
+    """What the fleet said or did, where ``status`` shows it (and on the incident)."""
+    workflow.logger.info("fleet: %s", line)
+    state.fleet_notes = [*state.fleet_notes, line][-MAX_FLEET_NOTES:]
+    if incident is not None:
+        incident.add_evidence([f"fleet: {line}"])
+
+
+def leased_spec(spec: JobSpec, fleet: FleetLeaseSpec, lease: Lease) -> JobSpec:
+    """The job as it runs from now on: the fleet's nodes (in rank order) and spares."""
+    return spec.model_copy(
+        update={
+            "nodes": lease.nodes,
+            "spares": lease.spares,
+            "fleet": fleet.model_copy(update={"leased": True}),
+        }
+    )
+
+
+async def lease_nodes(spec: JobSpec, fleet: FleetLeaseSpec) -> Lease | str:
+    """Lease the job's nodes; the reason as a string when the fleet refused or never
+    answered (the job then fails: it holds nothing to run on)."""
+    try:
+        return await execute(
+            FLEET_LEASE,
+            FleetLeaseCall(
+                fleet=fleet.name,
+                request=LeaseRequest(job=spec.job_id, nodes=fleet.nodes, spares=fleet.spares),
+            ),
+            start_to_close_timeout=CALL_TIMEOUT,
+            retry_policy=LEASE_RETRY,
+            summary=f"lease {fleet.nodes}+{fleet.spares} node(s) from fleet {fleet.name}",
+        )
+    except ActivityError as err:
+        return f"fleet {fleet.name}: no lease: {cause(err)}"
+
+
+async def report_loss(
+    spec: JobSpec,
+    state: JobState,
+    fleet: FleetLeaseSpec,
+    *,
+    report: QuarantineReport | None,
+    replace: str | None,
+) -> NodeSpec | None:
+    """Tell the fleet a node is quarantined, ask for a node in place of ``replace``, or
+    both. None: no replacement (none asked, the fleet had none, refused, or did not
+    answer: recorded either way)."""
+    incident = state.current_incident
+    what = f"{report.node} quarantined ({report.failure_class})" if report else ""
+    try:
+        reply = await execute(
+            FLEET_REPORT,
+            FleetReportCall(fleet=fleet.name, job=spec.job_id, report=report, replace=replace),
+            start_to_close_timeout=CALL_TIMEOUT,
+            retry_policy=CALL_RETRY,
+            summary=f"fleet {fleet.name}: {what or f'a node in place of {replace}'}",
+        )
+    except ActivityError as err:
+        note(state, f"unreachable, going on with what the job holds: {cause(err)}", incident)
+        return None
+    if reply.note:
+        note(state, reply.note, incident)
+    if replace is None:
+        return None
+    found = reply.replacement
+    note(state, f"replacement for {replace}: {found.name if found else 'none left'}", incident)
+    return found
+
+
+async def release_nodes(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> None:
+    """Give every leased node back; the quarantined ones the job's stops fenced may
+    start probation."""
+    fenced = [q.node for q in state.pool.quarantined if q.fenced]
+    try:
+        reply = await execute(
+            FLEET_RELEASE,
+            FleetReleaseCall(
+                fleet=fleet.name, request=ReleaseRequest(job=spec.job_id, fenced=fenced)
+            ),
+            start_to_close_timeout=CALL_TIMEOUT,
+            retry_policy=CALL_RETRY,
+            summary=f"release the nodes to fleet {fleet.name}",
+        )
+    except ActivityError as err:
+        note(state, f"release failed (an operator may 'lazarus fleet return'): {cause(err)}")
+        return
+    note(state, reply.note)
+
+
+async def take_lease(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> JobSpec | str:
+    """A new job's nodes: lease them and put them in the pool. Returns the job's spec
+    as it runs from now on, or why there is no lease."""
+    lease = await lease_nodes(spec, fleet)
+    if isinstance(lease, str):
+        note(state, lease)
+        return lease
+    state.pool.active = [n.name for n in lease.nodes]
+    state.pool.spares = [n.name for n in lease.spares]
+    lemons = (
+        f" (lemons excluded: {', '.join(lease.excluded_lemons)})" if lease.excluded_lemons else ""
+    )
+    note(
+        state,
+        f"leased nodes {', '.join(state.pool.active)}, spares "
+        f"{', '.join(state.pool.spares) or 'none'} from {fleet.name}{lemons}",
+    )
+    return leased_spec(spec, fleet, lease)
+
+
+async def tell_fleet(
+    spec: JobSpec,
+    state: JobState,
+    fleet: FleetLeaseSpec,
+    node: str,
+    failure_class: str | None,
+    reason: str,
+) -> JobSpec:
+    """Report ``node``'s quarantine (``failure_class`` None: only ask for a spare) and,
+    when it trains and the job has no spare of its own left, ask for one: it joins the
+    job's spares, so the playbook and the swap that follow see it. Returns the job's
+    spec, with that spare when there is one."""
+    pool = state.pool
+    incident = state.current_incident
+    occasion = f"incident {incident.id}" if incident is not None else f"gen {state.generation}"
+    report = (
+        QuarantineReport(
+            job=spec.job_id,
+            node=node,
+            failure_class=failure_class,
+            reason=reason,
+            key=f"{spec.job_id}#{occasion}",
+        )
+        if failure_class is not None
+        else None
+    )
+    wanted = node if node in pool.active and not pool.spares else None
+    if report is None and wanted is None:
+        return spec
+    found = await report_loss(spec, state, fleet, report=report, replace=wanted)
+    known = {n.name for n in (*spec.nodes, *spec.spares)}
+    if found is None or found.name in known:
+        return spec
+    pool.spares.append(found.name)
+    return spec.model_copy(update={"spares": [*spec.spares, found]})
