@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[torch,dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[torch,dev,deploy-check]'
 	touch $(STAMP)
 
 setup: $(STAMP)

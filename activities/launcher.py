@@ -37,6 +37,7 @@ from temporalio.exceptions import ApplicationError
 import lazarus
 from lazarus.activities.command_policy import CommandNotAllowed, enforce
 from lazarus.activities.heartbeat import in_thread_heartbeating
+from lazarus.activities.host_identity import this_host
 from lazarus.activities.nodes.agent import (
     NodeAgent,
     NodeRefused,
@@ -556,7 +557,9 @@ async def launch(request: LaunchRequest) -> LaunchResult:
     heartbeat timeout and the retry (on any worker) adopts what was started, instead
     of waiting out the whole start-to-close timeout."""
     try:
-        return await in_thread_heartbeating(lambda: launch_generation(request), lambda: "launching")
+        result = await in_thread_heartbeating(
+            lambda: launch_generation(request), lambda: "launching"
+        )
     except LaunchRefused as exc:
         raise ApplicationError(str(exc), type="LaunchRefused", non_retryable=True) from exc
     except CommandNotAllowed as exc:
@@ -565,3 +568,7 @@ async def launch(request: LaunchRequest) -> LaunchResult:
         raise ApplicationError(
             str(exc), *exc.nodes, type="NodeUnreachable", non_retryable=True
         ) from exc
+    if all(node.launcher == "local" for node in request.nodes or request.spec.nodes):
+        # Local ranks live on this machine: the job routes its machine-bound work here.
+        result = result.model_copy(update={"host": this_host()})
+    return result

@@ -71,6 +71,7 @@ from lazarus.activities.heartbeat import in_thread_heartbeating
 from lazarus.activities.kernel_evidence import KernelSources, OomWatch
 from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
 from lazarus.activities.nodes.factory import agents
+from lazarus.activities.observe import observe
 from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.activities.straggler_stats import ComputeWindow, find_straggler
 from lazarus.domain.contracts import (
@@ -919,9 +920,14 @@ async def _supervise_with(
     started_at = time.time()
     interval = request.health.poll_interval_s
     details_at = 0.0
+    save_s_seen: float | None = None
     while True:
         round_started = time.monotonic()
         obs = await _observe_heartbeating(observer, last)
+        observe("supervision_poll", time.monotonic() - round_started, job=request.job_id)
+        if obs.checkpoint_save_s is not None and obs.checkpoint_save_s != save_s_seen:
+            save_s_seen = obs.checkpoint_save_s
+            observe("checkpoint_save", save_s_seen, job=request.job_id)
         seconds_per_step = rate.update(obs.ranks)
         outcome = evaluate(request, obs, started_at, seconds_per_step)
         if outcome is not None:

@@ -14,6 +14,9 @@ Examples::
     python -m bench checkpoints --size-mb 512         # checkpoint write/verify/S3 tiering costs
     python -m bench chaos                             # the fault x phase matrix, as a table
     python -m bench chaos --cells smoke               # its fast subset (as in make test)
+    python -m bench scale --nodes 100,500,1000,2000   # one worker, many simulated nodes
+    python -m bench slurm --repeats 3                 # node loss: Lazarus vs plain Slurm; CPU
+    python -m bench simulate [--quick]                # the real workflow, 54 days x 2,048 nodes
 
 ``recovery``, ``compare``, ``soak`` and ``overhead`` share one harness
 (:mod:`bench.harness`), one scenario registry (:mod:`bench.registry`) and one
@@ -31,10 +34,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench import chaos, checkpoint_bench, registry, report
+from bench import chaos, checkpoint_bench, registry, report, scale, simulate
 from bench.harness import BenchConfig, BenchContext, BenchRun, Extra, run_benchmark
 from bench.jobs import JobShape
-from bench.registry import DEFAULT_PRELOAD, SUITES, SYSTEMS, System
+from bench.registry import DEFAULT_PRELOAD, SLURM_SYSTEMS, SUITES, SYSTEMS, System
 
 PROG = "python -m bench"
 
@@ -184,12 +187,37 @@ def build_parser() -> argparse.ArgumentParser:
     _common(overhead, quick)
     _systems_flag(overhead)
 
+    slurm = commands.add_parser(
+        "slurm",
+        help="on a test Slurm: node loss under Lazarus and plain Slurm (--requeue), and "
+        "the controller's CPU per supervised Slurm node",
+        description="Scenarios: "
+        + "; ".join(f"{n}: {scenarios[n].summary}" for n in SUITES["slurm"]),
+    )
+    slurm.add_argument("--repeats", type=_positive_int, default=3)
+    slurm.add_argument(
+        "--scenarios",
+        type=_any_scenarios,
+        default=list(SUITES["slurm"]),
+        help=f"comma-separated (default: {','.join(SUITES['slurm'])})",
+    )
+    slurm.add_argument(
+        "--systems",
+        type=lambda text: _names(text, list(SLURM_SYSTEMS), "system(s)"),
+        default=list(SLURM_SYSTEMS),
+        help=f"comma-separated, from: {','.join(SLURM_SYSTEMS)} (default: both)",
+    )
+    slurm.add_argument("--steps", type=_positive_int, help="training steps per job")
+    _common(slurm, "a tiny job (30 steps): smoke only")
+
     show = commands.add_parser(
         "compare-report",
         help="print the tables of a saved recovery/compare/soak/overhead JSON again",
     )
     show.add_argument("json_file", type=Path)
     checkpoint_bench.add_command(commands)
+    scale.add_command(commands)
+    simulate.add_command(commands)
     chaos.add_command(commands)
     return parser
 
@@ -232,6 +260,10 @@ def tables(run: BenchRun, stats: report.Summary, benchmark: str) -> str:
     """What a benchmark prints: its scenario table, then overhead and soak tables."""
     from bench import overhead, soak
 
+    if benchmark == "slurm":
+        from bench import scenarios_slurm
+
+        return scenarios_slurm.markdown(stats)
     phases = report.phase_table(stats)
     if benchmark == "recovery":
         table = report.recovery_table(stats, report.skipped(run))
@@ -254,6 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return checkpoint_bench.run(args)
     if args.command == "chaos":
         return chaos.run(args)
+    if args.command == "scale":
+        return scale.run(args)
+    if args.command == "simulate":
+        return simulate.run(args)
     if args.command == "compare-report":
         try:
             saved, data = report.load(args.json_file)
@@ -281,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     systems: list[System]
     if args.command == "recovery":
         names, systems, repeats = args.scenarios, ["lazarus"], args.repeats
+    elif args.command == "slurm":
+        names, systems, repeats = args.scenarios, args.systems, args.repeats
     elif args.command == "compare":
         names, systems, repeats = (
             args.scenarios or list(SUITES["compare"]),
@@ -297,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=lambda line: print(line, file=sys.stderr, flush=True),
         systems=systems,
         extras=extras,
-        label="bench" if args.command == "recovery" else "compare",
+        label={"recovery": "bench", "slurm": "slurm"}.get(args.command, "compare"),
     )
     stats = report.summary(run)
     report.write_json(json_out, report.payload(run, stats, args.command))

@@ -148,6 +148,26 @@ _DEFS: tuple[MetricDef, ...] = (
     MetricDef(
         "supervised_after", "bool", "a controller watched the job to its end after the crash"
     ),
+    # ----------------------------------------------------------------- worker takeover
+    MetricDef(
+        "supervisor_heartbeat_timeout_s", "s", "the spec's health.supervisor_heartbeat_timeout_s"
+    ),
+    MetricDef(
+        "takeover_s",
+        "s",
+        "SIGKILL of the worker running supervise to a surviving worker's attempt starting",
+    ),
+    MetricDef(
+        "takeover_first_heartbeat_s",
+        "s",
+        "SIGKILL of the worker running supervise to the survivor's first heartbeat (server)",
+    ),
+    MetricDef(
+        "heartbeat_interval_s",
+        "s",
+        "median gap between supervise heartbeats the server recorded (one job's load)",
+    ),
+    MetricDef("heartbeats_per_min", "count", "60 / heartbeat_interval_s: heartbeat calls per job"),
     # ----------------------------------------------------------------- pause
     MetricDef("pause_to_paused_s", "s", "the pause signal to the job's PAUSED phase"),
     MetricDef("pause_to_ranks_stopped_s", "s", "the pause signal to no rank process alive"),
@@ -223,6 +243,68 @@ _DEFS: tuple[MetricDef, ...] = (
         "<job>_cpu_s_per_hour", "s/h", "controller_cpu: the same, CPU seconds per training hour"
     ),
     MetricDef("ssh4_over_local1", "ratio", "ssh4_cpu_ms_per_s / local1_cpu_ms_per_s"),
+    # ----------------------------------------------------------------- Slurm
+    MetricDef("slurmd_timeout_s", "s", "the test Slurm's SlurmdTimeout (scontrol show config)"),
+    MetricDef(
+        "job_left_running_after_kill_s",
+        "s",
+        "plain Slurm: the node kill to the job first seen not RUNNING (polled every 0.2 s)",
+    ),
+    MetricDef(
+        "requeued_after_kill_s",
+        "s",
+        "plain Slurm: the node kill to the job's restart count first seen above 0",
+    ),
+    MetricDef(
+        "running_again_after_kill_s",
+        "s",
+        "plain Slurm: the node kill to the requeued job seen RUNNING again",
+    ),
+    MetricDef(
+        "ended_after_kill_s",
+        "s",
+        "plain Slurm: the node kill to the job seen in a final state (COMPLETED, FAILED, "
+        "NODE_FAIL...)",
+    ),
+    MetricDef(
+        "node_not_responding_after_kill_s",
+        "s",
+        "Slurm: the node kill to the victim first shown not responding (``*``) or DOWN by "
+        "scontrol (polled every 0.2 s)",
+    ),
+    MetricDef(
+        "node_down_after_kill_s",
+        "s",
+        "Slurm: the node kill to the victim first shown DOWN by scontrol (polled every 0.2 s)",
+    ),
+    MetricDef("launch_to_end_s", "s", "plain Slurm: sbatch to the job seen in a final state"),
+    MetricDef(
+        "<job>_own_cpu_ms_per_s",
+        "ms/s",
+        "slurm_cpu: the worker's own CPU (every thread) per second of that job",
+    ),
+    MetricDef(
+        "<job>_children_cpu_ms_per_s",
+        "ms/s",
+        "slurm_cpu: CPU of the Slurm commands the worker ran and reaped (squeue, scontrol, "
+        "srun shims: cutime + cstime) per second of that job",
+    ),
+    MetricDef(
+        "<job>_srun_client_cpu_ms_per_s",
+        "ms/s",
+        "slurm_cpu: the generation's detached srun client and its waiting helper, per second",
+    ),
+    MetricDef(
+        "<job>_cpu_ms_per_s_per_node",
+        "ms/s",
+        "slurm_cpu: <job>_cpu_ms_per_s (worker and its reaped commands) over the nodes it "
+        "supervises",
+    ),
+    MetricDef(
+        "slurm_marginal_node_cpu_ms_per_s",
+        "ms/s",
+        "slurm_cpu: slurm3_cpu_ms_per_s - slurm2_cpu_ms_per_s: what one more node costs",
+    ),
     # ----------------------------------------------------------------- summaries only
     MetricDef("failed_runs", "count", "runs that raised (summaries only)"),
     MetricDef("skipped_runs", "count", "runs skipped: prerequisites missing here (summaries only)"),

@@ -38,9 +38,13 @@ from bench.metrics import Value
 if TYPE_CHECKING:
     from bench.harness import BenchContext
 
-System = Literal["lazarus", "lazarus_cold", "torchrun", "torchrun_default"]
+System = Literal["lazarus", "lazarus_cold", "torchrun", "torchrun_default", "slurm_requeue"]
 SYSTEMS: tuple[System, ...] = ("lazarus", "lazarus_cold", "torchrun", "torchrun_default")
-"""Every system a benchmark can run, in table order."""
+"""Every system ``compare`` can run, in table order (``slurm_requeue`` is the
+``slurm`` command's: see :data:`SLURM_SYSTEMS`)."""
+SLURM_SYSTEMS: tuple[System, ...] = ("lazarus", "slurm_requeue")
+"""What ``python -m bench slurm`` runs side by side: Lazarus on Slurm, and plain
+Slurm (``sbatch --requeue``) with the same job and the same fault."""
 
 
 DEFAULT_PRELOAD: tuple[str, ...] = ("torch",)
@@ -86,6 +90,7 @@ LABELS: dict[System, str] = {
     **{system: setup.label for system, setup in LAZARUS_SETUPS.items()},
     "torchrun": "torchrun",
     "torchrun_default": "torchrun (default setup)",
+    "slurm_requeue": "plain Slurm (--requeue)",
 }
 Reference = tuple[int, int]
 """(world size, steps) of a fault-free reference run."""
@@ -158,6 +163,7 @@ SUITES: dict[str, tuple[str, ...]] = {
         "node_loss",
         "pause_resume",
     ),
+    "slurm": ("slurm_node_loss", "slurm_cpu"),
 }
 """What each command runs by default, in this order (the tables' order)."""
 
@@ -209,6 +215,8 @@ def runs(sc: Scenario, system: System) -> Callable[[Runner], Runner]:
 def load() -> dict[str, Scenario]:
     """Every registered scenario (importing the modules registers them)."""
     import bench.scenarios
-    import bench.scenarios_multinode  # noqa: F401
+    import bench.scenarios_ha
+    import bench.scenarios_multinode
+    import bench.scenarios_slurm  # noqa: F401
 
     return SCENARIOS

@@ -6,6 +6,10 @@
 # and what the Slurm tests (infra/slurm, tests/slurm) need:
 #   - slurm-wlm       -> slurmctld, slurmd and the client commands (srun, scontrol, ...)
 #   - munge           -> munged, Slurm's authentication daemon
+# and what the Web UI browser test (tests/e2e/test_web_ui.py) needs:
+#   - chromium        -> /usr/bin/chromium, driven by Playwright (which never downloads one)
+# and what the metrics tests (tests/unit/test_grafana_dashboard.py, tests/e2e/test_metrics_e2e.py) need:
+#   - prometheus      -> promtool, which checks the dashboard's PromQL and the exposition
 #
 # Idempotent: installs only what is missing and runs `apt-get update` only when it
 # has to install something, so it is cheap to call from CI on every run.
@@ -29,9 +33,14 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v ssh-keygen >/dev/null 2>&1 || missing+=(openssh-client)
 { command -v slurmctld >/dev/null 2>&1 || test -x /usr/sbin/slurmctld; } || missing+=(slurm-wlm)
 { command -v munged >/dev/null 2>&1 || test -x /usr/sbin/munged; } || missing+=(munge)
+# infra/ validation (tests/integration/test_deploy_files.py, test_temporal_tls.py):
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+test -x /usr/bin/chromium || missing+=(chromium)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "install-test-prereqs.sh: iproute2, openssh-server, slurm-wlm and munge already present"
+    echo "install-test-prereqs.sh: iproute2, openssh-server, slurm-wlm, munge and chromium already present"
     exit 0
 fi
 
@@ -71,7 +80,7 @@ fi
 
 # The same for Slurm and munge: a system slurmd or slurmctld would hold the ports and
 # state the tests' own daemons use; the tests start munged themselves.
-for service in slurmctld slurmd munge; do
+for service in slurmctld slurmd munge prometheus; do
     if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
         systemctl disable --now "${service}.service" >/dev/null 2>&1 || true
     elif [[ -x /etc/init.d/${service} ]]; then

@@ -479,6 +479,43 @@ def incidents(
 
 
 @app.command()
+def report(
+    ctx: typer.Context,
+    job: str,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="The figure (PNG); default report.png, none with --json alone."),
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option(help="A self-contained page: the figure and the tables.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the data behind the plot.")
+    ] = False,
+) -> None:
+    """A job's run as a picture: step against wall time, incidents shaded by phase,
+    checkpoints marked, and ETTR, MTTR and steps lost; works for finished jobs."""
+    from lazarus import cli_report
+    from lazarus.report import ReportDependencyMissing
+
+    png = out if out is not None or as_json else cli_report.DEFAULT_PNG
+    problems = cli_report.output_problems(png, html)
+    if problems:
+        _fail("\n".join(problems), code=2)
+    data = _with_client(ctx, lambda jobs: cli_report.gather_report(jobs, job))
+    try:
+        written = cli_report.write_report(data, png, html)
+    except (ReportDependencyMissing, ClientError) as exc:
+        _fail(str(exc))
+    if as_json:
+        _print_json(cli_report.report_json(data, png, html))
+        return
+    _out().print(cli_report.render_report(data))
+    for line in written:
+        _out().print(line, markup=False)
+
+
+@app.command()
 def server(
     port: Annotated[int, typer.Option(help="gRPC port.")] = DEFAULT_PORT,
     ui_port: Annotated[int, typer.Option(help="Web UI port.")] = DEFAULT_UI_PORT,
@@ -523,8 +560,22 @@ def worker(
         str | None,
         typer.Option(help="This worker's build id within --deployment (env LAZARUS_BUILD_ID)."),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics on this port at /metrics (env LAZARUS_METRICS_PORT)."
+        ),
+    ] = None,
+    sdk_metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="The Temporal SDK's own metrics port (env LAZARUS_SDK_METRICS_PORT; default "
+            "--metrics-port + 1; 0 turns them off)."
+        ),
+    ] = None,
 ) -> None:
     """Run the controller worker: the workflow and the activities that launch and watch ranks."""
+    from lazarus.metrics import MetricsProblem, MetricsSettings
     from lazarus.workers.controller import run_worker  # heavy, and only this command needs it
     from lazarus.workers.versioning import WorkerDeployment
 
@@ -541,8 +592,9 @@ def worker(
     except ValueError as exc:
         _fail(f"--deployment and --build-id go together: {exc}")
     try:
-        asyncio.run(run_worker(settings, queue, versioned))
-    except (ConnectionProblem, WorkerSettingsError) as exc:
+        metrics = MetricsSettings.from_env(port=metrics_port, sdk_port=sdk_metrics_port)
+        asyncio.run(run_worker(settings, queue, versioned, metrics))
+    except (ConnectionProblem, WorkerSettingsError, MetricsProblem) as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
         pass

@@ -161,9 +161,21 @@ def drain(
 
 
 @fleet_app.command("return")
-def return_node(ctx: typer.Context, node: str, fleet: FleetName) -> None:
+def return_node(
+    ctx: typer.Context,
+    node: str,
+    fleet: FleetName,
+    fenced: Annotated[
+        bool,
+        typer.Option(
+            "--fenced",
+            help="You checked (or rebooted) the node: no stale rank runs there. Needed "
+            "for a node its job could not reach when it ended.",
+        ),
+    ] = False,
+) -> None:
     """Put a quarantined (fenced) node back in service, or cancel a pending drain."""
-    reply = _with_fleets(ctx, lambda fleets: fleets.return_node(fleet, node))
+    reply = _with_fleets(ctx, lambda fleets: fleets.return_node(fleet, node, fenced=fenced))
     Console(highlight=False).print(reply, markup=False)
 
 

@@ -33,6 +33,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowHistory,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
@@ -66,6 +67,7 @@ from lazarus.domain.api import (
 from lazarus.domain.contracts import CheckpointRef, SupervisionProgress
 from lazarus.domain.spec import JobSpec
 from lazarus.settings import ConnectionSettings, ServerUnreachable, connect
+from lazarus.workflows.current_details import start_details, start_summary
 from lazarus.workflows.state import (
     ForceRecover,
     Incident,
@@ -442,6 +444,9 @@ class JobClient:
                             SearchAttributePair(STEP_ATTRIBUTE, 0),
                         ]
                     ),
+                    # The Web UI's list and page show these from the start (no payloads).
+                    static_summary=start_summary(plan.spec),
+                    static_details=start_details(plan.spec),
                 )
             except WorkflowAlreadyStartedError:
                 raise JobAlreadyRunning(plan.job) from None
@@ -510,6 +515,29 @@ class JobClient:
     async def incidents(self, job: JobRef) -> list[Incident]:
         """Every failure of the job and what was done about it."""
         return (await self.query(job)).incidents
+
+    async def history(self, job: JobRef) -> list[WorkflowHistory]:
+        """The job's workflow history, every run of its continue-as-new chain, oldest
+        first: what the workflow recorded, readable after the job has ended (for
+        ``lazarus report``). Earlier starts of the same name are not included."""
+        name = _name(job)
+        runs: list[WorkflowHistory] = []
+        with self._translated():
+            _, description = await self._describe(name)
+            run_id: str | None = description.run_id
+            while run_id:
+                handle = self.temporal.get_workflow_handle(description.id, run_id=run_id)
+                history = await handle.fetch_history()
+                runs.append(history)
+                first = history.events[0] if history.events else None
+                run_id = (
+                    first.workflow_execution_started_event_attributes.continued_execution_run_id
+                    if first is not None
+                    and first.HasField("workflow_execution_started_event_attributes")
+                    else None
+                ) or None
+        runs.reverse()
+        return runs
 
     async def list(self) -> list[JobRow]:
         """One row per job, by name: the newest run of each workflow id (continue-as-new

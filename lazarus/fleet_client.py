@@ -124,8 +124,11 @@ class FleetClient:
     async def drain(self, fleet: str, node: str, reason: str) -> str:
         return await self._update(fleet, FLEET_UPDATE_DRAIN, DrainRequest(node=node, reason=reason))
 
-    async def return_node(self, fleet: str, node: str) -> str:
-        return await self._update(fleet, FLEET_UPDATE_RETURN, ReturnRequest(node=node))
+    async def return_node(self, fleet: str, node: str, *, fenced: bool = False) -> str:
+        """``fenced``: the caller vouches no stale rank runs there (see ``ReturnRequest``)."""
+        return await self._update(
+            fleet, FLEET_UPDATE_RETURN, ReturnRequest(node=node, fenced=fenced)
+        )
 
     async def _update(self, fleet: str, update: str, request: Any) -> str:
         try:

@@ -35,6 +35,7 @@ from lazarus.activities.checkpoints.rollback import roll_back_checkpoint
 from lazarus.activities.checkpoints.watch import watch_checkpoints
 from lazarus.activities.escalation import run_escalation_hook
 from lazarus.activities.fleet import fleet_lease, fleet_release, fleet_report
+from lazarus.activities.host_identity import this_host
 from lazarus.activities.launcher import launch
 from lazarus.activities.preflight import preflight
 from lazarus.activities.slurm_allocation import grow_allocation, submit_allocation
@@ -46,10 +47,13 @@ from lazarus.activities.worker_settings import (
     WorkerSettings,
 )
 from lazarus.domain.api import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
+from lazarus.metrics import MetricsSettings, prepare_metrics
 from lazarus.settings import ConnectionSettings, connect
+from lazarus.workers.metrics_collector import serving_metrics
 from lazarus.workers.versioning import WorkerDeployment
 from lazarus.workflows.fleet import FleetWorkflow
 from lazarus.workflows.job import JobWorkflow
+from lazarus.workflows.routing import host_task_queue
 
 log = logging.getLogger("lazarus.worker")
 
@@ -110,6 +114,21 @@ def build_worker(
     )
 
 
+def build_host_worker(
+    client: Client, task_queue: str, deployment: WorkerDeployment | None = None
+) -> Worker:
+    """The same activities on this machine's own queue, ``<task_queue>@<host>``: a job of
+    local nodes sends its machine-bound activities there (``lazarus.workflows.routing``),
+    so they run on a worker of the machine its ranks live on, never on another."""
+    return Worker(
+        client,
+        task_queue=host_task_queue(task_queue, this_host()),
+        activities=list(ACTIVITIES),
+        max_concurrent_activities=256,
+        deployment_config=deployment.config() if deployment else None,
+    )
+
+
 def log_command_policy(policy: WorkerSettings) -> None:
     """Say at start what this worker will run for any client: an unreadable allow-list
     has already stopped it (``WorkerSettings.from_env`` raises), not each launch."""
@@ -132,20 +151,29 @@ async def run_worker(
     settings: ConnectionSettings,
     task_queue: str = DEFAULT_TASK_QUEUE,
     deployment: WorkerDeployment | None = None,
+    metrics: MetricsSettings | None = None,
 ) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     log_command_policy(WorkerSettings.from_env())
+    metrics = metrics or MetricsSettings.from_env()
+    prepare_metrics(metrics)  # before connecting: ports checked, SDK metrics on
     client = await connect(settings)
     await ensure_search_attributes(client, settings.namespace)
     deployment = deployment or WorkerDeployment.from_env()
     worker = build_worker(client, task_queue, deployment)
+    host_worker = build_host_worker(client, task_queue, deployment)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    log.info("worker polling task queue %r at %s", task_queue, settings.address)
-    async with worker:
+    log.info(
+        "worker polling task queues %r and %r at %s",
+        task_queue,
+        host_worker.task_queue,
+        settings.address,
+    )
+    async with worker, host_worker, serving_metrics(client, metrics, task_queue):
         await stopping.wait()
         log.info("shutting down: ranks keep running; supervision resumes on the next worker")

@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         initial_state,
         lease,
         on_probation,
+        probation_not_run,
         probation_result,
         release,
         replace,
@@ -215,6 +216,8 @@ class FleetWorkflow:
             )
         except ActivityError as err:
             workflow.logger.warning("probation check failed to run: %s", cause(err))
+            async with self._lock:
+                probation_not_run(self._state, cause(err), self._now())
             return
         async with self._lock:
             now = self._now()

@@ -22,6 +22,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import FLEET_LEASE, FLEET_RELEASE, FLEET_REPORT
+    from lazarus.domain.contracts import FailureReport
     from lazarus.domain.fleet import (
         FLEET_REFUSED,
         FleetLeaseCall,
@@ -34,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.domain.spec import FleetLeaseSpec, JobSpec, NodeSpec
     from lazarus.workflows.activity_calls import cause, execute
-    from lazarus.workflows.state import Incident, JobState
+    from lazarus.workflows.state import JobState
 
 PATCH_FLEET = "fleet"
 """Jobs with ``spec.fleet`` lease, report and release through their fleet. Checked only
@@ -65,12 +66,13 @@ def fleet_of(spec: JobSpec) -> FleetLeaseSpec | None:
     return spec.fleet if spec.fleet is not None and workflow.patched(PATCH_FLEET) else None
 
 
-def note(state: JobState, line: str, incident: Incident | None = None) -> None:
-    """What the fleet said or did, where ``status`` shows it (and on the incident)."""
+def note(state: JobState, line: str, evidence: list[str] | None = None) -> None:
+    """What the fleet said or did, where ``status`` shows it, and in ``evidence`` (the
+    lines the caller files on the incident the call was made for)."""
     workflow.logger.info("fleet: %s", line)
     state.fleet_notes = [*state.fleet_notes, line][-MAX_FLEET_NOTES:]
-    if incident is not None:
-        incident.add_evidence([f"fleet: {line}"])
+    if evidence is not None:
+        evidence.append(f"fleet: {line}")
 
 
 def leased_spec(spec: JobSpec, fleet: FleetLeaseSpec, lease: Lease) -> JobSpec:
@@ -109,11 +111,11 @@ async def report_loss(
     *,
     report: QuarantineReport | None,
     replace: str | None,
+    evidence: list[str],
 ) -> NodeSpec | None:
     """Tell the fleet a node is quarantined, ask for a node in place of ``replace``, or
     both. None: no replacement (none asked, the fleet had none, refused, or did not
-    answer: recorded either way)."""
-    incident = state.current_incident
+    answer: recorded either way, in ``state.fleet_notes`` and in ``evidence``)."""
     what = f"{report.node} quarantined ({report.failure_class})" if report else ""
     try:
         reply = await execute(
@@ -124,14 +126,14 @@ async def report_loss(
             summary=f"fleet {fleet.name}: {what or f'a node in place of {replace}'}",
         )
     except ActivityError as err:
-        note(state, f"unreachable, going on with what the job holds: {cause(err)}", incident)
+        note(state, f"unreachable, going on with what the job holds: {cause(err)}", evidence)
         return None
     if reply.note:
-        note(state, reply.note, incident)
+        note(state, reply.note, evidence)
     if replace is None:
         return None
     found = reply.replacement
-    note(state, f"replacement for {replace}: {found.name if found else 'none left'}", incident)
+    note(state, f"replacement for {replace}: {found.name if found else 'none left'}", evidence)
     return found
 
 
@@ -180,31 +182,61 @@ async def tell_fleet(
     state: JobState,
     fleet: FleetLeaseSpec,
     node: str,
-    failure_class: str | None,
+    failure_class: str,
     reason: str,
 ) -> JobSpec:
-    """Report ``node``'s quarantine (``failure_class`` None: only ask for a spare) and,
-    when it trains and the job has no spare of its own left, ask for one: it joins the
-    job's spares, so the playbook and the swap that follow see it. Returns the job's
-    spec, with that spare when there is one."""
-    pool = state.pool
+    """Report ``node``'s quarantine to the fleet (filed on the open incident) and, when it
+    trains and the job has no spare of its own left, ask for one. Returns the job's
+    spec, with the fleet's spare when there is one."""
     incident = state.current_incident
     occasion = f"incident {incident.id}" if incident is not None else f"gen {state.generation}"
-    report = (
-        QuarantineReport(
-            job=spec.job_id,
-            node=node,
-            failure_class=failure_class,
-            reason=reason,
-            key=f"{spec.job_id}#{occasion}",
-        )
-        if failure_class is not None
-        else None
+    report = QuarantineReport(
+        job=spec.job_id,
+        node=node,
+        failure_class=failure_class,
+        reason=reason,
+        key=f"{spec.job_id}#{occasion}",
     )
+    lines: list[str] = []
+    spec = await _call_fleet(spec, state, fleet, node, report, lines)
+    if incident is not None:
+        incident.add_evidence(lines)
+    return spec
+
+
+async def ask_for_spare(
+    spec: JobSpec, state: JobState, fleet: FleetLeaseSpec, failure: FailureReport
+) -> tuple[JobSpec, FailureReport]:
+    """A node failed and the job has no spare of its own left: ask the fleet for one
+    before the playbook weighs the failure, so the playbook and the swap see it. Called
+    before the failure's incident exists: the fleet's answer goes into the failure's
+    evidence, and so into that incident (not into one still open from before)."""
+    if failure.node is None:
+        return spec, failure
+    lines: list[str] = []
+    spec = await _call_fleet(spec, state, fleet, failure.node, None, lines)
+    if lines:
+        # After the root cause, ahead of log tails that the incident's cap may cut.
+        evidence = [*failure.evidence[:1], *lines, *failure.evidence[1:]]
+        failure = failure.model_copy(update={"evidence": evidence})
+    return spec, failure
+
+
+async def _call_fleet(
+    spec: JobSpec,
+    state: JobState,
+    fleet: FleetLeaseSpec,
+    node: str,
+    report: QuarantineReport | None,
+    evidence: list[str],
+) -> JobSpec:
+    """Send ``report`` (if any) and, when ``node`` trains and no spare of the job's own
+    is left, ask for a replacement: it joins the job's spares."""
+    pool = state.pool
     wanted = node if node in pool.active and not pool.spares else None
     if report is None and wanted is None:
         return spec
-    found = await report_loss(spec, state, fleet, report=report, replace=wanted)
+    found = await report_loss(spec, state, fleet, report=report, replace=wanted, evidence=evidence)
     known = {n.name for n in (*spec.nodes, *spec.spares)}
     if found is None or found.name in known:
         return spec

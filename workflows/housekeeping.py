@@ -14,6 +14,7 @@ the watch must restart lower) are pure functions, unit-tested without a server i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         execute,
         worker_loss_timeout,
     )
+    from lazarus.workflows.routing import route
     from lazarus.workflows.state import JobState
 
 # ------------------------------------------------------------------ decisions
@@ -95,6 +97,18 @@ class Housekeeper:
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
+    async def stopped(self) -> None:
+        """Cancel the loop and wait until it has ended: continue-as-new must be the last
+        command of a run, so nothing of this loop may still run after it (a watch that
+        completed in the same activation would otherwise schedule the next call after
+        the continue-as-new, which the server rejects)."""
+        self.stop()
+        if self._task is not None:
+            # A watch cancelled under TRY_CANCEL ends the loop with ActivityError, not
+            # CancelledError (seen at continue-as-new in `python -m bench simulate`).
+            with contextlib.suppress(asyncio.CancelledError, ActivityError):
+                await self._task
+
     def restart_from(self, step: int | None) -> None:
         """Watch again from ``step`` (None: every checkpoint), in a fresh loop."""
         self._state.housekept_step = step
@@ -118,6 +132,7 @@ class Housekeeper:
                 heartbeat_timeout=worker_loss_timeout(spec),
                 retry_policy=QUICK_RETRY,
                 summary="watch for new checkpoints",
+                **route(WATCH_CHECKPOINTS, state.host_task_queue),
             )
             if found is None:
                 continue
@@ -133,6 +148,7 @@ class Housekeeper:
                         heartbeat_timeout=worker_loss_timeout(spec),
                         retry_policy=UPLOAD_RETRY,
                         summary=f"tier step {found.step} to {checkpoints.durable_uri}",
+                        **route(UPLOAD_CHECKPOINT, state.host_task_queue),
                     )
                 except ActivityError as err:
                     workflow.logger.warning("step %d not tiered: %s", found.step, cause(err))
@@ -154,6 +170,7 @@ class Housekeeper:
                     heartbeat_timeout=timedelta(seconds=30),
                     retry_policy=RetryPolicy(maximum_attempts=3),
                     summary=collection_summary(checkpoints),
+                    **route(COLLECT_GARBAGE, state.host_task_queue),
                 )
             except ActivityError as err:
                 workflow.logger.warning("garbage collection failed: %s", cause(err))

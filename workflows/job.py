@@ -33,9 +33,10 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -54,6 +55,8 @@ with workflow.unsafe.imports_passed_through():
         SUPERVISE,
     )
     from lazarus.domain.api import (
+        FAILURE_CLASS_ATTRIBUTE,
+        GENERATION_ATTRIBUTE,
         PHASE_ATTRIBUTE,
         QUERY_STATUS,
         SIGNAL_FORCE_RECOVER,
@@ -105,6 +108,7 @@ with workflow.unsafe.imports_passed_through():
         record_sent,
         retune,
     )
+    from lazarus.workflows.current_details import current_details, failure_class_attribute
     from lazarus.workflows.escalation import (
         hook_failed,
         hook_finished,
@@ -116,7 +120,13 @@ with workflow.unsafe.imports_passed_through():
         unreachable_failure,
         unreachable_node,
     )
-    from lazarus.workflows.fleet_link import fleet_of, release_nodes, take_lease, tell_fleet
+    from lazarus.workflows.fleet_link import (
+        ask_for_spare,
+        fleet_of,
+        release_nodes,
+        take_lease,
+        tell_fleet,
+    )
     from lazarus.workflows.housekeeping import Housekeeper, must_rewatch
     from lazarus.workflows.operator_requests import (
         WAITING,
@@ -150,6 +160,14 @@ with workflow.unsafe.imports_passed_through():
         resubmission,
     )
     from lazarus.workflows.resume_points import record_rollback, record_skipped
+    from lazarus.workflows.routing import (
+        PATCH_HOST_TASK_QUEUE,
+        declared_host,
+        host_task_queue,
+        learned_host_queue,
+        route,
+        routes_by_host,
+    )
     from lazarus.workflows.state import (
         MAX_RECORDS,
         ForceRecover,
@@ -201,6 +219,8 @@ PATCH_SLURM_ALLOCATION = "slurm-allocation-changes"
 PATCH_CHECKPOINT_INTERVAL_AUTO = "checkpoint-interval-auto"
 """``checkpoints.interval: auto`` sends Young-Daly intervals to the ranks (issue 14);
 asked only by jobs that set it, so other jobs issue exactly the commands they did."""
+PATCH_SEARCH_ATTRIBUTES_V2 = "search-attributes-v2"
+"""``LazarusFailureClass`` and ``LazarusGeneration`` are upserted when they change."""
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
@@ -226,6 +246,12 @@ class JobWorkflow:
         """PATCH_FAST_RECOVERY applies to this run."""
         self._pausing = False
         """A pause is being carried out (its just-in-time checkpoint and stop)."""
+        self._by_host = False
+        """PATCH_HOST_TASK_QUEUE applies to this run (a job of local nodes)."""
+        self._attributes_v2 = False
+        """PATCH_SEARCH_ATTRIBUTES_V2 applies to this run."""
+        self._published: tuple[str | None, int | None] = (None, None)
+        """The failure class and generation last upserted by this run."""
 
     # ----------------------------------------------------------------- messages
 
@@ -346,8 +372,10 @@ class JobWorkflow:
                 self._state.run_key = f"run-{workflow.info().run_id}"
         self._continue_anywhere = workflow.patched(PATCH_CONTINUE_AS_NEW_ANY_PHASE)
         self._fast = workflow.patched(PATCH_FAST_RECOVERY)
+        self._attributes_v2 = workflow.patched(PATCH_SEARCH_ATTRIBUTES_V2)
         if job.state is None and job.spec.fleet is not None:
             await self._lease_from_fleet()
+        self._pin_to_host()
         self._publish_phase()
         self._housekeeper = Housekeeper(self.spec, self._state)
         self._housekeeper.start()
@@ -356,6 +384,7 @@ class JobWorkflow:
         try:
             while not self._state.phase.is_terminal:
                 await self._turn()
+                self._explain()
         except asyncio.CancelledError:
             self._stop_housekeeping()
             await self._stop_all("job cancelled", end_of_run=self._run_leaves_state())
@@ -438,6 +467,7 @@ class JobWorkflow:
                 start_to_close_timeout=timedelta(seconds=120),
                 heartbeat_timeout=worker_loss_timeout(self.spec),
                 retry_policy=LAUNCH_RETRY,
+                **route(LAUNCH, state.host_task_queue),
                 summary=(
                     f"launch generation {state.generation}: {world_size(spec, state.pool)} "
                     f"ranks on {', '.join(state.pool.active)} from {origin}"
@@ -455,6 +485,7 @@ class JobWorkflow:
             self._fail(f"launch of generation {state.generation} failed: {cause(err)}")
             return
         state.generation_live = True
+        self._learn_host(result.host)
         state.ranks = []
         state.noted_stragglers = []
         relaunched = state.current_incident
@@ -502,6 +533,7 @@ class JobWorkflow:
             retry_policy=QUICK_RETRY,
             cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
             summary=f"supervise generation {state.generation}",
+            **route(SUPERVISE, state.host_task_queue),
         )
         await workflow.wait_condition(
             lambda: handle.done() or self._interrupted() or self._continue_as_new_due()
@@ -570,6 +602,7 @@ class JobWorkflow:
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=QUICK_RETRY,
                 summary=describe(state.checkpoint_interval, change),
+                **route(SET_CHECKPOINT_INTERVAL, state.host_task_queue),
             )
         except ActivityError as err:
             workflow.logger.warning("checkpoint interval not sent: %s", cause(err))
@@ -622,7 +655,7 @@ class JobWorkflow:
         self._set_phase(Phase.RECOVERING)
         state.consecutive_failures += 1
         if failure.node is not None:  # out of spares: the fleet's, before the playbook weighs
-            await self._tell_fleet(failure.node, None, "")
+            failure = await self._ask_fleet_for_spare(failure)
         context = failure_context(spec, state, failure, self._now(), fast_path=self._fast)
         incident = state.add_incident(
             Incident.from_failure(failure, id=state.next_incident_id, generation=state.generation)
@@ -779,6 +812,7 @@ class JobWorkflow:
                     heartbeat_timeout=worker_loss_timeout(self.spec),
                     retry_policy=RetryPolicy(maximum_attempts=5),
                     summary=f"restore step {resume.step} from {resume.path}",
+                    **route(RESTORE_CHECKPOINT, self._state.host_task_queue),
                 )
             except ActivityError as err:
                 workflow.logger.warning("restore failed, using local only: %s", cause(err))
@@ -814,6 +848,7 @@ class JobWorkflow:
             start_to_close_timeout=timedelta(minutes=30),
             heartbeat_timeout=timedelta(seconds=30),
             retry_policy=QUICK_RETRY,
+            **route(FIND_VERIFIED_CHECKPOINT, self._state.host_task_queue),
             summary=(
                 "find the newest verified checkpoint"
                 + (
@@ -884,6 +919,7 @@ class JobWorkflow:
                 heartbeat_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_attempts=3),
                 summary=f"just-in-time checkpoint before {why}",
+                **route(CHECKPOINT_NOW, state.host_task_queue),
             )
         except ActivityError as err:
             workflow.logger.warning("just-in-time checkpoint failed: %s", cause(err))
@@ -907,6 +943,7 @@ class JobWorkflow:
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=NO_RETRY,
                 summary="roll back: retire the newest checkpoint",
+                **route(ROLL_BACK_CHECKPOINT, state.host_task_queue),
             )
         except ActivityError as err:
             workflow.logger.warning("rollback failed, resuming from the newest: %s", cause(err))
@@ -990,6 +1027,7 @@ class JobWorkflow:
             heartbeat_timeout=worker_loss_timeout(spec),
             retry_policy=QUICK_RETRY,
             summary=f"stop ranks: {reason}",
+            **route(STOP, self._state.host_task_queue),
         )
         stuck = settle_stop(self._state, names, result, self._now(), whole_job=only is None)
         if stuck is not None:
@@ -1058,19 +1096,56 @@ class JobWorkflow:
             else:
                 self._spec = leased
 
-    async def _tell_fleet(self, node: str, failure_class: str | None, reason: str) -> None:
-        """Report a quarantine to the job's fleet (None: none yet), and with no spare of
-        the job's own left, take the fleet's replacement as a spare."""
+    async def _tell_fleet(self, node: str, failure_class: str, reason: str) -> None:
+        """Report a quarantine to the job's fleet, and with no spare of the job's own
+        left, take the fleet's replacement as a spare."""
         fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
         if fleet is not None:
             self._spec = await tell_fleet(
                 self.spec, self._state, fleet, node, failure_class, reason
             )
 
+    async def _ask_fleet_for_spare(self, failure: FailureReport) -> FailureReport:
+        """With no spare of the job's own left, the fleet's replacement becomes one; the
+        answer goes into the failure's evidence (its incident does not exist yet)."""
+        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
+        if fleet is None:
+            return failure
+        self._spec, failure = await ask_for_spare(self.spec, self._state, fleet, failure)
+        return failure
+
     async def _release_to_fleet(self) -> None:
         fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
         if fleet is not None:
             await release_nodes(self.spec, self._state, fleet)
+
+    # ------------------------------------------------------------------- hosts
+
+    def _pin_to_host(self) -> None:
+        """A local job's ranks live on one machine: its machine-bound activities go to
+        that host's task queue (``routing``), named by the spec or, failing that, by
+        the first launch. Only local jobs ask the patch: others issue the same commands."""
+        if not routes_by_host(self.spec) or not workflow.patched(PATCH_HOST_TASK_QUEUE):
+            return
+        self._by_host = True
+        host = declared_host(self.spec)
+        if self._state.host_task_queue is None and host is not None:
+            self._state.host_task_queue = host_task_queue(workflow.info().task_queue, host)
+
+    def _learn_host(self, launched_on: str | None) -> None:
+        """After a launch: the job now follows the host its ranks were started on, and
+        the checkpoint watch (started before anyone knew the host) moves there too."""
+        if not self._by_host:
+            return
+        queue = learned_host_queue(
+            self._state.host_task_queue, workflow.info().task_queue, launched_on
+        )
+        if queue == self._state.host_task_queue:
+            return
+        self._state.host_task_queue = queue
+        workflow.logger.info("machine-bound activities now run on task queue %s", queue)
+        if self._housekeeper is not None:
+            self._housekeeper.restart_from(self._state.housekept_step)
 
     def _dead_nodes(self) -> list[str]:
         """Quarantined nodes not yet fenced: on the recovery path they are not waited
@@ -1129,6 +1204,7 @@ class JobWorkflow:
             start_to_close_timeout=timedelta(seconds=spec.preflight.timeout_s + 60),
             retry_policy=QUICK_RETRY,
             summary=f"preflight {', '.join(self._state.pool.active)}",
+            **route(PREFLIGHT, self._state.host_task_queue),
         )
 
     def _continue_as_new_due(self) -> bool:
@@ -1160,7 +1236,16 @@ class JobWorkflow:
             await workflow.wait_condition(workflow.all_handlers_finished)
         elif any(not hook.done() for hook in self._hooks):
             return  # released behaviour: wait for the hook's delivery first
-        self._stop_housekeeping()  # the next run starts its own (uploads resume)
+        # The next run starts its own housekeeping (uploads resume). Wait for this one
+        # (and any hook still being delivered, which pending_hooks carries over) to end:
+        # continue-as-new must be the run's last command.
+        if self._housekeeper is not None:
+            await self._housekeeper.stopped()
+        for hook in self._hooks:
+            hook.cancel()
+        for hook in self._hooks:
+            with contextlib.suppress(asyncio.CancelledError, ActivityError):
+                await hook
         self._state.runs += 1
         workflow.continue_as_new(
             JobInput(
@@ -1178,6 +1263,23 @@ class JobWorkflow:
 
     def _publish_phase(self) -> None:
         workflow.upsert_search_attributes([PHASE_ATTRIBUTE.value_set(self._state.phase.value)])
+        self._explain()
+
+    def _explain(self) -> None:
+        """The Web UI's current details (no history event: the UI reads them by query)
+        and, from PATCH_SEARCH_ATTRIBUTES_V2 on, the failure class and generation
+        search attributes, upserted only when they changed."""
+        workflow.set_current_details(current_details(self.spec, self._state, self._now()))
+        if not self._attributes_v2:
+            return
+        failure_class, generation = failure_class_attribute(self._state), self._state.generation
+        if (failure_class, generation) == self._published:
+            return
+        updates: list[SearchAttributeUpdate[Any]] = [GENERATION_ATTRIBUTE.value_set(generation)]
+        if failure_class is not None:
+            updates.append(FAILURE_CLASS_ATTRIBUTE.value_set(failure_class))
+        workflow.upsert_search_attributes(updates)
+        self._published = (failure_class, generation)
 
     def _set_step(self, step: int) -> None:
         if self._state.step != step:

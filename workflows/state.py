@@ -402,6 +402,9 @@ class JobState(BaseModel):
     fleet_notes: list[str] = Field(default_factory=list)
     """What the job's fleet (``spec.fleet``) leased, replaced or refused, or that it did
     not answer (newest last, bounded)."""
+    host_task_queue: str | None = None
+    """A local job's host queue, ``<task_queue>@<host>``: its machine-bound activities
+    go there (``workflows/routing.py``). None: any worker (ssh, Slurm, not known yet)."""
 
     # Incident bookkeeping: pure, unit-tested in tests/unit/test_incidents.py. Ids keep
     # counting past the incidents dropped from the bounded list.
@@ -581,3 +584,5 @@ class JobStatus(BaseModel):
     checkpoint_interval: CheckpointIntervalView | None = None
     """``checkpoints.interval: auto``: the Young-Daly tuning (δ, M, τ, the interval sent,
     the expected goodput loss); None for a fixed interval."""
+    host_task_queue: str | None = None
+    """Where a local job's machine-bound activities run: its host's task queue."""

@@ -53,4 +53,5 @@ def job_status(spec: JobSpec, state: JobState, now: float, run_dir: str) -> JobS
         fleet=spec.fleet.name if spec.fleet is not None else None,
         fleet_notes=state.fleet_notes,
         checkpoint_interval=status_view(spec, state, end),
+        host_task_queue=state.host_task_queue,
     )

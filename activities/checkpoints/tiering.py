@@ -58,6 +58,7 @@ from lazarus.activities.checkpoints.verify import (
     verify_in_store,
 )
 from lazarus.activities.heartbeat import in_thread_heartbeating
+from lazarus.activities.observe import observe
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST
 from lazarus.domain.contracts import (
     MultipartState,
@@ -438,8 +439,10 @@ async def upload_checkpoint(request: UploadCheckpointRequest) -> UploadResult:
     )
     cancel = threading.Event()
     with as_activity_errors(f"durable store {spec.durable_uri} unavailable"):
-        return await in_thread_heartbeating(
+        result = await in_thread_heartbeating(
             lambda: upload_checkpoint_sync(request, tracker, cancel),
             tracker.snapshot,
             cancel=cancel,
         )
+    observe("checkpoint_upload", result.seconds, size_bytes=result.bytes_sent)
+    return result

@@ -24,6 +24,7 @@ from temporalio import activity
 
 from lazarus.activities.checkpoints.verified_once import verify_once
 from lazarus.activities.heartbeat import in_thread_heartbeating
+from lazarus.activities.observe import observe
 from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.contracts import CheckpointRef, WatchCheckpointsRequest
 
@@ -64,7 +65,13 @@ async def watch_checkpoints(request: WatchCheckpointsRequest) -> CheckpointRef |
             if found is not None:
                 if not request.verify:
                     return found
-                return await in_thread_heartbeating(partial(with_verification, found))
+                verify_started = time.monotonic()
+                checked = await in_thread_heartbeating(partial(with_verification, found))
+                if checked.verified is not None:
+                    hashed = sum(stamp.size for stamp in checked.verified.files.values())
+                    seconds = time.monotonic() - verify_started
+                    observe("checkpoint_verify", seconds, size_bytes=hashed)
+                return checked
         if elapsed >= request.max_wait_s:
             return None
         with contextlib.suppress(RuntimeError):  # outside an activity (tests)

@@ -52,6 +52,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,6 +170,15 @@ def run_slurm(
         raise SlurmCommandFailed(f"{argv[0]}: no answer within {timeout_s:g} s") from None
     except OSError as exc:
         raise SlurmCommandFailed(f"{argv[0]}: cannot run: {exc}") from None
+
+
+def _reap(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Wait for a command started without waiting (SIGKILL it after ``timeout_s``)."""
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _one_line(text: str) -> str:
@@ -677,10 +687,10 @@ class SlurmAgent(NodeAgent):
         for step in live:
             self._scancel("TERM", step)
             self._scancel("CONT", step)
-        remaining = self._wait_gone(live, grace_s)
+        remaining = self._wait_gone(live, grace_s, here=by_step)
         for step in remaining:
-            self._scancel("KILL", step)
-        survivors = self._wait_gone(remaining, kill_wait_s, by_step)
+            self._scancel("KILL", step, wait=True)
+        survivors = self._wait_gone(remaining, kill_wait_s, by_step, here=by_step)
         if any(self.node.name in self._lost_nodes(by_step[s]) for s in remaining):
             # This node is the dead one: nothing of the step here can be reached.
             return NodeStopResult(
@@ -736,21 +746,56 @@ class SlurmAgent(NodeAgent):
             live += [s for s in step_ids if s.split(".")[0] == job and s in steps]
         return sorted(live)
 
-    def _scancel(self, sig: str, step: str) -> None:
+    def _scancel(self, sig: str, step: str, wait: bool = False) -> None:
         # scancel's exit status is not reliable for steps: the wait judges by squeue.
-        with contextlib.suppress(SlurmCommandFailed):
-            run_slurm(["scancel", f"--signal={sig}", step], self.command_timeout_s)
+        # slurmctld answers once every node of the step has, so a dead node's slurmd
+        # holds each scancel for MessageTimeout (11 s measured on the test Slurm)
+        # although the live nodes' tasks got the signal at once: three waited scancels
+        # made a node-loss stop take 33 s. TERM and CONT are not waited for (the grace
+        # runs meanwhile); KILL is, so that the kill wait after it starts once Slurm
+        # has tried every node, as long as Slurm takes to call a silent node lost.
+        if wait:
+            with contextlib.suppress(SlurmCommandFailed):
+                run_slurm(["scancel", f"--signal={sig}", step], self.command_timeout_s)
+            return
+        try:
+            proc = subprocess.Popen(
+                [slurm_command("scancel"), f"--signal={sig}", step],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=client_environment(),
+            )
+        except (OSError, SlurmCommandFailed):
+            return
+        threading.Thread(
+            target=_reap, args=(proc, self.command_timeout_s), name="scancel", daemon=True
+        ).start()
+
+    def _exited_here(self, gen: GenerationDir) -> bool:
+        """Every rank this node ran in ``gen`` has an exit record: this node's part of
+        the step is over, though Slurm lists the step until all its nodes answer (a dead
+        node's, once Slurm marks it DOWN)."""
+        mine = [
+            int(record["rank"])
+            for pid_file in gen.path.glob("rank-*.pid")
+            if (record := read_json(pid_file)) is not None
+            and record.get("slurm_node") == self.node.name
+        ]
+        return bool(mine) and all(gen.exit_file(rank).exists() for rank in mine)
 
     def _wait_gone(
         self,
         step_ids: list[str],
         timeout_s: float,
         killed: dict[str, GenerationDir] | None = None,
+        here: dict[str, GenerationDir] | None = None,
     ) -> list[str]:
         """The steps among ``step_ids`` still listed after at most ``timeout_s``. With
         ``killed`` (the steps were sent SIGKILL): a step that spans a node Slurm
         reports lost counts as gone, since Slurm lists it until it marks that node
-        DOWN, while every live node's part died with the SIGKILL."""
+        DOWN, while every live node's part died with the SIGKILL. With ``here``: a
+        step whose ranks on this node all exited counts as gone for this node's stop."""
         deadline = time.monotonic() + timeout_s
         remaining = list(step_ids)
         while remaining:
@@ -759,6 +804,8 @@ class SlurmAgent(NodeAgent):
                 remaining = self._live(remaining)
             if killed is not None:
                 remaining = [s for s in remaining if not self._lost_nodes(killed[s])]
+            if here is not None:  # this node's ranks all exited: its part is done
+                remaining = [s for s in remaining if not self._exited_here(here[s])]
             if not remaining or time.monotonic() >= deadline:
                 break
             time.sleep(STEP_GONE_POLL_S)
@@ -827,6 +874,15 @@ class SlurmAgent(NodeAgent):
         return self._shim().memory_snapshots(root)
 
     def preflight(self, request: PreflightRequest) -> PreflightResult:
+        # A node Slurm already reports lost fails here at once: srun -w to it would
+        # wait MessageTimeout (11 s measured) for its slurmd before saying the same.
+        with contextlib.suppress(SlurmCommandFailed):
+            words, reason = node_state(self.node.name)
+            if words & LOST_STATES:
+                raise NodeUnreachable(
+                    f"node {self.node.name}: Slurm reports it {'+'.join(sorted(words))}"
+                    + (f" ({reason})" if reason else "")
+                )
         return self._shim().preflight(request)
 
     def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str:

@@ -24,7 +24,17 @@ UPDATE_RECOVER = "recover"
 PHASE_ATTRIBUTE = SearchAttributeKey.for_keyword("LazarusPhase")
 STEP_ATTRIBUTE = SearchAttributeKey.for_int("LazarusStep")
 JOB_ATTRIBUTE = SearchAttributeKey.for_keyword("LazarusJob")
-SEARCH_ATTRIBUTES = (PHASE_ATTRIBUTE, STEP_ATTRIBUTE, JOB_ATTRIBUTE)
+FAILURE_CLASS_ATTRIBUTE = SearchAttributeKey.for_keyword("LazarusFailureClass")
+"""The newest incident's class (crash, hang, node_lost, ...): filter the UI's list by it."""
+GENERATION_ATTRIBUTE = SearchAttributeKey.for_int("LazarusGeneration")
+"""The generation running now: ``LazarusGeneration > 1`` lists jobs that relaunched."""
+SEARCH_ATTRIBUTES = (
+    PHASE_ATTRIBUTE,
+    STEP_ATTRIBUTE,
+    JOB_ATTRIBUTE,
+    FAILURE_CLASS_ATTRIBUTE,
+    GENERATION_ATTRIBUTE,
+)
 
 
 def workflow_id_for(job_name: str) -> str:

@@ -113,6 +113,10 @@ class LaunchResult(_Model):
     "rank process started" for scripts without the rank helper."""
     warm_start: WarmStartOutcome | None = None
     """How the ranks were started when ``warm_start`` is on (None: it is off)."""
+    host: str | None = None
+    """The launching worker's host, for jobs of local nodes (their ranks live there):
+    the job routes its machine-bound activities to that host's task queue. None for
+    ssh and Slurm nodes, and from workers older than host routing."""
 
 
 class StopRequest(_Model):

@@ -301,6 +301,10 @@ class DrainRequest(BaseModel):
 
 class ReturnRequest(BaseModel):
     node: str
+    fenced: bool = False
+    """The operator vouches that no stale rank runs on the node (checked or rebooted):
+    needed for a node its job's stops never reached, such as a host that was dead
+    when the job ended."""
 
 
 class NodeView(BaseModel):
@@ -537,13 +541,20 @@ def release(state: FleetState, config: FleetConfig, request: ReleaseRequest, now
         _to_pool(state, config, record, now)
         returned.append(record.name)
     for record in state.nodes:
-        if (
-            record.state == NodeState.QUARANTINED
-            and record.job == request.job
-            and record.name in request.fenced
-        ):
+        if record.state != NodeState.QUARANTINED or record.job != request.job:
+            continue
+        if record.name in request.fenced:
             record.fenced = True
             start_probation(state, config, record, now)
+        elif not record.fenced:
+            _log(
+                state,
+                now,
+                "not fenced: the job's stops never reached it; stays quarantined until "
+                f"checked and returned ('lazarus fleet return {record.name} --fenced')",
+                record.name,
+                request.job,
+            )
     if returned:
         _log(state, now, f"released {', '.join(returned)}", None, request.job)
     return f"released {len(returned)} node(s)"
@@ -588,6 +599,15 @@ def probation_result(
     if record.passes >= config.probation.passes:
         _to_pool(state, config, record, now)
         _log(state, now, f"passed probation ({config.probation.passes} checks)", node, None)
+
+
+def probation_not_run(state: FleetState, detail: str, now: float) -> None:
+    """A probation round whose check could not run at all (the worker's allow-list
+    refused the health command, say): logged where ``fleet status`` shows it, once
+    per distinct reason, so a node stuck on probation says why."""
+    what = f"probation check could not run: {detail}"
+    if not any(e.what == what for e in state.log[-5:]):
+        _log(state, now, what, None, None)
 
 
 def drain(state: FleetState, config: FleetConfig, request: DrainRequest, now: float) -> str:
@@ -639,14 +659,20 @@ def return_node(state: FleetState, config: FleetConfig, request: ReturnRequest, 
         return f"{request.node}: pending drain cancelled"
     if record.state in (NodeState.HEALTHY, NodeState.SPARE):
         raise FleetRefusal(f"node {request.node} is already in service ({record.state.value})")
-    if not record.fenced:
+    if not record.fenced and not request.fenced:
+        if record.job is not None and state.held_by(record.job):
+            raise FleetRefusal(
+                f"node {request.node} is not fenced: job {record.job} may still run ranks on "
+                "it; it is fenced when that job ends (or check it and return it with --fenced)"
+            )
         raise FleetRefusal(
-            f"node {request.node} is not fenced: job {record.job} may still run ranks on it; "
-            "it is fenced when that job ends"
+            f"node {request.node} is not fenced: its job's stops never reached it, so stale "
+            "ranks may still run there; check it (or reboot it), then return it with --fenced"
         )
     was = record.state.value
+    vouched = ", fenced by operator" if not record.fenced else ""
     _to_pool(state, config, record, now)
-    _log(state, now, f"returned by operator (was {was})", request.node, None)
+    _log(state, now, f"returned by operator (was {was}{vouched})", request.node, None)
     return f"{request.node} is {record.state.value} again"
 
 

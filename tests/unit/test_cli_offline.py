@@ -327,7 +327,13 @@ def test_dev_server_command_registers_search_attributes(tmp_path: Path) -> None:
     joined = " ".join(command)
     assert f"--db-filename {tmp_path / 'temporal.sqlite'}" in joined
     assert "--ip 127.0.0.1 --port 17233 --ui-port 18233" in joined
-    for flag in ("LazarusPhase=Keyword", "LazarusStep=Int", "LazarusJob=Keyword"):
+    for flag in (
+        "LazarusPhase=Keyword",
+        "LazarusStep=Int",
+        "LazarusJob=Keyword",
+        "LazarusFailureClass=Keyword",
+        "LazarusGeneration=Int",
+    ):
         assert f"--search-attribute {flag}" in joined
 
 

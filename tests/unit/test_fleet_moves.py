@@ -179,6 +179,26 @@ def test_return_refuses_nodes_in_service_unfenced_or_unknown() -> None:
         return_node(state, cfg, ReturnRequest(node="zz"), 3.0)
 
 
+def test_a_node_its_job_never_fenced_returns_only_when_the_operator_vouches() -> None:
+    cfg = config()
+    state = initial_state(cfg, 0.0)
+    lease(state, cfg, LeaseRequest(job="a", nodes=2), 0.0)
+    fail(state, cfg, "a", "n0", 1.0, "a#1")
+    with pytest.raises(FleetRefusal, match="fenced when that job ends"):
+        return_node(state, cfg, ReturnRequest(node="n0"), 2.0)
+    # The host was dead when job a ended: its stops never reached it.
+    release(state, cfg, ReleaseRequest(job="a", fenced=[]), 3.0)
+    assert states(state)["n0"] == "quarantined"
+    assert "--fenced" in state.log[-2].what and state.log[-2].node == "n0"
+    with pytest.raises(FleetRefusal, match="never reached it"):
+        return_node(state, cfg, ReturnRequest(node="n0"), 4.0)
+    assert "healthy again" in return_node(state, cfg, ReturnRequest(node="n0", fenced=True), 5.0)
+    assert state.log[-1].what == "returned by operator (was quarantined, fenced by operator)"
+    # Back in service, but still a lemon: a new lease leaves it out.
+    assert [n.name for n in lease(state, cfg, LeaseRequest(job="b", nodes=1), 6.0).nodes] != ["n0"]
+    assert is_lemon(state.record("n0"), cfg.lemon, 6.0)
+
+
 def test_a_report_from_a_job_that_does_not_hold_the_node_is_refused() -> None:
     cfg = config()
     state = initial_state(cfg, 0.0)

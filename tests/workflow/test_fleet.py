@@ -140,6 +140,8 @@ async def test_two_jobs_share_one_spare_pool(cluster: Cluster, tmp_path: Path) -
     first.script.failures[1] = lost(a.nodes.active[0])
     a2 = await first.wait_for(lambda s: s.generation == 2 and s.phase == Phase.RUNNING, "gen 2")
     assert "s0" in a2.nodes.active and a.nodes.active[0] not in a2.nodes.active
+    # The fleet's answer is on the incident it was asked for, next to the root cause.
+    assert f"fleet: replacement for {a.nodes.active[0]}: s0" in a2.incidents[-1].evidence[:3]
     status = await cluster.fleets.status(fleet.name)
     assert status.counts["spare"] == 0 and "s0" in leased(status, first.spec.job_id)
 

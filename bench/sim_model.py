@@ -1,0 +1,284 @@
+"""The simulated cluster's model: failure profiles, a seeded failure trace, recovery
+costs calibrated on this machine, training progress with checkpoints, Young-Daly.
+
+Pure and deterministic (a seed in, the same trace out), so every configuration the
+simulator compares (fixed interval or Young-Daly, lemon exclusion or not, 0/1/2%
+spares) meets the *same* failures on the same physical nodes, and the unit tests
+check the arithmetic without a server.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from lazarus.domain.failure_classes import FailureClass
+
+DAY_S = 86_400.0
+
+CALIBRATION_FILE = "bench/results/recovery-20261201-004709-node-loss.json"
+"""The measured phase breakdown the cost model starts from: a node loss on 3 ssh nodes
+(network namespaces) with warm starts and the memory tier, median of 3 repeats."""
+
+MEASURED_NODES = 3
+MEASURED_PHASES_S: dict[str, float] = {
+    "detection_overhead": 7.02 - 5.0,  # detected 7.02 s after the fault at node_timeout 5 s
+    "decision": 0.009,
+    "stop": 0.236,
+    "resume_search": 0.026,
+    "launch": 0.192 + 0.201,  # launch requested + rank process started
+    "import": 1.862,
+    "process_group": 0.407,
+    "checkpoint_load": 1.674,
+    "first_step": 0.449,
+}
+"""Median phase times from :data:`CALIBRATION_FILE` (``phase_*_s``)."""
+
+
+@dataclass(frozen=True)
+class ClassShare:
+    """One Llama 3 interruption category, how it shows to Lazarus, and its share."""
+
+    name: str
+    share: float
+    kind: str
+    """The supervision outcome: ``crash``, ``hang`` or ``node_lost``."""
+    failure_class: FailureClass
+    hardware: bool
+    """The node stays broken until it is replaced (its next preflight fails too)."""
+
+
+LLAMA3_CLASSES: tuple[ClassShare, ...] = (
+    # GPU 64%: faulty GPU 30%, HBM3 17%, the rest SRAM, GSP, driver, NVLink...
+    ClassShare("gpu_faulty", 0.30, "crash", FailureClass.GPU_HARDWARE, True),
+    ClassShare("gpu_hbm3", 0.17, "crash", FailureClass.GPU_HARDWARE, True),
+    ClassShare("gpu_other", 0.17, "crash", FailureClass.GPU_HARDWARE, True),
+    ClassShare("software", 0.13, "crash", FailureClass.UNKNOWN, False),
+    ClassShare("host_maintenance", 0.11, "node_lost", FailureClass.NODE_LOST, True),
+    # Network 12%: switch/cable 8% (a collective times out), NIC and NCCL errors 4%
+    ClassShare("network_switch_cable", 0.08, "hang", FailureClass.NCCL_TIMEOUT, False),
+    ClassShare("network_nic_nccl", 0.04, "crash", FailureClass.NCCL_ERROR, False),
+)
+"""Llama 3 405B pre-training, 54 days on 16,384 H100s: 419 unexpected interruptions
+(Dubey et al., 2024, table 5), grouped as the issue gives them."""
+
+
+@dataclass(frozen=True)
+class FailureProfile:
+    name: str
+    per_node_day: float
+    """Mean failures per node-day across the fleet (lemons included)."""
+    source: str
+    classes: tuple[ClassShare, ...] = LLAMA3_CLASSES
+
+
+def llama3_profile(gpus_per_node: int) -> FailureProfile:
+    return FailureProfile(
+        "llama3",
+        4.7e-4 * gpus_per_node,
+        "Llama 3: 419 interruptions / (16,384 GPUs x 54 days) = 4.7e-4 per GPU-day",
+    )
+
+
+def kokolis_profile(gpus_per_node: int) -> FailureProfile:
+    del gpus_per_node
+    return FailureProfile(
+        "kokolis",
+        6.5e-3,
+        "Kokolis et al. 2024 (Meta RSC): 6.5 failures per 1,000 node-days; "
+        "classes in Llama 3's proportions",
+    )
+
+
+PROFILES = {"llama3": llama3_profile, "kokolis": kokolis_profile}
+
+
+@dataclass(frozen=True)
+class FailureEvent:
+    at_s: float
+    """Seconds after the simulation's start."""
+    node: str
+    share: ClassShare
+
+
+@dataclass(frozen=True)
+class ClusterTrace:
+    """The physical nodes, which are lemons, what a fleet's memory would flag, and
+    every failure over the horizon, sorted by time."""
+
+    nodes: list[str]
+    lemons: frozenset[str]
+    flagged: frozenset[str]
+    """Nodes a fleet would exclude up front: ``lemon_k`` or more incidents in their
+    look-back window (drawn from the same rates: flags are imperfect, as in life)."""
+    events: list[FailureEvent]
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    nodes: int
+    """Physical nodes in the cluster (the job's, its spares, and a reserve)."""
+    horizon_s: float
+    profile: FailureProfile
+    seed: int = 1
+    lemon_fraction: float = 0.01
+    lemon_rate_factor: float = 20.0
+    lemon_lookback_days: float = 30.0
+    lemon_k: int = 2
+
+
+def node_name(index: int) -> str:
+    return f"n{index:05d}"
+
+
+def make_trace(config: TraceConfig) -> ClusterTrace:
+    """Per-node Poisson failures. The fleet's mean rate is the profile's: ordinary
+    nodes run at ``r0`` and lemons at ``lemon_rate_factor * r0``, with
+    ``(1 - f) r0 + f F r0 = rate``."""
+    rng = random.Random(config.seed)
+    nodes = [node_name(i) for i in range(config.nodes)]
+    f, factor = config.lemon_fraction, config.lemon_rate_factor
+    base = config.profile.per_node_day / ((1 - f) + f * factor)
+    lemon_count = round(f * config.nodes)
+    lemons = frozenset(rng.sample(nodes, lemon_count)) if lemon_count else frozenset()
+    shares = config.profile.classes
+    weights = [c.share for c in shares]
+    events: list[FailureEvent] = []
+    flagged: set[str] = set()
+    for node in nodes:
+        per_day = base * (factor if node in lemons else 1.0)
+        per_s = per_day / DAY_S
+        # the fleet's memory: incidents of this node in the look-back window
+        if _poisson(rng, per_day * config.lemon_lookback_days) >= config.lemon_k:
+            flagged.add(node)
+        t = rng.expovariate(per_s)
+        while t < config.horizon_s:
+            events.append(FailureEvent(t, node, rng.choices(shares, weights)[0]))
+            t += rng.expovariate(per_s)
+    events.sort(key=lambda e: e.at_s)
+    return ClusterTrace(nodes, lemons, frozenset(flagged), events)
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    count, total = 0, rng.expovariate(1.0)
+    while total < mean:
+        count += 1
+        total += rng.expovariate(1.0)
+    return count
+
+
+# ------------------------------------------------------------------ recovery costs
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds each leg of a recovery takes at ``nodes`` nodes, scaled from the
+    3-node measurement: fan-out legs (stop, launch, preflight, imports from a shared
+    filesystem) grow with log2 of the node count, the TCPStore rendezvous linearly
+    (one store answers every rank), checkpoint load is the checkpoint cost δ read
+    back, and the first step is one step."""
+
+    nodes: int
+    step_s: float
+    checkpoint_s: float
+    poll_interval_s: float = 0.5
+    node_timeout_s: float = 15.0
+    hang_timeout_s: float = 300.0
+
+    @property
+    def fan_out(self) -> float:
+        return max(1.0, math.log2(self.nodes) / math.log2(MEASURED_NODES))
+
+    def detection_s(self, kind: str) -> float:
+        if kind == "node_lost":
+            return self.node_timeout_s + MEASURED_PHASES_S["detection_overhead"]
+        if kind == "hang":
+            return self.hang_timeout_s + self.poll_interval_s
+        return self.poll_interval_s + 1.0
+
+    @property
+    def stop_s(self) -> float:
+        return MEASURED_PHASES_S["stop"] * self.fan_out
+
+    @property
+    def preflight_s(self) -> float:
+        return 1.0 * self.fan_out
+
+    @property
+    def search_s(self) -> float:
+        return MEASURED_PHASES_S["resume_search"] * self.fan_out
+
+    @property
+    def launch_s(self) -> float:
+        return MEASURED_PHASES_S["launch"] * self.fan_out
+
+    @property
+    def startup_s(self) -> float:
+        """Launch done to first new step: imports, rendezvous, checkpoint load, a step."""
+        rendezvous = MEASURED_PHASES_S["process_group"] * self.nodes / MEASURED_NODES
+        return (
+            MEASURED_PHASES_S["import"] * self.fan_out
+            + rendezvous
+            + self.checkpoint_s
+            + self.step_s
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "detection_crash_s": self.detection_s("crash"),
+            "detection_hang_s": self.detection_s("hang"),
+            "detection_node_lost_s": self.detection_s("node_lost"),
+            "stop_s": self.stop_s,
+            "preflight_s": self.preflight_s,
+            "launch_s": self.launch_s,
+            "startup_s": self.startup_s,
+        }
+
+
+# --------------------------------------------------------------- training progress
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int
+    checkpoint_step: int | None
+    """Newest committed checkpoint at that moment (None: none written yet)."""
+    checkpointing_s: float
+    """Time spent blocked in checkpoints so far in the generation."""
+
+
+def progress_at(
+    start_step: int, elapsed_s: float, every: int, step_s: float, checkpoint_s: float
+) -> Progress:
+    """Steps made ``elapsed_s`` after a generation's first step at ``start_step``: each
+    step takes ``step_s``; after every step that is a multiple of ``every`` the ranks
+    block ``checkpoint_s`` and then the checkpoint is committed."""
+    if elapsed_s <= 0:
+        return Progress(start_step, None, 0.0)
+    if every <= 0:
+        return Progress(start_step + int(elapsed_s / step_s), None, 0.0)
+    to_first = every - start_step % every
+    first_cycle = to_first * step_s + checkpoint_s
+    if elapsed_s < first_cycle:
+        steps = min(to_first, int(elapsed_s / step_s))
+        blocked = max(0.0, elapsed_s - to_first * step_s)
+        return Progress(start_step + steps, None, blocked)
+    rest = elapsed_s - first_cycle
+    cycle = every * step_s + checkpoint_s
+    cycles = int(rest / cycle)
+    into = rest - cycles * cycle
+    base = start_step + to_first + cycles * every
+    steps = min(every, int(into / step_s))
+    blocked = (cycles + 1) * checkpoint_s + max(0.0, into - every * step_s)
+    return Progress(base + steps, base, blocked)
+
+
+@dataclass
+class Ledger:
+    """Ground truth kept by the simulated cluster, per phase in simulated seconds."""
+
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.phases[phase] = self.phases.get(phase, 0.0) + seconds

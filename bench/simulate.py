@@ -1,0 +1,579 @@
+"""``python -m bench simulate``: the real ``JobWorkflow`` through weeks of failures at scale.
+
+Each configuration runs the unchanged workflow on Temporal's time-skipping test server
+against :class:`bench.sim_cluster.SimCluster`, which meets one seeded failure trace
+(:mod:`bench.sim_model`): Llama 3's rate and classes by default, lemon nodes at a much
+higher rate, recovery costs scaled from this machine's measured phase breakdown. Every
+configuration sees the same failures on the same physical nodes; they differ only in
+the checkpoint interval (fixed, or ``checkpoints.interval: auto``: the workflow's own
+Young-Daly tuning from the δ and step time the simulated ranks report), whether
+flagged lemon nodes are excluded up front (in the simulator's placement, as a fleet
+would lease), and the spares. Reports ETTR, MTTR, interruptions by class, steps lost,
+time per phase, history events and continue-as-new count, and plots ETTR against the
+interval with Young-Daly's τ marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from bench.sim_cluster import REPORT_S, SimCluster
+from bench.sim_model import (
+    CALIBRATION_FILE,
+    DAY_S,
+    PROFILES,
+    ClusterTrace,
+    CostModel,
+    FailureProfile,
+    TraceConfig,
+    make_trace,
+)
+from lazarus.domain.api import SEARCH_ATTRIBUTES, WORKFLOW_TYPE
+from lazarus.domain.checkpoint_interval import daly_interval_s
+from lazarus.domain.spec import JobSpec, parse_spec
+from lazarus.workflows.job import JobWorkflow
+from lazarus.workflows.state import JobInput, JobStatus
+
+TEST_SERVER = Path(".venv/bin/temporal-test-server")
+HOOK = ["sim-operator"]
+"""The escalation hook's command: the simulated operator (never run as a program)."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    nodes: int = 2048
+    gpus_per_node: int = 8
+    days: float = 54.0
+    profile: str = "llama3"
+    seed: int = 1
+    step_s: float = 10.0
+    checkpoint_s: float = 20.0
+    """δ: the blocking part of one checkpoint."""
+    fixed_interval_s: float = 3600.0
+    """The fixed-interval baseline: one checkpoint an hour."""
+    spares_pct: float = 1.0
+    lemon_fraction: float = 0.01
+    lemon_rate_factor: float = 20.0
+    operator_delay_s: float = 1800.0
+    """Page to a repaired node returned and the job resumed (no spare left)."""
+    sweep: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
+    """Interval sweep, as multiples of τ (fixed intervals; the 1-hour rows add a point)."""
+    continue_as_new_after_events: int = 10_000
+    rate_scale: float = 1.0
+    """Multiplies the profile's failure rate (the smoke run's way to meet failures,
+    spares running out and the operator in one simulated day on a few nodes)."""
+    rows: tuple[str, ...] = ()
+    """Only these configurations (by name; empty: all)."""
+
+    @classmethod
+    def quick(cls) -> SimConfig:
+        """A smoke run: 32 nodes for 12 hours at 100x the rate (9 failures), so
+        recovery, spares running out, the operator, interval tuning and continue-as-new
+        all happen; its ETTR means nothing."""
+        return cls(
+            nodes=32,
+            days=0.5,
+            rate_scale=100.0,
+            lemon_fraction=0.1,
+            seed=7,  # a trace with hardware failures on the job's nodes
+            sweep=(),
+            continue_as_new_after_events=800,
+            rows=("fixed", "auto+lemon", "auto+lemon spares 0%"),
+        )
+
+    def profile_of(self) -> FailureProfile:
+        profile = PROFILES[self.profile](self.gpus_per_node)
+        if self.rate_scale == 1.0:
+            return profile
+        return replace(
+            profile,
+            per_node_day=profile.per_node_day * self.rate_scale,
+            source=f"{profile.source}, x{self.rate_scale:g} (smoke run)",
+        )
+
+    @property
+    def horizon_s(self) -> float:
+        return self.days * DAY_S
+
+    def mtbf_s(self) -> float:
+        """The job's MTBF from the profile's prior: per-node rate times node count."""
+        return DAY_S / (self.profile_of().per_node_day * self.nodes)
+
+    def tau_s(self) -> float:
+        return daly_interval_s(self.checkpoint_s, self.mtbf_s())
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    interval_s: float
+    interval_kind: str
+    """``fixed``, ``auto`` (the workflow tunes it; ``interval_s`` is where it starts)
+    or ``sweep`` (fixed, at a multiple of Young-Daly's τ)."""
+    lemon_exclusion: bool
+    spares_pct: float
+
+
+LEMON_PLACEMENT = (
+    "lemon exclusion is simulated in the cluster's placement (nodes with 2 or more "
+    "incidents in a 30-day look-back are not leased, as the fleet's lemon rule would); "
+    "the fleet workflow itself is not run"
+)
+
+
+def variants(config: SimConfig) -> list[Variant]:
+    tau = config.tau_s()
+    pct = config.spares_pct
+    fixed = config.fixed_interval_s
+    rows = [
+        Variant("fixed", fixed, "fixed", False, pct),
+        Variant("fixed+lemon", fixed, "fixed", True, pct),
+        Variant("auto", fixed, "auto", False, pct),
+        Variant("auto+lemon", fixed, "auto", True, pct),
+    ]
+    rows += [Variant(f"auto+lemon spares {s:g}%", fixed, "auto", True, s) for s in (0, 2)]
+    rows += [Variant(f"sweep {m:g}tau+lemon", tau * m, "sweep", True, pct) for m in config.sweep]
+    if config.rows:
+        unknown = set(config.rows) - {row.name for row in rows}
+        if unknown:
+            raise ValueError(f"unknown configuration(s): {', '.join(sorted(unknown))}")
+        rows = [row for row in rows if row.name in config.rows]
+    return rows
+
+
+def placement(
+    trace: ClusterTrace, config: SimConfig, variant: Variant
+) -> tuple[list[str], list[str]]:
+    """The job's nodes and spares, in the cluster's order, skipping flagged lemons when
+    lemon exclusion is on."""
+    spares = math.ceil(config.nodes * variant.spares_pct / 100)
+    eligible = [n for n in trace.nodes if not (variant.lemon_exclusion and n in trace.flagged)]
+    if len(eligible) < config.nodes + spares:
+        raise ValueError(
+            f"{variant.name}: {len(eligible)} eligible nodes for {config.nodes} nodes and "
+            f"{spares} spares (too many flagged lemons)"
+        )
+    return eligible[: config.nodes], eligible[config.nodes : config.nodes + spares]
+
+
+def sim_spec(config: SimConfig, variant: Variant, nodes: list[str], spares: list[str]) -> JobSpec:
+    every = max(1, round(variant.interval_s / config.step_s))
+    data: dict[str, Any] = {
+        "name": f"sim-{uuid.uuid4().hex[:8]}",
+        "command": ["python", "train.py"],
+        "workdir": "/sim",
+        "checkpoint_dir": "/sim/checkpoints/{job_id}",
+        "run_dir": "/sim/runs",
+        "nodes": [{"name": n} for n in nodes],
+        "spares": [{"name": n} for n in spares],
+        "nproc_per_node": config.gpus_per_node,
+        "health": {
+            "poll_interval_s": 0.5,
+            "hang_timeout_s": 300.0,
+            "supervisor_heartbeat_timeout_s": 600.0,
+            "report_interval_s": REPORT_S,
+        },
+        "recovery": {
+            "max_restarts": 50,
+            "restart_window_s": 3600.0,
+            "backoff_initial_s": 1.0,
+            "backoff_max_s": 60.0,
+        },
+        "checkpoints": {
+            "every_steps": every,
+            "verify_hashes": False,
+            "housekeeping_interval_s": REPORT_S,
+            **({"interval": "auto"} if variant.interval_kind == "auto" else {}),
+        },
+        "on_escalation": HOOK,
+    }
+    return parse_spec(data, "<simulate>")
+
+
+async def run_variant(
+    config: SimConfig, trace: ClusterTrace, variant: Variant, progress: Any
+) -> dict[str, Any]:
+    nodes, spares = placement(trace, config, variant)
+    spec = sim_spec(config, variant, nodes, spares)
+    costs = CostModel(
+        nodes=config.nodes,
+        step_s=config.step_s,
+        checkpoint_s=config.checkpoint_s,
+        poll_interval_s=spec.health.poll_interval_s,
+        node_timeout_s=spec.node_timeout_s,
+        hang_timeout_s=spec.health.hang_timeout_s,
+    )
+    wall = time.monotonic()
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
+    )
+    async with env:
+        await register_search_attributes(env.client)
+        cluster = SimCluster(env, trace, costs, config.horizon_s, config.operator_delay_s)
+        cluster.client = env.client
+        cluster.workflow_id = f"lazarus-{spec.name}"
+        await cluster.now()  # the simulation starts now
+        queue = f"sim-{uuid.uuid4().hex[:8]}"
+        async with Worker(
+            env.client,
+            task_queue=queue,
+            workflows=[JobWorkflow],
+            activities=cluster.activities(),
+            max_concurrent_activities=64,
+        ):
+            handle = await env.client.start_workflow(
+                WORKFLOW_TYPE,
+                JobInput(
+                    spec=spec, continue_as_new_after_events=config.continue_as_new_after_events
+                ),
+                id=cluster.workflow_id,
+                task_queue=queue,
+                result_type=JobStatus,
+            )
+            status: JobStatus = await handle.result()
+            history = await history_figures(
+                env.client, cluster.workflow_id, handle.first_execution_run_id
+            )
+        await cluster.close()
+    figures = summarize(config, variant, cluster, status, history, costs, len(nodes), len(spares))
+    figures["wall_s"] = round(time.monotonic() - wall, 1)
+    progress(
+        f"{variant.name}: ETTR {figures['ettr']:.4f}, {figures['interruptions']} interruptions, "
+        f"{history['history_events']} events, {history['continue_as_new']} continue-as-new, "
+        f"{figures['wall_s']} s wall"
+    )
+    return figures
+
+
+async def register_search_attributes(client: Client) -> None:
+    """The workflow upserts Lazarus's search attributes; the test server must know them."""
+    from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=client.namespace,
+            search_attributes={
+                key.name: key.indexed_value_type.value  # type: ignore[misc]
+                for key in SEARCH_ATTRIBUTES
+            },
+        )
+    )
+
+
+async def history_figures(
+    client: Client, workflow_id: str, first_run: str | None
+) -> dict[str, int]:
+    """Events and bytes across the continue-as-new chain, and the longest single run."""
+    run_id = first_run
+    events = runs = longest = size = 0
+    while run_id is not None:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        runs += 1
+        events += len(history.events)
+        longest = max(longest, len(history.events))
+        size += sum(e.ByteSize() for e in history.events)
+        run_id = None
+        last = history.events[-1] if history.events else None
+        if last is not None and last.HasField(
+            "workflow_execution_continued_as_new_event_attributes"
+        ):
+            run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    return {
+        "history_events": events,
+        "workflow_runs": runs,
+        "continue_as_new": runs - 1,
+        "longest_run_events": longest,
+        "history_bytes": size,
+    }
+
+
+def summarize(
+    config: SimConfig,
+    variant: Variant,
+    cluster: SimCluster,
+    status: JobStatus,
+    history: dict[str, int],
+    costs: CostModel,
+    nodes: int,
+    spares: int,
+) -> dict[str, Any]:
+    horizon = config.horizon_s
+    interruptions = cluster.interruptions
+    by_class: dict[str, int] = {}
+    for i in interruptions:
+        by_class[i.category] = by_class.get(i.category, 0) + 1
+    recoveries = [i.first_step_at_s - i.at_s for i in interruptions if i.first_step_at_s]
+    lost_steps = sum(
+        max(0, i.step_at_fault - i.resume_step) for i in interruptions if i.resume_step is not None
+    )
+    productive = cluster.final_step * config.step_s
+    phases = {k: round(v, 1) for k, v in sorted(cluster.ledger.phases.items())}
+    phases.pop("running", None)
+    accounted = {
+        "productive": productive,
+        "checkpointing": cluster.checkpointing_s,
+        "lost_work": lost_steps * config.step_s,
+        **{k: v for k, v in phases.items()},
+    }
+    accounted["other (backoff, operator, decisions)"] = max(0.0, horizon - sum(accounted.values()))
+    placed = set(cluster.placed)
+    lemons_used = len([n for n in cluster.trace.lemons if n in placed])
+    every = max(1, round(variant.interval_s / config.step_s))
+    tuned = status.checkpoint_interval
+    if tuned is not None and tuned.every_steps is not None:
+        every = tuned.every_steps  # where the workflow's own Young-Daly tuning ended
+    return {
+        "variant": variant.name,
+        "interval_kind": variant.interval_kind,
+        "interval_s": round(every * config.step_s, 1),
+        "every_steps": every,
+        "interval_changes": len(cluster.interval_changes),
+        "tuning": tuned.model_dump(mode="json") if tuned is not None else None,
+        "lemon_exclusion": variant.lemon_exclusion,
+        "spares_pct": variant.spares_pct,
+        "nodes": nodes,
+        "spares": spares,
+        "lemons_in_placement": lemons_used,
+        "phase": status.phase.value,
+        "ettr": round(productive / horizon, 5),
+        "ettr_workflow": status.ettr,
+        "mttr_s": round(sum(recoveries) / len(recoveries), 1) if recoveries else None,
+        "mttr_workflow_s": status.mttr_s,
+        "interruptions": len(interruptions),
+        "interruptions_by_class": dict(sorted(by_class.items())),
+        "steps_lost": lost_steps,
+        "steps_lost_workflow": status.steps_lost,
+        "final_step": cluster.final_step,
+        "restarts": status.restarts,
+        "generations": status.generation,
+        "quarantined": len(status.nodes.quarantined),
+        "operator_actions": len(cluster.operator_actions),
+        "operator_log": cluster.operator_actions[:20],
+        "leaked_locks_returned": cluster.leaked_locks_returned,
+        "time_by_phase_s": {k: round(v, 1) for k, v in accounted.items()},
+        **history,
+    }
+
+
+async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
+    profile = config.profile_of()
+    trace = make_trace(
+        TraceConfig(
+            nodes=math.ceil(config.nodes * 1.06) + 4,
+            horizon_s=config.horizon_s,
+            profile=profile,
+            seed=config.seed,
+            lemon_fraction=config.lemon_fraction,
+            lemon_rate_factor=config.lemon_rate_factor,
+            # a faster clock for failures shortens the fleet's memory alike
+            lemon_lookback_days=30.0 / config.rate_scale,
+        )
+    )
+    progress(
+        f"trace: {len(trace.events)} failures on {len(trace.nodes)} nodes over "
+        f"{config.days:g} days, {len(trace.lemons)} lemons, {len(trace.flagged)} flagged; "
+        f"tau = {config.tau_s():.0f} s at M = {config.mtbf_s():.0f} s"
+    )
+    rows = []
+    for variant in variants(config):
+        rows.append(await run_variant(config, trace, variant, progress))
+    return {
+        "benchmark": "simulate",
+        "config": asdict(config),
+        "profile": {
+            "name": profile.name,
+            "per_node_day": profile.per_node_day,
+            "source": profile.source,
+        },
+        "calibration": {
+            "file": CALIBRATION_FILE,
+            "costs_s": CostModel(
+                nodes=config.nodes,
+                step_s=config.step_s,
+                checkpoint_s=config.checkpoint_s,
+                hang_timeout_s=300.0,
+            ).as_dict(),
+        },
+        "young_daly": {
+            "delta_s": config.checkpoint_s,
+            "mtbf_s": round(config.mtbf_s(), 1),
+            "tau_s": round(config.tau_s(), 1),
+        },
+        "trace": {
+            "failures": len(trace.events),
+            "physical_nodes": len(trace.nodes),
+            "lemons": len(trace.lemons),
+            "flagged": len(trace.flagged),
+            "flagged_lemons": len(trace.flagged & trace.lemons),
+        },
+        "notes": {"lemon_exclusion": LEMON_PLACEMENT},
+        "rows": rows,
+    }
+
+
+# ---------------------------------------------------------------------- output
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "| configuration | interval | ETTR | MTTR | interruptions | steps lost | events "
+        "| continue-as-new |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        mttr = f"{r['mttr_s']:.0f} s" if r["mttr_s"] is not None else "-"
+        lines.append(
+            f"| {r['variant']} | {r['interval_s'] / 60:.1f} min | {100 * r['ettr']:.2f}% | {mttr} "
+            f"| {r['interruptions']} | {r['steps_lost']} | {r['history_events']} "
+            f"| {r['continue_as_new']} |"
+        )
+    yd = result["young_daly"]
+    lines.append("")
+    lines.append(
+        f"Young-Daly: δ = {yd['delta_s']:g} s, M = {yd['mtbf_s'] / 3600:.2f} h, "
+        f"τ = {yd['tau_s'] / 60:.1f} min."
+    )
+    for what, note in result["notes"].items():
+        lines.append(f"- {what}: {note}")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base_spares = result["config"]["spares_pct"]
+    curve = sorted(
+        (r["interval_s"] / 60, 100 * r["ettr"])
+        for r in result["rows"]
+        if r["lemon_exclusion"]
+        and r["spares_pct"] == base_spares
+        and r["interval_kind"] in ("fixed", "sweep")
+    )
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(
+        [p[0] for p in curve],
+        [p[1] for p in curve],
+        "o-",
+        label="fixed interval, lemon exclusion",
+    )
+    markers = {"fixed": "s", "auto": "*"}
+    for r in result["rows"]:
+        if r["spares_pct"] != base_spares or r["interval_kind"] == "sweep":
+            continue
+        if r["interval_kind"] == "fixed" and r["lemon_exclusion"]:
+            continue  # on the curve
+        label = r["variant"] + (
+            " (its last tuned interval)" if r["interval_kind"] == "auto" else ""
+        )
+        ax.plot(
+            r["interval_s"] / 60,
+            100 * r["ettr"],
+            markers[r["interval_kind"]],
+            markersize=12 if r["interval_kind"] == "auto" else 8,
+            label=label,
+        )
+    ax.axhline(97.0, color="grey", ls=":", label="97% target")
+    tau = result["young_daly"]["tau_s"] / 60
+    ax.axvline(tau, color="tab:red", ls="--", label=f"Young-Daly τ = {tau:.1f} min")
+    ax.set_xscale("log")
+    ax.set_xlabel("checkpoint interval (min, log scale)")
+    ax.set_ylabel("ETTR (%)")
+    cfg = result["config"]
+    ax.set_title(
+        f"{cfg['nodes']} nodes x {cfg['gpus_per_node']} GPUs, {cfg['days']:g} days, "
+        f"{cfg['profile']} profile, δ = {cfg['checkpoint_s']:g} s"
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def add_command(commands: Any) -> None:
+    parser = commands.add_parser(
+        "simulate",
+        help="the real JobWorkflow on the time-skipping server: weeks of Llama 3 failures "
+        "on thousands of simulated nodes (ETTR, MTTR, history)",
+        description=(__doc__ or "").splitlines()[0],
+    )
+    defaults = SimConfig()
+    parser.add_argument("--quick", action="store_true", help="256 nodes, 2 days: a smoke run")
+    parser.add_argument("--nodes", type=int, help=f"job nodes (default {defaults.nodes})")
+    parser.add_argument("--days", type=float, help=f"simulated days (default {defaults.days:g})")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default=defaults.profile)
+    parser.add_argument("--seed", type=int, help=f"trace seed (default {defaults.seed})")
+    parser.add_argument(
+        "--rows",
+        help="comma-separated configurations to run (default: all), e.g. fixed,auto+lemon",
+    )
+    parser.add_argument(
+        "--checkpoint-s", type=float, help=f"δ, seconds (default {defaults.checkpoint_s:g})"
+    )
+    parser.add_argument("--json-out", type=Path, help="results file (default bench/results/)")
+
+
+def config_from(args: argparse.Namespace) -> SimConfig:
+    config = SimConfig.quick() if args.quick else SimConfig()
+    config = replace(config, profile=args.profile)
+    if args.seed is not None:
+        config = replace(config, seed=args.seed)
+    if args.rows:
+        config = replace(config, rows=tuple(r.strip() for r in args.rows.split(",")))
+        variants(config)  # unknown names: one clear line, nothing started
+    if args.nodes is not None:
+        config = replace(config, nodes=args.nodes)
+    if args.days is not None:
+        config = replace(config, days=args.days)
+    if args.checkpoint_s is not None:
+        config = replace(config, checkpoint_s=args.checkpoint_s)
+    if config.nodes < 2 or config.days <= 0 or config.checkpoint_s <= 0:
+        raise ValueError("--nodes must be >= 2, --days and --checkpoint-s > 0")
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = config_from(args)
+    except ValueError as exc:
+        print(f"python -m bench simulate: {exc}", file=sys.stderr)
+        return 2
+    if not TEST_SERVER.exists():
+        print(
+            f"python -m bench simulate: {TEST_SERVER}: not found (run from the repo root)",
+            file=sys.stderr,
+        )
+        return 2
+    json_out: Path = args.json_out or Path("bench/results") / (
+        f"simulate-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    with tempfile.TemporaryDirectory(prefix="lazarus-sim-"):
+        result = asyncio.run(
+            simulate(config, lambda line: print(line, file=sys.stderr, flush=True))
+        )
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    import json
+
+    json_out.write_text(json.dumps(result, indent=2) + "\n")
+    png = json_out.with_suffix(".png")
+    plot(result, png)
+    print(markdown(result))
+    print(f"\nraw results: {json_out}\nplot: {png}")
+    return 0

@@ -1,0 +1,46 @@
+"""``python -m bench simulate --quick`` end to end: the real ``JobWorkflow`` on the
+time-skipping test server meets a seeded burst of failures on 32 simulated nodes for
+12 simulated hours. Recovery, spares running out (the simulated operator returns the
+repaired node and resumes), ``checkpoints.interval: auto`` and continue-as-new all
+happen, and every run ends succeeded. No timing or ETTR is asserted: those are the
+bench's to report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(300)
+def test_quick_simulation_runs_through_failures_operator_and_continue_as_new(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "simulate.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "simulate", "--quick", "--json-out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rows = {row["variant"]: row for row in result["rows"]}
+    assert set(rows) == {"fixed", "auto+lemon", "auto+lemon spares 0%"}
+    for row in rows.values():
+        assert row["phase"] == "SUCCEEDED", row
+        assert row["interruptions"] > 0 and row["restarts"] > 0
+        assert row["continue_as_new"] >= 1
+        assert 0 < row["ettr"] < 1
+    assert rows["auto+lemon"]["interval_changes"] > 0  # the workflow tuned it
+    assert rows["auto+lemon"]["tuning"]["checkpoint_save_s"] == pytest.approx(20.0)
+    assert "resume" in rows["auto+lemon spares 0%"]["operator_log"]
+    assert not any("failed" in action for action in rows["auto+lemon spares 0%"]["operator_log"])
+    assert out.with_suffix(".png").stat().st_size > 0
+    assert "| fixed |" in done.stdout

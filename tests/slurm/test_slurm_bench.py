@@ -1,0 +1,56 @@
+"""Smoke test of ``python -m bench slurm``: one quick repeat of each Slurm scenario,
+both systems, on test Slurm clusters of its own. It checks that the scenarios run
+and that the results file carries the figures the README quotes; it asserts no
+timing (speed figures live in bench/results/, never in tests).
+
+Why it is here: the scenarios drive a real Slurm (a node kill, a requeued batch
+job), which only these tests' machines have; elsewhere it skips like the others."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main
+from lazarus.infra.slurm import TestSlurm
+from tests.slurm.conftest import require_slurm
+
+pytestmark = pytest.mark.e2e
+
+
+def _clusters() -> set[Path]:
+    return set(Path("/tmp").glob("lazarus-slurm-*"))
+
+
+@pytest.mark.timeout(600)
+def test_slurm_bench_runs_both_systems_and_writes_the_figures(tmp_path: Path) -> None:
+    require_slurm()
+    before = _clusters()
+    out = tmp_path / "slurm.json"
+    code = main(["slurm", "--quick", "--repeats", "1", "--json-out", str(out)])
+    left = {p: TestSlurm(root=p).leftovers() for p in _clusters() - before}
+    assert not any(left.values()), f"test Slurm processes left behind: {left}"
+    data = json.loads(out.read_text())
+    runs = {(r["scenario"], r["system"]): r for r in data["runs"]}
+    assert code == 0, [r.get("error") for r in runs.values()]
+    assert data["benchmark"] == "slurm"
+
+    lazarus = runs["slurm_node_loss", "lazarus"]
+    for name in ("detection_from_kill_s", "recovery_from_kill_s", "steps_lost", "spare_used"):
+        assert name in lazarus["metrics"], name
+    assert lazarus["metrics"]["recovered"] is True
+    assert any(m.startswith("phase_") for m in lazarus["metrics"])
+    assert "SlurmdTimeout" in lazarus["details"]["settings"]["slurm"]
+
+    plain = runs["slurm_node_loss", "slurm_requeue"]
+    assert "SlurmdTimeout" in plain["details"]["settings"]["slurm"]
+    assert plain["details"]["settings"]["sbatch"].startswith("--requeue")
+    # Either the requeued job trained again, or the run says how Slurm ended it.
+    assert plain["metrics"]["recovered"] is True or plain["note"], plain
+
+    cpu = runs["slurm_cpu", "lazarus"]["metrics"]
+    for name in ("poll_interval_s", "slurm2_cpu_ms_per_s_per_node", "slurm3_cpu_ms_per_s_per_node"):
+        assert isinstance(cpu[name], float), name
+    assert runs["slurm_cpu", "slurm_requeue"]["not_possible"]
