@@ -295,6 +295,7 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
     outcome.details |= {
         "fault": {"node": victim, "at": killed_at, "generation": generation, "step": step},
         "killed_pids": pids,
+        "cluster_root": str(cluster.root),
         "nodes": status.nodes.model_dump(mode="json"),
         "settings": _settings(job.spec, slurm),
         "incident_kinds": [i.kind for i in status.incidents],
@@ -534,6 +535,7 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
         },
         details={
             "job_id": job_id,
+            "cluster_root": str(cluster.root),
             "end_state": watch.end_state,
             "fault": {"node": victim, "at": killed_at, "step": fault_step},
             "killed_pids": pids,
@@ -640,6 +642,7 @@ async def cpu_lazarus(ctx: BenchContext, repeat: int) -> Measured:
     async with slurm_for_run(ctx) as cluster:
         allocation = await asyncio.to_thread(cluster.allocate, 3)
         outcome.details["slurm"] = slurm_settings(cluster)
+        outcome.details["cluster_root"] = str(cluster.root)
         pid = ctx.stack.worker_pid
         first = _cpu(pid)
         await asyncio.sleep(shape.idle_window_s)

@@ -52,9 +52,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -97,6 +97,9 @@ COMMAND_TIMEOUT_S = 30.0
 """One ``squeue``/``scontrol``/``scancel`` call: the controller daemon answers in
 milliseconds, but a loaded one takes seconds."""
 STEP_GONE_POLL_S = 0.2
+PROBE_TIMEOUT_S = 20.0
+"""How long a probe task on a node may take to start before its slurmd counts as dead
+(a dead slurmd fails the launch after Slurm's MessageTimeout, 10 s by default)."""
 LOST_STATES = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"})
 """Node state words (base state or flag) that make a node lost."""
 CLIENT_VARIABLES = frozenset({"SLURM_CONF"})
@@ -170,15 +173,6 @@ def run_slurm(
         raise SlurmCommandFailed(f"{argv[0]}: no answer within {timeout_s:g} s") from None
     except OSError as exc:
         raise SlurmCommandFailed(f"{argv[0]}: cannot run: {exc}") from None
-
-
-def _reap(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Wait for a command started without waiting (SIGKILL it after ``timeout_s``)."""
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _one_line(text: str) -> str:
@@ -438,6 +432,30 @@ class _SrunShim(ShimAgent):
         return ShimReply(proc.returncode, output, time.monotonic() - started)
 
 
+def step_nodes(gen: GenerationDir) -> list[str]:
+    """The nodes of the generation's step, as its record (or the launch plan) names them."""
+    record = read_json(gen.path / STEP_RECORD) or read_json(gen.plan_file) or {}
+    return [str(name) for name in record.get("nodes") or []]
+
+
+def silent_nodes(names: set[str], job_id: int, timeout_s: float = PROBE_TIMEOUT_S) -> set[str]:
+    """Those of ``names`` whose slurmd cannot run a trivial task in job ``job_id``
+    within ``timeout_s``: dead, whatever Slurm's node state says yet. Asked in
+    parallel, and only after a step outlived its SIGKILL, so the cost (at most
+    ``timeout_s``) is paid only where the alternative is escalating to a person."""
+
+    def answers(name: str) -> bool:
+        probe = _SrunShim(NodeSpec(name=name, launcher="slurm", host=name), job_id, timeout_s)
+        try:
+            return probe._run(b"exit 0\n", timeout_s).exit_code == 0
+        except NodeUnreachable:
+            return False
+
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        answered = dict(zip(sorted(names), pool.map(answers, sorted(names)), strict=True))
+    return {name for name, ok in answered.items() if not ok}
+
+
 class SlurmAgent(NodeAgent):
     warm_unsupported = "warm start is not supported on Slurm nodes yet: the step starts cold"
 
@@ -687,17 +705,30 @@ class SlurmAgent(NodeAgent):
         for step in live:
             self._scancel("TERM", step)
             self._scancel("CONT", step)
-        remaining = self._wait_gone(live, grace_s, here=by_step)
+        remaining = self._wait_gone(live, grace_s)
         for step in remaining:
-            self._scancel("KILL", step, wait=True)
-        survivors = self._wait_gone(remaining, kill_wait_s, by_step, here=by_step)
-        if any(self.node.name in self._lost_nodes(by_step[s]) for s in remaining):
+            self._scancel("KILL", step)
+        survivors = self._wait_gone(remaining, kill_wait_s, by_step)
+        silent: set[str] = set()
+        if survivors:
+            # Slurm lists a step until every node of it answers. A node whose slurmd
+            # died is marked lost only after SlurmdTimeout (300 s by default): ask the
+            # step's nodes directly, so a dead node reads as lost, not as ranks that
+            # would not die on every node of the step.
+            silent = silent_nodes(
+                {n for s in survivors for n in step_nodes(by_step[s])}, self._job()
+            )
+            survivors = [s for s in survivors if not set(step_nodes(by_step[s])) & silent]
+        if self.node.name in silent or any(
+            self.node.name in self._lost_nodes(by_step[s]) for s in remaining
+        ):
             # This node is the dead one: nothing of the step here can be reached.
+            why = "does not answer" if self.node.name in silent else "is reported lost"
             return NodeStopResult(
                 node=self.node.name,
                 reachable=False,
-                error=f"Slurm reports node {self.node.name} lost: its part of the step "
-                "ends when Slurm marks it DOWN",
+                error=f"Slurm node {self.node.name} {why}: its part of the step ends "
+                "when Slurm marks it DOWN",
                 killed_groups=len(remaining),
                 generations=sorted({by_step[s].generation for s in live}),
             )
@@ -746,56 +777,21 @@ class SlurmAgent(NodeAgent):
             live += [s for s in step_ids if s.split(".")[0] == job and s in steps]
         return sorted(live)
 
-    def _scancel(self, sig: str, step: str, wait: bool = False) -> None:
+    def _scancel(self, sig: str, step: str) -> None:
         # scancel's exit status is not reliable for steps: the wait judges by squeue.
-        # slurmctld answers once every node of the step has, so a dead node's slurmd
-        # holds each scancel for MessageTimeout (11 s measured on the test Slurm)
-        # although the live nodes' tasks got the signal at once: three waited scancels
-        # made a node-loss stop take 33 s. TERM and CONT are not waited for (the grace
-        # runs meanwhile); KILL is, so that the kill wait after it starts once Slurm
-        # has tried every node, as long as Slurm takes to call a silent node lost.
-        if wait:
-            with contextlib.suppress(SlurmCommandFailed):
-                run_slurm(["scancel", f"--signal={sig}", step], self.command_timeout_s)
-            return
-        try:
-            proc = subprocess.Popen(
-                [slurm_command("scancel"), f"--signal={sig}", step],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=client_environment(),
-            )
-        except (OSError, SlurmCommandFailed):
-            return
-        threading.Thread(
-            target=_reap, args=(proc, self.command_timeout_s), name="scancel", daemon=True
-        ).start()
-
-    def _exited_here(self, gen: GenerationDir) -> bool:
-        """Every rank this node ran in ``gen`` has an exit record: this node's part of
-        the step is over, though Slurm lists the step until all its nodes answer (a dead
-        node's, once Slurm marks it DOWN)."""
-        mine = [
-            int(record["rank"])
-            for pid_file in gen.path.glob("rank-*.pid")
-            if (record := read_json(pid_file)) is not None
-            and record.get("slurm_node") == self.node.name
-        ]
-        return bool(mine) and all(gen.exit_file(rank).exists() for rank in mine)
+        with contextlib.suppress(SlurmCommandFailed):
+            run_slurm(["scancel", f"--signal={sig}", step], self.command_timeout_s)
 
     def _wait_gone(
         self,
         step_ids: list[str],
         timeout_s: float,
         killed: dict[str, GenerationDir] | None = None,
-        here: dict[str, GenerationDir] | None = None,
     ) -> list[str]:
         """The steps among ``step_ids`` still listed after at most ``timeout_s``. With
         ``killed`` (the steps were sent SIGKILL): a step that spans a node Slurm
         reports lost counts as gone, since Slurm lists it until it marks that node
-        DOWN, while every live node's part died with the SIGKILL. With ``here``: a
-        step whose ranks on this node all exited counts as gone for this node's stop."""
+        DOWN, while every live node's part died with the SIGKILL."""
         deadline = time.monotonic() + timeout_s
         remaining = list(step_ids)
         while remaining:
@@ -804,8 +800,6 @@ class SlurmAgent(NodeAgent):
                 remaining = self._live(remaining)
             if killed is not None:
                 remaining = [s for s in remaining if not self._lost_nodes(killed[s])]
-            if here is not None:  # this node's ranks all exited: its part is done
-                remaining = [s for s in remaining if not self._exited_here(here[s])]
             if not remaining or time.monotonic() >= deadline:
                 break
             time.sleep(STEP_GONE_POLL_S)
@@ -813,9 +807,8 @@ class SlurmAgent(NodeAgent):
 
     def _lost_nodes(self, gen: GenerationDir) -> list[str]:
         """The generation's nodes that Slurm reports lost (see :data:`LOST_STATES`)."""
-        record = read_json(gen.path / STEP_RECORD) or read_json(gen.plan_file) or {}
         lost = []
-        for name in record.get("nodes") or []:
+        for name in step_nodes(gen):
             with contextlib.suppress(SlurmCommandFailed):
                 if node_state(str(name))[0] & LOST_STATES:
                     lost.append(str(name))
@@ -874,15 +867,6 @@ class SlurmAgent(NodeAgent):
         return self._shim().memory_snapshots(root)
 
     def preflight(self, request: PreflightRequest) -> PreflightResult:
-        # A node Slurm already reports lost fails here at once: srun -w to it would
-        # wait MessageTimeout (11 s measured) for its slurmd before saying the same.
-        with contextlib.suppress(SlurmCommandFailed):
-            words, reason = node_state(self.node.name)
-            if words & LOST_STATES:
-                raise NodeUnreachable(
-                    f"node {self.node.name}: Slurm reports it {'+'.join(sorted(words))}"
-                    + (f" ({reason})" if reason else "")
-                )
         return self._shim().preflight(request)
 
     def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str:

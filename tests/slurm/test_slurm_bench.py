@@ -20,20 +20,18 @@ from tests.slurm.conftest import require_slurm
 pytestmark = pytest.mark.e2e
 
 
-def _clusters() -> set[Path]:
-    return set(Path("/tmp").glob("lazarus-slurm-*"))
-
-
 @pytest.mark.timeout(600)
 def test_slurm_bench_runs_both_systems_and_writes_the_figures(tmp_path: Path) -> None:
     require_slurm()
-    before = _clusters()
     out = tmp_path / "slurm.json"
     code = main(["slurm", "--quick", "--repeats", "1", "--json-out", str(out)])
-    left = {p: TestSlurm(root=p).leftovers() for p in _clusters() - before}
-    assert not any(left.values()), f"test Slurm processes left behind: {left}"
     data = json.loads(out.read_text())
     runs = {(r["scenario"], r["system"]): r for r in data["runs"]}
+    # Only the clusters this run made: other test sessions may run their own.
+    roots = {Path(r["details"]["cluster_root"]) for r in runs.values() if r["details"]}
+    left = {root: TestSlurm(root=root).leftovers() for root in roots}
+    assert len(roots) == 3 and not any(left.values()), f"test Slurm left behind: {left}"
+    assert not any(root.exists() for root in roots), roots
     assert code == 0, [r.get("error") for r in runs.values()]
     assert data["benchmark"] == "slurm"
 
