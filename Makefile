@@ -22,7 +22,7 @@ demo: setup
 PYTEST_WORKERS ?= 3
 
 test: setup test-hosts
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=30 $(PYTEST_ARGS)
 
 # The ssh tests run real sshd in network namespaces: install sshd and iproute2 when
 # missing (root only; without root those tests skip, except under CI where they fail).
