@@ -262,8 +262,11 @@ def test_a_cold_start_adopts_a_rank_the_zygote_claimed(run_root: Path, tmp_path:
         }
 
         def write_late() -> None:
+            # Atomically, as the zygote writes it: the shim must never see it half-written.
             time.sleep(0.5)
-            (gen / "rank-0.pid").write_text(json.dumps(record))
+            temp = gen / ".rank-0.pid.lazarus-tmp"
+            temp.write_text(json.dumps(record))
+            temp.replace(gen / "rank-0.pid")
 
         writer = threading.Thread(target=write_late)
         writer.start()
