@@ -32,7 +32,10 @@ from types import TracebackType
 from typing import IO, Any, Self
 
 from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
@@ -299,6 +302,10 @@ class DevServer(StartStop):
                 if not missing:
                     return
                 last_error = f"search attributes not registered yet: {', '.join(missing)}"
+                # A database kept from an older Lazarus: the start flags register
+                # attributes only on a fresh one, so add the new ones (idempotent).
+                with contextlib.suppress(Exception):
+                    await _register_search_attributes(self.address, missing)
             await asyncio.sleep(0.25)
         raise DevServerError(
             f"the Temporal dev server at {self.address} was not ready after "
@@ -326,6 +333,26 @@ async def _missing_search_attributes(address: str) -> list[str]:
         for key in SEARCH_ATTRIBUTES
         if response.custom_attributes.get(key.name) != _proto_type(key)
     ]
+
+
+async def _register_search_attributes(address: str, names: list[str]) -> None:
+    """Add those of our search attributes named in ``names`` that the namespace lacks."""
+    client = await Client.connect(
+        address, namespace=NAMESPACE, connect_timeout=timedelta(seconds=2)
+    )
+    existing = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=NAMESPACE), timeout=timedelta(seconds=2)
+    )
+    absent = {
+        key.name: _proto_type(key)
+        for key in SEARCH_ATTRIBUTES
+        if key.name in names and key.name not in existing.custom_attributes
+    }
+    if absent:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=NAMESPACE, search_attributes=absent),
+            timeout=timedelta(seconds=5),
+        )
 
 
 def _proto_type(key: SearchAttributeKey[Any]) -> IndexedValueType.ValueType:

@@ -86,3 +86,27 @@ def test_state_files_live_in_the_state_dir(dev_server: DevServer) -> None:
     assert (dev_server.state_dir / "temporal.sqlite").is_file()
     assert dev_server.log_path.is_file()
     assert dev_server.ui_url is None  # headless
+
+
+async def test_a_database_from_an_older_lazarus_gets_the_new_search_attributes(
+    tmp_path: Path,
+) -> None:
+    """The start flags register search attributes only in a fresh database; a state
+    directory kept from an older Lazarus (``make demo`` run before an upgrade) lacks
+    the newer ones, and the server must not be reported unusable for it."""
+    from temporalio.api.operatorservice.v1 import RemoveSearchAttributesRequest
+
+    newest = SEARCH_ATTRIBUTES[-1].name
+    server = DevServer(tmp_path / "server", headless=True)
+    try:
+        server.start()
+        client = await _client(server)
+        await client.operator_service.remove_search_attributes(
+            RemoveSearchAttributesRequest(namespace=client.namespace, search_attributes=[newest])
+        )
+        assert newest not in await _search_attributes(client)
+        server.stop()
+        server.start()  # the same sqlite file, as an upgraded user's
+        assert newest in await _search_attributes(await _client(server))
+    finally:
+        server.stop()
