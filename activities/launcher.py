@@ -24,6 +24,7 @@ elsewhere is stopped, so no half-launched generation is left running.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -66,6 +67,7 @@ from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
 from lazarus.domain.api import API_KEY_ENV
 from lazarus.domain.chaos_points import chaos_point
+from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import (
     CheckpointRef,
     LaunchRequest,
@@ -327,6 +329,18 @@ def _master_port(spec: JobSpec, nodes: list[NodeSpec], generation: int) -> int:
     return derived_port(spec.job_id, generation)
 
 
+def _sweep_checkpoint_temps(checkpoint_dir: Path) -> None:
+    """A rank killed between writing a checkpoint file and renaming it (a manifest, a
+    shard) leaves its temporary file. Every older generation was just fenced and the
+    new one has not started, so no writer is alive: remove them before the ranks look.
+    Local nodes only: their checkpoint directory is on this machine."""
+    if not checkpoint_dir.is_dir():
+        return
+    for temp in checkpoint_dir.rglob(f"*{TEMP_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            temp.unlink()
+
+
 def launch_generation(request: LaunchRequest) -> LaunchResult:
     """Blocking core of :func:`launch`; also used directly by tests and benches."""
     nodes = request.nodes or request.spec.nodes
@@ -388,6 +402,8 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
         done = read_json(gen.launch_file)
         if done is not None:
             return LaunchResult.model_validate({**done, "adopted": True})
+        if nodes[0].launcher == "local":
+            _sweep_checkpoint_temps(Path(spec.checkpoint_dir))
         if nodes[0].launcher == "local" and resolve_program(spec) is None:
             raise LaunchRefused(
                 f"command: cannot find program {spec.command[0]!r} (workdir {spec.workdir}); "

@@ -123,3 +123,13 @@ def test_a_stopped_generation_cannot_be_launched_late(job: JobSpec) -> None:
     )
     with pytest.raises(LaunchRefused, match="was stopped"):
         launch_generation(LaunchRequest(spec=job, generation=1))
+
+
+def test_a_launch_sweeps_what_a_killed_checkpoint_writer_left(job: JobSpec) -> None:
+    """A rank SIGKILLed between writing a manifest and renaming it leaves its temporary
+    file in the checkpoint; the next launch, with every older rank fenced, removes it."""
+    leftover = Path(job.checkpoint_dir) / "step-00000015" / f".manifest.json.9.1{TEMP_SUFFIX}"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_text("{")
+    launch_generation(LaunchRequest(spec=job, generation=1))
+    assert not leftover.exists()
