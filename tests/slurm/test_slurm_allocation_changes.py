@@ -72,6 +72,10 @@ async def test_a_preempted_job_goes_on_in_a_new_allocation_with_no_step_lost(
         status = await job.result(timeout_s=400)
 
     assert status.phase == Phase.SUCCEEDED, status
+    # Seen once under load: a second incident (not yet understood); say which.
+    assert len(status.incidents) == 1, [
+        (i.kind, i.failure_class, i.action, i.reason, i.evidence[:3]) for i in status.incidents
+    ]
     [incident] = status.incidents
     assert (incident.failure_class, incident.action) == (FailureClass.PREEMPTED, Action.RESUBMIT)
     assert incident.steps_lost == 0, incident
