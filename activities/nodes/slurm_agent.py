@@ -175,7 +175,8 @@ def run_slurm(
         raise SlurmCommandFailed(f"{argv[0]}: cannot run: {exc}") from None
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """A Slurm command's answer as one short line, for messages and evidence."""
     return " ".join(text.split())[:300]
 
 
@@ -185,7 +186,7 @@ def node_state(node: str) -> tuple[set[str], str]:
     done = run_slurm(["scontrol", "show", "node", "-o", node])
     if done.returncode != 0:
         raise SlurmCommandFailed(
-            f"scontrol show node {node}: {_one_line(done.stderr or done.stdout)}"
+            f"scontrol show node {node}: {one_line(done.stderr or done.stdout)}"
         )
     fields = _fields(done.stdout)
     raw = [w for w in fields.get("State", "").split("+") if w]
@@ -259,7 +260,7 @@ def job_state(job_id: int) -> str | None:
     if done.returncode != 0:
         if "Invalid job id" in done.stderr:
             return None
-        raise SlurmCommandFailed(f"squeue -j {job_id}: {_one_line(done.stderr or done.stdout)}")
+        raise SlurmCommandFailed(f"squeue -j {job_id}: {one_line(done.stderr or done.stdout)}")
     return next((ln.strip() for ln in done.stdout.splitlines() if ln.strip()), None)
 
 
@@ -270,7 +271,7 @@ def allocation(job_id: int) -> Allocation | None:
     if done.returncode != 0:
         if "Invalid job id" in done.stderr:
             return None
-        raise SlurmCommandFailed(f"squeue -j {job_id}: {_one_line(done.stderr or done.stdout)}")
+        raise SlurmCommandFailed(f"squeue -j {job_id}: {one_line(done.stderr or done.stdout)}")
     line = next((ln for ln in done.stdout.splitlines() if "|" in ln), None)
     if line is None:
         return None
@@ -905,7 +906,7 @@ class SlurmAgent(NodeAgent):
         except SlurmCommandFailed as exc:
             return DrainResult(node=self.node.name, drained=False, reason=reason, error=str(exc))
         if done.returncode != 0:
-            error = _one_line(done.stderr or done.stdout) or f"exit {done.returncode}"
+            error = one_line(done.stderr or done.stdout) or f"exit {done.returncode}"
             return DrainResult(
                 node=self.node.name,
                 drained=False,

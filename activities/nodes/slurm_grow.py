@@ -32,6 +32,7 @@ from lazarus.activities.nodes.slurm_agent import (
     RUNNING,
     SlurmCommandFailed,
     allocation,
+    one_line,
     run_slurm,
 )
 from lazarus.activities.nodes.slurm_submit import cancel, jobs_named
@@ -46,8 +47,8 @@ class GrowRefused(RuntimeError):
     """Slurm would not add a node to the allocation; the message says why."""
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.replace("salloc: error:", "").split())[:300] or "no reason given"
+def _salloc_error(text: str) -> str:
+    return one_line(text.replace("salloc: error:", "")) or "no reason given"
 
 
 def _new_nodes(job_id: int, known: list[str]) -> list[str]:
@@ -87,14 +88,14 @@ def grow(request: GrowAllocationRequest, progress: Callable[[str], None]) -> All
         done = run_slurm(argv, timeout_s=wait_s + 60)
         granted = _GRANTED.search(done.stderr + done.stdout)
         if done.returncode != 0 or granted is None:
-            raise GrowRefused(f"Slurm refuses to grow job {job_id}: {_one_line(done.stderr)}")
+            raise GrowRefused(f"Slurm refuses to grow job {job_id}: {_salloc_error(done.stderr)}")
         extra = int(granted.group(1))
         merged = run_slurm(["scontrol", "update", f"jobid={extra}", "NumNodes=0"])
         cancel(extra)
         if merged.returncode != 0:
             raise GrowRefused(
                 f"Slurm would not merge job {extra} into job {job_id}: "
-                f"{_one_line(merged.stderr or merged.stdout)}"
+                f"{one_line(merged.stderr or merged.stdout)}"
             )
         run_slurm(["scontrol", "update", f"jobid={job_id}", "NumNodes=ALL"])
         deadline = time.monotonic() + MERGE_WAIT_S
