@@ -17,6 +17,12 @@ the same pid files as a cold start, so adoption and fencing above are unchanged;
 fork that cannot happen starts the rank cold, and ``LaunchResult.warm_start`` says
 which ranks went which way and why. Fencing another run also stops its zygotes.
 
+Rejoin in place (``rejoin`` in the spec, ``LaunchRequest.rejoin_ranks``): the
+previous generation's live ranks named there are carried over in their own process
+instead of fenced and restarted (:mod:`lazarus.activities.rejoin`); only the others
+start. Fencing spares exactly those groups, so still no process acts for an older
+generation once the survivors have read their rejoin request.
+
 A node that cannot be reached fails the launch at once (``NodeUnreachable``, not
 retried: the workflow treats it as a node failure) after what this launch started
 elsewhere is stopped, so no half-launched generation is left running.
@@ -52,6 +58,7 @@ from lazarus.activities.nodes.local_agent import RankStartFailed, stop_ranks
 from lazarus.activities.nodes.shim_agent import ShimError
 from lazarus.activities.nodes.warm import stop_run_zygotes
 from lazarus.activities.program import rank_search_path, resolve_program
+from lazarus.activities.rejoin import Survivor, link_into, request_rejoin, survivors
 from lazarus.activities.rundir import (
     GenerationDir,
     control_document,
@@ -176,6 +183,9 @@ def rank_environment(
     if resume is not None:
         env[env_names.RESUME_FROM] = resume.path
         env[env_names.RESUME_STEP] = str(resume.step)
+    env.pop(env_names.REJOIN_TIMEOUT_S, None)
+    if spec.rejoins is not None:
+        env[env_names.REJOIN_TIMEOUT_S] = str(spec.rejoins.timeout_s)
     env["PATH"] = rank_search_path(spec.env.get("PATH"))
     # lazarus.rank is importable from this checkout even where it is not installed.
     extra = spec.env.get("PYTHONPATH") or (source.get("PYTHONPATH") if local else None)
@@ -275,8 +285,9 @@ def _other_runs(job_dir: Path, run_root: Path) -> list[Path]:
     return others
 
 
-def _fence(gens: list[GenerationDir]) -> None:
-    """Stop (start ticks checked) whatever still runs of these generations here."""
+def _fence(gens: list[GenerationDir], keep: list[Survivor] | None = None) -> None:
+    """Stop (start ticks checked) whatever still runs of these generations here,
+    except the groups of ``keep``: ranks rejoining the new generation in place."""
     if not gens:
         return
     result = stop_ranks(
@@ -285,6 +296,7 @@ def _fence(gens: list[GenerationDir]) -> None:
         kill_wait_s=FENCE_KILL_WAIT_S,
         reporter="local",
         lock_timeout_s=FENCE_LOCK_WAIT_S,
+        keep_groups=frozenset(s.pgid for s in keep or ()),
     )
     for group in result.unkillable:
         log.warning("fencing: %s", group.reason)
@@ -392,8 +404,10 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
     with generation_lock(gen):
         older = _older_generations(root, request.generation)
         others = _other_runs(job_dir, root)
+        previous = max(older, key=lambda g: g.generation) if older else None
+        carried, refused = survivors(previous, request.rejoin_ranks)
         if not on_slurm:
-            _fence(older)
+            _fence(older, keep=carried)
             _fence([g for other in others for g in generations(other)])
         for other in others:  # an earlier run's zygotes would fork for nobody
             stop_run_zygotes(other)
@@ -402,7 +416,7 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
         done = read_json(gen.launch_file)
         if done is not None:
             return LaunchResult.model_validate({**done, "adopted": True})
-        if nodes[0].launcher == "local":
+        if nodes[0].launcher == "local" and not carried:  # a survivor may still be writing
             _sweep_checkpoint_temps(Path(spec.checkpoint_dir))
         if nodes[0].launcher == "local" and resolve_program(spec) is None:
             raise LaunchRefused(
@@ -421,6 +435,16 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             write_json_atomic(gen.plan_file, plan)
         master_port = int(plan["master_port"])
         write_json_atomic(gen.control_file, initial_control_document(spec))
+        kept = {s.rank: s for s in carried}
+
+        def environment_of(rank: int) -> dict[str, str]:
+            index = rank // spec.nproc_per_node
+            return rank_environment(spec, nodes, index, gen, rank, master_port, request.resume)
+
+        if previous is not None and kept:
+            for survivor in carried:
+                link_into(gen, survivor)
+            request_rejoin(previous, request.generation, {r: environment_of(r) for r in kept})
 
         warm = (
             WarmStart(run_root=str(root), preload=spec.warm.preload, standby=spec.warm.standby)
@@ -435,14 +459,15 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
                 RankLaunch(
                     rank=rank,
                     command=spec.command,
-                    env=rank_environment(
-                        spec, nodes, index, gen, rank, master_port, request.resume
-                    ),
+                    env=environment_of(rank),
                     workdir=spec.workdir,
                     env_file=rank_env_file(spec, agent.node),
                 )
                 for rank in range(first, first + spec.nproc_per_node)
+                if rank not in kept
             ]
+            if not launches:
+                return []
             if warm is not None:
                 return agent.start_ranks_warm(str(gen.path), launches, warm)
             return agent.start_ranks(str(gen.path), launches)
@@ -467,6 +492,8 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             for node, started in zip(nodes, per_node, strict=True)
             for r in started
         ]
+        ranks += [s.process(nodes[s.rank // spec.nproc_per_node].name) for s in carried]
+        ranks.sort(key=lambda r: r.rank)
         result = LaunchResult(
             generation=request.generation,
             master_addr=nodes[0].host,
@@ -477,6 +504,8 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             adopted=any(r.adopted for started in per_node for r in started),
             ranks_started_at=ranks_started_at(gen, nodes, ranks),
             warm_start=(warm_start_outcome(nodes, per_node) if spec.warm is not None else None),
+            rejoined=sorted(kept),
+            rejoin_refused=refused,
         )
         chaos_point(chaos_points.LAUNCH_BEFORE_LAUNCH_JSON)
         write_json_atomic(gen.launch_file, result.model_dump(mode="json", exclude={"adopted"}))

@@ -642,6 +642,17 @@ def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> Fa
     )
 
 
+def _rejoin_overdue(request: SuperviseRequest, obs: Observation, status: RankStatus) -> bool:
+    """A rank carried over into this generation (``rejoin``) that has written no
+    heartbeat here ``rejoin_timeout_s`` after the launch: it never rejoined."""
+    return (
+        status.rank in request.rejoining
+        and request.rejoin_timeout_s is not None
+        and status.last_progress_at is None
+        and obs.now - obs.launched_at > request.rejoin_timeout_s
+    )
+
+
 def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     """Ranks alive but not progressing. Off when the job has no progress signal: a
     script with neither heartbeats nor ``progress_regex`` would otherwise be killed
@@ -654,7 +665,9 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
         node = obs.nodes.get(status.node)
         if not status.alive or (node is not None and (not node.reachable or node.waiting)):
             continue
-        if status.last_progress_at is None:
+        if status.last_progress_at is None and _rejoin_overdue(request, obs, status):
+            stalled.append((status, obs.launched_at))
+        elif status.last_progress_at is None:
             late_signal = (
                 obs.signal_seen_at is not None
                 and obs.now - obs.signal_seen_at <= health.hang_timeout_s
@@ -684,15 +697,20 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     )
     state = "stopped (state T)" if culprit.stopped_by_signal else "running"
     silent = obs.now - since
+    evidence = (
+        f"rank {culprit.rank} kept its process for generation {request.generation} but did "
+        f"not rejoin it within {request.rejoin_timeout_s} s (process {state}); "
+        "the whole generation restarts"
+        if _rejoin_overdue(request, obs, culprit)
+        else f"rank {culprit.rank} made no progress for {silent:.1f} s "
+        f"(last step {culprit.step}, process {state}); hang_timeout_s={health.hang_timeout_s}"
+    )
     return FailureReport(
         kind="hang",
         failure_class=FailureClass.HANG,
         rank=culprit.rank,
         node=culprit.node,
-        evidence=[
-            f"rank {culprit.rank} made no progress for {silent:.1f} s "
-            f"(last step {culprit.step}, process {state}); hang_timeout_s={health.hang_timeout_s}"
-        ],
+        evidence=[evidence],
         # The job stopped progressing when its first rank went quiet.
         fault_at=min(quiet for _, quiet in stalled),
         detected_at=obs.now,

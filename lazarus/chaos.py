@@ -97,13 +97,18 @@ def signal_rank(
 
 def live_ranks_by_generation(job_run_root: Path) -> dict[Path, list[int]]:
     """The live rank pids of each generation folder (pid and start time from each pid
-    file), across every run of the job given its directory."""
-    live: dict[Path, list[int]] = {}
-    for gen in generations_below(job_run_root):
+    file), across every run of the job given its directory. A rank carried over into a
+    newer generation (``rejoin``: its pid file there links to the old one) counts once,
+    for the newest generation that holds it: that is the one it acts for."""
+    acting_for: dict[int, Path] = {}
+    for gen in sorted(generations_below(job_run_root), key=lambda g: (g.path.parent, g.generation)):
         for pid_file in gen.path.glob("rank-*.pid"):
             record = read_json(pid_file)
             if record and is_alive(int(record["pid"]), int(record["start_ticks"])):
-                live.setdefault(gen.path, []).append(int(record["pid"]))
+                acting_for[int(record["pid"])] = gen.path
+    live: dict[Path, list[int]] = {}
+    for pid, path in acting_for.items():
+        live.setdefault(path, []).append(pid)
     return live
 
 

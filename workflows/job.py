@@ -159,6 +159,7 @@ with workflow.unsafe.imports_passed_through():
         record_resubmission_refused,
         resubmission,
     )
+    from lazarus.workflows.rejoin import plan_rejoin, rejoin_evidence
     from lazarus.workflows.resume_points import record_rollback, record_skipped
     from lazarus.workflows.routing import (
         PATCH_HOST_TASK_QUEUE,
@@ -221,6 +222,9 @@ PATCH_CHECKPOINT_INTERVAL_AUTO = "checkpoint-interval-auto"
 asked only by jobs that set it, so other jobs issue exactly the commands they did."""
 PATCH_SEARCH_ATTRIBUTES_V2 = "search-attributes-v2"
 """``LazarusFailureClass`` and ``LazarusGeneration`` are upserted when they change."""
+PATCH_REJOIN = "rejoin-in-place"
+"""``rejoin``: a crashed rank's survivors keep their process into the next generation
+(issue 16); asked only by jobs that set it, so other jobs issue the commands they did."""
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
@@ -427,8 +431,11 @@ class JobWorkflow:
         spec = self.spec
         state = self._state
         self._set_phase(Phase.LAUNCHING)
-        if state.generation > 0 and not (
-            self._fast and state.stopped_generation == state.generation
+        rejoining = state.rejoin_ranks if state.stopped_generation == state.generation else []
+        if (
+            state.generation > 0
+            and not rejoining
+            and not (self._fast and state.stopped_generation == state.generation)
         ):
             await self._stop_all(
                 f"fence generation {state.generation} before relaunch",
@@ -463,6 +470,7 @@ class JobWorkflow:
                     resume=resume,
                     nodes=active_nodes(spec, state.pool),
                     run_root=run_root(spec, state) if state.run_key else None,
+                    rejoin_ranks=rejoining,
                 ),
                 start_to_close_timeout=timedelta(seconds=120),
                 heartbeat_timeout=worker_loss_timeout(self.spec),
@@ -474,6 +482,7 @@ class JobWorkflow:
                 ),
             )
         except ActivityError as err:
+            state.rejoin_ranks = []
             unreachable = unreachable_node(err)
             if unreachable is not None:
                 # A blip during a launch is a node failure for the playbook (a spare, or
@@ -488,6 +497,8 @@ class JobWorkflow:
         self._learn_host(result.host)
         state.ranks = []
         state.noted_stragglers = []
+        state.rejoin_ranks = []
+        state.rejoining = result.rejoined
         relaunched = state.current_incident
         if relaunched is not None:
             relaunched.relaunched_at = result.launched_at
@@ -495,6 +506,9 @@ class JobWorkflow:
                 relaunched.timeline.rank_started_at = result.ranks_started_at
             if result.warm_start is not None:
                 relaunched.evidence.append(result.warm_start.summary())
+            if rejoining:
+                relaunched.add_evidence(rejoin_evidence(result))
+                relaunched.restart_path = "rejoin" if result.rejoined else "whole_generation"
         workflow.logger.info(
             "launched generation %d on port %d (adopted=%s)",
             result.generation,
@@ -524,6 +538,8 @@ class JobWorkflow:
             preempt_handled_at=handled_preemption_at(state) if spec.slurm is not None else None,
             straggler=spec.straggler,
             known_stragglers=state.noted_stragglers,
+            rejoining=state.rejoining,
+            rejoin_timeout_s=spec.rejoins.timeout_s if spec.rejoins is not None else None,
         )
         handle = start(
             SUPERVISE,
@@ -560,6 +576,7 @@ class JobWorkflow:
         if outcome.step is not None:
             self._set_step(outcome.step)
         if outcome.kind == "first_step":
+            state.rejoining = []  # every carried rank acts for this generation now
             first_step_at = outcome.first_step_at or outcome.observed_at
             recovered = state.current_incident
             if recovered is not None and recovered.timeline is not None:
@@ -667,15 +684,43 @@ class JobWorkflow:
         )
         incident.timeline = timeline
         dead = [failure.node] if failure.kind == "node_lost" and failure.node else []
-        stopped = await self._stop_all(
-            f"incident {incident.id}: {failure.kind} on rank {failure.rank}",
-            kill_at_once=failure.kind in DOOMED_KINDS,
-            skip=[*dead, *self._dead_nodes()] if self._fast else (),
+        rejoin = (
+            plan_rejoin(spec, state.pool, failure, decision.action, state.generation_live)
+            if spec.rejoins is not None
+            else None
         )
-        incident.record_stop(self._now(), stopped.last_step)
-        timeline.survivors_stopped_at = incident.stopped_at
-        if not stopped.unkillable:
+        if rejoin is not None and workflow.patched(PATCH_REJOIN):
+            incident.add_evidence([rejoin.why])
+            incident.restart_path = rejoin.path
+        else:
+            rejoin = None
+        if rejoin is not None and rejoin.ranks:
+            # Survivors keep their process: stop only what failed (a crashed rank is
+            # gone already), and the relaunch fences every other group of this generation.
+            last_step = failure.step_at_failure
+            if decision.action == Action.REPLACE_NODE and failure.node not in dead:
+                assert failure.node is not None  # plan_rejoin keeps ranks only then
+                last_step = (
+                    await self._stop_all(
+                        f"incident {incident.id}: {failure.kind} on node {failure.node}",
+                        only=[failure.node],
+                        kill_at_once=True,
+                    )
+                ).last_step
+            incident.record_stop(self._now(), last_step)
+            timeline.survivors_stopped_at = incident.stopped_at
+            state.rejoin_ranks = rejoin.ranks
             state.stopped_generation = state.generation
+        else:
+            stopped = await self._stop_all(
+                f"incident {incident.id}: {failure.kind} on rank {failure.rank}",
+                kill_at_once=failure.kind in DOOMED_KINDS,
+                skip=[*dead, *self._dead_nodes()] if self._fast else (),
+            )
+            incident.record_stop(self._now(), stopped.last_step)
+            timeline.survivors_stopped_at = incident.stopped_at
+            if not stopped.unkillable:
+                state.stopped_generation = state.generation
         if decision.action == Action.NEEDS_OPERATOR:
             if failure.kind == "node_lost" and failure.node in state.pool.active:
                 # Never relaunch on a dead node, even when a person resumes without looking.

@@ -128,6 +128,9 @@ class Incident(BaseModel):
     """What skipping them cost: the newest skipped step minus the step resumed from."""
     timeline: RecoveryTimeline | None = None
     """Where the recovery's time went, phase by phase (fault to first new step)."""
+    restart_path: Literal["rejoin", "whole_generation"] | None = None
+    """Jobs with ``rejoin``: whether survivors kept their process (``rejoin``) or every
+    rank restarted; None for jobs without it, and before the relaunch."""
 
     @classmethod
     def opened(
@@ -399,6 +402,11 @@ class JobState(BaseModel):
     """How the supervisor sees progress: heartbeat, log, or none (hang detection off)."""
     stuck_ranks: str | None = None
     """Set when a stop met ranks that survived SIGKILL: the next launch escalates."""
+    rejoin_ranks: list[int] = Field(default_factory=list)
+    """Ranks the next launch carries over from the current generation (``rejoin``)."""
+    rejoining: list[int] = Field(default_factory=list)
+    """Ranks the running generation carried over: supervision gives each
+    ``rejoin.timeout_s`` to act for it."""
     fleet_notes: list[str] = Field(default_factory=list)
     """What the job's fleet (``spec.fleet``) leased, replaced or refused, or that it did
     not answer (newest last, bounded)."""

@@ -274,6 +274,7 @@ def stop_ranks(
     reporter: str,
     node: str | None = None,
     lock_timeout_s: float | None = None,
+    keep_groups: frozenset[int] = frozenset(),
 ) -> NodeStopResult:
     """Stop the rank groups of these generations on this machine: SIGTERM+SIGCONT, the
     grace period, SIGKILL, then at most ``kill_wait_s`` for the groups to die.
@@ -285,6 +286,10 @@ def stop_ranks(
     SIGKILL wait is reported in ``unkillable`` instead of failing the stop: a process in
     uninterruptible sleep may never die, and a stop retried forever blocks cancel too.
     Shared by ``LocalAgent.stop`` and the launcher's fencing.
+
+    ``keep_groups``: groups of ranks that rejoin the next generation in their own
+    process (``rejoin``): the launcher's fencing leaves them, and the temporary files
+    of a generation they still belong to.
     """
     groups: dict[GenerationDir, list[int]] = {}
     for gen in gens:
@@ -294,7 +299,7 @@ def stop_ranks(
                 continue
             if not gen.stopped_file.exists():
                 write_json_atomic(gen.stopped_file, {"reason": "stopping", "at": time.time()})
-            groups[gen] = _owned_groups(gen, node)
+            groups[gen] = [g for g in _owned_groups(gen, node) if g not in keep_groups]
     alive = live_groups(pgid for pgids in groups.values() for pgid in pgids)
     signalled = [pgid for pgid in sorted(alive) if signal_group(pgid, signal.SIGTERM)]
     for pgid in signalled:
@@ -308,7 +313,8 @@ def stop_ranks(
     stopped = [g for g, pgids in groups.items() if any(p in alive for p in pgids)]
     stepped = [s for g in stopped if (s := last_step(g)) is not None]
     for gen in groups:
-        _sweep_temp_files(gen)
+        if not keep_groups.intersection(_owned_groups(gen, None)):
+            _sweep_temp_files(gen)
     return NodeStopResult(
         node=reporter,
         reachable=True,

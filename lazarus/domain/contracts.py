@@ -76,6 +76,10 @@ class LaunchRequest(_Model):
     """This workflow run's directory, ``<run_dir>/<job_id>/<run_key>``: generations live
     under it, so a job started again never sees an earlier run's files. None: the
     legacy ``<run_dir>/<job_id>`` (jobs started before run directories existed)."""
+    rejoin_ranks: list[int] = Field(default_factory=list)
+    """Ranks of the newest older generation that keep their process and rejoin this
+    one (``rejoin`` in the spec): they are carried over, not started, when still
+    alive; any that is not is started like the others."""
 
 
 class WarmStartOutcome(_Model):
@@ -113,6 +117,10 @@ class LaunchResult(_Model):
     "rank process started" for scripts without the rank helper."""
     warm_start: WarmStartOutcome | None = None
     """How the ranks were started when ``warm_start`` is on (None: it is off)."""
+    rejoined: list[int] = Field(default_factory=list)
+    """Ranks carried over from the previous generation in their own process."""
+    rejoin_refused: list[str] = Field(default_factory=list)
+    """Why asked-for ranks were started afresh instead (``"rank 1: exited"``)."""
     host: str | None = None
     """The launching worker's host, for jobs of local nodes (their ranks live there):
     the job routes its machine-bound activities to that host's task queue. None for
@@ -245,6 +253,11 @@ class SuperviseRequest(_Model):
     straggler: StragglerSpec = Field(default_factory=StragglerSpec)
     known_stragglers: list[str] = Field(default_factory=list)
     """Nodes already reported as slow in this generation: not reported again."""
+    rejoining: list[int] = Field(default_factory=list)
+    """Ranks carried over from the previous generation (``rejoin``): one that has not
+    written a heartbeat for this generation within ``rejoin_timeout_s`` of the launch
+    is reported as hung, so the whole generation restarts."""
+    rejoin_timeout_s: float | None = None
 
 
 OutcomeKind = Literal["succeeded", "failed", "progress", "first_step", "straggler", "preempted"]

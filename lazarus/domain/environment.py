@@ -52,3 +52,39 @@ CONTROL_MEMORY_EVERY_STEPS = "memory_every_steps"
 # "compute_s"): the blocking seconds of the rank's recent disk checkpoints, which
 # ``checkpoints.interval: auto`` tunes the interval with (issue 14).
 HEARTBEAT_CHECKPOINT_SAVE_S = "checkpoint_save_s"
+
+# Rejoin in place (issue 16): healthy ranks keep their process across a generation.
+REJOIN_TIMEOUT_S = "LAZARUS_REJOIN_TIMEOUT_S"
+"""Set only for jobs with ``rejoin.enabled``: how long a rank that tore its process group
+down waits for the controller's rejoin request before it gives up and exits."""
+CONTROL_REJOIN = "rejoin"
+"""Key of the control document that moves surviving ranks into the next generation:
+``{"generation": N, "env": {"<current RANK>": {VARIABLE: value or null (unset)}}}``.
+Written by the launcher into the failed generation's control file; a rank that sees a
+generation newer than its own applies its entry to ``os.environ`` and rejoins."""
+HEARTBEAT_GENERATION = "generation"
+"""Heartbeat key: the generation the rank acts for now (it changes when it rejoins)."""
+HEARTBEAT_REJOIN = "rejoin"
+"""Heartbeat key, present while the rank waits to rejoin: ``"waiting"``."""
+REJOIN_VARIABLES = (
+    RANK,
+    LOCAL_RANK,
+    GROUP_RANK,
+    WORLD_SIZE,
+    LOCAL_WORLD_SIZE,
+    MASTER_ADDR,
+    MASTER_PORT,
+    RESTART_COUNT,
+    GENERATION,
+    HEARTBEAT_FILE,
+    CONTROL_FILE,
+    RUN_DIR,
+    RESUME_FROM,
+    RESUME_STEP,
+    MEMORY_CHECKPOINT_DIR,
+    MEMORY_KEEP,
+    MEMORY_EVERY_STEPS,
+    CHECKPOINT_EVERY_STEPS,
+)
+"""The variables a rejoin request sets (or unsets, as null) in a surviving rank: those
+the launcher derives per generation. Everything else in its environment stays."""

@@ -23,6 +23,15 @@ CHECKPOINT_LOADED = "checkpoint_loaded"
 FIRST_STEP = "first_step"
 """The first heartbeat of this process beyond the step it resumed from."""
 
+TORN_DOWN = "torn_down"
+"""A rank that keeps its process (``rejoin``) destroyed its failed process group."""
+REJOIN_RECEIVED = "rejoin_received"
+"""That rank read the controller's request to rejoin the next generation."""
+
+REJOIN_PHASES = (TORN_DOWN, REJOIN_RECEIVED, PROCESS_GROUP_READY, CHECKPOINT_LOADED, FIRST_STEP)
+"""The phases of a surviving rank that rejoins in place, in order: its process, its
+imports and its model are kept, so it marks these again in the new generation."""
+
 RANK_PHASES = (
     PROCESS_STARTED,
     FRAMEWORK_IMPORTED,

@@ -545,6 +545,24 @@ class WarmStartSpec(_Strict):
         return value
 
 
+class RejoinSpec(_Strict):
+    """Rejoin in place (``rejoin:`` in the spec; absent = off): when a rank crashes,
+    the healthy ranks keep their process and rejoin the next generation, and only the
+    failed rank is relaunched. The training script opts in by running its loop through
+    ``lazarus.rank.torch.run_resilient``; a script that does not simply exits with its
+    failed peers and the generation restarts whole, as without this section.
+
+    Hangs, node losses the survivors cannot see, and anything the playbook answers
+    other than a restart in place or a node replacement restart the whole generation;
+    the incident says which path was taken."""
+
+    enabled: bool = True
+    timeout_s: Annotated[float, Field(ge=1.0, le=3600.0)] = 60.0
+    """How long a survivor waits for the controller's rejoin request, and how long
+    the controller waits for a survivor to act for the new generation before it
+    stops the whole generation and starts it afresh."""
+
+
 class FleetLeaseSpec(_Strict):
     """Which fleet a job leases from, and how many nodes: ``nodes`` train, ``spares``
     wait as the job's own spares. When those run out the fleet's shared pool is asked."""
@@ -608,6 +626,9 @@ class JobSpec(_Strict):
     with the incident as JSON on stdin; retried durably until it exits 0."""
     warm_start: WarmStartSpec | None = None
     """Warm-standby ranks forked from a per-node zygote; None: every rank starts cold."""
+    rejoin: RejoinSpec | None = None
+    """Healthy ranks rejoin the next generation in their own process; None: every
+    recovery restarts the whole generation."""
     slurm: SlurmSpec | None = None
     """The Slurm allocation of ``launcher: slurm`` nodes; required with them, refused
     without them."""
@@ -726,6 +747,19 @@ class JobSpec(_Strict):
         return value
 
     @model_validator(mode="after")
+    def _rejoin_on_local_nodes(self) -> JobSpec:
+        if self.rejoin is None or not self.rejoin.enabled:
+            return self
+        launcher = self.nodes[0].launcher
+        if launcher != "local":
+            raise ValueError(
+                f"rejoin: survivors rejoin in place on local nodes only; these nodes use "
+                f"launcher {launcher}, where a recovery restarts the whole generation "
+                "(remove the rejoin section)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _env_sources_disjoint(self) -> JobSpec:
         both = sorted(set(self.env) & set(self.pass_env))
         if both:
@@ -783,6 +817,11 @@ class JobSpec(_Strict):
         """The warm-start settings when warm starts are on (the section is present
         and not ``enabled: false``), else None."""
         return self.warm_start if self.warm_start is not None and self.warm_start.enabled else None
+
+    @property
+    def rejoins(self) -> RejoinSpec | None:
+        """The rejoin settings when rejoin in place is on, else None."""
+        return self.rejoin if self.rejoin is not None and self.rejoin.enabled else None
 
     def in_allocation(self, job_id: int, names: list[str]) -> JobSpec:
         """Submit mode, once the allocation runs (the first, or a resubmitted one): the

@@ -97,6 +97,9 @@ class Script:
     progress_fields: dict[str, Any] = field(default_factory=dict)
     """Added to every periodic progress report (``seconds_per_step``, ``checkpoint_save_s``)."""
     interval_requests: list[SetCheckpointIntervalRequest] = field(default_factory=list)
+    rejoin_refused: bool = False
+    """Launches start every rank afresh although survivors were asked for (all gone)."""
+    supervisions: list[SuperviseRequest] = field(default_factory=list)
 
 
 SCRIPTS: dict[str, Script] = {}
@@ -134,6 +137,12 @@ async def launch(request: LaunchRequest) -> LaunchResult:
         adopted=False,
         ranks_started_at=time.time(),
         warm_start=script.launch_warm,
+        rejoined=[] if script.rejoin_refused else list(request.rejoin_ranks),
+        rejoin_refused=(
+            [f"rank {r}: its process has exited" for r in request.rejoin_ranks]
+            if script.rejoin_refused
+            else []
+        ),
     )
 
 
@@ -143,6 +152,7 @@ async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
     may script a failure after the generation started), else a periodic progress
     report after ``report_after_s``, as the real supervisor does."""
     script = script_for(request.job_id)
+    script.supervisions.append(request)
     deadline = time.monotonic() + request.report_after_s
     phases = script.first_step_phases.get(request.generation)
     if request.report_first_step and phases is not None:
