@@ -292,6 +292,8 @@ class GenerationObserver:
             return "heartbeat"
         if self._progress_regex is not None:
             return "log"
+        if self._request.rejoining:  # carried ranks use the rank helper: heartbeats will come
+            return None
         if now - launched_at > self._request.health.startup_timeout_s:
             return "none"
         return None

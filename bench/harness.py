@@ -469,6 +469,7 @@ class BenchContext:
         "dead" host: a rig artifact, not a measurement."""
         comparable = self.config.command == "comparable"
         setup_fields = self.setup.spec_fields(self.shape, self.config.warm_preload)
+        extra_args = [*(extra_args or []), *self.setup.example_args]
 
         def build(name: str, paths: JobPaths) -> JobSpec:
             extra: dict[str, object] = {}

@@ -38,8 +38,16 @@ from bench.metrics import Value
 if TYPE_CHECKING:
     from bench.harness import BenchContext
 
-System = Literal["lazarus", "lazarus_cold", "torchrun", "torchrun_default", "slurm_requeue"]
-SYSTEMS: tuple[System, ...] = ("lazarus", "lazarus_cold", "torchrun", "torchrun_default")
+System = Literal[
+    "lazarus", "lazarus_rejoin", "lazarus_cold", "torchrun", "torchrun_default", "slurm_requeue"
+]
+SYSTEMS: tuple[System, ...] = (
+    "lazarus",
+    "lazarus_rejoin",
+    "lazarus_cold",
+    "torchrun",
+    "torchrun_default",
+)
 """Every system ``compare`` can run, in table order (``slurm_requeue`` is the
 ``slurm`` command's: see :data:`SLURM_SYSTEMS`)."""
 SLURM_SYSTEMS: tuple[System, ...] = ("lazarus", "slurm_requeue")
@@ -48,6 +56,8 @@ Slurm (``sbatch --requeue``) with the same job and the same fault."""
 
 
 DEFAULT_PRELOAD: tuple[str, ...] = ("torch",)
+REJOIN_TIMEOUT_S = 30.0
+"""``rejoin.timeout_s`` of the ``lazarus_rejoin`` system."""
 """The fast setup's ``warm_start.preload``, as the spec recommends."""
 
 
@@ -55,16 +65,24 @@ DEFAULT_PRELOAD: tuple[str, ...] = ("torch",)
 class LazarusSetup:
     """How a Lazarus system sets up the example job, beyond the scenario's own spec.
 
-    Two Lazarus systems run the same scenario scripts: ``lazarus``, the recommended
-    fast setup (warm starts from a per-node zygote, the memory checkpoint tier), and
-    ``lazarus_cold``, the spec's defaults (both off), so that one run shows what the
-    setup buys next to torchrun. The fields are the spec's own, so the JSON says
-    exactly what each system ran."""
+    Three Lazarus systems run the same scenario scripts: ``lazarus``, the recommended
+    fast setup (warm starts from a per-node zygote, the memory checkpoint tier);
+    ``lazarus_rejoin``, the same plus rejoin in place (healthy ranks keep their
+    process, only the failed one restarts); and ``lazarus_cold``, the spec's defaults
+    (all off), so that one run shows what each setup buys next to torchrun. The
+    fields are the spec's own, so the JSON says exactly what each system ran."""
 
     label: str
     """The system's column heading in the tables."""
     warm_start: bool
     memory_tier: bool
+    rejoin: bool = False
+    """Survivors rejoin in place (``rejoin`` in the spec, the example's ``--resilient``)."""
+
+    @property
+    def example_args(self) -> tuple[str, ...]:
+        """What the example's command line needs for this setup."""
+        return ("--resilient",) if self.rejoin else ()
 
     def spec_fields(
         self, shape: JobShape, preload: tuple[str, ...] = DEFAULT_PRELOAD
@@ -78,11 +96,16 @@ class LazarusSetup:
             # A snapshot every step in tmpfs; the disk interval stays the job's own,
             # now set by the controller (the example asks should_checkpoint).
             fields["checkpoints"] = {"memory_every_steps": 1, "every_steps": shape.ckpt_every}
+        if self.rejoin:
+            fields["rejoin"] = {"timeout_s": REJOIN_TIMEOUT_S}
         return fields
 
 
 LAZARUS_SETUPS: dict[System, LazarusSetup] = {
     "lazarus": LazarusSetup("Lazarus", warm_start=True, memory_tier=True),
+    "lazarus_rejoin": LazarusSetup(
+        "Lazarus (rejoin)", warm_start=True, memory_tier=True, rejoin=True
+    ),
     "lazarus_cold": LazarusSetup("Lazarus (cold)", warm_start=False, memory_tier=False),
 }
 """The Lazarus systems: each runs a scenario's Lazarus script with its setup."""

@@ -294,17 +294,18 @@ def ratio(lazarus: Cell | None, torchrun: Cell | None) -> str:
 def compare_table(stats: Summary) -> str:
     """Headline metrics side by side: median (min to max); booleans as true/runs.
 
-    Columns: Lazarus (its fast setup), torchrun, their ratio, then, where the run
-    had it, Lazarus under the spec's defaults (``lazarus_cold``) and its ratio to
+    Columns: Lazarus (its fast setup), torchrun, their ratio, then each other Lazarus
+    setup the run had (``lazarus_rejoin``, ``lazarus_cold``) with its ratio to
     torchrun, then torchrun's default setup."""
-    cold = any("lazarus_cold" in per_system for per_system in stats.values())
-    systems: list[System] = ["lazarus", "torchrun"]
-    if cold:
-        systems.append("lazarus_cold")
-    systems.append("torchrun_default")
+    variants: list[System] = [
+        system
+        for system in LAZARUS_SETUPS
+        if system != "lazarus" and any(system in per_system for per_system in stats.values())
+    ]
+    systems: list[System] = ["lazarus", "torchrun", *variants, "torchrun_default"]
     heads = ["Lazarus", "torchrun", "Lazarus/torchrun"]
-    if cold:
-        heads += [LABELS["lazarus_cold"], "cold/torchrun"]
+    for system in variants:
+        heads += [LABELS[system], f"{system.removeprefix('lazarus_')}/torchrun"]
     heads.append(LABELS["torchrun_default"])
     lines = [
         "| scenario | metric | " + " | ".join(heads) + " |",
@@ -328,8 +329,8 @@ def compare_table(stats: Summary) -> str:
             if not any(shown.values()):
                 continue
             row = [shown["lazarus"], shown["torchrun"], ratio(cells["lazarus"], cells["torchrun"])]
-            if cold:
-                row += [shown["lazarus_cold"], ratio(cells["lazarus_cold"], cells["torchrun"])]
+            for system in variants:
+                row += [shown[system], ratio(cells[system], cells["torchrun"])]
             row.append(shown["torchrun_default"])
             lines.append(f"| {name} | {metric} | " + " | ".join(row) + " |")
     notes_seen: dict[str, str] = {}

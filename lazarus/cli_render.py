@@ -459,12 +459,14 @@ def phase_table(incident: Incident) -> Table:
 
 
 SHORT_PHASES: dict[str, str] = {
+    "survivors torn down": "teardown",
     "detected": "detect",
     "decision": "decide",
     "survivors stopped": "stop",
     "resume point chosen": "resume",
     "launch requested": "launch",
     "rank process started": "start",
+    "rejoin request read": "rejoin",
     "framework imported": "import",
     "process group initialised": "pg",
     "checkpoint loaded": "load",

@@ -1,7 +1,8 @@
 """Where a recovery's time goes: one timestamp per phase, from fault to first new step.
 
 A restart is a relay: the supervisor sees the fault, the workflow decides, the
-survivors are stopped, a resume point is chosen, the launch is requested, the
+survivors are stopped (or, rejoining in place, tear their process group down and
+later read the request to rejoin), a resume point is chosen, the launch is requested, the
 rank processes start, import the framework, build the process group, load the
 checkpoint and finish a step. Each leg has its own owner and its own fix (a
 backoff, a grace period, a re-hash, an import), so the incident keeps a time for
@@ -24,12 +25,14 @@ from lazarus.domain import phases as rank_phases
 
 PHASES: tuple[tuple[str, str], ...] = (
     ("fault_at", "fault"),
+    ("survivors_torn_down_at", "survivors torn down"),
     ("detected_at", "detected"),
     ("decided_at", "decision"),
     ("survivors_stopped_at", "survivors stopped"),
     ("resume_chosen_at", "resume point chosen"),
     ("launch_requested_at", "launch requested"),
     ("rank_started_at", "rank process started"),
+    ("rejoin_received_at", "rejoin request read"),
     ("framework_imported_at", "framework imported"),
     ("process_group_ready_at", "process group initialised"),
     ("checkpoint_loaded_at", "checkpoint loaded"),
@@ -38,6 +41,8 @@ PHASES: tuple[tuple[str, str], ...] = (
 """(field, label) in the order a recovery reaches them."""
 
 RANK_FIELDS: dict[str, str] = {
+    rank_phases.TORN_DOWN: "survivors_torn_down_at",
+    rank_phases.REJOIN_RECEIVED: "rejoin_received_at",
     rank_phases.PROCESS_STARTED: "rank_started_at",
     rank_phases.FRAMEWORK_IMPORTED: "framework_imported_at",
     rank_phases.PROCESS_GROUP_READY: "process_group_ready_at",
@@ -45,6 +50,9 @@ RANK_FIELDS: dict[str, str] = {
     rank_phases.FIRST_STEP: "first_step_at",
 }
 """Which field each rank-side mark fills."""
+TEARDOWN_SLACK_S = 0.5
+"""A survivor tears down after its peer died, before any launch: its mark counts from
+the fault on (less this slack, since the fault's time is the supervisor's estimate)."""
 
 
 class PhaseDuration(BaseModel):
@@ -62,12 +70,17 @@ class RecoveryTimeline(BaseModel):
     script without the rank helper, a recovery still under way)."""
 
     fault_at: float
+    survivors_torn_down_at: float | None = None
+    """Rejoin in place: the surviving ranks destroyed their failed process group
+    (they notice a dead peer on their own, often before the supervisor does)."""
     detected_at: float | None = None
     decided_at: float | None = None
     survivors_stopped_at: float | None = None
     resume_chosen_at: float | None = None
     launch_requested_at: float | None = None
     rank_started_at: float | None = None
+    rejoin_received_at: float | None = None
+    """Rejoin in place: the survivors read their request to join the new generation."""
     framework_imported_at: float | None = None
     process_group_ready_at: float | None = None
     checkpoint_loaded_at: float | None = None
@@ -81,7 +94,8 @@ class RecoveryTimeline(BaseModel):
         update = {
             field: at
             for name, field in RANK_FIELDS.items()
-            if (at := marks.get(name)) is not None and at >= floor
+            if (at := marks.get(name)) is not None
+            and at >= (self.fault_at - TEARDOWN_SLACK_S if name == rank_phases.TORN_DOWN else floor)
         }
         return self.model_copy(update=update)
 
