@@ -84,7 +84,11 @@ from lazarus.domain.contracts import (
     SuperviseRequest,
     SupervisionProgress,
 )
-from lazarus.domain.environment import HEARTBEAT_CHECKPOINT_SAVE_S
+from lazarus.domain.environment import (
+    HEARTBEAT_CHECKPOINT_SAVE_S,
+    HEARTBEAT_GENERATION,
+    HEARTBEAT_REJOIN,
+)
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.phases import HEARTBEAT_FIELD
 from lazarus.domain.recovery_timeline import latest_marks
@@ -453,7 +457,11 @@ class GenerationObserver:
             save_s = heartbeat.get(HEARTBEAT_CHECKPOINT_SAVE_S)
             if isinstance(save_s, (int, float)) and save_s >= 0 and math.isfinite(save_s):
                 self._save_s[rank] = float(save_s)
-        if heartbeat is not None and "step" in heartbeat:
+        acts_for = heartbeat.get(HEARTBEAT_GENERATION) if heartbeat is not None else None
+        joining = heartbeat is not None and heartbeat.get(HEARTBEAT_REJOIN) is not None
+        if heartbeat is not None and "step" in heartbeat and joining:
+            step = int(heartbeat["step"])  # rejoined, not stepped yet: no progress
+        elif heartbeat is not None and "step" in heartbeat:
             step = int(heartbeat["step"])
             # The node's timestamp only identifies the write; its value is never compared.
             marker = "hb:" + _marker_of(step, heartbeat.get("time"))
@@ -484,6 +492,7 @@ class GenerationObserver:
             step=step,
             last_progress_at=progress_at,
             compute_s=compute_s,
+            generation=acts_for if isinstance(acts_for, int) else None,
         )
 
     def evidence_for(self, rank: int) -> str:
@@ -645,12 +654,14 @@ def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> Fa
 
 
 def _rejoin_overdue(request: SuperviseRequest, obs: Observation, status: RankStatus) -> bool:
-    """A rank carried over into this generation (``rejoin``) that has written no
-    heartbeat here ``rejoin_timeout_s`` after the launch: it never rejoined."""
+    """A rank carried over into this generation (``rejoin``) that has not said it acts
+    for it (a heartbeat here, ``"generation"`` this one) ``rejoin_timeout_s`` after the
+    launch: it never rejoined. One that did is judged by the startup and hang clocks."""
     return (
         status.rank in request.rejoining
         and request.rejoin_timeout_s is not None
         and status.last_progress_at is None
+        and status.generation != request.generation
         and obs.now - obs.launched_at > request.rejoin_timeout_s
     )
 

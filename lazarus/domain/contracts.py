@@ -199,6 +199,8 @@ class RankStatus(_Model):
     last_progress_at: float | None = None
     compute_s: float | None = None
     """The rank's own work per step (``lazarus.rank.compute_timer``), from its last heartbeat."""
+    generation: int | None = None
+    """The generation the rank's last heartbeat says it acts for (None: it does not say)."""
 
 
 FailureKind = Literal["crash", "hang", "vanished", "node_lost", "preempted"]

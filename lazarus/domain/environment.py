@@ -65,7 +65,9 @@ generation newer than its own applies its entry to ``os.environ`` and rejoins.""
 HEARTBEAT_GENERATION = "generation"
 """Heartbeat key: the generation the rank acts for now (it changes when it rejoins)."""
 HEARTBEAT_REJOIN = "rejoin"
-"""Heartbeat key, present while the rank waits to rejoin: ``"waiting"``."""
+"""Heartbeat key, present only around a rejoin: ``"waiting"`` (in the old generation's
+file, for the request) or ``"joining"`` (in the new one's, once read: the rank acts for
+it, but has not stepped in it yet, so this is not progress for the hang clock)."""
 REJOIN_VARIABLES = (
     RANK,
     LOCAL_RANK,

@@ -43,6 +43,17 @@ Usage::
 Phases of a (re)start (:mod:`lazarus.domain.phases`) are marked with :func:`mark`
 and travel in the heartbeat; the memory checkpoint tier lives in
 :mod:`lazarus.rank.memory` (files) and :mod:`lazarus.rank.torch` (snapshots).
+
+Rejoin in place (issue 16): under :func:`lazarus.rank.torch.run_resilient`, a rank
+whose peer failed keeps its process and moves into the next generation when the
+controller writes ``{"rejoin": {"generation": N, "env": {"<RANK>": {...}}}}`` into
+its control file. The standard-library half lives here: reading that request (a
+malformed one is reported once on stderr and ignored), :class:`RejoinRequested`
+(raised by :func:`heartbeat` and :func:`should_checkpoint` when the controller asks
+a rank that has not noticed the failure itself), the ``"rejoin": "waiting"``
+heartbeat, and the switch of this module's per-generation state to the new
+generation. Every heartbeat carries ``"generation"``, the generation the rank acts
+for now.
 """
 
 from __future__ import annotations
@@ -65,7 +76,9 @@ from typing import Any
 from lazarus.domain import chaos_points, checkpoint_layout, environment, phases
 
 __all__ = [
+    "REJOIN_TIMEOUT_EXIT_CODE",
     "RankInfo",
+    "RejoinRequested",
     "checkpoint_dir",
     "checkpoint_every_steps",
     "checkpoint_path",
@@ -196,8 +209,10 @@ def mark(phase: str) -> None:
 
 
 def phase_marks() -> dict[str, float]:
-    """This process's phase marks so far, ``process_started`` included."""
-    if phases.PROCESS_STARTED not in _phases:
+    """This process's phase marks so far, ``process_started`` included (in this
+    generation's: a rank that rejoined a generation in place shows only the rejoin
+    phases, :data:`lazarus.domain.phases.REJOIN_PHASES`)."""
+    if not _rejoined and phases.PROCESS_STARTED not in _phases:
         _phases[phases.PROCESS_STARTED] = _process_start_time()
     return dict(_phases)
 
@@ -323,8 +338,13 @@ def heartbeat(step: int, **metrics: Any) -> None:
     floats; anything ``float()`` accepts (a 0-d tensor) is converted only when a
     write happens, so the throttled path never forces a device sync. A no-op
     outside Lazarus. The two variables are read once, at the first call, to keep
-    later calls free of lookups."""
+    later calls free of lookups.
+
+    Under :func:`lazarus.rank.torch.run_resilient` it also looks for a rejoin request
+    in the control file (a ``stat`` at most every :data:`REJOIN_POLL_INTERVAL_S`) and
+    raises :class:`RejoinRequested` when one names this rank."""
     global _reported_step, _reported_metrics, _next_heartbeat_at, _first_step_pending
+    global _next_rejoin_poll_at
     path = _heartbeat_file
     if path is _UNRESOLVED:
         path = _resolve_heartbeat()
@@ -337,6 +357,10 @@ def heartbeat(step: int, **metrics: Any) -> None:
     _reported_step = step
     _reported_metrics = metrics
     now = time.monotonic()
+    if _rejoin_armed and now >= _next_rejoin_poll_at:
+        _next_rejoin_poll_at = now + REJOIN_POLL_INTERVAL_S
+        _poll_control()
+        _raise_if_rejoin_requested()
     if now < _next_heartbeat_at:
         return
     _next_heartbeat_at = now + _heartbeat_interval_s
@@ -354,15 +378,20 @@ def flush_heartbeat() -> None:
     _write_heartbeat(path, _reported_step, _reported_metrics)
 
 
-def _write_heartbeat(path: str, step: int, metrics: dict[str, Any]) -> None:
+def _write_heartbeat(
+    path: str, step: int, metrics: dict[str, Any], *, rejoin: str | None = None
+) -> None:
     global _heartbeat_warned
     payload = {
         "step": int(step),
         "time": time.time(),
         "pid": os.getpid(),
+        environment.HEARTBEAT_GENERATION: _generation_now(),
         "metrics": {name: _as_float(value) for name, value in metrics.items()},
         phases.HEARTBEAT_FIELD: phase_marks(),
     }
+    if rejoin is not None:
+        payload[environment.HEARTBEAT_REJOIN] = rejoin
     compute_s = _take_compute_mean()
     if compute_s is not None:
         payload["compute_s"] = compute_s
@@ -379,6 +408,15 @@ def _write_heartbeat(path: str, step: int, metrics: dict[str, Any]) -> None:
         if not _heartbeat_warned:
             _heartbeat_warned = True
             print(f"lazarus.rank: cannot write heartbeat {path}: {exc}", file=sys.stderr)
+
+
+def _generation_now() -> int:
+    """The generation this rank acts for (``LAZARUS_GENERATION``; it changes when the
+    rank rejoins in place); 0 when unset or malformed: a heartbeat never raises."""
+    try:
+        return _env_int(environment.GENERATION, 0)
+    except ValueError:
+        return 0
 
 
 def _as_float(value: Any) -> float | None:
@@ -485,9 +523,13 @@ def should_checkpoint(step: int | None = None, *, every: int | None = None) -> b
     it was replaced or its mtime or size changed. In a multi-rank job, ranks
     see the change at different steps, so ask on one rank and broadcast the
     answer (``lazarus.rank.torch.should_checkpoint`` does), or ranks will enter
-    the checkpoint collective at different steps."""
+    the checkpoint collective at different steps.
+
+    Under :func:`lazarus.rank.torch.run_resilient` it raises :class:`RejoinRequested`
+    when the control file asks this rank to rejoin a newer generation."""
     global _pending_request
     _poll_control()
+    _raise_if_rejoin_requested()
     requested = _pending_request
     _pending_request = False
     if step is None:
@@ -539,9 +581,10 @@ def _interval(control_key: str, variable: str) -> int | None:
 
 def _poll_control() -> None:
     """Read the control file if it changed since the last read: record a new
-    checkpoint request (for :func:`should_checkpoint`) and the interval overrides."""
+    checkpoint request (for :func:`should_checkpoint`), the interval overrides and,
+    under run_resilient, a rejoin request naming this rank."""
     global _control_signature, _last_checkpoint_request, _unanswered_request
-    global _hold_after_commit, _pending_request, _control_intervals
+    global _hold_after_commit, _pending_request, _control_intervals, _rejoin_request
     path = os.environ.get(environment.CONTROL_FILE)
     if not path:
         return
@@ -564,6 +607,10 @@ def _poll_control() -> None:
         return
     _control_signature = signature
     _control_intervals = _intervals_in(document, path)
+    if _rejoin_armed:
+        # Once seen, a request stays until it is acted on: a later rewrite of the
+        # file that drops the key must not take it back.
+        _rejoin_request = _rejoin_request_in(document, path) or _rejoin_request
     if not isinstance(request, int) or isinstance(request, bool) or request <= 0:
         return
     if request == _last_checkpoint_request:
@@ -593,6 +640,236 @@ def _intervals_in(document: dict[str, Any], path: str) -> dict[str, int]:
                 file=sys.stderr,
             )
     return found
+
+
+# --------------------------------------------------------------------------- rejoin in place
+
+REJOIN_POLL_INTERVAL_S = 0.2
+"""How often :func:`heartbeat` looks for a rejoin request (one ``stat``): a rank the
+controller asks to rejoin leaves within a fraction of a second, and the throttled
+path stays a clock read."""
+REJOIN_WAIT_POLL_S = 0.05
+"""How often a rank that tore its process group down reads its control file."""
+REJOIN_TIMEOUT_EXIT_CODE = 75
+"""Exit status of a rank that gave up on rejoining in place: no request within
+``LAZARUS_REJOIN_TIMEOUT_S``, or a process group that would not tear down. 75
+(``EX_TEMPFAIL``) is none of the statuses a crash, a signal or the script's own
+``sys.exit(1)`` produce, so the controller can tell "gave up waiting" apart."""
+
+_INTEGER_REJOIN_VARIABLES = frozenset(
+    {
+        environment.RANK,
+        environment.LOCAL_RANK,
+        environment.GROUP_RANK,
+        environment.WORLD_SIZE,
+        environment.LOCAL_WORLD_SIZE,
+        environment.MASTER_PORT,
+        environment.RESTART_COUNT,
+        environment.GENERATION,
+        environment.RESUME_STEP,
+        environment.MEMORY_KEEP,
+        environment.MEMORY_EVERY_STEPS,
+        environment.CHECKPOINT_EVERY_STEPS,
+    }
+)
+"""Rejoin variables the helper parses as integers: a request setting one to anything
+else is refused whole, rather than crashing the rank after it applied it."""
+
+
+class RejoinRequested(Exception):
+    """The controller asks this rank to leave its generation and rejoin ``generation``
+    in place: raised by :func:`heartbeat` and :func:`should_checkpoint`, only under
+    :func:`lazarus.rank.torch.run_resilient`, which catches it, tears the process group
+    down and rejoins. It reaches a rank that has not noticed the failure itself (a
+    rank busy in its own work while a peer died). Let it propagate: a script that
+    catches ``Exception`` around its step should re-raise this one."""
+
+    def __init__(self, rank: int, generation: int) -> None:
+        super().__init__(f"the controller asks rank {rank} to rejoin generation {generation}")
+        self.rank = rank
+        self.generation = generation
+
+
+@dataclass(frozen=True)
+class RejoinRequest:
+    """A valid rejoin request naming this rank: the generation to act for and the
+    variables to set (a string) or unset (None); ``LAZARUS_GENERATION`` is always
+    among them. Variables the request does not name keep their value."""
+
+    generation: int
+    env: dict[str, str | None]
+
+
+_rejoin_armed = False
+"""Set by run_resilient: only then do heartbeat and should_checkpoint look for requests."""
+_rejoin_request: RejoinRequest | None = None
+"""The newest valid request for this rank read from the control file, not acted on yet."""
+_next_rejoin_poll_at = 0.0
+_rejoined = False
+"""This process rejoined a generation in place: ``process_started`` is not re-marked."""
+
+
+def _arm_rejoin(armed: bool) -> None:
+    """Turn the search for rejoin requests on (run_resilient) or off."""
+    global _rejoin_armed, _rejoin_request, _next_rejoin_poll_at, _control_signature
+    _rejoin_armed = armed
+    _rejoin_request = None
+    _next_rejoin_poll_at = 0.0
+    _control_signature = None  # read the file again: it may hold a request already
+
+
+def _raise_if_rejoin_requested() -> None:
+    if _rejoin_armed and _rejoin_request is not None:
+        raise RejoinRequested(_rank_now(), _rejoin_request.generation)
+
+
+def _rank_now() -> int:
+    try:
+        return _env_int(environment.RANK, 0)
+    except ValueError:
+        return 0
+
+
+def _rejoin_request_in(document: dict[str, Any], path: str) -> RejoinRequest | None:
+    """The control document's rejoin request if it is valid, newer than this rank's
+    generation and names this rank; None otherwise. A malformed one is reported once
+    on stderr and ignored: training must not die of a bad control write (the
+    controller then sees a rank that never rejoined, and replaces it)."""
+    raw = document.get(environment.CONTROL_REJOIN)
+    if raw is None:
+        return None
+    problem, request = _parse_rejoin(raw)
+    if problem is not None and environment.CONTROL_REJOIN not in _control_warned:
+        _control_warned.add(environment.CONTROL_REJOIN)
+        print(
+            f"lazarus.rank: control file {path}: rejoin request ignored: {problem}",
+            file=sys.stderr,
+        )
+    return request
+
+
+def _parse_rejoin(raw: Any) -> tuple[str | None, RejoinRequest | None]:
+    """``(problem, request)``: a request for this rank, or what is wrong with the
+    entry; both None for a request that is not for this rank (an older generation,
+    or other ranks only: a rank without an entry is one the controller replaces)."""
+    if not isinstance(raw, dict):
+        return f"{raw!r} is not an object", None
+    generation = raw.get("generation")
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 1:
+        return f"generation={generation!r} is not an integer >= 1", None
+    entries = raw.get("env")
+    if not isinstance(entries, dict):
+        return f"env={entries!r} is not an object", None
+    if generation <= _generation_now():
+        return None, None
+    rank = _rank_now()
+    entry = entries.get(str(rank))
+    if entry is None:
+        return None, None
+    if not isinstance(entry, dict):
+        return f"the entry of rank {rank} is not an object", None
+    env: dict[str, str | None] = {}
+    for name, value in entry.items():
+        if name not in environment.REJOIN_VARIABLES:
+            return f"rank {rank}: {name!r} is not a rejoin variable", None
+        if value is not None and not isinstance(value, str):
+            return f"rank {rank}: {name}={value!r} is neither a string nor null", None
+        if value is not None and name in _INTEGER_REJOIN_VARIABLES and not _is_integer(value):
+            return f"rank {rank}: {name}={value!r} is not an integer", None
+        env[name] = value
+    if env.setdefault(environment.GENERATION, str(generation)) != str(generation):
+        return (
+            f"rank {rank}: {environment.GENERATION}={env[environment.GENERATION]!r} "
+            f"contradicts generation {generation}",
+            None,
+        )
+    return None, RejoinRequest(generation, env)
+
+
+def _is_integer(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _write_waiting_heartbeat() -> None:
+    """Tell the controller, in the current generation's heartbeat file and at once,
+    that this rank tore its process group down and waits to rejoin. The step stays
+    the last one the rank completed (or resumed from)."""
+    global _next_heartbeat_at
+    path = _heartbeat_file
+    if path is _UNRESOLVED:
+        path = _resolve_heartbeat()
+    if not isinstance(path, str):
+        return
+    step = _reported_step if _reported_step is not None else _resumed_from_step
+    _next_heartbeat_at = time.monotonic() + _heartbeat_interval_s
+    _write_heartbeat(path, step, _reported_metrics, rejoin="waiting")
+
+
+def _await_rejoin(timeout_s: float) -> RejoinRequest | None:
+    """Wait up to ``timeout_s`` for a rejoin request naming this rank in the current
+    control file (read every :data:`REJOIN_WAIT_POLL_S`), writing the ``"waiting"``
+    heartbeat at once and then every heartbeat interval, so the controller sees a
+    live rank that waits rather than a stale one. None when none came in time."""
+    if not _rejoin_armed:
+        raise RuntimeError("_await_rejoin needs run_resilient's _arm_rejoin(True) first")
+    deadline = time.monotonic() + timeout_s
+    next_beat = 0.0
+    while True:
+        now = time.monotonic()
+        if now >= next_beat:
+            _write_waiting_heartbeat()
+            next_beat = now + max(_heartbeat_interval_s, REJOIN_WAIT_POLL_S)
+        _poll_control()
+        if _rejoin_request is not None:
+            return _rejoin_request
+        if now >= deadline:
+            return None
+        time.sleep(min(REJOIN_WAIT_POLL_S, max(0.0, deadline - now)))
+
+
+def _enter_generation(request: RejoinRequest) -> None:
+    """Act for ``request``'s generation from now on: apply its variables to
+    ``os.environ``, forget this module's per-generation state, mark
+    ``rejoin_received`` and write a first heartbeat into the new generation's file
+    at once (its step: the new resume step, since nothing was done in it yet; marked
+    ``"rejoin": "joining"``, so it does not start the hang clock), so the controller
+    sees the rank act for the new generation before the process group is up."""
+    global _rejoined, _reported_step, _next_heartbeat_at
+    for name, value in request.env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _reset_generation()
+    _rejoined = True
+    mark(phases.REJOIN_RECEIVED)
+    path = _resolve_heartbeat()
+    if path is not None:
+        _reported_step = _announced_resume_step()
+        _next_heartbeat_at = time.monotonic() + _heartbeat_interval_s
+        _write_heartbeat(path, _reported_step, {}, rejoin="joining")
+
+
+def _announced_resume_step() -> int:
+    """The resume step the environment names (0: none, or malformed)."""
+    raw_path = os.environ.get(environment.RESUME_FROM) or None
+    raw_step = os.environ.get(environment.RESUME_STEP) or None
+    if raw_path is None and raw_step is None:
+        return 0
+    try:
+        return _explicit_resume_point(raw_path, raw_step)[0]
+    except ValueError:
+        return 0
+
+
+def _mark_torn_down() -> None:
+    """Mark ``torn_down`` now, also on a second rejoin (marks are otherwise once)."""
+    _phases.pop(phases.TORN_DOWN, None)
+    mark(phases.TORN_DOWN)
 
 
 # --------------------------------------------------------------------------- resume
@@ -919,19 +1196,20 @@ temp_path_for = checkpoint_layout.temp_path_for
 _temp_counter = itertools.count()
 
 
-def _reset_state() -> None:
-    """Forget cached environment and per-process state (for tests that change
-    the environment within one process)."""
+def _reset_generation() -> None:
+    """Forget what belongs to the generation this rank leaves when it rejoins the
+    next one in place: the heartbeat file and interval, the control file's signature,
+    request and intervals, the resume point, ``first_step``, the save under way, and
+    every phase mark but ``torn_down`` (which the new generation's timeline starts
+    with). Kept: recent save times (a property of the hardware), the id of the last
+    checkpoint request (ids are job-wide), the configured checkpoint directory."""
     global _heartbeat_file, _heartbeat_interval_s, _next_heartbeat_at, _reported_step
     global _reported_metrics, _heartbeat_warned
     global _step_compute_s, _window_compute_s, _window_steps
-    global _control_signature, _last_checkpoint_request, _configured_checkpoint_dir
-    global _unanswered_request, _hold_after_commit, _pending_request, _control_intervals
+    global _control_signature, _unanswered_request, _hold_after_commit, _pending_request
+    global _control_intervals
     global _first_step_pending, _resume_noted, _resumed_from_step, _resumed_from_dir
-    global _save_started, _save_timing_explicit
-    _save_times.clear()
-    _save_started = None
-    _save_timing_explicit = False
+    global _save_started, _rejoin_request, _next_rejoin_poll_at
     _heartbeat_file = _UNRESOLVED
     _heartbeat_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
     _next_heartbeat_at = 0.0
@@ -940,15 +1218,34 @@ def _reset_state() -> None:
     _heartbeat_warned = False
     _step_compute_s, _window_compute_s, _window_steps = 0.0, 0.0, 0
     _control_signature = None
-    _last_checkpoint_request = None
     _unanswered_request = None
     _hold_after_commit = False
     _pending_request = False
     _control_intervals = {}
     _control_warned.clear()
-    _configured_checkpoint_dir = None
-    _phases.clear()
     _first_step_pending = True
     _resume_noted = False
     _resumed_from_step = 0
     _resumed_from_dir = None
+    _save_started = None
+    _rejoin_request = None
+    _next_rejoin_poll_at = 0.0
+    torn_down = _phases.get(phases.TORN_DOWN)
+    _phases.clear()
+    if torn_down is not None:
+        _phases[phases.TORN_DOWN] = torn_down
+
+
+def _reset_state() -> None:
+    """Forget cached environment and per-process state (for tests that change
+    the environment within one process)."""
+    global _last_checkpoint_request, _configured_checkpoint_dir, _save_timing_explicit
+    global _rejoin_armed, _rejoined
+    _reset_generation()
+    _save_times.clear()
+    _save_timing_explicit = False
+    _last_checkpoint_request = None
+    _configured_checkpoint_dir = None
+    _phases.clear()
+    _rejoin_armed = False
+    _rejoined = False

@@ -99,7 +99,12 @@ async def test_a_killed_host_is_quarantined_in_the_fleet_and_not_leased_again(
     hosts.kill_host(victim)
     done = await job_a.result(timeout_s=240)
     assert done.phase == Phase.SUCCEEDED
-    [incident] = done.incidents
+    # One node loss. Under heavy load (a 2-core machine at load 8+) a second incident
+    # was seen once: the assertion names every incident so the next sighting says why.
+    incident = done.incidents[0]
+    assert len(done.incidents) == 1, [
+        (i.kind, i.failure_class, i.node, i.rank, i.evidence[:3]) for i in done.incidents
+    ]
     assert incident.kind == "node_lost" and incident.node == victim
     assert "h4" in done.nodes.active, "the fleet's shared spare took the dead host's slot"
     assert any("replacement for" in e and "h4" in e for e in incident.evidence), incident.evidence
