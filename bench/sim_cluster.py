@@ -18,34 +18,51 @@ until the clock has moved ``d``. The clock jumps only while the counter is zero,
   zero, and another unlock is refused as unbalanced. The simulated operator therefore
   watches the clock instead of sleeping (:meth:`SimCluster._operate`), and the
   checkpoint watch shortens its sleep so the clock stops at the operator's moment;
-- an activity still open when its workflow run closes leaks its lock: the run's
-  continue-as-new cancels supervision and the checkpoint watch (``TRY_CANCEL``, the
-  same workflow task), the server then rejects their completion ("Completed
-  workflow") and never releases their locks, and the next run's sleeps stall. Each
-  activity that ends after its run was replaced gives its lock back
-  (:meth:`SimCluster._settle`);
-- no activity sleeps longer than its own heartbeat or start-to-close timeout (the
-  server enforces those in simulated time, and heartbeats do not reach it in time to
-  count): supervision reports, and the watch wakes, at most every ``REPORT_S``, under
-  the spec's 600 s heartbeat timeout.
+- the server drops an activity's lock in two cases, and the simulator gives each one
+  back (:class:`LockLedger`), counted from the server's own answers, never guessed:
+
+  * **a completion the server refuses.** Continue-as-new cancels supervision and the
+    checkpoint watch (``TRY_CANCEL``) and closes the run; a simulated activity still
+    asleep then completes into a closed run, the server answers ``NOT_FOUND
+    "Completed workflow"`` and never releases its lock. Every simulated activity
+    therefore completes itself (asynchronous completion through the client), so it
+    sees that answer and gives the lock back;
+  * **an activity that never started.** An activity cancelled while still scheduled
+    (the workflow cancels the watch it scheduled one workflow task earlier, before the
+    worker polled it: more likely the busier the machine), or still scheduled when its
+    run closes, is dropped without its lock: no worker ever runs it, so no completion
+    can notice. When the clock stalls, the ledger counts these from the runs'
+    histories (``ActivityTaskCanceled``: our activities never report a cancellation,
+    so each one was cancelled before it started) and descriptions (activities still
+    ``SCHEDULED`` in a closed run), and gives back the ones not yet given back;
+- no advance is longer than the activity's heartbeat timeout (the server enforces it
+  in simulated time): a longer one is cut into chunks of ``CHUNK_S`` with a heartbeat,
+  sent through the client, between them. Supervision reports, and the watch wakes, at
+  most every ``REPORT_S``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.testservice.v1 import UnlockTimeSkippingRequest
-from temporalio.client import Client
+from temporalio.client import AsyncActivityCancelledError, Client
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from bench.sim_model import ClusterTrace, CostModel, FailureEvent, Ledger, progress_at
+from bench.sim_model import DAY_S, ClusterTrace, CostModel, FailureEvent, Ledger, progress_at
 from lazarus.domain.api import QUERY_STATUS, SIGNAL_RESUME, UPDATE_RETURN
 from lazarus.domain.contracts import (
     AllocationGranted,
@@ -85,22 +102,223 @@ from lazarus.domain.contracts import (
 ActivityMethod = TypeVar("ActivityMethod", bound=Callable[..., Awaitable[Any]])
 
 REPORT_S = 570.0
-"""The longest any simulated activity sleeps: below the 600 s heartbeat timeout (the
-clock also creeps on in real time while it is locked, a few milliseconds a call)."""
+"""The simulated spec's supervision report and housekeeping interval, and so the
+longest any simulated activity lasts. Advances longer than :data:`CHUNK_S` are
+supported (chunks with heartbeats between them), so an hour per report would cut a
+54-day row at 2,048 nodes from about 8,200 reports to about 1,300, each of which
+carries every node's spec. It stays at 570 s until the housekeeping loop survives a
+stop during garbage collection (README, "Scale: simulation"): at an hour, the smoke
+run's rows meet that hang. Detection never waits for a report: a failure ends
+supervision at its detection time whatever the interval."""
+
+CHUNK_S = 570.0
+"""The longest single clock advance: below the spec's 600 s heartbeat timeout (the
+clock also creeps on in real time while it is locked, a few milliseconds a call). A
+longer advance is cut into chunks with a heartbeat between them, sent through the
+client so that it reaches the server at once (the worker's own heartbeats are
+throttled in real time and would arrive after the simulated timeout)."""
+
+STALL_S = 3.0
+"""Real seconds a clock advance may wait before the ledger counts dropped locks."""
+
+CLOSE_EVENTS = frozenset(
+    {
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+    }
+)
+
+
+class Abandoned(Exception):
+    """Nobody waits for this activity any more (cancelled, or its run closed): it stops
+    at a chunk boundary and changes nothing in the cluster."""
 
 
 def simulated(method: ActivityMethod) -> ActivityMethod:
-    """Wrap a simulated activity: note its run on entry, settle its lock on exit."""
+    """Wrap a simulated activity: note that it started, and complete it through the
+    client (:meth:`LockLedger.complete`), which sees whether the server took the
+    completion or dropped the activity's lock."""
 
     @functools.wraps(method)
     async def wrapper(self: SimCluster, request: Any) -> Any:
-        run_id = self._enter()
+        info = activity.info()
+        self.locks.started.add((info.workflow_run_id or "", info.activity_id))
         try:
-            return await method(self, request)
-        finally:
-            await self._settle(run_id)
+            result = await method(self, request)
+        except Abandoned:
+            self.locks.complete(info.task_token, None, None, cancelled=True)
+        except ApplicationError as err:
+            self.locks.complete(info.task_token, None, err)
+        else:
+            self.locks.complete(info.task_token, result, None)
+        activity.raise_complete_async()
 
     return cast(ActivityMethod, wrapper)
+
+
+@dataclass
+class LockLedger:
+    """The time-skipping locks the server drops, given back one for one.
+
+    Both counts come from the server: a refused completion is its answer to that
+    completion; a never-started activity is an event in a run's history, or an
+    activity still ``SCHEDULED`` when its run closed. Only the *trigger* of the second
+    count is a timer (a clock advance waiting :data:`STALL_S`): an audit that finds
+    nothing new gives nothing back, so a slow machine costs audits, never a lock.
+    An activity's retries are not covered: no simulated activity fails retryably."""
+
+    env: WorkflowEnvironment
+    workflow_id: str = ""
+    first_run_id: str = ""
+    started: set[tuple[str, str]] = field(default_factory=set)
+    """``(run id, activity id)`` of every activity a simulated worker ran."""
+    refused_completions: int = 0
+    """Locks given back for completions the server refused (their run had closed)."""
+    never_started: int = 0
+    """Locks given back for activities dropped before they started."""
+    audits: int = 0
+    completion_errors: list[str] = field(default_factory=list)
+    _closed_runs: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    """Per closed run: its never-started activities, and the run it continued as."""
+    _sleeps: dict[int, float] = field(default_factory=dict)
+    _ids: Iterator[int] = field(default_factory=itertools.count)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _watch: asyncio.Task[None] | None = None
+
+    def complete(
+        self,
+        task_token: bytes,
+        result: Any,
+        failure: ApplicationError | None,
+        *,
+        cancelled: bool = False,
+    ) -> None:
+        """Complete (or report cancelled) an activity after its function has returned
+        (the worker must first learn that it completes asynchronously)."""
+        task = asyncio.create_task(self._complete(task_token, result, failure, cancelled))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _complete(
+        self, task_token: bytes, result: Any, failure: ApplicationError | None, cancelled: bool
+    ) -> None:
+        handle = self.env.client.get_async_activity_handle(task_token=task_token)
+        try:
+            if cancelled:
+                await handle.report_cancellation()
+            elif failure is not None:
+                await handle.fail(failure)
+            else:
+                await handle.complete(result)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND and "Completed workflow" in err.message:
+                await self._give_back()
+                self.refused_completions += 1
+            else:
+                self.completion_errors.append(f"{err.status.name}: {err.message}")
+
+    async def _give_back(self) -> None:
+        await self.env.client.test_service.unlock_time_skipping(UnlockTimeSkippingRequest())
+
+    @contextlib.contextmanager
+    def sleeping(self) -> Iterator[None]:
+        """Mark a clock advance in progress: the watch audits when one waits too long."""
+        key = next(self._ids)
+        self._sleeps[key] = time.monotonic()
+        try:
+            yield
+        finally:
+            del self._sleeps[key]
+
+    def start(self) -> None:
+        self._watch = asyncio.create_task(self._watch_stalls())
+
+    async def _watch_stalls(self) -> None:
+        last_audit = 0.0
+        while True:
+            await asyncio.sleep(STALL_S / 4)
+            now = time.monotonic()
+            stalled = bool(self._sleeps) and now - min(self._sleeps.values()) >= STALL_S
+            if stalled and now - last_audit >= STALL_S:
+                await self.audit()
+                last_audit = time.monotonic()
+
+    async def audit(self) -> int:
+        """Count the never-started activities of every run so far, give back the locks
+        not yet given back, and return how many were given back now."""
+        self.audits += 1
+        dropped = 0
+        run_id: str | None = self.first_run_id
+        while run_id:
+            if run_id in self._closed_runs:
+                count, run_id = self._closed_runs[run_id]
+                dropped += count
+                continue
+            handle = self.env.client.get_workflow_handle(self.workflow_id, run_id=run_id)
+            events = (await handle.fetch_history()).events
+            count = self._cancelled_before_start(run_id, events)
+            last = events[-1] if events else None
+            if last is None or last.event_type not in CLOSE_EVENTS:
+                dropped += count  # the open run: it may drop more later
+                break
+            description = (await handle.describe()).raw_description
+            count += sum(
+                1
+                for pending in description.pending_activities
+                if pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
+                and pending.attempt <= 1
+            )
+            next_run = None
+            if last.HasField("workflow_execution_continued_as_new_event_attributes"):
+                attributes = last.workflow_execution_continued_as_new_event_attributes
+                next_run = attributes.new_execution_run_id
+            self._closed_runs[run_id] = (count, next_run)
+            dropped += count
+            run_id = next_run
+        due = dropped - self.never_started
+        for _ in range(due):
+            await self._give_back()
+            self.never_started += 1
+        return max(0, due)
+
+    def _cancelled_before_start(self, run_id: str, events: Sequence[HistoryEvent]) -> int:
+        """``ActivityTaskCanceled`` events of activities no simulated worker ran. A
+        simulated activity never reports a cancellation: each such event is the server
+        cancelling an activity that was still scheduled."""
+        scheduled = {
+            e.event_id: e.activity_task_scheduled_event_attributes.activity_id
+            for e in events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        }
+        return sum(
+            1
+            for e in events
+            if e.HasField("activity_task_canceled_event_attributes")
+            and (
+                run_id,
+                scheduled.get(e.activity_task_canceled_event_attributes.scheduled_event_id, ""),
+            )
+            not in self.started
+        )
+
+    async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "refused_completions": self.refused_completions,
+            "never_started": self.never_started,
+            "audits": self.audits,
+            "completion_errors": self.completion_errors[:10],
+        }
 
 
 @dataclass
@@ -123,6 +341,9 @@ class Generation:
     blocked_before: float = 0.0
     """Seconds blocked in checkpoints under earlier intervals of this generation."""
     interval_changes: int = 0
+    final_outcome: SuperviseOutcome | None = None
+    """The failure (or success) that froze it: delivered again to a supervision of it
+    that asks later (the one that carried it was cancelled, or its run had closed)."""
 
     def __post_init__(self) -> None:
         self.segment_step = self.resume_step
@@ -166,10 +387,13 @@ class SimCluster:
     """``(time, every_steps)`` for each interval the workflow sent (``interval: auto``)."""
     placed: set[str] = field(default_factory=set)
     """Every node a generation was launched on."""
-    runs: list[str] = field(default_factory=list)
-    """Workflow run ids in the order their first activity started."""
-    leaked_locks_returned: int = 0
+    locks: LockLedger = field(init=False)
+    overran: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the clock is a day past the horizon and the job still runs activities."""
     _operators: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.locks = LockLedger(self.env)
 
     # ------------------------------------------------------------------ the clock
 
@@ -177,28 +401,35 @@ class SimCluster:
         current = await self.env.get_current_time()
         if self.started is None:
             self.started = current
-        return (current - self.started).total_seconds()
+        seconds = (current - self.started).total_seconds()
+        if seconds > self.horizon_s + DAY_S:
+            self.overran.set()
+        return seconds
 
     async def advance(self, seconds: float, phase: str | None = None) -> None:
-        if seconds > 0:
-            await self.env.sleep(seconds)
+        left = seconds
+        while left > 0:
+            chunk = min(left, CHUNK_S)
+            with self.locks.sleeping():
+                await self.env.sleep(chunk)
+            left -= chunk
+            if left > 0:
+                await self._heartbeat()
         if phase is not None:
             self.ledger.add(phase, max(0.0, seconds))
 
-    def _enter(self) -> str:
-        """Note the calling activity's workflow run (the newest run seen is the live
-        one: a chain of continue-as-new runs never overlaps)."""
-        run_id = activity.info().workflow_run_id or ""
-        if run_id not in self.runs:
-            self.runs.append(run_id)
-        return run_id
-
-    async def _settle(self, run_id: str) -> None:
-        """Give back the time-skipping lock of an activity whose run has closed: the
-        server will refuse its completion and would hold that lock for ever."""
-        if self.runs and run_id != self.runs[-1]:
-            await self.env.client.test_service.unlock_time_skipping(UnlockTimeSkippingRequest())
-            self.leaked_locks_returned += 1
+    async def _heartbeat(self) -> None:
+        """Between chunks of a long advance: tell the server the activity lives, and
+        stop (:class:`Abandoned`) if nobody waits for it any more."""
+        handle = self.env.client.get_async_activity_handle(task_token=activity.info().task_token)
+        try:
+            await handle.heartbeat()
+        except AsyncActivityCancelledError as err:
+            raise Abandoned("cancelled") from err
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise Abandoned(err.message) from err
+            raise
 
     # --------------------------------------------------------------- the training
 
@@ -306,6 +537,8 @@ class SimCluster:
     async def supervise(self, request: SuperviseRequest) -> SuperviseOutcome:
         now = await self.now()
         gen = self.generation
+        if gen is not None and gen.number == request.generation and gen.final_outcome:
+            return gen.final_outcome
         if gen is None or gen.number != request.generation or gen.frozen_at is not None:
             return SuperviseOutcome(
                 kind="progress", generation=request.generation, observed_at=self._wall(now)
@@ -334,9 +567,10 @@ class SimCluster:
         step = self._progress(gen, end)[0]
         if end >= self.horizon_s:
             self._freeze(end)
-            return SuperviseOutcome(
+            gen.final_outcome = SuperviseOutcome(
                 kind="succeeded", generation=gen.number, observed_at=self._wall(end), step=step
             )
+            return gen.final_outcome
         return SuperviseOutcome(
             kind="progress",
             generation=gen.number,
@@ -359,6 +593,8 @@ class SimCluster:
         fault = max(event.at_s, now)
         await self.advance(fault - now, "running")
         await self.advance(detected - fault, "detection")
+        if gen.final_outcome is not None:
+            return gen.final_outcome  # a supervision of an older run got there first
         self.cursor += 1
         step = self._freeze(fault)
         if event.share.hardware:
@@ -367,7 +603,7 @@ class SimCluster:
             Interruption(fault, event.node, event.share.name, event.share.kind, detected, step)
         )
         rank = sorted(gen.nodes).index(event.node)
-        return SuperviseOutcome(
+        gen.final_outcome = SuperviseOutcome(
             kind="failed",
             generation=gen.number,
             observed_at=self._wall(detected),
@@ -384,6 +620,7 @@ class SimCluster:
                 step_at_failure=step,
             ),
         )
+        return gen.final_outcome
 
     @activity.defn(name="stop")
     @simulated
@@ -549,7 +786,9 @@ class SimCluster:
         ]
 
     async def close(self) -> None:
-        """End the operator tasks; one that failed is noted in ``operator_actions``."""
+        """End the operator tasks and the lock ledger; an operator task that failed is
+        noted in ``operator_actions``."""
+        await self.locks.close()
         for task in self._operators:
             if not task.done():
                 task.cancel()

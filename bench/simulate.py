@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import sys
 import tempfile
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -184,7 +185,7 @@ def sim_spec(config: SimConfig, variant: Variant, nodes: list[str], spares: list
         "health": {
             "poll_interval_s": 0.5,
             "hang_timeout_s": 300.0,
-            "supervisor_heartbeat_timeout_s": 600.0,
+            "supervisor_heartbeat_timeout_s": 600.0,  # advances heartbeat every 570 s
             "report_interval_s": REPORT_S,
         },
         "recovery": {
@@ -225,8 +226,9 @@ async def run_variant(
         await register_search_attributes(env.client)
         cluster = SimCluster(env, trace, costs, config.horizon_s, config.operator_delay_s)
         cluster.client = env.client
-        cluster.workflow_id = f"lazarus-{spec.name}"
+        cluster.workflow_id = cluster.locks.workflow_id = f"lazarus-{spec.name}"
         await cluster.now()  # the simulation starts now
+        cluster.locks.start()
         queue = f"sim-{uuid.uuid4().hex[:8]}"
         async with Worker(
             env.client,
@@ -244,11 +246,14 @@ async def run_variant(
                 task_queue=queue,
                 result_type=JobStatus,
             )
-            status: JobStatus = await handle.result()
+            cluster.locks.first_run_id = handle.first_execution_run_id or handle.result_run_id or ""
+            try:
+                status = await until_done_or_overrun(handle, cluster)
+            finally:
+                await cluster.close()
             history = await history_figures(
                 env.client, cluster.workflow_id, handle.first_execution_run_id
             )
-        await cluster.close()
     figures = summarize(config, variant, cluster, status, history, costs, len(nodes), len(spares))
     figures["wall_s"] = round(time.monotonic() - wall, 1)
     progress(
@@ -257,6 +262,39 @@ async def run_variant(
         f"{figures['wall_s']} s wall"
     )
     return figures
+
+
+class SimulationOverran(RuntimeError):
+    """The job was still running a day of simulated time past the horizon: it stopped
+    making progress (a policy loop or a hang in the workflow), which is a finding."""
+
+
+async def until_done_or_overrun(
+    handle: WorkflowHandle[Any, JobStatus], cluster: SimCluster
+) -> JobStatus:
+    """The job's final status; or, when the clock runs a day past the horizon with the
+    job still open, its workflow frames (the ``__stack_trace`` query) in the error, and
+    the job terminated."""
+    result = asyncio.ensure_future(handle.result())
+    overran = asyncio.ensure_future(cluster.overran.wait())
+    await asyncio.wait({result, overran}, return_when=asyncio.FIRST_COMPLETED)
+    overran.cancel()
+    if result.done():
+        return result.result()
+    result.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await result
+    trace = await handle.query("__stack_trace")
+    frames = [
+        line.strip()
+        for line in str(trace).splitlines()
+        if line.strip().startswith('File "') and "lazarus/workflows" in line
+    ]
+    await handle.terminate("simulation: the job ran a day past the horizon")
+    raise SimulationOverran(
+        "the job was still open a day past the horizon; its workflow was at: "
+        + " <- ".join(dict.fromkeys(frames))
+    )
 
 
 async def register_search_attributes(client: Client) -> None:
@@ -363,7 +401,7 @@ def summarize(
         "quarantined": len(status.nodes.quarantined),
         "operator_actions": len(cluster.operator_actions),
         "operator_log": cluster.operator_actions[:20],
-        "leaked_locks_returned": cluster.leaked_locks_returned,
+        "time_skipping_locks_given_back": cluster.locks.figures(),
         "time_by_phase_s": {k: round(v, 1) for k, v in accounted.items()},
         **history,
     }
@@ -390,7 +428,11 @@ async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
     )
     rows = []
     for variant in variants(config):
-        rows.append(await run_variant(config, trace, variant, progress))
+        try:
+            rows.append(await run_variant(config, trace, variant, progress))
+        except SimulationOverran as err:
+            progress(f"{variant.name}: FAILED: {err}")
+            rows.append({"variant": variant.name, "error": str(err)})
     return {
         "benchmark": "simulate",
         "config": asdict(config),
@@ -435,6 +477,9 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['variant']} | failed: {r['error']} | | | | | | |")
+            continue
         mttr = f"{r['mttr_s']:.0f} s" if r["mttr_s"] is not None else "-"
         lines.append(
             f"| {r['variant']} | {r['interval_s'] / 60:.1f} min | {100 * r['ettr']:.2f}% | {mttr} "
@@ -459,9 +504,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     base_spares = result["config"]["spares_pct"]
+    rows = [r for r in result["rows"] if "error" not in r]
     curve = sorted(
         (r["interval_s"] / 60, 100 * r["ettr"])
-        for r in result["rows"]
+        for r in rows
         if r["lemon_exclusion"]
         and r["spares_pct"] == base_spares
         and r["interval_kind"] in ("fixed", "sweep")
@@ -474,7 +520,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         label="fixed interval, lemon exclusion",
     )
     markers = {"fixed": "s", "auto": "*"}
-    for r in result["rows"]:
+    for r in rows:
         if r["spares_pct"] != base_spares or r["interval_kind"] == "sweep":
             continue
         if r["interval_kind"] == "fixed" and r["lemon_exclusion"]:

@@ -40,6 +40,11 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.routing import route
     from lazarus.workflows.state import JobState
 
+PATCH_HOUSEKEEPING_STOPS = "housekeeping-stops-when-told"
+"""A loop told to stop ends even when the cancellation reaches it as a failed upload or
+collection; before, it went on, and a continue-as-new waiting for it hung the job
+(found by ``python -m bench simulate``)."""
+
 # ------------------------------------------------------------------ decisions
 
 
@@ -88,12 +93,22 @@ class Housekeeper:
         self._spec = spec
         self._state = state
         self._task: asyncio.Task[None] | None = None
+        self._loops = 0
+        """Loops started so far; each knows its number."""
+        self._halted = 0
+        """Every loop numbered up to this one was told to stop."""
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        self._loops += 1
+        self._task = asyncio.create_task(self._run(self._loops))
 
     def stop(self) -> None:
-        """Cancel the loop (an upload in flight is cancelled; the next run resumes it)."""
+        """Cancel the loop (an upload in flight is cancelled; the next run resumes it).
+
+        An activity cancelled under TRY_CANCEL reaches the loop as an ``ActivityError``,
+        which the loop otherwise takes for a failed upload or collection and goes on
+        from: so the loop also checks it was told to stop (:meth:`_told_to_stop`)."""
+        self._halted = self._loops
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
@@ -115,7 +130,14 @@ class Housekeeper:
         self.stop()
         self.start()
 
-    async def _run(self) -> None:
+    def _told_to_stop(self, loop: int) -> bool:
+        """Whether loop number ``loop`` must end now that an activity of it failed.
+        Before PATCH_HOUSEKEEPING_STOPS a loop went on after a cancelled collection
+        (and a continue-as-new waiting for it waited forever): histories recorded then
+        keep that path on replay."""
+        return loop <= self._halted and workflow.patched(PATCH_HOUSEKEEPING_STOPS)
+
+    async def _run(self, loop: int) -> None:
         spec = self._spec
         state = self._state
         checkpoints = spec.checkpoints
@@ -151,6 +173,8 @@ class Housekeeper:
                         **route(UPLOAD_CHECKPOINT, state.host_task_queue),
                     )
                 except ActivityError as err:
+                    if self._told_to_stop(loop):
+                        return
                     workflow.logger.warning("step %d not tiered: %s", found.step, cause(err))
                     continue
                 if uploaded.verified:
@@ -173,4 +197,6 @@ class Housekeeper:
                     **route(COLLECT_GARBAGE, state.host_task_queue),
                 )
             except ActivityError as err:
+                if self._told_to_stop(loop):
+                    return
                 workflow.logger.warning("garbage collection failed: %s", cause(err))

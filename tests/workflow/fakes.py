@@ -97,6 +97,8 @@ class Script:
     progress_fields: dict[str, Any] = field(default_factory=dict)
     """Added to every periodic progress report (``seconds_per_step``, ``checkpoint_save_s``)."""
     interval_requests: list[SetCheckpointIntervalRequest] = field(default_factory=list)
+    collection_blocks: bool = False
+    """Garbage collection runs until cancelled (else it fails at once)."""
     rejoin_refused: bool = False
     """Launches start every rank afresh although survivors were asked for (all gone)."""
     supervisions: list[SuperviseRequest] = field(default_factory=list)
@@ -295,6 +297,8 @@ async def upload_checkpoint(request: UploadCheckpointRequest) -> UploadResult:
 
 @activity.defn(name="collect_garbage")
 async def collect_garbage(request: GarbageCollectionRequest) -> GarbageCollectionResult:
+    if script_for(request.job_id).collection_blocks:
+        await _wait_until_cancelled()
     raise ApplicationError("no retention in these tests", non_retryable=True)
 
 
