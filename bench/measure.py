@@ -263,9 +263,16 @@ class StepTrace(BaseModel):
         return [(p.t - self.started_at, p.step) for p in self.sorted_points()]
 
 
+LEAVES_GENERATION = re.compile(r"^lazarus\.rank: rank \d+ leaves generation \d+ ")
+"""The line a rank rejoining in place prints as it leaves its generation: what its log
+holds after it belongs to later generations (the log stays the process's own)."""
+
+
 def max_logged_step(log_files: list[Path]) -> int | None:
-    """The highest ``step <n>`` any of these rank logs printed: exact, where a
-    heartbeat (written at most every 0.2 s) may miss the last step before a kill."""
+    """The highest ``step <n>`` any of these rank logs printed in their generation:
+    exact, where a heartbeat (written at most every 0.2 s) may miss the last step
+    before a kill. A survivor that rejoined in place goes on in the same log; only
+    the lines before it left count."""
     best: int | None = None
     for path in log_files:
         try:
@@ -273,6 +280,8 @@ def max_logged_step(log_files: list[Path]) -> int | None:
         except OSError:
             continue
         for line in text.splitlines():
+            if LEAVES_GENERATION.match(line):
+                break
             match = STEP_LINE.match(line)
             if match:
                 step = int(match.group(1))
