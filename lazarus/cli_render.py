@@ -379,7 +379,7 @@ class _IncidentsTable:
         if not wide:
             for incident in self.incidents:
                 line = Text(f"  #{incident.id} ", style="bold")
-                line.append(f"{incident.action}: " if incident.action else "", style="dim")
+                line.append(f"{_action(incident)}: " if incident.action else "", style="dim")
                 line.append(incident.reason or _DASH)
                 if incident.escalation_hook:
                     line.append(f" (on_escalation: {incident.escalation_hook})", style="dim")
@@ -419,9 +419,17 @@ def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
             hook = (
                 f" (on_escalation: {incident.escalation_hook})" if incident.escalation_hook else ""
             )
-            cells += [incident.action, escape(incident.reason + hook)]
+            cells += [_action(incident), escape(incident.reason + hook)]
         table.add_row(*cells)
     return table
+
+
+def _action(incident: Incident) -> str:
+    """The decision, and for jobs with ``rejoin`` how the ranks restarted:
+    ``restart (rejoin)`` or ``restart (whole generation)``."""
+    if not incident.restart_path:
+        return str(incident.action)
+    return f"{incident.action} ({incident.restart_path.replace('_', ' ')})"
 
 
 PHASE_TABLES_SHOWN = 3

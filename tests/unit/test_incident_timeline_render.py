@@ -131,3 +131,20 @@ def test_the_incidents_command_renders_the_timeline(
         assert body["phases"][0]["phase"] == "detected"
     else:
         assert "recovery phases" in result.output and "first new step" in result.output
+
+
+def test_the_incidents_table_says_how_the_ranks_restarted() -> None:
+    """Issue 16: a job with ``rejoin`` shows whether survivors kept their process."""
+    kept = incident(1, None)
+    kept.restart_path = "rejoin"
+    whole = incident(2, None)
+    whole.restart_path = "whole_generation"
+    plain = incident(3, None)
+    console = Console(width=160, record=True)
+    console.print(cli_render.incidents_table([kept, whole, plain]))
+    text = console.export_text()
+    assert f"{kept.action} (rejoin)" in text
+    assert f"{whole.action} (whole generation)" in text
+    assert "(rejoin)" not in text.splitlines()[-2]
+    kept_again = Incident.model_validate(json.loads(kept.model_dump_json(by_alias=True)))
+    assert kept_again.restart_path == "rejoin"
