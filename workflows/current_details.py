@@ -135,7 +135,9 @@ def _decision_line(incident: Incident) -> str:
     if not incident.action:
         return "**Decision** not taken yet"
     why = f": {_clip(incident.reason)}" if incident.reason else ""
-    return f"**Decision** `{incident.action}`{why}"
+    path = {"rejoin": ", survivors rejoin in place", "whole_generation": ", whole generation"}
+    how = path.get(incident.restart_path or "", "")
+    return f"**Decision** `{incident.action}`{how}{why}"
 
 
 def _world_size(spec: JobSpec) -> int:

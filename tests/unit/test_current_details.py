@@ -81,6 +81,15 @@ def test_an_open_incident_shows_its_class_and_the_decision() -> None:
     assert "ETTR 40.0%" in text, "the open incident costs the time since its fault"
 
 
+def test_the_decision_says_when_survivors_rejoin_in_place() -> None:
+    state = _running(phase=Phase.LAUNCHING)
+    _crash(state)
+    incident = state.incidents[-1]
+    incident.restart_path = "rejoin"
+    text = current_details(SPEC, state, now=100.0)
+    assert "**Decision** `restart`, survivors rejoin in place: first crash" in text
+
+
 def test_a_recovered_incident_stays_visible_as_the_last_one() -> None:
     state = _running(generation=2)
     incident = _crash(state)
