@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import itertools
 import time
@@ -101,15 +102,17 @@ from lazarus.domain.contracts import (
 
 ActivityMethod = TypeVar("ActivityMethod", bound=Callable[..., Awaitable[Any]])
 
-REPORT_S = 570.0
-"""The simulated spec's supervision report and housekeeping interval, and so the
-longest any simulated activity lasts. Advances longer than :data:`CHUNK_S` are
-supported (chunks with heartbeats between them), so an hour per report would cut a
-54-day row at 2,048 nodes from about 8,200 reports to about 1,300, each of which
-carries every node's spec. It stays at 570 s until the housekeeping loop survives a
-stop during garbage collection (README, "Scale: simulation"): at an hour, the smoke
-run's rows meet that hang. Detection never waits for a report: a failure ends
-supervision at its detection time whatever the interval."""
+REPORT_S = 3600.0
+"""The simulated spec's supervision report and housekeeping interval: an hour, as a
+long training job would report. Advances longer than :data:`CHUNK_S` are cut into
+chunks with heartbeats between them, so an hourly report costs one activity where 570 s
+cost six, and a 54-day row at 2,048 nodes makes about 1,300 reports instead of about
+8,200, each of which carries every node's spec. The interval changes no figure the
+simulation reports: detection never waits for a report (a failure ends supervision at
+its detection time, whatever the interval), and each report still carries the step
+time and δ the simulated ranks measure. It was 570 s while the housekeeping loop
+swallowed a stop during garbage collection (README, "Scale: simulation"): at an hour,
+the smoke run's rows met that hang, since fixed."""
 
 CHUNK_S = 570.0
 """The longest single clock advance: below the spec's 600 s heartbeat timeout (the
@@ -117,6 +120,12 @@ clock also creeps on in real time while it is locked, a few milliseconds a call)
 longer advance is cut into chunks with a heartbeat between them, sent through the
 client so that it reaches the server at once (the worker's own heartbeats are
 throttled in real time and would arrive after the simulated timeout)."""
+
+SINCE_HEARTBEAT: contextvars.ContextVar[float] = contextvars.ContextVar(
+    "since_heartbeat", default=0.0
+)
+"""Simulated seconds the running activity has advanced since its last heartbeat (or its
+start): each activity runs in its own task, so each has its own count."""
 
 STALL_S = 3.0
 """Real seconds a clock advance may wait before the ledger counts dropped locks."""
@@ -147,6 +156,7 @@ def simulated(method: ActivityMethod) -> ActivityMethod:
     async def wrapper(self: SimCluster, request: Any) -> Any:
         info = activity.info()
         self.locks.started.add((info.workflow_run_id or "", info.activity_id))
+        SINCE_HEARTBEAT.set(0.0)
         try:
             result = await method(self, request)
         except Abandoned:
@@ -407,14 +417,23 @@ class SimCluster:
         return seconds
 
     async def advance(self, seconds: float, phase: str | None = None) -> None:
+        """Move the clock ``seconds`` for the running activity, heartbeating before any
+        chunk that would take it past :data:`CHUNK_S` since its last heartbeat (or its
+        start). The count spans the activity's successive advances: a failure's run-up
+        then its detection (up to the hang timeout) are two advances, and one heartbeat
+        per advance let them add up past the heartbeat timeout (at 2,048 nodes, seed 1,
+        54 days: a supervision retried at day 1.07 while its first attempt still slept,
+        and the clock stopped there)."""
         left = seconds
         while left > 0:
             chunk = min(left, CHUNK_S)
+            if SINCE_HEARTBEAT.get() + chunk > CHUNK_S:
+                await self._heartbeat()
+                SINCE_HEARTBEAT.set(0.0)
             with self.locks.sleeping():
                 await self.env.sleep(chunk)
+            SINCE_HEARTBEAT.set(SINCE_HEARTBEAT.get() + chunk)
             left -= chunk
-            if left > 0:
-                await self._heartbeat()
         if phase is not None:
             self.ledger.add(phase, max(0.0, seconds))
 

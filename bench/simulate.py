@@ -92,7 +92,7 @@ class SimConfig:
             lemon_fraction=0.1,
             seed=7,  # a trace with hardware failures on the job's nodes
             sweep=(),
-            continue_as_new_after_events=800,
+            continue_as_new_after_events=300,
             rows=("fixed", "auto+lemon", "auto+lemon spares 0%"),
         )
 
@@ -236,6 +236,11 @@ async def run_variant(
             workflows=[JobWorkflow],
             activities=cluster.activities(),
             max_concurrent_activities=64,
+            # The deadlock detector allows an activation 2 s of real time. At 2,048
+            # nodes on a busy 2-core machine an activation (a preflight report of
+            # every node, say) took longer, the task failed as a "potential
+            # deadlock" and every retry timed out. The sandbox stays on.
+            debug_mode=True,
         ):
             handle = await env.client.start_workflow(
                 WORKFLOW_TYPE,
