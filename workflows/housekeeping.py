@@ -131,10 +131,15 @@ class Housekeeper:
         self.start()
 
     def _told_to_stop(self, loop: int) -> bool:
-        """Whether loop number ``loop`` must end now that an activity of it failed.
-        Before PATCH_HOUSEKEEPING_STOPS a loop went on after a cancelled collection
+        """Whether loop number ``loop`` must end now that an activity of it failed:
+        when the job has ended (as before), or when it was told to stop. Before
+        PATCH_HOUSEKEEPING_STOPS a loop went on after a cancelled collection
         (and a continue-as-new waiting for it waited forever): histories recorded then
         keep that path on replay."""
+        if self._state.phase.is_terminal:
+            # The run is ending (its completion may be in this very activation, and no
+            # command may follow it): end as the loop always did, recording nothing.
+            return True
         return loop <= self._halted and workflow.patched(PATCH_HOUSEKEEPING_STOPS)
 
     async def _run(self, loop: int) -> None:
