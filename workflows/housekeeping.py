@@ -42,7 +42,10 @@ with workflow.unsafe.imports_passed_through():
 
 PATCH_HOUSEKEEPING_STOPS = "housekeeping-stops-when-told"
 """A loop told to stop ends even when the cancellation reaches it as a failed upload or
-collection; before, it went on, and a continue-as-new waiting for it hung the job
+collection, or not at all (a watch that completed in the activation that cancelled it
+returns its result); and the run waits for its loop to end before it completes. Before,
+the loop went on: a continue-as-new waiting for it hung the job, and a loop still going
+when the run completed issued commands after the completion, which the server refuses
 (found by ``python -m bench simulate``)."""
 
 # ------------------------------------------------------------------ decisions
@@ -112,6 +115,15 @@ class Housekeeper:
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
+    async def ended(self) -> None:
+        """At the end of a run: wait for the loop to end before the run completes, so
+        no command of it follows the completion (histories from before
+        PATCH_HOUSEKEEPING_STOPS only cancel it, and replay as they ran)."""
+        if workflow.patched(PATCH_HOUSEKEEPING_STOPS):
+            await self.stopped()
+        else:
+            self.stop()
+
     async def stopped(self) -> None:
         """Cancel the loop and wait until it has ended: continue-as-new must be the last
         command of a run, so nothing of this loop may still run after it (a watch that
@@ -161,6 +173,10 @@ class Housekeeper:
                 summary="watch for new checkpoints",
                 **route(WATCH_CHECKPOINTS, state.host_task_queue),
             )
+            if loop <= self._halted and workflow.patched(PATCH_HOUSEKEEPING_STOPS):
+                # The watch completed in the activation that stopped the loop: the SDK
+                # then hands back its result instead of the cancellation.
+                return
             if found is None:
                 continue
             state.housekept_step = found.step

@@ -392,11 +392,14 @@ class JobWorkflow:
         except asyncio.CancelledError:
             self._stop_housekeeping()
             await self._stop_all("job cancelled", end_of_run=self._run_leaves_state())
+            if self._housekeeper is not None:
+                await self._housekeeper.ended()
             await self._release_to_fleet()
             self._set_phase(Phase.CANCELLED)
             self._state.finished_at = self._now()
             raise
-        self._stop_housekeeping()
+        if self._housekeeper is not None:
+            await self._housekeeper.ended()
         if self._fast and self._run_leaves_state():
             await self._stop_all(f"end of run ({self._state.phase.value})", end_of_run=True)
         await self._release_to_fleet()
