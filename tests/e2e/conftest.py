@@ -11,8 +11,11 @@ import asyncio
 import contextlib
 import os
 import signal
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from bench.jobs import run_reference, weights_match
+from lazarus import chaos
 from lazarus.activities.stop import stop_generations
 from lazarus.devserver import DevServer
 from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
@@ -191,3 +195,24 @@ def fault_free_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def assert_same_weights(actual: Path, expected: Path) -> None:
     assert weights_match(actual, expected), f"{actual} differs from the fault-free run {expected}"
+
+
+@contextmanager
+def rank_census(job: Job) -> Iterator[list[int]]:
+    """Sample how many rank processes are alive, every 50 ms, in the background,
+    while the block runs (a carried-over rank counts once)."""
+    counts: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            counts.append(len(chaos.live_rank_processes(job.run_root)))
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield counts
+    finally:
+        done.set()
+        thread.join()

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -19,29 +17,9 @@ import pytest
 from lazarus import chaos
 from lazarus.local_stack import LocalStack
 from lazarus.workflows.state import Phase
-from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec, rank_census
 
 StartJob = Callable[..., Awaitable[Job]]
-
-
-@contextmanager
-def rank_census(job: Job) -> Iterator[list[int]]:
-    """Sample how many rank processes are alive, all the time, in the background."""
-    counts: list[int] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            counts.append(len(chaos.live_rank_processes(job.run_root)))
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield counts
-    finally:
-        done.set()
-        thread.join()
 
 
 @pytest.mark.timeout(180)

@@ -15,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +26,7 @@ from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.domain.spec import JobSpec
 from lazarus.local_stack import LocalStack
 from lazarus.workflows.state import Phase
-from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec, rank_census
 
 StartJob = Callable[..., Awaitable[Job]]
 REJOIN_S = 20
@@ -49,26 +47,6 @@ def generation_pid(job: Job, generation: int, rank: int) -> int:
     record = read_json(gen.pid_file(rank))
     assert record is not None, f"no pid file for rank {rank} in generation {generation}"
     return int(record["pid"])
-
-
-@contextmanager
-def rank_census(job: Job) -> Iterator[list[int]]:
-    """Live rank processes, sampled every 50 ms while the block runs."""
-    counts: list[int] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            counts.append(len(chaos.live_rank_processes(job.run_root)))
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield counts
-    finally:
-        done.set()
-        thread.join()
 
 
 @pytest.mark.timeout(300)
