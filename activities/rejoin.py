@@ -28,6 +28,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lazarus.activities.procfs import is_alive, owned_group
 from lazarus.activities.rundir import GenerationDir, read_json, write_json_atomic
@@ -67,12 +68,11 @@ def survivors(previous: GenerationDir | None, ranks: list[int]) -> tuple[list[Su
     kept: list[Survivor] = []
     refused: list[str] = []
     for rank in ranks:
-        why = _why_not(previous, rank)
-        if why is not None:
+        record = read_json(previous.pid_file(rank))
+        why = _why_not(previous, rank, record)
+        if why is not None or record is None:  # (no record: a reason was given)
             refused.append(f"rank {rank}: {why}")
             continue
-        record = read_json(previous.pid_file(rank))
-        assert record is not None  # checked by _why_not
         home = Path(os.path.realpath(previous.pid_file(rank))).parent
         kept.append(
             Survivor(
@@ -86,8 +86,7 @@ def survivors(previous: GenerationDir | None, ranks: list[int]) -> tuple[list[Su
     return kept, refused
 
 
-def _why_not(previous: GenerationDir, rank: int) -> str | None:
-    record = read_json(previous.pid_file(rank))
+def _why_not(previous: GenerationDir, rank: int, record: dict[str, Any] | None) -> str | None:
     if record is None:
         return f"no pid file in generation {previous.generation}"
     if previous.exit_file(rank).exists():
