@@ -62,6 +62,7 @@ because a snapshot starts only after the previous one's thread finished.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import gc
 import os
@@ -252,6 +253,26 @@ def flush_snapshots() -> None:
         thread.join()
         _snapshot_thread = None
 
+
+SNAPSHOT_EXIT_WAIT_S = 10.0
+"""How long a rank that is exiting waits for the snapshot in flight. A daemon thread
+still inside ``torch.save`` when the interpreter finalizes aborts the process: a rank
+that raised would die of SIGABRT (-6) instead of exiting 1 with its own traceback,
+and the classifier would read the wrong exit. Writing a snapshot to tmpfs takes well
+under a second; a thread still alive after the bound is stuck in its barrier with a
+dead peer, and that rank's exit is collateral anyway."""
+
+
+def _finish_snapshot_at_exit() -> None:
+    """At interpreter exit, clean or by an uncaught exception: let the snapshot in
+    flight finish, bounded by :data:`SNAPSHOT_EXIT_WAIT_S`, so the rank exits with its
+    own code. Registered after torch's own exit handlers, so it runs before them."""
+    thread = _snapshot_thread
+    if thread is not None and thread.is_alive():
+        thread.join(SNAPSHOT_EXIT_WAIT_S)
+
+
+atexit.register(_finish_snapshot_at_exit)
 
 _snapshot_thread: threading.Thread | None = None
 _snapshot_group: Any = None
