@@ -199,15 +199,19 @@ async def test_worker_killed_mid_step_reattaches_without_a_duplicate_step(
     async with harness(dev_server, tmp_path, slurm) as h:
         job = await h.start(slurm_job_spec(tmp_path, allocation, step_time=0.1))
         await asyncio.to_thread(chaos.wait_for_step, job.run_root, 15, 240.0)
+        # On a loaded CI machine a restart may come before the kill (CI once found two
+        # generations here); what this test holds to is that the kill adds none.
+        before = await job.status()
+        generations_before = all_generations(job)
         h.stack.kill_worker(signal.SIGKILL)
-        [gen] = all_generations(job)
-        step = str((read_json(gen.pid_file(0)) or {}).get("slurm_step"))
+        step = str((read_json(generations_before[-1].pid_file(0)) or {}).get("slurm_step"))
         assert step in (job_steps(str(allocation)) or {}), "the step outlives the worker"
         h.stack.start_worker()
         status = await job.result(timeout_s=300)
         assert status.phase == Phase.SUCCEEDED, status
-        assert status.generation == 1 and status.incidents == []
-        assert len(all_generations(job)) == 1
+        assert status.generation == before.generation, status.incidents
+        assert len(status.incidents) == len(before.incidents), status.incidents
+        assert len(all_generations(job)) == len(generations_before), status.incidents
         assert_weights(job, reference)
 
 
