@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -43,7 +44,7 @@ from bench.sim_model import (
     TraceConfig,
     make_trace,
 )
-from lazarus.domain.api import SEARCH_ATTRIBUTES, WORKFLOW_TYPE
+from lazarus.domain.api import QUERY_STATUS, SEARCH_ATTRIBUTES, WORKFLOW_TYPE
 from lazarus.domain.checkpoint_interval import daly_interval_s
 from lazarus.domain.spec import JobSpec, parse_spec
 from lazarus.workflows.job import JobWorkflow
@@ -198,7 +199,13 @@ def sim_spec(config: SimConfig, variant: Variant, nodes: list[str], spares: list
             "every_steps": every,
             "verify_hashes": False,
             "housekeeping_interval_s": REPORT_S,
-            **({"interval": "auto"} if variant.interval_kind == "auto" else {}),
+            **(
+                # The prior is the profile's node MTBF (scaled with the rate in a smoke
+                # run, or the tuning would follow Llama 3's rate, not the trace's).
+                {"interval": "auto", "mtbf_prior_h": 24.0 / config.profile_of().per_node_day}
+                if variant.interval_kind == "auto"
+                else {}
+            ),
         },
         "on_escalation": HOOK,
     }
@@ -253,7 +260,7 @@ async def run_variant(
             )
             cluster.locks.first_run_id = handle.first_execution_run_id or handle.result_run_id or ""
             try:
-                status = await until_done_or_overrun(handle, cluster)
+                status, overrun = await until_done_or_overrun(env.client, handle, cluster)
             finally:
                 await cluster.close()
             history = await history_figures(
@@ -261,6 +268,11 @@ async def run_variant(
             )
     figures = summarize(config, variant, cluster, status, history, costs, len(nodes), len(spares))
     figures["wall_s"] = round(time.monotonic() - wall, 1)
+    if overrun is not None:
+        figures["overran"] = overrun
+        progress(f"{variant.name}: OVERRAN: the job was still open a day past the horizon")
+        progress("\n".join(overrun["stack_trace"][-60:]))
+        progress(f"pending: {overrun['pending_activities']}; last: {overrun['last_events']}")
     progress(
         f"{variant.name}: ETTR {figures['ettr']:.4f}, {figures['interruptions']} interruptions, "
         f"{history['history_events']} events, {history['continue_as_new']} continue-as-new, "
@@ -269,37 +281,55 @@ async def run_variant(
     return figures
 
 
-class SimulationOverran(RuntimeError):
-    """The job was still running a day of simulated time past the horizon: it stopped
-    making progress (a policy loop or a hang in the workflow), which is a finding."""
-
-
 async def until_done_or_overrun(
-    handle: WorkflowHandle[Any, JobStatus], cluster: SimCluster
-) -> JobStatus:
-    """The job's final status; or, when the clock runs a day past the horizon with the
-    job still open, its workflow frames (the ``__stack_trace`` query) in the error, and
-    the job terminated."""
+    client: Client, handle: WorkflowHandle[Any, JobStatus], cluster: SimCluster
+) -> tuple[JobStatus, dict[str, Any] | None]:
+    """The job's final status, and None; or, when the clock runs a day past the horizon
+    with the job still open (a policy loop or a hang in the workflow: a finding), the
+    status it reports then and what it was doing (:func:`overrun_diagnosis`), and the
+    job terminated. The row keeps its figures: the cluster's ledger ends at the
+    horizon either way."""
     result = asyncio.ensure_future(handle.result())
     overran = asyncio.ensure_future(cluster.overran.wait())
     await asyncio.wait({result, overran}, return_when=asyncio.FIRST_COMPLETED)
     overran.cancel()
     if result.done():
-        return result.result()
+        return result.result(), None
     result.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await result
-    trace = await handle.query("__stack_trace")
-    frames = [
-        line.strip()
-        for line in str(trace).splitlines()
-        if line.strip().startswith('File "') and "lazarus/workflows" in line
-    ]
+    diagnosis = await overrun_diagnosis(client, handle.id)
+    status = await handle.query(QUERY_STATUS, result_type=JobStatus)
     await handle.terminate("simulation: the job ran a day past the horizon")
-    raise SimulationOverran(
-        "the job was still open a day past the horizon; its workflow was at: "
-        + " <- ".join(dict.fromkeys(frames))
-    )
+    return status, diagnosis
+
+
+async def overrun_diagnosis(client: Client, workflow_id: str) -> dict[str, Any]:
+    """Everything needed to tell a workflow stuck on an activity from one stuck on a
+    condition: every task's frames (unfiltered: the SDK's own frames show what a task
+    awaits), the current run's pending activities, and its last events."""
+    latest = client.get_workflow_handle(workflow_id)
+    trace = str(await latest.query("__stack_trace"))
+    described = await latest.describe()
+    pending = [
+        {
+            "activity": a.activity_type.name,
+            "state": a.state,
+            "attempt": a.attempt,
+        }
+        for a in described.raw_description.pending_activities
+    ]
+    history = await latest.fetch_history()
+    tail = [
+        f"{e.event_id} {EventType.Name(e.event_type).removeprefix('EVENT_TYPE_')}"
+        for e in history.events[-30:]
+    ]
+    return {
+        "run_id": described.run_id,
+        "stack_trace": trace.splitlines()[-200:],
+        "pending_activities": pending,
+        "last_events": tail,
+    }
 
 
 async def register_search_attributes(client: Client) -> None:
@@ -433,11 +463,7 @@ async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
     )
     rows = []
     for variant in variants(config):
-        try:
-            rows.append(await run_variant(config, trace, variant, progress))
-        except SimulationOverran as err:
-            progress(f"{variant.name}: FAILED: {err}")
-            rows.append({"variant": variant.name, "error": str(err)})
+        rows.append(await run_variant(config, trace, variant, progress))
     return {
         "benchmark": "simulate",
         "config": asdict(config),
@@ -486,8 +512,13 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {r['variant']} | failed: {r['error']} | | | | | | |")
             continue
         mttr = f"{r['mttr_s']:.0f} s" if r["mttr_s"] is not None else "-"
+        name = (
+            f"{r['variant']} (overran: terminated a day past the horizon)"
+            if "overran" in r
+            else r["variant"]
+        )
         lines.append(
-            f"| {r['variant']} | {r['interval_s'] / 60:.1f} min | {100 * r['ettr']:.2f}% | {mttr} "
+            f"| {name} | {r['interval_s'] / 60:.1f} min | {100 * r['ettr']:.2f}% | {mttr} "
             f"| {r['interruptions']} | {r['steps_lost']} | {r['history_events']} "
             f"| {r['continue_as_new']} |"
         )
