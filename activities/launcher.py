@@ -116,11 +116,19 @@ class LaunchUnreachable(Exception):
         """Nodes that were reached, so may run ranks of this launch: to be stopped."""
 
 
+DERIVED_PORTS = range(20000, 32768)
+"""Where derived rendezvous ports fall: below Linux's default ephemeral range
+(``ip_local_port_range``, 32768 to 60999). A port inside it may already be the local
+end of an outgoing connection on the master node, and the TCPStore then fails with
+EADDRINUSE: CI lost a relaunch to port 32840 on a busy host."""
+
+
 def derived_port(job_id: str, generation: int) -> int:
     """A port the whole world agrees on without asking a remote node: stable per
-    (job, generation), so a retried launch computes the same one."""
+    (job, generation), so a retried launch computes the same one (it also reads it
+    back from the generation's plan, so a controller upgrade never moves it)."""
     digest = hashlib.sha256(f"{job_id}/{generation}".encode()).digest()
-    return 20000 + int.from_bytes(digest[:4], "big") % 30000
+    return DERIVED_PORTS[int.from_bytes(digest[:4], "big") % len(DERIVED_PORTS)]
 
 
 def rank_environment(
