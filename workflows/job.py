@@ -225,6 +225,11 @@ PATCH_SEARCH_ATTRIBUTES_V2 = "search-attributes-v2"
 PATCH_REJOIN = "rejoin-in-place"
 """``rejoin``: a crashed rank's survivors keep their process into the next generation
 (issue 16); asked only by jobs that set it, so other jobs issue the commands they did."""
+PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW = "escalation-hook-survives-continue-as-new"
+"""A hook delivery cancelled by the run's own continue-as-new stays in
+``pending_hooks``, so the next run delivers it. Before, the cancellation counted as a
+failed delivery and dropped it: the job waited in NEEDS_OPERATOR and nobody was paged
+(found by ``python -m bench simulate``, where it left jobs open past the horizon)."""
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
@@ -243,6 +248,8 @@ class JobWorkflow:
         self._resume_requested = False
         self._force: ForceRecover | None = None
         self._hooks: list[asyncio.Task[None]] = []
+        self._handing_over = False
+        """Set when this run cancels its hook deliveries to continue as new."""
         self._housekeeper: Housekeeper | None = None
         self._continue_anywhere = False
         """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
@@ -1018,6 +1025,8 @@ class JobWorkflow:
                 summary=f"on_escalation: {' '.join(request.command)[:80]}",
             )
         except ActivityError as err:
+            if self._handing_over and workflow.patched(PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW):
+                return  # cancelled by the hop, not failed: the next run delivers it
             hook_finished(self._state, request, hook_failed(cause(err)))
             return
         hook_finished(self._state, request, hook_ran(result.ran))
@@ -1289,6 +1298,7 @@ class JobWorkflow:
         # continue-as-new must be the run's last command.
         if self._housekeeper is not None:
             await self._housekeeper.stopped()
+        self._handing_over = True
         for hook in self._hooks:
             hook.cancel()
         for hook in self._hooks:

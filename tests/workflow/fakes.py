@@ -70,6 +70,8 @@ class Script:
     """Reported by every stop while non-empty."""
     failure_evidence: list[str] = field(default_factory=list)
     hook_fails: bool = False
+    hook_blocks: int = 0
+    """Hook deliveries that hang until cancelled (a slow webhook), before the rest run."""
     checkpoint_steps: list[int] = field(default_factory=list)
     """Committed, verified checkpoints the fake search can choose from."""
     watch_reports: list[int] = field(default_factory=list)
@@ -257,6 +259,9 @@ async def run_escalation_hook(request: EscalationHookRequest) -> EscalationHookR
     script.hooks.append(request)
     if script.hook_fails:
         raise ApplicationError("webhook down")
+    if script.hook_blocks > 0:
+        script.hook_blocks -= 1
+        await _wait_until_cancelled()
     return EscalationHookResult(ran=True, exit_code=0)
 
 

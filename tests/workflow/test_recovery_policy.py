@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.domain.api import SIGNAL_RESUME
+from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
 from lazarus.domain.contracts import FailureReport, UnkillableGroup
 from lazarus.domain.evidence import MAX_EVIDENCE_CHARS, MAX_EVIDENCE_LINES, cap_evidence
 from lazarus.workflows.state import Phase
@@ -122,6 +122,40 @@ async def test_a_failing_hook_does_not_block_continue_as_new(
     assert status.runs >= 2
     hooks_before = len(job.script.hooks)
     await job.wait_for(lambda s: len(job.script.hooks) > hooks_before, "the hook retried")
+
+
+async def test_a_hook_in_flight_at_continue_as_new_is_delivered_by_the_next_run(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    """Found by ``python -m bench simulate``: the run's own continue-as-new cancelled a
+    hook delivery in flight, the cancellation counted as a failed delivery and dropped
+    it from ``pending_hooks``, and the job waited in NEEDS_OPERATOR with nobody paged."""
+    spec = fake_spec(
+        tmp_path,
+        on_escalation=["true"],
+        playbook={"unknown": {"ladder": ["escalate"]}},
+    )
+    job = await start_fake_job(spec, continue_as_new_after_events=30)
+    job.script.hook_blocks = 1
+    job.script.failures[1] = crash()
+    status = await job.wait_for(
+        lambda s: s.phase == Phase.NEEDS_OPERATOR and len(job.script.hooks) == 1,
+        "the escalation, its first delivery hanging",
+    )
+    # History is past 30 events: the next workflow task (a pause, which means nothing
+    # while waiting for an operator) hops to a new run with the delivery in flight.
+    await job.handle.signal(SIGNAL_PAUSE)
+    status = await job.wait_for(
+        lambda s: s.runs > status.runs and len(job.script.hooks) >= 2,
+        "the next run delivers the hook again",
+        timeout_s=90,
+    )
+    assert status.phase == Phase.NEEDS_OPERATOR
+    first, second = job.script.hooks[:2]
+    assert first.marker == second.marker, "the same page, not a new escalation"
+    status = await job.wait_for(
+        lambda s: s.incidents[-1].escalation_hook == "ran", "the hook ran", timeout_s=60
+    )
 
 
 async def test_a_retired_step_stays_retired_and_later_checkpoints_are_tiered(
