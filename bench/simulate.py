@@ -275,8 +275,26 @@ async def run_variant(
     figures = summarize(config, variant, cluster, status, history, costs, len(nodes), len(spares))
     figures["wall_s"] = round(time.monotonic() - wall, 1)
     if overrun is not None:
+        gen = cluster.generation
+        stopped = gen.frozen_at if gen is not None else None
+        overrun.update(
+            {
+                "phase": status.phase.value,
+                "operator_reason": status.operator_reason,
+                "ignored_messages": [
+                    m.model_dump(mode="json") for m in status.ignored_messages[-10:]
+                ],
+                "training_stopped_at_day": round(stopped / DAY_S, 3) if stopped else None,
+                "operator_actions_tail": cluster.operator_actions[-20:],
+            }
+        )
         figures["overran"] = overrun
-        progress(f"{variant.name}: OVERRAN: the job was still open a day past the horizon")
+        progress(
+            f"{variant.name}: OVERRAN: the job was still open a day past the horizon, "
+            f"{overrun['phase']}, training stopped at day {overrun['training_stopped_at_day']}: "
+            f"{overrun['operator_reason']}; ignored: {overrun['ignored_messages']}; "
+            f"operator: {overrun['operator_actions_tail']}"
+        )
         progress("\n".join(overrun["stack_trace"][-60:]))
         progress(f"pending: {overrun['pending_activities']}; last: {overrun['last_events']}")
     progress(
