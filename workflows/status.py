@@ -7,7 +7,11 @@ checked without a server (``tests/unit/test_status.py``).
 from __future__ import annotations
 
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.accounting import effective_training_time_ratio, mean_time_to_recover
+from lazarus.workflows.accounting import (
+    effective_training_time_ratio,
+    mean_time_to_recover,
+    steps_lost,
+)
 from lazarus.workflows.checkpoint_tuning import status_view
 from lazarus.workflows.playbook import SUGGESTED_OPERATOR_ACTIONS
 from lazarus.workflows.state import JobState, JobStatus, Phase
@@ -37,7 +41,7 @@ def job_status(spec: JobSpec, state: JobState, now: float, run_dir: str) -> JobS
         runs=state.runs,
         nodes=state.pool,
         mttr_s=mean_time_to_recover(state),
-        steps_lost=sum(i.steps_lost or 0 for i in state.incidents),
+        steps_lost=steps_lost(state),
         checkpoint_dir=spec.checkpoint_dir,
         stragglers=state.stragglers,
         planned_stops=state.planned_stops,
