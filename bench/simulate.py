@@ -118,11 +118,14 @@ class SimConfig:
     def tau_s(self) -> float:
         return daly_interval_s(self.checkpoint_s, self.mtbf_s())
 
-    def daly_ettr(self, interval_s: float, restart_s: float = 0.0) -> float:
-        """ETTR that Daly's model expects at this interval and restart cost, at the
-        profile's M. At τ with no restart cost it is the ceiling no controller passes
-        at this δ: at δ = 20 s and Llama 3's M of 3.1 h, 94.2%."""
-        return 1.0 - expected_goodput_loss(interval_s, self.checkpoint_s, self.mtbf_s(), restart_s)
+    def daly_ettr(
+        self, interval_s: float, restart_s: float = 0.0, mtbf_s: float | None = None
+    ) -> float:
+        """ETTR that Daly's model expects at this interval and restart cost, at ``mtbf_s``
+        (default: the profile's M). At τ with no restart cost it is the ceiling no
+        controller passes at this δ: at δ = 20 s and Llama 3's M of 3.1 h, 94.2%."""
+        mtbf = mtbf_s if mtbf_s is not None else self.mtbf_s()
+        return 1.0 - expected_goodput_loss(interval_s, self.checkpoint_s, mtbf, restart_s)
 
 
 @dataclass(frozen=True)
@@ -415,6 +418,7 @@ def summarize(
         by_class[i.category] = by_class.get(i.category, 0) + 1
     recoveries = [i.first_step_at_s - i.at_s for i in interruptions if i.first_step_at_s]
     mean_recovery = sum(recoveries) / len(recoveries) if recoveries else 0.0
+    observed_mtbf = horizon / len(interruptions) if interruptions else None
     lost_steps = sum(
         max(0, i.step_at_fault - i.resume_step) for i in interruptions if i.resume_step is not None
     )
@@ -451,9 +455,11 @@ def summarize(
         "ettr_workflow": status.ettr,
         "mttr_s": round(sum(recoveries) / len(recoveries), 1) if recoveries else None,
         "mttr_workflow_s": status.mttr_s,
-        # Daly's expectation at this row's interval and MTTR: how far the simulated
-        # workflow is from the model (lemons, spares, operator waits are not in it).
-        "ettr_daly": round(config.daly_ettr(every * config.step_s, mean_recovery), 5),
+        # Daly's expectation at this row's interval, MTTR and observed MTBF: how far the
+        # simulated workflow is from the model (spares and operator waits are not in it).
+        "ettr_daly": round(
+            config.daly_ettr(every * config.step_s, mean_recovery, observed_mtbf), 5
+        ),
         "interruptions": len(interruptions),
         "interruptions_by_class": dict(sorted(by_class.items())),
         "steps_lost": lost_steps,
