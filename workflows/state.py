@@ -353,8 +353,9 @@ class DroppedIncidentTotals(BaseModel):
         if incident.recovery_s is not None:
             self.recoveries += 1
             self.recovery_s += incident.recovery_s
-        self.steps_lost += incident.steps_lost or 0
-        self.redone_s += (incident.steps_lost or 0) * seconds_per_step
+        lost = incident.steps_lost or 0
+        self.steps_lost += lost
+        self.redone_s += lost * seconds_per_step
 
 
 class JobState(BaseModel):
