@@ -19,7 +19,9 @@ import argparse
 import asyncio
 import contextlib
 import math
+import site
 import sys
+import sysconfig
 import tempfile
 import time
 import uuid
@@ -331,12 +333,25 @@ async def until_done_or_overrun(
     return status, diagnosis
 
 
+def _without_machine_paths(text: str) -> str:
+    """Frames name files relative to the repository, site-packages and the standard
+    library, so a results file that is committed carries no machine's paths."""
+    prefixes = {
+        **{path + "/": "<site-packages>/" for path in site.getsitepackages()},
+        sysconfig.get_paths()["stdlib"] + "/": "<stdlib>/",
+        str(Path.cwd()) + "/": "",
+    }
+    for prefix, short in prefixes.items():
+        text = text.replace(prefix, short)
+    return text
+
+
 async def overrun_diagnosis(client: Client, workflow_id: str) -> dict[str, Any]:
     """Everything needed to tell a workflow stuck on an activity from one stuck on a
     condition: every task's frames (unfiltered: the SDK's own frames show what a task
     awaits), the current run's pending activities, and its last events."""
     latest = client.get_workflow_handle(workflow_id)
-    trace = str(await latest.query("__stack_trace"))
+    trace = _without_machine_paths(str(await latest.query("__stack_trace")))
     described = await latest.describe()
     pending = [
         {
