@@ -113,6 +113,9 @@ class ClusterTrace:
     """Nodes a fleet would exclude up front: ``lemon_k`` or more incidents in their
     look-back window (drawn from the same rates: flags are imperfect, as in life)."""
     events: list[FailureEvent]
+    lookback: dict[str, int] = field(default_factory=dict)
+    """Per node, its incidents in the look-back window before the simulation starts:
+    the memory a fleet that ran those weeks holds (``flagged``: ``lemon_k`` or more)."""
 
 
 @dataclass(frozen=True)
@@ -146,18 +149,20 @@ def make_trace(config: TraceConfig) -> ClusterTrace:
     weights = [c.share for c in shares]
     events: list[FailureEvent] = []
     flagged: set[str] = set()
+    lookback: dict[str, int] = {}
     for node in nodes:
         per_day = base * (factor if node in lemons else 1.0)
         per_s = per_day / DAY_S
         # the fleet's memory: incidents of this node in the look-back window
-        if _poisson(rng, per_day * config.lemon_lookback_days) >= config.lemon_k:
+        lookback[node] = _poisson(rng, per_day * config.lemon_lookback_days)
+        if lookback[node] >= config.lemon_k:
             flagged.add(node)
         t = rng.expovariate(per_s)
         while t < config.horizon_s:
             events.append(FailureEvent(t, node, rng.choices(shares, weights)[0]))
             t += rng.expovariate(per_s)
     events.sort(key=lambda e: e.at_s)
-    return ClusterTrace(nodes, lemons, frozenset(flagged), events)
+    return ClusterTrace(nodes, lemons, frozenset(flagged), events, lookback)
 
 
 def _poisson(rng: random.Random, mean: float) -> int:

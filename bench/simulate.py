@@ -36,6 +36,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from bench.sim_cluster import REPORT_S, SimCluster
+from bench.sim_fleet import FLEET_NAME, FleetPlan, fleet_figures, fleet_plan
 from bench.sim_model import (
     CALIBRATION_FILE,
     DAY_S,
@@ -46,9 +47,17 @@ from bench.sim_model import (
     TraceConfig,
     make_trace,
 )
-from lazarus.domain.api import QUERY_STATUS, SEARCH_ATTRIBUTES, WORKFLOW_TYPE
+from lazarus.activities.fleet import fleet_lease, fleet_release, fleet_report
+from lazarus.domain.api import (
+    FLEET_WORKFLOW_TYPE,
+    QUERY_STATUS,
+    SEARCH_ATTRIBUTES,
+    WORKFLOW_TYPE,
+    fleet_workflow_id,
+)
 from lazarus.domain.checkpoint_interval import daly_interval_s, expected_goodput_loss
 from lazarus.domain.spec import JobSpec, parse_spec
+from lazarus.workflows.fleet import FleetWorkflow
 from lazarus.workflows.job import JobWorkflow
 from lazarus.workflows.state import JobInput, JobStatus
 
@@ -117,6 +126,10 @@ class SimConfig:
         """The job's MTBF from the profile's prior: per-node rate times node count."""
         return DAY_S / (self.profile_of().per_node_day * self.nodes)
 
+    def lookback_days(self) -> float:
+        """The fleet's memory before the job: 30 days (shortened alike by ``rate_scale``)."""
+        return 30.0 / self.rate_scale
+
     def tau_s(self) -> float:
         return daly_interval_s(self.checkpoint_s, self.mtbf_s())
 
@@ -141,10 +154,11 @@ class Variant:
     spares_pct: float
 
 
-LEMON_PLACEMENT = (
-    "lemon exclusion is simulated in the cluster's placement (nodes with 2 or more "
-    "incidents in a 30-day look-back are not leased, as the fleet's lemon rule would); "
-    "the fleet workflow itself is not run"
+LEMON_BY_FLEET = (
+    "rows with lemon exclusion lease from the real fleet workflow (bench/sim_fleet.py): it "
+    "starts with every node's incidents of the look-back window, excludes nodes with 2 or "
+    "more of them from the lease and from replacements, and takes the job's quarantine "
+    "reports and replacement requests"
 )
 
 
@@ -171,28 +185,39 @@ def variants(config: SimConfig) -> list[Variant]:
 def placement(
     trace: ClusterTrace, config: SimConfig, variant: Variant
 ) -> tuple[list[str], list[str]]:
-    """The job's nodes and spares, in the cluster's order, skipping flagged lemons when
-    lemon exclusion is on."""
-    spares = math.ceil(config.nodes * variant.spares_pct / 100)
-    eligible = [n for n in trace.nodes if not (variant.lemon_exclusion and n in trace.flagged)]
-    if len(eligible) < config.nodes + spares:
-        raise ValueError(
-            f"{variant.name}: {len(eligible)} eligible nodes for {config.nodes} nodes and "
-            f"{spares} spares (too many flagged lemons)"
-        )
-    return eligible[: config.nodes], eligible[config.nodes : config.nodes + spares]
+    """A row without a fleet: the job's nodes and spares are the cluster's first nodes."""
+    spares = spare_count(config, variant)
+    return trace.nodes[: config.nodes], trace.nodes[config.nodes : config.nodes + spares]
 
 
-def sim_spec(config: SimConfig, variant: Variant, nodes: list[str], spares: list[str]) -> JobSpec:
+def spare_count(config: SimConfig, variant: Variant) -> int:
+    return math.ceil(config.nodes * variant.spares_pct / 100)
+
+
+def sim_spec(
+    config: SimConfig, variant: Variant, nodes: list[str] | None, spares: list[str] | None
+) -> JobSpec:
+    """The simulated job's spec: on ``nodes`` and ``spares``, or (None) leasing from
+    the simulation's fleet."""
     every = max(1, round(variant.interval_s / config.step_s))
+    where: dict[str, Any] = (
+        {"nodes": [{"name": n} for n in nodes], "spares": [{"name": n} for n in spares or []]}
+        if nodes is not None
+        else {
+            "fleet": {
+                "name": FLEET_NAME,
+                "nodes": config.nodes,
+                "spares": spare_count(config, variant),
+            }
+        }
+    )
     data: dict[str, Any] = {
         "name": f"sim-{uuid.uuid4().hex[:8]}",
         "command": ["python", "train.py"],
         "workdir": "/sim",
         "checkpoint_dir": "/sim/checkpoints/{job_id}",
         "run_dir": "/sim/runs",
-        "nodes": [{"name": n} for n in nodes],
-        "spares": [{"name": n} for n in spares],
+        **where,
         "nproc_per_node": config.gpus_per_node,
         "health": {
             "poll_interval_s": 0.5,
@@ -227,7 +252,8 @@ async def run_variant(
     config: SimConfig, trace: ClusterTrace, variant: Variant, progress: Any
 ) -> dict[str, Any]:
     nodes, spares = placement(trace, config, variant)
-    spec = sim_spec(config, variant, nodes, spares)
+    with_fleet = variant.lemon_exclusion
+    spec = sim_spec(config, variant, None if with_fleet else nodes, spares)
     costs = CostModel(
         nodes=config.nodes,
         step_s=config.step_s,
@@ -248,11 +274,21 @@ async def run_variant(
         await cluster.now()  # the simulation starts now
         cluster.locks.start()
         queue = f"sim-{uuid.uuid4().hex[:8]}"
+        fleet: FleetPlan | None = None
+        if with_fleet:
+            assert cluster.started is not None
+            fleet = fleet_plan(
+                trace,
+                config.nodes + spare_count(config, variant),
+                config.lookback_days(),
+                cluster.started.timestamp(),
+                config.seed,
+            )
         async with Worker(
             env.client,
             task_queue=queue,
-            workflows=[JobWorkflow],
-            activities=cluster.activities(),
+            workflows=[JobWorkflow, FleetWorkflow],
+            activities=[*cluster.activities(), fleet_lease, fleet_report, fleet_release],
             max_concurrent_activities=64,
             # The deadlock detector allows an activation 2 s of real time. At 2,048
             # nodes on a busy 2-core machine an activation (a preflight report of
@@ -260,6 +296,15 @@ async def run_variant(
             # deadlock" and every retry timed out. The sandbox stays on.
             debug_mode=True,
         ):
+            fleet_run = ""
+            if fleet is not None:
+                fleet_handle = await env.client.start_workflow(
+                    FLEET_WORKFLOW_TYPE,
+                    fleet.fleet,
+                    id=fleet_workflow_id(FLEET_NAME),
+                    task_queue=queue,
+                )
+                fleet_run = fleet_handle.first_execution_run_id or ""
             handle = await env.client.start_workflow(
                 WORKFLOW_TYPE,
                 JobInput(
@@ -277,7 +322,11 @@ async def run_variant(
             history = await history_figures(
                 env.client, cluster.workflow_id, handle.first_execution_run_id
             )
+            fleet_did = (
+                await fleet_figures(env.client, fleet, fleet_run) if fleet is not None else None
+            )
     figures = summarize(config, variant, cluster, status, history, costs, len(nodes), len(spares))
+    figures["fleet"] = fleet_did
     figures["wall_s"] = round(time.monotonic() - wall, 1)
     if overrun is not None:
         gen = cluster.generation
@@ -501,8 +550,7 @@ async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
             seed=config.seed,
             lemon_fraction=config.lemon_fraction,
             lemon_rate_factor=config.lemon_rate_factor,
-            # a faster clock for failures shortens the fleet's memory alike
-            lemon_lookback_days=30.0 / config.rate_scale,
+            lemon_lookback_days=config.lookback_days(),
         )
     )
     progress(
@@ -543,7 +591,7 @@ async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
             "flagged": len(trace.flagged),
             "flagged_lemons": len(trace.flagged & trace.lemons),
         },
-        "notes": {"lemon_exclusion": LEMON_PLACEMENT},
+        "notes": {"lemon_exclusion": LEMON_BY_FLEET},
         "rows": rows,
     }
 

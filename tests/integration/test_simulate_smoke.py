@@ -2,7 +2,8 @@
 time-skipping test server meets a seeded burst of failures on 32 simulated nodes for
 12 simulated hours. Recovery, spares running out (the simulated operator returns the
 repaired node and resumes), ``checkpoints.interval: auto`` and continue-as-new all
-happen, and every run ends succeeded. No timing or ETTR is asserted: those are the
+happen, the lemon rows lease from the real fleet workflow, and every run ends
+succeeded. No timing or ETTR is asserted: those are the
 bench's to report."""
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ def test_quick_simulation_runs_through_failures_operator_and_continue_as_new(
         assert row["continue_as_new"] >= 1
         assert 0 < row["ettr"] < 1
     assert rows["auto+lemon"]["interval_changes"] > 0  # the workflow tuned it
+    # Lemon rows lease from the real fleet workflow, report to it, release at the end.
+    assert rows["fixed"]["fleet"] is None
+    for name in ("auto+lemon", "auto+lemon spares 0%"):
+        updates = rows[name]["fleet"]["updates"]
+        assert updates["lease"] == 1 and updates["release"] == 1, updates
+        assert updates.get("report_quarantine", 0) >= 1, updates
+    assert rows["auto+lemon spares 0%"]["fleet"]["updates"].get("replace", 0) >= 1
     assert rows["auto+lemon"]["tuning"]["checkpoint_save_s"] == pytest.approx(20.0)
     assert "resume" in rows["auto+lemon spares 0%"]["operator_log"]
     assert not any("failed" in action for action in rows["auto+lemon spares 0%"]["operator_log"])
