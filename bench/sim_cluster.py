@@ -266,6 +266,11 @@ class LockLedger:
         finally:
             del self._sleeps[key]
 
+    def sleeps_in_progress(self) -> list[float]:
+        """Real seconds each clock advance in progress has waited so far."""
+        now = time.monotonic()
+        return [now - began for began in self._sleeps.values()]
+
     def start(self) -> None:
         self._watch = asyncio.create_task(self._watch_stalls())
 

@@ -342,9 +342,15 @@ async def run_variant(
                 "operator_actions_tail": cluster.operator_actions[-20:],
             }
         )
-        figures["overran"] = overrun
+        figures[overrun["kind"]] = overrun
+        what = (
+            "OVERRAN: the job was still open a day past the horizon"
+            if overrun["kind"] == "overran"
+            else f"CLOCK STOPPED at day {overrun['clock_stopped_at_day']} "
+            f"(locks: {overrun['locks']}, {overrun['sleeping']} advance(s) waiting)"
+        )
         progress(
-            f"{variant.name}: OVERRAN: the job was still open a day past the horizon, "
+            f"{variant.name}: {what}, "
             f"{overrun['phase']}, training stopped at day {overrun['training_stopped_at_day']}: "
             f"{overrun['operator_reason']}; ignored: {overrun['ignored_messages']}; "
             f"operator: {overrun['operator_actions_tail']}"
@@ -359,26 +365,61 @@ async def run_variant(
     return figures
 
 
+CLOCK_STOPPED_AFTER_S = 600.0
+"""Real seconds with the simulated clock standing still before a row is given up as
+stalled. Nothing in a healthy row holds the clock that long: the longest lock holder,
+a workflow task with every node of a 2,048-node job, takes seconds."""
+
+
+async def clock_stopped(cluster: SimCluster, after_s: float = CLOCK_STOPPED_AFTER_S) -> float:
+    """Return the simulated second at which the clock stood still for ``after_s`` of real
+    time: a lock nobody gives back (a simulator finding; see :class:`LockLedger`)."""
+    last, since = await cluster.now(), time.monotonic()
+    while True:
+        await asyncio.sleep(min(5.0, after_s / 4))
+        now = await cluster.now()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= after_s:
+            return now
+
+
 async def until_done_or_overrun(
     client: Client, handle: WorkflowHandle[Any, JobStatus], cluster: SimCluster
 ) -> tuple[JobStatus, dict[str, Any] | None]:
-    """The job's final status, and None; or, when the clock runs a day past the horizon
-    with the job still open (a policy loop or a hang in the workflow: a finding), the
-    status it reports then and what it was doing (:func:`overrun_diagnosis`), and the
-    job terminated. The row keeps its figures: the cluster's ledger ends at the
-    horizon either way."""
+    """The job's final status, and None. Or, when the row went wrong, the status it
+    reports then, what it was doing (:func:`overrun_diagnosis`, with ``kind``), and the
+    job terminated:
+
+    - ``overran``: the clock ran a day past the horizon with the job still open (a
+      policy loop or a hang in the workflow: a finding). The row keeps its figures:
+      the cluster's ledger ends at the horizon either way;
+    - ``clock_stopped``: the simulated clock stood still for
+      :data:`CLOCK_STOPPED_AFTER_S` of real time (a lock the simulator failed to give
+      back). The row's figures stop where the clock did, and are marked so."""
     result = asyncio.ensure_future(handle.result())
     overran = asyncio.ensure_future(cluster.overran.wait())
-    await asyncio.wait({result, overran}, return_when=asyncio.FIRST_COMPLETED)
-    overran.cancel()
+    stopped = asyncio.ensure_future(clock_stopped(cluster))
+    await asyncio.wait({result, overran, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in (overran, stopped):
+        waiter.cancel()
     if result.done():
         return result.result(), None
     result.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await result
     diagnosis = await overrun_diagnosis(client, handle.id)
+    if stopped.done() and not stopped.cancelled():
+        diagnosis.update(
+            kind="clock_stopped",
+            clock_stopped_at_day=round(stopped.result() / DAY_S, 3),
+            locks=cluster.locks.figures(),
+            sleeping=len(cluster.locks.sleeps_in_progress()),
+        )
+    else:
+        diagnosis["kind"] = "overran"
     status = await handle.query(QUERY_STATUS, result_type=JobStatus)
-    await handle.terminate("simulation: the job ran a day past the horizon")
+    await handle.terminate(f"simulation: {diagnosis['kind']}")
     return status, diagnosis
 
 
@@ -610,11 +651,12 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {r['variant']} | failed: {r['error']} | | | | | | |")
             continue
         mttr = f"{r['mttr_s']:.0f} s" if r["mttr_s"] is not None else "-"
-        name = (
-            f"{r['variant']} (overran: terminated a day past the horizon)"
-            if "overran" in r
-            else r["variant"]
-        )
+        name = r["variant"]
+        if "overran" in r:
+            name += " (overran: terminated a day past the horizon)"
+        if "clock_stopped" in r:
+            day = r["clock_stopped"]["clock_stopped_at_day"]
+            name += f" (clock stopped at day {day}: figures partial)"
         lines.append(
             f"| {name} | {r['interval_s'] / 60:.1f} min | {100 * r['ettr']:.2f}% | {mttr} "
             f"| {r['interruptions']} | {r['steps_lost']} | {r['history_events']} "

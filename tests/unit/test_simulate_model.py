@@ -3,6 +3,8 @@ configurations it compares."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from bench.sim_model import (
@@ -12,7 +14,7 @@ from bench.sim_model import (
     make_trace,
     progress_at,
 )
-from bench.simulate import SimConfig, variants
+from bench.simulate import SimConfig, clock_stopped, variants
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -49,3 +51,24 @@ def test_quick_runs_only_its_rows_and_names_unknown_ones() -> None:
     assert [row.name for row in variants(SimConfig.quick())] == list(SimConfig.quick().rows)
     with pytest.raises(ValueError, match="nope"):
         variants(SimConfig(rows=("nope",)))
+
+
+async def test_a_clock_that_stands_still_is_reported_with_where_it_stopped() -> None:
+    class StillCluster:
+        async def now(self) -> float:
+            return 4321.0
+
+    stopped_at = await clock_stopped(StillCluster(), after_s=0.2)  # type: ignore[arg-type]
+    assert stopped_at == 4321.0
+
+
+async def test_a_moving_clock_is_not_reported() -> None:
+    class MovingCluster:
+        seconds = 0.0
+
+        async def now(self) -> float:
+            self.seconds += 1.0
+            return self.seconds
+
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(clock_stopped(MovingCluster(), after_s=0.2), timeout=1.0)  # type: ignore[arg-type]
