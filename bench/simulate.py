@@ -366,21 +366,23 @@ async def run_variant(
 
 
 CLOCK_STOPPED_AFTER_S = 600.0
-"""Real seconds with the simulated clock standing still before a row is given up as
+"""Real seconds with the simulated clock not skipping before a row is given up as
 stalled. Nothing in a healthy row holds the clock that long: the longest lock holder,
 a workflow task with every node of a 2,048-node job, takes seconds."""
 
 
 async def clock_stopped(cluster: SimCluster, after_s: float = CLOCK_STOPPED_AFTER_S) -> float:
-    """Return the simulated second at which the clock stood still for ``after_s`` of real
-    time: a lock nobody gives back (a simulator finding; see :class:`LockLedger`)."""
+    """Return the simulated second at which the clock stopped skipping for ``after_s`` of
+    real time: a lock nobody gives back (a simulator finding; see :class:`LockLedger`).
+    A locked clock still creeps on at the pace of real time, so standing still means
+    moving no faster than that."""
     last, since = await cluster.now(), time.monotonic()
     while True:
         await asyncio.sleep(min(5.0, after_s / 4))
-        now = await cluster.now()
-        if now != last:
+        now, real = await cluster.now(), time.monotonic() - since
+        if now - last > 2 * real + 1:
             last, since = now, time.monotonic()
-        elif time.monotonic() - since >= after_s:
+        elif real >= after_s:
             return now
 
 

@@ -4,6 +4,7 @@ configurations it compares."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -67,8 +68,18 @@ async def test_a_moving_clock_is_not_reported() -> None:
         seconds = 0.0
 
         async def now(self) -> float:
-            self.seconds += 1.0
+            self.seconds += 100.0  # skipping ahead, as a free test server does
             return self.seconds
 
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(clock_stopped(MovingCluster(), after_s=0.2), timeout=1.0)  # type: ignore[arg-type]
+
+
+async def test_a_clock_that_only_creeps_in_real_time_counts_as_stopped() -> None:
+    # A locked test-server clock still moves at the pace of real time.
+    class CreepingCluster:
+        async def now(self) -> float:
+            return 1000.0 + time.monotonic()
+
+    stopped_at = await clock_stopped(CreepingCluster(), after_s=0.2)  # type: ignore[arg-type]
+    assert stopped_at > 1000.0
