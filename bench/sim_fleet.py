@@ -59,8 +59,7 @@ def fleet_plan(
     """The fleet's config and its memory at ``start`` (the clock's epoch seconds): the
     first physical nodes until ``wanted`` of them are not lemons."""
     rule = LemonRule(incidents=LEMON_INCIDENTS, window_h=lookback_days * 24.0)
-    config_probe = FleetConfig(name=FLEET_NAME, nodes=[NodeSpec(name=trace.nodes[0])], lemon=rule)
-    half_life_h = config_probe.reputation_half_life_h
+    half_life_h: float = FleetConfig.model_fields["reputation_half_life_h"].default
     window_s = lookback_days * DAY_S
     rng = random.Random(f"fleet-lookback-{seed}")  # the failure trace's draws stay as they are
     shares = [e.share for e in trace.events] or None
