@@ -116,8 +116,9 @@ async def fleet_figures(client: Client, plan: FleetPlan, first_run: str) -> dict
         run_id = None
         for event in history.events:
             if event.HasField("workflow_execution_update_accepted_event_attributes"):
-                name = event.workflow_execution_update_accepted_event_attributes.accepted_request
-                updates[name.input.name] = updates.get(name.input.name, 0) + 1
+                accepted = event.workflow_execution_update_accepted_event_attributes
+                update = accepted.accepted_request.input.name
+                updates[update] = updates.get(update, 0) + 1
             if event.HasField("workflow_execution_continued_as_new_event_attributes"):
                 attributes = event.workflow_execution_continued_as_new_event_attributes
                 run_id = attributes.new_execution_run_id
