@@ -416,6 +416,16 @@ class Generation:
         self.segment_at = self.first_step_at
 
 
+def fault_reported_first(fault_at: float, first_step_at: float | None) -> bool:
+    """Whether a supervision report carries the fault rather than the generation's
+    first step (``first_step_at``: due in this report, else None). A fault after the
+    first step waits for the next report, as the real supervision sees the step first.
+    Reporting the fault instead left the generation without its first step: the
+    workflow never sent it the tuned interval, so it trained on the spec's hourly one
+    and lost up to an hour of work at that fault."""
+    return first_step_at is None or fault_at < first_step_at
+
+
 @dataclass
 class Interruption:
     at_s: float
@@ -620,11 +630,16 @@ class SimCluster:
             )
         end = min(now + min(request.report_after_s, REPORT_S), self.horizon_s)
         event = self._consume_until(end, gen.nodes)
-        if event is not None:
+        first_step_due = (
+            request.report_first_step and not gen.first_step_reported and gen.first_step_at <= end
+        )
+        if event is not None and fault_reported_first(
+            event.at_s, gen.first_step_at if first_step_due else None
+        ):
             detected = max(event.at_s, now) + self.costs.detection_s(event.share.kind)
             if detected <= end:
                 return await self._fail(gen, event, now, detected)
-        if request.report_first_step and not gen.first_step_reported and gen.first_step_at <= end:
+        if first_step_due:
             await self.advance(max(0.0, gen.first_step_at - now), "startup")
             gen.first_step_reported = True
             last = self.interruptions[-1] if self.interruptions else None

@@ -36,6 +36,31 @@ MEASURED_PHASES_S: dict[str, float] = {
 """Median phase times from :data:`CALIBRATION_FILE` (``phase_*_s``)."""
 
 
+RENDEZVOUS_MODELS = ("published", "linear")
+"""How the rendezvous grows with the job (:meth:`CostModel.rendezvous_s`)."""
+
+TCPSTORE_INIT_S_PER_RANK = 100.0 / 98_304
+"""PyTorch's libuv TCPStore (the default since 2.4) had every rank of a 98,304-rank job
+connected in 100 s ("Introduction to Libuv TCPStore Backend", PyTorch tutorials)."""
+
+NCCL_INIT_S_PER_RANK = 265.0 / 98_304
+"""Stock NCCL's bootstrap and connection set-up took about 265 s at 96K GPUs (Si et al.,
+2025, "Collective Communication for 100k+ GPUs", the NCCLX paper). That growth is
+super-linear, so scaling it down linearly overstates smaller jobs: a cautious figure."""
+
+LLAMA3_STATE_BYTES = 405e9 * 14
+"""Llama 3 405B's training state: bf16 weights (2 bytes a parameter) plus fp32 master
+weights and Adam's two moments (12 bytes), 5.7 TB."""
+
+LLAMA3_STORAGE_BYTES_PER_S = 2e12
+"""Tectonic's sustained throughput for Llama 3's checkpoints, 2 TB/s (7 TB/s at peak;
+Dubey et al., 2024, section 3.3.1)."""
+
+LLAMA3_CHECKPOINT_S = LLAMA3_STATE_BYTES / LLAMA3_STORAGE_BYTES_PER_S
+"""δ for the Llama 3 profile, 2.8 s: its whole training state written at the storage's
+sustained rate, with the ranks blocked for all of it (no asynchronous save)."""
+
+
 @dataclass(frozen=True)
 class ClassShare:
     """One Llama 3 interruption category, how it shows to Lazarus, and its share."""
@@ -180,9 +205,9 @@ def _poisson(rng: random.Random, mean: float) -> int:
 class CostModel:
     """Seconds each leg of a recovery takes at ``nodes`` nodes, scaled from the
     3-node measurement: fan-out legs (stop, launch, preflight, imports from a shared
-    filesystem) grow with log2 of the node count, the TCPStore rendezvous linearly
-    (one store answers every rank), checkpoint load is the checkpoint cost δ read
-    back, and the first step is one step."""
+    filesystem) grow with log2 of the node count, the rendezvous with the rank count
+    (:meth:`rendezvous_s`), checkpoint load is the checkpoint cost δ read back, and the
+    first step is one step."""
 
     nodes: int
     step_s: float
@@ -190,6 +215,17 @@ class CostModel:
     poll_interval_s: float = 0.5
     node_timeout_s: float = 15.0
     hang_timeout_s: float = 300.0
+    gpus_per_node: int = 8
+    rendezvous: str = "published"
+    """``published``: the 3-node measurement plus, per rank, the store's and NCCL's
+    published costs at 96K ranks. ``linear``: the 3-node measurement times nodes/3,
+    the model before (278 s at 2,048 nodes; 16 times the published figures)."""
+
+    def __post_init__(self) -> None:
+        if self.rendezvous not in RENDEZVOUS_MODELS:
+            raise ValueError(
+                f"rendezvous: {self.rendezvous!r} is not one of {', '.join(RENDEZVOUS_MODELS)}"
+            )
 
     @property
     def fan_out(self) -> float:
@@ -219,12 +255,24 @@ class CostModel:
         return MEASURED_PHASES_S["launch"] * self.fan_out
 
     @property
+    def rendezvous_s(self) -> float:
+        """Every rank in the store and the NCCL communicator up. The 3-node figure is
+        mostly fixed cost (0.41 s for 6 ranks), so scaling all of it with the node
+        count, as ``linear`` does, charges every rank that fixed cost again. The
+        ``published`` model adds to it, per rank, what the libuv TCPStore and NCCL's
+        start-up cost at 98,304 ranks: 3.7 ms a rank, 61 s at 16,384 GPUs."""
+        measured = MEASURED_PHASES_S["process_group"]
+        if self.rendezvous == "linear":
+            return measured * self.nodes / MEASURED_NODES
+        ranks = self.nodes * self.gpus_per_node
+        return measured + ranks * (TCPSTORE_INIT_S_PER_RANK + NCCL_INIT_S_PER_RANK)
+
+    @property
     def startup_s(self) -> float:
         """Launch done to first new step: imports, rendezvous, checkpoint load, a step."""
-        rendezvous = MEASURED_PHASES_S["process_group"] * self.nodes / MEASURED_NODES
         return (
             MEASURED_PHASES_S["import"] * self.fan_out
-            + rendezvous
+            + self.rendezvous_s
             + self.checkpoint_s
             + self.step_s
         )
@@ -237,6 +285,7 @@ class CostModel:
             "stop_s": self.stop_s,
             "preflight_s": self.preflight_s,
             "launch_s": self.launch_s,
+            "rendezvous_s": self.rendezvous_s,
             "startup_s": self.startup_s,
         }
 

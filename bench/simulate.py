@@ -40,7 +40,9 @@ from bench.sim_fleet import FLEET_NAME, FleetPlan, fleet_figures, fleet_plan
 from bench.sim_model import (
     CALIBRATION_FILE,
     DAY_S,
+    LLAMA3_CHECKPOINT_S,
     PROFILES,
+    RENDEZVOUS_MODELS,
     ClusterTrace,
     CostModel,
     FailureProfile,
@@ -74,8 +76,11 @@ class SimConfig:
     profile: str = "llama3"
     seed: int = 1
     step_s: float = 10.0
-    checkpoint_s: float = 20.0
-    """δ: the blocking part of one checkpoint."""
+    checkpoint_s: float = LLAMA3_CHECKPOINT_S
+    """δ: the blocking part of one checkpoint. The default is Llama 3's, 2.8 s
+    (:data:`bench.sim_model.LLAMA3_CHECKPOINT_S`); the figures before it used 20 s."""
+    rendezvous: str = "published"
+    """How the rendezvous grows with the job (:attr:`bench.sim_model.CostModel.rendezvous`)."""
     fixed_interval_s: float = 3600.0
     """The fixed-interval baseline: one checkpoint an hour."""
     spares_pct: float = 1.0
@@ -103,6 +108,7 @@ class SimConfig:
             rate_scale=100.0,
             lemon_fraction=0.1,
             seed=7,  # a trace with hardware failures on the job's nodes
+            checkpoint_s=20.0,  # intervals of minutes at this rate, not seconds
             sweep=(),
             continue_as_new_after_events=300,
             rows=("fixed", "auto+lemon", "auto+lemon spares 0%"),
@@ -130,6 +136,17 @@ class SimConfig:
         """The fleet's memory before the job: 30 days (shortened alike by ``rate_scale``)."""
         return 30.0 / self.rate_scale
 
+    def costs(self, **health: float) -> CostModel:
+        """The recovery costs at this job's size (``health``: the spec's timeouts)."""
+        return CostModel(
+            nodes=self.nodes,
+            step_s=self.step_s,
+            checkpoint_s=self.checkpoint_s,
+            gpus_per_node=self.gpus_per_node,
+            rendezvous=self.rendezvous,
+            **health,
+        )
+
     def tau_s(self) -> float:
         return daly_interval_s(self.checkpoint_s, self.mtbf_s())
 
@@ -138,7 +155,8 @@ class SimConfig:
     ) -> float:
         """ETTR that Daly's model expects at this interval and restart cost, at ``mtbf_s``
         (default: the profile's M). At τ with no restart cost it is the ceiling no
-        controller passes at this δ: at δ = 20 s and Llama 3's M of 3.1 h, 94.2%."""
+        controller passes at this δ: at Llama 3's M of 3.1 h, 97.8% at δ = 2.8 s and
+        94.2% at 20 s."""
         mtbf = mtbf_s if mtbf_s is not None else self.mtbf_s()
         return 1.0 - expected_goodput_loss(interval_s, self.checkpoint_s, mtbf, restart_s)
 
@@ -254,10 +272,7 @@ async def run_variant(
     nodes, spares = placement(trace, config, variant)
     with_fleet = variant.lemon_exclusion
     spec = sim_spec(config, variant, None if with_fleet else nodes, spares)
-    costs = CostModel(
-        nodes=config.nodes,
-        step_s=config.step_s,
-        checkpoint_s=config.checkpoint_s,
+    costs = config.costs(
         poll_interval_s=spec.health.poll_interval_s,
         node_timeout_s=spec.node_timeout_s,
         hang_timeout_s=spec.health.hang_timeout_s,
@@ -614,12 +629,7 @@ async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
         },
         "calibration": {
             "file": CALIBRATION_FILE,
-            "costs_s": CostModel(
-                nodes=config.nodes,
-                step_s=config.step_s,
-                checkpoint_s=config.checkpoint_s,
-                hang_timeout_s=300.0,
-            ).as_dict(),
+            "costs_s": config.costs(hang_timeout_s=300.0).as_dict(),
         },
         "young_daly": {
             "delta_s": config.checkpoint_s,
@@ -770,7 +780,15 @@ def add_command(commands: Any) -> None:
         help="comma-separated configurations to run (default: all), e.g. fixed,auto+lemon",
     )
     parser.add_argument(
-        "--checkpoint-s", type=float, help=f"δ, seconds (default {defaults.checkpoint_s:g})"
+        "--checkpoint-s",
+        type=float,
+        help=f"δ, seconds (default {defaults.checkpoint_s:.2g}, Llama 3's)",
+    )
+    parser.add_argument(
+        "--rendezvous",
+        choices=RENDEZVOUS_MODELS,
+        help=f"how start-up grows with the job (default {defaults.rendezvous}; "
+        "linear: the model of the figures before)",
     )
     parser.add_argument("--json-out", type=Path, help="results file (default bench/results/)")
 
@@ -789,6 +807,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         config = replace(config, days=args.days)
     if args.checkpoint_s is not None:
         config = replace(config, checkpoint_s=args.checkpoint_s)
+    if args.rendezvous is not None:
+        config = replace(config, rendezvous=args.rendezvous)
     if config.nodes < 2 or config.days <= 0 or config.checkpoint_s <= 0:
         raise ValueError("--nodes must be >= 2, --days and --checkpoint-s > 0")
     return config

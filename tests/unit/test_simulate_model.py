@@ -3,19 +3,23 @@ configurations it compares."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 
 import pytest
 
+from bench.sim_cluster import fault_reported_first
 from bench.sim_model import (
     DAY_S,
+    LLAMA3_CHECKPOINT_S,
+    CostModel,
     TraceConfig,
     llama3_profile,
     make_trace,
     progress_at,
 )
-from bench.simulate import SimConfig, clock_stopped, variants
+from bench.simulate import SimConfig, add_command, clock_stopped, config_from, variants
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -36,6 +40,32 @@ def test_the_trace_is_seeded_and_matches_the_profile_rate() -> None:
     expected = 4.7e-4 * 8 * 2048 * 54  # about 416, as Llama 3's 419
     assert 0.8 * expected < len(first.events) < 1.2 * expected
     assert first.lemons and first.flagged
+
+
+def test_rendezvous_grows_per_rank_from_the_published_figures() -> None:
+    """16,384 GPUs: the 3-node measurement plus 3.7 ms a rank (the libuv TCPStore's
+    100 s and NCCL's 265 s at 98,304 ranks), 61 s; the linear model it replaced gave
+    278 s, and stays selectable to reproduce the earlier figures."""
+    published = CostModel(nodes=2048, step_s=10.0, checkpoint_s=LLAMA3_CHECKPOINT_S)
+    assert published.rendezvous_s == pytest.approx(0.407 + 16_384 * 365 / 98_304)
+    assert published.rendezvous_s == pytest.approx(61.2, abs=0.1)
+    linear = CostModel(nodes=2048, step_s=10.0, checkpoint_s=20.0, rendezvous="linear")
+    assert linear.rendezvous_s == pytest.approx(277.8, abs=0.1)
+    assert published.startup_s < linear.startup_s
+    assert SimConfig(nodes=512).costs().rendezvous_s < published.rendezvous_s
+    with pytest.raises(ValueError, match="rendezvous: 'gossip' is not one of published, linear"):
+        CostModel(nodes=8, step_s=1.0, checkpoint_s=1.0, rendezvous="gossip")
+
+
+def test_llama3_checkpoint_cost_is_its_state_at_tectonics_sustained_rate() -> None:
+    """405B parameters at 14 bytes each (5.7 TB) at 2 TB/s: 2.8 s blocked, which puts
+    Daly's ceiling at Llama 3's 3.1 h MTBF at 97.8% (94.1% at the old 20 s)."""
+    assert pytest.approx(2.835) == LLAMA3_CHECKPOINT_S
+    config = SimConfig()
+    assert config.checkpoint_s == LLAMA3_CHECKPOINT_S
+    assert config.daly_ettr(config.tau_s()) == pytest.approx(0.978, abs=0.001)
+    old = SimConfig(checkpoint_s=20.0)
+    assert old.daly_ettr(old.tau_s()) == pytest.approx(0.941, abs=0.001)
 
 
 def test_configurations_compare_fixed_auto_lemons_and_spares() -> None:
@@ -83,3 +113,24 @@ async def test_a_clock_that_only_creeps_in_real_time_counts_as_stopped() -> None
 
     stopped_at = await clock_stopped(CreepingCluster(), after_s=0.2)  # type: ignore[arg-type]
     assert stopped_at > 1000.0
+
+
+def test_the_command_line_reproduces_the_earlier_model() -> None:
+    """``--checkpoint-s 20 --rendezvous linear`` is the model of the figures before;
+    an unknown model is refused by name before anything starts."""
+    parser = argparse.ArgumentParser()
+    add_command(parser.add_subparsers())
+    args = parser.parse_args(["simulate", "--checkpoint-s", "20", "--rendezvous", "linear"])
+    config = config_from(args)
+    assert (config.checkpoint_s, config.rendezvous) == (20.0, "linear")
+    assert config_from(parser.parse_args(["simulate"])).rendezvous == "published"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["simulate", "--rendezvous", "gossip"])
+
+
+def test_a_fault_after_the_first_step_is_reported_after_it() -> None:
+    """The first step is reported before a later fault, so the workflow sends the new
+    generation its tuned interval; a fault during start-up is reported at once."""
+    assert not fault_reported_first(fault_at=500.0, first_step_at=100.0)
+    assert fault_reported_first(fault_at=50.0, first_step_at=100.0)
+    assert fault_reported_first(fault_at=500.0, first_step_at=None)
