@@ -132,6 +132,9 @@ OPERATOR_HOLD_S = 300.0
 operator acts (:meth:`SimCluster._hold_for_operator`): below the heartbeat timeout, as
 a held clock creeps on in real time."""
 
+OPERATOR_HEARTBEAT_S = 30.0
+"""Real seconds between the holding watch's heartbeats."""
+
 STALL_S = 3.0
 """Real seconds a clock advance may wait before the ledger counts dropped locks."""
 
@@ -463,9 +466,6 @@ class SimCluster:
     final_step: int = 0
     operator_actions: list[str] = field(default_factory=list)
     operator_due_s: float | None = None
-    held_s: float = 0.0
-    """Simulated seconds spent while the watch held the clock for the operator (the
-    fence stops of the nodes they return): the next advance adds them."""
     """When the simulated operator acts on the page it got (None: no page pending)."""
     interval_changes: list[tuple[float, int]] = field(default_factory=list)
     """``(time, every_steps)`` for each interval the workflow sent (``interval: auto``)."""
@@ -498,8 +498,7 @@ class SimCluster:
         per advance let them add up past the heartbeat timeout (at 2,048 nodes, seed 1,
         54 days: a supervision retried at day 1.07 while its first attempt still slept,
         and the clock stopped there)."""
-        left = seconds + self.held_s
-        self.held_s = 0.0
+        left = seconds
         while left > 0:
             chunk = min(left, CHUNK_S)
             if SINCE_HEARTBEAT.get() + chunk > CHUNK_S:
@@ -725,10 +724,7 @@ class SimCluster:
     @simulated
     async def stop(self, request: StopRequest) -> StopResult:
         now = await self.now()
-        if self._operator_acting(now):
-            self.held_s += self.costs.stop_s  # the watch holds the clock for the operator
-            self.ledger.add("stop", self.costs.stop_s)
-        else:
+        if not self._operator_acting(now):  # their fence stops are part of their delay
             await self.advance(self.costs.stop_s, "stop")
         last = self._freeze(now)
         return StopResult(generations=[], signalled_groups=0, killed_groups=0, last_step=last)
@@ -841,13 +837,20 @@ class SimCluster:
         two of them only this watch would be asleep, and the clock would skip to its
         next wake, up to an hour (0.7% of a 10-day row at 2,048 nodes went that way,
         counted as "other"). So the watch keeps its lock without sleeping until the
-        operator is done, and the clock stands still. The fence stop of each returned
-        node still costs its simulated time: :meth:`stop` holds it in :attr:`held_s`
-        for the next advance."""
+        operator is done, and the clock stands still (it creeps on in real time, so
+        the watch heartbeats). The fence stop of each node they return counts as part
+        of their delay: :meth:`stop` does not move the clock while they act. Holding
+        that time for a later advance instead put it on whichever activity advanced
+        next, and a launch (120 s to close) given the fence stops of dozens of
+        returned nodes timed out: its lock was lost and the clock stopped."""
         deadline = time.monotonic() + OPERATOR_HOLD_S
+        beat = time.monotonic()
         while self.operator_due_s is not None and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        await self._heartbeat()  # the held clock crept on in real time
+            if time.monotonic() - beat > OPERATOR_HEARTBEAT_S:
+                await self._heartbeat()
+                beat = time.monotonic()
+        await self._heartbeat()
         SINCE_HEARTBEAT.set(0.0)
 
     def _operator_acting(self, now: float) -> bool:
