@@ -841,8 +841,10 @@ class SimCluster:
         the watch heartbeats). The fence stop of each node they return counts as part
         of their delay: :meth:`stop` does not move the clock while they act. Holding
         that time for a later advance instead put it on whichever activity advanced
-        next, and a launch (120 s to close) given the fence stops of dozens of
-        returned nodes timed out: its lock was lost and the clock stopped."""
+        next. Given the fence stops of dozens of returned nodes, such an activity can
+        outrun its start-to-close timeout (a stop's is its grace plus 60 s), and a
+        54-day row's clock stopped on a completion the server refused as an "unknown
+        activity": that cause is inferred, not traced."""
         deadline = time.monotonic() + OPERATOR_HOLD_S
         beat = time.monotonic()
         while self.operator_due_s is not None and time.monotonic() < deadline:
