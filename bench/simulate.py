@@ -32,6 +32,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -436,7 +437,14 @@ async def until_done_or_overrun(
     else:
         diagnosis["kind"] = "overran"
     status = await handle.query(QUERY_STATUS, result_type=JobStatus)
-    await handle.terminate(f"simulation: {diagnosis['kind']}")
+    try:
+        await handle.terminate(f"simulation: {diagnosis['kind']}")
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        # It finished while it was being diagnosed: keep its end and the diagnosis.
+        diagnosis["completed_while_diagnosed"] = True
+        status = await handle.result()
     return status, diagnosis
 
 
