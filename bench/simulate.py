@@ -30,7 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
@@ -359,11 +364,13 @@ async def run_variant(
             }
         )
         figures[overrun["kind"]] = overrun
-        what = (
-            "OVERRAN: the job was still open a day past the horizon"
-            if overrun["kind"] == "overran"
-            else f"CLOCK STOPPED at day {overrun['clock_stopped_at_day']} "
-            f"(locks: {overrun['locks']}, {overrun['sleeping']} advance(s) waiting)"
+        what = {
+            "overran": "OVERRAN: the job was still open a day past the horizon",
+            "failed": f"FAILED: {overrun.get('cause')}",
+        }.get(
+            overrun["kind"],
+            f"CLOCK STOPPED at day {overrun.get('clock_stopped_at_day')} "
+            f"(locks: {overrun.get('locks')}, {overrun.get('sleeping')} advance(s) waiting)",
         )
         progress(
             f"{variant.name}: {what}, "
@@ -422,7 +429,17 @@ async def until_done_or_overrun(
     for waiter in (overran, stopped):
         waiter.cancel()
     if result.done():
-        return result.result(), None
+        try:
+            return result.result(), None
+        except WorkflowFailureError as err:
+            # Closed, failed or timed out: what it was doing, and its last status.
+            diagnosis = await overrun_diagnosis(client, handle.id)
+            diagnosis.update(
+                kind="failed",
+                cause=str(err.cause or err),
+                clock_at_day=round(await cluster.now() / DAY_S, 3),
+            )
+            return await handle.query(QUERY_STATUS, result_type=JobStatus), diagnosis
     result.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await result
@@ -466,7 +483,10 @@ async def overrun_diagnosis(client: Client, workflow_id: str) -> dict[str, Any]:
     condition: every task's frames (unfiltered: the SDK's own frames show what a task
     awaits), the current run's pending activities, and its last events."""
     latest = client.get_workflow_handle(workflow_id)
-    trace = _without_machine_paths(str(await latest.query("__stack_trace")))
+    try:
+        trace = _without_machine_paths(str(await latest.query("__stack_trace")))
+    except (RPCError, WorkflowQueryFailedError) as err:  # a closed run may not answer
+        trace = f"no stack trace: {err}"
     described = await latest.describe()
     pending = [
         {
@@ -674,6 +694,8 @@ def markdown(result: dict[str, Any]) -> str:
         name = r["variant"]
         if "overran" in r:
             name += " (overran: terminated a day past the horizon)"
+        if "failed" in r:
+            name += f" (the job's workflow failed at day {r['failed']['clock_at_day']})"
         if "clock_stopped" in r:
             day = r["clock_stopped"]["clock_stopped_at_day"]
             name += f" (clock stopped at day {day}: figures partial)"
