@@ -310,9 +310,13 @@ class LockLedger:
                 dropped += self._closed_runs[run_id]
                 continue
             handle = self.env.client.get_workflow_handle(self.workflow_id, run_id=run_id)
+            # Described first: a history fetched before the run closed can end in the
+            # workflow task that was closing it, and was read as a dropped task. The
+            # lock given back for it unbalanced the count, and the clock ran free to
+            # the test server's 10-year execution timeout (a 54-day row, day 2.4).
+            description = (await handle.describe()).raw_description
             events = (await handle.fetch_history()).events
             count = self._cancelled_before_start(run_id, events)
-            description = (await handle.describe()).raw_description
             still_open = (
                 index == len(runs) - 1
                 and description.workflow_execution_info.status
