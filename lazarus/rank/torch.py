@@ -288,8 +288,10 @@ def _start_snapshot(step: int, state: State) -> None:
     if _distributed() and dist.get_world_size() > 1:
         if _snapshot_group is None:
             # Every rank reaches its first snapshot at the same step (the decision
-            # was broadcast), so this collective call lines up.
-            _snapshot_group = dist.new_group(backend="gloo")
+            # was broadcast), so this collective call lines up. The timeout is the
+            # default group's: new_group's own default is gloo's 30 minutes, for which
+            # a survivor whose peer died before joining the group would wait here.
+            _snapshot_group = dist.new_group(backend="gloo", timeout=_default_group_timeout())
         group = _snapshot_group
     copied = _copy_to_cpu(_resolve(state), _last_copy) if memory.is_writer() else None
     _last_copy = copied
@@ -300,6 +302,17 @@ def _start_snapshot(step: int, state: State) -> None:
         daemon=True,
     )
     _snapshot_thread.start()
+
+
+def _default_group_timeout() -> timedelta | None:
+    """The timeout the script gave its default process group (None when torch keeps
+    it where this cannot read it: torch's default then applies)."""
+    device = torch.device("cuda") if dist.get_backend() == "nccl" else torch.device("cpu")
+    try:
+        timeout = c10d._get_default_group()._get_backend(device).options._timeout
+    except (AttributeError, RuntimeError):
+        return None
+    return timeout if isinstance(timeout, timedelta) else None
 
 
 def _write_snapshot(step: int, state: Mapping[str, Any] | None, group: Any) -> None:

@@ -1,0 +1,93 @@
+"""A survivor whose peer dies as the memory tier's process group forms learns of it
+within the default group's timeout, not gloo's 30 minutes.
+
+The first memory snapshot creates a gloo group of its own. ``new_group`` without a
+timeout takes torch's default, 30 minutes, and its rendezvous waits that long for a
+peer that never arrives. CI caught it: the survivor of a peer SIGKILLed at its first
+snapshot sat there for the whole of a 120 s wait instead of tearing down to rejoin.
+The group now takes the default group's timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lazarus.domain import environment
+from lazarus.domain.ports import free_port
+
+pytest.importorskip("torch")
+
+GROUP_TIMEOUT_S = 5
+
+_SCRIPT = textwrap.dedent(
+    f"""
+    import os, sys, time
+    from datetime import timedelta
+    import torch
+    import torch.distributed as dist
+    import lazarus.rank.torch as rank_torch
+
+    rank = int(os.environ["RANK"])
+    dist.init_process_group(
+        "gloo", init_method="env://", timeout=timedelta(seconds={GROUP_TIMEOUT_S})
+    )
+    if rank == 1:
+        # Dies after the broadcast that decides the snapshot, before joining its group.
+        dist.new_group = lambda *args, **kwargs: os._exit(0)
+    started = time.monotonic()
+    try:
+        rank_torch.snapshot(1, {{"w": torch.zeros(4)}})
+    except Exception as error:
+        elapsed = time.monotonic() - started
+        peer = rank_torch.is_peer_failure(error)
+        print(f"raised after {{elapsed:.1f}} s; peer failure: {{peer}}")
+        sys.exit(0)
+    print("no error")
+    """
+)
+
+
+@pytest.mark.timeout(240)
+def test_a_peer_dying_as_the_snapshot_group_forms_raises_within_the_group_timeout(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    ranks = []
+    for rank in (0, 1):
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "WORLD_SIZE": "2",
+            "RANK": str(rank),
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "OMP_NUM_THREADS": "1",
+            environment.MEMORY_CHECKPOINT_DIR: str(tmp_path / f"memory-{rank}"),
+            environment.MEMORY_EVERY_STEPS: "1",
+        }
+        ranks.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _SCRIPT],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    try:
+        # 30 minutes without the fix; the group's 5 s with it, plus a busy machine's slack.
+        survivor_output, _ = ranks[0].communicate(timeout=180)
+        ranks[1].wait(timeout=60)
+    finally:
+        for process in ranks:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert "peer failure: True" in survivor_output, survivor_output[-3000:]
