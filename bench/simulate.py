@@ -26,6 +26,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -394,15 +395,32 @@ stalled. Nothing in a healthy row holds the clock that long: the longest lock ho
 a workflow task with every node of a 2,048-node job, takes seconds."""
 
 
-async def clock_stopped(cluster: SimCluster, after_s: float = CLOCK_STOPPED_AFTER_S) -> float:
+DIAGNOSIS_RPC_TIMEOUT = timedelta(seconds=60)
+"""The real-time bound on each call that reads the clock or diagnoses a stalled row. A
+server that holds a call (a query waiting on a workflow task nobody completes) must
+not hold the watchdog with it: a 54-day row's clock stopped and nothing was reported
+for 13 minutes."""
+
+
+async def clock_stopped(
+    cluster: SimCluster,
+    after_s: float = CLOCK_STOPPED_AFTER_S,
+    read_timeout_s: float = DIAGNOSIS_RPC_TIMEOUT.total_seconds(),
+) -> float:
     """Return the simulated second at which the clock stopped skipping for ``after_s`` of
     real time: a lock nobody gives back (a simulator finding; see :class:`LockLedger`).
     A locked clock still creeps on at the pace of real time, so standing still means
-    moving no faster than that."""
-    last, since = await cluster.now(), time.monotonic()
+    moving no faster than that. A reading that does not come back within
+    ``read_timeout_s`` counts as a clock that did not move."""
+    last = await asyncio.wait_for(cluster.now(), read_timeout_s)
+    since = time.monotonic()
     while True:
         await asyncio.sleep(min(5.0, after_s / 4))
-        now, real = await cluster.now(), time.monotonic() - since
+        try:
+            now = await asyncio.wait_for(cluster.now(), read_timeout_s)
+        except TimeoutError:
+            now = last
+        real = time.monotonic() - since
         if now - last > 2 * real + 1:
             last, since = now, time.monotonic()
         elif real >= after_s:
@@ -453,16 +471,38 @@ async def until_done_or_overrun(
         )
     else:
         diagnosis["kind"] = "overran"
-    status = await handle.query(QUERY_STATUS, result_type=JobStatus)
+    status = await _bounded_status(handle)
     try:
-        await handle.terminate(f"simulation: {diagnosis['kind']}")
+        await handle.terminate(
+            f"simulation: {diagnosis['kind']}", rpc_timeout=DIAGNOSIS_RPC_TIMEOUT
+        )
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
         # It finished while it was being diagnosed: keep its end and the diagnosis.
         diagnosis["completed_while_diagnosed"] = True
         status = await handle.result()
+    if status is None:
+        # A closed run's query is answered by replaying its history: no stuck task
+        # of the live run stands in the way.
+        status = await _bounded_status(handle)
+    if status is None:
+        raise RuntimeError(
+            f"{handle.id}: the stalled job's status did not come back within "
+            f"{DIAGNOSIS_RPC_TIMEOUT.total_seconds():g} s, before or after it was terminated"
+        )
     return status, diagnosis
+
+
+async def _bounded_status(handle: WorkflowHandle[Any, JobStatus]) -> JobStatus | None:
+    """The job's status, or None when the server does not answer in time."""
+    try:
+        status: JobStatus = await handle.query(
+            QUERY_STATUS, result_type=JobStatus, rpc_timeout=DIAGNOSIS_RPC_TIMEOUT
+        )
+    except (RPCError, WorkflowQueryFailedError):
+        return None
+    return status
 
 
 def _without_machine_paths(text: str) -> str:
@@ -483,11 +523,12 @@ async def overrun_diagnosis(client: Client, workflow_id: str) -> dict[str, Any]:
     condition: every task's frames (unfiltered: the SDK's own frames show what a task
     awaits), the current run's pending activities, and its last events."""
     latest = client.get_workflow_handle(workflow_id)
+    bound = DIAGNOSIS_RPC_TIMEOUT
     try:
-        trace = _without_machine_paths(str(await latest.query("__stack_trace")))
+        trace = _without_machine_paths(str(await latest.query("__stack_trace", rpc_timeout=bound)))
     except (RPCError, WorkflowQueryFailedError) as err:  # a closed run may not answer
         trace = f"no stack trace: {err}"
-    described = await latest.describe()
+    described = await latest.describe(rpc_timeout=bound)
     pending = [
         {
             "activity": a.activity_type.name,
@@ -496,7 +537,7 @@ async def overrun_diagnosis(client: Client, workflow_id: str) -> dict[str, Any]:
         }
         for a in described.raw_description.pending_activities
     ]
-    history = await latest.fetch_history()
+    history = await latest.fetch_history(rpc_timeout=bound)
     tail = [
         f"{e.event_id} {EventType.Name(e.event_type).removeprefix('EVENT_TYPE_')}"
         for e in history.events[-30:]

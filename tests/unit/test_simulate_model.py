@@ -115,6 +115,26 @@ async def test_a_clock_that_only_creeps_in_real_time_counts_as_stopped() -> None
     assert stopped_at > 1000.0
 
 
+async def test_a_clock_whose_server_stops_answering_counts_as_stopped() -> None:
+    """A 54-day row's clock stopped and the watchdog said nothing for 13 minutes: a
+    reading the server holds must not hold the watchdog with it."""
+
+    class SilentCluster:
+        readings = 0
+
+        async def now(self) -> float:
+            self.readings += 1
+            if self.readings > 1:
+                await asyncio.Event().wait()  # held by the server, forever
+            return 86_400.0
+
+    stopped_at = await asyncio.wait_for(
+        clock_stopped(SilentCluster(), after_s=0.2, read_timeout_s=0.05),  # type: ignore[arg-type]
+        timeout=5.0,
+    )
+    assert stopped_at == 86_400.0
+
+
 def test_the_command_line_reproduces_the_earlier_model() -> None:
     """``--checkpoint-s 20 --rendezvous linear`` is the model of the figures before;
     an unknown model is refused by name before anything starts."""
