@@ -18,7 +18,7 @@ until the clock has moved ``d``. The clock jumps only while the counter is zero,
   zero, and another unlock is refused as unbalanced. The simulated operator therefore
   watches the clock instead of sleeping (:meth:`SimCluster._operate`), and the
   checkpoint watch shortens its sleep so the clock stops at the operator's moment;
-- the server drops an activity's lock in two cases, and the simulator gives each one
+- the server drops locks in three cases, and the simulator gives each one
   back (:class:`LockLedger`), counted from the server's own answers, never guessed:
 
   * **a completion the server refuses.** Continue-as-new cancels supervision and the
@@ -33,8 +33,14 @@ until the clock has moved ``d``. The clock jumps only while the counter is zero,
     run closes, is dropped without its lock: no worker ever runs it, so no completion
     can notice. When the clock stalls, the ledger counts these from the runs'
     histories (``ActivityTaskCanceled``: our activities never report a cancellation,
-    so each one was cancelled before it started) and descriptions (activities still
-    ``SCHEDULED`` in a closed run), and gives back the ones not yet given back;
+    so each one was cancelled before it started; and, in a closed run, activities
+    scheduled, never closed and never started), and gives back the ones not yet given
+    back;
+  * **a workflow task the server threw away.** A query or an activity cancel buffered
+    behind a workflow task that continues-as-new makes the server schedule a task on
+    the run it has just closed; that request throws, and with it the release of the
+    task's lock (:func:`_workflow_task_left_open`). The ledger counts a closed run
+    whose last workflow task never closed;
 - no advance is longer than the activity's heartbeat timeout (the server enforces it
   in simulated time): a longer one is cut into chunks of ``CHUNK_S`` with a heartbeat,
   sent through the client, between them. Supervision reports, and the watch wakes, at
@@ -58,6 +64,7 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType, PendingActivityState, WorkflowExecutionStatus
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.testservice.v1 import SleepRequest, UnlockTimeSkippingRequest
+from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import AsyncActivityCancelledError, Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -149,15 +156,46 @@ server still owned the sleep; the activity failed, its retries slept on locks no
 balanced, and the clock stopped for good (2,048 nodes, 10 days, the ``spares 2%``
 row at attempt 27). Hours, not seconds: a stopped clock is the ledger's to mend."""
 
-OPEN_WORKFLOW_TASK_EVENTS = frozenset(
-    {EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED}
+ACTIVITY_CLOSE_FIELDS = (
+    "activity_task_completed_event_attributes",
+    "activity_task_failed_event_attributes",
+    "activity_task_timed_out_event_attributes",
+    "activity_task_canceled_event_attributes",
 )
-"""A closed run whose history ends with one of these dropped that workflow task's lock.
-Seen in the quick run about once in ten: an update (the simulated operator's
-``return``) met the job's continue-as-new; the run was described as continued-as-new,
-its history ended in ``WorkflowTaskStarted`` with no continue-as-new event, the worker's
-completion was refused ("workflow execution already completed"), and the server never
-released the task's lock. The clock stood still with the checkpoint watch asleep."""
+WORKFLOW_TASK_CLOSE_FIELDS = (
+    "workflow_task_completed_event_attributes",
+    "workflow_task_failed_event_attributes",
+    "workflow_task_timed_out_event_attributes",
+)
+
+
+def _closed_scheduled_ids(events: Sequence[HistoryEvent], close_fields: Sequence[str]) -> set[int]:
+    """The ``scheduled_event_id`` of every task that a close event in ``events`` ends."""
+    closed = set()
+    for e in events:
+        name = e.WhichOneof("attributes")
+        if name is not None and name in close_fields:
+            closed.add(getattr(e, name).scheduled_event_id)
+    return closed
+
+
+def _workflow_task_left_open(events: Sequence[HistoryEvent]) -> bool:
+    """Whether a closed run's last workflow task was never completed, failed or timed
+    out: it dropped its lock. How (traced in the test server's source, reproduced in
+    ``tests/integration/test_sim_lock_audit.py``): the server queues a lock's release
+    on the request that ends its holder and applies it only if that request succeeds,
+    while state changes apply at once. A query (the simulated operator's status) or an
+    activity cancel buffered behind a workflow task that continues-as-new makes the
+    server schedule another task on the run it has just closed; that throws, the
+    worker hears "workflow execution already completed", the history stays frozen at
+    ``WorkflowTaskStarted``, and the task's release is lost. Terminating a run with a
+    task scheduled loses it the same way."""
+    scheduled = [
+        e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
+    ]
+    return bool(scheduled) and scheduled[-1] not in _closed_scheduled_ids(
+        events, WORKFLOW_TASK_CLOSE_FIELDS
+    )
 
 
 async def advance_clock(env: WorkflowEnvironment, seconds: float) -> None:
@@ -184,16 +222,17 @@ def simulated(method: ActivityMethod) -> ActivityMethod:
     @functools.wraps(method)
     async def wrapper(self: SimCluster, request: Any) -> Any:
         info = activity.info()
-        self.locks.started.add((info.workflow_run_id or "", info.activity_id))
+        key = (info.workflow_run_id or "", info.activity_id)
+        self.locks.started.add(key)
         SINCE_HEARTBEAT.set(0.0)
         try:
             result = await method(self, request)
         except Abandoned:
-            self.locks.complete(info.task_token, None, None, cancelled=True)
+            self.locks.complete(key, info.task_token, None, None, cancelled=True)
         except ApplicationError as err:
-            self.locks.complete(info.task_token, None, err)
+            self.locks.complete(key, info.task_token, None, err)
         else:
-            self.locks.complete(info.task_token, result, None)
+            self.locks.complete(key, info.task_token, result, None)
         activity.raise_complete_async()
 
     return cast(ActivityMethod, wrapper)
@@ -226,6 +265,9 @@ class LockLedger:
     completion_errors: list[str] = field(default_factory=list)
     _closed_runs: dict[str, int] = field(default_factory=dict)
     """Per closed run: the locks it dropped."""
+    _counted_unstarted: set[tuple[str, str]] = field(default_factory=set)
+    """Activities the audit counted as abandoned before they started: should a worker
+    have started one after all, its refused completion gives nothing back again."""
     _previous_run: dict[str, str] = field(default_factory=dict)
     """Per run: the run it continued (empty for the first)."""
     _sleeps: dict[int, float] = field(default_factory=dict)
@@ -235,20 +277,27 @@ class LockLedger:
 
     def complete(
         self,
+        key: tuple[str, str],
         task_token: bytes,
         result: Any,
         failure: ApplicationError | None,
         *,
         cancelled: bool = False,
     ) -> None:
-        """Complete (or report cancelled) an activity after its function has returned
-        (the worker must first learn that it completes asynchronously)."""
-        task = asyncio.create_task(self._complete(task_token, result, failure, cancelled))
+        """Complete (or report cancelled) the activity ``key`` (run id, activity id)
+        after its function has returned (the worker must first learn that it
+        completes asynchronously)."""
+        task = asyncio.create_task(self._complete(key, task_token, result, failure, cancelled))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _complete(
-        self, task_token: bytes, result: Any, failure: ApplicationError | None, cancelled: bool
+        self,
+        key: tuple[str, str],
+        task_token: bytes,
+        result: Any,
+        failure: ApplicationError | None,
+        cancelled: bool,
     ) -> None:
         handle = self.env.client.get_async_activity_handle(task_token=task_token)
         try:
@@ -260,6 +309,8 @@ class LockLedger:
                 await handle.complete(result)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND and "Completed workflow" in err.message:
+                if key in self._counted_unstarted:
+                    return  # the audit took it for never started and gave its lock back
                 await self._give_back()
                 self.refused_completions += 1
             else:
@@ -325,13 +376,8 @@ class LockLedger:
             if still_open:
                 dropped += count  # it may drop more later
                 break
-            count += sum(
-                1
-                for pending in description.pending_activities
-                if pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
-                and pending.attempt <= 1
-            )
-            if events and events[-1].event_type in OPEN_WORKFLOW_TASK_EVENTS:
+            count += self._abandoned_unstarted(run_id, events, description.pending_activities)
+            if _workflow_task_left_open(events):
                 count += 1
                 self.workflow_tasks_dropped += 1
             self._closed_runs[run_id] = count
@@ -381,6 +427,33 @@ class LockLedger:
             )
             not in self.started
         )
+
+    def _abandoned_unstarted(
+        self,
+        run_id: str,
+        events: Sequence[HistoryEvent],
+        pending: Sequence[PendingActivityInfo],
+    ) -> int:
+        """Activities of a closed run that were scheduled, never closed in its history,
+        and never started: each holds the lock its scheduling took. Two ways lead here:
+        still scheduled when the run closed, or cancelled by the completion that closed
+        it when the server threw that completion's events (and releases) away."""
+        closed = _closed_scheduled_ids(events, ACTIVITY_CLOSE_FIELDS)
+        started_on_server = {
+            info.activity_id
+            for info in pending
+            if info.state != PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
+        }
+        abandoned = 0
+        for e in events:
+            if not e.HasField("activity_task_scheduled_event_attributes") or e.event_id in closed:
+                continue
+            key = (run_id, e.activity_task_scheduled_event_attributes.activity_id)
+            if key in self.started or key[1] in started_on_server:
+                continue  # its own completion, refused, gives its lock back
+            self._counted_unstarted.add(key)
+            abandoned += 1
+        return abandoned
 
     async def close(self) -> None:
         if self._watch is not None:
