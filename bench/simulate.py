@@ -337,9 +337,11 @@ async def run_variant(
                 result_type=JobStatus,
             )
             cluster.locks.first_run_id = handle.first_execution_run_id or handle.result_run_id or ""
+            reporter = asyncio.create_task(report_progress(cluster, variant.name, progress))
             try:
                 status, overrun = await until_done_or_overrun(env.client, handle, cluster)
             finally:
+                reporter.cancel()
                 await cluster.close()
             history = await history_figures(
                 env.client, cluster.workflow_id, handle.first_execution_run_id
@@ -389,17 +391,44 @@ async def run_variant(
     return figures
 
 
-CLOCK_STOPPED_AFTER_S = 600.0
-"""Real seconds with the simulated clock not skipping before a row is given up as
-stalled. Nothing in a healthy row holds the clock that long: the longest lock holder,
-a workflow task with every node of a 2,048-node job, takes seconds."""
-
-
 DIAGNOSIS_RPC_TIMEOUT = timedelta(seconds=60)
 """The real-time bound on each call that reads the clock or diagnoses a stalled row. A
 server that holds a call (a query waiting on a workflow task nobody completes) must
 not hold the watchdog with it: a 54-day row's clock stopped and nothing was reported
 for 13 minutes."""
+
+
+PROGRESS_EVERY_S = 60.0
+"""Real seconds between a row's progress lines: a 54-day row at 2,048 nodes runs for
+about 25 minutes."""
+
+
+async def report_progress(
+    cluster: SimCluster, name: str, progress: Any, every_s: float = PROGRESS_EVERY_S
+) -> None:
+    """Every ``every_s`` of real time, one line: the simulated day reached, the
+    interruptions so far and the locks given back."""
+    began = time.monotonic()
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            now = await asyncio.wait_for(cluster.now(), DIAGNOSIS_RPC_TIMEOUT.total_seconds())
+        except TimeoutError:
+            progress(f"{name}: the clock did not answer within {DIAGNOSIS_RPC_TIMEOUT}")
+            continue
+        locks = cluster.locks
+        progress(
+            f"{name}: day {now / DAY_S:.1f} of {cluster.horizon_s / DAY_S:g}, "
+            f"{len(cluster.interruptions)} interruptions, locks given back "
+            f"{locks.refused_completions} refused + {locks.never_started} dropped, "
+            f"{time.monotonic() - began:.0f} s"
+        )
+
+
+CLOCK_STOPPED_AFTER_S = 600.0
+"""Real seconds with the simulated clock not skipping before a row is given up as
+stalled. Nothing in a healthy row holds the clock that long: the longest lock holder,
+a workflow task with every node of a 2,048-node job, takes seconds."""
 
 
 async def clock_stopped(

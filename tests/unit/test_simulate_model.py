@@ -19,7 +19,14 @@ from bench.sim_model import (
     make_trace,
     progress_at,
 )
-from bench.simulate import SimConfig, add_command, clock_stopped, config_from, variants
+from bench.simulate import (
+    SimConfig,
+    add_command,
+    clock_stopped,
+    config_from,
+    report_progress,
+    variants,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -133,6 +140,30 @@ async def test_a_clock_whose_server_stops_answering_counts_as_stopped() -> None:
         timeout=5.0,
     )
     assert stopped_at == 86_400.0
+
+
+async def test_a_long_row_reports_its_simulated_day_as_it_goes() -> None:
+    class Locks:
+        refused_completions, never_started = 3, 1
+
+    class HalfwayCluster:
+        horizon_s = 54 * 86_400.0
+        interruptions = [object()] * 7
+        locks = Locks()
+
+        async def now(self) -> float:
+            return 27 * 86_400.0
+
+    lines: list[str] = []
+    reporter = asyncio.create_task(
+        report_progress(HalfwayCluster(), "auto+lemon", lines.append, every_s=0.01)  # type: ignore[arg-type]
+    )
+    while not lines:
+        await asyncio.sleep(0.01)
+    reporter.cancel()
+    assert lines[0].startswith(
+        "auto+lemon: day 27.0 of 54, 7 interruptions, locks given back 3 refused + 1 dropped"
+    )
 
 
 def test_the_command_line_reproduces_the_earlier_model() -> None:
