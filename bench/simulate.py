@@ -28,11 +28,13 @@ import uuid
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
@@ -456,6 +458,45 @@ async def clock_stopped(
             return now
 
 
+Result = TypeVar("Result")
+
+JOB_POLL_S = 2.0
+"""Real seconds between looks at whether the job's latest run has closed."""
+
+OPEN_STATUSES = (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW)
+
+
+async def job_result(
+    env: WorkflowEnvironment, workflow_id: str, result_type: type[Result]
+) -> Result:
+    """The job's result, read from its latest run once that run has closed; the clock
+    skips meanwhile, as it does while a driver waits on ``handle.result()``.
+
+    Not ``handle.result()``: that follows the job's runs from the first, run to run by
+    their continue-as-new events, and a run the test server froze at continue-as-new
+    (:func:`bench.sim_cluster._workflow_task_left_open`) has no such event: it waited
+    for ever on a job that had finished. A 54-day row hung that way, its clock
+    creeping ten years ahead of a job that had closed."""
+    service = env.client.test_service
+    await service.unlock_time_skipping(UnlockTimeSkippingRequest())  # as result() would
+    try:
+        while True:
+            latest = await env.client.get_workflow_handle(workflow_id).describe(
+                rpc_timeout=DIAGNOSIS_RPC_TIMEOUT
+            )
+            if latest.status not in OPEN_STATUSES:
+                break
+            await asyncio.sleep(JOB_POLL_S)
+    finally:
+        await service.lock_time_skipping(LockTimeSkippingRequest())
+    closed = env.client.get_workflow_handle(
+        workflow_id, run_id=latest.run_id, result_type=result_type
+    )
+    with env.auto_time_skipping_disabled():  # closed: nothing to wait for
+        outcome: Result = await closed.result(follow_runs=False)
+    return outcome
+
+
 async def until_done_or_overrun(
     client: Client, handle: WorkflowHandle[Any, JobStatus], cluster: SimCluster
 ) -> tuple[JobStatus, dict[str, Any] | None]:
@@ -469,7 +510,7 @@ async def until_done_or_overrun(
     - ``clock_stopped``: the simulated clock stood still for
       :data:`CLOCK_STOPPED_AFTER_S` of real time (a lock the simulator failed to give
       back). The row's figures stop where the clock did, and are marked so."""
-    result = asyncio.ensure_future(handle.result())
+    result = asyncio.ensure_future(job_result(cluster.env, handle.id, JobStatus))
     overran = asyncio.ensure_future(cluster.overran.wait())
     stopped = asyncio.ensure_future(clock_stopped(cluster))
     await asyncio.wait({result, overran, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -510,7 +551,7 @@ async def until_done_or_overrun(
             raise
         # It finished while it was being diagnosed: keep its end and the diagnosis.
         diagnosis["completed_while_diagnosed"] = True
-        status = await handle.result()
+        status = await job_result(cluster.env, handle.id, JobStatus)
     if status is None:
         # A closed run's query is answered by replaying its history: no stuck task
         # of the live run stands in the way.

@@ -14,6 +14,10 @@ again. The leaks were traced in the test server's source and reproduced first:
 - the same, when the continue-as-new comes with the cancel of an activity that never
   started (the job's own continue-as-new cancels supervision and the watch): two;
 - a continue-as-new while an activity is still scheduled: one.
+
+A run frozen that way also has no continue-as-new event, so ``handle.result()``,
+which follows the runs by those events, never reaches the job's end:
+:func:`bench.simulate.job_result` reads it from the latest run instead.
 """
 
 from __future__ import annotations
@@ -45,10 +49,12 @@ from temporalio.api.workflowservice.v1 import (
     SignalWorkflowExecutionRequest,
     StartWorkflowExecutionRequest,
 )
+from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from bench.sim_cluster import LockLedger, advance_clock
+from bench.simulate import job_result
 
 TEST_SERVER = Path(__file__).resolve().parents[2] / ".venv/bin/temporal-test-server"
 QUEUE = "lock-audit"
@@ -141,10 +147,10 @@ class HandWorker:
     def execution(self) -> WorkflowExecution:
         return WorkflowExecution(workflow_id=self.workflow_id, run_id=self.run_id)
 
-    async def finish_next_run(self) -> None:
+    async def finish_next_run(self, result: str | None = None) -> None:
         task = await self.poll()
         assert task.workflow_execution.run_id != self.run_id, "expected the continued run"
-        assert await self.complete(task, [_complete()]) == "OK"
+        assert await self.complete(task, [_complete(result)]) == "OK"
 
 
 def _continue_as_new() -> Command:
@@ -160,10 +166,15 @@ def _continue_as_new() -> Command:
     )
 
 
-def _complete() -> Command:
+def _complete(result: str | None = None) -> Command:
+    attributes = CompleteWorkflowExecutionCommandAttributes()
+    if result is not None:
+        attributes.result.payloads.extend(
+            DataConverter.default.payload_converter.to_payloads([result])
+        )
     return Command(
         command_type=CommandType.COMMAND_TYPE_COMPLETE_WORKFLOW_EXECUTION,
-        complete_workflow_execution_command_attributes=CompleteWorkflowExecutionCommandAttributes(),
+        complete_workflow_execution_command_attributes=attributes,
     )
 
 
@@ -261,3 +272,22 @@ async def test_a_clean_continue_as_new_leaks_nothing_and_nothing_is_given_back(
     await worker.finish_next_run()
     assert await _audited(env, worker, first) == 0
     await _assert_clock_skips(env)
+
+
+@pytest.mark.timeout(180)
+async def test_the_end_of_a_job_with_a_frozen_run_is_read_from_its_latest_run(
+    env: WorkflowEnvironment,
+) -> None:
+    worker = HandWorker(env, "frozen-then-done")
+    await worker.start()
+    task = await worker.poll()
+    query = worker.query_in_background()
+    await asyncio.sleep(0.5)
+    assert await worker.complete(task, [_continue_as_new()]) != "OK"  # the run froze
+    await worker.finish_next_run(result="trained")
+    with pytest.raises(RPCError):
+        await query
+    following = env.client.get_workflow_handle(worker.workflow_id, run_id=worker.run_id)
+    with env.auto_time_skipping_disabled(), pytest.raises(TimeoutError):
+        await asyncio.wait_for(following.result(), timeout=5.0)  # it never reaches the end
+    assert await job_result(env, worker.workflow_id, str) == "trained"
