@@ -198,6 +198,32 @@ def _workflow_task_left_open(events: Sequence[HistoryEvent]) -> bool:
     )
 
 
+async def run_chain(
+    client: Client, workflow_id: str, first_run_id: str, previous_of: dict[str, str] | None = None
+) -> list[str]:
+    """Every run of a workflow so far, first to latest. Walked back from the latest run
+    through each run's ``continued_execution_run_id``, not forward through
+    continue-as-new events: a run the test server froze at continue-as-new has none
+    (:func:`_workflow_task_left_open`). ``previous_of`` caches each run's predecessor
+    (empty for the first) across calls."""
+    cache = previous_of if previous_of is not None else {}
+    latest = await client.get_workflow_handle(workflow_id).describe()
+    chain = [latest.run_id]
+    while chain[-1] != first_run_id:
+        previous = cache.get(chain[-1])
+        if previous is None:
+            handle = client.get_workflow_handle(workflow_id, run_id=chain[-1])
+            async for event in handle.fetch_history_events():
+                started = event.workflow_execution_started_event_attributes
+                previous = started.continued_execution_run_id
+                break
+            cache[chain[-1]] = previous or ""
+        if not previous:
+            break
+        chain.append(previous)
+    return chain[::-1]
+
+
 async def advance_clock(env: WorkflowEnvironment, seconds: float) -> None:
     """``env.sleep(seconds)`` with a deadline of :data:`SLEEP_RPC_TIMEOUT` in place of
     the client's 30 s default: release this activity's lock until the clock has moved
@@ -389,24 +415,9 @@ class LockLedger:
         return max(0, due)
 
     async def _runs(self) -> list[str]:
-        """Every run of the job so far, first to latest. Walked back from the latest run
-        through each run's ``continued_execution_run_id``, not forward through
-        continue-as-new events: a closed run's history can end without one (below)."""
-        latest = await self.env.client.get_workflow_handle(self.workflow_id).describe()
-        chain = [latest.run_id]
-        while chain[-1] != self.first_run_id:
-            previous = self._previous_run.get(chain[-1])
-            if previous is None:
-                handle = self.env.client.get_workflow_handle(self.workflow_id, run_id=chain[-1])
-                async for event in handle.fetch_history_events():
-                    started = event.workflow_execution_started_event_attributes
-                    previous = started.continued_execution_run_id
-                    break
-                self._previous_run[chain[-1]] = previous or ""
-            if not previous:
-                break
-            chain.append(previous)
-        return chain[::-1]
+        return await run_chain(
+            self.env.client, self.workflow_id, self.first_run_id, self._previous_run
+        )
 
     def _cancelled_before_start(self, run_id: str, events: Sequence[HistoryEvent]) -> int:
         """``ActivityTaskCanceled`` events of activities no simulated worker ran. A

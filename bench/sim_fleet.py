@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
+from bench.sim_cluster import run_chain
 from bench.sim_model import DAY_S, ClusterTrace
 from lazarus.domain.api import FLEET_QUERY_STATUS, fleet_workflow_id
 from lazarus.domain.fleet import (
@@ -106,22 +107,16 @@ async def fleet_figures(client: Client, plan: FleetPlan, first_run: str) -> dict
     log is bounded), and its node counts at the end."""
     updates: dict[str, int] = {}
     events = 0
-    run_id: str | None = first_run
-    runs = 0
     workflow_id = fleet_workflow_id(FLEET_NAME)
-    while run_id is not None:
+    chain = await run_chain(client, workflow_id, first_run)
+    for run_id in chain:
         history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        runs += 1
         events += len(history.events)
-        run_id = None
         for event in history.events:
             if event.HasField("workflow_execution_update_accepted_event_attributes"):
                 accepted = event.workflow_execution_update_accepted_event_attributes
                 update = accepted.accepted_request.input.name
                 updates[update] = updates.get(update, 0) + 1
-            if event.HasField("workflow_execution_continued_as_new_event_attributes"):
-                attributes = event.workflow_execution_continued_as_new_event_attributes
-                run_id = attributes.new_execution_run_id
     handle = client.get_workflow_handle(workflow_id)
     status: FleetStatus = await handle.query(FLEET_QUERY_STATUS, result_type=FleetStatus)
     return {
@@ -130,5 +125,5 @@ async def fleet_figures(client: Client, plan: FleetPlan, first_run: str) -> dict
         "updates": dict(sorted(updates.items())),
         "counts_at_end": status.counts,
         "history_events": events,
-        "continue_as_new": runs - 1,
+        "continue_as_new": len(chain) - 1,
     }

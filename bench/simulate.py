@@ -44,7 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from bench.sim_cluster import REPORT_S, SimCluster
+from bench.sim_cluster import REPORT_S, SimCluster, run_chain
 from bench.sim_fleet import FLEET_NAME, FleetPlan, fleet_figures, fleet_plan
 from bench.sim_model import (
     CALIBRATION_FILE,
@@ -638,21 +638,17 @@ async def register_search_attributes(client: Client) -> None:
 async def history_figures(
     client: Client, workflow_id: str, first_run: str | None
 ) -> dict[str, int]:
-    """Events and bytes across the continue-as-new chain, and the longest single run."""
-    run_id = first_run
-    events = runs = longest = size = 0
-    while run_id is not None:
+    """Events and bytes across the continue-as-new chain, and the longest single run.
+    The chain is walked back from the latest run (:func:`bench.sim_cluster.run_chain`):
+    walked forward by continue-as-new events, it stopped at a frozen run."""
+    chain = await run_chain(client, workflow_id, first_run or "")
+    events = longest = size = 0
+    for run_id in chain:
         history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        runs += 1
         events += len(history.events)
         longest = max(longest, len(history.events))
         size += sum(e.ByteSize() for e in history.events)
-        run_id = None
-        last = history.events[-1] if history.events else None
-        if last is not None and last.HasField(
-            "workflow_execution_continued_as_new_event_attributes"
-        ):
-            run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    runs = len(chain)
     return {
         "history_events": events,
         "workflow_runs": runs,

@@ -17,7 +17,8 @@ again. The leaks were traced in the test server's source and reproduced first:
 
 A run frozen that way also has no continue-as-new event, so ``handle.result()``,
 which follows the runs by those events, never reaches the job's end:
-:func:`bench.simulate.job_result` reads it from the latest run instead.
+:func:`bench.simulate.job_result` reads it from the latest run instead, and the
+history figures walk the runs back from the latest.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from bench.sim_cluster import LockLedger, advance_clock
-from bench.simulate import job_result
+from bench.simulate import history_figures, job_result
 
 TEST_SERVER = Path(__file__).resolve().parents[2] / ".venv/bin/temporal-test-server"
 QUEUE = "lock-audit"
@@ -279,7 +280,7 @@ async def test_the_end_of_a_job_with_a_frozen_run_is_read_from_its_latest_run(
     env: WorkflowEnvironment,
 ) -> None:
     worker = HandWorker(env, "frozen-then-done")
-    await worker.start()
+    first = await worker.start()
     task = await worker.poll()
     query = worker.query_in_background()
     await asyncio.sleep(0.5)
@@ -291,3 +292,5 @@ async def test_the_end_of_a_job_with_a_frozen_run_is_read_from_its_latest_run(
     with env.auto_time_skipping_disabled(), pytest.raises(TimeoutError):
         await asyncio.wait_for(following.result(), timeout=5.0)  # it never reaches the end
     assert await job_result(env, worker.workflow_id, str) == "trained"
+    history = await history_figures(env.client, worker.workflow_id, first)
+    assert (history["workflow_runs"], history["continue_as_new"]) == (2, 1)
