@@ -516,6 +516,11 @@ async def until_done_or_overrun(
     await asyncio.wait({result, overran, stopped}, return_when=asyncio.FIRST_COMPLETED)
     for waiter in (overran, stopped):
         waiter.cancel()
+    if not result.done():
+        # A job that has just closed holds the clock no more, and it may leap past the
+        # horizon before the next look at the job: that is its end, not an overrun (a
+        # 54-day row that had succeeded was marked overran so).
+        await asyncio.wait({result}, timeout=2 * JOB_POLL_S + DIAGNOSIS_RPC_TIMEOUT.seconds)
     if result.done():
         try:
             return result.result(), None

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from bench import simulate
 from bench.sim_cluster import fault_reported_first
 from bench.sim_model import (
     DAY_S,
@@ -25,6 +26,7 @@ from bench.simulate import (
     clock_stopped,
     config_from,
     report_progress,
+    until_done_or_overrun,
     variants,
 )
 
@@ -164,6 +166,34 @@ async def test_a_long_row_reports_its_simulated_day_as_it_goes() -> None:
     assert lines[0].startswith(
         "auto+lemon: day 27.0 of 54, 7 interruptions, locks given back 3 refused + 1 dropped"
     )
+
+
+async def test_a_job_that_closes_as_the_clock_leaps_past_the_horizon_did_not_overrun(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A closed job holds the clock no more: it may leap past the horizon before the
+    driver's next look at the job. A 54-day row that had succeeded was marked overran."""
+
+    class LeapingCluster:
+        env = None
+        overran = asyncio.Event()
+
+        async def now(self) -> float:
+            return 100 * 86_400.0
+
+    class Handle:
+        id = "lazarus-sim"
+
+    async def closed_a_moment_later(*_: object) -> str:
+        await asyncio.sleep(0.2)
+        return "SUCCEEDED"
+
+    monkeypatch.setattr(simulate, "job_result", closed_a_moment_later)
+    cluster = LeapingCluster()
+    cluster.overran.set()  # the clock is already a day past the horizon
+    status, diagnosis = await until_done_or_overrun(None, Handle(), cluster)  # type: ignore[arg-type]
+    assert diagnosis is None
+    assert str(status) == "SUCCEEDED"
 
 
 def test_the_command_line_reproduces_the_earlier_model() -> None:
