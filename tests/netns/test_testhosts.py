@@ -87,6 +87,21 @@ def start_background_sleep(hosts: TestHosts, name: str) -> int:
     return int(result.stdout.strip())
 
 
+def settled_pids(hosts: TestHosts, name: str, deadline_s: float = 20.0) -> set[int]:
+    """The host's processes once the last SSH session's own have exited: sshd's
+    per-session children outlive the client by a moment, and one counted as "died"
+    under partition on a loaded CI machine."""
+    deadline = time.monotonic() + deadline_s
+    previous = set(hosts.pids(name))
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        current = set(hosts.pids(name))
+        if current == previous:
+            return current
+        previous = current
+    return previous
+
+
 PROBE = """
 import socket, sys
 timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 3.0
@@ -162,7 +177,7 @@ def test_partition_and_heal_keep_processes(test_hosts: HostsFactory) -> None:
     hosts = test_hosts(2)
     h2 = hosts.host("h2")
     rank = start_background_sleep(hosts, "h2")
-    before = set(hosts.pids("h2"))
+    before = settled_pids(hosts, "h2")
 
     hosts.partition("h2")
 
