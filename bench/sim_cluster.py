@@ -287,7 +287,7 @@ class LockLedger:
     audits: int = 0
     workflow_tasks_dropped: int = 0
     """Of ``never_started``: workflow tasks a closed run never completed
-    (:data:`OPEN_WORKFLOW_TASK_EVENTS`)."""
+    (:func:`_workflow_task_left_open`)."""
     completion_errors: list[str] = field(default_factory=list)
     _closed_runs: dict[str, int] = field(default_factory=dict)
     """Per closed run: the locks it dropped."""

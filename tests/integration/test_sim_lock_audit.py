@@ -201,6 +201,19 @@ def _cancel_activity(scheduled_event_id: int) -> Command:
     )
 
 
+async def _freeze_a_run_by_a_query(worker: HandWorker, result: str | None = None) -> None:
+    """Buffer a query behind the run's task in flight, continue-as-new, and finish the
+    next run (with ``result``): the first run stays frozen at ``WorkflowTaskStarted``."""
+    task = await worker.poll()
+    query = worker.query_in_background()
+    await asyncio.sleep(0.5)  # buffered behind the task in flight
+    refused = await worker.complete(task, [_continue_as_new()])
+    assert refused == "workflow execution already completed"
+    await worker.finish_next_run(result)
+    with pytest.raises(RPCError):
+        await query
+
+
 async def _audited(env: WorkflowEnvironment, worker: HandWorker, first_run: str) -> int:
     ledger = LockLedger(env, workflow_id=worker.workflow_id, first_run_id=first_run)
     return await ledger.audit()
@@ -220,15 +233,7 @@ async def test_a_query_buffered_across_a_continue_as_new_leaks_the_task_and_is_g
 ) -> None:
     worker = HandWorker(env, "query-across-can")
     first = await worker.start()
-    task = await worker.poll()
-    query = worker.query_in_background()
-    await asyncio.sleep(0.5)  # buffered behind the task in flight
-    assert (
-        await worker.complete(task, [_continue_as_new()]) == "workflow execution already completed"
-    )
-    await worker.finish_next_run()
-    with pytest.raises(RPCError):
-        await query
+    await _freeze_a_run_by_a_query(worker)
     assert await _audited(env, worker, first) == 1
     await _assert_clock_skips(env)
 
@@ -281,13 +286,7 @@ async def test_the_end_of_a_job_with_a_frozen_run_is_read_from_its_latest_run(
 ) -> None:
     worker = HandWorker(env, "frozen-then-done")
     first = await worker.start()
-    task = await worker.poll()
-    query = worker.query_in_background()
-    await asyncio.sleep(0.5)
-    assert await worker.complete(task, [_continue_as_new()]) != "OK"  # the run froze
-    await worker.finish_next_run(result="trained")
-    with pytest.raises(RPCError):
-        await query
+    await _freeze_a_run_by_a_query(worker, result="trained")
     following = env.client.get_workflow_handle(worker.workflow_id, run_id=worker.run_id)
     with env.auto_time_skipping_disabled(), pytest.raises(TimeoutError):
         await asyncio.wait_for(following.result(), timeout=5.0)  # it never reaches the end
