@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from lazarus.domain.api import (
+    FLEET_UPDATE_HAND_BACK,
     FLEET_UPDATE_LEASE,
     FLEET_UPDATE_RELEASE,
     FLEET_UPDATE_REPLACE,
@@ -30,11 +31,13 @@ from lazarus.domain.api import (
 from lazarus.domain.fleet import (
     FLEET_REFUSED,
     FLEET_UNREACHABLE,
+    FleetHandBackCall,
     FleetLeaseCall,
     FleetReleaseCall,
     FleetReply,
     FleetReportCall,
     FleetReportReply,
+    HandBackReply,
     Lease,
     ReplaceRequest,
 )
@@ -84,3 +87,11 @@ async def fleet_report(call: FleetReportCall) -> FleetReportReply:
 async def fleet_release(call: FleetReleaseCall) -> FleetReply:
     note: str = await _update(call.fleet, FLEET_UPDATE_RELEASE, call.request, str)
     return FleetReply(note=note)
+
+
+@activity.defn(name="fleet_hand_back")
+async def fleet_hand_back(call: FleetHandBackCall) -> HandBackReply:
+    reply: HandBackReply = await _update(
+        call.fleet, FLEET_UPDATE_HAND_BACK, call.request, HandBackReply
+    )
+    return reply

@@ -54,6 +54,7 @@ import contextlib
 import contextvars
 import functools
 import itertools
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -133,6 +134,11 @@ SINCE_HEARTBEAT: contextvars.ContextVar[float] = contextvars.ContextVar(
 )
 """Simulated seconds the running activity has advanced since its last heartbeat (or its
 start): each activity runs in its own task, so each has its own count."""
+
+PROBATION_COMMAND = ["sim-probation"]
+"""The fleet's probation health command in the simulation (never run as a program):
+:meth:`SimCluster.preflight` answers it from the repair model, without moving the
+job's clock."""
 
 OPERATOR_HOLD_S = 300.0
 """The longest the checkpoint watch holds the clock, in real seconds, while the simulated
@@ -541,12 +547,17 @@ class SimCluster:
     costs: CostModel
     horizon_s: float
     operator_delay_s: float
+    repair_s: float = math.inf
+    """A broken node works again this long after its fault (the repair shop's turn-
+    around): the fleet's probation then finds it healthy. inf: only the operator
+    repairs, when paged."""
     started: datetime | None = None
     workflow_id: str = ""
     client: Client | None = None
     generation: Generation | None = None
     committed: int | None = None
-    broken: set[str] = field(default_factory=set)
+    broken: dict[str, float] = field(default_factory=dict)
+    """Nodes down for good until repaired, and when their repair is done."""
     cursor: int = 0
     interruptions: list[Interruption] = field(default_factory=list)
     ledger: Ledger = field(default_factory=Ledger)
@@ -671,7 +682,7 @@ class SimCluster:
             if event.node in running:
                 return event
             if event.share.hardware:
-                self.broken.add(event.node)
+                self._break(event.node, event.at_s)
             self.cursor += 1
         return None
 
@@ -784,7 +795,7 @@ class SimCluster:
         self.cursor += 1
         step = self._freeze(fault)
         if event.share.hardware:
-            self.broken.add(event.node)
+            self._break(event.node, fault)
         self.interruptions.append(
             Interruption(fault, event.node, event.share.name, event.share.kind, detected, step)
         )
@@ -820,19 +831,32 @@ class SimCluster:
     @activity.defn(name="preflight")
     @simulated
     async def preflight(self, request: PreflightActivityRequest) -> PreflightReport:
+        """The job's preflight before a launch (it costs the job time), or the fleet's
+        probation round (:data:`PROBATION_COMMAND`: beside the job, free)."""
         now = await self.now()
-        await self.advance(self.costs.preflight_s, "preflight")
-        self._consume_until(now + self.costs.preflight_s, frozenset())
+        if request.checks.health_command != PROBATION_COMMAND:
+            await self.advance(self.costs.preflight_s, "preflight")
+            self._consume_until(now + self.costs.preflight_s, frozenset())
+            now += self.costs.preflight_s
         return PreflightReport(
             nodes=[
                 NodeHealth(
                     node=n.name,
-                    ok=n.name not in self.broken,
-                    problems=[] if n.name not in self.broken else ["simulated: GPU/host down"],
+                    ok=not self._is_broken(n.name, now),
+                    problems=["simulated: GPU/host down"] if self._is_broken(n.name, now) else [],
                 )
                 for n in request.nodes
             ]
         )
+
+    def _break(self, node: str, at: float) -> None:
+        self.broken[node] = at + self.repair_s
+
+    def _is_broken(self, node: str, now: float) -> bool:
+        """Down, and its repair not done by ``now`` (a repaired node is forgotten)."""
+        if node in self.broken and now >= self.broken[node]:
+            del self.broken[node]
+        return node in self.broken
 
     @activity.defn(name="find_verified_checkpoint")
     @simulated
@@ -958,7 +982,7 @@ class SimCluster:
         handle = self.client.get_workflow_handle(self.workflow_id)
         status: Any = await handle.query(QUERY_STATUS)
         for node in [q["node"] for q in status["nodes"]["quarantined"]]:
-            self.broken.discard(node)
+            self.broken.pop(node, None)  # the operator repairs it
             try:
                 await handle.execute_update(UPDATE_RETURN, {"node": node})
             except Exception as err:

@@ -34,6 +34,7 @@ from lazarus.domain.fleet import (
     FleetStatus,
     LemonRule,
     NodeRecord,
+    ProbationSpec,
     Reputation,
     decay,
     is_lemon,
@@ -55,10 +56,16 @@ class FleetPlan:
 
 
 def fleet_plan(
-    trace: ClusterTrace, wanted: int, lookback_days: float, start: float, seed: int
+    trace: ClusterTrace,
+    wanted: int,
+    lookback_days: float,
+    start: float,
+    seed: int,
+    probation: ProbationSpec | None = None,
 ) -> FleetPlan:
     """The fleet's config and its memory at ``start`` (the clock's epoch seconds): the
-    first physical nodes until ``wanted`` of them are not lemons."""
+    first physical nodes until ``wanted`` of them are not lemons. ``probation``: how
+    the fleet checks handed-back nodes (None: off, an operator returns them)."""
     rule = LemonRule(incidents=LEMON_INCIDENTS, window_h=lookback_days * 24.0)
     half_life_h: float = FleetConfig.model_fields["reputation_half_life_h"].default
     window_s = lookback_days * DAY_S
@@ -97,7 +104,12 @@ def fleet_plan(
             eligible += 1
     if eligible < wanted:
         raise ValueError(f"the cluster has {eligible} nodes that are not lemons; {wanted} wanted")
-    config = FleetConfig(name=FLEET_NAME, nodes=[r.spec for r in records], lemon=rule)
+    config = FleetConfig(
+        name=FLEET_NAME,
+        nodes=[r.spec for r in records],
+        lemon=rule,
+        probation=probation or ProbationSpec(),
+    )
     state = FleetState(nodes=records, started_at=start - window_s)
     return FleetPlan(FleetInput(config=config, state=state), lemons)
 

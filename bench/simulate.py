@@ -44,7 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from bench.sim_cluster import REPORT_S, SimCluster, run_chain
+from bench.sim_cluster import PROBATION_COMMAND, REPORT_S, SimCluster, run_chain
 from bench.sim_fleet import FLEET_NAME, FleetPlan, fleet_figures, fleet_plan
 from bench.sim_model import (
     CALIBRATION_FILE,
@@ -58,7 +58,7 @@ from bench.sim_model import (
     TraceConfig,
     make_trace,
 )
-from lazarus.activities.fleet import fleet_lease, fleet_release, fleet_report
+from lazarus.activities.fleet import fleet_hand_back, fleet_lease, fleet_release, fleet_report
 from lazarus.domain.api import (
     FLEET_WORKFLOW_TYPE,
     QUERY_STATUS,
@@ -67,6 +67,7 @@ from lazarus.domain.api import (
     fleet_workflow_id,
 )
 from lazarus.domain.checkpoint_interval import daly_interval_s, expected_goodput_loss
+from lazarus.domain.fleet import ProbationSpec
 from lazarus.domain.spec import JobSpec, parse_spec
 from lazarus.workflows.fleet import FleetWorkflow
 from lazarus.workflows.job import JobWorkflow
@@ -97,6 +98,14 @@ class SimConfig:
     lemon_rate_factor: float = 20.0
     operator_delay_s: float = 1800.0
     """Page to a repaired node returned and the job resumed (no spare left)."""
+    repair_h: float = 72.0
+    """Fault to a broken node working again (the repair shop's turnaround). An
+    assumption: no published figure at this scale was found. Only the fleet's rows
+    see it: their job hands fenced quarantined nodes back, and probation returns the
+    repaired ones to the pool. Without a fleet, a node comes back when the operator
+    is paged."""
+    probation_interval_s: float = 3600.0
+    """The fleet's probation checks, three passes in a row to return a node."""
     sweep: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
     """Interval sweep, as multiples of τ (fixed intervals; the 1-hour rows add a point)."""
     continue_as_new_after_events: int = 10_000
@@ -120,6 +129,8 @@ class SimConfig:
             checkpoint_s=20.0,  # intervals of minutes at this rate, not seconds
             sweep=(),
             continue_as_new_after_events=300,
+            repair_h=1.0,  # nodes come back within the half day
+            probation_interval_s=600.0,
             rows=("fixed", "auto+lemon", "auto+lemon spares 0%"),
         )
 
@@ -292,7 +303,14 @@ async def run_variant(
     )
     async with env:
         await register_search_attributes(env.client)
-        cluster = SimCluster(env, trace, costs, config.horizon_s, config.operator_delay_s)
+        cluster = SimCluster(
+            env,
+            trace,
+            costs,
+            config.horizon_s,
+            config.operator_delay_s,
+            repair_s=config.repair_h * 3600.0,
+        )
         cluster.client = env.client
         cluster.workflow_id = cluster.locks.workflow_id = f"lazarus-{spec.name}"
         await cluster.now()  # the simulation starts now
@@ -307,12 +325,21 @@ async def run_variant(
                 config.lookback_days(),
                 cluster.started.timestamp(),
                 config.seed,
+                ProbationSpec(
+                    health_command=PROBATION_COMMAND, interval_s=config.probation_interval_s
+                ),
             )
         async with Worker(
             env.client,
             task_queue=queue,
             workflows=[JobWorkflow, FleetWorkflow],
-            activities=[*cluster.activities(), fleet_lease, fleet_report, fleet_release],
+            activities=[
+                *cluster.activities(),
+                fleet_lease,
+                fleet_report,
+                fleet_release,
+                fleet_hand_back,
+            ],
             max_concurrent_activities=64,
             # The deadlock detector allows an activation 2 s of real time. At 2,048
             # nodes on a busy 2-core machine an activation (a preflight report of

@@ -34,7 +34,12 @@ from lazarus.activities.checkpoints.just_in_time import checkpoint_now
 from lazarus.activities.checkpoints.rollback import roll_back_checkpoint
 from lazarus.activities.checkpoints.watch import watch_checkpoints
 from lazarus.activities.escalation import run_escalation_hook
-from lazarus.activities.fleet import fleet_lease, fleet_release, fleet_report
+from lazarus.activities.fleet import (
+    fleet_hand_back,
+    fleet_lease,
+    fleet_release,
+    fleet_report,
+)
 from lazarus.activities.host_identity import this_host
 from lazarus.activities.launcher import launch
 from lazarus.activities.preflight import preflight
@@ -76,6 +81,7 @@ ACTIVITIES: Sequence[Any] = (
     fleet_lease,
     fleet_report,
     fleet_release,
+    fleet_hand_back,
 )
 WORKFLOWS: Sequence[type] = (JobWorkflow, FleetWorkflow)
 

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.domain.api import (
         FLEET_QUERY_STATUS,
         FLEET_UPDATE_DRAIN,
+        FLEET_UPDATE_HAND_BACK,
         FLEET_UPDATE_LEASE,
         FLEET_UPDATE_RELEASE,
         FLEET_UPDATE_REPLACE,
@@ -45,6 +46,8 @@ with workflow.unsafe.imports_passed_through():
         FleetRefusal,
         FleetState,
         FleetStatus,
+        HandBackReply,
+        HandBackRequest,
         Lease,
         LeaseRequest,
         QuarantineReport,
@@ -53,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         ReturnRequest,
         drain,
         fleet_status,
+        hand_back,
         initial_state,
         lease,
         on_probation,
@@ -102,6 +106,14 @@ class FleetWorkflow:
     @release.validator
     def _validate_release(self, request: ReleaseRequest) -> None:
         self._validate(release, request)
+
+    @workflow.update(name=FLEET_UPDATE_HAND_BACK)
+    async def hand_back(self, request: HandBackRequest) -> HandBackReply:
+        return await self._apply(hand_back, request)
+
+    @hand_back.validator
+    def _validate_hand_back(self, request: HandBackRequest) -> None:
+        self._validate(hand_back, request)
 
     @workflow.update(name=FLEET_UPDATE_REPORT_QUARANTINE)
     async def report_quarantine(self, report: QuarantineReport) -> str:

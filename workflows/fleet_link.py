@@ -1,5 +1,6 @@
 """A job's side of its fleet (``spec.fleet``): lease at start, report each quarantine,
-ask for a replacement when no spare is left, release at the end.
+ask for a replacement when no spare is left, hand fenced quarantined nodes back while
+it runs, release at the end.
 
 The job calls the fleet through activities (``FLEET_LEASE``, ``FLEET_REPORT``,
 ``FLEET_RELEASE``) that send updates with the worker's client: a workflow cannot
@@ -21,13 +22,20 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from lazarus.domain.activity_refs import FLEET_LEASE, FLEET_RELEASE, FLEET_REPORT
+    from lazarus.domain.activity_refs import (
+        FLEET_HAND_BACK,
+        FLEET_LEASE,
+        FLEET_RELEASE,
+        FLEET_REPORT,
+    )
     from lazarus.domain.contracts import FailureReport
     from lazarus.domain.fleet import (
         FLEET_REFUSED,
+        FleetHandBackCall,
         FleetLeaseCall,
         FleetReleaseCall,
         FleetReportCall,
+        HandBackRequest,
         Lease,
         LeaseRequest,
         QuarantineReport,
@@ -40,6 +48,13 @@ with workflow.unsafe.imports_passed_through():
 PATCH_FLEET = "fleet"
 """Jobs with ``spec.fleet`` lease, report and release through their fleet. Checked only
 for such jobs: a job without a fleet issues exactly the commands it did before."""
+
+PATCH_FLEET_HAND_BACK = "fleet-hand-back"
+"""A running job gives its fenced quarantined nodes back to its fleet at each launch,
+counts the node its incident's stop just reached as fenced, and takes back a node the
+fleet hands it again. Before it, quarantined nodes waited for the job's end: over a
+54-day run the shared pool drained, and the job waited for an operator instead of
+for repaired nodes (``bench/README.md``, Scale). Asked only by jobs with a fleet."""
 
 MAX_FLEET_NOTES = 50
 
@@ -64,6 +79,12 @@ CALL_TIMEOUT = timedelta(seconds=15)
 def fleet_of(spec: JobSpec) -> FleetLeaseSpec | None:
     """The job's fleet, and only then is :data:`PATCH_FLEET` consulted."""
     return spec.fleet if spec.fleet is not None and workflow.patched(PATCH_FLEET) else None
+
+
+def hands_back(spec: JobSpec) -> bool:
+    """The job gives fenced quarantined nodes back while it runs (only a job with a
+    fleet consults :data:`PATCH_FLEET_HAND_BACK`)."""
+    return fleet_of(spec) is not None and workflow.patched(PATCH_FLEET_HAND_BACK)
 
 
 def note(state: JobState, line: str, evidence: list[str] | None = None) -> None:
@@ -157,6 +178,33 @@ async def release_nodes(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -
     note(state, reply.note)
 
 
+async def hand_back_fenced(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> None:
+    """Give the fleet the quarantined nodes the job's stops have fenced, so probation
+    (or an operator's ``fleet return``) can bring them back to any job, this one
+    included, without waiting for this job to end. A fleet that refuses or does not
+    answer leaves them with the job; the next launch tries again, and the release at
+    the end gives them back as before."""
+    fenced = [q.node for q in state.pool.quarantined if q.fenced]
+    if not fenced:
+        return
+    try:
+        reply = await execute(
+            FLEET_HAND_BACK,
+            FleetHandBackCall(
+                fleet=fleet.name, request=HandBackRequest(job=spec.job_id, nodes=fenced)
+            ),
+            start_to_close_timeout=CALL_TIMEOUT,
+            retry_policy=CALL_RETRY,
+            summary=f"hand {', '.join(fenced)} back to fleet {fleet.name}",
+        )
+    except ActivityError as err:
+        note(state, f"kept {', '.join(fenced)} (hand back failed): {cause(err)}")
+        return
+    state.pool.forget(reply.gone)
+    if reply.note:
+        note(state, reply.note)
+
+
 async def take_lease(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> JobSpec | str:
     """A new job's nodes: lease them and put them in the pool. Returns the job's spec
     as it runs from now on, or why there is no lease."""
@@ -231,14 +279,19 @@ async def _call_fleet(
     evidence: list[str],
 ) -> JobSpec:
     """Send ``report`` (if any) and, when ``node`` trains and no spare of the job's own
-    is left, ask for a replacement: it joins the job's spares."""
+    is left, ask for a replacement: it joins the job's spares. A node the job handed
+    back may come back repaired: the spec still knows it, and it joins the spares."""
     pool = state.pool
     wanted = node if node in pool.active and not pool.spares else None
     if report is None and wanted is None:
         return spec
     found = await report_loss(spec, state, fleet, report=report, replace=wanted, evidence=evidence)
     known = {n.name for n in (*spec.nodes, *spec.spares)}
-    if found is None or found.name in known:
+    if found is None:
+        return spec
+    if found.name in known:
+        if hands_back(spec) and found.name not in pool.held():
+            pool.spares.append(found.name)
         return spec
     pool.spares.append(found.name)
     return spec.model_copy(update={"spares": [*spec.spares, found]})

@@ -123,6 +123,8 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.fleet_link import (
         ask_for_spare,
         fleet_of,
+        hand_back_fenced,
+        hands_back,
         release_nodes,
         take_lease,
         tell_fleet,
@@ -185,6 +187,7 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.status import job_status
     from lazarus.workflows.stops import (
         checkpoint_evidence,
+        reached,
         record_planned_stop,
         settle_stop,
         stop_targets,
@@ -456,6 +459,7 @@ class JobWorkflow:
             stuck, state.stuck_ranks = state.stuck_ranks, None
             self._needs_operator(stuck)
             return
+        await self._hand_back_to_fleet()
         below = await self._roll_back() if state.rollback_pending else None
         resume = await self._find_resume_point(below)
         recovering = state.current_incident
@@ -694,6 +698,7 @@ class JobWorkflow:
         )
         incident.timeline = timeline
         dead = [failure.node] if failure.kind == "node_lost" and failure.node else []
+        fenced_by_stop = False
         rejoin = (
             plan_rejoin(spec, state.pool, failure, decision.action, state.generation_live)
             if spec.rejoins is not None
@@ -722,11 +727,15 @@ class JobWorkflow:
             state.rejoin_ranks = rejoin.ranks
             state.stopped_generation = state.generation
         else:
+            skip = [*dead, *self._dead_nodes()] if self._fast else []
+            stopping_failed_node = failure.node in state.pool.active and failure.node not in skip
             stopped = await self._stop_all(
                 f"incident {incident.id}: {failure.kind} on rank {failure.rank}",
                 kill_at_once=failure.kind in DOOMED_KINDS,
-                skip=[*dead, *self._dead_nodes()] if self._fast else (),
+                skip=skip,
             )
+            if stopping_failed_node and failure.node is not None:
+                fenced_by_stop = reached(failure.node, stopped)
             incident.record_stop(self._now(), stopped.last_step)
             timeline.survivors_stopped_at = incident.stopped_at
             if not stopped.unkillable:
@@ -746,8 +755,12 @@ class JobWorkflow:
             await self._maybe_grow(failure.node, incident)
         if swaps_node and failure.node is not None:
             await self._tell_fleet(failure.node, failure.failure_class.value, why)
-        if swaps_node and failure.node is not None and not self._swap_out(failure.node, why):
-            return
+            swapped = self._swap_out(failure.node, why)
+            if fenced_by_stop and hands_back(self.spec):
+                # The stop above found its ranks dead: the fleet may have it back now.
+                state.pool.mark_fenced(failure.node)
+            if not swapped:
+                return
         state.restarts += 1
         state.restart_times.append(self._now())
         state.rollback_pending = decision.action == Action.ROLLBACK
@@ -1170,6 +1183,13 @@ class JobWorkflow:
             return failure
         self._spec, failure = await ask_for_spare(self.spec, self._state, fleet, failure)
         return failure
+
+    async def _hand_back_to_fleet(self) -> None:
+        """Quarantined nodes the job's stops have fenced go back to the fleet, for
+        probation, before the next generation starts."""
+        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
+        if fleet is not None and hands_back(self.spec):
+            await hand_back_fenced(self.spec, self._state, fleet)
 
     async def _release_to_fleet(self) -> None:
         fleet = fleet_of(self.spec) if self.spec.fleet is not None else None

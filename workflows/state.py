@@ -318,6 +318,20 @@ class NodePool(BaseModel):
     def unfenced(self) -> list[str]:
         return [q.node for q in self.quarantined if not q.fenced]
 
+    def mark_fenced(self, node: str) -> None:
+        """A quarantined node a stop has just reached and found empty."""
+        for quarantined in self.quarantined:
+            if quarantined.node == node:
+                quarantined.fenced = True
+
+    def forget(self, nodes: list[str]) -> None:
+        """Quarantined nodes handed back to the fleet are no longer the job's."""
+        self.quarantined = [q for q in self.quarantined if q.node not in nodes]
+
+    def held(self) -> set[str]:
+        """Every node the job holds: training, spare or quarantined."""
+        return {*self.active, *self.spares, *(q.node for q in self.quarantined)}
+
 
 class IgnoredMessage(BaseModel):
     """An operator message the job did not act on, and why: it has no later effect."""

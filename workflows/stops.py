@@ -32,18 +32,19 @@ def settle_stop(
     pool = state.pool
     if whole_job:
         state.generation_live = False
-    stuck_nodes = {g.node for g in result.unkillable}
     for quarantined in pool.quarantined:
-        if (
-            quarantined.node in names
-            and quarantined.node not in result.unreachable
-            and quarantined.node not in stuck_nodes
-        ):
+        if quarantined.node in names and reached(quarantined.node, result):
             quarantined.fenced = True
     if not result.unkillable:
         return None
     state.stuck_ranks = _quarantine_unkillable(pool, result.unkillable, now)
     return state.stuck_ranks
+
+
+def reached(node: str, result: StopResult) -> bool:
+    """A stop that targeted ``node`` reached it and left nothing alive there: what
+    makes a quarantined node fenced."""
+    return node not in result.unreachable and all(g.node != node for g in result.unkillable)
 
 
 def _quarantine_unkillable(pool: NodePool, groups: list[UnkillableGroup], now: float) -> str:

@@ -48,11 +48,13 @@ from lazarus.domain.contracts import (
     WatchCheckpointsRequest,
 )
 from lazarus.domain.fleet import (
+    FleetHandBackCall,
     FleetLeaseCall,
     FleetReleaseCall,
     FleetReply,
     FleetReportCall,
     FleetReportReply,
+    HandBackReply,
     Lease,
 )
 
@@ -119,6 +121,9 @@ FLEET_REPORT = ActivityRef[FleetReportCall, FleetReportReply](
 FLEET_RELEASE = ActivityRef[FleetReleaseCall, FleetReply](
     "fleet_release", FleetReleaseCall, FleetReply
 )
+FLEET_HAND_BACK = ActivityRef[FleetHandBackCall, HandBackReply](
+    "fleet_hand_back", FleetHandBackCall, HandBackReply
+)
 """A job's calls into its fleet (``lazarus.activities.fleet``); the fleet's own
 probation checks reuse ``PREFLIGHT``."""
 
@@ -141,5 +146,6 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     FLEET_LEASE,
     FLEET_REPORT,
     FLEET_RELEASE,
+    FLEET_HAND_BACK,
 )
 """What the controller worker must register, each exactly once."""

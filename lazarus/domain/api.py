@@ -59,6 +59,7 @@ named ``fleet-<name>`` would want the same id, and whichever starts second is re
 FLEET_QUERY_STATUS = "fleet_status"
 FLEET_UPDATE_LEASE = "lease"
 FLEET_UPDATE_RELEASE = "release"
+FLEET_UPDATE_HAND_BACK = "hand_back"
 FLEET_UPDATE_REPORT_QUARANTINE = "report_quarantine"
 FLEET_UPDATE_REPLACE = "replace"
 FLEET_UPDATE_DRAIN = "drain"

@@ -11,6 +11,7 @@ Every node is in one state (:class:`NodeState`)::
     SPARE --replace--> LEASED(job)        (the shared spare pool serves replacements)
     LEASED --report_quarantine--> QUARANTINED(reason, class, at, fenced=False)
     QUARANTINED --release of its job (fenced)--> PROBATION (when a health command is set)
+    QUARANTINED --hand_back by its job, mid-run (fenced)--> PROBATION, or QUARANTINED(job: none)
     PROBATION --N passes in a row--> HEALTHY or SPARE;  a failed pass restarts the count
     any free state --drain--> QUARANTINED(operator, drained): only ``return`` ends it
     LEASED --drain--> stays with its job, quarantined when the job releases it
@@ -278,6 +279,21 @@ class ReleaseRequest(BaseModel):
     job: str
     fenced: list[str] = Field(default_factory=list)
     """Quarantined nodes the job's last stop confirmed empty: they may go on probation."""
+
+
+class HandBackRequest(BaseModel):
+    """A running job gives back quarantined nodes its stops have fenced, so they need
+    not wait for the job's end (weeks, for a large run) to be checked back into
+    service: probation starts now, and a repaired node serves any job again."""
+
+    job: str
+    nodes: list[str] = Field(min_length=1)
+
+
+class HandBackReply(BaseModel):
+    gone: list[str] = Field(default_factory=list)
+    """Nodes no longer the job's: taken now, or by an earlier (retried) call."""
+    note: str = ""
 
 
 class QuarantineReport(BaseModel):
@@ -560,6 +576,42 @@ def release(state: FleetState, config: FleetConfig, request: ReleaseRequest, now
     return f"released {len(returned)} node(s)"
 
 
+def hand_back(
+    state: FleetState, config: FleetConfig, request: HandBackRequest, now: float
+) -> HandBackReply:
+    """A running job's fenced quarantined nodes leave it: on probation when the fleet
+    has a health command, else quarantined and fenced with no job, for ``return``.
+
+    Idempotent: a node no longer quarantined for this job (a retried call: already on
+    probation, or back in service) is not taken again. A node the fleet still counts
+    as leased to the job (its quarantine report never arrived) is kept, and the reply
+    says so: the job holds it until it ends, as before. Only a node leased to another
+    job is refused, before anything changes: the job names a node that is not its own."""
+    records = [state.record(name) for name in request.nodes]
+    for record in records:
+        if record.state == NodeState.LEASED and record.job != request.job:
+            raise FleetRefusal(f"node {record.name} is leased to job {record.job}")
+    taken = [r for r in records if r.state == NodeState.QUARANTINED and r.job == request.job]
+    kept = [r.name for r in records if r.state == NodeState.LEASED]
+    for record in taken:
+        record.fenced = True
+        record.job = None
+        start_probation(state, config, record, now)
+    after = "on probation" if config.probation.health_command is not None else "quarantined"
+    names = [r.name for r in taken]
+    lines = []
+    if names:
+        _log(state, now, f"handed back, fenced: {', '.join(names)} ({after})", None, request.job)
+        lines.append(f"took {', '.join(names)} back ({after})")
+    if kept:
+        lines.append(f"{', '.join(kept)} still leased here (no quarantine report): kept")
+    if len(names) + len(kept) < len(records):
+        lines.append("the rest were handed back before")
+    return HandBackReply(
+        gone=[r.name for r in records if r.name not in kept], note="; ".join(lines)
+    )
+
+
 def start_probation(state: FleetState, config: FleetConfig, record: NodeRecord, now: float) -> None:
     """A fenced, failed (not drained) node is checked back into service, when the
     fleet has a health command to check it with."""
@@ -758,6 +810,11 @@ class FleetReportReply(BaseModel):
 class FleetReleaseCall(BaseModel):
     fleet: str
     request: ReleaseRequest
+
+
+class FleetHandBackCall(BaseModel):
+    fleet: str
+    request: HandBackRequest
 
 
 class FleetReply(BaseModel):

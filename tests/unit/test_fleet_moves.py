@@ -10,6 +10,7 @@ from lazarus.domain.fleet import (
     FleetConfig,
     FleetRefusal,
     FleetState,
+    HandBackRequest,
     LeaseRequest,
     NodeState,
     QuarantineReport,
@@ -20,6 +21,7 @@ from lazarus.domain.fleet import (
     decay,
     drain,
     fleet_status,
+    hand_back,
     initial_state,
     is_lemon,
     lease,
@@ -144,6 +146,40 @@ def test_without_a_health_command_a_quarantined_node_waits_for_return() -> None:
     release(state, cfg, ReleaseRequest(job="a", fenced=["n0"]), 2.0)
     assert states(state)["n0"] == "quarantined"
     assert "healthy" in return_node(state, cfg, ReturnRequest(node="n0"), 3.0)
+
+
+def test_a_running_job_hands_back_fenced_nodes_for_probation_once() -> None:
+    cfg = config()
+    state = initial_state(cfg, 0.0)
+    lease(state, cfg, LeaseRequest(job="a", nodes=3), 0.0)
+    fail(state, cfg, "a", "n0", 10.0, "a#1")
+    reply = hand_back(state, cfg, HandBackRequest(job="a", nodes=["n0", "n1"]), 20.0)
+    # n0 goes on probation at once; n1 was never reported, so the job keeps it.
+    assert states(state)["n0"] == "probation" and states(state)["n1"] == "leased"
+    assert reply.gone == ["n0"] and "n1 still leased here" in reply.note
+    # A retried call takes nothing twice, and says so.
+    again = hand_back(state, cfg, HandBackRequest(job="a", nodes=["n0"]), 21.0)
+    assert again.gone == ["n0"] and "before" in again.note
+    probation_result(state, cfg, "n0", True, "", 30.0)
+    probation_result(state, cfg, "n0", True, "", 40.0)
+    assert states(state)["n0"] == "healthy"  # the job still runs: no need to wait for it
+
+
+def test_a_hand_back_without_probation_leaves_the_node_for_return_and_refuses_others() -> None:
+    cfg = config(probation={})
+    state = initial_state(cfg, 0.0)
+    lease(state, cfg, LeaseRequest(job="a", nodes=2), 0.0)
+    lease(state, cfg, LeaseRequest(job="b", nodes=2), 0.0)
+    fail(state, cfg, "a", "n0", 10.0, "a#1")
+    with pytest.raises(FleetRefusal, match="n2 is leased to job b"):
+        hand_back(state, cfg, HandBackRequest(job="a", nodes=["n0", "n2"]), 20.0)
+    assert states(state)["n0"] == "quarantined"  # the refusal changed nothing
+    with pytest.raises(FleetRefusal, match="not in this fleet"):
+        hand_back(state, cfg, HandBackRequest(job="a", nodes=["x9"]), 20.0)
+    hand_back(state, cfg, HandBackRequest(job="a", nodes=["n0"]), 20.0)
+    record = state.record("n0")
+    assert record.state == NodeState.QUARANTINED and record.fenced and record.job is None
+    assert "again" in return_node(state, cfg, ReturnRequest(node="n0"), 30.0)
 
 
 def test_drain_takes_a_free_node_at_once_and_a_leased_one_when_its_job_releases_it() -> None:

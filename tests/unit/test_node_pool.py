@@ -62,6 +62,16 @@ def test_release_returns_a_quarantined_node_to_the_spares_once() -> None:
     assert nodes.quarantined == [] and nodes.spares == ["b"]
 
 
+def test_a_handed_back_node_leaves_the_job_and_a_fenced_one_is_not_stopped_again() -> None:
+    nodes = pool(["a", "b"], ["s"])
+    nodes.quarantine("b", "gpu", at=1.0)
+    nodes.quarantine("s", "gpu", at=1.0)
+    nodes.mark_fenced("b")
+    assert nodes.unfenced() == ["s"] and nodes.held() == {"a", "b", "s"}
+    nodes.forget(["b"])
+    assert [q.node for q in nodes.quarantined] == ["s"] and nodes.held() == {"a", "s"}
+
+
 def test_moves_keep_the_serialized_shape() -> None:
     # JobState crosses continue-as-new as JSON: methods must never add fields.
     state = JobState(pool=pool(["a", "b"], ["s"]))

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from bench import simulate
-from bench.sim_cluster import fault_reported_first
+from bench.sim_cluster import PROBATION_COMMAND, SimCluster, fault_reported_first
 from bench.sim_model import (
     DAY_S,
     LLAMA3_CHECKPOINT_S,
@@ -29,6 +29,8 @@ from bench.simulate import (
     until_done_or_overrun,
     variants,
 )
+from lazarus.domain.contracts import PreflightActivityRequest
+from lazarus.domain.spec import NodeSpec, PreflightSpec, SSHSpec
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -215,3 +217,32 @@ def test_a_fault_after_the_first_step_is_reported_after_it() -> None:
     assert not fault_reported_first(fault_at=500.0, first_step_at=100.0)
     assert fault_reported_first(fault_at=50.0, first_step_at=100.0)
     assert fault_reported_first(fault_at=500.0, first_step_at=None)
+
+
+async def test_a_broken_node_passes_probation_only_once_repaired_and_probation_is_free() -> None:
+    """Probation rounds run beside the job: they neither move its clock nor count as
+    its preflight; a node fails them until its repair is done."""
+    config = SimConfig.quick()
+    trace = make_trace(TraceConfig(nodes=4, horizon_s=DAY_S, profile=llama3_profile(8)))
+
+    class Clock(SimCluster):
+        at = 0.0
+
+        async def now(self) -> float:
+            return self.at
+
+    cluster = Clock(None, trace, config.costs(), DAY_S, 1800.0, repair_s=3600.0)  # type: ignore[arg-type]
+    cluster._break("n1", 100.0)
+    request = PreflightActivityRequest(
+        nodes=[NodeSpec(name="n1")],
+        ssh=SSHSpec(),
+        checks=PreflightSpec(health_command=PROBATION_COMMAND),
+        interpreter=PROBATION_COMMAND[0],
+        workdir="/tmp",
+        disk_path="/tmp",
+    )
+    for at, healthy in ((200.0, False), (3700.0, True)):
+        cluster.at = at
+        report = await SimCluster.preflight.__wrapped__(cluster, request)  # type: ignore[attr-defined]
+        assert report.nodes[0].ok is healthy
+    assert cluster.ledger.phases == {}

@@ -7,6 +7,7 @@ from lazarus.domain.spec import JobSpec
 from lazarus.workflows.state import MAX_RECORDS, JobState, NodePool, PlannedStop
 from lazarus.workflows.stops import (
     checkpoint_evidence,
+    reached,
     record_planned_stop,
     settle_stop,
     stop_targets,
@@ -45,6 +46,12 @@ def test_a_stop_fences_the_quarantined_nodes_it_reached() -> None:
     assert settle_stop(state, ["a", "b", "s"], result, 2.0, whole_job=True) is None
     assert not state.generation_live and state.stuck_ranks is None
     assert state.pool.unfenced() == ["s", "x"]
+
+
+def test_a_node_is_reached_unless_unreachable_or_its_ranks_would_not_die() -> None:
+    stuck = UnkillableGroup(node="b", pgid=41, pids=[41], reason="state D")
+    result = stopped(unreachable=["s"], unkillable=[stuck])
+    assert [n for n in ("a", "b", "s") if reached(n, result)] == ["a"]
 
 
 def test_fencing_one_node_leaves_the_generation_running() -> None:

@@ -17,7 +17,12 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from lazarus.activities.fleet import fleet_lease, fleet_release, fleet_report
+from lazarus.activities.fleet import (
+    fleet_hand_back,
+    fleet_lease,
+    fleet_release,
+    fleet_report,
+)
 from lazarus.domain.contracts import (
     AllocationGranted,
     CheckpointNowRequest,
@@ -345,5 +350,6 @@ ACTIVITIES: Sequence[Callable[..., Any]] = (
     fleet_lease,
     fleet_report,
     fleet_release,
+    fleet_hand_back,
 )
 """The fleet calls are the real ones: they only send updates to a (real) fleet workflow."""

@@ -160,6 +160,44 @@ async def test_two_jobs_share_one_spare_pool(cluster: Cluster, tmp_path: Path) -
     assert after.counts["quarantined"] == 2
 
 
+def gpu_fault(node: str) -> FailureReport:
+    """A crash the playbook answers by replacing the node: its ranks died, so the stop
+    reaches the node and fences it."""
+    return lost(node).model_copy(update={"kind": "crash", "failure_class": "gpu_hardware"})
+
+
+async def test_a_running_job_hands_a_fenced_node_back_and_gets_it_again_repaired(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Three nodes, all leased (two train, one spare): only the failed node, back from
+    # probation, can stand in for the next loss.
+    fleet = await cluster.start_fleet(
+        nodes=[{"name": f"n{i}"} for i in range(3)],
+        spares=[],
+        lemon={"incidents": 3, "window_h": 24},
+        probation={"health_command": ["true"], "passes": 2, "interval_s": 0.2},
+    )
+    job = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2, spares=1))
+    first = await job.wait_phase(Phase.RUNNING)
+    bad = first.nodes.active[0]
+    job.script.failures[1] = gpu_fault(bad)
+    second = await job.wait_for(lambda s: s.generation == 2 and s.phase == Phase.RUNNING, "gen 2")
+    # Not held until the job ends: the stop fenced it, and the launch handed it back.
+    assert bad not in [q.node for q in second.nodes.quarantined], second.nodes
+    assert any(f"took {bad} back (on probation)" in line for line in second.fleet_notes)
+    await fleet_status_until(
+        cluster,
+        fleet.name,
+        lambda s: any(n.name == bad and n.state == "healthy" for n in s.nodes),
+        f"{bad} passing probation",
+    )
+    # No spare of its own is left: the fleet's replacement is the repaired node.
+    job.script.failures[2] = gpu_fault(second.nodes.active[1])
+    third = await job.wait_for(lambda s: s.generation == 3 and s.phase == Phase.RUNNING, "gen 3")
+    assert bad in third.nodes.active, third.nodes
+    assert any(f"replacement for {second.nodes.active[1]}: {bad}" in n for n in third.fleet_notes)
+
+
 async def test_a_node_that_failed_in_job_a_is_not_leased_to_job_b(
     cluster: Cluster, tmp_path: Path
 ) -> None:
