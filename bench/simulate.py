@@ -959,6 +959,12 @@ def add_command(commands: Any) -> None:
         help=f"how start-up grows with the job (default {defaults.rendezvous}; "
         "linear: the model of the figures before)",
     )
+    parser.add_argument(
+        "--repair-h",
+        type=float,
+        help=f"hours from a hardware fault to the node repaired (default {defaults.repair_h:g}; "
+        "inf: only the paged operator repairs, the model of the figures before)",
+    )
     parser.add_argument("--json-out", type=Path, help="results file (default bench/results/)")
 
 
@@ -978,8 +984,12 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         config = replace(config, checkpoint_s=args.checkpoint_s)
     if args.rendezvous is not None:
         config = replace(config, rendezvous=args.rendezvous)
+    if args.repair_h is not None:
+        config = replace(config, repair_h=args.repair_h)
     if config.nodes < 2 or config.days <= 0 or config.checkpoint_s <= 0:
         raise ValueError("--nodes must be >= 2, --days and --checkpoint-s > 0")
+    if not config.repair_h > 0:
+        raise ValueError("--repair-h must be > 0 (inf: only the operator repairs)")
     return config
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import time
 
 import pytest
@@ -209,6 +210,10 @@ def test_the_command_line_reproduces_the_earlier_model() -> None:
     assert config_from(parser.parse_args(["simulate"])).rendezvous == "published"
     with pytest.raises(SystemExit):
         parser.parse_args(["simulate", "--rendezvous", "gossip"])
+    # Without repairs, as before: nodes come back only when the operator is paged.
+    assert config_from(parser.parse_args(["simulate", "--repair-h", "inf"])).repair_h == math.inf
+    with pytest.raises(ValueError, match="--repair-h"):
+        config_from(parser.parse_args(["simulate", "--repair-h", "0"]))
 
 
 def test_a_fault_after_the_first_step_is_reported_after_it() -> None:
