@@ -201,6 +201,8 @@ async def hand_back_fenced(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec
         note(state, f"kept {', '.join(fenced)} (hand back failed): {cause(err)}")
         return
     state.pool.forget(reply.gone)
+    gone = [n for n in state.handed_back if n not in reply.gone]
+    state.handed_back = [*gone, *reply.gone][-MAX_FLEET_NOTES:]
     if reply.note:
         note(state, reply.note)
 
@@ -292,6 +294,7 @@ async def _call_fleet(
     if found.name in known:
         if hands_back(spec) and found.name not in pool.held():
             pool.spares.append(found.name)
+            state.handed_back = [n for n in state.handed_back if n != found.name]
         return spec
     pool.spares.append(found.name)
     return spec.model_copy(update={"spares": [*spec.spares, found]})

@@ -360,7 +360,8 @@ class JobWorkflow:
 
     @return_node.validator
     def _validate_return(self, request: NodeRequest) -> None:
-        problem = return_refusal(self._state, request)
+        fleet = self.spec.fleet.name if self.spec.fleet is not None else None
+        problem = return_refusal(self._state, request, fleet)
         if problem is not None:
             raise ValueError(problem)
 

@@ -80,11 +80,17 @@ def drain_refusal(state: JobState, queued: ForceRecover | None, request: NodeReq
     return None
 
 
-def return_refusal(state: JobState, request: NodeRequest) -> str | None:
-    """Only a quarantined node can be returned to the spares."""
+def return_refusal(state: JobState, request: NodeRequest, fleet: str | None = None) -> str | None:
+    """Only a quarantined node can be returned to the spares. A fleet job gives its
+    fenced quarantined nodes back to its fleet, and that is where they return from."""
     quarantined = [q.node for q in state.pool.quarantined]
     if request.node in quarantined:
         return None
+    if fleet is not None and request.node in state.handed_back:
+        return (
+            f"node {request.node!r} was handed back to fleet {fleet}: "
+            f"'lazarus fleet return {request.node} --fleet {fleet}' puts it in service"
+        )
     return (
         f"node {request.node!r} is not quarantined; quarantined nodes: "
         f"{', '.join(quarantined) or 'none'}"

@@ -448,6 +448,9 @@ class JobState(BaseModel):
     fleet_notes: list[str] = Field(default_factory=list)
     """What the job's fleet (``spec.fleet``) leased, replaced or refused, or that it did
     not answer (newest last, bounded)."""
+    handed_back: list[str] = Field(default_factory=list)
+    """Quarantined nodes the job gave back to its fleet while running (newest last,
+    bounded): ``lazarus return`` names the fleet for them."""
     host_task_queue: str | None = None
     """A local job's host queue, ``<task_queue>@<host>``: its machine-bound activities
     go there (``workflows/routing.py``). None: any worker (ssh, Slurm, not known yet)."""

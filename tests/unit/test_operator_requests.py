@@ -119,6 +119,15 @@ def test_return_takes_only_a_quarantined_node() -> None:
     assert return_refusal(state, NodeRequest(node="a")) is None
 
 
+def test_a_node_handed_back_to_the_fleet_returns_through_the_fleet() -> None:
+    state = running(["a"])
+    state.handed_back = ["b"]
+    assert return_refusal(state, NodeRequest(node="b"), fleet="gpu-a") == (
+        "node 'b' was handed back to fleet gpu-a: "
+        "'lazarus fleet return b --fleet gpu-a' puts it in service"
+    )
+
+
 def test_a_drain_is_a_checkpointed_recovery_without_its_node() -> None:
     request = NodeRequest(node="b")
     assert drain_recovery(request) == ForceRecover(
