@@ -104,6 +104,9 @@ class SimConfig:
     see it: their job hands fenced quarantined nodes back, and probation returns the
     repaired ones to the pool. Without a fleet, a node comes back when the operator
     is paged."""
+    hang_timeout_s: float = 300.0
+    """The simulated spec's ``health.hang_timeout_s``: five times the product's default
+    (60 s), as every figure before used; ``--hang-timeout-s 60`` runs the default."""
     probation_interval_s: float = 3600.0
     """The fleet's probation checks, three passes in a row to return a node."""
     sweep: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
@@ -259,7 +262,7 @@ def sim_spec(
         "nproc_per_node": config.gpus_per_node,
         "health": {
             "poll_interval_s": 0.5,
-            "hang_timeout_s": 300.0,
+            "hang_timeout_s": config.hang_timeout_s,
             "supervisor_heartbeat_timeout_s": 600.0,  # advances heartbeat every 570 s
             "report_interval_s": REPORT_S,
         },
@@ -796,7 +799,7 @@ async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
         },
         "calibration": {
             "file": CALIBRATION_FILE,
-            "costs_s": config.costs(hang_timeout_s=300.0).as_dict(),
+            "costs_s": config.costs(hang_timeout_s=config.hang_timeout_s).as_dict(),
         },
         "young_daly": {
             "delta_s": config.checkpoint_s,
@@ -965,6 +968,12 @@ def add_command(commands: Any) -> None:
         help=f"hours from a hardware fault to the node repaired (default {defaults.repair_h:g}; "
         "inf: only the paged operator repairs, the model of the figures before)",
     )
+    parser.add_argument(
+        "--hang-timeout-s",
+        type=float,
+        help=f"the simulated spec's hang timeout (default {defaults.hang_timeout_s:g}; "
+        "the product's default is 60)",
+    )
     parser.add_argument("--json-out", type=Path, help="results file (default bench/results/)")
 
 
@@ -986,10 +995,14 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         config = replace(config, rendezvous=args.rendezvous)
     if args.repair_h is not None:
         config = replace(config, repair_h=args.repair_h)
+    if args.hang_timeout_s is not None:
+        config = replace(config, hang_timeout_s=args.hang_timeout_s)
     if config.nodes < 2 or config.days <= 0 or config.checkpoint_s <= 0:
         raise ValueError("--nodes must be >= 2, --days and --checkpoint-s > 0")
     if not config.repair_h > 0:
         raise ValueError("--repair-h must be > 0 (inf: only the operator repairs)")
+    if not config.hang_timeout_s >= 2:
+        raise ValueError("--hang-timeout-s must be >= 2, as a spec's health.hang_timeout_s")
     return config
 
 
