@@ -16,7 +16,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from lazarus.client import RequestRejected
 from lazarus.devserver import DevServer
@@ -196,6 +196,12 @@ async def test_a_running_job_hands_a_fenced_node_back_and_gets_it_again_repaired
     third = await job.wait_for(lambda s: s.generation == 3 and s.phase == Phase.RUNNING, "gen 3")
     assert bad in third.nodes.active, third.nodes
     assert any(f"replacement for {second.nodes.active[1]}: {bad}" in n for n in third.fleet_notes)
+    # The hand-back is history like any other call: the job replays deterministically.
+    history = await job.handle.fetch_history()
+    assert "fleet_hand_back" in history.to_json()
+    await Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        history
+    )
 
 
 async def test_a_node_that_failed_in_job_a_is_not_leased_to_job_b(
