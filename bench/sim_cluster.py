@@ -72,7 +72,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from bench.sim_model import DAY_S, ClusterTrace, CostModel, FailureEvent, Ledger, progress_at
-from lazarus.domain.api import QUERY_STATUS, SIGNAL_RESUME, UPDATE_RETURN
+from lazarus.domain.api import (
+    FLEET_QUERY_STATUS,
+    FLEET_UPDATE_RETURN,
+    QUERY_STATUS,
+    SIGNAL_RESUME,
+    UPDATE_RETURN,
+)
 from lazarus.domain.contracts import (
     AllocationGranted,
     CheckpointNowRequest,
@@ -107,6 +113,7 @@ from lazarus.domain.contracts import (
     VerifiedCheckpoint,
     WatchCheckpointsRequest,
 )
+from lazarus.domain.fleet import FleetStatus, NodeState, ReturnRequest
 
 ActivityMethod = TypeVar("ActivityMethod", bound=Callable[..., Awaitable[Any]])
 
@@ -551,6 +558,9 @@ class SimCluster:
     """A broken node works again this long after its fault (the repair shop's turn-
     around): the fleet's probation then finds it healthy. inf: only the operator
     repairs, when paged."""
+    fleet_id: str | None = None
+    """The fleet workflow's id, in the rows that lease from one: the paged operator
+    repairs its handed-back nodes too."""
     started: datetime | None = None
     workflow_id: str = ""
     client: Client | None = None
@@ -989,9 +999,32 @@ class SimCluster:
                 self.operator_actions.append(f"return {node} refused: {err}")
             else:
                 self.operator_actions.append(f"return {node}")
+        if self.fleet_id is not None:
+            await self._repair_in_fleet(self.fleet_id)
         self.operator_due_s = None
         await handle.signal(SIGNAL_RESUME)
         self.operator_actions.append("resume")
+
+    async def _repair_in_fleet(self, fleet_id: str) -> None:
+        """The nodes the job handed back are the fleet's now: the operator repairs
+        them as well, and returns each (``lazarus fleet return --fenced``: checked by
+        hand). Nodes the fleet still counts as the job's are left to the job's return
+        above, so no node is ever both a job's spare and free in the fleet."""
+        assert self.client is not None
+        handle = self.client.get_workflow_handle(fleet_id)
+        status = await handle.query(FLEET_QUERY_STATUS, result_type=FleetStatus)
+        for view in status.nodes:
+            if view.state not in (NodeState.QUARANTINED, NodeState.PROBATION) or view.job:
+                continue
+            self.broken.pop(view.name, None)
+            try:
+                await handle.execute_update(
+                    FLEET_UPDATE_RETURN, ReturnRequest(node=view.name, fenced=True)
+                )
+            except Exception as err:
+                self.operator_actions.append(f"fleet return {view.name} refused: {err}")
+            else:
+                self.operator_actions.append(f"fleet return {view.name}")
 
     @activity.defn(name="set_checkpoint_interval")
     @simulated

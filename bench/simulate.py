@@ -313,6 +313,7 @@ async def run_variant(
             config.horizon_s,
             config.operator_delay_s,
             repair_s=config.repair_h * 3600.0,
+            fleet_id=fleet_workflow_id(FLEET_NAME) if with_fleet else None,
         )
         cluster.client = env.client
         cluster.workflow_id = cluster.locks.workflow_id = f"lazarus-{spec.name}"
