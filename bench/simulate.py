@@ -104,6 +104,10 @@ class SimConfig:
     see it: their job hands fenced quarantined nodes back, and probation returns the
     repaired ones to the pool. Without a fleet, a node comes back when the operator
     is paged."""
+    hand_back: bool = True
+    """The fleet rows' job hands fenced quarantined nodes back while it runs
+    (``fleet.hand_back``, off by default in the product); ``--no-hand-back`` turns it
+    off, as in the figures before the repair model."""
     hang_timeout_s: float = 300.0
     """The simulated spec's ``health.hang_timeout_s``: five times the product's default
     (60 s), as every figure before used; ``--hang-timeout-s 60`` runs the default."""
@@ -247,6 +251,7 @@ def sim_spec(
         else {
             "fleet": {
                 "name": FLEET_NAME,
+                "hand_back": config.hand_back,
                 "nodes": config.nodes,
                 "spares": spare_count(config, variant),
             }
@@ -975,6 +980,11 @@ def add_command(commands: Any) -> None:
         help=f"the simulated spec's hang timeout (default {defaults.hang_timeout_s:g}; "
         "the product's default is 60)",
     )
+    parser.add_argument(
+        "--no-hand-back",
+        action="store_true",
+        help="the fleet rows' job keeps quarantined nodes until it ends (the product default)",
+    )
     parser.add_argument("--json-out", type=Path, help="results file (default bench/results/)")
 
 
@@ -998,6 +1008,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         config = replace(config, repair_h=args.repair_h)
     if args.hang_timeout_s is not None:
         config = replace(config, hang_timeout_s=args.hang_timeout_s)
+    if args.no_hand_back:
+        config = replace(config, hand_back=False)
     if config.nodes < 2 or config.days <= 0 or config.checkpoint_s <= 0:
         raise ValueError("--nodes must be >= 2, --days and --checkpoint-s > 0")
     if not config.repair_h > 0:

@@ -54,7 +54,8 @@ PATCH_FLEET_HAND_BACK = "fleet-hand-back"
 counts the node its incident's stop just reached as fenced, and takes back a node the
 fleet hands it again. Before it, quarantined nodes waited for the job's end: over a
 54-day run the shared pool drained, and the job waited for an operator instead of
-for repaired nodes (``bench/README.md``, Scale). Asked only by jobs with a fleet."""
+for repaired nodes (``bench/README.md``, Scale). Asked only by jobs with a fleet and
+``fleet.hand_back``."""
 
 MAX_FLEET_NOTES = 50
 
@@ -82,9 +83,10 @@ def fleet_of(spec: JobSpec) -> FleetLeaseSpec | None:
 
 
 def hands_back(spec: JobSpec) -> bool:
-    """The job gives fenced quarantined nodes back while it runs (only a job with a
-    fleet consults :data:`PATCH_FLEET_HAND_BACK`)."""
-    return fleet_of(spec) is not None and workflow.patched(PATCH_FLEET_HAND_BACK)
+    """The job gives fenced quarantined nodes back while it runs (``fleet.hand_back``;
+    only such a job consults :data:`PATCH_FLEET_HAND_BACK`)."""
+    fleet = fleet_of(spec)
+    return fleet is not None and fleet.hand_back and workflow.patched(PATCH_FLEET_HAND_BACK)
 
 
 def note(state: JobState, line: str, evidence: list[str] | None = None) -> None:

@@ -570,6 +570,10 @@ class FleetLeaseSpec(_Strict):
     name: str = Field(pattern=JOB_NAME_PATTERN)
     nodes: Annotated[int, Field(ge=1)] = 1
     spares: Annotated[int, Field(ge=0)] = 0
+    hand_back: bool = False
+    """Give fenced quarantined nodes back to the fleet while the job runs, so probation
+    can return them to any job before this one ends. Off by default: in the 54-day
+    single-job simulation it lowered ETTR (README, "Scale"), and why is not yet known."""
     leased: bool = False
     """Set by the job once the fleet leased it nodes: from then on ``nodes`` and
     ``spares`` are the leased ones (carried by continue-as-new). Not for spec files."""

@@ -215,6 +215,7 @@ def test_the_command_line_reproduces_the_earlier_model() -> None:
     with pytest.raises(ValueError, match="--repair-h"):
         config_from(parser.parse_args(["simulate", "--repair-h", "0"]))
     # The product's default hang timeout, instead of the simulated spec's 300 s.
+    assert config_from(parser.parse_args(["simulate", "--no-hand-back"])).hand_back is False
     default_hang = config_from(parser.parse_args(["simulate", "--hang-timeout-s", "60"]))
     assert default_hang.hang_timeout_s == 60.0
     assert default_hang.costs(hang_timeout_s=60.0).detection_s("hang") == 60.5

@@ -177,7 +177,9 @@ async def test_a_running_job_hands_a_fenced_node_back_and_gets_it_again_repaired
         lemon={"incidents": 3, "window_h": 24},
         probation={"health_command": ["true"], "passes": 2, "interval_s": 0.2},
     )
-    job = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2, spares=1))
+    job = await cluster.start_job(
+        fleet_job(tmp_path, fleet.name, nodes=2, spares=1, hand_back=True)
+    )
     first = await job.wait_phase(Phase.RUNNING)
     bad = first.nodes.active[0]
     job.script.failures[1] = gpu_fault(bad)
