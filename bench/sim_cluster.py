@@ -54,8 +54,10 @@ import contextlib
 import contextvars
 import functools
 import itertools
+import json
 import math
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -525,6 +527,14 @@ class Generation:
         self.segment_at = self.first_step_at
 
 
+def _page_reason(request: EscalationHookRequest) -> str:
+    """The reason the job gave its operator, from the hook's stdin document."""
+    try:
+        return str(json.loads(request.payload).get("reason", ""))[:200]
+    except ValueError:
+        return "(payload is not JSON)"
+
+
 def fault_reported_first(fault_at: float, first_step_at: float | None) -> bool:
     """Whether a supervision report carries the fault rather than the generation's
     first step (``first_step_at``: due in this report, else None). A fault after the
@@ -576,6 +586,9 @@ class SimCluster:
     operator_actions: list[str] = field(default_factory=list)
     operator_due_s: float | None = None
     """When the simulated operator acts on the page it got (None: no page pending)."""
+    pages: list[dict[str, Any]] = field(default_factory=list)
+    """Each page as the operator found it: why the job asked, the job's spares, and
+    the fleet's free nodes by why none could be leased (repair, probation, lemon)."""
     interval_changes: list[tuple[float, int]] = field(default_factory=list)
     """``(time, every_steps)`` for each interval the workflow sent (``interval: auto``)."""
     placed: set[str] = field(default_factory=set)
@@ -950,6 +963,7 @@ class SimCluster:
         now = await self.now()
         if self.operator_due_s is None:
             self.operator_due_s = now + self.operator_delay_s
+            self.pages.append({"day": round(now / DAY_S, 3), "why": _page_reason(request)})
             self._operators.append(asyncio.create_task(self._operate(now)))
         return EscalationHookResult(ran=True, exit_code=0)
 
@@ -991,6 +1005,11 @@ class SimCluster:
         self.ledger.add("operator_wait", await self.now() - paged_at)
         handle = self.client.get_workflow_handle(self.workflow_id)
         status: Any = await handle.query(QUERY_STATUS)
+        found: dict[str, Any] = {"job_spares": len(status["nodes"].get("spares", []))}
+        if self.fleet_id is not None:
+            found["fleet"] = await self._fleet_at_page(self.fleet_id, await self.now())
+        if self.pages:
+            self.pages[-1].update(found)
         for node in [q["node"] for q in status["nodes"]["quarantined"]]:
             self.broken.pop(node, None)  # the operator repairs it
             try:
@@ -1004,6 +1023,25 @@ class SimCluster:
         self.operator_due_s = None
         await handle.signal(SIGNAL_RESUME)
         self.operator_actions.append("resume")
+
+    async def _fleet_at_page(self, fleet_id: str, now: float) -> dict[str, int]:
+        """The fleet's nodes that are no job's, by why none of them could replace a
+        lost node: the page's diagnosis."""
+        assert self.client is not None
+        handle = self.client.get_workflow_handle(fleet_id)
+        status = await handle.query(FLEET_QUERY_STATUS, result_type=FleetStatus)
+        found: Counter[str] = Counter()
+        for view in status.nodes:
+            if view.job:
+                continue
+            if view.lemon:
+                found[f"{view.state.value}, lemon"] += 1
+            elif view.state in (NodeState.QUARANTINED, NodeState.PROBATION):
+                repaired = not self._is_broken(view.name, now)
+                found[f"{view.state.value}, {'repaired' if repaired else 'in repair'}"] += 1
+            else:
+                found[view.state.value] += 1
+        return dict(sorted(found.items()))
 
     async def _repair_in_fleet(self, fleet_id: str) -> None:
         """The nodes the job handed back are the fleet's now: the operator repairs

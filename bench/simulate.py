@@ -768,6 +768,7 @@ def summarize(
         "quarantined": len(status.nodes.quarantined),
         "operator_actions": len(cluster.operator_actions),
         "operator_log": cluster.operator_actions[:20],
+        "pages": cluster.pages,
         "time_skipping_locks_given_back": cluster.locks.figures(),
         "time_by_phase_s": {k: round(v, 1) for k, v in accounted.items()},
         **history,
