@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.domain.spec import FleetLeaseSpec, JobSpec, NodeSpec
     from lazarus.workflows.activity_calls import cause, execute
-    from lazarus.workflows.state import JobState
+    from lazarus.workflows.state import JobState, Phase
 
 PATCH_FLEET = "fleet"
 """Jobs with ``spec.fleet`` lease, report and release through their fleet. Checked only
@@ -56,6 +56,12 @@ fleet hands it again. Before it, quarantined nodes waited for the job's end: ove
 54-day run the shared pool drained, and the job waited for an operator instead of
 for repaired nodes (``bench/README.md``, Scale). Asked only by jobs with a fleet and
 ``fleet.hand_back``."""
+
+PATCH_FLEET_WAIT_FOR_NODE = "fleet-wait-for-node"
+"""A fleet job that waits for an operator with too few nodes asks its fleet again every
+``fleet.retry_s``, and goes on by itself when the fleet has a node (a repaired node
+back from probation, or one another job released). Asked only by jobs with a fleet,
+and only once such a wait begins."""
 
 MAX_FLEET_NOTES = 50
 
@@ -89,11 +95,54 @@ def hands_back(spec: JobSpec) -> bool:
     return fleet is not None and fleet.hand_back and workflow.patched(PATCH_FLEET_HAND_BACK)
 
 
+def nodes_to_replace(spec: JobSpec, state: JobState) -> list[str]:
+    """While the job is short of nodes: the quarantined nodes it still holds whose slots
+    are empty, newest first, one per missing node. The fleet's replacement is keyed by
+    the lost node, so asking again for the same one never leases two."""
+    pool = state.pool
+    needed = spec.min_nodes or len(spec.nodes)
+    missing = needed - len(pool.active) - len(pool.spares)
+    if missing <= 0:
+        return []
+    return [q.node for q in reversed(pool.quarantined)][:missing]
+
+
+def waits_on_fleet(spec: JobSpec, state: JobState) -> float | None:
+    """Seconds until the job asks its fleet again, while it waits for an operator only
+    because it is short of nodes; None when it waits for a person alone (no fleet,
+    paused, short of nothing, or a history from before :data:`PATCH_FLEET_WAIT_FOR_NODE`)."""
+    fleet = fleet_of(spec)
+    if fleet is None or state.phase != Phase.NEEDS_OPERATOR:
+        return None
+    if not nodes_to_replace(spec, state) or not workflow.patched(PATCH_FLEET_WAIT_FOR_NODE):
+        return None
+    return fleet.retry_s
+
+
+async def ask_again(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> JobSpec:
+    """One more try for the nodes the job is short of: each one the fleet has now joins
+    the job's spares. Returns the job's spec, with them."""
+    evidence: list[str] = []
+    for lost in nodes_to_replace(spec, state):
+        found = await report_loss(
+            spec, state, fleet, report=None, replace=lost, evidence=evidence, retry=True
+        )
+        if found is None:
+            break  # the fleet has none now: the next try asks again
+        spec = _take_spare(spec, state, found)
+    incident = state.current_incident
+    if incident is not None and evidence:
+        incident.add_evidence(evidence)
+    return spec
+
+
 def note(state: JobState, line: str, evidence: list[str] | None = None) -> None:
-    """What the fleet said or did, where ``status`` shows it, and in ``evidence`` (the
-    lines the caller files on the incident the call was made for)."""
+    """What the fleet said or did, where ``status`` shows it (a line the same as the
+    last is kept once), and in ``evidence`` (the lines the caller files on the
+    incident the call was made for)."""
     workflow.logger.info("fleet: %s", line)
-    state.fleet_notes = [*state.fleet_notes, line][-MAX_FLEET_NOTES:]
+    if state.fleet_notes[-1:] != [line]:  # a retry that meets the same answer: once
+        state.fleet_notes = [*state.fleet_notes, line][-MAX_FLEET_NOTES:]
     if evidence is not None:
         evidence.append(f"fleet: {line}")
 
@@ -135,10 +184,12 @@ async def report_loss(
     report: QuarantineReport | None,
     replace: str | None,
     evidence: list[str],
+    retry: bool = False,
 ) -> NodeSpec | None:
     """Tell the fleet a node is quarantined, ask for a node in place of ``replace``, or
     both. None: no replacement (none asked, the fleet had none, refused, or did not
-    answer: recorded either way, in ``state.fleet_notes`` and in ``evidence``)."""
+    answer: recorded either way, in ``state.fleet_notes`` and in ``evidence``). A
+    ``retry`` that finds none records nothing: the first answer said so already."""
     what = f"{report.node} quarantined ({report.failure_class})" if report else ""
     try:
         reply = await execute(
@@ -156,7 +207,8 @@ async def report_loss(
     if replace is None:
         return None
     found = reply.replacement
-    note(state, f"replacement for {replace}: {found.name if found else 'none left'}", evidence)
+    if found is not None or not retry:
+        note(state, f"replacement for {replace}: {found.name if found else 'none left'}", evidence)
     return found
 
 
@@ -283,16 +335,20 @@ async def _call_fleet(
     evidence: list[str],
 ) -> JobSpec:
     """Send ``report`` (if any) and, when ``node`` trains and no spare of the job's own
-    is left, ask for a replacement: it joins the job's spares. A node the job handed
-    back may come back repaired: the spec still knows it, and it joins the spares."""
+    is left, ask for a replacement: it joins the job's spares."""
     pool = state.pool
     wanted = node if node in pool.active and not pool.spares else None
     if report is None and wanted is None:
         return spec
     found = await report_loss(spec, state, fleet, report=report, replace=wanted, evidence=evidence)
+    return spec if found is None else _take_spare(spec, state, found)
+
+
+def _take_spare(spec: JobSpec, state: JobState, found: NodeSpec) -> JobSpec:
+    """The fleet's replacement joins the job's spares. A node the job handed back may
+    come back repaired: the spec still knows it, and it joins the spares again."""
+    pool = state.pool
     known = {n.name for n in (*spec.nodes, *spec.spares)}
-    if found is None:
-        return spec
     if found.name in known:
         if hands_back(spec) and found.name not in pool.held():
             pool.spares.append(found.name)

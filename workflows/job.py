@@ -121,6 +121,7 @@ with workflow.unsafe.imports_passed_through():
         unreachable_node,
     )
     from lazarus.workflows.fleet_link import (
+        ask_again,
         ask_for_spare,
         fleet_of,
         hand_back_fenced,
@@ -128,6 +129,7 @@ with workflow.unsafe.imports_passed_through():
         release_nodes,
         take_lease,
         tell_fleet,
+        waits_on_fleet,
     )
     from lazarus.workflows.housekeeping import Housekeeper, must_rewatch
     from lazarus.workflows.operator_requests import (
@@ -817,9 +819,18 @@ class JobWorkflow:
             self._pausing = False
 
     async def _wait_for_operator(self) -> None:
-        await workflow.wait_condition(
-            lambda: self._resume_requested or self._force is not None or self._continue_as_new_due()
-        )
+        fleet_retry_s = waits_on_fleet(self.spec, self._state)
+        try:
+            await workflow.wait_condition(
+                lambda: (
+                    self._resume_requested or self._force is not None or self._continue_as_new_due()
+                ),
+                timeout=fleet_retry_s,
+                timeout_summary="short of nodes: ask the fleet again",
+            )
+        except TimeoutError:
+            await self._ask_fleet_again()
+            return
         if not (self._resume_requested or self._force is not None):
             await self._maybe_continue_as_new()  # a long wait must not grow history forever
             return
@@ -1184,6 +1195,20 @@ class JobWorkflow:
             return failure
         self._spec, failure = await ask_for_spare(self.spec, self._state, fleet, failure)
         return failure
+
+    async def _ask_fleet_again(self) -> None:
+        """Waiting for an operator only for want of nodes: ask the fleet again, and go
+        on once it had enough, as a person's ``resume`` would but with the restart
+        budget as it was (nobody looked at the job). The page stands; a ``resume``
+        that comes later is ignored, as one that makes no sense now."""
+        fleet = fleet_of(self.spec)
+        assert fleet is not None  # waits_on_fleet gave the timeout
+        self._spec = await ask_again(self.spec, self._state, fleet)
+        if reopen_pool(self.spec, self._state, None, self._now()) is not None:
+            return
+        self._state.operator_reason = None
+        workflow.logger.info("fleet %s had nodes again: resuming without a person", fleet.name)
+        self._set_phase(Phase.LAUNCHING)
 
     async def _hand_back_to_fleet(self) -> None:
         """Quarantined nodes the job's stops have fenced go back to the fleet, for

@@ -574,6 +574,11 @@ class FleetLeaseSpec(_Strict):
     """Give fenced quarantined nodes back to the fleet while the job runs, so probation
     can return them to any job before this one ends. Off by default: in the 54-day
     single-job simulation it lowered ETTR (README, "Scale"), and why is not yet known."""
+    retry_s: Annotated[float, Field(ge=10)] = 300.0
+    """While the job waits for an operator only because it is short of nodes (its
+    spares and the fleet's were gone), it asks the fleet again this often, and goes on
+    by itself as soon as the fleet has a node: the operator's page stands, but a
+    repaired node that passes probation first needs no person."""
     leased: bool = False
     """Set by the job once the fleet leased it nodes: from then on ``nodes`` and
     ``spares`` are the leased ones (carried by continue-as-new). Not for spec files."""

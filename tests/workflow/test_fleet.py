@@ -206,6 +206,45 @@ async def test_a_running_job_hands_a_fenced_node_back_and_gets_it_again_repaired
     )
 
 
+async def test_a_job_short_of_nodes_goes_on_when_its_fleet_has_one_again(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Three nodes, no spare: job b's loss leaves the fleet with none to give, until
+    # job a ends and releases two.
+    fleet = await cluster.start_fleet(nodes=[{"name": f"n{i}"} for i in range(3)], spares=[])
+    a = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2))
+    b = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=1, retry_s=10))
+    await a.wait_phase(Phase.RUNNING)
+    first = await b.wait_phase(Phase.RUNNING)
+    [dead] = first.nodes.active
+    b.script.failures[1] = lost(dead)
+    waiting = await b.wait_phase(Phase.NEEDS_OPERATOR)
+    assert f"replacement for {dead}: none left" in waiting.fleet_notes, waiting.fleet_notes
+
+    a.script.succeed_at.add(1)
+    await a.wait_phase(Phase.SUCCEEDED)
+    # No person resumes it: the job's next try finds a released node and goes on.
+    again = await b.wait_for(
+        lambda s: s.generation == 2 and s.phase == Phase.RUNNING, "gen 2 on a released node"
+    )
+    [node] = again.nodes.active
+    assert node != dead and again.operator_reason is None
+    assert f"replacement for {dead}: {node}" in again.fleet_notes, again.fleet_notes
+    assert again.fleet_notes.count(f"replacement for {dead}: none left") == 1
+    status = await cluster.fleets.status(fleet.name)
+    assert node in leased(status, b.spec.job_id)
+    history = await b.handle.fetch_history()
+    timers = [
+        e.user_metadata.summary.data
+        for e in history.events
+        if e.HasField("timer_started_event_attributes")
+    ]
+    assert any(b"ask the fleet again" in summary for summary in timers), timers
+    await Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        history
+    )
+
+
 async def test_a_node_that_failed_in_job_a_is_not_leased_to_job_b(
     cluster: Cluster, tmp_path: Path
 ) -> None:
