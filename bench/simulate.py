@@ -19,12 +19,14 @@ import argparse
 import asyncio
 import contextlib
 import math
+import signal
 import site
 import sys
 import sysconfig
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -775,6 +777,14 @@ def summarize(
     }
 
 
+async def stopped_by_sigterm(work: Awaitable[Result]) -> Result:
+    """Run ``work``; a SIGTERM cancels it, so its ``async with`` blocks shut the test
+    server and the worker down instead of leaving the server orphaned."""
+    task = asyncio.ensure_future(work)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await task
+
+
 async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
     profile = config.profile_of()
     trace = make_trace(
@@ -1037,7 +1047,9 @@ def run(args: argparse.Namespace) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="lazarus-sim-"):
         result = asyncio.run(
-            simulate(config, lambda line: print(line, file=sys.stderr, flush=True))
+            stopped_by_sigterm(
+                simulate(config, lambda line: print(line, file=sys.stderr, flush=True))
+            )
         )
     json_out.parent.mkdir(parents=True, exist_ok=True)
     import json
