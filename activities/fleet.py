@@ -77,7 +77,7 @@ async def fleet_report(call: FleetReportCall) -> FleetReportReply:
     replacement: NodeSpec | None = await _update(
         call.fleet,
         FLEET_UPDATE_REPLACE,
-        ReplaceRequest(job=call.job, lost=call.replace),
+        ReplaceRequest(job=call.job, lost=call.replace, key=call.replace_key),
         NodeSpec | None,
     )
     return FleetReportReply(note=note, replacement=replacement)

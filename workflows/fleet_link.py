@@ -95,6 +95,13 @@ def hands_back(spec: JobSpec) -> bool:
     return fleet is not None and fleet.hand_back and workflow.patched(PATCH_FLEET_HAND_BACK)
 
 
+def loss_key(spec: JobSpec, state: JobState, lost: str) -> str:
+    """One loss of ``lost``: a node is lost at most once a generation, and every ask
+    for it until the next launch (a retried call, the tries while the job waits for
+    nodes) is the same loss."""
+    return f"{spec.job_id}#{lost}@gen {state.generation}"
+
+
 def nodes_to_replace(spec: JobSpec, state: JobState) -> list[str]:
     """While the job is short of nodes: the quarantined nodes it still holds whose slots
     are empty, newest first, one per missing node. The fleet's replacement is keyed by
@@ -194,7 +201,13 @@ async def report_loss(
     try:
         reply = await execute(
             FLEET_REPORT,
-            FleetReportCall(fleet=fleet.name, job=spec.job_id, report=report, replace=replace),
+            FleetReportCall(
+                fleet=fleet.name,
+                job=spec.job_id,
+                report=report,
+                replace=replace,
+                replace_key=loss_key(spec, state, replace) if replace else "",
+            ),
             start_to_close_timeout=CALL_TIMEOUT,
             retry_policy=CALL_RETRY,
             summary=f"fleet {fleet.name}: {what or f'a node in place of {replace}'}",

@@ -202,7 +202,10 @@ class NodeRecord(BaseModel):
     role: Literal["node", "spare", "replacement"] | None = None
     """LEASED: what the job took it as."""
     replaces: str | None = None
-    """A replacement: the lost node it stands in for (makes ``replace`` idempotent)."""
+    """A replacement: the lost node it stands in for."""
+    replaces_key: str = ""
+    """A replacement: the loss it answered (:attr:`ReplaceRequest.key`), which makes
+    ``replace`` idempotent."""
     reason: str = ""
     failure_class: str | None = None
     fenced: bool = False
@@ -308,6 +311,11 @@ class QuarantineReport(BaseModel):
 class ReplaceRequest(BaseModel):
     job: str
     lost: str
+    key: str = ""
+    """One loss of ``lost`` (``job#node@gen N``): asked again with the same key, the
+    fleet answers with the same node. Empty, as jobs from before sent it, the lost
+    node's name alone was the key, so a node lost a second time (back from repair)
+    got its first replacement again, a node the job already ran on, and no spare."""
 
 
 class DrainRequest(BaseModel):
@@ -393,6 +401,7 @@ def _move(
     record.job = None
     record.role = None
     record.replaces = None
+    record.replaces_key = ""
     record.passes = 0
     for key, value in fields.items():
         setattr(record, key, value)
@@ -498,8 +507,15 @@ def replace(
 ) -> NodeSpec | None:
     """A node for a job that lost ``lost`` with no spare of its own left: from the
     shared spare pool first, then from the healthy nodes, never a lemon. None when the
-    fleet has none. Asking twice for the same lost node returns the same replacement."""
-    given = next((r for r in state.held_by(request.job) if r.replaces == request.lost), None)
+    fleet has none. Asking twice for the same loss (its key) returns the same replacement."""
+    given = next(
+        (
+            r
+            for r in state.held_by(request.job)
+            if r.replaces == request.lost and r.replaces_key == request.key
+        ),
+        None,
+    )
     if given is not None:
         return given.spec
     lost = state.record(request.lost)
@@ -519,6 +535,7 @@ def replace(
                 job=request.job,
                 role="replacement",
                 replaces=request.lost,
+                replaces_key=request.key,
             )
             _log(
                 state, now, f"replaces {request.lost} (from {pool.value})", chosen.name, request.job
@@ -800,6 +817,8 @@ class FleetReportCall(BaseModel):
     job: str
     report: QuarantineReport | None = None
     replace: str | None = None
+    replace_key: str = ""
+    """The loss ``replace`` answers (:attr:`ReplaceRequest.key`)."""
 
 
 class FleetReportReply(BaseModel):

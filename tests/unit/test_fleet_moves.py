@@ -84,6 +84,31 @@ def test_replacement_comes_from_the_shared_pool_once_per_lost_node() -> None:
     assert fleet_status(state, cfg, 15.0).counts["spare"] == 0
 
 
+def test_a_node_lost_a_second_time_gets_a_new_replacement_not_its_first_one() -> None:
+    # n0 fails, s0 replaces it; n0 is handed back, repaired, and replaces n1; then n0
+    # fails again. Keyed by the node alone, the fleet answered with s0 again: a node
+    # the job already trains on, so the job had no spare and paged a person.
+    cfg = config(lemon={"incidents": 3, "window_h": 24})
+    state = initial_state(cfg, 0.0)
+    lease(state, cfg, LeaseRequest(job="a", nodes=2), 0.0)
+    fail(state, cfg, "a", "n0", 1.0, "a#1")
+    first = replace(state, cfg, ReplaceRequest(job="a", lost="n0", key="a#n0@gen 1"), 2.0)
+    assert first is not None and first.name == "s0"
+    hand_back(state, cfg, HandBackRequest(job="a", nodes=["n0"]), 3.0)
+    for at in (4.0, 5.0):
+        probation_result(state, cfg, "n0", True, "ok", at)
+    lease(state, cfg, LeaseRequest(job="b", nodes=1), 6.0)  # n2: n0 is left for a
+    fail(state, cfg, "a", "n1", 7.0, "a#2")
+    assert replace(state, cfg, ReplaceRequest(job="a", lost="n1", key="a#n1@gen 2"), 8.0) == (
+        state.record("n0").spec
+    )
+    fail(state, cfg, "a", "n0", 9.0, "a#3")
+    second = replace(state, cfg, ReplaceRequest(job="a", lost="n0", key="a#n0@gen 3"), 10.0)
+    assert second is not None and second.name == "n3"
+    again = replace(state, cfg, ReplaceRequest(job="a", lost="n0", key="a#n0@gen 3"), 11.0)
+    assert again == second  # a retry of the same loss
+
+
 def test_a_node_that_failed_in_one_job_is_a_lemon_for_the_next_until_the_window_passes() -> None:
     cfg = config()
     state = initial_state(cfg, 0.0)
