@@ -206,6 +206,49 @@ async def test_a_running_job_hands_a_fenced_node_back_and_gets_it_again_repaired
     )
 
 
+async def test_a_node_lost_again_after_its_repair_gets_a_new_replacement(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Three nodes, the job trains on two with no spare: every replacement is the
+    # fleet's, and each lost node comes back from probation for the next loss.
+    fleet = await cluster.start_fleet(
+        nodes=[{"name": f"n{i}"} for i in range(3)],
+        spares=[],
+        lemon={"incidents": 3, "window_h": 24},
+        probation={"health_command": ["true"], "passes": 2, "interval_s": 0.2},
+    )
+    job = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2, hand_back=True))
+    first = await job.wait_phase(Phase.RUNNING)
+    a, b = first.nodes.active
+
+    async def repaired(node: str) -> None:
+        await fleet_status_until(
+            cluster,
+            fleet.name,
+            lambda s: any(n.name == node and n.state == "healthy" for n in s.nodes),
+            f"{node} passing probation",
+        )
+
+    job.script.failures[1] = gpu_fault(a)
+    second = await job.wait_for(lambda s: s.generation == 2 and s.phase == Phase.RUNNING, "gen 2")
+    [c] = [n for n in second.nodes.active if n != b]
+    await repaired(a)
+    job.script.failures[2] = gpu_fault(b)
+    third = await job.wait_for(lambda s: s.generation == 3 and s.phase == Phase.RUNNING, "gen 3")
+    assert sorted(third.nodes.active) == sorted([a, c]), third.nodes
+    await repaired(b)
+    # a is lost a second time. Keyed by the node alone, the fleet answered with c, its
+    # first replacement, which the job trains on: no spare, and a page.
+    job.script.failures[3] = gpu_fault(a)
+    fourth = await job.wait_for(
+        lambda s: s.generation == 4 or s.phase == Phase.NEEDS_OPERATOR, "gen 4 or a page"
+    )
+    assert fourth.phase != Phase.NEEDS_OPERATOR, fourth.operator_reason
+    fourth = await job.wait_for(lambda s: s.generation == 4 and s.phase == Phase.RUNNING, "gen 4")
+    assert sorted(fourth.nodes.active) == sorted([b, c]), fourth.nodes
+    assert f"replacement for {a}: {b}" in fourth.fleet_notes, fourth.fleet_notes
+
+
 async def test_a_job_short_of_nodes_goes_on_when_its_fleet_has_one_again(
     cluster: Cluster, tmp_path: Path
 ) -> None:
