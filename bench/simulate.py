@@ -108,8 +108,8 @@ class SimConfig:
     is paged."""
     hand_back: bool = True
     """The fleet rows' job hands fenced quarantined nodes back while it runs
-    (``fleet.hand_back``, off by default in the product); ``--no-hand-back`` turns it
-    off, as in the figures before the repair model."""
+    (``fleet.hand_back``, the product's default); ``--no-hand-back`` turns it off, as
+    in the figures before the repair model."""
     hang_timeout_s: float = 300.0
     """The simulated spec's ``health.hang_timeout_s``: five times the product's default
     (60 s), as every figure before used; ``--hang-timeout-s 60`` runs the default."""
