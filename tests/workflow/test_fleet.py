@@ -166,17 +166,32 @@ def gpu_fault(node: str) -> FailureReport:
     return lost(node).model_copy(update={"kind": "crash", "failure_class": "gpu_hardware"})
 
 
-async def test_a_running_job_hands_a_fenced_node_back_and_gets_it_again_repaired(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    # Three nodes, all leased (two train, one spare): only the failed node, back from
-    # probation, can stand in for the next loss.
-    fleet = await cluster.start_fleet(
+async def start_repairing_fleet(cluster: Cluster) -> FleetConfig:
+    """Three nodes, no shared spare, a lax lemon rule and fast probation: a failed node
+    the job hands back is healthy again within seconds."""
+    return await cluster.start_fleet(
         nodes=[{"name": f"n{i}"} for i in range(3)],
         spares=[],
         lemon={"incidents": 3, "window_h": 24},
         probation={"health_command": ["true"], "passes": 2, "interval_s": 0.2},
     )
+
+
+async def repaired(cluster: Cluster, fleet: str, node: str) -> None:
+    await fleet_status_until(
+        cluster,
+        fleet,
+        lambda s: any(n.name == node and n.state == "healthy" for n in s.nodes),
+        f"{node} passing probation",
+    )
+
+
+async def test_a_running_job_hands_a_fenced_node_back_and_gets_it_again_repaired(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Three nodes, all leased (two train, one spare): only the failed node, back from
+    # probation, can stand in for the next loss.
+    fleet = await start_repairing_fleet(cluster)
     job = await cluster.start_job(
         fleet_job(tmp_path, fleet.name, nodes=2, spares=1, hand_back=True)
     )
@@ -187,12 +202,7 @@ async def test_a_running_job_hands_a_fenced_node_back_and_gets_it_again_repaired
     # Not held until the job ends: the stop fenced it, and the launch handed it back.
     assert bad not in [q.node for q in second.nodes.quarantined], second.nodes
     assert any(f"took {bad} back (on probation)" in line for line in second.fleet_notes)
-    await fleet_status_until(
-        cluster,
-        fleet.name,
-        lambda s: any(n.name == bad and n.state == "healthy" for n in s.nodes),
-        f"{bad} passing probation",
-    )
+    await repaired(cluster, fleet.name, bad)
     # No spare of its own is left: the fleet's replacement is the repaired node.
     job.script.failures[2] = gpu_fault(second.nodes.active[1])
     third = await job.wait_for(lambda s: s.generation == 3 and s.phase == Phase.RUNNING, "gen 3")
@@ -211,32 +221,19 @@ async def test_a_node_lost_again_after_its_repair_gets_a_new_replacement(
 ) -> None:
     # Three nodes, the job trains on two with no spare: every replacement is the
     # fleet's, and each lost node comes back from probation for the next loss.
-    fleet = await cluster.start_fleet(
-        nodes=[{"name": f"n{i}"} for i in range(3)],
-        spares=[],
-        lemon={"incidents": 3, "window_h": 24},
-        probation={"health_command": ["true"], "passes": 2, "interval_s": 0.2},
-    )
+    fleet = await start_repairing_fleet(cluster)
     job = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2, hand_back=True))
     first = await job.wait_phase(Phase.RUNNING)
     a, b = first.nodes.active
 
-    async def repaired(node: str) -> None:
-        await fleet_status_until(
-            cluster,
-            fleet.name,
-            lambda s: any(n.name == node and n.state == "healthy" for n in s.nodes),
-            f"{node} passing probation",
-        )
-
     job.script.failures[1] = gpu_fault(a)
     second = await job.wait_for(lambda s: s.generation == 2 and s.phase == Phase.RUNNING, "gen 2")
     [c] = [n for n in second.nodes.active if n != b]
-    await repaired(a)
+    await repaired(cluster, fleet.name, a)
     job.script.failures[2] = gpu_fault(b)
     third = await job.wait_for(lambda s: s.generation == 3 and s.phase == Phase.RUNNING, "gen 3")
     assert sorted(third.nodes.active) == sorted([a, c]), third.nodes
-    await repaired(b)
+    await repaired(cluster, fleet.name, b)
     # a is lost a second time. Keyed by the node alone, the fleet answered with c, its
     # first replacement, which the job trains on: no spare, and a page.
     job.script.failures[3] = gpu_fault(a)
