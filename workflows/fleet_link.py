@@ -105,7 +105,7 @@ def loss_key(spec: JobSpec, state: JobState, lost: str) -> str:
 def nodes_to_replace(spec: JobSpec, state: JobState) -> list[str]:
     """While the job is short of nodes: the quarantined nodes it still holds whose slots
     are empty, newest first, one per missing node. The fleet's replacement is keyed by
-    the lost node, so asking again for the same one never leases two."""
+    the loss (:func:`loss_key`), so asking again for the same one never leases two."""
     pool = state.pool
     needed = spec.min_nodes or len(spec.nodes)
     missing = needed - len(pool.active) - len(pool.spares)
