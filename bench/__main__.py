@@ -17,6 +17,7 @@ Examples::
     python -m bench scale --nodes 100,500,1000,2000   # one worker, many simulated nodes
     python -m bench slurm --repeats 3                 # node loss: Lazarus vs plain Slurm; CPU
     python -m bench simulate [--quick]                # the real workflow, 54 days x 2,048 nodes
+    python -m bench state-costs                       # node lists and fleet state, before/after
 
 ``recovery``, ``compare``, ``soak`` and ``overhead`` share one harness
 (:mod:`bench.harness`), one scenario registry (:mod:`bench.registry`) and one
@@ -34,7 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench import chaos, checkpoint_bench, registry, report, scale, simulate
+from bench import chaos, checkpoint_bench, registry, report, scale, simulate, state_costs
 from bench.harness import BenchConfig, BenchContext, BenchRun, Extra, run_benchmark
 from bench.jobs import JobShape
 from bench.registry import DEFAULT_PRELOAD, SLURM_SYSTEMS, SUITES, SYSTEMS, System
@@ -218,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoint_bench.add_command(commands)
     scale.add_command(commands)
     simulate.add_command(commands)
+    state_costs.add_command(commands)
     chaos.add_command(commands)
     return parser
 
@@ -290,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return scale.run(args)
     if args.command == "simulate":
         return simulate.run(args)
+    if args.command == "state-costs":
+        return state_costs.run(args)
     if args.command == "compare-report":
         try:
             saved, data = report.load(args.json_file)

@@ -127,6 +127,10 @@ class BenchConfig:
     soak_max_restarts: int = 100
     """Both systems are given a restart budget that a fault a minute cannot spend."""
     seed: int = 1
+    slurm_cred_expire_s: int | None = None
+    """Slurm's ``AuthInfo=cred_expire`` on the bench's test clusters (None: its default,
+    120 s). Plain Slurm holds a requeued job this long before it may start again:
+    quick runs shorten it, so a smoke test does not spend two minutes waiting."""
     warm_preload: tuple[str, ...] = DEFAULT_PRELOAD
     """The ``lazarus`` system's ``warm_start.preload`` (``--preload``)."""
 
@@ -144,6 +148,7 @@ class BenchConfig:
             soak_fault_every_s=6.0,
             soak_operator_after_s=30.0,
             soak_step_time_s=0.05,
+            slurm_cred_expire_s=30,
         )
 
     @classmethod

@@ -85,7 +85,7 @@ def _unavailable() -> str | None:
 async def slurm_for_run(ctx: BenchContext) -> AsyncIterator[TestSlurm]:
     """A fresh test Slurm for one run, and the worker restarted to reach it; stopped
     and removed on exit whatever happened (registered with the context too)."""
-    cluster = TestSlurm()
+    cluster = TestSlurm(cred_expire_s=ctx.config.slurm_cred_expire_s)
     ctx.resources.append(cluster)
     previous = os.environ.get("SLURM_CONF")
     try:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
 from temporalio.client import (
     Client,
@@ -680,17 +681,26 @@ async def register_search_attributes(client: Client) -> None:
 
 async def history_figures(
     client: Client, workflow_id: str, first_run: str | None
-) -> dict[str, int]:
-    """Events and bytes across the continue-as-new chain, and the longest single run.
-    The chain is walked back from the latest run (:func:`bench.sim_cluster.run_chain`):
-    walked forward by continue-as-new events, it stopped at a frozen run."""
+) -> dict[str, Any]:
+    """Events and bytes across the continue-as-new chain, the longest and the largest
+    single run, and where the bytes go (:func:`event_kind`). The chain is walked back
+    from the latest run (:func:`bench.sim_cluster.run_chain`): walked forward by
+    continue-as-new events, it stopped at a frozen run."""
     chain = await run_chain(client, workflow_id, first_run or "")
-    events = longest = size = 0
+    events = longest = size = largest = 0
+    by_kind: dict[str, int] = {}
     for run_id in chain:
         history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
         events += len(history.events)
         longest = max(longest, len(history.events))
-        size += sum(e.ByteSize() for e in history.events)
+        run_bytes = 0
+        for event in history.events:
+            event_bytes = event.ByteSize()
+            run_bytes += event_bytes
+            kind = event_kind(event)
+            by_kind[kind] = by_kind.get(kind, 0) + event_bytes
+        size += run_bytes
+        largest = max(largest, run_bytes)
     runs = len(chain)
     return {
         "history_events": events,
@@ -698,7 +708,18 @@ async def history_figures(
         "continue_as_new": runs - 1,
         "longest_run_events": longest,
         "history_bytes": size,
+        "largest_run_bytes": largest,
+        "history_bytes_by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
     }
+
+
+def event_kind(event: HistoryEvent) -> str:
+    """An event's type, and for a scheduled activity its activity type: at scale the
+    bytes are in what the workflow sends, and this says which call sends them."""
+    kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
+    if event.HasField("activity_task_scheduled_event_attributes"):
+        return f"{kind}:{event.activity_task_scheduled_event_attributes.activity_type.name}"
+    return kind
 
 
 def summarize(
@@ -706,7 +727,7 @@ def summarize(
     variant: Variant,
     cluster: SimCluster,
     status: JobStatus,
-    history: dict[str, int],
+    history: dict[str, Any],
     costs: CostModel,
     nodes: int,
     spares: int,
@@ -994,7 +1015,7 @@ def add_command(commands: Any) -> None:
     parser.add_argument(
         "--no-hand-back",
         action="store_true",
-        help="the fleet rows' job keeps quarantined nodes until it ends (the product default)",
+        help="the fleet rows' job keeps quarantined nodes until it ends (fleet.hand_back: false)",
     )
     parser.add_argument("--json-out", type=Path, help="results file (default bench/results/)")
 

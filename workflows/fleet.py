@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         replace,
         report_quarantine,
         return_node,
+        scratch_copy,
     )
     from lazarus.domain.spec import NodeSpec, PreflightSpec
     from lazarus.workflows.activity_calls import QUICK_RETRY, cause, execute
@@ -155,7 +156,7 @@ class FleetWorkflow:
         """Run the move on a copy: a refusal is raised before the update is accepted,
         so it never enters history."""
         try:
-            move(self._state.model_copy(deep=True), self.config, request, self._now())
+            move(scratch_copy(self._state), self.config, request, self._now())
         except FleetRefusal as refusal:
             raise ValueError(str(refusal)) from None
 

@@ -90,6 +90,9 @@ class TestSlurm(StartStop):
     __test__ = False  # not a pytest test class, despite the name
 
     slurmd_timeout_s: int = 10
+    cred_expire_s: int | None = None
+    """``AuthInfo=cred_expire``: a job step credential's lifetime, and how long Slurm
+    holds a requeued job before it may start again (None: Slurm's default, 120 s)."""
     ready_timeout_s: float = READY_TIMEOUT_S
     root: Path | None = None
     host: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
@@ -138,6 +141,7 @@ class TestSlurm(StartStop):
             CTLD_PORT=str(free_port()),
             SLURMD_PORT=str(free_port()),
             SLURMD_TIMEOUT=str(self.slurmd_timeout_s),
+            CRED_EXPIRE="" if self.cred_expire_s is None else f",cred_expire={self.cred_expire_s}",
             CPUS=str(os.cpu_count() or 1),
             **ports,
         )

@@ -21,8 +21,10 @@ Every move is a pure function of (:class:`FleetState`, :class:`FleetConfig`, req
 now) here, unit-tested without a server (``tests/unit/test_fleet_*.py``); the fleet
 workflow only decides *when*. A move that cannot be taken raises
 :class:`FleetRefusal` with the reason, before changing anything: the workflow's
-update validators run the same move on a copy, so a refused request never reaches
-history as accepted.
+update validators run the same move on a copy (:func:`scratch_copy`), so a refused
+request never reaches history as accepted. Moves *replace* a record's fields and
+lists (``record.incidents = [*record.incidents, new]``), never change them in place:
+that is what lets the copy share them.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lazarus.domain.failure_classes import FailureClass
-from lazarus.domain.spec import JOB_NAME_PATTERN, NodeSpec, SSHSpec
+from lazarus.domain.spec import JOB_NAME_PATTERN, NodeSpec, SSHSpec, repeated
 
 PREFLIGHT_CLASS = "preflight"
 """The class of a node that failed the job's preflight checks before a launch."""
@@ -124,10 +126,9 @@ class FleetConfig(_Strict):
 
     @model_validator(mode="after")
     def _nodes_consistent(self) -> FleetConfig:
-        names = [n.name for n in (*self.nodes, *self.spares)]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"nodes/spares: node names must be unique; repeated: {repeated}")
+        twice = repeated(n.name for n in (*self.nodes, *self.spares))
+        if twice:
+            raise ValueError(f"nodes/spares: node names must be unique; repeated: {twice}")
         launchers = {n.launcher for n in (*self.nodes, *self.spares)}
         if "slurm" in launchers:
             raise ValueError("nodes/spares: a fleet holds local or ssh nodes, not slurm ones")
@@ -249,6 +250,14 @@ class FleetState(BaseModel):
 
     def held_by(self, job: str) -> list[NodeRecord]:
         return [r for r in self.nodes if r.state == NodeState.LEASED and r.job == job]
+
+
+def scratch_copy(state: FleetState) -> FleetState:
+    """A copy to try a move on (the update validators'): every record is copied, what
+    a record holds is shared, which is sound because moves replace fields and never
+    change them in place. A deep copy of 2,000 records took 0.3 to 0.5 s, on every
+    update; this takes milliseconds."""
+    return state.model_copy(update={"nodes": [record.model_copy() for record in state.nodes]})
 
 
 class FleetInput(BaseModel):

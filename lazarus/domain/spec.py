@@ -10,18 +10,22 @@ lands in Temporal history: it must hold paths to secrets, never secrets.
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     Strict,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -79,6 +83,12 @@ def _env_name_problem(name: str) -> str | None:
     return None
 
 
+def repeated(names: Iterable[str]) -> list[str]:
+    """The names that occur more than once, sorted. Linear: node lists run to
+    thousands, and these checks run every time a spec or fleet is read back."""
+    return sorted(name for name, times in Counter(names).items() if times > 1)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -103,6 +113,24 @@ class NodeSpec(_Strict):
     identity_file: str | None = None
     """Path to a private key file; without it, the ssh agent is used."""
     labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(self, to_dict: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A node is written as its name and the fields it does not leave at their
+        default, the way a spec names it. Node lists travel in most activity inputs
+        and in every continue-as-new: at 2,048 nodes the full form was 215 KB a list,
+        and 86% of a simulated job's history. Reading one back fills the defaults."""
+        return {
+            key: value
+            for key, value in to_dict(self).items()
+            if key == "name" or value != _NODE_DEFAULTS.get(key)
+        }
+
+
+_NODE_DEFAULTS: dict[str, Any] = {
+    key: field.get_default(call_default_factory=True)
+    for key, field in NodeSpec.model_fields.items()
+}
 
 
 class SSHSpec(_Strict):
@@ -539,7 +567,7 @@ class WarmStartSpec(_Strict):
                     f"{name!r} is not a module name: use dotted Python identifiers "
                     "such as torch or torch.distributed"
                 )
-        duplicates = sorted({name for name in value if value.count(name) > 1})
+        duplicates = repeated(value)
         if duplicates:
             raise ValueError(f"{', '.join(duplicates)} listed more than once")
         return value
@@ -737,9 +765,9 @@ class JobSpec(_Strict):
             problem = _env_name_problem(name)
             if problem is not None:
                 raise ValueError(problem)
-        repeated = sorted({n for n in value if value.count(n) > 1})
-        if repeated:
-            raise ValueError(f"names must be unique; repeated: {', '.join(repeated)}")
+        twice = repeated(value)
+        if twice:
+            raise ValueError(f"names must be unique; repeated: {', '.join(twice)}")
         return value
 
     @field_validator("env_from_file")
@@ -780,7 +808,7 @@ class JobSpec(_Strict):
     def _nodes_consistent(self) -> JobSpec:
         every = [*self.nodes, *self.spares]
         names = [n.name for n in every]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        duplicates = repeated(names)
         if duplicates:
             raise ValueError(f"nodes/spares: node names must be unique; repeated: {duplicates}")
         if len({n.launcher for n in every}) > 1:

@@ -3,6 +3,8 @@ the lemon rule and the decayed reputation (``lazarus.domain.fleet``)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from lazarus.domain.fleet import (
@@ -30,6 +32,7 @@ from lazarus.domain.fleet import (
     replace,
     report_quarantine,
     return_node,
+    scratch_copy,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -303,3 +306,28 @@ def test_config_refuses_repeated_names_unknown_classes_and_slurm_nodes() -> None
     with pytest.raises(ValueError, match="slurm"):
         config(nodes=[{"name": "x", "launcher": "slurm"}], spares=[])
     assert NodeState.SPARE.value == "spare"
+
+
+def test_a_move_tried_on_a_scratch_copy_leaves_the_fleet_as_it_was() -> None:
+    """The update validators try each move on :func:`scratch_copy`, which shares what the
+    records hold: a move that changed a list or a reputation in place would leak into
+    the fleet's real state from a request that was only being validated."""
+    cfg = config()
+    state = initial_state(cfg, 0.0)
+    lease(state, cfg, LeaseRequest(job="a", nodes=2, spares=1), 1.0)
+    fail(state, cfg, "a", "n0", 2.0, "a#n0@gen 1")
+    before = state.model_dump()
+    moves = [
+        lambda s: lease(s, cfg, LeaseRequest(job="b", nodes=1), 3.0),
+        lambda s: fail(s, cfg, "a", "n1", 3.0, "a#n1@gen 2"),
+        lambda s: replace(s, cfg, ReplaceRequest(job="a", lost="n0", key="a#n0@gen 1"), 3.0),
+        lambda s: hand_back(s, cfg, HandBackRequest(job="a", nodes=["n0"]), 3.0),
+        lambda s: release(s, cfg, ReleaseRequest(job="a"), 3.0),
+        lambda s: drain(s, cfg, DrainRequest(node="n3", reason="bad fan"), 3.0),
+        lambda s: probation_result(s, cfg, "n0", True, "ok", 3.0),
+        lambda s: return_node(s, cfg, ReturnRequest(node="n0"), 3.0),
+    ]
+    for move in moves:
+        with contextlib.suppress(FleetRefusal):
+            move(scratch_copy(state))
+        assert state.model_dump() == before

@@ -1,0 +1,168 @@
+"""``python -m bench state-costs``: what a job's and a fleet's state cost at scale.
+
+Node lists travel in most of a job's activity inputs and in every continue-as-new, and
+a fleet's state holds one record per node. The 54-day simulation at 2,048 nodes showed
+where that cost goes (``history_bytes_by_kind`` in its results); this measures each
+piece alone, old way and new way side by side, in one run:
+
+- **node list bytes**: every field written (before) against a node written as its name
+  and the fields it changes (:class:`lazarus.domain.spec.NodeSpec`);
+- **fleet input bytes and decode**: what a fleet run starts from, through the data
+  converter the workers use;
+- **validator copy**: an update validator tries its move on a copy of the fleet's
+  state; a deep copy (before) against :func:`lazarus.domain.fleet.scratch_copy`;
+- **name check**: the unique-name check every spec and fleet config runs when it is
+  read back; quadratic (before) against :func:`lazarus.domain.spec.repeated`.
+
+Times are the best of ``--repeats`` on this machine; the ratios are the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from lazarus.domain.contracts import SuperviseRequest
+from lazarus.domain.fleet import (
+    FleetConfig,
+    FleetInput,
+    LeaseRequest,
+    initial_state,
+    lease,
+    scratch_copy,
+)
+from lazarus.domain.spec import HealthSpec, NodeSpec, repeated
+
+DEFAULT_NODES = (100, 1_000, 2_048, 4_096)
+
+
+def best_s(action: Callable[[], object], repeats: int) -> float:
+    """The fastest of ``repeats`` runs: the least disturbed by whatever else runs."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def full_form(node: NodeSpec) -> dict[str, Any]:
+    """A node with every field written: the form history held before."""
+    return {name: getattr(node, name) for name in NodeSpec.model_fields}
+
+
+def quadratic_repeated(names: list[str]) -> list[str]:
+    """The unique-name check as it was: ``list.count`` for every name."""
+    return sorted({name for name in names if names.count(name) > 1})
+
+
+def measure(nodes: int, repeats: int) -> dict[str, float | int]:
+    converter = pydantic_data_converter.payload_converter
+    node_specs = [NodeSpec(name=f"n{i:05d}") for i in range(nodes)]
+    spares = [NodeSpec(name=f"s{i:05d}") for i in range(max(1, nodes // 100))]
+    request = SuperviseRequest(
+        job_id="j", generation=1, run_dir="/r", world_size=8 * nodes, health=HealthSpec()
+    )
+    (empty,) = converter.to_payloads([request])
+    (compact,) = converter.to_payloads([request.model_copy(update={"nodes": node_specs})])
+    full_nodes = json.dumps([full_form(n) for n in node_specs], separators=(",", ":"))
+
+    config = FleetConfig(name="f", nodes=node_specs, spares=spares)
+    state = initial_state(config, 0.0)
+    lease(state, config, LeaseRequest(job="j", nodes=nodes - len(spares)), 1.0)
+    (fleet_payload,) = converter.to_payloads([FleetInput(config=config, state=state)])
+    names = [n.name for n in (*node_specs, *spares)]
+    figures: dict[str, float | int] = {
+        "nodes": nodes,
+        "node_list_full_bytes": len(full_nodes),
+        "node_list_compact_bytes": len(compact.data) - len(empty.data),
+        "fleet_input_bytes": len(fleet_payload.data),
+        "fleet_input_decode_s": best_s(
+            lambda: converter.from_payloads([fleet_payload], [FleetInput]), repeats
+        ),
+        "validator_deep_copy_s": best_s(lambda: state.model_copy(deep=True), repeats),
+        "validator_scratch_copy_s": best_s(lambda: scratch_copy(state), repeats),
+        "name_check_quadratic_s": best_s(lambda: quadratic_repeated(names), repeats),
+        "name_check_linear_s": best_s(lambda: repeated(names), repeats),
+    }
+    figures["node_list_ratio"] = (
+        figures["node_list_full_bytes"] / figures["node_list_compact_bytes"]
+    )
+    figures["validator_copy_ratio"] = (
+        figures["validator_deep_copy_s"] / figures["validator_scratch_copy_s"]
+    )
+    figures["name_check_ratio"] = figures["name_check_quadratic_s"] / figures["name_check_linear_s"]
+    return figures
+
+
+def markdown(rows: list[dict[str, float | int]]) -> str:
+    lines = [
+        "| nodes | node list, every field / compact (KB) | fleet input (KB), decode (s) "
+        "| validator copy, deep / scratch (ms) | name check, quadratic / linear (ms) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['nodes']} "
+            f"| {r['node_list_full_bytes'] / 1e3:.0f} / {r['node_list_compact_bytes'] / 1e3:.0f} "
+            f"({r['node_list_ratio']:.1f}x) "
+            f"| {r['fleet_input_bytes'] / 1e3:.0f}, {r['fleet_input_decode_s']:.3f} "
+            f"| {r['validator_deep_copy_s'] * 1e3:.0f} / {r['validator_scratch_copy_s'] * 1e3:.1f} "
+            f"({r['validator_copy_ratio']:.0f}x) "
+            f"| {r['name_check_quadratic_s'] * 1e3:.0f} / {r['name_check_linear_s'] * 1e3:.2f} "
+            f"({r['name_check_ratio']:.0f}x) |"
+        )
+    return "\n".join(lines)
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not counts or any(c < 2 or c > 20_000 for c in counts):
+        raise argparse.ArgumentTypeError(f"each count must be 2..20000, got {text!r}")
+    return counts
+
+
+def add_command(commands: Any) -> None:
+    parser = commands.add_parser(
+        "state-costs",
+        help="a job's and a fleet's state at scale: node list bytes, fleet decode, "
+        "validator copy and name check, before and after, side by side",
+        description=(__doc__ or "").splitlines()[0],
+    )
+    parser.add_argument(
+        "--nodes",
+        type=_counts,
+        default=DEFAULT_NODES,
+        help=f"node counts, comma-separated (default: {','.join(map(str, DEFAULT_NODES))})",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="best of this many (default 5)")
+    parser.add_argument(
+        "--quick", action="store_true", help="100 nodes, 1 repeat: checks the bench"
+    )
+    parser.add_argument(
+        "--json-out", type=Path, help="default: bench/results/state-costs-<ts>.json"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    counts: tuple[int, ...] = (100,) if args.quick else args.nodes
+    repeats = 1 if args.quick else max(1, args.repeats)
+    rows = [measure(nodes, repeats) for nodes in counts]
+    json_out: Path = args.json_out or Path("bench/results") / (
+        f"state-costs-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"benchmark": "state-costs", "repeats": repeats, "rows": rows}
+    json_out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(markdown(rows))
+    print(f"\nraw results: {json_out}")
+    return 0
