@@ -694,10 +694,11 @@ async def history_figures(
         events += len(history.events)
         longest = max(longest, len(history.events))
         run_bytes = 0
+        activities: dict[int, str] = {}
         for event in history.events:
             event_bytes = event.ByteSize()
             run_bytes += event_bytes
-            kind = event_kind(event)
+            kind = event_kind(event, activities)
             by_kind[kind] = by_kind.get(kind, 0) + event_bytes
         size += run_bytes
         largest = max(largest, run_bytes)
@@ -713,12 +714,19 @@ async def history_figures(
     }
 
 
-def event_kind(event: HistoryEvent) -> str:
-    """An event's type, and for a scheduled activity its activity type: at scale the
-    bytes are in what the workflow sends, and this says which call sends them."""
+def event_kind(event: HistoryEvent, activities: dict[int, str]) -> str:
+    """An event's type, and for a scheduled or completed activity its activity type:
+    at scale the bytes are in what the workflow sends and gets back, and this says
+    which call. ``activities`` maps the run's scheduled event ids to activity types,
+    filled in as the run's events go by."""
     kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
     if event.HasField("activity_task_scheduled_event_attributes"):
-        return f"{kind}:{event.activity_task_scheduled_event_attributes.activity_type.name}"
+        name = event.activity_task_scheduled_event_attributes.activity_type.name
+        activities[event.event_id] = name
+        return f"{kind}:{name}"
+    if event.HasField("activity_task_completed_event_attributes"):
+        scheduled = event.activity_task_completed_event_attributes.scheduled_event_id
+        return f"{kind}:{activities.get(scheduled, '?')}"
     return kind
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lazarus.domain.compact_form import CompactForm
 from lazarus.domain.evidence import cap_evidence
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import (
@@ -334,7 +335,10 @@ class SupervisionProgress(_Model):
     progress_signal: ProgressSignal | None = None
 
 
-class NodeHealth(_Model):
+class NodeHealth(CompactForm, _Model):
+    """One node's preflight answer, one per node: written compactly, so a healthy
+    node is its name and ``ok`` (:class:`CompactForm`)."""
+
     node: str
     ok: bool
     problems: list[str] = Field(default_factory=list)

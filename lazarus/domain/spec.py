@@ -14,22 +14,21 @@ from collections import Counter
 from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, ClassVar, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     Strict,
     ValidationError,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
 from lazarus.domain import environment as env_names
+from lazarus.domain.compact_form import CompactForm
 from lazarus.domain.failure_classes import PLAYBOOK_CLASSES
 
 JOB_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -93,7 +92,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class NodeSpec(_Strict):
+class NodeSpec(CompactForm, _Strict):
     """One machine that hosts ranks (or waits as a spare).
 
     ``local`` nodes run on the controller's machine; several local nodes are
@@ -103,8 +102,11 @@ class NodeSpec(_Strict):
     are Slurm node names of the job's allocation (``slurm:``), reached with
     ``srun``/``scontrol``; their ``host`` is informational (the rendezvous address
     is the address Slurm knows the first node by).
+
+    Written into history as its name and the fields it changes (:class:`CompactForm`).
     """
 
+    always_written: ClassVar[frozenset[str]] = frozenset({"name"})
     name: str = Field(default="local", pattern=r"^[A-Za-z0-9._-]+$")
     launcher: Literal["local", "ssh", "slurm"] = "local"
     host: str = "127.0.0.1"
@@ -113,24 +115,6 @@ class NodeSpec(_Strict):
     identity_file: str | None = None
     """Path to a private key file; without it, the ssh agent is used."""
     labels: dict[str, str] = Field(default_factory=dict)
-
-    @model_serializer(mode="wrap")
-    def _without_defaults(self, to_dict: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A node is written as its name and the fields it does not leave at their
-        default, the way a spec names it. Node lists travel in most activity inputs
-        and in every continue-as-new: at 2,048 nodes the full form was 215 KB a list,
-        and 86% of a simulated job's history. Reading one back fills the defaults."""
-        return {
-            key: value
-            for key, value in to_dict(self).items()
-            if key == "name" or value != _NODE_DEFAULTS.get(key)
-        }
-
-
-_NODE_DEFAULTS: dict[str, Any] = {
-    key: field.get_default(call_default_factory=True)
-    for key, field in NodeSpec.model_fields.items()
-}
 
 
 class SSHSpec(_Strict):

@@ -269,33 +269,3 @@ def test_ladders_are_strategy_names() -> None:
     assert policy.ladder == [StrategyName.ROLLBACK, StrategyName.ESCALATE]
     assert ClassPolicy.model_validate_json(policy.model_dump_json()) == policy
     assert policy.model_dump(mode="json") == {"ladder": ["rollback", "escalate"], "budget": None}
-
-
-def test_a_node_travels_as_its_name_and_what_it_changes() -> None:
-    """Node lists are in most activity inputs: the compact form must read back whole,
-    and a history written with every field (before) must still read."""
-    from temporalio.contrib.pydantic import pydantic_data_converter
-
-    from lazarus.domain.contracts import SuperviseRequest
-    from lazarus.domain.spec import HealthSpec, NodeSpec
-
-    converter = pydantic_data_converter.payload_converter
-    ssh = NodeSpec(
-        name="gpu-7", launcher="ssh", host="10.0.0.7", user="train", labels={"rack": "r2"}
-    )
-    nodes = [NodeSpec(name=f"n{i:05d}") for i in range(2048)] + [ssh]
-    request = SuperviseRequest(
-        job_id="j", generation=1, run_dir="/r", world_size=8, health=HealthSpec(), nodes=nodes
-    )
-    (payload,) = converter.to_payloads([request])
-    assert b'{"name":"n00000"}' in payload.data
-    assert b'"name":"gpu-7","launcher":"ssh","host":"10.0.0.7","user":"train"' in payload.data
-    assert len(payload.data) < 40 * 2048  # the full form: about 105 bytes a node
-    (back,) = converter.from_payloads([payload], [SuperviseRequest])
-    assert back == request
-
-    full = NodeSpec.model_validate_json(
-        '{"name":"n1","launcher":"local","host":"127.0.0.1","port":22,'
-        '"user":null,"identity_file":null,"labels":{}}'
-    )
-    assert full == NodeSpec(name="n1")
