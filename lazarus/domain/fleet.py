@@ -32,10 +32,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from lazarus.domain.compact_form import CompactForm
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JOB_NAME_PATTERN, NodeSpec, SSHSpec, repeated
 
@@ -192,9 +193,11 @@ def decay(rep: Reputation, now: float, half_life_h: float, in_service: bool) -> 
     )
 
 
-class NodeRecord(BaseModel):
-    """One node of the fleet: where it is now, and what it has done."""
+class NodeRecord(CompactForm):
+    """One node of the fleet: where it is now, and what it has done. A fleet holds
+    thousands, carried by every continue-as-new: written compactly (:class:`CompactForm`)."""
 
+    always_written: ClassVar[frozenset[str]] = frozenset({"state"})
     spec: NodeSpec
     state: NodeState = NodeState.HEALTHY
     since: float = 0.0
