@@ -372,7 +372,9 @@ async def measure(config: ScaleConfig, work: Path) -> list[SizeResult]:
 # --------------------------------------------------------------------------- the command
 
 
-def _counts(text: str) -> tuple[int, ...]:
+def node_counts(text: str) -> tuple[int, ...]:
+    """``--nodes 100,1000``: node counts, each 1 to 20,000 (one helper for the bench
+    commands that take them)."""
     try:
         counts = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
@@ -392,7 +394,7 @@ def add_command(commands: Any) -> None:
     defaults = ScaleConfig()
     parser.add_argument(
         "--nodes",
-        type=_counts,
+        type=node_counts,
         default=defaults.nodes,
         help=f"node counts, comma-separated (default: {','.join(map(str, defaults.nodes))})",
     )

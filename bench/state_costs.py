@@ -28,6 +28,7 @@ from typing import Any
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from bench.scale import node_counts
 from lazarus.domain.contracts import SuperviseRequest
 from lazarus.domain.fleet import (
     FleetConfig,
@@ -121,16 +122,6 @@ def markdown(rows: list[dict[str, float | int]]) -> str:
     return "\n".join(lines)
 
 
-def _counts(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
-    if not counts or any(c < 2 or c > 20_000 for c in counts):
-        raise argparse.ArgumentTypeError(f"each count must be 2..20000, got {text!r}")
-    return counts
-
-
 def add_command(commands: Any) -> None:
     parser = commands.add_parser(
         "state-costs",
@@ -140,7 +131,7 @@ def add_command(commands: Any) -> None:
     )
     parser.add_argument(
         "--nodes",
-        type=_counts,
+        type=node_counts,
         default=DEFAULT_NODES,
         help=f"node counts, comma-separated (default: {','.join(map(str, DEFAULT_NODES))})",
     )
