@@ -3,10 +3,10 @@
 Some models come by the thousand: a job's node list travels in most activity inputs
 and in every continue-as-new, and a preflight answers once per node. At 2,048 nodes,
 activity inputs that wrote every field of every node were 82% of a simulated job's
-history. A model that
-derives from :class:`CompactForm` is written as the fields that differ from their
-defaults (plus :attr:`CompactForm.always_written`, for people reading the Web UI);
-reading it back fills the defaults in, and the full form written before still reads.
+history. A model that derives from :class:`CompactForm` is written as the fields that
+differ from their defaults (plus :attr:`CompactForm.always_written`, for people
+reading the Web UI); reading it back fills the defaults in, and the full form written
+before still reads.
 
 The price: a field's default must keep its meaning across releases, since an
 omitted field takes whatever default the reading version has.
