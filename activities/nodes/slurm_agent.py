@@ -703,9 +703,12 @@ class SlurmAgent(NodeAgent):
             live = self._live(list(by_step))
         except SlurmCommandFailed as exc:
             return NodeStopResult(node=self.node.name, reachable=False, error=str(exc))
-        self._scancel_each(("TERM", "CONT"), live)
+        for step in live:
+            self._scancel("TERM", step)
+            self._scancel("CONT", step)
         remaining = self._wait_gone(live, grace_s)
-        self._scancel_each(("KILL",), remaining)
+        for step in remaining:
+            self._scancel("KILL", step)
         survivors = self._wait_gone(remaining, kill_wait_s, by_step)
         silent: set[str] = set()
         if survivors:
@@ -774,19 +777,6 @@ class SlurmAgent(NodeAgent):
                 raise SlurmCommandFailed(f"squeue cannot list the steps of Slurm job {job}")
             live += [s for s in step_ids if s.split(".")[0] == job and s in steps]
         return sorted(live)
-
-    def _scancel_each(self, signals: tuple[str, ...], steps: list[str]) -> None:
-        """Send every signal to every step, all at once. A ``scancel`` of a step that
-        spans a dead node blocks until slurmctld gives up on that node's slurmd
-        (``MessageTimeout`` + 1 s, 11 s on the test cluster), while the live nodes'
-        tasks get the signal at once: one after another, TERM and CONT cost two such
-        waits before the grace even starts. Their order does not matter: a stopped
-        task keeps the TERM pending until the CONT, then takes it."""
-        calls = [(sig, step) for step in steps for sig in signals]
-        if not calls:
-            return
-        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-            list(pool.map(lambda call: self._scancel(*call), calls))
 
     def _scancel(self, sig: str, step: str) -> None:
         # scancel's exit status is not reliable for steps: the wait judges by squeue.
