@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from lazarus.domain.checkpoint_layout import temp_path_for
+from lazarus.domain.memory_tier import environment_on_node
 
 
 def write_atomic(path: Path, payload: dict[str, object]) -> None:
@@ -75,6 +76,8 @@ def _supervise_rank(rank: int, gen_dir: Path, command: list[str]) -> None:
         try:
             child = subprocess.Popen(
                 command,
+                # The memory tier's paths as they lie on this node, for this user.
+                env=environment_on_node(dict(os.environ), os.getuid()),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

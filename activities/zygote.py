@@ -99,6 +99,7 @@ from pathlib import Path
 from typing import Any
 
 from lazarus.activities.rank_wrapper import exit_record, start_ticks, write_atomic
+from lazarus.domain.memory_tier import environment_on_node
 
 PID_FILE = "zygote.pid"
 SOCKET_FILE = "zygote.sock"
@@ -650,7 +651,8 @@ def _become(spec: dict[str, Any]) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    env: dict[str, str] = spec["env"]
+    # The memory tier's paths as they lie on this node, for this user.
+    env: dict[str, str] = environment_on_node(spec["env"], os.getuid())
     os.environ.clear()
     os.environ.update(env)
     os.chdir(spec["cwd"])

@@ -470,6 +470,7 @@ class JobWorkflow:
             recovering.timeline.resume_chosen_at = self._now()
         state.resume = resume
         state.account_resume(resume)
+        state.cut_timeline(resume)
         self._retier_from(resume)
         if not await self._preflight_active_nodes():
             return
@@ -914,6 +915,7 @@ class JobWorkflow:
                 include_durable=include_durable,
                 below_step=below_step,
                 exclude_steps=self._state.retired_steps,
+                timeline=self._state.timeline_cuts,
                 job_id=spec.job_id,
                 trusted=self._state.verified_checkpoints,
                 memory_dir=(

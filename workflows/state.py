@@ -25,6 +25,7 @@ from lazarus.domain.evidence import cap_evidence
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.recovery_timeline import RecoveryTimeline
 from lazarus.domain.spec import JobSpec
+from lazarus.domain.timeline import TimelineCut, with_cut
 from lazarus.workflows.playbook import Action, Decision, PastFailure
 
 
@@ -424,6 +425,10 @@ class JobState(BaseModel):
     retired_steps: list[int] = Field(default_factory=list)
     """Checkpoints retired by a numerical rollback: never resumed from again, from
     either tier, whatever a later relaunch or an operator's resume does."""
+    timeline_cuts: list[TimelineCut] = Field(default_factory=list)
+    """Where relaunches resumed (:mod:`lazarus.domain.timeline`): the checkpoint search
+    never resumes a snapshot these cuts abandon (the timeline a rollback or a fallback
+    left), and they travel across continue-as-new like the retired steps."""
     incidents_dropped: int = 0
     """Incidents older than the newest ``MAX_INCIDENTS``, no longer kept in full."""
     dropped_by_class: dict[str, int] = Field(default_factory=dict)
@@ -522,6 +527,13 @@ class JobState(BaseModel):
         incident.reason = reason
         incident.strategy = strategy
         return incident
+
+    def cut_timeline(self, resume: CheckpointRef | None) -> None:
+        """The next generation resumes from ``resume`` (None: from scratch): record
+        the cut, so nothing written above it by an older generation is resumed again."""
+        self.timeline_cuts = with_cut(
+            self.timeline_cuts, self.generation + 1, resume.step if resume else 0
+        )
 
     def account_resume(self, resume: CheckpointRef | None) -> None:
         """Fill in what the open incident cost in steps, now that the resume point is known."""

@@ -19,10 +19,14 @@ Those are listed in ``skipped`` (``location="memory"``). A step committed on som
 nodes and absent on others is not a resume point but no fault either (a commit in
 flight, or a new node), so it is passed over silently.
 
-Steps retired by a rollback never come back through this tier: a snapshot at or
-below the newest retired step may belong to the abandoned timeline (the rank side
-prunes by step, so old-timeline snapshots outlive new ones there), and a search
-with ``below_step`` (a rollback going back in time) ignores the tier.
+Never a timeline the job has left (:mod:`lazarus.domain.timeline`). Each
+relaunch records where it resumed; a snapshot written by an older generation above
+such a cut is refused as ``abandoned`` (after a rollback, a disk or durable
+fallback, or a node that got further than the step everyone resumed from), and the
+copies of one step must all come from one generation, so a resume never mixes two
+trainings across nodes. A search with ``below_step`` (a rollback going back in
+time) ignores the tier. A workflow that records no cuts yet (one started before
+them) keeps the older, weaker rule: nothing at or below the newest retired step.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from lazarus.domain.checkpoint_layout import (
 )
 from lazarus.domain.contracts import CheckpointRef, FindVerifiedCheckpointRequest, SkippedCheckpoint
 from lazarus.domain.spec import NodeSpec
+from lazarus.domain.timeline import abandoned_reason
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +88,9 @@ def choose(
     per_node: dict[str, dict[int, MemorySnapshot]],
 ) -> MemoryChoice:
     """The cross-node choice, given what each node reported (pure: unit-tested)."""
-    floor = max(request.exclude_steps, default=None)
+    floor = None if request.timeline else max(request.exclude_steps, default=None)
     steps = {step for listed in per_node.values() for step in listed}
+    steps -= set(request.exclude_steps)
     if floor is not None:
         steps = {step for step in steps if step > floor}
     if request.below_step is not None:
@@ -94,6 +100,7 @@ def choose(
         path = str(PurePosixPath(root) / step_dir_name(step))
         problems: list[str] = []
         everywhere = True
+        writers: dict[str, object] = {}
         for name in node_names:
             snapshot = per_node.get(name, {}).get(step)
             if snapshot is None:
@@ -102,6 +109,14 @@ def choose(
             problem = snapshot_problem(snapshot, request)
             if problem is not None:
                 problems.append(f"node {name}: {problem}")
+            elif snapshot.manifest is not None:
+                writers[name] = snapshot.manifest.get("generation")
+        if len(set(map(repr, writers.values()))) > 1:
+            problems.append(
+                "copies from different generations ("
+                + ", ".join(f"{name}: {gen}" for name, gen in sorted(writers.items()))
+                + "): two timelines"
+            )
         if problems:
             skipped.append(
                 SkippedCheckpoint(step=step, path=path, location="memory", problems=problems)
@@ -124,6 +139,14 @@ def snapshot_problem(
     owner = manifest.get("job_id")
     if request.job_id is not None and owner != request.job_id:
         return f"written by job {owner}" if owner else "written outside Lazarus (no job id)"
+    written_by = manifest.get("generation")
+    abandoned = abandoned_reason(
+        written_by if isinstance(written_by, int) and not isinstance(written_by, bool) else None,
+        snapshot.step,
+        request.timeline,
+    )
+    if abandoned is not None:
+        return abandoned
     expected = request.expected_world_size
     if expected is not None and manifest.get("world_size") != expected:
         return (

@@ -44,8 +44,9 @@ from lazarus.domain.checkpoint_layout import (
     temp_path_for,
 )
 from lazarus.domain.contracts import UnkillableGroup
-from lazarus.domain.memory_tier import MEMORY_ROOT
+from lazarus.domain.memory_tier import MEMORY_ROOT, on_node, private_root
 from lazarus.domain.spec import NodeSpec
+from lazarus.rank.memory import secure
 
 PID_FILE_WAIT_S = 30.0
 _PID_FILE = re.compile(r"^rank-(\d+)\.pid$")
@@ -215,8 +216,11 @@ class LocalAgent(NodeAgent):
 def local_memory_snapshots(root: Path) -> list[MemorySnapshot]:
     """:meth:`NodeAgent.memory_snapshots` on this machine: facts only (manifest and
     file sizes), judged by the checkpoint search like a remote node's answer."""
+    root = secure(Path(on_node(str(root), os.getuid())), create=False)
     found: list[MemorySnapshot] = []
     for step, path in committed_steps(root):
+        if path.is_symlink():
+            continue
         manifest = read_json(path / MANIFEST)
         sizes: dict[str, int] = {}
         for file in path.rglob("*"):
@@ -239,13 +243,16 @@ def remove_memory_dir(path: str) -> None:
     ):
         raise ValueError(f"refusing to remove {path!r}: not a run directory under {MEMORY_ROOT}")
 
+    # The files are in this user's private root; one that is not safe (another
+    # user's, or a symlink) is refused here rather than followed.
+    target = PurePosixPath(secure(Path(on_node(path, os.getuid())), create=False))
     # Errors are judged by the result: another logical node may be removing it too.
     shutil.rmtree(target, ignore_errors=True)
     if os.path.lexists(target):
         raise OSError(f"cannot remove the memory tier {path}")
     # The job's directory goes too once its last run's is gone (another run of the
     # job may still use it: rmdir removes only an empty one).
-    if target.parent != PurePosixPath(MEMORY_ROOT):
+    if target.parent != PurePosixPath(private_root(os.getuid())):
         with contextlib.suppress(OSError):
             os.rmdir(target.parent)
 

@@ -652,6 +652,35 @@ shim_write() {
 	printf '{"written":%s}\n' "$(json_str "$1")"
 }
 
+# The memory tier's logical root (/dev/shm/lazarus, the same on every node) lies in
+# this user's private root, /dev/shm/lazarus-<uid> (lazarus.domain.memory_tier.on_node).
+# tier_path LOGICAL sets _tp to the path on this node, after checking that every
+# directory of it that exists is ours, no symlink, and closed to group and others.
+tier_path() {
+	case $1 in
+	/dev/shm/lazarus | /dev/shm/lazarus/*) ;;
+	*)
+		_tp=$1 # not the tier's: a directory of the caller's choosing
+		return 0
+		;;
+	esac
+	_tp=/dev/shm/lazarus-$(id -u)${1#/dev/shm/lazarus}
+	_tc=/dev/shm/lazarus-$(id -u)
+	_trest=${1#/dev/shm/lazarus}
+	while :; do
+		[ -e "$_tc" ] || [ -L "$_tc" ] || return 0
+		if [ -L "$_tc" ] || [ ! -d "$_tc" ] || [ ! -O "$_tc" ] ||
+			[ -n "$(find "$_tc" -maxdepth 0 -perm /077 2>/dev/null)" ]; then
+			fail "memory tier: $_tc is not a private directory of this user (refused)"
+			return 1
+		fi
+		_trest=${_trest#/}
+		[ -n "$_trest" ] || return 0
+		_tc=$_tc/${_trest%%/*}
+		case $_trest in */*) _trest=${_trest#*/} ;; *) _trest= ;; esac
+	done
+}
+
 shim_end_run() {
 	[ $# -eq 1 ] || {
 		fail "end-run: usage: end-run MEMORY_DIR"
@@ -665,13 +694,14 @@ shim_end_run() {
 		fail "end-run: refusing to remove $1: not a run directory under /dev/shm/lazarus"
 		return 2
 	}
-	rm -rf -- "$1" 2>/dev/null
-	[ ! -e "$1" ] || {
-		fail "end-run: cannot remove $1"
+	tier_path "$1" || return 1
+	rm -rf -- "$_tp" 2>/dev/null
+	[ ! -e "$_tp" ] || {
+		fail "end-run: cannot remove $_tp"
 		return 1
 	}
 	# the job's directory too, once empty (rmdir leaves one another run still uses)
-	case ${1%/*} in /dev/shm/lazarus/?*) rmdir -- "${1%/*}" 2>/dev/null ;; esac
+	case ${1%/*} in /dev/shm/lazarus/?*) rmdir -- "${_tp%/*}" 2>/dev/null ;; esac
 	printf '{"removed":%s}\n' "$(json_str "$1")"
 }
 
@@ -863,8 +893,10 @@ shim_memory() {
 		fail "memory: usage: memory ROOT"
 		return 2
 	}
-	[ -d "$1" ] || return 0
-	for _md in "$1"/step-*; do
+	tier_path "$1" || return 1
+	[ -d "$_tp" ] || return 0
+	for _md in "$_tp"/step-*; do
+		[ -L "$_md" ] && continue
 		_mn=${_md##*/}
 		case $_mn in step-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*) ;; *) continue ;; esac
 		case $_mn in step-*[!0-9]*) continue ;; esac

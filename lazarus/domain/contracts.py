@@ -24,6 +24,7 @@ from lazarus.domain.spec import (
     SSHSpec,
     StragglerSpec,
 )
+from lazarus.domain.timeline import TimelineCut
 
 
 class _Model(BaseModel):
@@ -520,6 +521,11 @@ class FindVerifiedCheckpointRequest(_Model):
     """How to reach ``memory_nodes`` that are ssh nodes."""
     slurm: SlurmSpec | None = None
     """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
+    timeline: list[TimelineCut] = Field(default_factory=list)
+    """Where earlier relaunches resumed (:mod:`lazarus.domain.timeline`): a memory
+    snapshot that one of these cuts abandons is never chosen. Empty (a workflow
+    that records none yet): snapshots above the newest retired step are trusted,
+    as before."""
 
 
 class CheckpointSearch(_Model):

@@ -14,9 +14,21 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from lazarus.domain import environment
+
 MEMORY_ROOT = "/dev/shm/lazarus"
-"""tmpfs on Linux: survives a process's death, not a node's. The same path on every
-node, so one resume path serves every node."""
+"""The tier's *logical* root: the same on every node, so one resume path serves
+every node, and computable by the workflow, which knows no user ids. Nothing is ever
+written there: each node maps it to the private root of the user its ranks run as
+(:func:`on_node`), at the last moment, where the files are touched."""
+PRIVATE_ROOT_PREFIX = "/dev/shm/lazarus-"
+"""``/dev/shm/lazarus-<uid>``: tmpfs, which survives a process's death, not a node's.
+One root per user, created 0700 and refused unless its owner is that user: on a
+shared node (a Slurm partition, a fleet host) no other user can read a job's model
+and optimizer state there, plant a forged snapshot, or swap a directory for a
+symlink. ``/dev/shm`` is sticky, so nobody else can rename or remove the root
+once it is ours; a user who squats the name only turns the tier off for us (the
+rank says why, and disk serves)."""
 LEGACY_RUN_KEY = "_"
 """The run key of a job without run directories (``run_root`` is the job directory)."""
 
@@ -34,3 +46,28 @@ def memory_checkpoint_dir(job_id: str, run_root: str | None, root: str = MEMORY_
         if part in ("", ".", "..") or "/" in part or "\x00" in part:
             raise ValueError(f"memory checkpoint dir: {what} {part!r} is not one path component")
     return str(PurePosixPath(root) / job_id / run_key)
+
+
+def private_root(uid: int) -> str:
+    """The memory tier's root for the user ``uid`` on any node."""
+    return f"{PRIVATE_ROOT_PREFIX}{uid}"
+
+
+def on_node(path: str, uid: int) -> str:
+    """``path`` under the logical root, as it lies on a node whose ranks run as
+    ``uid``; any other path (already mapped, or not the tier's) unchanged."""
+    logical = PurePosixPath(path)
+    if not logical.is_relative_to(MEMORY_ROOT):
+        return path
+    return str(PurePosixPath(private_root(uid)) / logical.relative_to(MEMORY_ROOT))
+
+
+def environment_on_node(env: dict[str, str], uid: int) -> dict[str, str]:
+    """A rank's environment with the tier's paths (its directory, and a resume point
+    in the tier) mapped by :func:`on_node`: a script that reads them itself, not
+    through :mod:`lazarus.rank`, finds the files where they are."""
+    mapped = dict(env)
+    for name in (environment.MEMORY_CHECKPOINT_DIR, environment.RESUME_FROM):
+        if mapped.get(name):
+            mapped[name] = on_node(mapped[name], uid)
+    return mapped

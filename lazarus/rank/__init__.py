@@ -73,7 +73,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lazarus.domain import chaos_points, checkpoint_layout, environment, phases
+from lazarus.domain import chaos_points, checkpoint_layout, environment, memory_tier, phases
 
 __all__ = [
     "REJOIN_TIMEOUT_EXIT_CODE",
@@ -931,7 +931,9 @@ def _fallback_candidates() -> list[tuple[int, Path]]:
 def _explicit_resume_point(raw_path: str | None, raw_step: str | None) -> tuple[int, Path]:
     step = _env_int(environment.RESUME_STEP, -1) if raw_step is not None else None
     if raw_path is not None:
-        path = Path(raw_path)
+        # A resume point in the memory tier names its logical root: the files are in
+        # this user's private root on this node.
+        path = Path(memory_tier.on_node(raw_path, os.getuid()))
         if step is None:
             step = checkpoint_layout.parse_step_dir(path.name)
             if step is None:

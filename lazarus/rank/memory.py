@@ -18,6 +18,18 @@ Two differences from the disk tier, both because the copy lives in RAM:
   are torn leftovers below the newest commit; the snapshot named by this process's
   resume point is never deleted. RAM use is ``keep + 1`` copies of the state.
 
+And two guarantees the disk tier gets from its own directory:
+
+* **Private.** The path the launcher gives is under the tier's logical root; the
+  files live under ``/dev/shm/lazarus-<uid>`` (:func:`lazarus.domain.memory_tier.on_node`),
+  created 0700 and refused when it is a symlink, not this user's, or group- or
+  world-writable. Below it no symlink is followed, and snapshot files are 0600.
+* **One timeline.** Snapshots an older generation wrote above the step this
+  generation resumed from belong to a timeline the job left (a rollback, a
+  fallback): the prune deletes them first, so a fresh commit is never pruned in
+  their favour (:mod:`lazarus.domain.timeline`; the controller's search refuses
+  them too).
+
 Standard library only: the torch side is :func:`lazarus.rank.torch.snapshot`.
 """
 
@@ -27,12 +39,24 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import lazarus.rank as lazarus_rank
-from lazarus.domain import checkpoint_layout, environment
+from lazarus.domain import checkpoint_layout, environment, memory_tier
 
-__all__ = ["DEFAULT_KEEP", "commit", "directory", "due", "is_writer", "keep", "usable_snapshots"]
+__all__ = [
+    "DEFAULT_KEEP",
+    "UnsafeMemoryRoot",
+    "abandoned",
+    "commit",
+    "directory",
+    "due",
+    "is_writer",
+    "keep",
+    "secure",
+    "usable_snapshots",
+]
 
 DEFAULT_KEEP = 2
 """Two, not one: a node commits step k only after every node wrote k, so when a node
@@ -43,7 +67,47 @@ node still holds committed."""
 def directory() -> Path | None:
     """This node's snapshot directory, or None when the memory tier is off."""
     raw = os.environ.get(environment.MEMORY_CHECKPOINT_DIR)
-    return Path(raw) if raw else None
+    return Path(memory_tier.on_node(raw, os.getuid())) if raw else None
+
+
+class UnsafeMemoryRoot(PermissionError):
+    """The tier's private root is not safe to use: nothing is written or read there."""
+
+
+def secure(run_dir: Path, *, create: bool = True) -> Path:
+    """``run_dir`` once every directory from the private root down to it is this
+    user's, a real directory (no symlink) and closed to group and others: the root
+    and what is missing below it are created 0700 (with ``create``; without it, the
+    check stops at the first one missing). Raises :class:`UnsafeMemoryRoot` naming
+    the path and the reason otherwise."""
+    uid = os.getuid()
+    root = Path(memory_tier.private_root(uid))
+    if not run_dir.is_relative_to(root):
+        return run_dir  # a directory the user chose outside Lazarus: theirs to guard
+    current = root
+    for part in ("", *run_dir.relative_to(root).parts):
+        current = current / part if part else current
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(current, 0o700)
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            if create:
+                raise
+            return run_dir
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise UnsafeMemoryRoot(f"memory tier: {current} is not a directory (a symlink?)")
+        if info.st_uid != uid:
+            raise UnsafeMemoryRoot(
+                f"memory tier: {current} belongs to uid {info.st_uid}, not this user ({uid})"
+            )
+        if info.st_mode & 0o077:
+            raise UnsafeMemoryRoot(
+                f"memory tier: {current} is open to other users "
+                f"(mode {stat.S_IMODE(info.st_mode):o}, want 700)"
+            )
+    return run_dir
 
 
 def keep() -> int:
@@ -71,6 +135,7 @@ def write_dir(step: int) -> Path:
     one writer, and its previous write has finished, so any temp file is garbage
     that would otherwise hold RAM."""
     target = lazarus_rank._write_dir(_root(), step)
+    target.chmod(0o700)
     for leftover in target.glob(f"*{checkpoint_layout.TEMP_SUFFIX}"):
         with contextlib.suppress(OSError):
             leftover.unlink()
@@ -88,27 +153,42 @@ def commit(step: int) -> Path:
         request=None,
         tier=checkpoint_layout.MEMORY_TIER,
     )
+    _close_to_others(final)
     prune(root)
     return final
 
 
 def prune(root: Path) -> list[Path]:
-    """Delete committed snapshots beyond the newest :func:`keep`, and uncommitted
-    step directories older than the newest commit (torn writes of a dead process),
-    except the one this process resumed from. Returns what was deleted."""
-    committed = checkpoint_layout.committed_steps(root)
+    """Delete the snapshots of a timeline this generation left (see
+    :func:`abandoned`), then committed snapshots beyond the newest :func:`keep`, and
+    uncommitted step directories older than the newest commit (torn writes of a dead
+    process), except the one this process resumed from. Never follows a symlink.
+    Returns what was deleted."""
+    secure(root)
+    committed = [
+        (step, path)
+        for step, path in checkpoint_layout.committed_steps(root)
+        if not path.is_symlink()
+    ]
     if not committed:
         return []
-    newest = committed[-1][0]
-    doomed = [path for _, path in committed[: -keep()]]
+    left = [path for step, path in committed if abandoned(step, path)]
+    current = [(step, path) for step, path in committed if path not in left]
+    newest = current[-1][0] if current else committed[-1][0]
+    doomed = [*left, *(path for _, path in current[: -keep()])]
     for child in root.iterdir():
         step = checkpoint_layout.parse_step_dir(child.name)
-        if step is not None and step < newest and not checkpoint_layout.is_committed(child):
+        if (
+            step is not None
+            and step < newest
+            and not child.is_symlink()
+            and not checkpoint_layout.is_committed(child)
+        ):
             doomed.append(child)
-    protected = {path.resolve() for path in _resume_dirs()}
+    protected = {path.absolute() for path in _resume_dirs()}
     deleted = []
     for path in doomed:
-        if path.resolve() in protected:
+        if path.absolute() in protected or path.is_symlink():
             continue
         # Marker first, like every deletion of a checkpoint: a half-deleted snapshot
         # must read as torn, never as committed.
@@ -138,6 +218,50 @@ def usable_snapshots() -> list[tuple[int, Path]]:
     return usable
 
 
+def abandoned(step: int, path: Path) -> bool:
+    """Whether the snapshot of ``step`` at ``path`` is on a timeline this process's
+    generation left: written by an older generation above the step this one resumed
+    from. Unknown (no resume step in the environment, as in a survivor that rejoined
+    in place without one): False, and the controller's search still refuses it."""
+    resumed = _resume_step()
+    generation = lazarus_rank._generation_now()
+    if resumed is None or generation < 1 or step <= resumed:
+        return False
+    written_by = _manifest_field(path, "generation")
+    writer = written_by if isinstance(written_by, int) else 0
+    return writer < generation
+
+
+def _resume_step() -> int | None:
+    """The step this generation resumed from, as the launcher (or a rejoin request)
+    set it; None when the environment does not say."""
+    raw = os.environ.get(environment.RESUME_STEP)
+    if raw:
+        with contextlib.suppress(ValueError):
+            return int(raw)
+    path = os.environ.get(environment.RESUME_FROM)
+    return checkpoint_layout.parse_step_dir(Path(path).name) if path else None
+
+
+def _close_to_others(snapshot: Path) -> None:
+    """Snapshot files are 0600, whatever the process's umask: another user must not
+    read a model's weights, even through a directory someone opened by mistake (the
+    private root already keeps them out while the files are written)."""
+    if snapshot.is_symlink() or not snapshot.is_dir():
+        return
+    for file in snapshot.rglob("*"):
+        if file.is_file() and not file.is_symlink():
+            file.chmod(0o600)
+
+
+def _manifest_field(path: Path, name: str) -> object:
+    try:
+        manifest = json.loads((path / checkpoint_layout.MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest.get(name) if isinstance(manifest, dict) else None
+
+
 def _manifest_job(path: Path) -> str | None:
     try:
         manifest = json.loads((path / checkpoint_layout.MANIFEST).read_text())
@@ -161,4 +285,4 @@ def _root() -> Path:
     root = directory()
     if root is None:
         raise RuntimeError(f"the memory tier is off: {environment.MEMORY_CHECKPOINT_DIR} is unset")
-    return root
+    return secure(root)

@@ -9,6 +9,7 @@ fault-free run.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import signal
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from lazarus import chaos
-from lazarus.domain.memory_tier import MEMORY_ROOT
+from lazarus.domain.memory_tier import MEMORY_ROOT, on_node
 from lazarus.workflows.state import Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 
@@ -33,7 +34,7 @@ def job_name() -> Iterator[str]:
     runs after every rank is stopped: then the run's tmpfs snapshots are removed."""
     name = f"mem-{uuid.uuid4().hex[:8]}"
     yield name
-    shutil.rmtree(Path(MEMORY_ROOT) / name, ignore_errors=True)
+    shutil.rmtree(Path(on_node(MEMORY_ROOT, os.getuid())) / name, ignore_errors=True)
 
 
 def last_step_logged(job: Job, generation: int) -> int:

@@ -11,6 +11,7 @@ side whatever the workflow wiring.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import signal
@@ -30,7 +31,7 @@ from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest, LaunchRequest, StopRequest
-from lazarus.domain.memory_tier import MEMORY_ROOT
+from lazarus.domain.memory_tier import MEMORY_ROOT, on_node
 from lazarus.domain.spec import JobSpec, parse_spec
 
 pytest.importorskip("torch")
@@ -78,7 +79,7 @@ def spec(tmp_path: Path) -> Iterator[JobSpec]:
             )
         )
     )
-    shutil.rmtree(Path(MEMORY_ROOT) / spec.job_id, ignore_errors=True)
+    shutil.rmtree(Path(on_node(MEMORY_ROOT, os.getuid())) / spec.job_id, ignore_errors=True)
 
 
 def last_step_logged(gen: GenerationDir) -> int:
@@ -141,5 +142,5 @@ def test_a_crash_resumes_from_the_memory_tier_with_fault_free_weights(
     log = gen2.log_file(0).read_text()
     assert f"resumed from step {search.chosen.step}" in log
     assert weights_match(Path(spec.workdir) / "out" / "model.pt", reference)
-    kept = committed_steps(Path(memory_dir))
+    kept = committed_steps(Path(on_node(memory_dir, os.getuid())))
     assert kept and kept[-1][0] > search.chosen.step, "the relaunch keeps snapshotting"

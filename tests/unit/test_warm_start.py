@@ -13,7 +13,9 @@ from lazarus.activities.nodes.local_agent import remove_memory_dir
 from lazarus.activities.nodes.shim_agent import SHIM_PATH
 from lazarus.activities.nodes.warm import PER_RANK_ENV, warm_argv, zygote_environment
 from lazarus.activities.zygote_client import ZygoteUnavailable
+from lazarus.domain.memory_tier import on_node
 from lazarus.domain.spec import SpecError, parse_spec
+from lazarus.rank.memory import secure
 
 BASE = {"name": "w", "command": ["python", "train.py"]}
 
@@ -80,11 +82,12 @@ def test_memory_tier_removal_refuses_paths_outside_the_tier(path: str) -> None:
 
 
 def test_memory_tier_removal_is_idempotent(tmp_path: Path) -> None:
-    target = Path(f"/dev/shm/lazarus/unit-{os.getpid()}/run")
-    (target / "step-1").mkdir(parents=True)
+    logical = f"/dev/shm/lazarus/unit-{os.getpid()}/run"
+    target = Path(on_node(logical, os.getuid()))  # this user's private root
+    secure(target / "step-1")
     reply = subprocess.run(
-        ["sh", str(SHIM_PATH), "end-run", str(target)], capture_output=True, text=True, timeout=10
+        ["sh", str(SHIM_PATH), "end-run", logical], capture_output=True, text=True, timeout=10
     )
     assert reply.returncode == 0 and '"removed"' in reply.stdout and not target.exists()
-    remove_memory_dir(str(target))  # already gone: fine
+    remove_memory_dir(logical)  # already gone: fine
     assert not target.parent.exists(), "the job's emptied directory goes too"
