@@ -119,6 +119,10 @@ class _Rule:
     min_count: int
     # per needle, its runs of letters/underscores: all must occur in the log's vocabulary
     gates: tuple[tuple[bytes, ...], ...]
+    # a context rule that must match somewhere in the log for this rule to count
+    requires: _Rule | None = None
+    # a hit makes its class a concrete cause even if it is a symptom class (see _SYMPTOM_CLASSES)
+    cause: bool = False
 
 
 _WORD_RE = re.compile(r"[a-z_]+")
@@ -134,16 +138,65 @@ def _rule(
     hint: bool = False,
     min_count: int = 1,
     case: bool = False,
+    requires: _Rule | None = None,
+    cause: bool = False,
 ) -> _Rule:
     """Build one rule. ``needles`` are lowercase literals, at least one of which
-    occurs in (or right next to) every line the regex can match."""
+    occurs in (or right next to) every line the regex can match.
+
+    ``requires`` is a context rule (its class is ignored) that must match somewhere
+    in the log for this rule to count: a wording that is ambiguous on its own (a bus
+    error, a failed name lookup) names its cause only next to that context.
+    ``cause`` marks a rule of a symptom class (NCCL) whose hit is a root cause, not
+    a consequence of another rank's failure, so the symptom discount spares it."""
     if not needles or any(n != n.lower() or not n for n in needles):
         raise ValueError(f"rule {regex!r} needs non-empty lowercase needles")
     flags = re.MULTILINE | (0 if case else re.IGNORECASE)
     gates = tuple(tuple(w.encode() for w in _WORD_RE.findall(n)) for n in needles)
     if any(len(w) > _VOCAB_CHUNK - _VOCAB_STEP for g in gates for w in g):
         raise ValueError(f"rule {regex!r}: needle words must be <= 32 letters")
-    return _Rule(failure_class, weight, re.compile(regex, flags), needles, hint, min_count, gates)
+    pattern = re.compile(regex, flags)
+    return _Rule(failure_class, weight, pattern, needles, hint, min_count, gates, requires, cause)
+
+
+def _context(regex: str, *needles: str, case: bool = False) -> _Rule:
+    """A context for ``requires=``: only ever matched, never scored."""
+    return _rule(_FC.UNKNOWN, 0, regex, *needles, case=case)
+
+
+# NCCL is in the process: its symbols in a backtrace (ncclGroupEnd, ncclCommInitRank),
+# libnccl.so, its INFO/WARN lines, or torch's ProcessGroupNCCL.
+_NCCL_CONTEXT = _context(
+    r"libnccl|\bnccl[A-Z][A-Za-z]+\b|\bNCCL\s+(?:INFO|WARN)\b|ProcessGroupNCCL",
+    "nccl",
+    case=True,
+)
+# The log comes from a torch.distributed job: a name lookup failing there is the
+# rendezvous address (MASTER_ADDR, the rdzv endpoint, the store host).
+_DISTRIBUTED_CONTEXT = _context(
+    r"MASTER_ADDR|TCPStore|\bc10d\b|rendezvous|init_process_group|torchrun|torch\.distributed|"
+    r"socket\.cpp",
+    "master_addr",
+    "tcpstore",
+    "c10d",
+    "rendezvous",
+    "init_process_group",
+    "torchrun",
+    "torch.distributed",
+    "socket.cpp",
+)
+# The kernel or NVML says the GPU is gone or must be reset.
+_GPU_RESET_CONTEXT = _context(
+    r"NVRM:|\bXid\b|fallen\s+off|\bGPU\s+(?:is|has\s+been)\s+lost\b|requires?\s+(?:a\s+)?reset|"
+    r"Reset\s+Required|Recovery\s+Action|Unable\s+to\s+determine\s+the\s+device\s+handle",
+    "nvrm",
+    "xid",
+    "fallen off",
+    "lost",
+    "reset",
+    "recovery action",
+    "device handle",
+)
 
 
 # fmt: off
@@ -223,7 +276,28 @@ _RULES: tuple[_Rule, ...] = (
     # "Error while attaching to shared memory segment".
     _rule(_FC.NCCL_ERROR, 8,
           r"Error\s+while\s+(?:creating|attaching\s+to)\s+shared\s+memory\s+segment",
-          "shared memory segment"),
+          "shared memory segment", cause=True),
+    # ...and the rest of the shm transport's failure wording: "include/shm.h:28 NCCL WARN Call
+    # to posix_fallocate failed : No space left on device", "misc/shmutils.cc:71 NCCL WARN
+    # Error: failed to extend /dev/shm/nccl-fjwOOB to 5967876 bytes", "Call to shm_open
+    # failed : Permission denied", the error unwinding "NCCL INFO transport/shm.cc:114 -> 2",
+    # vLLM's "ncclShmOpen". The usual cause is a container's 64 MB /dev/shm: a local
+    # resource fault on this node, so a root cause (``cause``), not another rank's echo.
+    _rule(_FC.NCCL_ERROR, 12,
+          r"posix_fallocate\s+failed|failed\s+to\s+extend\s+/dev/shm/|\bshm_open\s+failed|"
+          r"\bncclShmOpen\b|nccl-shm-\S+|\bshm(?:utils)?\.(?:cc|h):\d+(?:\s+NCCL\s+WARN|\s*->\s*\d)",
+          "posix_fallocate", "failed to extend", "shm_open", "ncclshmopen", "nccl-shm", "shm.h",
+          "shm.cc", "shmutils.cc", cause=True),
+    # When /dev/shm is too small, ftruncate succeeds and the first touch of the mapped
+    # segment dies with SIGBUS instead: "Caught signal 7 (Bus error: nonexistent physical
+    # address)" (UCX), "Signal: Bus error (7)" (Open MPI), torchrun's "exitcode: -7" /
+    # "Signal 7 (SIGBUS) received by PID", srun's "task 3: Bus error". A bus error with
+    # NCCL in the process is that; DataLoader workers' bus errors have their own rule.
+    _rule(_FC.NCCL_ERROR, 8,
+          r"^(?![^\n]*(?:DataLoader|encountered\s+in\s+worker))[^\n]*?"
+          r"(?:\bSIGBUS\b|\bBus\s+error\b|\bsignal\s+7\b|exit\s*code\s*:?\s*-7\b)",
+          "sigbus", "bus error", "signal 7", "exitcode", "exit code",
+          requires=_NCCL_CONTEXT, cause=True),
     # proxy thread failures: "[Proxy Service 9] Failed to execute operation Connect from rank 9"
     _rule(_FC.NCCL_ERROR, 6, r"\[Proxy\s+\w+(?:\s+\d+)?\]\s+Failed", "proxy"),
     # bootstrap: "NCCL WARN Bootstrap : no socket interface found"
@@ -264,6 +338,13 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.GPU_HARDWARE, 12,
           r"\bGPU\s+(?:is|has\s+been)\s+lost\b|recover\s+this\s+GPU|GPU\s+requires\s+reset",
           "gpu is lost", "gpu has been lost", "recover this gpu", "requires reset"),
+    # the driver's verdict after a fatal Xid: nvidia-smi -q "GPU Recovery Action : Reset"
+    # (anything but None), Xid 154 "GPU recovery action changed from 0x0 (None) to 0x1
+    # (GPU Reset Required)", "Reset Required : Yes", DCGM/NVML "GPU needs reset".
+    _rule(_FC.GPU_HARDWARE, 10,
+          r"Recovery\s+Action\s*:\s*(?!None\b|N/A\b)\w|recovery\s+action\s+changed\s+from|"
+          r"Reset\s+Required\s*:\s*Yes|GPU\s+Reset\s+Required|GPU\s+needs?\s+(?:a\s+)?reset",
+          "recovery action", "reset required", "needs reset", "needs a reset", "need reset"),
     _rule(_FC.GPU_HARDWARE, 10, r"RmInitAdapter\s+failed", "rminitadapter"),
     _rule(_FC.GPU_HARDWARE, 7, r"couldn't\s+communicate\s+with\s+the\s+NVIDIA\s+driver",
           "nvidia driver"),
@@ -282,10 +363,23 @@ _RULES: tuple[_Rule, ...] = (
     # "CUDA error: unspecified launch failure" is the classic Xid 13/43/79 companion.
     _rule(_FC.GPU_HARDWARE, 5, r"unspecified\s+launch\s+failure|cudaErrorLaunchFailure",
           "launch failure", "cudaerrorlaunchfailure"),
-    # "CUDA error: unknown error" / "CUDA-capable device(s) is/are busy or unavailable"
+    # "CUDA error: unknown error" / "CUDA-capable device(s) is/are busy or unavailable" (and
+    # the older "all CUDA-capable devices are busy or unavailable", cudaErrorDevicesUnavailable,
+    # THC "cuda runtime error (46)"). Alone it may be a GPU in exclusive mode held by a stray
+    # process, so it only supports...
     _rule(_FC.GPU_HARDWARE, 4,
-          r"CUDA\s+error:\s+unknown\s+error|device\(s\)\s+is/are\s+busy\s+or\s+unavailable",
-          "cuda error", "busy or unavailable"),
+          r"CUDA\s+error:\s+unknown\s+error|CUDA_ERROR_UNKNOWN|"
+          r"(?:device\(s\)\s+is/are|devices\s+are)\s+busy\s+or\s+unavailable|"
+          r"cudaErrorDevicesUnavailable|cuda\s+runtime\s+error\s+\(46\)",
+          "cuda error", "cuda_error_unknown", "busy or unavailable", "cudaerrordevicesunavailable",
+          "error (46)"),
+    # ...but next to the kernel or NVML saying the GPU fell off the bus, is lost or needs a
+    # reset, the device is busy because it is dead: the node must be drained.
+    _rule(_FC.GPU_HARDWARE, 8,
+          r"busy\s+or\s+unavailable|cudaErrorDevicesUnavailable|cuda\s+runtime\s+error\s+\(46\)|"
+          r"CUDA_ERROR_UNKNOWN",
+          "busy or unavailable", "cudaerrordevicesunavailable", "error (46)", "cuda_error_unknown",
+          requires=_GPU_RESET_CONTEXT),
     # illegal memory access is usually a kernel bug (see user_code), sometimes an Xid 31.
     _rule(_FC.GPU_HARDWARE, 2, r"illegal\s+memory\s+access", "illegal memory", hint=True),
 
@@ -329,6 +423,22 @@ _RULES: tuple[_Rule, ...] = (
           r"running\s+low\s+on\s+memory|killed\s+due\s+to\s+memory\s+pressure|"
           r"ray\.exceptions\.OutOfMemoryError",
           "low on memory", "memory pressure", "ray.exceptions"),
+    # ...and its detail, which survives when the first line was cut: "Memory on the node (IP:
+    # 10.0.3.220, ID: ...) where the task ... was running was 59.49GB / 62.58GB (0.950744),
+    # which exceeds the memory usage threshold of 0.95. Ray killed this worker ..."
+    _rule(_FC.OOM_HOST, 10,
+          r"Memory\s+on\s+the\s+node\s+\(IP:|exceeds\s+the\s+memory\s+usage\s+threshold|"
+          r"Ray\s+killed\s+this\s+worker",
+          "memory on the node", "memory usage threshold", "ray killed"),
+    # userspace OOM daemons kill before the kernel does, and earlyoom sends SIGTERM first, so
+    # without these lines the death reads as a preemption: "systemd-oomd[840]: Killed
+    # /user.slice/... due to memory pressure for /user.slice/... being 51.07% > 50.00%",
+    # "...scope: systemd-oomd killed 12 process(es) in this unit.", "earlyoom[845]: low
+    # memory! at or below SIGTERM limits", "earlyoom[845]: sending SIGTERM to process 322603".
+    _rule(_FC.OOM_HOST, 12,
+          r"systemd-oomd\b.*\bKilled\b|\bsystemd-oomd\s+killed|due\s+to\s+memory\s+pressure\s+for|"
+          r"\bearlyoom\b.*(?:low\s+memory|sending\s+SIG\w+\s+to\s+process)",
+          "systemd-oomd", "memory pressure for", "earlyoom"),
     # CPU allocator: "[enforce fail at alloc_cpu.cpp:83] . DefaultCPUAllocator: can't allocate
     # memory: you tried to allocate 123 bytes. Error code 12 (Cannot allocate memory)", newer
     # builds: "DefaultCPUAllocator: not enough memory: you tried to allocate 34359738368 bytes."
@@ -345,6 +455,16 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.OOM_HOST, 5,
           r"insufficient\s+shared\s+memory|bus\s+error\s+encountered\s+in\s+worker",
           "insufficient shared", "bus error"),
+    # the same /dev/shm exhaustion seen by torch.multiprocessing when a worker hands a tensor
+    # over: "RuntimeError: unable to write to file </torch_1234_567_0>: No space left on
+    # device (28)", "unable to open shared memory object </torch_..>" (those files live in
+    # /dev/shm, not on the checkpoint disk).
+    _rule(_FC.OOM_HOST, 8,
+          r"unable\s+to\s+(?:write\s+to\s+file|open\s+shared\s+memory\s+object)\s+</torch_",
+          "</torch_"),
+    # A bus error without NCCL around is most often that too (hint tier, like exit code -7).
+    _rule(_FC.OOM_HOST, 2, r"\bSIGBUS\b|\bBus\s+error\b|Signal\s+7\s+\(SIGBUS\)",
+          "sigbus", "bus error", hint=True),
     # Kubernetes eviction: "The node was low on resource: memory."
     _rule(_FC.OOM_HOST, 7, r"low\s+on\s+resource:\s*memory", "low on resource"),
     # --- circumstantial: the process got SIGKILL and nobody said why (hint tier) ---
@@ -485,6 +605,28 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.RENDEZVOUS, 9, r"client\s+socket\s+has\s+(?:timed\s+out|failed\s+to\s+connect)",
           "client socket"),
     _rule(_FC.RENDEZVOUS, 8, r"connect\(\)\s+timed\s+out", "connect()"),
+    # The master / store host name does not resolve (a typo, or on Kubernetes a headless
+    # Service whose DNS record is not there yet). TCPStore: "ValueError: host not found: Name
+    # or service not known"; gloo: "Unable to find address for: dgx-1.ai"; c10d (torch >= 1.11)
+    # "The IPv4 network addresses of (host, 29500) cannot be retrieved (gai error: -2 - Name or
+    # service not known)". Its IPv6 twin is printed on every lookup that has no AAAA record,
+    # harmless when IPv4 works, so it is only a hint.
+    _rule(_FC.RENDEZVOUS, 10,
+          r"host\s+not\s+found:\s*Name\s+or\s+service|Unable\s+to\s+find\s+address\s+for",
+          "host not found", "unable to find address"),
+    _rule(_FC.RENDEZVOUS, 7, r"IPv4\s+network\s+addresses\s+of\s+.*cannot\s+be\s+retrieved",
+          "ipv4 network"),
+    _rule(_FC.RENDEZVOUS, 2, r"IPv6\s+network\s+addresses\s+of\s+.*cannot\s+be\s+retrieved",
+          "ipv6 network", hint=True),
+    # any other failed lookup ("socket.gaierror: [Errno -3] Temporary failure in name
+    # resolution", "getaddrinfo failed", "failed to resolve") in a torch.distributed job,
+    # except the IPv6 warning above and lookups of web hosts (model or dataset downloads).
+    _rule(_FC.RENDEZVOUS, 7,
+          r"^(?![^\n]*(?:IPv6\s+network|https?://|huggingface|HTTPSConnection|urllib3))[^\n]*?"
+          r"(?:Name\s+or\s+service\s+not\s+known|Temporary\s+failure\s+in\s+name\s+resolution|"
+          r"nodename\s+nor\s+servname|getaddrinfo\s+failed|failed\s+to\s+resolve)",
+          "name or service", "name resolution", "servname", "getaddrinfo", "failed to resolve",
+          requires=_DISTRIBUTED_CONTEXT),
     _rule(_FC.RENDEZVOUS, 7,
           r"errno:\s*(?:111|113|110)\s*-\s*(?:Connection\s+refused|No\s+route\s+to\s+host|"
           r"Connection\s+timed\s+out)",
@@ -523,8 +665,12 @@ _RULES: tuple[_Rule, ...] = (
 
     # ------------------------------------------------------------------ storage
     # "OSError: [Errno 28] No space left on device", "[Errno 122] Disk quota exceeded"
+    # Not on lines about shared memory (/dev/shm for NCCL or DataLoader workers): that is
+    # RAM, and has its own rules above.
     _rule(_FC.STORAGE, 10,
-          r"No\s+space\s+left\s+on\s+device|\[Errno\s+28\]|Disk\s+quota\s+exceeded|\[Errno\s+122\]",
+          r"^(?![^\n]*(?:shm|nccl|posix_fallocate|</torch_))[^\n]*?"
+          r"(?:No\s+space\s+left\s+on\s+device|\[Errno\s+28\]|Disk\s+quota\s+exceeded|"
+          r"\[Errno\s+122\])",
           "no space", "errno 28", "quota", "errno 122"),
     # "RuntimeError: write(): fd 29 failed with Input/output error", "[Errno 5] Input/output error"
     _rule(_FC.STORAGE, 9, r"Input/output\s+error|\[Errno\s+5\]", "input/output", "errno 5"),
@@ -541,6 +687,13 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.STORAGE, 8,
           r"file\s+write\s+failed|failed\s+finding\s+central\s+directory|archive\s+is\s+corrupted",
           "write failed", "central directory", "corrupted"),
+    # torch.save closing the zip when the data did not all reach the disk (full or over
+    # quota): "[enforce fail at inline_container.cc:337] . unexpected pos 11347827264 vs
+    # 11347827160" from write_end_of_file; a checkpoint cut short: "zipfile.BadZipFile: File
+    # is not a zip file", "PytorchStreamWriter failed writ..." truncated by the log itself.
+    _rule(_FC.STORAGE, 9, r"unexpected\s+pos\s+\d+\s+vs\s+\d+", "unexpected pos"),
+    _rule(_FC.STORAGE, 7, r"\bBadZipFile\b|File\s+is\s+not\s+a\s+zip\s+file",
+          "badzipfile", "not a zip file"),
     # truncated files: "unexpected EOF, expected 123 more bytes. The file might be corrupted.",
     # "_pickle.UnpicklingError: invalid load key, '\x00'.", "EOFError: Ran out of input",
     # safetensors "Error while deserializing header: MetadataIncompleteBuffer".
@@ -957,10 +1110,16 @@ def _classify_text(
     top_weight: dict[FailureClass, float] = {}
     hits: dict[FailureClass, list[tuple[float, int]]] = {}
 
+    concrete: set[FailureClass] = set()  # symptom classes with a root-cause hit
+
     for rule in _RULES:
         lines = scanner.matched_lines(rule)
         if len(lines) < rule.min_count:
             continue
+        if rule.requires is not None and not scanner.matched_lines(rule.requires):
+            continue
+        if rule.cause:
+            concrete.add(rule.failure_class)
         repeats = min(len(lines) - rule.min_count + 1, 6)
         contribution = rule.weight * (1.0 + 0.1 * (repeats - 1))
         cls = rule.failure_class
@@ -980,9 +1139,11 @@ def _classify_text(
         scores[cls] = strong.get(cls, 0.0) + min(hints.get(cls, 0.0), _HINT_CAP)
 
     # Timeouts and transport errors are what the *other* ranks see when one rank dies
-    # of something concrete; let the concrete cause win.
-    if any(w >= _DECISIVE for c, w in top_weight.items() if c not in _SYMPTOM_CLASSES):
-        for cls in _SYMPTOM_CLASSES & scores.keys():
+    # of something concrete; let the concrete cause win. A symptom class hit by a
+    # ``cause`` rule (NCCL's own shared memory failing on this node) is a cause itself.
+    symptoms = _SYMPTOM_CLASSES - concrete
+    if any(w >= _DECISIVE for c, w in top_weight.items() if c not in symptoms):
+        for cls in symptoms & scores.keys():
             scores[cls] *= _SYMPTOM_FACTOR
 
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], _PRIORITY.index(kv[0])))

@@ -36,9 +36,10 @@ class FailureClass(StrEnum):
 
     OOM_HOST = "oom_host"
     """Host RAM ran out and the process was killed: kernel or cgroup OOM killer, Slurm
-    oom-kill, Ray memory-pressure kills. Lazarus's supervisor says so only with evidence:
-    an OOM message in the log, or the kernel's own record (the rank's cgroup
-    ``memory.events`` ``oom_kill`` counter rose, or the kernel log names its pid). Log
+    oom-kill, memory monitors (Ray, systemd-oomd, earlyoom, Kubernetes OOMKilled).
+    Lazarus's supervisor says so only with evidence: an OOM message in the log, or the
+    kernel's own record (the rank's cgroup ``memory.events`` ``oom_kill`` counter rose,
+    or the kernel log names its pid). Log
     text from other launchers ("exitcode: -9") is still read as this class by
     :func:`lazarus.domain.classifier.classify`, which reports it as circumstantial."""
 
@@ -53,8 +54,9 @@ class FailureClass(StrEnum):
     misuse. Retrying will not help."""
 
     RENDEZVOUS = "rendezvous"
-    """The process group never formed: port already in use, store or rendezvous
-    connection timed out, or the store-based init barrier timed out."""
+    """The process group never formed: port already in use, master address that does
+    not resolve, store or rendezvous connection timed out, or the store-based init
+    barrier timed out."""
 
     STORAGE = "storage"
     """Checkpoint storage failed: disk full, I/O error while saving, or a corrupt or

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.classifier_accuracy import evaluate, format_confusion, load_samples
+from bench.classifier_accuracy import Sample, evaluate, format_confusion, load_samples
 from lazarus.domain.classifier import Classification, RootCause, classify, root_cause
 from lazarus.domain.failure_classes import FailureClass as FC
 
@@ -61,6 +61,11 @@ SNIPPETS: list[tuple[FC, str]] = [
         "ncclRemoteError: A call failed possibly due to a network error or a remote process "
         "exiting prematurely.",
     ),
+    (
+        FC.NCCL_ERROR,
+        "n3:77:91 [2] misc/shmutils.cc:71 NCCL WARN Error: failed to extend /dev/shm/nccl-Ab12 "
+        "to 9637892 bytes, error: No space left on device (28)",
+    ),
     # --- gpu_hardware
     (FC.GPU_HARDWARE, "RuntimeError: CUDA error: uncorrectable ECC error encountered"),
     (
@@ -71,6 +76,11 @@ SNIPPETS: list[tuple[FC, str]] = [
     (
         FC.GPU_HARDWARE,
         "Unable to determine the device handle for GPU 0000:65:00.0: Unknown Error",
+    ),
+    (
+        FC.GPU_HARDWARE,
+        "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n"
+        "    GPU Recovery Action                   : Reset",
     ),
     # --- oom_gpu
     (
@@ -92,6 +102,11 @@ SNIPPETS: list[tuple[FC, str]] = [
     (
         FC.OOM_HOST,
         "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+    ),
+    (
+        FC.OOM_HOST,
+        "Jun 01 03:04:05 gpu7 systemd-oomd[912]: Killed /system.slice/train.service due to "
+        "memory pressure for /system.slice being 83.10% > 80.00% for > 20s with reclaim activity",
     ),
     # --- user_code
     (FC.USER_CODE, "NameError: name 'tokenizer' is not defined"),
@@ -122,6 +137,11 @@ SNIPPETS: list[tuple[FC, str]] = [
         "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. "
         "3/4 clients joined.",
     ),
+    (
+        FC.RENDEZVOUS,
+        '  File "torch/distributed/rendezvous.py", line 172, in _env_rendezvous_handler\n'
+        "ValueError: host not found: Name or service not known",
+    ),
     # --- storage
     (FC.STORAGE, "OSError: [Errno 28] No space left on device: '/ckpt/step_900/model.pt'"),
     (
@@ -130,6 +150,10 @@ SNIPPETS: list[tuple[FC, str]] = [
         "central directory",
     ),
     (FC.STORAGE, "OSError: [Errno 5] Input/output error"),
+    (
+        FC.STORAGE,
+        "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 4096 vs 3990",
+    ),
     # --- preempted
     (
         FC.PREEMPTED,
@@ -348,6 +372,139 @@ def test_benign_logs_are_unknown(log: str) -> None:
     assert result.failure_class == FC.UNKNOWN
     assert result.evidence == []
     assert result.confidence == 0.0
+
+
+# ---------------------------------------------------------------- families: root cause over wording
+
+
+def test_no_space_in_nccl_shared_memory_is_nccl_not_the_checkpoint_disk() -> None:
+    shm = (
+        "h:1:2 [0] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left "
+        "on device\n"
+    )
+    disk = "OSError: [Errno 28] No space left on device: '/ckpt/step_20/optim.pt'\n"
+    assert classify(shm).failure_class == FC.NCCL_ERROR
+    assert classify(disk).failure_class == FC.STORAGE
+
+
+def test_bus_error_names_nccl_shm_only_with_nccl_in_the_process() -> None:
+    bus = (
+        "[n1:4410] Signal: Bus error (7)\n"
+        "  exitcode  : -7 (pid: 4410)\n"
+        "  traceback : Signal 7 (SIGBUS) received by PID 4410\n"
+    )
+    nccl = "n1:4410:4433 [0] NCCL INFO Channel 00/02 :    0   1\n"
+    assert classify(nccl + bus).failure_class == FC.NCCL_ERROR
+    assert classify(bus).failure_class != FC.NCCL_ERROR
+
+
+def test_dataloader_bus_error_stays_host_memory_next_to_nccl_chatter() -> None:
+    log = (
+        "n1:4410:4433 [0] NCCL INFO Channel 00/02 :    0   1\n"
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+        "shared memory (shm).\n"
+        "RuntimeError: DataLoader worker (pid 4471) is killed by signal: Bus error.\n"
+    )
+    assert classify(log).failure_class == FC.OOM_HOST
+
+
+def test_torch_multiprocessing_shm_full_is_not_the_checkpoint_disk() -> None:
+    log = (
+        "RuntimeError: unable to write to file </torch_812_3342_0>: No space left on device (28)\n"
+    )
+    assert classify(log).failure_class == FC.OOM_HOST
+
+
+def test_nccl_shm_failure_beats_the_slurm_teardown_and_peer_timeouts() -> None:
+    log = (
+        "torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:268, unhandled system "
+        "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+        "Last error:\n"
+        "Error while creating shared memory segment /dev/shm/nccl-1Ys (size 7340384)\n"
+        "[rank1]:[E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600100 "
+        "milliseconds before timing out.\n"
+        "srun: error: n4: task 5: Exited with exit code 1\n"
+        "slurmstepd: error: *** STEP 11.0 ON n4 CANCELLED AT 2025-02-17T10:02:11 ***\n"
+    )
+    assert classify(log).failure_class == FC.NCCL_ERROR
+
+
+def test_ipv6_lookup_warning_alone_is_not_a_rendezvous_failure() -> None:
+    warning = (
+        "[W socket.cpp:697] [c10d] The IPv6 network addresses of (mac.local, 56412) cannot be "
+        "retrieved (gai error: 8 - nodename nor servname provided, or not known).\n"
+    )
+    assert classify(warning).failure_class == FC.UNKNOWN
+    assert classify(warning + "KeyError: 'labels'\n").failure_class == FC.USER_CODE
+
+
+def test_unresolvable_master_addr_is_rendezvous() -> None:
+    log = (
+        "[W socket.cpp:558] [c10d] The IPv4 network addresses of (trainer-0.svc, 29500) cannot "
+        "be retrieved (gai error: -2 - Name or service not known).\n"
+        "[E socket.cpp:610] [c10d] The client socket has failed to connect to any network "
+        "address of (trainer-0.svc, 29500).\n"
+    )
+    assert classify(log).failure_class == FC.RENDEZVOUS
+    gai = (
+        "torch.distributed.elastic.multiprocessing.api: failed (exitcode: 1)\n"
+        "socket.gaierror: [Errno -3] Temporary failure in name resolution\n"
+    )
+    assert classify(gai).failure_class == FC.RENDEZVOUS
+
+
+def test_failed_model_download_lookup_is_not_rendezvous() -> None:
+    log = (
+        "torchrun --nproc-per-node 8 train.py\n"
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', "
+        'port=443): Max retries exceeded (Caused by NameResolutionError("Failed to resolve '
+        "'huggingface.co' ([Errno -3] Temporary failure in name resolution)\"))\n"
+    )
+    assert classify(log).failure_class != FC.RENDEZVOUS
+
+
+def test_memory_monitor_sigterm_is_host_oom_not_preemption() -> None:
+    log = (
+        "Aug 04 10:39:10 n2 earlyoom[845]: low memory! at or below SIGTERM limits: mem  3.00%\n"
+        'Aug 04 10:39:10 n2 earlyoom[845]: sending SIGTERM to process 3226 uid 1000 "python"\n'
+        "torch/distributed/elastic/agent/server/api.py:704] Received 15 death signal, shutting "
+        "down workers\n"
+    )
+    result = classify(log)
+    assert result.failure_class == FC.OOM_HOST and not result.circumstantial
+
+
+def test_ray_memory_monitor_detail_alone_is_host_oom() -> None:
+    log = (
+        "Memory on the node (IP: 10.0.3.220, ID: d8d8) where the task (task ID: b909, name=trai\n"
+        "failed (exitcode: -9) local_rank: 1 (pid: 803) of binary: /usr/bin/python\n"
+    )
+    result = classify(log)
+    assert result.failure_class == FC.OOM_HOST and not result.circumstantial
+
+
+def test_busy_gpu_that_needs_a_reset_beats_the_python_wrapper() -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 12, in <module>\n'
+        "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n"
+        "failed (exitcode: 1) local_rank: 0 (pid: 77) of binary: /usr/bin/python\n"
+        "ValueError: wrapper gave up after 3 retries\n"
+        "[ 1843.3] NVRM: GPU 0000:b3:00.0: GPU recovery action changed from 0x0 (None) to 0x1 "
+        "(GPU Reset Required)\n"
+    )
+    assert classify(log).failure_class == FC.GPU_HARDWARE
+
+
+HARD = FIXTURES / "failure-logs-hard"
+
+
+@pytest.mark.parametrize("sample", load_samples(HARD), ids=lambda s: s.file)
+def test_hard_real_excerpts(sample: Sample) -> None:
+    """Real excerpts with buried causes and launcher wrappers (README in that folder)."""
+    result = classify(sample.text)
+    assert result.failure_class == sample.label, (sample.meta.get("family"), result.scores)
 
 
 # ---------------------------------------------------------------- suspects
