@@ -8,7 +8,12 @@ sleep. Each cell runs on the benchmark harness (one LocalStack for the matrix, a
 fresh job per cell, the same reference runs) and is judged by
 :func:`bench.chaos_invariants.judge`: the right end state, the fault-free weights,
 one generation alive at a time, no step lost beyond the checkpoint interval (none
-on a planned stop), nothing left behind.
+on a planned stop), nothing left behind, and no snapshot of an abandoned timeline resumed.
+
+The fast paths (rejoin in place, the memory tier, warm standbys, a preflight that
+swaps or shrinks) have their own phases and rows: ``rejoin``, ``after_rollback``,
+``after_disk_fallback``, ``warm_standby``, and the preflight faults at a
+recovery's relaunch (see docs/chaos.md).
 
 The matrix is the explicit list :data:`CELLS`; a (fault, phase) pair not in it is
 reported with the reason it is not a cell (:func:`absent_reason`).
@@ -29,13 +34,14 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 
 from bench import report
-from bench.chaos_invariants import GenerationCensus, judge
+from bench.chaos_invariants import GenerationCensus, Launch, judge, processes_mentioning
 from bench.chaos_points import ChaosPoints
 from bench.chaos_s3 import ChaosS3, chaos_s3
 from bench.harness import (
@@ -50,12 +56,15 @@ from bench.harness import (
 )
 from bench.jobs import WORLD_SIZE, JobPaths, JobShape, build_spec
 from lazarus import chaos
+from lazarus.activities.rundir import read_json
 from lazarus.domain import chaos_points as points
-from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
+from lazarus.domain.activity_refs import LAUNCH
+from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME, UPDATE_DRAIN
 from lazarus.domain.chaos_points import CHAOS_DIR_ENV
 from lazarus.domain.checkpoint_layout import committed_steps
+from lazarus.domain.memory_tier import MEMORY_ROOT, on_node
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.state import JobStatus, Phase
+from lazarus.workflows.state import JobStatus, NodeRequest, Phase
 
 FAULTS: dict[str, str] = {
     "rank_sigkill": "rank SIGKILL",
@@ -66,6 +75,11 @@ FAULTS: dict[str, str] = {
     "s3_stopped": "S3 (moto) server stopped",
     "checkpoint_corrupt": "checkpoint corrupted on disk",
     "operator_signal": "duplicated or conflicting operator signal",
+    "survivor_sigkill": "a survivor SIGKILLed (a second rank)",
+    "preflight_swap": "a node fails the preflight (a spare replaces it)",
+    "preflight_shrink": "a node fails the preflight (the job shrinks)",
+    "job_cancelled": "the job cancelled",
+    "node_quarantined": "a node quarantined (operator drain)",
 }
 PHASES: dict[str, str] = {
     "launch_before_pids": "launch: before the pid files",
@@ -77,7 +91,19 @@ PHASES: dict[str, str] = {
     "jit_checkpoint": "just-in-time checkpoint",
     "paused": "while paused",
     "continue_as_new": "continue-as-new",
+    "rejoin": "rejoin: survivor told, new rank started, launch unrecorded",
+    "after_rollback": "training after a rollback (memory tier on)",
+    "after_disk_fallback": "training after a disk fallback (memory tier on)",
+    "warm_standby": "warm standbys up",
 }
+FAST_PHASES = ("rejoin", "after_rollback", "after_disk_fallback", "warm_standby")
+FAST_FAULTS = (
+    "survivor_sigkill",
+    "preflight_swap",
+    "preflight_shrink",
+    "job_cancelled",
+    "node_quarantined",
+)
 
 CHAOS_SHAPE = JobShape(
     steps=40,
@@ -91,6 +117,14 @@ CHAOS_SHAPE = JobShape(
     job_timeout_s=240.0,
 )
 """Small and quick, with timeouts that hold on a loaded 2-core machine."""
+REJOIN = {"enabled": True, "timeout_s": 60.0}
+"""Long enough for a survivor to outwait a controller restarted on a loaded machine."""
+NAN_AT_STEP = 24
+"""The rollback cells' diverged step: generation 1's memory snapshots (22, 23) lie
+above the disk checkpoint the rollback retires (20), and generation 2 (from 15)
+reaches its first disk save (20) before any step those snapshots hold."""
+PREFLIGHT_FLAG = "preflight-fail-{node}"
+"""In the job's directory: node ``{node}`` fails every preflight while it exists."""
 CONTINUE_AS_NEW_AFTER_EVENTS = 20
 """Low enough that a 40-step job continues as new while it trains (its start-up alone
 writes more events than this)."""
@@ -106,6 +140,8 @@ class CellRun:
     points: ChaosPoints
     s3: ChaosS3 | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    final: JobStatus | None = None
+    """Set by an injection that ends the job itself (a cancel): its last status."""
 
 
 Inject = Callable[[CellRun], Awaitable[None]]
@@ -134,6 +170,21 @@ class Cell:
     the checkpoint being written (the one before it is the newest to resume from)."""
     smoke: bool = False
     """Part of the fast subset run by ``make test``."""
+    memory: bool = False
+    """The memory tier on: a tmpfs snapshot every step (``memory_every_steps: 1``)."""
+    rejoin: bool = False
+    """Rejoin in place on (the example in its ``--resilient`` mode)."""
+    warm: bool = False
+    """Warm starts with one standby per node (``warm_start: {standby: 1}``)."""
+    three_nodes: bool = False
+    """Three local logical nodes of one rank each, ``min_nodes: 2``, no spare."""
+    preflight_flag: bool = False
+    """A health command that fails node ``n`` while :data:`PREFLIGHT_FLAG` exists."""
+    nan_at_step: int | None = None
+    """The loss diverges at this step in generation 1 (the numerical ladder rolls back)."""
+    weights: bool = True
+    """Judge the final weights (not after a shrink: the world size changed mid-run,
+    so no fault-free run of one world size has them)."""
 
     @property
     def key(self) -> str:
@@ -219,6 +270,72 @@ async def _next_run(run: CellRun) -> None:
         if loop.time() > deadline:
             raise TimeoutError("the workflow never continued as new")
         await asyncio.sleep(0.05)
+
+
+async def _status(run: CellRun) -> JobStatus:
+    status: JobStatus = await run.job.handle.query("status", result_type=JobStatus)
+    return status
+
+
+def _memory_job_dir(job_id: str) -> Path:
+    """The job's directory in this user's private tmpfs root (its runs' snapshots)."""
+    return Path(on_node(MEMORY_ROOT, os.getuid())) / job_id
+
+
+def _idle_standbys(run: CellRun) -> list[int]:
+    """Processes forked by the job's zygotes that are neither a zygote nor a rank
+    nor a rank's wrapper (a handed-off standby): the idle standbys, from /proc."""
+    zygote_dirs = list(run.job.run_root.glob("*/.zygote-*"))
+    busy: set[int] = set()
+    for zygote in zygote_dirs:
+        record = read_json(zygote / "zygote.pid")
+        if record is not None:
+            busy.add(int(record["pid"]))
+    for pid_file in run.job.run_root.glob("*/gen-*/rank-*.pid"):
+        record = read_json(pid_file)
+        if record is not None:
+            busy.update(int(record[k]) for k in ("pid", "wrapper_pid") if k in record)
+    idle: set[int] = set()
+    for zygote in zygote_dirs:
+        for line in processes_mentioning(str(zygote)):
+            pid = int(line.split(":", 1)[0])
+            if pid not in busy:
+                idle.add(pid)
+    return sorted(idle)
+
+
+async def _standbys_up(run: CellRun) -> None:
+    """Wait until some zygote has an idle standby (an observed state, not a delay)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + run.ctx.shape.job_timeout_s
+    while not (idle := _idle_standbys(run)):
+        if loop.time() > deadline:
+            raise TimeoutError("no warm standby came up")
+        await asyncio.sleep(0.1)
+    run.notes["idle_standbys"] = idle
+
+
+async def _ended(run: CellRun) -> JobStatus:
+    """Wait for the workflow to close (a cancel ends it without a result), then its
+    last status: queries still answer on a closed workflow."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + run.ctx.shape.job_timeout_s
+    while (await run.job.handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        if loop.time() > deadline:
+            raise TimeoutError("the job never ended")
+        await asyncio.sleep(0.1)
+    run.job.finished = True
+    run.job.monitor.stop()
+    return await _status(run)
+
+
+def _set_memory_mode(run: CellRun, mode: int) -> None:
+    """Open (0o755) or close (0o700) the job's tmpfs directory: open, the tier is
+    unsafe and the checkpoint search refuses it (disk serves); only this job's
+    directory, never the private root other jobs of this user share."""
+    job_dir = _memory_job_dir(run.job.spec.job_id)
+    job_dir.chmod(mode)
+    run.notes.setdefault("memory_mode", []).append(f"{mode:o}")
 
 
 # --------------------------------------------------------------------------- injections
@@ -516,6 +633,110 @@ async def duplicate_pause_during_jit(run: CellRun) -> None:
     await run.job.handle.signal(SIGNAL_RESUME)
 
 
+async def _into_rejoin(run: CellRun) -> None:
+    """Crash rank 1 and hold the recovery's launch where the survivor (rank 0) has
+    its rejoin request and the new rank 1 is started, launch.json not yet written:
+    the middle of a rejoin, reached by a chaos point."""
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, signal.SIGKILL)
+    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
+
+
+async def rank_kill_rejoin(run: CellRun) -> None:
+    await _into_rejoin(run)
+    _signal_newest(run, 1, signal.SIGKILL)  # the new rank 1, mid-rendezvous
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+
+
+async def rank_stop_rejoin(run: CellRun) -> None:
+    await _into_rejoin(run)
+    _signal_newest(run, 1, signal.SIGSTOP)  # the new rank 1 freezes before its first step
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+
+
+async def survivor_kill_rejoin(run: CellRun) -> None:
+    await _into_rejoin(run)
+    _signal_newest(run, 0, signal.SIGKILL)  # the carried survivor (its pid file is linked)
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+
+
+async def worker_kill_rejoin(run: CellRun) -> None:
+    await _into_rejoin(run)
+    await _kill_worker(run)
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+    await _restart_worker(run)
+
+
+async def crash_after_rollback(run: CellRun) -> None:
+    """Generation 1 diverges at :data:`NAN_AT_STEP`; the rollback resumes generation
+    2 below the retired checkpoint, with generation 1's newer snapshots still in
+    tmpfs. Generation 2 is held at its first disk commit (below those snapshots)
+    and rank 1 is killed there: the next resume must not pick them."""
+    await run.job.reach_step(run.ctx.shape.fault_step)  # before the NaN
+    run.points.arm(points.LAUNCH_BEFORE_PIDS)
+    await _held_at(run, points.LAUNCH_BEFORE_PIDS)  # generation 2's launch
+    incidents = (await _status(run)).incidents
+    run.notes["rollback"] = [(i.failure_class, i.action, i.resumed_from_step) for i in incidents]
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    run.points.release(points.LAUNCH_BEFORE_PIDS)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    _signal_newest(run, 1, signal.SIGKILL)
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+
+
+async def crash_after_disk_fallback(run: CellRun) -> None:
+    """Generation 1 is held at a disk commit; the newest committed disk checkpoint is
+    corrupted and the tier's directory opened to others (the search refuses it), then
+    the holder dies: generation 2 falls back to the disk checkpoint before, two
+    intervals below generation 1's snapshots. With the tier closed again, generation
+    2 is held at its first disk commit (below those snapshots) and rank 1 is killed:
+    the next resume must not pick generation 1's snapshots."""
+    await run.job.reach_step(run.ctx.shape.fault_step + run.ctx.shape.ckpt_every + 1)
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    _corrupt_newest_checkpoint(run)
+    _set_memory_mode(run, 0o755)
+    run.points.arm(points.LAUNCH_BEFORE_PIDS)
+    _signal_newest(run, 0, signal.SIGKILL)  # the holder: its checkpoint never commits
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+    await _held_at(run, points.LAUNCH_BEFORE_PIDS)  # generation 2's launch, resume chosen
+    _set_memory_mode(run, 0o700)
+    incidents = (await _status(run)).incidents
+    run.notes["fallback"] = [(i.kind, i.resumed_from_step, i.fallback_steps) for i in incidents]
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    run.points.release(points.LAUNCH_BEFORE_PIDS)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    _signal_newest(run, 1, signal.SIGKILL)
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+
+
+async def preflight_fails_b(run: CellRun) -> None:
+    """Rank 1 (on node b) crashes and b's preflight fails from then on: the
+    recovery's relaunch must replace b (a spare) or shrink without it, with rejoin
+    and the memory tier planned for the old node set."""
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    (run.job.paths.root / PREFLIGHT_FLAG.format(node="b")).touch()
+    _signal_newest(run, 1, signal.SIGKILL)
+
+
+async def cancel_with_standbys(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    await _standbys_up(run)
+    await run.job.handle.cancel()
+    run.notes.setdefault("faults", []).append({"cancelled_at": time.time()})
+    run.final = await _ended(run)
+
+
+async def drain_with_standbys(run: CellRun) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    await _standbys_up(run)
+    await run.job.handle.execute_update(
+        UPDATE_DRAIN, NodeRequest(node="b", reason="chaos: quarantined with standbys up")
+    )
+    run.notes.setdefault("faults", []).append({"drained": "b", "at": time.time()})
+
+
 # --------------------------------------------------------------------------- the matrix
 
 CELLS: list[Cell] = [
@@ -743,6 +964,99 @@ CELLS: list[Cell] = [
         duplicate_pause_during_jit,
         jit_only=True,
     ),
+    # The fast paths (issue 26).
+    Cell(
+        "rank_sigkill",
+        "rejoin",
+        "the new rank dies while the survivor rejoins: never two generations, the "
+        "job still completes",
+        rank_kill_rejoin,
+        rejoin=True,
+    ),
+    Cell(
+        "rank_sigstop",
+        "rejoin",
+        "the new rank freezes while the survivor rejoins: found hung, the whole "
+        "generation restarts",
+        rank_stop_rejoin,
+        rejoin=True,
+    ),
+    Cell(
+        "survivor_sigkill",
+        "rejoin",
+        "the survivor itself dies while it rejoins (a second rank lost): a second "
+        "incident, never a rank of two generations",
+        survivor_kill_rejoin,
+        rejoin=True,
+    ),
+    Cell(
+        "worker_sigkill",
+        "rejoin",
+        "the controller dies while the survivor rejoins: the retried launch adopts "
+        "the rejoin, never starts a duplicate",
+        worker_kill_rejoin,
+        rejoin=True,
+    ),
+    Cell(
+        "rank_sigkill",
+        "after_rollback",
+        "a crash after a numerical rollback, before the new timeline passes the old "
+        "one's snapshots: they must never be resumed",
+        crash_after_rollback,
+        memory=True,
+        nan_at_step=NAN_AT_STEP,
+        lost_intervals=2,
+    ),
+    Cell(
+        "rank_sigkill",
+        "after_disk_fallback",
+        "a crash after a fallback to disk below the memory tier's snapshots: the "
+        "old timeline's snapshots must never be resumed",
+        crash_after_disk_fallback,
+        memory=True,
+        lost_intervals=2,
+    ),
+    Cell(
+        "preflight_swap",
+        "recovery_relaunch",
+        "a crash on node b, whose preflight then fails: a spare replaces b with the "
+        "memory tier and rejoin on",
+        preflight_fails_b,
+        nodes=True,
+        memory=True,
+        rejoin=True,
+        preflight_flag=True,
+    ),
+    Cell(
+        "preflight_shrink",
+        "recovery_relaunch",
+        "a crash on node b, whose preflight then fails: the job shrinks to a and c "
+        "with the memory tier and rejoin on",
+        preflight_fails_b,
+        three_nodes=True,
+        memory=True,
+        rejoin=True,
+        preflight_flag=True,
+        weights=False,
+    ),
+    Cell(
+        "job_cancelled",
+        "warm_standby",
+        "the job cancelled with warm standbys up: nothing of it alive 20 s later",
+        cancel_with_standbys,
+        nodes=True,
+        warm=True,
+        expect=(Phase.CANCELLED,),
+    ),
+    Cell(
+        "node_quarantined",
+        "warm_standby",
+        "a node drained (quarantined) with warm standbys up: its zygote and standby "
+        "are gone 20 s after the job ends",
+        drain_with_standbys,
+        nodes=True,
+        warm=True,
+    ),
 ]
 CELLS_BY_KEY = {cell.key: cell for cell in CELLS}
 SMOKE = [cell.key for cell in CELLS if cell.smoke]
@@ -750,6 +1064,16 @@ SMOKE = [cell.key for cell in CELLS if cell.smoke]
 
 def absent_reason(fault: str, phase: str) -> str:
     """Why a (fault, phase) pair is not a cell of :data:`CELLS`."""
+    if fault in FAST_FAULTS and phase not in FAST_PHASES:
+        return (
+            "a fault of the fast paths: it exists only with rejoin, a preflight at a "
+            "recovery's relaunch, or warm standbys (its cells say where)"
+        )
+    if phase in FAST_PHASES:
+        return (
+            "a fast-path phase: its rows are the faults issue 26 names there; this fault "
+            "takes the same path as in the slow-path phase it shares (steady, relaunch)"
+        )
     if fault == "s3_stopped":
         return (
             "S3 is read only at a restore and written only by background tiering: the "
@@ -785,8 +1109,32 @@ def _spec_builder(
     cell: Cell, shape: JobShape, s3: ChaosS3 | None
 ) -> Callable[[str, JobPaths], JobSpec]:
     def build(name: str, paths: JobPaths) -> JobSpec:
+        spec = _base_spec(name, paths)
+        args: list[str] = []
+        if cell.rejoin:
+            args.append("--resilient")
+        if cell.nan_at_step is not None:
+            args += ["--nan-at-step", str(cell.nan_at_step)]
+        return spec.model_copy(update={"command": [*spec.command, *args]}) if args else spec
+
+    def _base_spec(name: str, paths: JobPaths) -> JobSpec:
         used = dataclasses.replace(shape, ckpt_every=shape.steps) if cell.jit_only else shape
         extra: dict[str, object] = {}
+        if cell.memory:
+            extra["checkpoints"] = {"memory_every_steps": 1}
+        if cell.rejoin:
+            extra["rejoin"] = dict(REJOIN)
+        if cell.warm:
+            extra["warm_start"] = {"preload": ["torch"], "standby": 1}
+        if cell.preflight_flag:
+            flag = str(paths.root / PREFLIGHT_FLAG.format(node=""))
+            check = (
+                f"import os, sys; sys.exit(os.path.exists({flag!r} + os.environ['LAZARUS_NODE']))"
+            )
+            extra["preflight"] = {"health_command": [sys.executable, "-c", check]}
+        if cell.three_nodes:
+            extra |= {"nodes": [{"name": n} for n in "abc"], "min_nodes": 2}
+            return build_spec(name, paths, used, nproc_per_node=1, extra=extra)
         if cell.s3:
             assert s3 is not None, "an S3 cell without the S3 endpoint"
             extra["checkpoints"] = {
@@ -822,11 +1170,12 @@ async def run_cell(
     build = _spec_builder(cell, shape, s3)
     async with ctx.job(label, 0, build, input_overrides=overrides) as job:
         run = CellRun(ctx, job, chaos_points, s3)
-        with GenerationCensus(job.run_root) as census:
+        memory_dir = _memory_job_dir(job.spec.job_id) if cell.memory else None
+        with GenerationCensus(job.run_root, memory_job_dir=memory_dir) as census:
             try:
                 await cell.inject(run)
                 chaos_points.release_all()
-                status = await job.result()
+                status = run.final if run.final is not None else await job.result()
             except Exception as exc:
                 raise CellError(f"{exc or type(exc).__name__}; {await _last_status(job)}") from exc
             finally:
@@ -834,28 +1183,80 @@ async def run_cell(
                 if not ctx.stack.worker_running:
                     ctx.stack.start_worker()
         common = await job.common_outcome(status)
-        weights_ok = bool(common.metrics["weights_ok"]) if Phase.SUCCEEDED in cell.expect else None
+        weights_ok = (
+            bool(common.metrics["weights_ok"])
+            if Phase.SUCCEEDED in cell.expect and cell.weights
+            else None
+        )
+        launches = await launches_from_history(
+            ctx.client, job.control.workflow_id, job.control.first_run_id
+        )
         verdict = await asyncio.to_thread(
-            judge,
-            status,
-            cell.expect,
-            weights_ok,
-            census,
-            job.spec.world_size,
-            (shape.steps if cell.jit_only else shape.ckpt_every) * cell.lost_intervals,
-            job.run_root,
-            job.paths.checkpoints,
+            partial(
+                judge,
+                status,
+                cell.expect,
+                weights_ok,
+                census,
+                job.spec.world_size,
+                (shape.steps if cell.jit_only else shape.ckpt_every) * cell.lost_intervals,
+                job.run_root,
+                job.paths.checkpoints,
+                launches=launches,
+                job_dir=job.paths.root,
+            )
         )
     return Outcome(
         metrics={"held": verdict.held, **verdict.checks},
         details={
             **common.details,
             "violations": verdict.violations,
+            "timeline_unjudged": verdict.unjudged,
+            "launches": [dataclasses.asdict(launch) for launch in launches],
+            "snapshot_writers": {
+                path: [dataclasses.asdict(seen) for seen in writers]
+                for path, writers in census.writers.items()
+            },
             "notes": run.notes,
             "census_samples": census.samples,
             "max_live_ranks": census.max_live_ranks,
         },
     )
+
+
+async def launches_from_history(
+    client: Client, workflow_id: str, first_run_id: str
+) -> list[Launch]:
+    """Every launch the controller asked for, across the continue-as-new chain, read
+    from the workflow's history (the activity inputs: what the ranks were given as
+    their resume point), in the order they were scheduled."""
+    launches: list[Launch] = []
+    run_id: str | None = first_run_id
+    while run_id:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        for event in history.events:
+            if not event.HasField("activity_task_scheduled_event_attributes"):
+                continue
+            attributes = event.activity_task_scheduled_event_attributes
+            if attributes.activity_type.name != LAUNCH.name or not attributes.input.payloads:
+                continue
+            request = json.loads(attributes.input.payloads[0].data)
+            resume = request.get("resume")
+            launches.append(
+                Launch(
+                    generation=int(request["generation"]),
+                    resume_step=int(resume["step"]) if resume else 0,
+                    resume_path=str(resume["path"]) if resume else None,
+                    at=event.event_time.ToMicroseconds() / 1e6,
+                )
+            )
+        last = history.events[-1] if history.events else None
+        run_id = None
+        if last is not None and last.HasField(
+            "workflow_execution_continued_as_new_event_attributes"
+        ):
+            run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    return launches
 
 
 class CellError(Exception):
@@ -877,6 +1278,8 @@ async def _last_status(job: BenchJob) -> str:
 
 
 def _references(cell: Cell) -> Callable[[JobShape], list[Reference]]:
+    if not cell.weights:
+        return lambda shape: []
     world = 2 if cell.nodes else WORLD_SIZE
     return lambda shape: [(world, shape.steps)]
 
