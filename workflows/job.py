@@ -163,7 +163,7 @@ with workflow.unsafe.imports_passed_through():
         record_resubmission_refused,
         resubmission,
     )
-    from lazarus.workflows.rejoin import plan_rejoin, rejoin_evidence
+    from lazarus.workflows.rejoin import plan_rejoin, rejoin_dropped, rejoin_evidence
     from lazarus.workflows.resume_points import record_rollback, record_skipped
     from lazarus.workflows.routing import (
         PATCH_HOST_TASK_QUEUE,
@@ -235,6 +235,14 @@ PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW = "escalation-hook-survives-continue-as-new"
 ``pending_hooks``, so the next run delivers it. Before, the cancellation counted as a
 failed delivery and dropped it: the job waited in NEEDS_OPERATOR and nobody was paged
 (found by ``python -m bench simulate``, where it left jobs open past the horizon)."""
+PATCH_NODES_BEFORE_RESUME = "node-set-before-resume-point"
+"""Issue 26: a launch runs the preflight (and the swaps, shrink or ``slurm.grow`` it
+causes) *before* the rollback and the resume-point search, so the memory tier is
+searched on exactly the nodes that launch; before, a spare swapped in by the
+preflight was sent a tmpfs snapshot it never held. And a rejoin planned on nodes the
+preflight then changed is dropped: every rank is stopped and the whole generation
+restarts, instead of carrying survivors outside the new world or on a quarantined
+node. Without it (an older history) the search runs first, as it did."""
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
@@ -463,6 +471,17 @@ class JobWorkflow:
             self._needs_operator(stuck)
             return
         await self._hand_back_to_fleet()
+        # The resume point must be chosen for the nodes that launch: the memory tier's
+        # snapshot exists only on the nodes its search checked (issue 26).
+        nodes_first = workflow.patched(PATCH_NODES_BEFORE_RESUME)
+        if nodes_first:
+            planned_on = list(state.pool.active)
+            ready = await self._preflight_active_nodes()
+            if rejoining and state.pool.active != planned_on:
+                rejoining = []
+                ready = await self._drop_rejoin(planned_on) and ready
+            if not ready:
+                return
         below = await self._roll_back() if state.rollback_pending else None
         resume = await self._find_resume_point(below)
         recovering = state.current_incident
@@ -472,7 +491,7 @@ class JobWorkflow:
         state.account_resume(resume)
         state.cut_timeline(resume)
         self._retier_from(resume)
-        if not await self._preflight_active_nodes():
+        if not nodes_first and not await self._preflight_active_nodes():
             return
         spec = self.spec  # a node Slurm added (slurm.grow) during the preflight
         state.generation += 1
@@ -534,6 +553,33 @@ class JobWorkflow:
             result.adopted,
         )
         self._set_phase(Phase.RUNNING)
+
+    async def _drop_rejoin(self, planned_on: list[str]) -> bool:
+        """The preflight changed the nodes after ``_recover`` planned a rejoin on
+        ``planned_on``: restart the whole generation instead (``rejoin_dropped``).
+        The survivors are stopped first, as a recovery without rejoin stops them, so
+        none acts for a slot that moved or left the world. The quarantined node is
+        not skipped: rejoin runs on local nodes only, where reaching it costs nothing,
+        and the stop fences it. Also when the preflight has just asked for an operator:
+        a person resuming must not meet survivors planned for other nodes. False when
+        ranks would not die: a person must look (the next launch escalates if the job
+        waits for one already)."""
+        state = self._state
+        why = rejoin_dropped(planned_on, state.pool.active)
+        state.rejoin_ranks = []
+        incident = state.current_incident
+        if incident is not None and why is not None:
+            incident.add_evidence([why])
+            incident.restart_path = "whole_generation"
+        await self._stop_all(
+            f"fence generation {state.generation}: the rejoin is dropped", kill_at_once=True
+        )
+        if state.stuck_ranks is None:
+            return True
+        if state.phase == Phase.LAUNCHING:
+            stuck, state.stuck_ranks = state.stuck_ranks, None
+            self._needs_operator(stuck)
+        return False
 
     async def _supervise(self) -> None:
         spec = self.spec
