@@ -17,6 +17,8 @@ submitted, found by name. Names are not unique on a cluster (every user may run 
 job called "train"), so the lookup only lists the worker's own user's jobs, the
 name carries the workflow run's key (:func:`~lazarus.domain.contracts.slurm_job_name`),
 and an adopted or new allocation must hold the node count the holder asked for.
+``slurm.extra_args`` may not set what the holder's own options set, nor change what
+it runs or its environment (:func:`extra_args_problems`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,78 @@ ENDED = frozenset(
 class SubmitRefused(RuntimeError):
     """Slurm refused the allocation, or it ended before it ran: one line naming the
     spec field where one is to blame."""
+
+
+RESERVED_OPTIONS = {
+    "--job-name": "Lazarus names the holder, and finds it again by that name",
+    "--wrap": "Lazarus gives the holder's script",
+    "--export": "it sets the holder's environment (PATH, LD_PRELOAD): any program",
+    "--export-file": "it sets the holder's environment (PATH, LD_PRELOAD): any program",
+    "--get-user-env": "it sets the holder's environment from a login shell",
+    "--chdir": "the holder runs where Lazarus starts it",
+    "--output": "Lazarus gives the holder's log file",
+    "--error": "Lazarus gives the holder's log file",
+    "--input": "the holder reads nothing",
+    "--nodes": "slurm.nodes and slurm.spares give the node count",
+    "--parsable": "Lazarus sets it",
+    "--no-kill": "Lazarus sets it",
+    "--kill-on-invalid-dep": "Lazarus sets the holder's options",
+    "--requeue": "the holder must never be requeued behind the workflow's back",
+    "--no-requeue": "Lazarus sets it",
+    "--signal": "slurm.notice_s gives it",
+    "--array": "one holder, not an array",
+    "--test-only": "Lazarus asks it itself",
+    "--uid": "the holder runs as the worker's user",
+    "--gid": "the holder runs as the worker's user",
+}
+"""``sbatch`` long options ``slurm.extra_args`` may not give, with why: the holder's
+own options (which Lazarus's lookups rely on), and those that choose which program
+the holder runs or its environment, which would run a program no
+``allowed_commands`` checked. ``sbatch`` takes any unambiguous prefix of a long
+option (``--expo``), so a prefix of these is refused too."""
+RESERVED_SHORT = {
+    "J": "--job-name",
+    "o": "--output",
+    "e": "--error",
+    "i": "--input",
+    "D": "--chdir",
+    "N": "--nodes",
+    "a": "--array",
+}
+
+
+def extra_args_problems(extra_args: list[str]) -> list[str]:
+    """Why ``slurm.extra_args`` cannot go on the holder's ``sbatch`` line, one line
+    each naming the argument; empty when it can.
+
+    Every word must be an option: a bare word is where ``sbatch`` takes the script to
+    run (``--exclusive my.sh`` would run ``my.sh``), so values go after ``=``
+    (``--qos=high``) or glued to a short option (``-Cgpu``)."""
+    problems = []
+    for arg in extra_args:
+        where = f"slurm.extra_args: {arg!r}"
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            problems.append(
+                f"{where} is not an option: give values after '=' (--qos=high); a separate "
+                "word can be taken by sbatch as the script to run"
+            )
+        elif arg.startswith("--"):
+            name = arg.partition("=")[0]
+            for reserved, why in RESERVED_OPTIONS.items():
+                if len(name) > 2 and reserved.startswith(name):
+                    problems.append(f"{where}: {reserved} is not allowed: {why}")
+                    break
+        else:
+            for letter in arg[1:]:
+                if letter in RESERVED_SHORT:
+                    reserved = RESERVED_SHORT[letter]
+                    problems.append(
+                        f"{where}: -{letter} ({reserved}) is not allowed: "
+                        f"{RESERVED_OPTIONS[reserved]}; write other short options apart, or "
+                        "in their long form (--constraint=gpu)"
+                    )
+                    break
+    return problems
 
 
 def holder_argv(slurm: SlurmSpec, slurm_name: str, run_dir: str | Path) -> list[str]:
@@ -101,6 +175,9 @@ def submit_problems(spec: JobSpec) -> list[str]:
     """Why Slurm would refuse the holder (``sbatch --test-only``), one line naming the
     field; empty when it would take it. Submits nothing."""
     assert spec.slurm is not None
+    problems = extra_args_problems(spec.slurm.extra_args)
+    if problems:
+        return problems
     argv = holder_argv(spec.slurm, first_holder_name(spec.name), spec.run_dir)
     try:
         done = run_slurm([argv[0], "--test-only", *argv[1:]])
@@ -126,7 +203,11 @@ def first_holder_name(job_name: str) -> str:
 
 def submit_holder(slurm: SlurmSpec, slurm_name: str, run_dir: str) -> int:
     """Submit a holder named ``slurm_name``; its job id. Raises
-    :class:`SubmitRefused`."""
+    :class:`SubmitRefused`, also for ``slurm.extra_args`` it may not use (the worker
+    checks again what a client checked: the spec comes from the workflow input)."""
+    problems = extra_args_problems(slurm.extra_args)
+    if problems:
+        raise SubmitRefused("; ".join(problems))
     Path(run_dir).mkdir(parents=True, exist_ok=True)  # the holder's notice and log
     argv = holder_argv(slurm, slurm_name, run_dir)
     try:

@@ -24,8 +24,10 @@ from temporalio.testing import ActivityEnvironment
 from lazarus.activities.nodes.slurm_grow import grow
 from lazarus.activities.nodes.slurm_submit import (
     SubmitRefused,
+    extra_args_problems,
     resubmit,
     slurm_user,
+    submit_problems,
 )
 from lazarus.activities.slurm_allocation import submit_allocation
 from lazarus.domain.contracts import (
@@ -34,7 +36,7 @@ from lazarus.domain.contracts import (
     run_tag,
     slurm_job_name,
 )
-from lazarus.domain.spec import SlurmSpec
+from lazarus.domain.spec import SlurmSpec, parse_spec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -294,3 +296,49 @@ def test_grow_cancels_only_its_own_leftover_and_never_its_allocation(
     log = fake_slurm.log()
     assert "scancel 880" in log
     assert "scancel 500" not in log and "scancel 881" not in log
+
+
+@pytest.mark.parametrize(
+    ("arg", "names"),
+    [
+        ("--export=ALL,PATH=/tmp/evil", "--export is not allowed"),
+        ("--expo=ALL", "--export is not allowed"),  # sbatch takes a prefix
+        ("--export-file=/tmp/env", "--export-file is not allowed"),
+        ("--wrap=id", "--wrap is not allowed"),
+        ("--job-name=other", "--job-name is not allowed"),
+        ("-Jother", "-J (--job-name) is not allowed"),
+        ("-o/tmp/x", "-o (--output) is not allowed"),
+        ("evil.sh", "is not an option"),
+        ("--", "is not an option"),
+    ],
+)
+def test_extra_args_may_not_change_what_the_holder_runs(arg: str, names: str) -> None:
+    (problem,) = extra_args_problems(["--qos=high", arg])
+    assert problem.startswith("slurm.extra_args") and names in problem
+
+
+def test_ordinary_scheduling_options_pass() -> None:
+    assert extra_args_problems(["--qos=high", "--exclusive", "-Cgpu", "--gres=gpu:8"]) == []
+
+
+def test_a_refused_extra_arg_submits_nothing(fake_slurm: FakeSlurm) -> None:
+    spec = parse_spec(
+        {
+            "name": "train",
+            "command": ["python", "t.py"],
+            "slurm": {"nodes": 1, "extra_args": ["--export=ALL,LD_PRELOAD=/tmp/x.so"]},
+        },
+        "job.yaml",
+    )
+    (problem,) = submit_problems(spec)
+    assert "--export is not allowed" in problem
+    request = resubmit_request(RUN_KEY).model_copy(
+        update={
+            "slurm": SlurmSpec(
+                job_id=500, nodes=2, submitted=True, resubmit=True, extra_args=["--wrap=id"]
+            )
+        }
+    )
+    with pytest.raises(SubmitRefused, match="--wrap is not allowed"):
+        resubmit(request, lambda _: None)
+    assert not any(line.startswith("sbatch") for line in fake_slurm.log())
