@@ -83,6 +83,7 @@ from lazarus.activities.rundir import (
     read_json,
     write_json_atomic,
 )
+from lazarus.activities.secret_env import without_worker_secrets
 from lazarus.domain import environment as env_names
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import UnkillableGroup
@@ -140,8 +141,11 @@ class DrainResult(BaseModel):
 
 def client_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: the worker's environment) without the ``SLURM_*``
-    variables of any allocation the worker itself runs in, plus ``SLURM_CONF``."""
-    source = dict(os.environ if base is None else base)
+    variables of any allocation the worker itself runs in, plus ``SLURM_CONF``, and
+    without the worker's own credentials: ``srun`` and ``sbatch`` export this
+    environment to what they run on the nodes (the shim, the preflight health
+    command, the holder)."""
+    source = without_worker_secrets(os.environ if base is None else base)
     env = {k: v for k, v in source.items() if not k.startswith("SLURM_")}
     for name in CLIENT_VARIABLES:
         if name in os.environ:
