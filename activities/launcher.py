@@ -71,10 +71,14 @@ from lazarus.activities.rundir import (
     runs,
     write_json_atomic,
 )
-from lazarus.activities.secret_env import SecretEnvError, passed_env, read_env_file
+from lazarus.activities.secret_env import (
+    SecretEnvError,
+    passed_env,
+    read_env_file,
+    without_worker_secrets,
+)
 from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
-from lazarus.domain.api import API_KEY_ENV
 from lazarus.domain.chaos_points import chaos_point
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import (
@@ -155,9 +159,8 @@ def rank_environment(
     """
     source = os.environ if worker_env is None else worker_env
     local = nodes[node_index].launcher == "local"
-    env = dict(source) if local else {}
     # The worker's credentials for Temporal are not the job's to use.
-    env.pop(API_KEY_ENV, None)
+    env = without_worker_secrets(source) if local else {}
     try:
         if local and spec.env_from_file is not None:
             env.update(read_env_file(spec.env_from_file))

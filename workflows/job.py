@@ -154,6 +154,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.workflows.playbook import Action, decide, straggler_decision
     from lazarus.workflows.preemption import (
+        allocation_mismatch,
         handled_preemption_at,
         move_to_allocation,
         open_preemption,
@@ -243,6 +244,12 @@ preflight was sent a tmpfs snapshot it never held. And a rejoin planned on nodes
 preflight then changed is dropped: every rank is stopped and the whole generation
 restarts, instead of carrying survivors outside the new world or on a quarantined
 node. Without it (an older history) the search runs first, as it did."""
+PATCH_SLURM_OWN_JOBS = "slurm-own-jobs"
+"""A resubmitted allocation smaller than the job's nodes and spares pauses the job
+with the reason (the resubmission is refused) instead of raising ValueError in
+workflow code, which failed the workflow task on every retry and left the job stuck
+in RECOVERING (issue 26). Consulted only when such an allocation is granted, so every
+other history issues the commands it did."""
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
@@ -709,7 +716,10 @@ class JobWorkflow:
         if last_step is not None:
             self._set_step(last_step)
         record_preemption(incident, self._now(), last_step, saved)
-        request = resubmission(self.spec, incident)
+        # The run key and known job ids are activity input only (no new command):
+        # Temporal's replay does not compare activity inputs, and an activity that gets
+        # an older request without them still looks only at this user's jobs.
+        request = resubmission(self.spec, incident, state.run_key)
         if request is not None and workflow.patched(PATCH_SLURM_ALLOCATION):
             try:
                 granted = await execute(
@@ -724,6 +734,11 @@ class JobWorkflow:
             except ActivityError as err:
                 record_resubmission_refused(incident, cause(err))
             else:
+                mismatch = allocation_mismatch(self.spec, granted)
+                if mismatch is not None and workflow.patched(PATCH_SLURM_OWN_JOBS):
+                    record_resubmission_refused(incident, mismatch)
+                    self._set_phase(Phase.PAUSED)
+                    return
                 self._spec = move_to_allocation(self.spec, state, granted)
                 record_resubmission(incident, granted)
                 self._set_phase(Phase.LAUNCHING)
@@ -1187,6 +1202,8 @@ class JobWorkflow:
             known_nodes=known,
             exclude=[lost],
             token=f"g{self._state.generation}",
+            run_key=self._state.run_key,
+            known_job_ids=[slurm.allocation_id],
         )
         try:
             granted = await execute(
