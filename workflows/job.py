@@ -91,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.domain.recovery_timeline import RecoveryTimeline
     from lazarus.domain.spec import JobSpec, SlurmSpec, slurm_node
     from lazarus.workflows.activity_calls import (
+        END_OF_RUN_RETRY,
         HOOK_RETRY,
         LAUNCH_RETRY,
         NO_RETRY,
@@ -190,6 +191,7 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.status import job_status
     from lazarus.workflows.stops import (
         checkpoint_evidence,
+        end_of_run_targets,
         reached,
         record_planned_stop,
         settle_stop,
@@ -250,6 +252,12 @@ with the reason (the resubmission is refused) instead of raising ValueError in
 workflow code, which failed the workflow task on every retry and left the job stuck
 in RECOVERING (issue 26). Consulted only when such an allocation is granted, so every
 other history issues the commands it did."""
+PATCH_END_OF_RUN_EVERY_NODE = "end-of-run-every-node"
+"""The end-of-run stop (finished, failed or cancelled) reaches every node the run
+touched (``stops.end_of_run_targets``), not only the active and unfenced ones, with a
+bounded retry, and notes the nodes it could not reach (issue 26). Before, zygotes,
+idle standbys and ``/dev/shm`` snapshots outlived the run on nodes that had been
+fenced, returned or handed back to the fleet."""
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
@@ -1150,30 +1158,55 @@ class JobWorkflow:
         """Stop ranks on the active nodes and on quarantined nodes not yet fenced.
         ``skip``: nodes declared dead, not contacted (they stay unfenced, and a later
         stop that reaches them fences them); ``kill_at_once``: no grace for ranks that
-        cannot use it; ``end_of_run``: also zygotes and memory-tier snapshots."""
+        cannot use it; ``end_of_run``: also zygotes and memory-tier snapshots, and
+        (PATCH_END_OF_RUN_EVERY_NODE) on every node the run touched, wherever it went:
+        a node that left the pool still holds them. That last stop is tried a few
+        times, never forever: the nodes it could not reach are noted in
+        ``cleanup_unreached`` and the run ends."""
         spec = self.spec
-        names = [n for n in stop_targets(spec, self._state.pool, only) if n not in skip]
-        grace = spec.recovery.stop_grace_s
-        result = await execute(
-            STOP,
-            StopRequest(
-                job_id=spec.job_id,
-                run_root=run_root(spec, self._state),
-                grace_s=grace,
-                reason=reason,
-                nodes=[node_spec(spec, n) for n in names],
-                ssh=spec.ssh,
-                slurm=spec.slurm,
-                kill_at_once=kill_at_once,
-                end_of_run=end_of_run,
-                undrain=undrain,
-            ),
-            start_to_close_timeout=timedelta(seconds=grace + 60),
-            heartbeat_timeout=worker_loss_timeout(spec),
-            retry_policy=QUICK_RETRY,
-            summary=f"stop ranks: {reason}",
-            **route(STOP, self._state.host_task_queue),
+        every_node = end_of_run and workflow.patched(PATCH_END_OF_RUN_EVERY_NODE)
+        targets = (
+            end_of_run_targets(spec, self._state)
+            if every_node
+            else stop_targets(spec, self._state.pool, only)
         )
+        names = [n for n in targets if n not in skip]
+        grace = spec.recovery.stop_grace_s
+        try:
+            result = await execute(
+                STOP,
+                StopRequest(
+                    job_id=spec.job_id,
+                    run_root=run_root(spec, self._state),
+                    grace_s=grace,
+                    reason=reason,
+                    nodes=[node_spec(spec, n) for n in names],
+                    ssh=spec.ssh,
+                    slurm=spec.slurm,
+                    kill_at_once=kill_at_once,
+                    end_of_run=end_of_run,
+                    undrain=undrain,
+                ),
+                start_to_close_timeout=timedelta(seconds=grace + 60),
+                heartbeat_timeout=worker_loss_timeout(spec),
+                retry_policy=END_OF_RUN_RETRY if every_node else QUICK_RETRY,
+                summary=f"stop ranks: {reason}",
+                **route(STOP, self._state.host_task_queue),
+            )
+        except ActivityError as err:
+            if not every_node:
+                raise
+            workflow.logger.warning("end-of-run stop failed: %s", cause(err))
+            result = StopResult(
+                generations=[], signalled_groups=0, killed_groups=0, unreachable=names
+            )
+        if every_node:
+            self._state.cleanup_unreached = list(result.unreachable)
+            if result.unreachable:
+                workflow.logger.warning(
+                    "end of run: not reached, their zygotes and snapshots may remain: %s",
+                    ", ".join(result.unreachable),
+                )
         stuck = settle_stop(self._state, names, result, self._now(), whole_job=only is None)
         if stuck is not None:
             workflow.logger.error(stuck)
