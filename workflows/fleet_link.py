@@ -63,6 +63,15 @@ PATCH_FLEET_WAIT_FOR_NODE = "fleet-wait-for-node"
 back from probation, or one another job released). Asked only by jobs with a fleet,
 and only once such a wait begins."""
 
+PATCH_FLEET_WAITS_ONLY_FOR_NODES = "fleet-waits-only-for-nodes"
+"""Issue 26: the fleet retry of :data:`PATCH_FLEET_WAIT_FOR_NODE` resumes a job only
+when being short of nodes is its whole reason for waiting (``JobState.waits_for_node``:
+no spare left). Before it, a job that escalated for a spent restart budget, a crash
+loop or ranks that would not die also held a quarantined node, so it was "short" too,
+and relaunched by itself, without a person, as soon as the fleet had a node. Asked
+only by fleet jobs, once such a wait would arm the retry; histories from before keep
+their retry timers."""
+
 MAX_FLEET_NOTES = 50
 
 LEASE_RETRY = RetryPolicy(
@@ -116,12 +125,15 @@ def nodes_to_replace(spec: JobSpec, state: JobState) -> list[str]:
 
 def waits_on_fleet(spec: JobSpec, state: JobState) -> float | None:
     """Seconds until the job asks its fleet again, while it waits for an operator only
-    because it is short of nodes; None when it waits for a person alone (no fleet,
-    paused, short of nothing, or a history from before :data:`PATCH_FLEET_WAIT_FOR_NODE`)."""
+    because it is short of nodes; None when it waits for a person (no fleet, paused,
+    short of nothing, escalated for another reason such as a spent budget or a crash
+    loop, or a history from before :data:`PATCH_FLEET_WAIT_FOR_NODE`)."""
     fleet = fleet_of(spec)
     if fleet is None or state.phase != Phase.NEEDS_OPERATOR:
         return None
     if not nodes_to_replace(spec, state) or not workflow.patched(PATCH_FLEET_WAIT_FOR_NODE):
+        return None
+    if not state.waits_for_node and workflow.patched(PATCH_FLEET_WAITS_ONLY_FOR_NODES):
         return None
     return fleet.retry_s
 

@@ -410,3 +410,49 @@ async def test_the_cli_starts_a_fleet_and_shows_drains_and_returns_its_nodes(
     assert code == 1 and "already in service" in out
     code, out = await asyncio.to_thread(run, "fleet", "return", "n1")
     assert code == 0 and "healthy again" in out, out
+
+
+# ------------------------------------------------------------------------ issue 26
+
+
+async def test_a_fleet_job_that_escalated_for_its_budget_waits_for_a_person(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # The audit's repro: b's only node is lost with its restart budget spent. b is short
+    # of a node too, but a spent budget is a person's call: when a releases a node, b
+    # must not relaunch on it by itself.
+    fleet = await cluster.start_fleet(nodes=[{"name": "n0"}, {"name": "n1"}], spares=[])
+    a = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=1))
+    spec_b = fake_spec(
+        tmp_path,
+        fleet={"name": fleet.name, "nodes": 1, "retry_s": 10},
+        recovery={"max_restarts": 0, "backoff_initial_s": 0.1, "backoff_max_s": 0.2},
+    )
+    b = await cluster.start_job(spec_b)
+    await a.wait_phase(Phase.RUNNING)
+    [dead] = (await b.wait_phase(Phase.RUNNING)).nodes.active
+    b.script.failures[1] = lost(dead)
+    waiting = await b.wait_phase(Phase.NEEDS_OPERATOR)
+    assert "restart budget spent" in (waiting.operator_reason or "")
+    a.script.succeed_at.add(1)
+    await a.wait_phase(Phase.SUCCEEDED)
+    await fleet_status_until(
+        cluster, fleet.name, lambda s: not leased(s, a.spec.job_id), "a's release"
+    )
+    # Past b's retry interval, nobody has touched it: it still waits, on generation 1.
+    await asyncio.sleep(12)
+    still = await b.status()
+    assert still.phase == Phase.NEEDS_OPERATOR and still.generation == 1, still
+    assert "restart budget spent" in (still.operator_reason or "")
+    history = await b.handle.fetch_history()
+    timers = [
+        e.user_metadata.summary.data
+        for e in history.events
+        if e.HasField("timer_started_event_attributes")
+    ]
+    assert not any(b"ask the fleet again" in summary for summary in timers), timers
+    status = await cluster.fleets.status(fleet.name)
+    assert not leased(status, b.spec.job_id)
+    await Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        history
+    )
