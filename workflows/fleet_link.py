@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import (
@@ -155,6 +155,17 @@ async def ask_again(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> Jo
     return spec
 
 
+def refused(err: ActivityError) -> bool:
+    """The fleet answered no (``FleetRefused``), as opposed to not answering at all."""
+    failure = err.cause
+    return isinstance(failure, ApplicationError) and failure.type == FLEET_REFUSED
+
+
+def trouble(err: ActivityError) -> str:
+    """How a failed fleet call is worded in the notes: a refusal is not an outage."""
+    return f"{'refused' if refused(err) else 'unreachable'}: {cause(err)}"
+
+
 def note(state: JobState, line: str, evidence: list[str] | None = None) -> None:
     """What the fleet said or did, where ``status`` shows it (a line the same as the
     last is kept once), and in ``evidence`` (the lines the caller files on the
@@ -225,7 +236,7 @@ async def report_loss(
             summary=f"fleet {fleet.name}: {what or f'a node in place of {replace}'}",
         )
     except ActivityError as err:
-        note(state, f"unreachable, going on with what the job holds: {cause(err)}", evidence)
+        note(state, f"{trouble(err)}; going on with what the job holds", evidence)
         return None
     if reply.note:
         note(state, reply.note, evidence)
@@ -277,7 +288,7 @@ async def hand_back_fenced(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec
             summary=f"hand {', '.join(fenced)} back to fleet {fleet.name}",
         )
     except ActivityError as err:
-        note(state, f"kept {', '.join(fenced)} (hand back failed): {cause(err)}")
+        note(state, f"kept {', '.join(fenced)} (hand back {trouble(err)})")
         return
     state.pool.forget(reply.gone)
     gone = [n for n in state.handed_back if n not in reply.gone]
