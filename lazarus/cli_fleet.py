@@ -64,13 +64,22 @@ def start(
     ctx: typer.Context,
     config_file: Annotated[Path, typer.Argument(help="The fleet's YAML config.")],
     as_json: AsJson = False,
+    forget_state: Annotated[
+        bool,
+        typer.Option(
+            "--forget-state",
+            help="Start afresh although a fleet of this name ran before and was ended: "
+            "its leases, quarantines and lemons are forgotten.",
+        ),
+    ] = False,
 ) -> None:
-    """Start the fleet's workflow (``lazarus-fleet-<name>``); a worker must be running."""
+    """Start the fleet's workflow (``lazarus-fleet-<name>``); a worker must be running.
+    Refused while it runs, and after an earlier run was ended unless --forget-state."""
     try:
         config = load_fleet_config(config_file)
     except ClientError as exc:
         _fail(str(exc))
-    workflow_id = _with_fleets(ctx, lambda fleets: fleets.start(config))
+    workflow_id = _with_fleets(ctx, lambda fleets: fleets.start(config, forget_state=forget_state))
     if as_json:
         typer.echo(json.dumps({"fleet": config.name, "workflow_id": workflow_id}))
         return

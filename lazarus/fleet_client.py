@@ -14,7 +14,12 @@ from typing import Any, NoReturn
 
 import yaml
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -51,6 +56,20 @@ class FleetNotFound(ClientError):
 class FleetAlreadyRunning(ClientError):
     def __init__(self, fleet: str) -> None:
         super().__init__(f"fleet '{fleet}' is already running")
+        self.fleet = fleet
+
+
+class FleetEndedBefore(ClientError):
+    """A fleet of that name ran before and was ended (terminated, most likely): a new
+    start would not know what it knew."""
+
+    def __init__(self, fleet: str, how: str) -> None:
+        super().__init__(
+            f"fleet '{fleet}' ran before and {how}: a new start begins with every node "
+            "healthy and forgets its leases (a job still running keeps training on nodes "
+            "the new fleet would lease again), its quarantines and its lemons. Stop or "
+            "wait out its jobs, then start it with --forget-state"
+        )
         self.fleet = fleet
 
 
@@ -94,9 +113,16 @@ class FleetClient:
         client = await connect(settings)
         return cls(client, task_queue=settings.task_queue, address=settings.address)
 
-    async def start(self, config: FleetConfig) -> str:
-        """Start the fleet's workflow; its id is ``lazarus-fleet-<name>``."""
+    async def start(self, config: FleetConfig, *, forget_state: bool = False) -> str:
+        """Start the fleet's workflow; its id is ``lazarus-fleet-<name>``. One already
+        running is refused (:class:`FleetAlreadyRunning`); so is one that ran before and
+        was ended (:class:`FleetEndedBefore`), unless ``forget_state``: its state died
+        with it, and a fresh one would lease nodes its jobs still hold."""
         workflow_id = fleet_workflow_id(config.name)
+        if not forget_state:
+            how = await self._ended(config.name)
+            if how is not None:
+                raise FleetEndedBefore(config.name, how)
         try:
             await self.temporal.start_workflow(
                 FLEET_WORKFLOW_TYPE,
@@ -111,6 +137,24 @@ class FleetClient:
         except RPCError as exc:
             self._raise(exc, config.name)
         return workflow_id
+
+    async def _ended(self, fleet: str) -> str | None:
+        """How the fleet's last run ended, or None: never started, or still running (the
+        start then says so). A job named ``fleet-<name>`` shares the id: not a fleet."""
+        try:
+            description = await self._handle(fleet).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            self._raise(exc, fleet)
+        if description.workflow_type != FLEET_WORKFLOW_TYPE:
+            return None
+        if description.status in (None, WorkflowExecutionStatus.RUNNING):
+            return None
+        when = (
+            description.close_time.isoformat(timespec="seconds") if description.close_time else "?"
+        )
+        return f"was {description.status.name.lower().replace('_', ' ')} at {when}"
 
     async def status(self, fleet: str) -> FleetStatus:
         try:

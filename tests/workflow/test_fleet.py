@@ -29,7 +29,7 @@ from lazarus.domain.api import (
 from lazarus.domain.contracts import FailureReport
 from lazarus.domain.fleet import FleetConfig, FleetStatus, Lease, LeaseRequest
 from lazarus.domain.spec import JobSpec
-from lazarus.fleet_client import FleetClient, FleetNotFound
+from lazarus.fleet_client import FleetClient, FleetEndedBefore, FleetNotFound
 from lazarus.workflows.fleet import FleetWorkflow
 from lazarus.workflows.job import JobWorkflow
 from lazarus.workflows.state import JobInput, Phase
@@ -456,3 +456,20 @@ async def test_a_fleet_job_that_escalated_for_its_budget_waits_for_a_person(
     await Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter).replay_workflow(
         history
     )
+
+
+async def test_a_fleet_that_was_ended_is_not_started_afresh_by_accident(
+    cluster: Cluster,
+) -> None:
+    fleet = await cluster.start_fleet()
+    handle = cluster.client.get_workflow_handle(fleet_workflow_id(fleet.name))
+    await handle.execute_update(
+        FLEET_UPDATE_LEASE, LeaseRequest(job="still-running", nodes=2), result_type=Lease
+    )
+    await handle.terminate("by mistake")
+    # Its state ended with it: a fresh fleet would lease still-running's nodes again.
+    with pytest.raises(FleetEndedBefore, match=r"was terminated at .*--forget-state"):
+        await cluster.fleets.start(fleet)
+    await cluster.fleets.start(fleet, forget_state=True)
+    status = await cluster.fleets.status(fleet.name)
+    assert status.counts["healthy"] == 4 and not leased(status, "still-running")
