@@ -188,15 +188,21 @@ def leased_spec(spec: JobSpec, fleet: FleetLeaseSpec, lease: Lease) -> JobSpec:
     )
 
 
-async def lease_nodes(spec: JobSpec, fleet: FleetLeaseSpec) -> Lease | str:
-    """Lease the job's nodes; the reason as a string when the fleet refused or never
-    answered (the job then fails: it holds nothing to run on)."""
+async def lease_nodes(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> Lease | str:
+    """Lease the job's nodes for this start (``state.run_key``: a retry by the same start
+    gets the same lease, another start's lease is refused); the reason as a string when
+    the fleet refused or never answered (the job then fails: it holds nothing to run on)."""
     try:
         return await execute(
             FLEET_LEASE,
             FleetLeaseCall(
                 fleet=fleet.name,
-                request=LeaseRequest(job=spec.job_id, nodes=fleet.nodes, spares=fleet.spares),
+                request=LeaseRequest(
+                    job=spec.job_id,
+                    nodes=fleet.nodes,
+                    spares=fleet.spares,
+                    run=state.run_key or "",
+                ),
             ),
             start_to_close_timeout=CALL_TIMEOUT,
             retry_policy=LEASE_RETRY,
@@ -300,7 +306,7 @@ async def hand_back_fenced(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec
 async def take_lease(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> JobSpec | str:
     """A new job's nodes: lease them and put them in the pool. Returns the job's spec
     as it runs from now on, or why there is no lease."""
-    lease = await lease_nodes(spec, fleet)
+    lease = await lease_nodes(spec, state, fleet)
     if isinstance(lease, str):
         note(state, lease)
         return lease
@@ -335,13 +341,23 @@ async def tell_fleet(
         node=node,
         failure_class=failure_class,
         reason=reason,
-        key=f"{spec.job_id}#{occasion}",
+        key=report_key(spec, state, occasion),
     )
     lines: list[str] = []
     spec = await _call_fleet(spec, state, fleet, node, report, lines)
     if incident is not None:
         incident.add_evidence(lines)
     return spec
+
+
+def report_key(spec: JobSpec, state: JobState, occasion: str) -> str:
+    """A quarantine report's key, ``job#run-<key>#incident N``: incident ids and
+    generations start at 1 again with each start of a job name, so without the run a
+    new start's first failure on a node looked like a retry of the earlier start's
+    report and was ignored (issue 26). Jobs from before runs were named keep
+    ``job#incident N``."""
+    run = f"#{state.run_key}" if state.run_key else ""
+    return f"{spec.job_id}{run}#{occasion}"
 
 
 async def ask_for_spare(
