@@ -29,15 +29,19 @@ from lazarus.domain.api import (
     DEFAULT_TASK_QUEUE,
     FLEET_QUERY_STATUS,
     FLEET_UPDATE_DRAIN,
+    FLEET_UPDATE_RELEASE_ORPHAN,
     FLEET_UPDATE_RETURN,
     FLEET_WORKFLOW_TYPE,
+    WORKFLOW_TYPE,
     fleet_workflow_id,
+    workflow_id_for,
 )
 from lazarus.domain.fleet import (
     DrainRequest,
     FleetConfig,
     FleetInput,
     FleetStatus,
+    OrphanRelease,
     ReturnRequest,
 )
 from lazarus.settings import ConnectionSettings, ServerUnreachable, connect
@@ -173,6 +177,44 @@ class FleetClient:
         return await self._update(
             fleet, FLEET_UPDATE_RETURN, ReturnRequest(node=node, fenced=fenced)
         )
+
+    async def release(self, fleet: str, job: str, *, fenced: bool = False) -> str:
+        """Free the nodes ``job`` still holds (``lazarus fleet release``), refused while
+        the job's workflow is open: an open job releases its own nodes when it ends (its
+        release retries for a day), and freeing them under it would hand its nodes to
+        another job while its ranks run. The fleet cannot look at another workflow, so
+        the check is here."""
+        open_since = await self._open_job(job)
+        if open_since is not None:
+            raise RequestRejected(
+                f"fleet-{fleet}",
+                f"job {job} is still open",
+                message=(
+                    f"job '{job}' is still open ({open_since}): it gives its nodes back "
+                    f"when it ends. Cancel it ('lazarus cancel {job}'), or terminate it if "
+                    "it is wedged, then run this again"
+                ),
+            )
+        return await self._update(
+            fleet, FLEET_UPDATE_RELEASE_ORPHAN, OrphanRelease(job=job, fenced=fenced)
+        )
+
+    async def _open_job(self, job: str) -> str | None:
+        """How the job's workflow is open (its run id), or None when it is closed or
+        Temporal has never seen it. A fleet named like the job (``lazarus-fleet-x`` is
+        also job ``fleet-x``'s id) is not the job."""
+        handle = self.temporal.get_workflow_handle(workflow_id_for(job))
+        try:
+            description = await handle.describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            self._raise(exc, job)
+        if description.workflow_type != WORKFLOW_TYPE:
+            return None
+        if description.status not in (None, WorkflowExecutionStatus.RUNNING):
+            return None
+        return f"workflow {description.id}, run {description.run_id}"
 
     async def _update(self, fleet: str, update: str, request: Any) -> str:
         try:

@@ -88,8 +88,22 @@ CALL_RETRY = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=[FLEET_REFUSED],
 )
-"""Reports and releases try briefly: the job must not wait on its fleet."""
+"""Reports and hand-backs try briefly: a running job must not wait on its fleet."""
 CALL_TIMEOUT = timedelta(seconds=15)
+RELEASE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=0,
+    non_retryable_error_types=[FLEET_REFUSED],
+)
+"""A release retries (issue 26): three tries over three seconds missed a fleet that
+was continuing as new, restarting or busy, and the job's nodes stayed leased to it
+for good. The job has ended, so nothing waits on it but the workflow's close; a
+fleet gone for longer than :data:`RELEASE_WINDOW` leaves the note that names
+``lazarus fleet release``."""
+RELEASE_WINDOW = timedelta(days=1)
+"""How long a job's release keeps trying (schedule-to-close)."""
 
 
 def fleet_of(spec: JobSpec) -> FleetLeaseSpec | None:
@@ -255,21 +269,29 @@ async def report_loss(
 
 
 async def release_nodes(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> None:
-    """Give every leased node back; the quarantined ones the job's stops fenced may
-    start probation."""
+    """Give every node this start leased back; the quarantined ones the job's stops
+    fenced may start probation. Retried for :data:`RELEASE_WINDOW`; past it (or
+    refused) the note names the operator's way out, ``lazarus fleet release``, which
+    works once this workflow has closed."""
     fenced = [q.node for q in state.pool.quarantined if q.fenced]
     try:
         reply = await execute(
             FLEET_RELEASE,
             FleetReleaseCall(
-                fleet=fleet.name, request=ReleaseRequest(job=spec.job_id, fenced=fenced)
+                fleet=fleet.name,
+                request=ReleaseRequest(job=spec.job_id, fenced=fenced, run=state.run_key or ""),
             ),
             start_to_close_timeout=CALL_TIMEOUT,
-            retry_policy=CALL_RETRY,
+            schedule_to_close_timeout=RELEASE_WINDOW,
+            retry_policy=RELEASE_RETRY,
             summary=f"release the nodes to fleet {fleet.name}",
         )
     except ActivityError as err:
-        note(state, f"release failed (an operator may 'lazarus fleet return'): {cause(err)}")
+        note(
+            state,
+            f"release failed ({trouble(err)}); once this job has ended, free its nodes with "
+            f"'lazarus fleet release {spec.job_id} --fleet {fleet.name}'",
+        )
         return
     note(state, reply.note)
 

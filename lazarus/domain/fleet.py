@@ -14,6 +14,7 @@ Every node is in one state (:class:`NodeState`)::
     QUARANTINED --hand_back by its job, mid-run (fenced)--> PROBATION, or QUARANTINED(job: none)
     PROBATION --N passes in a row--> HEALTHY or SPARE;  a failed pass restarts the count
     any free state --drain--> QUARANTINED(operator, drained): only ``return`` ends it
+    LEASED(job that ended unreleased) --release_orphan--> QUARANTINED (unfenced), or the pool
     LEASED --drain--> stays with its job, quarantined when the job releases it
     QUARANTINED/PROBATION --return--> HEALTHY or SPARE (only once fenced)
 
@@ -308,6 +309,19 @@ class ReleaseRequest(BaseModel):
     run: str = ""
     """The releasing start (:attr:`LeaseRequest.run`): a late release of an earlier start
     never frees a later start's nodes. Empty: every node leased to ``job``."""
+
+
+class OrphanRelease(BaseModel):
+    """``lazarus fleet release JOB``: an operator frees the nodes of a job whose workflow
+    has closed without releasing them (terminated, or its release never reached the
+    fleet). The client checks that the job's workflow is closed first: the fleet cannot."""
+
+    job: str
+    fenced: bool = False
+    """The operator vouches that no rank of the job runs on its nodes any more (its last
+    stop reached them, or they were checked or rebooted): they go back to service.
+    Without it they are quarantined, not fenced: a terminated job's ranks may still run
+    there, so each is checked and returned (``lazarus fleet return NODE --fenced``)."""
 
 
 class HandBackRequest(BaseModel):
@@ -638,6 +652,65 @@ def release(state: FleetState, config: FleetConfig, request: ReleaseRequest, now
     if returned:
         _log(state, now, f"released {', '.join(returned)}", None, request.job)
     return f"released {len(returned)} node(s)"
+
+
+def release_orphan(
+    state: FleetState, config: FleetConfig, request: OrphanRelease, now: float
+) -> str:
+    """An operator frees the nodes a job still holds after its workflow closed without a
+    release (terminated, or a release that never reached the fleet): without this they
+    stayed LEASED to it for good, ``return`` refusing a node in service and ``drain``
+    waiting for a release that never came.
+
+    Not fenced (the default): its leased nodes are quarantined, not fenced, since a
+    terminated job's ranks may still run there; ``return NODE --fenced`` brings each
+    back once checked. Fenced (the operator vouches): they go back as the job's own
+    release would have sent them, and its unfenced quarantined nodes start probation."""
+    held = state.held_by(request.job)
+    unfenced = [
+        r
+        for r in state.nodes
+        if r.state == NodeState.QUARANTINED and r.job == request.job and not r.fenced
+    ]
+    if not held and not (request.fenced and unfenced):
+        left = f" ({len(unfenced)} quarantined, not fenced)" if unfenced else ""
+        raise FleetRefusal(f"job {request.job} holds no leased node in fleet {config.name}{left}")
+    if request.fenced:
+        checked = [r.name for r in unfenced]
+        reply = release(state, config, ReleaseRequest(job=request.job, fenced=checked), now)
+        _log(state, now, "lease freed by operator (fenced)", None, request.job)
+        after = "on probation" if config.probation.health_command is not None else "quarantined"
+        more = f"; {', '.join(checked)} fenced by operator ({after})" if checked else ""
+        return f"job {request.job}: {reply}{more}"
+    names = [r.name for r in held]
+    for record in held:
+        drained = record.drain_pending
+        _move(
+            record,
+            config,
+            now,
+            NodeState.QUARANTINED,
+            job=request.job,
+            reason=drained or f"lease of job {request.job} freed by operator",
+            failure_class=OPERATOR_CLASS,
+            fenced=False,
+            drained=drained is not None,
+            drain_pending=None,
+        )
+    _log(
+        state,
+        now,
+        f"lease freed by operator, not fenced: {', '.join(names)} quarantined until checked "
+        "and returned ('lazarus fleet return NODE --fenced')",
+        None,
+        request.job,
+    )
+    return (
+        f"job {request.job}: {', '.join(names)} quarantined, not fenced: its ranks may still "
+        f"run there. Check each node (or reboot it), then 'lazarus fleet return NODE --fenced "
+        f"--fleet {config.name}'; or, if the job's stops reached them, 'lazarus fleet release "
+        f"{request.job} --fenced --fleet {config.name}'"
+    )
 
 
 def hand_back(

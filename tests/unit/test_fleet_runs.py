@@ -1,5 +1,5 @@
-"""Leases and reports belong to a run, not to a job's name (issue 26;
-``docs/fleet.md``).
+"""Leases and reports belong to a run, not to a job's name, and an operator can free
+the lease of a job that ended without releasing it (issue 26; ``docs/fleet.md``).
 
 Pure moves of ``lazarus.domain.fleet`` and the job side's keys, no server."""
 
@@ -8,20 +8,26 @@ from __future__ import annotations
 import pytest
 
 from lazarus.domain.fleet import (
+    DrainRequest,
     FleetConfig,
     FleetRefusal,
     FleetState,
     LeaseRequest,
+    OrphanRelease,
     QuarantineReport,
     ReleaseRequest,
     ReplaceRequest,
+    ReturnRequest,
     counting_incidents,
+    drain,
     initial_state,
     lease,
     probation_result,
     release,
+    release_orphan,
     replace,
     report_quarantine,
+    return_node,
 )
 from lazarus.domain.spec import JobSpec
 from lazarus.workflows.fleet_link import report_key
@@ -162,3 +168,53 @@ def test_a_report_key_names_the_run_so_a_new_starts_failure_counts() -> None:
     assert counting_incidents(state.record("n1"), cfg.lemon, 200.0) == 2
     # A retried report of the same run's incident is still one incident.
     assert report_quarantine(state, cfg, again, 201.0) == "n1: already reported"
+
+
+# ------------------------------------------------------- freeing an orphan (issue 6)
+
+
+def orphaned(cfg: FleetConfig) -> FleetState:
+    """Job gone leased n1 and n2, then ended without a release that reached the fleet."""
+    state = initial_state(cfg, 0.0)
+    lease(state, cfg, LeaseRequest(job="gone", nodes=2, run="run-g"), 1.0)
+    return state
+
+
+def test_an_orphaned_lease_is_freed_into_quarantine_then_returned_node_by_node() -> None:
+    cfg = config(nodes=[{"name": "n1"}, {"name": "n2"}])
+    state = orphaned(cfg)
+    # The audit's sequence: nothing the CLI had could free it.
+    with pytest.raises(FleetRefusal, match="in service"):
+        return_node(state, cfg, ReturnRequest(node="n1", fenced=True), 2.0)
+    reply = release_orphan(state, cfg, OrphanRelease(job="gone"), 3.0)
+    assert "n1, n2 quarantined, not fenced" in reply
+    assert "'lazarus fleet return NODE --fenced --fleet f'" in reply
+    assert states(state) == {"n1": ("quarantined", "gone"), "n2": ("quarantined", "gone")}
+    with pytest.raises(FleetRefusal, match="not fenced"):
+        return_node(state, cfg, ReturnRequest(node="n1"), 4.0)
+    assert "healthy again" in return_node(state, cfg, ReturnRequest(node="n1", fenced=True), 5.0)
+    got = lease(state, cfg, LeaseRequest(job="next", nodes=1, run="run-n"), 6.0)
+    assert names(got.nodes) == ["n1"]
+    assert not any(i.failure_class == "operator" for i in state.record("n2").incidents)
+
+
+def test_an_orphaned_lease_the_operator_vouches_for_goes_straight_back() -> None:
+    cfg = config(nodes=[{"name": "n1"}, {"name": "n2"}, {"name": "n3"}])
+    state = orphaned(cfg)
+    drain(state, cfg, DrainRequest(node="n2", reason="fan"), 2.0)
+    reply = release_orphan(state, cfg, OrphanRelease(job="gone", fenced=True), 3.0)
+    assert reply == "job gone: released 1 node(s)"
+    assert states(state)["n1"] == ("healthy", None)
+    assert state.record("n2").drained  # the pending drain still happens
+    with pytest.raises(FleetRefusal, match="holds no leased node"):
+        release_orphan(state, cfg, OrphanRelease(job="gone"), 4.0)
+    assert state.log[-1].what == "lease freed by operator (fenced)"
+
+
+def test_a_freed_lease_then_vouched_for_starts_probation() -> None:
+    cfg = config(nodes=[{"name": "n1"}, {"name": "n2"}])
+    state = orphaned(cfg)
+    release_orphan(state, cfg, OrphanRelease(job="gone"), 2.0)
+    reply = release_orphan(state, cfg, OrphanRelease(job="gone", fenced=True), 3.0)
+    assert "n1, n2 fenced by operator (on probation)" in reply
+    assert states(state)["n1"] == ("probation", None)
