@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-from temporalio.api.enums.v1 import RetryState
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 from lazarus.domain.fleet import FLEET_REFUSED, FLEET_UNREACHABLE
 from lazarus.domain.spec import FleetLeaseSpec, JobSpec
@@ -60,7 +59,7 @@ def failed_call(error_type: str) -> ActivityError:
         identity="w",
         activity_type="fleet_report",
         activity_id="1",
-        retry_state=RetryState.RETRY_STATE_NON_RETRYABLE_FAILURE,
+        retry_state=RetryState.NON_RETRYABLE_FAILURE,
     )
     err.__cause__ = ApplicationError("fleet f refused report_quarantine: no", type=error_type)
     return err
