@@ -89,7 +89,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.domain.memory_tier import memory_checkpoint_dir
     from lazarus.domain.recovery_timeline import RecoveryTimeline
-    from lazarus.domain.spec import JobSpec, SlurmSpec, slurm_node
+    from lazarus.domain.spec import JobSpec, SlurmSpec, StrategyName, slurm_node
     from lazarus.workflows.activity_calls import (
         END_OF_RUN_RETRY,
         HOOK_RETRY,
@@ -206,7 +206,10 @@ with workflow.unsafe.imports_passed_through():
 # Staged patches (``workflow.patched``): each changes which commands a run issues, so a
 # history recorded before it (tests/fixtures/histories/released/) must keep its old
 # path on replay. Remove one only after every job started before it has finished,
-# going through ``workflow.deprecate_patch`` first.
+# going through ``workflow.deprecate_patch`` first. The fleet's patches sit beside the
+# code that asks them, in ``fleet_link`` (which this module imports, so they cannot live
+# here): PATCH_FLEET, PATCH_FLEET_HAND_BACK, PATCH_FLEET_WAIT_FOR_NODE and, for issue
+# 26, PATCH_FLEET_WAITS_ONLY_FOR_NODES (the fleet retry resumes only "no spare left").
 PATCH_RUN_DIRECTORY = "run-directory-per-start"
 """Each start gets ``<run_dir>/<job_id>/run-<run id>``; older jobs keep ``<job_id>/``."""
 PATCH_CONTINUE_AS_NEW_ANY_PHASE = "continue-as-new-in-every-phase"
@@ -483,7 +486,7 @@ class JobWorkflow:
         if state.stuck_ranks is not None:
             # Never launch beside ranks that would not die: a person must look.
             stuck, state.stuck_ranks = state.stuck_ranks, None
-            self._needs_operator(stuck)
+            self._needs_operator(stuck)  # waits for a person, never for a node
             return
         await self._hand_back_to_fleet()
         # The resume point must be chosen for the nodes that launch: the memory tier's
@@ -820,7 +823,11 @@ class JobWorkflow:
                     failure.node, f"incident {incident.id}: node_lost", self._now()
                 )
                 await self._tell_fleet(failure.node, "node_lost", "node_lost")
-            self._needs_operator(decision.reason)
+            # Only "no spare left" waits for a node; a guard (budget, crash loop) or an
+            # escalating rung waits for a person even though the job is short too.
+            self._needs_operator(
+                decision.reason, waits_for_node=decision.strategy == StrategyName.REPLACE_NODE
+            )
             return
         swaps_node = decision.action in (Action.REPLACE_NODE, Action.SHRINK, Action.GROW)
         why = f"incident {incident.id}: {failure.failure_class}"
@@ -911,7 +918,9 @@ class JobWorkflow:
         # Nodes the operator returned while we waited fill the slots that were lost.
         short = reopen_pool(self.spec, self._state, force, self._now())
         if short is not None:
+            # A person has looked: what is left to wait for is nodes.
             self._state.operator_reason = short
+            self._state.waits_for_node = True
             self._set_phase(Phase.NEEDS_OPERATOR)
             return
         if self._state.phase == Phase.NEEDS_OPERATOR:
@@ -1101,9 +1110,12 @@ class JobWorkflow:
             return None
         return record_rollback(state, result.retired)
 
-    def _needs_operator(self, reason: str) -> None:
-        """Escalate: stop automatic recovery, say why, and run the spec's hook once."""
+    def _needs_operator(self, reason: str, *, waits_for_node: bool = False) -> None:
+        """Escalate: stop automatic recovery, say why, and run the spec's hook once.
+        ``waits_for_node``: the job lacks nothing but nodes, so its fleet may end the
+        wait (``fleet_link.waits_on_fleet``); every other escalation waits for a person."""
         self._state.operator_reason = reason
+        self._state.waits_for_node = waits_for_node
         self._set_phase(Phase.NEEDS_OPERATOR)
         request = queue_escalation(self.spec, self._state, reason, run_root(self.spec, self._state))
         if request is not None:
@@ -1362,7 +1374,8 @@ class JobWorkflow:
             return True
         self._needs_operator(
             f"{node} quarantined ({reason}) and no spare left; set min_nodes to allow "
-            "shrinking, or 'lazarus return' a node"
+            "shrinking, or 'lazarus return' a node",
+            waits_for_node=True,
         )
         return False
 

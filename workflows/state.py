@@ -395,6 +395,11 @@ class JobState(BaseModel):
     started_at: float = 0.0
     finished_at: float | None = None
     operator_reason: str | None = None
+    waits_for_node: bool = False
+    """NEEDS_OPERATOR only for want of nodes (no spare left, or a resume that found too
+    few): a fleet job then resumes by itself once its fleet has a node. False for any
+    other escalation (a spent budget, a crash loop, ranks that would not die), which
+    waits for a person, and in state from before it was kept (issue 26)."""
     runs: int = 1
     """How many workflow runs (continue-as-new hops) this job has used."""
     pool: NodePool = Field(default_factory=NodePool)
