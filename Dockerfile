@@ -44,7 +44,9 @@ ENV PATH=/opt/lazarus/bin:$PATH \
 WORKDIR /var/lib/lazarus
 USER 10001:10001
 # Prometheus endpoints with --metrics-port 9464: Lazarus's own, and the Temporal SDK's
-# on the next port (--sdk-metrics-port).
+# on the next port (--sdk-metrics-port). They bind to loopback unless
+# LAZARUS_METRICS_ADDR (or --metrics-addr) says otherwise: 0.0.0.0 to be scraped from
+# outside the container.
 EXPOSE 9464 9465
 # SIGTERM drains: running activities are cancelled and retried on another worker,
 # ranks keep running (see README "Upgrading the controller").

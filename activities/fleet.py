@@ -3,7 +3,7 @@
 Workflows cannot call updates on other workflows, and signals cannot answer; an
 activity can, and its result is recorded in the job's history like any other, so a
 replay never asks the fleet again. Each update is idempotent on the fleet's side (a
-job's second lease returns the first, a report's key is counted once, a replacement
+run's second lease returns the first, a report's key is counted once, a replacement
 for the same lost node is the same node), so Temporal may retry these freely.
 
 Errors: ``FleetRefused`` (non-retryable) when the fleet's validator rejects the

@@ -21,7 +21,9 @@ Rejoin in place (``rejoin`` in the spec, ``LaunchRequest.rejoin_ranks``): the
 previous generation's live ranks named there are carried over in their own process
 instead of fenced and restarted (:mod:`lazarus.activities.rejoin`); only the others
 start. Fencing spares exactly those groups, so still no process acts for an older
-generation once the survivors have read their rejoin request.
+generation once the survivors have read their rejoin request. A survivor is carried
+only into its own node's slot, and a rank with no slot in the new world refuses the
+launch (``LaunchRefused``, naming it): the workflow planned on other nodes.
 
 A node that cannot be reached fails the launch at once (``NodeUnreachable``, not
 retried: the workflow treats it as a node failure) after what this launch started
@@ -69,10 +71,14 @@ from lazarus.activities.rundir import (
     runs,
     write_json_atomic,
 )
-from lazarus.activities.secret_env import SecretEnvError, passed_env, read_env_file
+from lazarus.activities.secret_env import (
+    SecretEnvError,
+    passed_env,
+    read_env_file,
+    without_worker_secrets,
+)
 from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
-from lazarus.domain.api import API_KEY_ENV
 from lazarus.domain.chaos_points import chaos_point
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import (
@@ -153,9 +159,8 @@ def rank_environment(
     """
     source = os.environ if worker_env is None else worker_env
     local = nodes[node_index].launcher == "local"
-    env = dict(source) if local else {}
     # The worker's credentials for Temporal are not the job's to use.
-    env.pop(API_KEY_ENV, None)
+    env = without_worker_secrets(source) if local else {}
     try:
         if local and spec.env_from_file is not None:
             env.update(read_env_file(spec.env_from_file))
@@ -400,9 +405,52 @@ def _drain_lost(request: LaunchRequest, exc: LaunchUnreachable) -> list[str]:
     return lines
 
 
+def outside_the_world(request: LaunchRequest) -> list[int]:
+    """Ranks the launch is asked to carry over that have no slot in its world: the
+    workflow planned them on more nodes than launch now (a shrink after the plan)."""
+    world = len(request.nodes or request.spec.nodes) * request.spec.nproc_per_node
+    return sorted(r for r in set(request.rejoin_ranks) if not 0 <= r < world)
+
+
+def _moved_survivors(
+    previous: GenerationDir, carried: list[Survivor], nodes: list[NodeSpec], nproc_per_node: int
+) -> tuple[list[Survivor], list[str]]:
+    """Survivors whose slot now names another node than the one that ran them (a spare
+    swapped in after the rejoin was planned) are not carried: they would act for the
+    new node's slot from one that has left the pool. They are fenced with the rest of
+    ``previous`` and their ranks start afresh on the new node; the lines say why. A
+    previous plan that does not say its nodes keeps every survivor, as before."""
+    plan = read_json(previous.plan_file) or {}
+    before = plan.get("nodes")
+    per_node = plan.get("nproc_per_node", nproc_per_node)
+    if not isinstance(before, list) or not isinstance(per_node, int) or per_node < 1:
+        return carried, []
+    kept: list[Survivor] = []
+    refused: list[str] = []
+    for survivor in carried:
+        slot = survivor.rank // per_node
+        was = before[slot] if slot < len(before) else None
+        now = nodes[survivor.rank // nproc_per_node].name
+        if was == now:
+            kept.append(survivor)
+        else:
+            refused.append(
+                f"rank {survivor.rank}: its node {was} left the pool ({now} took its slot)"
+            )
+    return kept, refused
+
+
 def _launch_generation(request: LaunchRequest) -> LaunchResult:
     spec = request.spec
     nodes = request.nodes or spec.nodes
+    outside = outside_the_world(request)
+    if outside:
+        # Before anything is fenced or started: the same request can only fail again.
+        raise LaunchRefused(
+            f"rejoin: rank{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside))} "
+            f"cannot be carried into a world of {len(nodes) * spec.nproc_per_node} ranks "
+            f"on {', '.join(n.name for n in nodes)}; relaunch the whole generation"
+        )
     job_dir = job_root(spec.run_dir, spec.job_id)
     root = Path(request.run_root) if request.run_root is not None else job_dir
     gen = GenerationDir.of(root, request.generation)
@@ -414,6 +462,9 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
         others = _other_runs(job_dir, root)
         previous = max(older, key=lambda g: g.generation) if older else None
         carried, refused = survivors(previous, request.rejoin_ranks)
+        if previous is not None and carried:
+            carried, moved = _moved_survivors(previous, carried, nodes, spec.nproc_per_node)
+            refused += moved
         if not on_slurm:
             _fence(older, keep=carried)
             _fence([g for other in others for g in generations(other)])

@@ -7,6 +7,11 @@ values come from the worker's own environment when a generation is launched.
 nodes, by the shim on ssh nodes (``shim.sh`` parses the same format). A file that
 anyone but its owner can read is refused, as ssh refuses such a private key: a secret
 in a world-readable file is not a secret.
+
+The other way round, the worker's own credentials are not for what it starts:
+:func:`without_worker_secrets` removes them from the environment of ranks, of the
+preflight health command, and of the Slurm commands (``srun`` exports its
+environment to the node).
 """
 
 from __future__ import annotations
@@ -15,11 +20,22 @@ import os
 import stat
 from collections.abc import Mapping, Sequence
 
+from lazarus.domain.api import API_KEY_ENV
 from lazarus.domain.spec import ENV_NAME_PATTERN
+
+WORKER_SECRETS = frozenset({API_KEY_ENV})
+"""The worker's own credentials (its Temporal API key): a job's programs never get
+them. With the key, a rank or a health command could start, signal or terminate any
+workflow of the namespace."""
 
 
 class SecretEnvError(Exception):
     """A secret the launch cannot supply; the message names the variable or file."""
+
+
+def without_worker_secrets(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without :data:`WORKER_SECRETS`, for a program the worker starts."""
+    return {k: v for k, v in env.items() if k not in WORKER_SECRETS}
 
 
 def passed_env(names: Sequence[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:

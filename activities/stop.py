@@ -98,6 +98,8 @@ def undrain_on(agent: NodeAgent) -> None:
         done = agent.undrain()
         if done.error is not None:
             log.warning("return of node %s: %s", agent.node.name, done.error)
+        elif done.left is not None:
+            log.warning("return of node %s: not resumed in Slurm: %s", agent.node.name, done.left)
 
 
 def memory_dirs(request: StopRequest) -> list[str]:

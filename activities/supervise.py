@@ -859,7 +859,12 @@ def evaluate(
 
 
 class StepRate:
-    """Seconds per step over the supervisor's window, for ETTR and restart-cost estimates."""
+    """Seconds per step over the supervisor's window, for ETTR and restart-cost estimates.
+
+    The times are the ranks' wall clocks, which can step backwards (NTP, a VM resumed).
+    A window whose time did not move forward says nothing: it gives None, never a
+    zero or negative rate (the workflow divides by it), and a step back restarts the
+    window at the newest mark, so the rate is measured again from there."""
 
     def __init__(self) -> None:
         self._first: tuple[int, float] | None = None
@@ -873,11 +878,13 @@ class StepRate:
         ]
         if steps:
             newest = max(steps)
-            if self._first is None or newest[0] < self._first[0]:
+            if self._first is None or newest[0] < self._first[0] or newest[1] < self._first[1]:
                 self._first = newest
             self._last = newest
         if self._first and self._last and self._last[0] > self._first[0]:
-            return (self._last[1] - self._first[1]) / (self._last[0] - self._first[0])
+            elapsed = self._last[1] - self._first[1]
+            if elapsed > 0 and math.isfinite(elapsed):
+                return elapsed / (self._last[0] - self._first[0])
         return None
 
 

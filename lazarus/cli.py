@@ -573,6 +573,14 @@ def worker(
             "--metrics-port + 1; 0 turns them off)."
         ),
     ] = None,
+    metrics_addr: Annotated[
+        str | None,
+        typer.Option(
+            help="Bind address of both metrics endpoints (env LAZARUS_METRICS_ADDR; default "
+            "127.0.0.1: they have no authentication). 0.0.0.0 publishes them on every "
+            "interface, for a Prometheus on another host."
+        ),
+    ] = None,
 ) -> None:
     """Run the controller worker: the workflow and the activities that launch and watch ranks."""
     from lazarus.metrics import MetricsProblem, MetricsSettings
@@ -592,7 +600,9 @@ def worker(
     except ValueError as exc:
         _fail(f"--deployment and --build-id go together: {exc}")
     try:
-        metrics = MetricsSettings.from_env(port=metrics_port, sdk_port=sdk_metrics_port)
+        metrics = MetricsSettings.from_env(
+            port=metrics_port, sdk_port=sdk_metrics_port, addr=metrics_addr
+        )
         asyncio.run(run_worker(settings, queue, versioned, metrics))
     except (ConnectionProblem, WorkerSettingsError, MetricsProblem) as exc:
         _fail(str(exc))

@@ -1,4 +1,5 @@
-"""``lazarus fleet ...``: start a fleet, see its nodes, drain and return them.
+"""``lazarus fleet ...``: start a fleet, see its nodes, drain and return them, free the
+lease of a job that ended without releasing it.
 
 Rich tables for people, ``--json`` for machines; every failure a person can fix (a bad
 config, a fleet that is not running, a refused drain) is one line on stderr and exit 1.
@@ -64,13 +65,22 @@ def start(
     ctx: typer.Context,
     config_file: Annotated[Path, typer.Argument(help="The fleet's YAML config.")],
     as_json: AsJson = False,
+    forget_state: Annotated[
+        bool,
+        typer.Option(
+            "--forget-state",
+            help="Start afresh although a fleet of this name ran before and was ended: "
+            "its leases, quarantines and lemons are forgotten.",
+        ),
+    ] = False,
 ) -> None:
-    """Start the fleet's workflow (``lazarus-fleet-<name>``); a worker must be running."""
+    """Start the fleet's workflow (``lazarus-fleet-<name>``); a worker must be running.
+    Refused while it runs, and after an earlier run was ended unless --forget-state."""
     try:
         config = load_fleet_config(config_file)
     except ClientError as exc:
         _fail(str(exc))
-    workflow_id = _with_fleets(ctx, lambda fleets: fleets.start(config))
+    workflow_id = _with_fleets(ctx, lambda fleets: fleets.start(config, forget_state=forget_state))
     if as_json:
         typer.echo(json.dumps({"fleet": config.name, "workflow_id": workflow_id}))
         return
@@ -176,6 +186,28 @@ def return_node(
 ) -> None:
     """Put a quarantined (fenced) node back in service, or cancel a pending drain."""
     reply = _with_fleets(ctx, lambda fleets: fleets.return_node(fleet, node, fenced=fenced))
+    Console(highlight=False).print(reply, markup=False)
+
+
+@fleet_app.command("release")
+def release(
+    ctx: typer.Context,
+    job: Annotated[str, typer.Argument(help="The job whose lease to free.")],
+    fleet: FleetName,
+    fenced: Annotated[
+        bool,
+        typer.Option(
+            "--fenced",
+            help="You checked (or rebooted) the job's nodes, or its stops reached them: no "
+            "rank of it runs there. Its nodes go back to service at once; without this "
+            "they are quarantined until each is checked and returned "
+            "('lazarus fleet return NODE --fenced').",
+        ),
+    ] = False,
+) -> None:
+    """Free the nodes of a job that ended without giving them back (terminated, or its
+    release never reached the fleet). Refused while the job's workflow is open."""
+    reply = _with_fleets(ctx, lambda fleets: fleets.release(fleet, job, fenced=fenced))
     Console(highlight=False).print(reply, markup=False)
 
 

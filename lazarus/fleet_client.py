@@ -14,7 +14,12 @@ from typing import Any, NoReturn
 
 import yaml
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -24,15 +29,19 @@ from lazarus.domain.api import (
     DEFAULT_TASK_QUEUE,
     FLEET_QUERY_STATUS,
     FLEET_UPDATE_DRAIN,
+    FLEET_UPDATE_RELEASE_ORPHAN,
     FLEET_UPDATE_RETURN,
     FLEET_WORKFLOW_TYPE,
+    WORKFLOW_TYPE,
     fleet_workflow_id,
+    workflow_id_for,
 )
 from lazarus.domain.fleet import (
     DrainRequest,
     FleetConfig,
     FleetInput,
     FleetStatus,
+    OrphanRelease,
     ReturnRequest,
 )
 from lazarus.settings import ConnectionSettings, ServerUnreachable, connect
@@ -51,6 +60,20 @@ class FleetNotFound(ClientError):
 class FleetAlreadyRunning(ClientError):
     def __init__(self, fleet: str) -> None:
         super().__init__(f"fleet '{fleet}' is already running")
+        self.fleet = fleet
+
+
+class FleetEndedBefore(ClientError):
+    """A fleet of that name ran before and was ended (terminated, most likely): a new
+    start would not know what it knew."""
+
+    def __init__(self, fleet: str, how: str) -> None:
+        super().__init__(
+            f"fleet '{fleet}' ran before and {how}: a new start begins with every node "
+            "healthy and forgets its leases (a job still running keeps training on nodes "
+            "the new fleet would lease again), its quarantines and its lemons. Stop or "
+            "wait out its jobs, then start it with --forget-state"
+        )
         self.fleet = fleet
 
 
@@ -94,9 +117,16 @@ class FleetClient:
         client = await connect(settings)
         return cls(client, task_queue=settings.task_queue, address=settings.address)
 
-    async def start(self, config: FleetConfig) -> str:
-        """Start the fleet's workflow; its id is ``lazarus-fleet-<name>``."""
+    async def start(self, config: FleetConfig, *, forget_state: bool = False) -> str:
+        """Start the fleet's workflow; its id is ``lazarus-fleet-<name>``. One already
+        running is refused (:class:`FleetAlreadyRunning`); so is one that ran before and
+        was ended (:class:`FleetEndedBefore`), unless ``forget_state``: its state died
+        with it, and a fresh one would lease nodes its jobs still hold."""
         workflow_id = fleet_workflow_id(config.name)
+        if not forget_state:
+            how = await self._ended(config.name)
+            if how is not None:
+                raise FleetEndedBefore(config.name, how)
         try:
             await self.temporal.start_workflow(
                 FLEET_WORKFLOW_TYPE,
@@ -111,6 +141,24 @@ class FleetClient:
         except RPCError as exc:
             self._raise(exc, config.name)
         return workflow_id
+
+    async def _ended(self, fleet: str) -> str | None:
+        """How the fleet's last run ended, or None: never started, or still running (the
+        start then says so). A job named ``fleet-<name>`` shares the id: not a fleet."""
+        try:
+            description = await self._handle(fleet).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            self._raise(exc, fleet)
+        if description.workflow_type != FLEET_WORKFLOW_TYPE:
+            return None
+        if description.status in (None, WorkflowExecutionStatus.RUNNING):
+            return None
+        when = (
+            description.close_time.isoformat(timespec="seconds") if description.close_time else "?"
+        )
+        return f"was {description.status.name.lower().replace('_', ' ')} at {when}"
 
     async def status(self, fleet: str) -> FleetStatus:
         try:
@@ -129,6 +177,44 @@ class FleetClient:
         return await self._update(
             fleet, FLEET_UPDATE_RETURN, ReturnRequest(node=node, fenced=fenced)
         )
+
+    async def release(self, fleet: str, job: str, *, fenced: bool = False) -> str:
+        """Free the nodes ``job`` still holds (``lazarus fleet release``), refused while
+        the job's workflow is open: an open job releases its own nodes when it ends (its
+        release retries for a day), and freeing them under it would hand its nodes to
+        another job while its ranks run. The fleet cannot look at another workflow, so
+        the check is here."""
+        open_since = await self._open_job(job)
+        if open_since is not None:
+            raise RequestRejected(
+                f"fleet-{fleet}",
+                f"job {job} is still open",
+                message=(
+                    f"job '{job}' is still open ({open_since}): it gives its nodes back "
+                    f"when it ends. Cancel it ('lazarus cancel {job}'), or terminate it if "
+                    "it is wedged, then run this again"
+                ),
+            )
+        return await self._update(
+            fleet, FLEET_UPDATE_RELEASE_ORPHAN, OrphanRelease(job=job, fenced=fenced)
+        )
+
+    async def _open_job(self, job: str) -> str | None:
+        """How the job's workflow is open (its run id), or None when it is closed or
+        Temporal has never seen it. A fleet named like the job (``lazarus-fleet-x`` is
+        also job ``fleet-x``'s id) is not the job."""
+        handle = self.temporal.get_workflow_handle(workflow_id_for(job))
+        try:
+            description = await handle.describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            self._raise(exc, job)
+        if description.workflow_type != WORKFLOW_TYPE:
+            return None
+        if description.status not in (None, WorkflowExecutionStatus.RUNNING):
+            return None
+        return f"workflow {description.id}, run {description.run_id}"
 
     async def _update(self, fleet: str, update: str, request: Any) -> str:
         try:

@@ -425,7 +425,7 @@ METRICS_INTERVAL_ENV = "LAZARUS_METRICS_INTERVAL_S"
 _SETTING_NAMES = {
     "port": f"--metrics-port / {METRICS_PORT_ENV}",
     "sdk_port": f"--sdk-metrics-port / {SDK_METRICS_PORT_ENV}",
-    "addr": METRICS_ADDR_ENV,
+    "addr": f"--metrics-addr / {METRICS_ADDR_ENV}",
     "interval_s": METRICS_INTERVAL_ENV,
 }
 """How a person set each field: what a refusal names."""
@@ -445,8 +445,12 @@ class MetricsSettings(BaseModel):
     sdk_port: int | None = PydanticField(default=None, ge=0, le=65535)
     """The Temporal SDK's own metrics (workflow task latency, poller counts...), served
     by its runtime on a second port: default ``port + 1``; 0 turns them off."""
-    addr: str = "0.0.0.0"
-    """Bind address of both endpoints: every interface, for a Prometheus elsewhere."""
+    addr: str = "127.0.0.1"
+    """Bind address of both endpoints: loopback unless set. The endpoints are plain
+    HTTP with no authentication and name jobs, nodes and quarantines, so publishing
+    them on other interfaces (``0.0.0.0`` for a Prometheus elsewhere, or one
+    interface's address) is a choice made explicitly (``--metrics-addr``,
+    ``LAZARUS_METRICS_ADDR``), as the dev server refuses non-loopback addresses."""
     interval_s: float = PydanticField(default=5.0, gt=0, le=3600)
     """How often the collector queries every job's status."""
     retention_s: float = PydanticField(default=900.0, ge=0)

@@ -24,6 +24,11 @@ from lazarus.domain.spec import JobSpec
 QUICK_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5)
 )
+END_OF_RUN_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5), maximum_attempts=5
+)
+"""The end-of-run cleanup: a few tries, then the run ends anyway (what is left is
+noted). An idle zygote wastes memory, not correctness; a run that never ends is worse."""
 LAUNCH_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=10),

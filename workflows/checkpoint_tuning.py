@@ -17,6 +17,7 @@ matters, so history grows with changes, never with steps or reports:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from lazarus.domain.checkpoint_interval import (
@@ -57,6 +58,17 @@ class IntervalChange:
 
     every_steps: int
     reason: str
+
+
+def usable_seconds_per_step(seconds: float | None) -> float | None:
+    """The measured step time, or None when it cannot be divided by: zero, negative
+    or not finite. The supervisor measures it from the ranks' wall clocks, and a clock
+    stepped backwards once gave a negative rate, on which ``interval_steps`` raised in
+    workflow code and the workflow task failed on every retry. An unusable rate means
+    "not measured yet": no interval is sent until a good one arrives."""
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return seconds
 
 
 def interruptions(state: JobState) -> int:
@@ -101,7 +113,7 @@ def estimate(
     delta = checkpoint_save_s if checkpoint_save_s is not None else previous.checkpoint_save_s
     if delta is not None and delta <= 0:
         delta = None  # a save that blocked for nothing measurable says nothing yet
-    per_step = state.seconds_per_step
+    per_step = usable_seconds_per_step(state.seconds_per_step)
     optimum = daly_interval_s(delta, mtbf_s) if delta is not None else None
     view = previous.model_copy(
         update={
@@ -124,8 +136,9 @@ def _expected_loss(view: CheckpointIntervalView, state: JobState) -> float | Non
     if delta is None or view.optimum_s is None:
         return None
     interval = view.optimum_s
-    if view.every_steps is not None and view.seconds_per_step:
-        interval = view.every_steps * view.seconds_per_step
+    per_step = usable_seconds_per_step(view.seconds_per_step)
+    if view.every_steps is not None and per_step is not None:
+        interval = view.every_steps * per_step
     if interval <= 0:
         return None
     restart_s = mean_time_to_recover(state) or 0.0
@@ -150,9 +163,10 @@ def retune(
         fleet_failures_per_node_hour=fleet_failures_per_node_hour,
     )
     state.checkpoint_interval = view
-    if view.optimum_s is None or not view.seconds_per_step:
+    per_step = usable_seconds_per_step(view.seconds_per_step)
+    if view.optimum_s is None or per_step is None:
         return None
-    steps = min(MAX_EVERY_STEPS, interval_steps(view.optimum_s, view.seconds_per_step))
+    steps = min(MAX_EVERY_STEPS, interval_steps(view.optimum_s, per_step))
     in_force = view.every_steps if view.sent_generation == state.generation else None
     if in_force is None:
         return IntervalChange(steps, f"generation {state.generation}: first tuned interval")

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         FLEET_UPDATE_HAND_BACK,
         FLEET_UPDATE_LEASE,
         FLEET_UPDATE_RELEASE,
+        FLEET_UPDATE_RELEASE_ORPHAN,
         FLEET_UPDATE_REPLACE,
         FLEET_UPDATE_REPORT_QUARANTINE,
         FLEET_UPDATE_RETURN,
@@ -50,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         HandBackRequest,
         Lease,
         LeaseRequest,
+        OrphanRelease,
         QuarantineReport,
         ReleaseRequest,
         ReplaceRequest,
@@ -63,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         probation_not_run,
         probation_result,
         release,
+        release_orphan,
         replace,
         report_quarantine,
         return_node,
@@ -107,6 +110,16 @@ class FleetWorkflow:
     @release.validator
     def _validate_release(self, request: ReleaseRequest) -> None:
         self._validate(release, request)
+
+    @workflow.update(name=FLEET_UPDATE_RELEASE_ORPHAN)
+    async def release_orphan(self, request: OrphanRelease) -> str:
+        """``lazarus fleet release JOB``: the client has checked that the job's workflow
+        is closed (this workflow cannot look); see :func:`release_orphan`."""
+        return await self._apply(release_orphan, request)
+
+    @release_orphan.validator
+    def _validate_release_orphan(self, request: OrphanRelease) -> None:
+        self._validate(release_orphan, request)
 
     @workflow.update(name=FLEET_UPDATE_HAND_BACK)
     async def hand_back(self, request: HandBackRequest) -> HandBackReply:

@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import (
@@ -63,6 +63,15 @@ PATCH_FLEET_WAIT_FOR_NODE = "fleet-wait-for-node"
 back from probation, or one another job released). Asked only by jobs with a fleet,
 and only once such a wait begins."""
 
+PATCH_FLEET_WAITS_ONLY_FOR_NODES = "fleet-waits-only-for-nodes"
+"""Issue 26: the fleet retry of :data:`PATCH_FLEET_WAIT_FOR_NODE` resumes a job only
+when being short of nodes is its whole reason for waiting (``JobState.waits_for_node``:
+no spare left). Before it, a job that escalated for a spent restart budget, a crash
+loop or ranks that would not die also held a quarantined node, so it was "short" too,
+and relaunched by itself, without a person, as soon as the fleet had a node. Asked
+only by fleet jobs, once such a wait would arm the retry; histories from before keep
+their retry timers."""
+
 MAX_FLEET_NOTES = 50
 
 LEASE_RETRY = RetryPolicy(
@@ -79,8 +88,22 @@ CALL_RETRY = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=[FLEET_REFUSED],
 )
-"""Reports and releases try briefly: the job must not wait on its fleet."""
+"""Reports and hand-backs try briefly: a running job must not wait on its fleet."""
 CALL_TIMEOUT = timedelta(seconds=15)
+RELEASE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=0,
+    non_retryable_error_types=[FLEET_REFUSED],
+)
+"""A release retries (issue 26): three tries over three seconds missed a fleet that
+was continuing as new, restarting or busy, and the job's nodes stayed leased to it
+for good. The job has ended, so nothing waits on it but the workflow's close; a
+fleet gone for longer than :data:`RELEASE_WINDOW` leaves the note that names
+``lazarus fleet release``."""
+RELEASE_WINDOW = timedelta(days=1)
+"""How long a job's release keeps trying (schedule-to-close)."""
 
 
 def fleet_of(spec: JobSpec) -> FleetLeaseSpec | None:
@@ -116,12 +139,15 @@ def nodes_to_replace(spec: JobSpec, state: JobState) -> list[str]:
 
 def waits_on_fleet(spec: JobSpec, state: JobState) -> float | None:
     """Seconds until the job asks its fleet again, while it waits for an operator only
-    because it is short of nodes; None when it waits for a person alone (no fleet,
-    paused, short of nothing, or a history from before :data:`PATCH_FLEET_WAIT_FOR_NODE`)."""
+    because it is short of nodes; None when it waits for a person (no fleet, paused,
+    short of nothing, escalated for another reason such as a spent budget or a crash
+    loop, or a history from before :data:`PATCH_FLEET_WAIT_FOR_NODE`)."""
     fleet = fleet_of(spec)
     if fleet is None or state.phase != Phase.NEEDS_OPERATOR:
         return None
     if not nodes_to_replace(spec, state) or not workflow.patched(PATCH_FLEET_WAIT_FOR_NODE):
+        return None
+    if not state.waits_for_node and workflow.patched(PATCH_FLEET_WAITS_ONLY_FOR_NODES):
         return None
     return fleet.retry_s
 
@@ -141,6 +167,17 @@ async def ask_again(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> Jo
     if incident is not None and evidence:
         incident.add_evidence(evidence)
     return spec
+
+
+def refused(err: ActivityError) -> bool:
+    """The fleet answered no (``FleetRefused``), as opposed to not answering at all."""
+    failure = err.cause
+    return isinstance(failure, ApplicationError) and failure.type == FLEET_REFUSED
+
+
+def trouble(err: ActivityError) -> str:
+    """How a failed fleet call is worded in the notes: a refusal is not an outage."""
+    return f"{'refused' if refused(err) else 'unreachable'}: {cause(err)}"
 
 
 def note(state: JobState, line: str, evidence: list[str] | None = None) -> None:
@@ -165,15 +202,21 @@ def leased_spec(spec: JobSpec, fleet: FleetLeaseSpec, lease: Lease) -> JobSpec:
     )
 
 
-async def lease_nodes(spec: JobSpec, fleet: FleetLeaseSpec) -> Lease | str:
-    """Lease the job's nodes; the reason as a string when the fleet refused or never
-    answered (the job then fails: it holds nothing to run on)."""
+async def lease_nodes(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> Lease | str:
+    """Lease the job's nodes for this start (``state.run_key``: a retry by the same start
+    gets the same lease, another start's lease is refused); the reason as a string when
+    the fleet refused or never answered (the job then fails: it holds nothing to run on)."""
     try:
         return await execute(
             FLEET_LEASE,
             FleetLeaseCall(
                 fleet=fleet.name,
-                request=LeaseRequest(job=spec.job_id, nodes=fleet.nodes, spares=fleet.spares),
+                request=LeaseRequest(
+                    job=spec.job_id,
+                    nodes=fleet.nodes,
+                    spares=fleet.spares,
+                    run=state.run_key or "",
+                ),
             ),
             start_to_close_timeout=CALL_TIMEOUT,
             retry_policy=LEASE_RETRY,
@@ -213,7 +256,7 @@ async def report_loss(
             summary=f"fleet {fleet.name}: {what or f'a node in place of {replace}'}",
         )
     except ActivityError as err:
-        note(state, f"unreachable, going on with what the job holds: {cause(err)}", evidence)
+        note(state, f"{trouble(err)}; going on with what the job holds", evidence)
         return None
     if reply.note:
         note(state, reply.note, evidence)
@@ -226,21 +269,29 @@ async def report_loss(
 
 
 async def release_nodes(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> None:
-    """Give every leased node back; the quarantined ones the job's stops fenced may
-    start probation."""
+    """Give every node this start leased back; the quarantined ones the job's stops
+    fenced may start probation. Retried for :data:`RELEASE_WINDOW`; past it (or
+    refused) the note names the operator's way out, ``lazarus fleet release``, which
+    works once this workflow has closed."""
     fenced = [q.node for q in state.pool.quarantined if q.fenced]
     try:
         reply = await execute(
             FLEET_RELEASE,
             FleetReleaseCall(
-                fleet=fleet.name, request=ReleaseRequest(job=spec.job_id, fenced=fenced)
+                fleet=fleet.name,
+                request=ReleaseRequest(job=spec.job_id, fenced=fenced, run=state.run_key or ""),
             ),
             start_to_close_timeout=CALL_TIMEOUT,
-            retry_policy=CALL_RETRY,
+            schedule_to_close_timeout=RELEASE_WINDOW,
+            retry_policy=RELEASE_RETRY,
             summary=f"release the nodes to fleet {fleet.name}",
         )
     except ActivityError as err:
-        note(state, f"release failed (an operator may 'lazarus fleet return'): {cause(err)}")
+        note(
+            state,
+            f"release failed ({trouble(err)}); once this job has ended, free its nodes with "
+            f"'lazarus fleet release {spec.job_id} --fleet {fleet.name}'",
+        )
         return
     note(state, reply.note)
 
@@ -265,7 +316,7 @@ async def hand_back_fenced(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec
             summary=f"hand {', '.join(fenced)} back to fleet {fleet.name}",
         )
     except ActivityError as err:
-        note(state, f"kept {', '.join(fenced)} (hand back failed): {cause(err)}")
+        note(state, f"kept {', '.join(fenced)} (hand back {trouble(err)})")
         return
     state.pool.forget(reply.gone)
     gone = [n for n in state.handed_back if n not in reply.gone]
@@ -277,7 +328,7 @@ async def hand_back_fenced(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec
 async def take_lease(spec: JobSpec, state: JobState, fleet: FleetLeaseSpec) -> JobSpec | str:
     """A new job's nodes: lease them and put them in the pool. Returns the job's spec
     as it runs from now on, or why there is no lease."""
-    lease = await lease_nodes(spec, fleet)
+    lease = await lease_nodes(spec, state, fleet)
     if isinstance(lease, str):
         note(state, lease)
         return lease
@@ -312,13 +363,23 @@ async def tell_fleet(
         node=node,
         failure_class=failure_class,
         reason=reason,
-        key=f"{spec.job_id}#{occasion}",
+        key=report_key(spec, state, occasion),
     )
     lines: list[str] = []
     spec = await _call_fleet(spec, state, fleet, node, report, lines)
     if incident is not None:
         incident.add_evidence(lines)
     return spec
+
+
+def report_key(spec: JobSpec, state: JobState, occasion: str) -> str:
+    """A quarantine report's key, ``job#run-<key>#incident N``: incident ids and
+    generations start at 1 again with each start of a job name, so without the run a
+    new start's first failure on a node looked like a retry of the earlier start's
+    report and was ignored (issue 26). Jobs from before runs were named keep
+    ``job#incident N``."""
+    run = f"#{state.run_key}" if state.run_key else ""
+    return f"{spec.job_id}{run}#{occasion}"
 
 
 async def ask_for_spare(

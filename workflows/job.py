@@ -89,8 +89,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.domain.memory_tier import memory_checkpoint_dir
     from lazarus.domain.recovery_timeline import RecoveryTimeline
-    from lazarus.domain.spec import JobSpec, SlurmSpec, slurm_node
+    from lazarus.domain.spec import JobSpec, SlurmSpec, StrategyName, slurm_node
     from lazarus.workflows.activity_calls import (
+        END_OF_RUN_RETRY,
         HOOK_RETRY,
         LAUNCH_RETRY,
         NO_RETRY,
@@ -154,6 +155,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.workflows.playbook import Action, decide, straggler_decision
     from lazarus.workflows.preemption import (
+        allocation_mismatch,
         handled_preemption_at,
         move_to_allocation,
         open_preemption,
@@ -163,7 +165,7 @@ with workflow.unsafe.imports_passed_through():
         record_resubmission_refused,
         resubmission,
     )
-    from lazarus.workflows.rejoin import plan_rejoin, rejoin_evidence
+    from lazarus.workflows.rejoin import plan_rejoin, rejoin_dropped, rejoin_evidence
     from lazarus.workflows.resume_points import record_rollback, record_skipped
     from lazarus.workflows.routing import (
         PATCH_HOST_TASK_QUEUE,
@@ -189,6 +191,7 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.status import job_status
     from lazarus.workflows.stops import (
         checkpoint_evidence,
+        end_of_run_targets,
         reached,
         record_planned_stop,
         settle_stop,
@@ -203,7 +206,10 @@ with workflow.unsafe.imports_passed_through():
 # Staged patches (``workflow.patched``): each changes which commands a run issues, so a
 # history recorded before it (tests/fixtures/histories/released/) must keep its old
 # path on replay. Remove one only after every job started before it has finished,
-# going through ``workflow.deprecate_patch`` first.
+# going through ``workflow.deprecate_patch`` first. The fleet's patches sit beside the
+# code that asks them, in ``fleet_link`` (which this module imports, so they cannot live
+# here): PATCH_FLEET, PATCH_FLEET_HAND_BACK, PATCH_FLEET_WAIT_FOR_NODE and, for issue
+# 26, PATCH_FLEET_WAITS_ONLY_FOR_NODES (the fleet retry resumes only "no spare left").
 PATCH_RUN_DIRECTORY = "run-directory-per-start"
 """Each start gets ``<run_dir>/<job_id>/run-<run id>``; older jobs keep ``<job_id>/``."""
 PATCH_CONTINUE_AS_NEW_ANY_PHASE = "continue-as-new-in-every-phase"
@@ -235,6 +241,26 @@ PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW = "escalation-hook-survives-continue-as-new"
 ``pending_hooks``, so the next run delivers it. Before, the cancellation counted as a
 failed delivery and dropped it: the job waited in NEEDS_OPERATOR and nobody was paged
 (found by ``python -m bench simulate``, where it left jobs open past the horizon)."""
+PATCH_NODES_BEFORE_RESUME = "node-set-before-resume-point"
+"""Issue 26: a launch runs the preflight (and the swaps, shrink or ``slurm.grow`` it
+causes) *before* the rollback and the resume-point search, so the memory tier is
+searched on exactly the nodes that launch; before, a spare swapped in by the
+preflight was sent a tmpfs snapshot it never held. And a rejoin planned on nodes the
+preflight then changed is dropped: every rank is stopped and the whole generation
+restarts, instead of carrying survivors outside the new world or on a quarantined
+node. Without it (an older history) the search runs first, as it did."""
+PATCH_SLURM_OWN_JOBS = "slurm-own-jobs"
+"""A resubmitted allocation smaller than the job's nodes and spares pauses the job
+with the reason (the resubmission is refused) instead of raising ValueError in
+workflow code, which failed the workflow task on every retry and left the job stuck
+in RECOVERING (issue 26). Consulted only when such an allocation is granted, so every
+other history issues the commands it did."""
+PATCH_END_OF_RUN_EVERY_NODE = "end-of-run-every-node"
+"""The end-of-run stop (finished, failed or cancelled) reaches every node the run
+touched (``stops.end_of_run_targets``), not only the active and unfenced ones, with a
+bounded retry, and notes the nodes it could not reach (issue 26). Before, zygotes,
+idle standbys and ``/dev/shm`` snapshots outlived the run on nodes that had been
+fenced, returned or handed back to the fleet."""
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
@@ -460,9 +486,20 @@ class JobWorkflow:
         if state.stuck_ranks is not None:
             # Never launch beside ranks that would not die: a person must look.
             stuck, state.stuck_ranks = state.stuck_ranks, None
-            self._needs_operator(stuck)
+            self._needs_operator(stuck)  # waits for a person, never for a node
             return
         await self._hand_back_to_fleet()
+        # The resume point must be chosen for the nodes that launch: the memory tier's
+        # snapshot exists only on the nodes its search checked (issue 26).
+        nodes_first = workflow.patched(PATCH_NODES_BEFORE_RESUME)
+        if nodes_first:
+            planned_on = list(state.pool.active)
+            ready = await self._preflight_active_nodes()
+            if rejoining and state.pool.active != planned_on:
+                rejoining = []
+                ready = await self._drop_rejoin(planned_on) and ready
+            if not ready:
+                return
         below = await self._roll_back() if state.rollback_pending else None
         resume = await self._find_resume_point(below)
         recovering = state.current_incident
@@ -472,7 +509,7 @@ class JobWorkflow:
         state.account_resume(resume)
         state.cut_timeline(resume)
         self._retier_from(resume)
-        if not await self._preflight_active_nodes():
+        if not nodes_first and not await self._preflight_active_nodes():
             return
         spec = self.spec  # a node Slurm added (slurm.grow) during the preflight
         state.generation += 1
@@ -534,6 +571,33 @@ class JobWorkflow:
             result.adopted,
         )
         self._set_phase(Phase.RUNNING)
+
+    async def _drop_rejoin(self, planned_on: list[str]) -> bool:
+        """The preflight changed the nodes after ``_recover`` planned a rejoin on
+        ``planned_on``: restart the whole generation instead (``rejoin_dropped``).
+        The survivors are stopped first, as a recovery without rejoin stops them, so
+        none acts for a slot that moved or left the world. The quarantined node is
+        not skipped: rejoin runs on local nodes only, where reaching it costs nothing,
+        and the stop fences it. Also when the preflight has just asked for an operator:
+        a person resuming must not meet survivors planned for other nodes. False when
+        ranks would not die: a person must look (the next launch escalates if the job
+        waits for one already)."""
+        state = self._state
+        why = rejoin_dropped(planned_on, state.pool.active)
+        state.rejoin_ranks = []
+        incident = state.current_incident
+        if incident is not None and why is not None:
+            incident.add_evidence([why])
+            incident.restart_path = "whole_generation"
+        await self._stop_all(
+            f"fence generation {state.generation}: the rejoin is dropped", kill_at_once=True
+        )
+        if state.stuck_ranks is None:
+            return True
+        if state.phase == Phase.LAUNCHING:
+            stuck, state.stuck_ranks = state.stuck_ranks, None
+            self._needs_operator(stuck)
+        return False
 
     async def _supervise(self) -> None:
         spec = self.spec
@@ -663,7 +727,10 @@ class JobWorkflow:
         if last_step is not None:
             self._set_step(last_step)
         record_preemption(incident, self._now(), last_step, saved)
-        request = resubmission(self.spec, incident)
+        # The run key and known job ids are activity input only (no new command):
+        # Temporal's replay does not compare activity inputs, and an activity that gets
+        # an older request without them still looks only at this user's jobs.
+        request = resubmission(self.spec, incident, state.run_key)
         if request is not None and workflow.patched(PATCH_SLURM_ALLOCATION):
             try:
                 granted = await execute(
@@ -678,6 +745,11 @@ class JobWorkflow:
             except ActivityError as err:
                 record_resubmission_refused(incident, cause(err))
             else:
+                mismatch = allocation_mismatch(self.spec, granted)
+                if mismatch is not None and workflow.patched(PATCH_SLURM_OWN_JOBS):
+                    record_resubmission_refused(incident, mismatch)
+                    self._set_phase(Phase.PAUSED)
+                    return
                 self._spec = move_to_allocation(self.spec, state, granted)
                 record_resubmission(incident, granted)
                 self._set_phase(Phase.LAUNCHING)
@@ -751,7 +823,11 @@ class JobWorkflow:
                     failure.node, f"incident {incident.id}: node_lost", self._now()
                 )
                 await self._tell_fleet(failure.node, "node_lost", "node_lost")
-            self._needs_operator(decision.reason)
+            # Only "no spare left" waits for a node; a guard (budget, crash loop) or an
+            # escalating rung waits for a person even though the job is short too.
+            self._needs_operator(
+                decision.reason, waits_for_node=decision.strategy == StrategyName.REPLACE_NODE
+            )
             return
         swaps_node = decision.action in (Action.REPLACE_NODE, Action.SHRINK, Action.GROW)
         why = f"incident {incident.id}: {failure.failure_class}"
@@ -842,7 +918,9 @@ class JobWorkflow:
         # Nodes the operator returned while we waited fill the slots that were lost.
         short = reopen_pool(self.spec, self._state, force, self._now())
         if short is not None:
+            # A person has looked: what is left to wait for is nodes.
             self._state.operator_reason = short
+            self._state.waits_for_node = True
             self._set_phase(Phase.NEEDS_OPERATOR)
             return
         if self._state.phase == Phase.NEEDS_OPERATOR:
@@ -1032,9 +1110,12 @@ class JobWorkflow:
             return None
         return record_rollback(state, result.retired)
 
-    def _needs_operator(self, reason: str) -> None:
-        """Escalate: stop automatic recovery, say why, and run the spec's hook once."""
+    def _needs_operator(self, reason: str, *, waits_for_node: bool = False) -> None:
+        """Escalate: stop automatic recovery, say why, and run the spec's hook once.
+        ``waits_for_node``: the job lacks nothing but nodes, so its fleet may end the
+        wait (``fleet_link.waits_on_fleet``); every other escalation waits for a person."""
         self._state.operator_reason = reason
+        self._state.waits_for_node = waits_for_node
         self._set_phase(Phase.NEEDS_OPERATOR)
         request = queue_escalation(self.spec, self._state, reason, run_root(self.spec, self._state))
         if request is not None:
@@ -1089,30 +1170,55 @@ class JobWorkflow:
         """Stop ranks on the active nodes and on quarantined nodes not yet fenced.
         ``skip``: nodes declared dead, not contacted (they stay unfenced, and a later
         stop that reaches them fences them); ``kill_at_once``: no grace for ranks that
-        cannot use it; ``end_of_run``: also zygotes and memory-tier snapshots."""
+        cannot use it; ``end_of_run``: also zygotes and memory-tier snapshots, and
+        (PATCH_END_OF_RUN_EVERY_NODE) on every node the run touched, wherever it went:
+        a node that left the pool still holds them. That last stop is tried a few
+        times, never forever: the nodes it could not reach are noted in
+        ``cleanup_unreached`` and the run ends."""
         spec = self.spec
-        names = [n for n in stop_targets(spec, self._state.pool, only) if n not in skip]
-        grace = spec.recovery.stop_grace_s
-        result = await execute(
-            STOP,
-            StopRequest(
-                job_id=spec.job_id,
-                run_root=run_root(spec, self._state),
-                grace_s=grace,
-                reason=reason,
-                nodes=[node_spec(spec, n) for n in names],
-                ssh=spec.ssh,
-                slurm=spec.slurm,
-                kill_at_once=kill_at_once,
-                end_of_run=end_of_run,
-                undrain=undrain,
-            ),
-            start_to_close_timeout=timedelta(seconds=grace + 60),
-            heartbeat_timeout=worker_loss_timeout(spec),
-            retry_policy=QUICK_RETRY,
-            summary=f"stop ranks: {reason}",
-            **route(STOP, self._state.host_task_queue),
+        every_node = end_of_run and workflow.patched(PATCH_END_OF_RUN_EVERY_NODE)
+        targets = (
+            end_of_run_targets(spec, self._state)
+            if every_node
+            else stop_targets(spec, self._state.pool, only)
         )
+        names = [n for n in targets if n not in skip]
+        grace = spec.recovery.stop_grace_s
+        try:
+            result = await execute(
+                STOP,
+                StopRequest(
+                    job_id=spec.job_id,
+                    run_root=run_root(spec, self._state),
+                    grace_s=grace,
+                    reason=reason,
+                    nodes=[node_spec(spec, n) for n in names],
+                    ssh=spec.ssh,
+                    slurm=spec.slurm,
+                    kill_at_once=kill_at_once,
+                    end_of_run=end_of_run,
+                    undrain=undrain,
+                ),
+                start_to_close_timeout=timedelta(seconds=grace + 60),
+                heartbeat_timeout=worker_loss_timeout(spec),
+                retry_policy=END_OF_RUN_RETRY if every_node else QUICK_RETRY,
+                summary=f"stop ranks: {reason}",
+                **route(STOP, self._state.host_task_queue),
+            )
+        except ActivityError as err:
+            if not every_node:
+                raise
+            workflow.logger.warning("end-of-run stop failed: %s", cause(err))
+            result = StopResult(
+                generations=[], signalled_groups=0, killed_groups=0, unreachable=names
+            )
+        if every_node:
+            self._state.cleanup_unreached = list(result.unreachable)
+            if result.unreachable:
+                workflow.logger.warning(
+                    "end of run: not reached, their zygotes and snapshots may remain: %s",
+                    ", ".join(result.unreachable),
+                )
         stuck = settle_stop(self._state, names, result, self._now(), whole_job=only is None)
         if stuck is not None:
             workflow.logger.error(stuck)
@@ -1141,6 +1247,8 @@ class JobWorkflow:
             known_nodes=known,
             exclude=[lost],
             token=f"g{self._state.generation}",
+            run_key=self._state.run_key,
+            known_job_ids=[slurm.allocation_id],
         )
         try:
             granted = await execute(
@@ -1266,7 +1374,8 @@ class JobWorkflow:
             return True
         self._needs_operator(
             f"{node} quarantined ({reason}) and no spare left; set min_nodes to allow "
-            "shrinking, or 'lazarus return' a node"
+            "shrinking, or 'lazarus return' a node",
+            waits_for_node=True,
         )
         return False
 

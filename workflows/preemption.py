@@ -82,20 +82,48 @@ def record_preemption(
     )
 
 
-def resubmission(spec: JobSpec, incident: Incident) -> SubmitAllocationRequest | None:
+def resubmission(
+    spec: JobSpec, incident: Incident, run_key: str | None = None
+) -> SubmitAllocationRequest | None:
     """What to ask Slurm for when the job goes on in a new allocation; None when it
-    pauses instead (``slurm.resubmit`` off, or an allocation Lazarus did not submit)."""
+    pauses instead (``slurm.resubmit`` off, or an allocation Lazarus did not submit).
+    ``run_key`` (the workflow run's) makes the new holder's name this run's own, and
+    the allocation being released is named as known, never to be adopted (issue 26)."""
     if spec.slurm is None or not spec.slurm.resubmits:
         return None
     return SubmitAllocationRequest(
-        job_name=spec.name, run_dir=spec.run_dir, slurm=spec.slurm, token=f"i{incident.id}"
+        job_name=spec.name,
+        run_dir=spec.run_dir,
+        slurm=spec.slurm,
+        token=f"i{incident.id}",
+        run_key=run_key,
+        known_job_ids=[spec.slurm.allocation_id],
+    )
+
+
+def allocation_mismatch(spec: JobSpec, granted: AllocationGranted) -> str | None:
+    """Why the granted allocation cannot hold the job (fewer nodes than its nodes and
+    spares), or None. Checked before :func:`move_to_allocation`, which cannot place
+    the job on too few nodes: an exception there, in workflow code, would fail the
+    workflow task again on every retry and wedge the job in RECOVERING. The worker's
+    activity refuses such an allocation itself (issue 26); this is the workflow's
+    own guard, whatever the activity answered."""
+    assert spec.slurm is not None and spec.slurm.nodes is not None
+    wanted = spec.slurm.nodes + spec.slurm.spares
+    if len(granted.nodes) >= wanted:
+        return None
+    return (
+        f"Slurm job {granted.job_id} holds {len(granted.nodes)} node(s), not the {wanted} "
+        f"asked for (slurm.nodes + slurm.spares); it is not used. Cancel it (scancel "
+        f"{granted.job_id}) if nothing else needs it"
     )
 
 
 def move_to_allocation(spec: JobSpec, state: JobState, granted: AllocationGranted) -> JobSpec:
     """The job in its new allocation: the spec names it, and the pool is its nodes
     (Slurm vouches for them; the old allocation's quarantine does not carry over,
-    since those nodes are not the job's any more)."""
+    since those nodes are not the job's any more). Raises ValueError for an
+    allocation :func:`allocation_mismatch` refuses: check that first."""
     moved = spec.in_allocation(granted.job_id, granted.nodes)
     state.pool = NodePool(
         active=[n.name for n in moved.nodes], spares=[n.name for n in moved.spares]

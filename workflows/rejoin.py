@@ -27,6 +27,13 @@ Failure sequences, with ``rejoin: {enabled: true}`` on a 2-rank job:
 
 The launch checks each survivor again (alive, ours, no exit record) and starts any
 that is not afresh, so a plan is a request, never a promise.
+
+- **The relaunch's preflight changes the nodes** (a node fails its checks: a spare
+  takes its slot, or the world shrinks). The plan was made for the nodes as they
+  were: a shrink leaves carried rank numbers outside the new world, and a swap would
+  carry a quarantined node's survivors as the spare's ranks. The rejoin is dropped
+  (:func:`rejoin_dropped`): every rank is stopped and the whole generation restarts
+  (issue 26).
 """
 
 from __future__ import annotations
@@ -116,3 +123,20 @@ def rejoin_evidence(result: LaunchResult) -> list[str]:
         )
     lines += [f"rejoin: started afresh: {why}" for why in result.rejoin_refused]
     return lines
+
+
+def rejoin_dropped(planned_on: list[str], launching_on: list[str]) -> str | None:
+    """Why a rejoin planned on the nodes ``planned_on`` cannot be carried onto
+    ``launching_on``, or None when the nodes are the same, in the same order.
+
+    Any change drops it: a rank's number is its slot (``rank // nproc_per_node``),
+    so after a shrink the survivors' numbers may fall outside the new world, and
+    after a swap a survivor would act for the spare's slot from a node that has just
+    been quarantined (and that a ``lazarus return`` would fence under it)."""
+    if planned_on == launching_on:
+        return None
+    return (
+        "restart: the whole generation (the preflight changed the nodes from "
+        f"{', '.join(planned_on)} to {', '.join(launching_on) or 'none'} after the "
+        "rejoin was planned)"
+    )

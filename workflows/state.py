@@ -395,6 +395,11 @@ class JobState(BaseModel):
     started_at: float = 0.0
     finished_at: float | None = None
     operator_reason: str | None = None
+    waits_for_node: bool = False
+    """NEEDS_OPERATOR only for want of nodes (no spare left, or a resume that found too
+    few): a fleet job then resumes by itself once its fleet has a node. False for any
+    other escalation (a spent budget, a crash loop, ranks that would not die), which
+    waits for a person, and in state from before it was kept (issue 26)."""
     runs: int = 1
     """How many workflow runs (continue-as-new hops) this job has used."""
     pool: NodePool = Field(default_factory=NodePool)
@@ -459,6 +464,15 @@ class JobState(BaseModel):
     host_task_queue: str | None = None
     """A local job's host queue, ``<task_queue>@<host>``: its machine-bound activities
     go there (``workflows/routing.py``). None: any worker (ssh, Slurm, not known yet)."""
+    touched_nodes: list[str] = Field(default_factory=list)
+    """Every node a stop of this job has targeted (in the order first stopped), kept after the node
+    leaves the pool: a node that ran a generation was stopped at least once while it
+    held the job's ranks, and may still hold its zygote and memory-tier snapshots
+    after it is fenced, returned or handed back. The end-of-run stop revisits them all
+    (issue 26). Bounded by the nodes the job ever knew."""
+    cleanup_unreached: list[str] = Field(default_factory=list)
+    """Nodes the end-of-run cleanup could not reach: this run's zygote and memory-tier
+    snapshots may still be there (a host that comes back, or a person, removes them)."""
 
     # Incident bookkeeping: pure, unit-tested in tests/unit/test_incidents.py. Ids keep
     # counting past the incidents dropped from the bounded list.
@@ -648,3 +662,6 @@ class JobStatus(BaseModel):
     the expected goodput loss); None for a fixed interval."""
     host_task_queue: str | None = None
     """Where a local job's machine-bound activities run: its host's task queue."""
+    cleanup_unreached: list[str] = Field(default_factory=list)
+    """Nodes the end-of-run cleanup could not reach: the run's zygotes and memory-tier
+    snapshots may remain there."""

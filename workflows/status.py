@@ -58,4 +58,5 @@ def job_status(spec: JobSpec, state: JobState, now: float, run_dir: str) -> JobS
         fleet_notes=state.fleet_notes,
         checkpoint_interval=status_view(spec, state, end),
         host_task_queue=state.host_task_queue,
+        cleanup_unreached=state.cleanup_unreached,
     )

@@ -22,14 +22,33 @@ def stop_targets(spec: JobSpec, pool: NodePool, only: list[str] | None) -> list[
     return [n for n in dict.fromkeys(names) if find_node(spec, n) is not None]
 
 
+def end_of_run_targets(spec: JobSpec, state: JobState) -> list[str]:
+    """The nodes the end-of-run stop reaches: every node the run may have left a
+    zygote or memory-tier snapshots on, not only those it holds now. Those a stop
+    reaches (active, unfenced), then every node a stop ever targeted
+    (``state.touched_nodes``: spares that ran ranks, returned nodes), every quarantined
+    node, fenced or not, and the nodes handed back to the fleet. A fenced node's ranks
+    are gone, but its zygote (an idle standby included) and the run's ``/dev/shm``
+    snapshots are not: nothing else ever stops them (issue 26)."""
+    names = [
+        *stop_targets(spec, state.pool, None),
+        *state.touched_nodes,
+        *(q.node for q in state.pool.quarantined),
+        *state.handed_back,
+    ]
+    return [n for n in dict.fromkeys(names) if find_node(spec, n) is not None]
+
+
 def settle_stop(
     state: JobState, names: list[str], result: StopResult, now: float, whole_job: bool
 ) -> str | None:
-    """Take in a stop of ``names``: the generation is down (``whole_job``), quarantined
-    nodes it reached are fenced, and nodes whose ranks would not die are quarantined,
-    unfenced. Returns what blocks the next launch (also in ``state.stuck_ranks``), or
-    None when every rank died."""
+    """Take in a stop of ``names``: they are remembered as touched (the end of the run
+    revisits them wherever they went), the generation is down (``whole_job``),
+    quarantined nodes it reached are fenced, and nodes whose ranks would not die are
+    quarantined, unfenced. Returns what blocks the next launch (also in
+    ``state.stuck_ranks``), or None when every rank died."""
     pool = state.pool
+    state.touched_nodes = list(dict.fromkeys([*state.touched_nodes, *names]))
     if whole_job:
         state.generation_live = False
     for quarantined in pool.quarantined:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from lazarus.activities.nodes.agent import GpuHealth, PreflightRequest, PreflightResult
+from lazarus.activities.secret_env import without_worker_secrets
 
 
 def _free_gb(path: Path) -> float:
@@ -50,7 +51,8 @@ def run_local_preflight(node: str, request: PreflightRequest) -> PreflightResult
                 text=True,
                 timeout=request.timeout_s,
                 cwd=request.workdir,
-                env={**os.environ, "LAZARUS_NODE": node},
+                # The ranks' rule: the worker's own credentials stay with the worker.
+                env={**without_worker_secrets(os.environ), "LAZARUS_NODE": node},
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             problems.append(f"health_command: failed to run on node {node}: {exc}")

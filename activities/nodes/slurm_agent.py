@@ -83,6 +83,7 @@ from lazarus.activities.rundir import (
     read_json,
     write_json_atomic,
 )
+from lazarus.activities.secret_env import without_worker_secrets
 from lazarus.domain import environment as env_names
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import UnkillableGroup
@@ -101,7 +102,11 @@ PROBE_TIMEOUT_S = 20.0
 """How long a probe task on a node may take to start before its slurmd counts as dead
 (a dead slurmd fails the launch after Slurm's MessageTimeout, 10 s by default)."""
 LOST_STATES = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"})
-"""Node state words (base state or flag) that make a node lost."""
+"""Node state words (base state or flag) that make a node lost. ``DRAIN`` included: a
+node an admin drains is leaving the job's hands, and the job goes on without it
+(replaced, as any lost node; see docs/slurm.md for what that costs)."""
+DRAIN_REASON_PREFIX = "lazarus:"
+"""How the reasons of Lazarus's own drains start: only those it overwrites or undoes."""
 CLIENT_VARIABLES = frozenset({"SLURM_CONF"})
 """The worker's ``SLURM_*`` variables Slurm's commands keep: where the cluster is."""
 PER_RANK_VARIABLES = frozenset(
@@ -130,18 +135,25 @@ class DrainResult(BaseModel):
     drained: bool
     reason: str
     error: str | None = None
+    left: str | None = None
+    """Why the node was left as it is: someone else drained it (their reason stands)."""
 
     def evidence(self) -> str:
         """The incident's evidence line: what was drained, or why not (ignored)."""
         if self.drained:
             return f"drained node {self.node} in Slurm: reason={self.reason!r}"
+        if self.left is not None:
+            return f"node {self.node} left as it is in Slurm: {self.left}"
         return f"could not drain node {self.node} in Slurm (ignored): {self.error}"
 
 
 def client_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: the worker's environment) without the ``SLURM_*``
-    variables of any allocation the worker itself runs in, plus ``SLURM_CONF``."""
-    source = dict(os.environ if base is None else base)
+    variables of any allocation the worker itself runs in, plus ``SLURM_CONF``, and
+    without the worker's own credentials: ``srun`` and ``sbatch`` export this
+    environment to what they run on the nodes (the shim, the preflight health
+    command, the holder)."""
+    source = without_worker_secrets(os.environ if base is None else base)
     env = {k: v for k, v in source.items() if not k.startswith("SLURM_")}
     for name in CLIENT_VARIABLES:
         if name in os.environ:
@@ -880,8 +892,20 @@ class SlurmAgent(NodeAgent):
 
     def drain(self, failure_class: str, job: str) -> DrainResult:
         """Take the node out of Slurm's scheduling, with a reason an admin can read.
-        Needs Slurm admin rights: a refusal is returned in ``error``, never raised."""
-        reason = f"lazarus: {failure_class} in {job}"
+        Needs Slurm admin rights: a refusal is returned in ``error``, never raised.
+
+        A node someone else already drained is left as it is: their reason (why the
+        node is out, who to ask) is worth more to an admin than Lazarus's, and an
+        ``scontrol update`` would replace it."""
+        reason = f"{DRAIN_REASON_PREFIX} {failure_class} in {job}"
+        other = self._drained_by_someone_else()
+        if other is not None:
+            return DrainResult(
+                node=self.node.name,
+                drained=False,
+                reason=reason,
+                left=f"already drained by someone else ({other}); their reason is kept",
+            )
         return self._update("drain", reason)
 
     def drain_if_lost(self, failure_class: str, job: str) -> DrainResult | None:
@@ -894,8 +918,39 @@ class SlurmAgent(NodeAgent):
         return self.drain(failure_class, job) if words & LOST_STATES else None
 
     def undrain(self) -> DrainResult:
-        """Give a drained node back (``lazarus return``), where the rights allow it."""
+        """Give a node Lazarus drained back (``lazarus return``), where the rights allow
+        it. A node drained by someone else (an admin's maintenance) stays drained:
+        their drain is theirs to undo; a node not drained is left alone."""
+        try:
+            words, reason = node_state(self.node.name)
+        except SlurmCommandFailed as exc:
+            return DrainResult(node=self.node.name, drained=False, reason="", error=str(exc))
+        if "DRAIN" not in words:
+            return DrainResult(
+                node=self.node.name, drained=False, reason=reason, left="not drained"
+            )
+        if not reason.startswith(DRAIN_REASON_PREFIX):
+            return DrainResult(
+                node=self.node.name,
+                drained=False,
+                reason=reason,
+                left=(
+                    f"drained by someone else ({reason or 'no reason given'}), not by "
+                    "Lazarus: it stays drained until they resume it"
+                ),
+            )
         return self._update("resume", "")
+
+    def _drained_by_someone_else(self) -> str | None:
+        """The reason of a drain not Lazarus's own, or None (not drained, drained by
+        Lazarus, or Slurm cannot be asked: the update then says what is wrong)."""
+        try:
+            words, reason = node_state(self.node.name)
+        except SlurmCommandFailed:
+            return None
+        if "DRAIN" not in words or reason.startswith(DRAIN_REASON_PREFIX):
+            return None
+        return reason or "no reason given"
 
     def _update(self, state: str, reason: str) -> DrainResult:
         argv = ["scontrol", "update", f"nodename={self.node.name}", f"state={state}"]

@@ -16,7 +16,11 @@ in ``slurm.conf``, an admin's choice):
 
 A retry of the activity first looks at ``J``: nodes it has beyond the known ones
 are an earlier attempt's, and are returned as they are. A leftover request of an
-earlier attempt (named after the same token) is cancelled before a new one. Any
+earlier attempt is cancelled before a new one: only this user's jobs with the
+request's name, which carries the workflow run's key and the generation
+(:attr:`~lazarus.domain.contracts.GrowAllocationRequest.request_name`), and never a
+job the workflow recorded as its own allocation (issue 26: another user's job of
+the same name, or another run's, is not ours to cancel). Any
 refusal (expansion not permitted, no node free within ``wait_s``) is
 :class:`GrowRefused`, one line with Slurm's words; the workflow then shrinks or
 asks a person.
@@ -35,7 +39,7 @@ from lazarus.activities.nodes.slurm_agent import (
     one_line,
     run_slurm,
 )
-from lazarus.activities.nodes.slurm_submit import cancel, jobs_named
+from lazarus.activities.nodes.slurm_submit import cancel, own_jobs_named
 from lazarus.domain.contracts import AllocationGranted, GrowAllocationRequest
 
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
@@ -68,8 +72,9 @@ def grow(request: GrowAllocationRequest, progress: Callable[[str], None]) -> All
         if len(already) >= request.count:
             progress(f"Slurm job {job_id} already has {', '.join(already)}")
             return AllocationGranted(job_id=job_id, nodes=already[: request.count])
-        name = f"lazarus-{request.job_name}-{request.token}"
-        for leftover in jobs_named(name):
+        name = request.request_name
+        for leftover in own_jobs_named(name, exclude=[job_id, *request.known_job_ids]):
+            progress(f"cancelling Slurm job {leftover.job_id}, an earlier attempt's request")
             cancel(leftover.job_id)
         wait_s = request.slurm.wait_s
         argv = [

@@ -11,11 +11,21 @@ The holder is :func:`~lazarus.activities.nodes.slurm_agent.holder_script`:
 ``--no-kill`` so a node failure does not end the allocation (Lazarus replaces the
 node), ``--no-requeue`` so Slurm never restarts the holder behind the workflow's
 back, ``--signal=B:USR1@<notice_s>`` for the just-in-time checkpoint.
+
+Whose jobs (issue 26): a retried resubmission adopts the holder an earlier attempt
+submitted, found by name. Names are not unique on a cluster (every user may run a
+job called "train"), so the lookup only lists the worker's own user's jobs, the
+name carries the workflow run's key (:func:`~lazarus.domain.contracts.slurm_job_name`),
+and an adopted or new allocation must hold the node count the holder asked for.
+``slurm.extra_args`` may not set what the holder's own options set, nor change what
+it runs or its environment (:func:`extra_args_problems`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import pwd
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,8 +54,81 @@ class SubmitRefused(RuntimeError):
     spec field where one is to blame."""
 
 
-def holder_argv(slurm: SlurmSpec, job_name: str, run_dir: str | Path) -> list[str]:
-    """The ``sbatch`` command line of the holder (without ``--test-only``)."""
+RESERVED_OPTIONS = {
+    "--job-name": "Lazarus names the holder, and finds it again by that name",
+    "--wrap": "Lazarus gives the holder's script",
+    "--export": "it sets the holder's environment (PATH, LD_PRELOAD): any program",
+    "--export-file": "it sets the holder's environment (PATH, LD_PRELOAD): any program",
+    "--get-user-env": "it sets the holder's environment from a login shell",
+    "--chdir": "the holder runs where Lazarus starts it",
+    "--output": "Lazarus gives the holder's log file",
+    "--error": "Lazarus gives the holder's log file",
+    "--input": "the holder reads nothing",
+    "--nodes": "slurm.nodes and slurm.spares give the node count",
+    "--parsable": "Lazarus sets it",
+    "--no-kill": "Lazarus sets it",
+    "--kill-on-invalid-dep": "Lazarus sets the holder's options",
+    "--requeue": "the holder must never be requeued behind the workflow's back",
+    "--no-requeue": "Lazarus sets it",
+    "--signal": "slurm.notice_s gives it",
+    "--array": "one holder, not an array",
+    "--test-only": "Lazarus asks it itself",
+    "--uid": "the holder runs as the worker's user",
+    "--gid": "the holder runs as the worker's user",
+}
+"""``sbatch`` long options ``slurm.extra_args`` may not give, with why: the holder's
+own options (which Lazarus's lookups rely on), and those that choose which program
+the holder runs or its environment, which would run a program no
+``allowed_commands`` checked. ``sbatch`` takes any unambiguous prefix of a long
+option (``--expo``), so a prefix of these is refused too."""
+RESERVED_SHORT = {
+    "J": "--job-name",
+    "o": "--output",
+    "e": "--error",
+    "i": "--input",
+    "D": "--chdir",
+    "N": "--nodes",
+    "a": "--array",
+}
+
+
+def extra_args_problems(extra_args: list[str]) -> list[str]:
+    """Why ``slurm.extra_args`` cannot go on the holder's ``sbatch`` line, one line
+    each naming the argument; empty when it can.
+
+    Every word must be an option: a bare word is where ``sbatch`` takes the script to
+    run (``--exclusive my.sh`` would run ``my.sh``), so values go after ``=``
+    (``--qos=high``) or glued to a short option (``-Cgpu``)."""
+    problems = []
+    for arg in extra_args:
+        where = f"slurm.extra_args: {arg!r}"
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            problems.append(
+                f"{where} is not an option: give values after '=' (--qos=high); a separate "
+                "word can be taken by sbatch as the script to run"
+            )
+        elif arg.startswith("--"):
+            name = arg.partition("=")[0]
+            for reserved, why in RESERVED_OPTIONS.items():
+                if len(name) > 2 and reserved.startswith(name):
+                    problems.append(f"{where}: {reserved} is not allowed: {why}")
+                    break
+        else:
+            for letter in arg[1:]:
+                if letter in RESERVED_SHORT:
+                    reserved = RESERVED_SHORT[letter]
+                    problems.append(
+                        f"{where}: -{letter} ({reserved}) is not allowed: "
+                        f"{RESERVED_OPTIONS[reserved]}; write other short options apart, or "
+                        "in their long form (--constraint=gpu)"
+                    )
+                    break
+    return problems
+
+
+def holder_argv(slurm: SlurmSpec, slurm_name: str, run_dir: str | Path) -> list[str]:
+    """The ``sbatch`` command line of the holder named ``slurm_name`` (without
+    ``--test-only``)."""
     assert slurm.nodes is not None, "submit mode only"
     argv = [
         "sbatch",
@@ -55,7 +138,7 @@ def holder_argv(slurm: SlurmSpec, job_name: str, run_dir: str | Path) -> list[st
         f"--signal=B:USR1@{slurm.notice_s}",
         "-N",
         str(slurm.nodes + slurm.spares),
-        f"--job-name=lazarus-{job_name}",
+        f"--job-name={slurm_name}",
         f"--output={Path(run_dir) / 'slurm-holder-%j.out'}",
     ]
     for option, value in (
@@ -92,7 +175,10 @@ def submit_problems(spec: JobSpec) -> list[str]:
     """Why Slurm would refuse the holder (``sbatch --test-only``), one line naming the
     field; empty when it would take it. Submits nothing."""
     assert spec.slurm is not None
-    argv = holder_argv(spec.slurm, spec.name, spec.run_dir)
+    problems = extra_args_problems(spec.slurm.extra_args)
+    if problems:
+        return problems
+    argv = holder_argv(spec.slurm, first_holder_name(spec.name), spec.run_dir)
     try:
         done = run_slurm([argv[0], "--test-only", *argv[1:]])
     except SlurmCommandFailed as exc:
@@ -106,14 +192,24 @@ def submit_problems(spec: JobSpec) -> list[str]:
 def submit(spec: JobSpec) -> int:
     """Submit the holder; its job id. Raises :class:`SubmitRefused`."""
     assert spec.slurm is not None
-    return submit_holder(spec.slurm, spec.name, spec.run_dir)
+    return submit_holder(spec.slurm, first_holder_name(spec.name), spec.run_dir)
 
 
-def submit_holder(slurm: SlurmSpec, job_name: str, run_dir: str) -> int:
-    """Submit a holder named ``lazarus-<job_name>``; its job id. Raises
-    :class:`SubmitRefused`."""
+def first_holder_name(job_name: str) -> str:
+    """The name of the holder ``lazarus start`` submits. Nothing looks it up by name:
+    the start knows the id ``sbatch`` answers."""
+    return f"lazarus-{job_name}"
+
+
+def submit_holder(slurm: SlurmSpec, slurm_name: str, run_dir: str) -> int:
+    """Submit a holder named ``slurm_name``; its job id. Raises
+    :class:`SubmitRefused`, also for ``slurm.extra_args`` it may not use (the worker
+    checks again what a client checked: the spec comes from the workflow input)."""
+    problems = extra_args_problems(slurm.extra_args)
+    if problems:
+        raise SubmitRefused("; ".join(problems))
     Path(run_dir).mkdir(parents=True, exist_ok=True)  # the holder's notice and log
-    argv = holder_argv(slurm, job_name, run_dir)
+    argv = holder_argv(slurm, slurm_name, run_dir)
     try:
         done = run_slurm(argv)
     except SlurmCommandFailed as exc:
@@ -180,15 +276,40 @@ def start_allocation(
         raise
 
 
-def jobs_named(name: str) -> list[Allocation]:
-    """Slurm's jobs called ``name`` that have not ended (a retried activity looks for
-    what an earlier attempt submitted under the same name)."""
+def slurm_user() -> str:
+    """The user Slurm runs this process's jobs as: its own jobs are the only ones a
+    lookup by name may find (``squeue -u``; ``--me`` needs Slurm 20.11). From the
+    uid, not ``$USER``, which the environment can say anything about."""
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def own_jobs_named(name: str, exclude: list[int] | None = None) -> list[Allocation]:
+    """This user's Slurm jobs called ``name`` that have not ended, except the ids in
+    ``exclude`` (a retried activity looks for what an earlier attempt submitted under
+    the same name). Another user's job of that name is never listed: adopting it
+    would launch into an allocation ``srun`` may not use, and cancelling it would
+    end someone else's work."""
     try:
-        done = run_slurm(["squeue", "-h", "--name", name, "-o", "%i"])
+        done = run_slurm(["squeue", "-h", "-u", slurm_user(), "--name", name, "-o", "%i"])
     except SlurmCommandFailed:
         return []
-    found = [allocation(int(word)) for word in done.stdout.split() if word.isdigit()]
+    if done.returncode != 0:
+        return []
+    skip = set(exclude or [])
+    ids = [int(word) for word in done.stdout.split() if word.isdigit()]
+    found = [allocation(job_id) for job_id in ids if job_id not in skip]
     return [a for a in found if a is not None and a.state not in ENDED]
+
+
+def size_problem(job_id: int, nodes: list[str], asked: int) -> str | None:
+    """Why Slurm job ``job_id`` is not the allocation that was asked for (``asked``
+    nodes); None when it is."""
+    if len(nodes) == asked:
+        return None
+    return (
+        f"slurm: Slurm job {job_id} holds {len(nodes)} node(s), but {asked} were asked for "
+        "(slurm.nodes + slurm.spares); it is not taken"
+    )
 
 
 def resubmit(
@@ -198,29 +319,45 @@ def resubmit(
 
     1. the old allocation is cancelled (it is ending anyway, and the queue may need
        its nodes for the new one); ``scancel`` of an ended job is harmless;
-    2. a holder named after the resubmission (``token``) is submitted, unless an
-       earlier attempt of this activity already did: it is adopted, never doubled;
+    2. a holder named after the workflow run and the resubmission
+       (:attr:`~SubmitAllocationRequest.holder_name`) is submitted, unless an earlier
+       attempt of this activity already did: that one, this user's job of that name,
+       is adopted, never doubled. A job the workflow recorded (the old allocation)
+       is never adopted;
     3. it waits for Slurm to run it, at most ``slurm.wait_s``; a holder that does
-       not run by then is cancelled, so nothing is left queued behind the job.
+       not run by then is cancelled, so nothing is left queued behind the job;
+    4. it must hold the node count asked for: the workflow would place the job's
+       nodes and spares on it. One that does not is refused (and cancelled, when it
+       is this run's by name, so it holds no nodes for nothing).
     """
     slurm = request.slurm
-    name = f"{request.job_name}-{request.token}"
+    assert slurm.nodes is not None, "resubmit is for allocations Lazarus submitted"
+    asked = slurm.nodes + slurm.spares
+    name = request.holder_name
+    known = [*request.known_job_ids, *([slurm.job_id] if slurm.job_id is not None else [])]
     if request.release_old and slurm.job_id is not None:
         cancel(slurm.job_id)
         progress(f"released Slurm job {slurm.job_id}")
-    earlier = jobs_named(f"lazarus-{name}")
+    earlier = own_jobs_named(name, exclude=known)
     if earlier:
         job_id = earlier[0].job_id
-        progress(f"adopted Slurm job {job_id}, submitted by an earlier attempt")
+        progress(f"adopted Slurm job {job_id} ({name}), submitted by an earlier attempt")
     else:
         job_id = submit_holder(slurm, name, request.run_dir)
-        progress(f"submitted the new allocation: Slurm job {job_id}")
+        progress(f"submitted the new allocation: Slurm job {job_id} ({name})")
+    ours = not earlier or request.run_key is not None
     started = time.monotonic()
     try:
         found = wait_running(job_id, progress, timeout_s=slurm.wait_s)
     except (SubmitRefused, TimeoutError):
         cancel(job_id)
         raise
+    problem = size_problem(job_id, found.nodes, asked)
+    if problem is not None:
+        if ours:
+            cancel(job_id)
+            problem += f"; cancelled Slurm job {job_id}"
+        raise SubmitRefused(problem)
     return AllocationGranted(
         job_id=job_id, nodes=found.nodes, waited_s=round(time.monotonic() - started, 3)
     )

@@ -64,6 +64,8 @@ FLEET_UPDATE_REPORT_QUARANTINE = "report_quarantine"
 FLEET_UPDATE_REPLACE = "replace"
 FLEET_UPDATE_DRAIN = "drain"
 FLEET_UPDATE_RETURN = "return_node"
+FLEET_UPDATE_RELEASE_ORPHAN = "release_orphan"
+"""An operator frees the lease of a job whose workflow closed without releasing it."""
 
 
 def fleet_workflow_id(fleet_name: str) -> str:

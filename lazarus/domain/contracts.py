@@ -7,6 +7,7 @@ they describe the ranks' world, not workflow time.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -626,6 +627,26 @@ class WatchCheckpointsRequest(_Model):
     max_wait_s: float = 3600.0
 
 
+def run_tag(run_key: str | None) -> str | None:
+    """A short, Slurm-safe form of a workflow run's key (``run-<uuid>``): 10 hex
+    digits of its SHA-256. It goes into the names of the Slurm jobs a run submits, so
+    that two jobs called "train" (two users, or two deployments of one user) never
+    take each other's jobs for their own. None for a run without a key."""
+    if not run_key:
+        return None
+    return hashlib.sha256(run_key.encode()).hexdigest()[:10]
+
+
+def slurm_job_name(job_name: str, run_key: str | None, token: str) -> str:
+    """The name of a Slurm job a run submits after the start (a resubmitted holder,
+    ``token`` ``i<incident>``; a grow request, ``g<generation>``):
+    ``lazarus-<job>-<run tag>-<token>``. Without a run key (a request from a
+    workflow older than issue 26) the old ``lazarus-<job>-<token>``, which only the
+    submitting user's own jobs are matched against."""
+    tag = run_tag(run_key)
+    return f"lazarus-{job_name}-{tag}-{token}" if tag else f"lazarus-{job_name}-{token}"
+
+
 class SubmitAllocationRequest(_Model):
     """A new Slurm allocation for a job whose old one Slurm is taking away
     (``slurm.resubmit``). ``token`` names this resubmission (the incident), so a
@@ -639,6 +660,17 @@ class SubmitAllocationRequest(_Model):
     release_old: bool = True
     """Cancel the old allocation first: it is ending anyway, and its nodes may be the
     ones the new allocation needs."""
+    run_key: str | None = None
+    """The workflow run's key (``JobState.run_key``): the new holder's name carries
+    it (:func:`slurm_job_name`), so a retry adopts only this run's holder. None in
+    requests recorded before issue 26."""
+    known_job_ids: list[int] = Field(default_factory=list)
+    """Slurm jobs the workflow already recorded as its allocations (the one being
+    released): never adopted as the new allocation."""
+
+    @property
+    def holder_name(self) -> str:
+        return slurm_job_name(self.job_name, self.run_key, self.token)
 
 
 class GrowAllocationRequest(_Model):
@@ -654,6 +686,17 @@ class GrowAllocationRequest(_Model):
     exclude: list[str] = Field(default_factory=list)
     """Nodes Slurm must not give (the lost ones: it may not know yet)."""
     token: str
+    run_key: str | None = None
+    """The workflow run's key: the grow request's name carries it
+    (:func:`slurm_job_name`), so only this run's leftover requests are cancelled.
+    None in requests recorded before issue 26."""
+    known_job_ids: list[int] = Field(default_factory=list)
+    """Slurm jobs the workflow recorded as its allocations (the one to grow): never
+    cancelled as a leftover request, whatever their name."""
+
+    @property
+    def request_name(self) -> str:
+        return slurm_job_name(self.job_name, self.run_key, self.token)
 
 
 class AllocationGranted(_Model):

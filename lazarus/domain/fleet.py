@@ -14,6 +14,7 @@ Every node is in one state (:class:`NodeState`)::
     QUARANTINED --hand_back by its job, mid-run (fenced)--> PROBATION, or QUARANTINED(job: none)
     PROBATION --N passes in a row--> HEALTHY or SPARE;  a failed pass restarts the count
     any free state --drain--> QUARANTINED(operator, drained): only ``return`` ends it
+    LEASED(job that ended unreleased) --release_orphan--> QUARANTINED (unfenced), or the pool
     LEASED --drain--> stays with its job, quarantined when the job releases it
     QUARANTINED/PROBATION --return--> HEALTHY or SPARE (only once fenced)
 
@@ -162,7 +163,8 @@ class FleetIncident(_Strict):
     at: float
     job: str
     key: str = ""
-    """The job's own name for the report (``job#incident``): a retried report is a no-op."""
+    """The job's own name for the report (``job#run-<key>#incident N``): a retried
+    report is a no-op."""
     reason: str = ""
 
 
@@ -203,6 +205,11 @@ class NodeRecord(CompactForm):
     since: float = 0.0
     job: str | None = None
     """LEASED: the job holding it; QUARANTINED: the job that reported it, if any."""
+    run: str = ""
+    """LEASED (or QUARANTINED by its job): the start of ``job`` that leased it
+    (:attr:`LeaseRequest.run`; a replacement, the lost node's), so a later
+    start of the same name is not handed this one's nodes; empty for a lease from a job
+    from before runs were named (and in state written before)."""
     role: Literal["node", "spare", "replacement"] | None = None
     """LEASED: what the job took it as."""
     replaces: str | None = None
@@ -279,6 +286,11 @@ class LeaseRequest(BaseModel):
     job: str
     nodes: Annotated[int, Field(ge=1)]
     spares: Annotated[int, Field(ge=0)] = 0
+    run: str = ""
+    """The requesting start of ``job`` (its run key, ``run-<first run id>``, kept across
+    continue-as-new). A retried lease is one with the same run; a job's name alone
+    does not say whether an earlier start's lease is this one's. Empty from jobs from
+    before runs were named."""
 
 
 class Lease(BaseModel):
@@ -294,6 +306,22 @@ class ReleaseRequest(BaseModel):
     job: str
     fenced: list[str] = Field(default_factory=list)
     """Quarantined nodes the job's last stop confirmed empty: they may go on probation."""
+    run: str = ""
+    """The releasing start (:attr:`LeaseRequest.run`): a late release of an earlier start
+    never frees a later start's nodes. Empty: every node leased to ``job``."""
+
+
+class OrphanRelease(BaseModel):
+    """``lazarus fleet release JOB``: an operator frees the nodes of a job whose workflow
+    has closed without releasing them (terminated, or its release never reached the
+    fleet). The client checks that the job's workflow is closed first: the fleet cannot."""
+
+    job: str
+    fenced: bool = False
+    """The operator vouches that no rank of the job runs on its nodes any more (its last
+    stop reached them, or they were checked or rebooted): they go back to service.
+    Without it they are quarantined, not fenced: a terminated job's ranks may still run
+    there, so each is checked and returned (``lazarus fleet return NODE --fenced``)."""
 
 
 class HandBackRequest(BaseModel):
@@ -411,6 +439,7 @@ def _move(
     record.state = to
     record.since = now
     record.job = None
+    record.run = ""
     record.role = None
     record.replaces = None
     record.replaces_key = ""
@@ -427,13 +456,29 @@ def _to_pool(state: FleetState, config: FleetConfig, record: NodeRecord, now: fl
 
 
 def lease(state: FleetState, config: FleetConfig, request: LeaseRequest, now: float) -> Lease:
-    """Lease ``nodes`` + ``spares`` healthy nodes to a job, lemons excluded. A job that
-    already holds a lease gets the same one back (a retried call), never a second."""
+    """Lease ``nodes`` + ``spares`` healthy nodes to a job, lemons excluded.
+
+    The same run asking again (a retried call) gets the same lease back, never a second.
+    A lease the job's name holds from another run is refused, never handed over: it
+    belongs to an earlier start that ended without releasing it, may be of another
+    size (the new start would train at the wrong world size), and that start's ranks
+    may still run on it. An operator frees it (:func:`release_orphan`). Jobs from before
+    runs were named (an empty ``run`` on both sides) keep the old answer, but only for a
+    lease of the size they ask for."""
     held = state.held_by(request.job)
     if held:
-        return Lease(
-            nodes=[r.spec for r in held if r.role == "node"],
-            spares=[r.spec for r in held if r.role != "node"],
+        nodes = [r.spec for r in held if r.role == "node"]
+        spares = [r.spec for r in held if r.role != "node"]
+        runs = {r.run for r in held}
+        same_size = (len(nodes), len(spares)) == (request.nodes, request.spares)
+        if runs == {request.run} and (request.run or same_size):
+            return Lease(nodes=nodes, spares=spares)
+        earlier = ", ".join(sorted(r for r in runs if r)) or "an unnamed run"
+        raise FleetRefusal(
+            f"job {request.job} already holds {', '.join(node_names(nodes + spares))} in fleet "
+            f"{config.name}, leased by an earlier start ({earlier}; {len(nodes)} node(s) + "
+            f"{len(spares)} spare(s)); once that start has ended, free them with "
+            f"'lazarus fleet release {request.job} --fleet {config.name}', then start again"
         )
     free = [r for r in state.nodes if r.state == NodeState.HEALTHY]
     lemons = [r.name for r in free if is_lemon(r, config.lemon, now)]
@@ -449,7 +494,7 @@ def lease(state: FleetState, config: FleetConfig, request: LeaseRequest, now: fl
     chosen = sorted(eligible, key=lambda r: _rate_key(r, config, now))[:wanted]
     for index, record in enumerate(chosen):
         role: Literal["node", "spare"] = "node" if index < request.nodes else "spare"
-        _move(record, config, now, NodeState.LEASED, job=request.job, role=role)
+        _move(record, config, now, NodeState.LEASED, job=request.job, role=role, run=request.run)
     names = ", ".join(r.name for r in chosen)
     excluded = f"; lemons excluded: {', '.join(lemons)}" if lemons else ""
     _log(state, now, f"leased {names}{excluded}", None, request.job)
@@ -495,6 +540,7 @@ def report_quarantine(
             now,
             NodeState.QUARANTINED,
             job=report.job,
+            run=record.run,
             reason=report.reason,
             failure_class=report.failure_class,
             fenced=False,
@@ -545,6 +591,7 @@ def replace(
                 now,
                 NodeState.LEASED,
                 job=request.job,
+                run=lost.run,
                 role="replacement",
                 replaces=request.lost,
                 replaces_key=request.key,
@@ -568,6 +615,8 @@ def release(state: FleetState, config: FleetConfig, request: ReleaseRequest, now
     quarantined nodes that its last stop fenced may start probation."""
     returned: list[str] = []
     for record in state.held_by(request.job):
+        if request.run and record.run and record.run != request.run:
+            continue  # a later start's lease: not this (late) release's to give back
         if record.drain_pending is not None:
             reason = record.drain_pending
             _move(
@@ -605,6 +654,65 @@ def release(state: FleetState, config: FleetConfig, request: ReleaseRequest, now
     return f"released {len(returned)} node(s)"
 
 
+def release_orphan(
+    state: FleetState, config: FleetConfig, request: OrphanRelease, now: float
+) -> str:
+    """An operator frees the nodes a job still holds after its workflow closed without a
+    release (terminated, or a release that never reached the fleet): without this they
+    stayed LEASED to it for good, ``return`` refusing a node in service and ``drain``
+    waiting for a release that never came.
+
+    Not fenced (the default): its leased nodes are quarantined, not fenced, since a
+    terminated job's ranks may still run there; ``return NODE --fenced`` brings each
+    back once checked. Fenced (the operator vouches): they go back as the job's own
+    release would have sent them, and its unfenced quarantined nodes start probation."""
+    held = state.held_by(request.job)
+    unfenced = [
+        r
+        for r in state.nodes
+        if r.state == NodeState.QUARANTINED and r.job == request.job and not r.fenced
+    ]
+    if not held and not (request.fenced and unfenced):
+        left = f" ({len(unfenced)} quarantined, not fenced)" if unfenced else ""
+        raise FleetRefusal(f"job {request.job} holds no leased node in fleet {config.name}{left}")
+    if request.fenced:
+        checked = [r.name for r in unfenced]
+        reply = release(state, config, ReleaseRequest(job=request.job, fenced=checked), now)
+        _log(state, now, "lease freed by operator (fenced)", None, request.job)
+        after = "on probation" if config.probation.health_command is not None else "quarantined"
+        more = f"; {', '.join(checked)} fenced by operator ({after})" if checked else ""
+        return f"job {request.job}: {reply}{more}"
+    names = [r.name for r in held]
+    for record in held:
+        drained = record.drain_pending
+        _move(
+            record,
+            config,
+            now,
+            NodeState.QUARANTINED,
+            job=request.job,
+            reason=drained or f"lease of job {request.job} freed by operator",
+            failure_class=OPERATOR_CLASS,
+            fenced=False,
+            drained=drained is not None,
+            drain_pending=None,
+        )
+    _log(
+        state,
+        now,
+        f"lease freed by operator, not fenced: {', '.join(names)} quarantined until checked "
+        "and returned ('lazarus fleet return NODE --fenced')",
+        None,
+        request.job,
+    )
+    return (
+        f"job {request.job}: {', '.join(names)} quarantined, not fenced: its ranks may still "
+        f"run there. Check each node (or reboot it), then 'lazarus fleet return NODE --fenced "
+        f"--fleet {config.name}'; or, if the job's stops reached them, 'lazarus fleet release "
+        f"{request.job} --fenced --fleet {config.name}'"
+    )
+
+
 def hand_back(
     state: FleetState, config: FleetConfig, request: HandBackRequest, now: float
 ) -> HandBackReply:
@@ -625,6 +733,7 @@ def hand_back(
     for record in taken:
         record.fenced = True
         record.job = None
+        record.run = ""
         start_probation(state, config, record, now)
     after = "on probation" if config.probation.health_command is not None else "quarantined"
     names = [r.name for r in taken]

@@ -432,6 +432,9 @@ def test_helm_chart_renders_valid_kubernetes_objects(tmp_path: Path) -> None:
     # The API key comes from a Secret reference, never a literal value.
     assert "value" not in env["TEMPORAL_API_KEY"]
     assert env["TEMPORAL_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "temporal-api-key"
+    # The worker's metrics default to loopback: the chart publishes them on the pod's
+    # interfaces, where Prometheus scrapes.
+    assert env["LAZARUS_METRICS_ADDR"]["value"] == "0.0.0.0"
     pdb = kinds["PodDisruptionBudget"]
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
@@ -447,6 +450,7 @@ def test_helm_chart_without_tls_or_metrics_renders_valid_objects(tmp_path: Path)
     (container,) = pod["spec"]["containers"]
     assert container["args"] == ["worker"]
     assert not any(v["name"] == "tls" for v in pod["spec"]["volumes"])
+    assert not any(e["name"] == "LAZARUS_METRICS_ADDR" for e in container["env"])
 
 
 # --- systemd -----------------------------------------------------------------------------
@@ -479,11 +483,18 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
 
 
 def test_systemd_env_example_names_only_settings_lazarus_reads() -> None:
+    from lazarus.metrics import (
+        METRICS_ADDR_ENV,
+        METRICS_INTERVAL_ENV,
+        METRICS_PORT_ENV,
+        SDK_METRICS_PORT_ENV,
+    )
     from lazarus.settings import _ENV_NAMES
 
     known = {name for names in _ENV_NAMES.values() for name in names}
     known |= {"TEMPORAL_API_KEY", "LAZARUS_ALLOWED_COMMANDS", "LAZARUS_ALLOWED_COMMANDS_FILE"}
     known |= {"LAZARUS_WORKER_ARGS"}  # the unit's own
+    known |= {METRICS_ADDR_ENV, METRICS_INTERVAL_ENV, METRICS_PORT_ENV, SDK_METRICS_PORT_ENV}
     example = (UNIT.parent / "lazarus-worker.env.example").read_text()
     names = re.findall(r"^#?([A-Z][A-Z0-9_]+)=", example, re.MULTILINE)
     assert names and set(names) <= known, set(names) - known

@@ -1,13 +1,15 @@
-"""Which lost nodes a fleet job short of nodes asks its fleet to replace: a pure
-function of the spec and the pool, no server."""
+"""Which lost nodes a fleet job short of nodes asks its fleet to replace, and how a
+failed fleet call is worded: pure functions, no server."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
+from lazarus.domain.fleet import FLEET_REFUSED, FLEET_UNREACHABLE
 from lazarus.domain.spec import FleetLeaseSpec, JobSpec
-from lazarus.workflows.fleet_link import nodes_to_replace
+from lazarus.workflows.fleet_link import nodes_to_replace, trouble
 from lazarus.workflows.state import JobState, NodePool, Phase, QuarantinedNode
 
 
@@ -47,3 +49,23 @@ def test_spares_and_min_nodes_count_as_enough() -> None:
 def test_the_retry_interval_has_a_floor() -> None:
     with pytest.raises(ValidationError, match="retry_s"):
         FleetLeaseSpec(name="f", retry_s=1)
+
+
+def failed_call(error_type: str) -> ActivityError:
+    err = ActivityError(
+        "activity error",
+        scheduled_event_id=1,
+        started_event_id=2,
+        identity="w",
+        activity_type="fleet_report",
+        activity_id="1",
+        retry_state=RetryState.NON_RETRYABLE_FAILURE,
+    )
+    err.__cause__ = ApplicationError("fleet f refused report_quarantine: no", type=error_type)
+    return err
+
+
+def test_a_fleet_refusal_is_noted_as_a_refusal_not_as_unreachable() -> None:
+    refusal = trouble(failed_call(FLEET_REFUSED))
+    assert refusal.startswith("refused: ") and "fleet f refused" in refusal
+    assert trouble(failed_call(FLEET_UNREACHABLE)).startswith("unreachable: ")

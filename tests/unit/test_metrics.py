@@ -425,6 +425,45 @@ def test_settings_default_the_sdk_port_to_the_next_one() -> None:
     assert MetricsSettings.from_env({"LAZARUS_METRICS_PORT": "9000"}, port=9100).port == 9100
 
 
+def test_the_endpoints_listen_on_loopback_unless_told_otherwise() -> None:
+    """Audit 12.: unauthenticated, they named jobs, nodes and quarantines to every host
+    that could reach the worker. Publishing them is an explicit setting."""
+    assert MetricsSettings.from_env({}, port=9464).addr == "127.0.0.1"
+    assert MetricsSettings().addr == "127.0.0.1"
+    published = MetricsSettings.from_env({"LAZARUS_METRICS_ADDR": "0.0.0.0"}, port=9464)
+    assert published.addr == "0.0.0.0"
+    flag = MetricsSettings.from_env({"LAZARUS_METRICS_ADDR": "0.0.0.0"}, addr="::1")
+    assert flag.addr == "::1"  # --metrics-addr wins over the environment
+    server = serve(LazarusMetrics(), MetricsSettings.from_env({}, port=free_port()))
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_worker_passes_metrics_addr_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from lazarus import cli
+    from lazarus.workers import controller
+
+    seen: list[MetricsSettings] = []
+
+    async def run_worker(*args: object) -> None:
+        assert isinstance(args[-1], MetricsSettings)
+        seen.append(args[-1])
+
+    monkeypatch.setattr(controller, "run_worker", run_worker)
+    monkeypatch.delenv("LAZARUS_METRICS_ADDR", raising=False)
+    argv = ["worker", "--metrics-port", "9464"]
+    result = CliRunner().invoke(cli.app, [*argv, "--metrics-addr", "0.0.0.0"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli.app, argv)
+    assert result.exit_code == 0, result.output
+    assert [m.addr for m in seen] == ["0.0.0.0", "127.0.0.1"]
+
+
 @pytest.mark.parametrize(
     ("env", "overrides", "named"),
     [

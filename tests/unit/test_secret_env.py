@@ -8,11 +8,15 @@ launch. A missing name or a file others can read is a launch error that names it
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from lazarus.activities.launcher import LaunchRefused, rank_env_file, rank_environment
+from lazarus.activities.nodes.agent import PreflightRequest
+from lazarus.activities.nodes.local_checks import run_local_preflight
+from lazarus.activities.nodes.slurm_agent import client_environment
 from lazarus.activities.rundir import GenerationDir
 from lazarus.activities.secret_env import SecretEnvError, parse_env_lines, passed_env, read_env_file
 from lazarus.domain.api import API_KEY_ENV
@@ -125,3 +129,33 @@ def test_the_worker_temporal_api_key_is_not_passed_to_ranks(
     env = env_for(job(tmp_path), tmp_path)
     assert API_KEY_ENV not in env
     assert "worker-credential" not in json.dumps(env)
+
+
+def test_the_health_command_does_not_get_the_workers_api_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The preflight health command follows the ranks' rule: a program from the
+    workflow input never gets the worker's Temporal credentials."""
+    monkeypatch.setenv(API_KEY_ENV, "worker-credential")
+    monkeypatch.setenv("UNRELATED_SETTING", "kept")
+    probe = (
+        "import os, sys; "
+        f"sys.exit(3 if {API_KEY_ENV!r} in os.environ else 0 if "
+        "os.environ.get('UNRELATED_SETTING') == 'kept' else 4)"
+    )
+    request = PreflightRequest(
+        interpreter=sys.executable,
+        workdir=str(tmp_path),
+        disk_path=str(tmp_path),
+        health_command=[sys.executable, "-c", probe],
+        timeout_s=30,
+    )
+    result = run_local_preflight("n1", request)
+    assert result.problems == []
+
+
+def test_slurm_commands_do_not_export_the_workers_api_key() -> None:
+    """srun and sbatch export their environment to what they run on the nodes (the
+    shim, with the health command; the holder)."""
+    env = client_environment({"PATH": "/bin", API_KEY_ENV: "worker-credential"})
+    assert API_KEY_ENV not in env and env["PATH"] == "/bin"

@@ -7,6 +7,7 @@ from lazarus.domain.spec import JobSpec
 from lazarus.workflows.state import MAX_RECORDS, JobState, NodePool, PlannedStop
 from lazarus.workflows.stops import (
     checkpoint_evidence,
+    end_of_run_targets,
     reached,
     record_planned_stop,
     settle_stop,
@@ -36,6 +37,54 @@ def test_a_stop_reaches_active_and_unfenced_nodes_once_and_only_known_ones() -> 
     pool.active.append("b")  # a node both active and unfenced is stopped once
     assert stop_targets(SPEC, pool, None) == ["a", "b"]
     assert stop_targets(SPEC, pool, ["s", "ghost", "s"]) == ["s"]
+
+
+WIDE = JobSpec.model_validate(
+    {**SPEC.model_dump(), "spares": [{"name": "s"}, {"name": "t"}, {"name": "u"}]}
+)
+"""Nodes a and b, spares s, t and u."""
+
+
+def test_a_stop_remembers_every_node_it_targeted_once() -> None:
+    state = JobState(pool=NodePool(active=["a", "b"]))
+    settle_stop(state, ["a", "b"], stopped(), 1.0, whole_job=True)
+    settle_stop(state, ["b", "s"], stopped(unreachable=["s"]), 2.0, whole_job=False)
+    assert state.touched_nodes == ["a", "b", "s"]
+
+
+def test_the_end_of_run_reaches_every_node_the_run_touched_wherever_it_went() -> None:
+    """Issue 26 (audit, 10.): b ran ranks, was fenced and returned to the spares; s
+    took its slot, failed, was fenced and handed back to the fleet. Both may still
+    hold the run's zygote and /dev/shm snapshots: only the end of the run reaches
+    them now. u, a spare that never ran anything, is left alone."""
+    state = JobState(pool=NodePool(active=["a", "b"], spares=["s", "t", "u"]))
+    pool = state.pool
+
+    def stop() -> None:
+        settle_stop(state, stop_targets(WIDE, pool, None), stopped(), 0.0, whole_job=True)
+
+    stop()  # incident on b: generation 1 stopped on a, b
+    pool.swap_out("b", "gpu_hardware", 1.0, None)
+    stop()  # a pause on a, s: fences b
+    pool.release("b")  # lazarus return: b is a spare again
+    pool.swap_out("s", "gpu_hardware", 2.0, None)
+    stop()  # fences s
+    pool.forget(["s"])  # handed back to the fleet
+    state.handed_back = ["s"]
+    assert pool.active == ["a", "t"] and pool.spares == ["u", "b"]
+    assert stop_targets(WIDE, pool, None) == ["a", "t"]
+    assert end_of_run_targets(WIDE, state) == ["a", "t", "b", "s"]
+
+
+def test_the_end_of_run_reaches_quarantined_and_handed_back_nodes_it_never_recorded() -> None:
+    """A job whose state predates ``touched_nodes`` (carried by continue-as-new):
+    its fenced and handed-back nodes are still revisited; names the spec no longer
+    knows (an earlier Slurm allocation's) are not."""
+    state = JobState(pool=NodePool(active=["a"], spares=["u"]), handed_back=["s", "gone"])
+    state.pool.quarantine("b", "dead", at=1.0)
+    state.pool.mark_fenced("b")
+    state.pool.quarantine("t", "dead", at=2.0)
+    assert end_of_run_targets(WIDE, state) == ["a", "t", "b", "s"]
 
 
 def test_a_stop_fences_the_quarantined_nodes_it_reached() -> None:

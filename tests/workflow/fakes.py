@@ -109,6 +109,10 @@ class Script:
     rejoin_refused: bool = False
     """Launches start every rank afresh although survivors were asked for (all gone)."""
     supervisions: list[SuperviseRequest] = field(default_factory=list)
+    unreachable_at_end: set[str] = field(default_factory=set)
+    """Nodes the end-of-run stop cannot reach."""
+    end_of_run_fails: bool = False
+    """The end-of-run stop fails (non-retryable), as a worker that cannot stop would."""
 
 
 SCRIPTS: dict[str, Script] = {}
@@ -204,8 +208,18 @@ async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
 async def stop(request: StopRequest) -> StopResult:
     script = script_for(request.job_id)
     script.stops.append(request)
-    stuck = [g for g in script.unkillable if g.node in {n.name for n in request.nodes}]
-    return StopResult(generations=[], signalled_groups=0, killed_groups=0, unkillable=stuck)
+    names = [n.name for n in request.nodes]
+    if request.end_of_run and script.end_of_run_fails:
+        raise ApplicationError("cannot stop", type="StopFailed", non_retryable=True)
+    unreachable = [n for n in names if request.end_of_run and n in script.unreachable_at_end]
+    stuck = [g for g in script.unkillable if g.node in names]
+    return StopResult(
+        generations=[],
+        signalled_groups=0,
+        killed_groups=0,
+        unreachable=unreachable,
+        unkillable=stuck,
+    )
 
 
 @activity.defn(name="find_verified_checkpoint")

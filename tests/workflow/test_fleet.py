@@ -29,7 +29,7 @@ from lazarus.domain.api import (
 from lazarus.domain.contracts import FailureReport
 from lazarus.domain.fleet import FleetConfig, FleetStatus, Lease, LeaseRequest
 from lazarus.domain.spec import JobSpec
-from lazarus.fleet_client import FleetClient, FleetNotFound
+from lazarus.fleet_client import FleetClient, FleetEndedBefore, FleetNotFound
 from lazarus.workflows.fleet import FleetWorkflow
 from lazarus.workflows.job import JobWorkflow
 from lazarus.workflows.state import JobInput, Phase
@@ -410,3 +410,118 @@ async def test_the_cli_starts_a_fleet_and_shows_drains_and_returns_its_nodes(
     assert code == 1 and "already in service" in out
     code, out = await asyncio.to_thread(run, "fleet", "return", "n1")
     assert code == 0 and "healthy again" in out, out
+    code, out = await asyncio.to_thread(run, "fleet", "release", "nobody")
+    assert code == 1 and "job nobody holds no leased node" in out, out
+
+
+# ------------------------------------------------------------------------ issue 26
+
+
+async def test_a_fleet_job_that_escalated_for_its_budget_waits_for_a_person(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # The audit's repro: b's only node is lost with its restart budget spent. b is short
+    # of a node too, but a spent budget is a person's call: when a releases a node, b
+    # must not relaunch on it by itself.
+    fleet = await cluster.start_fleet(nodes=[{"name": "n0"}, {"name": "n1"}], spares=[])
+    a = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=1))
+    spec_b = fake_spec(
+        tmp_path,
+        fleet={"name": fleet.name, "nodes": 1, "retry_s": 10},
+        recovery={"max_restarts": 0, "backoff_initial_s": 0.1, "backoff_max_s": 0.2},
+    )
+    b = await cluster.start_job(spec_b)
+    await a.wait_phase(Phase.RUNNING)
+    [dead] = (await b.wait_phase(Phase.RUNNING)).nodes.active
+    b.script.failures[1] = lost(dead)
+    waiting = await b.wait_phase(Phase.NEEDS_OPERATOR)
+    assert "restart budget spent" in (waiting.operator_reason or "")
+    a.script.succeed_at.add(1)
+    await a.wait_phase(Phase.SUCCEEDED)
+    await fleet_status_until(
+        cluster, fleet.name, lambda s: not leased(s, a.spec.job_id), "a's release"
+    )
+    # Past b's retry interval, nobody has touched it: it still waits, on generation 1.
+    await asyncio.sleep(12)
+    still = await b.status()
+    assert still.phase == Phase.NEEDS_OPERATOR and still.generation == 1, still
+    assert "restart budget spent" in (still.operator_reason or "")
+    history = await b.handle.fetch_history()
+    timers = [
+        e.user_metadata.summary.data
+        for e in history.events
+        if e.HasField("timer_started_event_attributes")
+    ]
+    assert not any(b"ask the fleet again" in summary for summary in timers), timers
+    status = await cluster.fleets.status(fleet.name)
+    assert not leased(status, b.spec.job_id)
+    await Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        history
+    )
+
+
+async def test_a_lease_its_job_left_behind_is_refused_to_the_next_start_until_freed(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    fleet = await cluster.start_fleet(nodes=[{"name": f"n{i}"} for i in range(3)], spares=[])
+    first = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2))
+    held = sorted((await first.wait_phase(Phase.RUNNING)).nodes.active)
+    name = first.spec.name
+    # While the job's workflow is open, its nodes are its own to give back.
+    with pytest.raises(RequestRejected, match=f"job '{name}' is still open"):
+        await cluster.fleets.release(fleet.name, name)
+    await first.handle.terminate("wedged")  # no release reaches the fleet
+    # A new start of the name asks for another size: refused, never handed the old lease.
+    again = fake_spec(tmp_path, name=name, fleet={"name": fleet.name, "nodes": 1})
+    second = await cluster.start_job(again)
+    refused = await second.wait_phase(Phase.FAILED)
+    await asyncio.wait_for(second.handle.result(), 30)  # closed, after its own release
+    assert f"'lazarus fleet release {name} --fleet {fleet.name}'" in (
+        refused.operator_reason or ""
+    ), refused.operator_reason
+    status = await cluster.fleets.status(fleet.name)
+    assert leased(status, name) == held  # the failed start's release left them alone
+    # The operator frees them: quarantined, not fenced, until each is checked.
+    reply = await cluster.fleets.release(fleet.name, name)
+    assert "quarantined, not fenced" in reply, reply
+    for node in held:
+        assert "again" in await cluster.fleets.return_node(fleet.name, node, fenced=True)
+    third = await cluster.start_job(again)
+    running = await third.wait_phase(Phase.RUNNING)
+    assert len(running.nodes.active) == 1
+
+
+async def test_a_jobs_release_outlasts_a_fleet_that_is_away_for_a_while(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    fleet = await cluster.start_fleet()
+    job = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=2))
+    await job.wait_phase(Phase.RUNNING)
+    await cluster.client.get_workflow_handle(fleet_workflow_id(fleet.name)).terminate("away")
+    job.script.succeed_at.add(1)
+    await job.wait_phase(Phase.SUCCEEDED)
+    await asyncio.sleep(5)  # three tries over three seconds gave up by now
+    with pytest.raises(FleetEndedBefore, match="--forget-state"):
+        await cluster.fleets.start(fleet)
+    await cluster.fleets.start(fleet, forget_state=True)
+    await asyncio.wait_for(job.handle.result(), 60)  # the release went through: closed
+    notes = (await job.status()).fleet_notes
+    assert notes[-1] == "released 0 node(s)", notes
+    assert not any("release failed" in line for line in notes), notes
+
+
+async def test_a_fleet_that_was_ended_is_not_started_afresh_by_accident(
+    cluster: Cluster,
+) -> None:
+    fleet = await cluster.start_fleet()
+    handle = cluster.client.get_workflow_handle(fleet_workflow_id(fleet.name))
+    await handle.execute_update(
+        FLEET_UPDATE_LEASE, LeaseRequest(job="still-running", nodes=2), result_type=Lease
+    )
+    await handle.terminate("by mistake")
+    # Its state ended with it: a fresh fleet would lease still-running's nodes again.
+    with pytest.raises(FleetEndedBefore, match=r"was terminated at .*--forget-state"):
+        await cluster.fleets.start(fleet)
+    await cluster.fleets.start(fleet, forget_state=True)
+    status = await cluster.fleets.status(fleet.name)
+    assert status.counts["healthy"] == 4 and not leased(status, "still-running")

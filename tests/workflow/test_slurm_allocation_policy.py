@@ -90,6 +90,27 @@ async def test_a_refused_resubmission_pauses_with_slurms_answer(
     assert len(job.script.launches) == 1
 
 
+async def test_a_resubmitted_allocation_too_small_pauses_with_the_reason(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    """Issue 26: a grant smaller than the job's nodes and spares (an adopted job of
+    another size) is refused in the workflow too, never raised in workflow code,
+    which wedged the job in RECOVERING."""
+    job = await start_fake_job(submitted_spec(tmp_path, resubmit=True))
+    job.script.allocations = [AllocationGranted(job_id=777, nodes=["bobn1"])]
+    job.script.preempted[1] = notice(7)
+    status = await job.wait_phase(Phase.PAUSED, timeout_s=30)
+    incident = status.incidents[-1]
+    assert incident.reason is not None and "Slurm job 777 holds 1 node(s), not the 2" in (
+        incident.reason
+    )
+    assert len(job.script.launches) == 1
+    (asked,) = job.script.allocation_requests
+    assert isinstance(asked, SubmitAllocationRequest)
+    # The run's own names and the allocation it recorded go to the activity.
+    assert asked.run_key and asked.run_key.startswith("run-") and asked.known_job_ids == [7]
+
+
 async def test_without_resubmit_a_preempted_job_pauses_and_asks_slurm_nothing(
     start_fake_job: StartFakeJob, tmp_path: Path
 ) -> None:
@@ -113,6 +134,7 @@ async def test_a_lost_node_with_no_spare_is_replaced_by_the_node_slurm_adds(
     (asked,) = job.script.allocation_requests
     assert not isinstance(asked, SubmitAllocationRequest)
     assert set(asked.known_nodes) == {"n1", "n2"} and asked.exclude == ["n2"]
+    assert asked.run_key and asked.known_job_ids == [7]
     assert [n.name for n in job.script.launches[-1].spec.spares] == ["n3"]
     assert status.incidents[-1].action == Action.GROW
 
