@@ -102,7 +102,11 @@ MAX_POLL_THREADS = 64
 its agent's timeout, so this many silent nodes at once would delay the others."""
 
 VANISHED_GRACE_S = 1.5
-"""A dead rank gets this long for its wrapper to write the exit-status file."""
+"""A dead rank gets this long for its wrapper to write the exit-status file: a
+fallback only. The wrapper writes it milliseconds after the death, and a rank whose
+record has arrived is reported at once (:func:`awaiting_exit_record`); the full grace
+is waited only for a rank that vanished with its wrapper (its group killed from
+outside), which never gets a record."""
 
 
 MIN_FAILED_POLLS = 2
@@ -477,7 +481,12 @@ class GenerationObserver:
                 _, progress_at = self._progressed(rank, f"log:{step}", now, mono)
         if record.alive and record.pid is not None and agent.node.launcher == "local":
             self._oom.watch(rank, record.pid)
-        if record.pid is not None and not record.alive and record.exit is None:
+        if record.exit is not None:
+            # Its recorder spoke: a crash with an exit status, not a vanished rank. A
+            # poll that caught the rank between its death and that write must not keep
+            # it "vanishing" (that held every report back VANISHED_GRACE_S: issue 26).
+            self._dead_since.pop(rank, None)
+        elif record.pid is not None and not record.alive:
             self._dead_since.setdefault(rank, now)
         exit_record = record.exit or {}
         return RankStatus(
@@ -569,9 +578,15 @@ def _crash(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     )
 
 
-def _vanishing(obs: Observation) -> bool:
-    """Some rank is dead with no exit status yet: its wrapper may still be writing it."""
-    return any(obs.now - since < VANISHED_GRACE_S for since in obs.dead_since.values())
+def awaiting_exit_record(obs: Observation) -> bool:
+    """Some rank is dead with no exit status yet: its wrapper may still be writing it
+    (it does, milliseconds after the death). Only ranks still without one count: a
+    rank whose record has arrived since is a crash to report now, and waiting out the
+    grace for it delayed every crash caught in that window by 1.5 s (issue 26)."""
+    return any(
+        obs.now - since < VANISHED_GRACE_S and obs.ranks[rank].exit_code is None
+        for rank, since in obs.dead_since.items()
+    )
 
 
 def _vanished(obs: Observation) -> FailureReport | None:
@@ -741,7 +756,7 @@ def _failure(request: SuperviseRequest, obs: Observation) -> FailureReport | Non
     lost = _node_lost(request, obs, crashed=crash is not None or hang is not None)
     if lost is not None:
         return lost
-    if crash is not None and _vanishing(obs):
+    if crash is not None and awaiting_exit_record(obs):
         return None  # wait a moment: either an exit status arrives or the rank vanished
     return _vanished(obs) or crash or hang
 
