@@ -48,6 +48,7 @@ The heartbeat details hold one progress mark per rank (about 75 bytes): about
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import re
@@ -988,8 +989,60 @@ async def _supervise_with(
         activity.heartbeat(last)
         # A round every poll_interval_s from its start, not interval after its end: a
         # large job's round takes long enough to matter (tenths of a second at 1,000
-        # nodes), and detection waits for the next one.
-        await asyncio.sleep(max(0.0, interval - (time.monotonic() - round_started)))
+        # nodes). A rank's end cuts the wait short (its pidfd, where the node is this
+        # machine), and a dead rank whose exit record is still being written is asked
+        # about again soon: detection waits for neither the round nor the grace.
+        delay = interval - (time.monotonic() - round_started)
+        if awaiting_exit_record(obs):
+            delay = min(delay, EXIT_RECORD_POLL_S)
+        await until_an_exit(opened, delay)
+
+
+EXIT_RECORD_POLL_S = 0.05
+"""How soon a rank seen dead without its exit record is asked about again (its
+recorder writes it within milliseconds; its own exit also wakes the supervisor where
+pidfds work). The record decides between a crash and a vanished rank."""
+
+
+async def until_an_exit(opened: list[NodeAgent], delay: float) -> None:
+    """Sleep ``delay`` seconds, or less: until a rank (or its recorder) of one of these
+    nodes ends, when their agents give exit notices (:meth:`NodeAgent.exit_fds`).
+
+    The event loop waits on the descriptors itself (``add_reader``): no thread, and a
+    cancelled activity stops waiting at once. The descriptors that fired are handed
+    back to their agents, which close them: a pidfd stays readable once its process
+    has ended, and would otherwise end every later wait at once."""
+    if delay <= 0:
+        return
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+    fired: dict[int, NodeAgent] = {}
+    watched: list[tuple[int, NodeAgent]] = []
+
+    def ended(fd: int, agent: NodeAgent) -> None:
+        fired[fd] = agent
+        woken.set()
+
+    try:
+        for agent in opened:
+            for fd in agent.exit_fds():
+                try:
+                    loop.add_reader(fd, ended, fd, agent)
+                except (NotImplementedError, OSError, ValueError):
+                    continue  # a loop without add_reader: the round still comes
+                watched.append((fd, agent))
+        if not watched:
+            await asyncio.sleep(delay)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), delay)
+    finally:
+        for fd, _ in watched:
+            loop.remove_reader(fd)
+        for agent in opened:
+            mine = [fd for fd, owner in fired.items() if owner is agent]
+            if mine:
+                agent.exits_seen(mine)
 
 
 DETAILS_EVERY_S = 2.0

@@ -1,24 +1,43 @@
-"""Issue 26: a dead rank is reported as soon as its exit record exists.
+"""Issue 26: a dead rank is reported as soon as its exit record exists, and its end
+wakes the supervisor instead of waiting for the next round.
 
-No assertion here is about time: each checks *what* ended a round (an exit record
-that arrived), so the tests hold on a busy machine.
+No assertion here is about time: each checks *what* ended a wait or a round (a
+pidfd that fired, an exit record that arrived), so the tests hold on a busy machine.
+Waits are bounded generously only so that a broken notice fails instead of hanging.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import select
+import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
-from lazarus.activities.nodes.agent import NodeStatus, RankRecord
+import pytest
+
+from lazarus.activities.exit_watch import ExitWatch, recorded_processes
+from lazarus.activities.nodes.agent import NodeStatus, RankLaunch, RankRecord
+from lazarus.activities.nodes.local_agent import LocalAgent
+from lazarus.activities.procfs import read_stat, signal_group
 from lazarus.activities.supervise import (
     VANISHED_GRACE_S,
     GenerationObserver,
     Observation,
     awaiting_exit_record,
     evaluate,
+    until_an_exit,
 )
 from lazarus.domain.contracts import RankStatus, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
 from tests.fake_nodes import FakeAgent, FakeClock
+
+needs_pidfd = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfd_open")
+
+GUARD_S = 60.0
+"""Only so that a notice that never comes fails the test instead of hanging it."""
 
 
 def request(tmp_path: Path) -> SuperviseRequest:
@@ -79,3 +98,135 @@ def test_a_record_that_arrived_ends_the_wait_even_with_an_old_dead_since() -> No
     outcome = evaluate(request(Path("/nonexistent")), obs, started_at=990.0)
     assert outcome is not None and outcome.failure is not None
     assert outcome.failure.kind == "crash"
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    yield process
+    process.kill()
+    process.wait()
+
+
+def identity(pid: int) -> tuple[int, int]:
+    stat = read_stat(pid)
+    assert stat is not None
+    return pid, stat.start_ticks
+
+
+@needs_pidfd
+def test_a_pidfd_fires_when_its_process_ends_and_is_not_offered_again(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    watch = ExitWatch()
+    watch.track([identity(sleeper.pid)])
+    fds = watch.fds()
+    assert len(fds) == 1
+    assert select.select(fds, [], [], 0)[0] == []  # alive: nothing to say
+    sleeper.kill()
+    assert select.select(fds, [], [], GUARD_S)[0] == fds
+    watch.ended(fds)
+    assert watch.fds() == []
+    watch.track([identity_or_gone(sleeper.pid)])
+    assert watch.fds() == []
+    watch.close()
+
+
+def identity_or_gone(pid: int) -> tuple[int, int]:
+    stat = read_stat(pid)
+    return (pid, stat.start_ticks) if stat is not None else (pid, 0)
+
+
+@needs_pidfd
+def test_a_pid_whose_start_ticks_differ_is_not_watched(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    """The pid file names another process (its pid was reused): never watch it."""
+    pid, ticks = identity(sleeper.pid)
+    watch = ExitWatch()
+    watch.track([(pid, ticks + 1)])
+    assert watch.fds() == []
+    watch.close()
+
+
+def test_a_pid_record_names_the_rank_and_its_recorder() -> None:
+    record: dict[str, object] = {
+        "pid": 4242,
+        "start_ticks": 7,
+        "wrapper_pid": 4241,
+        "wrapper_start_ticks": 6,
+    }
+    assert recorded_processes(record) == [(4242, 7), (4241, 6)]
+    assert recorded_processes({"pid": 4242, "start_ticks": 7}) == [(4242, 7)]
+    assert recorded_processes({"pid": "x"}) == []
+
+
+class NoticingAgent(FakeAgent):
+    """A scripted agent whose exit notices are real pidfds."""
+
+    def __init__(self, watch: ExitWatch) -> None:
+        super().__init__(NodeSpec())
+        self.watch = watch
+        self.seen: list[int] = []
+
+    def exit_fds(self) -> list[int]:
+        return self.watch.fds()
+
+    def exits_seen(self, fds: list[int]) -> None:
+        self.seen.extend(fds)
+        self.watch.ended(fds)
+
+
+@needs_pidfd
+def test_the_supervisor_wakes_on_a_rank_exit_not_on_its_round(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    watch = ExitWatch()
+    watch.track([identity(sleeper.pid)])
+    agent = NoticingAgent(watch)
+    (fd,) = watch.fds()
+
+    async def scenario() -> None:
+        waiting = asyncio.create_task(until_an_exit([agent], GUARD_S))
+        await asyncio.sleep(0)
+        sleeper.kill()
+        await waiting
+
+    asyncio.run(scenario())
+    assert agent.seen == [fd]  # the exit ended the wait, and its pidfd was handed back
+    assert watch.fds() == []
+    watch.close()
+
+
+def test_without_notices_the_wait_is_a_plain_sleep() -> None:
+    agent = FakeAgent(NodeSpec())
+    asyncio.run(until_an_exit([agent], 0.01))
+    asyncio.run(until_an_exit([agent], 0.0))
+
+
+@needs_pidfd
+def test_the_local_agent_watches_each_rank_and_its_wrapper(tmp_path: Path) -> None:
+    """Through the real wrapper: both ends are watched (the rank's death, and the
+    wrapper's exit right after it wrote the record), and a SIGKILLed rank's record is
+    there once the wrapper's pidfd has fired."""
+    agent = LocalAgent(NodeSpec())
+    gen = tmp_path / "gen-00001"
+    launch = RankLaunch(rank=0, command=["sleep", "600"], env=dict(os.environ), workdir=".")
+    (started,) = agent.start_ranks(str(gen), [launch])
+    try:
+        assert agent.poll(str(gen), [0]).ranks[0].alive
+        fds = agent.exit_fds()
+        assert len(fds) == 2
+        os.kill(started.pid, signal.SIGKILL)
+        pending = list(fds)
+        while pending:  # the rank's pidfd, then its wrapper's, once the record is written
+            ready, _, _ = select.select(pending, [], [], GUARD_S)
+            assert ready, "no exit notice"
+            pending = [fd for fd in pending if fd not in ready]
+        agent.exits_seen(fds)
+        record = agent.poll(str(gen), [0]).ranks[0]
+        assert record.exit is not None and record.exit["signal"] == "SIGKILL"
+        assert agent.exit_fds() == []
+    finally:
+        signal_group(started.pgid, signal.SIGKILL)
+        agent.close()
