@@ -48,6 +48,7 @@ The heartbeat details hold one progress mark per rank (about 75 bytes): about
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import re
@@ -102,7 +103,11 @@ MAX_POLL_THREADS = 64
 its agent's timeout, so this many silent nodes at once would delay the others."""
 
 VANISHED_GRACE_S = 1.5
-"""A dead rank gets this long for its wrapper to write the exit-status file."""
+"""A dead rank gets this long for its wrapper to write the exit-status file: a
+fallback only. The wrapper writes it milliseconds after the death, and a rank whose
+record has arrived is reported at once (:func:`awaiting_exit_record`); the full grace
+is waited only for a rank that vanished with its wrapper (its group killed from
+outside), which never gets a record."""
 
 
 MIN_FAILED_POLLS = 2
@@ -477,7 +482,12 @@ class GenerationObserver:
                 _, progress_at = self._progressed(rank, f"log:{step}", now, mono)
         if record.alive and record.pid is not None and agent.node.launcher == "local":
             self._oom.watch(rank, record.pid)
-        if record.pid is not None and not record.alive and record.exit is None:
+        if record.exit is not None:
+            # Its recorder spoke: a crash with an exit status, not a vanished rank. A
+            # poll that caught the rank between its death and that write must not keep
+            # it "vanishing" (that held every report back VANISHED_GRACE_S: issue 26).
+            self._dead_since.pop(rank, None)
+        elif record.pid is not None and not record.alive:
             self._dead_since.setdefault(rank, now)
         exit_record = record.exit or {}
         return RankStatus(
@@ -569,9 +579,15 @@ def _crash(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     )
 
 
-def _vanishing(obs: Observation) -> bool:
-    """Some rank is dead with no exit status yet: its wrapper may still be writing it."""
-    return any(obs.now - since < VANISHED_GRACE_S for since in obs.dead_since.values())
+def awaiting_exit_record(obs: Observation) -> bool:
+    """Some rank is dead with no exit status yet: its wrapper may still be writing it
+    (it does, milliseconds after the death). Only ranks still without one count: a
+    rank whose record has arrived since is a crash to report now, and waiting out the
+    grace for it delayed every crash caught in that window by 1.5 s (issue 26)."""
+    return any(
+        obs.now - since < VANISHED_GRACE_S and obs.ranks[rank].exit_code is None
+        for rank, since in obs.dead_since.items()
+    )
 
 
 def _vanished(obs: Observation) -> FailureReport | None:
@@ -741,7 +757,7 @@ def _failure(request: SuperviseRequest, obs: Observation) -> FailureReport | Non
     lost = _node_lost(request, obs, crashed=crash is not None or hang is not None)
     if lost is not None:
         return lost
-    if crash is not None and _vanishing(obs):
+    if crash is not None and awaiting_exit_record(obs):
         return None  # wait a moment: either an exit status arrives or the rank vanished
     return _vanished(obs) or crash or hang
 
@@ -980,8 +996,60 @@ async def _supervise_with(
         activity.heartbeat(last)
         # A round every poll_interval_s from its start, not interval after its end: a
         # large job's round takes long enough to matter (tenths of a second at 1,000
-        # nodes), and detection waits for the next one.
-        await asyncio.sleep(max(0.0, interval - (time.monotonic() - round_started)))
+        # nodes). A rank's end cuts the wait short (its pidfd, where the node is this
+        # machine), and a dead rank whose exit record is still being written is asked
+        # about again soon: detection waits for neither the round nor the grace.
+        delay = interval - (time.monotonic() - round_started)
+        if awaiting_exit_record(obs):
+            delay = min(delay, EXIT_RECORD_POLL_S)
+        await until_an_exit(opened, delay)
+
+
+EXIT_RECORD_POLL_S = 0.05
+"""How soon a rank seen dead without its exit record is asked about again (its
+recorder writes it within milliseconds; its own exit also wakes the supervisor where
+pidfds work). The record decides between a crash and a vanished rank."""
+
+
+async def until_an_exit(opened: list[NodeAgent], delay: float) -> None:
+    """Sleep ``delay`` seconds, or less: until a rank (or its recorder) of one of these
+    nodes ends, when their agents give exit notices (:meth:`NodeAgent.exit_fds`).
+
+    The event loop waits on the descriptors itself (``add_reader``): no thread, and a
+    cancelled activity stops waiting at once. The descriptors that fired are handed
+    back to their agents, which close them: a pidfd stays readable once its process
+    has ended, and would otherwise end every later wait at once."""
+    if delay <= 0:
+        return
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+    fired: dict[int, NodeAgent] = {}
+    watched: list[tuple[int, NodeAgent]] = []
+
+    def ended(fd: int, agent: NodeAgent) -> None:
+        fired[fd] = agent
+        woken.set()
+
+    try:
+        for agent in opened:
+            for fd in agent.exit_fds():
+                try:
+                    loop.add_reader(fd, ended, fd, agent)
+                except (NotImplementedError, OSError, ValueError):
+                    continue  # a loop without add_reader: the round still comes
+                watched.append((fd, agent))
+        if not watched:
+            await asyncio.sleep(delay)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), delay)
+    finally:
+        for fd, _ in watched:
+            loop.remove_reader(fd)
+        for agent in opened:
+            mine = [fd for fd, owner in fired.items() if owner is agent]
+            if mine:
+                agent.exits_seen(mine)
 
 
 DETAILS_EVERY_S = 2.0

@@ -221,5 +221,15 @@ class NodeAgent(ABC):
         :class:`NodeUnreachable` or :class:`NodeRefused` when the node cannot answer."""
         raise NotImplementedError(f"{type(self).__name__} cannot list memory snapshots")
 
+    def exit_fds(self) -> list[int]:
+        """Descriptors that become readable when a rank this agent polled, or the
+        process that records its exit, has ended (see :mod:`lazarus.activities.exit_watch`):
+        the supervisor wakes on them instead of waiting for its next round. Empty where
+        there are no such notices (ranks on another machine): rounds only."""
+        return []
+
+    def exits_seen(self, fds: list[int]) -> None:  # noqa: B027 - only agents with notices
+        """These descriptors of :meth:`exit_fds` fired; they are not offered again."""
+
     def close(self) -> None:  # noqa: B027 - optional for agents without connections
         """Release connections; agents are reused within one activity."""

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path, PurePosixPath
 
+from lazarus.activities.exit_watch import ExitWatch, recorded_processes
 from lazarus.activities.nodes.agent import (
     MemorySnapshot,
     NodeAgent,
@@ -63,6 +64,8 @@ class LocalAgent(NodeAgent):
         """Stop every rank on this machine, whichever logical node launched it (a stop
         that names no node). Otherwise ``stop`` touches only this node's ranks: several
         logical local nodes share one machine and one run directory."""
+        self._exits = ExitWatch()
+        """Pidfds of the ranks (and their recorders) that :meth:`poll` saw alive."""
 
     def start_ranks(self, gen_dir: str, ranks: list[RankLaunch]) -> list[StartedRank]:
         gen = GenerationDir(Path(gen_dir))
@@ -144,6 +147,9 @@ class LocalAgent(NodeAgent):
                 and stat.state not in ("Z", "X")
                 and stat.start_ticks == int(pid_record["start_ticks"])
             )
+            if alive and pid_record is not None:
+                # Watch it from now on: its end wakes the supervisor (exit_fds).
+                self._exits.track(recorded_processes(pid_record))
             records.append(
                 RankRecord(
                     rank=rank,
@@ -161,6 +167,15 @@ class LocalAgent(NodeAgent):
             observed_at=time.time(),
             round_trip_s=time.monotonic() - started,
         )
+
+    def exit_fds(self) -> list[int]:
+        return self._exits.fds()
+
+    def exits_seen(self, fds: list[int]) -> None:
+        self._exits.ended(fds)
+
+    def close(self) -> None:
+        self._exits.close()
 
     def stop(
         self,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import registry, report
-from bench.harness import BenchConfig, BenchRun, Plan, RunRecord
+from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import JobShape
 from bench.metrics import METRICS, lookup
 from bench.multinode import PollResults
@@ -161,6 +161,24 @@ def test_side_by_side_table_reports_not_possible_and_ratios() -> None:
     data = report.payload(run, report.summary(run), "compare")
     assert data["schema"] == report.SCHEMA
     assert data["runs"][-1]["status"] == "not_possible"
+
+
+def test_detection_p95_is_reported_beside_the_median_from_ten_runs() -> None:
+    """Issue 26: the median hid the runs that waited 1.5 s; the p95 shows them."""
+    detections: list[Metric] = [*([0.05] * 9), 1.5]
+    records = [
+        RunRecord("crash", i, 0.0, 1.0, {"detection_from_injection_s": d}, {}, system="lazarus")
+        for i, d in enumerate(detections)
+    ]
+    stats = report.summary(_run(records, ["crash"], ["lazarus"]))
+    cell = stats["crash"]["lazarus"]["detection_from_injection_s"].stats
+    assert cell is not None and cell.median == 0.05 and cell.n == 10
+    assert cell.p95 is not None and 0.05 < cell.p95 <= 1.5
+    assert f"p95 {cell.p95:.2f}" in report.compare_table(stats)
+    assert report.recovery_table(stats, {}).splitlines()[0].endswith("| n | p95 |")
+    fewer = report.summarize(detections[:9])
+    assert fewer.p95 is None  # nine runs: no p95 (it would be the maximum)
+    assert report.summarize([True for _ in range(10)]).p95 is None
 
 
 def test_results_files_round_trip(tmp_path: Path) -> None:
