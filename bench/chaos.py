@@ -1015,6 +1015,7 @@ CELLS: list[Cell] = [
         crash_after_disk_fallback,
         memory=True,
         lost_intervals=2,
+        smoke=True,
     ),
     Cell(
         "preflight_swap",
@@ -1047,6 +1048,7 @@ CELLS: list[Cell] = [
         nodes=True,
         warm=True,
         expect=(Phase.CANCELLED,),
+        smoke=True,
     ),
     Cell(
         "node_quarantined",
@@ -1213,9 +1215,12 @@ async def run_cell(
             "violations": verdict.violations,
             "timeline_unjudged": verdict.unjudged,
             "launches": [dataclasses.asdict(launch) for launch in launches],
-            "snapshot_writers": {
-                path: [dataclasses.asdict(seen) for seen in writers]
-                for path, writers in census.writers.items()
+            "resumed_snapshot_writers": {  # the writers the timeline check judged by
+                launch.resume_path: [
+                    dataclasses.asdict(seen) for seen in census.writers.get(launch.resume_path, [])
+                ]
+                for launch in launches
+                if launch.resume_path in census.writers
             },
             "notes": run.notes,
             "census_samples": census.samples,
