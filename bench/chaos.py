@@ -1015,7 +1015,6 @@ CELLS: list[Cell] = [
         crash_after_disk_fallback,
         memory=True,
         lost_intervals=2,
-        smoke=True,
     ),
     Cell(
         "preflight_swap",

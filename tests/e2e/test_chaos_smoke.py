@@ -3,9 +3,9 @@ smoke``), end to end: every cell must hold every invariant, the table and the JS
 must say so, and nothing the matrix started may outlive it.
 
 The whole matrix runs in the benchmark (``python -m bench chaos``); this checks the
-machinery and five cells, each reached through a chaos point or an observed state:
-three of the slow paths, a crash after a disk fallback with the memory tier on (the
-timeline check), and a cancel with warm standbys up (nothing of the job left alive).
+machinery and four cells, each reached through a chaos point or an observed state:
+three of the slow paths and a cancel with warm standbys up (nothing of the job left
+alive 20 s later).
 """
 
 from __future__ import annotations
