@@ -24,8 +24,9 @@ from lazarus.activities.procfs import is_alive, read_stat
 from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, StopRequest
-from lazarus.domain.memory_tier import memory_checkpoint_dir
+from lazarus.domain.memory_tier import memory_checkpoint_dir, on_node
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec
+from lazarus.rank.memory import secure
 
 FAKE_RANK = Path(__file__).resolve().parents[1] / "fixtures" / "fake_rank.py"
 
@@ -170,8 +171,8 @@ def test_end_of_run_stops_the_zygote_and_removes_the_memory_tier(
     spec = spec_for(tmp_path, name=f"warm-{os.getpid()}-{time.monotonic_ns() % 10**6}")
     result = launch(spec, 1)
     run_root = Path(result.run_dir).parent
-    memory = Path(memory_checkpoint_dir(spec.job_id, str(run_root)))
-    (memory / "step-1").mkdir(parents=True)
+    memory = Path(on_node(memory_checkpoint_dir(spec.job_id, str(run_root)), os.getuid()))
+    secure(memory / "step-1")  # where a rank would have made it: the private root
     info = zygote_client.read_zygote(zygote_dir(run_root, "local"))
     assert info is not None
     stopped = asyncio.run(
