@@ -261,6 +261,10 @@ touched (``stops.end_of_run_targets``), not only the active and unfenced ones, w
 bounded retry, and notes the nodes it could not reach (issue 26). Before, zygotes,
 idle standbys and ``/dev/shm`` snapshots outlived the run on nodes that had been
 fenced, returned or handed back to the fleet."""
+PATCH_NO_REJOIN_IN_REJOIN = "no-rejoin-during-a-rejoin"
+"""Issue 26: a failure before the first step of a generation that carried survivors
+restarts the whole generation: the survivors are blocked in that generation's
+rendezvous, and carrying them again cost a startup timeout."""
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
@@ -776,7 +780,15 @@ class JobWorkflow:
         dead = [failure.node] if failure.kind == "node_lost" and failure.node else []
         fenced_by_stop = False
         rejoin = (
-            plan_rejoin(spec, state.pool, failure, decision.action, state.generation_live)
+            plan_rejoin(
+                spec,
+                state.pool,
+                failure,
+                decision.action,
+                state.generation_live,
+                # Asked only when it matters, so other histories replay as recorded.
+                mid_rejoin=bool(state.rejoining) and workflow.patched(PATCH_NO_REJOIN_IN_REJOIN),
+            )
             if spec.rejoins is not None
             else None
         )

@@ -24,6 +24,11 @@ Failure sequences, with ``rejoin: {enabled: true}`` on a 2-rank job:
   own and rejoins the others.
 - **No spare left, or the world would shrink.** Rank numbers would change: whole
   generation.
+- **A rank fails during the rejoin itself** (the restarted rank, or a survivor,
+  dies before the generation's first step). The other survivors are blocked in the
+  new generation's rendezvous and cannot read another rejoin request: carrying them
+  again cost a whole startup timeout (found by the chaos matrix's
+  ``survivor_sigkill@rejoin``). Whole generation (issue 26).
 
 The launch checks each survivor again (alive, ours, no exit record) and starts any
 that is not afresh, so a plan is a request, never a promise.
@@ -73,11 +78,17 @@ def plan_rejoin(
     failure: FailureReport,
     action: Action,
     generation_live: bool,
+    mid_rejoin: bool = False,
 ) -> RejoinPlan:
     """Which ranks keep their process through this recovery (see the module's
     sequences). Call it for jobs with ``rejoin`` on, after the decision and before
-    the node pool changes."""
+    the node pool changes. ``mid_rejoin``: the failed generation carried survivors
+    and made no step yet."""
     whole = "restart: the whole generation"
+    if mid_rejoin:
+        return RejoinPlan(
+            [], f"{whole} (a failure during a rejoin: survivors may be blocked in its rendezvous)"
+        )
     if failure.kind not in REJOIN_KINDS:
         return RejoinPlan([], f"{whole} ({failure.kind}: survivors may be blocked in a collective)")
     if action not in REJOIN_ACTIONS:

@@ -141,6 +141,26 @@ async def test_a_hang_restarts_the_whole_generation_and_says_so(
     assert status.incidents[-1].restart_path == "whole_generation"
 
 
+async def test_a_failure_during_the_rejoin_restarts_the_whole_generation(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    """Issue 26 (found by the chaos matrix's ``survivor_sigkill@rejoin``): generation 2
+    carried rank 0 and fails before its first step. Rank 0 is blocked in generation
+    2's rendezvous and cannot rejoin again: carrying it cost a startup timeout."""
+    spec = fake_spec(tmp_path, nodes=[{"name": "a"}, {"name": "b"}], rejoin=REJOIN)
+    job = await start_fake_job(spec)
+    job.script.failures[1] = failure(rank=1, node="b")
+    job.script.failures[2] = failure(rank=1, node="b")
+    status = await job.wait_for(
+        lambda s: s.generation == 3 and s.phase == Phase.RUNNING, "generation 3"
+    )
+    assert job.script.launches[1].rejoin_ranks == [0]
+    assert job.script.launches[2].rejoin_ranks == [], "no rejoin out of a rejoin"
+    incident = status.incidents[-1]
+    assert incident.restart_path == "whole_generation"
+    assert any("a failure during a rejoin" in e for e in incident.evidence), incident.evidence
+
+
 async def test_survivors_the_launch_could_not_keep_make_it_a_whole_restart(
     start_fake_job: StartFakeJob, tmp_path: Path
 ) -> None:
