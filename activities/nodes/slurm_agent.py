@@ -60,6 +60,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from lazarus.activities.nodes.agent import (
+    DrainResult,
     MemorySnapshot,
     NodeAgent,
     NodeRefused,
@@ -123,28 +124,6 @@ PER_RANK_VARIABLES = frozenset(
 
 class SlurmCommandFailed(RuntimeError):
     """A Slurm command could not run or did not answer (no slurmctld, a timeout)."""
-
-
-class DrainResult(BaseModel):
-    """What ``scontrol update nodename=X state=drain`` did; a refusal (no admin
-    rights) is recorded in ``error``, never raised."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    node: str
-    drained: bool
-    reason: str
-    error: str | None = None
-    left: str | None = None
-    """Why the node was left as it is: someone else drained it (their reason stands)."""
-
-    def evidence(self) -> str:
-        """The incident's evidence line: what was drained, or why not (ignored)."""
-        if self.drained:
-            return f"drained node {self.node} in Slurm: reason={self.reason!r}"
-        if self.left is not None:
-            return f"node {self.node} left as it is in Slurm: {self.left}"
-        return f"could not drain node {self.node} in Slurm (ignored): {self.error}"
 
 
 def client_environment(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -916,6 +895,14 @@ class SlurmAgent(NodeAgent):
         except SlurmCommandFailed:
             return None
         return self.drain(failure_class, job) if words & LOST_STATES else None
+
+    def preemption_notice(
+        self, marker: str | None, handled_at: float | None
+    ) -> tuple[float, str] | None:
+        """:func:`preemption_notice` of this agent's allocation; None without one."""
+        if self.slurm is None:
+            return None
+        return preemption_notice(self.slurm, marker, handled_at)
 
     def undrain(self) -> DrainResult:
         """Give a node Lazarus drained back (``lazarus return``), where the rights allow
