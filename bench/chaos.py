@@ -35,20 +35,14 @@ from typing import Any
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 
 from bench import report
+from bench.benchmark import run_benchmark
 from bench.chaos_invariants import GenerationCensus, judge
 from bench.chaos_points import ChaosPoints
 from bench.chaos_s3 import ChaosS3, chaos_s3
-from bench.harness import (
-    BenchContext,
-    BenchJob,
-    BenchRun,
-    Outcome,
-    Reference,
-    RunRecord,
-    Scenario,
-    run_benchmark,
-)
+from bench.harness import BenchContext, BenchJob, BenchRun, RunRecord
 from bench.jobs import WORLD_SIZE, JobPaths, JobShape, build_spec
+from bench.registry import Scenario
+from bench.systems import Outcome, Reference
 from lazarus import chaos
 from lazarus.domain import chaos_points as points
 from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME

@@ -7,7 +7,10 @@ Floors, bottom to top (README, "How it works"):
 1. **workflows**: ``lazarus.workflows``, deterministic policy;
 2. **activities**: ``lazarus.activities``, mechanics;
 3. **app**: the CLI, the client, settings, the dev server, the local stack,
-   chaos, ``lazarus.workers`` and ``lazarus.infra``.
+   chaos, ``lazarus.workers`` and ``lazarus.infra``;
+4. **bench**: ``bench``, the benchmarks and the simulator. It may use every floor
+   of the product, and nothing but the tests may use it: a product that imported
+   its own benchmark would ship it. It holds no circles either.
 
 Every import counts, including ones inside functions: a lazy upward import is
 still an upward dependency. The walk reads source with :mod:`ast`, so it checks
@@ -24,10 +27,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = {"lazarus": REPO / "lazarus"} | {
-    f"lazarus.{name}": REPO / name for name in ("workflows", "activities", "workers", "infra")
-}
-FLOORS = ("domain", "workflows", "activities", "app")
+PACKAGES = (
+    {"lazarus": REPO / "lazarus"}
+    | {f"lazarus.{name}": REPO / name for name in ("workflows", "activities", "workers", "infra")}
+    | {"bench": REPO / "bench"}
+)
+FLOORS = ("domain", "workflows", "activities", "app", "bench")
 ALLOWED_CIRCLES: dict[frozenset[str], str] = {}
 """Documented exceptions: none today. A circle added here needs a reason."""
 
@@ -40,6 +45,7 @@ def floor_of(module: str) -> int:
         ("lazarus.activities", 2),
         ("lazarus.workers", 3),
         ("lazarus.infra", 3),
+        ("bench", 4),
     ):
         if module == prefix or module.startswith(prefix + "."):
             return floor
