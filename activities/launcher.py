@@ -57,11 +57,7 @@ from lazarus.activities.nodes.agent import (
 )
 from lazarus.activities.nodes.factory import agents, on_each, on_each_settled
 from lazarus.activities.nodes.local_agent import RankStartFailed, stop_ranks
-from lazarus.activities.nodes.shim_agent import ShimError
-from lazarus.activities.nodes.warm import stop_run_zygotes
-from lazarus.activities.program import rank_search_path, resolve_program
-from lazarus.activities.rejoin import Survivor, link_into, request_rejoin, survivors
-from lazarus.activities.rundir import (
+from lazarus.activities.nodes.rundir import (
     GenerationDir,
     control_document,
     generation_lock,
@@ -71,12 +67,16 @@ from lazarus.activities.rundir import (
     runs,
     write_json_atomic,
 )
-from lazarus.activities.secret_env import (
+from lazarus.activities.nodes.secret_env import (
     SecretEnvError,
     passed_env,
     read_env_file,
     without_worker_secrets,
 )
+from lazarus.activities.nodes.shim_agent import ShimError
+from lazarus.activities.nodes.warm import stop_run_zygotes
+from lazarus.activities.program import rank_search_path, resolve_program
+from lazarus.activities.rejoin import Survivor, link_into, request_rejoin, survivors
 from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
 from lazarus.domain.chaos_points import chaos_point

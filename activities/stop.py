@@ -28,8 +28,8 @@ from lazarus.activities.nodes.agent import (
 )
 from lazarus.activities.nodes.factory import agents, on_each
 from lazarus.activities.nodes.local_agent import LocalAgent
+from lazarus.activities.nodes.rundir import runs
 from lazarus.activities.nodes.shim_agent import ShimError
-from lazarus.activities.rundir import runs
 from lazarus.domain.contracts import StopRequest, StopResult
 from lazarus.domain.memory_tier import memory_checkpoint_dir
 from lazarus.domain.spec import NodeSpec

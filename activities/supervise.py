@@ -72,8 +72,8 @@ from lazarus.activities.heartbeat import in_thread_heartbeating
 from lazarus.activities.kernel_evidence import KernelSources, OomWatch
 from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
 from lazarus.activities.nodes.factory import agents
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.activities.observe import observe
-from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.activities.straggler_stats import ComputeWindow, find_straggler
 from lazarus.domain.contracts import (
     FailureReport,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.measure import BackgroundSampler
 from lazarus import chaos
-from lazarus.activities.rundir import generations_below
+from lazarus.activities.nodes.rundir import generations_below
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.workflows.state import JobStatus, Phase
 

@@ -49,7 +49,7 @@ from bench.metrics import Value
 from bench.systems import DEFAULT_PRELOAD, LAZARUS_SETUPS, LazarusSetup, Measured, Reference, System
 from bench.torchrun import TorchrunJob, TorchrunSetup
 from lazarus import chaos
-from lazarus.activities.rundir import GenerationDir
+from lazarus.activities.nodes.rundir import GenerationDir
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.contracts import StopRequest
 from lazarus.domain.spec import JobSpec

@@ -25,7 +25,7 @@ from bench.registry import runs, scenario
 from bench.systems import Measured
 from bench.torchrun import TorchrunSetup
 from lazarus import chaos
-from lazarus.activities.rundir import read_json
+from lazarus.activities.nodes.rundir import read_json
 from lazarus.domain.recovery_timeline import RecoveryTimeline
 from lazarus.domain.spec import JobSpec
 from lazarus.local_stack import LocalStack

@@ -17,7 +17,7 @@ from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics
 from bench.systems import Measured
 from lazarus import chaos
-from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.domain.spec import JobSpec
 from lazarus.workflows.state import JobStatus
 

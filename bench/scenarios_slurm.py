@@ -39,8 +39,7 @@ from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics
 from bench.systems import Measured, System
 from lazarus import chaos
-from lazarus.activities.nodes.slurm_task import SRUN_PID
-from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.nodes.rundir import SRUN_PID, GenerationDir, read_json
 from lazarus.domain.ports import free_port
 from lazarus.domain.recovery_timeline import RecoveryTimeline, latest_marks
 from lazarus.domain.spec import JobSpec

@@ -252,7 +252,7 @@ class NodeAgent(ABC):
 
     def exit_fds(self) -> list[int]:
         """Descriptors that become readable when a rank this agent polled, or the
-        process that records its exit, has ended (see :mod:`lazarus.activities.exit_watch`):
+        process that records its exit, has ended (see :mod:`lazarus.activities.nodes.exit_watch`):
         the supervisor wakes on them instead of waiting for its next round. Empty where
         there are no such notices (ranks on another machine): rounds only."""
         return []

@@ -74,17 +74,19 @@ from lazarus.activities.nodes.agent import (
     StartedRank,
 )
 from lazarus.activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
-from lazarus.activities.nodes.shim_agent import ShimAgent, ShimReply
-from lazarus.activities.nodes.slurm_task import SRUN_EXIT, SRUN_LOG, SRUN_PID
-from lazarus.activities.procfs import read_stat
-from lazarus.activities.rundir import (
+from lazarus.activities.nodes.procfs import read_stat
+from lazarus.activities.nodes.rundir import (
+    SRUN_EXIT,
+    SRUN_LOG,
+    SRUN_PID,
     GenerationDir,
     generation_lock,
     generations_below,
     read_json,
     write_json_atomic,
 )
-from lazarus.activities.secret_env import without_worker_secrets
+from lazarus.activities.nodes.secret_env import without_worker_secrets
+from lazarus.activities.nodes.shim_agent import ShimAgent, ShimReply
 from lazarus.domain import environment as env_names
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import UnkillableGroup

@@ -138,6 +138,42 @@ def test_no_import_circles() -> None:
     assert not unexplained, f"import circles: {unexplained}"
 
 
+SLURM_OUTSIDE_NODES: dict[str, str] = {
+    "lazarus.cli": "submits the first allocation itself until that moves into the workflow "
+    "(issue 27, item 1): then it goes through lazarus.activities.nodes.allocation",
+}
+"""Modules outside ``activities/nodes/`` that still import a Slurm module, and why."""
+
+
+def test_only_the_nodes_package_knows_slurm() -> None:
+    """The transport is chosen once, by the agent factory: everything else asks a
+    :class:`NodeAgent` (drain, undrain, preemption notice) or the allocation facade
+    (``nodes/allocation.py``), so a second scheduler would touch ``nodes/`` only."""
+    nodes = "lazarus.activities.nodes"
+    found = sorted(
+        f"{module}:{line} imports {target}"
+        for module, targets in graph().items()
+        if not module.startswith(nodes) and module not in SLURM_OUTSIDE_NODES
+        for target, line in targets
+        if target.startswith(f"{nodes}.slurm_")
+    )
+    assert not found, "\n".join(found)
+
+
+def test_the_nodes_package_is_below_the_rest_of_the_activities() -> None:
+    """``activities/nodes/`` (agents, run directory, processes on a node) is the lower
+    room of the activities floor: the activities use it, never the other way round."""
+    nodes = "lazarus.activities.nodes"
+    found = sorted(
+        f"{module}:{line} imports {target}"
+        for module, targets in graph().items()
+        if module.startswith(nodes)
+        for target, line in targets
+        if target.startswith("lazarus.activities.") and not target.startswith(nodes)
+    )
+    assert not found, "\n".join(found)
+
+
 def test_the_rank_helper_needs_only_the_standard_library() -> None:
     """Training scripts import ``lazarus.rank`` into every rank: it must cost nothing
     and pull no controller dependency (temporalio, pydantic) into training."""
