@@ -57,11 +57,7 @@ from lazarus.activities.nodes.agent import (
 )
 from lazarus.activities.nodes.factory import agents, on_each, on_each_settled
 from lazarus.activities.nodes.local_agent import RankStartFailed, stop_ranks
-from lazarus.activities.nodes.shim_agent import ShimError
-from lazarus.activities.nodes.warm import stop_run_zygotes
-from lazarus.activities.program import rank_search_path, resolve_program
-from lazarus.activities.rejoin import Survivor, link_into, request_rejoin, survivors
-from lazarus.activities.rundir import (
+from lazarus.activities.nodes.rundir import (
     GenerationDir,
     control_document,
     generation_lock,
@@ -71,12 +67,16 @@ from lazarus.activities.rundir import (
     runs,
     write_json_atomic,
 )
-from lazarus.activities.secret_env import (
+from lazarus.activities.nodes.secret_env import (
     SecretEnvError,
     passed_env,
     read_env_file,
     without_worker_secrets,
 )
+from lazarus.activities.nodes.shim_agent import ShimError
+from lazarus.activities.nodes.warm import stop_run_zygotes
+from lazarus.activities.program import rank_search_path, resolve_program
+from lazarus.activities.rejoin import Survivor, link_into, request_rejoin, survivors
 from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
 from lazarus.domain.chaos_points import chaos_point
@@ -390,19 +390,15 @@ def launch_generation(request: LaunchRequest) -> LaunchResult:
 
 
 def _drain_lost(request: LaunchRequest, exc: LaunchUnreachable) -> list[str]:
-    """Slurm nodes a launch found lost (Slurm says DOWN, DRAIN, ...) are drained as
-    the supervisor drains them, since the workflow takes this as a node loss; the
-    lines say what happened, for the incident's evidence."""
-    from lazarus.activities.nodes.slurm_agent import SlurmAgent  # as the factory: lazily
-
+    """Nodes a launch found lost that their scheduler says are lost too (Slurm: DOWN,
+    DRAIN, ...) are drained as the supervisor drains them, since the workflow takes
+    this as a node loss; the lines say what happened, for the incident's evidence.
+    Nodes without a scheduler answer None (:meth:`NodeAgent.drain_if_lost`)."""
     spec = request.spec
-    lines = []
-    for node in request.nodes or spec.nodes:
-        if node.name in exc.nodes and node.launcher == "slurm":
-            done = SlurmAgent(node, spec.slurm).drain_if_lost("node_lost", spec.job_id)
-            if done is not None:
-                lines.append(done.evidence())
-    return lines
+    lost = [node for node in request.nodes or spec.nodes if node.name in exc.nodes]
+    with agents(lost, spec.ssh, spec.slurm) as opened:
+        done = [agent.drain_if_lost("node_lost", spec.job_id) for agent in opened]
+    return [result.evidence() for result in done if result is not None]
 
 
 def outside_the_world(request: LaunchRequest) -> list[int]:

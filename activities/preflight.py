@@ -30,17 +30,16 @@ def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
         search_path=rank_search_path(request.search_path),
     )
 
-    from lazarus.activities.nodes.slurm_agent import SlurmAgent  # as the factory: lazily
-
     def check(agent: NodeAgent) -> NodeHealth:
         name = agent.node.name
         try:
             result = agent.preflight(checks)
         except (NodeUnreachable, NodeRefused) as exc:
             problems = [f"reachable: {exc}"]
-            if request.job_id and isinstance(agent, SlurmAgent):
-                # Slurm says the node is gone: drain it, as a lost node found by the
-                # supervisor is; the outcome goes into the quarantine's reason.
+            if request.job_id:
+                # Its scheduler (Slurm) says the node is gone: drain it, as a lost node
+                # found by the supervisor is; the outcome goes into the quarantine's
+                # reason. Nodes without a scheduler answer None.
                 drained = agent.drain_if_lost("node_lost", request.job_id)
                 problems += [drained.evidence()] if drained is not None else []
             return NodeHealth(node=name, ok=False, problems=problems)

@@ -5,9 +5,10 @@ spare (``slurm.grow``).
 Both wait on Slurm's queue, so both heartbeat with their latest progress line (the
 Web UI shows it as the activity's details) and bound the wait by ``slurm.wait_s``.
 Both are safe to retry: a retry adopts what an earlier attempt got (see
-:func:`~lazarus.activities.nodes.slurm_submit.resubmit` and
-:mod:`~lazarus.activities.nodes.slurm_grow`). A refusal is non-retryable: Slurm's
+:mod:`lazarus.activities.nodes.allocation`). A refusal is non-retryable: Slurm's
 answer will not change by asking again at once, and the workflow has a fallback.
+Its error type stays the refusal's own class name (``SubmitRefused``,
+``GrowRefused``), which the workflow's history records.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from lazarus.activities.heartbeat import in_thread_heartbeating
-from lazarus.activities.nodes.slurm_grow import GrowRefused, grow
-from lazarus.activities.nodes.slurm_submit import SubmitRefused, resubmit
+from lazarus.activities.nodes import allocation
+from lazarus.activities.nodes.agent import AllocationRefused
 from lazarus.domain.activity_refs import GROW_ALLOCATION, SUBMIT_ALLOCATION
 from lazarus.domain.contracts import (
     AllocationGranted,
@@ -42,17 +43,17 @@ async def _waiting(work: Callable[[_Progress], AllocationGranted]) -> Allocation
     progress = _Progress()
     try:
         return await in_thread_heartbeating(lambda: work(progress), lambda: progress.line)
-    except (SubmitRefused, GrowRefused, TimeoutError) as exc:
+    except (AllocationRefused, TimeoutError) as exc:
         raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 
 
 @activity.defn(name=SUBMIT_ALLOCATION.name)
 async def submit_allocation(request: SubmitAllocationRequest) -> AllocationGranted:
     """Release the ending allocation, submit its successor, and wait for it to run."""
-    return await _waiting(lambda progress: resubmit(request, progress))
+    return await _waiting(lambda progress: allocation.resubmit(request, progress))
 
 
 @activity.defn(name=GROW_ALLOCATION.name)
 async def grow_allocation(request: GrowAllocationRequest) -> AllocationGranted:
     """Add nodes to the running allocation (Slurm job expansion)."""
-    return await _waiting(lambda progress: grow(request, progress))
+    return await _waiting(lambda progress: allocation.grow(request, progress))

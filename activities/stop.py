@@ -28,8 +28,8 @@ from lazarus.activities.nodes.agent import (
 )
 from lazarus.activities.nodes.factory import agents, on_each
 from lazarus.activities.nodes.local_agent import LocalAgent
+from lazarus.activities.nodes.rundir import runs
 from lazarus.activities.nodes.shim_agent import ShimError
-from lazarus.activities.rundir import runs
 from lazarus.domain.contracts import StopRequest, StopResult
 from lazarus.domain.memory_tier import memory_checkpoint_dir
 from lazarus.domain.spec import NodeSpec
@@ -89,13 +89,12 @@ def end_run_on(agent: NodeAgent, request: StopRequest) -> None:
 
 
 def undrain_on(agent: NodeAgent) -> None:
-    """``lazarus return`` of a Slurm node: give it back to Slurm's scheduling too.
-    Needs Slurm admin rights; a refusal is logged, never fatal (the node is usable
-    by this job's allocation either way once an admin resumes it)."""
-    from lazarus.activities.nodes.slurm_agent import SlurmAgent  # as the factory: lazily
-
-    if isinstance(agent, SlurmAgent):
-        done = agent.undrain()
+    """``lazarus return`` of a Slurm node: give it back to Slurm's scheduling too
+    (nodes without a scheduler answer None). Needs Slurm admin rights; a refusal is
+    logged, never fatal (the node is usable by this job's allocation either way once
+    an admin resumes it)."""
+    done = agent.undrain()
+    if done is not None:
         if done.error is not None:
             log.warning("return of node %s: %s", agent.node.name, done.error)
         elif done.left is not None:

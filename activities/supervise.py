@@ -72,8 +72,8 @@ from lazarus.activities.heartbeat import in_thread_heartbeating
 from lazarus.activities.kernel_evidence import KernelSources, OomWatch
 from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
 from lazarus.activities.nodes.factory import agents
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.activities.observe import observe
-from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.activities.straggler_stats import ComputeWindow, find_straggler
 from lazarus.domain.contracts import (
     FailureReport,
@@ -158,7 +158,7 @@ class Observation:
     where a restart's time went on the rank side. Empty without the rank helper."""
     preempted: tuple[float, str] | None = None
     """Slurm is taking the allocation away: when (wall clock), and the evidence line
-    (:func:`lazarus.activities.nodes.slurm_agent.preemption_notice`)."""
+    (:meth:`lazarus.activities.nodes.agent.NodeAgent.preemption_notice`)."""
     checkpoint_save_s: float | None = None
     """The slowest rank's recent blocking save time (its heartbeat's), None before any."""
 
@@ -429,13 +429,11 @@ class GenerationObserver:
     def _preemption(self) -> tuple[float, str] | None:
         """Asked after the nodes: an allocation that ended killed the ranks, and its
         end must win over the crashes it caused."""
-        slurm = self._request.slurm
-        if slurm is None:
-            return None
-        from lazarus.activities.nodes.slurm_agent import preemption_notice  # as the factory
-
         request = self._request
-        return preemption_notice(slurm, request.preempt_marker, request.preempt_handled_at)
+        if request.slurm is None or not self._agents:
+            return None
+        # Every node of a job lives in the one allocation: one agent speaks for all.
+        return self._agents[0].preemption_notice(request.preempt_marker, request.preempt_handled_at)
 
     def _rank_status(
         self,
@@ -924,12 +922,10 @@ def drain_lost_node(opened: list[NodeAgent], failure: FailureReport, job_id: str
     a retried supervise that reports the loss again drains again harmlessly."""
     if failure.kind != "node_lost":
         return failure
-    from lazarus.activities.nodes.slurm_agent import SlurmAgent  # as the factory: lazily
-
     agent = next((a for a in opened if a.node.name == failure.node), None)
-    if not isinstance(agent, SlurmAgent):
+    done = None if agent is None else agent.drain(failure.failure_class.value, job_id)
+    if done is None:  # no such node, or one without a scheduler
         return failure
-    done = agent.drain(failure.failure_class.value, job_id)
     return failure.model_copy(update={"evidence": [*failure.evidence, done.evidence()]})
 
 

@@ -35,10 +35,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench import chaos, checkpoint_bench, registry, report, scale, simulate, state_costs
-from bench.harness import BenchConfig, BenchContext, BenchRun, Extra, run_benchmark
+from bench import catalog, chaos, checkpoint_bench, report, scale, simulate, state_costs
+from bench.benchmark import run_benchmark
+from bench.harness import BenchConfig, BenchContext, BenchRun, Extra
 from bench.jobs import JobShape
-from bench.registry import DEFAULT_PRELOAD, SLURM_SYSTEMS, SUITES, SYSTEMS, System
+from bench.registry import SUITES
+from bench.systems import DEFAULT_PRELOAD, SLURM_SYSTEMS, SYSTEMS, System
 
 PROG = "python -m bench"
 
@@ -54,12 +56,12 @@ def _names(text: str, known: Sequence[str], what: str) -> list[str]:
 
 
 def _lazarus_scenarios(text: str) -> list[str]:
-    known = [n for n, s in registry.load().items() if s.run is not None]
+    known = [n for n, s in catalog.load().items() if s.run is not None]
     return _names(text, known, "scenario(s)")
 
 
 def _any_scenarios(text: str) -> list[str]:
-    return _names(text, list(registry.load()), "scenario(s)")
+    return _names(text, list(catalog.load()), "scenario(s)")
 
 
 def _system_names(text: str) -> list[str]:
@@ -135,7 +137,7 @@ def _soak_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    scenarios = registry.load()
+    scenarios = catalog.load()
 
     recovery = commands.add_parser(
         "recovery",
@@ -316,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = replace(config, soak_minutes=args.soak_minutes, seed=args.seed)
     elif "soak" in extras:
         config = replace(config, seed=args.seed)
-    scenarios = registry.load()
+    scenarios = catalog.load()
     names: list[str]
     systems: list[System]
     if args.command == "recovery":

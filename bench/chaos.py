@@ -41,22 +41,16 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 
 from bench import report
+from bench.benchmark import run_benchmark
 from bench.chaos_invariants import GenerationCensus, Launch, judge, processes_mentioning
 from bench.chaos_points import ChaosPoints
 from bench.chaos_s3 import ChaosS3, chaos_s3
-from bench.harness import (
-    BenchContext,
-    BenchJob,
-    BenchRun,
-    Outcome,
-    Reference,
-    RunRecord,
-    Scenario,
-    run_benchmark,
-)
+from bench.harness import BenchContext, BenchJob, BenchRun, RunRecord
 from bench.jobs import WORLD_SIZE, JobPaths, JobShape, build_spec
+from bench.registry import Scenario
+from bench.systems import Outcome, Reference
 from lazarus import chaos
-from lazarus.activities.rundir import read_json
+from lazarus.activities.nodes.rundir import read_json
 from lazarus.domain import chaos_points as points
 from lazarus.domain.activity_refs import LAUNCH
 from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME, UPDATE_DRAIN

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from bench.measure import BackgroundSampler
 from lazarus import chaos
-from lazarus.activities.rundir import generations_below
+from lazarus.activities.nodes.rundir import generations_below
 from lazarus.domain.checkpoint_layout import MANIFEST, TEMP_SUFFIX, committed_steps
 from lazarus.domain.memory_tier import MEMORY_ROOT
 from lazarus.workflows.state import JobStatus, Phase

@@ -1,9 +1,8 @@
 """The one benchmark harness: one LocalStack per invocation, one fresh job per run.
 
-:func:`run_benchmark` runs every scenario under every chosen system ``repeats``
-times, interleaved (so slow drift of the machine touches all of them alike),
-then the extras (overhead, soak), and keeps every run's raw numbers as
-:class:`RunRecord`. The stack (embedded dev server, headless, plus a real
+:func:`bench.benchmark.run_benchmark` runs every scenario under every chosen system
+``repeats`` times, interleaved, then the extras (overhead, soak), and keeps every
+run's raw numbers as :class:`RunRecord`. The stack (embedded dev server, headless, plus a real
 worker process) lives in a temporary directory that is removed at the end,
 whatever happened: every job is terminated, every rank of every generation is
 stopped, every torchrun job killed, the worker and the server shut down, even
@@ -12,7 +11,8 @@ on Ctrl-C or SIGTERM.
 :class:`BenchContext` is what a runner gets: :meth:`~BenchContext.lazarus`
 and :meth:`~BenchContext.torchrun` start the example under either system with
 the same command line, :meth:`~BenchContext.job` any spec under Lazarus.
-Scenarios live in :mod:`bench.registry`; what they measure in :mod:`bench.metrics`.
+Scenarios live in :mod:`bench.registry` (all of them: :mod:`bench.catalog`); the
+systems in :mod:`bench.systems`; what they measure in :mod:`bench.metrics`.
 """
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -49,19 +46,10 @@ from bench.jobs import (
 )
 from bench.measure import RunMonitor, StepTrace, count_history_events, max_logged_step
 from bench.metrics import Value
-from bench.registry import (
-    DEFAULT_PRELOAD,
-    LAZARUS_SETUPS,
-    LazarusSetup,
-    Measured,
-    Outcome,
-    Reference,
-    Scenario,
-    System,
-)
+from bench.systems import DEFAULT_PRELOAD, LAZARUS_SETUPS, LazarusSetup, Measured, Reference, System
 from bench.torchrun import TorchrunJob, TorchrunSetup
 from lazarus import chaos
-from lazarus.activities.rundir import GenerationDir
+from lazarus.activities.nodes.rundir import GenerationDir
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.contracts import StopRequest
 from lazarus.domain.spec import JobSpec
@@ -74,11 +62,7 @@ __all__ = [
     "BenchContext",
     "BenchJob",
     "BenchRun",
-    "Outcome",
-    "Reference",
     "RunRecord",
-    "Scenario",
-    "run_benchmark",
 ]
 
 Metric = Value
@@ -652,172 +636,3 @@ class BenchRun:
 
 Extra = Callable[[BenchContext, Callable[[str], None]], Awaitable[dict[str, Any]]]
 """A part of a benchmark that is not a per-fault scenario (overhead, soak)."""
-
-
-def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def run_benchmark(
-    scenarios: list[Scenario],
-    config: BenchConfig | JobShape,
-    repeats: int,
-    keep_workdir: bool = False,
-    progress: Callable[[str], None] = print,
-    *,
-    systems: list[System] | None = None,
-    extras: dict[str, Extra] | None = None,
-    label: str = "bench",
-) -> BenchRun:
-    """Run every scenario under every system (default: Lazarus alone) ``repeats``
-    times, interleaved, then the extras, on one fresh LocalStack; everything
-    started is stopped at the end. A bare :class:`JobShape` means the recovery
-    benchmark's config (:meth:`BenchConfig.recovery`). ``label`` prefixes the
-    progress lines and names the temporary directory (``/tmp/lazarus-<label>-*``)."""
-    if isinstance(config, JobShape):
-        config = BenchConfig.recovery(config)
-    plan = Plan(
-        scenarios=[s.name for s in scenarios], systems=systems or ["lazarus"], repeats=repeats
-    )
-    workdir = Path(tempfile.mkdtemp(prefix=f"lazarus-{label}-"))
-    stack = LocalStack(
-        workdir / "stack", task_queue=f"{label}-{uuid.uuid4().hex[:8]}", headless=True
-    )
-    run = BenchRun(
-        config=config,
-        plan=plan,
-        started_at=time.time(),
-        summaries={s.name: s.summary for s in scenarios},
-    )
-    contexts: list[BenchContext] = []
-    with _sigterm_as_interrupt():
-        try:
-            progress(f"{label}: state in {workdir}; starting the dev server and a worker")
-            stack.start()
-            run.server_address = stack.server.address
-            loop = _Loop(stack, config, workdir, scenarios, run, progress, label)
-            asyncio.run(loop.run_all(extras or {}, contexts))
-        finally:
-            try:
-                # The worker first, so nothing relaunches the ranks stopped next.
-                stack.kill_worker(signal.SIGKILL)
-                for ctx in contexts:
-                    ctx.stop_all_torchrun()
-                    try:
-                        asyncio.run(ctx.stop_all_ranks())
-                    finally:
-                        ctx.release_resources()
-            finally:
-                stack.stop()
-                if keep_workdir:
-                    progress(f"{label}: kept {workdir}")
-                else:
-                    shutil.rmtree(workdir, ignore_errors=True)
-    return run
-
-
-@dataclass
-class _Loop:
-    stack: LocalStack
-    config: BenchConfig
-    workdir: Path
-    scenarios: list[Scenario]
-    run: BenchRun
-    progress: Callable[[str], None]
-    label: str
-
-    async def run_all(self, extras: dict[str, Extra], contexts: list[BenchContext]) -> None:
-        ctx = BenchContext(self.stack, await self.stack.client(), self.config, self.workdir)
-        contexts.append(ctx)
-        skipped: dict[str, str] = {}
-        for sc in self.scenarios:
-            reason = sc.unavailable() if sc.unavailable is not None else None
-            if reason is not None:
-                skipped[sc.name] = reason
-                self.progress(f"{self.label}: skipping {sc.name}: {reason}")
-        references = sorted(
-            {
-                ref
-                for s in self.scenarios
-                if s.name not in skipped
-                for ref in s.references(ctx.shape)
-            }
-        )
-        for world_size, steps in references:
-            self.progress(
-                f"{self.label}: fault-free reference run (no controller), "
-                f"{world_size} ranks, {steps} steps"
-            )
-            await ctx.reference_weights(world_size, steps)
-        for repeat in range(self.run.plan.repeats):
-            for sc in self.scenarios:
-                for system in self.run.plan.systems:
-                    record = await self._run_one(ctx, sc, system, repeat, skipped.get(sc.name))
-                    if record is not None:
-                        self.run.records.append(record)
-        for name, extra in extras.items():
-            self.progress(f"{self.label}: {name} ...")
-            started = time.time()
-            try:
-                self.run.extras[name] = await extra(ctx, self.progress)
-            except Exception as exc:
-                self.progress(traceback.format_exc())
-                self.run.extras[name] = {"error": f"{type(exc).__name__}: {exc}"}
-            finally:
-                ctx.stop_all_torchrun()
-                if not self.stack.worker_running:
-                    self.stack.start_worker()
-            self.progress(f"{self.label}: {name} took {time.time() - started:.0f} s")
-
-    async def _run_one(
-        self, ctx: BenchContext, sc: Scenario, system: System, repeat: int, skipped: str | None
-    ) -> RunRecord | None:
-        started = time.time()
-        record = RunRecord(sc.name, repeat, started, 0.0, {}, {}, system=system)
-        if system in sc.not_possible:
-            record.not_possible = sc.not_possible[system]
-            return record
-        runner = sc.runner(system)
-        if runner is None:
-            return None  # e.g. torchrun_default only where it says something
-        if skipped is not None:
-            record.skipped = skipped
-            return record
-        if not self.stack.worker_running:  # a run that failed half-way may leave it down
-            self.stack.start_worker()
-        where = sc.name if system == "lazarus" else f"{sc.name} / {system}"
-        self.progress(f"{self.label}: {where} #{repeat + 1}/{self.run.plan.repeats} ...")
-        try:
-            measured = await runner(ctx.under(system), repeat)
-            record.metrics, record.details, record.note = (
-                measured.metrics,
-                measured.details,
-                measured.note,
-            )
-        except Exception as exc:
-            record.error = f"{type(exc).__name__}: {exc}"
-            self.progress(traceback.format_exc())
-        finally:
-            ctx.stop_all_torchrun()
-            ctx.release_resources()
-        record.wall_clock_s = time.time() - started
-        shown = ", ".join(f"{k}={_short(v)}" for k, v in record.metrics.items())
-        note = f" ({record.note})" if record.note else ""
-        self.progress(
-            f"{self.label}: {where} #{repeat + 1} {record.wall_clock_s:.1f} s: "
-            f"{record.error or shown}{note}"
-        )
-        return record
-
-
-def _short(value: Metric) -> str:
-    return f"{value:.2f}" if isinstance(value, float) else str(value)

@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from temporalio.client import Client
 
 from lazarus import chaos
-from lazarus.activities.rundir import generations_below, read_json
+from lazarus.activities.nodes.rundir import generations_below, read_json
 
 SAMPLE_INTERVAL_S = 0.05
 

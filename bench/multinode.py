@@ -29,7 +29,7 @@ from bench.harness import BenchContext
 from bench.jobs import JobPaths, JobShape, build_spec
 from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankLaunch
 from lazarus.activities.nodes.factory import agents, on_each
-from lazarus.activities.rundir import GenerationDir, write_json_atomic
+from lazarus.activities.nodes.rundir import GenerationDir, write_json_atomic
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec
 from lazarus.infra.testhosts import TestHosts, nameservers, unavailable_reason
 

@@ -15,7 +15,7 @@
   (see :func:`markdown`), and from the two longer CPU jobs above (one each).
 
 Lazarus runs as the ``lazarus`` system: its fast setup (warm starts, the memory
-checkpoint tier; :data:`bench.registry.LAZARUS_SETUPS`), whose costs when
+checkpoint tier; :data:`bench.systems.LAZARUS_SETUPS`), whose costs when
 nothing fails are what this measures.
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.soak import SoakResult
+from bench.soak_results import SoakResult
 
 KIND_COLOURS = {
     "crash": "tab:red",

@@ -30,7 +30,7 @@ from typing import Any
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import WORLD_SIZE
 from bench.metrics import PHASE_METRICS
-from bench.registry import LABELS, LAZARUS_SETUPS, SYSTEMS, System
+from bench.systems import LABELS, LAZARUS_SETUPS, SYSTEMS, System
 
 SCHEMA = 2
 """The results files' schema. 1 (no ``schema`` key): the two frameworks' files;

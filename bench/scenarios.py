@@ -21,10 +21,11 @@ from bench.harness import BenchContext, LazarusRun, Metric, SpecBuilder, Torchru
 from bench.jobs import JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor, StepTrace
 from bench.metrics import PHASE_METRICS
-from bench.registry import Measured, runs, scenario
+from bench.registry import runs, scenario
+from bench.systems import Measured
 from bench.torchrun import TorchrunSetup
 from lazarus import chaos
-from lazarus.activities.rundir import read_json
+from lazarus.activities.nodes.rundir import read_json
 from lazarus.domain.recovery_timeline import RecoveryTimeline
 from lazarus.domain.spec import JobSpec
 from lazarus.local_stack import LocalStack

@@ -21,8 +21,9 @@ import time
 from temporalio.client import WorkflowHandle
 
 from bench.harness import BenchContext, Metric
-from bench.registry import Measured, Scenario, System, runs, scenario
+from bench.registry import Scenario, runs, scenario
 from bench.scenarios import finish
+from bench.systems import Measured, System
 from bench.takeover import kill_supervising_worker, second_stack, supervision_hold
 from lazarus.domain.spec import HealthSpec
 

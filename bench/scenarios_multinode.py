@@ -13,10 +13,11 @@ from bench import multinode
 from bench.harness import BenchContext, Metric, SpecBuilder
 from bench.jobs import JobPaths, build_spec
 from bench.measure import workflow_steps
-from bench.registry import Measured, runs, scenario
+from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics
+from bench.systems import Measured
 from lazarus import chaos
-from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.domain.spec import JobSpec
 from lazarus.workflows.state import JobStatus
 

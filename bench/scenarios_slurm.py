@@ -35,11 +35,11 @@ from typing import Any
 from bench.harness import RANK_ENV, BenchContext, Metric
 from bench.jobs import JobPaths, build_spec, weights_match
 from bench.measure import max_logged_step, workflow_steps
-from bench.registry import Measured, System, runs, scenario
+from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics
+from bench.systems import Measured, System
 from lazarus import chaos
-from lazarus.activities.nodes.slurm_task import SRUN_PID
-from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.nodes.rundir import SRUN_PID, GenerationDir, read_json
 from lazarus.domain.ports import free_port
 from lazarus.domain.recovery_timeline import RecoveryTimeline, latest_marks
 from lazarus.domain.spec import JobSpec
@@ -755,7 +755,7 @@ def markdown(stats: Any) -> str:
     """``python -m bench slurm``'s tables: node loss side by side (Lazarus, plain
     Slurm), the phases of each, and the controller CPU per node."""
     from bench import report
-    from bench.registry import LABELS, SLURM_SYSTEMS
+    from bench.systems import LABELS, SLURM_SYSTEMS
 
     parts: list[str] = []
     per_system = stats.get(NODE_LOSS.name, {})
@@ -793,7 +793,7 @@ def _phase_table(per_system: dict[str, Any], systems: list[System]) -> str:
     again; the rank phases are its ranks' own marks)."""
     from bench import report
     from bench.metrics import PHASE_METRICS
-    from bench.registry import LABELS
+    from bench.systems import LABELS
 
     lines = [
         f"{NODE_LOSS.name}: recovery phases, median seconds from the previous phase",

@@ -61,7 +61,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, PendingActivityState, WorkflowExecutionStatus
@@ -74,46 +74,15 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from bench.sim_model import DAY_S, ClusterTrace, CostModel, FailureEvent, Ledger, progress_at
+from lazarus.activities.stand_ins import StandIn, launched_without_ranks, stand_ins
+from lazarus.domain import contracts
+from lazarus.domain.activity_refs import ALL, FLEET_CALLS
 from lazarus.domain.api import (
     FLEET_QUERY_STATUS,
     FLEET_UPDATE_RETURN,
     QUERY_STATUS,
     SIGNAL_RESUME,
     UPDATE_RETURN,
-)
-from lazarus.domain.contracts import (
-    AllocationGranted,
-    CheckpointNowRequest,
-    CheckpointNowResult,
-    CheckpointRef,
-    CheckpointSearch,
-    EscalationHookRequest,
-    EscalationHookResult,
-    FailureReport,
-    FileStamp,
-    FindVerifiedCheckpointRequest,
-    GarbageCollectionRequest,
-    GarbageCollectionResult,
-    GrowAllocationRequest,
-    LaunchRequest,
-    LaunchResult,
-    NodeHealth,
-    PreflightActivityRequest,
-    PreflightReport,
-    RestoreCheckpointRequest,
-    RollbackRequest,
-    RollbackResult,
-    SetCheckpointIntervalRequest,
-    SetCheckpointIntervalResult,
-    StopRequest,
-    StopResult,
-    SubmitAllocationRequest,
-    SuperviseOutcome,
-    SuperviseRequest,
-    UploadCheckpointRequest,
-    UploadResult,
-    VerifiedCheckpoint,
-    WatchCheckpointsRequest,
 )
 from lazarus.domain.fleet import FleetStatus, NodeState, ReturnRequest
 
@@ -518,7 +487,7 @@ class Generation:
     blocked_before: float = 0.0
     """Seconds blocked in checkpoints under earlier intervals of this generation."""
     interval_changes: int = 0
-    final_outcome: SuperviseOutcome | None = None
+    final_outcome: contracts.SuperviseOutcome | None = None
     """The failure (or success) that froze it: delivered again to a supervision of it
     that asks later (the one that carried it was cancelled, or its run had closed)."""
 
@@ -527,7 +496,7 @@ class Generation:
         self.segment_at = self.first_step_at
 
 
-def _page_reason(request: EscalationHookRequest) -> str:
+def _page_reason(request: contracts.EscalationHookRequest) -> str:
     """The reason the job gave its operator, from the hook's stdin document."""
     try:
         return str(json.loads(request.payload).get("reason", ""))[:200]
@@ -711,9 +680,8 @@ class SimCluster:
 
     # ----------------------------------------------------------------- activities
 
-    @activity.defn(name="launch")
     @simulated
-    async def launch(self, request: LaunchRequest) -> LaunchResult:
+    async def launch(self, request: contracts.LaunchRequest) -> contracts.LaunchResult:
         now = await self.now()
         await self.advance(self.costs.launch_s, "launch")
         launched = now + self.costs.launch_s
@@ -731,31 +699,20 @@ class SimCluster:
             launched_at=launched,
             first_step_at=launched + self.costs.startup_s,
         )
-        wall = self._wall(launched)
-        return LaunchResult(
-            generation=request.generation,
-            master_addr="10.0.0.1",
-            master_port=29500,
-            run_dir=f"{request.run_root}/gen-{request.generation:05d}",
-            ranks=[],
-            launched_at=wall,
-            adopted=False,
-            ranks_started_at=wall,
-        )
+        return launched_without_ranks(request, self._wall(launched), "10.0.0.1")
 
     def _wall(self, at: float) -> float:
         assert self.started is not None
         return self.started.timestamp() + at
 
-    @activity.defn(name="supervise")
     @simulated
-    async def supervise(self, request: SuperviseRequest) -> SuperviseOutcome:
+    async def supervise(self, request: contracts.SuperviseRequest) -> contracts.SuperviseOutcome:
         now = await self.now()
         gen = self.generation
         if gen is not None and gen.number == request.generation and gen.final_outcome:
             return gen.final_outcome
         if gen is None or gen.number != request.generation or gen.frozen_at is not None:
-            return SuperviseOutcome(
+            return contracts.SuperviseOutcome(
                 kind="progress", generation=request.generation, observed_at=self._wall(now)
             )
         end = min(now + min(request.report_after_s, REPORT_S), self.horizon_s)
@@ -775,7 +732,7 @@ class SimCluster:
             last = self.interruptions[-1] if self.interruptions else None
             if last is not None and last.first_step_at_s is None:
                 last.first_step_at_s = gen.first_step_at
-            return SuperviseOutcome(
+            return contracts.SuperviseOutcome(
                 kind="first_step",
                 generation=gen.number,
                 observed_at=self._wall(gen.first_step_at),
@@ -787,11 +744,11 @@ class SimCluster:
         step = self._progress(gen, end)[0]
         if end >= self.horizon_s:
             self._freeze(end)
-            gen.final_outcome = SuperviseOutcome(
+            gen.final_outcome = contracts.SuperviseOutcome(
                 kind="succeeded", generation=gen.number, observed_at=self._wall(end), step=step
             )
             return gen.final_outcome
-        return SuperviseOutcome(
+        return contracts.SuperviseOutcome(
             kind="progress",
             generation=gen.number,
             observed_at=self._wall(end),
@@ -809,7 +766,7 @@ class SimCluster:
 
     async def _fail(
         self, gen: Generation, event: FailureEvent, now: float, detected: float
-    ) -> SuperviseOutcome:
+    ) -> contracts.SuperviseOutcome:
         fault = max(event.at_s, now)
         await self.advance(fault - now, "running")
         await self.advance(detected - fault, "detection")
@@ -823,12 +780,12 @@ class SimCluster:
             Interruption(fault, event.node, event.share.name, event.share.kind, detected, step)
         )
         rank = sorted(gen.nodes).index(event.node)
-        gen.final_outcome = SuperviseOutcome(
+        gen.final_outcome = contracts.SuperviseOutcome(
             kind="failed",
             generation=gen.number,
             observed_at=self._wall(detected),
             step=step,
-            failure=FailureReport(
+            failure=contracts.FailureReport(
                 kind=event.share.kind,
                 failure_class=event.share.failure_class,
                 rank=rank,
@@ -842,18 +799,20 @@ class SimCluster:
         )
         return gen.final_outcome
 
-    @activity.defn(name="stop")
     @simulated
-    async def stop(self, request: StopRequest) -> StopResult:
+    async def stop(self, request: contracts.StopRequest) -> contracts.StopResult:
         now = await self.now()
         if not self._operator_acting(now):  # their fence stops are part of their delay
             await self.advance(self.costs.stop_s, "stop")
         last = self._freeze(now)
-        return StopResult(generations=[], signalled_groups=0, killed_groups=0, last_step=last)
+        return contracts.StopResult(
+            generations=[], signalled_groups=0, killed_groups=0, last_step=last
+        )
 
-    @activity.defn(name="preflight")
     @simulated
-    async def preflight(self, request: PreflightActivityRequest) -> PreflightReport:
+    async def preflight(
+        self, request: contracts.PreflightActivityRequest
+    ) -> contracts.PreflightReport:
         """The job's preflight before a launch (it costs the job time), or the fleet's
         probation round (:data:`PROBATION_COMMAND`: beside the job, free)."""
         now = await self.now()
@@ -861,9 +820,9 @@ class SimCluster:
             await self.advance(self.costs.preflight_s, "preflight")
             self._consume_until(now + self.costs.preflight_s, frozenset())
             now += self.costs.preflight_s
-        return PreflightReport(
+        return contracts.PreflightReport(
             nodes=[
-                NodeHealth(
+                contracts.NodeHealth(
                     node=n.name,
                     ok=not self._is_broken(n.name, now),
                     problems=["simulated: GPU/host down"] if self._is_broken(n.name, now) else [],
@@ -881,26 +840,28 @@ class SimCluster:
             del self.broken[node]
         return node in self.broken
 
-    @activity.defn(name="find_verified_checkpoint")
     @simulated
     async def find_verified_checkpoint(
-        self, request: FindVerifiedCheckpointRequest
-    ) -> CheckpointSearch:
+        self, request: contracts.FindVerifiedCheckpointRequest
+    ) -> contracts.CheckpointSearch:
         now = await self.now()
         await self.advance(self.costs.search_s, "resume_search")
         step = self._newest_committed(now)
         if step is None or step in request.exclude_steps:
-            return CheckpointSearch()
+            return contracts.CheckpointSearch()
         if request.below_step is not None and step >= request.below_step:
-            return CheckpointSearch()
-        return CheckpointSearch(
-            chosen=CheckpointRef(step=step, path=f"{request.checkpoint_dir}/step-{step:08d}"),
+            return contracts.CheckpointSearch()
+        return contracts.CheckpointSearch(
+            chosen=contracts.CheckpointRef(
+                step=step, path=f"{request.checkpoint_dir}/step-{step:08d}"
+            ),
             location="local",
         )
 
-    @activity.defn(name="watch_checkpoints")
     @simulated
-    async def watch_checkpoints(self, request: WatchCheckpointsRequest) -> CheckpointRef | None:
+    async def watch_checkpoints(
+        self, request: contracts.WatchCheckpointsRequest
+    ) -> contracts.CheckpointRef | None:
         now = await self.now()
         wait = min(max(request.min_interval_s, 1.0), REPORT_S)
         if self.operator_due_s is not None and self.operator_due_s > now:
@@ -914,50 +875,48 @@ class SimCluster:
         ):
             return None
         path = f"sim/step-{step:08d}"
-        stamp = FileStamp(size=1, mtime_ns=step)
-        verified = VerifiedCheckpoint(
+        stamp = contracts.FileStamp(size=1, mtime_ns=step)
+        verified = contracts.VerifiedCheckpoint(
             step=step, path=path, files={"state.pt": stamp}, verified_at=self._wall(now + wait)
         )
-        return CheckpointRef(step=step, path=path, verified=verified)
+        return contracts.CheckpointRef(step=step, path=path, verified=verified)
 
-    @activity.defn(name="collect_garbage")
     @simulated
-    async def collect_garbage(self, request: GarbageCollectionRequest) -> GarbageCollectionResult:
-        return GarbageCollectionResult()
+    async def collect_garbage(
+        self, request: contracts.GarbageCollectionRequest
+    ) -> contracts.GarbageCollectionResult:
+        return contracts.GarbageCollectionResult()
 
-    @activity.defn(name="checkpoint_now")
     @simulated
-    async def checkpoint_now(self, request: CheckpointNowRequest) -> CheckpointNowResult:
-        return CheckpointNowResult(checkpoint=None, waited_s=0.0)
+    async def checkpoint_now(
+        self, request: contracts.CheckpointNowRequest
+    ) -> contracts.CheckpointNowResult:
+        return contracts.CheckpointNowResult(checkpoint=None, waited_s=0.0)
 
-    @activity.defn(name="roll_back_checkpoint")
     @simulated
-    async def roll_back_checkpoint(self, request: RollbackRequest) -> RollbackResult:
-        return RollbackResult(retired=[], resume=None)
+    async def roll_back_checkpoint(
+        self, request: contracts.RollbackRequest
+    ) -> contracts.RollbackResult:
+        return contracts.RollbackResult(retired=[], resume=None)
 
-    @activity.defn(name="restore_checkpoint")
     @simulated
-    async def restore_checkpoint(self, request: RestoreCheckpointRequest) -> CheckpointRef:
+    async def _no_durable_tier(self, request: object) -> NoReturn:
         raise ApplicationError("no durable tier in the simulation", non_retryable=True)
 
-    @activity.defn(name="upload_checkpoint")
-    @simulated
-    async def upload_checkpoint(self, request: UploadCheckpointRequest) -> UploadResult:
-        raise ApplicationError("no durable tier in the simulation", non_retryable=True)
+    restore_checkpoint = upload_checkpoint = _no_durable_tier
+    """Every checkpoint of the simulation stays where it was written."""
 
-    @activity.defn(name="submit_allocation")
     @simulated
-    async def submit_allocation(self, request: SubmitAllocationRequest) -> AllocationGranted:
+    async def _no_slurm(self, request: object) -> NoReturn:
         raise ApplicationError("no Slurm in the simulation", non_retryable=True)
 
-    @activity.defn(name="grow_allocation")
-    @simulated
-    async def grow_allocation(self, request: GrowAllocationRequest) -> AllocationGranted:
-        raise ApplicationError("no Slurm in the simulation", non_retryable=True)
+    submit_allocation = grow_allocation = _no_slurm
+    """The simulated nodes are local ones: no allocation to submit or grow."""
 
-    @activity.defn(name="run_escalation_hook")
     @simulated
-    async def run_escalation_hook(self, request: EscalationHookRequest) -> EscalationHookResult:
+    async def run_escalation_hook(
+        self, request: contracts.EscalationHookRequest
+    ) -> contracts.EscalationHookResult:
         """The page reaches the simulated operator, who acts ``operator_delay_s`` later
         (:meth:`_operate`, a task beside the worker: the hook itself returns now)."""
         now = await self.now()
@@ -965,7 +924,7 @@ class SimCluster:
             self.operator_due_s = now + self.operator_delay_s
             self.pages.append({"day": round(now / DAY_S, 3), "why": _page_reason(request)})
             self._operators.append(asyncio.create_task(self._operate(now)))
-        return EscalationHookResult(ran=True, exit_code=0)
+        return contracts.EscalationHookResult(ran=True, exit_code=0)
 
     async def _hold_for_operator(self) -> None:
         """The operator's moment has come, and their calls take real time: a status
@@ -1064,37 +1023,22 @@ class SimCluster:
             else:
                 self.operator_actions.append(f"fleet return {view.name}")
 
-    @activity.defn(name="set_checkpoint_interval")
     @simulated
     async def set_checkpoint_interval(
-        self, request: SetCheckpointIntervalRequest
-    ) -> SetCheckpointIntervalResult:
+        self, request: contracts.SetCheckpointIntervalRequest
+    ) -> contracts.SetCheckpointIntervalResult:
         """``checkpoints.interval: auto``: the ranks of the live generation follow it."""
         now = await self.now()
         gen = self.generation
         if gen is not None and gen.frozen_at is None:
             self._change_interval(gen, now, request.checkpoint_every_steps)
             self.interval_changes.append((now, request.checkpoint_every_steps))
-        return SetCheckpointIntervalResult(nodes=[n.name for n in request.nodes])
+        return contracts.SetCheckpointIntervalResult(nodes=[n.name for n in request.nodes])
 
-    def activities(self) -> list[Any]:
-        return [
-            self.launch,
-            self.supervise,
-            self.stop,
-            self.preflight,
-            self.find_verified_checkpoint,
-            self.watch_checkpoints,
-            self.collect_garbage,
-            self.checkpoint_now,
-            self.roll_back_checkpoint,
-            self.restore_checkpoint,
-            self.upload_checkpoint,
-            self.submit_allocation,
-            self.grow_allocation,
-            self.run_escalation_hook,
-            self.set_checkpoint_interval,
-        ]
+    def activities(self) -> list[StandIn]:
+        """This cluster's methods as the activities the workflow calls, every one but
+        the fleet's (the simulation runs the real fleet calls)."""
+        return stand_ins(self, [ref for ref in ALL if ref not in FLEET_CALLS])
 
     async def close(self) -> None:
         """End the operator tasks and the lock ledger; an operator task that failed is

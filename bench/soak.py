@@ -30,20 +30,23 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel
+from typing import Any
 
 from bench.harness import BenchContext, LazarusRun, TorchrunRun
 from bench.measure import StepTrace
-from bench.registry import LAZARUS_SETUPS, System
 from bench.scenarios import kill_controller
+from bench.soak_results import (
+    FAULT_KINDS,
+    SoakFault,
+    SoakIncident,
+    SoakResult,
+    SoakSystemResult,
+)
+from bench.systems import LAZARUS_SETUPS, System
 from lazarus import chaos
 from lazarus.client import RequestRejected
 from lazarus.workflows.state import Phase
 
-FaultKind = Literal["crash", "hang", "controller_crash"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("crash", "hang", "controller_crash")
 TRAINING_FRESH_S = 2.0
 """A fault is injected only into a job that made progress this recently..."""
 STEADY_S = 3.0
@@ -53,55 +56,6 @@ SOAK_TAIL_RECOVERY_S = 15.0
 """No fault this close to the end, beyond the operator's delay: room for a relaunch."""
 TRACE_KEEP_S = 0.5
 """The JSON keeps at most one trace point per generation every this many seconds."""
-
-
-class SoakFault(BaseModel):
-    at_s: float
-    """Due this long after the soak starts."""
-    kind: FaultKind
-    rank: int
-
-
-class SoakIncident(BaseModel):
-    kind: str
-    """A fault kind, or ``operator`` for the harness's own intervention."""
-    rank: int | None = None
-    due_s: float | None = None
-    at_s: float
-    """When it was injected, seconds since the soak started."""
-    generation: int
-    step: int | None
-    recovery_s: float | None = None
-    """Injection to the first step of a later generation (crash, hang)."""
-    handled: bool = True
-    note: str | None = None
-
-
-class SoakSystemResult(BaseModel):
-    system: System
-    wall_s: float
-    productive_s: float
-    ettr: float
-    mttr_s: float | None
-    incident_count: int
-    unhandled: int
-    operator_interventions: int
-    final_step: int | None
-    controller_reported_ettr: float | None = None
-    incidents: list[SoakIncident]
-    trace: list[tuple[float, int, int]]
-    """(seconds since start, generation, step), thinned to one point per 0.5 s per generation."""
-
-
-class SoakResult(BaseModel):
-    minutes: float
-    seed: int
-    fault_every_s: float
-    operator_after_s: float
-    step_time_s: float
-    schedule: list[SoakFault]
-    systems: dict[str, SoakSystemResult]
-    plot: str | None = None
 
 
 def schedule(

@@ -37,7 +37,7 @@ from typing import IO, Literal
 
 from bench.jobs import REPO
 from bench.measure import STEP_LINE, StepTrace
-from lazarus.activities.procfs import is_alive, read_stat
+from lazarus.activities.nodes.procfs import is_alive, read_stat
 
 TorchrunSetup = Literal["best", "default"]
 POLL_INTERVAL_S = 0.05

@@ -346,7 +346,7 @@ def rank_environment_plan(
     not read (it holds secrets, on the node).
     """
     from lazarus.activities.launcher import rank_environment  # activities: only a dry run
-    from lazarus.activities.rundir import GenerationDir, job_root
+    from lazarus.activities.nodes.rundir import GenerationDir, job_root
 
     gen = GenerationDir.of(job_root(spec.run_dir, spec.job_id) / RUN_KEY_PLACEHOLDER, 1)
     shown_gen = str(gen.path.parent / GENERATION_DIR_PLACEHOLDER)

@@ -23,7 +23,7 @@ from temporalio import activity
 
 from lazarus.activities.nodes.agent import NodeAgent
 from lazarus.activities.nodes.factory import agents, on_each
-from lazarus.activities.rundir import GenerationDir, control_document, read_json
+from lazarus.activities.nodes.rundir import GenerationDir, control_document, read_json
 from lazarus.domain.contracts import SetCheckpointIntervalRequest, SetCheckpointIntervalResult
 from lazarus.domain.spec import NodeSpec
 

@@ -145,6 +145,35 @@ class MemorySnapshot(_Record):
     """Every regular file under the step directory: relative path -> bytes."""
 
 
+class DrainResult(_Record):
+    """What a scheduler did when asked to take a node out of its scheduling (or give it
+    back): ``scontrol update nodename=X state=drain`` on Slurm, the only scheduler with
+    drains today, so the evidence names it. A refusal (no admin rights) is recorded in
+    ``error``, never raised."""
+
+    node: str
+    drained: bool
+    reason: str
+    error: str | None = None
+    left: str | None = None
+    """Why the node was left as it is: someone else drained it (their reason stands)."""
+
+    def evidence(self) -> str:
+        """The incident's evidence line: what was drained, or why not (ignored)."""
+        if self.drained:
+            return f"drained node {self.node} in Slurm: reason={self.reason!r}"
+        if self.left is not None:
+            return f"node {self.node} left as it is in Slurm: {self.left}"
+        return f"could not drain node {self.node} in Slurm (ignored): {self.error}"
+
+
+class AllocationRefused(RuntimeError):
+    """The scheduler refused to grant or change the allocation the nodes live in (see
+    :mod:`lazarus.activities.nodes.allocation`). Its answer will not change by asking
+    again at once: callers treat it as final, not as a transient failure. Each
+    scheduler's refusals subclass it, so their names still tell which step refused."""
+
+
 class NodeUnreachable(Exception):
     """The node cannot be reached now (a network problem: maybe transient)."""
 
@@ -223,13 +252,43 @@ class NodeAgent(ABC):
 
     def exit_fds(self) -> list[int]:
         """Descriptors that become readable when a rank this agent polled, or the
-        process that records its exit, has ended (see :mod:`lazarus.activities.exit_watch`):
+        process that records its exit, has ended (see :mod:`lazarus.activities.nodes.exit_watch`):
         the supervisor wakes on them instead of waiting for its next round. Empty where
         there are no such notices (ranks on another machine): rounds only."""
         return []
 
     def exits_seen(self, fds: list[int]) -> None:  # noqa: B027 - only agents with notices
         """These descriptors of :meth:`exit_fds` fired; they are not offered again."""
+
+    # --- The node's scheduler ------------------------------------------------------------
+    # Only nodes a batch scheduler hands out (Slurm) have one. These defaults are the
+    # answer for every other node: nothing to tell, nothing to ask. Callers ask every
+    # agent alike, so the transport is chosen once, by the factory.
+
+    def drain(self, failure_class: str, job: str) -> DrainResult | None:
+        """Take the node out of its scheduler's scheduling, with a reason an admin can
+        read, so the scheduler gives it to nobody else either. None: no scheduler."""
+        return None
+
+    def drain_if_lost(self, failure_class: str, job: str) -> DrainResult | None:
+        """:meth:`drain`, but only when the scheduler itself says the node is lost (a
+        launch or preflight that could not reach it): a blip is not drained. None when
+        nothing was drained or there is no scheduler."""
+        return None
+
+    def undrain(self) -> DrainResult | None:
+        """Give a node Lazarus drained back to its scheduler (``lazarus return``).
+        None: no scheduler."""
+        return None
+
+    def preemption_notice(
+        self, marker: str | None, handled_at: float | None
+    ) -> tuple[float, str] | None:
+        """Why the allocation this node lives in is going away, with when (wall clock),
+        or None. Every node of a job shares one allocation, so asking one agent answers
+        for all. ``marker`` is the holder's notice file, ``handled_at`` when the last
+        notice was handled. None: no scheduler, or nothing is going away."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional for agents without connections
         """Release connections; agents are reused within one activity."""

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path, PurePosixPath
 
-from lazarus.activities.exit_watch import ExitWatch, recorded_processes
 from lazarus.activities.nodes.agent import (
     MemorySnapshot,
     NodeAgent,
@@ -26,9 +25,9 @@ from lazarus.activities.nodes.agent import (
     StartedRank,
     WarmStart,
 )
-from lazarus.activities.nodes.warm import stop_run_zygotes, warm_start_ranks
-from lazarus.activities.procfs import live_groups, owned_group, read_stat, signal_group
-from lazarus.activities.rundir import (
+from lazarus.activities.nodes.exit_watch import ExitWatch, recorded_processes
+from lazarus.activities.nodes.procfs import live_groups, owned_group, read_stat, signal_group
+from lazarus.activities.nodes.rundir import (
     GenerationDir,
     generation_lock,
     generations_below,
@@ -36,6 +35,7 @@ from lazarus.activities.rundir import (
     runs,
     write_json_atomic,
 )
+from lazarus.activities.nodes.warm import stop_run_zygotes, warm_start_ranks
 from lazarus.domain import chaos_points
 from lazarus.domain.chaos_points import chaos_point
 from lazarus.domain.checkpoint_layout import (
@@ -101,7 +101,7 @@ class LocalAgent(NodeAgent):
         wrapper = [
             sys.executable,
             "-m",
-            "lazarus.activities.rank_wrapper",
+            "lazarus.activities.nodes.rank_wrapper",
             "--rank",
             str(launch.rank),
             "--gen-dir",

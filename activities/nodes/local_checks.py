@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from lazarus.activities.nodes.agent import GpuHealth, PreflightRequest, PreflightResult
-from lazarus.activities.secret_env import without_worker_secrets
+from lazarus.activities.nodes.secret_env import without_worker_secrets
 
 
 def _free_gb(path: Path) -> float:

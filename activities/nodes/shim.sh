@@ -1,5 +1,5 @@
 #!/bin/sh
-# Lazarus node shim: the rank mechanics of activities/rank_wrapper.py and
+# Lazarus node shim: the rank mechanics of activities/nodes/rank_wrapper.py and
 # activities/stop.py, for a remote POSIX host where Lazarus is not installed.
 #
 # Why plain sh: the node needs nothing from us but a shell, coreutils, util-linux

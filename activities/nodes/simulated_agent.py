@@ -41,7 +41,7 @@ from lazarus.activities.nodes.agent import (
     RankRecord,
     StartedRank,
 )
-from lazarus.activities.rundir import GenerationDir
+from lazarus.activities.nodes.rundir import GenerationDir
 from lazarus.domain.spec import NodeSpec
 
 SIMULATED_PID_BASE = 1_000_000

@@ -60,6 +60,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from lazarus.activities.nodes.agent import (
+    DrainResult,
     MemorySnapshot,
     NodeAgent,
     NodeRefused,
@@ -73,17 +74,19 @@ from lazarus.activities.nodes.agent import (
     StartedRank,
 )
 from lazarus.activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
-from lazarus.activities.nodes.shim_agent import ShimAgent, ShimReply
-from lazarus.activities.nodes.slurm_task import SRUN_EXIT, SRUN_LOG, SRUN_PID
-from lazarus.activities.procfs import read_stat
-from lazarus.activities.rundir import (
+from lazarus.activities.nodes.procfs import read_stat
+from lazarus.activities.nodes.rundir import (
+    SRUN_EXIT,
+    SRUN_LOG,
+    SRUN_PID,
     GenerationDir,
     generation_lock,
     generations_below,
     read_json,
     write_json_atomic,
 )
-from lazarus.activities.secret_env import without_worker_secrets
+from lazarus.activities.nodes.secret_env import without_worker_secrets
+from lazarus.activities.nodes.shim_agent import ShimAgent, ShimReply
 from lazarus.domain import environment as env_names
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import UnkillableGroup
@@ -123,28 +126,6 @@ PER_RANK_VARIABLES = frozenset(
 
 class SlurmCommandFailed(RuntimeError):
     """A Slurm command could not run or did not answer (no slurmctld, a timeout)."""
-
-
-class DrainResult(BaseModel):
-    """What ``scontrol update nodename=X state=drain`` did; a refusal (no admin
-    rights) is recorded in ``error``, never raised."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    node: str
-    drained: bool
-    reason: str
-    error: str | None = None
-    left: str | None = None
-    """Why the node was left as it is: someone else drained it (their reason stands)."""
-
-    def evidence(self) -> str:
-        """The incident's evidence line: what was drained, or why not (ignored)."""
-        if self.drained:
-            return f"drained node {self.node} in Slurm: reason={self.reason!r}"
-        if self.left is not None:
-            return f"node {self.node} left as it is in Slurm: {self.left}"
-        return f"could not drain node {self.node} in Slurm (ignored): {self.error}"
 
 
 def client_environment(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -916,6 +897,14 @@ class SlurmAgent(NodeAgent):
         except SlurmCommandFailed:
             return None
         return self.drain(failure_class, job) if words & LOST_STATES else None
+
+    def preemption_notice(
+        self, marker: str | None, handled_at: float | None
+    ) -> tuple[float, str] | None:
+        """:func:`preemption_notice` of this agent's allocation; None without one."""
+        if self.slurm is None:
+            return None
+        return preemption_notice(self.slurm, marker, handled_at)
 
     def undrain(self) -> DrainResult:
         """Give a node Lazarus drained back (``lazarus return``), where the rights allow

@@ -32,6 +32,7 @@ import re
 import time
 from collections.abc import Callable
 
+from lazarus.activities.nodes.agent import AllocationRefused
 from lazarus.activities.nodes.slurm_agent import (
     RUNNING,
     SlurmCommandFailed,
@@ -47,7 +48,7 @@ MERGE_WAIT_S = 30.0
 """How long the merged nodes may take to show in ``squeue`` for the grown job."""
 
 
-class GrowRefused(RuntimeError):
+class GrowRefused(AllocationRefused):
     """Slurm would not add a node to the allocation; the message says why."""
 
 

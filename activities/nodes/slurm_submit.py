@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from lazarus.activities.nodes.agent import AllocationRefused
 from lazarus.activities.nodes.slurm_agent import (
     RUNNING,
     Allocation,
@@ -49,7 +50,7 @@ ENDED = frozenset(
 """States of a job that will never run."""
 
 
-class SubmitRefused(RuntimeError):
+class SubmitRefused(AllocationRefused):
     """Slurm refused the allocation, or it ended before it ran: one line naming the
     spec field where one is to blame."""
 

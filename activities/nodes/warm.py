@@ -1,6 +1,6 @@
 """Warm starts on a local node: one zygote per node per run, ranks forked through it.
 
-The zygote (:mod:`lazarus.activities.zygote`) lives in ``<run_root>/.zygote-<node>/``
+The zygote (:mod:`lazarus.activities.nodes.zygote`) lives in ``<run_root>/.zygote-<node>/``
 (a dot directory, so run and generation scans never mistake it for either). It is
 started by the first launch of the run that finds none, with the environment the
 ranks share, and reused by every later generation. What happens when it is not
@@ -38,8 +38,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lazarus.activities.rundir import GenerationDir, read_json
-from lazarus.activities.zygote_client import (
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
+from lazarus.activities.nodes.zygote_client import (
     PID_FILE_WAIT_S,
     ForkedRank,
     ZygoteUnavailable,
@@ -341,7 +341,7 @@ def _with_env_file(request: NodeWarmRequest) -> list[WarmRankRequest] | str:
     start sets them), or why the file cannot be used."""
     if request.env_file is None:
         return request.ranks
-    from lazarus.activities.secret_env import SecretEnvError, read_env_file
+    from lazarus.activities.nodes.secret_env import SecretEnvError, read_env_file
 
     try:
         values = read_env_file(request.env_file)

@@ -126,6 +126,12 @@ FLEET_HAND_BACK = ActivityRef[FleetHandBackCall, HandBackReply](
 )
 """A job's calls into its fleet (``lazarus.activities.fleet``); the fleet's own
 probation checks reuse ``PREFLIGHT``."""
+FLEET_CALLS: tuple[ActivityRef[Any, Any], ...] = (
+    FLEET_LEASE,
+    FLEET_REPORT,
+    FLEET_RELEASE,
+    FLEET_HAND_BACK,
+)
 
 ALL: tuple[ActivityRef[Any, Any], ...] = (
     LAUNCH,
@@ -143,9 +149,6 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     SUBMIT_ALLOCATION,
     GROW_ALLOCATION,
     SET_CHECKPOINT_INTERVAL,
-    FLEET_LEASE,
-    FLEET_REPORT,
-    FLEET_RELEASE,
-    FLEET_HAND_BACK,
+    *FLEET_CALLS,
 )
 """What the controller worker must register, each exactly once."""

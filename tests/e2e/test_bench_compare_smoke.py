@@ -29,9 +29,10 @@ from bench.harness import BenchConfig, BenchRun, Plan, RunRecord
 from bench.measure import StepTrace
 from bench.metrics import lookup
 from bench.overhead import heartbeat_micro
-from bench.registry import System
 from bench.report import compare_table, summary
-from bench.soak import SoakIncident, _assess, schedule
+from bench.soak import _assess, schedule
+from bench.soak_results import SoakIncident
+from bench.systems import System
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = ["crash", "hang"]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from lazarus import chaos
-from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.domain.spec import JobSpec
 from lazarus.local_stack import LocalStack
 from lazarus.workflows.state import Phase

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from lazarus import chaos
-from lazarus.activities import zygote_client
+from lazarus.activities.nodes import zygote_client
+from lazarus.activities.nodes.procfs import is_alive
+from lazarus.activities.nodes.rundir import GenerationDir, latest_run, read_json
 from lazarus.activities.nodes.warm import zygote_dir
-from lazarus.activities.procfs import is_alive
-from lazarus.activities.rundir import GenerationDir, latest_run, read_json
 from lazarus.domain.contracts import WarmStartOutcome
 from lazarus.workflows.state import Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec

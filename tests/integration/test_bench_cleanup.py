@@ -17,9 +17,9 @@ from typing import Any, cast
 import pytest
 
 from bench.harness import BenchConfig, BenchContext
-from lazarus.activities import zygote_client
+from lazarus.activities.nodes import zygote_client
+from lazarus.activities.nodes.procfs import is_alive
 from lazarus.activities.nodes.warm import zygote_dir
-from lazarus.activities.procfs import is_alive
 from lazarus.domain.memory_tier import memory_checkpoint_dir
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lazarus.activities.checkpoints.interval import interval_document, write_interval
-from lazarus.activities.rundir import GenerationDir
+from lazarus.activities.nodes.rundir import GenerationDir
 from lazarus.domain import checkpoint_layout, environment
 from lazarus.domain.contracts import SetCheckpointIntervalRequest
 

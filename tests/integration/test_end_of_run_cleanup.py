@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities import zygote_client
 from lazarus.activities.launcher import launch_generation
+from lazarus.activities.nodes import zygote_client
+from lazarus.activities.nodes.procfs import read_stat
 from lazarus.activities.nodes.warm import zygote_dir
-from lazarus.activities.procfs import read_stat
 from lazarus.activities.stop import stop_on_nodes
 from lazarus.domain.contracts import LaunchRequest, StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec

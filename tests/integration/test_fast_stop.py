@@ -16,8 +16,8 @@ import pytest
 from lazarus.activities import stop as stop_module
 from lazarus.activities.launcher import launch_generation
 from lazarus.activities.nodes.factory import agents as real_agents
-from lazarus.activities.procfs import is_alive
-from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.nodes.procfs import is_alive
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec, parse_spec

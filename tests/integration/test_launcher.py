@@ -13,8 +13,8 @@ import pytest
 
 from lazarus import chaos
 from lazarus.activities.launcher import LaunchRefused, launch_generation
-from lazarus.activities.procfs import is_alive, read_stat
-from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.nodes.procfs import is_alive, read_stat
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import LaunchRequest, StopRequest

@@ -27,7 +27,7 @@ from bench.jobs import run_reference, weights_match
 from lazarus import chaos
 from lazarus.activities.checkpoints.find import search_verified
 from lazarus.activities.launcher import launch_generation, run_memory_dir
-from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest, LaunchRequest, StopRequest

@@ -19,8 +19,14 @@ from temporalio.exceptions import ApplicationError
 from lazarus import chaos
 from lazarus.activities.launcher import LaunchUnreachable, launch, launch_generation
 from lazarus.activities.nodes import local_agent
-from lazarus.activities.procfs import is_alive, read_stat
-from lazarus.activities.rundir import GenerationDir, latest_run, read_json, runs, write_json_atomic
+from lazarus.activities.nodes.procfs import is_alive, read_stat
+from lazarus.activities.nodes.rundir import (
+    GenerationDir,
+    latest_run,
+    read_json,
+    runs,
+    write_json_atomic,
+)
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.contracts import LaunchRequest, RankProcess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec, parse_spec

@@ -16,8 +16,8 @@ import pytest
 
 from lazarus import chaos
 from lazarus.activities.launcher import launch_generation
-from lazarus.activities.procfs import is_alive
-from lazarus.activities.rundir import GenerationDir, read_json
+from lazarus.activities.nodes.procfs import is_alive
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.activities.stop import stop_generations
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import LaunchRequest, StopRequest

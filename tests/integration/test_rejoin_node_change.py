@@ -26,8 +26,8 @@ from temporalio.testing import ActivityEnvironment
 
 from lazarus import chaos
 from lazarus.activities.launcher import LaunchRefused, launch, launch_generation
-from lazarus.activities.procfs import is_alive
-from lazarus.activities.rundir import GenerationDir
+from lazarus.activities.nodes.procfs import is_alive
+from lazarus.activities.nodes.rundir import GenerationDir
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, RankProcess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from lazarus import chaos
-from lazarus.activities import zygote_client
 from lazarus.activities.launcher import launch_generation
+from lazarus.activities.nodes import zygote_client
 from lazarus.activities.nodes.agent import RankLaunch, WarmStart
+from lazarus.activities.nodes.procfs import is_alive, read_stat
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.activities.nodes.shim_agent import LocalShimAgent
 from lazarus.activities.nodes.warm import zygote_dir, zygote_dirs
-from lazarus.activities.procfs import is_alive, read_stat
-from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, StopRequest
 from lazarus.domain.memory_tier import memory_checkpoint_dir, on_node

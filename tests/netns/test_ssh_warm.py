@@ -20,10 +20,10 @@ from typing import TypeVar
 
 import pytest
 
-from lazarus.activities import zygote_client
 from lazarus.activities.launcher import launch_generation
+from lazarus.activities.nodes import zygote_client
+from lazarus.activities.nodes.procfs import is_alive, read_stat
 from lazarus.activities.nodes.warm import zygote_dir
-from lazarus.activities.procfs import is_alive, read_stat
 from lazarus.activities.stop import stop_generations
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec

@@ -21,9 +21,9 @@ import pytest
 
 from lazarus.activities.launcher import launch_generation
 from lazarus.activities.nodes.agent import PreflightRequest, RankLaunch
+from lazarus.activities.nodes.procfs import is_alive
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.activities.nodes.slurm_agent import SlurmAgent, job_steps
-from lazarus.activities.procfs import is_alive
-from lazarus.activities.rundir import GenerationDir, read_json
 from lazarus.domain.contracts import LaunchRequest, LaunchResult
 from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, parse_spec
 from lazarus.infra.slurm import TestSlurm

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from lazarus import chaos
+from lazarus.activities.nodes.rundir import read_json
 from lazarus.activities.nodes.slurm_agent import allocation
 from lazarus.activities.nodes.slurm_submit import start_allocation
-from lazarus.activities.rundir import read_json
 from lazarus.devserver import DevServer
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec, parse_spec

@@ -13,8 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from lazarus import cli
+from lazarus.activities.nodes.rundir import read_json
 from lazarus.activities.nodes.slurm_submit import start_allocation
-from lazarus.activities.rundir import read_json
 from lazarus.devserver import DevServer
 from lazarus.domain.spec import JobSpec, parse_spec
 from lazarus.infra.slurm import TestSlurm

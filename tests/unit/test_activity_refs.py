@@ -5,10 +5,13 @@ stuck workflow."""
 
 from __future__ import annotations
 
+import asyncio
 import typing
 
+import pytest
 from temporalio import activity
 
+from lazarus.activities.stand_ins import stand_ins
 from lazarus.domain import activity_refs
 from lazarus.workers.controller import ACTIVITIES
 
@@ -35,3 +38,30 @@ def test_every_reference_has_exactly_one_implementation_with_its_types() -> None
 
 def test_the_worker_registers_nothing_the_workflow_cannot_call() -> None:
     assert set(registered()) == {ref.name for ref in activity_refs.ALL}
+
+
+def test_stand_ins_carry_the_references_names_and_types() -> None:
+    """A fake cluster (the workflow tests', the simulator's) is one object with a method
+    per activity: the stand-ins register it under the references' names and decode
+    with their types, whatever the fake's own annotations say."""
+
+    class Everything:
+        def __getattr__(self, name: str) -> object:
+            async def answer(request: object) -> str:
+                return f"{name}: {request}"
+
+            return answer
+
+    built = stand_ins(Everything())
+    assert [activity._Definition.must_from_callable(fn).name for fn in built] == [
+        ref.name for ref in activity_refs.ALL
+    ]
+    for fn, ref in zip(built, activity_refs.ALL, strict=True):
+        hints = typing.get_type_hints(fn)
+        assert (hints["request"], hints["return"]) == (ref.request_type, ref.result_type)
+    assert asyncio.run(built[0]("x")) == f"{activity_refs.ALL[0].name}: x"
+
+
+def test_a_fake_missing_an_activity_is_refused_at_once() -> None:
+    with pytest.raises(AttributeError, match="'launch'"):
+        stand_ins(object(), [activity_refs.LAUNCH])

@@ -9,19 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from bench import registry, report
+from bench import catalog, report
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import JobShape
 from bench.metrics import METRICS, lookup
 from bench.multinode import PollResults
-from bench.registry import SUITES, Measured, System, scenario
+from bench.registry import SUITES, scenario
+from bench.systems import Measured, System
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 SCENARIO_MODULES = [BENCH / "scenarios.py", BENCH / "scenarios_multinode.py", BENCH / "harness.py"]
 
 
 def test_every_suite_names_registered_scenarios_lazarus_runs() -> None:
-    scenarios = registry.load()
+    scenarios = catalog.load()
     for suite, names in SUITES.items():
         assert len(set(names)) == len(names), suite
         for name in names:
@@ -32,19 +33,19 @@ def test_every_suite_names_registered_scenarios_lazarus_runs() -> None:
 
 
 def test_every_scenario_has_a_summary_and_a_step_by_step_doc() -> None:
-    for name, sc in registry.load().items():
+    for name, sc in catalog.load().items():
         assert sc.summary and sc.summary in sc.doc, name
         assert "1. " in sc.doc, f"{name}: its docstring should walk through the fault sequence"
 
 
 def test_registering_a_name_twice_is_refused() -> None:
-    registry.load()
+    catalog.load()
     with pytest.raises(ValueError, match=r"crash.*registered twice"):
         scenario("crash", "again")
 
 
 def test_crash_hang_pause_and_controller_crash_are_scripted_once_for_lazarus() -> None:
-    scenarios = registry.load()
+    scenarios = catalog.load()
     assert scenarios["worker_kill"].run is scenarios["controller_crash"].run
     # pause and pause_resume differ only in the hold: one script, two entries.
     source = (BENCH / "scenarios.py").read_text()

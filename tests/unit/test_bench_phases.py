@@ -8,8 +8,8 @@ from bench.__main__ import tables
 from bench.harness import BenchConfig, BenchRun, Plan, RunRecord
 from bench.jobs import JobShape
 from bench.metrics import PHASE_METRICS, lookup
-from bench.registry import System
 from bench.scenarios import phase_metrics
+from bench.systems import System
 from lazarus.domain.recovery_timeline import PHASES, RecoveryTimeline
 
 LAZARUS = RecoveryTimeline(

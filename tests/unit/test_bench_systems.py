@@ -12,15 +12,16 @@ from typing import Any, cast
 
 import pytest
 
-from bench import registry, report
+from bench import catalog, registry, report
 from bench.__main__ import build_parser
 from bench.harness import BenchConfig, BenchContext, BenchRun, Plan, RunRecord, _merged
 from bench.jobs import JobPaths, JobShape, build_spec
-from bench.registry import LAZARUS_SETUPS, SYSTEMS, System, runs, scenario
+from bench.registry import runs, scenario
+from bench.systems import LAZARUS_SETUPS, SYSTEMS, System
 
 
 def test_both_lazarus_systems_run_the_one_lazarus_script() -> None:
-    scenarios = registry.load()
+    scenarios = catalog.load()
     assert {"lazarus", "lazarus_cold"} <= set(SYSTEMS)
     for name, sc in scenarios.items():
         assert sc.runner("lazarus_cold") is sc.run, name

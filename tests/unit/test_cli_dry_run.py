@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from lazarus import cli
 from lazarus.activities.launcher import rank_environment
-from lazarus.activities.rundir import GenerationDir, job_root
+from lazarus.activities.nodes.rundir import GenerationDir, job_root
 from lazarus.client import (
     GENERATION_DIR_PLACEHOLDER,
     PLACEHOLDERS,

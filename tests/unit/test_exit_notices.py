@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.exit_watch import ExitWatch, recorded_processes
 from lazarus.activities.nodes.agent import NodeStatus, RankLaunch, RankRecord
+from lazarus.activities.nodes.exit_watch import ExitWatch, recorded_processes
 from lazarus.activities.nodes.local_agent import LocalAgent
-from lazarus.activities.procfs import read_stat, signal_group
+from lazarus.activities.nodes.procfs import read_stat, signal_group
 from lazarus.activities.supervise import (
     VANISHED_GRACE_S,
     GenerationObserver,

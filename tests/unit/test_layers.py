@@ -7,7 +7,10 @@ Floors, bottom to top (README, "How it works"):
 1. **workflows**: ``lazarus.workflows``, deterministic policy;
 2. **activities**: ``lazarus.activities``, mechanics;
 3. **app**: the CLI, the client, settings, the dev server, the local stack,
-   chaos, ``lazarus.workers`` and ``lazarus.infra``.
+   chaos, ``lazarus.workers`` and ``lazarus.infra``;
+4. **bench**: ``bench``, the benchmarks and the simulator. It may use every floor
+   of the product, and nothing but the tests may use it: a product that imported
+   its own benchmark would ship it. It holds no circles either.
 
 Every import counts, including ones inside functions: a lazy upward import is
 still an upward dependency. The walk reads source with :mod:`ast`, so it checks
@@ -24,10 +27,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = {"lazarus": REPO / "lazarus"} | {
-    f"lazarus.{name}": REPO / name for name in ("workflows", "activities", "workers", "infra")
-}
-FLOORS = ("domain", "workflows", "activities", "app")
+PACKAGES = (
+    {"lazarus": REPO / "lazarus"}
+    | {f"lazarus.{name}": REPO / name for name in ("workflows", "activities", "workers", "infra")}
+    | {"bench": REPO / "bench"}
+)
+FLOORS = ("domain", "workflows", "activities", "app", "bench")
 ALLOWED_CIRCLES: dict[frozenset[str], str] = {}
 """Documented exceptions: none today. A circle added here needs a reason."""
 
@@ -40,6 +45,7 @@ def floor_of(module: str) -> int:
         ("lazarus.activities", 2),
         ("lazarus.workers", 3),
         ("lazarus.infra", 3),
+        ("bench", 4),
     ):
         if module == prefix or module.startswith(prefix + "."):
             return floor
@@ -130,6 +136,42 @@ def test_no_import_circles() -> None:
     circles = [c for c in strongly_connected(edges) if len(c) > 1]
     unexplained = [sorted(c) for c in circles if frozenset(c) not in ALLOWED_CIRCLES]
     assert not unexplained, f"import circles: {unexplained}"
+
+
+SLURM_OUTSIDE_NODES: dict[str, str] = {
+    "lazarus.cli": "submits the first allocation itself until that moves into the workflow "
+    "(issue 27, item 1): then it goes through lazarus.activities.nodes.allocation",
+}
+"""Modules outside ``activities/nodes/`` that still import a Slurm module, and why."""
+
+
+def test_only_the_nodes_package_knows_slurm() -> None:
+    """The transport is chosen once, by the agent factory: everything else asks a
+    :class:`NodeAgent` (drain, undrain, preemption notice) or the allocation facade
+    (``nodes/allocation.py``), so a second scheduler would touch ``nodes/`` only."""
+    nodes = "lazarus.activities.nodes"
+    found = sorted(
+        f"{module}:{line} imports {target}"
+        for module, targets in graph().items()
+        if not module.startswith(nodes) and module not in SLURM_OUTSIDE_NODES
+        for target, line in targets
+        if target.startswith(f"{nodes}.slurm_")
+    )
+    assert not found, "\n".join(found)
+
+
+def test_the_nodes_package_is_below_the_rest_of_the_activities() -> None:
+    """``activities/nodes/`` (agents, run directory, processes on a node) is the lower
+    room of the activities floor: the activities use it, never the other way round."""
+    nodes = "lazarus.activities.nodes"
+    found = sorted(
+        f"{module}:{line} imports {target}"
+        for module, targets in graph().items()
+        if module.startswith(nodes)
+        for target, line in targets
+        if target.startswith("lazarus.activities.") and not target.startswith(nodes)
+    )
+    assert not found, "\n".join(found)
 
 
 def test_the_rank_helper_needs_only_the_standard_library() -> None:

@@ -24,8 +24,8 @@ from lazarus.activities.checkpoints.just_in_time import request_checkpoint
 from lazarus.activities.launcher import initial_control_document, rank_environment
 from lazarus.activities.nodes.agent import MemorySnapshot, NodeAgent, NodeUnreachable
 from lazarus.activities.nodes.local_agent import LocalAgent, local_memory_snapshots
+from lazarus.activities.nodes.rundir import GenerationDir, job_root, read_json
 from lazarus.activities.nodes.shim_agent import LocalShimAgent
-from lazarus.activities.rundir import GenerationDir, job_root, read_json
 from lazarus.domain import checkpoint_layout, environment
 from lazarus.domain.contracts import CheckpointNowRequest, FindVerifiedCheckpointRequest
 from lazarus.domain.memory_tier import MEMORY_ROOT, memory_checkpoint_dir

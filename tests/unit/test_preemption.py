@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from lazarus.activities.nodes import slurm_agent
-from lazarus.activities.nodes.slurm_agent import holder_script, preemption_notice
+from lazarus.activities.nodes.local_agent import LocalAgent
+from lazarus.activities.nodes.slurm_agent import SlurmAgent, holder_script, preemption_notice
 from lazarus.activities.supervise import Observation, evaluate
 from lazarus.domain.contracts import FailureReport, RankStatus, SuperviseRequest
 from lazarus.domain.failure_classes import FailureClass
-from lazarus.domain.spec import HealthSpec, JobSpec, SlurmSpec
+from lazarus.domain.spec import HealthSpec, JobSpec, NodeSpec, SlurmSpec
 from lazarus.workflows.playbook import Action
 from lazarus.workflows.preemption import (
     handled_preemption_at,
@@ -161,3 +162,16 @@ def test_only_a_job_in_an_allocation_watches_a_notice_file() -> None:
     assert preempt_marker_for(unsubmitted) is None
     held = unsubmitted.in_allocation(9, ["n1", "n2"])
     assert preempt_marker_for(held) == "/shared/runs/.slurm-preempt-9"
+
+
+def test_a_slurm_agent_answers_for_its_allocation_and_a_local_one_never(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The supervisor asks its first agent: the Slurm one speaks for the job's
+    allocation, one without an allocation or a scheduler has nothing to say."""
+    allocation_is(monkeypatch, "TIMEOUT")
+    node = NodeSpec(name="n1", launcher="slurm")
+    found = SlurmAgent(node, SLURM).preemption_notice(None, None)
+    assert found is not None and "TIMEOUT" in found[1]
+    assert SlurmAgent(node, None).preemption_notice(None, None) is None
+    assert LocalAgent(NodeSpec(name="n1")).preemption_notice(None, None) is None

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 from lazarus import chaos
+from lazarus.activities.nodes.rundir import GenerationDir, generations_below, latest_run, runs
 from lazarus.activities.nodes.shim_agent import _unkillable_groups
-from lazarus.activities.rundir import GenerationDir, generations_below, latest_run, runs
 
 
 def make_gen(root: Path, generation: int, mtime_ns: int) -> GenerationDir:

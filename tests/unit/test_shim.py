@@ -833,7 +833,7 @@ def _env_file(tmp_path: Path, text: str, mode: int) -> Path:
 def test_env_from_file_is_read_on_the_node_below_env_and_lazarus(
     agent: LocalShimAgent, run_root: Path, tmp_path: Path
 ) -> None:
-    from lazarus.activities.secret_env import read_env_file
+    from lazarus.activities.nodes.secret_env import read_env_file
 
     text = "# comment\n\nHF_TOKEN=hf 'quoted' $HOME \\n\nSHARED=from file\nEMPTY=\nEQ=a=b\n"
     secrets_file = _env_file(tmp_path, text, 0o600)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities import zygote_client
+from lazarus.activities.nodes import zygote_client
 from lazarus.activities.nodes.agent import RankLaunch, StartedRank, WarmStart
+from lazarus.activities.nodes.procfs import is_alive
 from lazarus.activities.nodes.shim_agent import LocalShimAgent, json_lines, warm_call
 from lazarus.activities.nodes.warm import zygote_dir
-from lazarus.activities.procfs import is_alive
 from lazarus.domain.spec import NodeSpec
 from tests.unit.test_shim import DASH, _all_cmdlines, kill_leftovers, wait_for
 
@@ -242,7 +242,7 @@ def test_a_cold_start_adopts_a_rank_the_zygote_claimed(run_root: Path, tmp_path:
     the cold start adopts it instead of starting the rank twice."""
     import subprocess
 
-    from lazarus.activities.procfs import read_stat
+    from lazarus.activities.nodes.procfs import read_stat
 
     gen = run_root / "gen-00001"
     gen.mkdir()

@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from lazarus.activities.nodes.local_agent import LocalAgent
 from lazarus.activities.nodes.slurm_agent import SlurmAgent
+from lazarus.activities.stop import undrain_on
+from lazarus.activities.supervise import drain_lost_node
+from lazarus.domain.contracts import FailureReport
+from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 
 pytestmark = pytest.mark.timeout(30)
@@ -85,3 +90,31 @@ def test_return_resumes_only_a_node_lazarus_drained(scontrol: Path) -> None:
     node_is(scontrol, "IDLE+DRAIN", "lazarus: node_lost in train [worker@2026-12-03T10:00:00]")
     resumed = agent().undrain()
     assert resumed.error is None and updates(scontrol) == ["update nodename=n2 state=resume"]
+
+
+def lost(node: str) -> FailureReport:
+    return FailureReport(
+        kind="node_lost",
+        failure_class=FailureClass.NODE_LOST,
+        rank=0,
+        node=node,
+        fault_at=1.0,
+        detected_at=2.0,
+    )
+
+
+def test_the_supervisor_drains_through_the_agent_and_skips_nodes_without_a_scheduler(
+    scontrol: Path,
+) -> None:
+    """The activities ask every agent alike: a Slurm node is drained, a local one (no
+    scheduler) answers None and the failure goes on unchanged."""
+    node_is(scontrol, "DOWN*", "Not responding [slurm@2026-12-03T10:00:00]")
+    drained = drain_lost_node([agent()], lost("n2"), "train")
+    assert drained.evidence == ["drained node n2 in Slurm: reason='lazarus: node_lost in train'"]
+    local = LocalAgent(NodeSpec(name="n2"))
+    assert drain_lost_node([local], lost("n2"), "train") == lost("n2")
+    assert local.drain_if_lost("node_lost", "train") is None and local.undrain() is None
+    undrain_on(local)  # nothing to give back, nothing asked
+    assert updates(scontrol) == [
+        "update nodename=n2 state=drain reason=lazarus: node_lost in train"
+    ]

@@ -12,7 +12,7 @@ import pytest
 from lazarus.activities.nodes.local_agent import remove_memory_dir
 from lazarus.activities.nodes.shim_agent import SHIM_PATH
 from lazarus.activities.nodes.warm import PER_RANK_ENV, warm_argv, zygote_environment
-from lazarus.activities.zygote_client import ZygoteUnavailable
+from lazarus.activities.nodes.zygote_client import ZygoteUnavailable
 from lazarus.domain.memory_tier import on_node
 from lazarus.domain.spec import SpecError, parse_spec
 from lazarus.rank.memory import secure

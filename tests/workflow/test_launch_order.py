@@ -17,15 +17,16 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from lazarus.activities.stand_ins import stand_ins
 from lazarus.devserver import DevServer
 from lazarus.domain.api import WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.contracts import (
@@ -46,7 +47,6 @@ pytestmark = pytest.mark.timeout(120)
 REJOIN = {"enabled": True, "timeout_s": 30}
 
 
-@activity.defn(name="find_verified_checkpoint")
 async def memory_search(request: FindVerifiedCheckpointRequest) -> CheckpointSearch:
     """The memory tier's answer, whatever the nodes: step 41 in tmpfs (the audit's
     repro 1). What matters is which nodes the workflow asked about."""
@@ -65,9 +65,9 @@ async def start_memory_job(dev_server: DevServer) -> AsyncIterator[StartFakeJob]
     client = await Client.connect(dev_server.address, data_converter=pydantic_data_converter)
     task_queue = f"wf-{uuid.uuid4().hex[:8]}"
     handles: list[WorkflowHandle[Any, Any]] = []
-    activities: list[Callable[..., Any]] = [
-        memory_search if a is fakes.find_verified_checkpoint else a for a in fakes.ACTIVITIES
-    ]
+    fake = SimpleNamespace(**vars(fakes))
+    fake.find_verified_checkpoint = memory_search  # stands in for the fake's search
+    activities: list[Callable[..., Any]] = list(stand_ins(fake))
     async with Worker(
         client, task_queue=task_queue, workflows=[JobWorkflow], activities=activities
     ):

@@ -84,6 +84,15 @@ def control_document(
     return document
 
 
+SRUN_PID = "slurm-srun.pid"
+SRUN_LOG = "slurm-srun.log"
+SRUN_EXIT = "slurm-srun.exit.json"
+"""A Slurm generation's detached ``srun`` client, in its generation directory: its
+pid record, its output and its exit record (written by ``slurm_task srun``). Named
+here with the rest of the layout, so that a reader of a run directory (the Slurm
+bench) needs not import the Slurm transport."""
+
+
 def job_root(run_dir: str | Path, job_id: str) -> Path:
     return Path(run_dir) / job_id
 

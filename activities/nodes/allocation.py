@@ -1,0 +1,59 @@
+"""The batch allocation a job's nodes live in, as code outside ``nodes/`` sees it.
+
+Nodes a scheduler hands out live in an allocation that must be checked before a
+start, submitted (or resubmitted when the scheduler takes it away), grown, and
+given back. Slurm is the only such scheduler today; this module is the one door to
+it, so the transport's modules (``slurm_*``) stay behind ``nodes/`` like the agents
+(:mod:`lazarus.activities.nodes.factory`). A refusal is always an
+:class:`~lazarus.activities.nodes.agent.AllocationRefused`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lazarus.activities.nodes import slurm_agent, slurm_grow, slurm_submit
+from lazarus.domain.contracts import (
+    AllocationGranted,
+    GrowAllocationRequest,
+    SubmitAllocationRequest,
+)
+from lazarus.domain.spec import JobSpec
+
+Progress = Callable[[str], None]
+"""Told one line at a time what the wait is at (queued, submitted, running)."""
+
+
+def start_problems(spec: JobSpec) -> list[str]:
+    """Why the job's allocation cannot be used, one line naming the spec field; empty
+    when it can. Submit mode asks Slurm whether it would take the holder
+    (``sbatch --test-only``: nothing submitted); an existing allocation must be
+    running and hold the spec's nodes. No allocation: nothing to check."""
+    if spec.slurm is None:
+        return []
+    if spec.slurm.submits:
+        return slurm_submit.submit_problems(spec)
+    return slurm_agent.allocation_problems(spec.slurm, spec.nodes, spec.spares)
+
+
+def start(spec: JobSpec, progress: Progress, timeout_s: float | None = None) -> JobSpec:
+    """Submit mode end to end: check, submit, wait, and the spec in the allocation
+    (cancelled again if anything fails after the submission)."""
+    return slurm_submit.start_allocation(spec, progress, timeout_s)
+
+
+def cancel(allocation_id: int) -> None:
+    """Give the allocation back (a start that did not go through); best effort."""
+    slurm_submit.cancel(allocation_id)
+
+
+def resubmit(request: SubmitAllocationRequest, progress: Progress) -> AllocationGranted:
+    """Release the ending allocation, submit its successor, and wait for it to run;
+    a retry adopts what an earlier attempt submitted."""
+    return slurm_submit.resubmit(request, progress)
+
+
+def grow(request: GrowAllocationRequest, progress: Progress) -> AllocationGranted:
+    """Add nodes to the running allocation (Slurm job expansion); a retry adopts
+    what an earlier attempt got."""
+    return slurm_grow.grow(request, progress)
