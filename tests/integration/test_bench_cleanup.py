@@ -20,7 +20,8 @@ from bench.harness import BenchConfig, BenchContext
 from lazarus.activities.nodes import zygote_client
 from lazarus.activities.nodes.procfs import is_alive
 from lazarus.activities.nodes.warm import zygote_dir
-from lazarus.domain.memory_tier import memory_checkpoint_dir
+from lazarus.domain.memory_tier import memory_checkpoint_dir, on_node
+from lazarus.rank.memory import secure
 
 
 @pytest.mark.timeout(120)
@@ -32,8 +33,8 @@ def test_the_bench_cleanup_ends_the_run_zygote_and_memory_tier_included(tmp_path
     zygote = zygote_dir(run_root, "local")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
     zygote_client.start_zygote(zygote, ("json",), 1, env=env)
-    memory = Path(memory_checkpoint_dir(job_id, str(run_root)))
-    (memory / "step-00000001").mkdir(parents=True)
+    memory = Path(on_node(memory_checkpoint_dir(job_id, str(run_root)), os.getuid()))
+    secure(memory / "step-00000001")  # where a rank would have made it: the private root
     try:
         info = zygote_client.wait_serving(zygote, 60)
         ctx = BenchContext(cast(Any, None), cast(Any, None), BenchConfig.quick(), tmp_path)
