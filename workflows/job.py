@@ -146,6 +146,22 @@ with workflow.unsafe.imports_passed_through():
         resume_refusal,
         return_refusal,
     )
+    from lazarus.workflows.patches import (
+        PATCH_CHECKPOINT_INTERVAL_AUTO,
+        PATCH_CONTINUE_AS_NEW_ANY_PHASE,
+        PATCH_END_OF_RUN_EVERY_NODE,
+        PATCH_FAST_RECOVERY,
+        PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW,
+        PATCH_HOST_TASK_QUEUE,
+        PATCH_NODES_BEFORE_RESUME,
+        PATCH_REJOIN,
+        PATCH_RETIER_AFTER_FALLBACK,
+        PATCH_RUN_DIRECTORY,
+        PATCH_SEARCH_ATTRIBUTES_V2,
+        PATCH_SLURM_ALLOCATION,
+        PATCH_SLURM_OWN_JOBS,
+        PATCH_SLURM_PREEMPTION,
+    )
     from lazarus.workflows.placement import (
         active_nodes,
         generation_dir,
@@ -168,7 +184,6 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.rejoin import plan_rejoin, rejoin_dropped, rejoin_evidence
     from lazarus.workflows.resume_points import record_rollback, record_skipped
     from lazarus.workflows.routing import (
-        PATCH_HOST_TASK_QUEUE,
         declared_host,
         host_task_queue,
         learned_host_queue,
@@ -203,64 +218,6 @@ with workflow.unsafe.imports_passed_through():
         straggler_context,
     )
 
-# Staged patches (``workflow.patched``): each changes which commands a run issues, so a
-# history recorded before it (tests/fixtures/histories/released/) must keep its old
-# path on replay. Remove one only after every job started before it has finished,
-# going through ``workflow.deprecate_patch`` first. The fleet's patches sit beside the
-# code that asks them, in ``fleet_link`` (which this module imports, so they cannot live
-# here): PATCH_FLEET, PATCH_FLEET_HAND_BACK, PATCH_FLEET_WAIT_FOR_NODE and, for issue
-# 26, PATCH_FLEET_WAITS_ONLY_FOR_NODES (the fleet retry resumes only "no spare left").
-PATCH_RUN_DIRECTORY = "run-directory-per-start"
-"""Each start gets ``<run_dir>/<job_id>/run-<run id>``; older jobs keep ``<job_id>/``."""
-PATCH_CONTINUE_AS_NEW_ANY_PHASE = "continue-as-new-in-every-phase"
-"""Continue-as-new is checked while supervising, paused or waiting for an operator,
-and a hook that keeps failing no longer blocks it (its delivery moves to the next run)."""
-PATCH_RETIER_AFTER_FALLBACK = "retier-after-fallback"
-"""Resuming below the newest tiered step restarts the checkpoint watch there, so the
-checkpoints written after a rollback or a fallback are tiered too."""
-PATCH_FAST_RECOVERY = "fast-recovery"
-"""The recovery fast path: no backoff for the first failure after progress, no second
-fence stop of a generation the recovery has just stopped, and a cleanup stop at the
-end of a run that used warm starts or the memory tier."""
-PATCH_SLURM_PREEMPTION = "slurm-preemption"
-"""A ``preempted`` supervision outcome (Slurm is taking the allocation away) is met
-with a just-in-time checkpoint, a stop and PAUSED (issue 13)."""
-PATCH_SLURM_ALLOCATION = "slurm-allocation-changes"
-"""The job may change its Slurm allocation: a new one after a preemption
-(``slurm.resubmit``), a node more when a lost one has no spare (``slurm.grow``)."""
-PATCH_CHECKPOINT_INTERVAL_AUTO = "checkpoint-interval-auto"
-"""``checkpoints.interval: auto`` sends Young-Daly intervals to the ranks (issue 14);
-asked only by jobs that set it, so other jobs issue exactly the commands they did."""
-PATCH_SEARCH_ATTRIBUTES_V2 = "search-attributes-v2"
-"""``LazarusFailureClass`` and ``LazarusGeneration`` are upserted when they change."""
-PATCH_REJOIN = "rejoin-in-place"
-"""``rejoin``: a crashed rank's survivors keep their process into the next generation
-(issue 16); asked only by jobs that set it, so other jobs issue the commands they did."""
-PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW = "escalation-hook-survives-continue-as-new"
-"""A hook delivery cancelled by the run's own continue-as-new stays in
-``pending_hooks``, so the next run delivers it. Before, the cancellation counted as a
-failed delivery and dropped it: the job waited in NEEDS_OPERATOR and nobody was paged
-(found by ``python -m bench simulate``, where it left jobs open past the horizon)."""
-PATCH_NODES_BEFORE_RESUME = "node-set-before-resume-point"
-"""Issue 26: a launch runs the preflight (and the swaps, shrink or ``slurm.grow`` it
-causes) *before* the rollback and the resume-point search, so the memory tier is
-searched on exactly the nodes that launch; before, a spare swapped in by the
-preflight was sent a tmpfs snapshot it never held. And a rejoin planned on nodes the
-preflight then changed is dropped: every rank is stopped and the whole generation
-restarts, instead of carrying survivors outside the new world or on a quarantined
-node. Without it (an older history) the search runs first, as it did."""
-PATCH_SLURM_OWN_JOBS = "slurm-own-jobs"
-"""A resubmitted allocation smaller than the job's nodes and spares pauses the job
-with the reason (the resubmission is refused) instead of raising ValueError in
-workflow code, which failed the workflow task on every retry and left the job stuck
-in RECOVERING (issue 26). Consulted only when such an allocation is granted, so every
-other history issues the commands it did."""
-PATCH_END_OF_RUN_EVERY_NODE = "end-of-run-every-node"
-"""The end-of-run stop (finished, failed or cancelled) reaches every node the run
-touched (``stops.end_of_run_targets``), not only the active and unfenced ones, with a
-bounded retry, and notes the nodes it could not reach (issue 26). Before, zygotes,
-idle standbys and ``/dev/shm`` snapshots outlived the run on nodes that had been
-fenced, returned or handed back to the fleet."""
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
 
