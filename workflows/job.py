@@ -33,10 +33,9 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeUpdate
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -48,21 +47,16 @@ with workflow.unsafe.imports_passed_through():
         PREFLIGHT,
         RESTORE_CHECKPOINT,
         ROLL_BACK_CHECKPOINT,
-        RUN_ESCALATION_HOOK,
         SET_CHECKPOINT_INTERVAL,
         STOP,
         SUBMIT_ALLOCATION,
         SUPERVISE,
     )
     from lazarus.domain.api import (
-        FAILURE_CLASS_ATTRIBUTE,
-        GENERATION_ATTRIBUTE,
-        PHASE_ATTRIBUTE,
         QUERY_STATUS,
         SIGNAL_FORCE_RECOVER,
         SIGNAL_PAUSE,
         SIGNAL_RESUME,
-        STEP_ATTRIBUTE,
         UPDATE_DRAIN,
         UPDATE_RECOVER,
         UPDATE_RETURN,
@@ -72,7 +66,6 @@ with workflow.unsafe.imports_passed_through():
         CheckpointNowRequest,
         CheckpointRef,
         CheckpointSearch,
-        EscalationHookRequest,
         FailureReport,
         FindVerifiedCheckpointRequest,
         GrowAllocationRequest,
@@ -92,7 +85,6 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.domain.spec import JobSpec, SlurmSpec, StrategyName, slurm_node
     from lazarus.workflows.activity_calls import (
         END_OF_RUN_RETRY,
-        HOOK_RETRY,
         LAUNCH_RETRY,
         NO_RETRY,
         QUICK_RETRY,
@@ -108,13 +100,6 @@ with workflow.unsafe.imports_passed_through():
         interval_request,
         record_sent,
         retune,
-    )
-    from lazarus.workflows.current_details import current_details, failure_class_attribute
-    from lazarus.workflows.escalation import (
-        hook_failed,
-        hook_finished,
-        hook_ran,
-        queue_escalation,
     )
     from lazarus.workflows.failures import (
         failure_context,
@@ -132,6 +117,7 @@ with workflow.unsafe.imports_passed_through():
         tell_fleet,
         waits_on_fleet,
     )
+    from lazarus.workflows.hand_over import HandOver
     from lazarus.workflows.housekeeping import Housekeeper, must_rewatch
     from lazarus.workflows.operator_requests import (
         WAITING,
@@ -151,8 +137,6 @@ with workflow.unsafe.imports_passed_through():
         PATCH_CONTINUE_AS_NEW_ANY_PHASE,
         PATCH_END_OF_RUN_EVERY_NODE,
         PATCH_FAST_RECOVERY,
-        PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW,
-        PATCH_HOST_TASK_QUEUE,
         PATCH_NODES_BEFORE_RESUME,
         PATCH_REJOIN,
         PATCH_RETIER_AFTER_FALLBACK,
@@ -184,12 +168,9 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.rejoin import plan_rejoin, rejoin_dropped, rejoin_evidence
     from lazarus.workflows.resume_points import record_rollback, record_skipped
     from lazarus.workflows.routing import (
-        declared_host,
-        host_task_queue,
-        learned_host_queue,
         route,
-        routes_by_host,
     )
+    from lazarus.workflows.run_context import JobRun
     from lazarus.workflows.state import (
         MAX_RECORDS,
         ForceRecover,
@@ -229,28 +210,16 @@ peer: they cannot checkpoint, so they are killed at once instead of given a grac
 @workflow.defn(name=WORKFLOW_TYPE)
 class JobWorkflow:
     def __init__(self) -> None:
-        self._spec: JobSpec | None = None
         self._state = JobState()
-        self._continue_as_new_after = 10_000
+        self._run = JobRun(self._state)
         self._pause_requested = False
         self._resume_requested = False
         self._force: ForceRecover | None = None
-        self._hooks: list[asyncio.Task[None]] = []
-        self._handing_over = False
-        """Set when this run cancels its hook deliveries to continue as new."""
-        self._housekeeper: Housekeeper | None = None
-        self._continue_anywhere = False
-        """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
-        self._fast = False
-        """PATCH_FAST_RECOVERY applies to this run."""
         self._pausing = False
         """A pause is being carried out (its just-in-time checkpoint and stop)."""
-        self._by_host = False
-        """PATCH_HOST_TASK_QUEUE applies to this run (a job of local nodes)."""
-        self._attributes_v2 = False
-        """PATCH_SEARCH_ATTRIBUTES_V2 applies to this run."""
-        self._published: tuple[str | None, int | None] = (None, None)
-        """The failure class and generation last upserted by this run."""
+        self._hand_over = HandOver(
+            self._run, 10_000, busy=lambda: self._interrupted() or self._resume_requested
+        )
 
     # ----------------------------------------------------------------- messages
 
@@ -313,7 +282,7 @@ class JobWorkflow:
         workflow.logger.warning("ignored %s: %s", name, reason)
         state.ignored_messages = [
             *state.ignored_messages,
-            IgnoredMessage(name=name, at=self._now(), phase=state.phase, reason=reason),
+            IgnoredMessage(name=name, at=self._run.now(), phase=state.phase, reason=reason),
         ][-MAX_RECORDS:]
 
     @workflow.update(name=UPDATE_DRAIN)
@@ -352,51 +321,51 @@ class JobWorkflow:
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> JobStatus:
-        return job_status(self.spec, self._state, self._now(), run_root(self.spec, self._state))
+        return job_status(self.spec, self._state, self._run.now(), run_root(self.spec, self._state))
 
     # ---------------------------------------------------------------- main loop
 
     @workflow.run
     async def run(self, job: JobInput) -> JobStatus:
-        self._spec = job.spec
-        self._continue_as_new_after = job.continue_as_new_after_events
+        self._run.begin(job.spec)
+        self._hand_over.continue_as_new_after = job.continue_as_new_after_events
         if job.state is not None:
-            self._state = job.state
+            self._state = self._run.state = job.state
         else:
-            self._state.started_at = self._now()
+            self._state.started_at = self._run.now()
             self._state.pool.active = [n.name for n in job.spec.nodes]
             self._state.pool.spares = [n.name for n in job.spec.spares]
             if workflow.patched(PATCH_RUN_DIRECTORY):
                 # A new start never sees an earlier start's launch.json, exit files,
                 # fences or escalation markers; continue-as-new keeps the key.
                 self._state.run_key = f"run-{workflow.info().run_id}"
-        self._continue_anywhere = workflow.patched(PATCH_CONTINUE_AS_NEW_ANY_PHASE)
-        self._fast = workflow.patched(PATCH_FAST_RECOVERY)
-        self._attributes_v2 = workflow.patched(PATCH_SEARCH_ATTRIBUTES_V2)
+        self._run.continue_anywhere = workflow.patched(PATCH_CONTINUE_AS_NEW_ANY_PHASE)
+        self._run.fast = workflow.patched(PATCH_FAST_RECOVERY)
+        self._run.attributes_v2 = workflow.patched(PATCH_SEARCH_ATTRIBUTES_V2)
         if job.state is None and job.spec.fleet is not None:
             await self._lease_from_fleet()
-        self._pin_to_host()
-        self._publish_phase()
-        self._housekeeper = Housekeeper(self.spec, self._state)
-        self._housekeeper.start()
+        self._run.pin_to_host()
+        self._run.publish_phase()
+        self._run.housekeeper = Housekeeper(self.spec, self._state)
+        self._run.housekeeper.start()
         for request in self._state.pending_hooks:  # carried over by continue-as-new
-            self._hooks.append(asyncio.create_task(self._deliver_escalation(request)))
+            self._run.deliver_later(request)
         try:
             while not self._state.phase.is_terminal:
                 await self._turn()
-                self._explain()
+                self._run.explain()
         except asyncio.CancelledError:
             self._stop_housekeeping()
             await self._stop_all("job cancelled", end_of_run=self._run_leaves_state())
-            if self._housekeeper is not None:
-                await self._housekeeper.ended()
+            if self._run.housekeeper is not None:
+                await self._run.housekeeper.ended()
             await self._release_to_fleet()
-            self._set_phase(Phase.CANCELLED)
-            self._state.finished_at = self._now()
+            self._run.set_phase(Phase.CANCELLED)
+            self._state.finished_at = self._run.now()
             raise
-        if self._housekeeper is not None:
-            await self._housekeeper.ended()
-        if self._fast and self._run_leaves_state():
+        if self._run.housekeeper is not None:
+            await self._run.housekeeper.ended()
+        if self._run.fast and self._run_leaves_state():
             await self._stop_all(f"end of run ({self._state.phase.value})", end_of_run=True)
         await self._release_to_fleet()
         return self.status()
@@ -417,33 +386,33 @@ class JobWorkflow:
         elif phase in (Phase.PENDING, Phase.LAUNCHING):
             await self._launch_next()
         elif phase == Phase.RUNNING:
-            await self._maybe_continue_as_new()
+            await self._hand_over.maybe_continue_as_new()
             await self._supervise()
         elif phase in WAITING:
             await self._wait_for_operator()
         else:  # RECOVERING is only ever transient inside _recover
-            self._set_phase(Phase.LAUNCHING)
+            self._run.set_phase(Phase.LAUNCHING)
 
     # ------------------------------------------------------------------- phases
 
     async def _launch_next(self) -> None:
         spec = self.spec
         state = self._state
-        self._set_phase(Phase.LAUNCHING)
+        self._run.set_phase(Phase.LAUNCHING)
         rejoining = state.rejoin_ranks if state.stopped_generation == state.generation else []
         if (
             state.generation > 0
             and not rejoining
-            and not (self._fast and state.stopped_generation == state.generation)
+            and not (self._run.fast and state.stopped_generation == state.generation)
         ):
             await self._stop_all(
                 f"fence generation {state.generation} before relaunch",
-                skip=self._dead_nodes() if self._fast else (),
+                skip=self._dead_nodes() if self._run.fast else (),
             )
         if state.stuck_ranks is not None:
             # Never launch beside ranks that would not die: a person must look.
             stuck, state.stuck_ranks = state.stuck_ranks, None
-            self._needs_operator(stuck)  # waits for a person, never for a node
+            self._run.needs_operator(stuck)  # waits for a person, never for a node
             return
         await self._hand_back_to_fleet()
         # The resume point must be chosen for the nodes that launch: the memory tier's
@@ -461,7 +430,7 @@ class JobWorkflow:
         resume = await self._find_resume_point(below)
         recovering = state.current_incident
         if recovering is not None and recovering.timeline is not None:
-            recovering.timeline.resume_chosen_at = self._now()
+            recovering.timeline.resume_chosen_at = self._run.now()
         state.resume = resume
         state.account_resume(resume)
         state.cut_timeline(resume)
@@ -472,7 +441,7 @@ class JobWorkflow:
         state.generation += 1
         origin = f"step {resume.step}" if resume else "scratch"
         if recovering is not None and recovering.timeline is not None:
-            recovering.timeline.launch_requested_at = self._now()
+            recovering.timeline.launch_requested_at = self._run.now()
         try:
             result = await execute(
                 LAUNCH,
@@ -499,14 +468,14 @@ class JobWorkflow:
             if unreachable is not None:
                 # A blip during a launch is a node failure for the playbook (a spare, or
                 # an operator), never the end of the job.
-                failure = unreachable_failure(spec, state, unreachable, cause(err), self._now())
+                failure = unreachable_failure(spec, state, unreachable, cause(err), self._run.now())
                 await self._recover(failure)
                 return
             await self._stop_all("launch failed")
-            self._fail(f"launch of generation {state.generation} failed: {cause(err)}")
+            self._run.fail(f"launch of generation {state.generation} failed: {cause(err)}")
             return
         state.generation_live = True
-        self._learn_host(result.host)
+        self._run.learn_host(result.host)
         state.ranks = []
         state.noted_stragglers = []
         state.rejoin_ranks = []
@@ -527,7 +496,7 @@ class JobWorkflow:
             result.master_port,
             result.adopted,
         )
-        self._set_phase(Phase.RUNNING)
+        self._run.set_phase(Phase.RUNNING)
 
     async def _drop_rejoin(self, planned_on: list[str]) -> bool:
         """The preflight changed the nodes after ``_recover`` planned a rejoin on
@@ -553,7 +522,7 @@ class JobWorkflow:
             return True
         if state.phase == Phase.LAUNCHING:
             stuck, state.stuck_ranks = state.stuck_ranks, None
-            self._needs_operator(stuck)
+            self._run.needs_operator(stuck)
         return False
 
     async def _supervise(self) -> None:
@@ -591,7 +560,7 @@ class JobWorkflow:
             **route(SUPERVISE, state.host_task_queue),
         )
         await workflow.wait_condition(
-            lambda: handle.done() or self._interrupted() or self._continue_as_new_due()
+            lambda: handle.done() or self._interrupted() or self._hand_over.due()
         )
         if not handle.done():
             handle.cancel()
@@ -601,7 +570,7 @@ class JobWorkflow:
         try:
             outcome = await handle
         except ActivityError as err:
-            self._fail(f"supervision of generation {state.generation} failed: {cause(err)}")
+            self._run.fail(f"supervision of generation {state.generation} failed: {cause(err)}")
             return
         await self._on_outcome(outcome)
 
@@ -613,7 +582,7 @@ class JobWorkflow:
         if outcome.seconds_per_step is not None:
             state.seconds_per_step = outcome.seconds_per_step
         if outcome.step is not None:
-            self._set_step(outcome.step)
+            self._run.set_step(outcome.step)
         if outcome.kind == "first_step":
             state.rejoining = []  # every carried rank acts for this generation now
             first_step_at = outcome.first_step_at or outcome.observed_at
@@ -626,8 +595,8 @@ class JobWorkflow:
             if state.pool.unfenced():
                 await self._stop_all("job finished: fence quarantined nodes that came back")
             state.generation_live = False
-            state.finished_at = self._now()
-            self._set_phase(Phase.SUCCEEDED)
+            state.finished_at = self._run.now()
+            self._run.set_phase(Phase.SUCCEEDED)
         elif outcome.kind == "failed" and outcome.failure is not None:
             await self._recover(outcome.failure)
         elif outcome.kind == "straggler" and outcome.straggler is not None:
@@ -646,7 +615,7 @@ class JobWorkflow:
         (``workflows/checkpoint_tuning.py``). A failed send changes nothing: the
         next report tries again."""
         state = self._state
-        change = retune(self.spec, state, outcome, self._now())
+        change = retune(self.spec, state, outcome, self._run.now())
         if change is None or state.phase != Phase.RUNNING:
             return
         if not workflow.patched(PATCH_CHECKPOINT_INTERVAL_AUTO):
@@ -663,7 +632,7 @@ class JobWorkflow:
         except ActivityError as err:
             workflow.logger.warning("checkpoint interval not sent: %s", cause(err))
             return
-        workflow.logger.info(describe(record_sent(state, change, self._now()), change))
+        workflow.logger.info(describe(record_sent(state, change, self._run.now()), change))
 
     async def _on_preempted(self, notice: FailureReport) -> None:
         """Slurm is taking the allocation away: save the ranks just in time while they
@@ -671,7 +640,7 @@ class JobWorkflow:
         false``, the default until resubmission exists). An allocation already gone
         took its ranks with it: only the stop (the fence) is left to do."""
         state = self._state
-        self._set_phase(Phase.RECOVERING)
+        self._run.set_phase(Phase.RECOVERING)
         incident = open_preemption(state, notice)
         if any(r.alive for r in state.ranks) and state.generation_live:
             planned = await self._planned_stop(f"incident {incident.id}: Slurm preemption")
@@ -682,8 +651,8 @@ class JobWorkflow:
             ).last_step
             saved = None
         if last_step is not None:
-            self._set_step(last_step)
-        record_preemption(incident, self._now(), last_step, saved)
+            self._run.set_step(last_step)
+        record_preemption(incident, self._run.now(), last_step, saved)
         # The run key and known job ids are activity input only (no new command):
         # Temporal's replay does not compare activity inputs, and an activity that gets
         # an older request without them still looks only at this user's jobs.
@@ -705,29 +674,29 @@ class JobWorkflow:
                 mismatch = allocation_mismatch(self.spec, granted)
                 if mismatch is not None and workflow.patched(PATCH_SLURM_OWN_JOBS):
                     record_resubmission_refused(incident, mismatch)
-                    self._set_phase(Phase.PAUSED)
+                    self._run.set_phase(Phase.PAUSED)
                     return
-                self._spec = move_to_allocation(self.spec, state, granted)
+                self._run.move_to(move_to_allocation(self.spec, state, granted))
                 record_resubmission(incident, granted)
-                self._set_phase(Phase.LAUNCHING)
+                self._run.set_phase(Phase.LAUNCHING)
                 return
-        self._set_phase(Phase.PAUSED)
+        self._run.set_phase(Phase.PAUSED)
 
     async def _recover(self, failure: FailureReport) -> None:
         spec = self.spec
         state = self._state
-        self._set_phase(Phase.RECOVERING)
+        self._run.set_phase(Phase.RECOVERING)
         state.consecutive_failures += 1
         if failure.node is not None:  # out of spares: the fleet's, before the playbook weighs
             failure = await self._ask_fleet_for_spare(failure)
-        context = failure_context(spec, state, failure, self._now(), fast_path=self._fast)
+        context = failure_context(spec, state, failure, self._run.now(), fast_path=self._run.fast)
         incident = state.add_incident(
             Incident.from_failure(failure, id=state.next_incident_id, generation=state.generation)
         )
         decision = decide(context, spec.recovery, spec.playbook)
         incident.apply(decision)
         timeline = RecoveryTimeline(
-            fault_at=incident.fault_at, detected_at=incident.detected_at, decided_at=self._now()
+            fault_at=incident.fault_at, detected_at=incident.detected_at, decided_at=self._run.now()
         )
         incident.timeline = timeline
         dead = [failure.node] if failure.kind == "node_lost" and failure.node else []
@@ -755,12 +724,12 @@ class JobWorkflow:
                         kill_at_once=True,
                     )
                 ).last_step
-            incident.record_stop(self._now(), last_step)
+            incident.record_stop(self._run.now(), last_step)
             timeline.survivors_stopped_at = incident.stopped_at
             state.rejoin_ranks = rejoin.ranks
             state.stopped_generation = state.generation
         else:
-            skip = [*dead, *self._dead_nodes()] if self._fast else []
+            skip = [*dead, *self._dead_nodes()] if self._run.fast else []
             stopping_failed_node = failure.node in state.pool.active and failure.node not in skip
             stopped = await self._stop_all(
                 f"incident {incident.id}: {failure.kind} on rank {failure.rank}",
@@ -769,7 +738,7 @@ class JobWorkflow:
             )
             if stopping_failed_node and failure.node is not None:
                 fenced_by_stop = reached(failure.node, stopped)
-            incident.record_stop(self._now(), stopped.last_step)
+            incident.record_stop(self._run.now(), stopped.last_step)
             timeline.survivors_stopped_at = incident.stopped_at
             if not stopped.unkillable:
                 state.stopped_generation = state.generation
@@ -777,12 +746,12 @@ class JobWorkflow:
             if failure.kind == "node_lost" and failure.node in state.pool.active:
                 # Never relaunch on a dead node, even when a person resumes without looking.
                 state.pool.quarantine(
-                    failure.node, f"incident {incident.id}: node_lost", self._now()
+                    failure.node, f"incident {incident.id}: node_lost", self._run.now()
                 )
                 await self._tell_fleet(failure.node, "node_lost", "node_lost")
             # Only "no spare left" waits for a node; a guard (budget, crash loop) or an
             # escalating rung waits for a person even though the job is short too.
-            self._needs_operator(
+            self._run.needs_operator(
                 decision.reason, waits_for_node=decision.strategy == StrategyName.REPLACE_NODE
             )
             return
@@ -799,7 +768,7 @@ class JobWorkflow:
             if not swapped:
                 return
         state.restarts += 1
-        state.restart_times.append(self._now())
+        state.restart_times.append(self._run.now())
         state.rollback_pending = decision.action == Action.ROLLBACK
         if decision.backoff_s > 0:
             await workflow.sleep(
@@ -808,12 +777,12 @@ class JobWorkflow:
                     f"backoff {decision.backoff_s:.1f} s before generation {state.generation + 1}"
                 ),
             )
-        self._set_phase(Phase.LAUNCHING)
+        self._run.set_phase(Phase.LAUNCHING)
 
     async def _forced_recovery(self, request: ForceRecover) -> None:
         self._force = None
-        now = self._now()
-        self._set_phase(Phase.RECOVERING)
+        now = self._run.now()
+        self._run.set_phase(Phase.RECOVERING)
         incident = self._state.open_incident_now(
             "operator",
             PlannedMove.OPERATOR,
@@ -828,7 +797,7 @@ class JobWorkflow:
             last_step = planned.step_at_stop
         else:
             last_step = (await self._stop_all(f"forced recovery: {request.reason}")).last_step
-        incident.record_stop(self._now(), last_step)
+        incident.record_stop(self._run.now(), last_step)
         incident.timeline = RecoveryTimeline(
             fault_at=now, detected_at=now, decided_at=now, survivors_stopped_at=incident.stopped_at
         )
@@ -838,7 +807,7 @@ class JobWorkflow:
             await self._tell_fleet(request.exclude_node, "operator", request.reason)
             if not self._swap_out(request.exclude_node, f"excluded by operator: {request.reason}"):
                 return
-        self._set_phase(Phase.LAUNCHING)
+        self._run.set_phase(Phase.LAUNCHING)
 
     async def _pause(self) -> None:
         self._pause_requested = False
@@ -848,7 +817,7 @@ class JobWorkflow:
                 await self._planned_stop("pause")
             else:
                 await self._stop_all("paused by operator")
-            self._set_phase(Phase.PAUSED)
+            self._run.set_phase(Phase.PAUSED)
         finally:
             self._pausing = False
 
@@ -856,9 +825,7 @@ class JobWorkflow:
         fleet_retry_s = waits_on_fleet(self.spec, self._state)
         try:
             await workflow.wait_condition(
-                lambda: (
-                    self._resume_requested or self._force is not None or self._continue_as_new_due()
-                ),
+                lambda: self._resume_requested or self._force is not None or self._hand_over.due(),
                 timeout=fleet_retry_s,
                 timeout_summary="short of nodes: ask the fleet again",
             )
@@ -866,19 +833,21 @@ class JobWorkflow:
             await self._ask_fleet_again()
             return
         if not (self._resume_requested or self._force is not None):
-            await self._maybe_continue_as_new()  # a long wait must not grow history forever
+            await (
+                self._hand_over.maybe_continue_as_new()
+            )  # a long wait must not grow history forever
             return
         force = self._force
         reason = force.reason if force else "resumed by operator"
         self._resume_requested = False
         self._force = None
         # Nodes the operator returned while we waited fill the slots that were lost.
-        short = reopen_pool(self.spec, self._state, force, self._now())
+        short = reopen_pool(self.spec, self._state, force, self._run.now())
         if short is not None:
             # A person has looked: what is left to wait for is nodes.
             self._state.operator_reason = short
             self._state.waits_for_node = True
-            self._set_phase(Phase.NEEDS_OPERATOR)
+            self._run.set_phase(Phase.NEEDS_OPERATOR)
             return
         if self._state.phase == Phase.NEEDS_OPERATOR:
             # A person looked at it: the budget starts afresh.
@@ -886,7 +855,7 @@ class JobWorkflow:
             self._state.consecutive_failures = 0
             self._state.operator_reason = None
         workflow.logger.info("leaving %s: %s", self._state.phase, reason)
-        self._set_phase(Phase.LAUNCHING)
+        self._run.set_phase(Phase.LAUNCHING)
 
     async def _on_straggler(self, report: StragglerReport) -> None:
         """Swap a slow node for a spare when that pays off, else note it and alert.
@@ -898,15 +867,15 @@ class JobWorkflow:
         if decision.action != Action.REPLACE_NODE:
             state.noted_stragglers.append(report.node)
             return
-        self._set_phase(Phase.RECOVERING)
+        self._run.set_phase(Phase.RECOVERING)
         incident = open_straggler_incident(state, report, decision)
         planned = await self._planned_stop(f"incident {incident.id}: straggler on {report.node}")
         if planned.checkpoint_step is None:
             incident.evidence.append(checkpoint_evidence(None))
-        incident.record_stop(self._now(), planned.step_at_stop)
+        incident.record_stop(self._run.now(), planned.step_at_stop)
         await self._tell_fleet(report.node, "straggler", f"incident {incident.id}: straggler")
         if self._swap_out(report.node, f"incident {incident.id}: straggler"):
-            self._set_phase(Phase.LAUNCHING)
+            self._run.set_phase(Phase.LAUNCHING)
 
     async def _find_resume_point(self, below_step: int | None = None) -> CheckpointRef | None:
         """The newest checkpoint that is committed *and* verified, restored from the
@@ -935,7 +904,7 @@ class JobWorkflow:
                 search = await self._find_verified(include_durable=False, below_step=below_step)
                 resume = search.chosen
         if search.skipped:
-            record_skipped(self._state, search, resume, self._now())
+            record_skipped(self._state, search, resume, self._run.now())
         return resume
 
     async def _find_verified(
@@ -983,22 +952,22 @@ class JobWorkflow:
             return
         if not workflow.patched(PATCH_RETIER_AFTER_FALLBACK):
             return
-        assert self._housekeeper is not None, "housekeeping starts with the run"
-        self._housekeeper.restart_from(resume.step if resume is not None else None)
+        assert self._run.housekeeper is not None, "housekeeping starts with the run"
+        self._run.housekeeper.restart_from(resume.step if resume is not None else None)
 
     def _stop_housekeeping(self) -> None:
-        if self._housekeeper is not None:
-            self._housekeeper.stop()
+        if self._run.housekeeper is not None:
+            self._run.housekeeper.stop()
 
     async def _planned_stop(self, reason: str) -> PlannedStop:
         """Checkpoint just in time, then stop: a planned stop should cost no steps, and
         when it does (the save did not arrive in time) the cost is recorded."""
-        requested_at = self._now()
+        requested_at = self._run.now()
         saved = await self._checkpoint_before(reason)
-        saved_at = self._now()
+        saved_at = self._run.now()
         stopped = await self._stop_all(reason)
         if stopped.last_step is not None:
-            self._set_step(stopped.last_step)
+            self._run.set_step(stopped.last_step)
         return record_planned_stop(
             self._state,
             reason,
@@ -1006,7 +975,7 @@ class JobWorkflow:
             saved=saved,
             saved_at=saved_at,
             stopped=stopped,
-            stopped_at=self._now(),
+            stopped_at=self._run.now(),
         )
 
     async def _checkpoint_before(self, why: str) -> CheckpointRef | None:
@@ -1067,52 +1036,14 @@ class JobWorkflow:
             return None
         return record_rollback(state, result.retired)
 
-    def _needs_operator(self, reason: str, *, waits_for_node: bool = False) -> None:
-        """Escalate: stop automatic recovery, say why, and run the spec's hook once.
-        ``waits_for_node``: the job lacks nothing but nodes, so its fleet may end the
-        wait (``fleet_link.waits_on_fleet``); every other escalation waits for a person."""
-        self._state.operator_reason = reason
-        self._state.waits_for_node = waits_for_node
-        self._set_phase(Phase.NEEDS_OPERATOR)
-        request = queue_escalation(self.spec, self._state, reason, run_root(self.spec, self._state))
-        if request is not None:
-            self._hooks.append(asyncio.create_task(self._deliver_escalation(request)))
-
-    async def _deliver_escalation(self, request: EscalationHookRequest) -> None:
-        """Deliver one hook, retried without limit (a person must hear of it); it
-        stays in ``pending_hooks`` until it ran, so continue-as-new carries it."""
-        try:
-            result = await execute(
-                RUN_ESCALATION_HOOK,
-                request,
-                start_to_close_timeout=timedelta(seconds=request.timeout_s + 30),
-                retry_policy=HOOK_RETRY,
-                summary=f"on_escalation: {' '.join(request.command)[:80]}",
-            )
-        except ActivityError as err:
-            if self._handing_over and workflow.patched(PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW):
-                return  # cancelled by the hop, not failed: the next run delivers it
-            hook_finished(self._state, request, hook_failed(cause(err)))
-            return
-        hook_finished(self._state, request, hook_ran(result.ran))
-
     # ------------------------------------------------------------------ helpers
 
     @property
     def spec(self) -> JobSpec:
-        assert self._spec is not None, "the workflow has not started"
-        return self._spec
-
-    def _now(self) -> float:
-        return workflow.now().timestamp()
+        return self._run.spec
 
     def _interrupted(self) -> bool:
         return self._pause_requested or self._force is not None
-
-    def _fail(self, reason: str) -> None:
-        self._state.operator_reason = reason
-        self._state.finished_at = self._now()
-        self._set_phase(Phase.FAILED)
 
     async def _stop_all(
         self,
@@ -1176,7 +1107,7 @@ class JobWorkflow:
                     "end of run: not reached, their zygotes and snapshots may remain: %s",
                     ", ".join(result.unreachable),
                 )
-        stuck = settle_stop(self._state, names, result, self._now(), whole_job=only is None)
+        stuck = settle_stop(self._state, names, result, self._run.now(), whole_job=only is None)
         if stuck is not None:
             workflow.logger.error(stuck)
         return result
@@ -1225,8 +1156,10 @@ class JobWorkflow:
                 incident.action = Action.SHRINK if shrinks else Action.NEEDS_OPERATOR
             return
         added = [name for name in granted.nodes if name not in known]
-        self._spec = spec.model_copy(
-            update={"spares": [*spec.spares, *(slurm_node(name) for name in added)]}
+        self._run.move_to(
+            spec.model_copy(
+                update={"spares": [*spec.spares, *(slurm_node(name) for name in added)]}
+            )
         )
         self._state.pool.spares.extend(added)
         if incident is not None:
@@ -1241,17 +1174,17 @@ class JobWorkflow:
         if fleet is not None:
             leased = await take_lease(self.spec, self._state, fleet)
             if isinstance(leased, str):
-                self._fail(leased)
+                self._run.fail(leased)
             else:
-                self._spec = leased
+                self._run.move_to(leased)
 
     async def _tell_fleet(self, node: str, failure_class: str, reason: str) -> None:
         """Report a quarantine to the job's fleet, and with no spare of the job's own
         left, take the fleet's replacement as a spare."""
         fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
         if fleet is not None:
-            self._spec = await tell_fleet(
-                self.spec, self._state, fleet, node, failure_class, reason
+            self._run.move_to(
+                await tell_fleet(self.spec, self._state, fleet, node, failure_class, reason)
             )
 
     async def _ask_fleet_for_spare(self, failure: FailureReport) -> FailureReport:
@@ -1260,7 +1193,8 @@ class JobWorkflow:
         fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
         if fleet is None:
             return failure
-        self._spec, failure = await ask_for_spare(self.spec, self._state, fleet, failure)
+        spec, failure = await ask_for_spare(self.spec, self._state, fleet, failure)
+        self._run.move_to(spec)
         return failure
 
     async def _ask_fleet_again(self) -> None:
@@ -1270,12 +1204,12 @@ class JobWorkflow:
         that comes later is ignored, as one that makes no sense now."""
         fleet = fleet_of(self.spec)
         assert fleet is not None  # waits_on_fleet gave the timeout
-        self._spec = await ask_again(self.spec, self._state, fleet)
-        if reopen_pool(self.spec, self._state, None, self._now()) is not None:
+        self._run.move_to(await ask_again(self.spec, self._state, fleet))
+        if reopen_pool(self.spec, self._state, None, self._run.now()) is not None:
             return
         self._state.operator_reason = None
         workflow.logger.info("fleet %s had nodes again: resuming without a person", fleet.name)
-        self._set_phase(Phase.LAUNCHING)
+        self._run.set_phase(Phase.LAUNCHING)
 
     async def _hand_back_to_fleet(self) -> None:
         """Quarantined nodes the job's stops have fenced go back to the fleet, for
@@ -1291,32 +1225,6 @@ class JobWorkflow:
 
     # ------------------------------------------------------------------- hosts
 
-    def _pin_to_host(self) -> None:
-        """A local job's ranks live on one machine: its machine-bound activities go to
-        that host's task queue (``routing``), named by the spec or, failing that, by
-        the first launch. Only local jobs ask the patch: others issue the same commands."""
-        if not routes_by_host(self.spec) or not workflow.patched(PATCH_HOST_TASK_QUEUE):
-            return
-        self._by_host = True
-        host = declared_host(self.spec)
-        if self._state.host_task_queue is None and host is not None:
-            self._state.host_task_queue = host_task_queue(workflow.info().task_queue, host)
-
-    def _learn_host(self, launched_on: str | None) -> None:
-        """After a launch: the job now follows the host its ranks were started on, and
-        the checkpoint watch (started before anyone knew the host) moves there too."""
-        if not self._by_host:
-            return
-        queue = learned_host_queue(
-            self._state.host_task_queue, workflow.info().task_queue, launched_on
-        )
-        if queue == self._state.host_task_queue:
-            return
-        self._state.host_task_queue = queue
-        workflow.logger.info("machine-bound activities now run on task queue %s", queue)
-        if self._housekeeper is not None:
-            self._housekeeper.restart_from(self._state.housekept_step)
-
     def _dead_nodes(self) -> list[str]:
         """Quarantined nodes not yet fenced: on the recovery path they are not waited
         on (each would cost a connect timeout); every other stop still tries them."""
@@ -1327,9 +1235,9 @@ class JobWorkflow:
     def _swap_out(self, node: str, reason: str) -> bool:
         """Quarantine a node and put a spare in its place (same rank slot), or shrink
         when allowed. False when neither is possible: the job then needs an operator."""
-        if self._state.pool.swap_out(node, reason, self._now(), self.spec.min_nodes):
+        if self._state.pool.swap_out(node, reason, self._run.now(), self.spec.min_nodes):
             return True
-        self._needs_operator(
+        self._run.needs_operator(
             f"{node} quarantined ({reason}) and no spare left; set min_nodes to allow "
             "shrinking, or 'lazarus return' a node",
             waits_for_node=True,
@@ -1346,7 +1254,7 @@ class JobWorkflow:
             except ActivityError as err:
                 # Only a refusal ends up here (a program not on the worker's allow-list):
                 # a node that fails its checks is a report, not an error.
-                self._fail(f"preflight: {cause(err)}")
+                self._run.fail(f"preflight: {cause(err)}")
                 return False
             if not report.failed:
                 return True
@@ -1377,83 +1285,3 @@ class JobWorkflow:
             summary=f"preflight {', '.join(self._state.pool.active)}",
             **route(PREFLIGHT, self._state.host_task_queue),
         )
-
-    def _continue_as_new_due(self) -> bool:
-        """History is long enough to hop: checked in every phase (while supervising,
-        paused or waiting for an operator), not only between supervision reports."""
-        if not self._continue_anywhere:
-            return False
-        return self._history_is_long()
-
-    def _history_is_long(self) -> bool:
-        info = workflow.info()
-        return (
-            info.is_continue_as_new_suggested()
-            or info.get_current_history_length() >= self._continue_as_new_after
-            or info.is_target_worker_deployment_version_changed()
-        )
-
-    async def _maybe_continue_as_new(self) -> None:
-        """Hop to a new run carrying the state; the new run adopts the live ranks.
-        Also how a pinned job moves to a new controller version: when the deployment's
-        target version changes, the next run starts on it (AUTO_UPGRADE)."""
-        if not self._history_is_long():
-            return
-        if self._pause_requested or self._force is not None or self._resume_requested:
-            return  # finish handling operator messages in this run first
-        if self._continue_anywhere:
-            # Undelivered hooks travel in ``pending_hooks``: one that always fails must
-            # not pin the job to a history that only grows.
-            await workflow.wait_condition(workflow.all_handlers_finished)
-        elif any(not hook.done() for hook in self._hooks):
-            return  # released behaviour: wait for the hook's delivery first
-        # The next run starts its own housekeeping (uploads resume). Wait for this one
-        # (and any hook still being delivered, which pending_hooks carries over) to end:
-        # continue-as-new must be the run's last command.
-        if self._housekeeper is not None:
-            await self._housekeeper.stopped()
-        self._handing_over = True
-        for hook in self._hooks:
-            hook.cancel()
-        for hook in self._hooks:
-            with contextlib.suppress(asyncio.CancelledError, ActivityError):
-                await hook
-        self._state.runs += 1
-        workflow.continue_as_new(
-            JobInput(
-                spec=self.spec,
-                state=self._state,
-                continue_as_new_after_events=self._continue_as_new_after,
-            ),
-            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
-        )
-
-    def _set_phase(self, phase: Phase) -> None:
-        if self._state.phase != phase:
-            self._state.phase = phase
-            self._publish_phase()
-
-    def _publish_phase(self) -> None:
-        workflow.upsert_search_attributes([PHASE_ATTRIBUTE.value_set(self._state.phase.value)])
-        self._explain()
-
-    def _explain(self) -> None:
-        """The Web UI's current details (no history event: the UI reads them by query)
-        and, from PATCH_SEARCH_ATTRIBUTES_V2 on, the failure class and generation
-        search attributes, upserted only when they changed."""
-        workflow.set_current_details(current_details(self.spec, self._state, self._now()))
-        if not self._attributes_v2:
-            return
-        failure_class, generation = failure_class_attribute(self._state), self._state.generation
-        if (failure_class, generation) == self._published:
-            return
-        updates: list[SearchAttributeUpdate[Any]] = [GENERATION_ATTRIBUTE.value_set(generation)]
-        if failure_class is not None:
-            updates.append(FAILURE_CLASS_ATTRIBUTE.value_set(failure_class))
-        workflow.upsert_search_attributes(updates)
-        self._published = (failure_class, generation)
-
-    def _set_step(self, step: int) -> None:
-        if self._state.step != step:
-            self._state.step = step
-            workflow.upsert_search_attributes([STEP_ATTRIBUTE.value_set(step)])
