@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio import workflow
@@ -48,7 +47,6 @@ with workflow.unsafe.imports_passed_through():
         RESTORE_CHECKPOINT,
         ROLL_BACK_CHECKPOINT,
         SET_CHECKPOINT_INTERVAL,
-        STOP,
         SUBMIT_ALLOCATION,
         SUPERVISE,
     )
@@ -74,8 +72,6 @@ with workflow.unsafe.imports_passed_through():
         PreflightReport,
         RestoreCheckpointRequest,
         RollbackRequest,
-        StopRequest,
-        StopResult,
         StragglerReport,
         SuperviseOutcome,
         SuperviseRequest,
@@ -84,7 +80,6 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.domain.recovery_timeline import RecoveryTimeline
     from lazarus.domain.spec import JobSpec, SlurmSpec, StrategyName, slurm_node
     from lazarus.workflows.activity_calls import (
-        END_OF_RUN_RETRY,
         LAUNCH_RETRY,
         NO_RETRY,
         QUICK_RETRY,
@@ -135,7 +130,6 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.patches import (
         PATCH_CHECKPOINT_INTERVAL_AUTO,
         PATCH_CONTINUE_AS_NEW_ANY_PHASE,
-        PATCH_END_OF_RUN_EVERY_NODE,
         PATCH_FAST_RECOVERY,
         PATCH_NODES_BEFORE_RESUME,
         PATCH_REJOIN,
@@ -149,7 +143,6 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.placement import (
         active_nodes,
         generation_dir,
-        node_spec,
         run_root,
         world_size,
     )
@@ -185,13 +178,11 @@ with workflow.unsafe.imports_passed_through():
         PlannedStop,
     )
     from lazarus.workflows.status import job_status
+    from lazarus.workflows.stop_steps import StopSteps
     from lazarus.workflows.stops import (
         checkpoint_evidence,
-        end_of_run_targets,
         reached,
         record_planned_stop,
-        settle_stop,
-        stop_targets,
     )
     from lazarus.workflows.stragglers import (
         open_straggler_incident,
@@ -217,6 +208,7 @@ class JobWorkflow:
         self._force: ForceRecover | None = None
         self._pausing = False
         """A pause is being carried out (its just-in-time checkpoint and stop)."""
+        self._stops = StopSteps(self._run)
         self._hand_over = HandOver(
             self._run, 10_000, busy=lambda: self._interrupted() or self._resume_requested
         )
@@ -301,7 +293,7 @@ class JobWorkflow:
     async def return_node(self, request: NodeRequest) -> str:
         """Take a node out of quarantine into the spares, but only once whatever stale
         generation it may still run has been stopped (fencing)."""
-        stopped = await self._stop_all(
+        stopped = await self._stops.stop_all(
             f"fence {request.node} before returning it", [request.node], undrain=True
         )
         if request.node in stopped.unreachable:
@@ -356,7 +348,7 @@ class JobWorkflow:
                 self._run.explain()
         except asyncio.CancelledError:
             self._stop_housekeeping()
-            await self._stop_all("job cancelled", end_of_run=self._run_leaves_state())
+            await self._stops.stop_all("job cancelled", end_of_run=self._stops.run_leaves_state())
             if self._run.housekeeper is not None:
                 await self._run.housekeeper.ended()
             await self._release_to_fleet()
@@ -365,16 +357,10 @@ class JobWorkflow:
             raise
         if self._run.housekeeper is not None:
             await self._run.housekeeper.ended()
-        if self._run.fast and self._run_leaves_state():
-            await self._stop_all(f"end of run ({self._state.phase.value})", end_of_run=True)
+        if self._run.fast and self._stops.run_leaves_state():
+            await self._stops.stop_all(f"end of run ({self._state.phase.value})", end_of_run=True)
         await self._release_to_fleet()
         return self.status()
-
-    def _run_leaves_state(self) -> bool:
-        """Whether the run leaves something on the nodes beyond its ranks: zygotes
-        (warm starts) or memory-tier snapshots in tmpfs, which its last stop removes."""
-        spec = self.spec
-        return spec.warm is not None or spec.checkpoints.memory_every_steps is not None
 
     async def _turn(self) -> None:
         """One durable move of the state machine."""
@@ -405,9 +391,9 @@ class JobWorkflow:
             and not rejoining
             and not (self._run.fast and state.stopped_generation == state.generation)
         ):
-            await self._stop_all(
+            await self._stops.stop_all(
                 f"fence generation {state.generation} before relaunch",
-                skip=self._dead_nodes() if self._run.fast else (),
+                skip=self._stops.dead_nodes() if self._run.fast else (),
             )
         if state.stuck_ranks is not None:
             # Never launch beside ranks that would not die: a person must look.
@@ -471,7 +457,7 @@ class JobWorkflow:
                 failure = unreachable_failure(spec, state, unreachable, cause(err), self._run.now())
                 await self._recover(failure)
                 return
-            await self._stop_all("launch failed")
+            await self._stops.stop_all("launch failed")
             self._run.fail(f"launch of generation {state.generation} failed: {cause(err)}")
             return
         state.generation_live = True
@@ -515,7 +501,7 @@ class JobWorkflow:
         if incident is not None and why is not None:
             incident.add_evidence([why])
             incident.restart_path = "whole_generation"
-        await self._stop_all(
+        await self._stops.stop_all(
             f"fence generation {state.generation}: the rejoin is dropped", kill_at_once=True
         )
         if state.stuck_ranks is None:
@@ -593,7 +579,7 @@ class JobWorkflow:
             state.close_incident(first_step_at)
         elif outcome.kind == "succeeded":
             if state.pool.unfenced():
-                await self._stop_all("job finished: fence quarantined nodes that came back")
+                await self._stops.stop_all("job finished: fence quarantined nodes that came back")
             state.generation_live = False
             state.finished_at = self._run.now()
             self._run.set_phase(Phase.SUCCEEDED)
@@ -647,7 +633,7 @@ class JobWorkflow:
             last_step, saved = planned.step_at_stop, planned.checkpoint_step
         else:
             last_step = (
-                await self._stop_all(f"incident {incident.id}: allocation ended")
+                await self._stops.stop_all(f"incident {incident.id}: allocation ended")
             ).last_step
             saved = None
         if last_step is not None:
@@ -718,7 +704,7 @@ class JobWorkflow:
             if decision.action == Action.REPLACE_NODE and failure.node not in dead:
                 assert failure.node is not None  # plan_rejoin keeps ranks only then
                 last_step = (
-                    await self._stop_all(
+                    await self._stops.stop_all(
                         f"incident {incident.id}: {failure.kind} on node {failure.node}",
                         only=[failure.node],
                         kill_at_once=True,
@@ -729,9 +715,9 @@ class JobWorkflow:
             state.rejoin_ranks = rejoin.ranks
             state.stopped_generation = state.generation
         else:
-            skip = [*dead, *self._dead_nodes()] if self._run.fast else []
+            skip = [*dead, *self._stops.dead_nodes()] if self._run.fast else []
             stopping_failed_node = failure.node in state.pool.active and failure.node not in skip
-            stopped = await self._stop_all(
+            stopped = await self._stops.stop_all(
                 f"incident {incident.id}: {failure.kind} on rank {failure.rank}",
                 kill_at_once=failure.kind in DOOMED_KINDS,
                 skip=skip,
@@ -761,7 +747,7 @@ class JobWorkflow:
             await self._maybe_grow(failure.node, incident)
         if swaps_node and failure.node is not None:
             await self._tell_fleet(failure.node, failure.failure_class.value, why)
-            swapped = self._swap_out(failure.node, why)
+            swapped = self._stops.swap_out(failure.node, why)
             if fenced_by_stop and hands_back(self.spec):
                 # The stop above found its ranks dead: the fleet may have it back now.
                 state.pool.mark_fenced(failure.node)
@@ -796,7 +782,7 @@ class JobWorkflow:
             incident.evidence.append(checkpoint_evidence(planned.checkpoint_step))
             last_step = planned.step_at_stop
         else:
-            last_step = (await self._stop_all(f"forced recovery: {request.reason}")).last_step
+            last_step = (await self._stops.stop_all(f"forced recovery: {request.reason}")).last_step
         incident.record_stop(self._run.now(), last_step)
         incident.timeline = RecoveryTimeline(
             fault_at=now, detected_at=now, decided_at=now, survivors_stopped_at=incident.stopped_at
@@ -805,7 +791,9 @@ class JobWorkflow:
             incident.node = request.exclude_node
             incident.action = Action.REPLACE_NODE
             await self._tell_fleet(request.exclude_node, "operator", request.reason)
-            if not self._swap_out(request.exclude_node, f"excluded by operator: {request.reason}"):
+            if not self._stops.swap_out(
+                request.exclude_node, f"excluded by operator: {request.reason}"
+            ):
                 return
         self._run.set_phase(Phase.LAUNCHING)
 
@@ -816,7 +804,7 @@ class JobWorkflow:
             if self._state.phase == Phase.RUNNING and self._state.generation_live:
                 await self._planned_stop("pause")
             else:
-                await self._stop_all("paused by operator")
+                await self._stops.stop_all("paused by operator")
             self._run.set_phase(Phase.PAUSED)
         finally:
             self._pausing = False
@@ -874,7 +862,7 @@ class JobWorkflow:
             incident.evidence.append(checkpoint_evidence(None))
         incident.record_stop(self._run.now(), planned.step_at_stop)
         await self._tell_fleet(report.node, "straggler", f"incident {incident.id}: straggler")
-        if self._swap_out(report.node, f"incident {incident.id}: straggler"):
+        if self._stops.swap_out(report.node, f"incident {incident.id}: straggler"):
             self._run.set_phase(Phase.LAUNCHING)
 
     async def _find_resume_point(self, below_step: int | None = None) -> CheckpointRef | None:
@@ -965,7 +953,7 @@ class JobWorkflow:
         requested_at = self._run.now()
         saved = await self._checkpoint_before(reason)
         saved_at = self._run.now()
-        stopped = await self._stop_all(reason)
+        stopped = await self._stops.stop_all(reason)
         if stopped.last_step is not None:
             self._run.set_step(stopped.last_step)
         return record_planned_stop(
@@ -1044,73 +1032,6 @@ class JobWorkflow:
 
     def _interrupted(self) -> bool:
         return self._pause_requested or self._force is not None
-
-    async def _stop_all(
-        self,
-        reason: str,
-        only: list[str] | None = None,
-        *,
-        kill_at_once: bool = False,
-        skip: Sequence[str] = (),
-        end_of_run: bool = False,
-        undrain: bool = False,
-    ) -> StopResult:
-        """Stop ranks on the active nodes and on quarantined nodes not yet fenced.
-        ``skip``: nodes declared dead, not contacted (they stay unfenced, and a later
-        stop that reaches them fences them); ``kill_at_once``: no grace for ranks that
-        cannot use it; ``end_of_run``: also zygotes and memory-tier snapshots, and
-        (PATCH_END_OF_RUN_EVERY_NODE) on every node the run touched, wherever it went:
-        a node that left the pool still holds them. That last stop is tried a few
-        times, never forever: the nodes it could not reach are noted in
-        ``cleanup_unreached`` and the run ends."""
-        spec = self.spec
-        every_node = end_of_run and workflow.patched(PATCH_END_OF_RUN_EVERY_NODE)
-        targets = (
-            end_of_run_targets(spec, self._state)
-            if every_node
-            else stop_targets(spec, self._state.pool, only)
-        )
-        names = [n for n in targets if n not in skip]
-        grace = spec.recovery.stop_grace_s
-        try:
-            result = await execute(
-                STOP,
-                StopRequest(
-                    job_id=spec.job_id,
-                    run_root=run_root(spec, self._state),
-                    grace_s=grace,
-                    reason=reason,
-                    nodes=[node_spec(spec, n) for n in names],
-                    ssh=spec.ssh,
-                    slurm=spec.slurm,
-                    kill_at_once=kill_at_once,
-                    end_of_run=end_of_run,
-                    undrain=undrain,
-                ),
-                start_to_close_timeout=timedelta(seconds=grace + 60),
-                heartbeat_timeout=worker_loss_timeout(spec),
-                retry_policy=END_OF_RUN_RETRY if every_node else QUICK_RETRY,
-                summary=f"stop ranks: {reason}",
-                **route(STOP, self._state.host_task_queue),
-            )
-        except ActivityError as err:
-            if not every_node:
-                raise
-            workflow.logger.warning("end-of-run stop failed: %s", cause(err))
-            result = StopResult(
-                generations=[], signalled_groups=0, killed_groups=0, unreachable=names
-            )
-        if every_node:
-            self._state.cleanup_unreached = list(result.unreachable)
-            if result.unreachable:
-                workflow.logger.warning(
-                    "end of run: not reached, their zygotes and snapshots may remain: %s",
-                    ", ".join(result.unreachable),
-                )
-        stuck = settle_stop(self._state, names, result, self._run.now(), whole_job=only is None)
-        if stuck is not None:
-            workflow.logger.error(stuck)
-        return result
 
     async def _maybe_grow(self, lost: str, incident: Incident | None) -> None:
         """``lost`` is about to leave the pool with no spare to take its slot: with
@@ -1225,24 +1146,7 @@ class JobWorkflow:
 
     # ------------------------------------------------------------------- hosts
 
-    def _dead_nodes(self) -> list[str]:
-        """Quarantined nodes not yet fenced: on the recovery path they are not waited
-        on (each would cost a connect timeout); every other stop still tries them."""
-        return self._state.pool.unfenced()
-
     # ------------------------------------------------------------------- nodes
-
-    def _swap_out(self, node: str, reason: str) -> bool:
-        """Quarantine a node and put a spare in its place (same rank slot), or shrink
-        when allowed. False when neither is possible: the job then needs an operator."""
-        if self._state.pool.swap_out(node, reason, self._run.now(), self.spec.min_nodes):
-            return True
-        self._run.needs_operator(
-            f"{node} quarantined ({reason}) and no spare left; set min_nodes to allow "
-            "shrinking, or 'lazarus return' a node",
-            waits_for_node=True,
-        )
-        return False
 
     async def _preflight_active_nodes(self) -> bool:
         """Check every active node before launching; replace the ones that fail."""
@@ -1262,7 +1166,9 @@ class JobWorkflow:
                 # A node that died while its peers crashed first is found here.
                 await self._maybe_grow(failed.node, self._state.current_incident)
                 await self._tell_fleet(failed.node, "preflight", "; ".join(failed.problems))
-                if not self._swap_out(failed.node, "preflight: " + "; ".join(failed.problems)):
+                if not self._stops.swap_out(
+                    failed.node, "preflight: " + "; ".join(failed.problems)
+                ):
                     return False
 
     async def _preflight(self, program: str) -> PreflightReport:
