@@ -34,19 +34,13 @@ import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import (
-        CHECKPOINT_NOW,
-        FIND_VERIFIED_CHECKPOINT,
         GROW_ALLOCATION,
         LAUNCH,
         PREFLIGHT,
-        RESTORE_CHECKPOINT,
-        ROLL_BACK_CHECKPOINT,
-        SET_CHECKPOINT_INTERVAL,
         SUBMIT_ALLOCATION,
         SUPERVISE,
     )
@@ -61,40 +55,28 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_TYPE,
     )
     from lazarus.domain.contracts import (
-        CheckpointNowRequest,
-        CheckpointRef,
-        CheckpointSearch,
         FailureReport,
-        FindVerifiedCheckpointRequest,
         GrowAllocationRequest,
         LaunchRequest,
         PreflightActivityRequest,
         PreflightReport,
-        RestoreCheckpointRequest,
-        RollbackRequest,
         StragglerReport,
         SuperviseOutcome,
         SuperviseRequest,
     )
-    from lazarus.domain.memory_tier import memory_checkpoint_dir
     from lazarus.domain.recovery_timeline import RecoveryTimeline
     from lazarus.domain.spec import JobSpec, SlurmSpec, StrategyName, slurm_node
     from lazarus.workflows.activity_calls import (
         LAUNCH_RETRY,
-        NO_RETRY,
         QUICK_RETRY,
         cause,
         execute,
         start,
         worker_loss_timeout,
     )
+    from lazarus.workflows.checkpoint_steps import CheckpointSteps
     from lazarus.workflows.checkpoint_tuning import (
         TUNED_OUTCOMES,
-        describe,
-        interval_in_force,
-        interval_request,
-        record_sent,
-        retune,
     )
     from lazarus.workflows.failures import (
         failure_context,
@@ -113,7 +95,7 @@ with workflow.unsafe.imports_passed_through():
         waits_on_fleet,
     )
     from lazarus.workflows.hand_over import HandOver
-    from lazarus.workflows.housekeeping import Housekeeper, must_rewatch
+    from lazarus.workflows.housekeeping import Housekeeper
     from lazarus.workflows.operator_requests import (
         WAITING,
         drain_recovery,
@@ -128,12 +110,10 @@ with workflow.unsafe.imports_passed_through():
         return_refusal,
     )
     from lazarus.workflows.patches import (
-        PATCH_CHECKPOINT_INTERVAL_AUTO,
         PATCH_CONTINUE_AS_NEW_ANY_PHASE,
         PATCH_FAST_RECOVERY,
         PATCH_NODES_BEFORE_RESUME,
         PATCH_REJOIN,
-        PATCH_RETIER_AFTER_FALLBACK,
         PATCH_RUN_DIRECTORY,
         PATCH_SEARCH_ATTRIBUTES_V2,
         PATCH_SLURM_ALLOCATION,
@@ -159,7 +139,6 @@ with workflow.unsafe.imports_passed_through():
         resubmission,
     )
     from lazarus.workflows.rejoin import plan_rejoin, rejoin_dropped, rejoin_evidence
-    from lazarus.workflows.resume_points import record_rollback, record_skipped
     from lazarus.workflows.routing import (
         route,
     )
@@ -175,14 +154,12 @@ with workflow.unsafe.imports_passed_through():
         NodeRequest,
         Phase,
         PlannedMove,
-        PlannedStop,
     )
     from lazarus.workflows.status import job_status
     from lazarus.workflows.stop_steps import StopSteps
     from lazarus.workflows.stops import (
         checkpoint_evidence,
         reached,
-        record_planned_stop,
     )
     from lazarus.workflows.stragglers import (
         open_straggler_incident,
@@ -209,6 +186,7 @@ class JobWorkflow:
         self._pausing = False
         """A pause is being carried out (its just-in-time checkpoint and stop)."""
         self._stops = StopSteps(self._run)
+        self._checkpoints = CheckpointSteps(self._run, self._stops)
         self._hand_over = HandOver(
             self._run, 10_000, busy=lambda: self._interrupted() or self._resume_requested
         )
@@ -412,15 +390,15 @@ class JobWorkflow:
                 ready = await self._drop_rejoin(planned_on) and ready
             if not ready:
                 return
-        below = await self._roll_back() if state.rollback_pending else None
-        resume = await self._find_resume_point(below)
+        below = await self._checkpoints.roll_back() if state.rollback_pending else None
+        resume = await self._checkpoints.find_resume_point(below)
         recovering = state.current_incident
         if recovering is not None and recovering.timeline is not None:
             recovering.timeline.resume_chosen_at = self._run.now()
         state.resume = resume
         state.account_resume(resume)
         state.cut_timeline(resume)
-        self._retier_from(resume)
+        self._checkpoints.retier_from(resume)
         if not nodes_first and not await self._preflight_active_nodes():
             return
         spec = self.spec  # a node Slurm added (slurm.grow) during the preflight
@@ -594,31 +572,7 @@ class JobWorkflow:
         ):
             await self._on_preempted(outcome.failure)
         if self.spec.checkpoints.interval == "auto" and outcome.kind in TUNED_OUTCOMES:
-            await self._tune_checkpoint_interval(outcome)
-
-    async def _tune_checkpoint_interval(self, outcome: SuperviseOutcome) -> None:
-        """Young-Daly: send the ranks a new interval when it changed enough
-        (``workflows/checkpoint_tuning.py``). A failed send changes nothing: the
-        next report tries again."""
-        state = self._state
-        change = retune(self.spec, state, outcome, self._run.now())
-        if change is None or state.phase != Phase.RUNNING:
-            return
-        if not workflow.patched(PATCH_CHECKPOINT_INTERVAL_AUTO):
-            return
-        try:
-            await execute(
-                SET_CHECKPOINT_INTERVAL,
-                interval_request(self.spec, state, change),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=QUICK_RETRY,
-                summary=describe(state.checkpoint_interval, change),
-                **route(SET_CHECKPOINT_INTERVAL, state.host_task_queue),
-            )
-        except ActivityError as err:
-            workflow.logger.warning("checkpoint interval not sent: %s", cause(err))
-            return
-        workflow.logger.info(describe(record_sent(state, change, self._run.now()), change))
+            await self._checkpoints.tune_interval(outcome)
 
     async def _on_preempted(self, notice: FailureReport) -> None:
         """Slurm is taking the allocation away: save the ranks just in time while they
@@ -629,7 +583,9 @@ class JobWorkflow:
         self._run.set_phase(Phase.RECOVERING)
         incident = open_preemption(state, notice)
         if any(r.alive for r in state.ranks) and state.generation_live:
-            planned = await self._planned_stop(f"incident {incident.id}: Slurm preemption")
+            planned = await self._checkpoints.planned_stop(
+                f"incident {incident.id}: Slurm preemption"
+            )
             last_step, saved = planned.step_at_stop, planned.checkpoint_step
         else:
             last_step = (
@@ -778,7 +734,7 @@ class JobWorkflow:
             evidence=[f"force_recover: {request.reason}"],
         )
         if request.checkpoint_first:
-            planned = await self._planned_stop(f"forced recovery: {request.reason}")
+            planned = await self._checkpoints.planned_stop(f"forced recovery: {request.reason}")
             incident.evidence.append(checkpoint_evidence(planned.checkpoint_step))
             last_step = planned.step_at_stop
         else:
@@ -802,7 +758,7 @@ class JobWorkflow:
         self._pausing = True
         try:
             if self._state.phase == Phase.RUNNING and self._state.generation_live:
-                await self._planned_stop("pause")
+                await self._checkpoints.planned_stop("pause")
             else:
                 await self._stops.stop_all("paused by operator")
             self._run.set_phase(Phase.PAUSED)
@@ -857,7 +813,9 @@ class JobWorkflow:
             return
         self._run.set_phase(Phase.RECOVERING)
         incident = open_straggler_incident(state, report, decision)
-        planned = await self._planned_stop(f"incident {incident.id}: straggler on {report.node}")
+        planned = await self._checkpoints.planned_stop(
+            f"incident {incident.id}: straggler on {report.node}"
+        )
         if planned.checkpoint_step is None:
             incident.evidence.append(checkpoint_evidence(None))
         incident.record_stop(self._run.now(), planned.step_at_stop)
@@ -865,164 +823,9 @@ class JobWorkflow:
         if self._stops.swap_out(report.node, f"incident {incident.id}: straggler"):
             self._run.set_phase(Phase.LAUNCHING)
 
-    async def _find_resume_point(self, below_step: int | None = None) -> CheckpointRef | None:
-        """The newest checkpoint that is committed *and* verified, restored from the
-        durable tier when only it holds one (a spare replacing a dead node). Newer
-        checkpoints that fail verification are skipped and recorded."""
-        spec = self.spec
-        search = await self._find_verified(include_durable=True, below_step=below_step)
-        resume = search.chosen
-        if resume is not None and search.location == "durable":
-            try:
-                resume = await execute(
-                    RESTORE_CHECKPOINT,
-                    RestoreCheckpointRequest(
-                        uri=resume.path,
-                        checkpoint_dir=spec.checkpoint_dir,
-                        checkpoints=spec.checkpoints,
-                    ),
-                    start_to_close_timeout=timedelta(hours=6),
-                    heartbeat_timeout=worker_loss_timeout(self.spec),
-                    retry_policy=RetryPolicy(maximum_attempts=5),
-                    summary=f"restore step {resume.step} from {resume.path}",
-                    **route(RESTORE_CHECKPOINT, self._state.host_task_queue),
-                )
-            except ActivityError as err:
-                workflow.logger.warning("restore failed, using local only: %s", cause(err))
-                search = await self._find_verified(include_durable=False, below_step=below_step)
-                resume = search.chosen
-        if search.skipped:
-            record_skipped(self._state, search, resume, self._run.now())
-        return resume
-
-    async def _find_verified(
-        self, include_durable: bool, below_step: int | None = None
-    ) -> CheckpointSearch:
-        spec = self.spec
-        return await execute(
-            FIND_VERIFIED_CHECKPOINT,
-            FindVerifiedCheckpointRequest(
-                checkpoint_dir=spec.checkpoint_dir,
-                checkpoints=spec.checkpoints,
-                include_durable=include_durable,
-                below_step=below_step,
-                exclude_steps=self._state.retired_steps,
-                timeline=self._state.timeline_cuts,
-                job_id=spec.job_id,
-                trusted=self._state.verified_checkpoints,
-                memory_dir=(
-                    memory_checkpoint_dir(spec.job_id, run_root(spec, self._state))
-                    if spec.checkpoints.memory_every_steps is not None and below_step is None
-                    else None
-                ),
-                memory_nodes=active_nodes(spec, self._state.pool),
-                ssh=spec.ssh,
-                slurm=spec.slurm,
-            ),
-            start_to_close_timeout=timedelta(minutes=30),
-            heartbeat_timeout=timedelta(seconds=30),
-            retry_policy=QUICK_RETRY,
-            **route(FIND_VERIFIED_CHECKPOINT, self._state.host_task_queue),
-            summary=(
-                "find the newest verified checkpoint"
-                + (
-                    " (local and durable)"
-                    if include_durable and spec.checkpoints.durable_uri
-                    else ""
-                )
-            ),
-        )
-
-    def _retier_from(self, resume: CheckpointRef | None) -> None:
-        """After a rollback or a fallback the job resumes below the newest tiered step:
-        restart the checkpoint watch there (``housekeeping.must_rewatch``)."""
-        if not must_rewatch(self._state.housekept_step, resume):
-            return
-        if not workflow.patched(PATCH_RETIER_AFTER_FALLBACK):
-            return
-        assert self._run.housekeeper is not None, "housekeeping starts with the run"
-        self._run.housekeeper.restart_from(resume.step if resume is not None else None)
-
     def _stop_housekeeping(self) -> None:
         if self._run.housekeeper is not None:
             self._run.housekeeper.stop()
-
-    async def _planned_stop(self, reason: str) -> PlannedStop:
-        """Checkpoint just in time, then stop: a planned stop should cost no steps, and
-        when it does (the save did not arrive in time) the cost is recorded."""
-        requested_at = self._run.now()
-        saved = await self._checkpoint_before(reason)
-        saved_at = self._run.now()
-        stopped = await self._stops.stop_all(reason)
-        if stopped.last_step is not None:
-            self._run.set_step(stopped.last_step)
-        return record_planned_stop(
-            self._state,
-            reason,
-            requested_at=requested_at,
-            saved=saved,
-            saved_at=saved_at,
-            stopped=stopped,
-            stopped_at=self._run.now(),
-        )
-
-    async def _checkpoint_before(self, why: str) -> CheckpointRef | None:
-        """Ask the live ranks to save now and wait (bounded) for the commit; None when
-        it did not arrive in time: the caller goes ahead and the steps lost are counted."""
-        spec = self.spec
-        state = self._state
-        if not state.generation_live:
-            return None
-        state.checkpoint_requests += 1
-        timeout = spec.checkpoints.jit_timeout_s
-        try:
-            result = await execute(
-                CHECKPOINT_NOW,
-                CheckpointNowRequest(
-                    run_dir=generation_dir(spec, state),
-                    nodes=active_nodes(spec, state.pool),
-                    ssh=spec.ssh,
-                    slurm=spec.slurm,
-                    request_id=state.checkpoint_requests,
-                    checkpoint_dir=spec.checkpoint_dir,
-                    timeout_s=timeout,
-                    checkpoint_every_steps=interval_in_force(spec, state),
-                    memory_every_steps=spec.checkpoints.memory_every_steps,
-                ),
-                start_to_close_timeout=timedelta(seconds=timeout + 60),
-                heartbeat_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-                summary=f"just-in-time checkpoint before {why}",
-                **route(CHECKPOINT_NOW, state.host_task_queue),
-            )
-        except ActivityError as err:
-            workflow.logger.warning("just-in-time checkpoint failed: %s", cause(err))
-            return None
-        return result.checkpoint
-
-    async def _roll_back(self) -> int | None:
-        """Retire the newest checkpoint so the relaunch resumes from the one before it;
-        returns the retired step, which the search then stays below (its durable copy,
-        if tiered, holds the same divergence)."""
-        state = self._state
-        state.rollback_pending = False
-        try:
-            result = await execute(
-                ROLL_BACK_CHECKPOINT,
-                RollbackRequest(
-                    checkpoint_dir=self.spec.checkpoint_dir,
-                    reason="numerical",
-                    job_id=self.spec.job_id,
-                ),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=NO_RETRY,
-                summary="roll back: retire the newest checkpoint",
-                **route(ROLL_BACK_CHECKPOINT, state.host_task_queue),
-            )
-        except ActivityError as err:
-            workflow.logger.warning("rollback failed, resuming from the newest: %s", cause(err))
-            return None
-        return record_rollback(state, result.retired)
 
     # ------------------------------------------------------------------ helpers
 
