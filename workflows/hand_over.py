@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -28,10 +27,8 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.activity_calls import HOOK_RETRY, cause, execute
     from lazarus.workflows.escalation import hook_failed, hook_finished, hook_ran
     from lazarus.workflows.patches import PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW
-    from lazarus.workflows.state import JobInput
-
-if TYPE_CHECKING:
     from lazarus.workflows.run_context import JobRun
+    from lazarus.workflows.state import JobInput
 
 
 class HandOver:
@@ -43,6 +40,15 @@ class HandOver:
         """History length (events) past which the run hops."""
         self._busy = busy
         """Whether operator messages are still being handled: they finish in this run."""
+        self.hooks: list[asyncio.Task[None]] = []
+        """Escalation hook deliveries in flight."""
+        self.handing_over = False
+        """Set when this run cancels its hook deliveries to continue as new."""
+        run.escalate = self.deliver_later
+
+    def deliver_later(self, request: EscalationHookRequest) -> None:
+        """Deliver an escalation hook beside the state machine (it may retry for long)."""
+        self.hooks.append(asyncio.create_task(self._deliver(request)))
 
     def due(self) -> bool:
         """History is long enough to hop: checked in every phase (while supervising,
@@ -71,17 +77,17 @@ class HandOver:
             # Undelivered hooks travel in ``pending_hooks``: one that always fails must
             # not pin the job to a history that only grows.
             await workflow.wait_condition(workflow.all_handlers_finished)
-        elif any(not hook.done() for hook in self.run.hooks):
+        elif any(not hook.done() for hook in self.hooks):
             return  # released behaviour: wait for the hook's delivery first
         # The next run starts its own housekeeping (uploads resume). Wait for this one
         # (and any hook still being delivered, which pending_hooks carries over) to end:
         # continue-as-new must be the run's last command.
         if self.run.housekeeper is not None:
             await self.run.housekeeper.stopped()
-        self.run.handing_over = True
-        for hook in self.run.hooks:
+        self.handing_over = True
+        for hook in self.hooks:
             hook.cancel()
-        for hook in self.run.hooks:
+        for hook in self.hooks:
             with contextlib.suppress(asyncio.CancelledError, ActivityError):
                 await hook
         self.run.state.runs += 1
@@ -94,21 +100,20 @@ class HandOver:
             initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
         )
 
-
-async def deliver_escalation(run: JobRun, request: EscalationHookRequest) -> None:
-    """Deliver one hook, retried without limit (a person must hear of it); it
-    stays in ``pending_hooks`` until it ran, so continue-as-new carries it."""
-    try:
-        result = await execute(
-            RUN_ESCALATION_HOOK,
-            request,
-            start_to_close_timeout=timedelta(seconds=request.timeout_s + 30),
-            retry_policy=HOOK_RETRY,
-            summary=f"on_escalation: {' '.join(request.command)[:80]}",
-        )
-    except ActivityError as err:
-        if run.handing_over and workflow.patched(PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW):
-            return  # cancelled by the hop, not failed: the next run delivers it
-        hook_finished(run.state, request, hook_failed(cause(err)))
-        return
-    hook_finished(run.state, request, hook_ran(result.ran))
+    async def _deliver(self, request: EscalationHookRequest) -> None:
+        """Deliver one hook, retried without limit (a person must hear of it); it
+        stays in ``pending_hooks`` until it ran, so continue-as-new carries it."""
+        try:
+            result = await execute(
+                RUN_ESCALATION_HOOK,
+                request,
+                start_to_close_timeout=timedelta(seconds=request.timeout_s + 30),
+                retry_policy=HOOK_RETRY,
+                summary=f"on_escalation: {' '.join(request.command)[:80]}",
+            )
+        except ActivityError as err:
+            if self.handing_over and workflow.patched(PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW):
+                return  # cancelled by the hop, not failed: the next run delivers it
+            hook_finished(self.run.state, request, hook_failed(cause(err)))
+            return
+        hook_finished(self.run.state, request, hook_ran(result.ran))

@@ -319,7 +319,7 @@ class JobWorkflow:
         self._run.housekeeper = Housekeeper(self.spec, self._state)
         self._run.housekeeper.start()
         for request in self._state.pending_hooks:  # carried over by continue-as-new
-            self._run.deliver_later(request)
+            self._hand_over.deliver_later(request)
         try:
             while not self._state.phase.is_terminal:
                 await self._turn()

@@ -15,7 +15,7 @@ activity.
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -33,7 +33,6 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.domain.spec import JobSpec
     from lazarus.workflows.current_details import current_details, failure_class_attribute
     from lazarus.workflows.escalation import queue_escalation
-    from lazarus.workflows.hand_over import deliver_escalation
     from lazarus.workflows.housekeeping import Housekeeper
     from lazarus.workflows.patches import PATCH_HOST_TASK_QUEUE
     from lazarus.workflows.placement import run_root
@@ -57,10 +56,8 @@ class JobRun:
     def __init__(self, state: JobState) -> None:
         self._spec: JobSpec | None = None
         self.state = state
-        self.hooks: list[asyncio.Task[None]] = []
-        """Escalation hook deliveries in flight (``hand_over.deliver_escalation``)."""
-        self.handing_over = False
-        """Set when this run cancels its hook deliveries to continue as new."""
+        self.escalate: Callable[[EscalationHookRequest], None] = _no_delivery
+        """Delivers an escalation hook beside the state machine: set by ``hand_over``."""
         self.housekeeper: Housekeeper | None = None
         self.continue_anywhere = False
         """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
@@ -90,10 +87,6 @@ class JobRun:
     def route(self, ref: ActivityRef[Any, Any]) -> dict[str, str]:
         """``execute`` options that send ``ref`` to the job's host queue, if it has one."""
         return route(ref, self.state.host_task_queue)
-
-    def deliver_later(self, request: EscalationHookRequest) -> None:
-        """Deliver an escalation hook beside the state machine (it may retry for long)."""
-        self.hooks.append(asyncio.create_task(deliver_escalation(self, request)))
 
     def now(self) -> float:
         return workflow.now().timestamp()
@@ -142,7 +135,7 @@ class JobRun:
         self.set_phase(Phase.NEEDS_OPERATOR)
         request = queue_escalation(self.spec, self.state, reason, run_root(self.spec, self.state))
         if request is not None:
-            self.deliver_later(request)
+            self.escalate(request)
 
     def pin_to_host(self) -> None:
         """A local job's ranks live on one machine: its machine-bound activities go to
@@ -169,3 +162,7 @@ class JobRun:
         workflow.logger.info("machine-bound activities now run on task queue %s", queue)
         if self.housekeeper is not None:
             self.housekeeper.restart_from(self.state.housekept_step)
+
+
+def _no_delivery(request: EscalationHookRequest) -> None:
+    raise AssertionError("no hand-over to deliver escalation hooks")
