@@ -38,10 +38,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import (
-        GROW_ALLOCATION,
         LAUNCH,
-        PREFLIGHT,
-        SUBMIT_ALLOCATION,
         SUPERVISE,
     )
     from lazarus.domain.api import (
@@ -56,16 +53,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.domain.contracts import (
         FailureReport,
-        GrowAllocationRequest,
         LaunchRequest,
-        PreflightActivityRequest,
-        PreflightReport,
         StragglerReport,
         SuperviseOutcome,
         SuperviseRequest,
     )
     from lazarus.domain.recovery_timeline import RecoveryTimeline
-    from lazarus.domain.spec import JobSpec, SlurmSpec, StrategyName, slurm_node
+    from lazarus.domain.spec import JobSpec, StrategyName
     from lazarus.workflows.activity_calls import (
         LAUNCH_RETRY,
         QUICK_RETRY,
@@ -84,16 +78,10 @@ with workflow.unsafe.imports_passed_through():
         unreachable_node,
     )
     from lazarus.workflows.fleet_link import (
-        ask_again,
-        ask_for_spare,
-        fleet_of,
-        hand_back_fenced,
         hands_back,
-        release_nodes,
-        take_lease,
-        tell_fleet,
         waits_on_fleet,
     )
+    from lazarus.workflows.fleet_steps import FleetSteps
     from lazarus.workflows.hand_over import HandOver
     from lazarus.workflows.housekeeping import Housekeeper
     from lazarus.workflows.operator_requests import (
@@ -116,8 +104,6 @@ with workflow.unsafe.imports_passed_through():
         PATCH_REJOIN,
         PATCH_RUN_DIRECTORY,
         PATCH_SEARCH_ATTRIBUTES_V2,
-        PATCH_SLURM_ALLOCATION,
-        PATCH_SLURM_OWN_JOBS,
         PATCH_SLURM_PREEMPTION,
     )
     from lazarus.workflows.placement import (
@@ -128,21 +114,16 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.workflows.playbook import Action, decide, straggler_decision
     from lazarus.workflows.preemption import (
-        allocation_mismatch,
         handled_preemption_at,
-        move_to_allocation,
-        open_preemption,
         preempt_marker_for,
-        record_preemption,
-        record_resubmission,
-        record_resubmission_refused,
-        resubmission,
     )
+    from lazarus.workflows.preflight_steps import Preflight
     from lazarus.workflows.rejoin import plan_rejoin, rejoin_dropped, rejoin_evidence
     from lazarus.workflows.routing import (
         route,
     )
     from lazarus.workflows.run_context import JobRun
+    from lazarus.workflows.slurm_steps import SlurmSteps
     from lazarus.workflows.state import (
         MAX_RECORDS,
         ForceRecover,
@@ -167,9 +148,6 @@ with workflow.unsafe.imports_passed_through():
         straggler_context,
     )
 
-SLURM_QUEUE_MARGIN = timedelta(minutes=2)
-"""Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
-
 DOOMED_KINDS = frozenset({"crash", "hang", "vanished", "node_lost"})
 """Failures whose surviving ranks are stuck in a collective with a dead (or frozen)
 peer: they cannot checkpoint, so they are killed at once instead of given a grace."""
@@ -187,6 +165,9 @@ class JobWorkflow:
         """A pause is being carried out (its just-in-time checkpoint and stop)."""
         self._stops = StopSteps(self._run)
         self._checkpoints = CheckpointSteps(self._run, self._stops)
+        self._fleet = FleetSteps(self._run)
+        self._slurm = SlurmSteps(self._run, self._stops, self._checkpoints)
+        self._preflight = Preflight(self._run, self._stops, self._slurm, self._fleet)
         self._hand_over = HandOver(
             self._run, 10_000, busy=lambda: self._interrupted() or self._resume_requested
         )
@@ -313,7 +294,7 @@ class JobWorkflow:
         self._run.fast = workflow.patched(PATCH_FAST_RECOVERY)
         self._run.attributes_v2 = workflow.patched(PATCH_SEARCH_ATTRIBUTES_V2)
         if job.state is None and job.spec.fleet is not None:
-            await self._lease_from_fleet()
+            await self._fleet.lease()
         self._run.pin_to_host()
         self._run.publish_phase()
         self._run.housekeeper = Housekeeper(self.spec, self._state)
@@ -329,7 +310,7 @@ class JobWorkflow:
             await self._stops.stop_all("job cancelled", end_of_run=self._stops.run_leaves_state())
             if self._run.housekeeper is not None:
                 await self._run.housekeeper.ended()
-            await self._release_to_fleet()
+            await self._fleet.release()
             self._run.set_phase(Phase.CANCELLED)
             self._state.finished_at = self._run.now()
             raise
@@ -337,7 +318,7 @@ class JobWorkflow:
             await self._run.housekeeper.ended()
         if self._run.fast and self._stops.run_leaves_state():
             await self._stops.stop_all(f"end of run ({self._state.phase.value})", end_of_run=True)
-        await self._release_to_fleet()
+        await self._fleet.release()
         return self.status()
 
     async def _turn(self) -> None:
@@ -378,13 +359,13 @@ class JobWorkflow:
             stuck, state.stuck_ranks = state.stuck_ranks, None
             self._run.needs_operator(stuck)  # waits for a person, never for a node
             return
-        await self._hand_back_to_fleet()
+        await self._fleet.hand_back()
         # The resume point must be chosen for the nodes that launch: the memory tier's
         # snapshot exists only on the nodes its search checked (issue 26).
         nodes_first = workflow.patched(PATCH_NODES_BEFORE_RESUME)
         if nodes_first:
             planned_on = list(state.pool.active)
-            ready = await self._preflight_active_nodes()
+            ready = await self._preflight.check_active_nodes()
             if rejoining and state.pool.active != planned_on:
                 rejoining = []
                 ready = await self._drop_rejoin(planned_on) and ready
@@ -399,7 +380,7 @@ class JobWorkflow:
         state.account_resume(resume)
         state.cut_timeline(resume)
         self._checkpoints.retier_from(resume)
-        if not nodes_first and not await self._preflight_active_nodes():
+        if not nodes_first and not await self._preflight.check_active_nodes():
             return
         spec = self.spec  # a node Slurm added (slurm.grow) during the preflight
         state.generation += 1
@@ -570,59 +551,9 @@ class JobWorkflow:
             and outcome.failure is not None
             and workflow.patched(PATCH_SLURM_PREEMPTION)
         ):
-            await self._on_preempted(outcome.failure)
+            await self._slurm.on_preempted(outcome.failure)
         if self.spec.checkpoints.interval == "auto" and outcome.kind in TUNED_OUTCOMES:
             await self._checkpoints.tune_interval(outcome)
-
-    async def _on_preempted(self, notice: FailureReport) -> None:
-        """Slurm is taking the allocation away: save the ranks just in time while they
-        still run (a notice from the holder), stop them, and pause (``slurm.resubmit:
-        false``, the default until resubmission exists). An allocation already gone
-        took its ranks with it: only the stop (the fence) is left to do."""
-        state = self._state
-        self._run.set_phase(Phase.RECOVERING)
-        incident = open_preemption(state, notice)
-        if any(r.alive for r in state.ranks) and state.generation_live:
-            planned = await self._checkpoints.planned_stop(
-                f"incident {incident.id}: Slurm preemption"
-            )
-            last_step, saved = planned.step_at_stop, planned.checkpoint_step
-        else:
-            last_step = (
-                await self._stops.stop_all(f"incident {incident.id}: allocation ended")
-            ).last_step
-            saved = None
-        if last_step is not None:
-            self._run.set_step(last_step)
-        record_preemption(incident, self._run.now(), last_step, saved)
-        # The run key and known job ids are activity input only (no new command):
-        # Temporal's replay does not compare activity inputs, and an activity that gets
-        # an older request without them still looks only at this user's jobs.
-        request = resubmission(self.spec, incident, state.run_key)
-        if request is not None and workflow.patched(PATCH_SLURM_ALLOCATION):
-            try:
-                granted = await execute(
-                    SUBMIT_ALLOCATION,
-                    request,
-                    start_to_close_timeout=timedelta(seconds=request.slurm.wait_s)
-                    + SLURM_QUEUE_MARGIN,
-                    heartbeat_timeout=worker_loss_timeout(self.spec),
-                    retry_policy=QUICK_RETRY,
-                    summary=f"resubmit the allocation (incident {incident.id})",
-                )
-            except ActivityError as err:
-                record_resubmission_refused(incident, cause(err))
-            else:
-                mismatch = allocation_mismatch(self.spec, granted)
-                if mismatch is not None and workflow.patched(PATCH_SLURM_OWN_JOBS):
-                    record_resubmission_refused(incident, mismatch)
-                    self._run.set_phase(Phase.PAUSED)
-                    return
-                self._run.move_to(move_to_allocation(self.spec, state, granted))
-                record_resubmission(incident, granted)
-                self._run.set_phase(Phase.LAUNCHING)
-                return
-        self._run.set_phase(Phase.PAUSED)
 
     async def _recover(self, failure: FailureReport) -> None:
         spec = self.spec
@@ -630,7 +561,7 @@ class JobWorkflow:
         self._run.set_phase(Phase.RECOVERING)
         state.consecutive_failures += 1
         if failure.node is not None:  # out of spares: the fleet's, before the playbook weighs
-            failure = await self._ask_fleet_for_spare(failure)
+            failure = await self._fleet.ask_for_spare(failure)
         context = failure_context(spec, state, failure, self._run.now(), fast_path=self._run.fast)
         incident = state.add_incident(
             Incident.from_failure(failure, id=state.next_incident_id, generation=state.generation)
@@ -690,7 +621,7 @@ class JobWorkflow:
                 state.pool.quarantine(
                     failure.node, f"incident {incident.id}: node_lost", self._run.now()
                 )
-                await self._tell_fleet(failure.node, "node_lost", "node_lost")
+                await self._fleet.tell(failure.node, "node_lost", "node_lost")
             # Only "no spare left" waits for a node; a guard (budget, crash loop) or an
             # escalating rung waits for a person even though the job is short too.
             self._run.needs_operator(
@@ -700,9 +631,9 @@ class JobWorkflow:
         swaps_node = decision.action in (Action.REPLACE_NODE, Action.SHRINK, Action.GROW)
         why = f"incident {incident.id}: {failure.failure_class}"
         if decision.action == Action.GROW and failure.node is not None:
-            await self._maybe_grow(failure.node, incident)
+            await self._slurm.maybe_grow(failure.node, incident)
         if swaps_node and failure.node is not None:
-            await self._tell_fleet(failure.node, failure.failure_class.value, why)
+            await self._fleet.tell(failure.node, failure.failure_class.value, why)
             swapped = self._stops.swap_out(failure.node, why)
             if fenced_by_stop and hands_back(self.spec):
                 # The stop above found its ranks dead: the fleet may have it back now.
@@ -746,7 +677,7 @@ class JobWorkflow:
         if request.exclude_node is not None:
             incident.node = request.exclude_node
             incident.action = Action.REPLACE_NODE
-            await self._tell_fleet(request.exclude_node, "operator", request.reason)
+            await self._fleet.tell(request.exclude_node, "operator", request.reason)
             if not self._stops.swap_out(
                 request.exclude_node, f"excluded by operator: {request.reason}"
             ):
@@ -774,7 +705,7 @@ class JobWorkflow:
                 timeout_summary="short of nodes: ask the fleet again",
             )
         except TimeoutError:
-            await self._ask_fleet_again()
+            await self._fleet.ask_again()
             return
         if not (self._resume_requested or self._force is not None):
             await (
@@ -819,7 +750,7 @@ class JobWorkflow:
         if planned.checkpoint_step is None:
             incident.evidence.append(checkpoint_evidence(None))
         incident.record_stop(self._run.now(), planned.step_at_stop)
-        await self._tell_fleet(report.node, "straggler", f"incident {incident.id}: straggler")
+        await self._fleet.tell(report.node, "straggler", f"incident {incident.id}: straggler")
         if self._stops.swap_out(report.node, f"incident {incident.id}: straggler"):
             self._run.set_phase(Phase.LAUNCHING)
 
@@ -836,161 +767,8 @@ class JobWorkflow:
     def _interrupted(self) -> bool:
         return self._pause_requested or self._force is not None
 
-    async def _maybe_grow(self, lost: str, incident: Incident | None) -> None:
-        """``lost`` is about to leave the pool with no spare to take its slot: with
-        ``slurm.grow``, ask Slurm for one first; on success it is the spare the swap
-        then uses. A refusal is evidence, and the swap shrinks or asks a person as it
-        would without ``slurm.grow``."""
-        spec = self.spec
-        pool = self._state.pool
-        if spec.slurm is None or not spec.slurm.grow or pool.spares or lost not in pool.active:
-            return
-        if workflow.patched(PATCH_SLURM_ALLOCATION):
-            await self._grow_allocation(spec.slurm, lost, incident)
-
-    async def _grow_allocation(
-        self, slurm: SlurmSpec, lost: str, incident: Incident | None
-    ) -> None:
-        spec = self.spec
-        known = [n.name for n in (*spec.nodes, *spec.spares)]
-        request = GrowAllocationRequest(
-            job_name=spec.name,
-            slurm=spec.slurm,
-            known_nodes=known,
-            exclude=[lost],
-            token=f"g{self._state.generation}",
-            run_key=self._state.run_key,
-            known_job_ids=[slurm.allocation_id],
-        )
-        try:
-            granted = await execute(
-                GROW_ALLOCATION,
-                request,
-                start_to_close_timeout=timedelta(seconds=slurm.wait_s) + SLURM_QUEUE_MARGIN,
-                heartbeat_timeout=worker_loss_timeout(spec),
-                retry_policy=QUICK_RETRY,
-                summary=f"grow the allocation: replace {lost}",
-            )
-        except ActivityError as err:
-            workflow.logger.warning("slurm.grow: Slurm added no node: %s", cause(err))
-            if incident is not None:
-                incident.evidence.append(f"slurm.grow: Slurm added no node: {cause(err)}")
-                left = len(self._state.pool.active) - 1
-                shrinks = spec.min_nodes is not None and left >= spec.min_nodes
-                incident.action = Action.SHRINK if shrinks else Action.NEEDS_OPERATOR
-            return
-        added = [name for name in granted.nodes if name not in known]
-        self._run.move_to(
-            spec.model_copy(
-                update={"spares": [*spec.spares, *(slurm_node(name) for name in added)]}
-            )
-        )
-        self._state.pool.spares.extend(added)
-        if incident is not None:
-            incident.evidence.append(f"slurm.grow: Slurm job {granted.job_id} grew by {added}")
-            incident.action = Action.GROW
-
     # ------------------------------------------------------------------- fleet
-
-    async def _lease_from_fleet(self) -> None:
-        """``spec.fleet``: the nodes come from the fleet (``fleet_link``); no lease, no job."""
-        fleet = fleet_of(self.spec)
-        if fleet is not None:
-            leased = await take_lease(self.spec, self._state, fleet)
-            if isinstance(leased, str):
-                self._run.fail(leased)
-            else:
-                self._run.move_to(leased)
-
-    async def _tell_fleet(self, node: str, failure_class: str, reason: str) -> None:
-        """Report a quarantine to the job's fleet, and with no spare of the job's own
-        left, take the fleet's replacement as a spare."""
-        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
-        if fleet is not None:
-            self._run.move_to(
-                await tell_fleet(self.spec, self._state, fleet, node, failure_class, reason)
-            )
-
-    async def _ask_fleet_for_spare(self, failure: FailureReport) -> FailureReport:
-        """With no spare of the job's own left, the fleet's replacement becomes one; the
-        answer goes into the failure's evidence (its incident does not exist yet)."""
-        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
-        if fleet is None:
-            return failure
-        spec, failure = await ask_for_spare(self.spec, self._state, fleet, failure)
-        self._run.move_to(spec)
-        return failure
-
-    async def _ask_fleet_again(self) -> None:
-        """Waiting for an operator only for want of nodes: ask the fleet again, and go
-        on once it had enough, as a person's ``resume`` would but with the restart
-        budget as it was (nobody looked at the job). The page stands; a ``resume``
-        that comes later is ignored, as one that makes no sense now."""
-        fleet = fleet_of(self.spec)
-        assert fleet is not None  # waits_on_fleet gave the timeout
-        self._run.move_to(await ask_again(self.spec, self._state, fleet))
-        if reopen_pool(self.spec, self._state, None, self._run.now()) is not None:
-            return
-        self._state.operator_reason = None
-        workflow.logger.info("fleet %s had nodes again: resuming without a person", fleet.name)
-        self._run.set_phase(Phase.LAUNCHING)
-
-    async def _hand_back_to_fleet(self) -> None:
-        """Quarantined nodes the job's stops have fenced go back to the fleet, for
-        probation, before the next generation starts."""
-        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
-        if fleet is not None and hands_back(self.spec):
-            await hand_back_fenced(self.spec, self._state, fleet)
-
-    async def _release_to_fleet(self) -> None:
-        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
-        if fleet is not None:
-            await release_nodes(self.spec, self._state, fleet)
 
     # ------------------------------------------------------------------- hosts
 
     # ------------------------------------------------------------------- nodes
-
-    async def _preflight_active_nodes(self) -> bool:
-        """Check every active node before launching; replace the ones that fail."""
-        spec = self.spec
-        program = spec.command[0]
-        while True:
-            try:
-                report = await self._preflight(program)
-            except ActivityError as err:
-                # Only a refusal ends up here (a program not on the worker's allow-list):
-                # a node that fails its checks is a report, not an error.
-                self._run.fail(f"preflight: {cause(err)}")
-                return False
-            if not report.failed:
-                return True
-            for failed in report.failed:
-                # A node that died while its peers crashed first is found here.
-                await self._maybe_grow(failed.node, self._state.current_incident)
-                await self._tell_fleet(failed.node, "preflight", "; ".join(failed.problems))
-                if not self._stops.swap_out(
-                    failed.node, "preflight: " + "; ".join(failed.problems)
-                ):
-                    return False
-
-    async def _preflight(self, program: str) -> PreflightReport:
-        spec = self.spec
-        return await execute(
-            PREFLIGHT,
-            PreflightActivityRequest(
-                nodes=active_nodes(spec, self._state.pool),
-                ssh=spec.ssh,
-                slurm=spec.slurm,
-                checks=spec.preflight,
-                interpreter=program,
-                workdir=spec.workdir,
-                disk_path=spec.checkpoint_dir,
-                search_path=spec.env.get("PATH"),
-                job_id=spec.job_id,
-            ),
-            start_to_close_timeout=timedelta(seconds=spec.preflight.timeout_s + 60),
-            retry_policy=QUICK_RETRY,
-            summary=f"preflight {', '.join(self._state.pool.active)}",
-            **route(PREFLIGHT, self._state.host_task_queue),
-        )
