@@ -52,14 +52,11 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_TYPE,
     )
     from lazarus.domain.contracts import (
-        FailureReport,
         LaunchRequest,
-        StragglerReport,
         SuperviseOutcome,
         SuperviseRequest,
     )
-    from lazarus.domain.recovery_timeline import RecoveryTimeline
-    from lazarus.domain.spec import JobSpec, StrategyName
+    from lazarus.domain.spec import JobSpec
     from lazarus.workflows.activity_calls import (
         LAUNCH_RETRY,
         QUICK_RETRY,
@@ -73,12 +70,10 @@ with workflow.unsafe.imports_passed_through():
         TUNED_OUTCOMES,
     )
     from lazarus.workflows.failures import (
-        failure_context,
         unreachable_failure,
         unreachable_node,
     )
     from lazarus.workflows.fleet_link import (
-        hands_back,
         waits_on_fleet,
     )
     from lazarus.workflows.fleet_steps import FleetSteps
@@ -101,7 +96,6 @@ with workflow.unsafe.imports_passed_through():
         PATCH_CONTINUE_AS_NEW_ANY_PHASE,
         PATCH_FAST_RECOVERY,
         PATCH_NODES_BEFORE_RESUME,
-        PATCH_REJOIN,
         PATCH_RUN_DIRECTORY,
         PATCH_SEARCH_ATTRIBUTES_V2,
         PATCH_SLURM_PREEMPTION,
@@ -112,13 +106,13 @@ with workflow.unsafe.imports_passed_through():
         run_root,
         world_size,
     )
-    from lazarus.workflows.playbook import Action, decide, straggler_decision
     from lazarus.workflows.preemption import (
         handled_preemption_at,
         preempt_marker_for,
     )
     from lazarus.workflows.preflight_steps import Preflight
-    from lazarus.workflows.rejoin import plan_rejoin, rejoin_dropped, rejoin_evidence
+    from lazarus.workflows.recovery_steps import RecoverySteps
+    from lazarus.workflows.rejoin import rejoin_evidence
     from lazarus.workflows.routing import (
         route,
     )
@@ -128,29 +122,14 @@ with workflow.unsafe.imports_passed_through():
         MAX_RECORDS,
         ForceRecover,
         IgnoredMessage,
-        Incident,
         JobInput,
         JobState,
         JobStatus,
         NodeRequest,
         Phase,
-        PlannedMove,
     )
     from lazarus.workflows.status import job_status
     from lazarus.workflows.stop_steps import StopSteps
-    from lazarus.workflows.stops import (
-        checkpoint_evidence,
-        reached,
-    )
-    from lazarus.workflows.stragglers import (
-        open_straggler_incident,
-        record_straggler,
-        straggler_context,
-    )
-
-DOOMED_KINDS = frozenset({"crash", "hang", "vanished", "node_lost"})
-"""Failures whose surviving ranks are stuck in a collective with a dead (or frozen)
-peer: they cannot checkpoint, so they are killed at once instead of given a grace."""
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -168,6 +147,9 @@ class JobWorkflow:
         self._fleet = FleetSteps(self._run)
         self._slurm = SlurmSteps(self._run, self._stops, self._checkpoints)
         self._preflight = Preflight(self._run, self._stops, self._slurm, self._fleet)
+        self._recovery = RecoverySteps(
+            self._run, self._stops, self._checkpoints, self._fleet, self._slurm
+        )
         self._hand_over = HandOver(
             self._run, 10_000, busy=lambda: self._interrupted() or self._resume_requested
         )
@@ -327,7 +309,8 @@ class JobWorkflow:
         if self._pause_requested and phase not in WAITING:
             await self._pause()
         elif self._force is not None and phase == Phase.RUNNING:
-            await self._forced_recovery(self._force)
+            force, self._force = self._force, None  # taken: a new request may queue
+            await self._recovery.forced(force)
         elif phase in (Phase.PENDING, Phase.LAUNCHING):
             await self._launch_next()
         elif phase == Phase.RUNNING:
@@ -368,7 +351,7 @@ class JobWorkflow:
             ready = await self._preflight.check_active_nodes()
             if rejoining and state.pool.active != planned_on:
                 rejoining = []
-                ready = await self._drop_rejoin(planned_on) and ready
+                ready = await self._recovery.drop_rejoin(planned_on) and ready
             if not ready:
                 return
         below = await self._checkpoints.roll_back() if state.rollback_pending else None
@@ -414,7 +397,7 @@ class JobWorkflow:
                 # A blip during a launch is a node failure for the playbook (a spare, or
                 # an operator), never the end of the job.
                 failure = unreachable_failure(spec, state, unreachable, cause(err), self._run.now())
-                await self._recover(failure)
+                await self._recovery.recover(failure)
                 return
             await self._stops.stop_all("launch failed")
             self._run.fail(f"launch of generation {state.generation} failed: {cause(err)}")
@@ -442,33 +425,6 @@ class JobWorkflow:
             result.adopted,
         )
         self._run.set_phase(Phase.RUNNING)
-
-    async def _drop_rejoin(self, planned_on: list[str]) -> bool:
-        """The preflight changed the nodes after ``_recover`` planned a rejoin on
-        ``planned_on``: restart the whole generation instead (``rejoin_dropped``).
-        The survivors are stopped first, as a recovery without rejoin stops them, so
-        none acts for a slot that moved or left the world. The quarantined node is
-        not skipped: rejoin runs on local nodes only, where reaching it costs nothing,
-        and the stop fences it. Also when the preflight has just asked for an operator:
-        a person resuming must not meet survivors planned for other nodes. False when
-        ranks would not die: a person must look (the next launch escalates if the job
-        waits for one already)."""
-        state = self._state
-        why = rejoin_dropped(planned_on, state.pool.active)
-        state.rejoin_ranks = []
-        incident = state.current_incident
-        if incident is not None and why is not None:
-            incident.add_evidence([why])
-            incident.restart_path = "whole_generation"
-        await self._stops.stop_all(
-            f"fence generation {state.generation}: the rejoin is dropped", kill_at_once=True
-        )
-        if state.stuck_ranks is None:
-            return True
-        if state.phase == Phase.LAUNCHING:
-            stuck, state.stuck_ranks = state.stuck_ranks, None
-            self._run.needs_operator(stuck)
-        return False
 
     async def _supervise(self) -> None:
         spec = self.spec
@@ -543,9 +499,9 @@ class JobWorkflow:
             state.finished_at = self._run.now()
             self._run.set_phase(Phase.SUCCEEDED)
         elif outcome.kind == "failed" and outcome.failure is not None:
-            await self._recover(outcome.failure)
+            await self._recovery.recover(outcome.failure)
         elif outcome.kind == "straggler" and outcome.straggler is not None:
-            await self._on_straggler(outcome.straggler)
+            await self._recovery.straggler_swap(outcome.straggler)
         elif (
             outcome.kind == "preempted"
             and outcome.failure is not None
@@ -554,135 +510,6 @@ class JobWorkflow:
             await self._slurm.on_preempted(outcome.failure)
         if self.spec.checkpoints.interval == "auto" and outcome.kind in TUNED_OUTCOMES:
             await self._checkpoints.tune_interval(outcome)
-
-    async def _recover(self, failure: FailureReport) -> None:
-        spec = self.spec
-        state = self._state
-        self._run.set_phase(Phase.RECOVERING)
-        state.consecutive_failures += 1
-        if failure.node is not None:  # out of spares: the fleet's, before the playbook weighs
-            failure = await self._fleet.ask_for_spare(failure)
-        context = failure_context(spec, state, failure, self._run.now(), fast_path=self._run.fast)
-        incident = state.add_incident(
-            Incident.from_failure(failure, id=state.next_incident_id, generation=state.generation)
-        )
-        decision = decide(context, spec.recovery, spec.playbook)
-        incident.apply(decision)
-        timeline = RecoveryTimeline(
-            fault_at=incident.fault_at, detected_at=incident.detected_at, decided_at=self._run.now()
-        )
-        incident.timeline = timeline
-        dead = [failure.node] if failure.kind == "node_lost" and failure.node else []
-        fenced_by_stop = False
-        rejoin = (
-            plan_rejoin(spec, state.pool, failure, decision.action, state.generation_live)
-            if spec.rejoins is not None
-            else None
-        )
-        if rejoin is not None and workflow.patched(PATCH_REJOIN):
-            incident.add_evidence([rejoin.why])
-            incident.restart_path = rejoin.path
-        else:
-            rejoin = None
-        if rejoin is not None and rejoin.ranks:
-            # Survivors keep their process: stop only what failed (a crashed rank is
-            # gone already), and the relaunch fences every other group of this generation.
-            last_step = failure.step_at_failure
-            if decision.action == Action.REPLACE_NODE and failure.node not in dead:
-                assert failure.node is not None  # plan_rejoin keeps ranks only then
-                last_step = (
-                    await self._stops.stop_all(
-                        f"incident {incident.id}: {failure.kind} on node {failure.node}",
-                        only=[failure.node],
-                        kill_at_once=True,
-                    )
-                ).last_step
-            incident.record_stop(self._run.now(), last_step)
-            timeline.survivors_stopped_at = incident.stopped_at
-            state.rejoin_ranks = rejoin.ranks
-            state.stopped_generation = state.generation
-        else:
-            skip = [*dead, *self._stops.dead_nodes()] if self._run.fast else []
-            stopping_failed_node = failure.node in state.pool.active and failure.node not in skip
-            stopped = await self._stops.stop_all(
-                f"incident {incident.id}: {failure.kind} on rank {failure.rank}",
-                kill_at_once=failure.kind in DOOMED_KINDS,
-                skip=skip,
-            )
-            if stopping_failed_node and failure.node is not None:
-                fenced_by_stop = reached(failure.node, stopped)
-            incident.record_stop(self._run.now(), stopped.last_step)
-            timeline.survivors_stopped_at = incident.stopped_at
-            if not stopped.unkillable:
-                state.stopped_generation = state.generation
-        if decision.action == Action.NEEDS_OPERATOR:
-            if failure.kind == "node_lost" and failure.node in state.pool.active:
-                # Never relaunch on a dead node, even when a person resumes without looking.
-                state.pool.quarantine(
-                    failure.node, f"incident {incident.id}: node_lost", self._run.now()
-                )
-                await self._fleet.tell(failure.node, "node_lost", "node_lost")
-            # Only "no spare left" waits for a node; a guard (budget, crash loop) or an
-            # escalating rung waits for a person even though the job is short too.
-            self._run.needs_operator(
-                decision.reason, waits_for_node=decision.strategy == StrategyName.REPLACE_NODE
-            )
-            return
-        swaps_node = decision.action in (Action.REPLACE_NODE, Action.SHRINK, Action.GROW)
-        why = f"incident {incident.id}: {failure.failure_class}"
-        if decision.action == Action.GROW and failure.node is not None:
-            await self._slurm.maybe_grow(failure.node, incident)
-        if swaps_node and failure.node is not None:
-            await self._fleet.tell(failure.node, failure.failure_class.value, why)
-            swapped = self._stops.swap_out(failure.node, why)
-            if fenced_by_stop and hands_back(self.spec):
-                # The stop above found its ranks dead: the fleet may have it back now.
-                state.pool.mark_fenced(failure.node)
-            if not swapped:
-                return
-        state.restarts += 1
-        state.restart_times.append(self._run.now())
-        state.rollback_pending = decision.action == Action.ROLLBACK
-        if decision.backoff_s > 0:
-            await workflow.sleep(
-                decision.backoff_s,
-                summary=(
-                    f"backoff {decision.backoff_s:.1f} s before generation {state.generation + 1}"
-                ),
-            )
-        self._run.set_phase(Phase.LAUNCHING)
-
-    async def _forced_recovery(self, request: ForceRecover) -> None:
-        self._force = None
-        now = self._run.now()
-        self._run.set_phase(Phase.RECOVERING)
-        incident = self._state.open_incident_now(
-            "operator",
-            PlannedMove.OPERATOR,
-            now,
-            action=Action.RESTART,
-            reason=f"forced by operator: {request.reason}",
-            evidence=[f"force_recover: {request.reason}"],
-        )
-        if request.checkpoint_first:
-            planned = await self._checkpoints.planned_stop(f"forced recovery: {request.reason}")
-            incident.evidence.append(checkpoint_evidence(planned.checkpoint_step))
-            last_step = planned.step_at_stop
-        else:
-            last_step = (await self._stops.stop_all(f"forced recovery: {request.reason}")).last_step
-        incident.record_stop(self._run.now(), last_step)
-        incident.timeline = RecoveryTimeline(
-            fault_at=now, detected_at=now, decided_at=now, survivors_stopped_at=incident.stopped_at
-        )
-        if request.exclude_node is not None:
-            incident.node = request.exclude_node
-            incident.action = Action.REPLACE_NODE
-            await self._fleet.tell(request.exclude_node, "operator", request.reason)
-            if not self._stops.swap_out(
-                request.exclude_node, f"excluded by operator: {request.reason}"
-            ):
-                return
-        self._run.set_phase(Phase.LAUNCHING)
 
     async def _pause(self) -> None:
         self._pause_requested = False
@@ -731,28 +558,6 @@ class JobWorkflow:
             self._state.operator_reason = None
         workflow.logger.info("leaving %s: %s", self._state.phase, reason)
         self._run.set_phase(Phase.LAUNCHING)
-
-    async def _on_straggler(self, report: StragglerReport) -> None:
-        """Swap a slow node for a spare when that pays off, else note it and alert.
-        A swap is planned, so it checkpoints first and costs no steps."""
-        state = self._state
-        decision = straggler_decision(straggler_context(self.spec, state, report))
-        record_straggler(state, report, decision)
-        workflow.logger.warning("straggler: %s", decision.reason)
-        if decision.action != Action.REPLACE_NODE:
-            state.noted_stragglers.append(report.node)
-            return
-        self._run.set_phase(Phase.RECOVERING)
-        incident = open_straggler_incident(state, report, decision)
-        planned = await self._checkpoints.planned_stop(
-            f"incident {incident.id}: straggler on {report.node}"
-        )
-        if planned.checkpoint_step is None:
-            incident.evidence.append(checkpoint_evidence(None))
-        incident.record_stop(self._run.now(), planned.step_at_stop)
-        await self._fleet.tell(report.node, "straggler", f"incident {incident.id}: straggler")
-        if self._stops.swap_out(report.node, f"incident {incident.id}: straggler"):
-            self._run.set_phase(Phase.LAUNCHING)
 
     def _stop_housekeeping(self) -> None:
         if self._run.housekeeper is not None:
