@@ -95,7 +95,9 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.workflows.patches import (
         PATCH_CONTINUE_AS_NEW_ANY_PHASE,
         PATCH_FAST_RECOVERY,
+        PATCH_HANDLERS_FINISH,
         PATCH_NODES_BEFORE_RESUME,
+        PATCH_POOL_LOCK,
         PATCH_RUN_DIRECTORY,
         PATCH_SEARCH_ATTRIBUTES_V2,
         PATCH_SLURM_PREEMPTION,
@@ -233,17 +235,20 @@ class JobWorkflow:
     @workflow.update(name=UPDATE_RETURN)
     async def return_node(self, request: NodeRequest) -> str:
         """Take a node out of quarantine into the spares, but only once whatever stale
-        generation it may still run has been stopped (fencing)."""
-        stopped = await self._stops.stop_all(
-            f"fence {request.node} before returning it", [request.node], undrain=True
-        )
-        if request.node in stopped.unreachable:
-            raise ApplicationError(
-                f"node {request.node!r} is still unreachable; it stays quarantined",
-                non_retryable=True,
+        generation it may still run has been stopped (fencing). The pool lock keeps a
+        recovery from moving nodes between the fence and the release (histories from
+        before PATCH_POOL_LOCK ran without it)."""
+        async with self._run.editing_pool(workflow.patched(PATCH_POOL_LOCK)):
+            stopped = await self._stops.stop_all(
+                f"fence {request.node} before returning it", [request.node], undrain=True
             )
-        self._state.pool.release(request.node)
-        return f"{request.node} is a spare again"
+            if request.node in stopped.unreachable:
+                raise ApplicationError(
+                    f"node {request.node!r} is still unreachable; it stays quarantined",
+                    non_retryable=True,
+                )
+            self._state.pool.release(request.node)
+            return f"{request.node} is a spare again"
 
     @return_node.validator
     def _validate_return(self, request: NodeRequest) -> None:
@@ -301,6 +306,10 @@ class JobWorkflow:
         if self._run.fast and self._stops.run_leaves_state():
             await self._stops.stop_all(f"end of run ({self._state.phase.value})", end_of_run=True)
         await self._fleet.release()
+        # An update still running (a return's fence) finishes before the run completes:
+        # no caller is left without an answer (only asked when one is running).
+        if not workflow.all_handlers_finished() and workflow.patched(PATCH_HANDLERS_FINISH):
+            await workflow.wait_condition(workflow.all_handlers_finished)
         return self.status()
 
     async def _turn(self) -> None:
@@ -310,9 +319,11 @@ class JobWorkflow:
             await self._pause()
         elif self._force is not None and phase == Phase.RUNNING:
             force, self._force = self._force, None  # taken: a new request may queue
-            await self._recovery.forced(force)
+            async with self._run.pool_lock:
+                await self._recovery.forced(force)
         elif phase in (Phase.PENDING, Phase.LAUNCHING):
-            await self._launch_next()
+            async with self._run.pool_lock:
+                await self._launch_next()
         elif phase == Phase.RUNNING:
             await self._hand_over.maybe_continue_as_new()
             await self._supervise()
@@ -499,15 +510,18 @@ class JobWorkflow:
             state.finished_at = self._run.now()
             self._run.set_phase(Phase.SUCCEEDED)
         elif outcome.kind == "failed" and outcome.failure is not None:
-            await self._recovery.recover(outcome.failure)
+            async with self._run.pool_lock:
+                await self._recovery.recover(outcome.failure)
         elif outcome.kind == "straggler" and outcome.straggler is not None:
-            await self._recovery.straggler_swap(outcome.straggler)
+            async with self._run.pool_lock:
+                await self._recovery.straggler_swap(outcome.straggler)
         elif (
             outcome.kind == "preempted"
             and outcome.failure is not None
             and workflow.patched(PATCH_SLURM_PREEMPTION)
         ):
-            await self._slurm.on_preempted(outcome.failure)
+            async with self._run.pool_lock:
+                await self._slurm.on_preempted(outcome.failure)
         if self.spec.checkpoints.interval == "auto" and outcome.kind in TUNED_OUTCOMES:
             await self._checkpoints.tune_interval(outcome)
 
@@ -532,7 +546,8 @@ class JobWorkflow:
                 timeout_summary="short of nodes: ask the fleet again",
             )
         except TimeoutError:
-            await self._fleet.ask_again()
+            async with self._run.pool_lock:
+                await self._fleet.ask_again()
             return
         if not (self._resume_requested or self._force is not None):
             await (

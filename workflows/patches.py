@@ -205,3 +205,18 @@ PATCH_FLEET_WAITS_ONLY_FOR_NODES = _patch(
     "had a node.",
     introduced="a7a541a (issue 26)",
 )
+PATCH_POOL_LOCK = _patch(
+    "pool-edits-locked",
+    owner="job (return handler), run_context (pool lock)",
+    changes="``return`` holds the pool lock across its fence and release, so it waits for "
+    "a recovery, launch or fleet retry that is moving nodes (and they for it); before, "
+    "it could release the node between two steps of a swap.",
+    introduced="issue 27",
+)
+PATCH_HANDLERS_FINISH = _patch(
+    "handlers-finish-before-return",
+    owner="job (run)",
+    changes="A run that ends while an update is still running waits for it before it "
+    "completes, so its caller gets an answer. Asked only when one is running.",
+    introduced="issue 27",
+)

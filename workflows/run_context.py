@@ -15,7 +15,10 @@ activity.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from temporalio import workflow
@@ -69,6 +72,15 @@ class JobRun:
         """PATCH_SEARCH_ATTRIBUTES_V2 applies to this run."""
         self.published: tuple[str | None, int | None] = (None, None)
         """The failure class and generation last upserted by this run."""
+        self.pool_lock = asyncio.Lock()
+        """Held by whatever edits the node pool across an ``await``: a recovery, a
+        launch (its preflight swaps), the fleet's retry, and ``return``'s fence and
+        release, so a message handler never interleaves with a swap (Temporal's safe
+        message handlers). Taken without waiting when free: no command changes."""
+
+    def editing_pool(self, locked: bool) -> AbstractAsyncContextManager[Any]:
+        """The pool lock for a handler, or (a history from before it) nothing."""
+        return self.pool_lock if locked else contextlib.nullcontext()
 
     def begin(self, spec: JobSpec) -> None:
         """The run starts: the spec it was started (or continued) with."""
