@@ -23,6 +23,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import ActivityRef
@@ -46,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         route,
         routes_by_host,
     )
-    from lazarus.workflows.state import JobState, Phase
+    from lazarus.workflows.state import JobState, Phase, strict_phases, undrawn_transition
 
 
 class JobRun:
@@ -104,6 +105,13 @@ class JobRun:
         return workflow.now().timestamp()
 
     def set_phase(self, phase: Phase) -> None:
+        """Change phase, along a transition drawn on :class:`Phase` (one that is not is
+        logged, never fatal in production; the workflow tests make it fatal)."""
+        problem = undrawn_transition(self.state.phase, phase)
+        if problem is not None:
+            workflow.logger.warning(problem)
+            if strict_phases():
+                raise ApplicationError(problem, type="UndrawnTransition", non_retryable=True)
         if self.state.phase != phase:
             self.state.phase = phase
             self.publish_phase()
