@@ -93,7 +93,7 @@ class HandOver:
         self.run.state.runs += 1
         workflow.continue_as_new(
             JobInput(
-                spec=self.run.spec,
+                spec=self.run.intent,
                 state=self.run.state,
                 continue_as_new_after_events=self.continue_as_new_after,
             ),

@@ -47,7 +47,13 @@ with workflow.unsafe.imports_passed_through():
         route,
         routes_by_host,
     )
-    from lazarus.workflows.state import JobState, Phase, strict_phases, undrawn_transition
+    from lazarus.workflows.state import (
+        JobState,
+        NodeRoster,
+        Phase,
+        strict_phases,
+        undrawn_transition,
+    )
 
 
 class JobRun:
@@ -59,6 +65,8 @@ class JobRun:
 
     def __init__(self, state: JobState) -> None:
         self._spec: JobSpec | None = None
+        self._effective: tuple[NodeRoster, JobSpec] | None = None
+        """The last spec derived from ``state.roster``, with the roster it came from."""
         self.state = state
         self.escalate: Callable[[EscalationHookRequest], None] = _no_delivery
         """Delivers an escalation hook beside the state machine: set by ``hand_over``."""
@@ -84,18 +92,34 @@ class JobRun:
         return self.pool_lock if locked else contextlib.nullcontext()
 
     def begin(self, spec: JobSpec) -> None:
-        """The run starts: the spec it was started (or continued) with."""
+        """The run starts: the spec it was started (or continued) with, its intent,
+        assigned here only; where it runs since lives in ``state.roster``."""
         self._spec = spec
 
     @property
-    def spec(self) -> JobSpec:
-        """The job as it runs now: read-only for steps."""
+    def intent(self) -> JobSpec:
+        """The spec as started (continue-as-new carries it, with the state)."""
         assert self._spec is not None, "the workflow has not started"
         return self._spec
 
+    @property
+    def spec(self) -> JobSpec:
+        """The job as it runs now (its intent on ``state.roster``): read-only for steps."""
+        roster = self.state.roster
+        if roster is None:
+            return self.intent
+        if self._effective is None or self._effective[0] is not roster:
+            self._effective = (roster, roster.applied_to(self.intent))
+        return self._effective[1]
+
     def move_to(self, spec: JobSpec) -> None:
-        """The job runs on other nodes from now on (leased, granted, grown, swapped)."""
-        self._spec = spec
+        """The job runs on other nodes from now on (leased, granted, grown, the fleet's
+        spares): they go into the state, the intent stays as it was."""
+        if spec is self.spec:
+            return  # nothing moved (the fleet had no node to give)
+        roster = NodeRoster.of(spec)
+        self.state.roster = roster
+        self._effective = (roster, spec)
 
     def route(self, ref: ActivityRef[Any, Any]) -> dict[str, str]:
         """``execute`` options that send ``ref`` to the job's host queue, if it has one."""

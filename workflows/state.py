@@ -26,7 +26,7 @@ from lazarus.domain.contracts import (
 from lazarus.domain.evidence import cap_evidence
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.recovery_timeline import RecoveryTimeline
-from lazarus.domain.spec import JobSpec
+from lazarus.domain.spec import FleetLeaseSpec, JobSpec, NodeSpec, SlurmSpec
 from lazarus.domain.timeline import TimelineCut, with_cut
 from lazarus.workflows.playbook import Action, Decision, PastFailure
 
@@ -435,6 +435,31 @@ class DroppedIncidentTotals(BaseModel):
         self.redone_s += lost * seconds_per_step
 
 
+class NodeRoster(BaseModel):
+    """Where the job runs at runtime, apart from its spec: the node lists and the
+    settings that name them (the Slurm allocation granted, the fleet's lease)."""
+
+    nodes: list[NodeSpec]
+    spares: list[NodeSpec] = Field(default_factory=list)
+    slurm: SlurmSpec | None = None
+    fleet: FleetLeaseSpec | None = None
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> NodeRoster:
+        return cls(nodes=spec.nodes, spares=spec.spares, slurm=spec.slurm, fleet=spec.fleet)
+
+    def applied_to(self, intent: JobSpec) -> JobSpec:
+        """The job as it runs: its intent, on these nodes."""
+        return intent.model_copy(
+            update={
+                "nodes": self.nodes,
+                "spares": self.spares,
+                "slurm": self.slurm,
+                "fleet": self.fleet,
+            }
+        )
+
+
 class JobState(BaseModel):
     """Carried across continue-as-new; the workflow's only memory."""
 
@@ -535,6 +560,11 @@ class JobState(BaseModel):
     cleanup_unreached: list[str] = Field(default_factory=list)
     """Nodes the end-of-run cleanup could not reach: this run's zygote and memory-tier
     snapshots may still be there (a host that comes back, or a person, removes them)."""
+    roster: NodeRoster | None = None
+    """The nodes the job runs on once they differ from its spec (leased, granted, grown,
+    or the fleet's spares); None: the spec's. The spec itself is intent, never
+    rewritten (``run_context.JobRun.spec`` joins the two). Histories from before it
+    carried these in the spec they continued as new with, and still do."""
 
     # Incident bookkeeping: pure, unit-tested in tests/unit/test_incidents.py. Ids keep
     # counting past the incidents dropped from the bounded list.

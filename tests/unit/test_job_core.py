@@ -106,3 +106,19 @@ def test_continue_as_new_waits_for_every_handler() -> None:
         if isinstance(n, ast.AsyncFunctionDef) and n.name == "maybe_continue_as_new"
     )
     assert "all_handlers_finished" in _names(hop)
+
+
+def test_the_job_spec_is_assigned_in_one_place() -> None:
+    """``self._spec =`` only where a run begins: runtime nodes live in the state."""
+    sites = [
+        f"{path.name}:{node.lineno}"
+        for path in sorted(WORKFLOWS.glob("*.py"))
+        if path.name != "housekeeping.py"  # its own snapshot, taken at the run's start
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute)
+        and target.attr == "_spec"
+        and isinstance(node.value, ast.Name)
+    ]
+    assert len(sites) == 1, sites
