@@ -11,20 +11,29 @@ report; the live step travels in its heartbeat details instead. When history
 gets long the workflow continues as new, carrying :class:`JobState`, and the new
 run adopts the live ranks rather than relaunching them.
 
-The class holds the state machine only: the phases' turns, the message handlers and
-the activity calls. What it decides with lives in pure modules beside it, each
-unit-tested without a server:
+The class is the job's core: the message handlers, the turn loop (``_turn``) and
+the launch, supervise, pause and wait turns. Each feature's durable steps (await an
+activity, record the result, change phase) live in a collaborator of their own,
+which gets a narrow :class:`~lazarus.workflows.run_context.JobRun` (the spec
+read-only, the state, the clock, the phase, routing, an escalation), not the
+workflow:
 
-- ``playbook``: what to do about a failure or a straggler; ``failures`` and
-  ``stragglers``: what those decisions weigh, and the records they leave;
-- ``state``: incident bookkeeping and node-pool moves;
-- ``operator_requests``: whether pause, resume, recover, drain or return can be taken;
-- ``stops``: which nodes a stop reaches, fencing, and what a planned stop cost;
-- ``resume_points``: untrusted checkpoints skipped and rolled back, on the incident;
-- ``escalation``: the ``on_escalation`` hook's payload and delivery record;
-- ``placement``: the run directory and the nodes of the current generation;
-- ``housekeeping``: checkpoint tiering and retention, a loop beside the machine;
-- ``status`` and ``accounting``: what a query shows.
+- ``run_context``: ``JobRun``, and the pool lock every pool edit across an await holds;
+- ``recovery_steps``: a failure's recovery, a forced recovery, a straggler swap;
+- ``checkpoint_steps``: resume point, verify, restore, retier, just-in-time checkpoint,
+  planned stop, rollback, interval tuning;
+- ``stop_steps``: stops, fencing, swapping a node out; ``preflight_steps``: the preflight;
+- ``slurm_steps``: preemption, resubmission, ``slurm.grow``;
+- ``fleet_steps`` (over ``fleet_link``): lease, report, spares, hand back, release;
+- ``hand_over``: continue-as-new and escalation hook delivery;
+- ``housekeeping``: checkpoint tiering and retention, a loop beside the machine.
+
+What they decide with lives in pure modules, each unit-tested without a server:
+``playbook`` (with ``failures``, ``stragglers``, ``rejoin``), ``state`` (incidents,
+the node pool, the :class:`Phase` diagram and its ``TRANSITIONS``),
+``operator_requests``, ``stops``, ``resume_points``, ``preemption``, ``escalation``,
+``placement``, ``routing``, ``checkpoint_tuning``, ``current_details``, ``status`` and
+``accounting``. Every ``workflow.patched`` id is in ``patches``.
 """
 
 from __future__ import annotations
@@ -37,10 +46,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from lazarus.domain.activity_refs import (
-        LAUNCH,
-        SUPERVISE,
-    )
+    from lazarus.domain.activity_refs import LAUNCH, SUPERVISE
     from lazarus.domain.api import (
         QUERY_STATUS,
         SIGNAL_FORCE_RECOVER,
@@ -51,11 +57,7 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_RETURN,
         WORKFLOW_TYPE,
     )
-    from lazarus.domain.contracts import (
-        LaunchRequest,
-        SuperviseOutcome,
-        SuperviseRequest,
-    )
+    from lazarus.domain.contracts import LaunchRequest, SuperviseOutcome, SuperviseRequest
     from lazarus.domain.spec import JobSpec
     from lazarus.workflows.activity_calls import (
         LAUNCH_RETRY,
@@ -66,16 +68,9 @@ with workflow.unsafe.imports_passed_through():
         worker_loss_timeout,
     )
     from lazarus.workflows.checkpoint_steps import CheckpointSteps
-    from lazarus.workflows.checkpoint_tuning import (
-        TUNED_OUTCOMES,
-    )
-    from lazarus.workflows.failures import (
-        unreachable_failure,
-        unreachable_node,
-    )
-    from lazarus.workflows.fleet_link import (
-        waits_on_fleet,
-    )
+    from lazarus.workflows.checkpoint_tuning import TUNED_OUTCOMES
+    from lazarus.workflows.failures import unreachable_failure, unreachable_node
+    from lazarus.workflows.fleet_link import waits_on_fleet
     from lazarus.workflows.fleet_steps import FleetSteps
     from lazarus.workflows.hand_over import HandOver
     from lazarus.workflows.housekeeping import Housekeeper
@@ -102,22 +97,12 @@ with workflow.unsafe.imports_passed_through():
         PATCH_SEARCH_ATTRIBUTES_V2,
         PATCH_SLURM_PREEMPTION,
     )
-    from lazarus.workflows.placement import (
-        active_nodes,
-        generation_dir,
-        run_root,
-        world_size,
-    )
-    from lazarus.workflows.preemption import (
-        handled_preemption_at,
-        preempt_marker_for,
-    )
+    from lazarus.workflows.placement import active_nodes, generation_dir, run_root, world_size
+    from lazarus.workflows.preemption import handled_preemption_at, preempt_marker_for
     from lazarus.workflows.preflight_steps import Preflight
     from lazarus.workflows.recovery_steps import RecoverySteps
     from lazarus.workflows.rejoin import rejoin_evidence
-    from lazarus.workflows.routing import (
-        route,
-    )
+    from lazarus.workflows.routing import route
     from lazarus.workflows.run_context import JobRun
     from lazarus.workflows.slurm_steps import SlurmSteps
     from lazarus.workflows.state import (

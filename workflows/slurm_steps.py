@@ -22,10 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.domain.spec import SlurmSpec, slurm_node
     from lazarus.workflows.activity_calls import QUICK_RETRY, cause, execute, worker_loss_timeout
     from lazarus.workflows.checkpoint_steps import CheckpointSteps
-    from lazarus.workflows.patches import (
-        PATCH_SLURM_ALLOCATION,
-        PATCH_SLURM_OWN_JOBS,
-    )
+    from lazarus.workflows.patches import PATCH_SLURM_ALLOCATION, PATCH_SLURM_OWN_JOBS
     from lazarus.workflows.playbook import Action
     from lazarus.workflows.preemption import (
         allocation_mismatch,
