@@ -43,34 +43,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.domain.spec import FleetLeaseSpec, JobSpec, NodeSpec
     from lazarus.workflows.activity_calls import cause, execute
+    from lazarus.workflows.patches import (
+        PATCH_FLEET,
+        PATCH_FLEET_HAND_BACK,
+        PATCH_FLEET_WAIT_FOR_NODE,
+        PATCH_FLEET_WAITS_ONLY_FOR_NODES,
+    )
     from lazarus.workflows.state import JobState, Phase
-
-PATCH_FLEET = "fleet"
-"""Jobs with ``spec.fleet`` lease, report and release through their fleet. Checked only
-for such jobs: a job without a fleet issues exactly the commands it did before."""
-
-PATCH_FLEET_HAND_BACK = "fleet-hand-back"
-"""A running job gives its fenced quarantined nodes back to its fleet at each launch,
-counts the node its incident's stop just reached as fenced, and takes back a node the
-fleet hands it again. Before it, quarantined nodes waited for the job's end: over a
-54-day run the shared pool drained, and the job waited for an operator instead of
-for repaired nodes (``bench/README.md``, Scale). Asked only by jobs with a fleet and
-``fleet.hand_back``."""
-
-PATCH_FLEET_WAIT_FOR_NODE = "fleet-wait-for-node"
-"""A fleet job that waits for an operator with too few nodes asks its fleet again every
-``fleet.retry_s``, and goes on by itself when the fleet has a node (a repaired node
-back from probation, or one another job released). Asked only by jobs with a fleet,
-and only once such a wait begins."""
-
-PATCH_FLEET_WAITS_ONLY_FOR_NODES = "fleet-waits-only-for-nodes"
-"""Issue 26: the fleet retry of :data:`PATCH_FLEET_WAIT_FOR_NODE` resumes a job only
-when being short of nodes is its whole reason for waiting (``JobState.waits_for_node``:
-no spare left). Before it, a job that escalated for a spent restart budget, a crash
-loop or ranks that would not die also held a quarantined node, so it was "short" too,
-and relaunched by itself, without a person, as soon as the fleet had a node. Asked
-only by fleet jobs, once such a wait would arm the retry; histories from before keep
-their retry timers."""
 
 MAX_FLEET_NOTES = 50
 

@@ -37,16 +37,9 @@ with workflow.unsafe.imports_passed_through():
         execute,
         worker_loss_timeout,
     )
+    from lazarus.workflows.patches import PATCH_HOUSEKEEPING_STOPS
     from lazarus.workflows.routing import route
     from lazarus.workflows.state import JobState
-
-PATCH_HOUSEKEEPING_STOPS = "housekeeping-stops-when-told"
-"""A loop told to stop ends even when the cancellation reaches it as a failed upload or
-collection, or not at all (a watch that completed in the activation that cancelled it
-returns its result); and the run waits for its loop to end before it completes. Before,
-the loop went on: a continue-as-new waiting for it hung the job, and a loop still going
-when the run completed issued commands after the completion, which the server refuses
-(found by ``python -m bench simulate``)."""
 
 # ------------------------------------------------------------------ decisions
 

@@ -11,128 +11,69 @@ report; the live step travels in its heartbeat details instead. When history
 gets long the workflow continues as new, carrying :class:`JobState`, and the new
 run adopts the live ranks rather than relaunching them.
 
-The class holds the state machine only: the phases' turns, the message handlers and
-the activity calls. What it decides with lives in pure modules beside it, each
-unit-tested without a server:
+The class is the job's core: the message handlers, the turn loop (``_turn``) and
+the launch, supervise, pause and wait turns. Each feature's durable steps (await an
+activity, record the result, change phase) live in a collaborator of their own,
+which gets a narrow :class:`~lazarus.workflows.run_context.JobRun` (the spec
+read-only, the state, the clock, the phase, routing, an escalation), not the
+workflow:
 
-- ``playbook``: what to do about a failure or a straggler; ``failures`` and
-  ``stragglers``: what those decisions weigh, and the records they leave;
-- ``state``: incident bookkeeping and node-pool moves;
-- ``operator_requests``: whether pause, resume, recover, drain or return can be taken;
-- ``stops``: which nodes a stop reaches, fencing, and what a planned stop cost;
-- ``resume_points``: untrusted checkpoints skipped and rolled back, on the incident;
-- ``escalation``: the ``on_escalation`` hook's payload and delivery record;
-- ``placement``: the run directory and the nodes of the current generation;
-- ``housekeeping``: checkpoint tiering and retention, a loop beside the machine;
-- ``status`` and ``accounting``: what a query shows.
+- ``run_context``: ``JobRun``, and the pool lock every pool edit across an await holds;
+- ``recovery_steps``: a failure's recovery, a forced recovery, a straggler swap;
+- ``checkpoint_steps``: resume point, verify, restore, retier, just-in-time checkpoint,
+  planned stop, rollback, interval tuning;
+- ``stop_steps``: stops, fencing, swapping a node out; ``preflight_steps``: the preflight;
+- ``slurm_steps``: preemption, resubmission, ``slurm.grow``;
+- ``fleet_steps`` (over ``fleet_link``): lease, report, spares, hand back, release;
+- ``hand_over``: continue-as-new and escalation hook delivery;
+- ``housekeeping``: checkpoint tiering and retention, a loop beside the machine.
+
+What they decide with lives in pure modules, each unit-tested without a server:
+``playbook`` (with ``failures``, ``stragglers``, ``rejoin``), ``state`` (incidents,
+the node pool, the :class:`Phase` diagram and its ``TRANSITIONS``),
+``operator_requests``, ``stops``, ``resume_points``, ``preemption``, ``escalation``,
+``placement``, ``routing``, ``checkpoint_tuning``, ``current_details``, ``status`` and
+``accounting``. Every ``workflow.patched`` id is in ``patches``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from lazarus.domain.activity_refs import (
-        CHECKPOINT_NOW,
-        FIND_VERIFIED_CHECKPOINT,
-        GROW_ALLOCATION,
-        LAUNCH,
-        PREFLIGHT,
-        RESTORE_CHECKPOINT,
-        ROLL_BACK_CHECKPOINT,
-        RUN_ESCALATION_HOOK,
-        SET_CHECKPOINT_INTERVAL,
-        STOP,
-        SUBMIT_ALLOCATION,
-        SUPERVISE,
-    )
+    from lazarus.domain.activity_refs import LAUNCH, SUPERVISE
     from lazarus.domain.api import (
-        FAILURE_CLASS_ATTRIBUTE,
-        GENERATION_ATTRIBUTE,
-        PHASE_ATTRIBUTE,
         QUERY_STATUS,
         SIGNAL_FORCE_RECOVER,
         SIGNAL_PAUSE,
         SIGNAL_RESUME,
-        STEP_ATTRIBUTE,
         UPDATE_DRAIN,
         UPDATE_RECOVER,
         UPDATE_RETURN,
         WORKFLOW_TYPE,
     )
-    from lazarus.domain.contracts import (
-        CheckpointNowRequest,
-        CheckpointRef,
-        CheckpointSearch,
-        EscalationHookRequest,
-        FailureReport,
-        FindVerifiedCheckpointRequest,
-        GrowAllocationRequest,
-        LaunchRequest,
-        PreflightActivityRequest,
-        PreflightReport,
-        RestoreCheckpointRequest,
-        RollbackRequest,
-        StopRequest,
-        StopResult,
-        StragglerReport,
-        SuperviseOutcome,
-        SuperviseRequest,
-    )
-    from lazarus.domain.memory_tier import memory_checkpoint_dir
-    from lazarus.domain.recovery_timeline import RecoveryTimeline
-    from lazarus.domain.spec import JobSpec, SlurmSpec, StrategyName, slurm_node
+    from lazarus.domain.contracts import LaunchRequest, SuperviseOutcome, SuperviseRequest
+    from lazarus.domain.spec import JobSpec
     from lazarus.workflows.activity_calls import (
-        END_OF_RUN_RETRY,
-        HOOK_RETRY,
         LAUNCH_RETRY,
-        NO_RETRY,
         QUICK_RETRY,
         cause,
         execute,
         start,
         worker_loss_timeout,
     )
-    from lazarus.workflows.checkpoint_tuning import (
-        TUNED_OUTCOMES,
-        describe,
-        interval_in_force,
-        interval_request,
-        record_sent,
-        retune,
-    )
-    from lazarus.workflows.current_details import current_details, failure_class_attribute
-    from lazarus.workflows.escalation import (
-        hook_failed,
-        hook_finished,
-        hook_ran,
-        queue_escalation,
-    )
-    from lazarus.workflows.failures import (
-        failure_context,
-        unreachable_failure,
-        unreachable_node,
-    )
-    from lazarus.workflows.fleet_link import (
-        ask_again,
-        ask_for_spare,
-        fleet_of,
-        hand_back_fenced,
-        hands_back,
-        release_nodes,
-        take_lease,
-        tell_fleet,
-        waits_on_fleet,
-    )
-    from lazarus.workflows.housekeeping import Housekeeper, must_rewatch
+    from lazarus.workflows.checkpoint_steps import CheckpointSteps
+    from lazarus.workflows.checkpoint_tuning import TUNED_OUTCOMES
+    from lazarus.workflows.failures import unreachable_failure, unreachable_node
+    from lazarus.workflows.fleet_link import waits_on_fleet
+    from lazarus.workflows.fleet_steps import FleetSteps
+    from lazarus.workflows.hand_over import HandOver
+    from lazarus.workflows.housekeeping import Housekeeper
     from lazarus.workflows.operator_requests import (
         WAITING,
         drain_recovery,
@@ -146,158 +87,59 @@ with workflow.unsafe.imports_passed_through():
         resume_refusal,
         return_refusal,
     )
-    from lazarus.workflows.placement import (
-        active_nodes,
-        generation_dir,
-        node_spec,
-        run_root,
-        world_size,
+    from lazarus.workflows.patches import (
+        PATCH_CONTINUE_AS_NEW_ANY_PHASE,
+        PATCH_FAST_RECOVERY,
+        PATCH_HANDLERS_FINISH,
+        PATCH_NODES_BEFORE_RESUME,
+        PATCH_POOL_LOCK,
+        PATCH_RUN_DIRECTORY,
+        PATCH_SEARCH_ATTRIBUTES_V2,
+        PATCH_SLURM_PREEMPTION,
     )
-    from lazarus.workflows.playbook import Action, decide, straggler_decision
-    from lazarus.workflows.preemption import (
-        allocation_mismatch,
-        handled_preemption_at,
-        move_to_allocation,
-        open_preemption,
-        preempt_marker_for,
-        record_preemption,
-        record_resubmission,
-        record_resubmission_refused,
-        resubmission,
-    )
-    from lazarus.workflows.rejoin import plan_rejoin, rejoin_dropped, rejoin_evidence
-    from lazarus.workflows.resume_points import record_rollback, record_skipped
-    from lazarus.workflows.routing import (
-        PATCH_HOST_TASK_QUEUE,
-        declared_host,
-        host_task_queue,
-        learned_host_queue,
-        route,
-        routes_by_host,
-    )
+    from lazarus.workflows.placement import active_nodes, generation_dir, run_root, world_size
+    from lazarus.workflows.preemption import handled_preemption_at, preempt_marker_for
+    from lazarus.workflows.preflight_steps import Preflight
+    from lazarus.workflows.recovery_steps import RecoverySteps
+    from lazarus.workflows.rejoin import rejoin_evidence
+    from lazarus.workflows.routing import route
+    from lazarus.workflows.run_context import JobRun
+    from lazarus.workflows.slurm_steps import SlurmSteps
     from lazarus.workflows.state import (
         MAX_RECORDS,
         ForceRecover,
         IgnoredMessage,
-        Incident,
         JobInput,
         JobState,
         JobStatus,
         NodeRequest,
         Phase,
-        PlannedMove,
-        PlannedStop,
     )
     from lazarus.workflows.status import job_status
-    from lazarus.workflows.stops import (
-        checkpoint_evidence,
-        end_of_run_targets,
-        reached,
-        record_planned_stop,
-        settle_stop,
-        stop_targets,
-    )
-    from lazarus.workflows.stragglers import (
-        open_straggler_incident,
-        record_straggler,
-        straggler_context,
-    )
-
-# Staged patches (``workflow.patched``): each changes which commands a run issues, so a
-# history recorded before it (tests/fixtures/histories/released/) must keep its old
-# path on replay. Remove one only after every job started before it has finished,
-# going through ``workflow.deprecate_patch`` first. The fleet's patches sit beside the
-# code that asks them, in ``fleet_link`` (which this module imports, so they cannot live
-# here): PATCH_FLEET, PATCH_FLEET_HAND_BACK, PATCH_FLEET_WAIT_FOR_NODE and, for issue
-# 26, PATCH_FLEET_WAITS_ONLY_FOR_NODES (the fleet retry resumes only "no spare left").
-PATCH_RUN_DIRECTORY = "run-directory-per-start"
-"""Each start gets ``<run_dir>/<job_id>/run-<run id>``; older jobs keep ``<job_id>/``."""
-PATCH_CONTINUE_AS_NEW_ANY_PHASE = "continue-as-new-in-every-phase"
-"""Continue-as-new is checked while supervising, paused or waiting for an operator,
-and a hook that keeps failing no longer blocks it (its delivery moves to the next run)."""
-PATCH_RETIER_AFTER_FALLBACK = "retier-after-fallback"
-"""Resuming below the newest tiered step restarts the checkpoint watch there, so the
-checkpoints written after a rollback or a fallback are tiered too."""
-PATCH_FAST_RECOVERY = "fast-recovery"
-"""The recovery fast path: no backoff for the first failure after progress, no second
-fence stop of a generation the recovery has just stopped, and a cleanup stop at the
-end of a run that used warm starts or the memory tier."""
-PATCH_SLURM_PREEMPTION = "slurm-preemption"
-"""A ``preempted`` supervision outcome (Slurm is taking the allocation away) is met
-with a just-in-time checkpoint, a stop and PAUSED (issue 13)."""
-PATCH_SLURM_ALLOCATION = "slurm-allocation-changes"
-"""The job may change its Slurm allocation: a new one after a preemption
-(``slurm.resubmit``), a node more when a lost one has no spare (``slurm.grow``)."""
-PATCH_CHECKPOINT_INTERVAL_AUTO = "checkpoint-interval-auto"
-"""``checkpoints.interval: auto`` sends Young-Daly intervals to the ranks (issue 14);
-asked only by jobs that set it, so other jobs issue exactly the commands they did."""
-PATCH_SEARCH_ATTRIBUTES_V2 = "search-attributes-v2"
-"""``LazarusFailureClass`` and ``LazarusGeneration`` are upserted when they change."""
-PATCH_REJOIN = "rejoin-in-place"
-"""``rejoin``: a crashed rank's survivors keep their process into the next generation
-(issue 16); asked only by jobs that set it, so other jobs issue the commands they did."""
-PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW = "escalation-hook-survives-continue-as-new"
-"""A hook delivery cancelled by the run's own continue-as-new stays in
-``pending_hooks``, so the next run delivers it. Before, the cancellation counted as a
-failed delivery and dropped it: the job waited in NEEDS_OPERATOR and nobody was paged
-(found by ``python -m bench simulate``, where it left jobs open past the horizon)."""
-PATCH_NODES_BEFORE_RESUME = "node-set-before-resume-point"
-"""Issue 26: a launch runs the preflight (and the swaps, shrink or ``slurm.grow`` it
-causes) *before* the rollback and the resume-point search, so the memory tier is
-searched on exactly the nodes that launch; before, a spare swapped in by the
-preflight was sent a tmpfs snapshot it never held. And a rejoin planned on nodes the
-preflight then changed is dropped: every rank is stopped and the whole generation
-restarts, instead of carrying survivors outside the new world or on a quarantined
-node. Without it (an older history) the search runs first, as it did."""
-PATCH_SLURM_OWN_JOBS = "slurm-own-jobs"
-"""A resubmitted allocation smaller than the job's nodes and spares pauses the job
-with the reason (the resubmission is refused) instead of raising ValueError in
-workflow code, which failed the workflow task on every retry and left the job stuck
-in RECOVERING (issue 26). Consulted only when such an allocation is granted, so every
-other history issues the commands it did."""
-PATCH_END_OF_RUN_EVERY_NODE = "end-of-run-every-node"
-"""The end-of-run stop (finished, failed or cancelled) reaches every node the run
-touched (``stops.end_of_run_targets``), not only the active and unfenced ones, with a
-bounded retry, and notes the nodes it could not reach (issue 26). Before, zygotes,
-idle standbys and ``/dev/shm`` snapshots outlived the run on nodes that had been
-fenced, returned or handed back to the fleet."""
-PATCH_NO_REJOIN_IN_REJOIN = "no-rejoin-during-a-rejoin"
-"""Issue 26: a failure before the first step of a generation that carried survivors
-restarts the whole generation: the survivors are blocked in that generation's
-rendezvous, and carrying them again cost a startup timeout."""
-SLURM_QUEUE_MARGIN = timedelta(minutes=2)
-"""Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""
-
-DOOMED_KINDS = frozenset({"crash", "hang", "vanished", "node_lost"})
-"""Failures whose surviving ranks are stuck in a collective with a dead (or frozen)
-peer: they cannot checkpoint, so they are killed at once instead of given a grace."""
+    from lazarus.workflows.stop_steps import StopSteps
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class JobWorkflow:
     def __init__(self) -> None:
-        self._spec: JobSpec | None = None
         self._state = JobState()
-        self._continue_as_new_after = 10_000
+        self._run = JobRun(self._state)
         self._pause_requested = False
         self._resume_requested = False
         self._force: ForceRecover | None = None
-        self._hooks: list[asyncio.Task[None]] = []
-        self._handing_over = False
-        """Set when this run cancels its hook deliveries to continue as new."""
-        self._housekeeper: Housekeeper | None = None
-        self._continue_anywhere = False
-        """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
-        self._fast = False
-        """PATCH_FAST_RECOVERY applies to this run."""
         self._pausing = False
         """A pause is being carried out (its just-in-time checkpoint and stop)."""
-        self._by_host = False
-        """PATCH_HOST_TASK_QUEUE applies to this run (a job of local nodes)."""
-        self._attributes_v2 = False
-        """PATCH_SEARCH_ATTRIBUTES_V2 applies to this run."""
-        self._published: tuple[str | None, int | None] = (None, None)
-        """The failure class and generation last upserted by this run."""
+        self._stops = StopSteps(self._run)
+        self._checkpoints = CheckpointSteps(self._run, self._stops)
+        self._fleet = FleetSteps(self._run)
+        self._slurm = SlurmSteps(self._run, self._stops, self._checkpoints)
+        self._preflight = Preflight(self._run, self._stops, self._slurm, self._fleet)
+        self._recovery = RecoverySteps(
+            self._run, self._stops, self._checkpoints, self._fleet, self._slurm
+        )
+        self._hand_over = HandOver(
+            self._run, 10_000, busy=lambda: self._interrupted() or self._resume_requested
+        )
 
     # ----------------------------------------------------------------- messages
 
@@ -360,7 +202,7 @@ class JobWorkflow:
         workflow.logger.warning("ignored %s: %s", name, reason)
         state.ignored_messages = [
             *state.ignored_messages,
-            IgnoredMessage(name=name, at=self._now(), phase=state.phase, reason=reason),
+            IgnoredMessage(name=name, at=self._run.now(), phase=state.phase, reason=reason),
         ][-MAX_RECORDS:]
 
     @workflow.update(name=UPDATE_DRAIN)
@@ -378,17 +220,20 @@ class JobWorkflow:
     @workflow.update(name=UPDATE_RETURN)
     async def return_node(self, request: NodeRequest) -> str:
         """Take a node out of quarantine into the spares, but only once whatever stale
-        generation it may still run has been stopped (fencing)."""
-        stopped = await self._stop_all(
-            f"fence {request.node} before returning it", [request.node], undrain=True
-        )
-        if request.node in stopped.unreachable:
-            raise ApplicationError(
-                f"node {request.node!r} is still unreachable; it stays quarantined",
-                non_retryable=True,
+        generation it may still run has been stopped (fencing). The pool lock keeps a
+        recovery from moving nodes between the fence and the release (histories from
+        before PATCH_POOL_LOCK ran without it)."""
+        async with self._run.editing_pool(workflow.patched(PATCH_POOL_LOCK)):
+            stopped = await self._stops.stop_all(
+                f"fence {request.node} before returning it", [request.node], undrain=True
             )
-        self._state.pool.release(request.node)
-        return f"{request.node} is a spare again"
+            if request.node in stopped.unreachable:
+                raise ApplicationError(
+                    f"node {request.node!r} is still unreachable; it stays quarantined",
+                    non_retryable=True,
+                )
+            self._state.pool.release(request.node)
+            return f"{request.node} is a spare again"
 
     @return_node.validator
     def _validate_return(self, request: NodeRequest) -> None:
@@ -399,60 +244,58 @@ class JobWorkflow:
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> JobStatus:
-        return job_status(self.spec, self._state, self._now(), run_root(self.spec, self._state))
+        return job_status(self.spec, self._state, self._run.now(), run_root(self.spec, self._state))
 
     # ---------------------------------------------------------------- main loop
 
     @workflow.run
     async def run(self, job: JobInput) -> JobStatus:
-        self._spec = job.spec
-        self._continue_as_new_after = job.continue_as_new_after_events
+        self._run.begin(job.spec)
+        self._hand_over.continue_as_new_after = job.continue_as_new_after_events
         if job.state is not None:
-            self._state = job.state
+            self._state = self._run.state = job.state
         else:
-            self._state.started_at = self._now()
+            self._state.started_at = self._run.now()
             self._state.pool.active = [n.name for n in job.spec.nodes]
             self._state.pool.spares = [n.name for n in job.spec.spares]
             if workflow.patched(PATCH_RUN_DIRECTORY):
                 # A new start never sees an earlier start's launch.json, exit files,
                 # fences or escalation markers; continue-as-new keeps the key.
                 self._state.run_key = f"run-{workflow.info().run_id}"
-        self._continue_anywhere = workflow.patched(PATCH_CONTINUE_AS_NEW_ANY_PHASE)
-        self._fast = workflow.patched(PATCH_FAST_RECOVERY)
-        self._attributes_v2 = workflow.patched(PATCH_SEARCH_ATTRIBUTES_V2)
+        self._run.continue_anywhere = workflow.patched(PATCH_CONTINUE_AS_NEW_ANY_PHASE)
+        self._run.fast = workflow.patched(PATCH_FAST_RECOVERY)
+        self._run.attributes_v2 = workflow.patched(PATCH_SEARCH_ATTRIBUTES_V2)
         if job.state is None and job.spec.fleet is not None:
-            await self._lease_from_fleet()
-        self._pin_to_host()
-        self._publish_phase()
-        self._housekeeper = Housekeeper(self.spec, self._state)
-        self._housekeeper.start()
+            await self._fleet.lease()
+        self._run.pin_to_host()
+        self._run.publish_phase()
+        self._run.housekeeper = Housekeeper(self.spec, self._state)
+        self._run.housekeeper.start()
         for request in self._state.pending_hooks:  # carried over by continue-as-new
-            self._hooks.append(asyncio.create_task(self._deliver_escalation(request)))
+            self._hand_over.deliver_later(request)
         try:
             while not self._state.phase.is_terminal:
                 await self._turn()
-                self._explain()
+                self._run.explain()
         except asyncio.CancelledError:
             self._stop_housekeeping()
-            await self._stop_all("job cancelled", end_of_run=self._run_leaves_state())
-            if self._housekeeper is not None:
-                await self._housekeeper.ended()
-            await self._release_to_fleet()
-            self._set_phase(Phase.CANCELLED)
-            self._state.finished_at = self._now()
+            await self._stops.stop_all("job cancelled", end_of_run=self._stops.run_leaves_state())
+            if self._run.housekeeper is not None:
+                await self._run.housekeeper.ended()
+            await self._fleet.release()
+            self._run.set_phase(Phase.CANCELLED)
+            self._state.finished_at = self._run.now()
             raise
-        if self._housekeeper is not None:
-            await self._housekeeper.ended()
-        if self._fast and self._run_leaves_state():
-            await self._stop_all(f"end of run ({self._state.phase.value})", end_of_run=True)
-        await self._release_to_fleet()
+        if self._run.housekeeper is not None:
+            await self._run.housekeeper.ended()
+        if self._run.fast and self._stops.run_leaves_state():
+            await self._stops.stop_all(f"end of run ({self._state.phase.value})", end_of_run=True)
+        await self._fleet.release()
+        # An update still running (a return's fence) finishes before the run completes:
+        # no caller is left without an answer (only asked when one is running).
+        if not workflow.all_handlers_finished() and workflow.patched(PATCH_HANDLERS_FINISH):
+            await workflow.wait_condition(workflow.all_handlers_finished)
         return self.status()
-
-    def _run_leaves_state(self) -> bool:
-        """Whether the run leaves something on the nodes beyond its ranks: zygotes
-        (warm starts) or memory-tier snapshots in tmpfs, which its last stop removes."""
-        spec = self.spec
-        return spec.warm is not None or spec.checkpoints.memory_every_steps is not None
 
     async def _turn(self) -> None:
         """One durable move of the state machine."""
@@ -460,66 +303,69 @@ class JobWorkflow:
         if self._pause_requested and phase not in WAITING:
             await self._pause()
         elif self._force is not None and phase == Phase.RUNNING:
-            await self._forced_recovery(self._force)
+            force, self._force = self._force, None  # taken: a new request may queue
+            async with self._run.pool_lock:
+                await self._recovery.forced(force)
         elif phase in (Phase.PENDING, Phase.LAUNCHING):
-            await self._launch_next()
+            async with self._run.pool_lock:
+                await self._launch_next()
         elif phase == Phase.RUNNING:
-            await self._maybe_continue_as_new()
+            await self._hand_over.maybe_continue_as_new()
             await self._supervise()
         elif phase in WAITING:
             await self._wait_for_operator()
         else:  # RECOVERING is only ever transient inside _recover
-            self._set_phase(Phase.LAUNCHING)
+            self._run.set_phase(Phase.LAUNCHING)
 
     # ------------------------------------------------------------------- phases
 
     async def _launch_next(self) -> None:
         spec = self.spec
         state = self._state
-        self._set_phase(Phase.LAUNCHING)
+        self._run.set_phase(Phase.LAUNCHING)
         rejoining = state.rejoin_ranks if state.stopped_generation == state.generation else []
         if (
             state.generation > 0
             and not rejoining
-            and not (self._fast and state.stopped_generation == state.generation)
+            and not (self._run.fast and state.stopped_generation == state.generation)
         ):
-            await self._stop_all(
+            await self._stops.stop_all(
                 f"fence generation {state.generation} before relaunch",
-                skip=self._dead_nodes() if self._fast else (),
+                skip=self._stops.dead_nodes() if self._run.fast else (),
             )
         if state.stuck_ranks is not None:
             # Never launch beside ranks that would not die: a person must look.
             stuck, state.stuck_ranks = state.stuck_ranks, None
-            self._needs_operator(stuck)  # waits for a person, never for a node
+            self._run.needs_operator(stuck)  # waits for a person, never for a node
             return
-        await self._hand_back_to_fleet()
+        await self._fleet.hand_back()
         # The resume point must be chosen for the nodes that launch: the memory tier's
         # snapshot exists only on the nodes its search checked (issue 26).
         nodes_first = workflow.patched(PATCH_NODES_BEFORE_RESUME)
         if nodes_first:
             planned_on = list(state.pool.active)
-            ready = await self._preflight_active_nodes()
+            ready = await self._preflight.check_active_nodes()
             if rejoining and state.pool.active != planned_on:
                 rejoining = []
-                ready = await self._drop_rejoin(planned_on) and ready
+                ready = await self._recovery.drop_rejoin(planned_on) and ready
             if not ready:
                 return
-        below = await self._roll_back() if state.rollback_pending else None
-        resume = await self._find_resume_point(below)
+        below = await self._checkpoints.roll_back() if state.rollback_pending else None
+        resume = await self._checkpoints.find_resume_point(below)
         recovering = state.current_incident
         if recovering is not None and recovering.timeline is not None:
-            recovering.timeline.resume_chosen_at = self._now()
+            recovering.timeline.resume_chosen_at = self._run.now()
         state.resume = resume
         state.account_resume(resume)
         state.cut_timeline(resume)
-        self._retier_from(resume)
-        if not nodes_first and not await self._preflight_active_nodes():
+        self._checkpoints.retier_from(resume)
+        if not nodes_first and not await self._preflight.check_active_nodes():
             return
         spec = self.spec  # a node Slurm added (slurm.grow) during the preflight
         state.generation += 1
         origin = f"step {resume.step}" if resume else "scratch"
         if recovering is not None and recovering.timeline is not None:
-            recovering.timeline.launch_requested_at = self._now()
+            recovering.timeline.launch_requested_at = self._run.now()
         try:
             result = await execute(
                 LAUNCH,
@@ -546,14 +392,14 @@ class JobWorkflow:
             if unreachable is not None:
                 # A blip during a launch is a node failure for the playbook (a spare, or
                 # an operator), never the end of the job.
-                failure = unreachable_failure(spec, state, unreachable, cause(err), self._now())
-                await self._recover(failure)
+                failure = unreachable_failure(spec, state, unreachable, cause(err), self._run.now())
+                await self._recovery.recover(failure)
                 return
-            await self._stop_all("launch failed")
-            self._fail(f"launch of generation {state.generation} failed: {cause(err)}")
+            await self._stops.stop_all("launch failed")
+            self._run.fail(f"launch of generation {state.generation} failed: {cause(err)}")
             return
         state.generation_live = True
-        self._learn_host(result.host)
+        self._run.learn_host(result.host)
         state.ranks = []
         state.noted_stragglers = []
         state.rejoin_ranks = []
@@ -574,34 +420,7 @@ class JobWorkflow:
             result.master_port,
             result.adopted,
         )
-        self._set_phase(Phase.RUNNING)
-
-    async def _drop_rejoin(self, planned_on: list[str]) -> bool:
-        """The preflight changed the nodes after ``_recover`` planned a rejoin on
-        ``planned_on``: restart the whole generation instead (``rejoin_dropped``).
-        The survivors are stopped first, as a recovery without rejoin stops them, so
-        none acts for a slot that moved or left the world. The quarantined node is
-        not skipped: rejoin runs on local nodes only, where reaching it costs nothing,
-        and the stop fences it. Also when the preflight has just asked for an operator:
-        a person resuming must not meet survivors planned for other nodes. False when
-        ranks would not die: a person must look (the next launch escalates if the job
-        waits for one already)."""
-        state = self._state
-        why = rejoin_dropped(planned_on, state.pool.active)
-        state.rejoin_ranks = []
-        incident = state.current_incident
-        if incident is not None and why is not None:
-            incident.add_evidence([why])
-            incident.restart_path = "whole_generation"
-        await self._stop_all(
-            f"fence generation {state.generation}: the rejoin is dropped", kill_at_once=True
-        )
-        if state.stuck_ranks is None:
-            return True
-        if state.phase == Phase.LAUNCHING:
-            stuck, state.stuck_ranks = state.stuck_ranks, None
-            self._needs_operator(stuck)
-        return False
+        self._run.set_phase(Phase.RUNNING)
 
     async def _supervise(self) -> None:
         spec = self.spec
@@ -638,7 +457,7 @@ class JobWorkflow:
             **route(SUPERVISE, state.host_task_queue),
         )
         await workflow.wait_condition(
-            lambda: handle.done() or self._interrupted() or self._continue_as_new_due()
+            lambda: handle.done() or self._interrupted() or self._hand_over.due()
         )
         if not handle.done():
             handle.cancel()
@@ -648,7 +467,7 @@ class JobWorkflow:
         try:
             outcome = await handle
         except ActivityError as err:
-            self._fail(f"supervision of generation {state.generation} failed: {cause(err)}")
+            self._run.fail(f"supervision of generation {state.generation} failed: {cause(err)}")
             return
         await self._on_outcome(outcome)
 
@@ -660,7 +479,7 @@ class JobWorkflow:
         if outcome.seconds_per_step is not None:
             state.seconds_per_step = outcome.seconds_per_step
         if outcome.step is not None:
-            self._set_step(outcome.step)
+            self._run.set_step(outcome.step)
         if outcome.kind == "first_step":
             state.rejoining = []  # every carried rank acts for this generation now
             first_step_at = outcome.first_step_at or outcome.observed_at
@@ -671,239 +490,35 @@ class JobWorkflow:
             state.close_incident(first_step_at)
         elif outcome.kind == "succeeded":
             if state.pool.unfenced():
-                await self._stop_all("job finished: fence quarantined nodes that came back")
+                await self._stops.stop_all("job finished: fence quarantined nodes that came back")
             state.generation_live = False
-            state.finished_at = self._now()
-            self._set_phase(Phase.SUCCEEDED)
+            state.finished_at = self._run.now()
+            self._run.set_phase(Phase.SUCCEEDED)
         elif outcome.kind == "failed" and outcome.failure is not None:
-            await self._recover(outcome.failure)
+            async with self._run.pool_lock:
+                await self._recovery.recover(outcome.failure)
         elif outcome.kind == "straggler" and outcome.straggler is not None:
-            await self._on_straggler(outcome.straggler)
+            async with self._run.pool_lock:
+                await self._recovery.straggler_swap(outcome.straggler)
         elif (
             outcome.kind == "preempted"
             and outcome.failure is not None
             and workflow.patched(PATCH_SLURM_PREEMPTION)
         ):
-            await self._on_preempted(outcome.failure)
+            async with self._run.pool_lock:
+                await self._slurm.on_preempted(outcome.failure)
         if self.spec.checkpoints.interval == "auto" and outcome.kind in TUNED_OUTCOMES:
-            await self._tune_checkpoint_interval(outcome)
-
-    async def _tune_checkpoint_interval(self, outcome: SuperviseOutcome) -> None:
-        """Young-Daly: send the ranks a new interval when it changed enough
-        (``workflows/checkpoint_tuning.py``). A failed send changes nothing: the
-        next report tries again."""
-        state = self._state
-        change = retune(self.spec, state, outcome, self._now())
-        if change is None or state.phase != Phase.RUNNING:
-            return
-        if not workflow.patched(PATCH_CHECKPOINT_INTERVAL_AUTO):
-            return
-        try:
-            await execute(
-                SET_CHECKPOINT_INTERVAL,
-                interval_request(self.spec, state, change),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=QUICK_RETRY,
-                summary=describe(state.checkpoint_interval, change),
-                **route(SET_CHECKPOINT_INTERVAL, state.host_task_queue),
-            )
-        except ActivityError as err:
-            workflow.logger.warning("checkpoint interval not sent: %s", cause(err))
-            return
-        workflow.logger.info(describe(record_sent(state, change, self._now()), change))
-
-    async def _on_preempted(self, notice: FailureReport) -> None:
-        """Slurm is taking the allocation away: save the ranks just in time while they
-        still run (a notice from the holder), stop them, and pause (``slurm.resubmit:
-        false``, the default until resubmission exists). An allocation already gone
-        took its ranks with it: only the stop (the fence) is left to do."""
-        state = self._state
-        self._set_phase(Phase.RECOVERING)
-        incident = open_preemption(state, notice)
-        if any(r.alive for r in state.ranks) and state.generation_live:
-            planned = await self._planned_stop(f"incident {incident.id}: Slurm preemption")
-            last_step, saved = planned.step_at_stop, planned.checkpoint_step
-        else:
-            last_step = (
-                await self._stop_all(f"incident {incident.id}: allocation ended")
-            ).last_step
-            saved = None
-        if last_step is not None:
-            self._set_step(last_step)
-        record_preemption(incident, self._now(), last_step, saved)
-        # The run key and known job ids are activity input only (no new command):
-        # Temporal's replay does not compare activity inputs, and an activity that gets
-        # an older request without them still looks only at this user's jobs.
-        request = resubmission(self.spec, incident, state.run_key)
-        if request is not None and workflow.patched(PATCH_SLURM_ALLOCATION):
-            try:
-                granted = await execute(
-                    SUBMIT_ALLOCATION,
-                    request,
-                    start_to_close_timeout=timedelta(seconds=request.slurm.wait_s)
-                    + SLURM_QUEUE_MARGIN,
-                    heartbeat_timeout=worker_loss_timeout(self.spec),
-                    retry_policy=QUICK_RETRY,
-                    summary=f"resubmit the allocation (incident {incident.id})",
-                )
-            except ActivityError as err:
-                record_resubmission_refused(incident, cause(err))
-            else:
-                mismatch = allocation_mismatch(self.spec, granted)
-                if mismatch is not None and workflow.patched(PATCH_SLURM_OWN_JOBS):
-                    record_resubmission_refused(incident, mismatch)
-                    self._set_phase(Phase.PAUSED)
-                    return
-                self._spec = move_to_allocation(self.spec, state, granted)
-                record_resubmission(incident, granted)
-                self._set_phase(Phase.LAUNCHING)
-                return
-        self._set_phase(Phase.PAUSED)
-
-    async def _recover(self, failure: FailureReport) -> None:
-        spec = self.spec
-        state = self._state
-        self._set_phase(Phase.RECOVERING)
-        state.consecutive_failures += 1
-        if failure.node is not None:  # out of spares: the fleet's, before the playbook weighs
-            failure = await self._ask_fleet_for_spare(failure)
-        context = failure_context(spec, state, failure, self._now(), fast_path=self._fast)
-        incident = state.add_incident(
-            Incident.from_failure(failure, id=state.next_incident_id, generation=state.generation)
-        )
-        decision = decide(context, spec.recovery, spec.playbook)
-        incident.apply(decision)
-        timeline = RecoveryTimeline(
-            fault_at=incident.fault_at, detected_at=incident.detected_at, decided_at=self._now()
-        )
-        incident.timeline = timeline
-        dead = [failure.node] if failure.kind == "node_lost" and failure.node else []
-        fenced_by_stop = False
-        rejoin = (
-            plan_rejoin(
-                spec,
-                state.pool,
-                failure,
-                decision.action,
-                state.generation_live,
-                # Asked only when it matters, so other histories replay as recorded.
-                mid_rejoin=bool(state.rejoining) and workflow.patched(PATCH_NO_REJOIN_IN_REJOIN),
-            )
-            if spec.rejoins is not None
-            else None
-        )
-        if rejoin is not None and workflow.patched(PATCH_REJOIN):
-            incident.add_evidence([rejoin.why])
-            incident.restart_path = rejoin.path
-        else:
-            rejoin = None
-        if rejoin is not None and rejoin.ranks:
-            # Survivors keep their process: stop only what failed (a crashed rank is
-            # gone already), and the relaunch fences every other group of this generation.
-            last_step = failure.step_at_failure
-            if decision.action == Action.REPLACE_NODE and failure.node not in dead:
-                assert failure.node is not None  # plan_rejoin keeps ranks only then
-                last_step = (
-                    await self._stop_all(
-                        f"incident {incident.id}: {failure.kind} on node {failure.node}",
-                        only=[failure.node],
-                        kill_at_once=True,
-                    )
-                ).last_step
-            incident.record_stop(self._now(), last_step)
-            timeline.survivors_stopped_at = incident.stopped_at
-            state.rejoin_ranks = rejoin.ranks
-            state.stopped_generation = state.generation
-        else:
-            skip = [*dead, *self._dead_nodes()] if self._fast else []
-            stopping_failed_node = failure.node in state.pool.active and failure.node not in skip
-            stopped = await self._stop_all(
-                f"incident {incident.id}: {failure.kind} on rank {failure.rank}",
-                kill_at_once=failure.kind in DOOMED_KINDS,
-                skip=skip,
-            )
-            if stopping_failed_node and failure.node is not None:
-                fenced_by_stop = reached(failure.node, stopped)
-            incident.record_stop(self._now(), stopped.last_step)
-            timeline.survivors_stopped_at = incident.stopped_at
-            if not stopped.unkillable:
-                state.stopped_generation = state.generation
-        if decision.action == Action.NEEDS_OPERATOR:
-            if failure.kind == "node_lost" and failure.node in state.pool.active:
-                # Never relaunch on a dead node, even when a person resumes without looking.
-                state.pool.quarantine(
-                    failure.node, f"incident {incident.id}: node_lost", self._now()
-                )
-                await self._tell_fleet(failure.node, "node_lost", "node_lost")
-            # Only "no spare left" waits for a node; a guard (budget, crash loop) or an
-            # escalating rung waits for a person even though the job is short too.
-            self._needs_operator(
-                decision.reason, waits_for_node=decision.strategy == StrategyName.REPLACE_NODE
-            )
-            return
-        swaps_node = decision.action in (Action.REPLACE_NODE, Action.SHRINK, Action.GROW)
-        why = f"incident {incident.id}: {failure.failure_class}"
-        if decision.action == Action.GROW and failure.node is not None:
-            await self._maybe_grow(failure.node, incident)
-        if swaps_node and failure.node is not None:
-            await self._tell_fleet(failure.node, failure.failure_class.value, why)
-            swapped = self._swap_out(failure.node, why)
-            if fenced_by_stop and hands_back(self.spec):
-                # The stop above found its ranks dead: the fleet may have it back now.
-                state.pool.mark_fenced(failure.node)
-            if not swapped:
-                return
-        state.restarts += 1
-        state.restart_times.append(self._now())
-        state.rollback_pending = decision.action == Action.ROLLBACK
-        if decision.backoff_s > 0:
-            await workflow.sleep(
-                decision.backoff_s,
-                summary=(
-                    f"backoff {decision.backoff_s:.1f} s before generation {state.generation + 1}"
-                ),
-            )
-        self._set_phase(Phase.LAUNCHING)
-
-    async def _forced_recovery(self, request: ForceRecover) -> None:
-        self._force = None
-        now = self._now()
-        self._set_phase(Phase.RECOVERING)
-        incident = self._state.open_incident_now(
-            "operator",
-            PlannedMove.OPERATOR,
-            now,
-            action=Action.RESTART,
-            reason=f"forced by operator: {request.reason}",
-            evidence=[f"force_recover: {request.reason}"],
-        )
-        if request.checkpoint_first:
-            planned = await self._planned_stop(f"forced recovery: {request.reason}")
-            incident.evidence.append(checkpoint_evidence(planned.checkpoint_step))
-            last_step = planned.step_at_stop
-        else:
-            last_step = (await self._stop_all(f"forced recovery: {request.reason}")).last_step
-        incident.record_stop(self._now(), last_step)
-        incident.timeline = RecoveryTimeline(
-            fault_at=now, detected_at=now, decided_at=now, survivors_stopped_at=incident.stopped_at
-        )
-        if request.exclude_node is not None:
-            incident.node = request.exclude_node
-            incident.action = Action.REPLACE_NODE
-            await self._tell_fleet(request.exclude_node, "operator", request.reason)
-            if not self._swap_out(request.exclude_node, f"excluded by operator: {request.reason}"):
-                return
-        self._set_phase(Phase.LAUNCHING)
+            await self._checkpoints.tune_interval(outcome)
 
     async def _pause(self) -> None:
         self._pause_requested = False
         self._pausing = True
         try:
             if self._state.phase == Phase.RUNNING and self._state.generation_live:
-                await self._planned_stop("pause")
+                await self._checkpoints.planned_stop("pause")
             else:
-                await self._stop_all("paused by operator")
-            self._set_phase(Phase.PAUSED)
+                await self._stops.stop_all("paused by operator")
+            self._run.set_phase(Phase.PAUSED)
         finally:
             self._pausing = False
 
@@ -911,29 +526,30 @@ class JobWorkflow:
         fleet_retry_s = waits_on_fleet(self.spec, self._state)
         try:
             await workflow.wait_condition(
-                lambda: (
-                    self._resume_requested or self._force is not None or self._continue_as_new_due()
-                ),
+                lambda: self._resume_requested or self._force is not None or self._hand_over.due(),
                 timeout=fleet_retry_s,
                 timeout_summary="short of nodes: ask the fleet again",
             )
         except TimeoutError:
-            await self._ask_fleet_again()
+            async with self._run.pool_lock:
+                await self._fleet.ask_again()
             return
         if not (self._resume_requested or self._force is not None):
-            await self._maybe_continue_as_new()  # a long wait must not grow history forever
+            await (
+                self._hand_over.maybe_continue_as_new()
+            )  # a long wait must not grow history forever
             return
         force = self._force
         reason = force.reason if force else "resumed by operator"
         self._resume_requested = False
         self._force = None
         # Nodes the operator returned while we waited fill the slots that were lost.
-        short = reopen_pool(self.spec, self._state, force, self._now())
+        short = reopen_pool(self.spec, self._state, force, self._run.now())
         if short is not None:
             # A person has looked: what is left to wait for is nodes.
             self._state.operator_reason = short
             self._state.waits_for_node = True
-            self._set_phase(Phase.NEEDS_OPERATOR)
+            self._run.set_phase(Phase.NEEDS_OPERATOR)
             return
         if self._state.phase == Phase.NEEDS_OPERATOR:
             # A person looked at it: the budget starts afresh.
@@ -941,574 +557,23 @@ class JobWorkflow:
             self._state.consecutive_failures = 0
             self._state.operator_reason = None
         workflow.logger.info("leaving %s: %s", self._state.phase, reason)
-        self._set_phase(Phase.LAUNCHING)
-
-    async def _on_straggler(self, report: StragglerReport) -> None:
-        """Swap a slow node for a spare when that pays off, else note it and alert.
-        A swap is planned, so it checkpoints first and costs no steps."""
-        state = self._state
-        decision = straggler_decision(straggler_context(self.spec, state, report))
-        record_straggler(state, report, decision)
-        workflow.logger.warning("straggler: %s", decision.reason)
-        if decision.action != Action.REPLACE_NODE:
-            state.noted_stragglers.append(report.node)
-            return
-        self._set_phase(Phase.RECOVERING)
-        incident = open_straggler_incident(state, report, decision)
-        planned = await self._planned_stop(f"incident {incident.id}: straggler on {report.node}")
-        if planned.checkpoint_step is None:
-            incident.evidence.append(checkpoint_evidence(None))
-        incident.record_stop(self._now(), planned.step_at_stop)
-        await self._tell_fleet(report.node, "straggler", f"incident {incident.id}: straggler")
-        if self._swap_out(report.node, f"incident {incident.id}: straggler"):
-            self._set_phase(Phase.LAUNCHING)
-
-    async def _find_resume_point(self, below_step: int | None = None) -> CheckpointRef | None:
-        """The newest checkpoint that is committed *and* verified, restored from the
-        durable tier when only it holds one (a spare replacing a dead node). Newer
-        checkpoints that fail verification are skipped and recorded."""
-        spec = self.spec
-        search = await self._find_verified(include_durable=True, below_step=below_step)
-        resume = search.chosen
-        if resume is not None and search.location == "durable":
-            try:
-                resume = await execute(
-                    RESTORE_CHECKPOINT,
-                    RestoreCheckpointRequest(
-                        uri=resume.path,
-                        checkpoint_dir=spec.checkpoint_dir,
-                        checkpoints=spec.checkpoints,
-                    ),
-                    start_to_close_timeout=timedelta(hours=6),
-                    heartbeat_timeout=worker_loss_timeout(self.spec),
-                    retry_policy=RetryPolicy(maximum_attempts=5),
-                    summary=f"restore step {resume.step} from {resume.path}",
-                    **route(RESTORE_CHECKPOINT, self._state.host_task_queue),
-                )
-            except ActivityError as err:
-                workflow.logger.warning("restore failed, using local only: %s", cause(err))
-                search = await self._find_verified(include_durable=False, below_step=below_step)
-                resume = search.chosen
-        if search.skipped:
-            record_skipped(self._state, search, resume, self._now())
-        return resume
-
-    async def _find_verified(
-        self, include_durable: bool, below_step: int | None = None
-    ) -> CheckpointSearch:
-        spec = self.spec
-        return await execute(
-            FIND_VERIFIED_CHECKPOINT,
-            FindVerifiedCheckpointRequest(
-                checkpoint_dir=spec.checkpoint_dir,
-                checkpoints=spec.checkpoints,
-                include_durable=include_durable,
-                below_step=below_step,
-                exclude_steps=self._state.retired_steps,
-                timeline=self._state.timeline_cuts,
-                job_id=spec.job_id,
-                trusted=self._state.verified_checkpoints,
-                memory_dir=(
-                    memory_checkpoint_dir(spec.job_id, run_root(spec, self._state))
-                    if spec.checkpoints.memory_every_steps is not None and below_step is None
-                    else None
-                ),
-                memory_nodes=active_nodes(spec, self._state.pool),
-                ssh=spec.ssh,
-                slurm=spec.slurm,
-            ),
-            start_to_close_timeout=timedelta(minutes=30),
-            heartbeat_timeout=timedelta(seconds=30),
-            retry_policy=QUICK_RETRY,
-            **route(FIND_VERIFIED_CHECKPOINT, self._state.host_task_queue),
-            summary=(
-                "find the newest verified checkpoint"
-                + (
-                    " (local and durable)"
-                    if include_durable and spec.checkpoints.durable_uri
-                    else ""
-                )
-            ),
-        )
-
-    def _retier_from(self, resume: CheckpointRef | None) -> None:
-        """After a rollback or a fallback the job resumes below the newest tiered step:
-        restart the checkpoint watch there (``housekeeping.must_rewatch``)."""
-        if not must_rewatch(self._state.housekept_step, resume):
-            return
-        if not workflow.patched(PATCH_RETIER_AFTER_FALLBACK):
-            return
-        assert self._housekeeper is not None, "housekeeping starts with the run"
-        self._housekeeper.restart_from(resume.step if resume is not None else None)
+        self._run.set_phase(Phase.LAUNCHING)
 
     def _stop_housekeeping(self) -> None:
-        if self._housekeeper is not None:
-            self._housekeeper.stop()
-
-    async def _planned_stop(self, reason: str) -> PlannedStop:
-        """Checkpoint just in time, then stop: a planned stop should cost no steps, and
-        when it does (the save did not arrive in time) the cost is recorded."""
-        requested_at = self._now()
-        saved = await self._checkpoint_before(reason)
-        saved_at = self._now()
-        stopped = await self._stop_all(reason)
-        if stopped.last_step is not None:
-            self._set_step(stopped.last_step)
-        return record_planned_stop(
-            self._state,
-            reason,
-            requested_at=requested_at,
-            saved=saved,
-            saved_at=saved_at,
-            stopped=stopped,
-            stopped_at=self._now(),
-        )
-
-    async def _checkpoint_before(self, why: str) -> CheckpointRef | None:
-        """Ask the live ranks to save now and wait (bounded) for the commit; None when
-        it did not arrive in time: the caller goes ahead and the steps lost are counted."""
-        spec = self.spec
-        state = self._state
-        if not state.generation_live:
-            return None
-        state.checkpoint_requests += 1
-        timeout = spec.checkpoints.jit_timeout_s
-        try:
-            result = await execute(
-                CHECKPOINT_NOW,
-                CheckpointNowRequest(
-                    run_dir=generation_dir(spec, state),
-                    nodes=active_nodes(spec, state.pool),
-                    ssh=spec.ssh,
-                    slurm=spec.slurm,
-                    request_id=state.checkpoint_requests,
-                    checkpoint_dir=spec.checkpoint_dir,
-                    timeout_s=timeout,
-                    checkpoint_every_steps=interval_in_force(spec, state),
-                    memory_every_steps=spec.checkpoints.memory_every_steps,
-                ),
-                start_to_close_timeout=timedelta(seconds=timeout + 60),
-                heartbeat_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-                summary=f"just-in-time checkpoint before {why}",
-                **route(CHECKPOINT_NOW, state.host_task_queue),
-            )
-        except ActivityError as err:
-            workflow.logger.warning("just-in-time checkpoint failed: %s", cause(err))
-            return None
-        return result.checkpoint
-
-    async def _roll_back(self) -> int | None:
-        """Retire the newest checkpoint so the relaunch resumes from the one before it;
-        returns the retired step, which the search then stays below (its durable copy,
-        if tiered, holds the same divergence)."""
-        state = self._state
-        state.rollback_pending = False
-        try:
-            result = await execute(
-                ROLL_BACK_CHECKPOINT,
-                RollbackRequest(
-                    checkpoint_dir=self.spec.checkpoint_dir,
-                    reason="numerical",
-                    job_id=self.spec.job_id,
-                ),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=NO_RETRY,
-                summary="roll back: retire the newest checkpoint",
-                **route(ROLL_BACK_CHECKPOINT, state.host_task_queue),
-            )
-        except ActivityError as err:
-            workflow.logger.warning("rollback failed, resuming from the newest: %s", cause(err))
-            return None
-        return record_rollback(state, result.retired)
-
-    def _needs_operator(self, reason: str, *, waits_for_node: bool = False) -> None:
-        """Escalate: stop automatic recovery, say why, and run the spec's hook once.
-        ``waits_for_node``: the job lacks nothing but nodes, so its fleet may end the
-        wait (``fleet_link.waits_on_fleet``); every other escalation waits for a person."""
-        self._state.operator_reason = reason
-        self._state.waits_for_node = waits_for_node
-        self._set_phase(Phase.NEEDS_OPERATOR)
-        request = queue_escalation(self.spec, self._state, reason, run_root(self.spec, self._state))
-        if request is not None:
-            self._hooks.append(asyncio.create_task(self._deliver_escalation(request)))
-
-    async def _deliver_escalation(self, request: EscalationHookRequest) -> None:
-        """Deliver one hook, retried without limit (a person must hear of it); it
-        stays in ``pending_hooks`` until it ran, so continue-as-new carries it."""
-        try:
-            result = await execute(
-                RUN_ESCALATION_HOOK,
-                request,
-                start_to_close_timeout=timedelta(seconds=request.timeout_s + 30),
-                retry_policy=HOOK_RETRY,
-                summary=f"on_escalation: {' '.join(request.command)[:80]}",
-            )
-        except ActivityError as err:
-            if self._handing_over and workflow.patched(PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW):
-                return  # cancelled by the hop, not failed: the next run delivers it
-            hook_finished(self._state, request, hook_failed(cause(err)))
-            return
-        hook_finished(self._state, request, hook_ran(result.ran))
+        if self._run.housekeeper is not None:
+            self._run.housekeeper.stop()
 
     # ------------------------------------------------------------------ helpers
 
     @property
     def spec(self) -> JobSpec:
-        assert self._spec is not None, "the workflow has not started"
-        return self._spec
-
-    def _now(self) -> float:
-        return workflow.now().timestamp()
+        return self._run.spec
 
     def _interrupted(self) -> bool:
         return self._pause_requested or self._force is not None
 
-    def _fail(self, reason: str) -> None:
-        self._state.operator_reason = reason
-        self._state.finished_at = self._now()
-        self._set_phase(Phase.FAILED)
-
-    async def _stop_all(
-        self,
-        reason: str,
-        only: list[str] | None = None,
-        *,
-        kill_at_once: bool = False,
-        skip: Sequence[str] = (),
-        end_of_run: bool = False,
-        undrain: bool = False,
-    ) -> StopResult:
-        """Stop ranks on the active nodes and on quarantined nodes not yet fenced.
-        ``skip``: nodes declared dead, not contacted (they stay unfenced, and a later
-        stop that reaches them fences them); ``kill_at_once``: no grace for ranks that
-        cannot use it; ``end_of_run``: also zygotes and memory-tier snapshots, and
-        (PATCH_END_OF_RUN_EVERY_NODE) on every node the run touched, wherever it went:
-        a node that left the pool still holds them. That last stop is tried a few
-        times, never forever: the nodes it could not reach are noted in
-        ``cleanup_unreached`` and the run ends."""
-        spec = self.spec
-        every_node = end_of_run and workflow.patched(PATCH_END_OF_RUN_EVERY_NODE)
-        targets = (
-            end_of_run_targets(spec, self._state)
-            if every_node
-            else stop_targets(spec, self._state.pool, only)
-        )
-        names = [n for n in targets if n not in skip]
-        grace = spec.recovery.stop_grace_s
-        try:
-            result = await execute(
-                STOP,
-                StopRequest(
-                    job_id=spec.job_id,
-                    run_root=run_root(spec, self._state),
-                    grace_s=grace,
-                    reason=reason,
-                    nodes=[node_spec(spec, n) for n in names],
-                    ssh=spec.ssh,
-                    slurm=spec.slurm,
-                    kill_at_once=kill_at_once,
-                    end_of_run=end_of_run,
-                    undrain=undrain,
-                ),
-                start_to_close_timeout=timedelta(seconds=grace + 60),
-                heartbeat_timeout=worker_loss_timeout(spec),
-                retry_policy=END_OF_RUN_RETRY if every_node else QUICK_RETRY,
-                summary=f"stop ranks: {reason}",
-                **route(STOP, self._state.host_task_queue),
-            )
-        except ActivityError as err:
-            if not every_node:
-                raise
-            workflow.logger.warning("end-of-run stop failed: %s", cause(err))
-            result = StopResult(
-                generations=[], signalled_groups=0, killed_groups=0, unreachable=names
-            )
-        if every_node:
-            self._state.cleanup_unreached = list(result.unreachable)
-            if result.unreachable:
-                workflow.logger.warning(
-                    "end of run: not reached, their zygotes and snapshots may remain: %s",
-                    ", ".join(result.unreachable),
-                )
-        stuck = settle_stop(self._state, names, result, self._now(), whole_job=only is None)
-        if stuck is not None:
-            workflow.logger.error(stuck)
-        return result
-
-    async def _maybe_grow(self, lost: str, incident: Incident | None) -> None:
-        """``lost`` is about to leave the pool with no spare to take its slot: with
-        ``slurm.grow``, ask Slurm for one first; on success it is the spare the swap
-        then uses. A refusal is evidence, and the swap shrinks or asks a person as it
-        would without ``slurm.grow``."""
-        spec = self.spec
-        pool = self._state.pool
-        if spec.slurm is None or not spec.slurm.grow or pool.spares or lost not in pool.active:
-            return
-        if workflow.patched(PATCH_SLURM_ALLOCATION):
-            await self._grow_allocation(spec.slurm, lost, incident)
-
-    async def _grow_allocation(
-        self, slurm: SlurmSpec, lost: str, incident: Incident | None
-    ) -> None:
-        spec = self.spec
-        known = [n.name for n in (*spec.nodes, *spec.spares)]
-        request = GrowAllocationRequest(
-            job_name=spec.name,
-            slurm=spec.slurm,
-            known_nodes=known,
-            exclude=[lost],
-            token=f"g{self._state.generation}",
-            run_key=self._state.run_key,
-            known_job_ids=[slurm.allocation_id],
-        )
-        try:
-            granted = await execute(
-                GROW_ALLOCATION,
-                request,
-                start_to_close_timeout=timedelta(seconds=slurm.wait_s) + SLURM_QUEUE_MARGIN,
-                heartbeat_timeout=worker_loss_timeout(spec),
-                retry_policy=QUICK_RETRY,
-                summary=f"grow the allocation: replace {lost}",
-            )
-        except ActivityError as err:
-            workflow.logger.warning("slurm.grow: Slurm added no node: %s", cause(err))
-            if incident is not None:
-                incident.evidence.append(f"slurm.grow: Slurm added no node: {cause(err)}")
-                left = len(self._state.pool.active) - 1
-                shrinks = spec.min_nodes is not None and left >= spec.min_nodes
-                incident.action = Action.SHRINK if shrinks else Action.NEEDS_OPERATOR
-            return
-        added = [name for name in granted.nodes if name not in known]
-        self._spec = spec.model_copy(
-            update={"spares": [*spec.spares, *(slurm_node(name) for name in added)]}
-        )
-        self._state.pool.spares.extend(added)
-        if incident is not None:
-            incident.evidence.append(f"slurm.grow: Slurm job {granted.job_id} grew by {added}")
-            incident.action = Action.GROW
-
     # ------------------------------------------------------------------- fleet
-
-    async def _lease_from_fleet(self) -> None:
-        """``spec.fleet``: the nodes come from the fleet (``fleet_link``); no lease, no job."""
-        fleet = fleet_of(self.spec)
-        if fleet is not None:
-            leased = await take_lease(self.spec, self._state, fleet)
-            if isinstance(leased, str):
-                self._fail(leased)
-            else:
-                self._spec = leased
-
-    async def _tell_fleet(self, node: str, failure_class: str, reason: str) -> None:
-        """Report a quarantine to the job's fleet, and with no spare of the job's own
-        left, take the fleet's replacement as a spare."""
-        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
-        if fleet is not None:
-            self._spec = await tell_fleet(
-                self.spec, self._state, fleet, node, failure_class, reason
-            )
-
-    async def _ask_fleet_for_spare(self, failure: FailureReport) -> FailureReport:
-        """With no spare of the job's own left, the fleet's replacement becomes one; the
-        answer goes into the failure's evidence (its incident does not exist yet)."""
-        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
-        if fleet is None:
-            return failure
-        self._spec, failure = await ask_for_spare(self.spec, self._state, fleet, failure)
-        return failure
-
-    async def _ask_fleet_again(self) -> None:
-        """Waiting for an operator only for want of nodes: ask the fleet again, and go
-        on once it had enough, as a person's ``resume`` would but with the restart
-        budget as it was (nobody looked at the job). The page stands; a ``resume``
-        that comes later is ignored, as one that makes no sense now."""
-        fleet = fleet_of(self.spec)
-        assert fleet is not None  # waits_on_fleet gave the timeout
-        self._spec = await ask_again(self.spec, self._state, fleet)
-        if reopen_pool(self.spec, self._state, None, self._now()) is not None:
-            return
-        self._state.operator_reason = None
-        workflow.logger.info("fleet %s had nodes again: resuming without a person", fleet.name)
-        self._set_phase(Phase.LAUNCHING)
-
-    async def _hand_back_to_fleet(self) -> None:
-        """Quarantined nodes the job's stops have fenced go back to the fleet, for
-        probation, before the next generation starts."""
-        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
-        if fleet is not None and hands_back(self.spec):
-            await hand_back_fenced(self.spec, self._state, fleet)
-
-    async def _release_to_fleet(self) -> None:
-        fleet = fleet_of(self.spec) if self.spec.fleet is not None else None
-        if fleet is not None:
-            await release_nodes(self.spec, self._state, fleet)
 
     # ------------------------------------------------------------------- hosts
 
-    def _pin_to_host(self) -> None:
-        """A local job's ranks live on one machine: its machine-bound activities go to
-        that host's task queue (``routing``), named by the spec or, failing that, by
-        the first launch. Only local jobs ask the patch: others issue the same commands."""
-        if not routes_by_host(self.spec) or not workflow.patched(PATCH_HOST_TASK_QUEUE):
-            return
-        self._by_host = True
-        host = declared_host(self.spec)
-        if self._state.host_task_queue is None and host is not None:
-            self._state.host_task_queue = host_task_queue(workflow.info().task_queue, host)
-
-    def _learn_host(self, launched_on: str | None) -> None:
-        """After a launch: the job now follows the host its ranks were started on, and
-        the checkpoint watch (started before anyone knew the host) moves there too."""
-        if not self._by_host:
-            return
-        queue = learned_host_queue(
-            self._state.host_task_queue, workflow.info().task_queue, launched_on
-        )
-        if queue == self._state.host_task_queue:
-            return
-        self._state.host_task_queue = queue
-        workflow.logger.info("machine-bound activities now run on task queue %s", queue)
-        if self._housekeeper is not None:
-            self._housekeeper.restart_from(self._state.housekept_step)
-
-    def _dead_nodes(self) -> list[str]:
-        """Quarantined nodes not yet fenced: on the recovery path they are not waited
-        on (each would cost a connect timeout); every other stop still tries them."""
-        return self._state.pool.unfenced()
-
     # ------------------------------------------------------------------- nodes
-
-    def _swap_out(self, node: str, reason: str) -> bool:
-        """Quarantine a node and put a spare in its place (same rank slot), or shrink
-        when allowed. False when neither is possible: the job then needs an operator."""
-        if self._state.pool.swap_out(node, reason, self._now(), self.spec.min_nodes):
-            return True
-        self._needs_operator(
-            f"{node} quarantined ({reason}) and no spare left; set min_nodes to allow "
-            "shrinking, or 'lazarus return' a node",
-            waits_for_node=True,
-        )
-        return False
-
-    async def _preflight_active_nodes(self) -> bool:
-        """Check every active node before launching; replace the ones that fail."""
-        spec = self.spec
-        program = spec.command[0]
-        while True:
-            try:
-                report = await self._preflight(program)
-            except ActivityError as err:
-                # Only a refusal ends up here (a program not on the worker's allow-list):
-                # a node that fails its checks is a report, not an error.
-                self._fail(f"preflight: {cause(err)}")
-                return False
-            if not report.failed:
-                return True
-            for failed in report.failed:
-                # A node that died while its peers crashed first is found here.
-                await self._maybe_grow(failed.node, self._state.current_incident)
-                await self._tell_fleet(failed.node, "preflight", "; ".join(failed.problems))
-                if not self._swap_out(failed.node, "preflight: " + "; ".join(failed.problems)):
-                    return False
-
-    async def _preflight(self, program: str) -> PreflightReport:
-        spec = self.spec
-        return await execute(
-            PREFLIGHT,
-            PreflightActivityRequest(
-                nodes=active_nodes(spec, self._state.pool),
-                ssh=spec.ssh,
-                slurm=spec.slurm,
-                checks=spec.preflight,
-                interpreter=program,
-                workdir=spec.workdir,
-                disk_path=spec.checkpoint_dir,
-                search_path=spec.env.get("PATH"),
-                job_id=spec.job_id,
-            ),
-            start_to_close_timeout=timedelta(seconds=spec.preflight.timeout_s + 60),
-            retry_policy=QUICK_RETRY,
-            summary=f"preflight {', '.join(self._state.pool.active)}",
-            **route(PREFLIGHT, self._state.host_task_queue),
-        )
-
-    def _continue_as_new_due(self) -> bool:
-        """History is long enough to hop: checked in every phase (while supervising,
-        paused or waiting for an operator), not only between supervision reports."""
-        if not self._continue_anywhere:
-            return False
-        return self._history_is_long()
-
-    def _history_is_long(self) -> bool:
-        info = workflow.info()
-        return (
-            info.is_continue_as_new_suggested()
-            or info.get_current_history_length() >= self._continue_as_new_after
-            or info.is_target_worker_deployment_version_changed()
-        )
-
-    async def _maybe_continue_as_new(self) -> None:
-        """Hop to a new run carrying the state; the new run adopts the live ranks.
-        Also how a pinned job moves to a new controller version: when the deployment's
-        target version changes, the next run starts on it (AUTO_UPGRADE)."""
-        if not self._history_is_long():
-            return
-        if self._pause_requested or self._force is not None or self._resume_requested:
-            return  # finish handling operator messages in this run first
-        if self._continue_anywhere:
-            # Undelivered hooks travel in ``pending_hooks``: one that always fails must
-            # not pin the job to a history that only grows.
-            await workflow.wait_condition(workflow.all_handlers_finished)
-        elif any(not hook.done() for hook in self._hooks):
-            return  # released behaviour: wait for the hook's delivery first
-        # The next run starts its own housekeeping (uploads resume). Wait for this one
-        # (and any hook still being delivered, which pending_hooks carries over) to end:
-        # continue-as-new must be the run's last command.
-        if self._housekeeper is not None:
-            await self._housekeeper.stopped()
-        self._handing_over = True
-        for hook in self._hooks:
-            hook.cancel()
-        for hook in self._hooks:
-            with contextlib.suppress(asyncio.CancelledError, ActivityError):
-                await hook
-        self._state.runs += 1
-        workflow.continue_as_new(
-            JobInput(
-                spec=self.spec,
-                state=self._state,
-                continue_as_new_after_events=self._continue_as_new_after,
-            ),
-            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
-        )
-
-    def _set_phase(self, phase: Phase) -> None:
-        if self._state.phase != phase:
-            self._state.phase = phase
-            self._publish_phase()
-
-    def _publish_phase(self) -> None:
-        workflow.upsert_search_attributes([PHASE_ATTRIBUTE.value_set(self._state.phase.value)])
-        self._explain()
-
-    def _explain(self) -> None:
-        """The Web UI's current details (no history event: the UI reads them by query)
-        and, from PATCH_SEARCH_ATTRIBUTES_V2 on, the failure class and generation
-        search attributes, upserted only when they changed."""
-        workflow.set_current_details(current_details(self.spec, self._state, self._now()))
-        if not self._attributes_v2:
-            return
-        failure_class, generation = failure_class_attribute(self._state), self._state.generation
-        if (failure_class, generation) == self._published:
-            return
-        updates: list[SearchAttributeUpdate[Any]] = [GENERATION_ATTRIBUTE.value_set(generation)]
-        if failure_class is not None:
-            updates.append(FAILURE_CLASS_ATTRIBUTE.value_set(failure_class))
-        workflow.upsert_search_attributes(updates)
-        self._published = (failure_class, generation)
-
-    def _set_step(self, step: int) -> None:
-        if self._state.step != step:
-            self._state.step = step
-            workflow.upsert_search_attributes([STEP_ATTRIBUTE.value_set(step)])

@@ -41,10 +41,6 @@ from lazarus.domain.activity_refs import (
 )
 from lazarus.domain.spec import JobSpec
 
-PATCH_HOST_TASK_QUEUE = "host-task-queue"
-"""Asked only by jobs of local nodes (``routes_by_host``): histories recorded before
-host routing replay with every activity on the workflow's own queue."""
-
 HOST_SEPARATOR = "@"
 """``<task_queue>@<host>``: one queue per machine, beside the shared one."""
 

@@ -6,6 +6,8 @@ rebuild the job exactly and adopt the ranks that are still alive.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Literal
@@ -24,32 +26,60 @@ from lazarus.domain.contracts import (
 from lazarus.domain.evidence import cap_evidence
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.recovery_timeline import RecoveryTimeline
-from lazarus.domain.spec import JobSpec
+from lazarus.domain.spec import FleetLeaseSpec, JobSpec, NodeSpec, SlurmSpec
 from lazarus.domain.timeline import TimelineCut, with_cut
 from lazarus.workflows.playbook import Action, Decision, PastFailure
 
 
 class Phase(StrEnum):
-    """The job's state machine. Transitions live in ``lazarus.workflows.job``::
+    """The job's state machine. Transitions live in ``lazarus.workflows.job`` and its
+    steps (``recovery_steps``, ``slurm_steps``, ``fleet_steps``, ...)::
 
     PENDING -> LAUNCHING -> RUNNING -> SUCCEEDED
                  ^  |  ^       |
-                 |  |  |       v  a failure, a forced recovery, a straggler swap
-                 |  |  +--- RECOVERING  (restart, replace a node, shrink)
+                 |  |  |       v  a failure, a forced recovery, a straggler swap,
+                 |  |  +--- RECOVERING      a Slurm preemption
                  |  |          |  ^
                  |  |          |  +-- LAUNCHING, when a node cannot be reached
+                 |  |          +----> PAUSED, when Slurm preempted it (not resubmitted)
                  |  v          v
                  |  NEEDS_OPERATOR  (the playbook escalates, no spare is left,
                  |       |           or ranks would not die)
-                 +-------+  (resume or recover; too few nodes: stays NEEDS_OPERATOR)
+                 +-------+  (resume or recover, or the fleet had nodes again;
+                             too few nodes: stays NEEDS_OPERATOR)
 
-    PENDING/LAUNCHING/RUNNING/RECOVERING -> (pause, at the next turn) PAUSED
-    PAUSED -> (resume or recover) LAUNCHING; too few nodes: NEEDS_OPERATOR
-    any -> FAILED when an activity fails for good (e.g. a command that cannot start)
-    any -> CANCELLED when the workflow is cancelled (``lazarus cancel``)
+    Every transition the code makes, one per line (``A -> B: why``); the workflow
+    checks each phase change against these lines (:data:`TRANSITIONS`), and
+    ``tests/unit/test_phases.py`` holds them against the code:
+
+    PENDING -> LAUNCHING: the first turn launches
+    PENDING -> PAUSED: a pause before the first launch
+    PENDING -> FAILED: the fleet refused the lease (no nodes to run on)
+    PENDING -> CANCELLED: cancelled
+    LAUNCHING -> RUNNING: the generation launched
+    LAUNCHING -> RECOVERING: a node could not be reached during the launch
+    LAUNCHING -> NEEDS_OPERATOR: ranks would not die, or a node failed preflight, no spare left
+    LAUNCHING -> PAUSED: a pause before the launch
+    LAUNCHING -> FAILED: the launch or the preflight failed for good
+    LAUNCHING -> CANCELLED: cancelled
+    RUNNING -> RECOVERING: a failure, a forced recovery, a straggler swap, a Slurm preemption
+    RUNNING -> SUCCEEDED: every rank finished
+    RUNNING -> PAUSED: a pause (a just-in-time checkpoint, then a stop)
+    RUNNING -> FAILED: supervision failed for good
+    RUNNING -> CANCELLED: cancelled
+    RECOVERING -> LAUNCHING: recovered (restart, swap, shrink, grow, or a resubmitted allocation)
+    RECOVERING -> NEEDS_OPERATOR: the playbook escalates, or no spare is left
+    RECOVERING -> PAUSED: Slurm preempted the job and it was not resubmitted
+    RECOVERING -> CANCELLED: cancelled
+    PAUSED -> LAUNCHING: resume or recover
+    PAUSED -> NEEDS_OPERATOR: resumed, but too few nodes are left
+    PAUSED -> CANCELLED: cancelled
+    NEEDS_OPERATOR -> LAUNCHING: resume or recover, or the fleet had nodes again (no person)
+    NEEDS_OPERATOR -> CANCELLED: cancelled
 
     A forced recovery sent before RUNNING waits for it; one sent while PAUSED or
-    NEEDS_OPERATOR acts as a resume that first excludes its node.
+    NEEDS_OPERATOR acts as a resume that first excludes its node. SUCCEEDED, FAILED
+    and CANCELLED are final.
     """
 
     PENDING = "PENDING"
@@ -65,6 +95,38 @@ class Phase(StrEnum):
     @property
     def is_terminal(self) -> bool:
         return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+
+
+def drawn_transitions(doc: str) -> dict[tuple[Phase, Phase], str]:
+    """The ``A -> B: why`` lines of a docstring, as ``{(A, B): why}``."""
+    found: dict[tuple[Phase, Phase], str] = {}
+    for line in doc.splitlines():
+        match = _TRANSITION_LINE.match(line)
+        if match is not None:
+            found[(Phase(match["a"]), Phase(match["b"]))] = match["why"]
+    return found
+
+
+_TRANSITION_LINE = re.compile(r"^\s*(?P<a>[A-Z_]+) -> (?P<b>[A-Z_]+): (?P<why>.+)$")
+
+TRANSITIONS: dict[tuple[Phase, Phase], str] = drawn_transitions(Phase.__doc__ or "")
+"""Every phase change the code may make, read from :class:`Phase`'s diagram."""
+
+STRICT_PHASES_ENV = "LAZARUS_STRICT_PHASES"
+"""Set to ``1`` (the workflow tests do) to fail a job on a transition not drawn."""
+
+
+def undrawn_transition(before: Phase, after: Phase) -> str | None:
+    """Why ``before -> after`` is not on the diagram, or None when it is (or is no
+    change). The workflow logs it; under :data:`STRICT_PHASES_ENV` it fails the job,
+    so the workflow tests find a transition the diagram misses."""
+    if before == after or (before, after) in TRANSITIONS:
+        return None
+    return f"phase {before.value} -> {after.value} is not drawn on Phase"
+
+
+def strict_phases() -> bool:
+    return os.environ.get(STRICT_PHASES_ENV) == "1"
 
 
 class PlannedMove(StrEnum):
@@ -373,6 +435,31 @@ class DroppedIncidentTotals(BaseModel):
         self.redone_s += lost * seconds_per_step
 
 
+class NodeRoster(BaseModel):
+    """Where the job runs at runtime, apart from its spec: the node lists and the
+    settings that name them (the Slurm allocation granted, the fleet's lease)."""
+
+    nodes: list[NodeSpec]
+    spares: list[NodeSpec] = Field(default_factory=list)
+    slurm: SlurmSpec | None = None
+    fleet: FleetLeaseSpec | None = None
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> NodeRoster:
+        return cls(nodes=spec.nodes, spares=spec.spares, slurm=spec.slurm, fleet=spec.fleet)
+
+    def applied_to(self, intent: JobSpec) -> JobSpec:
+        """The job as it runs: its intent, on these nodes."""
+        return intent.model_copy(
+            update={
+                "nodes": self.nodes,
+                "spares": self.spares,
+                "slurm": self.slurm,
+                "fleet": self.fleet,
+            }
+        )
+
+
 class JobState(BaseModel):
     """Carried across continue-as-new; the workflow's only memory."""
 
@@ -473,6 +560,11 @@ class JobState(BaseModel):
     cleanup_unreached: list[str] = Field(default_factory=list)
     """Nodes the end-of-run cleanup could not reach: this run's zygote and memory-tier
     snapshots may still be there (a host that comes back, or a person, removes them)."""
+    roster: NodeRoster | None = None
+    """The nodes the job runs on once they differ from its spec (leased, granted, grown,
+    or the fleet's spares); None: the spec's. The spec itself is intent, never
+    rewritten (``run_context.JobRun.spec`` joins the two). Histories from before it
+    carried these in the spec they continued as new with, and still do."""
 
     # Incident bookkeeping: pure, unit-tested in tests/unit/test_incidents.py. Ids keep
     # counting past the incidents dropped from the bounded list.

@@ -7,6 +7,7 @@ worker, so its fake cluster (a :class:`fakes.Script`) is private to it.
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -21,8 +22,11 @@ from lazarus.devserver import DevServer
 from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.spec import JobSpec, parse_spec
 from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.state import JobInput, JobStatus, Phase
+from lazarus.workflows.state import STRICT_PHASES_ENV, JobInput, JobStatus, Phase
 from tests.workflow import fakes
+
+# A phase change not drawn on Phase fails the job here (it is only logged in production).
+os.environ.setdefault(STRICT_PHASES_ENV, "1")
 
 
 class FakeJob:

@@ -12,7 +12,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from lazarus.domain.checkpoint_interval import daly_interval_s
-from lazarus.workflows.job import PATCH_CHECKPOINT_INTERVAL_AUTO
+from lazarus.workflows.patches import PATCH_CHECKPOINT_INTERVAL_AUTO
 from tests.workflow.conftest import FakeJob, StartFakeJob, fake_spec
 
 pytestmark = pytest.mark.timeout(120)

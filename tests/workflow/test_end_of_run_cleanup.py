@@ -17,7 +17,7 @@ from temporalio.api.enums.v1 import EventType
 
 from lazarus.domain.api import SIGNAL_PAUSE, UPDATE_RETURN
 from lazarus.domain.contracts import FailureReport, StopRequest
-from lazarus.workflows.job import PATCH_END_OF_RUN_EVERY_NODE
+from lazarus.workflows.patches import PATCH_END_OF_RUN_EVERY_NODE
 from lazarus.workflows.state import NodeRequest, Phase
 from tests.workflow.conftest import FakeJob, StartFakeJob, fake_spec
 

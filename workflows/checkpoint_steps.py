@@ -1,0 +1,253 @@
+"""Checkpoint steps: the durable sequences around the job's checkpoints.
+
+- the resume point: the newest committed *and* verified checkpoint, restored from the
+  durable tier when only it holds one, with the untrusted ones skipped and recorded;
+- the checkpoint watch restarted lower after a rollback or a fallback (retier);
+- the just-in-time checkpoint before a planned stop, and the planned stop itself;
+- the rollback of a diverged checkpoint;
+- ``checkpoints.interval: auto``: Young-Daly intervals sent to the ranks.
+
+What each step decides with is pure (``resume_points``, ``checkpoint_tuning``,
+``housekeeping.must_rewatch``, ``stops.record_planned_stop``); here are the activity
+calls, in the order the workflow has always issued them.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from lazarus.domain.activity_refs import (
+        CHECKPOINT_NOW,
+        FIND_VERIFIED_CHECKPOINT,
+        RESTORE_CHECKPOINT,
+        ROLL_BACK_CHECKPOINT,
+        SET_CHECKPOINT_INTERVAL,
+    )
+    from lazarus.domain.contracts import (
+        CheckpointNowRequest,
+        CheckpointRef,
+        CheckpointSearch,
+        FindVerifiedCheckpointRequest,
+        RestoreCheckpointRequest,
+        RollbackRequest,
+        SuperviseOutcome,
+    )
+    from lazarus.domain.memory_tier import memory_checkpoint_dir
+    from lazarus.workflows.activity_calls import (
+        NO_RETRY,
+        QUICK_RETRY,
+        cause,
+        execute,
+        worker_loss_timeout,
+    )
+    from lazarus.workflows.checkpoint_tuning import (
+        describe,
+        interval_in_force,
+        interval_request,
+        record_sent,
+        retune,
+    )
+    from lazarus.workflows.housekeeping import must_rewatch
+    from lazarus.workflows.patches import (
+        PATCH_CHECKPOINT_INTERVAL_AUTO,
+        PATCH_RETIER_AFTER_FALLBACK,
+    )
+    from lazarus.workflows.placement import active_nodes, generation_dir, run_root
+    from lazarus.workflows.resume_points import record_rollback, record_skipped
+    from lazarus.workflows.routing import route
+    from lazarus.workflows.run_context import JobRun
+    from lazarus.workflows.state import Phase, PlannedStop
+    from lazarus.workflows.stop_steps import StopSteps
+    from lazarus.workflows.stops import record_planned_stop
+
+
+class CheckpointSteps:
+    """The checkpoint steps of one run; planned stops go through ``stops``."""
+
+    def __init__(self, run: JobRun, stops: StopSteps) -> None:
+        self.run = run
+        self.stops = stops
+
+    async def find_resume_point(self, below_step: int | None = None) -> CheckpointRef | None:
+        """The newest checkpoint that is committed *and* verified, restored from the
+        durable tier when only it holds one (a spare replacing a dead node). Newer
+        checkpoints that fail verification are skipped and recorded."""
+        spec = self.run.spec
+        search = await self.find_verified(include_durable=True, below_step=below_step)
+        resume = search.chosen
+        if resume is not None and search.location == "durable":
+            try:
+                resume = await execute(
+                    RESTORE_CHECKPOINT,
+                    RestoreCheckpointRequest(
+                        uri=resume.path,
+                        checkpoint_dir=spec.checkpoint_dir,
+                        checkpoints=spec.checkpoints,
+                    ),
+                    start_to_close_timeout=timedelta(hours=6),
+                    heartbeat_timeout=worker_loss_timeout(self.run.spec),
+                    retry_policy=RetryPolicy(maximum_attempts=5),
+                    summary=f"restore step {resume.step} from {resume.path}",
+                    **route(RESTORE_CHECKPOINT, self.run.state.host_task_queue),
+                )
+            except ActivityError as err:
+                workflow.logger.warning("restore failed, using local only: %s", cause(err))
+                search = await self.find_verified(include_durable=False, below_step=below_step)
+                resume = search.chosen
+        if search.skipped:
+            record_skipped(self.run.state, search, resume, self.run.now())
+        return resume
+
+    async def find_verified(
+        self, include_durable: bool, below_step: int | None = None
+    ) -> CheckpointSearch:
+        spec = self.run.spec
+        return await execute(
+            FIND_VERIFIED_CHECKPOINT,
+            FindVerifiedCheckpointRequest(
+                checkpoint_dir=spec.checkpoint_dir,
+                checkpoints=spec.checkpoints,
+                include_durable=include_durable,
+                below_step=below_step,
+                exclude_steps=self.run.state.retired_steps,
+                timeline=self.run.state.timeline_cuts,
+                job_id=spec.job_id,
+                trusted=self.run.state.verified_checkpoints,
+                memory_dir=(
+                    memory_checkpoint_dir(spec.job_id, run_root(spec, self.run.state))
+                    if spec.checkpoints.memory_every_steps is not None and below_step is None
+                    else None
+                ),
+                memory_nodes=active_nodes(spec, self.run.state.pool),
+                ssh=spec.ssh,
+                slurm=spec.slurm,
+            ),
+            start_to_close_timeout=timedelta(minutes=30),
+            heartbeat_timeout=timedelta(seconds=30),
+            retry_policy=QUICK_RETRY,
+            **route(FIND_VERIFIED_CHECKPOINT, self.run.state.host_task_queue),
+            summary=(
+                "find the newest verified checkpoint"
+                + (
+                    " (local and durable)"
+                    if include_durable and spec.checkpoints.durable_uri
+                    else ""
+                )
+            ),
+        )
+
+    def retier_from(self, resume: CheckpointRef | None) -> None:
+        """After a rollback or a fallback the job resumes below the newest tiered step:
+        restart the checkpoint watch there (``housekeeping.must_rewatch``)."""
+        if not must_rewatch(self.run.state.housekept_step, resume):
+            return
+        if not workflow.patched(PATCH_RETIER_AFTER_FALLBACK):
+            return
+        assert self.run.housekeeper is not None, "housekeeping starts with the run"
+        self.run.housekeeper.restart_from(resume.step if resume is not None else None)
+
+    async def checkpoint_before(self, why: str) -> CheckpointRef | None:
+        """Ask the live ranks to save now and wait (bounded) for the commit; None when
+        it did not arrive in time: the caller goes ahead and the steps lost are counted."""
+        spec = self.run.spec
+        state = self.run.state
+        if not state.generation_live:
+            return None
+        state.checkpoint_requests += 1
+        timeout = spec.checkpoints.jit_timeout_s
+        try:
+            result = await execute(
+                CHECKPOINT_NOW,
+                CheckpointNowRequest(
+                    run_dir=generation_dir(spec, state),
+                    nodes=active_nodes(spec, state.pool),
+                    ssh=spec.ssh,
+                    slurm=spec.slurm,
+                    request_id=state.checkpoint_requests,
+                    checkpoint_dir=spec.checkpoint_dir,
+                    timeout_s=timeout,
+                    checkpoint_every_steps=interval_in_force(spec, state),
+                    memory_every_steps=spec.checkpoints.memory_every_steps,
+                ),
+                start_to_close_timeout=timedelta(seconds=timeout + 60),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"just-in-time checkpoint before {why}",
+                **route(CHECKPOINT_NOW, state.host_task_queue),
+            )
+        except ActivityError as err:
+            workflow.logger.warning("just-in-time checkpoint failed: %s", cause(err))
+            return None
+        return result.checkpoint
+
+    async def planned_stop(self, reason: str) -> PlannedStop:
+        """Checkpoint just in time, then stop: a planned stop should cost no steps, and
+        when it does (the save did not arrive in time) the cost is recorded."""
+        requested_at = self.run.now()
+        saved = await self.checkpoint_before(reason)
+        saved_at = self.run.now()
+        stopped = await self.stops.stop_all(reason)
+        if stopped.last_step is not None:
+            self.run.set_step(stopped.last_step)
+        return record_planned_stop(
+            self.run.state,
+            reason,
+            requested_at=requested_at,
+            saved=saved,
+            saved_at=saved_at,
+            stopped=stopped,
+            stopped_at=self.run.now(),
+        )
+
+    async def roll_back(self) -> int | None:
+        """Retire the newest checkpoint so the relaunch resumes from the one before it;
+        returns the retired step, which the search then stays below (its durable copy,
+        if tiered, holds the same divergence)."""
+        state = self.run.state
+        state.rollback_pending = False
+        try:
+            result = await execute(
+                ROLL_BACK_CHECKPOINT,
+                RollbackRequest(
+                    checkpoint_dir=self.run.spec.checkpoint_dir,
+                    reason="numerical",
+                    job_id=self.run.spec.job_id,
+                ),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=NO_RETRY,
+                summary="roll back: retire the newest checkpoint",
+                **route(ROLL_BACK_CHECKPOINT, state.host_task_queue),
+            )
+        except ActivityError as err:
+            workflow.logger.warning("rollback failed, resuming from the newest: %s", cause(err))
+            return None
+        return record_rollback(state, result.retired)
+
+    async def tune_interval(self, outcome: SuperviseOutcome) -> None:
+        """Young-Daly: send the ranks a new interval when it changed enough
+        (``workflows/checkpoint_tuning.py``). A failed send changes nothing: the
+        next report tries again."""
+        state = self.run.state
+        change = retune(self.run.spec, state, outcome, self.run.now())
+        if change is None or state.phase != Phase.RUNNING:
+            return
+        if not workflow.patched(PATCH_CHECKPOINT_INTERVAL_AUTO):
+            return
+        try:
+            await execute(
+                SET_CHECKPOINT_INTERVAL,
+                interval_request(self.run.spec, state, change),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=QUICK_RETRY,
+                summary=describe(state.checkpoint_interval, change),
+                **route(SET_CHECKPOINT_INTERVAL, state.host_task_queue),
+            )
+        except ActivityError as err:
+            workflow.logger.warning("checkpoint interval not sent: %s", cause(err))
+            return
+        workflow.logger.info(describe(record_sent(state, change, self.run.now()), change))

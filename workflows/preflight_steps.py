@@ -1,0 +1,77 @@
+"""The preflight before a launch: every active node checked, the failing ones replaced.
+
+A node that fails its checks is swapped out (quarantine, a spare, a shrink, or an
+operator) after Slurm was asked to grow (``slurm.grow``) and the fleet was told, so
+the launch that follows runs on nodes that passed. Its own module because it joins
+three features' steps (stops, Slurm, fleet) that otherwise need not know each other.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from lazarus.domain.activity_refs import PREFLIGHT
+    from lazarus.domain.contracts import PreflightActivityRequest, PreflightReport
+    from lazarus.workflows.activity_calls import QUICK_RETRY, cause, execute
+    from lazarus.workflows.fleet_steps import FleetSteps
+    from lazarus.workflows.placement import active_nodes
+    from lazarus.workflows.routing import route
+    from lazarus.workflows.run_context import JobRun
+    from lazarus.workflows.slurm_steps import SlurmSteps
+    from lazarus.workflows.stop_steps import StopSteps
+
+
+class Preflight:
+    """The preflight of one run."""
+
+    def __init__(self, run: JobRun, stops: StopSteps, slurm: SlurmSteps, fleet: FleetSteps) -> None:
+        self.run = run
+        self.stops = stops
+        self.slurm = slurm
+        self.fleet = fleet
+
+    async def check_active_nodes(self) -> bool:
+        """Check every active node before launching; replace the ones that fail."""
+        spec = self.run.spec
+        program = spec.command[0]
+        while True:
+            try:
+                report = await self.preflight(program)
+            except ActivityError as err:
+                # Only a refusal ends up here (a program not on the worker's allow-list):
+                # a node that fails its checks is a report, not an error.
+                self.run.fail(f"preflight: {cause(err)}")
+                return False
+            if not report.failed:
+                return True
+            for failed in report.failed:
+                # A node that died while its peers crashed first is found here.
+                await self.slurm.maybe_grow(failed.node, self.run.state.current_incident)
+                await self.fleet.tell(failed.node, "preflight", "; ".join(failed.problems))
+                if not self.stops.swap_out(failed.node, "preflight: " + "; ".join(failed.problems)):
+                    return False
+
+    async def preflight(self, program: str) -> PreflightReport:
+        spec = self.run.spec
+        return await execute(
+            PREFLIGHT,
+            PreflightActivityRequest(
+                nodes=active_nodes(spec, self.run.state.pool),
+                ssh=spec.ssh,
+                slurm=spec.slurm,
+                checks=spec.preflight,
+                interpreter=program,
+                workdir=spec.workdir,
+                disk_path=spec.checkpoint_dir,
+                search_path=spec.env.get("PATH"),
+                job_id=spec.job_id,
+            ),
+            start_to_close_timeout=timedelta(seconds=spec.preflight.timeout_s + 60),
+            retry_policy=QUICK_RETRY,
+            summary=f"preflight {', '.join(self.run.state.pool.active)}",
+            **route(PREFLIGHT, self.run.state.host_task_queue),
+        )
