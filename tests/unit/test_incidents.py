@@ -12,6 +12,7 @@ from lazarus.domain.failure_classes import FailureClass
 from lazarus.workflows.playbook import Action, Decision
 from lazarus.workflows.state import (
     MAX_INCIDENTS,
+    TRANSITIONS,
     Incident,
     JobState,
     JobStatus,
@@ -224,7 +225,8 @@ def test_every_phase_appears_in_the_state_machine_diagram() -> None:
     diagram = Phase.__doc__ or ""
     assert all(phase.value in diagram for phase in Phase)
     # _turn acts on a pause from every phase but PAUSED, NEEDS_OPERATOR and the ends.
-    assert "PENDING/LAUNCHING/RUNNING/RECOVERING -> (pause" in diagram
+    for before in (Phase.PENDING, Phase.LAUNCHING, Phase.RUNNING, Phase.RECOVERING):
+        assert (before, Phase.PAUSED) in TRANSITIONS, before
 
 
 def test_status_decodes_incidents_of_every_class() -> None:
