@@ -910,7 +910,7 @@ class SimCluster:
     async def _no_slurm(self, request: object) -> NoReturn:
         raise ApplicationError("no Slurm in the simulation", non_retryable=True)
 
-    submit_allocation = grow_allocation = _no_slurm
+    submit_allocation = cancel_allocation = grow_allocation = _no_slurm
     """The simulated nodes are local ones: no allocation to submit or grow."""
 
     @simulated

@@ -43,7 +43,11 @@ from lazarus.activities.fleet import (
 from lazarus.activities.host_identity import this_host
 from lazarus.activities.launcher import launch
 from lazarus.activities.preflight import preflight
-from lazarus.activities.slurm_allocation import grow_allocation, submit_allocation
+from lazarus.activities.slurm_allocation import (
+    cancel_allocation,
+    grow_allocation,
+    submit_allocation,
+)
 from lazarus.activities.stop import stop
 from lazarus.activities.supervise import supervise
 from lazarus.activities.worker_settings import (
@@ -77,6 +81,7 @@ ACTIVITIES: Sequence[Any] = (
     watch_checkpoints,
     run_escalation_hook,
     submit_allocation,
+    cancel_allocation,
     grow_allocation,
     fleet_lease,
     fleet_report,

@@ -48,6 +48,11 @@ def waiting_for(spec: JobSpec, state: JobState) -> str:
     phase = state.phase
     nodes = ", ".join(state.pool.active) or "no node"
     if phase == Phase.PENDING:
+        if spec.slurm is not None and spec.slurm.submits:
+            return (
+                f"Slurm to run the job's allocation ({_submitted_nodes(spec)}); the "
+                "`submit_allocation` activity's details show its place in the queue"
+            )
         return f"the first launch on {nodes}"
     if phase == Phase.LAUNCHING:
         origin = f"step {state.resume.step}" if state.resume else "scratch"
@@ -71,15 +76,17 @@ def waiting_for(spec: JobSpec, state: JobState) -> str:
 
 def start_summary(spec: JobSpec) -> str:
     """One line for the workflow list: which job, how big."""
-    return f"Lazarus job {spec.name}: {_world_size(spec)} ranks on {len(spec.nodes)} node(s)"
+    return f"Lazarus job {spec.name}: {_world_size(spec)} ranks on {_node_count(spec)} node(s)"
 
 
 def start_details(spec: JobSpec) -> str:
     """The shape the job starts with, as markdown (nodes and launchers, no commands)."""
     nodes = ", ".join(f"`{node.name}` ({node.launcher})" for node in spec.nodes)
+    if spec.slurm is not None and spec.slurm.submits:
+        nodes = f"{_submitted_nodes(spec)}, from the allocation its first step submits"
     lines = [
         f"**Job** `{spec.name}`",
-        f"**World size** {_world_size(spec)} ({len(spec.nodes)} node(s) x "
+        f"**World size** {_world_size(spec)} ({_node_count(spec)} node(s) x "
         f"{spec.nproc_per_node} rank(s))",
         f"**Nodes** {nodes}",
     ]
@@ -141,7 +148,20 @@ def _decision_line(incident: Incident) -> str:
 
 
 def _world_size(spec: JobSpec) -> int:
-    return len(spec.nodes) * spec.nproc_per_node
+    return _node_count(spec) * spec.nproc_per_node
+
+
+def _node_count(spec: JobSpec) -> int:
+    """The nodes that train: in submit mode, ``slurm.nodes`` (the spec lists none yet)."""
+    if spec.slurm is not None and spec.slurm.submits and spec.slurm.nodes is not None:
+        return spec.slurm.nodes
+    return len(spec.nodes)
+
+
+def _submitted_nodes(spec: JobSpec) -> str:
+    assert spec.slurm is not None
+    spares = f" + {spec.slurm.spares} spare(s)" if spec.slurm.spares else ""
+    return f"{spec.slurm.nodes} Slurm node(s){spares}"
 
 
 def _clip(text: str | None) -> str:

@@ -23,7 +23,7 @@ workflow:
 - ``checkpoint_steps``: resume point, verify, restore, retier, just-in-time checkpoint,
   planned stop, rollback, interval tuning;
 - ``stop_steps``: stops, fencing, swapping a node out; ``preflight_steps``: the preflight;
-- ``slurm_steps``: preemption, resubmission, ``slurm.grow``;
+- ``slurm_steps``: the first submit, preemption, resubmission, ``slurm.grow``;
 - ``fleet_steps`` (over ``fleet_link``): lease, report, spares, hand back, release;
 - ``hand_over``: continue-as-new and escalation hook delivery;
 - ``housekeeping``: checkpoint tiering and retention, a loop beside the machine.
@@ -267,6 +267,8 @@ class JobWorkflow:
         self._run.attributes_v2 = workflow.patched(PATCH_SEARCH_ATTRIBUTES_V2)
         if job.state is None and job.spec.fleet is not None:
             await self._fleet.lease()
+        if job.state is None and not await self._slurm.submit_first():
+            return self.status()  # Slurm refused the allocation: nothing ran, nothing to undo
         self._run.pin_to_host()
         self._run.publish_phase()
         self._run.housekeeper = Housekeeper(self.spec, self._state)

@@ -229,3 +229,14 @@ PATCH_NO_REJOIN_IN_REJOIN = _patch(
     "matrix's survivor_sigkill@rejoin). Asked only in that case.",
     introduced="issue 26",
 )
+PATCH_SLURM_FIRST_SUBMIT = _patch(
+    "slurm-first-submit",
+    owner="slurm_steps (first submit)",
+    changes="A submit-mode job (``slurm.nodes``) starts PENDING without an allocation; "
+    "its first step submits it (``submit_allocation``, token ``start``), waits for it "
+    "to run and records it in ``JobState.roster``, or fails with Slurm's answer; a job "
+    "cancelled meanwhile gives it back (``cancel_allocation``). Before, ``lazarus start`` "
+    "submitted it outside the workflow. Asked only by such jobs: histories of jobs "
+    "started in an allocation never ask it.",
+    introduced="issue 27",
+)

@@ -101,6 +101,25 @@ def resubmission(
     )
 
 
+FIRST_SUBMIT_TOKEN = "start"
+"""The token of a job's first allocation: its holder is ``lazarus-<job>-<run tag>-start``."""
+
+
+def first_submission(spec: JobSpec, run_key: str | None) -> SubmitAllocationRequest | None:
+    """The job's first allocation, when it has none yet (submit mode: ``slurm.nodes``
+    and no ``slurm.job_id``); None otherwise. Nothing to release, nothing known."""
+    if spec.slurm is None or not spec.slurm.submits:
+        return None
+    return SubmitAllocationRequest(
+        job_name=spec.name,
+        run_dir=spec.run_dir,
+        slurm=spec.slurm,
+        token=FIRST_SUBMIT_TOKEN,
+        release_old=False,
+        run_key=run_key,
+    )
+
+
 def allocation_mismatch(spec: JobSpec, granted: AllocationGranted) -> str | None:
     """Why the granted allocation cannot hold the job (fewer nodes than its nodes and
     spares), or None. Checked before :func:`move_to_allocation`, which cannot place

@@ -1,31 +1,57 @@
-"""Slurm allocation changes, as steps of a run: preemption, resubmission, growth.
+"""Slurm allocation changes, as steps of a run: the first submit, preemption,
+resubmission, growth.
 
+- submit mode (``slurm.nodes``, no ``slurm.job_id``): the run's first step submits the
+  allocation, waits for Slurm to run it and records it in ``JobState.roster``; a
+  refusal fails the job with Slurm's answer, and a job cancelled while it waits
+  gives back what it submitted;
 - a preemption notice (Slurm takes the allocation away): a just-in-time checkpoint
   while the ranks still run, a stop, then PAUSED, or (``slurm.resubmit``) a new
   allocation with the same options and LAUNCHING there;
 - ``slurm.grow``: a lost node with no spare is replaced by a node Slurm adds.
 
 The decisions and records are pure (``preemption``); each change is a retry-safe
-activity here, behind ``PATCH_SLURM_PREEMPTION`` and ``PATCH_SLURM_ALLOCATION``.
+activity here, behind ``PATCH_SLURM_PREEMPTION``, ``PATCH_SLURM_ALLOCATION`` and
+``PATCH_SLURM_FIRST_SUBMIT``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from lazarus.domain.activity_refs import GROW_ALLOCATION, SUBMIT_ALLOCATION
-    from lazarus.domain.contracts import FailureReport, GrowAllocationRequest
+    from lazarus.domain.activity_refs import (
+        CANCEL_ALLOCATION,
+        GROW_ALLOCATION,
+        SUBMIT_ALLOCATION,
+    )
+    from lazarus.domain.contracts import (
+        FailureReport,
+        GrowAllocationRequest,
+        SubmitAllocationRequest,
+    )
     from lazarus.domain.spec import SlurmSpec, slurm_node
-    from lazarus.workflows.activity_calls import QUICK_RETRY, cause, execute, worker_loss_timeout
+    from lazarus.workflows.activity_calls import (
+        END_OF_RUN_RETRY,
+        QUICK_RETRY,
+        cause,
+        execute,
+        worker_loss_timeout,
+    )
     from lazarus.workflows.checkpoint_steps import CheckpointSteps
-    from lazarus.workflows.patches import PATCH_SLURM_ALLOCATION, PATCH_SLURM_OWN_JOBS
+    from lazarus.workflows.patches import (
+        PATCH_SLURM_ALLOCATION,
+        PATCH_SLURM_FIRST_SUBMIT,
+        PATCH_SLURM_OWN_JOBS,
+    )
     from lazarus.workflows.playbook import Action
     from lazarus.workflows.preemption import (
         allocation_mismatch,
+        first_submission,
         move_to_allocation,
         open_preemption,
         record_preemption,
@@ -48,6 +74,75 @@ class SlurmSteps:
         self.run = run
         self.stops = stops
         self.checkpoints = checkpoints
+
+    async def submit_first(self) -> bool:
+        """Submit mode: the job's first allocation, before anything else runs. Submitted
+        under this run's own name, waited for (at most ``slurm.wait_s``, the
+        resubmission's wait) and recorded in the state's roster: the job then
+        launches there. Slurm's refusal (or an allocation that does not run in time)
+        fails the job with the reason, nothing started. A job cancelled while it
+        waits gives back what it submitted, then ends CANCELLED. Jobs started in an
+        allocation (every history before ``PATCH_SLURM_FIRST_SUBMIT``) never ask.
+        False when the job failed here (it has no allocation to run in)."""
+        request = first_submission(self.run.spec, self.run.state.run_key)
+        if request is None or not workflow.patched(PATCH_SLURM_FIRST_SUBMIT):
+            return True
+        self.run.explain()  # the Web UI says what it waits for from the start
+        try:
+            granted = await execute(
+                SUBMIT_ALLOCATION,
+                request,
+                start_to_close_timeout=timedelta(seconds=request.slurm.wait_s) + SLURM_QUEUE_MARGIN,
+                heartbeat_timeout=worker_loss_timeout(self.run.spec),
+                retry_policy=QUICK_RETRY,
+                summary=f"submit the allocation: {request.holder_name}",
+            )
+        except (asyncio.CancelledError, ActivityError) as err:
+            # The job's cancellation reaches this await as the activity's cancellation.
+            if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
+                await self.give_back_first(request)
+                raise
+            if not isinstance(err, ActivityError):
+                raise
+            self.run.fail(f"slurm: the allocation was not granted: {cause(err)}")
+            return False
+        mismatch = allocation_mismatch(self.run.spec, granted)
+        if mismatch is not None:
+            self.run.fail(f"slurm: {mismatch}")
+            return False
+        self.run.move_to(move_to_allocation(self.run.spec, self.run.state, granted))
+        workflow.logger.info(
+            "Slurm job %d runs the job's allocation on %s (waited %.0f s)",
+            granted.job_id,
+            ", ".join(granted.nodes),
+            granted.waited_s,
+        )
+        return True
+
+    async def give_back_first(self, request: SubmitAllocationRequest) -> None:
+        """The compensation of a first submit the job's cancellation interrupted: this
+        user's job of the holder's name, if Slurm has one, is cancelled; the job ends
+        CANCELLED (it never launched: nothing to stop)."""
+        try:
+            cancelled = await execute(
+                CANCEL_ALLOCATION,
+                request,
+                start_to_close_timeout=timedelta(minutes=2),
+                heartbeat_timeout=worker_loss_timeout(self.run.spec),
+                retry_policy=END_OF_RUN_RETRY,
+                summary=f"give back the allocation: {request.holder_name}",
+            )
+        except ActivityError as err:
+            workflow.logger.warning(
+                "could not give back %s: %s; cancel it by hand (scancel --name=%s)",
+                request.holder_name,
+                cause(err),
+                request.holder_name,
+            )
+        else:
+            workflow.logger.info("gave back Slurm job(s) %s", cancelled.job_ids)
+        self.run.state.finished_at = self.run.now()
+        self.run.set_phase(Phase.CANCELLED)
 
     async def on_preempted(self, notice: FailureReport) -> None:
         """Slurm is taking the allocation away: save the ranks just in time while they

@@ -54,8 +54,8 @@ class Phase(StrEnum):
 
     PENDING -> LAUNCHING: the first turn launches
     PENDING -> PAUSED: a pause before the first launch
-    PENDING -> FAILED: the fleet refused the lease (no nodes to run on)
-    PENDING -> CANCELLED: cancelled
+    PENDING -> FAILED: the fleet refused the lease, or Slurm the first allocation (no nodes)
+    PENDING -> CANCELLED: cancelled (waiting for the first allocation: it is given back)
     LAUNCHING -> RUNNING: the generation launched
     LAUNCHING -> RECOVERING: a node could not be reached during the launch
     LAUNCHING -> NEEDS_OPERATOR: ranks would not die, or a node failed preflight, no spare left

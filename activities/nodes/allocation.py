@@ -10,6 +10,7 @@ it, so the transport's modules (``slurm_*``) stay behind ``nodes/`` like the age
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from lazarus.activities.nodes import slurm_agent, slurm_grow, slurm_submit
@@ -36,21 +37,21 @@ def start_problems(spec: JobSpec) -> list[str]:
     return slurm_agent.allocation_problems(spec.slurm, spec.nodes, spec.spares)
 
 
-def start(spec: JobSpec, progress: Progress, timeout_s: float | None = None) -> JobSpec:
-    """Submit mode end to end: check, submit, wait, and the spec in the allocation
-    (cancelled again if anything fails after the submission)."""
-    return slurm_submit.start_allocation(spec, progress, timeout_s)
+def submit(
+    request: SubmitAllocationRequest,
+    progress: Progress,
+    cancelled: threading.Event | None = None,
+) -> AllocationGranted:
+    """The job's first allocation, or the successor of an ending one (released first):
+    submit it and wait for it to run; a retry adopts what an earlier attempt
+    submitted, and a wait called off (``cancelled``) gives back what it submitted."""
+    return slurm_submit.resubmit(request, progress, cancelled)
 
 
-def cancel(allocation_id: int) -> None:
-    """Give the allocation back (a start that did not go through); best effort."""
-    slurm_submit.cancel(allocation_id)
-
-
-def resubmit(request: SubmitAllocationRequest, progress: Progress) -> AllocationGranted:
-    """Release the ending allocation, submit its successor, and wait for it to run;
-    a retry adopts what an earlier attempt submitted."""
-    return slurm_submit.resubmit(request, progress)
+def cancel_submitted(request: SubmitAllocationRequest) -> list[int]:
+    """Give back what ``request`` submitted (found by its holder's name, this user's
+    jobs only); the ids cancelled."""
+    return slurm_submit.cancel_submitted(request)
 
 
 def grow(request: GrowAllocationRequest, progress: Progress) -> AllocationGranted:

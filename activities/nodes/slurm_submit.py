@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +54,11 @@ ENDED = frozenset(
 class SubmitRefused(AllocationRefused):
     """Slurm refused the allocation, or it ended before it ran: one line naming the
     spec field where one is to blame."""
+
+
+class SubmitCancelled(Exception):
+    """The wait was called off (the activity was cancelled: the job was cancelled
+    while it waited for its allocation)."""
 
 
 RESERVED_OPTIONS = {
@@ -197,8 +203,10 @@ def submit(spec: JobSpec) -> int:
 
 
 def first_holder_name(job_name: str) -> str:
-    """The name of the holder ``lazarus start`` submits. Nothing looks it up by name:
-    the start knows the id ``sbatch`` answers."""
+    """The name of the holder :func:`start_allocation` submits (and the name
+    ``sbatch --test-only`` is asked about). Nothing looks it up by name: the caller
+    knows the id ``sbatch`` answers. The workflow's first submit names its holder
+    after its run instead (:attr:`SubmitAllocationRequest.holder_name`)."""
     return f"lazarus-{job_name}"
 
 
@@ -225,14 +233,19 @@ def wait_running(
     progress: Callable[[str], None],
     timeout_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    cancelled: threading.Event | None = None,
 ) -> Allocation:
     """Wait until Slurm runs job ``job_id`` and return it; ``progress`` gets a line
     now and then (its state and Slurm's reason while it waits). Raises
-    :class:`SubmitRefused` when it ends first, TimeoutError after ``timeout_s``."""
+    :class:`SubmitRefused` when it ends first, TimeoutError after ``timeout_s``,
+    :class:`SubmitCancelled` once ``cancelled`` is set."""
     started = clock()
     said_at: float | None = None
     said = ""
+    stop = cancelled or threading.Event()
     while True:
+        if stop.is_set():
+            raise SubmitCancelled(f"stopped waiting for Slurm job {job_id}")
         try:
             found = allocation(job_id)
         except SlurmCommandFailed:
@@ -249,7 +262,7 @@ def wait_running(
             said, said_at = line, now
         if timeout_s is not None and now - started > timeout_s:
             raise TimeoutError(f"Slurm job {job_id} did not start within {timeout_s:g} s")
-        time.sleep(WAIT_POLL_S)
+        stop.wait(WAIT_POLL_S)
 
 
 def cancel(job_id: int) -> None:
@@ -261,8 +274,10 @@ def cancel(job_id: int) -> None:
 def start_allocation(
     spec: JobSpec, progress: Callable[[str], None], timeout_s: float | None = None
 ) -> JobSpec:
-    """Submit mode end to end: check, submit, wait, and the spec in the allocation.
-    A start that fails after the submission cancels what it submitted."""
+    """Submit mode end to end, outside any workflow: check, submit, wait, and the spec
+    in the allocation (the Slurm tests' own set-up; a job's first allocation is the
+    workflow's :func:`resubmit` with nothing to release). A start that fails after the
+    submission cancels what it submitted."""
     problems = submit_problems(spec)
     if problems:
         raise SubmitRefused("; ".join(problems))
@@ -314,11 +329,15 @@ def size_problem(job_id: int, nodes: list[str], asked: int) -> str | None:
 
 
 def resubmit(
-    request: SubmitAllocationRequest, progress: Callable[[str], None]
+    request: SubmitAllocationRequest,
+    progress: Callable[[str], None],
+    cancelled: threading.Event | None = None,
 ) -> AllocationGranted:
-    """The new allocation of a preempted job (``slurm.resubmit``), running.
+    """The job's allocation, running: its first (the workflow's first step, nothing to
+    release: ``slurm.job_id`` is None) or the new one of a preempted job
+    (``slurm.resubmit``).
 
-    1. the old allocation is cancelled (it is ending anyway, and the queue may need
+    1. the old allocation, if any, is cancelled (it is ending anyway, and the queue may need
        its nodes for the new one); ``scancel`` of an ended job is harmless;
     2. a holder named after the workflow run and the resubmission
        (:attr:`~SubmitAllocationRequest.holder_name`) is submitted, unless an earlier
@@ -326,7 +345,8 @@ def resubmit(
        is adopted, never doubled. A job the workflow recorded (the old allocation)
        is never adopted;
     3. it waits for Slurm to run it, at most ``slurm.wait_s``; a holder that does
-       not run by then is cancelled, so nothing is left queued behind the job;
+       not run by then, or whose wait is called off (``cancelled``: the job was
+       cancelled meanwhile), is cancelled, so nothing is left queued behind the job;
     4. it must hold the node count asked for: the workflow would place the job's
        nodes and spares on it. One that does not is refused (and cancelled, when it
        is this run's by name, so it holds no nodes for nothing).
@@ -349,8 +369,8 @@ def resubmit(
     ours = not earlier or request.run_key is not None
     started = time.monotonic()
     try:
-        found = wait_running(job_id, progress, timeout_s=slurm.wait_s)
-    except (SubmitRefused, TimeoutError):
+        found = wait_running(job_id, progress, timeout_s=slurm.wait_s, cancelled=cancelled)
+    except (SubmitRefused, TimeoutError, SubmitCancelled):
         cancel(job_id)
         raise
     problem = size_problem(job_id, found.nodes, asked)
@@ -362,3 +382,16 @@ def resubmit(
     return AllocationGranted(
         job_id=job_id, nodes=found.nodes, waited_s=round(time.monotonic() - started, 3)
     )
+
+
+def cancel_submitted(request: SubmitAllocationRequest) -> list[int]:
+    """Give back what a submit request submitted, if anything: this user's jobs named
+    as its holder (:attr:`SubmitAllocationRequest.holder_name`), except those the
+    workflow recorded as its own. The ids cancelled; empty when there were none (the
+    submission never reached Slurm). The workflow's compensation for a job cancelled
+    while it waited for its first allocation."""
+    known = [*request.known_job_ids]
+    found = own_jobs_named(request.holder_name, exclude=known)
+    for job in found:
+        cancel(job.job_id)
+    return [job.job_id for job in found]

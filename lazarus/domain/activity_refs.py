@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from lazarus.domain.contracts import (
     AllocationGranted,
+    AllocationsCancelled,
     CheckpointNowRequest,
     CheckpointNowResult,
     CheckpointRef,
@@ -108,6 +109,11 @@ RUN_ESCALATION_HOOK = ActivityRef[EscalationHookRequest, EscalationHookResult](
 SUBMIT_ALLOCATION = ActivityRef[SubmitAllocationRequest, AllocationGranted](
     "submit_allocation", SubmitAllocationRequest, AllocationGranted
 )
+CANCEL_ALLOCATION = ActivityRef[SubmitAllocationRequest, AllocationsCancelled](
+    "cancel_allocation", SubmitAllocationRequest, AllocationsCancelled
+)
+"""Gives back what a ``SUBMIT_ALLOCATION`` request submitted (a job cancelled while it
+waited for its first allocation)."""
 GROW_ALLOCATION = ActivityRef[GrowAllocationRequest, AllocationGranted](
     "grow_allocation", GrowAllocationRequest, AllocationGranted
 )
@@ -147,6 +153,7 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     ROLL_BACK_CHECKPOINT,
     RUN_ESCALATION_HOOK,
     SUBMIT_ALLOCATION,
+    CANCEL_ALLOCATION,
     GROW_ALLOCATION,
     SET_CHECKPOINT_INTERVAL,
     *FLEET_CALLS,

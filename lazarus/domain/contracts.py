@@ -648,14 +648,18 @@ def slurm_job_name(job_name: str, run_key: str | None, token: str) -> str:
 
 
 class SubmitAllocationRequest(_Model):
-    """A new Slurm allocation for a job whose old one Slurm is taking away
-    (``slurm.resubmit``). ``token`` names this resubmission (the incident), so a
-    retried activity finds the allocation it already submitted instead of a second."""
+    """A Slurm allocation for a job: its first (the workflow's first step in submit
+    mode, ``token`` ``start``, nothing to release), or a new one for a job whose old
+    one Slurm is taking away (``slurm.resubmit``, ``token`` the incident). ``token``
+    names the submission, so a retried activity finds the allocation it already
+    submitted instead of a second, and a cancelled job's first one can be found to
+    be given back."""
 
     job_name: str
     run_dir: str
     slurm: SlurmSpec
-    """The submit-mode options (``slurm.submitted``), with the old ``job_id``."""
+    """The submit-mode options, with the old ``job_id`` (``slurm.submitted``); no
+    ``job_id`` for the first allocation."""
     token: str
     release_old: bool = True
     """Cancel the old allocation first: it is ending anyway, and its nodes may be the
@@ -705,3 +709,10 @@ class AllocationGranted(_Model):
     """Submit: every node of the new allocation, in Slurm's order. Grow: the new
     nodes only."""
     waited_s: float = 0.0
+
+
+class AllocationsCancelled(_Model):
+    """What giving back a submission found and cancelled (Slurm job ids; empty when it
+    never reached Slurm)."""
+
+    job_ids: list[int] = Field(default_factory=list)

@@ -48,6 +48,8 @@ ENTRY: dict[tuple[str, str], frozenset[Phase]] = {
     ("recovery_steps.py", "forced"): frozenset({P.RUNNING}),
     ("recovery_steps.py", "straggler_swap"): frozenset({P.RUNNING}),
     ("recovery_steps.py", "drop_rejoin"): frozenset({P.LAUNCHING}),  # guarded by the phase
+    ("slurm_steps.py", "submit_first"): frozenset({P.PENDING}),
+    ("slurm_steps.py", "give_back_first"): frozenset({P.PENDING}),
     ("slurm_steps.py", "on_preempted"): frozenset({P.RUNNING}),
     ("stop_steps.py", "swap_out"): frozenset({P.LAUNCHING, P.RECOVERING}),
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +22,10 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from lazarus.activities.nodes.allocation import cancel_submitted, submit
 from lazarus.activities.nodes.slurm_grow import grow
 from lazarus.activities.nodes.slurm_submit import (
+    SubmitCancelled,
     SubmitRefused,
     extra_args_problems,
     resubmit,
@@ -342,3 +345,63 @@ def test_a_refused_extra_arg_submits_nothing(fake_slurm: FakeSlurm) -> None:
     with pytest.raises(SubmitRefused, match="--wrap is not allowed"):
         resubmit(request, lambda _: None)
     assert not any(line.startswith("sbatch") for line in fake_slurm.log())
+
+
+# --- the first submit, now the workflow's first step (issue 27) ----------------------
+
+
+def first_request(run_key: str = RUN_KEY) -> SubmitAllocationRequest:
+    """What the workflow asks for a submit-mode job's first allocation."""
+    return SubmitAllocationRequest(
+        job_name="train",
+        run_dir=RUN_DIR,
+        slurm=SlurmSpec(nodes=2, partition="gpu"),
+        token="start",
+        release_old=False,
+        run_key=run_key,
+    )
+
+
+def test_a_first_submit_submits_a_holder_under_this_runs_own_name(fake_slurm: FakeSlurm) -> None:
+    bob_runs_his_train(fake_slurm)
+    lines: list[str] = []
+    granted = submit(first_request(), lines.append)
+    assert granted.job_id == 900 and granted.nodes == ["alicen3", "alicen4"]
+    (sbatch,) = [line for line in fake_slurm.log() if line.startswith("sbatch")]
+    assert f"--job-name={slurm_job_name('train', RUN_KEY, 'start')}" in sbatch
+    assert not any(line.startswith("scancel") for line in fake_slurm.log())  # nothing to release
+
+
+def test_a_retried_first_submit_adopts_what_the_first_attempt_submitted(
+    fake_slurm: FakeSlurm,
+) -> None:
+    fake_slurm.add(902, slurm_user(), slurm_job_name("train", RUN_KEY, "start"), "RUNNING",
+                   "alicen[7-8]")  # fmt: skip
+    granted = submit(first_request(), lambda _: None)
+    assert granted.job_id == 902
+    assert not any(line.startswith("sbatch") for line in fake_slurm.log())
+
+
+def test_a_first_submit_called_off_while_it_waits_cancels_its_holder(
+    fake_slurm: FakeSlurm,
+) -> None:
+    """The activity cancelled (the job was cancelled while PENDING): the thread stops
+    waiting and gives back what it submitted, instead of leaving it queued."""
+    fake_slurm.add(902, slurm_user(), slurm_job_name("train", RUN_KEY, "start"), "PENDING", "")
+    called_off = threading.Event()
+    called_off.set()
+    with pytest.raises(SubmitCancelled):
+        submit(first_request(), lambda _: None, called_off)
+    assert fake_slurm.job(902)["state"] == "CANCELLED"
+
+
+def test_giving_back_a_first_submit_cancels_only_this_users_holder(
+    fake_slurm: FakeSlurm,
+) -> None:
+    name = slurm_job_name("train", RUN_KEY, "start")
+    fake_slurm.add(901, "bob", name, "PENDING", "")
+    fake_slurm.add(902, slurm_user(), name, "PENDING", "")
+    assert cancel_submitted(first_request()) == [902]
+    assert fake_slurm.job(902)["state"] == "CANCELLED"
+    assert fake_slurm.job(901)["state"] == "PENDING"
+    assert cancel_submitted(first_request()) == []  # nothing left: nothing to do

@@ -61,6 +61,10 @@ class Script:
     allocation_requests: list[
         contracts.SubmitAllocationRequest | contracts.GrowAllocationRequest
     ] = field(default_factory=list)
+    submit_waits: bool = False
+    """A submission waits in Slurm's queue until the activity is cancelled."""
+    given_back: list[contracts.SubmitAllocationRequest] = field(default_factory=list)
+    """What ``cancel_allocation`` was asked to give back."""
     preflight_lost: dict[int, set[str]] = field(default_factory=dict)
     """preflight call number (1 is the first launch's) -> nodes it finds lost."""
     preflights: int = 0
@@ -302,8 +306,19 @@ def _grant(
 async def submit_allocation(
     request: contracts.SubmitAllocationRequest,
 ) -> contracts.AllocationGranted:
-    granted: contracts.AllocationGranted = _grant(script_for(request.job_name), request)
+    script = script_for(request.job_name)
+    if script.submit_waits:
+        script.allocation_requests.append(request)
+        await _wait_until_cancelled()
+    granted: contracts.AllocationGranted = _grant(script, request)
     return granted
+
+
+async def cancel_allocation(
+    request: contracts.SubmitAllocationRequest,
+) -> contracts.AllocationsCancelled:
+    script_for(request.job_name).given_back.append(request)
+    return contracts.AllocationsCancelled(job_ids=[4242])
 
 
 async def grow_allocation(request: contracts.GrowAllocationRequest) -> contracts.AllocationGranted:

@@ -4,6 +4,10 @@ A preemption with ``slurm.resubmit`` goes on in the allocation Slurm grants next
 and a lost node with no spare and ``slurm.grow`` is replaced by the node Slurm adds;
 when Slurm says no, the job pauses (resubmit) or shrinks / asks a person (grow),
 with Slurm's answer in the incident. The real Slurm side is in tests/slurm.
+
+A job in submit mode (``slurm.nodes``) gets its first allocation the same way: the
+workflow's first step submits it, waits, and launches there; Slurm's refusal fails
+the job, and a cancellation while it waits gives the allocation back.
 """
 
 from __future__ import annotations
@@ -12,11 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from lazarus.domain.contracts import AllocationGranted, FailureReport, SubmitAllocationRequest
 from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.spec import JobSpec
 from lazarus.workflows.playbook import Action
 from lazarus.workflows.state import Phase
+from tests.workflow import fakes
 from tests.workflow.conftest import StartFakeJob, fake_spec
 
 pytestmark = pytest.mark.timeout(120)
@@ -189,3 +196,86 @@ async def test_when_slurm_adds_no_node_and_no_shrink_is_allowed_a_person_is_aske
     status = await job.wait_phase(Phase.NEEDS_OPERATOR)
     assert status.incidents[-1].action == Action.NEEDS_OPERATOR
     assert [q.node for q in status.nodes.quarantined] == ["n2"]
+
+
+# --- the first submit (issue 27): the workflow's first step, no longer the CLI's ---------
+
+
+def submit_mode_spec(tmp_path: Path, **slurm: object) -> JobSpec:
+    """A job whose allocation Lazarus submits (``slurm.nodes``), as ``lazarus start``
+    now hands it to the workflow: no allocation yet."""
+    return fake_spec(tmp_path, slurm={"nodes": 2, "spares": 1, "partition": "gpu", **slurm})
+
+
+async def test_a_submit_mode_job_submits_waits_and_launches_on_the_granted_nodes(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    spec = submit_mode_spec(tmp_path)
+    script = fakes.script_for(spec.job_id)
+    script.allocations = [AllocationGranted(job_id=31, nodes=["n1", "n2", "n3"], waited_s=4)]
+    job = await start_fake_job(spec)
+    status = await job.wait_phase(Phase.RUNNING)
+    (asked,) = script.allocation_requests
+    assert isinstance(asked, SubmitAllocationRequest)
+    assert asked.slurm.job_id is None and not asked.release_old and asked.known_job_ids == []
+    # this run's own holder name, which a retry (or a cancellation) finds it by
+    assert asked.run_key and asked.holder_name.startswith(f"lazarus-{spec.name}-")
+    assert asked.holder_name.endswith("-start")
+    (launch,) = script.launches
+    assert launch.spec.slurm is not None and launch.spec.slurm.allocation_id == 31
+    assert launch.spec.slurm.submitted  # a resubmission asks for the same options
+    assert [n.name for n in launch.nodes] == ["n1", "n2"]
+    assert [n.launcher for n in launch.nodes] == ["slurm", "slurm"]
+    assert status.nodes.active == ["n1", "n2"] and status.nodes.spares == ["n3"]
+    assert status.slurm_job_id == 31
+
+
+async def test_a_first_submit_slurm_refuses_fails_the_job_with_the_reason(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    job = await start_fake_job(submit_mode_spec(tmp_path))  # no allocations: Slurm says no
+    status = await job.wait_phase(Phase.FAILED)
+    assert status.operator_reason is not None and "no nodes" in status.operator_reason
+    assert "allocation was not granted" in status.operator_reason
+    assert job.script.launches == [] and job.script.stops == []
+
+
+async def test_a_grant_too_small_for_the_job_fails_it_unlaunched(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    spec = submit_mode_spec(tmp_path)
+    fakes.script_for(spec.job_id).allocations = [AllocationGranted(job_id=32, nodes=["n1"])]
+    job = await start_fake_job(spec)
+    status = await job.wait_phase(Phase.FAILED)
+    assert status.operator_reason is not None and "Slurm job 32 holds 1 node(s)" in (
+        status.operator_reason
+    )
+    assert job.script.launches == []
+
+
+async def test_cancelling_a_job_waiting_for_its_allocation_gives_it_back(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    spec = submit_mode_spec(tmp_path)
+    script = fakes.script_for(spec.job_id)
+    script.submit_waits = True
+    job = await start_fake_job(spec)
+    status = await job.wait_for(lambda s: bool(script.allocation_requests), "the submission")
+    assert status.phase == Phase.PENDING
+    await job.handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await job.handle.result()
+    (asked,) = script.allocation_requests
+    (given_back,) = script.given_back
+    assert given_back.holder_name == asked.holder_name
+    assert script.launches == [] and script.stops == []
+    description = await job.handle.describe()
+    assert description.status == WorkflowExecutionStatus.CANCELED
+
+
+async def test_a_job_started_in_an_allocation_submits_nothing(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    job = await start_fake_job(submitted_spec(tmp_path, resubmit=True))
+    await job.wait_phase(Phase.RUNNING)
+    assert job.script.allocation_requests == []
