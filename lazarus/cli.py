@@ -30,8 +30,10 @@ from lazarus.activities.worker_settings import WorkerSettingsError
 from lazarus.client import (
     ClientError,
     JobClient,
+    JobHandle,
     StatusUnavailable,
     plan_start,
+    start_problems,
 )
 from lazarus.devserver import (
     DEFAULT_PORT,
@@ -49,7 +51,7 @@ from lazarus.settings import (
     connect,
     web_ui_url,
 )
-from lazarus.workflows.state import Incident
+from lazarus.workflows.state import Incident, Phase
 
 if TYPE_CHECKING:
     from lazarus.activities.checkpoints.resume_plan import ResumePlan
@@ -175,14 +177,7 @@ def start(
         if problems:
             _fail("\n".join(problems), code=2)
     if spec.slurm is not None and not dry_run:
-        from lazarus.activities.nodes.slurm_agent import allocation_problems
-        from lazarus.activities.nodes.slurm_submit import submit_problems
-
-        problems = (
-            submit_problems(spec)  # sbatch --test-only: nothing submitted
-            if spec.slurm.submits
-            else allocation_problems(spec.slurm, spec.nodes, spec.spares)
-        )
+        problems = start_problems(spec)  # submit mode: sbatch --test-only, nothing submitted
         if problems:
             _fail("\n".join(f"{spec_file}: {p}" for p in problems), code=2)
     settings = _settings(ctx)
@@ -230,28 +225,10 @@ def start(
                 _out().print(line, markup=False)
 
     async def action(jobs: JobClient) -> str:
-        nonlocal spec
         await before_start(jobs)
-        if spec.slurm is None or not spec.slurm.submits:
-            handle = await jobs.start(spec)
-            return handle.run_id
-        # Submit mode: the allocation first (waiting for it, with progress), given
-        # back if the workflow does not start after all.
-        from lazarus.activities.nodes.slurm_submit import SubmitRefused, cancel, start_allocation
-
-        console = Console(stderr=as_json, highlight=False)
-        try:
-            spec = await asyncio.to_thread(
-                start_allocation, spec, lambda line: console.print(line, markup=False)
-            )
-        except SubmitRefused as exc:
-            raise Refusal(f"{spec_file}: {exc}") from None
-        assert spec.slurm is not None
-        try:
-            handle = await jobs.start(spec)
-        except BaseException:
-            await asyncio.to_thread(cancel, spec.slurm.allocation_id)
-            raise
+        handle = await jobs.start(spec)
+        if spec.slurm is not None and spec.slurm.submits:
+            await _follow_first_submit(jobs, handle, as_json)
         return handle.run_id
 
     run_id = _with_client(ctx, action)
@@ -276,6 +253,21 @@ def start(
     out.print(f"follow it with: lazarus status {spec.name} --watch", markup=False)
     for note in render.start_notes(spec):
         out.print(note, markup=False, style="yellow")
+
+
+async def _follow_first_submit(jobs: JobClient, handle: JobHandle, as_json: bool) -> None:
+    """Submit mode: the workflow's first step submits the allocation; show its wait in
+    the queue until the job leaves PENDING (Ctrl-C stops watching, not the job). A
+    job Slurm refused has failed: its reason, and exit code 1."""
+    console = Console(stderr=as_json, highlight=False)
+    console.print(
+        f"job {handle.job} is PENDING: its first step submits the Slurm allocation",
+        markup=False,
+    )
+    view = await jobs.wait_while_pending(handle, lambda line: console.print(line, markup=False))
+    if view.phase == Phase.FAILED.value:
+        reason = view.status.operator_reason if view.status is not None else None
+        raise Refusal(f"job {handle.job} failed: {reason or 'see lazarus status'}")
 
 
 def _resume_plan(spec: JobSpec) -> ResumePlan | None:

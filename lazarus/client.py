@@ -15,13 +15,16 @@ line meant for them (the CLI prints it as is); a server that cannot be reached i
 raises it. No :class:`temporalio.service.RPCError` escapes a ``JobClient`` call.
 
 This is the app floor: it may import the activities, for the launcher's own
-:func:`~lazarus.activities.launcher.rank_environment` in a dry run.
+:func:`~lazarus.activities.launcher.rank_environment` in a dry run, and the
+allocation facade (:mod:`lazarus.activities.nodes.allocation`) for the checks a
+start makes before anything starts (:func:`start_problems`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -48,6 +51,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from lazarus.domain import environment as env_names
+from lazarus.domain.activity_refs import SUBMIT_ALLOCATION
 from lazarus.domain.api import (
     DEFAULT_TASK_QUEUE,
     JOB_ATTRIBUTE,
@@ -97,9 +101,13 @@ __all__ = [
     "TemporalRefused",
     "plan_start",
     "rank_environment_plan",
+    "start_problems",
 ]
 
 SUPERVISE_ACTIVITY = "supervise"
+SUBMIT_ACTIVITY = SUBMIT_ALLOCATION.name
+"""The activity a submit-mode job's first step waits in (``SUBMIT_ALLOCATION``); its
+heartbeat details are the queue wait's latest line."""
 QUERY_TIMEOUT = timedelta(seconds=5)
 """A query needs a worker; without one it would wait for the server's long deadline."""
 
@@ -386,6 +394,18 @@ def plan_start(
     )
 
 
+def start_problems(spec: JobSpec) -> list[str]:
+    """Why the job's batch allocation cannot be used, one line each naming the spec
+    field; empty when it can (or the job has none). Contacts the scheduler but starts
+    nothing: in submit mode Slurm is asked whether it would take the holder
+    (``sbatch --test-only``); an existing allocation must be running and hold the
+    spec's nodes. A start refuses a spec with problems before the workflow exists;
+    the submission itself is the workflow's first step."""
+    from lazarus.activities.nodes import allocation  # activities: the pre-start check only
+
+    return allocation.start_problems(spec)
+
+
 # --- the client ---------------------------------------------------------------------------
 
 
@@ -423,9 +443,18 @@ class JobClient:
         """What :meth:`start` would submit to this client's task queue; starts nothing."""
         return plan_start(what, self.task_queue, resume)
 
+    async def start_problems(self, spec: JobSpec) -> list[str]:
+        """:func:`start_problems`, off the event loop: what :meth:`start` callers check
+        first (``lazarus start`` does), since a refusal then starts nothing."""
+        return await asyncio.to_thread(start_problems, spec)
+
     async def start(self, what: JobSpec | JobInput | StartPlan) -> JobHandle:
         """Start a job. Raises :class:`JobAlreadyRunning` while a job of that name
-        runs, and :class:`MissingSearchAttributes` on a server not set up for Lazarus."""
+        runs, and :class:`MissingSearchAttributes` on a server not set up for Lazarus.
+
+        A job whose allocation Lazarus submits (``slurm.nodes``) starts PENDING: the
+        workflow's first step submits it and waits for it to run
+        (:meth:`wait_while_pending` follows that)."""
         plan = what if isinstance(what, StartPlan) else self.dry_run(what)
         with self._translated():
             try:
@@ -460,6 +489,26 @@ class JobClient:
         return JobHandle(
             job=plan.job, workflow_id=plan.workflow_id, run_id=handle.result_run_id or ""
         )
+
+    async def wait_while_pending(
+        self, job: JobRef, progress: Callable[[str], None], poll_s: float = 1.0
+    ) -> StatusView:
+        """Follow a job until it leaves PENDING (a submit-mode job's first step waits
+        for its allocation there) and return its status then; ``progress`` gets the
+        allocation's queue line each time it changes. Stopping this wait stops
+        nothing: the job goes on."""
+        said: str | None = None
+        while True:
+            view = await self.status(job)
+            if view.is_terminal or view.phase not in (None, Phase.PENDING.value):
+                return view
+            with self._translated():
+                _, description = await self._describe(_name(job))
+                line = await self._pending_line(description)
+            if line is not None and line != said:
+                progress(line)
+                said = line
+            await asyncio.sleep(poll_s)
 
     async def ensure_not_running(self, job: JobRef) -> None:
         """Raise :class:`JobAlreadyRunning` if the job runs now; for work that must
@@ -675,6 +724,21 @@ class JobClient:
                 continue
             if isinstance(progress, SupervisionProgress):
                 return progress
+        return None
+
+    async def _pending_line(self, description: WorkflowExecutionDescription) -> str | None:
+        """The first allocation's latest queue line (its activity's heartbeat), if the
+        job waits for it."""
+        for activity in description.raw_description.pending_activities:
+            if activity.activity_type.name != SUBMIT_ACTIVITY:
+                continue
+            payloads = activity.heartbeat_details.payloads
+            if not payloads:
+                return "submitting the allocation"
+            with contextlib.suppress(Exception):  # another shape: say nothing
+                (line,) = await self.temporal.data_converter.decode(payloads[:1], [str])
+                if isinstance(line, str):
+                    return line
         return None
 
     async def _final_status(self, workflow_id: str) -> JobStatus | None:

@@ -138,11 +138,9 @@ def test_no_import_circles() -> None:
     assert not unexplained, f"import circles: {unexplained}"
 
 
-SLURM_OUTSIDE_NODES: dict[str, str] = {
-    "lazarus.cli": "submits the first allocation itself until that moves into the workflow "
-    "(issue 27, item 1): then it goes through lazarus.activities.nodes.allocation",
-}
-"""Modules outside ``activities/nodes/`` that still import a Slurm module, and why."""
+SLURM_OUTSIDE_NODES: dict[str, str] = {}
+"""Modules outside ``activities/nodes/`` that still import a Slurm module, and why:
+none since the first submit became the workflow's first step (issue 27)."""
 
 
 def test_only_the_nodes_package_knows_slurm() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from typer.testing import CliRunner, Result
 from lazarus import cli
 from lazarus.client import JobClient, StatusView
 from lazarus.devserver import DevServer
+from lazarus.domain.contracts import AllocationGranted, SubmitAllocationRequest
 from lazarus.workflows.job import JobWorkflow
 from lazarus.workflows.state import Phase
 from tests.workflow import fakes
@@ -142,3 +144,63 @@ async def test_cli_unknown_job_is_one_line(lazarus: Cli) -> None:
         assert result.exit_code == 1, result.output
         assert result.stderr.strip() == "no job named 'no-such-job'; see 'lazarus list'"
         assert "Traceback" not in result.output
+
+
+FAKE_SBATCH = """#!/bin/sh
+echo "sbatch $*" >> "$SBATCH_LOG"
+case " $* " in
+  *" --test-only "*) echo "sbatch: Job 1 to start at 2026-12-03T00:00:00" >&2; exit 0;;
+esac
+echo 999
+"""
+
+
+def _submit_spec_file(tmp_path: Path) -> tuple[str, Path, Path]:
+    """A submit-mode spec, and a fake ``sbatch`` on PATH that logs every call."""
+    name, path = _spec_file(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["slurm"] = {"nodes": 2, "partition": "gpu"}
+    path.write_text(yaml.safe_dump(data))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(FAKE_SBATCH)
+    sbatch.chmod(0o755)
+    return name, path, bin_dir
+
+
+async def test_start_in_submit_mode_leaves_the_submission_to_the_workflow(
+    lazarus: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: ``lazarus start`` asks Slurm only whether it would take the holder
+    (``sbatch --test-only``); the allocation is the workflow's first step, so the CLI
+    and ``JobClient.start`` start the same job."""
+    name, spec_file, bin_dir = _submit_spec_file(tmp_path)
+    log = tmp_path / "sbatch.log"
+    monkeypatch.setitem(lazarus.env, "SBATCH_LOG", str(log))
+    monkeypatch.setitem(lazarus.env, "PATH", f"{bin_dir}:{os.environ.get('PATH', '')}")
+    fakes.script_for(name).allocations = [AllocationGranted(job_id=31, nodes=["n1", "n2"])]
+    started = await lazarus("start", str(spec_file))
+    assert started.exit_code == 0, started.output
+    assert f"job {name} is PENDING: its first step submits the Slurm allocation" in (started.stdout)
+    assert f"started job {name}" in started.stdout
+    calls = log.read_text().splitlines()
+    assert calls and all("--test-only" in call for call in calls), calls
+    view = await lazarus.until(name, Phase.RUNNING)
+    assert view.status is not None and view.status.slurm_job_id == 31
+    (asked,) = fakes.script_for(name).allocation_requests
+    assert isinstance(asked, SubmitAllocationRequest) and asked.token == "start"
+    assert [n.name for n in fakes.script_for(name).launches[0].nodes] == ["n1", "n2"]
+
+
+async def test_start_says_why_slurm_refused_the_first_allocation(
+    lazarus: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, spec_file, bin_dir = _submit_spec_file(tmp_path)
+    monkeypatch.setitem(lazarus.env, "SBATCH_LOG", str(tmp_path / "sbatch.log"))
+    monkeypatch.setitem(lazarus.env, "PATH", f"{bin_dir}:{os.environ.get('PATH', '')}")
+    started = await lazarus("start", str(spec_file))  # the fake Slurm grants nothing
+    assert started.exit_code == 1, started.output
+    assert f"job {name} failed: slurm: the allocation was not granted" in started.stderr
+    assert "no nodes" in started.stderr
+    assert fakes.script_for(name).launches == []
