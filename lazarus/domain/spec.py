@@ -135,7 +135,7 @@ PREEMPT_MARKER_PREFIX = ".slurm-preempt-"
 class SlurmSpec(_Strict):
     """The Slurm allocation a job with ``launcher: slurm`` nodes runs in, named one of
     two ways: ``job_id``, an existing one (``salloc``, or ``sbatch`` with a holder
-    script), or ``nodes`` (+ ``spares``, ``partition``...), one ``lazarus start``
+    script), or ``nodes`` (+ ``spares``, ``partition``...), one the job's first step
     submits with ``sbatch --no-kill --no-requeue --signal=B:USR1@<notice_s>`` and
     whose nodes become the job's ``nodes`` and ``spares``. Each generation is one job
     step inside it."""
@@ -169,8 +169,9 @@ class SlurmSpec(_Strict):
     ``SchedulerParameters=permit_job_expansion``) instead of shrinking or asking a
     person. When Slurm says no, the job shrinks (``min_nodes``) or needs an operator."""
     wait_s: Annotated[int, Field(ge=10, le=7 * 86_400)] = 1800
-    """How long a resubmitted allocation or a grown node may wait in Slurm's queue
-    before the job needs an operator instead."""
+    """How long the first allocation, a resubmitted one or a grown node may wait in
+    Slurm's queue: then the job fails (the first), pauses (a resubmission) or shrinks
+    or needs an operator (a grown node) instead."""
     submitted: bool = False
     """Set by Lazarus, never by hand: ``job_id`` is the allocation Lazarus submitted
     from the submit-mode options kept beside it (``nodes``, ``partition``...), so a
@@ -214,7 +215,7 @@ class SlurmSpec(_Strict):
 
     @property
     def submits(self) -> bool:
-        """Whether ``lazarus start`` must submit the allocation first."""
+        """Whether the job must submit its allocation first (the workflow's first step)."""
         return self.job_id is None
 
     @property
@@ -229,7 +230,7 @@ class SlurmSpec(_Strict):
 
     @property
     def allocation_id(self) -> int:
-        """The allocation's job id, once there is one (``lazarus start`` fills it in)."""
+        """The allocation's job id, once there is one (the first submit grants it)."""
         if self.job_id is None:
             raise ValueError("slurm: the allocation has not been submitted yet")
         return self.job_id
