@@ -1,11 +1,13 @@
 """Submit mode of the Slurm launcher (``slurm: {nodes: N, spares: S, ...}``): the
-allocation ``lazarus start`` asks Slurm for, before the workflow starts.
+allocation a job asks Slurm for, first of all, and again after a preemption.
 
-Why before: the workflow runs in an allocation it knows (``slurm.job_id``) and
-sees nodes by name, as in the existing-allocation mode; submitting here keeps one
-workflow for both modes, and a spec Slurm would refuse (a partition that does not
-exist, an account the user lacks) is refused by ``lazarus start`` with nothing
-submitted: ``sbatch --test-only`` with the same options comes first.
+The first submit is the workflow's first step (``submit_allocation``, issue 27): the
+job waits PENDING while Slurm queues the holder, then runs in the allocation it knows
+(``slurm.job_id``, recorded in the job's runtime roster) and sees nodes by name, as in
+the existing-allocation mode. A spec Slurm would refuse (a partition that does not
+exist, an account the user lacks) is refused before the workflow starts, with nothing
+submitted: ``sbatch --test-only`` with the same options (:func:`submit_problems`,
+which ``lazarus start`` asks through the allocation facade).
 
 The holder is :func:`~lazarus.activities.nodes.slurm_agent.holder_script`:
 ``--no-kill`` so a node failure does not end the allocation (Lazarus replaces the

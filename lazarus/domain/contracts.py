@@ -638,8 +638,8 @@ def run_tag(run_key: str | None) -> str | None:
 
 
 def slurm_job_name(job_name: str, run_key: str | None, token: str) -> str:
-    """The name of a Slurm job a run submits after the start (a resubmitted holder,
-    ``token`` ``i<incident>``; a grow request, ``g<generation>``):
+    """The name of a Slurm job a run submits (its first holder, ``token`` ``start``; a
+    resubmitted holder, ``i<incident>``; a grow request, ``g<generation>``):
     ``lazarus-<job>-<run tag>-<token>``. Without a run key (a request from a
     workflow older than issue 26) the old ``lazarus-<job>-<token>``, which only the
     submitting user's own jobs are matched against."""
