@@ -85,6 +85,7 @@ from lazarus.domain.contracts import (
     CheckpointRef,
     LaunchRequest,
     LaunchResult,
+    NodeAccess,
     RankProcess,
     WarmStartOutcome,
 )
@@ -396,7 +397,7 @@ def _drain_lost(request: LaunchRequest, exc: LaunchUnreachable) -> list[str]:
     Nodes without a scheduler answer None (:meth:`NodeAgent.drain_if_lost`)."""
     spec = request.spec
     lost = [node for node in request.nodes or spec.nodes if node.name in exc.nodes]
-    with agents(lost, spec.ssh, spec.slurm) as opened:
+    with agents(NodeAccess.of(spec, lost)) as opened:
         done = [agent.drain_if_lost("node_lost", spec.job_id) for agent in opened]
     return [result.evidence() for result in done if result is not None]
 
@@ -528,7 +529,7 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             return agent.start_ranks(str(gen.path), launches)
 
         chaos_point(chaos_points.LAUNCH_BEFORE_PIDS)
-        with agents(nodes, spec.ssh, spec.slurm) as opened:
+        with agents(NodeAccess.of(spec, nodes)) as opened:
             first_launch = all(g.generation == request.generation for g in generations(root))
             if first_launch:  # later launches of this run already fenced them
                 _fence_other_runs_remotely(opened, others, spec.job_id)
@@ -642,7 +643,7 @@ def _stop_half_launch(request: LaunchRequest, exc: LaunchUnreachable) -> None:
     if not exc.started_on:
         return
     root = request.run_root or str(job_root(request.spec.run_dir, request.spec.job_id))
-    with agents(exc.started_on, request.spec.ssh, request.spec.slurm) as opened:
+    with agents(NodeAccess.of(request.spec, exc.started_on)) as opened:
         results = on_each(opened, lambda agent: agent.stop(root, None, 0.0, FENCE_KILL_WAIT_S))
     for result in results:
         for group in result.unkillable:

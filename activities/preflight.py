@@ -51,7 +51,7 @@ def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
             gpus=result.gpus.count if result.gpus else None,
         )
 
-    with agents(request.nodes, request.ssh, request.slurm) as opened:
+    with agents(request.access) as opened:
         return PreflightReport(nodes=on_each(opened, check))
 
 
@@ -69,7 +69,7 @@ def enforce_health_command(request: PreflightActivityRequest) -> None:
         health,
         workdir=request.workdir,
         search_path=os.environ.get("PATH"),
-        remote=any(node.launcher != "local" for node in request.nodes),
+        remote=any(node.launcher != "local" for node in request.access.nodes),
     )
 
 

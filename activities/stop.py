@@ -56,16 +56,17 @@ def stop_on_nodes(request: StopRequest) -> StopResult:
         return result
 
     skipped = set(request.skip_nodes)
-    contacted = [node for node in request.nodes if node.name not in skipped]
+    nodes = request.access.nodes
+    contacted = [node for node in nodes if node.name not in skipped]
     results = [
         NodeStopResult(node=node.name, reachable=False, error="declared dead: not contacted")
-        for node in request.nodes
+        for node in nodes
         if node.name in skipped
     ]
-    if not request.nodes:
+    if not nodes:
         results.append(stop_one(LocalAgent(NodeSpec(), whole_machine=True)))
     elif contacted:
-        with agents(contacted, request.ssh, request.slurm) as opened:
+        with agents(request.access.with_nodes(contacted)) as opened:
             results += on_each(opened, stop_one)
     steps = [r.last_step for r in results if r.last_step is not None]
     return StopResult(

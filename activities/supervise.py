@@ -93,7 +93,6 @@ from lazarus.domain.environment import (
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.phases import HEARTBEAT_FIELD
 from lazarus.domain.recovery_timeline import latest_marks
-from lazarus.domain.spec import NodeSpec
 
 Verdict = tuple[NodeStatus, float]
 """What one poll of a node said, and when (wall) it was asked."""
@@ -430,7 +429,7 @@ class GenerationObserver:
         """Asked after the nodes: an allocation that ended killed the ranks, and its
         end must win over the crashes it caused."""
         request = self._request
-        if request.slurm is None or not self._agents:
+        if request.access.slurm is None or not self._agents:
             return None
         # Every node of a job lives in the one allocation: one agent speaks for all.
         return self._agents[0].preemption_notice(request.preempt_marker, request.preempt_handled_at)
@@ -951,8 +950,7 @@ async def _observe_heartbeating(
 @activity.defn(name="supervise")
 async def supervise(request: SuperviseRequest) -> SuperviseOutcome:
     """Watch one generation until it fails, finishes, or has progress worth reporting."""
-    nodes = request.nodes or [NodeSpec()]
-    with agents(nodes, request.ssh, request.slurm) as opened:
+    with agents(request.access.or_this_machine()) as opened:
         observer = GenerationObserver(request, opened)
         try:
             return await _supervise_with(request, opened, observer)

@@ -30,6 +30,7 @@ from bench.jobs import JobPaths, JobShape, build_spec
 from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankLaunch
 from lazarus.activities.nodes.factory import agents, on_each
 from lazarus.activities.nodes.rundir import GenerationDir, write_json_atomic
+from lazarus.domain.contracts import NodeAccess
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec
 from lazarus.infra.testhosts import TestHosts, nameservers, unavailable_reason
 
@@ -201,7 +202,7 @@ def measure_polls(
         time.sleep(max(0.0, round_started + interval - time.perf_counter()))
 
     workdir.mkdir(parents=True, exist_ok=True)
-    with agents(node_specs(hosts), ssh_settings(shape, hosts)) as opened:
+    with agents(NodeAccess(nodes=node_specs(hosts), ssh=ssh_settings(shape, hosts))) as opened:
         try:
             # Starting the ranks opens every connection; close them again, so that the
             # first poll below pays for a fresh connection as after a worker restart.

@@ -55,7 +55,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from lazarus.activities.nodes.simulated_agent import SimulatedCluster, simulate
 from lazarus.activities.supervise import supervise
 from lazarus.devserver import DevServer
-from lazarus.domain.contracts import SuperviseOutcome, SuperviseRequest
+from lazarus.domain.contracts import NodeAccess, SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
 
 DEFAULT_NODES = (100, 500, 1000, 2000)
@@ -215,7 +215,7 @@ class _Size:
             nproc_per_node=per_node,
             health=HealthSpec(poll_interval_s=self.config.poll_interval_s),
             report_after_s=report_after_s,
-            nodes=self.nodes,
+            access=NodeAccess(nodes=self.nodes),
             node_timeout_s=self.config.node_timeout_s,
         )
 

@@ -827,7 +827,7 @@ class SimCluster:
                     ok=not self._is_broken(n.name, now),
                     problems=["simulated: GPU/host down"] if self._is_broken(n.name, now) else [],
                 )
-                for n in request.nodes
+                for n in request.access.nodes
             ]
         )
 
@@ -1033,7 +1033,7 @@ class SimCluster:
         if gen is not None and gen.frozen_at is None:
             self._change_interval(gen, now, request.checkpoint_every_steps)
             self.interval_changes.append((now, request.checkpoint_every_steps))
-        return contracts.SetCheckpointIntervalResult(nodes=[n.name for n in request.nodes])
+        return contracts.SetCheckpointIntervalResult(nodes=[n.name for n in request.access.nodes])
 
     def activities(self) -> list[StandIn]:
         """This cluster's methods as the activities the workflow calls, every one but

@@ -29,7 +29,7 @@ from typing import Any
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench.scale import node_counts
-from lazarus.domain.contracts import SuperviseRequest
+from lazarus.domain.contracts import NodeAccess, SuperviseRequest
 from lazarus.domain.fleet import (
     FleetConfig,
     FleetInput,
@@ -71,7 +71,9 @@ def measure(nodes: int, repeats: int) -> dict[str, float | int]:
         job_id="j", generation=1, run_dir="/r", world_size=8 * nodes, health=HealthSpec()
     )
     (empty,) = converter.to_payloads([request])
-    (compact,) = converter.to_payloads([request.model_copy(update={"nodes": node_specs})])
+    (compact,) = converter.to_payloads(
+        [request.model_copy(update={"access": NodeAccess(nodes=node_specs)})]
+    )
     full_nodes = json.dumps([full_form(n) for n in node_specs], separators=(",", ":"))
 
     config = FleetConfig(name="f", nodes=node_specs, spares=spares)

@@ -299,14 +299,13 @@ def _unusable_nodes(spec_file: Path, spec: JobSpec) -> list[str]:
     """Bad hosts are bad input: a wrong host key, an unreachable host or a bad identity
     file is reported here, naming the node, and nothing is started."""
     from lazarus.activities.preflight import check_nodes
-    from lazarus.domain.contracts import PreflightActivityRequest
+    from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest
 
     everything = [*spec.nodes, *spec.spares]
     with _out().status(f"checking {len(everything)} nodes ..."):
         report = check_nodes(
             PreflightActivityRequest(
-                nodes=everything,
-                ssh=spec.ssh,
+                access=NodeAccess(nodes=everything, ssh=spec.ssh),  # ssh nodes: no Slurm
                 checks=spec.preflight,
                 interpreter=spec.command[0],
                 workdir=spec.workdir,

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         CheckpointRef,
         CheckpointSearch,
         FindVerifiedCheckpointRequest,
+        NodeAccess,
         RestoreCheckpointRequest,
         RollbackRequest,
         SuperviseOutcome,
@@ -123,9 +124,7 @@ class CheckpointSteps:
                     if spec.checkpoints.memory_every_steps is not None and below_step is None
                     else None
                 ),
-                memory_nodes=active_nodes(spec, self.run.state.pool),
-                ssh=spec.ssh,
-                slurm=spec.slurm,
+                access=NodeAccess.of(spec, active_nodes(spec, self.run.state.pool)),
             ),
             start_to_close_timeout=timedelta(minutes=30),
             heartbeat_timeout=timedelta(seconds=30),
@@ -165,9 +164,7 @@ class CheckpointSteps:
                 CHECKPOINT_NOW,
                 CheckpointNowRequest(
                     run_dir=generation_dir(spec, state),
-                    nodes=active_nodes(spec, state.pool),
-                    ssh=spec.ssh,
-                    slurm=spec.slurm,
+                    access=NodeAccess.of(spec, active_nodes(spec, state.pool)),
                     request_id=state.checkpoint_requests,
                     checkpoint_dir=spec.checkpoint_dir,
                     timeout_s=timeout,

@@ -29,7 +29,7 @@ from lazarus.domain.checkpoint_interval import (
     job_mtbf_s,
     node_mtbf_h,
 )
-from lazarus.domain.contracts import SetCheckpointIntervalRequest, SuperviseOutcome
+from lazarus.domain.contracts import NodeAccess, SetCheckpointIntervalRequest, SuperviseOutcome
 from lazarus.domain.spec import JobSpec
 from lazarus.workflows.accounting import mean_time_to_recover
 from lazarus.workflows.placement import active_nodes, generation_dir
@@ -184,9 +184,7 @@ def interval_request(
     return SetCheckpointIntervalRequest(
         job_id=spec.job_id,
         run_dir=generation_dir(spec, state),
-        nodes=active_nodes(spec, state.pool),
-        ssh=spec.ssh,
-        slurm=spec.slurm,
+        access=NodeAccess.of(spec, active_nodes(spec, state.pool)),
         checkpoint_every_steps=change.every_steps,
         memory_every_steps=spec.checkpoints.memory_every_steps,
     )

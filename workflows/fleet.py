@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         FLEET_UPDATE_RETURN,
         FLEET_WORKFLOW_TYPE,
     )
-    from lazarus.domain.contracts import PreflightActivityRequest
+    from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest
     from lazarus.domain.fleet import (
         DrainRequest,
         FleetConfig,
@@ -223,8 +223,7 @@ class FleetWorkflow:
         if probation.health_command is None or not nodes:
             return
         request = PreflightActivityRequest(
-            nodes=nodes,
-            ssh=self.config.ssh,
+            access=NodeAccess(nodes=nodes, ssh=self.config.ssh),
             checks=PreflightSpec(
                 health_command=probation.health_command, timeout_s=probation.timeout_s
             ),

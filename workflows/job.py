@@ -57,7 +57,12 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_RETURN,
         WORKFLOW_TYPE,
     )
-    from lazarus.domain.contracts import LaunchRequest, SuperviseOutcome, SuperviseRequest
+    from lazarus.domain.contracts import (
+        LaunchRequest,
+        NodeAccess,
+        SuperviseOutcome,
+        SuperviseRequest,
+    )
     from lazarus.domain.spec import JobSpec
     from lazarus.workflows.activity_calls import (
         LAUNCH_RETRY,
@@ -436,11 +441,9 @@ class JobWorkflow:
             resume_step=state.resume.step if state.resume else None,
             report_first_step=state.open_incident is not None,
             report_after_s=spec.health.report_interval_s,
-            nodes=active_nodes(spec, state.pool),
+            access=NodeAccess.of(spec, active_nodes(spec, state.pool)),
             nproc_per_node=spec.nproc_per_node,
             node_timeout_s=spec.node_timeout_s,
-            ssh=spec.ssh,
-            slurm=spec.slurm,
             preempt_marker=preempt_marker_for(spec),
             preempt_handled_at=handled_preemption_at(state) if spec.slurm is not None else None,
             straggler=spec.straggler,

@@ -15,7 +15,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import PREFLIGHT
-    from lazarus.domain.contracts import PreflightActivityRequest, PreflightReport
+    from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest, PreflightReport
     from lazarus.workflows.activity_calls import QUICK_RETRY, cause, execute
     from lazarus.workflows.fleet_steps import FleetSteps
     from lazarus.workflows.placement import active_nodes
@@ -60,9 +60,7 @@ class Preflight:
         return await execute(
             PREFLIGHT,
             PreflightActivityRequest(
-                nodes=active_nodes(spec, self.run.state.pool),
-                ssh=spec.ssh,
-                slurm=spec.slurm,
+                access=NodeAccess.of(spec, active_nodes(spec, self.run.state.pool)),
                 checks=spec.preflight,
                 interpreter=program,
                 workdir=spec.workdir,

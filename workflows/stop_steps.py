@@ -17,7 +17,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import STOP
-    from lazarus.domain.contracts import StopRequest, StopResult
+    from lazarus.domain.contracts import NodeAccess, StopRequest, StopResult
     from lazarus.workflows.activity_calls import (
         END_OF_RUN_RETRY,
         QUICK_RETRY,
@@ -73,9 +73,7 @@ class StopSteps:
                     run_root=run_root(spec, self.run.state),
                     grace_s=grace,
                     reason=reason,
-                    nodes=[node_spec(spec, n) for n in names],
-                    ssh=spec.ssh,
-                    slurm=spec.slurm,
+                    access=NodeAccess.of(spec, [node_spec(spec, n) for n in names]),
                     kill_at_once=kill_at_once,
                     end_of_run=end_of_run,
                     undrain=undrain,

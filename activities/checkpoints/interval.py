@@ -25,7 +25,6 @@ from lazarus.activities.nodes.agent import NodeAgent
 from lazarus.activities.nodes.factory import agents, on_each
 from lazarus.activities.nodes.rundir import GenerationDir, control_document, read_json
 from lazarus.domain.contracts import SetCheckpointIntervalRequest, SetCheckpointIntervalResult
-from lazarus.domain.spec import NodeSpec
 
 
 def interval_document(
@@ -61,7 +60,7 @@ def write_interval(request: SetCheckpointIntervalRequest) -> list[str]:
         agent.write_file(str(control), json.dumps(interval_document(request, current)))
         return agent.node.name
 
-    with agents(request.nodes or [NodeSpec()], request.ssh, request.slurm) as opened:
+    with agents(request.access.or_this_machine()) as opened:
         return on_each(opened, write)
 
 

@@ -25,7 +25,6 @@ from lazarus.activities.nodes.factory import agents, on_each
 from lazarus.activities.nodes.rundir import GenerationDir, control_document, read_json
 from lazarus.domain.checkpoint_layout import MANIFEST, committed_steps
 from lazarus.domain.contracts import CheckpointNowRequest, CheckpointNowResult, CheckpointRef
-from lazarus.domain.spec import NodeSpec
 
 POLL_S = 0.1
 
@@ -46,7 +45,7 @@ def request_checkpoint(request: CheckpointNowRequest) -> None:
     def write(agent: NodeAgent) -> None:
         agent.write_file(str(control), content)
 
-    with agents(request.nodes or [NodeSpec()], request.ssh, request.slurm) as opened:
+    with agents(request.access.or_this_machine()) as opened:
         on_each(opened, write)
 
 

@@ -43,7 +43,6 @@ from lazarus.domain.checkpoint_layout import (
     step_dir_name,
 )
 from lazarus.domain.contracts import CheckpointRef, FindVerifiedCheckpointRequest, SkippedCheckpoint
-from lazarus.domain.spec import NodeSpec
 from lazarus.domain.timeline import abandoned_reason
 
 log = logging.getLogger(__name__)
@@ -59,26 +58,26 @@ class MemoryChoice:
 
 
 def search_memory(request: FindVerifiedCheckpointRequest) -> MemoryChoice:
-    """The newest step committed and whole on every node of ``request.memory_nodes``
+    """The newest step committed and whole on every node of ``request.access``
     (this machine when empty) in ``request.memory_dir``, and the newer ones skipped."""
     root = request.memory_dir
     if root is None or (request.below_step is not None):
         return MemoryChoice()
-    nodes = request.memory_nodes or [NodeSpec()]
+    access = request.access.or_this_machine()
 
     def listing(agent: NodeAgent) -> list[MemorySnapshot]:
         return agent.memory_snapshots(root)
 
-    with agents(nodes, request.ssh, request.slurm) as opened:
+    with agents(access) as opened:
         answers = on_each_settled(opened, listing)
     per_node: dict[str, dict[int, MemorySnapshot]] = {}
-    for node, answer in zip(nodes, answers, strict=True):
+    for node, answer in zip(access.nodes, answers, strict=True):
         if isinstance(answer, Exception):
             why = f"node {node.name}: {answer}"
             log.warning("memory tier not searched: %s", why)
             return MemoryChoice(unavailable=why)
         per_node[node.name] = {snapshot.step: snapshot for snapshot in answer}
-    return choose(request, root, [node.name for node in nodes], per_node)
+    return choose(request, root, [node.name for node in access.nodes], per_node)
 
 
 def choose(

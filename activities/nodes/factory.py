@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from lazarus.activities.nodes.agent import NodeAgent
 from lazarus.activities.nodes.local_agent import LocalAgent
+from lazarus.domain.contracts import NodeAccess
 from lazarus.domain.spec import NodeSpec, SlurmSpec, SSHSpec
 
 T = TypeVar("T")
@@ -53,11 +54,10 @@ def agent_for(node: NodeSpec, ssh: SSHSpec, slurm: SlurmSpec | None = None) -> N
 
 
 @contextmanager
-def agents(
-    nodes: Sequence[NodeSpec], ssh: SSHSpec, slurm: SlurmSpec | None = None
-) -> Iterator[list[NodeAgent]]:
-    """Agents for one activity: connections are reused inside it, closed after."""
-    opened = [agent_for(node, ssh, slurm) for node in nodes]
+def agents(access: NodeAccess) -> Iterator[list[NodeAgent]]:
+    """Agents for one activity, one per node of ``access`` in its order: connections
+    are reused inside it, closed after."""
+    opened = [agent_for(node, access.ssh, access.slurm) for node in access.nodes]
     try:
         yield opened
     finally:

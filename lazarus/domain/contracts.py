@@ -8,9 +8,10 @@ they describe the ranks' world, not workflow time.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from lazarus.domain.compact_form import CompactForm
 from lazarus.domain.evidence import cap_evidence
@@ -30,6 +31,65 @@ from lazarus.domain.timeline import TimelineCut
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeAccess(_Model):
+    """Which nodes an activity works on and how to reach them: the node list, the ssh
+    settings for its ssh nodes and the Slurm allocation its Slurm nodes live in.
+
+    One shape instead of three fields repeated in every request that touches nodes:
+    a new transport setting is added here once, and
+    :func:`lazarus.activities.nodes.factory.agents` opens agents from it alone."""
+
+    nodes: list[NodeSpec] = Field(default_factory=list)
+    """In rank order where ranks run; what empty means is the request's to say
+    (usually: this machine only, see :meth:`or_this_machine`)."""
+    ssh: SSHSpec = Field(default_factory=SSHSpec)
+    slurm: SlurmSpec | None = None
+    """The job's allocation (``spec.slurm``): Slurm nodes need it to start a step, run
+    a preflight or reach node-local state."""
+
+    @classmethod
+    def of(cls, spec: JobSpec, nodes: Sequence[NodeSpec] | None = None) -> NodeAccess:
+        """``nodes`` (default: ``spec.nodes``) reached the way ``spec`` says. Pass the
+        nodes in use, not the spec's: the pool's active nodes differ after a swap."""
+        return cls(
+            nodes=list(spec.nodes if nodes is None else nodes), ssh=spec.ssh, slurm=spec.slurm
+        )
+
+    def with_nodes(self, nodes: Sequence[NodeSpec]) -> NodeAccess:
+        """Other nodes of the same job (a subset: the reachable ones, the lost ones),
+        reached the same way."""
+        return self.model_copy(update={"nodes": list(nodes)})
+
+    def or_this_machine(self) -> NodeAccess:
+        """No nodes named means this machine, as one default local node."""
+        return self if self.nodes else self.with_nodes([NodeSpec()])
+
+
+class _OnNodes(_Model):
+    """A request that reaches nodes: it carries one :class:`NodeAccess`.
+
+    Requests recorded before ``access`` existed wrote ``nodes`` (or another name,
+    :attr:`_legacy_nodes`), ``ssh`` and ``slurm`` side by side, and an activity an
+    old worker scheduled may run on a new one: those fields are still read, folded
+    into ``access``, and never written."""
+
+    _legacy_nodes: ClassVar[str] = "nodes"
+
+    access: NodeAccess = Field(default_factory=NodeAccess)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_legacy_access(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "access" in data:
+            return data  # both forms at once is refused below (extra fields)
+        legacy = {cls._legacy_nodes: "nodes", "ssh": "ssh", "slurm": "slurm"}
+        if not legacy.keys() & data.keys():
+            return data
+        folded = {k: v for k, v in data.items() if k not in legacy}
+        folded["access"] = {new: data[old] for old, new in legacy.items() if old in data}
+        return folded
 
 
 class FileStamp(_Model):
@@ -130,7 +190,7 @@ class LaunchResult(_Model):
     ssh and Slurm nodes, and from workers older than host routing."""
 
 
-class StopRequest(_Model):
+class StopRequest(_OnNodes):
     job_id: str
     run_root: str
     """The job's run directory; every generation below it is considered."""
@@ -138,11 +198,8 @@ class StopRequest(_Model):
     """Stop every generation except this one. ``None`` stops them all."""
     grace_s: float = 10.0
     reason: str = ""
-    nodes: list[NodeSpec] = Field(default_factory=list)
-    """Every node that may hold ranks of this job; empty means this machine only."""
-    ssh: SSHSpec = Field(default_factory=SSHSpec)
-    slurm: SlurmSpec | None = None
-    """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
+    access: NodeAccess = Field(default_factory=NodeAccess)
+    """Every node that may hold ranks of this job; no nodes means this machine only."""
     kill_wait_s: float = Field(default=10.0, ge=0)
     """After SIGKILL, how long to wait for a group to die before reporting it in
     ``StopResult.unkillable`` (instead of failing, and being retried, forever)."""
@@ -231,7 +288,7 @@ class FailureReport(_Model):
         return cap_evidence(lines)
 
 
-class SuperviseRequest(_Model):
+class SuperviseRequest(_OnNodes):
     job_id: str
     generation: int
     run_dir: str
@@ -242,15 +299,12 @@ class SuperviseRequest(_Model):
     """Return as soon as the generation makes its first step (it closes a recovery)."""
     report_after_s: float = 300.0
     """Return with a progress report after this long even if nothing happened."""
-    nodes: list[NodeSpec] = Field(default_factory=list)
-    """The generation's nodes in rank order; empty means one local node."""
+    access: NodeAccess = Field(default_factory=NodeAccess)
+    """The generation's nodes in rank order; no nodes means one local node."""
     nproc_per_node: int = 1
     node_timeout_s: float = 15.0
-    ssh: SSHSpec = Field(default_factory=SSHSpec)
-    slurm: SlurmSpec | None = None
-    """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
     preempt_marker: str | None = None
-    """With ``slurm``: the file the allocation's holder writes when Slurm signals it
+    """With ``access.slurm``: the file the allocation's holder writes when Slurm signals it
     (``--signal=B:USR1@<s>``: preemption or the time limit is near). Its appearance,
     or the allocation leaving RUNNING, ends supervision with a ``preempted`` outcome."""
     preempt_handled_at: float | None = None
@@ -348,9 +402,9 @@ class NodeHealth(CompactForm, _Model):
     gpus: int | None = None
 
 
-class PreflightActivityRequest(_Model):
-    nodes: list[NodeSpec]
-    ssh: SSHSpec
+class PreflightActivityRequest(_OnNodes):
+    access: NodeAccess
+    """The nodes to check (none: nothing is checked)."""
     checks: PreflightSpec
     interpreter: str
     workdir: str
@@ -359,8 +413,6 @@ class PreflightActivityRequest(_Model):
     """PATH the ranks get on ssh nodes; None lets the launcher's default apply."""
     job_id: str = ""
     """The job, for the reason a lost Slurm node is drained with ("" : not drained)."""
-    slurm: SlurmSpec | None = None
-    """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
 
 
 class PreflightReport(_Model):
@@ -371,16 +423,14 @@ class PreflightReport(_Model):
         return [n for n in self.nodes if not n.ok]
 
 
-class CheckpointNowRequest(_Model):
+class CheckpointNowRequest(_OnNodes):
     """Ask a generation's ranks to checkpoint at their next step boundary, then wait
     (bounded) for that checkpoint to be committed."""
 
     run_dir: str
     """The generation's run directory: its control file is what the ranks read."""
-    nodes: list[NodeSpec] = Field(default_factory=list)
-    ssh: SSHSpec = Field(default_factory=SSHSpec)
-    slurm: SlurmSpec | None = None
-    """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
+    access: NodeAccess = Field(default_factory=NodeAccess)
+    """The generation's nodes; no nodes means this machine only."""
     request_id: int = Field(ge=1)
     checkpoint_dir: str
     newer_than_step: int | None = None
@@ -400,7 +450,7 @@ class CheckpointNowResult(_Model):
     waited_s: float
 
 
-class SetCheckpointIntervalRequest(_Model):
+class SetCheckpointIntervalRequest(_OnNodes):
     """Send a new disk checkpoint interval to a live generation's ranks through their
     control file (``checkpoints.interval: auto``): ``lazarus.rank.should_checkpoint``
     follows it at its next call, without a restart."""
@@ -408,9 +458,8 @@ class SetCheckpointIntervalRequest(_Model):
     job_id: str
     run_dir: str
     """The generation's run directory: its control file is what the ranks read."""
-    nodes: list[NodeSpec] = Field(default_factory=list)
-    ssh: SSHSpec = Field(default_factory=SSHSpec)
-    slurm: SlurmSpec | None = None
+    access: NodeAccess = Field(default_factory=NodeAccess)
+    """The generation's nodes; no nodes means this machine only."""
     checkpoint_every_steps: int = Field(ge=1)
     memory_every_steps: int | None = None
     """The spec's ``checkpoints.memory_every_steps``, carried over like the interval."""
@@ -492,7 +541,9 @@ class SkippedCheckpoint(_Model):
     kept for a person; None when it was left in place (durable, or another job's)."""
 
 
-class FindVerifiedCheckpointRequest(_Model):
+class FindVerifiedCheckpointRequest(_OnNodes):
+    _legacy_nodes: ClassVar[str] = "memory_nodes"
+
     checkpoint_dir: str
     checkpoints: CheckpointsSpec = Field(default_factory=CheckpointsSpec)
     """``verify_hashes`` decides sha256 or sizes only; ``durable_uri`` (with
@@ -514,14 +565,11 @@ class FindVerifiedCheckpointRequest(_Model):
     """The run's memory tier directory, the same on every node
     (``lazarus.domain.memory_tier.memory_checkpoint_dir(job_id, run_root)``, with the
     ``run_root`` of the launch); None: the memory tier is not searched."""
-    memory_nodes: list[NodeSpec] = Field(default_factory=list)
-    """The nodes the relaunch will run on: a memory snapshot is chosen only when every
-    one of them holds it committed and whole (a replacement node holds none, so after
-    a node loss disk or durable serves). Empty: this machine only."""
-    ssh: SSHSpec = Field(default_factory=SSHSpec)
-    """How to reach ``memory_nodes`` that are ssh nodes."""
-    slurm: SlurmSpec | None = None
-    """The job's Slurm allocation (``spec.slurm``): Slurm nodes need it to be reached."""
+    access: NodeAccess = Field(default_factory=NodeAccess)
+    """The nodes the relaunch will run on (``memory_nodes`` in older requests): a
+    memory snapshot is chosen only when every one of them holds it committed and
+    whole (a replacement node holds none, so after a node loss disk or durable
+    serves). No nodes: this machine only."""
     timeline: list[TimelineCut] = Field(default_factory=list)
     """Where earlier relaunches resumed (:mod:`lazarus.domain.timeline`): a memory
     snapshot that one of these cuts abandons is never chosen. Empty (a workflow

@@ -25,7 +25,7 @@ from lazarus.activities.nodes import zygote_client
 from lazarus.activities.nodes.procfs import read_stat
 from lazarus.activities.nodes.warm import zygote_dir
 from lazarus.activities.stop import stop_on_nodes
-from lazarus.domain.contracts import LaunchRequest, StopRequest
+from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec
 from lazarus.workflows.placement import active_nodes, node_spec
 from lazarus.workflows.state import JobState, NodePool
@@ -103,7 +103,7 @@ def test_the_end_of_run_stops_the_zygotes_of_nodes_that_left_the_pool(tmp_path: 
                 run_root=str(root),
                 grace_s=0,
                 reason=reason,
-                nodes=[node_spec(spec, n) for n in names],
+                access=NodeAccess.of(spec, [node_spec(spec, n) for n in names]),
                 end_of_run=end_of_run,
             )
         )

@@ -19,7 +19,7 @@ from lazarus.activities.nodes.factory import agents as real_agents
 from lazarus.activities.nodes.procfs import is_alive
 from lazarus.activities.nodes.rundir import GenerationDir, read_json
 from lazarus.activities.stop import stop_generations
-from lazarus.domain.contracts import LaunchRequest, LaunchResult, StopRequest
+from lazarus.domain.contracts import LaunchRequest, LaunchResult, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec, parse_spec
 
 JOB = "faststop"
@@ -94,9 +94,9 @@ def test_a_node_declared_dead_is_not_contacted(
     opened: list[str] = []
 
     @contextlib.contextmanager
-    def recording(nodes: list[NodeSpec], ssh: SSHSpec, slurm: object = None) -> Iterator[object]:
-        opened.extend(n.name for n in nodes)
-        with real_agents(nodes, ssh, slurm) as found:  # type: ignore[arg-type]
+    def recording(access: NodeAccess) -> Iterator[object]:
+        opened.extend(n.name for n in access.nodes)
+        with real_agents(access) as found:
             yield found
 
     monkeypatch.setattr(stop_module, "agents", recording)
@@ -105,8 +105,10 @@ def test_a_node_declared_dead_is_not_contacted(
             StopRequest(
                 job_id=JOB,
                 run_root=root,
-                nodes=[a, dead],
-                ssh=SSHSpec(connect_timeout_s=30, known_hosts=str(tmp_path / "known_hosts")),
+                access=NodeAccess(
+                    nodes=[a, dead],
+                    ssh=SSHSpec(connect_timeout_s=30, known_hosts=str(tmp_path / "known_hosts")),
+                ),
                 kill_at_once=True,
                 skip_nodes=["dead"],
             )

@@ -28,7 +28,7 @@ from lazarus.activities.nodes.rundir import (
     write_json_atomic,
 )
 from lazarus.activities.stop import stop_generations
-from lazarus.domain.contracts import LaunchRequest, RankProcess, StopRequest
+from lazarus.domain.contracts import LaunchRequest, NodeAccess, RankProcess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec, parse_spec
 
 FAKE_RANK = Path(__file__).resolve().parents[1] / "fixtures" / "fake_rank.py"
@@ -246,13 +246,19 @@ def test_stopping_one_local_node_leaves_the_running_generation_alone(tmp_path: P
         assert not any(alive(first.ranks))
         # `lazarus return b`: fence b before it becomes a spare.
         returned = asyncio.run(
-            stop_generations(StopRequest(job_id=JOB, run_root=root, grace_s=0, nodes=[b]))
+            stop_generations(
+                StopRequest(job_id=JOB, run_root=root, grace_s=0, access=NodeAccess(nodes=[b]))
+            )
         )
         assert all(alive(second.ranks)), "returning b killed the running generation"
         assert not GenerationDir(Path(second.run_dir)).stopped_file.exists()
         assert 2 not in returned.generations
         # Stopping c alone takes only c's rank of the running generation.
-        asyncio.run(stop_generations(StopRequest(job_id=JOB, run_root=root, grace_s=0, nodes=[c])))
+        asyncio.run(
+            stop_generations(
+                StopRequest(job_id=JOB, run_root=root, grace_s=0, access=NodeAccess(nodes=[c]))
+            )
+        )
         by_node = {r.node: is_alive(r.pid, r.start_ticks) for r in second.ranks}
         assert by_node == {"a": True, "c": False}
     finally:

@@ -25,7 +25,7 @@ from lazarus.activities.nodes import zygote_client
 from lazarus.activities.nodes.procfs import is_alive, read_stat
 from lazarus.activities.nodes.warm import zygote_dir
 from lazarus.activities.stop import stop_generations
-from lazarus.domain.contracts import LaunchRequest, LaunchResult, StopRequest
+from lazarus.domain.contracts import LaunchRequest, LaunchResult, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec
 from lazarus.infra.testhosts import TestHosts
 from tests.netns.conftest import HostsFactory
@@ -90,8 +90,7 @@ def end_of_run(spec: JobSpec) -> None:
             StopRequest(
                 job_id=spec.job_id,
                 run_root=str(run_root),
-                nodes=spec.nodes,
-                ssh=spec.ssh,
+                access=NodeAccess.of(spec),
                 grace_s=0,
                 end_of_run=True,
             )

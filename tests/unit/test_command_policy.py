@@ -29,9 +29,10 @@ from lazarus.activities.worker_settings import (
 from lazarus.domain.contracts import (
     EscalationHookRequest,
     LaunchRequest,
+    NodeAccess,
     PreflightActivityRequest,
 )
-from lazarus.domain.spec import JobSpec, NodeSpec, PreflightSpec, SSHSpec
+from lazarus.domain.spec import JobSpec, NodeSpec, PreflightSpec
 
 TOUCH = shutil.which("touch") or "/usr/bin/touch"
 TRUE = shutil.which("true") or "/usr/bin/true"
@@ -177,8 +178,7 @@ async def test_health_command_not_allowed_is_not_run(
     allow(monkeypatch, TRUE)
     touched = tmp_path / "health-ran"
     request = PreflightActivityRequest(
-        nodes=[NodeSpec(name="a"), NodeSpec(name="b")],
-        ssh=SSHSpec(),
+        access=NodeAccess(nodes=[NodeSpec(name="a"), NodeSpec(name="b")]),
         checks=PreflightSpec(health_command=[TOUCH, str(touched)]),
         interpreter=sys.executable,
         workdir=str(tmp_path),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from lazarus.domain.contracts import NodeHealth, PreflightReport, SuperviseRequest
+from lazarus.domain.contracts import NodeAccess, NodeHealth, PreflightReport, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
 
 pytestmark = pytest.mark.timeout(30)
@@ -22,7 +22,12 @@ def test_a_node_travels_as_its_name_and_what_it_changes() -> None:
     )
     nodes = [NodeSpec(name=f"n{i:05d}") for i in range(2048)] + [ssh]
     request = SuperviseRequest(
-        job_id="j", generation=1, run_dir="/r", world_size=8, health=HealthSpec(), nodes=nodes
+        job_id="j",
+        generation=1,
+        run_dir="/r",
+        world_size=8,
+        health=HealthSpec(),
+        access=NodeAccess(nodes=nodes),
     )
     (payload,) = CONVERTER.to_payloads([request])
     assert b'{"name":"n00000"}' in payload.data

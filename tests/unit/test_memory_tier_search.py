@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
@@ -27,7 +27,7 @@ from lazarus.activities.nodes.local_agent import LocalAgent, local_memory_snapsh
 from lazarus.activities.nodes.rundir import GenerationDir, job_root, read_json
 from lazarus.activities.nodes.shim_agent import LocalShimAgent
 from lazarus.domain import checkpoint_layout, environment
-from lazarus.domain.contracts import CheckpointNowRequest, FindVerifiedCheckpointRequest
+from lazarus.domain.contracts import CheckpointNowRequest, FindVerifiedCheckpointRequest, NodeAccess
 from lazarus.domain.memory_tier import MEMORY_ROOT, memory_checkpoint_dir
 from lazarus.domain.spec import CheckpointsSpec, JobSpec, NodeSpec, SpecError, parse_spec
 from lazarus.rank import memory
@@ -89,10 +89,8 @@ def node_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path
     dirs: dict[str, Path | None] = {n.name: tmp_path / f"shm-{n.name}" for n in NODES}
 
     @contextmanager
-    def fake_agents(
-        nodes: Sequence[NodeSpec], ssh: object, slurm: object = None
-    ) -> Iterator[list[NodeAgent]]:
-        yield [DirAgent(node, dirs.get(node.name)) for node in nodes]
+    def fake_agents(access: NodeAccess) -> Iterator[list[NodeAgent]]:
+        yield [DirAgent(node, dirs.get(node.name)) for node in access.nodes]
 
     monkeypatch.setattr(memory_tier, "agents", fake_agents)
     return dirs
@@ -110,7 +108,7 @@ def request(tmp_path: Path, **overrides: object) -> FindVerifiedCheckpointReques
         "checkpoints": CheckpointsSpec(verify_hashes=True),
         "job_id": JOB,
         "memory_dir": "/dev/shm/lazarus/memjob/run-1",
-        "memory_nodes": NODES,
+        "access": NodeAccess(nodes=NODES),
     }
     values.update(overrides)
     return FindVerifiedCheckpointRequest.model_validate(values)
@@ -275,7 +273,9 @@ def test_without_memory_nodes_this_machine_is_asked(tmp_path: Path) -> None:
     root = tmp_path / "shm"
     write_snapshot(root, 7)
 
-    search = find_module.search_verified(request(tmp_path, memory_dir=str(root), memory_nodes=[]))
+    search = find_module.search_verified(
+        request(tmp_path, memory_dir=str(root), access=NodeAccess())
+    )
 
     assert search.location == "memory" and search.chosen is not None
     assert search.chosen.path == str(root / "step-00000007")

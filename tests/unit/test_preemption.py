@@ -16,7 +16,7 @@ from lazarus.activities.nodes import slurm_agent
 from lazarus.activities.nodes.local_agent import LocalAgent
 from lazarus.activities.nodes.slurm_agent import SlurmAgent, holder_script, preemption_notice
 from lazarus.activities.supervise import Observation, evaluate
-from lazarus.domain.contracts import FailureReport, RankStatus, SuperviseRequest
+from lazarus.domain.contracts import FailureReport, NodeAccess, RankStatus, SuperviseRequest
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import HealthSpec, JobSpec, NodeSpec, SlurmSpec
 from lazarus.workflows.playbook import Action
@@ -38,7 +38,7 @@ def request() -> SuperviseRequest:
         run_dir="/nonexistent",
         world_size=2,
         health=HealthSpec(hang_timeout_s=10, startup_timeout_s=60),
-        slurm=SLURM,
+        access=NodeAccess(slurm=SLURM),
     )
 
 

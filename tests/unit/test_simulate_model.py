@@ -30,8 +30,8 @@ from bench.simulate import (
     until_done_or_overrun,
     variants,
 )
-from lazarus.domain.contracts import PreflightActivityRequest
-from lazarus.domain.spec import NodeSpec, PreflightSpec, SSHSpec
+from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest
+from lazarus.domain.spec import NodeSpec, PreflightSpec
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -244,8 +244,7 @@ async def test_a_broken_node_passes_probation_only_once_repaired_and_probation_i
     cluster = Clock(None, trace, config.costs(), DAY_S, 1800.0, repair_s=3600.0)  # type: ignore[arg-type]
     cluster._break("n1", 100.0)
     request = PreflightActivityRequest(
-        nodes=[NodeSpec(name="n1")],
-        ssh=SSHSpec(),
+        access=NodeAccess(nodes=[NodeSpec(name="n1")]),
         checks=PreflightSpec(health_command=PROBATION_COMMAND),
         interpreter=PROBATION_COMMAND[0],
         workdir="/tmp",

@@ -18,7 +18,7 @@ from lazarus.activities.supervise import (
     evaluate,
     for_history,
 )
-from lazarus.domain.contracts import RankStatus, SuperviseOutcome, SuperviseRequest
+from lazarus.domain.contracts import NodeAccess, RankStatus, SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
 
 NAMES = ["n0", "n1", "n2"]
@@ -37,7 +37,7 @@ def _generation(tmp_path: Path, cluster: SimulatedCluster) -> SuperviseRequest:
         world_size=2 * len(NAMES),
         nproc_per_node=2,
         health=HealthSpec(poll_interval_s=0.1),
-        nodes=[NodeSpec(name=name) for name in NAMES],
+        access=NodeAccess(nodes=[NodeSpec(name=name) for name in NAMES]),
         node_timeout_s=1,
     )
 
@@ -48,7 +48,7 @@ def test_a_crash_is_seen_while_a_silent_nodes_poll_is_still_out(tmp_path: Path) 
     # round that waited for it could not report the crash in time.
     cluster = SimulatedCluster(NAMES, seconds_per_step=0.05, silent_poll_s=120.0)
     request = _generation(tmp_path, cluster)
-    with simulate(cluster), agents(request.nodes, request.ssh) as opened:
+    with simulate(cluster), agents(request.access) as opened:
         observer = GenerationObserver(request, opened)
         try:
             observer.observe()
@@ -72,7 +72,7 @@ def test_a_crash_is_seen_while_a_silent_nodes_poll_is_still_out(tmp_path: Path) 
 def test_a_silent_node_is_lost_after_two_verdicts_and_node_timeout(tmp_path: Path) -> None:
     cluster = SimulatedCluster(NAMES, seconds_per_step=0.05, silent_poll_s=0.2)
     request = _generation(tmp_path, cluster)
-    with simulate(cluster), agents(request.nodes, request.ssh) as opened:
+    with simulate(cluster), agents(request.access) as opened:
         observer = GenerationObserver(request, opened)
         try:
             observer.observe()
@@ -94,7 +94,7 @@ def test_a_silent_node_is_lost_after_two_verdicts_and_node_timeout(tmp_path: Pat
 def test_an_unchanged_rank_after_a_silence_is_not_the_placeholder(tmp_path: Path) -> None:
     cluster = SimulatedCluster(NAMES, seconds_per_step=3600.0, silent_poll_s=0.0)
     request = _generation(tmp_path, cluster)
-    with simulate(cluster), agents(request.nodes, request.ssh) as opened:
+    with simulate(cluster), agents(request.access) as opened:
         observer = GenerationObserver(request, opened)
         try:
             before = {r.rank: r for r in observer.observe().ranks}

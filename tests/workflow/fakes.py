@@ -172,7 +172,7 @@ async def supervise(request: contracts.SuperviseRequest) -> contracts.SuperviseO
 async def stop(request: contracts.StopRequest) -> contracts.StopResult:
     script = script_for(request.job_id)
     script.stops.append(request)
-    names = [n.name for n in request.nodes]
+    names = [n.name for n in request.access.nodes]
     if request.end_of_run and script.end_of_run_fails:
         raise ApplicationError("cannot stop", type="StopFailed", non_retryable=True)
     unreachable = [n for n in names if request.end_of_run and n in script.unreachable_at_end]
@@ -213,7 +213,7 @@ async def preflight(request: contracts.PreflightActivityRequest) -> contracts.Pr
     return contracts.PreflightReport(
         nodes=[
             contracts.NodeHealth(node=n.name, ok=n.name not in lost, problems=["Slurm: node DOWN"])
-            for n in request.nodes
+            for n in request.access.nodes
         ]
     )
 
@@ -260,7 +260,7 @@ async def set_checkpoint_interval(
     request: contracts.SetCheckpointIntervalRequest,
 ) -> contracts.SetCheckpointIntervalResult:
     script_for(request.job_id).interval_requests.append(request)
-    return contracts.SetCheckpointIntervalResult(nodes=[n.name for n in request.nodes])
+    return contracts.SetCheckpointIntervalResult(nodes=[n.name for n in request.access.nodes])
 
 
 async def roll_back_checkpoint(request: contracts.RollbackRequest) -> contracts.RollbackResult:

@@ -72,7 +72,7 @@ async def test_a_cancelled_run_stops_its_zygotes_on_a_node_it_returned_to_the_sp
     await job.handle.cancel()
     await job.wait_phase(Phase.CANCELLED)
     stop = end_of_run_stop(job)
-    assert [n.name for n in stop.nodes] == ["a", "c", "b"]
+    assert [n.name for n in stop.access.nodes] == ["a", "c", "b"]
 
 
 async def test_a_finished_run_stops_its_zygotes_on_a_fenced_quarantined_node(
@@ -85,7 +85,7 @@ async def test_a_finished_run_stops_its_zygotes_on_a_fenced_quarantined_node(
     await job.wait_phase(Phase.SUCCEEDED)
     await asyncio.wait_for(job.handle.result(), timeout=30)
     stop = end_of_run_stop(job)
-    assert [n.name for n in stop.nodes] == ["a", "c", "b"]
+    assert [n.name for n in stop.access.nodes] == ["a", "c", "b"]
     history = await job.handle.fetch_history()
     assert any(
         PATCH_END_OF_RUN_EVERY_NODE.encode()

@@ -102,9 +102,9 @@ async def test_a_dead_node_is_not_contacted_on_the_recovery_path(
     assert status.nodes.active == ["a", "c"]
     recovery_stops = [s for s in job.script.stops if "incident" in s.reason]
     assert len(recovery_stops) == 1
-    assert [n.name for n in recovery_stops[0].nodes] == ["a"]
+    assert [n.name for n in recovery_stops[0].access.nodes] == ["a"]
     assert recovery_stops[0].kill_at_once
-    assert all("b" not in [n.name for n in s.nodes] for s in job.script.stops)
+    assert all("b" not in [n.name for n in s.access.nodes] for s in job.script.stops)
 
 
 async def test_a_verified_checkpoint_is_trusted_by_the_next_search(

@@ -132,7 +132,7 @@ async def test_the_memory_tier_is_searched_on_the_nodes_that_launch(
     assert [names(launch.nodes) for launch in launches] == [["a", "b"], ["a", "s"]]
     assert len(searches) == len(launches), "one search per launch"
     for search, launch in zip(searches, launches, strict=True):
-        assert names(search.memory_nodes) == names(launch.nodes)
+        assert names(search.access.nodes) == names(launch.nodes)
         assert launch.resume is not None and launch.resume.step == 41
 
 
@@ -159,7 +159,7 @@ async def test_a_shrink_by_the_preflight_drops_the_rejoin_for_a_whole_restart(
     assert relaunch.rejoin_ranks == [], "nothing is carried into a world that changed"
     fences = [s for s in job.script.stops if "rejoin is dropped" in s.reason]
     assert len(fences) == 1 and fences[0].kill_at_once
-    assert set(names(fences[0].nodes)) == {"a", "b", "c"}, "the survivors are stopped"
+    assert set(names(fences[0].access.nodes)) == {"a", "b", "c"}, "the survivors are stopped"
     incident = status.incidents[-1]
     assert incident.restart_path == "whole_generation"
     assert any("preflight changed the nodes from a, b, c to a, c" in e for e in incident.evidence)
@@ -183,7 +183,7 @@ async def test_a_swap_by_the_preflight_never_carries_a_quarantined_nodes_survivo
     assert names(relaunch.nodes) == ["a", "s"]
     assert relaunch.rejoin_ranks == []
     fences = [s for s in job.script.stops if "rejoin is dropped" in s.reason]
-    assert len(fences) == 1 and "b" in names(fences[0].nodes), "b's survivor is stopped"
+    assert len(fences) == 1 and "b" in names(fences[0].access.nodes), "b's survivor is stopped"
     assert status.incidents[-1].restart_path == "whole_generation"
 
 

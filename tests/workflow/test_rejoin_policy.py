@@ -189,7 +189,7 @@ async def test_a_node_loss_with_a_spare_keeps_the_other_nodes_ranks(
     )
     assert status.nodes.active == ["a", "c"]
     assert job.script.launches[-1].rejoin_ranks == [0]
-    assert all("b" not in [n.name for n in s.nodes] for s in job.script.stops)
+    assert all("b" not in [n.name for n in s.access.nodes] for s in job.script.stops)
 
 
 async def test_a_job_without_rejoin_records_no_path(
