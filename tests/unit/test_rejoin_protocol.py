@@ -345,6 +345,7 @@ def _chained(cause: BaseException, error: BaseException) -> BaseException:
         pytest.param("the operation timed out", False, id="a-vague-timeout"),
     ],
 )
+@pytest.mark.slow  # imports torch
 def test_runtime_errors_that_mean_a_peer_failed(error_text: str, expected: bool) -> None:
     pytest.importorskip("torch")
     import lazarus.rank.torch as lazarus_torch
@@ -353,6 +354,7 @@ def test_runtime_errors_that_mean_a_peer_failed(error_text: str, expected: bool)
     assert lazarus_torch.is_peer_failure(ValueError(error_text)) is False  # RuntimeError only
 
 
+@pytest.mark.slow  # imports torch
 def test_peer_failures_by_type_and_by_cause() -> None:
     pytest.importorskip("torch")
     import torch.distributed as dist
@@ -369,6 +371,7 @@ def test_peer_failures_by_type_and_by_cause() -> None:
     assert not lazarus_torch.is_peer_failure(_chained(KeyError("x"), ValueError("y")))
 
 
+@pytest.mark.slow  # imports torch
 def test_run_resilient_rejoins_when_asked_and_a_fresh_generation_restarts_from_setup(
     rank_of_generation_one: Path,
     monkeypatch: pytest.MonkeyPatch,
