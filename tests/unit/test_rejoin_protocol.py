@@ -201,9 +201,14 @@ _MALFORMED = [
 
 @pytest.mark.parametrize("rejoin", _MALFORMED)
 def test_a_malformed_request_is_reported_once_and_ignored(
-    rank_of_generation_one: Path, rejoin: object, capsys: pytest.CaptureFixture[str]
+    rank_of_generation_one: Path,
+    rejoin: object,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     gen = rank_of_generation_one
+    # Each rewrite is waited past one poll interval; a short one keeps 9 cases fast.
+    monkeypatch.setattr(lazarus_rank, "REJOIN_POLL_INTERVAL_S", 0.02)
     lazarus_rank._arm_rejoin(True)
     for request in (1, 2, 3):  # rewritten three times: the rest of the file still works
         _write_control(
