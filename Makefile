@@ -21,8 +21,11 @@ demo: setup
 # side cuts the wall time without starving any. worksteal keeps the tail short.
 PYTEST_WORKERS ?= 3
 
-test: setup test-hosts
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=30 $(PYTEST_ARGS)
+# Everything: the fast tier first (a broken edit fails in under a minute, and its
+# guard holds in CI too), then every test marked `slow` side by side. The two
+# selections split the suite: nothing runs twice, nothing is left out.
+test: setup test-hosts test-fast
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=30 -m slow $(PYTEST_ARGS)
 
 # The fast tier, for every edit: the pure and unit tests of tests/unit, less those
 # marked `slow` (they start processes or servers, sleep, or take over a second).
