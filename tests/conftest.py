@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,3 +19,12 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
         yield server
     finally:
         server.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Only tests/unit holds fast-tier tests: every other folder's are ``slow``, so
+    ``pytest -m "not slow"`` selects the same tests as ``make test-fast``."""
+    unit = Path(__file__).parent / "unit"
+    for item in items:
+        if not item.path.is_relative_to(unit):
+            item.add_marker(pytest.mark.slow)

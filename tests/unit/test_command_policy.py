@@ -153,6 +153,7 @@ def assert_refused(
     assert ALLOWED_COMMANDS_ENV in str(error)
 
 
+@pytest.mark.slow  # runs a command
 async def test_escalation_hook_not_allowed_is_not_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -172,6 +173,7 @@ async def test_escalation_hook_not_allowed_is_not_run(
     assert (await run_escalation_hook(request)).ran and touched.exists()
 
 
+@pytest.mark.slow  # runs a command
 async def test_health_command_not_allowed_is_not_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -115,6 +115,7 @@ def identity(pid: int) -> tuple[int, int]:
 
 
 @needs_pidfd
+@pytest.mark.slow  # starts a process
 def test_a_pidfd_fires_when_its_process_ends_and_is_not_offered_again(
     sleeper: subprocess.Popen[bytes],
 ) -> None:
@@ -138,6 +139,7 @@ def identity_or_gone(pid: int) -> tuple[int, int]:
 
 
 @needs_pidfd
+@pytest.mark.slow  # starts a process
 def test_a_pid_whose_start_ticks_differ_is_not_watched(
     sleeper: subprocess.Popen[bytes],
 ) -> None:
@@ -178,6 +180,7 @@ class NoticingAgent(FakeAgent):
 
 
 @needs_pidfd
+@pytest.mark.slow  # starts a process
 def test_the_supervisor_wakes_on_a_rank_exit_not_on_its_round(
     sleeper: subprocess.Popen[bytes],
 ) -> None:
@@ -205,6 +208,7 @@ def test_without_notices_the_wait_is_a_plain_sleep() -> None:
 
 
 @needs_pidfd
+@pytest.mark.slow  # starts a process
 def test_the_local_agent_watches_each_rank_and_its_wrapper(tmp_path: Path) -> None:
     """Through the real wrapper: both ends are watched (the rank's death, and the
     wrapper's exit right after it wrote the record), and a SIGKILLed rank's record is

@@ -118,6 +118,7 @@ def test_a_kernel_record_older_than_the_rank_is_about_another_process(
     assert watch.evidence(0, PID) == []
 
 
+@pytest.mark.slow  # runs a dmesg stand-in
 def test_dmesg_is_the_fallback_when_kmsg_cannot_be_read(kernel: FakeKernel) -> None:
     script = f"print('[{STARTED_S + 5:.6f}] Out of memory: Killed process {PID} (python)')"
     sources = kernel.sources(
@@ -127,6 +128,7 @@ def test_dmesg_is_the_fallback_when_kmsg_cannot_be_read(kernel: FakeKernel) -> N
     assert line is not None and f"Killed process {PID}" in line
 
 
+@pytest.mark.slow  # runs a dmesg stand-in
 def test_nothing_readable_means_no_evidence(kernel: FakeKernel) -> None:
     sources = kernel.sources(
         kmsg_path=kernel.proc / "no-such-kmsg",

@@ -20,6 +20,7 @@ the code as written, not what happened to be imported.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +53,7 @@ def floor_of(module: str) -> int:
     return 0 if module == "lazarus" else 3
 
 
+@functools.cache
 def modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for package, root in PACKAGES.items():
@@ -71,10 +73,15 @@ def modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
 def imports(module: str, path: Path) -> Iterator[tuple[str, int]]:
     """Every lazarus module ``module`` imports, with the line."""
     is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
@@ -90,6 +97,7 @@ def imports(module: str, path: Path) -> Iterator[tuple[str, int]]:
                 yield f"{target}.{alias.name}", node.lineno
 
 
+@functools.cache
 def graph() -> dict[str, set[tuple[str, int]]]:
     known = modules()
     edges: dict[str, set[tuple[str, int]]] = {}
@@ -100,6 +108,12 @@ def graph() -> dict[str, set[tuple[str, int]]]:
             if target in known and target != module
         }
     return edges
+
+
+@pytest.fixture(scope="module", autouse=True)
+def walked() -> None:
+    """The walk (about a second) once, as the module's set-up: every test reads it."""
+    graph()
 
 
 def test_every_floor_imports_only_floors_below_it() -> None:

@@ -122,6 +122,7 @@ def test_the_workflow_state_records_a_cut_per_relaunch() -> None:
 # ------------------------------------------------------- defect 1: after a rollback
 
 
+@pytest.mark.slow  # about 4 s: 170 saves
 def test_a_crash_after_a_rollback_never_resumes_the_abandoned_timeline(
     tmp_path: Path, private_prefix: Path
 ) -> None:
@@ -197,6 +198,7 @@ def test_the_search_refuses_abandoned_snapshots_even_when_the_prune_kept_them(
 # ---------------------------------------------- defect 4: one step, two timelines
 
 
+@pytest.mark.slow  # over a second: two timelines of saves
 def test_the_copies_of_one_step_never_come_from_two_timelines(tmp_path: Path) -> None:
     """The audit's repro: b is lost and c replaces it; the job resumes from disk 100;
     a dies between the barrier and its commit of 154, keeping generation 1's 154."""

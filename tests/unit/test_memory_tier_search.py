@@ -290,6 +290,7 @@ def test_without_a_memory_dir_the_tier_is_not_searched(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- node listings
 
 
+@pytest.mark.slow  # runs the node shim
 def test_the_shim_reports_the_same_facts_as_the_local_agent(tmp_path: Path) -> None:
     root = tmp_path / "shm"
     write_snapshot(root, 3)

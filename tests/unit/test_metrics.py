@@ -425,6 +425,7 @@ def test_settings_default_the_sdk_port_to_the_next_one() -> None:
     assert MetricsSettings.from_env({"LAZARUS_METRICS_PORT": "9000"}, port=9100).port == 9100
 
 
+@pytest.mark.slow  # serves HTTP
 def test_the_endpoints_listen_on_loopback_unless_told_otherwise() -> None:
     """Audit 12.: unauthenticated, they named jobs, nodes and quarantines to every host
     that could reach the worker. Publishing them is an explicit setting."""
@@ -482,6 +483,7 @@ def test_bad_settings_are_one_line_naming_the_setting(
     assert named in message and "\n" not in message
 
 
+@pytest.mark.slow  # serves HTTP
 def test_serve_exposes_the_registry_and_refuses_a_busy_port(metrics: LazarusMetrics) -> None:
     port = free_port()
     metrics.record_status(status(incident()))

@@ -93,6 +93,7 @@ def test_slurm_unreachable_is_no_preemption(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.slow  # starts the holder and sleeps
 def test_the_holder_writes_the_notice_on_usr1_and_keeps_holding(tmp_path: Path) -> None:
     env = {**os.environ, "SLURM_JOB_ID": "42"}
     holder = subprocess.Popen(

@@ -148,6 +148,7 @@ def test_heartbeat_writes_again_once_the_interval_passes(
     assert _read_json(beat)["step"] == 3
 
 
+@pytest.mark.slow  # sleeps
 def test_heartbeat_default_interval_is_a_fifth_of_a_second(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,6 +162,7 @@ def test_heartbeat_default_interval_is_a_fifth_of_a_second(
     assert _read_json(beat)["step"] == 3
 
 
+@pytest.mark.slow  # 400 writes raced by a reader thread
 def test_heartbeat_readers_never_see_a_partial_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -237,6 +239,7 @@ def test_throttled_heartbeat_costs_about_a_microsecond(
     assert per_call_s < 10e-6, f"{per_call_s * 1e6:.2f} µs per throttled call"
 
 
+@pytest.mark.slow  # starts python
 def test_heartbeat_is_flushed_at_exit(tmp_path: Path) -> None:
     beat = tmp_path / "heartbeat.json"
     script = "import lazarus.rank as r\nfor s in range(1, 8):\n    r.heartbeat(s)\n"
@@ -559,6 +562,7 @@ def test_an_unparseable_resume_directory_needs_the_step(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow  # imports torch
 def test_torch_save_and_load_round_trip_without_distributed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -585,6 +589,7 @@ def test_torch_save_and_load_round_trip_without_distributed(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow  # starts python
 def test_importing_the_helper_stays_light() -> None:
     check = (
         "import lazarus.rank, sys; "

@@ -113,6 +113,7 @@ def test_a_mark_needs_a_name() -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow  # starts python
 def test_process_start_is_read_from_proc_not_taken_at_import() -> None:
     """The child sleeps before importing the helper: ``process_started`` must still
     be the moment the process began, not the import."""
@@ -135,6 +136,7 @@ def test_process_start_is_read_from_proc_not_taken_at_import() -> None:
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow  # starts python with torch
 def test_the_torch_glue_marks_its_phases(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     heartbeat = tmp_path / "beat.json"
@@ -402,6 +404,7 @@ def test_under_lazarus_the_controller_may_point_into_the_memory_tier(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow  # imports torch
 def test_a_torch_snapshot_is_a_copy_taken_before_it_returns(
     memory_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -427,6 +430,7 @@ def test_a_torch_snapshot_is_a_copy_taken_before_it_returns(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow  # imports torch
 def test_checkpoint_sends_a_step_to_one_tier(
     memory_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -201,9 +201,14 @@ _MALFORMED = [
 
 @pytest.mark.parametrize("rejoin", _MALFORMED)
 def test_a_malformed_request_is_reported_once_and_ignored(
-    rank_of_generation_one: Path, rejoin: object, capsys: pytest.CaptureFixture[str]
+    rank_of_generation_one: Path,
+    rejoin: object,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     gen = rank_of_generation_one
+    # Each rewrite is waited past one poll interval; a short one keeps 9 cases fast.
+    monkeypatch.setattr(lazarus_rank, "REJOIN_POLL_INTERVAL_S", 0.02)
     lazarus_rank._arm_rejoin(True)
     for request in (1, 2, 3):  # rewritten three times: the rest of the file still works
         _write_control(
@@ -345,6 +350,7 @@ def _chained(cause: BaseException, error: BaseException) -> BaseException:
         pytest.param("the operation timed out", False, id="a-vague-timeout"),
     ],
 )
+@pytest.mark.slow  # imports torch
 def test_runtime_errors_that_mean_a_peer_failed(error_text: str, expected: bool) -> None:
     pytest.importorskip("torch")
     import lazarus.rank.torch as lazarus_torch
@@ -353,6 +359,7 @@ def test_runtime_errors_that_mean_a_peer_failed(error_text: str, expected: bool)
     assert lazarus_torch.is_peer_failure(ValueError(error_text)) is False  # RuntimeError only
 
 
+@pytest.mark.slow  # imports torch
 def test_peer_failures_by_type_and_by_cause() -> None:
     pytest.importorskip("torch")
     import torch.distributed as dist
@@ -369,6 +376,7 @@ def test_peer_failures_by_type_and_by_cause() -> None:
     assert not lazarus_torch.is_peer_failure(_chained(KeyError("x"), ValueError("y")))
 
 
+@pytest.mark.slow  # imports torch
 def test_run_resilient_rejoins_when_asked_and_a_fresh_generation_restarts_from_setup(
     rank_of_generation_one: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -278,6 +278,7 @@ def test_an_empty_history_is_refused() -> None:
         job_history([])
 
 
+@pytest.mark.slow  # renders a PNG with matplotlib
 def test_the_png_and_the_self_contained_page(tmp_path: Path) -> None:
     data = report_data(two_crash_status(), two_crash_history())
     data = data.model_copy(update={"job": "<tiny>"})

@@ -136,6 +136,7 @@ def test_the_worker_temporal_api_key_is_not_passed_to_ranks(
     assert "worker-credential" not in json.dumps(env)
 
 
+@pytest.mark.slow  # runs a health command
 def test_the_health_command_does_not_get_the_workers_api_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

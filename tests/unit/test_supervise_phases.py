@@ -183,6 +183,7 @@ def test_no_evidence_is_fetched_from_a_node_that_stopped_answering(tmp_path: Pat
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow  # runs the node shim
 def test_phases_travel_through_the_node_shim(tmp_path: Path) -> None:
     """SSH nodes: the shim embeds the heartbeat file as it is, nested marks included,
     so the same path carries them (run here through the local shim)."""

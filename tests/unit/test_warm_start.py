@@ -72,6 +72,7 @@ def test_the_zygote_gets_the_shared_environment_only() -> None:
 @pytest.mark.parametrize(
     "path", ["/dev/shm/lazarus", "/dev/shm/lazarus/../x", "/tmp/x", "/dev/shm/lazarusx/a"]
 )
+@pytest.mark.slow  # runs the node shim
 def test_memory_tier_removal_refuses_paths_outside_the_tier(path: str) -> None:
     with pytest.raises(ValueError, match="refusing to remove"):
         remove_memory_dir(path)
@@ -81,6 +82,7 @@ def test_memory_tier_removal_refuses_paths_outside_the_tier(path: str) -> None:
     assert reply.returncode != 0 and "refusing to remove" in reply.stdout
 
 
+@pytest.mark.slow  # runs the node shim
 def test_memory_tier_removal_is_idempotent(tmp_path: Path) -> None:
     logical = f"/dev/shm/lazarus/unit-{os.getpid()}/run"
     target = Path(on_node(logical, os.getuid()))  # this user's private root

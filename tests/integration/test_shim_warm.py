@@ -22,7 +22,7 @@ from lazarus.activities.nodes.procfs import is_alive
 from lazarus.activities.nodes.shim_agent import LocalShimAgent, json_lines, warm_call
 from lazarus.activities.nodes.warm import zygote_dir
 from lazarus.domain.spec import NodeSpec
-from tests.unit.test_shim import DASH, _all_cmdlines, kill_leftovers, wait_for
+from tests.integration.test_shim import DASH, _all_cmdlines, kill_leftovers, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DUMP = (
