@@ -26,381 +26,132 @@ update validators run the same move on a copy (:func:`scratch_copy`), so a refus
 request never reaches history as accepted. Moves *replace* a record's fields and
 lists (``record.incidents = [*record.incidents, new]``), never change them in place:
 that is what lets the copy share them.
+
+The moves are here; the state and config they act on are in
+:mod:`lazarus.domain.fleet_state`, the lemon and probation rules in
+:mod:`lazarus.domain.fleet_health`, the requests and replies in
+:mod:`lazarus.domain.fleet_messages`. This module re-exports them (``__all__``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from enum import StrEnum
-from typing import Annotated, ClassVar, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from lazarus.domain.compact_form import CompactForm
-from lazarus.domain.failure_classes import FailureClass
-from lazarus.domain.spec import JOB_NAME_PATTERN, NodeSpec, SSHSpec, repeated
-
-PREFLIGHT_CLASS = "preflight"
-"""The class of a node that failed the job's preflight checks before a launch."""
-OPERATOR_CLASS = "operator"
-"""A node an operator excluded (a job's ``recover --exclude-node``, a fleet drain)."""
-STRAGGLER_CLASS = "straggler"
-"""A node swapped out for being slow."""
-INCIDENT_CLASSES = frozenset(
-    {*(c.value for c in FailureClass), PREFLIGHT_CLASS, OPERATOR_CLASS, STRAGGLER_CLASS}
+from lazarus.domain.fleet_health import (
+    counting_incidents,
+    is_lemon,
+    on_probation,
+    probation_not_run,
+    probation_result,
+    start_probation,
 )
-"""What a fleet incident's class may be, and so what a lemon rule may count."""
-
-MAX_NODE_INCIDENTS = 20
-"""Incidents kept per node (newest last): bounds the state carried by continue-as-new."""
-MAX_FLEET_LOG = 100
-"""Decisions kept in the fleet's log (newest last)."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LemonRule(_Strict):
-    """A node blamed in ``incidents`` incidents of ``classes`` within ``window_h`` hours,
-    across any jobs, is a lemon: no new lease or replacement hands it out until enough
-    of those incidents age out of the window."""
-
-    incidents: Annotated[int, Field(ge=1)] = 2
-    window_h: Annotated[float, Field(gt=0)] = 24.0 * 7
-    classes: list[str] = Field(
-        default_factory=lambda: [
-            FailureClass.GPU_HARDWARE.value,
-            FailureClass.NODE_LOST.value,
-            FailureClass.NCCL_ERROR.value,
-            FailureClass.NCCL_TIMEOUT.value,
-            FailureClass.HANG.value,
-            PREFLIGHT_CLASS,
-        ]
-    )
-    """Classes that count; user code, OOM, preemption and operator moves do not blame
-    the node by default."""
-
-    @field_validator("classes")
-    @classmethod
-    def _known_classes(cls, value: list[str]) -> list[str]:
-        unknown = sorted(set(value) - INCIDENT_CLASSES)
-        if unknown:
-            raise ValueError(
-                f"unknown class {', '.join(map(repr, unknown))}; "
-                f"known: {', '.join(sorted(INCIDENT_CLASSES))}"
-            )
-        return value
-
-
-class ProbationSpec(_Strict):
-    """How a quarantined node earns its way back: ``health_command`` run on it every
-    ``interval_s`` must pass ``passes`` times in a row. Without a command a quarantined
-    node stays out until ``lazarus fleet return``."""
-
-    health_command: list[str] | None = Field(default=None, min_length=1)
-    passes: Annotated[int, Field(ge=1)] = 3
-    interval_s: Annotated[float, Field(gt=0, le=86_400)] = 300.0
-    timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
-    workdir: str = "/tmp"
-    """Where the command runs on the node (and whose disk the check looks at)."""
-
-
-class FleetConfig(_Strict):
-    """A fleet's YAML (``lazarus fleet start CONFIG.yaml``): its nodes, its shared spare
-    pool, the lemon rule, probation and the reputation's half-life."""
-
-    name: str = Field(pattern=JOB_NAME_PATTERN)
-    nodes: list[NodeSpec] = Field(min_length=1)
-    """Nodes jobs lease to train on (and to hold as their own spares)."""
-    spares: list[NodeSpec] = Field(default_factory=list)
-    """The shared spare pool: handed out only as replacements, to whichever job loses a
-    node with no spare of its own left. Its size is the target the fleet refills to."""
-    ssh: SSHSpec = Field(default_factory=SSHSpec)
-    """How probation reaches ``ssh`` nodes."""
-    lemon: LemonRule = Field(default_factory=LemonRule)
-    probation: ProbationSpec = Field(default_factory=ProbationSpec)
-    reputation_half_life_h: Annotated[float, Field(gt=0)] = 24.0 * 7
-    """Failures and node-hours both decay with this half-life: a node's reputation
-    (failures per node-hour) follows what it did lately."""
-    continue_as_new_after_events: Annotated[int, Field(ge=20)] = 5_000
-
-    @model_validator(mode="after")
-    def _nodes_consistent(self) -> FleetConfig:
-        twice = repeated(n.name for n in (*self.nodes, *self.spares))
-        if twice:
-            raise ValueError(f"nodes/spares: node names must be unique; repeated: {twice}")
-        launchers = {n.launcher for n in (*self.nodes, *self.spares)}
-        if "slurm" in launchers:
-            raise ValueError("nodes/spares: a fleet holds local or ssh nodes, not slurm ones")
-        if len(launchers) > 1:
-            raise ValueError("nodes/spares: all nodes must use the same launcher")
-        return self
-
-    @property
-    def spare_target(self) -> int:
-        return len(self.spares)
-
-
-class NodeState(StrEnum):
-    HEALTHY = "healthy"
-    """Free: a lease may take it."""
-    SPARE = "spare"
-    """Free, in the shared spare pool: only a replacement takes it."""
-    LEASED = "leased"
-    """Held by a job (training, or one of its own spares)."""
-    QUARANTINED = "quarantined"
-    """Out of service: blamed in an incident, or drained by an operator."""
-    PROBATION = "probation"
-    """Fenced and being checked: back in the pool after N passes in a row."""
-
-
-class FleetIncident(_Strict):
-    """One quarantine a job reported: what, when, in which job."""
-
-    failure_class: str
-    at: float
-    job: str
-    key: str = ""
-    """The job's own name for the report (``job#run-<key>#incident N``): a retried
-    report is a no-op."""
-    reason: str = ""
-
-
-class Reputation(BaseModel):
-    """Failures per node-hour, both decayed with the fleet's half-life.
-
-    ``failures`` and ``hours`` are exponentially weighted sums as of ``at``: a failure
-    counts 1 when it happens and half that a half-life later; an hour in service
-    likewise. Their ratio is a failure rate that forgets old behaviour."""
-
-    failures: float = 0.0
-    hours: float = 0.0
-    at: float = 0.0
-
-    def rate(self) -> float | None:
-        """Failures per node-hour; None before the node has served any time."""
-        return self.failures / self.hours if self.hours > 0 else None
-
-
-def decay(rep: Reputation, now: float, half_life_h: float, in_service: bool) -> Reputation:
-    """``rep`` carried forward to ``now``: both sums decay, and the time in service in
-    between adds its node-hours (each weighted by how long ago it was)."""
-    elapsed_h = max(0.0, now - rep.at) / 3600.0
-    factor = 0.5 ** (elapsed_h / half_life_h)
-    served = half_life_h / math.log(2) * (1.0 - factor) if in_service else 0.0
-    return Reputation(
-        failures=rep.failures * factor, hours=rep.hours * factor + served, at=max(now, rep.at)
-    )
-
-
-class NodeRecord(CompactForm):
-    """One node of the fleet: where it is now, and what it has done. A fleet holds
-    thousands, carried by every continue-as-new: written compactly (:class:`CompactForm`)."""
-
-    always_written: ClassVar[frozenset[str]] = frozenset({"state"})
-    spec: NodeSpec
-    state: NodeState = NodeState.HEALTHY
-    since: float = 0.0
-    job: str | None = None
-    """LEASED: the job holding it; QUARANTINED: the job that reported it, if any."""
-    run: str = ""
-    """LEASED (or QUARANTINED by its job): the start of ``job`` that leased it
-    (:attr:`LeaseRequest.run`; a replacement, the lost node's), so a later
-    start of the same name is not handed this one's nodes; empty for a lease from a job
-    from before runs were named (and in state written before)."""
-    role: Literal["node", "spare", "replacement"] | None = None
-    """LEASED: what the job took it as."""
-    replaces: str | None = None
-    """A replacement: the lost node it stands in for."""
-    replaces_key: str = ""
-    """A replacement: the loss it answered (:attr:`ReplaceRequest.key`), which makes
-    ``replace`` idempotent."""
-    reason: str = ""
-    failure_class: str | None = None
-    fenced: bool = False
-    """QUARANTINED: no stale rank can run on it (its job released it, or it was free)."""
-    drained: bool = False
-    """Taken out by an operator: probation does not bring it back, only ``return``."""
-    drain_pending: str | None = None
-    """LEASED and drained: quarantined with this reason when its job releases it."""
-    passes: int = 0
-    """PROBATION: health checks passed in a row."""
-    incidents: list[FleetIncident] = Field(default_factory=list)
-    reputation: Reputation = Field(default_factory=Reputation)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-
-class FleetEvent(BaseModel):
-    """One decision of the fleet, for ``lazarus fleet status``."""
-
-    at: float
-    what: str
-    node: str | None = None
-    job: str | None = None
-
-
-class FleetState(BaseModel):
-    """Carried across continue-as-new: the fleet's only memory."""
-
-    nodes: list[NodeRecord] = Field(default_factory=list)
-    log: list[FleetEvent] = Field(default_factory=list)
-    runs: int = 1
-    started_at: float = 0.0
-
-    def record(self, name: str) -> NodeRecord:
-        found = next((r for r in self.nodes if r.name == name), None)
-        if found is None:
-            raise FleetRefusal(f"node {name!r} is not in this fleet")
-        return found
-
-    def held_by(self, job: str) -> list[NodeRecord]:
-        return [r for r in self.nodes if r.state == NodeState.LEASED and r.job == job]
-
-
-def scratch_copy(state: FleetState) -> FleetState:
-    """A copy to try a move on (the update validators'): every record is copied, what
-    a record holds is shared, which is sound because moves replace fields and never
-    change them in place. A deep copy of 2,000 records took 0.3 to 0.5 s, on every
-    update; this takes milliseconds."""
-    return state.model_copy(update={"nodes": [record.model_copy() for record in state.nodes]})
-
-
-class FleetInput(BaseModel):
-    config: FleetConfig
-    state: FleetState | None = None
-
-
-class FleetRefusal(ValueError):
-    """A request the fleet cannot take; the message says why, for the caller."""
-
-
-# ----------------------------------------------------------------- requests/replies
-
-
-class LeaseRequest(BaseModel):
-    job: str
-    nodes: Annotated[int, Field(ge=1)]
-    spares: Annotated[int, Field(ge=0)] = 0
-    run: str = ""
-    """The requesting start of ``job`` (its run key, ``run-<first run id>``, kept across
-    continue-as-new). A retried lease is one with the same run; a job's name alone
-    does not say whether an earlier start's lease is this one's. Empty from jobs from
-    before runs were named."""
-
-
-class Lease(BaseModel):
-    """What a job holds: its training nodes in rank order, then its own spares."""
-
-    nodes: list[NodeSpec]
-    spares: list[NodeSpec] = Field(default_factory=list)
-    excluded_lemons: list[str] = Field(default_factory=list)
-    """Free nodes the lemon rule kept out of this lease."""
-
-
-class ReleaseRequest(BaseModel):
-    job: str
-    fenced: list[str] = Field(default_factory=list)
-    """Quarantined nodes the job's last stop confirmed empty: they may go on probation."""
-    run: str = ""
-    """The releasing start (:attr:`LeaseRequest.run`): a late release of an earlier start
-    never frees a later start's nodes. Empty: every node leased to ``job``."""
-
-
-class OrphanRelease(BaseModel):
-    """``lazarus fleet release JOB``: an operator frees the nodes of a job whose workflow
-    has closed without releasing them (terminated, or its release never reached the
-    fleet). The client checks that the job's workflow is closed first: the fleet cannot."""
-
-    job: str
-    fenced: bool = False
-    """The operator vouches that no rank of the job runs on its nodes any more (its last
-    stop reached them, or they were checked or rebooted): they go back to service.
-    Without it they are quarantined, not fenced: a terminated job's ranks may still run
-    there, so each is checked and returned (``lazarus fleet return NODE --fenced``)."""
-
-
-class HandBackRequest(BaseModel):
-    """A running job gives back quarantined nodes its stops have fenced, so they need
-    not wait for the job's end (weeks, for a large run) to be checked back into
-    service: probation starts now, and a repaired node serves any job again."""
-
-    job: str
-    nodes: list[str] = Field(min_length=1)
-
-
-class HandBackReply(BaseModel):
-    gone: list[str] = Field(default_factory=list)
-    """Nodes no longer the job's: taken now, or by an earlier (retried) call."""
-    note: str = ""
-
-
-class QuarantineReport(BaseModel):
-    job: str
-    node: str
-    failure_class: str
-    reason: str = ""
-    key: str = ""
-    """``job#incident``: the same key twice is counted once (a retried report)."""
-
-
-class ReplaceRequest(BaseModel):
-    job: str
-    lost: str
-    key: str = ""
-    """One loss of ``lost`` (``job#node@gen N``): asked again with the same key, the
-    fleet answers with the same node. Empty, as jobs from before sent it, the lost
-    node's name alone was the key, so a node lost a second time (back from repair)
-    got its first replacement again, a node the job already ran on, and no spare."""
-
-
-class DrainRequest(BaseModel):
-    node: str
-    reason: str
-
-
-class ReturnRequest(BaseModel):
-    node: str
-    fenced: bool = False
-    """The operator vouches that no stale rank runs on the node (checked or rebooted):
-    needed for a node its job's stops never reached, such as a host that was dead
-    when the job ended."""
-
-
-class NodeView(BaseModel):
-    """A node as ``lazarus fleet nodes`` shows it."""
-
-    name: str
-    state: NodeState
-    job: str | None = None
-    role: str | None = None
-    reason: str = ""
-    failure_class: str | None = None
-    since: float
-    fenced: bool = False
-    passes: int = 0
-    lemon: bool = False
-    incidents: int = 0
-    """Incidents within the lemon window that count toward the rule."""
-    failures_per_node_hour: float | None = None
-    drain_pending: str | None = None
-
-
-class FleetStatus(BaseModel):
-    name: str
-    counts: dict[str, int]
-    nodes: list[NodeView]
-    log: list[FleetEvent]
-    runs: int
-    lemons: list[str]
-    spare_target: int
-    probation_passes: int | None
-    """Passes a quarantined node needs; None when no health command is configured."""
-
+from lazarus.domain.fleet_messages import (
+    FLEET_REFUSED,
+    FLEET_UNREACHABLE,
+    DrainRequest,
+    FleetHandBackCall,
+    FleetLeaseCall,
+    FleetReleaseCall,
+    FleetReply,
+    FleetReportCall,
+    FleetReportReply,
+    FleetStatus,
+    HandBackReply,
+    HandBackRequest,
+    Lease,
+    LeaseRequest,
+    NodeView,
+    OrphanRelease,
+    QuarantineReport,
+    ReleaseRequest,
+    ReplaceRequest,
+    ReturnRequest,
+)
+from lazarus.domain.fleet_state import (
+    INCIDENT_CLASSES,
+    MAX_FLEET_LOG,
+    MAX_NODE_INCIDENTS,
+    OPERATOR_CLASS,
+    PREFLIGHT_CLASS,
+    STRAGGLER_CLASS,
+    FleetConfig,
+    FleetEvent,
+    FleetIncident,
+    FleetInput,
+    FleetRefusal,
+    FleetState,
+    LemonRule,
+    NodeRecord,
+    NodeState,
+    ProbationSpec,
+    Reputation,
+    _log,
+    _move,
+    _to_pool,
+    decay,
+    scratch_copy,
+)
+from lazarus.domain.spec import NodeSpec
+
+__all__ = [
+    "FLEET_REFUSED",
+    "FLEET_UNREACHABLE",
+    "INCIDENT_CLASSES",
+    "MAX_FLEET_LOG",
+    "MAX_NODE_INCIDENTS",
+    "OPERATOR_CLASS",
+    "PREFLIGHT_CLASS",
+    "STRAGGLER_CLASS",
+    "DrainRequest",
+    "FleetConfig",
+    "FleetEvent",
+    "FleetHandBackCall",
+    "FleetIncident",
+    "FleetInput",
+    "FleetLeaseCall",
+    "FleetRefusal",
+    "FleetReleaseCall",
+    "FleetReply",
+    "FleetReportCall",
+    "FleetReportReply",
+    "FleetState",
+    "FleetStatus",
+    "HandBackReply",
+    "HandBackRequest",
+    "Lease",
+    "LeaseRequest",
+    "LemonRule",
+    "NodeRecord",
+    "NodeState",
+    "NodeView",
+    "OrphanRelease",
+    "ProbationSpec",
+    "QuarantineReport",
+    "ReleaseRequest",
+    "ReplaceRequest",
+    "Reputation",
+    "ReturnRequest",
+    "counting_incidents",
+    "decay",
+    "drain",
+    "fleet_status",
+    "hand_back",
+    "initial_state",
+    "is_lemon",
+    "lease",
+    "node_names",
+    "on_probation",
+    "probation_not_run",
+    "probation_result",
+    "release",
+    "release_orphan",
+    "replace",
+    "report_quarantine",
+    "return_node",
+    "scratch_copy",
+    "start_probation",
+]
 
 # ------------------------------------------------------------------------ moves
 
@@ -412,47 +163,6 @@ def initial_state(config: FleetConfig, now: float) -> FleetState:
         for n in config.spares
     ]
     return FleetState(nodes=records, started_at=now)
-
-
-def counting_incidents(record: NodeRecord, rule: LemonRule, now: float) -> int:
-    """The node's incidents that the lemon rule counts at ``now``."""
-    since = now - rule.window_h * 3600.0
-    return sum(1 for i in record.incidents if i.failure_class in rule.classes and i.at >= since)
-
-
-def is_lemon(record: NodeRecord, rule: LemonRule, now: float) -> bool:
-    return counting_incidents(record, rule, now) >= rule.incidents
-
-
-def _log(state: FleetState, now: float, what: str, node: str | None, job: str | None) -> None:
-    state.log = [*state.log, FleetEvent(at=now, what=what, node=node, job=job)][-MAX_FLEET_LOG:]
-
-
-def _move(
-    record: NodeRecord, config: FleetConfig, now: float, to: NodeState, **fields: object
-) -> None:
-    """Change a node's state, settling its reputation's node-hours first (time in
-    service counts only while it was leased)."""
-    record.reputation = decay(
-        record.reputation, now, config.reputation_half_life_h, record.state == NodeState.LEASED
-    )
-    record.state = to
-    record.since = now
-    record.job = None
-    record.run = ""
-    record.role = None
-    record.replaces = None
-    record.replaces_key = ""
-    record.passes = 0
-    for key, value in fields.items():
-        setattr(record, key, value)
-
-
-def _to_pool(state: FleetState, config: FleetConfig, record: NodeRecord, now: float) -> None:
-    """A node back in service refills the shared spare pool first, up to its target."""
-    spares = sum(1 for r in state.nodes if r.state == NodeState.SPARE)
-    to = NodeState.SPARE if spares < config.spare_target else NodeState.HEALTHY
-    _move(record, config, now, to, reason="", failure_class=None, fenced=False, drained=False)
 
 
 def lease(state: FleetState, config: FleetConfig, request: LeaseRequest, now: float) -> Lease:
@@ -750,56 +460,6 @@ def hand_back(
     )
 
 
-def start_probation(state: FleetState, config: FleetConfig, record: NodeRecord, now: float) -> None:
-    """A fenced, failed (not drained) node is checked back into service, when the
-    fleet has a health command to check it with."""
-    if (
-        record.state != NodeState.QUARANTINED
-        or not record.fenced
-        or record.drained
-        or config.probation.health_command is None
-    ):
-        return
-    _move(
-        record,
-        config,
-        now,
-        NodeState.PROBATION,
-        reason=record.reason,
-        failure_class=record.failure_class,
-        fenced=True,
-    )
-    _log(state, now, "on probation", record.name, None)
-
-
-def probation_result(
-    state: FleetState, config: FleetConfig, node: str, passed: bool, detail: str, now: float
-) -> None:
-    """One health check of a node on probation: N passes in a row return it to the pool;
-    a failure starts the count again. A node no longer on probation is left alone."""
-    record = state.record(node)
-    if record.state != NodeState.PROBATION:
-        return
-    if not passed:
-        if record.passes:
-            _log(state, now, f"probation check failed after {record.passes}: {detail}", node, None)
-        record.passes = 0
-        return
-    record.passes += 1
-    if record.passes >= config.probation.passes:
-        _to_pool(state, config, record, now)
-        _log(state, now, f"passed probation ({config.probation.passes} checks)", node, None)
-
-
-def probation_not_run(state: FleetState, detail: str, now: float) -> None:
-    """A probation round whose check could not run at all (the worker's allow-list
-    refused the health command, say): logged where ``fleet status`` shows it, once
-    per distinct reason, so a node stuck on probation says why."""
-    what = f"probation check could not run: {detail}"
-    if not any(e.what == what for e in state.log[-5:]):
-        _log(state, now, what, None, None)
-
-
 def drain(state: FleetState, config: FleetConfig, request: DrainRequest, now: float) -> str:
     """An operator takes a node out. A free node is quarantined at once; a leased one
     stays with its job (stop it there with ``lazarus drain``) and is quarantined when
@@ -866,10 +526,6 @@ def return_node(state: FleetState, config: FleetConfig, request: ReturnRequest, 
     return f"{request.node} is {record.state.value} again"
 
 
-def on_probation(state: FleetState) -> list[NodeRecord]:
-    return [r for r in state.nodes if r.state == NodeState.PROBATION]
-
-
 def fleet_status(state: FleetState, config: FleetConfig, now: float) -> FleetStatus:
     """The fleet as a person or a script sees it at ``now`` (workflow time)."""
     views = [_view(r, config, now) for r in state.nodes]
@@ -911,51 +567,3 @@ def _view(record: NodeRecord, config: FleetConfig, now: float) -> NodeView:
 
 def node_names(specs: Iterable[NodeSpec]) -> list[str]:
     return [n.name for n in specs]
-
-
-# ------------------------------------------------- a job's calls into its fleet
-#
-# A workflow cannot send an update to another workflow, and a signal cannot answer: a
-# job calls its fleet through these activities, which send the update with the
-# worker's Temporal client and bring back the fleet's validated reply. A refusal
-# comes back as a non-retryable ``FleetRefused`` error; a fleet that is not running
-# (or not answering) as a retryable ``FleetUnreachable``.
-
-FLEET_REFUSED = "FleetRefused"
-FLEET_UNREACHABLE = "FleetUnreachable"
-
-
-class FleetLeaseCall(BaseModel):
-    fleet: str
-    request: LeaseRequest
-
-
-class FleetReportCall(BaseModel):
-    """Report a quarantine, ask for a node in place of ``replace``, or both (in that
-    order)."""
-
-    fleet: str
-    job: str
-    report: QuarantineReport | None = None
-    replace: str | None = None
-    replace_key: str = ""
-    """The loss ``replace`` answers (:attr:`ReplaceRequest.key`)."""
-
-
-class FleetReportReply(BaseModel):
-    note: str = ""
-    replacement: NodeSpec | None = None
-
-
-class FleetReleaseCall(BaseModel):
-    fleet: str
-    request: ReleaseRequest
-
-
-class FleetHandBackCall(BaseModel):
-    fleet: str
-    request: HandBackRequest
-
-
-class FleetReply(BaseModel):
-    note: str

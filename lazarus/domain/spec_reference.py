@@ -1,7 +1,8 @@
 """The job spec reference page, written from :class:`~lazarus.domain.spec.JobSpec`.
 
 It only reads the models: each field's type, default and constraints from pydantic,
-and its description from the attribute docstring under it in ``spec.py``. So the page
+and its description from the attribute docstring under it (in ``spec.py``,
+``spec_nodes.py`` or ``spec_sections.py``, wherever the model is defined). So the page
 cannot drift from the code; ``tests/unit/test_docs.py`` fails when the committed page
 differs from what this writes. Regenerate with::
 

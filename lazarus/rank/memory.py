@@ -44,6 +44,7 @@ from pathlib import Path
 
 import lazarus.rank as lazarus_rank
 from lazarus.domain import checkpoint_layout, environment, memory_tier
+from lazarus.rank import marks
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -273,8 +274,8 @@ def _manifest_job(path: Path) -> str | None:
 
 def _resume_dirs() -> list[Path]:
     dirs = []
-    if lazarus_rank._resumed_from_dir is not None:
-        dirs.append(lazarus_rank._resumed_from_dir)
+    if marks._resumed_from_dir is not None:
+        dirs.append(marks._resumed_from_dir)
     raw = os.environ.get(environment.RESUME_FROM)
     if raw:
         dirs.append(Path(raw))

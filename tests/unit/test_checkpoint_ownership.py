@@ -111,7 +111,7 @@ def resave(root: Path, step: int, *, request: int | None = None, seed: int = 7) 
     lz._reset_state()
     lz.configure(checkpoint_dir=root)
     if request is not None:
-        lz._unanswered_request = request  # as should_checkpoint() records it
+        lz.control._unanswered_request = request  # as should_checkpoint() records it
     (lz.checkpoint_path(step) / "state.pt").write_bytes(bytes([seed]) * 5000)
     lz.commit_checkpoint(step)
     lz._reset_state()

@@ -65,7 +65,7 @@ def test_a_requested_checkpoint_records_its_request_and_holds(
 ) -> None:
     rank_env.write_text(json.dumps({"checkpoint_request": 4, "then": "hold"}))
     assert lazarus_rank.should_checkpoint()
-    monkeypatch.setattr(lazarus_rank, "HOLD_AFTER_REQUESTED_CHECKPOINT_S", 0.2)
+    monkeypatch.setattr(lazarus_rank.checkpoints, "HOLD_AFTER_REQUESTED_CHECKPOINT_S", 0.2)
     (lazarus_rank.checkpoint_path(12) / "w.bin").write_bytes(b"x")
     directory = lazarus_rank.commit_checkpoint(12)
     assert json.loads((directory / "manifest.json").read_text())["checkpoint_request"] == 4
