@@ -101,6 +101,7 @@ def _promtool() -> str | None:
     return found
 
 
+@pytest.mark.slow  # runs promtool
 def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     """``promtool check rules`` parses each expression, as Grafana would send it."""
     promtool = _promtool()
@@ -121,6 +122,7 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+@pytest.mark.slow  # runs promtool
 def test_the_exposition_passes_promtool_lint() -> None:
     promtool = _promtool()
     if promtool is None:
