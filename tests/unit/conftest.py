@@ -66,9 +66,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     took_s = time.perf_counter() - started
     where = "mark it @pytest.mark.slow or move it to tests/integration"
     if _spawned:
-        pytest.fail(
-            f"a fast-tier test started a process ({_spawned[0]}): {where}", pytrace=False
-        )
+        pytest.fail(f"a fast-tier test started a process ({_spawned[0]}): {where}", pytrace=False)
     limit_s = _limit_s()
     if took_s > limit_s:
         pytest.fail(
