@@ -20,6 +20,7 @@ import pytest
 from lazarus.domain.memory_tier import private_root
 from lazarus.infra import testhosts
 from lazarus.infra.testhosts import TestHosts, cleanup_stale
+from tests.namespaces import in_mount_namespace, mounted_anywhere
 
 from .conftest import HostsFactory
 
@@ -194,41 +195,6 @@ def test_partition_and_heal_keep_processes(test_hosts: HostsFactory) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [h2.address]
     assert ssh(hosts, "h1", "true").returncode == 0
-
-
-def in_mount_namespace(namespace: str) -> list[int]:
-    """PIDs (not zombies) on this machine whose mount namespace is ``namespace``."""
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.readlink(entry / "ns" / "mnt") == namespace and alive(int(entry.name)):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def mounted_anywhere(source: str) -> list[int]:
-    """PIDs in whose mount namespace a filesystem from ``source`` is mounted (one per
-    namespace is enough)."""
-    found: list[int] = []
-    seen: set[str] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            namespace = os.readlink(entry / "ns" / "mnt")
-            if namespace in seen:
-                continue
-            seen.add(namespace)
-            fields = ((entry / "mountinfo").read_text()).split()
-        except OSError:
-            continue
-        if source in fields:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.timeout(60)
