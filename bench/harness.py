@@ -453,9 +453,9 @@ class BenchContext:
 
         Only the example job started here gets the setup: jobs built by a scenario's
         own spec builder through :meth:`job` (ssh nodes, the chaos matrix) keep the
-        spec they build. Warm starts do not reach ssh nodes anyway, and the test hosts
-        share this machine's ``/dev/shm``, so a memory tier there would survive the
-        "dead" host: a rig artifact, not a measurement."""
+        spec they build, unless the builder asks for it (``node_loss`` takes the warm
+        start and the memory tier: each ssh test host has its own ``/dev/shm``, lost
+        with the host, so the tier there is measured as on real nodes)."""
         comparable = self.config.command == "comparable"
         setup_fields = self.setup.spec_fields(self.shape, self.config.warm_preload)
         extra_args = [*(extra_args or []), *self.setup.example_args]

@@ -3,9 +3,11 @@ an SSH poll, and the controller worker's CPU time.
 
 The hosts are :class:`lazarus.infra.testhosts.TestHosts`: one network namespace per host,
 each running its own sshd, reachable from the controller (which stays in the root
-namespace) across a bridge. They share this machine's filesystem and PID space,
-so a job's run directory (and the monitor reading it) is the same on every node,
-exactly as the product expects of nodes with a shared or synced training tree.
+namespace) across a bridge, each with its own ``/dev/shm`` (a private tmpfs that a
+killed host loses, so the memory tier is measured as on real nodes). They share
+this machine's filesystem and PID space, so a job's run directory (and the monitor
+reading it) is the same on every node, exactly as the product expects of nodes with
+a shared or synced training tree.
 They need root with CAP_NET_ADMIN and CAP_SYS_ADMIN, ``ip`` and ``sshd``:
 :func:`netns_unavailable_reason` says what is missing, and the scenarios are then
 skipped with that reason in the results.
@@ -21,7 +23,7 @@ import shutil
 import statistics
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,9 +75,11 @@ def ssh_spec(
     nodes: int,
     spares: int = 0,
     steps: int | None = None,
+    setup: Mapping[str, object] | None = None,
 ) -> JobSpec:
     """The example with one rank on each of the first ``nodes`` hosts and the next
-    ``spares`` hosts held in reserve; gloo talks over the hosts' own interface."""
+    ``spares`` hosts held in reserve; gloo talks over the hosts' own interface.
+    ``setup``: more top-level spec fields (a system's warm start and memory tier)."""
     entries = [n.model_dump(mode="json") for n in node_specs(hosts)]
     if nodes + spares > len(entries):
         raise ValueError(f"{nodes} nodes + {spares} spares need more than {len(entries)} hosts")
@@ -86,6 +90,7 @@ def ssh_spec(
         nproc_per_node=1,
         steps=steps,
         extra={
+            **(setup or {}),
             "nodes": entries[:nodes],
             "spares": entries[nodes : nodes + spares],
             "env": {"GLOO_SOCKET_IFNAME": hosts.hosts[0].interface},
@@ -299,6 +304,7 @@ def rig_details(hosts: TestHosts) -> dict[str, object]:
     return {
         "hosts": {h.name: h.address for h in hosts.hosts},
         "namespaces": [h.netns for h in hosts.hosts],
+        "private_dev_shm": True,
         "dns_fails_fast_for": nameservers(),
     }
 

@@ -40,9 +40,11 @@ NODE_LOSS = scenario(
        launch the example on h1..h3, one rank each, h4 the spare;
     2. once the job reports ``shape.fault_step``: ``kill_host("{NODE_LOSS_VICTIM}")``
        (link down, then SIGKILL everything in its namespace);
-    3. Lazarus: polls of {NODE_LOSS_VICTIM} fail until ``node_timeout_s``, a
-       node_lost incident opens, the survivors are stopped and the job relaunches
-       on h1, h3 and the spare h4 from the newest checkpoint;
+    3. Lazarus (with the system's warm start and memory tier; every host has its
+       own /dev/shm, so {NODE_LOSS_VICTIM}'s snapshots die with it): polls of
+       {NODE_LOSS_VICTIM} fail until ``node_timeout_s``, a node_lost incident opens,
+       the survivors are stopped and the job relaunches on h1, h3 and the spare h4
+       from the newest checkpoint every one of them holds;
     4. wait for the end; weights against a 3-rank reference; every activity and
        timer around the kill goes to ``details.timeline``.
     """,
@@ -52,13 +54,23 @@ NODE_LOSS = scenario(
 )
 
 
+def ssh_setup(ctx: BenchContext) -> dict[str, object]:
+    """The system's setup (warm start, memory tier) as ssh nodes take it: each test
+    host has its own /dev/shm, so the memory tier of a killed host dies with it and
+    is measured, not flattered. Rejoin is left out: the spec refuses it on ssh nodes."""
+    fields = ctx.setup.spec_fields(ctx.shape, ctx.config.warm_preload)
+    fields.pop("rejoin", None)
+    return fields
+
+
 @runs(NODE_LOSS, "lazarus")
 async def node_loss(ctx: BenchContext, repeat: int) -> Measured:
     shape = ctx.shape
+    setup = ssh_setup(ctx)
     async with multinode.hosts_for_run(ctx, "node_loss", repeat, count=4) as hosts:
 
         def build(name: str, paths: JobPaths) -> JobSpec:
-            return multinode.ssh_spec(name, paths, shape, hosts, nodes=3, spares=1)
+            return multinode.ssh_spec(name, paths, shape, hosts, nodes=3, spares=1, setup=setup)
 
         async with ctx.job("node_loss", repeat, build) as job:
             await job.reach_step(shape.fault_step)
@@ -107,6 +119,7 @@ async def node_loss(ctx: BenchContext, repeat: int) -> Measured:
         },
         "nodes": status.nodes.model_dump(mode="json"),
         "spec": _multinode_settings(job.spec),
+        "setup": setup,
         "rig": multinode.rig_details(hosts),
         # Activities and timers from 5 s before the kill, in seconds from the kill.
         "timeline": [

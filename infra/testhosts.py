@@ -7,11 +7,20 @@ cheapest thing that behaves like a separate machine *on the network*: its own in
 address, routes and listening sockets, reachable from the controller through a bridge,
 killable (SIGKILL everything in it) and partitionable (link down) independently.
 
-What it deliberately shares with the root namespace: the filesystem, users, hostname and
-PID space. Sharing the filesystem is the point — the repo and the venv are at the same
-paths on every "node", exactly as the product expects ("nodes need only the training
-environment"). It also means every host reports the same ``hostname``; use the address
-(``hostname -I``) to tell hosts apart.
+Each host also has its own memory: a private tmpfs on ``/dev/shm``, in a mount namespace
+of the host's own. A stand-in for the machine's init (``sleep infinity``, started first)
+creates that namespace and holds it; sshd, and so every login, rank and zygote, is
+started inside it. So what a node keeps in ``/dev/shm`` (the memory checkpoint tier) is
+seen by that node only, and when the host is killed (every process in its network
+namespace SIGKILLed, the holder included) the last reference to the mount namespace
+goes and the tmpfs with it, as a real machine's RAM goes: :meth:`TestHosts.restart_sshd`
+after :meth:`TestHosts.kill_host` boots the host with an empty ``/dev/shm``.
+
+What it deliberately shares with the root namespace: every other mount (the filesystem),
+users, hostname and PID space. Sharing the filesystem is the point — the repo and the
+venv are at the same paths on every "node", exactly as the product expects ("nodes need
+only the training environment"). It also means every host reports the same
+``hostname``; use the address (``hostname -I``) to tell hosts apart.
 
 Topology for one run (``k`` is picked per run so concurrent runs do not clash)::
 
@@ -46,6 +55,7 @@ import logging
 import os
 import re
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -83,6 +93,9 @@ REGISTRY_DIR = Path("/run/lazarus-testhosts")
 PRIVSEP_DIR = Path("/run/sshd")
 READY_TIMEOUT_S = 15.0
 KILL_TIMEOUT_S = 5.0
+SHM = "/dev/shm"
+SHM_SOURCE_SUFFIX = "-shm"  # a host's tmpfs reads "lzt-<rid>-hN-shm" in /proc/*/mountinfo
+_SHM_SIZE_RE = re.compile(r"^[1-9][0-9]{0,15}[kmgKMG%]?$")
 
 _RUN_ID_RE = re.compile(r"^[a-z0-9]{1,8}$")
 _IFNAMSIZ = 15
@@ -98,6 +111,14 @@ def _ip_binary() -> str:
     found = shutil.which("ip", path=path)
     if found is None:
         raise RuntimeError("`ip` not found: install the Debian package iproute2")
+    return found
+
+
+def _util_binary(name: str, package: str) -> str:
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin", "/bin", "/usr/sbin"])
+    found = shutil.which(name, path=path)
+    if found is None:
+        raise RuntimeError(f"`{name}` not found: install the Debian package {package}")
     return found
 
 
@@ -324,6 +345,11 @@ def ensure_prerequisites() -> None:
         _ssh_keygen_binary()
     except RuntimeError:
         missing.append("`ssh-keygen` (Debian package openssh-client)")
+    for name, package in (("unshare", "util-linux"), ("nsenter", "util-linux")):
+        try:
+            _util_binary(name, package)
+        except RuntimeError:
+            missing.append(f"`{name}` (Debian package {package})")
     if missing:
         raise RuntimeError(
             "test hosts need "
@@ -477,7 +503,11 @@ class TestHosts(StartStop):
         run_id: str | None = None,
         *,
         interface: str = DEFAULT_INTERFACE,
+        shm_size: str | None = None,
     ) -> None:
+        """``shm_size``: each host's ``/dev/shm`` (tmpfs ``size=``, e.g. ``"2g"`` or
+        ``"10%"`` of this machine's RAM); None for the kernel's default, half the RAM,
+        as on most machines. Every host's is counted against the same RAM."""
         if not 1 <= count <= MAX_HOSTS:
             raise ValueError(f"count must be between 1 and {MAX_HOSTS}, got {count}")
         rid = run_id if run_id is not None else secrets.token_hex(3)
@@ -485,6 +515,9 @@ class TestHosts(StartStop):
             raise ValueError(f"run_id must match {_RUN_ID_RE.pattern} (IFNAMSIZ), got {rid!r}")
         if not 1 <= len(interface) <= _IFNAMSIZ or "/" in interface or " " in interface:
             raise ValueError(f"invalid interface name {interface!r}")
+        if shm_size is not None and not _SHM_SIZE_RE.match(shm_size):
+            raise ValueError(f"shm_size must be a tmpfs size such as 2g or 10%, got {shm_size!r}")
+        self.shm_size = shm_size
         self.count = count
         self.user = user
         self.run_id = rid
@@ -498,6 +531,9 @@ class TestHosts(StartStop):
         self.bridge_address: str | None = None
         self._third_octet: int | None = None
         self._sshd: dict[str, subprocess.Popen[bytes]] = {}
+        # Per host, the process holding its mount namespace (and so its /dev/shm):
+        # alive from boot until the host is killed or stopped.
+        self._machines: dict[str, subprocess.Popen[bytes]] = {}
         self._sshd_logs: dict[str, IO[bytes]] = {}
         self._lock = threading.RLock()
         self._registered = False  # start() was called and stop() has not run since
@@ -708,22 +744,82 @@ class TestHosts(StartStop):
         home.mkdir(parents=True, exist_ok=True)
         return home
 
+    def _machine_up(self, name: str) -> int | None:
+        """The pid holding the host's mount namespace, or None when the host is down."""
+        machine = self._machines.get(name)
+        return machine.pid if machine is not None and machine.poll() is None else None
+
+    def _boot(self, host: TestHost) -> int:
+        """Start the host's stand-in init: in the host's network namespace, a mount
+        namespace of its own with a fresh tmpfs on /dev/shm, held by ``sleep infinity``.
+
+        ``ip netns exec`` already gives the command a mount namespace (to show the
+        namespace's own /sys), but one that dies with that command: ``unshare`` makes
+        the one that lasts, with every mount a *slave* of this machine's (the shared
+        filesystem stays live; nothing mounted inside leaks out). ``ip``, ``unshare``
+        and ``sh`` each exec in place, so the Popen pid is the holder's."""
+        machine = self._machines.pop(host.name, None)
+        if machine is not None:
+            self._reap(machine)
+        options = "mode=1777,nosuid,nodev" + (f",size={self.shm_size}" if self.shm_size else "")
+        source = f"{host.netns}{SHM_SOURCE_SUFFIX}"
+        script = (
+            f"mount -t tmpfs -o {options} {source} {SHM} && echo up && "
+            f"exec {_util_binary('sleep', 'coreutils')} infinity"
+        )
+        with open(self._host_dir(host.name) / "machine.log", "ab") as log_file:
+            machine = subprocess.Popen(
+                [
+                    _ip_binary(),
+                    "netns",
+                    "exec",
+                    host.netns,
+                    _util_binary("unshare", "util-linux"),
+                    "--mount",
+                    "--propagation",
+                    "slave",
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    script,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                start_new_session=True,  # a Ctrl-C for pytest is not for the hosts
+            )
+        self._machines[host.name] = machine
+        assert machine.stdout is not None
+        with machine.stdout:
+            ready, _, _ = select.select([machine.stdout], [], [], READY_TIMEOUT_S)
+            line = machine.stdout.readline() if ready else b""
+        if line.strip() != b"up":
+            self._reap(machine)
+            try:
+                why = (self._host_dir(host.name) / "machine.log").read_text()[-2000:].strip()
+            except OSError:
+                why = "<no log>"
+            raise RuntimeError(f"test host {host.name} did not boot (tmpfs on {SHM}): {why}")
+        return machine.pid
+
     def _start_sshd(self, host: TestHost) -> None:
+        """sshd inside the host (its network and mount namespaces), booting the host
+        first if it is down."""
         hdir = self._host_dir(host.name)
+        machine = self._machine_up(host.name)
+        if machine is None:
+            machine = self._boot(host)
         old_log = self._sshd_logs.pop(host.name, None)
         if old_log is not None:
             old_log.close()
         logfile = open(hdir / "sshd.log", "ab")  # noqa: SIM115 - lives as long as sshd
         self._sshd_logs[host.name] = logfile
-        # `ip netns exec` execs sshd in place, so the Popen pid *is* sshd's pid.
+        # nsenter execs sshd in place, so the Popen pid *is* sshd's pid.
         # New session: a Ctrl-C meant for pytest must reach pytest (which then runs
         # stop()), not race it by killing sshd under our feet.
         self._sshd[host.name] = subprocess.Popen(
             [
-                _ip_binary(),
-                "netns",
-                "exec",
-                host.netns,
+                *self._enter(machine),
                 SSHD,
                 "-D",
                 "-e",
@@ -788,9 +884,10 @@ class TestHosts(StartStop):
                         _quietly(f"del {veth}", _ip, "link", "del", veth)
                     if _netns_exists(ns):
                         _quietly(f"del netns {ns}", _ip, "netns", "del", ns)
-            for name, proc in list(self._sshd.items()):
-                _quietly(f"reap sshd {name}", self._reap, proc)
+            for name, proc in [*self._sshd.items(), *self._machines.items()]:
+                _quietly(f"reap {name} pid {proc.pid}", self._reap, proc)
             self._sshd.clear()
+            self._machines.clear()
             for logfile in self._sshd_logs.values():
                 _quietly("close log", logfile.close)
             self._sshd_logs.clear()
@@ -827,13 +924,17 @@ class TestHosts(StartStop):
         _ip("link", "set", self._veth_name(name), "up" if up else "down")
 
     def kill_host(self, name: str) -> None:
-        """The machine dies: link down first (no last gasp on the wire), then SIGKILL all."""
+        """The machine dies: link down first (no last gasp on the wire), then SIGKILL all.
+
+        Everything in the namespace goes, the holder of the host's mount namespace
+        too, so its ``/dev/shm`` is gone once this returns."""
         host = self.host(name)
         self._set_link(name, up=False)
         _kill_netns_processes(host.netns)
-        proc = self._sshd.get(name)
-        if proc is not None:
-            self._reap(proc)
+        for procs in (self._sshd, self._machines):
+            proc = procs.get(name)
+            if proc is not None:
+                self._reap(proc)
 
     def partition(self, name: str) -> None:
         """Network partition: unplug the cable, processes keep running."""
@@ -844,7 +945,11 @@ class TestHosts(StartStop):
         self._set_link(name, up=True)
 
     def restart_sshd(self, name: str) -> None:
-        """The node comes back: link up and a fresh sshd (same host key), ready on return."""
+        """The node comes back: link up and a fresh sshd (same host key), ready on return.
+
+        After :meth:`kill_host` this boots the host: a new mount namespace and an empty
+        ``/dev/shm``. On a host that is up (say partitioned) only sshd is restarted,
+        and ``/dev/shm`` is kept, as by a real sshd restart."""
         host = self.host(name)
         proc = self._sshd.get(name)
         if proc is not None and proc.poll() is None:
@@ -860,15 +965,47 @@ class TestHosts(StartStop):
     # -- inspection -------------------------------------------------------------------
 
     def pids(self, name: str) -> list[int]:
-        """Processes currently in the host's namespace (sshd, sessions, ranks...)."""
+        """Processes currently in the host's namespace (the holder of its ``/dev/shm``,
+        sshd, sessions, ranks...)."""
         return _ns_pids(self.host(name).netns)
+
+    def mount_namespace(self, name: str) -> str | None:
+        """The host's mount namespace (``mnt:[inode]``, as ``/proc/PID/ns/mnt`` reads)
+        while it is up; None once it was killed (or before it booted)."""
+        self.host(name)
+        pid = self._machine_up(name)
+        if pid is None:
+            return None
+        try:
+            return os.readlink(f"/proc/{pid}/ns/mnt")
+        except OSError:
+            return None
+
+    @staticmethod
+    def _enter(pid: int, workdir: str | None = None) -> list[str]:
+        """The command prefix that runs a command in the network and mount namespaces
+        of ``pid`` (a host's holder), in ``workdir`` (None: ``/``, where entering a
+        mount namespace leaves a process)."""
+        return [
+            _util_binary("nsenter", "util-linux"),
+            f"--target={pid}",
+            "--net",
+            "--mount",
+            *([f"--wd={workdir}"] if workdir is not None else []),
+            "--",
+        ]
 
     def exec(
         self, name: str, *argv: str, timeout: float = 120.0
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` inside the host's namespace (not via SSH), capturing text output."""
+        """Run ``argv`` inside the host (its network namespace and its ``/dev/shm``; not
+        via SSH), capturing text output. A killed host runs nothing: RuntimeError."""
+        self.host(name)
+        pid = self._machine_up(name)
+        if pid is None:
+            raise RuntimeError(f"test host {name} is down: restart_sshd() boots it again")
         return subprocess.run(
-            [_ip_binary(), "netns", "exec", self.host(name).netns, *argv],
+            [*self._enter(pid, os.getcwd()), *argv],
             capture_output=True,
             text=True,
             timeout=timeout,

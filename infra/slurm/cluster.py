@@ -15,6 +15,15 @@ Each daemon also carries ``LAZARUS_TEST_SLURM=<dir>`` in its environment, which
 the ``slurmstepd`` processes it forks inherit: :meth:`TestSlurm.leftovers` finds
 anything of this cluster still alive.
 
+Each slurmd runs in a mount namespace of its own with a private tmpfs on
+``/dev/shm`` (the node's memory: the memory checkpoint tier lives there). Every
+``slurmstepd`` it forks, and so every task and rank of a step on that node, inherits
+it: what one node keeps in ``/dev/shm`` the other nodes and this machine never see.
+The namespace lives as long as something of the node does: after
+:meth:`TestSlurm.kill_slurmd` the node's steps (if not killed too) still hold it, as
+a node whose daemon crashed keeps its RAM; once the last of them is gone the tmpfs
+goes, as a lost node's does. A killed slurmd is not restarted.
+
 The directory is made under ``/tmp`` with mode 0755, not under pytest's tmp_path:
 munged runs as the ``munge`` user and must traverse every parent of its socket.
 """
@@ -126,7 +135,9 @@ class TestSlurm(StartStop):
         self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
         for node in NODES:
             self._slurmd[node] = self._spawn(
-                f"slurmd-{node}", ["slurmd", "-D", "-f", str(self.conf), "-N", node]
+                f"slurmd-{node}",
+                ["slurmd", "-D", "-f", str(self.conf), "-N", node],
+                private_shm=self.shm_source(node),
             )
         self.wait_idle(NODES, self.ready_timeout_s)
 
@@ -181,13 +192,43 @@ class TestSlurm(StartStop):
                 raise RuntimeError(f"munged made no socket within 30 s; see {folder}")
             time.sleep(0.05)
 
+    def shm_source(self, node: str) -> str:
+        """How ``node``'s private ``/dev/shm`` reads in ``/proc/*/mountinfo``."""
+        assert self.root is not None, "not started"
+        return f"{self.root.name}-{node}-shm"
+
     def _spawn(
-        self, name: str, argv: list[str], user: int | None = None, group: int | None = None
+        self,
+        name: str,
+        argv: list[str],
+        user: int | None = None,
+        group: int | None = None,
+        private_shm: str | None = None,
     ) -> _Daemon:
+        """Start a daemon in the foreground, as our child; with ``private_shm`` (a
+        mount source name) in a mount namespace of its own with a fresh tmpfs on
+        ``/dev/shm``. ``unshare`` and ``sh`` exec in place: the pid is the daemon's."""
         assert self.root is not None
         binary = _which(argv[0])
         if binary is None:
             raise RuntimeError(f"{argv[0]} not found")
+        command = [binary, *argv[1:]]
+        if private_shm is not None:
+            unshare = _which("unshare")
+            if unshare is None:
+                raise RuntimeError("unshare not found: install the Debian package util-linux")
+            command = [
+                unshare,
+                "--mount",
+                "--propagation",
+                "slave",  # the shared filesystem stays live; nothing leaks out
+                "--",
+                "/bin/sh",
+                "-c",
+                f'mount -t tmpfs -o mode=1777,nosuid,nodev {private_shm} /dev/shm && exec "$@"',
+                "sh",
+                *command,
+            ]
         log = self.root / "log" / f"{name}.out"
         env = {
             "PATH": os.pathsep.join([os.environ.get("PATH", "/usr/bin:/bin"), SBIN_PATH]),
@@ -196,7 +237,7 @@ class TestSlurm(StartStop):
         }
         with open(log, "ab") as out:
             process = subprocess.Popen(
-                [binary, *argv[1:]],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -295,11 +336,21 @@ class TestSlurm(StartStop):
 
     def kill_slurmd(self, node: str) -> None:
         """SIGKILL one node's slurmd (its running steps' slurmstepd survive, as on a
-        node whose daemon crashed)."""
+        node whose daemon crashed, and hold the node's ``/dev/shm`` until they end)."""
         daemon = self._slurmd[node]
         with contextlib.suppress(ProcessLookupError):
             os.kill(daemon.process.pid, signal.SIGKILL)
         daemon.process.wait(timeout=STOP_TIMEOUT_S)
+
+    def mount_namespace(self, node: str) -> str | None:
+        """``node``'s mount namespace (``mnt:[inode]``) while its slurmd runs, else None."""
+        daemon = self._slurmd.get(node)
+        if daemon is None or daemon.process.poll() is not None:
+            return None
+        try:
+            return os.readlink(f"/proc/{daemon.process.pid}/ns/mnt")
+        except OSError:
+            return None
 
     # --- stop -------------------------------------------------------------------------
 

@@ -17,8 +17,10 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from lazarus.domain.memory_tier import private_root
 from lazarus.infra import testhosts
 from lazarus.infra.testhosts import TestHosts, cleanup_stale
+from tests.namespaces import in_mount_namespace, mounted_anywhere
 
 from .conftest import HostsFactory
 
@@ -196,6 +198,61 @@ def test_partition_and_heal_keep_processes(test_hosts: HostsFactory) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_each_host_has_its_own_dev_shm_and_loses_it_when_killed(
+    test_hosts: HostsFactory,
+) -> None:
+    """The memory tier's tmpfs is per host: what h1 writes to /dev/shm (its ranks
+    too) is not seen by h2 nor by this machine, and killing h1 takes it away."""
+    hosts = test_hosts(2)
+    marker = f"lzt-test-{secrets.token_hex(4)}"
+    # Where the memory tier keeps a snapshot on a node (lazarus.domain.memory_tier).
+    folder = f"{private_root(os.getuid())}/{marker}"
+    written = ssh(hosts, "h1", f"mkdir -p {folder} && echo snapshot > {folder}/step && echo ok")
+    assert written.stdout.strip() == "ok", written.stderr
+    rank = start_background_sleep(hosts, "h1")  # started by its own ssh login
+
+    assert ssh(hosts, "h1", f"cat {folder}/step").stdout.strip() == "snapshot"
+    assert Path(f"/proc/{rank}/root{folder}/step").read_text().strip() == "snapshot"
+    assert hosts.exec("h1", "cat", f"{folder}/step").stdout.strip() == "snapshot"
+    assert ssh(hosts, "h2", f"test -e {folder} || echo absent").stdout.strip() == "absent"
+    assert not Path(folder).exists()
+    namespace = hosts.mount_namespace("h1")
+    assert namespace is not None and namespace != hosts.mount_namespace("h2")
+    assert rank in in_mount_namespace(namespace)
+    source = f"{hosts.host('h1').netns}{testhosts.SHM_SOURCE_SUFFIX}"
+    assert mounted_anywhere(source)
+
+    hosts.kill_host("h1")
+
+    # Nothing holds the host's mount namespace any more, so its tmpfs is gone.
+    assert hosts.mount_namespace("h1") is None
+    assert in_mount_namespace(namespace) == []
+    assert mounted_anywhere(source) == []
+    with pytest.raises(RuntimeError, match="down"):
+        hosts.exec("h1", "true")
+
+    hosts.restart_sshd("h1")  # the machine boots: an empty /dev/shm
+
+    result = ssh(hosts, "h1", f"test -e {folder} || echo absent; ls -A /dev/shm | wc -l")
+    assert result.stdout.split() == ["absent", "0"], result.stderr
+    assert not Path(folder).exists()
+
+
+@pytest.mark.timeout(60)
+def test_dev_shm_outlives_a_partition_and_an_sshd_restart(test_hosts: HostsFactory) -> None:
+    hosts = test_hosts(1)
+    marker = f"/dev/shm/lzt-test-{secrets.token_hex(4)}"
+    assert ssh(hosts, "h1", f"echo kept > {marker}").returncode == 0
+    namespace = hosts.mount_namespace("h1")
+
+    hosts.partition("h1")
+    hosts.restart_sshd("h1")  # the host never went down: only sshd is new
+
+    assert hosts.mount_namespace("h1") == namespace
+    assert ssh(hosts, "h1", f"cat {marker}").stdout.strip() == "kept"
+
+
+@pytest.mark.timeout(60)
 def test_stop_leaves_nothing_behind(test_hosts: HostsFactory) -> None:
     hosts = test_hosts(2)
     rank = start_background_sleep(hosts, "h1")
@@ -210,6 +267,8 @@ def test_stop_leaves_nothing_behind(test_hosts: HostsFactory) -> None:
     assert hosts.run_id not in links
     assert processes_mentioning(marker) == []
     assert not alive(rank)
+    for host in hosts.hosts:
+        assert mounted_anywhere(f"{host.netns}{testhosts.SHM_SOURCE_SUFFIX}") == []
     assert not hosts.dir.exists()
     assert not (testhosts.REGISTRY_DIR / f"{hosts.run_id}.json").exists()
     hosts.stop()  # idempotent
