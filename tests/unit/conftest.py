@@ -11,8 +11,9 @@ when its call
 
 CPU time, not wall time: the suite must pass on a busy machine (CI shares 2 cores),
 where a 0.3 s test can wait seconds for a core; a test that *computes* for over 2 s
-is too slow wherever it runs. A fast test cannot wait on anything else (it starts no
-process), so its CPU time is its cost.
+is too slow wherever it runs. A test that waits instead (a sleep, a timeout) uses no
+CPU, so wall time has a backstop too: ``WALL_BACKSTOP`` times the limit, far beyond
+what load alone does to a test under the CPU limit.
 
 A test that needs either is marked ``@pytest.mark.slow`` (with the reason in a
 comment) or moves to ``tests/integration``. ``make test`` runs every tier, ``slow``
@@ -31,6 +32,8 @@ import pytest
 
 LIMIT_ENV = "LAZARUS_FAST_TEST_LIMIT_S"
 DEFAULT_LIMIT_S = 2.0
+WALL_BACKSTOP = 10
+"""A fast test may take this many times the limit in wall time (a wait, not work)."""
 
 _SPAWN_EVENTS = frozenset(
     {"subprocess.Popen", "os.fork", "os.forkpty", "os.system", "os.posix_spawn", "os.exec"}
@@ -64,11 +67,13 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     _spawned.clear()
     _watching = True
     started = time.process_time()
+    started_wall = time.perf_counter()
     try:
         result = yield
     finally:
         _watching = False
     took_s = time.process_time() - started
+    waited_s = time.perf_counter() - started_wall
     where = "mark it @pytest.mark.slow or move it to tests/integration"
     if _spawned:
         pytest.fail(f"a fast-tier test started a process ({_spawned[0]}): {where}", pytrace=False)
@@ -77,6 +82,12 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         pytest.fail(
             f"a fast-tier test used {took_s:.1f} s of CPU, over the {limit_s:g} s limit "
             f"({LIMIT_ENV}): {where}",
+            pytrace=False,
+        )
+    if waited_s > limit_s * WALL_BACKSTOP:
+        pytest.fail(
+            f"a fast-tier test took {waited_s:.1f} s, over {WALL_BACKSTOP}x the "
+            f"{limit_s:g} s limit ({LIMIT_ENV}): it waits on something: {where}",
             pytrace=False,
         )
     return result
