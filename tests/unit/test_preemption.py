@@ -15,7 +15,7 @@ import pytest
 from lazarus.activities.nodes import slurm_agent
 from lazarus.activities.nodes.local_agent import LocalAgent
 from lazarus.activities.nodes.slurm_agent import SlurmAgent, holder_script, preemption_notice
-from lazarus.activities.supervise import Observation, evaluate
+from lazarus.activities.supervise_rules import Observation, evaluate
 from lazarus.domain.contracts import FailureReport, NodeAccess, RankStatus, SuperviseRequest
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import HealthSpec, JobSpec, NodeSpec, SlurmSpec
