@@ -28,7 +28,7 @@ from lazarus.activities.supervise_rules import (
     MIN_FAILED_POLLS,
     NodeObservation,
     Observation,
-    _max_step,
+    max_step,
 )
 from lazarus.domain.contracts import (
     ProgressMark,
@@ -91,7 +91,7 @@ class GenerationObserver:
         wall, mono = self._clock.wall(), self._clock.mono()
         return SupervisionProgress(
             generation=self._request.generation,
-            step=_max_step(obs.ranks),
+            step=max_step(obs.ranks),
             alive=sum(1 for r in obs.ranks if r.alive),
             world_size=self._request.world_size,
             seconds_per_step=seconds_per_step,

@@ -91,7 +91,9 @@ class Observation:
     """The slowest rank's recent blocking save time (its heartbeat's), None before any."""
 
 
-def _max_step(ranks: list[RankStatus]) -> int | None:
+def max_step(ranks: list[RankStatus]) -> int | None:
+    """The highest step any rank reports, None before any does (the observer's
+    heartbeat details use it too)."""
     steps = [r.step for r in ranks if r.step is not None]
     return max(steps) if steps else None
 
@@ -111,7 +113,7 @@ def _crash(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
         signal=root.signal,
         fault_at=root.ended_at or obs.now,
         detected_at=obs.now,
-        step_at_failure=_max_step(obs.ranks),
+        step_at_failure=max_step(obs.ranks),
         collateral_ranks=sorted(r.rank for r in failed if r.rank != root.rank),
     )
 
@@ -147,7 +149,7 @@ def _vanished(obs: Observation) -> FailureReport | None:
         ],
         fault_at=since,
         detected_at=obs.now,
-        step_at_failure=_max_step(obs.ranks),
+        step_at_failure=max_step(obs.ranks),
         collateral_ranks=sorted(r for _, r in gone[1:]),
     )
 
@@ -199,7 +201,7 @@ def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> Fa
         evidence=[why],
         fault_at=since,
         detected_at=obs.now,
-        step_at_failure=_max_step(obs.ranks),
+        step_at_failure=max_step(obs.ranks),
         collateral_ranks=sorted(
             r.rank for r in obs.ranks if r.node != name and r.exit_code not in (None, 0)
         ),
@@ -280,7 +282,7 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
         # The job stopped progressing when its first rank went quiet.
         fault_at=min(quiet for _, quiet in stalled),
         detected_at=obs.now,
-        step_at_failure=_max_step(obs.ranks),
+        step_at_failure=max_step(obs.ranks),
         collateral_ranks=sorted(s.rank for s, _ in stalled if s.rank != culprit.rank),
     )
 
@@ -371,7 +373,7 @@ def evaluate(
     base = {
         "generation": request.generation,
         "observed_at": obs.now,
-        "step": _max_step(obs.ranks),
+        "step": max_step(obs.ranks),
         "ranks": obs.ranks,
         "seconds_per_step": seconds_per_step,
         "progress_signal": obs.progress_signal,
@@ -386,7 +388,7 @@ def evaluate(
             evidence=[why],
             fault_at=at,
             detected_at=obs.now,
-            step_at_failure=_max_step(obs.ranks),
+            step_at_failure=max_step(obs.ranks),
         )
         return SuperviseOutcome(kind="preempted", failure=notice, **base)
     failure = _failure(request, obs)
