@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from lazarus.activities.nodes import slurm_agent, slurm_grow, slurm_submit
+from lazarus.activities.nodes import slurm_commands, slurm_grow, slurm_submit
 from lazarus.domain.contracts import (
     AllocationGranted,
     GrowAllocationRequest,
@@ -34,7 +34,7 @@ def start_problems(spec: JobSpec) -> list[str]:
         return []
     if spec.slurm.submits:
         return slurm_submit.submit_problems(spec)
-    return slurm_agent.allocation_problems(spec.slurm, spec.nodes, spec.spares)
+    return slurm_commands.allocation_problems(spec.slurm, spec.nodes, spec.spares)
 
 
 def submit(

@@ -39,6 +39,11 @@ would have recorded a rank's exit, so the stop records it (``recorded_by``).
 Node-local work (preflight, the memory tier, zygotes) runs the ssh agent's shim
 through ``srun -w <node> sh -s`` in the allocation; draining (``scontrol update``)
 needs Slurm admin rights, so its refusal is returned, never raised.
+
+Around this module: Slurm's client commands and the parsing of their answers are
+:mod:`~lazarus.activities.nodes.slurm_commands`, draining and undraining a node
+:mod:`~lazarus.activities.nodes.slurm_drain`, the holder script and the preemption
+notice :mod:`~lazarus.activities.nodes.slurm_preemption`.
 """
 
 from __future__ import annotations
@@ -47,8 +52,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -57,12 +60,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from lazarus.activities.nodes.agent import (
-    DrainResult,
     MemorySnapshot,
-    NodeAgent,
     NodeRefused,
     NodeStatus,
     NodeStopResult,
@@ -85,33 +84,33 @@ from lazarus.activities.nodes.rundir import (
     read_json,
     write_json_atomic,
 )
-from lazarus.activities.nodes.secret_env import without_worker_secrets
 from lazarus.activities.nodes.shim_agent import ShimAgent, ShimReply
+from lazarus.activities.nodes.slurm_commands import (
+    COMMAND_TIMEOUT_S,
+    LOST_STATES,
+    SlurmCommandFailed,
+    client_environment,
+    job_steps,
+    node_address,
+    node_state,
+    run_slurm,
+    slurm_command,
+)
+from lazarus.activities.nodes.slurm_drain import SlurmDrain
+from lazarus.activities.nodes.slurm_preemption import preemption_notice
 from lazarus.domain import environment as env_names
-from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import UnkillableGroup
-from lazarus.domain.spec import PREEMPT_MARKER_PREFIX, NodeSpec, SlurmSpec
+from lazarus.domain.spec import NodeSpec, SlurmSpec
 
 STEP_RECORD = "slurm-step.json"
 STEP_LOCK = "slurm-step.lock"
 START_WAIT_S = 120.0
 """For every rank's pid file after the step is started: step creation, the task's
 interpreter start and the rank's exec, on a loaded machine."""
-COMMAND_TIMEOUT_S = 30.0
-"""One ``squeue``/``scontrol``/``scancel`` call: the controller daemon answers in
-milliseconds, but a loaded one takes seconds."""
 STEP_GONE_POLL_S = 0.2
 PROBE_TIMEOUT_S = 20.0
 """How long a probe task on a node may take to start before its slurmd counts as dead
 (a dead slurmd fails the launch after Slurm's MessageTimeout, 10 s by default)."""
-LOST_STATES = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"})
-"""Node state words (base state or flag) that make a node lost. ``DRAIN`` included: a
-node an admin drains is leaving the job's hands, and the job goes on without it
-(replaced, as any lost node; see docs/slurm.md for what that costs)."""
-DRAIN_REASON_PREFIX = "lazarus:"
-"""How the reasons of Lazarus's own drains start: only those it overwrites or undoes."""
-CLIENT_VARIABLES = frozenset({"SLURM_CONF"})
-"""The worker's ``SLURM_*`` variables Slurm's commands keep: where the cluster is."""
 PER_RANK_VARIABLES = frozenset(
     {
         env_names.RANK,
@@ -122,240 +121,6 @@ PER_RANK_VARIABLES = frozenset(
     }
 )
 """Set by each task on its node; the rest of a rank's environment is the step's."""
-
-
-class SlurmCommandFailed(RuntimeError):
-    """A Slurm command could not run or did not answer (no slurmctld, a timeout)."""
-
-
-def client_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default: the worker's environment) without the ``SLURM_*``
-    variables of any allocation the worker itself runs in, plus ``SLURM_CONF``, and
-    without the worker's own credentials: ``srun`` and ``sbatch`` export this
-    environment to what they run on the nodes (the shim, the preflight health
-    command, the holder)."""
-    source = without_worker_secrets(os.environ if base is None else base)
-    env = {k: v for k, v in source.items() if not k.startswith("SLURM_")}
-    for name in CLIENT_VARIABLES:
-        if name in os.environ:
-            env[name] = os.environ[name]
-    return env
-
-
-def slurm_command(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        raise SlurmCommandFailed(f"{name} is not on PATH: install Slurm's client commands")
-    return found
-
-
-def run_slurm(
-    argv: list[str], timeout_s: float = COMMAND_TIMEOUT_S
-) -> subprocess.CompletedProcess[str]:
-    """Run one Slurm client command (no check of its exit status)."""
-    try:
-        return subprocess.run(
-            [slurm_command(argv[0]), *argv[1:]],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=client_environment(),
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        raise SlurmCommandFailed(f"{argv[0]}: no answer within {timeout_s:g} s") from None
-    except OSError as exc:
-        raise SlurmCommandFailed(f"{argv[0]}: cannot run: {exc}") from None
-
-
-def one_line(text: str) -> str:
-    """A Slurm command's answer as one short line, for messages and evidence."""
-    return " ".join(text.split())[:300]
-
-
-def node_state(node: str) -> tuple[set[str], str]:
-    """The state words of ``node`` (``{"IDLE", "DRAIN"}``) and its reason, from
-    ``scontrol show node``. Raises :class:`SlurmCommandFailed`."""
-    done = run_slurm(["scontrol", "show", "node", "-o", node])
-    if done.returncode != 0:
-        raise SlurmCommandFailed(
-            f"scontrol show node {node}: {one_line(done.stderr or done.stdout)}"
-        )
-    fields = _fields(done.stdout)
-    raw = [w for w in fields.get("State", "").split("+") if w]
-    words = {w.rstrip("*") for w in raw}
-    if any(w.endswith("*") for w in raw):  # "ALLOCATED*": the node does not answer
-        words.add("NOT_RESPONDING")
-    return words, fields.get("Reason", "")
-
-
-def node_address(node: str) -> str | None:
-    """The address Slurm knows ``node`` by (``NodeAddr``), or None."""
-    try:
-        done = run_slurm(["scontrol", "show", "node", "-o", node])
-    except SlurmCommandFailed:
-        return None
-    return _fields(done.stdout).get("NodeAddr") if done.returncode == 0 else None
-
-
-def _fields(line: str) -> dict[str, str]:
-    """``Key=Value`` words of one ``scontrol -o`` line (Reason may hold spaces: it is
-    the last field scontrol prints it as ``Reason=... [user@time]``)."""
-    fields: dict[str, str] = {}
-    head, _, reason = line.partition(" Reason=")
-    for word in head.split():
-        key, sep, value = word.partition("=")
-        if sep:
-            fields[key] = value
-    if reason:
-        fields["Reason"] = reason.strip()
-    return fields
-
-
-def job_steps(job_id: str) -> dict[str, tuple[str, str]] | None:
-    """The job's steps now: ``"J.S" -> (name, state)``; empty when the job has none
-    or is gone; None when Slurm cannot be asked."""
-    try:
-        done = run_slurm(
-            ["squeue", "--steps", "-j", job_id, "-h", "-O", "StepId:|,StepName:|,StepState:|"]
-        )
-    except SlurmCommandFailed:
-        return None
-    if done.returncode != 0:
-        if "Invalid job id" in done.stderr:
-            return {}
-        return None
-    steps: dict[str, tuple[str, str]] = {}
-    for line in done.stdout.splitlines():
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) >= 3 and parts[0]:
-            steps[parts[0]] = (parts[1], parts[2])
-    return steps
-
-
-class Allocation(BaseModel):
-    """A Slurm job as ``squeue`` shows it: its state and its nodes."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    job_id: int
-    state: str
-    nodes: list[str]
-    nodelist: str
-    """Slurm's compact form (``n[1-3]``), for messages."""
-
-
-def job_state(job_id: int) -> str | None:
-    """The job's state word (``RUNNING``, ``TIMEOUT``...), None when Slurm no longer
-    lists it: one ``squeue`` call, cheap enough for every poll. Raises
-    :class:`SlurmCommandFailed` when Slurm cannot be asked."""
-    done = run_slurm(["squeue", "-j", str(job_id), "-h", "-o", "%T"])
-    if done.returncode != 0:
-        if "Invalid job id" in done.stderr:
-            return None
-        raise SlurmCommandFailed(f"squeue -j {job_id}: {one_line(done.stderr or done.stdout)}")
-    return next((ln.strip() for ln in done.stdout.splitlines() if ln.strip()), None)
-
-
-def allocation(job_id: int) -> Allocation | None:
-    """The job ``job_id`` now, or None when Slurm does not know it (ended long ago,
-    or never). Raises :class:`SlurmCommandFailed` when Slurm cannot be asked."""
-    done = run_slurm(["squeue", "-j", str(job_id), "-h", "-o", "%T|%N"])
-    if done.returncode != 0:
-        if "Invalid job id" in done.stderr:
-            return None
-        raise SlurmCommandFailed(f"squeue -j {job_id}: {one_line(done.stderr or done.stdout)}")
-    line = next((ln for ln in done.stdout.splitlines() if "|" in ln), None)
-    if line is None:
-        return None
-    state, _, nodelist = line.strip().partition("|")
-    nodes: list[str] = []
-    if nodelist:
-        names = run_slurm(["scontrol", "show", "hostnames", nodelist])
-        nodes = names.stdout.split() if names.returncode == 0 else []
-    return Allocation(job_id=job_id, state=state, nodes=nodes, nodelist=nodelist)
-
-
-def allocation_problems(
-    slurm: SlurmSpec, nodes: list[NodeSpec], spares: list[NodeSpec]
-) -> list[str]:
-    """Why the job cannot run in ``slurm.job_id``, one line per problem naming the
-    spec field; empty when it can. Asked before anything is submitted, so a typo in
-    the job id or a node list larger than the allocation never starts a workflow."""
-    job = slurm.allocation_id
-    try:
-        found = allocation(job)
-    except SlurmCommandFailed as exc:
-        return [f"slurm.job_id: cannot ask Slurm about job {job}: {exc}"]
-    if found is None:
-        return [f"slurm.job_id: Slurm job {job} does not exist (squeue does not list it)"]
-    if found.state != RUNNING:
-        return [f"slurm.job_id: Slurm job {job} is {found.state}, not RUNNING"]
-    wanted = [n for n in (*nodes, *spares) if n.launcher == "slurm"]
-    if len(wanted) > len(found.nodes):
-        return [
-            f"nodes: {len(wanted)} Slurm nodes and spares, but Slurm job {job} holds "
-            f"{len(found.nodes)} ({found.nodelist})"
-        ]
-    held = set(found.nodes)
-    problems = []
-    for field, group in (("nodes", nodes), ("spares", spares)):
-        for index, node in enumerate(group):
-            if node.launcher == "slurm" and node.name not in held:
-                problems.append(
-                    f"{field}[{index}]: node {node.name} is not in Slurm job {job}'s "
-                    f"allocation ({found.nodelist})"
-                )
-    return problems
-
-
-RUNNING = "RUNNING"
-
-
-def holder_script(run_dir: str | Path) -> str:
-    """The allocation's holder (``sbatch --signal=B:USR1@<s> --wrap``): it sleeps, and
-    when Slurm sends USR1 (preemption, or the time limit ``<s>`` seconds away) writes
-    the notice file with the time, atomically. Why a file: Slurm signals the batch
-    shell only, and the controller may run anywhere; the run directory is on the
-    shared filesystem, which supervision already reads every poll. POSIX sh: the
-    ``wait`` returns at once when a trapped signal arrives, the loop waits again."""
-    folder = shlex.quote(str(Path(run_dir)))
-    return (
-        f'marker={folder}/{PREEMPT_MARKER_PREFIX}"$SLURM_JOB_ID"; '  # SlurmSpec.preempt_marker
-        f'trap \'date +%s > "$marker{TEMP_SUFFIX}" && mv "$marker{TEMP_SUFFIX}" "$marker"\' USR1; '
-        "sleep 2147483647 & child=$!; "
-        'while kill -0 "$child" 2>/dev/null; do wait "$child"; done'
-    )
-
-
-def preemption_notice(
-    slurm: SlurmSpec, marker: str | None, handled_at: float | None
-) -> tuple[float, str] | None:
-    """Why the allocation is going away, with when (wall clock), or None. The holder's
-    notice first (the ranks still run: a just-in-time checkpoint can save them), then
-    the allocation itself no longer RUNNING (time limit without a signal, cancelled):
-    the ranks are gone with it. A notice at or before ``handled_at`` was handled.
-    Slurm unreachable is no evidence of anything: None."""
-    if marker is not None:
-        path = Path(marker)
-        with contextlib.suppress(OSError):
-            at = path.stat().st_mtime
-            if handled_at is None or at > handled_at:
-                return at, (
-                    f"Slurm signalled the holder of job {slurm.allocation_id} (USR1: preemption, "
-                    f"or the time limit is near): notice {path}"
-                )
-    try:
-        state = job_state(slurm.allocation_id)
-    except SlurmCommandFailed:
-        return None
-    if state == RUNNING:
-        return None
-    state = state or "gone (squeue no longer lists it)"
-    return time.time(), (
-        f"Slurm job {slurm.allocation_id} is {state}: the allocation ended "
-        "(time limit or preemption) with no notice seen"
-    )
 
 
 def step_name(gen: GenerationDir) -> str:
@@ -450,7 +215,7 @@ def silent_nodes(names: set[str], job_id: int, timeout_s: float = PROBE_TIMEOUT_
     return {name for name, ok in answered.items() if not ok}
 
 
-class SlurmAgent(NodeAgent):
+class SlurmAgent(SlurmDrain):
     warm_unsupported = "warm start is not supported on Slurm nodes yet: the step starts cold"
 
     def __init__(
@@ -869,34 +634,7 @@ class SlurmAgent(NodeAgent):
     def write_file(self, path: str, content: str) -> None:
         self._files.write_file(path, content)
 
-    # --- Slurm admin ------------------------------------------------------------------
-
-    def drain(self, failure_class: str, job: str) -> DrainResult:
-        """Take the node out of Slurm's scheduling, with a reason an admin can read.
-        Needs Slurm admin rights: a refusal is returned in ``error``, never raised.
-
-        A node someone else already drained is left as it is: their reason (why the
-        node is out, who to ask) is worth more to an admin than Lazarus's, and an
-        ``scontrol update`` would replace it."""
-        reason = f"{DRAIN_REASON_PREFIX} {failure_class} in {job}"
-        other = self._drained_by_someone_else()
-        if other is not None:
-            return DrainResult(
-                node=self.node.name,
-                drained=False,
-                reason=reason,
-                left=f"already drained by someone else ({other}); their reason is kept",
-            )
-        return self._update("drain", reason)
-
-    def drain_if_lost(self, failure_class: str, job: str) -> DrainResult | None:
-        """:meth:`drain` when Slurm itself reports the node lost (a launch that could
-        not reach it); None when Slurm says it is fine: a blip is not drained."""
-        try:
-            words, _ = node_state(self.node.name)
-        except SlurmCommandFailed:
-            return None
-        return self.drain(failure_class, job) if words & LOST_STATES else None
+    # --- preemption (drain and undrain: SlurmDrain) ---------------------------------------
 
     def preemption_notice(
         self, marker: str | None, handled_at: float | None
@@ -905,56 +643,3 @@ class SlurmAgent(NodeAgent):
         if self.slurm is None:
             return None
         return preemption_notice(self.slurm, marker, handled_at)
-
-    def undrain(self) -> DrainResult:
-        """Give a node Lazarus drained back (``lazarus return``), where the rights allow
-        it. A node drained by someone else (an admin's maintenance) stays drained:
-        their drain is theirs to undo; a node not drained is left alone."""
-        try:
-            words, reason = node_state(self.node.name)
-        except SlurmCommandFailed as exc:
-            return DrainResult(node=self.node.name, drained=False, reason="", error=str(exc))
-        if "DRAIN" not in words:
-            return DrainResult(
-                node=self.node.name, drained=False, reason=reason, left="not drained"
-            )
-        if not reason.startswith(DRAIN_REASON_PREFIX):
-            return DrainResult(
-                node=self.node.name,
-                drained=False,
-                reason=reason,
-                left=(
-                    f"drained by someone else ({reason or 'no reason given'}), not by "
-                    "Lazarus: it stays drained until they resume it"
-                ),
-            )
-        return self._update("resume", "")
-
-    def _drained_by_someone_else(self) -> str | None:
-        """The reason of a drain not Lazarus's own, or None (not drained, drained by
-        Lazarus, or Slurm cannot be asked: the update then says what is wrong)."""
-        try:
-            words, reason = node_state(self.node.name)
-        except SlurmCommandFailed:
-            return None
-        if "DRAIN" not in words or reason.startswith(DRAIN_REASON_PREFIX):
-            return None
-        return reason or "no reason given"
-
-    def _update(self, state: str, reason: str) -> DrainResult:
-        argv = ["scontrol", "update", f"nodename={self.node.name}", f"state={state}"]
-        if reason:
-            argv.append(f"reason={reason}")
-        try:
-            done = run_slurm(argv, self.command_timeout_s)
-        except SlurmCommandFailed as exc:
-            return DrainResult(node=self.node.name, drained=False, reason=reason, error=str(exc))
-        if done.returncode != 0:
-            error = one_line(done.stderr or done.stdout) or f"exit {done.returncode}"
-            return DrainResult(
-                node=self.node.name,
-                drained=False,
-                reason=reason,
-                error=f"scontrol update nodename={self.node.name} state={state}: {error}",
-            )
-        return DrainResult(node=self.node.name, drained=state == "drain", reason=reason)

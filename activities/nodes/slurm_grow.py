@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 
 from lazarus.activities.nodes.agent import AllocationRefused
-from lazarus.activities.nodes.slurm_agent import (
+from lazarus.activities.nodes.slurm_commands import (
     RUNNING,
     SlurmCommandFailed,
     allocation,

@@ -23,7 +23,8 @@ from lazarus.activities.launcher import launch_generation
 from lazarus.activities.nodes.agent import PreflightRequest, RankLaunch
 from lazarus.activities.nodes.procfs import is_alive
 from lazarus.activities.nodes.rundir import GenerationDir, read_json
-from lazarus.activities.nodes.slurm_agent import SlurmAgent, job_steps
+from lazarus.activities.nodes.slurm_agent import SlurmAgent
+from lazarus.activities.nodes.slurm_commands import job_steps
 from lazarus.domain.contracts import LaunchRequest, LaunchResult
 from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, parse_spec
 from lazarus.infra.slurm import TestSlurm

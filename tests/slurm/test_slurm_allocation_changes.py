@@ -20,7 +20,7 @@ import pytest
 
 from lazarus import chaos
 from lazarus.activities.nodes.rundir import read_json
-from lazarus.activities.nodes.slurm_agent import allocation
+from lazarus.activities.nodes.slurm_commands import allocation
 from lazarus.activities.nodes.slurm_submit import start_allocation
 from lazarus.devserver import DevServer
 from lazarus.domain.failure_classes import FailureClass

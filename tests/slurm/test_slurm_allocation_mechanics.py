@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes.slurm_agent import allocation
+from lazarus.activities.nodes.slurm_commands import allocation
 from lazarus.activities.nodes.slurm_grow import GrowRefused, grow
 from lazarus.activities.nodes.slurm_submit import resubmit
 from lazarus.domain.contracts import GrowAllocationRequest, SubmitAllocationRequest

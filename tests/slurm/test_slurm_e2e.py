@@ -27,7 +27,8 @@ from temporalio.service import RPCError
 from bench.jobs import run_reference, weights_match
 from lazarus import chaos
 from lazarus.activities.nodes.rundir import GenerationDir, generations, read_json, runs
-from lazarus.activities.nodes.slurm_agent import SlurmAgent, job_steps
+from lazarus.activities.nodes.slurm_agent import SlurmAgent
+from lazarus.activities.nodes.slurm_commands import job_steps
 from lazarus.devserver import DevServer
 from lazarus.domain.api import WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.spec import JobSpec, parse_spec

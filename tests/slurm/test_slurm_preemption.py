@@ -18,7 +18,7 @@ import pytest
 
 from lazarus import chaos
 from lazarus.activities.nodes.rundir import read_json
-from lazarus.activities.nodes.slurm_agent import holder_script
+from lazarus.activities.nodes.slurm_preemption import holder_script
 from lazarus.devserver import DevServer
 from lazarus.domain.api import SIGNAL_RESUME
 from lazarus.domain.failure_classes import FailureClass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.activities.nodes.slurm_agent import allocation_problems
+from lazarus.activities.nodes.slurm_commands import allocation_problems
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 from lazarus.infra.slurm import TestSlurm
 

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from lazarus.activities.supervise import StepRate
+from lazarus.activities.supervise_rules import StepRate
 from lazarus.domain.contracts import RankStatus, SuperviseOutcome
 from lazarus.domain.spec import parse_spec
 from lazarus.workflows.checkpoint_tuning import retune

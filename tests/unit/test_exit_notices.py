@@ -22,13 +22,13 @@ from lazarus.activities.nodes.agent import NodeStatus, RankLaunch, RankRecord
 from lazarus.activities.nodes.exit_watch import ExitWatch, recorded_processes
 from lazarus.activities.nodes.local_agent import LocalAgent
 from lazarus.activities.nodes.procfs import read_stat, signal_group
-from lazarus.activities.supervise import (
+from lazarus.activities.supervise import until_an_exit
+from lazarus.activities.supervise_observer import GenerationObserver
+from lazarus.activities.supervise_rules import (
     VANISHED_GRACE_S,
-    GenerationObserver,
     Observation,
     awaiting_exit_record,
     evaluate,
-    until_an_exit,
 )
 from lazarus.domain.contracts import RankStatus, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from lazarus.activities.nodes.agent import NodeStatus, RankRecord
-from lazarus.activities.supervise import GenerationObserver, Observation, evaluate
+from lazarus.activities.supervise_observer import GenerationObserver
+from lazarus.activities.supervise_rules import Observation, evaluate
 from lazarus.domain.contracts import SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec, StragglerSpec
 from tests.fake_nodes import FakeAgent, FakeClock

@@ -19,7 +19,9 @@ from lazarus.activities.diagnosis import (
 )
 from lazarus.activities.kernel_evidence import KernelSources, OomWatch, kernel_log_line
 from lazarus.activities.nodes.agent import NodeStatus, RankRecord
-from lazarus.activities.supervise import GenerationObserver, attach_evidence, evaluate
+from lazarus.activities.supervise import attach_evidence
+from lazarus.activities.supervise_observer import GenerationObserver
+from lazarus.activities.supervise_rules import evaluate
 from lazarus.domain.contracts import SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
 from tests.fake_nodes import FakeAgent, FakeClock

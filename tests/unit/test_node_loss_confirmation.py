@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from lazarus.activities.nodes.agent import NodeStatus
-from lazarus.activities.supervise import (
+from lazarus.activities.supervise_observer import GenerationObserver
+from lazarus.activities.supervise_rules import (
     MIN_FAILED_POLLS,
-    GenerationObserver,
     NodeObservation,
     Observation,
     evaluate,

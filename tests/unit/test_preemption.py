@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes import slurm_agent
+from lazarus.activities.nodes import slurm_preemption
 from lazarus.activities.nodes.local_agent import LocalAgent
-from lazarus.activities.nodes.slurm_agent import SlurmAgent, holder_script, preemption_notice
-from lazarus.activities.supervise import Observation, evaluate
+from lazarus.activities.nodes.slurm_agent import SlurmAgent
+from lazarus.activities.nodes.slurm_preemption import holder_script, preemption_notice
+from lazarus.activities.supervise_rules import Observation, evaluate
 from lazarus.domain.contracts import FailureReport, NodeAccess, RankStatus, SuperviseRequest
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import HealthSpec, JobSpec, NodeSpec, SlurmSpec
@@ -43,7 +44,7 @@ def request() -> SuperviseRequest:
 
 
 def allocation_is(monkeypatch: pytest.MonkeyPatch, state: str | None) -> None:
-    monkeypatch.setattr(slurm_agent, "job_state", lambda job_id: state)
+    monkeypatch.setattr(slurm_preemption, "job_state", lambda job_id: state)
 
 
 def test_a_preemption_wins_over_the_crashes_it_caused() -> None:
@@ -86,9 +87,9 @@ def test_an_allocation_no_longer_running_is_a_preemption(
 
 def test_slurm_unreachable_is_no_preemption(monkeypatch: pytest.MonkeyPatch) -> None:
     def unreachable(job_id: int) -> str:
-        raise slurm_agent.SlurmCommandFailed("no slurmctld")
+        raise slurm_preemption.SlurmCommandFailed("no slurmctld")
 
-    monkeypatch.setattr(slurm_agent, "job_state", unreachable)
+    monkeypatch.setattr(slurm_preemption, "job_state", unreachable)
     assert preemption_notice(SLURM, None, None) is None
 
 

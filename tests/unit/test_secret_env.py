@@ -23,7 +23,7 @@ from lazarus.activities.nodes.secret_env import (
     passed_env,
     read_env_file,
 )
-from lazarus.activities.nodes.slurm_agent import client_environment
+from lazarus.activities.nodes.slurm_commands import client_environment
 from lazarus.domain.api import API_KEY_ENV
 from lazarus.domain.contracts import LaunchRequest
 from lazarus.domain.spec import JobSpec, NodeSpec

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from lazarus.activities.nodes.factory import agent_for
-from lazarus.activities.nodes.slurm_agent import SlurmAgent, _fields, client_environment
+from lazarus.activities.nodes.slurm_agent import SlurmAgent
+from lazarus.activities.nodes.slurm_commands import _fields, client_environment
 from lazarus.activities.nodes.slurm_task import rank_slot
 from lazarus.domain.spec import NodeSpec, SpecError, SSHSpec, parse_spec
 

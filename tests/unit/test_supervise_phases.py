@@ -14,13 +14,9 @@ import pytest
 
 from lazarus.activities.nodes.agent import NodeStatus, RankRecord
 from lazarus.activities.nodes.shim_agent import LocalShimAgent
-from lazarus.activities.supervise import (
-    MIN_FAILED_POLLS,
-    GenerationObserver,
-    attach_evidence,
-    evaluate,
-    phase_marks,
-)
+from lazarus.activities.supervise import attach_evidence
+from lazarus.activities.supervise_observer import GenerationObserver, phase_marks
+from lazarus.activities.supervise_rules import MIN_FAILED_POLLS, evaluate
 from lazarus.domain import phases
 from lazarus.domain.contracts import SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec

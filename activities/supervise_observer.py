@@ -1,0 +1,441 @@
+"""Observing a generation: polling every node of it, and remembering what the nodes
+cannot tell (when a node went quiet, when a rank was first seen dead, when each
+rank's current progress was first seen).
+
+:class:`GenerationObserver` does the I/O; :func:`~lazarus.activities.supervise_rules.evaluate`
+judges what it saw. How it scales: the module docstring of
+:mod:`lazarus.activities.supervise`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
+
+from lazarus.activities.diagnosis import TAIL_BYTES
+from lazarus.activities.kernel_evidence import KernelSources, OomWatch
+from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
+from lazarus.activities.nodes.rundir import GenerationDir, read_json
+from lazarus.activities.straggler_stats import ComputeWindow
+from lazarus.activities.supervise_rules import (
+    MIN_FAILED_POLLS,
+    NodeObservation,
+    Observation,
+    max_step,
+)
+from lazarus.domain.contracts import (
+    ProgressMark,
+    ProgressSignal,
+    RankStatus,
+    SuperviseRequest,
+    SupervisionProgress,
+)
+from lazarus.domain.environment import (
+    HEARTBEAT_CHECKPOINT_SAVE_S,
+    HEARTBEAT_GENERATION,
+    HEARTBEAT_REJOIN,
+)
+from lazarus.domain.phases import HEARTBEAT_FIELD
+
+Verdict = tuple[NodeStatus, float]
+"""What one poll of a node said, and when (wall) it was asked."""
+
+MAX_POLL_THREADS = 64
+"""Polls out at once. Each node has at most one; a silent node holds its thread until
+its agent's timeout, so this many silent nodes at once would delay the others."""
+
+
+class Clock(Protocol):
+    """The controller's clocks: wall time for records, monotonic time for ages
+    (injectable, so tests move time by hand)."""
+
+    def wall(self) -> float: ...
+
+    def mono(self) -> float: ...
+
+
+class SystemClock:
+    def wall(self) -> float:
+        return time.time()
+
+    def mono(self) -> float:
+        return time.monotonic()
+
+
+class GenerationObserver:
+    """Polls every node of one generation concurrently; remembers only what the
+    nodes cannot tell (when a node went quiet, when a rank was first seen dead,
+    when each rank's current progress was first seen)."""
+
+    def restore(self, memory: SupervisionProgress) -> None:
+        self._unreachable_since.update(memory.unreachable_since)
+        self._dead_since.update(memory.dead_since)
+        wall, mono = self._clock.wall(), self._clock.mono()
+        for rank, mark in memory.progress_marks.items():
+            # Back to this process's monotonic clock; a mark "in the future" (another
+            # controller's clock ahead of ours) counts as seen now.
+            self._marks[rank] = (mark.marker, mono - max(0.0, wall - mark.seen_at))
+
+    def heartbeat_details(
+        self, obs: Observation, seconds_per_step: float | None
+    ) -> SupervisionProgress:
+        """The activity heartbeat: the live view, plus the memory a retried attempt
+        restores (node-loss, vanished-rank and hang clocks survive a worker crash)."""
+        wall, mono = self._clock.wall(), self._clock.mono()
+        return SupervisionProgress(
+            generation=self._request.generation,
+            step=max_step(obs.ranks),
+            alive=sum(1 for r in obs.ranks if r.alive),
+            world_size=self._request.world_size,
+            seconds_per_step=seconds_per_step,
+            observed_at=obs.now,
+            unreachable_since=dict(self._unreachable_since),
+            dead_since=dict(self._dead_since),
+            progress_marks={
+                rank: ProgressMark(marker=marker, seen_at=wall - (mono - seen))
+                for rank, (marker, seen) in self._marks.items()
+            },
+            progress_signal=obs.progress_signal,
+        )
+
+    def __init__(
+        self,
+        request: SuperviseRequest,
+        opened: list[NodeAgent],
+        clock: Clock | None = None,
+        kernel: KernelSources | None = None,
+    ) -> None:
+        self._request = request
+        self._agents = opened
+        self._clock = clock or SystemClock()
+        self._gen = GenerationDir(Path(request.run_dir))
+        regex = request.health.progress_regex
+        self._progress_regex = re.compile(regex) if regex else None
+        self._regex_steps: dict[int, int] = {}
+        self._marks: dict[int, tuple[str, float]] = {}
+        """rank -> (progress marker, controller monotonic time it was first seen)."""
+        self._rank_phases: dict[int, dict[str, float]] = {}
+        """rank -> the phase marks of its newest heartbeat (kept while its node is silent)."""
+        self._heartbeat_seen = False
+        self._save_s: dict[int, float] = {}
+        """rank -> its heartbeat's ``checkpoint_save_s`` (kept while its node is silent)."""
+        self._signal_seen: float | None = None
+        """Monotonic time the first progress of any rank was seen."""
+        self._oom = OomWatch(kernel)
+        self._dead_since: dict[int, float] = {}
+        self._unreachable_since: dict[str, float] = {}
+        self._failed_polls: dict[str, int] = {}
+        self._first_seen = self._clock.wall()
+        self._launch_time: float | None = None
+        self._compute = ComputeWindow(request.straggler.window_s)
+        per_node = request.nproc_per_node
+        self._ranks_of = {
+            agent.node.name: list(range(i * per_node, (i + 1) * per_node))
+            for i, agent in enumerate(opened)
+        }
+        self._pool: ThreadPoolExecutor | None = None
+        self._last_records: dict[int, RankRecord] = {}
+        """rank -> its last heartbeat-carrying record, to skip re-reading an unchanged one."""
+        self._in_flight: dict[str, Future[list[Verdict]]] = {}
+        """node -> its poll still out."""
+        self._closed = threading.Event()
+        # Before its first answer a node counts as answering, its ranks alive.
+        self._last_node = {agent.node.name: NodeObservation(reachable=True) for agent in opened}
+        self._last_ranks = {
+            rank: RankStatus(rank=rank, node=name, pid=0, alive=True)
+            for name, node_ranks in self._ranks_of.items()
+            for rank in node_ranks
+        }
+
+    def _launched_at(self) -> float:
+        """Read once: launch.json never changes after the launch completes."""
+        if self._launch_time is None:
+            launch = read_json(self._gen.launch_file)
+            if launch is None:
+                return self._first_seen
+            self._launch_time = float(launch["launched_at"])
+        return self._launch_time
+
+    def _step_from_log(self, agent: NodeAgent, rank: int) -> int | None:
+        """The newest step the rank's log tail shows (the last one seen if the tail
+        holds none any more)."""
+        assert self._progress_regex is not None
+        text = agent.log_tail(str(self._gen.path), rank, 16 * 1024)
+        for match in self._progress_regex.finditer(text):
+            found = match.groupdict().get("step") or match.group(1)
+            if found is not None and found.isdigit():
+                self._regex_steps[rank] = int(found)
+        return self._regex_steps.get(rank)
+
+    def _progressed(self, rank: int, marker: str, now: float, mono: float) -> tuple[bool, float]:
+        """Whether ``marker`` is new progress for the rank, and when (controller wall
+        time, derived from the monotonic clock) its current progress was first seen."""
+        known = self._marks.get(rank)
+        changed = known is None or known[0] != marker
+        if changed:
+            self._marks[rank] = (marker, mono)
+        if self._signal_seen is None:
+            self._signal_seen = mono
+        return changed, now - (mono - self._marks[rank][1])
+
+    def _progress_signal(self, now: float, launched_at: float) -> ProgressSignal | None:
+        if self._heartbeat_seen:
+            return "heartbeat"
+        if self._progress_regex is not None:
+            return "log"
+        if self._request.rejoining:  # carried ranks use the rank helper: heartbeats will come
+            return None
+        if now - launched_at > self._request.health.startup_timeout_s:
+            return "none"
+        return None
+
+    def _poll(self, agent: NodeAgent) -> NodeStatus:
+        return agent.poll(str(self._gen.path), self._ranks_of[agent.node.name])
+
+    def _verdicts(self, agent: NodeAgent) -> list[Verdict]:
+        """Poll one node; a poll that blocked a whole interval and came back
+        unreachable (a silent node: the agent waited out its timeout) is asked again
+        at once, up to :data:`MIN_FAILED_POLLS` verdicts, so that the second failure
+        does not wait for a round to notice the first. A quick failure (connection
+        refused) is not repeated here: the next round asks again."""
+        interval = self._request.health.poll_interval_s
+        verdicts: list[Verdict] = []
+        while True:
+            # A silent node went quiet when we asked, not when we gave up.
+            asked_at, started = self._clock.wall(), time.monotonic()
+            status = self._poll(agent)
+            verdicts.append((status, asked_at))
+            blocked = time.monotonic() - started >= interval
+            if status.reachable or not blocked or len(verdicts) >= MIN_FAILED_POLLS:
+                return verdicts
+            if self._closed.is_set():
+                return verdicts
+
+    def _answers(self) -> list[list[Verdict] | None]:
+        """One round: each node's verdicts (answers, or unreachable, with when each
+        was asked), or None for a node whose poll is still out (no news). A round
+        waits for them at most one ``poll_interval_s``: a silent node (an SSH poll
+        blocks until its command timeout) no longer holds up what every other node
+        says, so a crash elsewhere is seen at the usual pace. Its poll is not
+        abandoned: it counts, as before, when the node's agent gives its verdict, so
+        a slow but live node is judged exactly as it was when rounds waited for it."""
+        if len(self._agents) <= 1:  # one node: nothing to hold up, one poll a round
+            asked_at = self._clock.wall()
+            return [[(self._poll(agent), asked_at)] for agent in self._agents]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=min(MAX_POLL_THREADS, len(self._agents)),
+                thread_name_prefix="supervise-poll",
+            )
+        for agent in self._agents:
+            if agent.node.name not in self._in_flight:
+                self._in_flight[agent.node.name] = self._pool.submit(self._verdicts, agent)
+        wait(list(self._in_flight.values()), timeout=self._request.health.poll_interval_s)
+        answers: list[list[Verdict] | None] = []
+        for agent in self._agents:
+            future = self._in_flight[agent.node.name]
+            if future.done():
+                del self._in_flight[agent.node.name]
+                answers.append(future.result())
+            else:
+                answers.append(None)
+        return answers
+
+    def close(self) -> None:
+        """Stop polling: polls still out finish in their threads, unread."""
+        self._closed.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._in_flight.clear()
+
+    def observe(self) -> Observation:
+        answers = self._answers()
+        now, mono = self._clock.wall(), self._clock.mono()
+        ranks: list[RankStatus] = []
+        nodes: dict[str, NodeObservation] = {}
+        for agent, answer in zip(self._agents, answers, strict=True):
+            name = agent.node.name
+            if answer is None:
+                # No news: what the node said last still stands; its ranks are not
+                # judged for hangs until it answers (see _hang).
+                nodes[name] = replace(self._last_node[name], waiting=True)
+                ranks.extend(self._last_ranks[rank] for rank in self._ranks_of[name])
+                continue
+            for status, asked_at in answer:
+                if status.reachable:
+                    self._unreachable_since.pop(name, None)
+                    self._failed_polls.pop(name, None)
+                else:
+                    self._unreachable_since.setdefault(name, asked_at)
+                    self._failed_polls[name] = self._failed_polls.get(name, 0) + 1
+            status = answer[-1][0]
+            nodes[name] = self._last_node[name] = NodeObservation(
+                reachable=status.reachable,
+                unreachable_since=self._unreachable_since.get(name),
+                error=status.error,
+                failed_polls=self._failed_polls.get(name, 0),
+                declared_lost=status.declared_lost,
+            )
+            by_rank = {record.rank: record for record in status.ranks}
+            for rank in self._ranks_of[name]:
+                record = by_rank.get(rank)
+                if record is not None and record.heartbeat is not None:
+                    if self._last_records.get(rank) == record:
+                        # Nothing new from this rank: the same status, at no cost (most
+                        # ranks between two steps; the bulk of a large job's polls).
+                        ranks.append(self._last_ranks[rank])
+                        continue
+                    self._last_records[rank] = record
+                else:
+                    self._last_records.pop(rank, None)
+                ranks.append(self._rank_status(agent, rank, record, status.reachable, now, mono))
+                self._last_ranks[rank] = ranks[-1]
+        launched_at = self._launched_at()
+        preempted = self._preemption()
+        return Observation(
+            preempted=preempted,
+            now=now,
+            launched_at=launched_at,
+            ranks=ranks,
+            dead_since=dict(self._dead_since),
+            nodes=nodes,
+            multi_node=len(self._agents) > 1 or any(a.node.launcher == "ssh" for a in self._agents),
+            compute=self._compute.recent(now),
+            progress_signal=self._progress_signal(now, launched_at),
+            signal_seen_at=None if self._signal_seen is None else now - (mono - self._signal_seen),
+            rank_phases={rank: dict(marks) for rank, marks in self._rank_phases.items()},
+            checkpoint_save_s=max(self._save_s.values(), default=None),
+        )
+
+    def _preemption(self) -> tuple[float, str] | None:
+        """Asked after the nodes: an allocation that ended killed the ranks, and its
+        end must win over the crashes it caused."""
+        request = self._request
+        if request.access.slurm is None or not self._agents:
+            return None
+        # Every node of a job lives in the one allocation: one agent speaks for all.
+        return self._agents[0].preemption_notice(request.preempt_marker, request.preempt_handled_at)
+
+    def _rank_status(
+        self,
+        agent: NodeAgent,
+        rank: int,
+        record: RankRecord | None,
+        reachable: bool,
+        now: float,
+        mono: float,
+    ) -> RankStatus:
+        if record is None:
+            # The node did not answer: we know nothing new about the rank and must not
+            # call it dead for that (node loss has its own clock), so it counts as alive.
+            return RankStatus(rank=rank, node=agent.node.name, pid=0, alive=not reachable)
+        step: int | None = None
+        progress_at: float | None = None
+        heartbeat = record.heartbeat
+        compute_s: float | None = None
+        if heartbeat is not None:
+            self._heartbeat_seen = True
+            marks = phase_marks(heartbeat)
+            if marks:
+                self._rank_phases[rank] = marks
+            save_s = heartbeat.get(HEARTBEAT_CHECKPOINT_SAVE_S)
+            if isinstance(save_s, (int, float)) and save_s >= 0 and math.isfinite(save_s):
+                self._save_s[rank] = float(save_s)
+        acts_for = heartbeat.get(HEARTBEAT_GENERATION) if heartbeat is not None else None
+        joining = heartbeat is not None and heartbeat.get(HEARTBEAT_REJOIN) is not None
+        if heartbeat is not None and "step" in heartbeat and joining:
+            step = int(heartbeat["step"])  # rejoined, not stepped yet: no progress
+        elif heartbeat is not None and "step" in heartbeat:
+            step = int(heartbeat["step"])
+            # The node's timestamp only identifies the write; its value is never compared.
+            marker = "hb:" + _marker_of(step, heartbeat.get("time"))
+            changed, progress_at = self._progressed(rank, marker, now, mono)
+            raw_compute = heartbeat.get("compute_s")
+            if isinstance(raw_compute, (int, float)) and raw_compute > 0:
+                compute_s = float(raw_compute)
+                if changed:
+                    self._compute.add(rank, progress_at, compute_s)
+        elif self._progress_regex is not None:
+            step = self._step_from_log(agent, rank)
+            if step is not None:
+                _, progress_at = self._progressed(rank, f"log:{step}", now, mono)
+        if record.alive and record.pid is not None and agent.node.launcher == "local":
+            self._oom.watch(rank, record.pid)
+        if record.exit is not None:
+            # Its recorder spoke: a crash with an exit status, not a vanished rank. A
+            # poll that caught the rank between its death and that write must not keep
+            # it "vanishing" (that held every report back VANISHED_GRACE_S: issue 26).
+            self._dead_since.pop(rank, None)
+        elif record.pid is not None and not record.alive:
+            self._dead_since.setdefault(rank, now)
+        exit_record = record.exit or {}
+        return RankStatus(
+            rank=rank,
+            node=agent.node.name,
+            pid=record.pid or 0,
+            alive=record.alive,
+            stopped_by_signal=record.stopped,
+            exit_code=exit_record.get("exit_code"),
+            signal=exit_record.get("signal"),
+            ended_at=exit_record.get("ended_at"),
+            step=step,
+            last_progress_at=progress_at,
+            compute_s=compute_s,
+            generation=acts_for if isinstance(acts_for, int) else None,
+        )
+
+    def evidence_for(self, rank: int) -> str:
+        """The log tail of one rank (one extra round trip, only when something failed).
+
+        Not fetched from a node that did not answer the last poll: a host already
+        declared dead (or going) would only make the recovery wait out the connect
+        timeout for a log it cannot send; the node's silence is the evidence."""
+        per_node = self._request.nproc_per_node
+        agent = self._agents[rank // per_node]
+        if agent.node.name in self._unreachable_since:
+            return ""
+        try:
+            return agent.log_tail(str(self._gen.path), rank, TAIL_BYTES)
+        except Exception as exc:
+            return f"(log of rank {rank} unavailable: {exc})"
+
+    def kernel_evidence_for(self, rank: int, pid: int) -> list[str] | None:
+        """The kernel's OOM records for a SIGKILLed rank; None when its node's kernel
+        is not visible from here (ranks on other machines)."""
+        agent = self._agents[rank // self._request.nproc_per_node]
+        if agent.node.launcher != "local" or pid <= 0:
+            return None
+        return self._oom.evidence(rank, pid)
+
+
+def _marker_of(step: int, written_at: object) -> str:
+    """``json.dumps([step, written_at])`` (the marker format heartbeat details carry
+    across worker versions), without the encoder for the usual number."""
+    if type(written_at) is float and math.isfinite(written_at):
+        return f"[{step}, {written_at!r}]"
+    return json.dumps([step, written_at])
+
+
+def phase_marks(heartbeat: dict[str, object]) -> dict[str, float]:
+    """The phase marks a heartbeat carries (``{name: unix_time}``), keeping only
+    well-formed ones: the heartbeat is the training script's file, and a malformed
+    entry must cost its mark, never the supervision."""
+    raw = heartbeat.get(HEARTBEAT_FIELD)
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        name: float(at)
+        for name, at in raw.items()
+        if isinstance(name, str)
+        and isinstance(at, int | float)
+        and not isinstance(at, bool)
+        and math.isfinite(at)
+    }
