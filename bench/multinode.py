@@ -34,7 +34,8 @@ from lazarus.activities.nodes.factory import agents, on_each
 from lazarus.activities.nodes.rundir import GenerationDir, write_json_atomic
 from lazarus.domain.contracts import NodeAccess
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec
-from lazarus.infra.testhosts import TestHosts, nameservers, unavailable_reason
+from lazarus.infra.testhost_network import nameservers, unavailable_reason
+from lazarus.infra.testhosts import TestHosts
 
 
 # Capability bits from <linux/capability.h>.

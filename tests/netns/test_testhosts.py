@@ -18,7 +18,7 @@ import paramiko
 import pytest
 
 from lazarus.domain.memory_tier import private_root
-from lazarus.infra import testhosts
+from lazarus.infra import testhost_network, testhosts
 from lazarus.infra.testhosts import TestHosts, cleanup_stale
 from tests.namespaces import in_mount_namespace, mounted_anywhere
 
@@ -270,7 +270,7 @@ def test_stop_leaves_nothing_behind(test_hosts: HostsFactory) -> None:
     for host in hosts.hosts:
         assert mounted_anywhere(f"{host.netns}{testhosts.SHM_SOURCE_SUFFIX}") == []
     assert not hosts.dir.exists()
-    assert not (testhosts.REGISTRY_DIR / f"{hosts.run_id}.json").exists()
+    assert not (testhost_network.REGISTRY_DIR / f"{hosts.run_id}.json").exists()
     hosts.stop()  # idempotent
 
 
@@ -461,7 +461,7 @@ def test_cleanup_stale_recovers_from_a_sigkilled_run(netns_required: None, tmp_p
             time.sleep(0.02)
         assert not any(alive(pid) for pid in sshds)
         assert not (tmp_path / f"lzt-{run_id}").exists()
-        assert not (testhosts.REGISTRY_DIR / f"{run_id}.json").exists()
+        assert not (testhost_network.REGISTRY_DIR / f"{run_id}.json").exists()
     finally:
         with child:  # closes the stdout pipe
             if child.poll() is None:

@@ -219,7 +219,6 @@ def test_the_rank_helper_needs_only_the_standard_library() -> None:
 MAX_PRODUCT_FILE_LINES = 900
 LONG_FILES: dict[str, str] = {
     "lazarus/domain/classifier.py": "a rule table: one weighted regex rule per line",
-    "infra/testhosts.py": "being split in issue 27; owner busy",
 }
 """Product files allowed over :data:`MAX_PRODUCT_FILE_LINES`, and why (issue 27)."""
 
