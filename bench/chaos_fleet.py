@@ -50,8 +50,9 @@ def refusal_problems(status: JobStatus, launches: int, job: str, fleet: str) -> 
         problems.append(f"the refusal does not name fleet {fleet}: {reason!r}")
     if launches:
         problems.append(f"the refused start launched {launches} generation(s)")
-    if status.nodes.active:
-        problems.append(f"the refused start holds nodes {status.nodes.active}")
+    handed = sorted(set(status.nodes.active) & set(FLEET_NODES))
+    if handed:  # (its pool is the spec's default local node until a lease lands)
+        problems.append(f"the refused start runs on the fleet's nodes {handed}")
     return problems
 
 

@@ -79,6 +79,9 @@ def test_a_lease_freed_or_grown_by_the_refused_start_is_a_problem() -> None:
 
 def test_a_refusal_naming_the_release_command_holds() -> None:
     assert refusal_problems(job_status(Phase.FAILED, REFUSAL), 0, JOB, FLEET) == []
+    # Never leased, its pool is the spec's default local node: not a fleet node.
+    refused = job_status(Phase.FAILED, REFUSAL, ["local"])
+    assert refusal_problems(refused, 0, JOB, FLEET) == []
 
 
 def test_a_start_handed_the_stale_lease_fails_every_way() -> None:
