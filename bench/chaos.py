@@ -1356,11 +1356,18 @@ async def _judged(cell: Cell, run: CellRun, census: GenerationCensus) -> Outcome
                 ctx.stack.start_worker()
     job = run.job  # the last start of the name, where an injection started it again
     common = await job.common_outcome(status)
+    # A fleet job's spec names no nodes (its world size is the lease's): judge it by
+    # the world size it ran at.
+    world_size = status.world_size if cell.fleet else job.spec.world_size
     weights_ok = (
         bool(common.metrics["weights_ok"])
         if Phase.SUCCEEDED in cell.expect and cell.weights
         else None
     )
+    if cell.fleet and weights_ok is not None:
+        weights_ok = status.phase == Phase.SUCCEEDED and await ctx.weights_ok(
+            job.paths.weights, world_size=world_size
+        )
     launches = await launches_from_history(
         ctx.client, job.control.workflow_id, job.control.first_run_id
     )
@@ -1371,7 +1378,7 @@ async def _judged(cell: Cell, run: CellRun, census: GenerationCensus) -> Outcome
             cell.expect,
             weights_ok,
             census,
-            job.spec.world_size,
+            world_size,
             (shape.steps if cell.jit_only else shape.ckpt_every) * cell.lost_intervals,
             job.run_root,
             job.paths.checkpoints,
