@@ -31,33 +31,38 @@ import signal
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable
-from contextlib import ExitStack
+from contextlib import AsyncExitStack, ExitStack, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
-from bench import report
+from bench import chaos_fleet, report
 from bench.benchmark import run_benchmark
 from bench.chaos_invariants import GenerationCensus, Launch, judge, processes_mentioning
 from bench.chaos_points import ChaosPoints
 from bench.chaos_s3 import ChaosS3, chaos_s3
 from bench.harness import BenchContext, BenchJob, BenchRun, RunRecord
-from bench.jobs import WORLD_SIZE, JobPaths, JobShape, build_spec
+from bench.jobs import WORLD_SIZE, JobControl, JobPaths, JobShape, build_spec
+from bench.measure import RunMonitor
 from bench.registry import Scenario
 from bench.systems import Outcome, Reference
 from lazarus import chaos
 from lazarus.activities.nodes.rundir import read_json
 from lazarus.domain import chaos_points as points
 from lazarus.domain.activity_refs import LAUNCH
-from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME, UPDATE_DRAIN
+from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME, UPDATE_DRAIN, fleet_workflow_id
 from lazarus.domain.chaos_points import CHAOS_DIR_ENV
 from lazarus.domain.checkpoint_layout import committed_steps
+from lazarus.domain.fleet_state import FleetConfig
 from lazarus.domain.memory_tier import MEMORY_ROOT, on_node
 from lazarus.domain.spec import JobSpec
+from lazarus.fleet_client import FleetClient
 from lazarus.workflows.state import JobStatus, NodeRequest, Phase
 
 FAULTS: dict[str, str] = {
@@ -74,6 +79,7 @@ FAULTS: dict[str, str] = {
     "preflight_shrink": "a node fails the preflight (the job shrinks)",
     "job_cancelled": "the job cancelled",
     "node_quarantined": "a node quarantined (operator drain)",
+    "job_terminated": "the job's workflow terminated (its fleet lease orphaned)",
 }
 PHASES: dict[str, str] = {
     "launch_before_pids": "launch: before the pid files",
@@ -89,8 +95,11 @@ PHASES: dict[str, str] = {
     "after_rollback": "training after a rollback (memory tier on)",
     "after_disk_fallback": "training after a disk fallback (memory tier on)",
     "warm_standby": "warm standbys up",
+    "same_name_restart": "a fleet job started again under the same name",
 }
 FAST_PHASES = ("rejoin", "after_rollback", "after_disk_fallback", "warm_standby")
+FLEET_FAULTS = ("job_terminated",)
+FLEET_PHASES = ("same_name_restart",)
 FAST_FAULTS = (
     "survivor_sigkill",
     "preflight_swap",
@@ -136,6 +145,8 @@ class CellRun:
     notes: dict[str, Any] = field(default_factory=dict)
     final: JobStatus | None = None
     """Set by an injection that ends the job itself (a cancel): its last status."""
+    fleet: str | None = None
+    """The fleet the job leases from (a ``fleet`` cell)."""
 
 
 Inject = Callable[[CellRun], Awaitable[None]]
@@ -179,6 +190,11 @@ class Cell:
     weights: bool = True
     """Judge the final weights (not after a shrink: the world size changed mid-run,
     so no fault-free run of one world size has them)."""
+    fleet: bool = False
+    """The job leases two one-rank local nodes from a fleet of three
+    (:data:`bench.chaos_fleet.FLEET_NODES`), started for the cell on the matrix's worker.
+    An injection may start the job again under its name: the cell's job (its end
+    state, weights, launches) is then the last start, ``run.job``."""
 
     @property
     def key(self) -> str:
@@ -731,6 +747,102 @@ async def drain_with_standbys(run: CellRun) -> None:
     run.notes.setdefault("faults", []).append({"drained": "b", "at": time.time()})
 
 
+def _fleet_check(run: CellRun, what: str, problems: list[str]) -> None:
+    """Note one fleet check's problems; any of them fails the cell."""
+    run.notes.setdefault("fleet_checks", {})[what] = problems
+    if problems:
+        raise AssertionError(f"{what}: {'; '.join(problems)}")
+
+
+async def _start_again(run: CellRun) -> BenchJob:
+    """A new start of the cell's job under the same name, spec and directories (what
+    ``lazarus start`` of the same spec file does), monitored like the first."""
+    first = run.job
+    control = await JobControl.start(run.ctx.client, first.spec, run.ctx.stack.task_queue)
+    again = BenchJob(
+        run.ctx, first.spec, first.paths, control, RunMonitor(first.run_root), first.steps
+    )
+    again.monitor.__enter__()
+    return again
+
+
+async def restart_after_terminate(run: CellRun) -> None:
+    """Issue 26, defects 6-8. A fleet job wedges (both ranks SIGSTOPped at step 15)
+    and an operator terminates its workflow: no release runs, its lease is orphaned.
+    A new start of the name must be refused with ``lazarus fleet release`` in its
+    reason, launch nothing, and leave the old lease alone. The operator then kills the
+    first start's ranks, sees none alive, and releases the lease (``--fenced``): a
+    third start leases afresh, resumes the first start's checkpoint and succeeds;
+    nothing stays leased or out of service."""
+    assert run.fleet is not None, "a fleet cell without its fleet"
+    fleets = FleetClient(run.ctx.client, task_queue=run.ctx.stack.task_queue)
+    first = run.job
+    job_id = first.spec.job_id
+    await first.reach_step(run.ctx.shape.fault_step)
+    leased = sorted((await _status(run)).nodes.active)
+    _signal_newest(run, 0, signal.SIGSTOP)  # wedged: no step, no exit, no release
+    _signal_newest(run, 1, signal.SIGSTOP)
+    await first.control.terminate("chaos: an operator ends a wedged job")
+    first.finished = True
+    first.monitor.stop()
+    ended = await first.handle.describe()
+    run.notes["first_start"] = {
+        "run_id": first.control.first_run_id,
+        "leased": leased,
+        "ended": ended.status.name if ended.status else None,
+        "step": chaos.current_step(first.run_root)[1],
+    }
+    if ended.status != WorkflowExecutionStatus.TERMINATED:
+        raise AssertionError(f"the first start is {ended.status}, not terminated")
+    fleet = await fleets.status(run.fleet)
+    _fleet_check(run, "orphaned", chaos_fleet.orphan_problems(fleet, job_id, leased))
+
+    second = await _start_again(run)
+    try:
+        refused = await second.result()
+    finally:
+        second.monitor.stop()
+    second_launches = await launches_from_history(
+        run.ctx.client, second.control.workflow_id, second.control.first_run_id
+    )
+    run.notes["second_start"] = {
+        "run_id": second.control.first_run_id,
+        "phase": refused.phase.value,
+        "reason": refused.operator_reason,
+        "launches": len(second_launches),
+    }
+    _fleet_check(
+        run,
+        "refused",
+        chaos_fleet.refusal_problems(refused, len(second_launches), job_id, run.fleet),
+    )
+    fleet = await fleets.status(run.fleet)
+    _fleet_check(run, "kept_after_refusal", chaos_fleet.orphan_problems(fleet, job_id, leased))
+
+    # The operator's way out: the first start's ranks are killed (checked gone),
+    # then its lease freed, vouched fenced.
+    await run.ctx.stop_ranks(first.run_root, job_id)
+    left = chaos.live_ranks_by_generation(first.run_root)
+    if left:
+        raise AssertionError(f"the first start's ranks outlived their stop: {left}")
+    run.notes["release"] = await fleets.release(run.fleet, job_id, fenced=True)
+    fleet = await fleets.status(run.fleet)
+    _fleet_check(run, "released", chaos_fleet.released_problems(fleet, job_id, leased))
+    run.notes["weights_before_third_start"] = first.paths.weights.exists()
+
+    third = await _start_again(run)
+    run.job = third  # the cell's job from now on: judged, cleaned up
+    running = await third.wait_phase(Phase.RUNNING)
+    _fleet_check(run, "fresh_lease", chaos_fleet.lease_problems(running))
+    run.notes["third_start"] = {
+        "run_id": third.control.first_run_id,
+        "leased": sorted(running.nodes.active),
+    }
+    run.final = await third.result()
+    fleet = await fleets.status(run.fleet)
+    _fleet_check(run, "nothing_held", chaos_fleet.leftover_problems(fleet, job_id))
+
+
 # --------------------------------------------------------------------------- the matrix
 
 CELLS: list[Cell] = [
@@ -1052,6 +1164,16 @@ CELLS: list[Cell] = [
         nodes=True,
         warm=True,
     ),
+    # The fleet row (issue 26, defects 6-8).
+    Cell(
+        "job_terminated",
+        "same_name_restart",
+        "a wedged fleet job terminated (its lease orphaned), then started again under "
+        "its name: refused naming 'lazarus fleet release', never handed the stale "
+        "lease; after the release a fresh start succeeds and nothing stays held",
+        restart_after_terminate,
+        fleet=True,
+    ),
 ]
 CELLS_BY_KEY = {cell.key: cell for cell in CELLS}
 SMOKE = [cell.key for cell in CELLS if cell.smoke]
@@ -1059,6 +1181,16 @@ SMOKE = [cell.key for cell in CELLS if cell.smoke]
 
 def absent_reason(fault: str, phase: str) -> str:
     """Why a (fault, phase) pair is not a cell of :data:`CELLS`."""
+    if fault in FLEET_FAULTS:
+        return (
+            "the fleet row: a terminated workflow orphans its lease, which only a new "
+            "start of the name meets (same_name_restart)"
+        )
+    if phase in FLEET_PHASES:
+        return (
+            "the fleet row: a new start of the name meets only what the last start left "
+            "behind; the job_terminated cell is the start that leaves a lease"
+        )
     if fault in FAST_FAULTS and phase not in FAST_PHASES:
         return (
             "a fault of the fast paths: it exists only with rejoin, a preflight at a "
@@ -1101,7 +1233,7 @@ def absent_reason(fault: str, phase: str) -> str:
 
 
 def _spec_builder(
-    cell: Cell, shape: JobShape, s3: ChaosS3 | None
+    cell: Cell, shape: JobShape, s3: ChaosS3 | None, fleet: str | None = None
 ) -> Callable[[str, JobPaths], JobSpec]:
     def build(name: str, paths: JobPaths) -> JobSpec:
         spec = _base_spec(name, paths)
@@ -1127,6 +1259,10 @@ def _spec_builder(
                 f"import os, sys; sys.exit(os.path.exists({flag!r} + os.environ['LAZARUS_NODE']))"
             )
             extra["preflight"] = {"health_command": [sys.executable, "-c", check]}
+        if cell.fleet:
+            assert fleet is not None, "a fleet cell without its fleet"
+            extra["fleet"] = {"name": fleet, "nodes": chaos_fleet.LEASED_NODES}
+            return build_spec(name, paths, used, nproc_per_node=1, extra=extra)
         if cell.three_nodes:
             extra |= {"nodes": [{"name": n} for n in "abc"], "min_nodes": 2}
             return build_spec(name, paths, used, nproc_per_node=1, extra=extra)
@@ -1162,45 +1298,94 @@ async def run_cell(
         else None
     )
     label = cell.key.replace("@", ".")  # a job name allows no '@'
-    build = _spec_builder(cell, shape, s3)
-    async with ctx.job(label, 0, build, input_overrides=overrides) as job:
-        run = CellRun(ctx, job, chaos_points, s3)
-        memory_dir = _memory_job_dir(job.spec.job_id) if cell.memory else None
-        with GenerationCensus(job.run_root, memory_job_dir=memory_dir) as census:
-            try:
-                await cell.inject(run)
-                chaos_points.release_all()
-                status = run.final if run.final is not None else await job.result()
-            except Exception as exc:
-                raise CellError(f"{exc or type(exc).__name__}; {await _last_status(job)}") from exc
-            finally:
-                chaos_points.release_all()  # nothing may stay held, cleanup included
-                if not ctx.stack.worker_running:
-                    ctx.stack.start_worker()
-        common = await job.common_outcome(status)
-        weights_ok = (
-            bool(common.metrics["weights_ok"])
-            if Phase.SUCCEEDED in cell.expect and cell.weights
-            else None
+    async with AsyncExitStack() as cleanup:
+        fleet = await _start_fleet(ctx, cleanup) if cell.fleet else None
+        build = _spec_builder(cell, shape, s3, fleet)
+        first = await cleanup.enter_async_context(
+            ctx.job(label, 0, build, input_overrides=overrides)
         )
-        launches = await launches_from_history(
-            ctx.client, job.control.workflow_id, job.control.first_run_id
+        run = CellRun(ctx, first, chaos_points, s3, fleet=fleet)
+        cleanup.push_async_callback(_abandon_restarts, run, first)
+        return await _judged(cell, run, census_of(cell, first))
+
+
+def census_of(cell: Cell, job: BenchJob) -> GenerationCensus:
+    """The census of every run of the job's name (its run root holds them all)."""
+    memory_dir = _memory_job_dir(job.spec.job_id) if cell.memory else None
+    return GenerationCensus(job.run_root, memory_job_dir=memory_dir)
+
+
+async def _start_fleet(ctx: BenchContext, cleanup: AsyncExitStack) -> str:
+    """A fleet of local logical nodes on the matrix's worker, terminated with the cell."""
+    config = FleetConfig.model_validate(
+        {
+            "name": f"chaos-{uuid.uuid4().hex[:6]}",
+            "nodes": [{"name": n} for n in chaos_fleet.FLEET_NODES],
+        }
+    )
+    await FleetClient(ctx.client, task_queue=ctx.stack.task_queue).start(config)
+    handle = ctx.client.get_workflow_handle(fleet_workflow_id(config.name))
+
+    async def stop() -> None:
+        with suppress(RPCError):
+            await handle.terminate("chaos cell done")
+
+    cleanup.push_async_callback(stop)
+    return config.name
+
+
+async def _abandon_restarts(run: CellRun, first: BenchJob) -> None:
+    """A later start of the job's name the injection left: stopped like the first."""
+    if run.job is not first:
+        await run.job.abandon()
+
+
+async def _judged(cell: Cell, run: CellRun, census: GenerationCensus) -> Outcome:
+    """Inject the cell's fault into its running job, wait for the end, judge it."""
+    ctx, chaos_points, shape = run.ctx, run.points, run.ctx.shape
+    with census:
+        try:
+            await cell.inject(run)
+            chaos_points.release_all()
+            status = run.final if run.final is not None else await run.job.result()
+        except Exception as exc:
+            raise CellError(f"{exc or type(exc).__name__}; {await _last_status(run.job)}") from exc
+        finally:
+            chaos_points.release_all()  # nothing may stay held, cleanup included
+            if not ctx.stack.worker_running:
+                ctx.stack.start_worker()
+    job = run.job  # the last start of the name, where an injection started it again
+    common = await job.common_outcome(status)
+    # A fleet job's spec names no nodes (its world size is the lease's): judge it by
+    # the world size it ran at.
+    world_size = status.world_size if cell.fleet else job.spec.world_size
+    weights_ok = (
+        bool(common.metrics["weights_ok"])
+        if Phase.SUCCEEDED in cell.expect and cell.weights
+        else None
+    )
+    if cell.fleet and weights_ok is not None:
+        weights_ok = status.phase == Phase.SUCCEEDED and await ctx.weights_ok(
+            job.paths.weights, world_size=world_size
         )
-        verdict = await asyncio.to_thread(
-            partial(
-                judge,
-                status,
-                cell.expect,
-                weights_ok,
-                census,
-                job.spec.world_size,
-                (shape.steps if cell.jit_only else shape.ckpt_every) * cell.lost_intervals,
-                job.run_root,
-                job.paths.checkpoints,
-                launches=launches,
-                job_dir=job.paths.root,
-            )
+    launches = await launches_from_history(
+        ctx.client, job.control.workflow_id, job.control.first_run_id
+    )
+    verdict = await asyncio.to_thread(
+        partial(
+            judge,
+            status,
+            cell.expect,
+            weights_ok,
+            census,
+            world_size,
+            (shape.steps if cell.jit_only else shape.ckpt_every) * cell.lost_intervals,
+            job.run_root,
+            job.paths.checkpoints,
+            launches=launches,
+            job_dir=job.paths.root,
         )
+    )
     return Outcome(
         metrics={"held": verdict.held, **verdict.checks},
         details={
