@@ -167,9 +167,29 @@ def build_spec(
     return parse_spec(data, "<bench>").resolved(paths.root)
 
 
+REFERENCE_PORT_TRIES = 3
+"""A free port is free when asked, not when rank 0 binds it: another process on a busy
+machine (a parallel test, a dev server) may take it in between (EADDRINUSE)."""
+
+
 def run_reference(workdir: Path, steps: int, world_size: int = WORLD_SIZE) -> Path:
     """Run the example straight through with plain processes (no Lazarus, no sleeps)
-    and return its final weights: what every benchmark job must end with."""
+    and return its final weights: what every benchmark job must end with. A port
+    taken between :func:`free_port` and rank 0's bind is retried on another port."""
+    for attempt in range(REFERENCE_PORT_TRIES):
+        try:
+            return _run_reference_once(workdir, steps, world_size)
+        except PortTaken:
+            if attempt == REFERENCE_PORT_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+class PortTaken(RuntimeError):
+    """Rank 0 of the reference run could not bind its rendezvous port."""
+
+
+def _run_reference_once(workdir: Path, steps: int, world_size: int) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / "model.pt"
     port = free_port()
@@ -211,7 +231,10 @@ def run_reference(workdir: Path, steps: int, world_size: int = WORLD_SIZE) -> Pa
         for proc in procs:
             _, err = proc.communicate(timeout=REFERENCE_TIMEOUT_S)
             if proc.returncode != 0:
-                raise RuntimeError(f"reference run failed: {err.decode()[-2000:]}")
+                text = err.decode()[-2000:]
+                if "EADDRINUSE" in text:
+                    raise PortTaken(f"reference run: port {port} was taken: {text}")
+                raise RuntimeError(f"reference run failed: {text}")
     finally:
         for proc in procs:
             if proc.poll() is None:
