@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.chaos_invariants import processes_mentioning
 from bench.harness import BenchConfig, BenchRun, Plan, RunRecord
 from bench.measure import StepTrace
 from bench.metrics import lookup
@@ -54,18 +55,6 @@ EXPECTED: dict[str, set[str]] = {
 pytestmark = pytest.mark.e2e
 
 
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in args:
-            found.append(f"{cmdline.parent.name}: {args}")
-    return found
-
-
 def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "bench", *args]
     with subprocess.Popen(
@@ -84,7 +73,7 @@ def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     assert match, proc.stderr[-2000:]
     workdir = match.group(1)
     assert not Path(workdir).exists()
-    assert _processes_mentioning(workdir) == []
+    assert processes_mentioning(workdir) == []
     return proc
 
 

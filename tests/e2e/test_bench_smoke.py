@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench import report
+from bench.chaos_invariants import processes_mentioning
 from bench.harness import BenchConfig, BenchRun, Plan, RunRecord
 from bench.jobs import JobShape
 from bench.metrics import lookup
@@ -92,18 +93,6 @@ MULTINODE_METRICS = {
 pytestmark = pytest.mark.e2e
 
 
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in args:
-            found.append(f"{cmdline.parent.name}: {args}")
-    return found
-
-
 def _run_quick(
     scenarios: list[str], out: Path, timeout_s: float
 ) -> subprocess.CompletedProcess[str]:
@@ -140,7 +129,7 @@ def _run_quick(
     assert match, proc.stderr[-2000:]
     workdir = match.group(1)
     assert not Path(workdir).exists()
-    assert _processes_mentioning(workdir) == []
+    assert processes_mentioning(workdir) == []
     return proc
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from bench.chaos import CELLS_BY_KEY, FAULTS, PHASES, SMOKE, absent_reason
+from bench.chaos_invariants import processes_mentioning
 from lazarus import chaos
 from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
 from lazarus.workflows.state import Phase
@@ -29,18 +30,6 @@ from tests.e2e.conftest import Job, ddp_spec
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in args:
-            found.append(f"{cmdline.parent.name}: {args}")
-    return found
 
 
 def test_every_pair_is_a_cell_or_has_a_reason() -> None:
@@ -87,7 +76,7 @@ def test_chaos_smoke_cells_hold(tmp_path: Path) -> None:
     match = re.search(r"state in (\S+);", stderr)
     assert match, stderr[-2000:]
     assert not Path(match.group(1)).exists()
-    assert _processes_mentioning(match.group(1)) == []
+    assert processes_mentioning(match.group(1)) == []
 
 
 @pytest.mark.timeout(180)
