@@ -4,8 +4,8 @@ Usage::
 
     python -m bench.accuracy_sets [DIR ...]
 
-Without arguments it scores the shared set (``/work/shared/failure-logs`` when it
-exists), ``tests/fixtures/failure-logs``, ``tests/fixtures/failure-logs-synthetic``
+Without arguments it scores the shared set (``../shared/failure-logs`` beside the
+checkout, when it exists), ``tests/fixtures/failure-logs``, ``tests/fixtures/failure-logs-synthetic``
 and ``tests/fixtures/failure-logs-hard``. Rows of an ``index.jsonl`` that carry a
 ``family`` field are also reported per family, and every miss is listed.
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from bench.classifier_accuracy import REPO, evaluate, load_samples
 
-SHARED = Path("/work/shared/failure-logs")
+SHARED = REPO.parent / "shared" / "failure-logs"
+"""The shared labelled set, beside the checkout where a workplace provides one."""
 DEFAULT_DIRS = [
     SHARED,
     REPO / "tests" / "fixtures" / "failure-logs",
