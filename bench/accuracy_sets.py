@@ -5,9 +5,10 @@ Usage::
     python -m bench.accuracy_sets [DIR ...]
 
 Without arguments it scores the shared set (``../shared/failure-logs`` beside the
-checkout, when it exists), ``tests/fixtures/failure-logs``, ``tests/fixtures/failure-logs-synthetic``
-and ``tests/fixtures/failure-logs-hard``. Rows of an ``index.jsonl`` that carry a
-``family`` field are also reported per family, and every miss is listed.
+checkout, when it exists), ``tests/fixtures/failure-logs``,
+``tests/fixtures/failure-logs-synthetic`` and ``tests/fixtures/failure-logs-hard``.
+Rows of an ``index.jsonl`` that carry a ``family`` field are also reported per family,
+and every miss is listed.
 """
 
 from __future__ import annotations
