@@ -164,8 +164,8 @@ def prune(root: Path) -> list[Path]:
     :func:`abandoned`), then committed snapshots beyond the newest :func:`keep`, and
     uncommitted step directories older than the newest commit (torn writes of a dead
     process), except the one this process resumed from. Never follows a symlink.
-    Returns what was deleted."""
-    secure(root)
+    ``root`` is one :func:`commit` has just checked with :func:`secure` (only this
+    user can change a private root, so the check holds). Returns what was deleted."""
     committed = [
         (step, path)
         for step, path in checkpoint_layout.committed_steps(root)
