@@ -29,7 +29,7 @@ RUN python -m venv "$VIRTUAL_ENV"
 # torch, ranks run the training image's own Python.
 RUN "$VIRTUAL_ENV/bin/pip" install --constraint infra/docker/worker-constraints.txt .
 RUN "$VIRTUAL_ENV/bin/lazarus" --help >/dev/null && \
-    "$VIRTUAL_ENV/bin/python" -c "import lazarus.workers.controller"
+    "$VIRTUAL_ENV/bin/python" -c "import workers.controller"
 
 FROM ${PYTHON_IMAGE}
 # A fixed uid/gid so Kubernetes' runAsUser, file ownership on mounted volumes and the

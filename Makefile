@@ -47,7 +47,7 @@ test-hosts:
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy lazarus bench examples
+	$(VENV)/bin/mypy lazarus workflows activities workers infra bench examples
 
 # The full comparison with torchrun: every fault scenario (median of 3), the
 # overhead figures and a 10-minute chaos soak per system (about 50 minutes).

@@ -3,7 +3,7 @@
 A job's ``command``, ``on_escalation`` and ``preflight.health_command`` arrive in the
 workflow input, and whoever can reach the Temporal frontend can write that input.
 The worker is the trust boundary, so the check runs here, in the activities, against
-settings only the worker's operator controls (:class:`lazarus.settings.WorkerSettings`),
+settings only the worker's operator controls (:class:`lazarus.app.settings.WorkerSettings`),
 never against anything a client sends.
 
 A program is resolved to an absolute path the way it will be started (through the
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from temporalio.exceptions import ApplicationError
 
-from lazarus.activities.worker_settings import (
+from activities.worker_settings import (
     ALLOWED_COMMANDS_ENV,
     ALLOWED_COMMANDS_FILE_ENV,
     WorkerSettings,

@@ -17,7 +17,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from lazarus.activities.command_policy import CommandNotAllowed, enforce
+from activities.command_policy import CommandNotAllowed, enforce
 from lazarus.domain.checkpoint_layout import temp_path_for
 from lazarus.domain.contracts import EscalationHookRequest, EscalationHookResult
 

@@ -2,7 +2,7 @@
 
 A worker polls ``<task_queue>@<host>`` beside its task queue, and the launch
 activity reports the same host, so that a local job's machine-bound activities
-follow its ranks (``lazarus.workflows.routing``). Both ask this one function, so they
+follow its ranks (``workflows.routing``). Both ask this one function, so they
 cannot disagree. ``LAZARUS_HOST`` overrides the system host name: containers whose
 host name changes with each restart, or a spec whose local nodes name the machine
 differently (``host: gpu-box-3.example.com``).

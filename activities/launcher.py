@@ -12,14 +12,14 @@ terminated earlier run may have left ranks behind), so two generations are never
 alive at once. Only groups whose pid files' start ticks match are signalled.
 
 Warm starts (``warm_start`` in the spec): each local node's ranks are forked from
-that node's zygote for the run (:mod:`lazarus.activities.nodes.warm`), which writes
+that node's zygote for the run (:mod:`activities.nodes.warm`), which writes
 the same pid files as a cold start, so adoption and fencing above are unchanged; a
 fork that cannot happen starts the rank cold, and ``LaunchResult.warm_start`` says
 which ranks went which way and why. Fencing another run also stops its zygotes.
 
 Rejoin in place (``rejoin`` in the spec, ``LaunchRequest.rejoin_ranks``): the
 previous generation's live ranks named there are carried over in their own process
-instead of fenced and restarted (:mod:`lazarus.activities.rejoin`); only the others
+instead of fenced and restarted (:mod:`activities.rejoin`); only the others
 start. Fencing spares exactly those groups, so still no process acts for an older
 generation once the survivors have read their rejoin request. A survivor is carried
 only into its own node's slot, and a rank with no slot in the new world refuses the
@@ -44,10 +44,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 import lazarus
-from lazarus.activities.command_policy import CommandNotAllowed, enforce
-from lazarus.activities.heartbeat import in_thread_heartbeating
-from lazarus.activities.host_identity import this_host
-from lazarus.activities.nodes.agent import (
+from activities.command_policy import CommandNotAllowed, enforce
+from activities.heartbeat import in_thread_heartbeating
+from activities.host_identity import this_host
+from activities.nodes.agent import (
     NodeAgent,
     NodeRefused,
     NodeUnreachable,
@@ -55,9 +55,9 @@ from lazarus.activities.nodes.agent import (
     StartedRank,
     WarmStart,
 )
-from lazarus.activities.nodes.factory import agents, on_each, on_each_settled
-from lazarus.activities.nodes.local_agent import RankStartFailed, stop_ranks
-from lazarus.activities.nodes.rundir import (
+from activities.nodes.factory import agents, on_each, on_each_settled
+from activities.nodes.local_agent import RankStartFailed, stop_ranks
+from activities.nodes.rundir import (
     GenerationDir,
     control_document,
     generation_lock,
@@ -67,16 +67,16 @@ from lazarus.activities.nodes.rundir import (
     runs,
     write_json_atomic,
 )
-from lazarus.activities.nodes.secret_env import (
+from activities.nodes.secret_env import (
     SecretEnvError,
     passed_env,
     read_env_file,
     without_worker_secrets,
 )
-from lazarus.activities.nodes.shim_agent import ShimError
-from lazarus.activities.nodes.warm import stop_run_zygotes
-from lazarus.activities.program import rank_search_path, resolve_program
-from lazarus.activities.rejoin import Survivor, link_into, request_rejoin, survivors
+from activities.nodes.shim_agent import ShimError
+from activities.nodes.warm import stop_run_zygotes
+from activities.program import rank_search_path, resolve_program
+from activities.rejoin import Survivor, link_into, request_rejoin, survivors
 from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
 from lazarus.domain.chaos_points import chaos_point

@@ -2,12 +2,12 @@
 uploaded), handed to whoever collects it: the one way an activity reports a metric.
 
 Activities know nothing of Prometheus. A worker started with ``--metrics-port``
-installs a sink (``lazarus.metrics.LazarusMetrics.observe``); without one,
+installs a sink (``lazarus.app.metrics.LazarusMetrics.observe``); without one,
 :func:`observe` costs a global read and does nothing. Only activities call it, never
 workflow code: an activity runs once per attempt, for real, so what it observes
 happened; a workflow replays, and a metric emitted from replayed code would count
 twice (which is why the job's own facts come from the status query instead, see
-``lazarus.workers.metrics_collector``).
+``workers.metrics_collector``).
 
 A metric must never fail the work it measures: a sink that raises is logged once
 and otherwise ignored.
@@ -24,7 +24,7 @@ from temporalio import activity
 
 from lazarus.domain.api import job_name_from
 
-log = logging.getLogger("lazarus.metrics")
+log = logging.getLogger("lazarus.app.metrics")
 
 ObservationKind = Literal[
     "supervision_poll",

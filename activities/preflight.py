@@ -12,10 +12,10 @@ import os
 
 from temporalio import activity
 
-from lazarus.activities.command_policy import CommandNotAllowed, enforce
-from lazarus.activities.nodes.agent import NodeAgent, NodeRefused, NodeUnreachable, PreflightRequest
-from lazarus.activities.nodes.factory import agents, on_each
-from lazarus.activities.program import rank_search_path
+from activities.command_policy import CommandNotAllowed, enforce
+from activities.nodes.agent import NodeAgent, NodeRefused, NodeUnreachable, PreflightRequest
+from activities.nodes.factory import agents, on_each
+from activities.program import rank_search_path
 from lazarus.domain.contracts import NodeHealth, PreflightActivityRequest, PreflightReport
 
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lazarus.activities.nodes.procfs import is_alive, owned_group
-from lazarus.activities.nodes.rundir import GenerationDir, read_json, write_json_atomic
+from activities.nodes.procfs import is_alive, owned_group
+from activities.nodes.rundir import GenerationDir, read_json, write_json_atomic
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import RankProcess
 

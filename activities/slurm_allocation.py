@@ -6,7 +6,7 @@ and giving back a first allocation when the job is cancelled while it waits.
 Both wait on Slurm's queue, so both heartbeat with their latest progress line (the
 Web UI shows it as the activity's details) and bound the wait by ``slurm.wait_s``.
 Both are safe to retry: a retry adopts what an earlier attempt got (see
-:mod:`lazarus.activities.nodes.allocation`). A refusal is non-retryable: Slurm's
+:mod:`activities.nodes.allocation`). A refusal is non-retryable: Slurm's
 answer will not change by asking again at once, and the workflow has a fallback.
 Its error type stays the refusal's own class name (``SubmitRefused``,
 ``GrowRefused``), which the workflow's history records.
@@ -20,9 +20,9 @@ from collections.abc import Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from lazarus.activities.heartbeat import in_thread_heartbeating
-from lazarus.activities.nodes import allocation
-from lazarus.activities.nodes.agent import AllocationRefused
+from activities.heartbeat import in_thread_heartbeating
+from activities.nodes import allocation
+from activities.nodes.agent import AllocationRefused
 from lazarus.domain.activity_refs import CANCEL_ALLOCATION, GROW_ALLOCATION, SUBMIT_ALLOCATION
 from lazarus.domain.contracts import (
     AllocationGranted,

@@ -19,17 +19,17 @@ from pathlib import Path
 
 from temporalio import activity
 
-from lazarus.activities.heartbeat import in_thread_heartbeating
-from lazarus.activities.nodes.agent import (
+from activities.heartbeat import in_thread_heartbeating
+from activities.nodes.agent import (
     NodeAgent,
     NodeRefused,
     NodeStopResult,
     NodeUnreachable,
 )
-from lazarus.activities.nodes.factory import agents, on_each
-from lazarus.activities.nodes.local_agent import LocalAgent
-from lazarus.activities.nodes.rundir import runs
-from lazarus.activities.nodes.shim_agent import ShimError
+from activities.nodes.factory import agents, on_each
+from activities.nodes.local_agent import LocalAgent
+from activities.nodes.rundir import runs
+from activities.nodes.shim_agent import ShimError
 from lazarus.domain.contracts import StopRequest, StopResult
 from lazarus.domain.memory_tier import memory_checkpoint_dir
 from lazarus.domain.spec import NodeSpec

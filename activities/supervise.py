@@ -12,9 +12,9 @@ the controller first saw each new heartbeat or log step (monotonic time), never
 by subtracting a remote timestamp from the local clock.
 
 The split is deliberate: :class:`GenerationObserver` does the I/O
-(:mod:`lazarus.activities.supervise_observer`) and :func:`evaluate` is a pure
+(:mod:`activities.supervise_observer`) and :func:`evaluate` is a pure
 function from one observation to an outcome
-(:mod:`lazarus.activities.supervise_rules`), so the detection rules are unit-tested
+(:mod:`activities.supervise_rules`), so the detection rules are unit-tested
 without processes. This module is the activity: the poll loop, the wait between
 rounds, and the outcome as it goes into history.
 
@@ -56,12 +56,12 @@ import time
 
 from temporalio import activity
 
-from lazarus.activities.heartbeat import in_thread_heartbeating
-from lazarus.activities.nodes.agent import NodeAgent
-from lazarus.activities.nodes.factory import agents
-from lazarus.activities.observe import observe
-from lazarus.activities.supervise_observer import GenerationObserver
-from lazarus.activities.supervise_rules import (
+from activities.heartbeat import in_thread_heartbeating
+from activities.nodes.agent import NodeAgent
+from activities.nodes.factory import agents
+from activities.observe import observe
+from activities.supervise_observer import GenerationObserver
+from activities.supervise_rules import (
     Observation,
     StepRate,
     awaiting_exit_record,

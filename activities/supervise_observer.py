@@ -2,9 +2,9 @@
 cannot tell (when a node went quiet, when a rank was first seen dead, when each
 rank's current progress was first seen).
 
-:class:`GenerationObserver` does the I/O; :func:`~lazarus.activities.supervise_rules.evaluate`
+:class:`GenerationObserver` does the I/O; :func:`~activities.supervise_rules.evaluate`
 judges what it saw. How it scales: the module docstring of
-:mod:`lazarus.activities.supervise`.
+:mod:`activities.supervise`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from lazarus.activities.diagnosis import TAIL_BYTES
-from lazarus.activities.kernel_evidence import KernelSources, OomWatch
-from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
-from lazarus.activities.nodes.rundir import GenerationDir, read_json
-from lazarus.activities.straggler_stats import ComputeWindow
-from lazarus.activities.supervise_rules import (
+from activities.diagnosis import TAIL_BYTES
+from activities.kernel_evidence import KernelSources, OomWatch
+from activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
+from activities.nodes.rundir import GenerationDir, read_json
+from activities.straggler_stats import ComputeWindow
+from activities.supervise_rules import (
     MIN_FAILED_POLLS,
     NodeObservation,
     Observation,

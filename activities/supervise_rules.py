@@ -1,10 +1,10 @@
 """The detection rules of supervision: one observation in, an outcome (or nothing) out.
 
 :func:`evaluate` is a pure function from one :class:`Observation` (gathered by
-:class:`~lazarus.activities.supervise_observer.GenerationObserver`) to a
+:class:`~activities.supervise_observer.GenerationObserver`) to a
 :class:`SuperviseOutcome`, so the rules (crash, vanished rank, lost node, hang,
 straggler, first step, preemption) are unit-tested without processes. The
-supervise activity itself is :mod:`lazarus.activities.supervise`.
+supervise activity itself is :mod:`activities.supervise`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lazarus.activities.diagnosis import (
+from activities.diagnosis import (
     diagnose_crash,
     diagnose_vanished,
     killed_by_sigkill,
     last_lines,
 )
-from lazarus.activities.straggler_stats import find_straggler
+from activities.straggler_stats import find_straggler
 from lazarus.domain.contracts import (
     FailureReport,
     ProgressSignal,
@@ -86,7 +86,7 @@ class Observation:
     where a restart's time went on the rank side. Empty without the rank helper."""
     preempted: tuple[float, str] | None = None
     """Slurm is taking the allocation away: when (wall clock), and the evidence line
-    (:meth:`lazarus.activities.nodes.agent.NodeAgent.preemption_notice`)."""
+    (:meth:`activities.nodes.agent.NodeAgent.preemption_notice`)."""
     checkpoint_save_s: float | None = None
     """The slowest rank's recent blocking save time (its heartbeat's), None before any."""
 

@@ -1,7 +1,7 @@
 """The worker's own policy: what the activities may run.
 
 These settings live on the activities' floor because only mechanics read them
-(:mod:`lazarus.activities.command_policy`); the worker process loads them from its
+(:mod:`activities.command_policy`); the worker process loads them from its
 environment at start, and a workflow input can never widen them.
 """
 

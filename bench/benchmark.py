@@ -26,7 +26,7 @@ from bench.harness import BenchConfig, BenchContext, BenchRun, Extra, Metric, Pl
 from bench.jobs import JobShape
 from bench.registry import Scenario
 from bench.systems import System
-from lazarus.local_stack import LocalStack
+from lazarus.app.local_stack import LocalStack
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:

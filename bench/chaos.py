@@ -42,6 +42,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from activities.nodes.rundir import read_json
 from bench import chaos_fleet, report
 from bench.benchmark import run_benchmark
 from bench.chaos_invariants import GenerationCensus, Launch, judge, processes_mentioning
@@ -52,8 +53,8 @@ from bench.jobs import WORLD_SIZE, JobControl, JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor
 from bench.registry import Scenario
 from bench.systems import Outcome, Reference
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import read_json
+from lazarus.app import chaos
+from lazarus.app.fleet_client import FleetClient
 from lazarus.domain import chaos_points as points
 from lazarus.domain.activity_refs import LAUNCH
 from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME, UPDATE_DRAIN, fleet_workflow_id
@@ -62,8 +63,7 @@ from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.fleet_state import FleetConfig
 from lazarus.domain.memory_tier import MEMORY_ROOT, on_node
 from lazarus.domain.spec import JobSpec
-from lazarus.fleet_client import FleetClient
-from lazarus.workflows.state import JobStatus, NodeRequest, Phase
+from workflows.state import JobStatus, NodeRequest, Phase
 
 FAULTS: dict[str, str] = {
     "rank_sigkill": "rank SIGKILL",

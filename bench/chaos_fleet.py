@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from lazarus.domain.fleet_messages import FleetStatus
 from lazarus.domain.fleet_state import NodeState
-from lazarus.workflows.state import JobStatus, Phase
+from workflows.state import JobStatus, Phase
 
 FLEET_NODES = ("n0", "n1", "n2")
 """The cell's fleet: three local logical nodes, one more than the job leases, so a

@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from activities.nodes.rundir import generations_below
 from bench.measure import BackgroundSampler
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import generations_below
+from lazarus.app import chaos
 from lazarus.domain.checkpoint_layout import MANIFEST, TEMP_SUFFIX, committed_steps
 from lazarus.domain.memory_tier import MEMORY_ROOT
-from lazarus.workflows.state import JobStatus, Phase
+from workflows.state import JobStatus, Phase
 
 CENSUS_INTERVAL_S = 0.05
 RANKS_GONE_WAIT_S = 20.0

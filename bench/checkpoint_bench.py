@@ -120,7 +120,7 @@ def _median(values: list[float]) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lazarus.activities.checkpoints.verify import verify_checkpoint
+    from activities.checkpoints.verify import verify_checkpoint
 
     size_mb, repeats = args.size_mb, max(1, args.repeats)
     scratch: Path = args.dir.resolve() / f"run-{os.getpid()}"
@@ -211,8 +211,8 @@ def _s3_round(
 ) -> None:
     import boto3
 
-    from lazarus.activities.checkpoints import restore_checkpoint_sync, upload_checkpoint_sync
-    from lazarus.activities.checkpoints.tiering import UploadTracker
+    from activities.checkpoints import restore_checkpoint_sync, upload_checkpoint_sync
+    from activities.checkpoints.tiering import UploadTracker
     from lazarus.domain.contracts import (
         CheckpointRef,
         RestoreCheckpointRequest,

@@ -34,6 +34,8 @@ from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.nodes.rundir import GenerationDir
+from activities.stop import stop_generations
 from bench.jobs import (
     EXAMPLE,
     WORLD_SIZE,
@@ -48,14 +50,12 @@ from bench.measure import RunMonitor, StepTrace, count_history_events, max_logge
 from bench.metrics import Value
 from bench.systems import DEFAULT_PRELOAD, LAZARUS_SETUPS, LazarusSetup, Measured, Reference, System
 from bench.torchrun import TorchrunJob, TorchrunSetup
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import GenerationDir
-from lazarus.activities.stop import stop_generations
+from lazarus.app import chaos
+from lazarus.app.lifecycle import StartStop
+from lazarus.app.local_stack import LocalStack
 from lazarus.domain.contracts import StopRequest
 from lazarus.domain.spec import JobSpec
-from lazarus.lifecycle import StartStop
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import JobStatus, Phase
+from workflows.state import JobStatus, Phase
 
 __all__ = [
     "BenchConfig",

@@ -18,10 +18,10 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from lazarus.client import JobClient, JobHandle
+from lazarus.app.client import JobClient, JobHandle
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec, parse_spec
-from lazarus.workflows.state import JobInput, JobStatus
+from workflows.state import JobInput, JobStatus
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "train_ddp.py"
@@ -255,7 +255,7 @@ def weights_match(actual: Path, expected: Path) -> bool:
 
 
 class JobControl:
-    """One Lazarus job as the bench drives it, through :class:`lazarus.client.JobClient`
+    """One Lazarus job as the bench drives it, through :class:`lazarus.app.client.JobClient`
     (the supported Python API), so the bench exercises what users call.
 
     Two things the client deliberately does not offer stay here: ``terminate`` (a

@@ -30,8 +30,8 @@ from typing import Self
 from pydantic import BaseModel
 from temporalio.client import Client
 
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import generations_below, read_json
+from activities.nodes.rundir import generations_below, read_json
+from lazarus.app import chaos
 
 SAMPLE_INTERVAL_S = 0.05
 

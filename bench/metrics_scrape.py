@@ -1,6 +1,6 @@
 """``python -m bench.metrics_scrape``: what the worker's metrics endpoint costs as jobs add up.
 
-For each job count it fills one :class:`~lazarus.metrics.LazarusMetrics` the way the
+For each job count it fills one :class:`~lazarus.app.metrics.LazarusMetrics` the way the
 collector does (each job: its status answer with ``--incidents`` recovered incidents
 and a quarantined node, plus the activities' poll and checkpoint observations),
 serves it on loopback exactly as ``lazarus worker --metrics-port`` does, and
@@ -27,12 +27,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lazarus.activities.observe import Observation
+from activities.observe import Observation
+from lazarus.app.metrics import LazarusMetrics, MetricsSettings, serve
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.ports import free_port
-from lazarus.metrics import LazarusMetrics, MetricsSettings, serve
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import Incident, JobStatus, NodePool, Phase, QuarantinedNode
+from workflows.playbook import Action
+from workflows.state import Incident, JobStatus, NodePool, Phase, QuarantinedNode
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CLASSES = (FailureClass.UNKNOWN, FailureClass.HANG, FailureClass.NODE_LOST)

@@ -1,7 +1,7 @@
 """What the multi-node scenarios share: real SSH test hosts, ssh job specs, measuring
 an SSH poll, and the controller worker's CPU time.
 
-The hosts are :class:`lazarus.infra.testhosts.TestHosts`: one network namespace per host,
+The hosts are :class:`infra.testhosts.TestHosts`: one network namespace per host,
 each running its own sshd, reachable from the controller (which stays in the root
 namespace) across a bridge, each with its own ``/dev/shm`` (a private tmpfs that a
 killed host loses, so the memory tier is measured as on real nodes). They share
@@ -27,15 +27,15 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from activities.nodes.agent import NodeAgent, NodeStatus, RankLaunch
+from activities.nodes.factory import agents, on_each
+from activities.nodes.rundir import GenerationDir, write_json_atomic
 from bench.harness import BenchContext
 from bench.jobs import JobPaths, JobShape, build_spec
-from lazarus.activities.nodes.agent import NodeAgent, NodeStatus, RankLaunch
-from lazarus.activities.nodes.factory import agents, on_each
-from lazarus.activities.nodes.rundir import GenerationDir, write_json_atomic
+from infra.testhost_network import nameservers, unavailable_reason
+from infra.testhosts import TestHosts
 from lazarus.domain.contracts import NodeAccess
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec
-from lazarus.infra.testhost_network import nameservers, unavailable_reason
-from lazarus.infra.testhosts import TestHosts
 
 
 # Capability bits from <linux/capability.h>.

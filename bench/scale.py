@@ -1,7 +1,7 @@
 """``python -m bench scale``: how far one controller goes: one worker supervising one
 job on 100 to 2,000 simulated nodes.
 
-The nodes are :mod:`lazarus.activities.nodes.simulated_agent` nodes (no ranks, no
+The nodes are :mod:`activities.nodes.simulated_agent` nodes (no ranks, no
 network; each call sleeps ``--round-trip-ms`` to stand for one), so what is
 measured is the controller alone: the **real** ``supervise`` activity, run by a
 real worker in this process against a real Temporal dev server, driven by a
@@ -52,9 +52,9 @@ from temporalio.common import RetryPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from lazarus.activities.nodes.simulated_agent import SimulatedCluster, simulate
-from lazarus.activities.supervise import supervise
-from lazarus.devserver import DevServer
+from activities.nodes.simulated_agent import SimulatedCluster, simulate
+from activities.supervise import supervise
+from lazarus.app.devserver import DevServer
 from lazarus.domain.contracts import NodeAccess, SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
 

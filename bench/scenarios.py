@@ -17,6 +17,7 @@ import signal
 import time
 from dataclasses import dataclass
 
+from activities.nodes.rundir import read_json
 from bench.harness import BenchContext, LazarusRun, Metric, SpecBuilder, TorchrunRun, wait_until
 from bench.jobs import JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor, StepTrace
@@ -24,12 +25,11 @@ from bench.metrics import PHASE_METRICS
 from bench.registry import runs, scenario
 from bench.systems import Measured
 from bench.torchrun import TorchrunSetup
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import read_json
+from lazarus.app import chaos
+from lazarus.app.local_stack import LocalStack
 from lazarus.domain.recovery_timeline import RecoveryTimeline
 from lazarus.domain.spec import JobSpec
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import Incident, JobStatus, Phase
+from workflows.state import Incident, JobStatus, Phase
 
 NO_PAUSE = (
     "not possible: torchrun has no pause; stopping the agent ends the job, and "

@@ -9,6 +9,7 @@ import asyncio
 import threading
 import time
 
+from activities.nodes.rundir import GenerationDir, read_json
 from bench import multinode
 from bench.harness import BenchContext, Metric, SpecBuilder
 from bench.jobs import JobPaths, build_spec
@@ -16,10 +17,9 @@ from bench.measure import workflow_steps
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics
 from bench.systems import Measured
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import GenerationDir, read_json
+from lazarus.app import chaos
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.state import JobStatus
+from workflows.state import JobStatus
 
 NOT_MEASURED_NODE_LOSS = (
     "not measured (time-boxed): torchrun's answer is elastic c10d rendezvous across "

@@ -1,4 +1,4 @@
-"""The Slurm scenarios: a real Slurm on this machine (:class:`lazarus.infra.slurm.TestSlurm`,
+"""The Slurm scenarios: a real Slurm on this machine (:class:`infra.slurm.TestSlurm`,
 slurmctld plus slurmd n1..n3), Lazarus against plain Slurm; skipped, with the reason in
 the results, where Slurm cannot run (no root, no slurm-wlm or munge).
 
@@ -32,19 +32,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from activities.nodes.rundir import SRUN_PID, GenerationDir, read_json
 from bench.harness import RANK_ENV, BenchContext, Metric
 from bench.jobs import JobPaths, build_spec, weights_match
 from bench.measure import max_logged_step, workflow_steps
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics
 from bench.systems import Measured, System
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import SRUN_PID, GenerationDir, read_json
+from infra.slurm import TestSlurm, unavailable_reason
+from lazarus.app import chaos
 from lazarus.domain.ports import free_port
 from lazarus.domain.recovery_timeline import RecoveryTimeline, latest_marks
 from lazarus.domain.spec import JobSpec
-from lazarus.infra.slurm import TestSlurm, unavailable_reason
-from lazarus.workflows.state import JobStatus
+from workflows.state import JobStatus
 
 VICTIM_RANK = 1
 """The rank whose node dies (rank 1: never the batch host of the plain-Slurm job)."""

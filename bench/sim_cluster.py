@@ -73,8 +73,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
+from activities.stand_ins import StandIn, launched_without_ranks, stand_ins
 from bench.sim_model import DAY_S, ClusterTrace, CostModel, FailureEvent, Ledger, progress_at
-from lazarus.activities.stand_ins import StandIn, launched_without_ranks, stand_ins
 from lazarus.domain import contracts
 from lazarus.domain.activity_refs import ALL, FLEET_CALLS
 from lazarus.domain.api import (

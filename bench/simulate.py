@@ -47,6 +47,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.fleet import fleet_hand_back, fleet_lease, fleet_release, fleet_report
 from bench.sim_cluster import PROBATION_COMMAND, REPORT_S, SimCluster, run_chain
 from bench.sim_fleet import FLEET_NAME, FleetPlan, fleet_figures, fleet_plan
 from bench.sim_model import (
@@ -61,7 +62,6 @@ from bench.sim_model import (
     TraceConfig,
     make_trace,
 )
-from lazarus.activities.fleet import fleet_hand_back, fleet_lease, fleet_release, fleet_report
 from lazarus.domain.api import (
     FLEET_WORKFLOW_TYPE,
     QUERY_STATUS,
@@ -72,9 +72,9 @@ from lazarus.domain.api import (
 from lazarus.domain.checkpoint_interval import daly_interval_s, expected_goodput_loss
 from lazarus.domain.fleet import ProbationSpec
 from lazarus.domain.spec import JobSpec, parse_spec
-from lazarus.workflows.fleet import FleetWorkflow
-from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.state import JobInput, JobStatus
+from workflows.fleet import FleetWorkflow
+from workflows.job import JobWorkflow
+from workflows.state import JobInput, JobStatus
 
 TEST_SERVER = Path(".venv/bin/temporal-test-server")
 HOOK = ["sim-operator"]

@@ -43,9 +43,9 @@ from bench.soak_results import (
     SoakSystemResult,
 )
 from bench.systems import LAZARUS_SETUPS, System
-from lazarus import chaos
-from lazarus.client import RequestRejected
-from lazarus.workflows.state import Phase
+from lazarus.app import chaos
+from lazarus.app.client import RequestRejected
+from workflows.state import Phase
 
 TRAINING_FRESH_S = 2.0
 """A fault is injected only into a job that made progress this recently..."""

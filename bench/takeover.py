@@ -21,7 +21,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import WorkflowHandle
 
-from lazarus.local_stack import LocalStack
+from lazarus.app.local_stack import LocalStack
 
 SUPERVISE_ACTIVITY = "supervise"
 

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
+from activities.nodes.procfs import is_alive, read_stat
 from bench.jobs import REPO
 from bench.measure import STEP_LINE, StepTrace
-from lazarus.activities.nodes.procfs import is_alive, read_stat
 
 TorchrunSetup = Literal["best", "default"]
 POLL_INTERVAL_S = 0.05

@@ -26,14 +26,14 @@ from rich.text import Text
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lazarus import chaos  # noqa: E402
-from lazarus.cli_render import incidents_table, render_status  # noqa: E402
-from lazarus.client import JobClient  # noqa: E402
+from lazarus.app import chaos  # noqa: E402
+from lazarus.app.cli_render import incidents_table, render_status  # noqa: E402
+from lazarus.app.client import JobClient  # noqa: E402
+from lazarus.app.local_stack import LocalStack  # noqa: E402
+from lazarus.app.settings import web_ui_url  # noqa: E402
 from lazarus.domain.api import workflow_id_for  # noqa: E402
 from lazarus.domain.spec import JobSpec, load_spec  # noqa: E402
-from lazarus.local_stack import LocalStack  # noqa: E402
-from lazarus.settings import web_ui_url  # noqa: E402
-from lazarus.workflows.state import JobStatus  # noqa: E402
+from workflows.state import JobStatus  # noqa: E402
 
 SPEC = REPO / "examples" / "jobs" / "ddp_demo.yaml"
 DEMO_JOB = "ddp-demo-showcase"

@@ -1,9 +1,9 @@
-"""The network-namespace plumbing under :mod:`lazarus.infra.testhosts`: binaries, ``ip``
+"""The network-namespace plumbing under :mod:`infra.testhosts`: binaries, ``ip``
 and process helpers, the run registry that keeps concurrent runs apart, address choice,
 prerequisites and the cleanup of crashed runs' leftovers.
 
 Split from ``testhosts.py`` (issue 27: one concern per file) so that module holds the
-hosts themselves: :class:`~lazarus.infra.testhosts.TestHosts` and its lifecycle. See its
+hosts themselves: :class:`~infra.testhosts.TestHosts` and its lifecycle. See its
 docstring for the topology and the pitfalls.
 """
 

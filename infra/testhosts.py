@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, ClassVar
 
-from lazarus.infra.testhost_network import (
+from infra.testhost_network import (
     _IFNAMSIZ,
     _RUN_ID_RE,
     _SHM_SIZE_RE,
@@ -102,7 +102,7 @@ from lazarus.infra.testhost_network import (
     ensure_prerequisites,
     nameservers,
 )
-from lazarus.lifecycle import StartStop
+from lazarus.app.lifecycle import StartStop
 
 __all__ = [
     "SSHD",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.devserver import DevServer
+from lazarus.app.devserver import DevServer
 
 
 @pytest.fixture(scope="session")

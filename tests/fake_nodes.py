@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lazarus.activities.nodes.agent import (
+from activities.nodes.agent import (
     NodeAgent,
     NodeStatus,
     NodeStopResult,

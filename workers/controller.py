@@ -23,46 +23,46 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 from temporalio.worker import Worker
 
-from lazarus.activities.checkpoints import (
+from activities.checkpoints import (
     collect_garbage,
     find_verified_checkpoint,
     restore_checkpoint,
     upload_checkpoint,
 )
-from lazarus.activities.checkpoints.interval import set_checkpoint_interval
-from lazarus.activities.checkpoints.just_in_time import checkpoint_now
-from lazarus.activities.checkpoints.rollback import roll_back_checkpoint
-from lazarus.activities.checkpoints.watch import watch_checkpoints
-from lazarus.activities.escalation import run_escalation_hook
-from lazarus.activities.fleet import (
+from activities.checkpoints.interval import set_checkpoint_interval
+from activities.checkpoints.just_in_time import checkpoint_now
+from activities.checkpoints.rollback import roll_back_checkpoint
+from activities.checkpoints.watch import watch_checkpoints
+from activities.escalation import run_escalation_hook
+from activities.fleet import (
     fleet_hand_back,
     fleet_lease,
     fleet_release,
     fleet_report,
 )
-from lazarus.activities.host_identity import this_host
-from lazarus.activities.launcher import launch
-from lazarus.activities.preflight import preflight
-from lazarus.activities.slurm_allocation import (
+from activities.host_identity import this_host
+from activities.launcher import launch
+from activities.preflight import preflight
+from activities.slurm_allocation import (
     cancel_allocation,
     grow_allocation,
     submit_allocation,
 )
-from lazarus.activities.stop import stop
-from lazarus.activities.supervise import supervise
-from lazarus.activities.worker_settings import (
+from activities.stop import stop
+from activities.supervise import supervise
+from activities.worker_settings import (
     ALLOWED_COMMANDS_ENV,
     ALLOWED_COMMANDS_FILE_ENV,
     WorkerSettings,
 )
+from lazarus.app.metrics import MetricsSettings, prepare_metrics
+from lazarus.app.settings import ConnectionSettings, connect
 from lazarus.domain.api import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
-from lazarus.metrics import MetricsSettings, prepare_metrics
-from lazarus.settings import ConnectionSettings, connect
-from lazarus.workers.metrics_collector import serving_metrics
-from lazarus.workers.versioning import WorkerDeployment
-from lazarus.workflows.fleet import FleetWorkflow
-from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.routing import host_task_queue
+from workers.metrics_collector import serving_metrics
+from workers.versioning import WorkerDeployment
+from workflows.fleet import FleetWorkflow
+from workflows.job import JobWorkflow
+from workflows.routing import host_task_queue
 
 log = logging.getLogger("lazarus.worker")
 
@@ -114,7 +114,7 @@ def build_worker(
     client: Client, task_queue: str, deployment: WorkerDeployment | None = None
 ) -> Worker:
     """``deployment`` makes this worker one version of a Worker Deployment, and pins
-    the jobs it starts to it (see ``lazarus.workers.versioning``)."""
+    the jobs it starts to it (see ``workers.versioning``)."""
     return Worker(
         client,
         task_queue=task_queue,
@@ -129,7 +129,7 @@ def build_host_worker(
     client: Client, task_queue: str, deployment: WorkerDeployment | None = None
 ) -> Worker:
     """The same activities on this machine's own queue, ``<task_queue>@<host>``: a job of
-    local nodes sends its machine-bound activities there (``lazarus.workflows.routing``),
+    local nodes sends its machine-bound activities there (``workflows.routing``),
     so they run on a worker of the machine its ranks live on, never on another."""
     return Worker(
         client,

@@ -5,7 +5,7 @@ so the job's facts (phase, step, ETTR, pool, incidents) reach Prometheus the way
 reach ``lazarus status``: through the status query. Every ``interval_s`` this
 collector lists the jobs of its task queue that run, or ended within
 ``retention_s``, and asks each (at most :data:`CONCURRENT_QUERIES` at once) through
-:meth:`lazarus.client.JobClient.status`; :meth:`LazarusMetrics.record_status` makes
+:meth:`lazarus.app.client.JobClient.status`; :meth:`LazarusMetrics.record_status` makes
 the answer idempotent, so asking every few seconds counts each incident once.
 
 A job that ended is asked once more for its final status (an incident that closed
@@ -26,13 +26,13 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
-from lazarus.activities.observe import install_sink
-from lazarus.client import ClientError, JobClient
+from activities.observe import install_sink
+from lazarus.app.client import ClientError, JobClient
+from lazarus.app.metrics import LazarusMetrics, MetricsSettings, serve
+from lazarus.app.settings import ConnectionProblem
 from lazarus.domain.api import WORKFLOW_TYPE, job_name_from
-from lazarus.metrics import LazarusMetrics, MetricsSettings, serve
-from lazarus.settings import ConnectionProblem
 
-log = logging.getLogger("lazarus.metrics")
+log = logging.getLogger("lazarus.app.metrics")
 
 CONCURRENT_QUERIES = 16
 """Status queries in flight at once: bounds the load one pass puts on the workers."""

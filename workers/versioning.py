@@ -16,7 +16,7 @@ diverge. An upgrade is then:
 4. once no job is pinned to the old version, stop its workers.
 
 Without a deployment (the default, and the embedded dev server's demo), workers are
-unversioned and code changes ride on ``workflow.patched`` (see ``lazarus.workflows.job``).
+unversioned and code changes ride on ``workflow.patched`` (see ``workflows.job``).
 Both are tested: the released-history corpus replays against every change, and
 ``tests/integration/test_upgrade.py`` moves a running job from one build to the next.
 """

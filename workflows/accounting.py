@@ -9,7 +9,7 @@ Incidents dropped from the bounded list still count (``JobState.dropped_totals``
 
 from __future__ import annotations
 
-from lazarus.workflows.state import JobState
+from workflows.state import JobState
 
 
 def unproductive_s(state: JobState, now: float) -> float:

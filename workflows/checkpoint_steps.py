@@ -39,32 +39,32 @@ with workflow.unsafe.imports_passed_through():
         SuperviseOutcome,
     )
     from lazarus.domain.memory_tier import memory_checkpoint_dir
-    from lazarus.workflows.activity_calls import (
+    from workflows.activity_calls import (
         NO_RETRY,
         QUICK_RETRY,
         cause,
         execute,
         worker_loss_timeout,
     )
-    from lazarus.workflows.checkpoint_tuning import (
+    from workflows.checkpoint_tuning import (
         describe,
         interval_in_force,
         interval_request,
         record_sent,
         retune,
     )
-    from lazarus.workflows.housekeeping import must_rewatch
-    from lazarus.workflows.patches import (
+    from workflows.housekeeping import must_rewatch
+    from workflows.patches import (
         PATCH_CHECKPOINT_INTERVAL_AUTO,
         PATCH_RETIER_AFTER_FALLBACK,
     )
-    from lazarus.workflows.placement import active_nodes, generation_dir, run_root
-    from lazarus.workflows.resume_points import record_rollback, record_skipped
-    from lazarus.workflows.routing import route
-    from lazarus.workflows.run_context import JobRun
-    from lazarus.workflows.state import Phase, PlannedStop
-    from lazarus.workflows.stop_steps import StopSteps
-    from lazarus.workflows.stops import record_planned_stop
+    from workflows.placement import active_nodes, generation_dir, run_root
+    from workflows.resume_points import record_rollback, record_skipped
+    from workflows.routing import route
+    from workflows.run_context import JobRun
+    from workflows.state import Phase, PlannedStop
+    from workflows.stop_steps import StopSteps
+    from workflows.stops import record_planned_stop
 
 
 class CheckpointSteps:

@@ -31,9 +31,9 @@ from lazarus.domain.checkpoint_interval import (
 )
 from lazarus.domain.contracts import NodeAccess, SetCheckpointIntervalRequest, SuperviseOutcome
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.accounting import mean_time_to_recover
-from lazarus.workflows.placement import active_nodes, generation_dir
-from lazarus.workflows.state import JobState
+from workflows.accounting import mean_time_to_recover
+from workflows.placement import active_nodes, generation_dir
+from workflows.state import JobState
 
 RETUNE_THRESHOLD = 0.2
 """A new interval is sent when τ in steps differs from the one in force by more than

@@ -20,9 +20,9 @@ renders the same; it names nodes and classes, never commands or environments.
 from __future__ import annotations
 
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.accounting import effective_training_time_ratio
-from lazarus.workflows.playbook import SUGGESTED_OPERATOR_ACTIONS
-from lazarus.workflows.state import Incident, JobState, Phase
+from workflows.accounting import effective_training_time_ratio
+from workflows.playbook import SUGGESTED_OPERATOR_ACTIONS
+from workflows.state import Incident, JobState, Phase
 
 REASON_LIMIT = 200
 """Characters of a decision's reason or an operator reason shown: the page stays a

@@ -12,8 +12,8 @@ import json
 
 from lazarus.domain.contracts import EscalationHookRequest
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.playbook import SUGGESTED_OPERATOR_ACTIONS
-from lazarus.workflows.state import Incident, JobState, Phase
+from workflows.playbook import SUGGESTED_OPERATOR_ACTIONS
+from workflows.state import Incident, JobState, Phase
 
 PENDING = "pending"
 """``Incident.escalation_hook`` from the escalation until its hook has run."""

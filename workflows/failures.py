@@ -12,8 +12,8 @@ from temporalio.exceptions import ApplicationError
 from lazarus.domain.contracts import FailureReport
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.playbook import FailureContext
-from lazarus.workflows.state import JobState
+from workflows.playbook import FailureContext
+from workflows.state import JobState
 
 NODE_UNREACHABLE = "NodeUnreachable"
 """The launch activity's error type for a node it could not reach (details: the node)."""

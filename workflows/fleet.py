@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         scratch_copy,
     )
     from lazarus.domain.spec import NodeSpec, PreflightSpec
-    from lazarus.workflows.activity_calls import QUICK_RETRY, cause, execute
+    from workflows.activity_calls import QUICK_RETRY, cause, execute
 
 RequestT = TypeVar("RequestT")
 ReplyT = TypeVar("ReplyT")

@@ -42,14 +42,14 @@ with workflow.unsafe.imports_passed_through():
         ReleaseRequest,
     )
     from lazarus.domain.spec import FleetLeaseSpec, JobSpec, NodeSpec
-    from lazarus.workflows.activity_calls import cause, execute
-    from lazarus.workflows.patches import (
+    from workflows.activity_calls import cause, execute
+    from workflows.patches import (
         PATCH_FLEET,
         PATCH_FLEET_HAND_BACK,
         PATCH_FLEET_WAIT_FOR_NODE,
         PATCH_FLEET_WAITS_ONLY_FOR_NODES,
     )
-    from lazarus.workflows.state import JobState, Phase
+    from workflows.state import JobState, Phase
 
 MAX_FLEET_NOTES = 50
 

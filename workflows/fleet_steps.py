@@ -13,7 +13,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.contracts import FailureReport
-    from lazarus.workflows.fleet_link import (
+    from workflows.fleet_link import (
         ask_again,
         ask_for_spare,
         fleet_of,
@@ -23,9 +23,9 @@ with workflow.unsafe.imports_passed_through():
         take_lease,
         tell_fleet,
     )
-    from lazarus.workflows.operator_requests import reopen_pool
-    from lazarus.workflows.run_context import JobRun
-    from lazarus.workflows.state import Phase
+    from workflows.operator_requests import reopen_pool
+    from workflows.run_context import JobRun
+    from workflows.state import Phase
 
 
 class FleetSteps:

@@ -2,7 +2,7 @@
 
 A job's history grows with every supervision report; when it is long (or the
 deployment's target version changed) the run continues as new, carrying
-:class:`~lazarus.workflows.state.JobState`, and the next run adopts the live ranks.
+:class:`~workflows.state.JobState`, and the next run adopts the live ranks.
 Escalation hooks are delivered beside the state machine, retried without limit: one
 still in flight at the hop stays in ``pending_hooks`` and the next run delivers it.
 
@@ -24,11 +24,11 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import RUN_ESCALATION_HOOK
     from lazarus.domain.contracts import EscalationHookRequest
-    from lazarus.workflows.activity_calls import HOOK_RETRY, cause, execute
-    from lazarus.workflows.escalation import hook_failed, hook_finished, hook_ran
-    from lazarus.workflows.patches import PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW
-    from lazarus.workflows.run_context import JobRun
-    from lazarus.workflows.state import JobInput
+    from workflows.activity_calls import HOOK_RETRY, cause, execute
+    from workflows.escalation import hook_failed, hook_finished, hook_ran
+    from workflows.patches import PATCH_HOOK_SURVIVES_CONTINUE_AS_NEW
+    from workflows.run_context import JobRun
+    from workflows.state import JobInput
 
 
 class HandOver:

@@ -30,16 +30,16 @@ with workflow.unsafe.imports_passed_through():
         WatchCheckpointsRequest,
     )
     from lazarus.domain.spec import CheckpointsSpec, JobSpec
-    from lazarus.workflows.activity_calls import (
+    from workflows.activity_calls import (
         QUICK_RETRY,
         UPLOAD_RETRY,
         cause,
         execute,
         worker_loss_timeout,
     )
-    from lazarus.workflows.patches import PATCH_HOUSEKEEPING_STOPS
-    from lazarus.workflows.routing import route
-    from lazarus.workflows.state import JobState
+    from workflows.patches import PATCH_HOUSEKEEPING_STOPS
+    from workflows.routing import route
+    from workflows.state import JobState
 
 # ------------------------------------------------------------------ decisions
 

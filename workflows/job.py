@@ -1,6 +1,6 @@
 """The job workflow: one long-running workflow per training job.
 
-It is the state machine documented on :class:`lazarus.workflows.state.Phase`. Each loop
+It is the state machine documented on :class:`workflows.state.Phase`. Each loop
 turn looks at the phase and does one durable thing (launch, supervise, recover,
 wait for an operator), so a crash of the controller at any point resumes at the
 same place: activities are idempotent and re-attach to what is already running.
@@ -14,7 +14,7 @@ run adopts the live ranks rather than relaunching them.
 The class is the job's core: the message handlers, the turn loop (``_turn``) and
 the launch, supervise, pause and wait turns. Each feature's durable steps (await an
 activity, record the result, change phase) live in a collaborator of their own,
-which gets a narrow :class:`~lazarus.workflows.run_context.JobRun` (the spec
+which gets a narrow :class:`~workflows.run_context.JobRun` (the spec
 read-only, the state, the clock, the phase, routing, an escalation), not the
 workflow:
 
@@ -64,7 +64,7 @@ with workflow.unsafe.imports_passed_through():
         SuperviseRequest,
     )
     from lazarus.domain.spec import JobSpec
-    from lazarus.workflows.activity_calls import (
+    from workflows.activity_calls import (
         LAUNCH_RETRY,
         QUICK_RETRY,
         cause,
@@ -72,14 +72,14 @@ with workflow.unsafe.imports_passed_through():
         start,
         worker_loss_timeout,
     )
-    from lazarus.workflows.checkpoint_steps import CheckpointSteps
-    from lazarus.workflows.checkpoint_tuning import TUNED_OUTCOMES
-    from lazarus.workflows.failures import unreachable_failure, unreachable_node
-    from lazarus.workflows.fleet_link import waits_on_fleet
-    from lazarus.workflows.fleet_steps import FleetSteps
-    from lazarus.workflows.hand_over import HandOver
-    from lazarus.workflows.housekeeping import Housekeeper
-    from lazarus.workflows.operator_requests import (
+    from workflows.checkpoint_steps import CheckpointSteps
+    from workflows.checkpoint_tuning import TUNED_OUTCOMES
+    from workflows.failures import unreachable_failure, unreachable_node
+    from workflows.fleet_link import waits_on_fleet
+    from workflows.fleet_steps import FleetSteps
+    from workflows.hand_over import HandOver
+    from workflows.housekeeping import Housekeeper
+    from workflows.operator_requests import (
         WAITING,
         drain_recovery,
         drain_refusal,
@@ -92,7 +92,7 @@ with workflow.unsafe.imports_passed_through():
         resume_refusal,
         return_refusal,
     )
-    from lazarus.workflows.patches import (
+    from workflows.patches import (
         PATCH_CONTINUE_AS_NEW_ANY_PHASE,
         PATCH_FAST_RECOVERY,
         PATCH_HANDLERS_FINISH,
@@ -102,15 +102,15 @@ with workflow.unsafe.imports_passed_through():
         PATCH_SEARCH_ATTRIBUTES_V2,
         PATCH_SLURM_PREEMPTION,
     )
-    from lazarus.workflows.placement import active_nodes, generation_dir, run_root, world_size
-    from lazarus.workflows.preemption import handled_preemption_at, preempt_marker_for
-    from lazarus.workflows.preflight_steps import Preflight
-    from lazarus.workflows.recovery_steps import RecoverySteps
-    from lazarus.workflows.rejoin import rejoin_evidence
-    from lazarus.workflows.routing import route
-    from lazarus.workflows.run_context import JobRun
-    from lazarus.workflows.slurm_steps import SlurmSteps
-    from lazarus.workflows.state import (
+    from workflows.placement import active_nodes, generation_dir, run_root, world_size
+    from workflows.preemption import handled_preemption_at, preempt_marker_for
+    from workflows.preflight_steps import Preflight
+    from workflows.recovery_steps import RecoverySteps
+    from workflows.rejoin import rejoin_evidence
+    from workflows.routing import route
+    from workflows.run_context import JobRun
+    from workflows.slurm_steps import SlurmSteps
+    from workflows.state import (
         MAX_RECORDS,
         ForceRecover,
         IgnoredMessage,
@@ -120,8 +120,8 @@ with workflow.unsafe.imports_passed_through():
         NodeRequest,
         Phase,
     )
-    from lazarus.workflows.status import job_status
-    from lazarus.workflows.stop_steps import StopSteps
+    from workflows.status import job_status
+    from workflows.stop_steps import StopSteps
 
 
 @workflow.defn(name=WORKFLOW_TYPE)

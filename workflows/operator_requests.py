@@ -11,7 +11,7 @@ a mistake (a typo'd node, a second queued recovery) could no longer be reported.
 from __future__ import annotations
 
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.state import ForceRecover, JobState, NodeRequest, Phase
+from workflows.state import ForceRecover, JobState, NodeRequest, Phase
 
 WAITING = (Phase.PAUSED, Phase.NEEDS_OPERATOR)
 """The phases that wait for an operator's resume (or recover)."""

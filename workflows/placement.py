@@ -7,7 +7,7 @@ machine and these are checked without a server (``tests/unit/test_placement.py``
 from __future__ import annotations
 
 from lazarus.domain.spec import JobSpec, NodeSpec
-from lazarus.workflows.state import JobState, NodePool
+from workflows.state import JobState, NodePool
 
 
 def run_root(spec: JobSpec, state: JobState) -> str:

@@ -22,9 +22,9 @@ from __future__ import annotations
 from lazarus.domain.contracts import AllocationGranted, FailureReport, SubmitAllocationRequest
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import Incident, JobState, NodePool
-from lazarus.workflows.stops import checkpoint_evidence
+from workflows.playbook import Action
+from workflows.state import Incident, JobState, NodePool
+from workflows.stops import checkpoint_evidence
 
 PAUSE_STRATEGY = "slurm_resubmit_off"
 """The incident's strategy: the ``slurm.resubmit: false`` behaviour, the default."""

@@ -16,13 +16,13 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import PREFLIGHT
     from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest, PreflightReport
-    from lazarus.workflows.activity_calls import QUICK_RETRY, cause, execute
-    from lazarus.workflows.fleet_steps import FleetSteps
-    from lazarus.workflows.placement import active_nodes
-    from lazarus.workflows.routing import route
-    from lazarus.workflows.run_context import JobRun
-    from lazarus.workflows.slurm_steps import SlurmSteps
-    from lazarus.workflows.stop_steps import StopSteps
+    from workflows.activity_calls import QUICK_RETRY, cause, execute
+    from workflows.fleet_steps import FleetSteps
+    from workflows.placement import active_nodes
+    from workflows.routing import route
+    from workflows.run_context import JobRun
+    from workflows.slurm_steps import SlurmSteps
+    from workflows.stop_steps import StopSteps
 
 
 class Preflight:

@@ -16,19 +16,19 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.domain.contracts import FailureReport, StragglerReport
     from lazarus.domain.recovery_timeline import RecoveryTimeline
     from lazarus.domain.spec import StrategyName
-    from lazarus.workflows.checkpoint_steps import CheckpointSteps
-    from lazarus.workflows.failures import failure_context
-    from lazarus.workflows.fleet_link import hands_back
-    from lazarus.workflows.fleet_steps import FleetSteps
-    from lazarus.workflows.patches import PATCH_NO_REJOIN_IN_REJOIN, PATCH_REJOIN
-    from lazarus.workflows.playbook import Action, decide, straggler_decision
-    from lazarus.workflows.rejoin import plan_rejoin, rejoin_dropped
-    from lazarus.workflows.run_context import JobRun
-    from lazarus.workflows.slurm_steps import SlurmSteps
-    from lazarus.workflows.state import ForceRecover, Incident, Phase, PlannedMove
-    from lazarus.workflows.stop_steps import StopSteps
-    from lazarus.workflows.stops import checkpoint_evidence, reached
-    from lazarus.workflows.stragglers import (
+    from workflows.checkpoint_steps import CheckpointSteps
+    from workflows.failures import failure_context
+    from workflows.fleet_link import hands_back
+    from workflows.fleet_steps import FleetSteps
+    from workflows.patches import PATCH_NO_REJOIN_IN_REJOIN, PATCH_REJOIN
+    from workflows.playbook import Action, decide, straggler_decision
+    from workflows.rejoin import plan_rejoin, rejoin_dropped
+    from workflows.run_context import JobRun
+    from workflows.slurm_steps import SlurmSteps
+    from workflows.state import ForceRecover, Incident, Phase, PlannedMove
+    from workflows.stop_steps import StopSteps
+    from workflows.stops import checkpoint_evidence, reached
+    from workflows.stragglers import (
         open_straggler_incident,
         record_straggler,
         straggler_context,

@@ -48,8 +48,8 @@ from typing import Literal
 
 from lazarus.domain.contracts import FailureReport, LaunchResult
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import NodePool
+from workflows.playbook import Action
+from workflows.state import NodePool
 
 RestartPath = Literal["rejoin", "whole_generation"]
 """How a recovery restarted the ranks: survivors rejoined in place, or every rank restarted."""

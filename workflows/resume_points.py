@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from lazarus.domain.contracts import CheckpointRef, CheckpointSearch
 from lazarus.domain.failure_classes import FailureClass
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import JobState
+from workflows.playbook import Action
+from workflows.state import JobState
 
 FALLBACK_STRATEGY = "verified_checkpoints_only"
 """The strategy of an incident opened because the newest checkpoints failed verification."""

@@ -35,19 +35,19 @@ with workflow.unsafe.imports_passed_through():
     )
     from lazarus.domain.contracts import EscalationHookRequest
     from lazarus.domain.spec import JobSpec
-    from lazarus.workflows.current_details import current_details, failure_class_attribute
-    from lazarus.workflows.escalation import queue_escalation
-    from lazarus.workflows.housekeeping import Housekeeper
-    from lazarus.workflows.patches import PATCH_HOST_TASK_QUEUE
-    from lazarus.workflows.placement import run_root
-    from lazarus.workflows.routing import (
+    from workflows.current_details import current_details, failure_class_attribute
+    from workflows.escalation import queue_escalation
+    from workflows.housekeeping import Housekeeper
+    from workflows.patches import PATCH_HOST_TASK_QUEUE
+    from workflows.placement import run_root
+    from workflows.routing import (
         declared_host,
         host_task_queue,
         learned_host_queue,
         route,
         routes_by_host,
     )
-    from lazarus.workflows.state import (
+    from workflows.state import (
         JobState,
         NodeRoster,
         Phase,

@@ -35,21 +35,21 @@ with workflow.unsafe.imports_passed_through():
         SubmitAllocationRequest,
     )
     from lazarus.domain.spec import SlurmSpec, slurm_node
-    from lazarus.workflows.activity_calls import (
+    from workflows.activity_calls import (
         END_OF_RUN_RETRY,
         QUICK_RETRY,
         cause,
         execute,
         worker_loss_timeout,
     )
-    from lazarus.workflows.checkpoint_steps import CheckpointSteps
-    from lazarus.workflows.patches import (
+    from workflows.checkpoint_steps import CheckpointSteps
+    from workflows.patches import (
         PATCH_SLURM_ALLOCATION,
         PATCH_SLURM_FIRST_SUBMIT,
         PATCH_SLURM_OWN_JOBS,
     )
-    from lazarus.workflows.playbook import Action
-    from lazarus.workflows.preemption import (
+    from workflows.playbook import Action
+    from workflows.preemption import (
         allocation_mismatch,
         first_submission,
         move_to_allocation,
@@ -59,9 +59,9 @@ with workflow.unsafe.imports_passed_through():
         record_resubmission_refused,
         resubmission,
     )
-    from lazarus.workflows.run_context import JobRun
-    from lazarus.workflows.state import Incident, Phase
-    from lazarus.workflows.stop_steps import StopSteps
+    from workflows.run_context import JobRun
+    from workflows.state import Incident, Phase
+    from workflows.stop_steps import StopSteps
 
 SLURM_QUEUE_MARGIN = timedelta(minutes=2)
 """Beyond ``slurm.wait_s``: the Slurm calls around the queue wait."""

@@ -28,11 +28,11 @@ from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.recovery_timeline import RecoveryTimeline
 from lazarus.domain.spec import FleetLeaseSpec, JobSpec, NodeSpec, SlurmSpec
 from lazarus.domain.timeline import TimelineCut, with_cut
-from lazarus.workflows.playbook import Action, Decision, PastFailure
+from workflows.playbook import Action, Decision, PastFailure
 
 
 class Phase(StrEnum):
-    """The job's state machine. Transitions live in ``lazarus.workflows.job`` and its
+    """The job's state machine. Transitions live in ``workflows.job`` and its
     steps (``recovery_steps``, ``slurm_steps``, ``fleet_steps``, ...)::
 
     PENDING -> LAUNCHING -> RUNNING -> SUCCEEDED

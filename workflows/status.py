@@ -7,14 +7,14 @@ checked without a server (``tests/unit/test_status.py``).
 from __future__ import annotations
 
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.accounting import (
+from workflows.accounting import (
     effective_training_time_ratio,
     mean_time_to_recover,
     steps_lost,
 )
-from lazarus.workflows.checkpoint_tuning import status_view
-from lazarus.workflows.playbook import SUGGESTED_OPERATOR_ACTIONS
-from lazarus.workflows.state import JobState, JobStatus, Phase
+from workflows.checkpoint_tuning import status_view
+from workflows.playbook import SUGGESTED_OPERATOR_ACTIONS
+from workflows.state import JobState, JobStatus, Phase
 
 
 def job_status(spec: JobSpec, state: JobState, now: float, run_dir: str) -> JobStatus:

@@ -18,18 +18,18 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.activity_refs import STOP
     from lazarus.domain.contracts import NodeAccess, StopRequest, StopResult
-    from lazarus.workflows.activity_calls import (
+    from workflows.activity_calls import (
         END_OF_RUN_RETRY,
         QUICK_RETRY,
         cause,
         execute,
         worker_loss_timeout,
     )
-    from lazarus.workflows.patches import PATCH_END_OF_RUN_EVERY_NODE
-    from lazarus.workflows.placement import node_spec, run_root
-    from lazarus.workflows.routing import route
-    from lazarus.workflows.run_context import JobRun
-    from lazarus.workflows.stops import end_of_run_targets, settle_stop, stop_targets
+    from workflows.patches import PATCH_END_OF_RUN_EVERY_NODE
+    from workflows.placement import node_spec, run_root
+    from workflows.routing import route
+    from workflows.run_context import JobRun
+    from workflows.stops import end_of_run_targets, settle_stop, stop_targets
 
 
 class StopSteps:

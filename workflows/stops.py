@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from lazarus.domain.contracts import CheckpointRef, StopResult, UnkillableGroup
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.placement import find_node
-from lazarus.workflows.state import MAX_RECORDS, JobState, NodePool, PlannedStop
+from workflows.placement import find_node
+from workflows.state import MAX_RECORDS, JobState, NodePool, PlannedStop
 
 
 def stop_targets(spec: JobSpec, pool: NodePool, only: list[str] | None) -> list[str]:

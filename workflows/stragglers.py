@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from lazarus.domain.contracts import StragglerReport
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.playbook import Decision, StragglerContext
-from lazarus.workflows.state import (
+from workflows.playbook import Decision, StragglerContext
+from workflows.state import (
     MAX_RECORDS,
     Incident,
     JobState,

@@ -19,20 +19,20 @@ One package for every checkpoint concern:
 
 from __future__ import annotations
 
-from lazarus.activities.checkpoints.find import (
+from activities.checkpoints.find import (
     find_verified_checkpoint,
     search_verified,
 )
-from lazarus.activities.checkpoints.restore import restore_checkpoint, restore_checkpoint_sync
-from lazarus.activities.checkpoints.retention import collect_garbage, collect_garbage_sync
-from lazarus.activities.checkpoints.storage import (
+from activities.checkpoints.restore import restore_checkpoint, restore_checkpoint_sync
+from activities.checkpoints.retention import collect_garbage, collect_garbage_sync
+from activities.checkpoints.storage import (
     CheckpointCorrupt,
     CheckpointInputError,
     DurableStoreUnavailable,
     open_store,
 )
-from lazarus.activities.checkpoints.tiering import upload_checkpoint, upload_checkpoint_sync
-from lazarus.activities.checkpoints.verify import verify_checkpoint, verify_in_store
+from activities.checkpoints.tiering import upload_checkpoint, upload_checkpoint_sync
+from activities.checkpoints.verify import verify_checkpoint, verify_in_store
 
 __all__ = [
     "CheckpointCorrupt",

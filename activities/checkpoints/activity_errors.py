@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from temporalio.exceptions import ApplicationError
 
-from lazarus.activities.checkpoints.storage import (
+from activities.checkpoints.storage import (
     CheckpointCorrupt,
     CheckpointInputError,
     store_errors,

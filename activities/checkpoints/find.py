@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from lazarus.activities.checkpoints.memory_tier import search_memory
-from lazarus.activities.checkpoints.storage import (
+from activities.checkpoints.memory_tier import search_memory
+from activities.checkpoints.storage import (
     CheckpointStore,
     LocalStore,
     open_store,
     store_errors,
 )
-from lazarus.activities.checkpoints.verified_once import still_as_verified
-from lazarus.activities.checkpoints.verify import Level, owner_problem, verify_in_store
-from lazarus.activities.heartbeat import in_thread_heartbeating
+from activities.checkpoints.verified_once import still_as_verified
+from activities.checkpoints.verify import Level, owner_problem, verify_in_store
+from activities.heartbeat import in_thread_heartbeating
 from lazarus.domain.checkpoint_layout import (
     COMMIT_MARKER,
     CORRUPT_DIR,
@@ -56,7 +56,7 @@ def search_verified(
     """The newest resume point across the memory, local and durable tiers.
 
     The memory tier is searched first (sizes only, on every relaunch node: see
-    :mod:`lazarus.activities.checkpoints.memory_tier`); the disk tiers then only look
+    :mod:`activities.checkpoints.memory_tier`); the disk tiers then only look
     at steps newer than its choice, so a memory resume never waits on hashing a disk
     checkpoint it would not use. At equal steps the memory copy wins. ``skipped`` holds
     what was passed over in every tier above the chosen step, newest first."""

@@ -1,7 +1,7 @@
 """Send a tuned disk checkpoint interval to the ranks of a live generation.
 
 ``checkpoints.interval: auto`` (Young and Daly; the decision is the workflow's,
-``lazarus.workflows.checkpoint_tuning``) changes the interval while the ranks run: the
+``workflows.checkpoint_tuning``) changes the interval while the ranks run: the
 new value goes into each node's copy of the generation's control file, which
 ``lazarus.rank.should_checkpoint`` re-reads when it changes, so no rank restarts.
 
@@ -21,9 +21,9 @@ from typing import Any
 
 from temporalio import activity
 
-from lazarus.activities.nodes.agent import NodeAgent
-from lazarus.activities.nodes.factory import agents, on_each
-from lazarus.activities.nodes.rundir import GenerationDir, control_document, read_json
+from activities.nodes.agent import NodeAgent
+from activities.nodes.factory import agents, on_each
+from activities.nodes.rundir import GenerationDir, control_document, read_json
 from lazarus.domain.contracts import SetCheckpointIntervalRequest, SetCheckpointIntervalResult
 
 

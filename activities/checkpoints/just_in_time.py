@@ -20,9 +20,9 @@ from pathlib import Path
 
 from temporalio import activity
 
-from lazarus.activities.nodes.agent import NodeAgent
-from lazarus.activities.nodes.factory import agents, on_each
-from lazarus.activities.nodes.rundir import GenerationDir, control_document, read_json
+from activities.nodes.agent import NodeAgent
+from activities.nodes.factory import agents, on_each
+from activities.nodes.rundir import GenerationDir, control_document, read_json
 from lazarus.domain.checkpoint_layout import MANIFEST, committed_steps
 from lazarus.domain.contracts import CheckpointNowRequest, CheckpointNowResult, CheckpointRef
 

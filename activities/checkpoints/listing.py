@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lazarus.activities.checkpoints.storage import CheckpointStore, LocalStore, open_store
-from lazarus.activities.checkpoints.verify import Level, verify_in_store
+from activities.checkpoints.storage import CheckpointStore, LocalStore, open_store
+from activities.checkpoints.verify import Level, verify_in_store
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER
 
 TierState = Literal["verified", "corrupt", "uncommitted"]

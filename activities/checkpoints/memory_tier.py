@@ -35,8 +35,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from lazarus.activities.nodes.agent import MemorySnapshot, NodeAgent
-from lazarus.activities.nodes.factory import agents, on_each_settled
+from activities.nodes.agent import MemorySnapshot, NodeAgent
+from activities.nodes.factory import agents, on_each_settled
 from lazarus.domain.checkpoint_layout import (
     MANIFEST,
     manifest_size_problem,

@@ -22,8 +22,8 @@ from typing import Any
 
 from temporalio import activity
 
-from lazarus.activities.checkpoints.activity_errors import as_activity_errors
-from lazarus.activities.checkpoints.storage import (
+from activities.checkpoints.activity_errors import as_activity_errors
+from activities.checkpoints.storage import (
     CheckpointCorrupt,
     CheckpointInputError,
     CheckpointStore,
@@ -32,8 +32,8 @@ from lazarus.activities.checkpoints.storage import (
     file_sha256,
     locate,
 )
-from lazarus.activities.checkpoints.verify import read_manifest, verify_directory
-from lazarus.activities.heartbeat import in_thread_heartbeating
+from activities.checkpoints.verify import read_manifest, verify_directory
+from activities.heartbeat import in_thread_heartbeating
 from lazarus.domain.checkpoint_layout import (
     COMMIT_MARKER,
     MANIFEST,

@@ -20,9 +20,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lazarus.activities.checkpoints.find import durable_store, search_verified
-from lazarus.activities.checkpoints.storage import LocalStore, S3Store, store_errors
-from lazarus.activities.checkpoints.verify import owner_problem, read_manifest
+from activities.checkpoints.find import durable_store, search_verified
+from activities.checkpoints.storage import LocalStore, S3Store, store_errors
+from activities.checkpoints.verify import owner_problem, read_manifest
 from lazarus.domain.checkpoint_layout import (
     COMMIT_MARKER,
     RESAVE_SUFFIX,

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from lazarus.activities.checkpoints.find import durable_store
-from lazarus.activities.checkpoints.storage import CheckpointStore, LocalStore, store_errors
-from lazarus.activities.checkpoints.verify import Level, owner_problem, verify_in_store
-from lazarus.activities.heartbeat import in_thread_heartbeating
+from activities.checkpoints.find import durable_store
+from activities.checkpoints.storage import CheckpointStore, LocalStore, store_errors
+from activities.checkpoints.verify import Level, owner_problem, verify_in_store
+from activities.heartbeat import in_thread_heartbeating
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER
 from lazarus.domain.contracts import (
     CheckpointRef,

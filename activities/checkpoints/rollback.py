@@ -14,7 +14,7 @@ from pathlib import Path
 
 from temporalio import activity
 
-from lazarus.activities.checkpoints.verify import written_by_other_job
+from activities.checkpoints.verify import written_by_other_job
 from lazarus.domain.checkpoint_layout import ROLLED_BACK_DIR, committed_steps, move_aside
 from lazarus.domain.contracts import CheckpointRef, RollbackRequest, RollbackResult
 

@@ -41,9 +41,9 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from lazarus.activities.checkpoints.activity_errors import as_activity_errors
-from lazarus.activities.checkpoints.find import durable_store
-from lazarus.activities.checkpoints.storage import (
+from activities.checkpoints.activity_errors import as_activity_errors
+from activities.checkpoints.find import durable_store
+from activities.checkpoints.storage import (
     CheckpointCorrupt,
     CheckpointInputError,
     LocalStore,
@@ -51,14 +51,14 @@ from lazarus.activities.checkpoints.storage import (
     file_sha256,
     multipart_etag,
 )
-from lazarus.activities.checkpoints.verify import (
+from activities.checkpoints.verify import (
     Level,
     owner_problem,
     verify_directory,
     verify_in_store,
 )
-from lazarus.activities.heartbeat import in_thread_heartbeating
-from lazarus.activities.observe import observe
+from activities.heartbeat import in_thread_heartbeating
+from activities.observe import observe
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST
 from lazarus.domain.contracts import (
     MultipartState,

@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from lazarus.activities.checkpoints.storage import LocalStore
-from lazarus.activities.checkpoints.verify import read_manifest, verify_in_store
+from activities.checkpoints.storage import LocalStore
+from activities.checkpoints.verify import read_manifest, verify_in_store
 from lazarus.domain.checkpoint_layout import MANIFEST
 from lazarus.domain.contracts import FileStamp, VerifiedCheckpoint
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from lazarus.activities.checkpoints.storage import (
+from activities.checkpoints.storage import (
     CheckpointInputError,
     CheckpointStore,
     LocalStore,

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from temporalio import activity
 
-from lazarus.activities.checkpoints.verified_once import verify_once
-from lazarus.activities.heartbeat import in_thread_heartbeating
-from lazarus.activities.observe import observe
+from activities.checkpoints.verified_once import verify_once
+from activities.heartbeat import in_thread_heartbeating
+from activities.observe import observe
 from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.contracts import CheckpointRef, WatchCheckpointsRequest
 

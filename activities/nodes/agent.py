@@ -169,7 +169,7 @@ class DrainResult(_Record):
 
 class AllocationRefused(RuntimeError):
     """The scheduler refused to grant or change the allocation the nodes live in (see
-    :mod:`lazarus.activities.nodes.allocation`). Its answer will not change by asking
+    :mod:`activities.nodes.allocation`). Its answer will not change by asking
     again at once: callers treat it as final, not as a transient failure. Each
     scheduler's refusals subclass it, so their names still tell which step refused."""
 
@@ -252,7 +252,7 @@ class NodeAgent(ABC):
 
     def exit_fds(self) -> list[int]:
         """Descriptors that become readable when a rank this agent polled, or the
-        process that records its exit, has ended (see :mod:`lazarus.activities.nodes.exit_watch`):
+        process that records its exit, has ended (see :mod:`activities.nodes.exit_watch`):
         the supervisor wakes on them instead of waiting for its next round. Empty where
         there are no such notices (ranks on another machine): rounds only."""
         return []

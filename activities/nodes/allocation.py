@@ -4,8 +4,8 @@ Nodes a scheduler hands out live in an allocation that must be checked before a
 start, submitted (or resubmitted when the scheduler takes it away), grown, and
 given back. Slurm is the only such scheduler today; this module is the one door to
 it, so the transport's modules (``slurm_*``) stay behind ``nodes/`` like the agents
-(:mod:`lazarus.activities.nodes.factory`). A refusal is always an
-:class:`~lazarus.activities.nodes.agent.AllocationRefused`.
+(:mod:`activities.nodes.factory`). A refusal is always an
+:class:`~activities.nodes.agent.AllocationRefused`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from lazarus.activities.nodes import slurm_commands, slurm_grow, slurm_submit
+from activities.nodes import slurm_commands, slurm_grow, slurm_submit
 from lazarus.domain.contracts import (
     AllocationGranted,
     GrowAllocationRequest,

@@ -21,7 +21,7 @@ import os
 import threading
 from collections.abc import Iterable
 
-from lazarus.activities.nodes.procfs import read_stat
+from activities.nodes.procfs import read_stat
 
 Identity = tuple[int, int]
 """(pid, start ticks): one process, never another one that got its pid later."""

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
-from lazarus.activities.nodes.agent import NodeAgent
-from lazarus.activities.nodes.local_agent import LocalAgent
+from activities.nodes.agent import NodeAgent
+from activities.nodes.local_agent import LocalAgent
 from lazarus.domain.contracts import NodeAccess
 from lazarus.domain.spec import NodeSpec, SlurmSpec, SSHSpec
 
@@ -43,11 +43,11 @@ def agent_for(node: NodeSpec, ssh: SSHSpec, slurm: SlurmSpec | None = None) -> N
         if substitute is not None:
             return substitute
     if node.launcher == "ssh":
-        from lazarus.activities.nodes.ssh_agent import SSHAgent
+        from activities.nodes.ssh_agent import SSHAgent
 
         return SSHAgent(node, ssh)
     if node.launcher == "slurm":
-        from lazarus.activities.nodes.slurm_agent import SlurmAgent
+        from activities.nodes.slurm_agent import SlurmAgent
 
         return SlurmAgent(node, slurm)
     return LocalAgent(node)

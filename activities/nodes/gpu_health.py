@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from lazarus.activities.nodes.agent import GpuHealth
+from activities.nodes.agent import GpuHealth
 
 MAX_DETAILS = 20
 

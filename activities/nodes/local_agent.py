@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path, PurePosixPath
 
-from lazarus.activities.nodes.agent import (
+from activities.nodes.agent import (
     MemorySnapshot,
     NodeAgent,
     NodeStatus,
@@ -25,9 +25,9 @@ from lazarus.activities.nodes.agent import (
     StartedRank,
     WarmStart,
 )
-from lazarus.activities.nodes.exit_watch import ExitWatch, recorded_processes
-from lazarus.activities.nodes.procfs import live_groups, owned_group, read_stat, signal_group
-from lazarus.activities.nodes.rundir import (
+from activities.nodes.exit_watch import ExitWatch, recorded_processes
+from activities.nodes.procfs import live_groups, owned_group, read_stat, signal_group
+from activities.nodes.rundir import (
     GenerationDir,
     generation_lock,
     generations_below,
@@ -35,7 +35,7 @@ from lazarus.activities.nodes.rundir import (
     runs,
     write_json_atomic,
 )
-from lazarus.activities.nodes.warm import stop_run_zygotes, warm_start_ranks
+from activities.nodes.warm import stop_run_zygotes, warm_start_ranks
 from lazarus.domain import chaos_points
 from lazarus.domain.chaos_points import chaos_point
 from lazarus.domain.checkpoint_layout import (
@@ -101,7 +101,7 @@ class LocalAgent(NodeAgent):
         wrapper = [
             sys.executable,
             "-m",
-            "lazarus.activities.nodes.rank_wrapper",
+            "activities.nodes.rank_wrapper",
             "--rank",
             str(launch.rank),
             "--gen-dir",
@@ -213,7 +213,7 @@ class LocalAgent(NodeAgent):
             return ""
 
     def preflight(self, request: PreflightRequest) -> PreflightResult:
-        from lazarus.activities.nodes.local_checks import run_local_preflight
+        from activities.nodes.local_checks import run_local_preflight
 
         return run_local_preflight(self.node.name, request)
 

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from lazarus.activities.nodes.agent import GpuHealth, PreflightRequest, PreflightResult
-from lazarus.activities.nodes.secret_env import without_worker_secrets
+from activities.nodes.agent import GpuHealth, PreflightRequest, PreflightResult
+from activities.nodes.secret_env import without_worker_secrets
 
 
 def _free_gb(path: Path) -> float:
@@ -80,7 +80,7 @@ def run_local_preflight(node: str, request: PreflightRequest) -> PreflightResult
 
 def _parse_gpus(output: str) -> GpuHealth | None:
     try:
-        from lazarus.activities.nodes.gpu_health import parse_nvidia_smi
+        from activities.nodes.gpu_health import parse_nvidia_smi
     except ImportError:
         return None
     return parse_nvidia_smi(output)

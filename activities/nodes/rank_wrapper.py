@@ -1,6 +1,6 @@
 """The tiny process that owns one rank, so its fate is recorded with no controller alive.
 
-Started by the local launcher as ``python -m lazarus.activities.nodes.rank_wrapper``. It forks
+Started by the local launcher as ``python -m activities.nodes.rank_wrapper``. It forks
 once and the parent exits at once, so the rank is never a child of the worker:
 the worker reaps the short-lived parent and a crash or restart of the worker
 cannot touch training. The surviving child starts a new session (its own process

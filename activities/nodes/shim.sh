@@ -38,7 +38,7 @@
 #       under /dev/shm/lazarus/ (it is removed recursively)
 #   warm GEN_DIR PROGRAM WORKDIR           (stdin: the ranks' PATH line, their
 #       PYTHONPATH line, then one JSON request) runs `PROGRAM -m
-#       lazarus.activities.nodes.warm` (PROGRAM found on the ranks' PATH: the ranks'
+#       activities.nodes.warm` (PROGRAM found on the ranks' PATH: the ranks'
 #       own interpreter) in WORKDIR, which forks the ranks from the run's zygote on
 #       this node, starting it when needed, detached; one JSON line per rank, warm
 #       or with the reason it must start cold ({"error"} when nothing can run)
@@ -763,7 +763,7 @@ shim_warm() {
 		else
 			unset PYTHONPATH
 		fi
-		exec "$_py" -m lazarus.activities.nodes.warm
+		exec "$_py" -m activities.nodes.warm
 	) 9>&- 2>&1
 }
 

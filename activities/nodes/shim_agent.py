@@ -17,7 +17,7 @@ It goes to ``shim_main start`` as a quoted here-document on its stdin, and from 
 down a pipe into the rank (see ``SHIM_ENV_LOADER`` in ``shim.sh``).
 
 Warm starts (``warm_start``): one round trip runs the shim's ``warm``, which runs
-:mod:`lazarus.activities.nodes.warm` on the node with the request on its stdin: the
+:mod:`activities.nodes.warm` on the node with the request on its stdin: the
 run's zygote there is started when needed (detached, like a rank) and the ranks are
 forked from it. Ranks it answers cold (a dead or refusing zygote, a failed preload,
 Lazarus not importable by the ranks' interpreter) are then started by ``start``
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lazarus.activities.nodes.agent import (
+from activities.nodes.agent import (
     MemorySnapshot,
     NodeAgent,
     NodeRefused,
@@ -55,8 +55,8 @@ from lazarus.activities.nodes.agent import (
     StartedRank,
     WarmStart,
 )
-from lazarus.activities.nodes.gpu_health import gpu_problems, parse_gpu_health
-from lazarus.activities.nodes.warm import (
+from activities.nodes.gpu_health import gpu_problems, parse_gpu_health
+from activities.nodes.warm import (
     CLAIM_WAIT_S,
     FIRST_START_WAIT_S,
     FORK_TIMEOUT_S,

@@ -8,7 +8,7 @@ the agent factory) runs unchanged against thousands of nodes on one machine.
 
 It is not a launcher a job spec can name: the bench and the tests install a
 cluster with :func:`simulate` (a process-wide substitution in
-:mod:`lazarus.activities.nodes.factory`), and only nodes the cluster knows are
+:mod:`activities.nodes.factory`), and only nodes the cluster knows are
 simulated. Faults are injected from outside, as chaos would on real nodes:
 
 - :meth:`SimulatedCluster.crash`: a rank exits with a code and an exit record,
@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from lazarus.activities.nodes.agent import (
+from activities.nodes.agent import (
     MemorySnapshot,
     NodeAgent,
     NodeStatus,
@@ -41,7 +41,7 @@ from lazarus.activities.nodes.agent import (
     RankRecord,
     StartedRank,
 )
-from lazarus.activities.nodes.rundir import GenerationDir
+from activities.nodes.rundir import GenerationDir
 from lazarus.domain.spec import NodeSpec
 
 SIMULATED_PID_BASE = 1_000_000
@@ -254,7 +254,7 @@ class SimulatedAgent(NodeAgent):
 def simulate(cluster: SimulatedCluster) -> Iterator[SimulatedCluster]:
     """Nodes the cluster knows are simulated in this process (the worker's too, when
     it runs here) until the block ends; every other node keeps its launcher."""
-    from lazarus.activities.nodes.factory import substituted_agents
+    from activities.nodes.factory import substituted_agents
 
     def source(node: NodeSpec) -> NodeAgent | None:
         return cluster.agent(node) if cluster.knows(node) else None

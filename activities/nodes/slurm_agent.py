@@ -10,7 +10,7 @@ calling :meth:`SlurmAgent.start_ranks` on every node's agent at once, and:
   come from ``plan.json`` (written by the launcher before any rank starts), and
   the environment from its own first rank, since every rank's environment is the
   same but for its rank variables, which each task computes on its node (see
-  :mod:`lazarus.activities.nodes.slurm_task`). It writes ``slurm-step.json``;
+  :mod:`activities.nodes.slurm_task`). It writes ``slurm-step.json``;
 - every agent (the starter included) then waits for its own ranks' pid files,
   which the tasks write on the shared filesystem; an agent that finds
   ``slurm-step.json`` already there adopts the step instead of starting another.
@@ -41,9 +41,9 @@ through ``srun -w <node> sh -s`` in the allocation; draining (``scontrol update`
 needs Slurm admin rights, so its refusal is returned, never raised.
 
 Around this module: Slurm's client commands and the parsing of their answers are
-:mod:`~lazarus.activities.nodes.slurm_commands`, draining and undraining a node
-:mod:`~lazarus.activities.nodes.slurm_drain`, the holder script and the preemption
-notice :mod:`~lazarus.activities.nodes.slurm_preemption`.
+:mod:`~activities.nodes.slurm_commands`, draining and undraining a node
+:mod:`~activities.nodes.slurm_drain`, the holder script and the preemption
+notice :mod:`~activities.nodes.slurm_preemption`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from lazarus.activities.nodes.agent import (
+from activities.nodes.agent import (
     MemorySnapshot,
     NodeRefused,
     NodeStatus,
@@ -72,9 +72,9 @@ from lazarus.activities.nodes.agent import (
     RankRecord,
     StartedRank,
 )
-from lazarus.activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
-from lazarus.activities.nodes.procfs import read_stat
-from lazarus.activities.nodes.rundir import (
+from activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
+from activities.nodes.procfs import read_stat
+from activities.nodes.rundir import (
     SRUN_EXIT,
     SRUN_LOG,
     SRUN_PID,
@@ -84,8 +84,8 @@ from lazarus.activities.nodes.rundir import (
     read_json,
     write_json_atomic,
 )
-from lazarus.activities.nodes.shim_agent import ShimAgent, ShimReply
-from lazarus.activities.nodes.slurm_commands import (
+from activities.nodes.shim_agent import ShimAgent, ShimReply
+from activities.nodes.slurm_commands import (
     COMMAND_TIMEOUT_S,
     LOST_STATES,
     SlurmCommandFailed,
@@ -96,8 +96,8 @@ from lazarus.activities.nodes.slurm_commands import (
     run_slurm,
     slurm_command,
 )
-from lazarus.activities.nodes.slurm_drain import SlurmDrain
-from lazarus.activities.nodes.slurm_preemption import preemption_notice
+from activities.nodes.slurm_drain import SlurmDrain
+from activities.nodes.slurm_preemption import preemption_notice
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import NodeSpec, SlurmSpec
@@ -272,7 +272,7 @@ class SlurmAgent(SlurmDrain):
         task = [
             sys.executable,
             "-m",
-            "lazarus.activities.nodes.slurm_task",
+            "activities.nodes.slurm_task",
             "task",
             "--gen-dir",
             str(gen.path),
@@ -318,7 +318,7 @@ class SlurmAgent(SlurmDrain):
                 "launched_at": time.time(),
             },
         )
-        detach = [sys.executable, "-m", "lazarus.activities.nodes.slurm_task", "srun"]
+        detach = [sys.executable, "-m", "activities.nodes.slurm_task", "srun"]
         # The helper forks and its parent exits at once; run() reaps that parent only.
         subprocess.run(
             [*detach, "--gen-dir", str(gen.path), "--", *srun],

@@ -5,7 +5,7 @@ an environment that points at the cluster and not at any allocation the worker
 itself runs in (:func:`client_environment`); the parsers of their answers (a node's
 state words, a job's steps, a job's state and nodes); and the start check that a
 job fits the allocation it names (:func:`allocation_problems`). The agent that runs
-ranks through these is :mod:`lazarus.activities.nodes.slurm_agent`.
+ranks through these is :mod:`activities.nodes.slurm_agent`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 
 from pydantic import BaseModel, ConfigDict
 
-from lazarus.activities.nodes.secret_env import without_worker_secrets
+from activities.nodes.secret_env import without_worker_secrets
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 
 COMMAND_TIMEOUT_S = 30.0

@@ -6,8 +6,8 @@ never raised; a node someone else drained keeps their drain and their reason.
 
 from __future__ import annotations
 
-from lazarus.activities.nodes.agent import DrainResult, NodeAgent
-from lazarus.activities.nodes.slurm_commands import (
+from activities.nodes.agent import DrainResult, NodeAgent
+from activities.nodes.slurm_commands import (
     LOST_STATES,
     SlurmCommandFailed,
     node_state,
@@ -21,7 +21,7 @@ DRAIN_REASON_PREFIX = "lazarus:"
 
 class SlurmDrain(NodeAgent):
     """The drain, undrain and drain-if-lost of
-    :class:`~lazarus.activities.nodes.slurm_agent.SlurmAgent`, for this agent's node
+    :class:`~activities.nodes.slurm_agent.SlurmAgent`, for this agent's node
     (``scontrol show node``, then ``scontrol update``)."""
 
     command_timeout_s: float

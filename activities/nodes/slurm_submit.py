@@ -9,7 +9,7 @@ exist, an account the user lacks) is refused before the workflow starts, with no
 submitted: ``sbatch --test-only`` with the same options (:func:`submit_problems`,
 which ``lazarus start`` asks through the allocation facade).
 
-The holder is :func:`~lazarus.activities.nodes.slurm_preemption.holder_script`:
+The holder is :func:`~activities.nodes.slurm_preemption.holder_script`:
 ``--no-kill`` so a node failure does not end the allocation (Lazarus replaces the
 node), ``--no-requeue`` so Slurm never restarts the holder behind the workflow's
 back, ``--signal=B:USR1@<notice_s>`` for the just-in-time checkpoint.
@@ -33,15 +33,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from lazarus.activities.nodes.agent import AllocationRefused
-from lazarus.activities.nodes.slurm_commands import (
+from activities.nodes.agent import AllocationRefused
+from activities.nodes.slurm_commands import (
     RUNNING,
     Allocation,
     SlurmCommandFailed,
     allocation,
     run_slurm,
 )
-from lazarus.activities.nodes.slurm_preemption import holder_script
+from activities.nodes.slurm_preemption import holder_script
 from lazarus.domain.contracts import AllocationGranted, SubmitAllocationRequest
 from lazarus.domain.spec import JobSpec, SlurmSpec
 

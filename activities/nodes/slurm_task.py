@@ -13,7 +13,7 @@ and ``SLURM_LOCALID``: the rank slots follow the plan's node order, which after 
 spare took a dead node's slot need not be Slurm's sorted order (``SLURM_PROCID``
 is equal to the rank whenever the two orders agree). It then runs the rank with
 its output in the rank's log and writes the same pid and exit files as
-:mod:`lazarus.activities.nodes.rank_wrapper`, plus the step's id (``slurm_step``). It
+:mod:`activities.nodes.rank_wrapper`, plus the step's id (``slurm_step``). It
 ignores SIGTERM, SIGINT and SIGHUP so it outlives the rank long enough to record
 how the rank ended; only a SIGKILL of the whole step (``scancel --signal=KILL``)
 takes it down first, and then the stop that sent it records the exit instead.
@@ -29,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from lazarus.activities.nodes.rank_wrapper import exit_record, pid_record, start_ticks, write_atomic
-from lazarus.activities.nodes.rundir import SRUN_EXIT, SRUN_LOG, SRUN_PID
+from activities.nodes.rank_wrapper import exit_record, pid_record, start_ticks, write_atomic
+from activities.nodes.rundir import SRUN_EXIT, SRUN_LOG, SRUN_PID
 from lazarus.domain import environment as env_names
 
 _TRAPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -89,7 +89,7 @@ def _run_task(args: argparse.Namespace, command: list[str]) -> int:
     if args.env_file:
         # Read here, on the node, like the ssh shim: the values never leave it, and
         # they go under everything the launcher set.
-        from lazarus.activities.nodes.secret_env import SecretEnvError, read_env_file
+        from activities.nodes.secret_env import SecretEnvError, read_env_file
 
         try:
             env.update(read_env_file(args.env_file))

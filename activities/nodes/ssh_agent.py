@@ -27,8 +27,8 @@ from pathlib import Path
 import paramiko
 from paramiko.auth_strategy import AuthFailure, AuthSource, AuthStrategy, InMemoryPrivateKey
 
-from lazarus.activities.nodes.agent import NodeRefused, NodeUnreachable
-from lazarus.activities.nodes.shim_agent import LocalShimAgent, ShimAgent, ShimError, ShimReply
+from activities.nodes.agent import NodeRefused, NodeUnreachable
+from activities.nodes.shim_agent import LocalShimAgent, ShimAgent, ShimError, ShimReply
 from lazarus.domain.spec import NodeSpec, SSHSpec
 
 __all__ = ["LocalShimAgent", "SSHAgent", "ShimError"]

@@ -1,6 +1,6 @@
 """Warm starts on a local node: one zygote per node per run, ranks forked through it.
 
-The zygote (:mod:`lazarus.activities.nodes.zygote`) lives in ``<run_root>/.zygote-<node>/``
+The zygote (:mod:`activities.nodes.zygote`) lives in ``<run_root>/.zygote-<node>/``
 (a dot directory, so run and generation scans never mistake it for either). It is
 started by the first launch of the run that finds none, with the environment the
 ranks share, and reused by every later generation. What happens when it is not
@@ -18,7 +18,7 @@ reports in ``LaunchResult.warm_start``. A forked rank writes the same pid, log a
 exit files as a cold one, so supervise, stop and fencing do not change.
 
 The same code serves ssh nodes, run there: the shim's ``warm`` subcommand runs
-``python -m lazarus.activities.nodes.warm`` on the node (the ranks' own interpreter)
+``python -m activities.nodes.warm`` on the node (the ranks' own interpreter)
 with a :class:`NodeWarmRequest` on stdin, and it answers one :class:`WarmAnswer` line
 per rank; the agent then cold-starts, through the shim, the ranks answered cold. The
 request holds the ranks' environments, which may hold secrets: stdin only, never argv.
@@ -38,8 +38,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lazarus.activities.nodes.rundir import GenerationDir, read_json
-from lazarus.activities.nodes.zygote_client import (
+from activities.nodes.rundir import GenerationDir, read_json
+from activities.nodes.zygote_client import (
     PID_FILE_WAIT_S,
     ForkedRank,
     ZygoteUnavailable,
@@ -213,7 +213,7 @@ def await_claimed(gen: GenerationDir, rank: int) -> dict[str, object] | None:
 
 
 class _Launch(Protocol):
-    """One rank to start: :class:`lazarus.activities.nodes.agent.RankLaunch` or
+    """One rank to start: :class:`activities.nodes.agent.RankLaunch` or
     :class:`WarmRankRequest` (this module stays free of the agent's imports: it runs
     on every warm launch on an ssh node, where start-up time is relaunch time)."""
 
@@ -240,7 +240,7 @@ class WarmRankRequest(_Model):
 
 
 class NodeWarmRequest(_Model):
-    """Every rank of one node's launch, for ``python -m lazarus.activities.nodes.warm``
+    """Every rank of one node's launch, for ``python -m activities.nodes.warm``
     (one JSON object on its stdin)."""
 
     gen_dir: str
@@ -341,7 +341,7 @@ def _with_env_file(request: NodeWarmRequest) -> list[WarmRankRequest] | str:
     start sets them), or why the file cannot be used."""
     if request.env_file is None:
         return request.ranks
-    from lazarus.activities.nodes.secret_env import SecretEnvError, read_env_file
+    from activities.nodes.secret_env import SecretEnvError, read_env_file
 
     try:
         values = read_env_file(request.env_file)
@@ -358,7 +358,7 @@ def _problems(exc: ValidationError) -> str:
 
 
 def main() -> int:
-    """``python -m lazarus.activities.nodes.warm``: a :class:`NodeWarmRequest` on stdin,
+    """``python -m activities.nodes.warm``: a :class:`NodeWarmRequest` on stdin,
     one :class:`WarmAnswer` JSON line per rank on stdout (``{"error": ...}`` for a bad
     request)."""
     try:

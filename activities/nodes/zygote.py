@@ -5,8 +5,8 @@ A cold rank pays for a fresh interpreter importing torch (about 2 s) on every
 serves fork requests on a Unix socket in its run directory, and each rank is a
 fork of it that runs the training script as ``__main__`` (``runpy``).
 
-Started as ``python -m lazarus.activities.nodes.zygote --run-dir DIR --preload torch
---standby N``. Like :mod:`lazarus.activities.nodes.rank_wrapper` it forks and the parent
+Started as ``python -m activities.nodes.zygote --run-dir DIR --preload torch
+--standby N``. Like :mod:`activities.nodes.rank_wrapper` it forks and the parent
 exits at once, so the zygote is never a child of the caller; the survivor starts
 a new session. Standard library only apart from the preloaded modules.
 
@@ -25,7 +25,7 @@ States (``state`` in ``zygote.pid``)::
         +--killed / crashed at any time--> dead (pid file's start ticks no longer
                                                  match /proc: clients see "dead")
 
-A client (:mod:`lazarus.activities.nodes.zygote_client`) that finds it absent, dead,
+A client (:mod:`activities.nodes.zygote_client`) that finds it absent, dead,
 starting or refused, or gets no answer in time, raises ``ZygoteUnavailable`` and
 the launcher cold-starts the rank; nothing is lost but the speed.
 
@@ -98,7 +98,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lazarus.activities.nodes.rank_wrapper import exit_record, start_ticks, write_atomic
+from activities.nodes.rank_wrapper import exit_record, start_ticks, write_atomic
 from lazarus.domain.memory_tier import environment_on_node
 
 PID_FILE = "zygote.pid"

@@ -1,4 +1,4 @@
-"""What the launcher calls to start ranks through a zygote (:mod:`lazarus.activities.nodes.zygote`).
+"""What the launcher calls to start ranks through a zygote (:mod:`activities.nodes.zygote`).
 
 Every failure to get a warm start is one typed exception, :class:`ZygoteUnavailable`,
 whose ``reason`` the launcher records (the incident says why the start was cold)
@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from lazarus.activities.nodes.procfs import is_alive, read_stat, signal_group
-from lazarus.activities.nodes.zygote import PID_FILE, SOCKET_FILE, socket_address
+from activities.nodes.procfs import is_alive, read_stat, signal_group
+from activities.nodes.zygote import PID_FILE, SOCKET_FILE, socket_address
 
 PID_FILE_WAIT_S = 10.0
 """After a lost answer, how long to wait for the pid file of a rank the zygote claimed."""
@@ -112,7 +112,7 @@ def start_zygote(
     command = [
         python,
         "-m",
-        "lazarus.activities.nodes.zygote",
+        "activities.nodes.zygote",
         "--run-dir",
         str(run_dir),
         "--preload",

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
+from lazarus.app.lifecycle import StartStop
 from lazarus.domain.ports import free_port
-from lazarus.lifecycle import StartStop
 
 __all__ = ["NODES", "TEMPLATE", "TestSlurm", "unavailable_reason"]
 

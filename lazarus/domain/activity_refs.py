@@ -130,7 +130,7 @@ FLEET_RELEASE = ActivityRef[FleetReleaseCall, FleetReply](
 FLEET_HAND_BACK = ActivityRef[FleetHandBackCall, HandBackReply](
     "fleet_hand_back", FleetHandBackCall, HandBackReply
 )
-"""A job's calls into its fleet (``lazarus.activities.fleet``); the fleet's own
+"""A job's calls into its fleet (``activities.fleet``); the fleet's own
 probation checks reuse ``PREFLIGHT``."""
 FLEET_CALLS: tuple[ActivityRef[Any, Any], ...] = (
     FLEET_LEASE,

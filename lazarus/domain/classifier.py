@@ -87,7 +87,7 @@ class Classification:
     a signal, a bare "Killed" or "exitcode: -9" line) and no explicit message: a
     bare SIGKILL reads as ``oom_host`` here because that is its most common cause
     in published logs, but the supervisor only keeps that class when the kernel
-    confirms it (see :mod:`lazarus.activities.kernel_evidence`).
+    confirms it (see :mod:`activities.kernel_evidence`).
     """
 
     failure_class: FailureClass

@@ -39,7 +39,7 @@ class NodeAccess(_Model):
 
     One shape instead of three fields repeated in every request that touches nodes:
     a new transport setting is added here once, and
-    :func:`lazarus.activities.nodes.factory.agents` opens agents from it alone."""
+    :func:`activities.nodes.factory.agents` opens agents from it alone."""
 
     nodes: list[NodeSpec] = Field(default_factory=list)
     """In rank order where ranks run; what empty means is the request's to say
@@ -514,7 +514,7 @@ CheckpointLocation = Literal["local", "durable", "memory"]
 
 
 class CheckpointVerification(_Model):
-    """What ``lazarus.activities.checkpoints.verify_checkpoint`` found. ``problems`` each name
+    """What ``activities.checkpoints.verify_checkpoint`` found. ``problems`` each name
     the file and what is wrong with it; ``ok`` means there are none."""
 
     step: int | None

@@ -93,7 +93,7 @@ class RecoverySpec(_Strict):
 class StrategyName(StrEnum):
     """The rungs a playbook ladder may use: the one list of strategy names.
 
-    The spec validates ladders against it; ``lazarus.workflows.playbook`` registers
+    The spec validates ladders against it; ``workflows.playbook`` registers
     exactly one strategy per member, keyed by it (a unit test checks both ways), so a
     name cannot be accepted here and then be missing there."""
 

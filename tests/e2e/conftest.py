@@ -24,16 +24,16 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
+from activities.stop import stop_generations
 from bench.jobs import run_reference, weights_match
-from lazarus import chaos
-from lazarus.activities.stop import stop_generations
-from lazarus.devserver import DevServer
+from lazarus.app import chaos
+from lazarus.app.devserver import DevServer
+from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.contracts import StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.state import JobInput, JobStatus, Phase
+from workflows.job import JobWorkflow
+from workflows.state import JobInput, JobStatus, Phase
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_ddp.py"

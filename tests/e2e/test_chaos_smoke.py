@@ -22,10 +22,10 @@ import pytest
 
 from bench.chaos import CELLS_BY_KEY, FAULTS, PHASES, SMOKE, absent_reason
 from bench.chaos_invariants import processes_mentioning
-from lazarus import chaos
+from lazarus.app import chaos
 from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
-from lazarus.workflows.state import Phase
 from tests.e2e.conftest import Job, ddp_spec
+from workflows.state import Phase
 
 REPO = Path(__file__).resolve().parents[2]
 

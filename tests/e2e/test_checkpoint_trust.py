@@ -19,12 +19,12 @@ from types import TracebackType
 import boto3
 import pytest
 
-from lazarus import chaos
+from lazarus.app import chaos
+from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import JobSpec
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import JobStatus, Phase
 from tests.checkpoint_helpers import BUCKET, MotoS3, flip_byte, moto_s3  # noqa: F401
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from workflows.state import JobStatus, Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from lazarus import chaos
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import Phase
+from lazarus.app import chaos
+from lazarus.app.local_stack import LocalStack
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec, rank_census
+from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 

@@ -21,14 +21,14 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from lazarus import chaos
+from lazarus.app import chaos
+from lazarus.app.fleet_client import FleetClient
+from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import fleet_workflow_id
 from lazarus.domain.fleet import FleetConfig, FleetStatus, NodeState
 from lazarus.domain.spec import JobSpec
-from lazarus.fleet_client import FleetClient
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from lazarus import chaos
+from lazarus.app import chaos
 from lazarus.domain.memory_tier import MEMORY_ROOT, on_node
-from lazarus.workflows.state import Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 STEP_LINE = re.compile(rb"^step (\d+) loss", re.MULTILINE)

@@ -30,15 +30,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from lazarus import chaos
-from lazarus.activities.stop import stop_generations
-from lazarus.devserver import DevServer
+from activities.stop import stop_generations
+from lazarus.app import chaos
+from lazarus.app.devserver import DevServer
+from lazarus.app.settings import ConnectionSettings, connect
 from lazarus.domain.api import WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.contracts import StopRequest
 from lazarus.domain.ports import free_port
-from lazarus.settings import ConnectionSettings, connect
-from lazarus.workflows.state import JobInput, JobStatus, Phase
 from tests.e2e.conftest import Job, ddp_spec
+from workflows.state import JobInput, JobStatus, Phase
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +68,7 @@ class MetricsWorker:
                 [
                     sys.executable,
                     "-m",
-                    "lazarus.cli",
+                    "lazarus.app.cli",
                     "worker",
                     "--task-queue",
                     self.task_queue,

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from lazarus import chaos
+from lazarus.app import chaos
 from lazarus.domain.api import SIGNAL_RESUME, UPDATE_DRAIN, UPDATE_RETURN
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.state import NodeRequest, Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from workflows.state import NodeRequest, Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 

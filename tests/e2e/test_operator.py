@@ -12,20 +12,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lazarus import chaos
-from lazarus.activities.stop import stop_generations
+from activities.stop import stop_generations
+from lazarus.app import chaos
+from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import SIGNAL_FORCE_RECOVER, SIGNAL_PAUSE, SIGNAL_RESUME
 from lazarus.domain.contracts import StopRequest
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import ForceRecover, Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from workflows.state import ForceRecover, Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 
 
 def lazarus_cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "lazarus.cli", *args],
+        [sys.executable, "-m", "lazarus.app.cli", *args],
         env=stack.worker_env(),
         capture_output=True,
         text=True,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lazarus import chaos
-from lazarus.workflows.state import Phase
+from lazarus.app import chaos
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 

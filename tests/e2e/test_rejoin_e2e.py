@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import GenerationDir, read_json
+from activities.nodes.rundir import GenerationDir, read_json
+from lazarus.app import chaos
+from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import JobSpec
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec, rank_census
+from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 REJOIN_S = 20

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from lazarus import chaos
-from lazarus.local_stack import LocalStack
-from lazarus.report import RECOVERY_PHASES
-from lazarus.workflows.state import Phase
+from lazarus.app import chaos
+from lazarus.app.local_stack import LocalStack
+from lazarus.app.report import RECOVERY_PHASES
 from tests.e2e.conftest import Job, ddp_spec
+from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 
@@ -27,7 +27,7 @@ StartJob = Callable[..., Awaitable[Job]]
 async def lazarus_report(stack: LocalStack, job: str, *args: str) -> dict[str, Any]:
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "lazarus.cli", "report", job, "--json", *args],
+        [sys.executable, "-m", "lazarus.app.cli", "report", job, "--json", *args],
         env=stack.worker_env(),
         capture_output=True,
         text=True,

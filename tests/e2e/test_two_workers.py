@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 
+from activities.host_identity import this_host
 from bench.takeover import kill_supervising_worker, second_stack
-from lazarus import chaos
-from lazarus.activities.host_identity import this_host
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.routing import MACHINE_BOUND, host_task_queue
-from lazarus.workflows.state import Phase
+from lazarus.app import chaos
+from lazarus.app.local_stack import LocalStack
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from workflows.routing import MACHINE_BOUND, host_task_queue
+from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from lazarus import chaos
-from lazarus.activities.nodes import zygote_client
-from lazarus.activities.nodes.procfs import is_alive
-from lazarus.activities.nodes.rundir import GenerationDir, latest_run, read_json
-from lazarus.activities.nodes.warm import zygote_dir
+from activities.nodes import zygote_client
+from activities.nodes.procfs import is_alive
+from activities.nodes.rundir import GenerationDir, latest_run, read_json
+from activities.nodes.warm import zygote_dir
+from lazarus.app import chaos
 from lazarus.domain.contracts import WarmStartOutcome
-from lazarus.workflows.state import Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
+from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 WARM = {"preload": ["torch"], "standby": 1}

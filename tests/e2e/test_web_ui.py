@@ -29,15 +29,15 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from lazarus import chaos
-from lazarus.activities.stop import stop_generations
-from lazarus.client import JobClient, JobHandle
-from lazarus.devserver import DevServer
+from activities.stop import stop_generations
+from lazarus.app import chaos
+from lazarus.app.client import JobClient, JobHandle
+from lazarus.app.devserver import DevServer
+from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import QUERY_STATUS
 from lazarus.domain.contracts import StopRequest
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import JobStatus, Phase
 from tests.e2e.conftest import ddp_spec, run_root
+from workflows.state import JobStatus, Phase
 
 CHROMIUM = Path("/usr/bin/chromium")
 UI_DEADLINE_S = 90.0

@@ -16,10 +16,10 @@ from typing import Any, cast
 
 import pytest
 
+from activities.nodes import zygote_client
+from activities.nodes.procfs import is_alive
+from activities.nodes.warm import zygote_dir
 from bench.harness import BenchConfig, BenchContext
-from lazarus.activities.nodes import zygote_client
-from lazarus.activities.nodes.procfs import is_alive
-from lazarus.activities.nodes.warm import zygote_dir
 from lazarus.domain.memory_tier import memory_checkpoint_dir, on_node
 from lazarus.rank.memory import secure
 

@@ -12,9 +12,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from lazarus.activities.checkpoints import restore_checkpoint, search_verified, verify_checkpoint
-from lazarus.activities.checkpoints.storage import CheckpointInputError
-from lazarus.activities.checkpoints.tiering import UploadTracker, upload_checkpoint_sync
+from activities.checkpoints import restore_checkpoint, search_verified, verify_checkpoint
+from activities.checkpoints.storage import CheckpointInputError
+from activities.checkpoints.tiering import UploadTracker, upload_checkpoint_sync
 from lazarus.domain import environment
 from lazarus.domain.contracts import (
     CheckpointRef,

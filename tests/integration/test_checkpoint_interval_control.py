@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.checkpoints.interval import interval_document, write_interval
-from lazarus.activities.nodes.rundir import GenerationDir
+from activities.checkpoints.interval import interval_document, write_interval
+from activities.nodes.rundir import GenerationDir
 from lazarus.domain import checkpoint_layout, environment
 from lazarus.domain.contracts import SetCheckpointIntervalRequest
 

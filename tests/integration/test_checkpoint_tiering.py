@@ -14,7 +14,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from lazarus.activities.checkpoints import (
+from activities.checkpoints import (
     collect_garbage_sync,
     restore_checkpoint,
     search_verified,
@@ -22,9 +22,9 @@ from lazarus.activities.checkpoints import (
     upload_checkpoint_sync,
     verify_checkpoint,
 )
-from lazarus.activities.checkpoints.listing import list_checkpoints
-from lazarus.activities.checkpoints.storage import S3Store
-from lazarus.activities.checkpoints.tiering import UploadTracker
+from activities.checkpoints.listing import list_checkpoints
+from activities.checkpoints.storage import S3Store
+from activities.checkpoints.tiering import UploadTracker
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER
 from lazarus.domain.contracts import (
     CheckpointRef,
@@ -271,7 +271,7 @@ def test_cli_verify_and_list_over_s3(tmp_path: Path, moto_s3: MotoS3) -> None:
 
     from typer.testing import CliRunner
 
-    from lazarus import cli
+    from lazarus.app import cli
 
     local = tmp_path / "ckpt"
     spec = spec_for(moto_s3)

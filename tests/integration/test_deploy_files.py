@@ -483,13 +483,13 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
 
 
 def test_systemd_env_example_names_only_settings_lazarus_reads() -> None:
-    from lazarus.metrics import (
+    from lazarus.app.metrics import (
         METRICS_ADDR_ENV,
         METRICS_INTERVAL_ENV,
         METRICS_PORT_ENV,
         SDK_METRICS_PORT_ENV,
     )
-    from lazarus.settings import _ENV_NAMES
+    from lazarus.app.settings import _ENV_NAMES
 
     known = {name for names in _ENV_NAMES.values() for name in names}
     known |= {"TEMPORAL_API_KEY", "LAZARUS_ALLOWED_COMMANDS", "LAZARUS_ALLOWED_COMMANDS_FILE"}

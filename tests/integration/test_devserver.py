@@ -16,9 +16,9 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from lazarus.devserver import DevServer
+from lazarus.app.devserver import DevServer
+from lazarus.app.settings import ConnectionSettings, connect
 from lazarus.domain.api import SEARCH_ATTRIBUTES
-from lazarus.settings import ConnectionSettings, connect
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.devserver import DevServer
+from lazarus.app.devserver import DevServer
 
 LISTEN = "0A"
 

@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.launcher import launch_generation
-from lazarus.activities.nodes import zygote_client
-from lazarus.activities.nodes.procfs import read_stat
-from lazarus.activities.nodes.warm import zygote_dir
-from lazarus.activities.stop import stop_on_nodes
+from activities.launcher import launch_generation
+from activities.nodes import zygote_client
+from activities.nodes.procfs import read_stat
+from activities.nodes.warm import zygote_dir
+from activities.stop import stop_on_nodes
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec
-from lazarus.workflows.placement import active_nodes, node_spec
-from lazarus.workflows.state import JobState, NodePool
-from lazarus.workflows.stops import end_of_run_targets, settle_stop, stop_targets
+from workflows.placement import active_nodes, node_spec
+from workflows.state import JobState, NodePool
+from workflows.stops import end_of_run_targets, settle_stop, stop_targets
 
 DEADLINE_S = 20.0
 """How long the stopped processes get to be gone (standbys exit once their zygote's

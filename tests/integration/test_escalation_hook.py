@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from lazarus.activities.escalation import run_hook
+from activities.escalation import run_hook
 from lazarus.domain.contracts import EscalationHookRequest
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities import stop as stop_module
-from lazarus.activities.launcher import launch_generation
-from lazarus.activities.nodes.factory import agents as real_agents
-from lazarus.activities.nodes.procfs import is_alive
-from lazarus.activities.nodes.rundir import GenerationDir, read_json
-from lazarus.activities.stop import stop_generations
+from activities import stop as stop_module
+from activities.launcher import launch_generation
+from activities.nodes.factory import agents as real_agents
+from activities.nodes.procfs import is_alive
+from activities.nodes.rundir import GenerationDir, read_json
+from activities.stop import stop_generations
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec, parse_spec
 

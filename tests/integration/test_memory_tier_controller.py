@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from activities.checkpoints.find import search_verified
+from activities.launcher import launch_generation, run_memory_dir
+from activities.nodes.rundir import GenerationDir, read_json
+from activities.stop import stop_generations
 from bench.jobs import run_reference, weights_match
-from lazarus import chaos
-from lazarus.activities.checkpoints.find import search_verified
-from lazarus.activities.launcher import launch_generation, run_memory_dir
-from lazarus.activities.nodes.rundir import GenerationDir, read_json
-from lazarus.activities.stop import stop_generations
+from lazarus.app import chaos
 from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest, LaunchRequest, StopRequest
 from lazarus.domain.memory_tier import MEMORY_ROOT, on_node

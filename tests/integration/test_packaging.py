@@ -1,10 +1,9 @@
-"""An installed Lazarus is the ``lazarus`` package alone, and it runs from outside
-the repository.
+"""An installed Lazarus holds the floors' packages and nothing else, and it runs
+from outside the repository.
 
-The top-level folders ``workflows/``, ``activities/``, ``workers/`` and ``infra/``
-install only as ``lazarus.workflows`` and so on (the symlinks under ``lazarus/``
-map them), so an installed Lazarus can never clash with another distribution's
-``workflows`` package. This builds the wheel from a copy of the tree, offline
+The wheel holds ``lazarus`` (domain, app, rank helper) and the design card's
+top-level packages ``workflows``, ``activities``, ``workers`` and ``infra``, each
+file under the one path it has in the tree. This builds the wheel from a copy of the tree, offline
 (``--no-build-isolation``: the setuptools in this venv), checks what it holds,
 installs it into a folder and runs the CLI from there.
 """
@@ -23,7 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE_FOLDERS = ("workflows", "activities", "workers", "infra")
-"""Top-level in the repository, and never top-level once installed."""
+"""Top-level in the repository and top-level once installed."""
 COPIED = ("pyproject.toml", "README.md", "lazarus", *PACKAGE_FOLDERS)
 STEP_TIMEOUT_S = 240
 
@@ -49,15 +48,10 @@ def _run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> st
 def _repo_modules() -> set[str]:
     """Every module file the installed package must hold, as its path in the wheel."""
     found = {
-        f"lazarus/{path.relative_to(REPO / 'lazarus').as_posix()}"
-        for path in (REPO / "lazarus").rglob("*.py")
-        if path.relative_to(REPO / "lazarus").parts[0] not in PACKAGE_FOLDERS
+        path.relative_to(REPO).as_posix()
+        for folder in ("lazarus", *PACKAGE_FOLDERS)
+        for path in (REPO / folder).rglob("*.py")
     }
-    for folder in PACKAGE_FOLDERS:
-        found |= {
-            f"lazarus/{folder}/{path.relative_to(REPO / folder).as_posix()}"
-            for path in (REPO / folder).rglob("*.py")
-        }
     return {name for name in found if "__pycache__" not in name}
 
 
@@ -100,7 +94,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_the_wheel_holds_the_lazarus_package_only(wheel: Path) -> None:
+def test_the_wheel_holds_the_floors_packages_only(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(
@@ -111,19 +105,19 @@ def test_the_wheel_holds_the_lazarus_package_only(wheel: Path) -> None:
     top_level = {
         name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")
     }
-    assert top_level == {"lazarus"}, f"top-level names besides lazarus: {top_level - {'lazarus'}}"
+    assert top_level == {"lazarus", *PACKAGE_FOLDERS}, f"top-level names: {sorted(top_level)}"
     for needed in (
-        "lazarus/workflows/job.py",
-        "lazarus/activities/nodes/shim.sh",
-        "lazarus/workers/controller.py",
-        "lazarus/infra/testhosts.py",
+        "workflows/job.py",
+        "activities/nodes/shim.sh",
+        "workers/controller.py",
+        "infra/testhosts.py",
         "lazarus/domain/ports.py",
         "lazarus/rank/__init__.py",
     ):
         assert needed in names, f"{needed} is missing from {wheel.name}"
     missing = _repo_modules() - names
     assert not missing, f"modules in the tree but not in the wheel: {sorted(missing)}"
-    assert "lazarus = lazarus.cli:run" in entry_points
+    assert "lazarus = lazarus.app.cli:run" in entry_points
 
 
 def test_the_installed_wheel_runs_from_outside_the_repository(wheel: Path, tmp_path: Path) -> None:
@@ -155,10 +149,10 @@ def test_the_installed_wheel_runs_from_outside_the_repository(wheel: Path, tmp_p
     env["PYTHONPATH"] = str(target)
 
     probe = (
-        "import json, lazarus, lazarus.workers.controller;"
-        "import lazarus.activities.nodes.shim_agent as s, lazarus.workflows.job as j;"
+        "import json, lazarus, workers.controller;"
+        "import activities.nodes.shim_agent as s, workflows.job as j;"
         "print(json.dumps({'lazarus': lazarus.__file__, 'job': j.__file__,"
-        " 'controller': lazarus.workers.controller.__file__, 'shim': str(s.SHIM_PATH),"
+        " 'controller': workers.controller.__file__, 'shim': str(s.SHIM_PATH),"
         " 'shim_exists': s.SHIM_PATH.is_file()}))"
     )
     located = json.loads(_run([sys.executable, "-c", probe], cwd=elsewhere, env=env))
@@ -168,9 +162,9 @@ def test_the_installed_wheel_runs_from_outside_the_repository(wheel: Path, tmp_p
             f"{what} imported from {where}, not from the installed {target}"
         )
 
-    usage = _run([sys.executable, "-m", "lazarus.cli", "--help"], cwd=elsewhere, env=env)
+    usage = _run([sys.executable, "-m", "lazarus.app.cli", "--help"], cwd=elsewhere, env=env)
     assert "worker" in usage and "server" in usage
     worker_usage = _run(
-        [sys.executable, "-m", "lazarus.cli", "worker", "--help"], cwd=elsewhere, env=env
+        [sys.executable, "-m", "lazarus.app.cli", "worker", "--help"], cwd=elsewhere, env=env
     )
     assert "--task-queue" in worker_usage

@@ -16,18 +16,18 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from lazarus import chaos
-from lazarus.activities.launcher import LaunchUnreachable, launch, launch_generation
-from lazarus.activities.nodes import local_agent
-from lazarus.activities.nodes.procfs import is_alive, read_stat
-from lazarus.activities.nodes.rundir import (
+from activities.launcher import LaunchUnreachable, launch, launch_generation
+from activities.nodes import local_agent
+from activities.nodes.procfs import is_alive, read_stat
+from activities.nodes.rundir import (
     GenerationDir,
     latest_run,
     read_json,
     runs,
     write_json_atomic,
 )
-from lazarus.activities.stop import stop_generations
+from activities.stop import stop_generations
+from lazarus.app import chaos
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, RankProcess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec, parse_spec
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from lazarus.activities.nodes.agent import NodeStatus, NodeUnreachable, PreflightRequest, RankLaunch
-from lazarus.activities.nodes.shim_agent import (
+from activities.nodes.agent import NodeStatus, NodeUnreachable, PreflightRequest, RankLaunch
+from activities.nodes.shim_agent import (
     SHIM_PATH,
     LocalShimAgent,
     ShimError,
@@ -833,7 +833,7 @@ def _env_file(tmp_path: Path, text: str, mode: int) -> Path:
 def test_env_from_file_is_read_on_the_node_below_env_and_lazarus(
     agent: LocalShimAgent, run_root: Path, tmp_path: Path
 ) -> None:
-    from lazarus.activities.nodes.secret_env import read_env_file
+    from activities.nodes.secret_env import read_env_file
 
     text = "# comment\n\nHF_TOKEN=hf 'quoted' $HOME \\n\nSHARED=from file\nEMPTY=\nEQ=a=b\n"
     secrets_file = _env_file(tmp_path, text, 0o600)

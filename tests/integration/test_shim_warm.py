@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes import zygote_client
-from lazarus.activities.nodes.agent import RankLaunch, StartedRank, WarmStart
-from lazarus.activities.nodes.procfs import is_alive
-from lazarus.activities.nodes.shim_agent import LocalShimAgent, json_lines, warm_call
-from lazarus.activities.nodes.warm import zygote_dir
+from activities.nodes import zygote_client
+from activities.nodes.agent import RankLaunch, StartedRank, WarmStart
+from activities.nodes.procfs import is_alive
+from activities.nodes.shim_agent import LocalShimAgent, json_lines, warm_call
+from activities.nodes.warm import zygote_dir
 from lazarus.domain.spec import NodeSpec
 from tests.integration.test_shim import DASH, _all_cmdlines, kill_leftovers, wait_for
 
@@ -146,7 +146,7 @@ def test_a_command_that_is_not_python_starts_cold_and_is_never_run_as_the_client
     run_root: Path, tmp_path: Path
 ) -> None:
     """``bash -m FILE`` would run FILE: the shim runs only a python with ``-m``."""
-    trap = tmp_path / "lazarus.activities.nodes.warm"
+    trap = tmp_path / "activities.nodes.warm"
     trap.write_text(f"touch {tmp_path / 'ran'}\n")
     agent = LocalShimAgent(NodeSpec(name="n1"), shell=DASH)
     [started] = agent.start_ranks_warm(
@@ -224,7 +224,7 @@ def test_a_bad_request_is_refused_without_echoing_values(tmp_path: Path) -> None
 
     request = {"gen_dir": str(tmp_path), "ranks": [{"rank": 0, "env": {"K": 1234567}}]}
     done = subprocess.run(
-        [sys.executable, "-m", "lazarus.activities.nodes.warm"],
+        [sys.executable, "-m", "activities.nodes.warm"],
         input=json.dumps(request).encode(),
         capture_output=True,
         timeout=60,
@@ -242,7 +242,7 @@ def test_a_cold_start_adopts_a_rank_the_zygote_claimed(run_root: Path, tmp_path:
     the cold start adopts it instead of starting the rank twice."""
     import subprocess
 
-    from lazarus.activities.nodes.procfs import read_stat
+    from activities.nodes.procfs import read_stat
 
     gen = run_root / "gen-00001"
     gen.mkdir()

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes.local_agent import LocalAgent
-from lazarus.activities.nodes.slurm_agent import SlurmAgent
-from lazarus.activities.stop import undrain_on
-from lazarus.activities.supervise import drain_lost_node
+from activities.nodes.local_agent import LocalAgent
+from activities.nodes.slurm_agent import SlurmAgent
+from activities.stop import undrain_on
+from activities.supervise import drain_lost_node
 from lazarus.domain.contracts import FailureReport
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import NodeSpec, SlurmSpec

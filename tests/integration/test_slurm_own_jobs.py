@@ -22,9 +22,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from lazarus.activities.nodes.allocation import cancel_submitted, submit
-from lazarus.activities.nodes.slurm_grow import grow
-from lazarus.activities.nodes.slurm_submit import (
+from activities.nodes.allocation import cancel_submitted, submit
+from activities.nodes.slurm_grow import grow
+from activities.nodes.slurm_submit import (
     SubmitCancelled,
     SubmitRefused,
     extra_args_problems,
@@ -32,7 +32,7 @@ from lazarus.activities.nodes.slurm_submit import (
     slurm_user,
     submit_problems,
 )
-from lazarus.activities.slurm_allocation import submit_allocation
+from activities.slurm_allocation import submit_allocation
 from lazarus.domain.contracts import (
     GrowAllocationRequest,
     SubmitAllocationRequest,
@@ -181,7 +181,7 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAKE_SLURM_STATE", str(state_file))
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
-    monkeypatch.setattr("lazarus.activities.nodes.slurm_submit.WAIT_POLL_S", 0.01)
+    monkeypatch.setattr("activities.nodes.slurm_submit.WAIT_POLL_S", 0.01)
     yield fake
 
 

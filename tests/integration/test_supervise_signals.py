@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from lazarus import chaos
-from lazarus.activities.launcher import launch_generation
-from lazarus.activities.stop import stop_generations
+from activities.launcher import launch_generation
+from activities.stop import stop_generations
+from lazarus.app import chaos
 from lazarus.domain.contracts import LaunchRequest, StopRequest, SuperviseRequest
 from lazarus.domain.spec import JobSpec, parse_spec
 
@@ -66,7 +66,7 @@ def _supervise_request(spec: JobSpec, run_dir: str, report_after_s: float) -> Su
 def test_a_plain_script_is_not_hung_after_the_startup_timeout_and_crashes_are_seen(
     plain_job: JobSpec,
 ) -> None:
-    from lazarus.activities.supervise import supervise
+    from activities.supervise import supervise
 
     launched = launch_generation(LaunchRequest(spec=plain_job, generation=1))
     env = ActivityEnvironment()

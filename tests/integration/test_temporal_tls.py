@@ -1,4 +1,4 @@
-"""The security model's TLS half, against a real server: ``lazarus.settings.connect`` with
+"""The security model's TLS half, against a real server: ``lazarus.app.settings.connect`` with
 the ``TEMPORAL_TLS_*`` settings verifies the frontend's certificate, refuses one signed by
 another CA, and presents its client certificate (mTLS).
 
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.devserver import DevServer
-from lazarus.settings import ConnectionSettings, ServerUnreachable, connect
-from lazarus.workers.controller import ensure_search_attributes
+from lazarus.app.devserver import DevServer
+from lazarus.app.settings import ConnectionSettings, ServerUnreachable, connect
 from tests.integration.tls_proxy import TLSTerminatingProxy
+from workers.controller import ensure_search_attributes
 
 REPO = Path(__file__).resolve().parents[2]
 MAKE_TEST_CA = REPO / "infra" / "compose" / "make-test-ca.sh"

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from lazarus import chaos
-from lazarus.activities.launcher import launch_generation
-from lazarus.activities.nodes import zygote_client
-from lazarus.activities.nodes.agent import RankLaunch, WarmStart
-from lazarus.activities.nodes.procfs import is_alive, read_stat
-from lazarus.activities.nodes.rundir import GenerationDir, read_json
-from lazarus.activities.nodes.shim_agent import LocalShimAgent
-from lazarus.activities.nodes.warm import zygote_dir, zygote_dirs
-from lazarus.activities.stop import stop_generations
+from activities.launcher import launch_generation
+from activities.nodes import zygote_client
+from activities.nodes.agent import RankLaunch, WarmStart
+from activities.nodes.procfs import is_alive, read_stat
+from activities.nodes.rundir import GenerationDir, read_json
+from activities.nodes.shim_agent import LocalShimAgent
+from activities.nodes.warm import zygote_dir, zygote_dirs
+from activities.stop import stop_generations
+from lazarus.app import chaos
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, StopRequest
 from lazarus.domain.memory_tier import memory_checkpoint_dir, on_node
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from lazarus.activities.nodes import zygote_client
-from lazarus.activities.nodes.procfs import is_alive, live_groups, owned_group, read_stat
-from lazarus.activities.nodes.zygote_client import ForkedRank, ZygoteUnavailable
+from activities.nodes import zygote_client
+from activities.nodes.procfs import is_alive, live_groups, owned_group, read_stat
+from activities.nodes.zygote_client import ForkedRank, ZygoteUnavailable
 from lazarus.domain.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def cold_start(gen: Path, rank: int, argv: list[str], env: dict[str, str], cwd: 
         [
             sys.executable,
             "-m",
-            "lazarus.activities.nodes.rank_wrapper",
+            "activities.nodes.rank_wrapper",
             "--rank",
             str(rank),
             "--gen-dir",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.infra.testhost_network import unavailable_reason
-from lazarus.infra.testhosts import TestHosts
+from infra.testhost_network import unavailable_reason
+from infra.testhosts import TestHosts
 
 HostsFactory = Callable[[int], TestHosts]
 netns_unavailable_reason = unavailable_reason

@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 
 from bench.jobs import run_reference
-from lazarus import chaos
-from lazarus.client import RequestRejected
+from infra.testhosts import TestHosts
+from lazarus.app import chaos
+from lazarus.app.client import RequestRejected
 from lazarus.domain.fleet import NodeState
 from lazarus.domain.spec import JobSpec
-from lazarus.infra.testhosts import TestHosts
-from lazarus.workflows.state import Phase
 from tests.e2e import test_fleet_e2e
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from tests.e2e.test_fleet_e2e import Fleets, held_by, node
 from tests.netns.conftest import HostsFactory
+from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 

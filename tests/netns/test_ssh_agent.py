@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes.agent import NodeRefused, NodeUnreachable, RankLaunch
-from lazarus.activities.nodes.ssh_agent import SSHAgent
+from activities.nodes.agent import NodeRefused, NodeUnreachable, RankLaunch
+from activities.nodes.ssh_agent import SSHAgent
+from infra.testhosts import TestHosts
 from lazarus.domain.spec import NodeSpec, SSHSpec
-from lazarus.infra.testhosts import TestHosts
 
 from .conftest import HostsFactory
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from bench.jobs import run_reference
-from lazarus import chaos
+from infra.testhosts import TestHosts
+from lazarus.app import chaos
+from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import JobSpec
-from lazarus.infra.testhosts import TestHosts
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import Phase
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from tests.netns.conftest import HostsFactory
+from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
 
@@ -163,7 +163,7 @@ async def test_no_spare_and_no_shrinking_needs_operator(
 
 def cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "lazarus.cli", *args],
+        [sys.executable, "-m", "lazarus.app.cli", *args],
         env=stack.worker_env(),
         capture_output=True,
         text=True,

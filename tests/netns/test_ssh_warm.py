@@ -20,14 +20,14 @@ from typing import TypeVar
 
 import pytest
 
-from lazarus.activities.launcher import launch_generation
-from lazarus.activities.nodes import zygote_client
-from lazarus.activities.nodes.procfs import is_alive, read_stat
-from lazarus.activities.nodes.warm import zygote_dir
-from lazarus.activities.stop import stop_generations
+from activities.launcher import launch_generation
+from activities.nodes import zygote_client
+from activities.nodes.procfs import is_alive, read_stat
+from activities.nodes.warm import zygote_dir
+from activities.stop import stop_generations
+from infra.testhosts import TestHosts
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec
-from lazarus.infra.testhosts import TestHosts
 from tests.netns.conftest import HostsFactory
 
 FAKE_RANK = Path(__file__).resolve().parents[1] / "fixtures" / "fake_rank.py"

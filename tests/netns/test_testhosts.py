@@ -17,9 +17,9 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from infra import testhost_network, testhosts
+from infra.testhosts import TestHosts, cleanup_stale
 from lazarus.domain.memory_tier import private_root
-from lazarus.infra import testhost_network, testhosts
-from lazarus.infra.testhosts import TestHosts, cleanup_stale
 from tests.namespaces import in_mount_namespace, mounted_anywhere
 
 from .conftest import HostsFactory
@@ -404,7 +404,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import sys, time
 from pathlib import Path
-from lazarus.infra.testhosts import TestHosts
+from infra.testhosts import TestHosts
 hosts = TestHosts(2, Path(sys.argv[1]))
 hosts.start()
 print(hosts.run_id, flush=True)

@@ -1,4 +1,4 @@
-"""Fixtures for tests against a real Slurm on this machine (:mod:`lazarus.infra.slurm`).
+"""Fixtures for tests against a real Slurm on this machine (:mod:`infra.slurm`).
 
 Why one cluster per session: starting munged, slurmctld and three slurmd takes a
 few seconds on a loaded machine, and the tests that share it leave it as they found
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from lazarus.infra.slurm import TestSlurm, unavailable_reason
+from infra.slurm import TestSlurm, unavailable_reason
 
 
 def require_slurm() -> None:

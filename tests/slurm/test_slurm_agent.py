@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.launcher import launch_generation
-from lazarus.activities.nodes.agent import PreflightRequest, RankLaunch
-from lazarus.activities.nodes.procfs import is_alive
-from lazarus.activities.nodes.rundir import GenerationDir, read_json
-from lazarus.activities.nodes.slurm_agent import SlurmAgent
-from lazarus.activities.nodes.slurm_commands import job_steps
+from activities.launcher import launch_generation
+from activities.nodes.agent import PreflightRequest, RankLaunch
+from activities.nodes.procfs import is_alive
+from activities.nodes.rundir import GenerationDir, read_json
+from activities.nodes.slurm_agent import SlurmAgent
+from activities.nodes.slurm_commands import job_steps
+from infra.slurm import TestSlurm
 from lazarus.domain.contracts import LaunchRequest, LaunchResult
 from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, parse_spec
-from lazarus.infra.slurm import TestSlurm
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
 HOST = socket.gethostname().split(".")[0]

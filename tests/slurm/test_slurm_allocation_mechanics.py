@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes.slurm_commands import allocation
-from lazarus.activities.nodes.slurm_grow import GrowRefused, grow
-from lazarus.activities.nodes.slurm_submit import resubmit
+from activities.nodes.slurm_commands import allocation
+from activities.nodes.slurm_grow import GrowRefused, grow
+from activities.nodes.slurm_submit import resubmit
+from infra.slurm import TestSlurm
 from lazarus.domain.contracts import GrowAllocationRequest, SubmitAllocationRequest
 from lazarus.domain.spec import SlurmSpec
-from lazarus.infra.slurm import TestSlurm
 
 
 @pytest.mark.timeout(300)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
-from lazarus.infra.slurm import TestSlurm
+from infra.slurm import TestSlurm
 from tests.slurm.conftest import require_slurm
 
 pytestmark = pytest.mark.e2e

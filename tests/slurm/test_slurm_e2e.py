@@ -24,18 +24,18 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.nodes.rundir import GenerationDir, generations, read_json, runs
+from activities.nodes.slurm_agent import SlurmAgent
+from activities.nodes.slurm_commands import job_steps
 from bench.jobs import run_reference, weights_match
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import GenerationDir, generations, read_json, runs
-from lazarus.activities.nodes.slurm_agent import SlurmAgent
-from lazarus.activities.nodes.slurm_commands import job_steps
-from lazarus.devserver import DevServer
+from infra.slurm import TestSlurm
+from lazarus.app import chaos
+from lazarus.app.devserver import DevServer
+from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.spec import JobSpec, parse_spec
-from lazarus.infra.slurm import TestSlurm
-from lazarus.local_stack import LocalStack
-from lazarus.workflows.state import JobInput, JobStatus, Phase
 from tests.e2e.conftest import Job
+from workflows.state import JobInput, JobStatus, Phase
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
 HOST = socket.gethostname().split(".")[0]

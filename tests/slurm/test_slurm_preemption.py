@@ -16,15 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import read_json
-from lazarus.activities.nodes.slurm_preemption import holder_script
-from lazarus.devserver import DevServer
+from activities.nodes.rundir import read_json
+from activities.nodes.slurm_preemption import holder_script
+from infra.slurm import TestSlurm
+from lazarus.app import chaos
+from lazarus.app.devserver import DevServer
 from lazarus.domain.api import SIGNAL_RESUME
 from lazarus.domain.failure_classes import FailureClass
-from lazarus.infra.slurm import TestSlurm
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import Phase
 from tests.slurm.test_slurm_e2e import (
     all_generations,
     assert_weights,
@@ -33,6 +31,8 @@ from tests.slurm.test_slurm_e2e import (
     reference,
     slurm_job_spec,
 )
+from workflows.playbook import Action
+from workflows.state import Phase
 
 __all__ = ["reference"]  # the module-scoped fixture, shared with test_slurm_e2e
 

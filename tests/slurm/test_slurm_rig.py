@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.slurm import TestSlurm
 from lazarus.domain.memory_tier import private_root
-from lazarus.infra.slurm import TestSlurm
 from tests.namespaces import in_mount_namespace, mounted_anywhere
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.activities.nodes.slurm_commands import allocation_problems
+from activities.nodes.slurm_commands import allocation_problems
+from infra.slurm import TestSlurm
 from lazarus.domain.spec import NodeSpec, SlurmSpec
-from lazarus.infra.slurm import TestSlurm
 
 
 def slurm_nodes(*names: str) -> list[NodeSpec]:

@@ -12,13 +12,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from lazarus import cli
-from lazarus.activities.nodes.rundir import read_json
-from lazarus.activities.nodes.slurm_submit import start_allocation
-from lazarus.devserver import DevServer
+from activities.nodes.rundir import read_json
+from activities.nodes.slurm_submit import start_allocation
+from infra.slurm import TestSlurm
+from lazarus.app import cli
+from lazarus.app.devserver import DevServer
 from lazarus.domain.spec import JobSpec, parse_spec
-from lazarus.infra.slurm import TestSlurm
-from lazarus.workflows.state import Phase
 from tests.slurm.test_slurm_e2e import (
     STEPS,
     all_generations,
@@ -27,6 +26,7 @@ from tests.slurm.test_slurm_e2e import (
     reference,
     slurm_job_spec,
 )
+from workflows.state import Phase
 
 __all__ = ["reference"]  # the module-scoped fixture, shared with test_slurm_e2e
 

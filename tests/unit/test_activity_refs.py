@@ -11,9 +11,9 @@ import typing
 import pytest
 from temporalio import activity
 
-from lazarus.activities.stand_ins import stand_ins
+from activities.stand_ins import stand_ins
 from lazarus.domain import activity_refs
-from lazarus.workers.controller import ACTIVITIES
+from workers.controller import ACTIVITIES
 
 
 def registered() -> dict[str, list[object]]:

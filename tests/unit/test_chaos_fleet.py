@@ -13,7 +13,7 @@ from bench.chaos_fleet import (
 )
 from lazarus.domain.fleet_messages import FleetStatus, NodeView
 from lazarus.domain.fleet_state import NodeState
-from lazarus.workflows.state import JobStatus, NodePool, Phase
+from workflows.state import JobStatus, NodePool, Phase
 
 JOB = "bench-job-1"
 FLEET = "chaos-f1"

@@ -11,16 +11,16 @@ import pytest
 from typer.testing import CliRunner
 
 import lazarus.rank as lz
-from lazarus import cli
-from lazarus.activities.checkpoints import (
+from activities.checkpoints import (
     CheckpointCorrupt,
     collect_garbage_sync,
     restore_checkpoint_sync,
     search_verified,
     verify_checkpoint,
 )
-from lazarus.activities.checkpoints.resume_plan import set_aside
-from lazarus.activities.checkpoints.rollback import retire_newest
+from activities.checkpoints.resume_plan import set_aside
+from activities.checkpoints.rollback import retire_newest
+from lazarus.app import cli
 from lazarus.domain import environment
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST
 from lazarus.domain.contracts import (

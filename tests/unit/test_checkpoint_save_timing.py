@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import lazarus.rank as lazarus_rank
-from lazarus.activities.nodes.agent import NodeStatus, RankRecord
-from lazarus.activities.supervise_observer import GenerationObserver
-from lazarus.activities.supervise_rules import evaluate
+from activities.nodes.agent import NodeStatus, RankRecord
+from activities.supervise_observer import GenerationObserver
+from activities.supervise_rules import evaluate
 from lazarus.domain import environment
 from lazarus.domain.contracts import SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lazarus import cli
-from lazarus.activities.checkpoints import (
+from activities.checkpoints import (
     CheckpointInputError,
     collect_garbage_sync,
     search_verified,
     verify_checkpoint,
 )
-from lazarus.activities.checkpoints.listing import list_checkpoints
+from activities.checkpoints.listing import list_checkpoints
+from lazarus.app import cli
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest, GarbageCollectionRequest
 from lazarus.domain.spec import CheckpointsSpec
@@ -232,7 +232,7 @@ def test_cli_checkpoints_offline(root: Path) -> None:
 async def test_activities_wrap_the_same_logic(root: Path) -> None:
     from temporalio.testing import ActivityEnvironment
 
-    from lazarus.activities.checkpoints import collect_garbage, find_verified_checkpoint
+    from activities.checkpoints import collect_garbage, find_verified_checkpoint
 
     for step in (10, 20, 30):
         write_checkpoint(root, step)

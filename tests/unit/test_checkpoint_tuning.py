@@ -10,7 +10,7 @@ import pytest
 from lazarus.domain.checkpoint_interval import LLAMA3_NODE_MTBF_H, daly_interval_s
 from lazarus.domain.contracts import SuperviseOutcome
 from lazarus.domain.spec import JobSpec, SpecError, parse_spec
-from lazarus.workflows.checkpoint_tuning import (
+from workflows.checkpoint_tuning import (
     interruptions,
     interval_in_force,
     interval_request,
@@ -18,8 +18,8 @@ from lazarus.workflows.checkpoint_tuning import (
     retune,
     status_view,
 )
-from lazarus.workflows.state import Incident, JobState, NodePool, Phase
-from lazarus.workflows.status import job_status
+from workflows.state import Incident, JobState, NodePool, Phase
+from workflows.status import job_status
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -168,7 +168,7 @@ def test_the_spec_accepts_auto_with_a_starting_interval_and_a_whole_number_prior
 def test_status_shows_delta_m_tau_the_interval_and_the_loss_for_people_and_scripts() -> None:
     from rich.console import Console
 
-    from lazarus import cli_render
+    from lazarus.app import cli_render
 
     job, state = spec(), running()
     state.pool.active = [node.name for node in job.nodes]

@@ -15,20 +15,20 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from lazarus import cli
-from lazarus.activities.launcher import rank_environment
-from lazarus.activities.nodes.rundir import GenerationDir, job_root
-from lazarus.client import (
+from activities.launcher import rank_environment
+from activities.nodes.rundir import GenerationDir, job_root
+from lazarus.app import cli
+from lazarus.app.client import (
     GENERATION_DIR_PLACEHOLDER,
     PLACEHOLDERS,
     RUN_KEY_PLACEHOLDER,
     plan_start,
     rank_environment_plan,
 )
+from lazarus.app.settings import ConnectionSettings
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import CheckpointRef
 from lazarus.domain.spec import JobSpec, parse_spec
-from lazarus.settings import ConnectionSettings
 from tests.checkpoint_helpers import write_checkpoint
 
 RUN_ID = "0f1e2d3c"

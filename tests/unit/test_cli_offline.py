@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from lazarus import cli, cli_render
-from lazarus.devserver import dev_server_command
+from lazarus.app import cli, cli_render
+from lazarus.app.devserver import dev_server_command
+from lazarus.app.settings import ConnectionSettings, web_ui_url
 from lazarus.domain.contracts import RankStatus, SupervisionProgress
 from lazarus.domain.ports import free_port
-from lazarus.settings import ConnectionSettings, web_ui_url
-from lazarus.workflows.state import Incident, JobStatus, Phase
+from workflows.state import Incident, JobStatus, Phase
 
 GOOD_SPEC = """\
 name: tiny
@@ -349,7 +349,7 @@ def test_incident_reasons_survive_a_narrow_terminal() -> None:
 
 def test_dev_server_ui_sits_at_grpc_port_plus_1000(tmp_path: Path) -> None:
     """``web_ui_url`` guesses the UI from the address; DevServer keeps that guess right."""
-    from lazarus.devserver import DevServer
+    from lazarus.app.devserver import DevServer
 
     server = DevServer(tmp_path)  # constructing starts nothing
     assert server.ui_port == server.port + 1000
@@ -377,7 +377,7 @@ def test_classify_unreadable_file_exits_2(tmp_path: Path) -> None:
 def test_status_shows_stragglers_and_escalation_hooks() -> None:
     from rich.console import Console
 
-    from lazarus.workflows.state import StragglerRecord
+    from workflows.state import StragglerRecord
 
     straggler = StragglerRecord(
         generation=2,

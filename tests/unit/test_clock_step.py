@@ -11,11 +11,11 @@ import math
 
 import pytest
 
-from lazarus.activities.supervise_rules import StepRate
+from activities.supervise_rules import StepRate
 from lazarus.domain.contracts import RankStatus, SuperviseOutcome
 from lazarus.domain.spec import parse_spec
-from lazarus.workflows.checkpoint_tuning import retune
-from lazarus.workflows.state import JobState, NodePool, Phase
+from workflows.checkpoint_tuning import retune
+from workflows.state import JobState, NodePool, Phase
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from lazarus.activities.command_policy import ERROR_TYPE, CommandNotAllowed, enforce
-from lazarus.activities.escalation import run_escalation_hook
-from lazarus.activities.launcher import launch
-from lazarus.activities.preflight import preflight
-from lazarus.activities.worker_settings import (
+from activities.command_policy import ERROR_TYPE, CommandNotAllowed, enforce
+from activities.escalation import run_escalation_hook
+from activities.launcher import launch
+from activities.preflight import preflight
+from activities.worker_settings import (
     ALLOWED_COMMANDS_ENV,
     ALLOWED_COMMANDS_FILE_ENV,
     WorkerSettings,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec, NodeSpec
-from lazarus.workflows.current_details import (
+from workflows.current_details import (
     REASON_LIMIT,
     current_details,
     failure_class_attribute,
@@ -12,8 +12,8 @@ from lazarus.workflows.current_details import (
     start_summary,
     waiting_for,
 )
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import Incident, JobState, NodePool, Phase
+from workflows.playbook import Action
+from workflows.state import Incident, JobState, NodePool, Phase
 
 SPEC = JobSpec.model_validate(
     {

@@ -6,8 +6,8 @@ the replacement."""
 
 from __future__ import annotations
 
-from lazarus.activities.nodes.agent import DrainResult
-from lazarus.activities.supervise_rules import NodeObservation, Observation, evaluate
+from activities.nodes.agent import DrainResult
+from activities.supervise_rules import NodeObservation, Observation, evaluate
 from lazarus.domain.contracts import RankStatus, SuperviseRequest
 from lazarus.domain.spec import HealthSpec
 

@@ -7,7 +7,7 @@ master node may hold the port already.
 
 from __future__ import annotations
 
-from lazarus.activities.launcher import DERIVED_PORTS, derived_port
+from activities.launcher import DERIVED_PORTS, derived_port
 
 EPHEMERAL_LOW = 32768  # Linux's default ip_local_port_range starts here
 

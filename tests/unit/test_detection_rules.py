@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lazarus.activities.supervise_rules import Observation, StepRate, evaluate
+from activities.supervise_rules import Observation, StepRate, evaluate
 from lazarus.domain.contracts import RankStatus, SuperviseRequest
 from lazarus.domain.spec import HealthSpec
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.devserver import DevServer, DevServerError, dev_server_command
+from lazarus.app.devserver import DevServer, DevServerError, dev_server_command
 
 
 def test_command_binds_the_frontend_and_the_ui_to_loopback(tmp_path: Path) -> None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.escalation import (
+from workflows.escalation import (
     PENDING,
     hook_failed,
     hook_finished,
     hook_ran,
     queue_escalation,
 )
-from lazarus.workflows.playbook import SUGGESTED_OPERATOR_ACTIONS, Action
-from lazarus.workflows.state import JobState, PlannedMove
+from workflows.playbook import SUGGESTED_OPERATOR_ACTIONS, Action
+from workflows.state import JobState, PlannedMove
 
 BASE = {"name": "j", "command": ["python", "t.py"], "workdir": "/w"}
 HOOKED = JobSpec.model_validate({**BASE, "on_escalation": ["notify", "--page"]})

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes.agent import NodeStatus, RankLaunch, RankRecord
-from lazarus.activities.nodes.exit_watch import ExitWatch, recorded_processes
-from lazarus.activities.nodes.local_agent import LocalAgent
-from lazarus.activities.nodes.procfs import read_stat, signal_group
-from lazarus.activities.supervise import until_an_exit
-from lazarus.activities.supervise_observer import GenerationObserver
-from lazarus.activities.supervise_rules import (
+from activities.nodes.agent import NodeStatus, RankLaunch, RankRecord
+from activities.nodes.exit_watch import ExitWatch, recorded_processes
+from activities.nodes.local_agent import LocalAgent
+from activities.nodes.procfs import read_stat, signal_group
+from activities.supervise import until_an_exit
+from activities.supervise_observer import GenerationObserver
+from activities.supervise_rules import (
     VANISHED_GRACE_S,
     Observation,
     awaiting_exit_record,

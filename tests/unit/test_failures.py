@@ -7,14 +7,14 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from lazarus.domain.contracts import FailureReport
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.failures import (
+from workflows.failures import (
     NODE_UNREACHABLE,
     failure_context,
     unreachable_failure,
     unreachable_node,
 )
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import JobState, NodePool, PlannedMove
+from workflows.playbook import Action
+from workflows.state import JobState, NodePool, PlannedMove
 
 SPEC = JobSpec.model_validate(
     {

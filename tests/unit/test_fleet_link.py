@@ -9,8 +9,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 from lazarus.domain.fleet import FLEET_REFUSED, FLEET_UNREACHABLE
 from lazarus.domain.spec import FleetLeaseSpec, JobSpec
-from lazarus.workflows.fleet_link import nodes_to_replace, trouble
-from lazarus.workflows.state import JobState, NodePool, Phase, QuarantinedNode
+from workflows.fleet_link import nodes_to_replace, trouble
+from workflows.state import JobState, NodePool, Phase, QuarantinedNode
 
 
 def spec(nodes: int, min_nodes: int | None = None) -> JobSpec:

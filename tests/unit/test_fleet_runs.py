@@ -30,8 +30,8 @@ from lazarus.domain.fleet import (
     return_node,
 )
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.fleet_link import report_key
-from lazarus.workflows.state import JobState
+from workflows.fleet_link import report_key
+from workflows.state import JobState
 
 pytestmark = pytest.mark.timeout(30)
 

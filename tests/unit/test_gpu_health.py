@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.activities.nodes.agent import GpuHealth
-from lazarus.activities.nodes.gpu_health import gpu_problems, parse_gpu_health, parse_nvidia_smi
+from activities.nodes.agent import GpuHealth
+from activities.nodes.gpu_health import gpu_problems, parse_gpu_health, parse_nvidia_smi
 
 A100_TWO_GPUS = """
 ==============NVSMI LOG==============

@@ -15,10 +15,10 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
-from lazarus.activities.observe import Observation
-from lazarus.metrics import LazarusMetrics
-from lazarus.workflows.state import NodePool, QuarantinedNode
+from activities.observe import Observation
+from lazarus.app.metrics import LazarusMetrics
 from tests.unit.test_metrics import incident, status
+from workflows.state import NodePool, QuarantinedNode
 
 pytestmark = pytest.mark.timeout(60)
 

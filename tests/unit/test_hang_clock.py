@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes.agent import NodeStatus, RankRecord
-from lazarus.activities.supervise_observer import GenerationObserver
-from lazarus.activities.supervise_rules import Observation, evaluate
+from activities.nodes.agent import NodeStatus, RankRecord
+from activities.supervise_observer import GenerationObserver
+from activities.supervise_rules import Observation, evaluate
 from lazarus.domain.contracts import SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec, StragglerSpec
 from tests.fake_nodes import FakeAgent, FakeClock

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from lazarus.activities.heartbeat import (
+from activities.heartbeat import (
     MAX_HEARTBEAT_INTERVAL_S,
     heartbeat_interval,
     in_thread_heartbeating,
@@ -168,4 +168,4 @@ def test_no_activity_keeps_its_own_copy_of_the_heartbeat_loop() -> None:
         for path in sorted(ACTIVITIES.rglob("*.py"))
         if path.name != "heartbeat.py" and re.search(r"asyncio\.wait\(", path.read_text())
     ]
-    assert copies == [], f"use lazarus.activities.heartbeat.in_thread_heartbeating: {copies}"
+    assert copies == [], f"use activities.heartbeat.in_thread_heartbeating: {copies}"

@@ -6,7 +6,7 @@ import pytest
 
 from lazarus.domain.contracts import CheckpointRef
 from lazarus.domain.spec import CheckpointsSpec
-from lazarus.workflows.housekeeping import (
+from workflows.housekeeping import (
     collection_summary,
     durable_after_upload,
     must_rewatch,

@@ -11,10 +11,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from lazarus import cli, cli_render
+from lazarus.app import cli, cli_render
 from lazarus.domain.recovery_timeline import RecoveryTimeline
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import Incident, JobStatus, Phase
+from workflows.playbook import Action
+from workflows.state import Incident, JobStatus, Phase
 
 TIMELINE = RecoveryTimeline(
     fault_at=1000.0,

@@ -9,8 +9,8 @@ import pytest
 from lazarus.domain.contracts import CheckpointRef, FailureReport
 from lazarus.domain.evidence import MAX_EVIDENCE_LINES
 from lazarus.domain.failure_classes import FailureClass
-from lazarus.workflows.playbook import Action, Decision
-from lazarus.workflows.state import (
+from workflows.playbook import Action, Decision
+from workflows.state import (
     MAX_INCIDENTS,
     TRANSITIONS,
     Incident,

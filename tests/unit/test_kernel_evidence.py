@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.diagnosis import (
+from activities.diagnosis import (
     KERNEL_NOT_VISIBLE,
     NO_KERNEL_RECORD,
     diagnose_crash,
     diagnose_vanished,
 )
-from lazarus.activities.kernel_evidence import KernelSources, OomWatch, kernel_log_line
-from lazarus.activities.nodes.agent import NodeStatus, RankRecord
-from lazarus.activities.supervise import attach_evidence
-from lazarus.activities.supervise_observer import GenerationObserver
-from lazarus.activities.supervise_rules import evaluate
+from activities.kernel_evidence import KernelSources, OomWatch, kernel_log_line
+from activities.nodes.agent import NodeStatus, RankRecord
+from activities.supervise import attach_evidence
+from activities.supervise_observer import GenerationObserver
+from activities.supervise_rules import evaluate
 from lazarus.domain.contracts import SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
 from tests.fake_nodes import FakeAgent, FakeClock

@@ -4,10 +4,10 @@ Floors, bottom to top (README, "How it works"):
 
 0. **domain**: ``lazarus.domain`` (and the package root); ``lazarus.rank`` sits
    here too, standard library only, importable inside every training rank;
-1. **workflows**: ``lazarus.workflows``, deterministic policy;
-2. **activities**: ``lazarus.activities``, mechanics;
-3. **app**: the CLI, the client, settings, the dev server, the local stack,
-   chaos, ``lazarus.workers`` and ``lazarus.infra``;
+1. **workflows**: ``workflows``, deterministic policy;
+2. **activities**: ``activities``, mechanics;
+3. **app**: ``lazarus.app`` (the CLI, the client, settings, the dev server, the
+   local stack, chaos), ``workers`` and ``infra``;
 4. **bench**: ``bench``, the benchmarks and the simulator. It may use every floor
    of the product, and nothing but the tests may use it: a product that imported
    its own benchmark would ship it. It holds no circles either.
@@ -28,11 +28,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = (
-    {"lazarus": REPO / "lazarus"}
-    | {f"lazarus.{name}": REPO / name for name in ("workflows", "activities", "workers", "infra")}
-    | {"bench": REPO / "bench"}
-)
+PACKAGES = {
+    name: REPO / name
+    for name in ("lazarus", "workflows", "activities", "workers", "infra", "bench")
+}
 FLOORS = ("domain", "workflows", "activities", "app", "bench")
 ALLOWED_CIRCLES: dict[frozenset[str], str] = {}
 """Documented exceptions: none today. A circle added here needs a reason."""
@@ -42,10 +41,11 @@ def floor_of(module: str) -> int:
     for prefix, floor in (
         ("lazarus.domain", 0),
         ("lazarus.rank", 0),
-        ("lazarus.workflows", 1),
-        ("lazarus.activities", 2),
-        ("lazarus.workers", 3),
-        ("lazarus.infra", 3),
+        ("workflows", 1),
+        ("activities", 2),
+        ("lazarus.app", 3),
+        ("workers", 3),
+        ("infra", 3),
         ("bench", 4),
     ):
         if module == prefix or module.startswith(prefix + "."):
@@ -59,13 +59,6 @@ def modules() -> dict[str, Path]:
     for package, root in PACKAGES.items():
         for path in sorted(root.rglob("*.py")):
             relative = path.relative_to(root).with_suffix("").parts
-            if package == "lazarus" and relative[0] in (
-                "workflows",
-                "activities",
-                "workers",
-                "infra",
-            ):
-                continue  # the symlinks: walked under their own names
             parts = [package, *relative]
             if parts[-1] == "__init__":
                 parts.pop()
@@ -128,19 +121,6 @@ def test_every_floor_imports_only_floors_below_it() -> None:
     assert not upward, "upward imports:\n" + "\n".join(upward)
 
 
-def test_no_module_reaches_the_bare_top_level_names() -> None:
-    """``workflows`` and friends are installed as ``lazarus.workflows``: a bare
-    ``import workflows`` works in a checkout and breaks in an installed Lazarus."""
-    bare = {"workflows", "activities", "workers", "infra"}
-    found = [
-        f"{path.relative_to(REPO)}:{line}: {target}"
-        for module, path in modules().items()
-        for target, line in imports(module, path)
-        if target.split(".")[0] in bare
-    ]
-    assert not found, "\n".join(found)
-
-
 def test_no_import_circles() -> None:
     edges = {m: {t for t, _ in targets} for m, targets in graph().items()}
     # Importing ``a.b`` runs ``a/__init__``; a package's own re-exports of its
@@ -161,7 +141,7 @@ def test_only_the_nodes_package_knows_slurm() -> None:
     """The transport is chosen once, by the agent factory: everything else asks a
     :class:`NodeAgent` (drain, undrain, preemption notice) or the allocation facade
     (``nodes/allocation.py``), so a second scheduler would touch ``nodes/`` only."""
-    nodes = "lazarus.activities.nodes"
+    nodes = "activities.nodes"
     found = sorted(
         f"{module}:{line} imports {target}"
         for module, targets in graph().items()
@@ -175,13 +155,13 @@ def test_only_the_nodes_package_knows_slurm() -> None:
 def test_the_nodes_package_is_below_the_rest_of_the_activities() -> None:
     """``activities/nodes/`` (agents, run directory, processes on a node) is the lower
     room of the activities floor: the activities use it, never the other way round."""
-    nodes = "lazarus.activities.nodes"
+    nodes = "activities.nodes"
     found = sorted(
         f"{module}:{line} imports {target}"
         for module, targets in graph().items()
         if module.startswith(nodes)
         for target, line in targets
-        if target.startswith("lazarus.activities.") and not target.startswith(nodes)
+        if target.startswith("activities.") and not target.startswith(nodes)
     )
     assert not found, "\n".join(found)
 
@@ -286,7 +266,19 @@ def strongly_connected(edges: dict[str, set[str]]) -> list[set[str]]:
     return components
 
 
-@pytest.mark.parametrize("module", ["lazarus.domain.spec", "lazarus.workflows.job"])
+@pytest.mark.parametrize("module", ["lazarus.domain.spec", "workflows.job"])
 def test_the_walk_sees_real_modules(module: str) -> None:
     """Guards the guard: a walk that found nothing would pass every check above."""
     assert graph()[module]
+
+
+def test_every_source_file_has_one_path() -> None:
+    """No symlinked source folders: a tool (or a newcomer) that follows an import
+    lands on the one file it names."""
+    linked = [
+        str(path.relative_to(REPO))
+        for root in PACKAGES.values()
+        for path in [root, *root.rglob("*")]
+        if path.is_symlink()
+    ]
+    assert linked == []

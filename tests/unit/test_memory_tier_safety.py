@@ -22,15 +22,15 @@ from unittest import mock
 import pytest
 
 import lazarus.rank as lz
-from lazarus.activities.checkpoints.find import search_verified
-from lazarus.activities.checkpoints.memory_tier import choose
-from lazarus.activities.checkpoints.rollback import retire_newest
-from lazarus.activities.nodes.local_agent import local_memory_snapshots, remove_memory_dir
+from activities.checkpoints.find import search_verified
+from activities.checkpoints.memory_tier import choose
+from activities.checkpoints.rollback import retire_newest
+from activities.nodes.local_agent import local_memory_snapshots, remove_memory_dir
 from lazarus.domain import environment, memory_tier
 from lazarus.domain.contracts import CheckpointRef, FindVerifiedCheckpointRequest
 from lazarus.domain.timeline import MAX_CUTS, TimelineCut, abandoning_cut, with_cut
 from lazarus.rank import memory
-from lazarus.workflows.state import JobState
+from workflows.state import JobState
 
 JOB = "job"
 

@@ -18,14 +18,14 @@ from unittest import mock
 import pytest
 
 import lazarus.rank as lz
-from lazarus.activities.checkpoints import find as find_module
-from lazarus.activities.checkpoints import memory_tier
-from lazarus.activities.checkpoints.just_in_time import request_checkpoint
-from lazarus.activities.launcher import initial_control_document, rank_environment
-from lazarus.activities.nodes.agent import MemorySnapshot, NodeAgent, NodeUnreachable
-from lazarus.activities.nodes.local_agent import LocalAgent, local_memory_snapshots
-from lazarus.activities.nodes.rundir import GenerationDir, job_root, read_json
-from lazarus.activities.nodes.shim_agent import LocalShimAgent
+from activities.checkpoints import find as find_module
+from activities.checkpoints import memory_tier
+from activities.checkpoints.just_in_time import request_checkpoint
+from activities.launcher import initial_control_document, rank_environment
+from activities.nodes.agent import MemorySnapshot, NodeAgent, NodeUnreachable
+from activities.nodes.local_agent import LocalAgent, local_memory_snapshots
+from activities.nodes.rundir import GenerationDir, job_root, read_json
+from activities.nodes.shim_agent import LocalShimAgent
 from lazarus.domain import checkpoint_layout, environment
 from lazarus.domain.contracts import CheckpointNowRequest, FindVerifiedCheckpointRequest, NodeAccess
 from lazarus.domain.memory_tier import MEMORY_ROOT, memory_checkpoint_dir

@@ -10,12 +10,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lazarus.activities import observe as observe_module
-from lazarus.activities.observe import Observation, install_sink, observe
-from lazarus.domain.failure_classes import FailureClass
-from lazarus.domain.ports import free_port
-from lazarus.domain.recovery_timeline import RecoveryTimeline
-from lazarus.metrics import (
+from activities import observe as observe_module
+from activities.observe import Observation, install_sink, observe
+from lazarus.app.metrics import (
     UNRECORDED_DECISION,
     LazarusMetrics,
     MetricsProblem,
@@ -25,8 +22,11 @@ from lazarus.metrics import (
     prepare_metrics,
     serve,
 )
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import Incident, JobStatus, NodePool, Phase, QuarantinedNode
+from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.ports import free_port
+from lazarus.domain.recovery_timeline import RecoveryTimeline
+from workflows.playbook import Action
+from workflows.state import Incident, JobStatus, NodePool, Phase, QuarantinedNode
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -446,8 +446,8 @@ def test_the_endpoints_listen_on_loopback_unless_told_otherwise() -> None:
 def test_the_worker_passes_metrics_addr_through(monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from lazarus import cli
-    from lazarus.workers import controller
+    from lazarus.app import cli
+    from workers import controller
 
     seen: list[MetricsSettings] = []
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lazarus.activities.nodes.agent import NodeStatus
-from lazarus.activities.supervise_observer import GenerationObserver
-from lazarus.activities.supervise_rules import (
+from activities.nodes.agent import NodeStatus
+from activities.supervise_observer import GenerationObserver
+from activities.supervise_rules import (
     MIN_FAILED_POLLS,
     NodeObservation,
     Observation,

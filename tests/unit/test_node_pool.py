@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.workflows.state import JobState, NodePool
+from workflows.state import JobState, NodePool
 
 
 def pool(active: list[str], spares: list[str] | None = None) -> NodePool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.operator_requests import (
+from workflows.operator_requests import (
     drain_recovery,
     drain_refusal,
     drain_reply,
@@ -17,7 +17,7 @@ from lazarus.workflows.operator_requests import (
     resume_refusal,
     return_refusal,
 )
-from lazarus.workflows.state import ForceRecover, JobState, NodePool, NodeRequest, Phase
+from workflows.state import ForceRecover, JobState, NodePool, NodeRequest, Phase
 
 QUEUED = ForceRecover(reason="first")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from lazarus.workflows import patches
-from lazarus.workflows.patches import PATCHES
+from workflows import patches
+from workflows.patches import PATCHES
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 
@@ -64,7 +64,7 @@ def _imported_from_patches(tree: ast.AST) -> set[str]:
     return {
         alias.asname or alias.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "lazarus.workflows.patches"
+        if isinstance(node, ast.ImportFrom) and node.module == "workflows.patches"
         for alias in node.names
     }
 

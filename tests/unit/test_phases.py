@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.workflows.state import (
+from workflows.state import (
     STRICT_PHASES_ENV,
     TRANSITIONS,
     Phase,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.placement import (
+from workflows.placement import (
     active_nodes,
     find_node,
     generation_dir,
@@ -13,7 +13,7 @@ from lazarus.workflows.placement import (
     run_root,
     world_size,
 )
-from lazarus.workflows.state import JobState, NodePool
+from workflows.state import JobState, NodePool
 
 SPEC = JobSpec.model_validate(
     {

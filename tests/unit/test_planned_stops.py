@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import lazarus.rank as lazarus_rank
-from lazarus.activities.checkpoints.just_in_time import answering
-from lazarus.activities.checkpoints.rollback import RETIRED_DIR, retire_newest
+from activities.checkpoints.just_in_time import answering
+from activities.checkpoints.rollback import RETIRED_DIR, retire_newest
 from lazarus.domain import environment
 from lazarus.domain.checkpoint_layout import committed_steps
 

@@ -6,7 +6,7 @@ import pytest
 
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import ClassPolicy, RecoverySpec, StrategyName
-from lazarus.workflows.playbook import (
+from workflows.playbook import (
     DEFAULT_PLAYBOOK,
     STRATEGIES,
     Action,

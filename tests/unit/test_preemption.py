@@ -12,22 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes import slurm_preemption
-from lazarus.activities.nodes.local_agent import LocalAgent
-from lazarus.activities.nodes.slurm_agent import SlurmAgent
-from lazarus.activities.nodes.slurm_preemption import holder_script, preemption_notice
-from lazarus.activities.supervise_rules import Observation, evaluate
+from activities.nodes import slurm_preemption
+from activities.nodes.local_agent import LocalAgent
+from activities.nodes.slurm_agent import SlurmAgent
+from activities.nodes.slurm_preemption import holder_script, preemption_notice
+from activities.supervise_rules import Observation, evaluate
 from lazarus.domain.contracts import FailureReport, NodeAccess, RankStatus, SuperviseRequest
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import HealthSpec, JobSpec, NodeSpec, SlurmSpec
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.preemption import (
+from workflows.playbook import Action
+from workflows.preemption import (
     handled_preemption_at,
     open_preemption,
     preempt_marker_for,
     record_preemption,
 )
-from lazarus.workflows.state import JobState
+from workflows.state import JobState
 
 SLURM = SlurmSpec(job_id=42)
 

@@ -9,10 +9,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from lazarus import cli, cli_render
+from lazarus.app import cli, cli_render
 from lazarus.domain.contracts import SupervisionProgress
 from lazarus.domain.spec import parse_spec
-from lazarus.workflows.state import JobStatus, Phase
+from workflows.state import JobStatus, Phase
 
 SPEC = """\
 name: tiny
@@ -95,7 +95,7 @@ def test_start_prints_the_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 def test_status_lists_ignored_messages_and_the_dropped_incident_tail() -> None:
     """Issue 10, defects 5 and 18: what was ignored, and what is no longer listed."""
-    from lazarus.workflows.state import IgnoredMessage
+    from workflows.state import IgnoredMessage
 
     status = _status(
         ignored_messages=[

@@ -5,8 +5,8 @@
 once from that released commit and **never re-recorded**: a week-long job started on
 that release is replayed by every later worker, so any change that alters the
 commands an old history issued fails here, in CI, instead of in production. A change
-that must alter them goes behind ``workflow.patched`` (see ``lazarus.workflows.job``), or
-ships as a new Worker Deployment build (see ``lazarus.workers.versioning``).
+that must alter them goes behind ``workflow.patched`` (see ``workflows.job``), or
+ships as a new Worker Deployment build (see ``workers.versioning``).
 
 To add a release's corpus (once per release, from that release's checkout)::
 
@@ -23,7 +23,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from lazarus.workflows.job import JobWorkflow
+from workflows.job import JobWorkflow
 
 RELEASED = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "released"
 HISTORIES = sorted(RELEASED.glob("*/*.json"))

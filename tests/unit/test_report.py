@@ -13,12 +13,9 @@ from rich.console import Console
 from temporalio.client import WorkflowHistory
 from typer.testing import CliRunner
 
-from lazarus import cli, cli_report
-from lazarus.client import StatusView
-from lazarus.domain.contracts import FailureReport, SuperviseOutcome
-from lazarus.domain.failure_classes import FailureClass
-from lazarus.domain.recovery_timeline import RecoveryTimeline
-from lazarus.report import (
+from lazarus.app import cli, cli_report
+from lazarus.app.client import StatusView
+from lazarus.app.report import (
     MATPLOTLIB_MISSING,
     RECOVERY_PHASES,
     JobHistory,
@@ -31,8 +28,11 @@ from lazarus.report import (
     render_png,
     report_data,
 )
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import Incident, JobStatus, Phase
+from lazarus.domain.contracts import FailureReport, SuperviseOutcome
+from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.recovery_timeline import RecoveryTimeline
+from workflows.playbook import Action
+from workflows.state import Incident, JobStatus, Phase
 
 T0 = 1_800_000_000.0
 RELEASED = Path(__file__).resolve().parents[1] / "fixtures" / "histories" / "released"

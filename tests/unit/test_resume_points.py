@@ -9,9 +9,9 @@ from lazarus.domain.contracts import (
     SkippedCheckpoint,
 )
 from lazarus.domain.failure_classes import FailureClass
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.resume_points import FALLBACK_STRATEGY, record_rollback, record_skipped
-from lazarus.workflows.state import Incident, JobState
+from workflows.playbook import Action
+from workflows.resume_points import FALLBACK_STRATEGY, record_rollback, record_skipped
+from workflows.state import Incident, JobState
 
 SEARCH = CheckpointSearch(
     chosen=CheckpointRef(step=20, path="/c/20"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.activities.host_identity import HOST_ENV, this_host
+from activities.host_identity import HOST_ENV, this_host
 from lazarus.domain.activity_refs import (
     FLEET_LEASE,
     GROW_ALLOCATION,
@@ -16,7 +16,7 @@ from lazarus.domain.activity_refs import (
     WATCH_CHECKPOINTS,
 )
 from lazarus.domain.spec import JobSpec, parse_spec
-from lazarus.workflows.routing import (
+from workflows.routing import (
     MACHINE_BOUND,
     declared_host,
     host_task_queue,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lazarus import chaos
-from lazarus.activities.nodes.rundir import GenerationDir, generations_below, latest_run, runs
-from lazarus.activities.nodes.shim_agent import _unkillable_groups
+from activities.nodes.rundir import GenerationDir, generations_below, latest_run, runs
+from activities.nodes.shim_agent import _unkillable_groups
+from lazarus.app import chaos
 
 
 def make_gen(root: Path, generation: int, mtime_ns: int) -> GenerationDir:

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.launcher import LaunchRefused, rank_env_file, rank_environment
-from lazarus.activities.nodes.agent import PreflightRequest
-from lazarus.activities.nodes.local_checks import run_local_preflight
-from lazarus.activities.nodes.rundir import GenerationDir
-from lazarus.activities.nodes.secret_env import (
+from activities.launcher import LaunchRefused, rank_env_file, rank_environment
+from activities.nodes.agent import PreflightRequest
+from activities.nodes.local_checks import run_local_preflight
+from activities.nodes.rundir import GenerationDir
+from activities.nodes.secret_env import (
     SecretEnvError,
     parse_env_lines,
     passed_env,
     read_env_file,
 )
-from lazarus.activities.nodes.slurm_commands import client_environment
+from activities.nodes.slurm_commands import client_environment
 from lazarus.domain.api import API_KEY_ENV
 from lazarus.domain.contracts import LaunchRequest
 from lazarus.domain.spec import JobSpec, NodeSpec

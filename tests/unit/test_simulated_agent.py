@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from lazarus.activities.nodes.factory import agent_for
-from lazarus.activities.nodes.local_agent import LocalAgent
-from lazarus.activities.nodes.simulated_agent import SimulatedAgent, SimulatedCluster, simulate
+from activities.nodes.factory import agent_for
+from activities.nodes.local_agent import LocalAgent
+from activities.nodes.simulated_agent import SimulatedAgent, SimulatedCluster, simulate
 from lazarus.domain.spec import NodeSpec, SSHSpec
 
 GEN = "/sim/run/gen-00001"

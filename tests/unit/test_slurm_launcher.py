@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.activities.nodes.factory import agent_for
-from lazarus.activities.nodes.slurm_agent import SlurmAgent
-from lazarus.activities.nodes.slurm_commands import _fields, client_environment
-from lazarus.activities.nodes.slurm_task import rank_slot
+from activities.nodes.factory import agent_for
+from activities.nodes.slurm_agent import SlurmAgent
+from activities.nodes.slurm_commands import _fields, client_environment
+from activities.nodes.slurm_task import rank_slot
 from lazarus.domain.spec import NodeSpec, SpecError, SSHSpec, parse_spec
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.activities.nodes.agent import NodeUnreachable
-from lazarus.activities.nodes.ssh_agent import SSHAgent
+from activities.nodes.agent import NodeUnreachable
+from activities.nodes.ssh_agent import SSHAgent
 from lazarus.domain.spec import NodeSpec, SSHSpec
 
 

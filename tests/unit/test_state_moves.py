@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from lazarus.domain.failure_classes import FailureClass
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import JobState, NodePool, PlannedMove
+from workflows.playbook import Action
+from workflows.state import JobState, NodePool, PlannedMove
 
 
 def test_an_incident_found_now_has_no_detection_delay_and_its_action() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.playbook import SUGGESTED_OPERATOR_ACTIONS
-from lazarus.workflows.state import (
+from workflows.playbook import SUGGESTED_OPERATOR_ACTIONS
+from workflows.state import (
     MAX_INCIDENTS,
     Incident,
     JobState,
@@ -13,7 +13,7 @@ from lazarus.workflows.state import (
     Phase,
     PlannedMove,
 )
-from lazarus.workflows.status import job_status
+from workflows.status import job_status
 
 SPEC = JobSpec.model_validate(
     {"name": "j", "command": ["python", "t.py"], "workdir": "/w", "nproc_per_node": 2}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from lazarus.domain.contracts import CheckpointRef, StopResult, UnkillableGroup
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.state import MAX_RECORDS, JobState, NodePool, PlannedStop
-from lazarus.workflows.stops import (
+from workflows.state import MAX_RECORDS, JobState, NodePool, PlannedStop
+from workflows.stops import (
     checkpoint_evidence,
     end_of_run_targets,
     reached,

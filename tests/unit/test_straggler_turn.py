@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from lazarus.domain.contracts import StragglerReport
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.playbook import Action, Decision
-from lazarus.workflows.state import MAX_RECORDS, JobState, NodePool, PlannedMove
-from lazarus.workflows.stragglers import (
+from workflows.playbook import Action, Decision
+from workflows.state import MAX_RECORDS, JobState, NodePool, PlannedMove
+from workflows.stragglers import (
     open_straggler_incident,
     record_straggler,
     straggler_context,

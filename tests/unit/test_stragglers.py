@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.activities.straggler_stats import ComputeWindow, find_straggler
-from lazarus.activities.supervise_rules import Observation, evaluate
+from activities.straggler_stats import ComputeWindow, find_straggler
+from activities.supervise_rules import Observation, evaluate
 from lazarus.domain.contracts import RankStatus, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, StragglerSpec
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes.agent import NodeStatus, RankRecord
-from lazarus.activities.nodes.shim_agent import LocalShimAgent
-from lazarus.activities.supervise import attach_evidence
-from lazarus.activities.supervise_observer import GenerationObserver, phase_marks
-from lazarus.activities.supervise_rules import MIN_FAILED_POLLS, evaluate
+from activities.nodes.agent import NodeStatus, RankRecord
+from activities.nodes.shim_agent import LocalShimAgent
+from activities.supervise import attach_evidence
+from activities.supervise_observer import GenerationObserver, phase_marks
+from activities.supervise_rules import MIN_FAILED_POLLS, evaluate
 from lazarus.domain import phases
 from lazarus.domain.contracts import SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes.factory import agents
-from lazarus.activities.nodes.simulated_agent import SimulatedCluster, simulate
-from lazarus.activities.supervise import RANKS_IN_FULL, for_history
-from lazarus.activities.supervise_observer import GenerationObserver
-from lazarus.activities.supervise_rules import evaluate
+from activities.nodes.factory import agents
+from activities.nodes.simulated_agent import SimulatedCluster, simulate
+from activities.supervise import RANKS_IN_FULL, for_history
+from activities.supervise_observer import GenerationObserver
+from activities.supervise_rules import evaluate
 from lazarus.domain.contracts import NodeAccess, RankStatus, SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.checkpoints import storage
-from lazarus.activities.checkpoints.find import search_verified
-from lazarus.activities.checkpoints.verified_once import still_as_verified, verify_once
-from lazarus.activities.checkpoints.watch import watch_checkpoints
+from activities.checkpoints import storage
+from activities.checkpoints.find import search_verified
+from activities.checkpoints.verified_once import still_as_verified, verify_once
+from activities.checkpoints.watch import watch_checkpoints
 from lazarus.domain.checkpoint_layout import MANIFEST
 from lazarus.domain.contracts import (
     FindVerifiedCheckpointRequest,

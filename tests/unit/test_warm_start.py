@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.activities.nodes.local_agent import remove_memory_dir
-from lazarus.activities.nodes.shim_agent import SHIM_PATH
-from lazarus.activities.nodes.warm import PER_RANK_ENV, warm_argv, zygote_environment
-from lazarus.activities.nodes.zygote_client import ZygoteUnavailable
+from activities.nodes.local_agent import remove_memory_dir
+from activities.nodes.shim_agent import SHIM_PATH
+from activities.nodes.warm import PER_RANK_ENV, warm_argv, zygote_environment
+from activities.nodes.zygote_client import ZygoteUnavailable
 from lazarus.domain.memory_tier import on_node
 from lazarus.domain.spec import SpecError, parse_spec
 from lazarus.rank.memory import secure

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lazarus.activities.nodes.zygote import Refused, parse_request
+from activities.nodes.zygote import Refused, parse_request
 
 PYTHON = os.path.abspath(sys.executable)
 

@@ -18,12 +18,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from lazarus.devserver import DevServer
+from lazarus.app.devserver import DevServer
 from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.spec import JobSpec, parse_spec
-from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.state import STRICT_PHASES_ENV, JobInput, JobStatus, Phase
 from tests.workflow import fakes
+from workflows.job import JobWorkflow
+from workflows.state import STRICT_PHASES_ENV, JobInput, JobStatus, Phase
 
 # A phase change not drawn on Phase fails the job here (it is only logged in production).
 os.environ.setdefault(STRICT_PHASES_ENV, "1")

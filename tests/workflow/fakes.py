@@ -1,7 +1,7 @@
 """Fake activities for testing the job workflow's decisions against a real server.
 
 Each fake is named as the real activity and registered under its name by
-:func:`~lazarus.activities.stand_ins.stand_ins`, so the real ``JobWorkflow`` runs
+:func:`~activities.stand_ins.stand_ins`, so the real ``JobWorkflow`` runs
 unchanged; a :class:`Script` per job says what the "cluster" does (a launch that
 meets an unreachable node, a stop that cannot kill, a failure at some generation) and
 records what the workflow asked for. No ranks, no files: these tests are about policy.
@@ -19,13 +19,13 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from lazarus.activities.fleet import (  # noqa: F401 - they stand in for themselves
+from activities.fleet import (  # noqa: F401 - they stand in for themselves
     fleet_hand_back,
     fleet_lease,
     fleet_release,
     fleet_report,
 )
-from lazarus.activities.stand_ins import launched_without_ranks, stand_ins
+from activities.stand_ins import launched_without_ranks, stand_ins
 from lazarus.domain import contracts
 
 

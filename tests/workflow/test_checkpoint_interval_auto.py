@@ -12,8 +12,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from lazarus.domain.checkpoint_interval import daly_interval_s
-from lazarus.workflows.patches import PATCH_CHECKPOINT_INTERVAL_AUTO
 from tests.workflow.conftest import FakeJob, StartFakeJob, fake_spec
+from workflows.patches import PATCH_CHECKPOINT_INTERVAL_AUTO
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,13 +21,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 from typer.testing import CliRunner, Result
 
-from lazarus import cli
-from lazarus.client import JobClient, StatusView
-from lazarus.devserver import DevServer
+from lazarus.app import cli
+from lazarus.app.client import JobClient, StatusView
+from lazarus.app.devserver import DevServer
 from lazarus.domain.contracts import AllocationGranted, SubmitAllocationRequest
-from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.state import Phase
 from tests.workflow import fakes
+from workflows.job import JobWorkflow
+from workflows.state import Phase
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,9 +17,9 @@ from temporalio.api.enums.v1 import EventType
 
 from lazarus.domain.api import SIGNAL_PAUSE, UPDATE_RETURN
 from lazarus.domain.contracts import FailureReport, StopRequest
-from lazarus.workflows.patches import PATCH_END_OF_RUN_EVERY_NODE
-from lazarus.workflows.state import NodeRequest, Phase
 from tests.workflow.conftest import FakeJob, StartFakeJob, fake_spec
+from workflows.patches import PATCH_END_OF_RUN_EVERY_NODE
+from workflows.state import NodeRequest, Phase
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,8 +17,8 @@ from temporalio.api.enums.v1 import EventType
 
 from lazarus.domain.contracts import FailureReport, WarmStartOutcome
 from lazarus.domain.phases import CHECKPOINT_LOADED, FRAMEWORK_IMPORTED, PROCESS_GROUP_READY
-from lazarus.workflows.state import Phase
 from tests.workflow.conftest import FakeJob, StartFakeJob, fake_spec
+from workflows.state import Phase
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,8 +18,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer, Worker
 
-from lazarus.client import RequestRejected
-from lazarus.devserver import DevServer
+from lazarus.app.client import RequestRejected
+from lazarus.app.devserver import DevServer
+from lazarus.app.fleet_client import FleetClient, FleetEndedBefore, FleetNotFound
 from lazarus.domain.api import (
     FLEET_UPDATE_LEASE,
     WORKFLOW_TYPE,
@@ -29,12 +30,11 @@ from lazarus.domain.api import (
 from lazarus.domain.contracts import FailureReport
 from lazarus.domain.fleet import FleetConfig, FleetStatus, Lease, LeaseRequest
 from lazarus.domain.spec import JobSpec
-from lazarus.fleet_client import FleetClient, FleetEndedBefore, FleetNotFound
-from lazarus.workflows.fleet import FleetWorkflow
-from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.state import JobInput, Phase
 from tests.workflow import fakes
 from tests.workflow.conftest import FakeJob, fake_spec
+from workflows.fleet import FleetWorkflow
+from workflows.job import JobWorkflow
+from workflows.state import JobInput, Phase
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -374,7 +374,7 @@ async def test_the_cli_starts_a_fleet_and_shows_drains_and_returns_its_nodes(
 ) -> None:
     from typer.testing import CliRunner
 
-    from lazarus import cli
+    from lazarus.app import cli
 
     name = f"f-{uuid.uuid4().hex[:6]}"
     config = tmp_path / "fleet.yaml"

@@ -24,8 +24,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from lazarus.activities.preflight import preflight
-from lazarus.devserver import DevServer
+from activities.preflight import preflight
+from lazarus.app.devserver import DevServer
+from lazarus.app.fleet_client import FleetClient
 from lazarus.domain.api import (
     FLEET_QUERY_STATUS,
     FLEET_UPDATE_LEASE,
@@ -42,8 +43,7 @@ from lazarus.domain.fleet import (
     QuarantineReport,
     ReleaseRequest,
 )
-from lazarus.fleet_client import FleetClient
-from lazarus.workflows.fleet import FleetWorkflow
+from workflows.fleet import FleetWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 

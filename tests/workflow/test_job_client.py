@@ -20,7 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from lazarus.client import (
+from lazarus.app.client import (
     JobAlreadyRunning,
     JobClient,
     JobClosed,
@@ -30,15 +30,15 @@ from lazarus.client import (
     StartPlan,
     StatusView,
 )
-from lazarus.devserver import DevServer
+from lazarus.app.devserver import DevServer
+from lazarus.app.settings import ConnectionSettings, ServerUnreachable
 from lazarus.domain.api import workflow_id_for
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec
-from lazarus.settings import ConnectionSettings, ServerUnreachable
-from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.state import JobInput, Phase
 from tests.workflow import fakes
 from tests.workflow.conftest import fake_spec
+from workflows.job import JobWorkflow
+from workflows.state import JobInput, Phase
 
 pytestmark = pytest.mark.timeout(120)
 

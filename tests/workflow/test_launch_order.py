@@ -26,8 +26,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from lazarus.activities.stand_ins import stand_ins
-from lazarus.devserver import DevServer
+from activities.stand_ins import stand_ins
+from lazarus.app.devserver import DevServer
 from lazarus.domain.api import WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.contracts import (
     CheckpointRef,
@@ -37,10 +37,10 @@ from lazarus.domain.contracts import (
 )
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec, NodeSpec
-from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.state import JobInput, Phase
 from tests.workflow import fakes
 from tests.workflow.conftest import FakeJob, StartFakeJob, fake_spec
+from workflows.job import JobWorkflow
+from workflows.state import JobInput, Phase
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,8 +20,8 @@ from lazarus.domain.api import (
     UPDATE_DRAIN,
     UPDATE_RECOVER,
 )
-from lazarus.workflows.state import ForceRecover, NodeRequest, Phase
 from tests.workflow.conftest import StartFakeJob, fake_spec
+from workflows.state import ForceRecover, NodeRequest, Phase
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,8 +15,8 @@ import pytest
 from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
 from lazarus.domain.contracts import FailureReport, UnkillableGroup
 from lazarus.domain.evidence import MAX_EVIDENCE_CHARS, MAX_EVIDENCE_LINES, cap_evidence
-from lazarus.workflows.state import Phase
 from tests.workflow.conftest import StartFakeJob, fake_spec
+from workflows.state import Phase
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,10 +14,10 @@ import pytest
 from lazarus.domain.contracts import FailureReport
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import SpecError
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.rejoin import plan_rejoin
-from lazarus.workflows.state import NodePool, Phase
 from tests.workflow.conftest import StartFakeJob, fake_spec
+from workflows.playbook import Action
+from workflows.rejoin import plan_rejoin
+from workflows.state import NodePool, Phase
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,10 +21,10 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from lazarus.domain.contracts import AllocationGranted, FailureReport, SubmitAllocationRequest
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.playbook import Action
-from lazarus.workflows.state import Phase
 from tests.workflow import fakes
 from tests.workflow.conftest import StartFakeJob, fake_spec
+from workflows.playbook import Action
+from workflows.state import Phase
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,13 +19,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from lazarus.devserver import DevServer
+from lazarus.app.devserver import DevServer
 from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
-from lazarus.workers.versioning import WorkerDeployment
-from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.state import JobInput, JobStatus, Phase
 from tests.workflow import fakes
 from tests.workflow.conftest import fake_spec
+from workers.versioning import WorkerDeployment
+from workflows.job import JobWorkflow
+from workflows.state import JobInput, JobStatus, Phase
 
 pytestmark = pytest.mark.timeout(180)
 

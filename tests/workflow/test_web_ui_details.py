@@ -19,14 +19,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer, Worker
 
-from lazarus.client import JobClient
-from lazarus.devserver import DevServer
+from lazarus.app.client import JobClient
+from lazarus.app.devserver import DevServer
 from lazarus.domain.api import FAILURE_CLASS_ATTRIBUTE, GENERATION_ATTRIBUTE, PHASE_ATTRIBUTE
 from lazarus.domain.contracts import FailureReport
-from lazarus.workflows.job import JobWorkflow
-from lazarus.workflows.state import JobStatus, Phase
 from tests.workflow import fakes
 from tests.workflow.conftest import fake_spec
+from workflows.job import JobWorkflow
+from workflows.state import JobStatus, Phase
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,11 +1,11 @@
 """``lazarus``: start, watch and steer training jobs, and run the server and worker.
 
 This is the app floor, and presentation only: everything that talks to Temporal
-goes through :class:`lazarus.client.JobClient` (the supported Python API), and this
+goes through :class:`lazarus.app.client.JobClient` (the supported Python API), and this
 module turns its results into rich tables or ``--json`` and its errors into exit
 codes. It imports the activities (checkpoint listing and verification, the resume
 plan, node preflight), the worker only for ``lazarus worker``, and the workflow's
-models (:mod:`lazarus.workflows.state`), never workflow code itself.
+models (:mod:`workflows.state`), never workflow code itself.
 Failures a person can fix (a bad spec, no server, a job name that does not
 exist) end in one line on stderr and a non-zero exit code, never a traceback.
 """
@@ -25,9 +25,9 @@ import yaml
 from rich.console import Console
 from rich.live import Live
 
-from lazarus import cli_render as render
-from lazarus.activities.worker_settings import WorkerSettingsError
-from lazarus.client import (
+from activities.worker_settings import WorkerSettingsError
+from lazarus.app import cli_render as render
+from lazarus.app.client import (
     ClientError,
     JobClient,
     JobHandle,
@@ -35,26 +35,26 @@ from lazarus.client import (
     plan_start,
     start_problems,
 )
-from lazarus.devserver import (
+from lazarus.app.devserver import (
     DEFAULT_PORT,
     DEFAULT_STATE_DIR,
     DEFAULT_UI_PORT,
     DevServerError,
     dev_server_command,
 )
-from lazarus.domain.api import workflow_id_for
-from lazarus.domain.contracts import CheckpointRef
-from lazarus.domain.spec import JobSpec, SpecError, load_spec
-from lazarus.settings import (
+from lazarus.app.settings import (
     ConnectionProblem,
     ConnectionSettings,
     connect,
     web_ui_url,
 )
-from lazarus.workflows.state import Incident, Phase
+from lazarus.domain.api import workflow_id_for
+from lazarus.domain.contracts import CheckpointRef
+from lazarus.domain.spec import JobSpec, SpecError, load_spec
+from workflows.state import Incident, Phase
 
 if TYPE_CHECKING:
-    from lazarus.activities.checkpoints.resume_plan import ResumePlan
+    from activities.checkpoints.resume_plan import ResumePlan
 
 WATCH_INTERVAL_S = 1.0
 
@@ -161,8 +161,8 @@ def start(
 
     Says first whether the job will resume from an existing checkpoint (its step,
     the job that wrote it, and when), so a leftover never passes for progress."""
-    from lazarus import cli_checkpoints
-    from lazarus.activities.checkpoints.resume_plan import FreshRefused, start_fresh
+    from activities.checkpoints.resume_plan import FreshRefused, start_fresh
+    from lazarus.app import cli_checkpoints
 
     try:
         spec = load_spec(spec_file, name_override=name)
@@ -273,7 +273,7 @@ async def _follow_first_submit(jobs: JobClient, handle: JobHandle, as_json: bool
 def _resume_plan(spec: JobSpec) -> ResumePlan | None:
     """The resume point as this machine sees it; None if it cannot look (the
     notice is advice: it never stops a start)."""
-    from lazarus.activities.checkpoints.resume_plan import plan_resume
+    from activities.checkpoints.resume_plan import plan_resume
 
     try:
         return plan_resume(spec)
@@ -298,7 +298,7 @@ def _resume_ref(plan: ResumePlan | None, spec: JobSpec) -> CheckpointRef | None:
 def _unusable_nodes(spec_file: Path, spec: JobSpec) -> list[str]:
     """Bad hosts are bad input: a wrong host key, an unreachable host or a bad identity
     file is reported here, naming the node, and nothing is started."""
-    from lazarus.activities.preflight import check_nodes
+    from activities.preflight import check_nodes
     from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest
 
     everything = [*spec.nodes, *spec.spares]
@@ -486,8 +486,8 @@ def report(
 ) -> None:
     """A job's run as a picture: step against wall time, incidents shaded by phase,
     checkpoints marked, and ETTR, MTTR and steps lost; works for finished jobs."""
-    from lazarus import cli_report
-    from lazarus.report import ReportDependencyMissing
+    from lazarus.app import cli_report
+    from lazarus.app.report import ReportDependencyMissing
 
     png = out if out is not None or as_json else cli_report.DEFAULT_PNG
     problems = cli_report.output_problems(png, html)
@@ -574,9 +574,9 @@ def worker(
     ] = None,
 ) -> None:
     """Run the controller worker: the workflow and the activities that launch and watch ranks."""
-    from lazarus.metrics import MetricsProblem, MetricsSettings
-    from lazarus.workers.controller import run_worker  # heavy, and only this command needs it
-    from lazarus.workers.versioning import WorkerDeployment
+    from lazarus.app.metrics import MetricsProblem, MetricsSettings
+    from workers.controller import run_worker  # heavy, and only this command needs it
+    from workers.versioning import WorkerDeployment
 
     settings = _settings(ctx)
     queue = task_queue or settings.task_queue
@@ -669,9 +669,9 @@ def verify(
     Exits 0 when every checkpoint is good, 1 when one is corrupt (problems
     listed), 2 when it could not check (no such path, no checkpoint, store
     unreachable)."""
-    from lazarus import cli_checkpoints
-    from lazarus.activities.checkpoints.storage import CheckpointInputError, locate, store_errors
-    from lazarus.activities.checkpoints.verify import verify_in_store
+    from activities.checkpoints.storage import CheckpointInputError, locate, store_errors
+    from activities.checkpoints.verify import verify_in_store
+    from lazarus.app import cli_checkpoints
 
     try:
         store, name = locate(target, endpoint_url=endpoint_url)
@@ -719,9 +719,9 @@ def checkpoints(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """A job's checkpoints: step, time, size, verified locally, durable."""
-    from lazarus import cli_checkpoints
-    from lazarus.activities.checkpoints.listing import list_checkpoints
-    from lazarus.activities.checkpoints.storage import CheckpointInputError, store_errors
+    from activities.checkpoints.listing import list_checkpoints
+    from activities.checkpoints.storage import CheckpointInputError, store_errors
+    from lazarus.app import cli_checkpoints
 
     if job is None and directory is None and uri is None:
         _fail("give a JOB, or --dir PATH and/or --uri URI to list without a server", code=2)
@@ -778,6 +778,6 @@ if __name__ == "__main__":
     run()
 
 
-from lazarus.cli_fleet import fleet_app  # noqa: E402 (the sub-app after the app it joins)
+from lazarus.app.cli_fleet import fleet_app  # noqa: E402 (the sub-app after the app it joins)
 
 app.add_typer(fleet_app, name="fleet")

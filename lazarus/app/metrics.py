@@ -7,9 +7,9 @@ never by workflow code (a workflow replays; a metric it emitted would count twic
 - **from activities**, which observe what they do as they do it: a supervision
   round, a checkpoint verified or uploaded, the save time the ranks report
   (:meth:`LazarusMetrics.observe`, installed as the sink of
-  :mod:`lazarus.activities.observe`);
+  :mod:`activities.observe`);
 - **from the status query**, which a collector in the worker asks every few seconds
-  (``lazarus.workers.metrics_collector``): phase, step, ETTR, the pool and every
+  (``workers.metrics_collector``): phase, step, ETTR, the pool and every
   incident. :meth:`LazarusMetrics.record_status` turns one answer into metrics, and
   is idempotent: each incident is counted once, keyed by its id and fault time,
   however often it is seen, so asking again (or a replay answering the query)
@@ -47,9 +47,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic import Field as PydanticField
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from lazarus.activities.observe import Observation
+from activities.observe import Observation
 from lazarus.domain.recovery_timeline import RecoveryTimeline
-from lazarus.workflows.state import Incident, JobStatus, Phase
+from workflows.state import Incident, JobStatus, Phase
 
 DETECTION_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 RECOVERY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0)
@@ -295,7 +295,7 @@ class LazarusMetrics:
     # --- from activities -----------------------------------------------------------------
 
     def observe(self, observation: Observation) -> None:
-        """The sink for :func:`lazarus.activities.observe.observe`."""
+        """The sink for :func:`activities.observe.observe`."""
         job = observation.job
         with self._lock:
             match observation.kind:

@@ -1,9 +1,9 @@
 """How ``lazarus report`` gathers a job's report and shows it.
 
-The command itself is wired in :mod:`lazarus.cli` (one function, like every other
+The command itself is wired in :mod:`lazarus.app.cli` (one function, like every other
 command); the gathering (status plus history, through :class:`JobClient`), the files
 it writes and the rich tables live here, so they can be tested without the CLI and
-without a server. The data and the drawing are :mod:`lazarus.report`.
+without a server. The data and the drawing are :mod:`lazarus.app.report`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from lazarus.client import ClientError, JobClient
-from lazarus.report import (
+from lazarus.app.client import ClientError, JobClient
+from lazarus.app.report import (
     INCIDENT_COLUMNS,
     MATPLOTLIB_MISSING,
     ReportData,

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lazarus.activities.nodes.procfs import is_alive
-from lazarus.activities.nodes.rundir import (
+from activities.nodes.procfs import is_alive
+from activities.nodes.rundir import (
     GenerationDir,
     generations,
     generations_below,

@@ -65,7 +65,7 @@ from lazarus.domain.contracts import (
     UploadResult,
 )
 from lazarus.domain.recovery_timeline import PhaseDuration
-from lazarus.workflows.state import Incident, JobStatus
+from workflows.state import Incident, JobStatus
 
 RecoveryPhase = Literal["detecting", "stopping", "relaunching", "catching_up"]
 RECOVERY_PHASES: tuple[RecoveryPhase, ...] = (

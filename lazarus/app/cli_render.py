@@ -16,16 +16,16 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lazarus.client import JobRow as JobRow
-from lazarus.client import StartPlan
-from lazarus.client import StatusView as StatusView
+from lazarus.app.client import JobRow as JobRow
+from lazarus.app.client import StartPlan
+from lazarus.app.client import StatusView as StatusView
 from lazarus.domain import environment as env_names
 from lazarus.domain.api import job_name_from
 from lazarus.domain.checkpoint_interval import CheckpointIntervalView
 from lazarus.domain.contracts import RankStatus
 from lazarus.domain.spec import JobSpec
-from lazarus.workflows.checkpoint_tuning import short_duration
-from lazarus.workflows.state import (
+from workflows.checkpoint_tuning import short_duration
+from workflows.state import (
     IgnoredMessage,
     Incident,
     JobStatus,

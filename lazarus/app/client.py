@@ -11,12 +11,12 @@ the workflow id, signal, update and query names come from :mod:`lazarus.domain.a
 
 Errors a person can act on are :class:`ClientError` subclasses whose message is one
 line meant for them (the CLI prints it as is); a server that cannot be reached is
-:class:`~lazarus.settings.ServerUnreachable`, exactly as :func:`~lazarus.settings.connect`
+:class:`~lazarus.app.settings.ServerUnreachable`, exactly as :func:`~lazarus.app.settings.connect`
 raises it. No :class:`temporalio.service.RPCError` escapes a ``JobClient`` call.
 
 This is the app floor: it may import the activities, for the launcher's own
-:func:`~lazarus.activities.launcher.rank_environment` in a dry run, and the
-allocation facade (:mod:`lazarus.activities.nodes.allocation`) for the checks a
+:func:`~activities.launcher.rank_environment` in a dry run, and the
+allocation facade (:mod:`activities.nodes.allocation`) for the checks a
 start makes before anything starts (:func:`start_problems`).
 """
 
@@ -50,6 +50,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from lazarus.app.settings import ConnectionSettings, ServerUnreachable, connect
 from lazarus.domain import environment as env_names
 from lazarus.domain.activity_refs import SUBMIT_ALLOCATION
 from lazarus.domain.api import (
@@ -70,9 +71,8 @@ from lazarus.domain.api import (
 )
 from lazarus.domain.contracts import CheckpointRef, SupervisionProgress
 from lazarus.domain.spec import JobSpec
-from lazarus.settings import ConnectionSettings, ServerUnreachable, connect
-from lazarus.workflows.current_details import start_details, start_summary
-from lazarus.workflows.state import (
+from workflows.current_details import start_details, start_summary
+from workflows.state import (
     ForceRecover,
     Incident,
     JobInput,
@@ -241,7 +241,7 @@ class StartPlan(BaseModel):
     """What :meth:`JobClient.start` submits, made without contacting anything.
 
     ``ranks`` is the environment of each rank as the launcher's own
-    :func:`~lazarus.activities.launcher.rank_environment` builds it for the first
+    :func:`~activities.launcher.rank_environment` builds it for the first
     generation; values only the launch can know are placeholders in ``<...>``
     (see :data:`PLACEHOLDERS`). The worker's own environment, which local ranks
     also inherit, is not shown: the dry run cannot know it.
@@ -353,8 +353,8 @@ def rank_environment_plan(
     worker's environment, so they are placeholders too, and ``env_from_file`` is
     not read (it holds secrets, on the node).
     """
-    from lazarus.activities.launcher import rank_environment  # activities: only a dry run
-    from lazarus.activities.nodes.rundir import GenerationDir, job_root
+    from activities.launcher import rank_environment  # activities: only a dry run
+    from activities.nodes.rundir import GenerationDir, job_root
 
     gen = GenerationDir.of(job_root(spec.run_dir, spec.job_id) / RUN_KEY_PLACEHOLDER, 1)
     shown_gen = str(gen.path.parent / GENERATION_DIR_PLACEHOLDER)
@@ -401,7 +401,7 @@ def start_problems(spec: JobSpec) -> list[str]:
     (``sbatch --test-only``); an existing allocation must be running and hold the
     spec's nodes. A start refuses a spec with problems before the workflow exists;
     the submission itself is the workflow's first step."""
-    from lazarus.activities.nodes import allocation  # activities: the pre-start check only
+    from activities.nodes import allocation  # activities: the pre-start check only
 
     return allocation.start_problems(spec)
 
@@ -412,7 +412,7 @@ def start_problems(spec: JobSpec) -> list[str]:
 class JobClient:
     """Start, watch and steer jobs over an existing Temporal :class:`Client`.
 
-    The client must use the pydantic data converter (:func:`lazarus.settings.connect`
+    The client must use the pydantic data converter (:func:`lazarus.app.settings.connect`
     gives one); :meth:`connect` makes both from :class:`ConnectionSettings`.
     """
 
@@ -432,7 +432,7 @@ class JobClient:
     @classmethod
     async def connect(cls, settings: ConnectionSettings | None = None) -> JobClient:
         """Connect as configured (default: the environment, as the CLI does); raises
-        :class:`~lazarus.settings.ConnectionProblem` (e.g. ``ServerUnreachable``)."""
+        :class:`~lazarus.app.settings.ConnectionProblem` (e.g. ``ServerUnreachable``)."""
         settings = settings or ConnectionSettings.from_env()
         client = await connect(settings)
         return cls(client, task_queue=settings.task_queue, address=settings.address)

@@ -1,6 +1,6 @@
 """How ``lazarus verify`` and ``lazarus checkpoints`` show their findings.
 
-Rich tables for people, JSON for scripts, like :mod:`lazarus.cli_render`; kept in
+Rich tables for people, JSON for scripts, like :mod:`lazarus.app.cli_render`; kept in
 a module of its own so the checkpoint commands stay out of the job views.
 """
 
@@ -13,8 +13,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from lazarus.activities.checkpoints.listing import CheckpointListing
-from lazarus.activities.checkpoints.resume_plan import ResumePlan, SetAside
+from activities.checkpoints.listing import CheckpointListing
+from activities.checkpoints.resume_plan import ResumePlan, SetAside
 from lazarus.domain.contracts import CheckpointVerification
 
 _DASH = "—"

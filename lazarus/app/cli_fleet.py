@@ -19,10 +19,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lazarus.client import ClientError
+from lazarus.app.client import ClientError
+from lazarus.app.fleet_client import FleetClient, load_fleet_config
+from lazarus.app.settings import ConnectionProblem, ConnectionSettings, connect
 from lazarus.domain.fleet import FleetStatus
-from lazarus.fleet_client import FleetClient, load_fleet_config
-from lazarus.settings import ConnectionProblem, ConnectionSettings, connect
 
 T = TypeVar("T")
 

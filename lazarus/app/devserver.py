@@ -39,9 +39,9 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
+from lazarus.app.lifecycle import StartStop
 from lazarus.domain.api import SEARCH_ATTRIBUTES
 from lazarus.domain.ports import free_port
-from lazarus.lifecycle import StartStop
 
 DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233
@@ -159,7 +159,7 @@ def _is_free(host: str, port: int) -> bool:
 
 def _port_with_free_ui_neighbour(host: str) -> int:
     """A free gRPC port whose +1000 neighbour is free too, so the UI sits where
-    :func:`lazarus.settings.web_ui_url` (and the ``temporal`` CLI) expect it."""
+    :func:`lazarus.app.settings.web_ui_url` (and the ``temporal`` CLI) expect it."""
     for _ in range(50):
         port = free_port(host)
         if _is_free(host, port + 1000):

@@ -1,9 +1,9 @@
 """Start, read and steer a fleet workflow over an existing Temporal client.
 
-The CLI (``lazarus fleet ...``) and tests use this; like :class:`lazarus.client.JobClient`
+The CLI (``lazarus fleet ...``) and tests use this; like :class:`lazarus.app.client.JobClient`
 it imports no workflow code, only the names in ``lazarus.domain.api`` and the models
 in ``lazarus.domain.fleet``. A refused update comes back as
-:class:`~lazarus.client.RequestRejected` with the fleet's reason.
+:class:`~lazarus.app.client.RequestRejected` with the fleet's reason.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from lazarus.client import ClientError, RequestRejected, TemporalRefused
+from lazarus.app.client import ClientError, RequestRejected, TemporalRefused
+from lazarus.app.settings import ConnectionSettings, ServerUnreachable, connect
 from lazarus.domain.api import (
     DEFAULT_TASK_QUEUE,
     FLEET_QUERY_STATUS,
@@ -44,7 +45,6 @@ from lazarus.domain.fleet import (
     OrphanRelease,
     ReturnRequest,
 )
-from lazarus.settings import ConnectionSettings, ServerUnreachable, connect
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 

@@ -18,9 +18,9 @@ from typing import IO
 
 from temporalio.client import Client
 
-from lazarus.devserver import DevServer
-from lazarus.lifecycle import StartStop
-from lazarus.settings import ConnectionSettings, connect
+from lazarus.app.devserver import DevServer
+from lazarus.app.lifecycle import StartStop
+from lazarus.app.settings import ConnectionSettings, connect
 
 
 class LocalStack(StartStop):
@@ -76,7 +76,7 @@ class LocalStack(StartStop):
         log_path = self.state_dir / f"worker-{self.worker_starts}.log"
         self._worker_log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the worker
         self._worker = subprocess.Popen(
-            [sys.executable, "-m", "lazarus.cli", "worker", "--task-queue", self.task_queue],
+            [sys.executable, "-m", "lazarus.app.cli", "worker", "--task-queue", self.task_queue],
             env=self.worker_env(),
             stdin=subprocess.DEVNULL,
             stdout=self._worker_log,
