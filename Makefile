@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-hosts lint bench clean
+.PHONY: setup demo test test-fast test-hosts lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy lazarus workflows activities workers infra bench examples
+
+# The docs site, strictly: a broken link or anchor fails (mkdocs.yml).
+docs: setup
+	PYTHONPATH=. $(VENV)/bin/mkdocs build --strict
 
 # The full comparison with torchrun: every fault scenario (median of 3), the
 # overhead figures and a 10-minute chaos soak per system (about 50 minutes).
