@@ -1,0 +1,83 @@
+"""A tiny DDP job over NCCL for the GPU check (:mod:`infra.gpu.nccl_faults`).
+
+Each rank takes GPU ``LOCAL_RANK % device_count``; the loop runs through
+:func:`lazarus.rank.torch.run_resilient`, so a job with ``rejoin`` keeps the
+survivors' processes and aborts their NCCL communicators (not a wait on the dead
+peer) when a peer is killed. Checkpoints go to the memory tier and to disk like the
+CPU example's. Needs as many GPUs as ranks per node: NCCL refuses two ranks of one
+communicator on one device.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import lazarus.rank as lazarus_rank
+import lazarus.rank.torch as lazarus_torch
+
+STEPS = int(os.environ.get("NCCL_CHECK_STEPS", "200"))
+STEP_TIME_S = 0.05
+
+
+def setup() -> dict[str, Any]:
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    torch.manual_seed(0)
+    model = nn.Linear(1024, 1024).to(device)
+    return {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=1e-3)}
+
+
+def current(state: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: stateful.state_dict() for name, stateful in state.items()}
+
+
+def train(start: int, state: Mapping[str, Any]) -> None:
+    """From ``start`` to :data:`STEPS`, with the CPU example's checkpoint calls (both
+    are collectives: every rank calls them every step)."""
+    model, optimizer = state["model"], state["optimizer"]
+    ddp_model = DistributedDataParallel(model)
+    device = next(model.parameters()).device
+    completed = start
+    while completed < STEPS:
+        with lazarus_rank.compute_timer():
+            batch = torch.randn(64, 1024, device=device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = ddp_model(batch).square().mean()
+        loss.backward()
+        optimizer.step()
+        completed += 1
+        value = loss.item()  # synchronises with the GPU: the step is done
+        if dist.get_rank() == 0:
+            print(f"step {completed} loss {value:.6f}", flush=True)
+        lazarus_rank.heartbeat(completed, loss=value)
+        if lazarus_torch.should_checkpoint(completed, every=20):
+            lazarus_torch.save(completed, current(state))
+        else:
+            lazarus_torch.snapshot(completed, lambda: current(state))
+        time.sleep(STEP_TIME_S)
+    lazarus_rank.flush_heartbeat()
+    lazarus_torch.flush_snapshots()
+    dist.barrier()
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("no CUDA device: this check runs on a GPU machine", file=sys.stderr)
+        return 2
+    lazarus_torch.run_resilient(train, setup, backend="nccl", timeout=timedelta(seconds=60))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
