@@ -18,20 +18,50 @@ process: the launch neither fences nor restarts it. It is *carried over*:
    and acts for g+1 from then on (its heartbeat says so).
 
 Every step is idempotent, so a launch retried on another worker carries the same
-survivors again. Local nodes only: the spec refuses ``rejoin`` elsewhere.
+survivors again.
+
+Per node (:func:`carry`, issue 28): the steps run on the node that runs the
+survivors, since their pid files, control file and process groups are there. The
+launcher asks each node's agent for its own slots (``NodeAgent.carry_survivors``):
+the local agent calls :func:`carry` in the worker; the shim agent (ssh) runs
+``python -m activities.rejoin`` on the node with the request on stdin (the ranks'
+interpreter, as warm starts do), so the same code carries on every node. Failure
+sequences on one node:
+
+- the node cannot be reached: the agent raises ``NodeUnreachable`` before anything
+  was fenced or started; the launch fails as a node failure (the workflow's
+  playbook then replaces the node or waits for a person);
+- Lazarus cannot run on the node (not importable by the ranks' interpreter): the
+  agent fences every older generation there with the shim's own ``stop`` and
+  refuses each rank with the reason, so they start afresh (whole node, not job);
+- a survivor dies between its check and the fencing: it is carried as a dead rank;
+  supervision of the new generation sees its exit record (linked) and reports a
+  crash, which recovers as any crash does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from activities.nodes.agent import CarryRequest, CarryResult, StartedRank
+from activities.nodes.local_agent import stop_ranks
 from activities.nodes.procfs import is_alive, owned_group
-from activities.nodes.rundir import GenerationDir, read_json, write_json_atomic
+from activities.nodes.rundir import (
+    GenerationDir,
+    generation_lock,
+    generations,
+    read_json,
+    write_json_atomic,
+)
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import RankProcess
 
@@ -48,14 +78,20 @@ class Survivor:
     """The directory of the generation that started it: its wrapper writes there."""
 
     def process(self, node: str) -> RankProcess:
-        return RankProcess(
+        return RankProcess(node=node, **self.started().model_dump(include=_PROCESS_FIELDS))
+
+    def started(self) -> StartedRank:
+        """As a node agent reports a rank (the survivor was not started now)."""
+        return StartedRank(
             rank=self.rank,
-            node=node,
             pid=self.pid,
             pgid=self.pgid,
             start_ticks=self.start_ticks,
             log_file=str(self.home / f"rank-{self.rank}.log"),
         )
+
+
+_PROCESS_FIELDS = {"rank", "pid", "pgid", "start_ticks", "log_file"}
 
 
 def survivors(previous: GenerationDir | None, ranks: list[int]) -> tuple[list[Survivor], list[str]]:
@@ -113,20 +149,98 @@ def link_into(gen: GenerationDir, survivor: Survivor) -> None:
             os.symlink(theirs, mine)
 
 
+def rejoin_variables(env: Mapping[str, str | None]) -> dict[str, str | None]:
+    """The variables of a rank's new environment a rejoin request carries (null:
+    unset): only these leave the launcher for a survivor's node."""
+    return {name: env.get(name) for name in env_names.REJOIN_VARIABLES}
+
+
 def request_rejoin(
     previous: GenerationDir,
     generation: int,
-    environments: Mapping[int, Mapping[str, str]],
+    environments: Mapping[int, Mapping[str, str | None]],
+    lock_timeout_s: float | None = None,
 ) -> None:
     """Ask the survivors in ``previous`` to act for ``generation``: each gets the
     variables of its new rank environment that change per generation (null: unset).
-    The rest of the control document (interval overrides, requests) is kept."""
-    document = read_json(previous.control_file) or {}
-    document[env_names.CONTROL_REJOIN] = {
-        "generation": generation,
-        "env": {
-            str(rank): {name: env.get(name) for name in env_names.REJOIN_VARIABLES}
-            for rank, env in sorted(environments.items())
-        },
-    }
-    write_json_atomic(previous.control_file, document)
+    The rest of the control document (interval overrides, requests) is kept, and so
+    are the other ranks of a request for the same generation: several logical nodes
+    (local nodes, or ssh nodes on a shared filesystem) each write their own ranks,
+    under the generation's lock so that no write loses another's."""
+    with generation_lock(previous, lock_timeout_s):
+        document = read_json(previous.control_file) or {}
+        earlier = document.get(env_names.CONTROL_REJOIN)
+        merged: dict[str, Any] = {}
+        same = isinstance(earlier, dict) and earlier.get("generation") == generation
+        if same and isinstance(earlier, dict) and isinstance(earlier.get("env"), dict):
+            merged.update(earlier["env"])
+        merged.update(
+            {str(rank): rejoin_variables(env) for rank, env in sorted(environments.items())}
+        )
+        document[env_names.CONTROL_REJOIN] = {
+            "generation": generation,
+            "env": dict(sorted(merged.items(), key=lambda item: int(item[0]))),
+        }
+        write_json_atomic(previous.control_file, document)
+
+
+def carry(request: CarryRequest) -> CarryResult:
+    """One node's carry (``NodeAgent.carry_survivors``), run on that node: check the
+    asked-for ranks (:func:`survivors`), fence every other group of the run's older
+    generations here (``keep_groups``: the survivors'), link the survivors into the
+    new generation and write their rejoin request. Fencing comes before the request,
+    so no survivor acts for the new generation while a rank it would replace lives."""
+    previous = GenerationDir(Path(request.previous_gen_dir))
+    gen = GenerationDir(Path(request.gen_dir))
+    gen.path.mkdir(parents=True, exist_ok=True)
+    kept, refused = survivors(previous, sorted(set(request.ranks)))
+    older = [g for g in generations(Path(request.run_root)) if g.generation < request.generation]
+    fenced = stop_ranks(
+        older,
+        grace_s=0.0,
+        kill_wait_s=request.kill_wait_s,
+        reporter=request.node or "local",
+        node=request.node,
+        lock_timeout_s=request.lock_timeout_s,
+        keep_groups=frozenset(s.pgid for s in kept),
+    )
+    missing = [s.rank for s in kept if s.rank not in request.env]
+    if missing:
+        raise ValueError(f"env: no rejoin variables for ranks {missing}")
+    for survivor in kept:
+        link_into(gen, survivor)
+    if kept:
+        request_rejoin(
+            previous,
+            request.generation,
+            {s.rank: request.env[s.rank] for s in kept},
+            request.lock_timeout_s,
+        )
+    return CarryResult(
+        carried=[s.started() for s in kept], refused=refused, unkillable=fenced.unkillable
+    )
+
+
+def main() -> int:
+    """``python -m activities.rejoin`` (the shim's ``rejoin``, on an ssh node): a
+    :class:`CarryRequest` on stdin, one :class:`CarryResult` JSON line on stdout, or
+    ``{"error": ...}`` naming the field of a bad request (never its values)."""
+    try:
+        request = CarryRequest.model_validate_json(sys.stdin.buffer.read())
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()
+        )
+        print(json.dumps({"error": f"rejoin: bad request on stdin: {problems}"}), flush=True)
+        return 2
+    try:
+        result = carry(request)
+    except (OSError, ValueError) as exc:
+        print(json.dumps({"error": f"rejoin: {exc}"}), flush=True)
+        return 1
+    print(result.model_dump_json(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

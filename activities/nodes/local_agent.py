@@ -14,6 +14,8 @@ import time
 from pathlib import Path, PurePosixPath
 
 from activities.nodes.agent import (
+    CarryRequest,
+    CarryResult,
     MemorySnapshot,
     NodeAgent,
     NodeStatus,
@@ -194,6 +196,12 @@ class LocalAgent(NodeAgent):
             reporter=self.node.name,
             node=None if self.whole_machine else self.node.name,
         )
+
+    def carry_survivors(self, request: CarryRequest) -> CarryResult:
+        # activities.rejoin fences with stop_ranks, from this module: imported here.
+        from activities.rejoin import carry
+
+        return carry(request)
 
     def end_run(self, run_root: str, memory_dirs: list[str]) -> None:
         nodes = None if self.whole_machine else [self.node.name]
