@@ -20,10 +20,13 @@ which ranks went which way and why. Fencing another run also stops its zygotes.
 Rejoin in place (``rejoin`` in the spec, ``LaunchRequest.rejoin_ranks``): the
 previous generation's live ranks named there are carried over in their own process
 instead of fenced and restarted (:mod:`activities.rejoin`); only the others
-start. Fencing spares exactly those groups, so still no process acts for an older
-generation once the survivors have read their rejoin request. A survivor is carried
-only into its own node's slot, and a rank with no slot in the new world refuses the
-launch (``LaunchRefused``, naming it): the workflow planned on other nodes.
+start. Each node's agent carries the ranks of its own slots where they run
+(``NodeAgent.carry_survivors``: in this worker for local nodes, on the node through
+the shim for ssh nodes) and fences everything else older there, so still no process
+acts for an older generation once the survivors have read their rejoin request. A
+survivor is carried only into its own node's slot (:func:`carry_slots`), and a rank
+with no slot in the new world refuses the launch (``LaunchRefused``, naming it): the
+workflow planned on other nodes.
 
 A node that cannot be reached fails the launch at once (``NodeUnreachable``, not
 retried: the workflow treats it as a node failure) after what this launch started

@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,7 +140,7 @@ def test_each_host_carries_its_own_survivors(fake_job: JobSpec) -> None:
     assert {e[env_names.MASTER_PORT] for e in request["env"].values()} == {str(second.master_port)}
     # No process of rank 1's generation 1 was left: nothing of generation 1 but the
     # survivors is alive.
-    pgids = {read_stat(pid).pgrp for pid, _ in before.values() if read_stat(pid) is not None}
+    pgids = {stat.pgrp for pid, _ in before.values() if (stat := read_stat(pid)) is not None}
     assert len(pgids) == 3
 
     # A retried launch (the worker died before launch.json) carries the same ranks.
@@ -177,7 +178,19 @@ def world4_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_reference(tmp_path_factory.mktemp("reference4"), steps=STEPS, world_size=4)
 
 
-def resilient_ssh_spec(tmp_path: Path, hosts: TestHosts, nodes: int, spares: int) -> JobSpec:
+def resilient_ssh_spec(
+    tmp_path: Path,
+    hosts: TestHosts,
+    nodes: int,
+    spares: int,
+    rejoin_s: float = REJOIN_S,
+    pg_timeout_s: float = 60,
+) -> JobSpec:
+    """The DDP example through ``run_resilient`` on ssh nodes, 2 ranks each.
+
+    ``pg_timeout_s`` is every collective's timeout: a peer killed with its host
+    (link down first) closes no socket, so a survivor sees it only then, and it must
+    be shorter than ``rejoin_s`` for the survivor to be listening in time."""
     entries = ssh_nodes(hosts)
     spec = ddp_spec(
         tmp_path,
@@ -189,9 +202,13 @@ def resilient_ssh_spec(tmp_path: Path, hosts: TestHosts, nodes: int, spares: int
         env={"GLOO_SOCKET_IFNAME": hosts.hosts[0].interface},
         node_timeout_s=4,
         ssh=ssh_options(hosts),
-        rejoin={"enabled": True, "timeout_s": REJOIN_S},
+        rejoin={"enabled": True, "timeout_s": rejoin_s},
+        # Four torch ranks on a loaded 2-core machine took 8 s to exit after their
+        # last step: not a hang.
+        health={"hang_timeout_s": 20},
     )
-    return spec.model_copy(update={"command": [*spec.command, "--resilient"]})
+    extra = ["--resilient", "--pg-timeout-s", f"{pg_timeout_s:g}"]
+    return spec.model_copy(update={"command": [*spec.command, *extra]})
 
 
 def generation_pids(job: Job, generation: int) -> dict[int, int]:
@@ -205,6 +222,13 @@ def generation_pids(job: Job, generation: int) -> dict[int, int]:
         assert record is not None, f"no pid file for rank {rank} in generation {generation}"
         pids[rank] = int(record["pid"])
     return pids
+
+
+def describe(incidents: list[Any]) -> str:
+    return "\n".join(
+        f"{i.kind} rank={i.rank} node={i.node} path={i.restart_path}: {i.evidence}"
+        for i in incidents
+    )
 
 
 def rejoined(job: Job) -> dict[int, list[int]]:
@@ -232,7 +256,7 @@ async def test_a_killed_rank_restarts_alone_and_three_rejoin_across_hosts(
         status = await job.result(timeout_s=420)
 
     assert status.phase == Phase.SUCCEEDED, status
-    assert status.generation == 2
+    assert status.generation == 2, describe(status.incidents)
     [incident] = status.incidents
     assert incident.kind == "crash" and incident.rank == 2
     assert incident.restart_path == "rejoin", incident.evidence
@@ -252,14 +276,15 @@ async def test_a_lost_host_is_replaced_by_the_spare_and_the_others_rejoin(
     from lazarus.app import chaos
 
     hosts = test_hosts(3)
-    job = await start_job(resilient_ssh_spec(tmp_path, hosts, nodes=2, spares=1))
+    spec = resilient_ssh_spec(tmp_path, hosts, nodes=2, spares=1, rejoin_s=60, pg_timeout_s=30)
+    job = await start_job(spec)
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 20)
     before = generation_pids(job, 1)
     hosts.kill_host("h2")
     status = await job.result(timeout_s=420)
 
     assert status.phase == Phase.SUCCEEDED, status
-    assert status.generation == 2
+    assert status.generation == 2, describe(status.incidents)
     [incident] = status.incidents
     assert incident.kind == "node_lost" and incident.node == "h2"
     assert incident.restart_path == "rejoin", incident.evidence
