@@ -19,7 +19,7 @@ which ranks went which way and why. Fencing another run also stops its zygotes.
 
 Rejoin in place (``rejoin`` in the spec, ``LaunchRequest.rejoin_ranks``): the
 previous generation's live ranks named there are carried over in their own process
-instead of fenced and restarted (:mod:`activities.rejoin`); only the others
+instead of fenced and restarted (:mod:`activities.nodes.rejoin`); only the others
 start. Each node's agent carries the ranks of its own slots where they run
 (``NodeAgent.carry_survivors``: in this worker for local nodes, on the node through
 the shim for ssh nodes) and fences everything else older there, so still no process
@@ -63,6 +63,7 @@ from activities.nodes.agent import (
 )
 from activities.nodes.factory import agents, on_each, on_each_settled
 from activities.nodes.local_agent import RankStartFailed, stop_ranks
+from activities.nodes.rejoin import rejoin_variables
 from activities.nodes.rundir import (
     GenerationDir,
     control_document,
@@ -82,7 +83,6 @@ from activities.nodes.secret_env import (
 from activities.nodes.shim_agent import ShimError
 from activities.nodes.warm import stop_run_zygotes
 from activities.program import rank_search_path, resolve_program
-from activities.rejoin import rejoin_variables
 from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
 from lazarus.domain.chaos_points import chaos_point

@@ -43,7 +43,7 @@
 #       this node, starting it when needed, detached; one JSON line per rank, warm
 #       or with the reason it must start cold ({"error"} when nothing can run)
 #   rejoin GEN_DIR PROGRAM WORKDIR         (stdin: as warm, the request a
-#       CarryRequest) runs `PROGRAM -m activities.rejoin` in WORKDIR, which carries
+#       CarryRequest) runs `PROGRAM -m activities.nodes.carry` in WORKDIR, which carries
 #       this node's surviving ranks into GEN_DIR and fences the rest of the older
 #       generations here; one CarryResult JSON line ({"error"} when it cannot)
 #   stop-zygote RUN_ROOT NODE              {"zygotes_stopped"} NODE's zygotes of the
@@ -716,7 +716,7 @@ shim_warm() {
 }
 
 shim_rejoin() {
-	shim_python activities.rejoin rejoin "$@"
+	shim_python activities.nodes.carry rejoin "$@"
 }
 
 shim_python() {

@@ -23,7 +23,7 @@ forked from it. Ranks it answers cold (a dead or refusing zygote, a failed prelo
 Lazarus not importable by the ranks' interpreter) are then started by ``start``
 exactly as without ``warm_start``, with the reason recorded.
 
-Rejoin (``rejoin``): the shim's ``rejoin`` runs :mod:`activities.rejoin` on the node
+Rejoin (``rejoin``): the shim's ``rejoin`` runs :mod:`activities.nodes.carry` on the node
 the same way (the ranks' interpreter, the :class:`CarryRequest` on stdin), so a
 node's survivors are checked, fenced around and asked to rejoin where they run.
 Where that cannot run, every older generation on the node is stopped instead and

@@ -1,7 +1,7 @@
 """Rejoin in place across ssh nodes (issue 28): real sshd hosts in network namespaces.
 
 - The launcher itself with a torch-free stand-in rank: each host's agent carries
-  its own survivors through the shim's ``rejoin`` (``python -m activities.rejoin``
+  its own survivors through the shim's ``rejoin`` (``python -m activities.nodes.carry``
   on the node), fences the rest there, and only the failed rank starts.
 - The whole stack with the DDP example over gloo, 2 hosts x 2 ranks: a SIGKILLed rank
   restarts alone while the 3 others keep their pids; a host killed with a spare left
@@ -152,7 +152,7 @@ def test_each_host_carries_its_own_survivors(fake_job: JobSpec) -> None:
 
 @pytest.mark.timeout(180)
 def test_a_host_that_cannot_run_lazarus_fences_and_starts_afresh(fake_job: JobSpec) -> None:
-    """The command's program is a shell, which cannot run ``-m activities.rejoin``:
+    """The command's program is a shell, which cannot run ``-m activities.nodes.carry``:
     every older rank on the nodes is stopped and the ranks start afresh, each with the
     reason; nothing of generation 1 is left alive."""
     shell = ["/bin/sh", "-c", 'exec "$0" "$1"', sys.executable, str(FAKE_RANK)]
@@ -290,7 +290,11 @@ async def test_a_lost_host_is_replaced_by_the_spare_and_the_others_rejoin(
     assert incident.restart_path == "rejoin", incident.evidence
     after = generation_pids(job, 2)
     assert (after[0], after[1]) == (before[0], before[1]), "h1's ranks kept their process"
-    spare = set(hosts.pids("h3"))
-    assert {after[2], after[3]} <= spare, "h2's ranks started on the spare"
+    [launched] = [
+        read_json(path) or {} for path in job.run_root.glob("*/gen-00002/launch.json")
+    ]
+    nodes = {r["rank"]: r["node"] for r in launched["ranks"]}
+    assert nodes == {0: "h1", 1: "h1", 2: "h3", 3: "h3"}, "h2's ranks started on the spare"
+    assert launched["rejoined"] == [0, 1]
     assert sorted(rejoined(job)) == [0, 1]
     assert_same_weights(job.weights, world4_weights)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from activities import rejoin
 from activities.launcher import carry_slots
+from activities.nodes import carry, rejoin
 from activities.nodes.agent import (
     CarryRequest,
     NodeStopResult,
@@ -127,7 +127,7 @@ def test_the_node_side_entry_names_the_bad_field_and_never_its_value(
     bad["previous_gen_dir"] = "/r/gen-00001"
     bad |= {"generation": "two", "ranks": [0], "env": {"0": {"RANK": "sekrit-value"}}}
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(json.dumps(bad).encode())))
-    assert rejoin.main() == 2
+    assert carry.main() == 2
     line = json.loads(capsys.readouterr().out)
     assert "generation" in line["error"] and "sekrit" not in line["error"]
 

@@ -24,7 +24,7 @@ Per node (:func:`carry`, issue 28): the steps run on the node that runs the
 survivors, since their pid files, control file and process groups are there. The
 launcher asks each node's agent for its own slots (``NodeAgent.carry_survivors``):
 the local agent calls :func:`carry` in the worker; the shim agent (ssh) runs
-``python -m activities.rejoin`` on the node with the request on stdin (the ranks'
+``python -m activities.nodes.carry`` on the node with the request on stdin (the ranks'
 interpreter, as warm starts do), so the same code carries on every node. Failure
 sequences on one node:
 
@@ -42,18 +42,13 @@ sequences on one node:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from activities.nodes.agent import CarryRequest, CarryResult, StartedRank
-from activities.nodes.local_agent import stop_ranks
+from activities.nodes.agent import CarryRequest, CarryResult, NodeStopResult, StartedRank
 from activities.nodes.procfs import is_alive, owned_group
 from activities.nodes.rundir import (
     GenerationDir,
@@ -184,7 +179,13 @@ def request_rejoin(
         write_json_atomic(previous.control_file, document)
 
 
-def carry(request: CarryRequest) -> CarryResult:
+Fence = Callable[[list[GenerationDir], CarryRequest, frozenset[int]], NodeStopResult]
+"""Stops the groups of these generations that the request's node launched, except the
+given groups (the local agent's ``stop_ranks``; passed in, since that agent calls
+:func:`carry` itself)."""
+
+
+def carry(request: CarryRequest, fence: Fence) -> CarryResult:
     """One node's carry (``NodeAgent.carry_survivors``), run on that node: check the
     asked-for ranks (:func:`survivors`), fence every other group of the run's older
     generations here (``keep_groups``: the survivors'), link the survivors into the
@@ -195,15 +196,7 @@ def carry(request: CarryRequest) -> CarryResult:
     gen.path.mkdir(parents=True, exist_ok=True)
     kept, refused = survivors(previous, sorted(set(request.ranks)))
     older = [g for g in generations(Path(request.run_root)) if g.generation < request.generation]
-    fenced = stop_ranks(
-        older,
-        grace_s=0.0,
-        kill_wait_s=request.kill_wait_s,
-        reporter=request.node or "local",
-        node=request.node,
-        lock_timeout_s=request.lock_timeout_s,
-        keep_groups=frozenset(s.pgid for s in kept),
-    )
+    fenced = fence(older, request, frozenset(s.pgid for s in kept))
     missing = [s.rank for s in kept if s.rank not in request.env]
     if missing:
         raise ValueError(f"env: no rejoin variables for ranks {missing}")
@@ -219,28 +212,3 @@ def carry(request: CarryRequest) -> CarryResult:
     return CarryResult(
         carried=[s.started() for s in kept], refused=refused, unkillable=fenced.unkillable
     )
-
-
-def main() -> int:
-    """``python -m activities.rejoin`` (the shim's ``rejoin``, on an ssh node): a
-    :class:`CarryRequest` on stdin, one :class:`CarryResult` JSON line on stdout, or
-    ``{"error": ...}`` naming the field of a bad request (never its values)."""
-    try:
-        request = CarryRequest.model_validate_json(sys.stdin.buffer.read())
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()
-        )
-        print(json.dumps({"error": f"rejoin: bad request on stdin: {problems}"}), flush=True)
-        return 2
-    try:
-        result = carry(request)
-    except (OSError, ValueError) as exc:
-        print(json.dumps({"error": f"rejoin: {exc}"}), flush=True)
-        return 1
-    print(result.model_dump_json(), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
