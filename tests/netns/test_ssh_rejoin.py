@@ -290,9 +290,7 @@ async def test_a_lost_host_is_replaced_by_the_spare_and_the_others_rejoin(
     assert incident.restart_path == "rejoin", incident.evidence
     after = generation_pids(job, 2)
     assert (after[0], after[1]) == (before[0], before[1]), "h1's ranks kept their process"
-    [launched] = [
-        read_json(path) or {} for path in job.run_root.glob("*/gen-00002/launch.json")
-    ]
+    [launched] = [read_json(path) or {} for path in job.run_root.glob("*/gen-00002/launch.json")]
     nodes = {r["rank"]: r["node"] for r in launched["ranks"]}
     assert nodes == {0: "h1", 1: "h1", 2: "h3", 3: "h3"}, "h2's ranks started on the spare"
     assert launched["rejoined"] == [0, 1]
