@@ -6,7 +6,8 @@ process: the launch neither fences nor restarts it. It is *carried over*:
 1. :func:`survivors` checks each asked-for rank against g's pid file: alive, its
    start ticks ours, no exit record. Anything else is started afresh, and
    ``LaunchResult.rejoin_refused`` says why.
-2. The launcher fences every older group except the survivors' (``keep_groups``).
+2. Every older group on the node but the survivors' is fenced (``keep_groups``);
+   the launcher fences this machine once more behind the nodes, as a net.
 3. :func:`link_into` gives g+1 the survivor's pid, log and exit files as symlinks to
    the directory of the generation that started it, where its wrapper still writes.
    Supervision, stop and fencing of g+1 then see the survivor exactly as they see a
@@ -29,8 +30,10 @@ interpreter, as warm starts do), so the same code carries on every node. Failure
 sequences on one node:
 
 - the node cannot be reached: the agent raises ``NodeUnreachable`` before anything
-  was fenced or started; the launch fails as a node failure (the workflow's
-  playbook then replaces the node or waits for a person);
+  was fenced or started there; the launch fails as a node failure, after stopping
+  what it reached on the other nodes (their survivors too: they were told to join a
+  launch that did not happen), and the playbook replaces the node or waits for a
+  person;
 - Lazarus cannot run on the node (not importable by the ranks' interpreter): the
   agent fences every older generation there with the shim's own ``stop`` and
   refuses each rank with the reason, so they start afresh (whole node, not job);

@@ -5,8 +5,9 @@
   on the node), fences the rest there, and only the failed rank starts.
 - The whole stack with the DDP example over gloo, 2 hosts x 2 ranks: a SIGKILLed rank
   restarts alone while the 3 others keep their pids; a host killed with a spare left
-  is replaced, only its ranks start on the spare and the other host's rejoin. Both
-  end with the weights of a fault-free run.
+  is replaced, only its ranks start on the spare and the other host's rejoin; a
+  survivor frozen as its peer dies never rejoins, and the whole generation restarts.
+  Each ends with the weights of a fault-free run.
 
 The hosts share this machine's filesystem and pid space, so the tests read the
 nodes' run directories and /proc directly."""
@@ -295,4 +296,31 @@ async def test_a_lost_host_is_replaced_by_the_spare_and_the_others_rejoin(
     assert nodes == {0: "h1", 1: "h1", 2: "h3", 3: "h3"}, "h2's ranks started on the spare"
     assert launched["rejoined"] == [0, 1]
     assert sorted(rejoined(job)) == [0, 1]
+    assert_same_weights(job.weights, world4_weights)
+
+
+@pytest.mark.timeout(600)
+async def test_a_survivor_that_never_rejoins_restarts_the_whole_generation(
+    test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world4_weights: Path
+) -> None:
+    """Rank 0 (on h1) is frozen as rank 2 (on h2) dies: the launch carries it (it is
+    alive), it never acts for generation 2, supervision reports it ``rejoin.timeout_s``
+    after the launch, and the stop of the whole generation reaches it across ssh."""
+    from lazarus.app import chaos
+
+    hosts = test_hosts(2)
+    job = await start_job(resilient_ssh_spec(tmp_path, hosts, nodes=2, spares=0))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 20)
+    frozen = chaos.signal_rank(job.run_root, rank=0, sig=signal.SIGSTOP)
+    chaos.signal_rank(job.run_root, rank=2, sig=signal.SIGKILL)
+    status = await job.result(timeout_s=420)
+
+    assert status.phase == Phase.SUCCEEDED, status
+    crash, never = status.incidents[:2]
+    assert crash.kind == "crash" and crash.restart_path == "rejoin", describe(status.incidents)
+    assert never.kind == "hang" and never.rank == 0, describe(status.incidents)
+    assert any("did not rejoin" in e for e in never.evidence), never.evidence
+    assert never.restart_path == "whole_generation"
+    stat = read_stat(frozen.pid)
+    assert stat is None or stat.state in ("Z", "X"), "the frozen survivor was stopped"
     assert_same_weights(job.weights, world4_weights)
