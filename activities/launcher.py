@@ -19,11 +19,14 @@ which ranks went which way and why. Fencing another run also stops its zygotes.
 
 Rejoin in place (``rejoin`` in the spec, ``LaunchRequest.rejoin_ranks``): the
 previous generation's live ranks named there are carried over in their own process
-instead of fenced and restarted (:mod:`activities.rejoin`); only the others
-start. Fencing spares exactly those groups, so still no process acts for an older
-generation once the survivors have read their rejoin request. A survivor is carried
-only into its own node's slot, and a rank with no slot in the new world refuses the
-launch (``LaunchRefused``, naming it): the workflow planned on other nodes.
+instead of fenced and restarted (:mod:`activities.nodes.rejoin`); only the others
+start. Each node's agent carries the ranks of its own slots where they run
+(``NodeAgent.carry_survivors``: in this worker for local nodes, on the node through
+the shim for ssh nodes) and fences everything else older there, so still no process
+acts for an older generation once the survivors have read their rejoin request. A
+survivor is carried only into its own node's slot (:func:`carry_slots`), and a rank
+with no slot in the new world refuses the launch (``LaunchRefused``, naming it): the
+workflow planned on other nodes.
 
 A node that cannot be reached fails the launch at once (``NodeUnreachable``, not
 retried: the workflow treats it as a node failure) after what this launch started
@@ -39,6 +42,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -48,6 +52,8 @@ from activities.command_policy import CommandNotAllowed, enforce
 from activities.heartbeat import in_thread_heartbeating
 from activities.host_identity import this_host
 from activities.nodes.agent import (
+    CarryRequest,
+    CarryResult,
     NodeAgent,
     NodeRefused,
     NodeUnreachable,
@@ -57,6 +63,7 @@ from activities.nodes.agent import (
 )
 from activities.nodes.factory import agents, on_each, on_each_settled
 from activities.nodes.local_agent import RankStartFailed, stop_ranks
+from activities.nodes.rejoin import rejoin_variables
 from activities.nodes.rundir import (
     GenerationDir,
     control_document,
@@ -76,7 +83,6 @@ from activities.nodes.secret_env import (
 from activities.nodes.shim_agent import ShimError
 from activities.nodes.warm import stop_run_zygotes
 from activities.program import rank_search_path, resolve_program
-from activities.rejoin import Survivor, link_into, request_rejoin, survivors
 from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
 from lazarus.domain.chaos_points import chaos_point
@@ -102,6 +108,7 @@ FENCE_LOCK_WAIT_S = 10.0
 """How long fencing waits for another generation's launch lock before fencing anyway."""
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["LaunchRefused", "LaunchUnreachable", "launch_generation"]
 
@@ -299,9 +306,9 @@ def _other_runs(job_dir: Path, run_root: Path) -> list[Path]:
     return others
 
 
-def _fence(gens: list[GenerationDir], keep: list[Survivor] | None = None) -> None:
+def _fence(gens: list[GenerationDir], keep: frozenset[int] = frozenset()) -> None:
     """Stop (start ticks checked) whatever still runs of these generations here,
-    except the groups of ``keep``: ranks rejoining the new generation in place."""
+    except the groups ``keep``: ranks rejoining the new generation in place."""
     if not gens:
         return
     result = stop_ranks(
@@ -310,7 +317,7 @@ def _fence(gens: list[GenerationDir], keep: list[Survivor] | None = None) -> Non
         kill_wait_s=FENCE_KILL_WAIT_S,
         reporter="local",
         lock_timeout_s=FENCE_LOCK_WAIT_S,
-        keep_groups=frozenset(s.pgid for s in keep or ()),
+        keep_groups=keep,
     )
     for group in result.unkillable:
         log.warning("fencing: %s", group.reason)
@@ -409,32 +416,95 @@ def outside_the_world(request: LaunchRequest) -> list[int]:
     return sorted(r for r in set(request.rejoin_ranks) if not 0 <= r < world)
 
 
-def _moved_survivors(
-    previous: GenerationDir, carried: list[Survivor], nodes: list[NodeSpec], nproc_per_node: int
-) -> tuple[list[Survivor], list[str]]:
-    """Survivors whose slot now names another node than the one that ran them (a spare
-    swapped in after the rejoin was planned) are not carried: they would act for the
-    new node's slot from one that has left the pool. They are fenced with the rest of
-    ``previous`` and their ranks start afresh on the new node; the lines say why. A
-    previous plan that does not say its nodes keeps every survivor, as before."""
-    plan = read_json(previous.plan_file) or {}
-    before = plan.get("nodes")
-    per_node = plan.get("nproc_per_node", nproc_per_node)
-    if not isinstance(before, list) or not isinstance(per_node, int) or per_node < 1:
-        return carried, []
-    kept: list[Survivor] = []
+def carry_slots(
+    previous_plan: Mapping[str, Any] | None,
+    ranks: list[int],
+    nodes: list[NodeSpec],
+    nproc_per_node: int,
+) -> tuple[dict[str, list[int]], list[str]]:
+    """Which node carries each rank the launch is asked to carry (its slot's node:
+    ``rank // nproc_per_node``), and why the others are not carried. A rank whose slot
+    now names another node than the one that ran it (a spare swapped in after the
+    rejoin was planned) is not: it would act for the new node's slot from one that has
+    left the pool. Its rank starts afresh on the new node; the old process is fenced
+    by the stop the workflow sends the node that left (and here, for local nodes). A
+    previous plan that does not say its nodes keeps every rank in its slot.
+    ``ranks`` must be inside the world (:func:`outside_the_world`)."""
+    before = (previous_plan or {}).get("nodes")
+    per_node = (previous_plan or {}).get("nproc_per_node", nproc_per_node)
+    known = isinstance(before, list) and isinstance(per_node, int) and per_node >= 1
+    slots: dict[str, list[int]] = {node.name: [] for node in nodes}
     refused: list[str] = []
-    for survivor in carried:
-        slot = survivor.rank // per_node
-        was = before[slot] if slot < len(before) else None
-        now = nodes[survivor.rank // nproc_per_node].name
-        if was == now:
-            kept.append(survivor)
-        else:
-            refused.append(
-                f"rank {survivor.rank}: its node {was} left the pool ({now} took its slot)"
+    for rank in sorted(set(ranks)):
+        now = nodes[rank // nproc_per_node].name
+        if known:
+            assert isinstance(before, list) and isinstance(per_node, int)
+            was = before[rank // per_node] if rank // per_node < len(before) else None
+            if was != now:
+                refused.append(f"rank {rank}: its node {was} left the pool ({now} took its slot)")
+                continue
+        slots[now].append(rank)
+    return slots, refused
+
+
+def _carry_everywhere(
+    opened: list[NodeAgent],
+    previous: GenerationDir,
+    gen: GenerationDir,
+    slots: Mapping[str, list[int]],
+    environment_of: Callable[[int], dict[str, str]],
+    command: list[str],
+    workdir: str,
+) -> list[CarryResult]:
+    """Every node carries its own survivors and fences the rest of the older
+    generations there (:meth:`NodeAgent.carry_survivors`), all nodes at once. A node
+    asked to carry nothing is still fenced: a rank that failed may have left a process."""
+
+    def carry_on(agent: NodeAgent) -> CarryResult:
+        ranks = slots.get(agent.node.name, [])
+        first = environment_of(ranks[0] if ranks else 0)
+        return agent.carry_survivors(
+            CarryRequest(
+                run_root=str(gen.path.parent),
+                previous_gen_dir=str(previous.path),
+                gen_dir=str(gen.path),
+                generation=gen.generation,
+                ranks=ranks,
+                env={r: rejoin_variables(environment_of(r)) for r in ranks},
+                node=agent.node.name,
+                kill_wait_s=FENCE_KILL_WAIT_S,
+                lock_timeout_s=FENCE_LOCK_WAIT_S,
+                program=command[0],
+                workdir=workdir,
+                search_path=first.get("PATH", ""),
+                python_path=first.get("PYTHONPATH", ""),
             )
-    return kept, refused
+        )
+
+    results = _on_every_node(opened, carry_on, "the carry of survivors")
+    for result in results:
+        for group in result.unkillable:
+            log.warning("fencing: %s", group.reason)
+    return results
+
+
+def _generation_plan(spec: JobSpec, nodes: list[NodeSpec], gen: GenerationDir) -> dict[str, Any]:
+    """The generation's ``plan.json``, written before any rank starts (or carries
+    over) and read back by a retried launch, so the port never moves."""
+    plan = read_json(gen.plan_file)
+    if plan is None:
+        plan = {
+            "master_port": _master_port(spec, nodes, gen.generation),
+            "nodes": [n.name for n in nodes],
+            # With the node order, says which logical node launched each rank: a
+            # stop of one node must never touch another's (local nodes share files).
+            "nproc_per_node": spec.nproc_per_node,
+        }
+        write_json_atomic(gen.plan_file, plan)
+    return plan
+
+
+_PROCESS_FIELDS = {"rank", "pid", "pgid", "start_ticks", "log_file"}
 
 
 def _launch_generation(request: LaunchRequest) -> LaunchResult:
@@ -454,20 +524,42 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
     gen.path.mkdir(parents=True, exist_ok=True)
     # Slurm ranks run on compute nodes: their pid files are fenced by step, below.
     on_slurm = nodes[0].launcher == "slurm"
-    with generation_lock(gen):
+    with generation_lock(gen), agents(NodeAccess.of(spec, nodes)) as opened:
         older = _older_generations(root, request.generation)
         others = _other_runs(job_dir, root)
         previous = max(older, key=lambda g: g.generation) if older else None
-        carried, refused = survivors(previous, request.rejoin_ranks)
-        if previous is not None and carried:
-            carried, moved = _moved_survivors(previous, carried, nodes, spec.nproc_per_node)
-            refused += moved
-        if not on_slurm:
-            _fence(older, keep=carried)
+        stopped = gen.stopped_file.exists()
+        carrying = previous is not None and bool(request.rejoin_ranks) and not stopped
+        # Carrying tells the survivors the new generation's port: fix it first.
+        plan = _generation_plan(spec, nodes, gen) if carrying else None
+
+        def environment_of(rank: int) -> dict[str, str]:
+            index = rank // spec.nproc_per_node
+            assert plan is not None
+            port = int(plan["master_port"])
+            return rank_environment(spec, nodes, index, gen, rank, port, request.resume)
+
+        carried: list[RankProcess] = []
+        refused: list[str] = []
+        if carrying and previous is not None:
+            slots, refused = carry_slots(
+                read_json(previous.plan_file), request.rejoin_ranks, nodes, spec.nproc_per_node
+            )
+            results = _carry_everywhere(
+                opened, previous, gen, slots, environment_of, spec.command, spec.workdir
+            )
+            for node, answer in zip(nodes, results, strict=True):
+                carried += [
+                    RankProcess(node=node.name, **r.model_dump(include=_PROCESS_FIELDS))
+                    for r in answer.carried
+                ]
+                refused += answer.refused
+        if not on_slurm:  # the machine-wide net behind each node's own fencing
+            _fence(older, keep=frozenset(r.pgid for r in carried))
             _fence([g for other in others for g in generations(other)])
         for other in others:  # an earlier run's zygotes would fork for nobody
             stop_run_zygotes(other)
-        if gen.stopped_file.exists():
+        if stopped:
             raise LaunchRefused(f"generation {request.generation} was stopped; launch a new one")
         done = read_json(gen.launch_file)
         if done is not None:
@@ -479,29 +571,10 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
                 f"command: cannot find program {spec.command[0]!r} (workdir {spec.workdir}); "
                 "fix the spec's command or PATH"
             )
-        plan = read_json(gen.plan_file)
-        if plan is None:
-            plan = {
-                "master_port": _master_port(spec, nodes, request.generation),
-                "nodes": [n.name for n in nodes],
-                # With the node order, says which logical node launched each rank: a
-                # stop of one node must never touch another's (local nodes share files).
-                "nproc_per_node": spec.nproc_per_node,
-            }
-            write_json_atomic(gen.plan_file, plan)
+        plan = _generation_plan(spec, nodes, gen)
         master_port = int(plan["master_port"])
         write_json_atomic(gen.control_file, initial_control_document(spec))
-        kept = {s.rank: s for s in carried}
-
-        def environment_of(rank: int) -> dict[str, str]:
-            index = rank // spec.nproc_per_node
-            return rank_environment(spec, nodes, index, gen, rank, master_port, request.resume)
-
-        if previous is not None and kept:
-            for survivor in carried:
-                link_into(gen, survivor)
-            request_rejoin(previous, request.generation, {r: environment_of(r) for r in kept})
-
+        kept = {r.rank for r in carried}
         warm = (
             WarmStart(run_root=str(root), preload=spec.warm.preload, standby=spec.warm.standby)
             if spec.warm is not None
@@ -529,13 +602,12 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             return agent.start_ranks(str(gen.path), launches)
 
         chaos_point(chaos_points.LAUNCH_BEFORE_PIDS)
-        with agents(NodeAccess.of(spec, nodes)) as opened:
-            first_launch = all(g.generation == request.generation for g in generations(root))
-            if first_launch:  # later launches of this run already fenced them
-                _fence_other_runs_remotely(opened, others, spec.job_id)
-            if on_slurm and older:
-                _fence_older_steps(opened, root, request.generation)
-            per_node = _start_everywhere(opened, start_on)
+        first_launch = all(g.generation == request.generation for g in generations(root))
+        if first_launch:  # later launches of this run already fenced them
+            _fence_other_runs_remotely(opened, others, spec.job_id)
+        if on_slurm and older:
+            _fence_older_steps(opened, root, request.generation)
+        per_node = _start_everywhere(opened, start_on)
         ranks = [
             RankProcess(
                 rank=r.rank,
@@ -548,7 +620,7 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             for node, started in zip(nodes, per_node, strict=True)
             for r in started
         ]
-        ranks += [s.process(nodes[s.rank // spec.nproc_per_node].name) for s in carried]
+        ranks += carried
         ranks.sort(key=lambda r: r.rank)
         result = LaunchResult(
             generation=request.generation,
@@ -609,9 +681,17 @@ def warm_start_outcome(
 def _start_everywhere(
     opened: list[NodeAgent], start_on: Callable[[NodeAgent], list[StartedRank]]
 ) -> list[list[StartedRank]]:
-    """Start on every node at once; every node's call finishes before this returns or
-    raises, so a failure never leaves a start running in the background."""
-    outcomes = on_each_settled(opened, start_on)
+    """Start on every node at once (see :func:`_on_every_node`)."""
+    return _on_every_node(opened, start_on, "launch")
+
+
+def _on_every_node(opened: list[NodeAgent], fn: Callable[[NodeAgent], T], what: str) -> list[T]:
+    """Run one step of the launch on every node at once; every node's call finishes
+    before this returns or raises, so a failure never leaves one running in the
+    background. Unreachable nodes raise :class:`LaunchUnreachable` (the others were
+    reached, so may run ranks of this launch: they are stopped), a node that refuses
+    or a command that cannot start :class:`LaunchRefused`."""
+    outcomes = on_each_settled(opened, fn)
     unreachable = [
         (agent, exc)
         for agent, exc in zip(opened, outcomes, strict=True)
@@ -621,18 +701,20 @@ def _start_everywhere(
         names = [agent.node.name for agent, _ in unreachable]
         raise LaunchUnreachable(
             f"node{'s' if len(names) > 1 else ''} {', '.join(names)} unreachable during "
-            "launch: " + "; ".join(str(exc) for _, exc in unreachable),
+            f"{what}: " + "; ".join(str(exc) for _, exc in unreachable),
             names,
             started_on=[a.node for a in opened if a.node.name not in names],
         )
-    for exc in outcomes:
-        if isinstance(exc, RankStartFailed):
-            raise LaunchRefused(f"command: {exc}; fix the spec's command or PATH") from exc
-        if isinstance(exc, (NodeRefused, ShimError)):
-            raise LaunchRefused(str(exc)) from exc
-        if isinstance(exc, BaseException):
-            raise exc
-    return [started for started in outcomes if not isinstance(started, BaseException)]
+    done: list[T] = []
+    for outcome in outcomes:
+        if isinstance(outcome, RankStartFailed):
+            raise LaunchRefused(f"command: {outcome}; fix the spec's command or PATH") from outcome
+        if isinstance(outcome, (NodeRefused, ShimError)):
+            raise LaunchRefused(str(outcome)) from outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        done.append(outcome)
+    return done
 
 
 def _stop_half_launch(request: LaunchRequest, exc: LaunchUnreachable) -> None:

@@ -219,11 +219,12 @@ class RecoverySteps:
         ``planned_on``: restart the whole generation instead (``rejoin_dropped``).
         The survivors are stopped first, as a recovery without rejoin stops them, so
         none acts for a slot that moved or left the world. The quarantined node is
-        not skipped: rejoin runs on local nodes only, where reaching it costs nothing,
-        and the stop fences it. Also when the preflight has just asked for an operator:
-        a person resuming must not meet survivors planned for other nodes. False when
-        ranks would not die: a person must look (the next launch escalates if the job
-        waits for one already)."""
+        not skipped: the stop fences it (a local node costs nothing to reach; an ssh
+        node that cannot be reached costs the connect timeout, stays unfenced, and a
+        later stop that reaches it fences it, as without rejoin). Also when the
+        preflight has just asked for an operator: a person resuming must not meet
+        survivors planned for other nodes. False when ranks would not die: a person
+        must look (the next launch escalates if the job waits for one already)."""
         state = self.run.state
         why = rejoin_dropped(planned_on, state.pool.active)
         state.rejoin_ranks = []

@@ -1,7 +1,7 @@
 """Rejoin in place: which ranks of a failed generation keep their process (issue 16).
 
 Pure policy, unit-tested in ``tests/workflow/test_rejoin_policy.py``; the launcher
-carries the ranks over (``activities/rejoin.py``) and the rank helper
+carries the ranks over (``activities/nodes/rejoin.py``) and the rank helper
 (``lazarus.rank.torch.run_resilient``) tears its process group down and rejoins.
 
 Failure sequences, with ``rejoin: {enabled: true}`` on a 2-rank job:

@@ -62,6 +62,48 @@ class WarmStart(_Record):
     standby: int
 
 
+class CarryRequest(_Record):
+    """One node's part of a launch with ``rejoin`` (:meth:`NodeAgent.carry_survivors`):
+    carry ``ranks`` of the previous generation into ``generation`` in their own
+    process, and fence every other rank of the older generations on this node."""
+
+    run_root: str
+    """The run whose older generations are fenced (all but the carried groups)."""
+    previous_gen_dir: str
+    """The newest older generation: the survivors' pid files, and the control file
+    they read their rejoin request from."""
+    gen_dir: str
+    """The new generation: the survivors' records are linked into it."""
+    generation: int
+    ranks: list[int]
+    """This node's ranks to carry (the launcher gives each node its own slots)."""
+    env: dict[int, dict[str, str | None]] = Field(default_factory=dict)
+    """Per rank of ``ranks``, the rejoin variables of its new environment
+    (:data:`lazarus.domain.environment.REJOIN_VARIABLES`; null: unset)."""
+    node: str | None = None
+    """Fence only the ranks this logical node launched (local nodes share one run
+    directory); None: every rank of the run directory (a node of its own)."""
+    kill_wait_s: float = 10.0
+    lock_timeout_s: float = 10.0
+    program: str = "python"
+    """The ranks' interpreter (their command's program): a node that runs the carry
+    in a process of its own (the shim's ``rejoin``) runs Lazarus with it."""
+    workdir: str = "/"
+    search_path: str = ""
+    """The ranks' PATH, where ``program`` is found."""
+    python_path: str = ""
+    """The ranks' PYTHONPATH, from which Lazarus is imported."""
+
+
+class CarryResult(_Record):
+    carried: list[StartedRank] = Field(default_factory=list)
+    """The survivors, carried into the new generation (their records linked there)."""
+    refused: list[str] = Field(default_factory=list)
+    """One line per asked-for rank that was not carried (it starts afresh): why."""
+    unkillable: list[UnkillableGroup] = Field(default_factory=list)
+    """Groups of older generations the fencing could not kill."""
+
+
 class RankRecord(_Record):
     """What one poll saw of one rank, raw: the supervisor interprets it."""
 
@@ -205,6 +247,28 @@ class NodeAgent(ABC):
             rank if rank.adopted else rank.model_copy(update={"cold_reason": self.warm_unsupported})
             for rank in self.start_ranks(gen_dir, ranks)
         ]
+
+    rejoin_unsupported: str = "survivors cannot rejoin in place on this node's launcher"
+    """Why :meth:`carry_survivors` carries nothing on agents that cannot."""
+
+    def carry_survivors(self, request: CarryRequest) -> CarryResult:
+        """``rejoin``: check each of ``request.ranks`` on this node (alive, its start
+        ticks ours, no exit record), fence every other group of the run's older
+        generations here, link the survivors' records into the new generation and
+        write their rejoin request where they read it. One round trip, idempotent (a
+        retried launch carries the same survivors). Raises :class:`NodeUnreachable`
+        when the node cannot be reached: nothing was fenced, so nothing may start.
+
+        This default carries nothing: it fences every older generation on this node
+        (:meth:`stop`) and refuses each rank with :attr:`rejoin_unsupported`, so the
+        ranks start afresh and no process of theirs is left to act twice."""
+        stopped = self.stop(request.run_root, request.generation, 0.0, request.kill_wait_s)
+        if not stopped.reachable:
+            raise NodeUnreachable(stopped.error or f"node {self.node.name} is unreachable")
+        return CarryResult(
+            refused=[f"rank {r}: {self.rejoin_unsupported}" for r in request.ranks],
+            unkillable=stopped.unkillable,
+        )
 
     @abstractmethod
     def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:

@@ -14,6 +14,8 @@ import time
 from pathlib import Path, PurePosixPath
 
 from activities.nodes.agent import (
+    CarryRequest,
+    CarryResult,
     MemorySnapshot,
     NodeAgent,
     NodeStatus,
@@ -27,6 +29,7 @@ from activities.nodes.agent import (
 )
 from activities.nodes.exit_watch import ExitWatch, recorded_processes
 from activities.nodes.procfs import live_groups, owned_group, read_stat, signal_group
+from activities.nodes.rejoin import carry
 from activities.nodes.rundir import (
     GenerationDir,
     generation_lock,
@@ -195,6 +198,9 @@ class LocalAgent(NodeAgent):
             node=None if self.whole_machine else self.node.name,
         )
 
+    def carry_survivors(self, request: CarryRequest) -> CarryResult:
+        return carry_here(request)
+
     def end_run(self, run_root: str, memory_dirs: list[str]) -> None:
         nodes = None if self.whole_machine else [self.node.name]
         for root in [Path(run_root), *runs(run_root)]:
@@ -349,6 +355,28 @@ def stop_ranks(
             for pgid, pids in sorted(survivors.items())
         ],
     )
+
+
+def carry_here(request: CarryRequest) -> CarryResult:
+    """Carry survivors on this machine (:func:`activities.nodes.rejoin.carry`): the
+    local agent's, and the ssh node's through ``python -m activities.nodes.carry``.
+    The rest of the older generations is fenced at once (no grace: the generation
+    has failed), sparing the survivors' groups."""
+
+    def fence(
+        older: list[GenerationDir], carrying: CarryRequest, keep: frozenset[int]
+    ) -> NodeStopResult:
+        return stop_ranks(
+            older,
+            grace_s=0.0,
+            kill_wait_s=carrying.kill_wait_s,
+            reporter=carrying.node or "local",
+            node=carrying.node,
+            lock_timeout_s=carrying.lock_timeout_s,
+            keep_groups=keep,
+        )
+
+    return carry(request, fence)
 
 
 def _sweep_temp_files(gen: GenerationDir) -> None:

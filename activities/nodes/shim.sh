@@ -42,6 +42,10 @@
 #       own interpreter) in WORKDIR, which forks the ranks from the run's zygote on
 #       this node, starting it when needed, detached; one JSON line per rank, warm
 #       or with the reason it must start cold ({"error"} when nothing can run)
+#   rejoin GEN_DIR PROGRAM WORKDIR         (stdin: as warm, the request a
+#       CarryRequest) runs `PROGRAM -m activities.nodes.carry` in WORKDIR, which carries
+#       this node's surviving ranks into GEN_DIR and fences the rest of the older
+#       generations here; one CarryResult JSON line ({"error"} when it cannot)
 #   stop-zygote RUN_ROOT NODE              {"zygotes_stopped"} NODE's zygotes of the
 #       run (and of the runs below a job directory); forked ranks are not touched
 #   json-escape STRING...                  one JSON string per line (for tests)
@@ -708,13 +712,26 @@ shim_end_run() {
 # --- warm starts ------------------------------------------------------------------------
 
 shim_warm() {
-	# The ranks' PATH and PYTHONPATH, then the request (it holds their environments:
-	# stdin only, never an argument).
+	shim_python activities.nodes.warm warm "$@"
+}
+
+shim_rejoin() {
+	shim_python activities.nodes.carry rejoin "$@"
+}
+
+shim_python() {
+	# MODULE VERB GEN_DIR PROGRAM WORKDIR: run `PROGRAM -m MODULE` (Lazarus's own
+	# code, with the ranks' interpreter) in WORKDIR, holding GEN_DIR's launch lock.
+	# stdin: the ranks' PATH and PYTHONPATH, then the request (it may hold their
+	# environments: stdin only, never an argument).
+	_wmod=$1
+	_wverb=$2
+	shift 2
 	IFS= read -r _wpath
 	IFS= read -r _wpp
 	_wreq=$(cat)
 	[ $# -eq 3 ] || {
-		fail "warm: usage: warm GEN_DIR PROGRAM WORKDIR"
+		fail "$_wverb: usage: $_wverb GEN_DIR PROGRAM WORKDIR"
 		return 2
 	}
 	_gen=$1
@@ -747,12 +764,12 @@ shim_warm() {
 	case ${_py##*/} in
 	python | python[0-9] | python[0-9][0-9] | python[0-9].[0-9] | python[0-9].[0-9][0-9]) ;;
 	*)
-		fail "command $_prog is not a python interpreter: only python commands can be forked"
+		fail "command $_prog is not a python interpreter: $_wverb runs Lazarus with the ranks' python"
 		return 1
 		;;
 	esac
-	# The zygote it starts is detached (its own session, stdio closed): this session
-	# ends when the answers are written. fd 9 (the launch lock) stays here.
+	# What it starts (warm: the zygote) is detached (its own session, stdio closed):
+	# this session ends when the answers are written. fd 9 (the launch lock) stays here.
 	printf '%s\n' "$_wreq" | (
 		cd -- "$_wdir" || exit 1
 		PATH=$_wpath
@@ -763,7 +780,7 @@ shim_warm() {
 		else
 			unset PYTHONPATH
 		fi
-		exec "$_py" -m activities.nodes.warm
+		exec "$_py" -m "$_wmod"
 	) 9>&- 2>&1
 }
 
@@ -933,6 +950,7 @@ shim_main() {
 	write) shim_write "$@" ;;
 	end-run) shim_end_run "$@" ;;
 	warm) shim_warm "$@" ;;
+	rejoin) shim_rejoin "$@" ;;
 	stop-zygote) shim_stop_zygote "$@" ;;
 	memory) shim_memory "$@" ;;
 	json-escape)

@@ -22,6 +22,12 @@ run's zygote there is started when needed (detached, like a rank) and the ranks 
 forked from it. Ranks it answers cold (a dead or refusing zygote, a failed preload,
 Lazarus not importable by the ranks' interpreter) are then started by ``start``
 exactly as without ``warm_start``, with the reason recorded.
+
+Rejoin (``rejoin``): the shim's ``rejoin`` runs :mod:`activities.nodes.carry` on the node
+the same way (the ranks' interpreter, the :class:`CarryRequest` on stdin), so a
+node's survivors are checked, fenced around and asked to rejoin where they run.
+Where that cannot run, every older generation on the node is stopped instead and
+its ranks start afresh (:meth:`ShimAgent.carry_survivors`).
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from activities.nodes.agent import (
+    CarryRequest,
+    CarryResult,
     MemorySnapshot,
     NodeAgent,
     NodeRefused,
@@ -185,6 +193,27 @@ def warm_call(gen_dir: str, node: str, ranks: list[RankLaunch], warm: WarmStart)
         argv=["warm", gen_dir, first.command[0], first.workdir],
         stdin=f"{search_path}\n{python_path}\n{request.model_dump_json()}\n",
     )
+
+
+def rejoin_call(request: CarryRequest) -> ShimCall:
+    """``rejoin`` for one node: the ranks' interpreter and workdir as arguments; their
+    PATH and PYTHONPATH, then the :class:`CarryRequest`, on stdin. Raises ValueError
+    for a request the shim cannot express."""
+    if "\n" in request.search_path or "\n" in request.python_path:
+        raise ValueError("the ranks' PATH or PYTHONPATH holds a newline")
+    return ShimCall(
+        argv=["rejoin", request.gen_dir, request.program, request.workdir],
+        stdin=f"{request.search_path}\n{request.python_path}\n{request.model_dump_json()}\n",
+    )
+
+
+def carry_answer(records: list[dict[str, Any]]) -> CarryResult | None:
+    """The ``rejoin`` line that is a :class:`CarryResult`, or None."""
+    for record in records:
+        if "carried" in record:
+            with contextlib.suppress(ValueError):  # pydantic's ValidationError is one
+                return CarryResult.model_validate(record)
+    return None
 
 
 def warm_answers(records: list[dict[str, Any]]) -> dict[int, WarmAnswer]:
@@ -365,6 +394,33 @@ class ShimAgent(NodeAgent):
             r if r.adopted else r.model_copy(update={"cold_reason": reasons[r.rank]})
             for r in self.start_ranks(gen_dir, [launch for launch, _ in ranks])
         ]
+
+    def carry_survivors(self, request: CarryRequest) -> CarryResult:
+        why: str | None = None
+        try:
+            call = rejoin_call(request)
+        except ValueError as exc:
+            why = str(exc)
+        if why is None:
+            # The fencing's SIGKILL wait, two lock waits and the interpreter's start.
+            timeout = request.kill_wait_s + 2 * request.lock_timeout_s + START_TIMEOUT_S
+            reply = self._call([call], timeout)
+            records, noise = json_lines(reply.output)
+            answer = carry_answer(records)
+            if answer is not None:
+                return answer
+            error = next((str(r["error"]) for r in records if "error" in r), None)
+            why = error or f"no answer ({' | '.join(noise[-3:]) or 'no output'})"
+        # Nothing was carried: fence everything older here, so the ranks start afresh.
+        fallback = super().carry_survivors(request)
+        return fallback.model_copy(
+            update={
+                "refused": [
+                    f"rank {r}: cannot carry it on node {self.node.name}: {why}"
+                    for r in request.ranks
+                ]
+            }
+        )
 
     def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
         started = time.monotonic()

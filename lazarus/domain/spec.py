@@ -100,6 +100,9 @@ RESERVED_ENV = frozenset(
     }
 )
 
+REJOIN_LAUNCHERS = frozenset({"local", "ssh"})
+"""Node launchers whose agents carry survivors into the next generation (``rejoin``)."""
+
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 SECRET_NAME_PATTERN = re.compile(
@@ -304,15 +307,19 @@ class JobSpec(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _rejoin_on_local_nodes(self) -> JobSpec:
+    def _rejoin_where_nodes_carry(self) -> JobSpec:
+        """Local and ssh nodes carry survivors (``NodeAgent.carry_survivors``). A Slurm
+        job runs one step per generation across its nodes: a survivor lives in the
+        old step, which the new one must not outlive, so Slurm is refused."""
         if self.rejoin is None or not self.rejoin.enabled:
             return self
         launcher = self.nodes[0].launcher
-        if launcher != "local":
+        if launcher not in REJOIN_LAUNCHERS:
             raise ValueError(
-                f"rejoin: survivors rejoin in place on local nodes only; these nodes use "
-                f"launcher {launcher}, where a recovery restarts the whole generation "
-                "(remove the rejoin section)"
+                f"rejoin: survivors rejoin in place on local and ssh nodes only; these "
+                f"nodes use launcher {launcher}, whose ranks run in one job step per "
+                "generation, so a recovery restarts the whole generation (remove the "
+                "rejoin section)"
             )
         return self
 

@@ -643,16 +643,13 @@ def _tear_down() -> None:
     # creates its group anew.
     _snapshot_thread, _snapshot_group, _last_copy = None, None, None
     if _distributed():
-        abort = dist.get_backend() == "nccl" and hasattr(c10d, "_abort_process_group")
+        leave = teardown_call(dist.get_backend(), c10d)
         finished = threading.Event()
         failures: list[BaseException] = []
 
         def destroy() -> None:
             try:
-                if abort:
-                    c10d._abort_process_group()  # NCCL: destroy alone would wait on the dead
-                else:
-                    dist.destroy_process_group()
+                leave()
             except BaseException as error:
                 failures.append(error)
             finally:
@@ -670,6 +667,23 @@ def _tear_down() -> None:
     # collect it now, so its hooks are gone before the next DDP registers its own.
     gc.collect()
     lazarus_rank._mark_torn_down()
+
+
+def teardown_call(backend: str, api: Any) -> Callable[[], None]:
+    """How a rank that rejoins leaves its process groups (``api``: torch's
+    ``distributed_c10d``). On NCCL it aborts: ``_abort_process_group()`` on the world
+    aborts every communicator of every group (the snapshot thread's too) inside one
+    NCCL group call, and returns without waiting on collectives the dead peer will
+    never join; a plain destroy would wait on them. On gloo, which has no abort, it
+    destroys: gloo's pending operations already failed when the peer's sockets closed.
+    A torch without the abort (before 2.3) destroys on NCCL too, bounded by
+    :data:`TEARDOWN_TIMEOUT_S` like every teardown: a rank stuck there exits, and the
+    controller restarts the whole generation."""
+    abort = getattr(api, "_abort_process_group", None)
+    if backend == "nccl" and callable(abort):
+        return lambda: abort()
+    destroy: Callable[[], None] = api.destroy_process_group
+    return destroy
 
 
 def _report_rejoin(start_step: int, torn_down_s: float, waited_s: float) -> None:

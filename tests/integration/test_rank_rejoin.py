@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from activities.launcher import initial_control_document, rank_environment
+from activities.nodes.rejoin import request_rejoin
 from activities.nodes.rundir import GenerationDir, read_json, write_json_atomic
-from activities.rejoin import request_rejoin
 from lazarus.domain import checkpoint_layout, environment, phases
 from lazarus.domain.contracts import CheckpointRef
 from lazarus.domain.ports import free_port

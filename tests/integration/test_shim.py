@@ -164,8 +164,9 @@ def test_shim_has_no_common_bashisms() -> None:
     )
     for bashism in ("[[ ", "$'", "pipefail", "${!", "<<<", "$RANDOM", "$BASH", "echo -e"):
         assert bashism not in code, bashism
-    # Only warm starts run python: the ranks' own interpreter, which runs the zygote.
-    code = re.sub(r"(?ms)^shim_warm\(\) \{.*?^\}$", "", code)
+    # Only warm starts and rejoin run python (shim_python): the ranks' own interpreter,
+    # which runs the zygote or carries the node's survivors.
+    code = re.sub(r"(?ms)^shim_python\(\) \{.*?^\}$", "", code)
     for pattern in (r"^\s*function\s", r"^\s*local\s", r"\bawk\b", r"\bpython", r"\bperl\b"):
         assert not re.search(pattern, code, re.MULTILINE), pattern
 

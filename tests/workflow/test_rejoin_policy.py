@@ -93,11 +93,23 @@ def test_everything_else_restarts_the_whole_generation(
     assert why in plan.why
 
 
-def test_rejoin_is_refused_off_local_nodes_naming_the_field(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="rejoin: survivors rejoin in place on local nodes only"):
+def test_rejoin_is_accepted_on_ssh_nodes(tmp_path: Path) -> None:
+    spec = fake_spec(
+        tmp_path,
+        nodes=[
+            {"name": "h1", "launcher": "ssh", "host": "10.0.0.1"},
+            {"name": "h2", "launcher": "ssh", "host": "10.0.0.2"},
+        ],
+        rejoin=REJOIN,
+    )
+    assert spec.rejoins is not None
+
+
+def test_rejoin_is_refused_on_slurm_nodes_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="rejoin: survivors rejoin in place on local and ssh"):
         fake_spec(
             tmp_path,
-            nodes=[{"name": "h1", "launcher": "ssh", "host": "10.0.0.1"}],
+            nodes=[{"name": "n1", "launcher": "slurm"}],
             rejoin=REJOIN,
         )
 
