@@ -1,19 +1,22 @@
-"""The Slurm node agent: ranks as one job step inside an existing allocation.
+"""The Slurm node agent: a node's ranks as one job step inside an existing allocation.
 
-Design: the NodeAgent interface is per node, but a Slurm generation is ONE job step
-(``srun --jobid=J --overlap -N n -w <nodes> --ntasks-per-node=<nproc>``) spanning
-every node of it, and a step cannot be started node by node. So the launcher keeps
-calling :meth:`SlurmAgent.start_ranks` on every node's agent at once, and:
+Design: a generation is one job step per node (``srun --jobid=J --overlap -N1 -w
+<node> --ntasks=<nproc>``), started by that node's agent from
+:meth:`SlurmAgent.start_ranks`, so that stopping a node waits for that node only.
+One step spanning every node (as before issue 28) tied the stop of the healthy
+nodes to the dead one: Slurm lists a step until every node of it answers, and each
+``scancel`` of it blocked for ``MessageTimeout`` (33 s of a 38 s node loss).
 
-- whichever agent first takes the generation's step lock (``slurm-step.lock``)
-  starts the step for the whole generation: the node list and ``nproc_per_node``
-  come from ``plan.json`` (written by the launcher before any rank starts), and
-  the environment from its own first rank, since every rank's environment is the
-  same but for its rank variables, which each task computes on its node (see
-  :mod:`activities.nodes.slurm_task`). It writes ``slurm-step.json``;
-- every agent (the starter included) then waits for its own ranks' pid files,
-  which the tasks write on the shared filesystem; an agent that finds
-  ``slurm-step.json`` already there adopts the step instead of starting another.
+- the agent takes its node's step lock (``slurm-step-<node>.lock``: a retried
+  activity on another worker waits here), and starts the step unless its record
+  ``slurm-step-<node>.json`` is there already (then it adopts it, never a second
+  step). The node list (the rank order) and ``nproc_per_node`` come from
+  ``plan.json`` (written by the launcher before any rank starts), the environment
+  from the node's first rank, since every rank's environment is the same but for
+  its rank variables, which each task computes from its node's slot in the plan
+  and ``SLURM_LOCALID`` (see :mod:`activities.nodes.slurm_task`);
+- it then waits for its ranks' pid files, which the tasks write on the shared
+  filesystem.
 
 No launcher change is needed for this. The ``srun`` client is started detached
 (``slurm_task srun``: fork, setsid; never a child of the worker), with the
@@ -30,11 +33,18 @@ them directly. :meth:`poll` adds what Slurm says: the step's state
 (``squeue --steps``) and the node's (``scontrol show node``); a node Slurm reports
 ``DOWN``, ``DRAIN``, ``FAIL`` or ``NOT_RESPONDING`` is unreachable, i.e. lost.
 
-A stop cancels whole steps: ``scancel --signal=TERM J.S`` (and ``CONT``), the
-grace, ``scancel --signal=KILL J.S``, then a wait until ``squeue`` no longer shows
-the step. Every node's agent may do this for the same step (the workflow stops
-all nodes at once); the second finds it gone. A SIGKILL takes down the task that
-would have recorded a rank's exit, so the stop records it (``recorded_by``).
+A stop cancels the node's own steps: ``scancel --signal=TERM J.S`` (and ``CONT``),
+the grace, ``scancel --signal=KILL J.S``, then a wait until ``squeue`` no longer
+shows the step. Each ``scancel`` is sent, not waited for: Slurm 22.05's returns only
+once every node of the *allocation* answered, so with one dead node each one
+blocked for ``MessageTimeout`` + 1 s although the signal reached the live node at
+once; ``squeue`` is what says the step ended. Before that, a node whose slurmd
+refuses connections (:func:`~activities.nodes.slurm_commands.slurmd_silent`) or
+that Slurm reports lost is not waited for at all: its step is sent SIGKILL and the
+stop reports the node unreachable at once (the workflow replaces it; Slurm ends the
+step when it marks the node DOWN, and the preflight drains it). A SIGKILL takes
+down the task that would have recorded a rank's exit, so the stop records it
+(``recorded_by``).
 
 Node-local work (preflight, the memory tier, zygotes) runs the ssh agent's shim
 through ``srun -w <node> sh -s`` in the allocation; draining (``scontrol update``)
@@ -55,10 +65,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from activities.nodes.agent import (
     MemorySnapshot,
@@ -75,10 +87,8 @@ from activities.nodes.agent import (
 from activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
 from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import (
-    SRUN_EXIT,
-    SRUN_LOG,
-    SRUN_PID,
     GenerationDir,
+    SrunFiles,
     generation_lock,
     generations_below,
     read_json,
@@ -93,8 +103,8 @@ from activities.nodes.slurm_commands import (
     job_steps,
     node_address,
     node_state,
-    run_slurm,
     slurm_command,
+    slurmd_silent,
 )
 from activities.nodes.slurm_drain import SlurmDrain
 from activities.nodes.slurm_preemption import preemption_notice
@@ -102,8 +112,9 @@ from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 
-STEP_RECORD = "slurm-step.json"
-STEP_LOCK = "slurm-step.lock"
+SCANCEL_REAP_S = 60.0
+"""How long a ``scancel`` sent and not waited for may run before it is killed (it
+blocks ``MessageTimeout`` + 1 s while a node of the allocation is dead)."""
 START_WAIT_S = 120.0
 """For every rank's pid file after the step is started: step creation, the task's
 interpreter start and the rank's exec, on a loaded machine."""
@@ -123,18 +134,24 @@ PER_RANK_VARIABLES = frozenset(
 """Set by each task on its node; the rest of a rank's environment is the step's."""
 
 
-def step_name(gen: GenerationDir) -> str:
-    """Unique per generation directory: runs of one job differ in their directory."""
+def step_record(node: str) -> str:
+    """The file, in the generation directory, recording ``node``'s step of it."""
+    return f"slurm-step-{node}.json"
+
+
+def step_name(gen: GenerationDir, node: str) -> str:
+    """Unique per generation directory and node: runs of one job differ in their
+    directory."""
     digest = hashlib.sha256(str(gen.path.resolve()).encode()).hexdigest()[:10]
-    return f"lazarus-g{gen.generation}-{digest}"
+    return f"lazarus-g{gen.generation}-{digest}-{node}"
 
 
 @contextlib.contextmanager
-def _step_lock(gen: GenerationDir) -> Iterator[None]:
-    """Serialises the node agents of one launch (threads of one activity, or a retry
-    on another worker) deciding who starts the step. Not the generation lock: the
+def _step_lock(gen: GenerationDir, node: str) -> Iterator[None]:
+    """Serialises the agents of one node in one launch (a retry on another worker)
+    deciding whether to start the node's step. Not the generation lock: the
     launcher holds that one around all of them."""
-    with open(gen.path / STEP_LOCK, "a+") as handle:
+    with open(gen.path / f"slurm-step-{node}.lock", "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -155,6 +172,10 @@ class _SrunShim(ShimAgent):
 
     def _run(self, script: bytes, timeout_s: float) -> ShimReply:
         started = time.monotonic()
+        silent = slurmd_silent(self.node.name)
+        if silent is not None:
+            # srun would wait MessageTimeout (10 s by default) to say the same.
+            raise NodeUnreachable(f"{self._where()}: {silent}")
         argv = [
             f"--jobid={self.job_id}",
             "--overlap",
@@ -191,10 +212,29 @@ class _SrunShim(ShimAgent):
         return ShimReply(proc.returncode, output, time.monotonic() - started)
 
 
-def step_nodes(gen: GenerationDir) -> list[str]:
-    """The nodes of the generation's step, as its record (or the launch plan) names them."""
-    record = read_json(gen.path / STEP_RECORD) or read_json(gen.plan_file) or {}
-    return [str(name) for name in record.get("nodes") or []]
+def _sent(argv: list[str]) -> None:
+    """Start a Slurm command and do not wait for it: a thread reaps it (and kills it
+    after :data:`SCANCEL_REAP_S`). What it did is judged by ``squeue`` instead."""
+    try:
+        proc = subprocess.Popen(
+            [slurm_command(argv[0]), *argv[1:]],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=client_environment(),
+        )
+    except (OSError, SlurmCommandFailed):
+        return  # the wait by squeue that follows says what did not happen
+
+    def reap() -> None:
+        try:
+            proc.wait(SCANCEL_REAP_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    threading.Thread(target=reap, name=f"reap {argv[0]}", daemon=True).start()
 
 
 def silent_nodes(names: set[str], job_id: int, timeout_s: float = PROBE_TIMEOUT_S) -> set[str]:
@@ -251,8 +291,9 @@ class SlurmAgent(SlurmDrain):
         gen = GenerationDir(Path(gen_dir))
         gen.path.mkdir(parents=True, exist_ok=True)
         already = {r.rank for r in ranks if gen.pid_file(r.rank).exists()}
-        with _step_lock(gen):
-            if read_json(gen.path / STEP_RECORD) is None and len(already) < len(ranks):
+        with _step_lock(gen, self.node.name):
+            record = gen.path / step_record(self.node.name)
+            if read_json(record) is None and len(already) < len(ranks):
                 self._start_step(gen, ranks[0])
         deadline = time.monotonic() + self.start_wait_s
         return [self._wait_started(gen, r.rank, r.rank in already, deadline) for r in ranks]
@@ -264,11 +305,16 @@ class SlurmAgent(SlurmDrain):
             raise NodeRefused(f"{gen.plan_file}: no plan with the generation's nodes to launch")
         nodes = [str(n) for n in plan["nodes"]]
         nproc = int(plan.get("nproc_per_node", 1))
+        if self.node.name not in nodes:
+            raise NodeRefused(
+                f"{gen.plan_file}: node {self.node.name} is not one of the generation's "
+                f"nodes {nodes}"
+            )
         env = {k: v for k, v in template.env.items() if k not in PER_RANK_VARIABLES}
         master = node_address(nodes[0])
         if master:
             env[env_names.MASTER_ADDR] = master
-        name = step_name(gen)
+        name = step_name(gen, self.node.name)
         task = [
             sys.executable,
             "-m",
@@ -290,13 +336,10 @@ class SlurmAgent(SlurmDrain):
             slurm_command("srun"),
             f"--jobid={job}",
             "--overlap",
-            "-N",
-            str(len(nodes)),
+            "-N1",
             "-w",
-            ",".join(nodes),
-            f"--ntasks-per-node={nproc}",
-            f"--ntasks={len(nodes) * nproc}",
-            "--distribution=block",
+            self.node.name,
+            f"--ntasks={nproc}",
             "--kill-on-bad-exit=0",
             "--cpu-bind=none",
             f"--job-name={name}",
@@ -304,13 +347,15 @@ class SlurmAgent(SlurmDrain):
             f"--chdir={template.workdir}",
             *task,
         ]
-        for stale in (SRUN_PID, SRUN_EXIT):
+        files = SrunFiles.of(self.node.name)
+        for stale in (files.pid, files.exit):
             (gen.path / stale).unlink(missing_ok=True)
         write_json_atomic(
-            gen.path / STEP_RECORD,
+            gen.path / step_record(self.node.name),
             {
                 "job_id": job,
                 "name": name,
+                "node": self.node.name,
                 "nodes": nodes,
                 "nproc_per_node": nproc,
                 "master_addr": env.get(env_names.MASTER_ADDR),
@@ -321,7 +366,7 @@ class SlurmAgent(SlurmDrain):
         detach = [sys.executable, "-m", "activities.nodes.slurm_task", "srun"]
         # The helper forks and its parent exits at once; run() reaps that parent only.
         subprocess.run(
-            [*detach, "--gen-dir", str(gen.path), "--", *srun],
+            [*detach, "--gen-dir", str(gen.path), "--node", self.node.name, "--", *srun],
             env=client_environment(env),
             cwd=template.workdir,
             stdin=subprocess.DEVNULL,
@@ -351,7 +396,7 @@ class SlurmAgent(SlurmDrain):
             exit_record = read_json(gen.exit_file(rank))
             if exit_record is not None and exit_record.get("error"):
                 raise RankStartFailed(f"rank {rank}: {exit_record['error']}")
-            if read_json(gen.path / SRUN_EXIT) is not None:
+            if read_json(gen.path / SrunFiles.of(self.node.name).exit) is not None:
                 # srun ended and this rank never started: say why, once more files
                 # cannot appear (a task writes its pid file before srun can end).
                 if read_json(gen.pid_file(rank)) is None:
@@ -366,7 +411,8 @@ class SlurmAgent(SlurmDrain):
 
     def _srun_tail(self, gen: GenerationDir) -> str:
         try:
-            lines = (gen.path / SRUN_LOG).read_text(errors="replace").splitlines()
+            log = gen.path / SrunFiles.of(self.node.name).log
+            lines = log.read_text(errors="replace").splitlines()
         except FileNotFoundError:
             return ""
         return " | ".join(ln.strip() for ln in lines if ln.strip())[-500:]
@@ -374,15 +420,17 @@ class SlurmAgent(SlurmDrain):
     def _step_failed(self, gen: GenerationDir) -> Exception:
         """Why the step could not start: a lost node is a node failure (the workflow
         replaces it), anything else a refusal naming srun's own error."""
-        record = read_json(gen.path / STEP_RECORD) or {}
-        for name in record.get("nodes") or [self.node.name]:
-            with contextlib.suppress(SlurmCommandFailed):
-                words, reason = node_state(str(name))
-                if words & LOST_STATES:
-                    return NodeUnreachable(
-                        f"node {name}: Slurm reports it {'+'.join(sorted(words))}"
-                        + (f" ({reason})" if reason else "")
-                    )
+        record = read_json(gen.path / step_record(self.node.name)) or {}
+        with contextlib.suppress(SlurmCommandFailed):
+            words, reason = node_state(self.node.name)
+            if words & LOST_STATES:
+                return NodeUnreachable(
+                    f"node {self.node.name}: Slurm reports it {'+'.join(sorted(words))}"
+                    + (f" ({reason})" if reason else "")
+                )
+        silent = slurmd_silent(self.node.name)
+        if silent is not None:
+            return NodeUnreachable(f"node {self.node.name}: {silent}")
         return NodeRefused(
             f"node {self.node.name}: srun could not start the step in Slurm job "
             f"{record.get('job_id', '?')}: {self._srun_tail(gen) or 'no output'}"
@@ -444,6 +492,19 @@ class SlurmAgent(SlurmDrain):
         grace_s: float,
         kill_wait_s: float = 10.0,
     ) -> NodeStopResult:
+        """Stop this node's steps of every generation below ``keep_generation``.
+
+        A node lost mid-generation (the bench's node loss: its slurmd and tasks
+        SIGKILLed) goes like this: the workflow stops every node at once; on the
+        live node the step ends on SIGTERM/SIGKILL and leaves ``squeue`` within
+        a second, whatever the dead node does. On the dead node, Slurm still lists
+        the step (until ``SlurmdTimeout`` marks the node DOWN: 300 s by default),
+        but its slurmd refuses connections: the step is sent SIGKILL, not waited
+        for, and the node is reported unreachable now. The workflow replaces it,
+        and it stays quarantined, unfenced, until a later stop reaches it (what
+        ran there is then gone). A node whose slurmd still accepts connections
+        but whose step outlives SIGKILL is probed (:func:`silent_nodes`) before
+        it is reported as ranks that would not die."""
         root = Path(run_root)
         targets = generations_below(root, keep_generation)
         by_step: dict[str, GenerationDir] = {}
@@ -461,42 +522,43 @@ class SlurmAgent(SlurmDrain):
             live = self._live(list(by_step))
         except SlurmCommandFailed as exc:
             return NodeStopResult(node=self.node.name, reachable=False, error=str(exc))
+        generations = sorted({by_step[s].generation for s in live})
+        lost = self._lost_now() if live else None
+        if lost is not None:
+            for step in live:
+                self._scancel("KILL", step)
+            return NodeStopResult(
+                node=self.node.name,
+                reachable=False,
+                error=f"Slurm node {self.node.name}: {lost}; its steps "
+                f"{', '.join(live)} were sent SIGKILL, not waited for (Slurm ends them "
+                "when it marks the node DOWN)",
+                killed_groups=len(live),
+                generations=generations,
+            )
         for step in live:
             self._scancel("TERM", step)
             self._scancel("CONT", step)
         remaining = self._wait_gone(live, grace_s)
         for step in remaining:
             self._scancel("KILL", step)
-        survivors = self._wait_gone(remaining, kill_wait_s, by_step)
-        silent: set[str] = set()
-        if survivors:
-            # Slurm lists a step until every node of it answers. A node whose slurmd
-            # died is marked lost only after SlurmdTimeout (300 s by default): ask the
-            # step's nodes directly, so a dead node reads as lost, not as ranks that
-            # would not die on every node of the step.
-            silent = silent_nodes(
-                {n for s in survivors for n in step_nodes(by_step[s])}, self._job()
-            )
-            survivors = [s for s in survivors if not set(step_nodes(by_step[s])) & silent]
-        if self.node.name in silent or any(
-            self.node.name in self._lost_nodes(by_step[s]) for s in remaining
+        survivors = self._wait_gone(remaining, kill_wait_s)
+        if survivors and (
+            self._lost_now() is not None or silent_nodes({self.node.name}, self._job())
         ):
-            # This node is the dead one: nothing of the step here can be reached.
-            why = "does not answer" if self.node.name in silent else "is reported lost"
+            # Died during the stop: nothing of the step here can be reached.
             return NodeStopResult(
                 node=self.node.name,
                 reachable=False,
-                error=f"Slurm node {self.node.name} {why}: its part of the step ends "
-                "when Slurm marks it DOWN",
+                error=f"Slurm node {self.node.name} stopped answering during the stop: its "
+                "steps end when Slurm marks it DOWN",
                 killed_groups=len(remaining),
-                generations=sorted({by_step[s].generation for s in live}),
+                generations=generations,
             )
         for gen in touched:
             self._stop_srun_client(gen)
-        killed = {by_step[s] for s in remaining if s not in survivors}
-        for gen in killed:
+        for gen in {by_step[s] for s in remaining if s not in survivors}:
             self._record_killed(gen)
-        stopped = sorted({by_step[s].generation for s in live})
         steps = [s for g in touched if (s := last_step(g)) is not None]
         return NodeStopResult(
             node=self.node.name,
@@ -504,9 +566,20 @@ class SlurmAgent(SlurmDrain):
             signalled_groups=len(live),
             killed_groups=len(remaining),
             last_step=max(steps) if steps else None,
-            generations=stopped,
+            generations=generations,
             unkillable=[self._unkillable(by_step[s], s, kill_wait_s) for s in survivors],
         )
+
+    def _lost_now(self) -> str | None:
+        """Why this node is lost, as Slurm reports it or as its slurmd's port shows;
+        None when it looks alive."""
+        with contextlib.suppress(SlurmCommandFailed):
+            words, reason = node_state(self.node.name)
+            if words & LOST_STATES:
+                return f"Slurm reports it {'+'.join(sorted(words))}" + (
+                    f" ({reason})" if reason else ""
+                )
+        return slurmd_silent(self.node.name)
 
     def _took_part(self, gen: GenerationDir) -> bool:
         plan = read_json(gen.plan_file)
@@ -514,14 +587,16 @@ class SlurmAgent(SlurmDrain):
         return not isinstance(nodes, list) or self.node.name in nodes
 
     def _step_ids(self, gen: GenerationDir) -> set[str]:
-        """The generation's step: from the tasks' pid files, else (no task has started
-        yet) by its name among the allocation's steps."""
+        """This node's step of the generation: from its tasks' pid files, else (no
+        task has started yet) by its name among the allocation's steps."""
         found = {
             str(record["slurm_step"])
             for pid_file in gen.path.glob("rank-*.pid")
-            if (record := read_json(pid_file)) is not None and "slurm_step" in record
+            if (record := read_json(pid_file)) is not None
+            and "slurm_step" in record
+            and record.get("slurm_node") == self.node.name
         }
-        record = read_json(gen.path / STEP_RECORD)
+        record = read_json(gen.path / step_record(self.node.name))
         if not found and record is not None:
             steps = job_steps(str(record["job_id"])) or {}
             found = {step for step, (name, _) in steps.items() if name == record.get("name")}
@@ -537,47 +612,28 @@ class SlurmAgent(SlurmDrain):
         return sorted(live)
 
     def _scancel(self, sig: str, step: str) -> None:
-        # scancel's exit status is not reliable for steps: the wait judges by squeue.
-        with contextlib.suppress(SlurmCommandFailed):
-            run_slurm(["scancel", f"--signal={sig}", step], self.command_timeout_s)
+        """Sent, not waited for (see the module's docstring); ``squeue`` judges."""
+        _sent(["scancel", f"--signal={sig}", step])
 
-    def _wait_gone(
-        self,
-        step_ids: list[str],
-        timeout_s: float,
-        killed: dict[str, GenerationDir] | None = None,
-    ) -> list[str]:
-        """The steps among ``step_ids`` still listed after at most ``timeout_s``. With
-        ``killed`` (the steps were sent SIGKILL): a step that spans a node Slurm
-        reports lost counts as gone, since Slurm lists it until it marks that node
-        DOWN, while every live node's part died with the SIGKILL."""
+    def _wait_gone(self, step_ids: list[str], timeout_s: float) -> list[str]:
+        """The steps among ``step_ids`` still listed after at most ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         remaining = list(step_ids)
         while remaining:
             # Slurm unreachable: keep the last answer; the deadline bounds the wait.
             with contextlib.suppress(SlurmCommandFailed):
                 remaining = self._live(remaining)
-            if killed is not None:
-                remaining = [s for s in remaining if not self._lost_nodes(killed[s])]
             if not remaining or time.monotonic() >= deadline:
                 break
             time.sleep(STEP_GONE_POLL_S)
         return remaining
 
-    def _lost_nodes(self, gen: GenerationDir) -> list[str]:
-        """The generation's nodes that Slurm reports lost (see :data:`LOST_STATES`)."""
-        lost = []
-        for name in step_nodes(gen):
-            with contextlib.suppress(SlurmCommandFailed):
-                if node_state(str(name))[0] & LOST_STATES:
-                    lost.append(str(name))
-        return lost
-
     def _stop_srun_client(self, gen: GenerationDir) -> None:
         """An ``srun`` still waiting for its step to be created (resources busy) has no
         step to cancel: end it, if it runs on this machine (start ticks checked)."""
-        record = read_json(gen.path / SRUN_PID)
-        if record is None or read_json(gen.path / SRUN_EXIT) is not None:
+        files = SrunFiles.of(self.node.name)
+        record = read_json(gen.path / files.pid)
+        if record is None or read_json(gen.path / files.exit) is not None:
             return
         pid = int(record["pid"])
         stat = read_stat(pid)
@@ -585,12 +641,17 @@ class SlurmAgent(SlurmDrain):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
+    def _own_records(self, gen: GenerationDir) -> list[dict[str, Any]]:
+        """The pid records of this node's ranks in the generation."""
+        return [
+            r
+            for p in gen.path.glob("rank-*.pid")
+            if (r := read_json(p)) is not None and r.get("slurm_node") == self.node.name
+        ]
+
     def _record_killed(self, gen: GenerationDir) -> None:
         """The step was SIGKILLed, its tasks with it: record the exits they could not."""
-        for pid_file in gen.path.glob("rank-*.pid"):
-            record = read_json(pid_file)
-            if record is None:
-                continue
+        for record in self._own_records(gen):
             rank = int(record["rank"])
             if not gen.exit_file(rank).exists():
                 write_json_atomic(
@@ -605,7 +666,7 @@ class SlurmAgent(SlurmDrain):
                 )
 
     def _unkillable(self, gen: GenerationDir, step: str, waited_s: float) -> UnkillableGroup:
-        records = [r for p in gen.path.glob("rank-*.pid") if (r := read_json(p)) is not None]
+        records = self._own_records(gen)
         return UnkillableGroup(
             node=self.node.name,
             pgid=int(records[0]["pgid"]) if records else 0,

@@ -1,13 +1,14 @@
 """The two small processes of a Slurm generation, standard library only.
 
-``srun`` (on the controller's machine): starts the generation's ``srun`` client
-detached. It forks, the parent exits at once (the worker reaps it), and the child
-starts a new session, writes ``slurm-srun.pid``, runs ``srun`` with its output in
-``slurm-srun.log`` and records its exit in ``slurm-srun.exit.json``. So the step's
-client is never a child of the worker: a worker crash or restart does not touch it.
+``srun`` (on the controller's machine): starts the ``srun`` client of one node's
+step of the generation detached. It forks, the parent exits at once (the worker
+reaps it), and the child starts a new session, writes ``slurm-srun-<node>.pid``,
+runs ``srun`` with its output in ``slurm-srun-<node>.log`` and records its exit in
+``slurm-srun-<node>.exit.json``. So the step's client is never a child of the
+worker: a worker crash or restart does not touch it.
 
-``task`` (on a compute node, one per rank, run by ``srun``): in the foreground, so
-Slurm tracks it and ``scancel`` signals reach it. It computes the rank's own
+``task`` (on a compute node, one per rank, run by ``srun``; one step per node): in
+the foreground, so Slurm tracks it and ``scancel`` signals reach it. It computes the rank's own
 variables from the node's slot in the generation's node list (``SLURMD_NODENAME``)
 and ``SLURM_LOCALID``: the rank slots follow the plan's node order, which after a
 spare took a dead node's slot need not be Slurm's sorted order (``SLURM_PROCID``
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 from activities.nodes.rank_wrapper import exit_record, pid_record, start_ticks, write_atomic
-from activities.nodes.rundir import SRUN_EXIT, SRUN_LOG, SRUN_PID
+from activities.nodes.rundir import SrunFiles
 from lazarus.domain import environment as env_names
 
 _TRAPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -47,8 +48,9 @@ def rank_slot(nodes: list[str], node: str, local_id: int, nproc: int) -> tuple[i
     return group * nproc + local_id, group
 
 
-def _run_srun(gen_dir: Path, command: list[str]) -> None:
-    with open(gen_dir / SRUN_LOG, "ab", buffering=0) as log:
+def _run_srun(gen_dir: Path, node: str, command: list[str]) -> None:
+    files = SrunFiles.of(node)
+    with open(gen_dir / files.log, "ab", buffering=0) as log:
         try:
             child = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
@@ -56,15 +58,15 @@ def _run_srun(gen_dir: Path, command: list[str]) -> None:
         except OSError as exc:
             log.write(f"lazarus: cannot start {command[0]!r}: {exc}\n".encode())
             write_atomic(
-                gen_dir / SRUN_EXIT, {"exit_code": 127, "ended_at": time.time(), "error": str(exc)}
+                gen_dir / files.exit, {"exit_code": 127, "ended_at": time.time(), "error": str(exc)}
             )
             return
     write_atomic(
-        gen_dir / SRUN_PID,
+        gen_dir / files.pid,
         {"pid": child.pid, "start_ticks": start_ticks(child.pid), "started_at": time.time()},
     )
     returncode = child.wait()
-    write_atomic(gen_dir / SRUN_EXIT, {"exit_code": returncode, "ended_at": time.time()})
+    write_atomic(gen_dir / files.exit, {"exit_code": returncode, "ended_at": time.time()})
 
 
 def _cannot_start(exit_path: Path, rank: int, error: str) -> int:
@@ -136,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="role", required=True)
     srun = sub.add_parser("srun", help="start the step's srun client detached")
     srun.add_argument("--gen-dir", type=Path, required=True)
+    srun.add_argument("--node", required=True, help="the node whose step this srun runs")
     srun.add_argument("command", nargs=argparse.REMAINDER)
     task = sub.add_parser("task", help="run one rank under srun")
     task.add_argument("--gen-dir", type=Path, required=True)
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     try:
-        _run_srun(args.gen_dir, command)
+        _run_srun(args.gen_dir, args.node, command)
     finally:
         os._exit(0)
 
