@@ -62,12 +62,13 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,7 @@ from activities.nodes.agent import (
     RankLaunch,
     RankRecord,
     StartedRank,
+    WarmStart,
 )
 from activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
 from activities.nodes.procfs import read_stat
@@ -92,6 +94,7 @@ from activities.nodes.rundir import (
     generation_lock,
     generations_below,
     read_json,
+    runs,
     write_json_atomic,
 )
 from activities.nodes.shim_agent import ShimAgent, ShimReply
@@ -108,10 +111,17 @@ from activities.nodes.slurm_commands import (
 )
 from activities.nodes.slurm_drain import SlurmDrain
 from activities.nodes.slurm_preemption import preemption_notice
+from activities.nodes.warm import FORKED_MARK, zygote_dir, zygote_environment
+from activities.nodes.zygote import PID_FILE as ZYGOTE_PID_FILE
+from activities.nodes.zygote import SOCKET_FILE as ZYGOTE_SOCKET_FILE
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 
+ZYGOTE_STEP = "slurm-step.json"
+"""In a zygote directory: the record of the zygote's step (job, name, node)."""
+ZYGOTE_GONE_WAIT_S = 30.0
+"""How long the run's end waits for a cancelled zygote step to leave ``squeue``."""
 SCANCEL_REAP_S = 60.0
 """How long a ``scancel`` sent and not waited for may run before it is killed (it
 blocks ``MessageTimeout`` + 1 s while a node of the allocation is dead)."""
@@ -132,6 +142,8 @@ PER_RANK_VARIABLES = frozenset(
     }
 )
 """Set by each task on its node; the rest of a rank's environment is the step's."""
+LAZARUS_ROOT = str(Path(__file__).resolve().parents[2])
+"""Where ``activities`` is imported from: the same path on every node (see the guide)."""
 
 
 def step_record(node: str) -> str:
@@ -151,21 +163,36 @@ def _step_lock(gen: GenerationDir, node: str) -> Iterator[None]:
     """Serialises the agents of one node in one launch (a retry on another worker)
     deciding whether to start the node's step. Not the generation lock: the
     launcher holds that one around all of them."""
-    with open(gen.path / f"slurm-step-{node}.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with _step_lock_at(gen.path / f"slurm-step-{node}.lock"):
+        yield
 
 
 class _SrunShim(ShimAgent):
-    """The ssh agent's shim on a Slurm node: ``sh -s`` as a one-task step there."""
+    """The ssh agent's shim on a Slurm node: ``sh -s`` as a one-task step there.
 
-    def __init__(self, node: NodeSpec, job_id: int, timeout_s: float) -> None:
+    Its warm start forks ranks from the zygote the node's agent started as its own
+    step (``starts_zygote`` False: a process the shim started would die, or escape,
+    with the shim's step), and ranks it cannot fork go to ``cold``: the agent's
+    step for them, never a process of the shim's step."""
+
+    starts_zygote = False
+
+    def __init__(
+        self,
+        node: NodeSpec,
+        job_id: int,
+        timeout_s: float,
+        cold: Callable[[str, list[RankLaunch]], list[StartedRank]] | None = None,
+    ) -> None:
         super().__init__(node)
         self.job_id = job_id
         self.status_timeout_s = timeout_s
+        self.cold = cold
+
+    def start_ranks(self, gen_dir: str, ranks: list[RankLaunch]) -> list[StartedRank]:
+        if self.cold is None:
+            raise NodeRefused(f"{self._where()}: ranks start as Slurm steps, not in the shim")
+        return self.cold(gen_dir, ranks)
 
     def _where(self) -> str:
         return f"node {self.node.name} (Slurm job {self.job_id})"
@@ -212,6 +239,38 @@ class _SrunShim(ShimAgent):
         return ShimReply(proc.returncode, output, time.monotonic() - started)
 
 
+def _merged(steps: NodeStopResult, forked: NodeStopResult) -> NodeStopResult:
+    """One node's stop: its steps' and its forked ranks'."""
+    last = [s for s in (steps.last_step, forked.last_step) if s is not None]
+    reachable = steps.reachable and forked.reachable
+    return NodeStopResult(
+        node=steps.node,
+        reachable=reachable,
+        error=None if reachable else (steps.error or forked.error),
+        signalled_groups=steps.signalled_groups + forked.signalled_groups,
+        killed_groups=steps.killed_groups + forked.killed_groups,
+        last_step=max(last) if last else None,
+        generations=sorted({*steps.generations, *forked.generations}),
+        unkillable=[*steps.unkillable, *forked.unkillable],
+    )
+
+
+def zygote_step_name(directory: Path, node: str) -> str:
+    """Unique per run and node (the zygote directory is the run's)."""
+    digest = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:10]
+    return f"lazarus-zygote-{digest}-{node}"
+
+
+@contextlib.contextmanager
+def _step_lock_at(path: Path) -> Iterator[None]:
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _sent(argv: list[str]) -> None:
     """Start a Slurm command and do not wait for it: a thread reaps it (and kills it
     after :data:`SCANCEL_REAP_S`). What it did is judged by ``squeue`` instead."""
@@ -256,7 +315,6 @@ def silent_nodes(names: set[str], job_id: int, timeout_s: float = PROBE_TIMEOUT_
 
 
 class SlurmAgent(SlurmDrain):
-    warm_unsupported = "warm start is not supported on Slurm nodes yet: the step starts cold"
 
     def __init__(
         self,
@@ -294,11 +352,12 @@ class SlurmAgent(SlurmDrain):
         with _step_lock(gen, self.node.name):
             record = gen.path / step_record(self.node.name)
             if read_json(record) is None and len(already) < len(ranks):
-                self._start_step(gen, ranks[0])
+                self._start_step(gen, [r for r in ranks if r.rank not in already])
         deadline = time.monotonic() + self.start_wait_s
         return [self._wait_started(gen, r.rank, r.rank in already, deadline) for r in ranks]
 
-    def _start_step(self, gen: GenerationDir, template: RankLaunch) -> None:
+    def _start_step(self, gen: GenerationDir, launches: list[RankLaunch]) -> None:
+        template = launches[0]
         job = self._job()
         plan = read_json(gen.plan_file)
         if plan is None or not isinstance(plan.get("nodes"), list):
@@ -326,6 +385,8 @@ class SlurmAgent(SlurmDrain):
             ",".join(nodes),
             "--nproc",
             str(nproc),
+            "--ranks",
+            ",".join(str(r.rank) for r in launches),
             "--workdir",
             template.workdir,
             *(["--env-file", template.env_file] if template.env_file else []),
@@ -339,7 +400,7 @@ class SlurmAgent(SlurmDrain):
             "-N1",
             "-w",
             self.node.name,
-            f"--ntasks={nproc}",
+            f"--ntasks={len(launches)}",
             "--kill-on-bad-exit=0",
             "--cpu-bind=none",
             f"--job-name={name}",
@@ -358,17 +419,22 @@ class SlurmAgent(SlurmDrain):
                 "node": self.node.name,
                 "nodes": nodes,
                 "nproc_per_node": nproc,
+                "ranks": [r.rank for r in launches],
                 "master_addr": env.get(env_names.MASTER_ADDR),
                 "started_by": self.node.name,
                 "launched_at": time.time(),
             },
         )
+        self._detach(gen.path, srun, env, template.workdir)
+
+    def _detach(self, directory: Path, srun: list[str], env: dict[str, str], cwd: str) -> None:
+        """Start ``srun`` detached (``slurm_task srun``), its files in ``directory``."""
         detach = [sys.executable, "-m", "activities.nodes.slurm_task", "srun"]
         # The helper forks and its parent exits at once; run() reaps that parent only.
         subprocess.run(
-            [*detach, "--gen-dir", str(gen.path), "--node", self.node.name, "--", *srun],
+            [*detach, "--gen-dir", str(directory), "--node", self.node.name, "--", *srun],
             env=client_environment(env),
-            cwd=template.workdir,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -436,6 +502,114 @@ class SlurmAgent(SlurmDrain):
             f"{record.get('job_id', '?')}: {self._srun_tail(gen) or 'no output'}"
         )
 
+    # --- warm starts: the zygote as its own step -----------------------------------------
+
+    def start_ranks_warm(
+        self, gen_dir: str, ranks: list[RankLaunch], warm: WarmStart
+    ) -> list[StartedRank]:
+        """Fork the node's ranks from the run's zygote there, which runs as its own job
+        step (``srun --overlap -N1 -w <node> python -m activities.nodes.zygote
+        --foreground``), so Slurm ends it with the allocation at the latest, and the
+        run's end cancels it. The forks go through the node-local shim (the zygote's
+        socket is on the node); ranks it cannot fork start cold as a step of their own,
+        with the reason.
+
+        A zygote step that has ended (the zygote died, or was cancelled) is started
+        again: the run's first launch on the node waits for it to preload, a later
+        launch starts cold now and warm from the next launch, as on ssh."""
+        if not ranks:
+            return []
+        directory = zygote_dir(warm.run_root, self.node.name)
+        first = not (directory / FORKED_MARK).exists()
+        try:
+            started = self._ensure_zygote_step(directory, warm, ranks[0])
+        except (NodeRefused, SlurmCommandFailed, OSError, subprocess.SubprocessError) as exc:
+            return self._cold(gen_dir, ranks, f"the zygote's Slurm step could not start: {exc}")
+        if started and not first:
+            return self._cold(
+                gen_dir,
+                ranks,
+                "the zygote's Slurm step had ended; started a new one: warm starts resume "
+                "from the next launch",
+            )
+        shim = _SrunShim(self.node, self._job(), self.command_timeout_s, cold=self.start_ranks)
+        return shim.start_ranks_warm(gen_dir, ranks, warm)
+
+    def _cold(self, gen_dir: str, ranks: list[RankLaunch], reason: str) -> list[StartedRank]:
+        return [
+            r if r.adopted else r.model_copy(update={"cold_reason": reason})
+            for r in self.start_ranks(gen_dir, ranks)
+        ]
+
+    def _ensure_zygote_step(self, directory: Path, warm: WarmStart, template: RankLaunch) -> bool:
+        """Start the zygote's step unless it runs (or its ``srun`` is still creating it);
+        True when started now. One per run and node: under the directory's lock, so a
+        retried launch adopts the step a lost attempt started."""
+        directory.mkdir(parents=True, exist_ok=True)
+        with _step_lock_at(directory / "slurm-step.lock"):
+            record = read_json(directory / ZYGOTE_STEP)
+            if record is not None and self._zygote_step_live(directory, record):
+                return False
+            for stale in (ZYGOTE_PID_FILE, ZYGOTE_SOCKET_FILE, *SrunFiles.of(self.node.name)):
+                (directory / stale).unlink(missing_ok=True)
+            name = zygote_step_name(directory, self.node.name)
+            env = zygote_environment(template.env)
+            zygote = [
+                sys.executable,
+                "-m",
+                "activities.nodes.zygote",
+                "--run-dir",
+                str(directory),
+                "--preload",
+                ",".join(warm.preload),
+                "--standby",
+                str(warm.standby),
+                "--foreground",
+            ]
+            srun = [
+                slurm_command("srun"),
+                f"--jobid={self._job()}",
+                "--overlap",
+                "-N1",
+                "-n1",
+                "-w",
+                self.node.name,
+                "--kill-on-bad-exit=0",
+                "--cpu-bind=none",
+                f"--job-name={name}",
+                "--export=ALL",
+                f"--chdir={template.workdir}",
+                *zygote,
+            ]
+            write_json_atomic(
+                directory / ZYGOTE_STEP,
+                {"job_id": self._job(), "name": name, "node": self.node.name, "at": time.time()},
+            )
+            self._detach(directory, srun, env, template.workdir)
+            return True
+
+    def _zygote_step_live(self, directory: Path, record: dict[str, Any]) -> bool:
+        """Listed by Slurm, or its ``srun`` has not ended yet (still creating it), or
+        Slurm cannot be asked (never start a second zygote on a guess)."""
+        steps = job_steps(str(record.get("job_id")))
+        if steps is None:
+            return True
+        if any(name == record.get("name") for name, _ in steps.values()):
+            return True
+        files = SrunFiles.of(self.node.name)
+        return (directory / files.pid).exists() and not (directory / files.exit).exists()
+
+    def _zygote_steps(self, run_root: Path) -> list[str]:
+        """The listed steps of this node's zygotes of ``run_root`` and the runs below it."""
+        found: list[str] = []
+        for root in [run_root, *runs(run_root)]:
+            record = read_json(zygote_dir(root, self.node.name) / ZYGOTE_STEP)
+            if record is None:
+                continue
+            steps = job_steps(str(record.get("job_id"))) or {}
+            found += [s for s, (name, _) in steps.items() if name == record.get("name")]
+        return found
+
     # --- supervision ------------------------------------------------------------------
 
     def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
@@ -443,8 +617,14 @@ class SlurmAgent(SlurmDrain):
         gen = GenerationDir(Path(gen_dir))
         pid_records = {rank: read_json(gen.pid_file(rank)) for rank in ranks}
         step_ids = {str(r["slurm_step"]) for r in pid_records.values() if r and "slurm_step" in r}
+        jobs = {s.split(".")[0] for s in step_ids}
+        zygote = None
+        if any(r and "slurm_step" not in r for r in pid_records.values()):
+            # Forked from the zygote: they live as long as its step (or their exit file).
+            zygote = read_json(zygote_dir(gen.path.parent, self.node.name) / ZYGOTE_STEP)
+            jobs.add(str(zygote.get("job_id")) if zygote else str(self._job()))
         steps: dict[str, tuple[str, str]] | None = {}
-        for job in {s.split(".")[0] for s in step_ids}:
+        for job in jobs:
             found = job_steps(job)
             if found is None or steps is None:
                 steps = None
@@ -454,7 +634,11 @@ class SlurmAgent(SlurmDrain):
         for rank, pid_record in pid_records.items():
             exit_record = read_json(gen.exit_file(rank))
             step = str(pid_record.get("slurm_step")) if pid_record else None
-            running = steps is None or (step is not None and step in steps)
+            if pid_record is not None and "slurm_step" not in pid_record:
+                name = zygote.get("name") if zygote else None
+                running = steps is None or any(n == name for n, _ in steps.values())
+            else:
+                running = steps is None or (step is not None and step in steps)
             records.append(
                 RankRecord(
                     rank=rank,
@@ -518,6 +702,76 @@ class SlurmAgent(SlurmDrain):
                     write_json_atomic(gen.stopped_file, {"reason": "stopping", "at": time.time()})
                 for step in self._step_ids(gen):
                     by_step[step] = gen
+        forked = [g for g in touched if self._forked_here(g)]
+        if forked:
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                local = pool.submit(
+                    self._stop_forked, run_root, keep_generation, grace_s, kill_wait_s
+                )
+                stepped = self._stop_steps(by_step, touched, grace_s, kill_wait_s)
+                return _merged(stepped, local.result())
+        return self._stop_steps(by_step, touched, grace_s, kill_wait_s)
+
+    def _forked_here(self, gen: GenerationDir) -> bool:
+        """Whether some rank of this node in ``gen`` was forked from its zygote (a pid
+        record without a step: the standby wrote it)."""
+        plan = read_json(gen.plan_file) or {}
+        nodes = [str(n) for n in plan.get("nodes") or []]
+        nproc = int(plan.get("nproc_per_node", 1))
+        if self.node.name not in nodes:
+            return False
+        first = nodes.index(self.node.name) * nproc
+        return any(
+            (record := read_json(gen.pid_file(rank))) is not None and "slurm_step" not in record
+            for rank in range(first, first + nproc)
+        )
+
+    def _stop_forked(
+        self, run_root: str, keep_generation: int | None, grace_s: float, kill_wait_s: float
+    ) -> NodeStopResult:
+        """Stop this node's forked ranks on the node (``slurm_task local-stop`` through
+        ``srun -w``): by process group, start ticks checked, as a local node's ranks.
+        Not by step: their step is the zygote's, which must live on."""
+        argv = [
+            sys.executable,
+            "-m",
+            "activities.nodes.slurm_task",
+            "local-stop",
+            "--run-root",
+            run_root,
+            "--node",
+            self.node.name,
+            *(["--keep", str(keep_generation)] if keep_generation is not None else []),
+            "--grace",
+            f"{grace_s:g}",
+            "--kill-wait",
+            f"{kill_wait_s:g}",
+        ]
+        script = f"PYTHONPATH={shlex.quote(LAZARUS_ROOT)}${{PYTHONPATH:+:$PYTHONPATH}} exec "
+        script += " ".join(shlex.quote(a) for a in argv) + "\n"
+        timeout = self.command_timeout_s + grace_s + kill_wait_s
+        try:
+            reply = self._shim()._run(script.encode(), timeout)
+        except NodeUnreachable as exc:
+            return NodeStopResult(node=self.node.name, reachable=False, error=str(exc))
+        text = reply.output.decode(errors="replace")
+        line = next((ln for ln in reversed(text.splitlines()) if ln.startswith("{")), None)
+        if reply.exit_code != 0 or line is None:
+            return NodeStopResult(
+                node=self.node.name,
+                reachable=False,
+                error=f"node {self.node.name}: stopping its forked ranks failed: "
+                f"{' '.join(text.split())[-300:] or f'exit {reply.exit_code}'}",
+            )
+        return NodeStopResult.model_validate_json(line)
+
+    def _stop_steps(
+        self,
+        by_step: dict[str, GenerationDir],
+        touched: list[GenerationDir],
+        grace_s: float,
+        kill_wait_s: float,
+    ) -> NodeStopResult:
         try:
             live = self._live(list(by_step))
         except SlurmCommandFailed as exc:
@@ -681,7 +935,19 @@ class SlurmAgent(SlurmDrain):
     # --- node-local state, files ------------------------------------------------------
 
     def end_run(self, run_root: str, memory_dirs: list[str]) -> None:
+        """The zygote stopped by the shim (start ticks checked), then its step cancelled
+        and waited for, so no zygote outlives the run even where the stop could not
+        reach it; the memory tier removed."""
         self._shim().end_run(run_root, memory_dirs)
+        steps = self._zygote_steps(Path(run_root))
+        for step in steps:
+            _sent(["scancel", step])
+        left = self._wait_gone(steps, ZYGOTE_GONE_WAIT_S)
+        if left:
+            raise NodeRefused(
+                f"node {self.node.name}: zygote step(s) {', '.join(left)} still listed "
+                f"{ZYGOTE_GONE_WAIT_S:g} s after scancel"
+            )
 
     def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
         return self._shim().memory_snapshots(root)

@@ -37,14 +37,25 @@ from lazarus.domain import environment as env_names
 _TRAPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def rank_slot(nodes: list[str], node: str, local_id: int, nproc: int) -> tuple[int, int]:
+def rank_slot(
+    nodes: list[str], node: str, local_id: int, nproc: int, ranks: list[int] | None = None
+) -> tuple[int, int]:
     """(rank, group rank) of the task with ``local_id`` on ``node``: the node's index in
-    the generation's node order, times ``nproc``, plus its local id."""
+    the generation's node order, times ``nproc``, plus its local id. With ``ranks``
+    (a step for some of the node's ranks: those its zygote could not fork), the
+    task with ``local_id`` runs ``ranks[local_id]``, which must be one of the node's."""
     if node not in nodes:
         raise ValueError(f"node {node!r} is not one of this generation's nodes {nodes}")
+    group = nodes.index(node)
+    if ranks is not None:
+        if not 0 <= local_id < len(ranks):
+            raise ValueError(f"SLURM_LOCALID {local_id} is outside the step's ranks {ranks}")
+        rank = ranks[local_id]
+        if rank // nproc != group:
+            raise ValueError(f"rank {rank} is not one of node {node}'s ranks")
+        return rank, group
     if not 0 <= local_id < nproc:
         raise ValueError(f"SLURM_LOCALID {local_id} is outside 0..{nproc - 1}")
-    group = nodes.index(node)
     return group * nproc + local_id, group
 
 
@@ -84,7 +95,9 @@ def _run_task(args: argparse.Namespace, command: list[str]) -> int:
     gen_dir: Path = args.gen_dir
     nodes = args.nodes.split(",")
     node = os.environ.get("SLURMD_NODENAME", "")
-    rank, group = rank_slot(nodes, node, int(os.environ.get("SLURM_LOCALID", "0")), args.nproc)
+    ranks = [int(r) for r in args.ranks.split(",")] if args.ranks else None
+    local_id = int(os.environ.get("SLURM_LOCALID", "0"))
+    rank, group = rank_slot(nodes, node, local_id, args.nproc, ranks)
     exit_path = gen_dir / f"rank-{rank}.exit.json"
     exit_path.unlink(missing_ok=True)
     env: dict[str, str] = {}
@@ -133,6 +146,25 @@ def _run_task(args: argparse.Namespace, command: list[str]) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
+def _local_stop(args: argparse.Namespace) -> int:
+    """On the node (``srun -w <node>``): stop ``--node``'s ranks forked from its zygote,
+    as a local node's agent stops its ranks (process groups, start ticks checked, only
+    that node's ranks), and print the result as one JSON line. Their cgroup is the
+    zygote's step: cancelling that step would kill the zygote too."""
+    from activities.nodes.local_agent import stop_ranks
+    from activities.nodes.rundir import generations_below
+
+    result = stop_ranks(
+        generations_below(Path(args.run_root), args.keep),
+        grace_s=args.grace,
+        kill_wait_s=args.kill_wait,
+        reporter=args.node,
+        node=args.node,
+    )
+    print(result.model_dump_json(), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     sub = parser.add_subparsers(dest="role", required=True)
@@ -146,8 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     task.add_argument("--nproc", type=int, required=True)
     task.add_argument("--workdir", required=True)
     task.add_argument("--env-file")
+    task.add_argument("--ranks", help="the step's ranks, by SLURM_LOCALID (default: all)")
     task.add_argument("command", nargs=argparse.REMAINDER)
+    stop = sub.add_parser("local-stop", help="stop this node's forked ranks (JSON on stdout)")
+    stop.add_argument("--run-root", required=True)
+    stop.add_argument("--node", required=True)
+    stop.add_argument("--keep", type=int)
+    stop.add_argument("--grace", type=float, required=True)
+    stop.add_argument("--kill-wait", type=float, required=True)
     args = parser.parse_args(argv)
+    if args.role == "local-stop":
+        return _local_stop(args)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("missing the command after --")

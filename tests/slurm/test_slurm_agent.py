@@ -28,7 +28,7 @@ from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_commands import job_steps
 from infra.slurm import TestSlurm
 from lazarus.domain.contracts import LaunchRequest, LaunchResult
-from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, parse_spec
+from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, WarmStartSpec, parse_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
 HOST = socket.gethostname().split(".")[0]
@@ -392,3 +392,60 @@ def test_a_retried_start_adopts_the_step(
 
 def launch_of(spec: JobSpec, rank: int) -> RankLaunch:
     return RankLaunch(rank=rank, command=spec.command, env={}, workdir=spec.workdir)
+
+
+@pytest.mark.timeout(400)
+def test_warm_ranks_fork_from_a_zygote_step_and_the_runs_end_cancels_it(
+    slurm: TestSlurm, allocation: int, tmp_path: Path, stopper: list[tuple[JobSpec, str]]
+) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    base = slurm_spec(tmp_path, allocation, [sys.executable, str(script), str(tmp_path)], "warm")
+    spec = base.model_copy(update={"warm_start": WarmStartSpec(preload=["json"])})
+    root = run_root(spec)
+    stopper.append((spec, root))
+    agents = agents_of(spec)
+
+    def launched_warm(generation: int) -> GenerationDir:
+        for ready in tmp_path.glob("ready-*"):
+            ready.unlink()
+        request = LaunchRequest(spec=spec, generation=generation, run_root=root)
+        launched = launch_generation(request)
+        assert launched.warm_start is not None, launched
+        assert launched.warm_start.warm_ranks == [0, 1], launched.warm_start
+        gen = GenerationDir(Path(launched.run_dir))
+        ready = [tmp_path / f"ready-{r}" for r in (0, 1)]
+        wait_for("ranks ready", lambda: all(r.exists() for r in ready), 120)
+        for rank in (0, 1):
+            record = read_json(gen.pid_file(rank)) or {}
+            assert "slurm_step" not in record, record  # forked: no step of its own
+        status = [a.poll(str(gen.path), [r]) for a, r in zip(agents, (0, 1), strict=True)]
+        assert [r.alive for s in status for r in s.ranks] == [True, True], status
+        return gen
+
+    first = launched_warm(1)
+    zygote_steps = [n for n, _ in (job_steps(str(allocation)) or {}).values() if "zygote" in n]
+    assert len(zygote_steps) == 2, zygote_steps  # one per node
+    # A crash: the relaunch stops the survivor by pid (not by step) and forks again.
+    victim = read_json(first.pid_file(1)) or {}
+    os.kill(int(victim["pid"]), signal.SIGKILL)
+    wait_for("the crash recorded", lambda: first.exit_file(1).exists(), 60)
+    results = [a.stop(root, None, grace_s=5.0) for a in agents]
+    assert all(r.reachable and r.unkillable == [] for r in results), results
+    survivor = read_json(first.pid_file(0)) or {}
+    assert not is_alive(int(survivor["pid"]), int(survivor["start_ticks"]))
+    second = launched_warm(2)
+    assert sorted(n for n, _ in (job_steps(str(allocation)) or {}).values() if "zygote" in n) == (
+        sorted(zygote_steps)
+    ), "the same zygote steps serve the relaunch"
+
+    for agent in agents:
+        agent.stop(root, None, grace_s=5.0)
+        agent.end_run(root, [])
+    assert not [n for n, _ in (job_steps(str(allocation)) or {}).values() if "zygote" in n]
+    for node in ("n1", "n2"):
+        zygote = read_json(Path(root) / f".zygote-{node}" / f"slurm-srun-{node}.exit.json")
+        assert zygote is not None, f"the zygote step's srun on {node} ended"
+    for rank in (0, 1):
+        record = read_json(second.pid_file(rank)) or {}
+        assert not is_alive(int(record["pid"]), int(record["start_ticks"]))
