@@ -315,7 +315,6 @@ def silent_nodes(names: set[str], job_id: int, timeout_s: float = PROBE_TIMEOUT_
 
 
 class SlurmAgent(SlurmDrain):
-
     def __init__(
         self,
         node: NodeSpec,
@@ -747,7 +746,8 @@ class SlurmAgent(SlurmDrain):
             "--kill-wait",
             f"{kill_wait_s:g}",
         ]
-        script = f"PYTHONPATH={shlex.quote(LAZARUS_ROOT)}${{PYTHONPATH:+:$PYTHONPATH}} exec "
+        script = f"PYTHONPATH={shlex.quote(LAZARUS_ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        script += "export PYTHONPATH\nexec "
         script += " ".join(shlex.quote(a) for a in argv) + "\n"
         timeout = self.command_timeout_s + grace_s + kill_wait_s
         try:

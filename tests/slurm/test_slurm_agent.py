@@ -407,8 +407,8 @@ def test_warm_ranks_fork_from_a_zygote_step_and_the_runs_end_cancels_it(
     agents = agents_of(spec)
 
     def launched_warm(generation: int) -> GenerationDir:
-        for ready in tmp_path.glob("ready-*"):
-            ready.unlink()
+        for old in tmp_path.glob("ready-*"):
+            old.unlink()
         request = LaunchRequest(spec=spec, generation=generation, run_root=root)
         launched = launch_generation(request)
         assert launched.warm_start is not None, launched
