@@ -59,16 +59,13 @@ notice :mod:`~activities.nodes.slurm_preemption`.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
-import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -84,7 +81,6 @@ from activities.nodes.agent import (
     RankLaunch,
     RankRecord,
     StartedRank,
-    WarmStart,
 )
 from activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
 from activities.nodes.procfs import read_stat
@@ -94,10 +90,8 @@ from activities.nodes.rundir import (
     generation_lock,
     generations_below,
     read_json,
-    runs,
     write_json_atomic,
 )
-from activities.nodes.shim_agent import ShimAgent, ShimReply
 from activities.nodes.slurm_commands import (
     COMMAND_TIMEOUT_S,
     LOST_STATES,
@@ -109,29 +103,18 @@ from activities.nodes.slurm_commands import (
     slurm_command,
     slurmd_silent,
 )
-from activities.nodes.slurm_drain import SlurmDrain
 from activities.nodes.slurm_preemption import preemption_notice
-from activities.nodes.warm import FORKED_MARK, zygote_dir, zygote_environment
-from activities.nodes.zygote import PID_FILE as ZYGOTE_PID_FILE
-from activities.nodes.zygote import SOCKET_FILE as ZYGOTE_SOCKET_FILE
+from activities.nodes.slurm_shim import SrunShim, send, silent_nodes, step_lock_at
+from activities.nodes.slurm_warm import ZYGOTE_STEP, SlurmWarm, merged_stop
+from activities.nodes.warm import zygote_dir
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 
-ZYGOTE_STEP = "slurm-step.json"
-"""In a zygote directory: the record of the zygote's step (job, name, node)."""
-ZYGOTE_GONE_WAIT_S = 30.0
-"""How long the run's end waits for a cancelled zygote step to leave ``squeue``."""
-SCANCEL_REAP_S = 60.0
-"""How long a ``scancel`` sent and not waited for may run before it is killed (it
-blocks ``MessageTimeout`` + 1 s while a node of the allocation is dead)."""
 START_WAIT_S = 120.0
 """For every rank's pid file after the step is started: step creation, the task's
 interpreter start and the rank's exec, on a loaded machine."""
 STEP_GONE_POLL_S = 0.2
-PROBE_TIMEOUT_S = 20.0
-"""How long a probe task on a node may take to start before its slurmd counts as dead
-(a dead slurmd fails the launch after Slurm's MessageTimeout, 10 s by default)."""
 PER_RANK_VARIABLES = frozenset(
     {
         env_names.RANK,
@@ -142,8 +125,6 @@ PER_RANK_VARIABLES = frozenset(
     }
 )
 """Set by each task on its node; the rest of a rank's environment is the step's."""
-LAZARUS_ROOT = str(Path(__file__).resolve().parents[2])
-"""Where ``activities`` is imported from: the same path on every node (see the guide)."""
 
 
 def step_record(node: str) -> str:
@@ -163,158 +144,11 @@ def _step_lock(gen: GenerationDir, node: str) -> Iterator[None]:
     """Serialises the agents of one node in one launch (a retry on another worker)
     deciding whether to start the node's step. Not the generation lock: the
     launcher holds that one around all of them."""
-    with _step_lock_at(gen.path / f"slurm-step-{node}.lock"):
+    with step_lock_at(gen.path / f"slurm-step-{node}.lock"):
         yield
 
 
-class _SrunShim(ShimAgent):
-    """The ssh agent's shim on a Slurm node: ``sh -s`` as a one-task step there.
-
-    Its warm start forks ranks from the zygote the node's agent started as its own
-    step (``starts_zygote`` False: a process the shim started would die, or escape,
-    with the shim's step), and ranks it cannot fork go to ``cold``: the agent's
-    step for them, never a process of the shim's step."""
-
-    starts_zygote = False
-
-    def __init__(
-        self,
-        node: NodeSpec,
-        job_id: int,
-        timeout_s: float,
-        cold: Callable[[str, list[RankLaunch]], list[StartedRank]] | None = None,
-    ) -> None:
-        super().__init__(node)
-        self.job_id = job_id
-        self.status_timeout_s = timeout_s
-        self.cold = cold
-
-    def start_ranks(self, gen_dir: str, ranks: list[RankLaunch]) -> list[StartedRank]:
-        if self.cold is None:
-            raise NodeRefused(f"{self._where()}: ranks start as Slurm steps, not in the shim")
-        return self.cold(gen_dir, ranks)
-
-    def _where(self) -> str:
-        return f"node {self.node.name} (Slurm job {self.job_id})"
-
-    def _run(self, script: bytes, timeout_s: float) -> ShimReply:
-        started = time.monotonic()
-        silent = slurmd_silent(self.node.name)
-        if silent is not None:
-            # srun would wait MessageTimeout (10 s by default) to say the same.
-            raise NodeUnreachable(f"{self._where()}: {silent}")
-        argv = [
-            f"--jobid={self.job_id}",
-            "--overlap",
-            "-N1",
-            "-n1",
-            "-w",
-            self.node.name,
-            "--job-name=lazarus-shim",
-            "sh",
-            "-s",
-        ]
-        try:
-            proc = subprocess.Popen(
-                [slurm_command("srun"), *argv],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=client_environment(),
-            )
-        except (OSError, SlurmCommandFailed) as exc:
-            raise NodeUnreachable(f"{self._where()}: cannot run srun: {exc}") from exc
-        try:
-            output, _ = proc.communicate(script, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise NodeUnreachable(f"{self._where()}: no answer within {timeout_s:.0f} s") from None
-        text = output.decode("utf-8", errors="replace")
-        if proc.returncode != 0 and "{" not in text and "srun: error" in text:
-            error = next(ln for ln in text.splitlines() if "srun: error" in ln)
-            raise NodeUnreachable(f"{self._where()}: {error.strip()}")
-        return ShimReply(proc.returncode, output, time.monotonic() - started)
-
-
-def _merged(steps: NodeStopResult, forked: NodeStopResult) -> NodeStopResult:
-    """One node's stop: its steps' and its forked ranks'."""
-    last = [s for s in (steps.last_step, forked.last_step) if s is not None]
-    reachable = steps.reachable and forked.reachable
-    return NodeStopResult(
-        node=steps.node,
-        reachable=reachable,
-        error=None if reachable else (steps.error or forked.error),
-        signalled_groups=steps.signalled_groups + forked.signalled_groups,
-        killed_groups=steps.killed_groups + forked.killed_groups,
-        last_step=max(last) if last else None,
-        generations=sorted({*steps.generations, *forked.generations}),
-        unkillable=[*steps.unkillable, *forked.unkillable],
-    )
-
-
-def zygote_step_name(directory: Path, node: str) -> str:
-    """Unique per run and node (the zygote directory is the run's)."""
-    digest = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:10]
-    return f"lazarus-zygote-{digest}-{node}"
-
-
-@contextlib.contextmanager
-def _step_lock_at(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _sent(argv: list[str]) -> None:
-    """Start a Slurm command and do not wait for it: a thread reaps it (and kills it
-    after :data:`SCANCEL_REAP_S`). What it did is judged by ``squeue`` instead."""
-    try:
-        proc = subprocess.Popen(
-            [slurm_command(argv[0]), *argv[1:]],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            env=client_environment(),
-        )
-    except (OSError, SlurmCommandFailed):
-        return  # the wait by squeue that follows says what did not happen
-
-    def reap() -> None:
-        try:
-            proc.wait(SCANCEL_REAP_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    threading.Thread(target=reap, name=f"reap {argv[0]}", daemon=True).start()
-
-
-def silent_nodes(names: set[str], job_id: int, timeout_s: float = PROBE_TIMEOUT_S) -> set[str]:
-    """Those of ``names`` whose slurmd cannot run a trivial task in job ``job_id``
-    within ``timeout_s``: dead, whatever Slurm's node state says yet. Asked in
-    parallel, and only after a step outlived its SIGKILL, so the cost (at most
-    ``timeout_s``) is paid only where the alternative is escalating to a person."""
-
-    def answers(name: str) -> bool:
-        probe = _SrunShim(NodeSpec(name=name, launcher="slurm", host=name), job_id, timeout_s)
-        try:
-            return probe._run(b"exit 0\n", timeout_s).exit_code == 0
-        except NodeUnreachable:
-            return False
-
-    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-        answered = dict(zip(sorted(names), pool.map(answers, sorted(names)), strict=True))
-    return {name for name, ok in answered.items() if not ok}
-
-
-class SlurmAgent(SlurmDrain):
+class SlurmAgent(SlurmWarm):
     def __init__(
         self,
         node: NodeSpec,
@@ -337,8 +171,8 @@ class SlurmAgent(SlurmDrain):
             )
         return self.slurm.allocation_id
 
-    def _shim(self) -> _SrunShim:
-        return _SrunShim(self.node, self._job(), self.command_timeout_s)
+    def _shim(self) -> SrunShim:
+        return SrunShim(self.node, self._job(), self.command_timeout_s)
 
     # --- launch -----------------------------------------------------------------------
 
@@ -501,114 +335,6 @@ class SlurmAgent(SlurmDrain):
             f"{record.get('job_id', '?')}: {self._srun_tail(gen) or 'no output'}"
         )
 
-    # --- warm starts: the zygote as its own step -----------------------------------------
-
-    def start_ranks_warm(
-        self, gen_dir: str, ranks: list[RankLaunch], warm: WarmStart
-    ) -> list[StartedRank]:
-        """Fork the node's ranks from the run's zygote there, which runs as its own job
-        step (``srun --overlap -N1 -w <node> python -m activities.nodes.zygote
-        --foreground``), so Slurm ends it with the allocation at the latest, and the
-        run's end cancels it. The forks go through the node-local shim (the zygote's
-        socket is on the node); ranks it cannot fork start cold as a step of their own,
-        with the reason.
-
-        A zygote step that has ended (the zygote died, or was cancelled) is started
-        again: the run's first launch on the node waits for it to preload, a later
-        launch starts cold now and warm from the next launch, as on ssh."""
-        if not ranks:
-            return []
-        directory = zygote_dir(warm.run_root, self.node.name)
-        first = not (directory / FORKED_MARK).exists()
-        try:
-            started = self._ensure_zygote_step(directory, warm, ranks[0])
-        except (NodeRefused, SlurmCommandFailed, OSError, subprocess.SubprocessError) as exc:
-            return self._cold(gen_dir, ranks, f"the zygote's Slurm step could not start: {exc}")
-        if started and not first:
-            return self._cold(
-                gen_dir,
-                ranks,
-                "the zygote's Slurm step had ended; started a new one: warm starts resume "
-                "from the next launch",
-            )
-        shim = _SrunShim(self.node, self._job(), self.command_timeout_s, cold=self.start_ranks)
-        return shim.start_ranks_warm(gen_dir, ranks, warm)
-
-    def _cold(self, gen_dir: str, ranks: list[RankLaunch], reason: str) -> list[StartedRank]:
-        return [
-            r if r.adopted else r.model_copy(update={"cold_reason": reason})
-            for r in self.start_ranks(gen_dir, ranks)
-        ]
-
-    def _ensure_zygote_step(self, directory: Path, warm: WarmStart, template: RankLaunch) -> bool:
-        """Start the zygote's step unless it runs (or its ``srun`` is still creating it);
-        True when started now. One per run and node: under the directory's lock, so a
-        retried launch adopts the step a lost attempt started."""
-        directory.mkdir(parents=True, exist_ok=True)
-        with _step_lock_at(directory / "slurm-step.lock"):
-            record = read_json(directory / ZYGOTE_STEP)
-            if record is not None and self._zygote_step_live(directory, record):
-                return False
-            for stale in (ZYGOTE_PID_FILE, ZYGOTE_SOCKET_FILE, *SrunFiles.of(self.node.name)):
-                (directory / stale).unlink(missing_ok=True)
-            name = zygote_step_name(directory, self.node.name)
-            env = zygote_environment(template.env)
-            zygote = [
-                sys.executable,
-                "-m",
-                "activities.nodes.zygote",
-                "--run-dir",
-                str(directory),
-                "--preload",
-                ",".join(warm.preload),
-                "--standby",
-                str(warm.standby),
-                "--foreground",
-            ]
-            srun = [
-                slurm_command("srun"),
-                f"--jobid={self._job()}",
-                "--overlap",
-                "-N1",
-                "-n1",
-                "-w",
-                self.node.name,
-                "--kill-on-bad-exit=0",
-                "--cpu-bind=none",
-                f"--job-name={name}",
-                "--export=ALL",
-                f"--chdir={template.workdir}",
-                *zygote,
-            ]
-            write_json_atomic(
-                directory / ZYGOTE_STEP,
-                {"job_id": self._job(), "name": name, "node": self.node.name, "at": time.time()},
-            )
-            self._detach(directory, srun, env, template.workdir)
-            return True
-
-    def _zygote_step_live(self, directory: Path, record: dict[str, Any]) -> bool:
-        """Listed by Slurm, or its ``srun`` has not ended yet (still creating it), or
-        Slurm cannot be asked (never start a second zygote on a guess)."""
-        steps = job_steps(str(record.get("job_id")))
-        if steps is None:
-            return True
-        if any(name == record.get("name") for name, _ in steps.values()):
-            return True
-        files = SrunFiles.of(self.node.name)
-        return (directory / files.pid).exists() and not (directory / files.exit).exists()
-
-    def _zygote_steps(self, run_root: Path) -> list[str]:
-        """The listed steps of this node's zygotes of ``run_root`` and the runs below it."""
-        found: list[str] = []
-        for root in [run_root, *runs(run_root)]:
-            record = read_json(zygote_dir(root, self.node.name) / ZYGOTE_STEP)
-            if record is None:
-                continue
-            steps = job_steps(str(record.get("job_id"))) or {}
-            found += [s for s, (name, _) in steps.items() if name == record.get("name")]
-        return found
-
     # --- supervision ------------------------------------------------------------------
 
     def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
@@ -708,62 +434,8 @@ class SlurmAgent(SlurmDrain):
                     self._stop_forked, run_root, keep_generation, grace_s, kill_wait_s
                 )
                 stepped = self._stop_steps(by_step, touched, grace_s, kill_wait_s)
-                return _merged(stepped, local.result())
+                return merged_stop(stepped, local.result())
         return self._stop_steps(by_step, touched, grace_s, kill_wait_s)
-
-    def _forked_here(self, gen: GenerationDir) -> bool:
-        """Whether some rank of this node in ``gen`` was forked from its zygote (a pid
-        record without a step: the standby wrote it)."""
-        plan = read_json(gen.plan_file) or {}
-        nodes = [str(n) for n in plan.get("nodes") or []]
-        nproc = int(plan.get("nproc_per_node", 1))
-        if self.node.name not in nodes:
-            return False
-        first = nodes.index(self.node.name) * nproc
-        return any(
-            (record := read_json(gen.pid_file(rank))) is not None and "slurm_step" not in record
-            for rank in range(first, first + nproc)
-        )
-
-    def _stop_forked(
-        self, run_root: str, keep_generation: int | None, grace_s: float, kill_wait_s: float
-    ) -> NodeStopResult:
-        """Stop this node's forked ranks on the node (``slurm_task local-stop`` through
-        ``srun -w``): by process group, start ticks checked, as a local node's ranks.
-        Not by step: their step is the zygote's, which must live on."""
-        argv = [
-            sys.executable,
-            "-m",
-            "activities.nodes.slurm_task",
-            "local-stop",
-            "--run-root",
-            run_root,
-            "--node",
-            self.node.name,
-            *(["--keep", str(keep_generation)] if keep_generation is not None else []),
-            "--grace",
-            f"{grace_s:g}",
-            "--kill-wait",
-            f"{kill_wait_s:g}",
-        ]
-        script = f"PYTHONPATH={shlex.quote(LAZARUS_ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-        script += "export PYTHONPATH\nexec "
-        script += " ".join(shlex.quote(a) for a in argv) + "\n"
-        timeout = self.command_timeout_s + grace_s + kill_wait_s
-        try:
-            reply = self._shim()._run(script.encode(), timeout)
-        except NodeUnreachable as exc:
-            return NodeStopResult(node=self.node.name, reachable=False, error=str(exc))
-        text = reply.output.decode(errors="replace")
-        line = next((ln for ln in reversed(text.splitlines()) if ln.startswith("{")), None)
-        if reply.exit_code != 0 or line is None:
-            return NodeStopResult(
-                node=self.node.name,
-                reachable=False,
-                error=f"node {self.node.name}: stopping its forked ranks failed: "
-                f"{' '.join(text.split())[-300:] or f'exit {reply.exit_code}'}",
-            )
-        return NodeStopResult.model_validate_json(line)
 
     def _stop_steps(
         self,
@@ -867,7 +539,7 @@ class SlurmAgent(SlurmDrain):
 
     def _scancel(self, sig: str, step: str) -> None:
         """Sent, not waited for (see the module's docstring); ``squeue`` judges."""
-        _sent(["scancel", f"--signal={sig}", step])
+        send(["scancel", f"--signal={sig}", step])
 
     def _wait_gone(self, step_ids: list[str], timeout_s: float) -> list[str]:
         """The steps among ``step_ids`` still listed after at most ``timeout_s``."""
@@ -939,15 +611,7 @@ class SlurmAgent(SlurmDrain):
         and waited for, so no zygote outlives the run even where the stop could not
         reach it; the memory tier removed."""
         self._shim().end_run(run_root, memory_dirs)
-        steps = self._zygote_steps(Path(run_root))
-        for step in steps:
-            _sent(["scancel", step])
-        left = self._wait_gone(steps, ZYGOTE_GONE_WAIT_S)
-        if left:
-            raise NodeRefused(
-                f"node {self.node.name}: zygote step(s) {', '.join(left)} still listed "
-                f"{ZYGOTE_GONE_WAIT_S:g} s after scancel"
-            )
+        self._end_zygote_steps(Path(run_root))
 
     def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
         return self._shim().memory_snapshots(root)
