@@ -46,12 +46,15 @@ step when it marks the node DOWN, and the preflight drains it). A SIGKILL takes
 down the task that would have recorded a rank's exit, so the stop records it
 (``recorded_by``).
 
-Node-local work (preflight, the memory tier, zygotes) runs the ssh agent's shim
-through ``srun -w <node> sh -s`` in the allocation; draining (``scontrol update``)
-needs Slurm admin rights, so its refusal is returned, never raised.
+Node-local work (preflight, the memory tier, stopping the zygote) runs the ssh
+agent's shim through ``srun -w <node> sh -s`` in the allocation; draining
+(``scontrol update``) needs Slurm admin rights, so its refusal is returned, never
+raised. Warm starts run the zygote as a step of its own and fork ranks from it.
 
 Around this module: Slurm's client commands and the parsing of their answers are
-:mod:`~activities.nodes.slurm_commands`, draining and undraining a node
+:mod:`~activities.nodes.slurm_commands`, the shim as a step and the commands not
+waited for :mod:`~activities.nodes.slurm_shim`, warm starts
+:mod:`~activities.nodes.slurm_warm`, draining and undraining a node
 :mod:`~activities.nodes.slurm_drain`, the holder script and the preemption
 notice :mod:`~activities.nodes.slurm_preemption`.
 """
