@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from activities.nodes.rundir import SRUN_PID, GenerationDir, read_json
+from activities.nodes.rundir import GenerationDir, read_json
 from bench.harness import RANK_ENV, BenchContext, Metric
 from bench.jobs import JobPaths, build_spec, weights_match
 from bench.measure import max_logged_step, workflow_steps
@@ -619,19 +619,23 @@ def _cpu(pid: int) -> _Cpu:
     return _Cpu(time.monotonic(), own, children)
 
 
+def _srun_records(gen: GenerationDir) -> list[dict[str, Any]]:
+    """The pid records of the generation's detached ``srun`` clients (one per node)."""
+    return [r for p in sorted(gen.path.glob("slurm-srun-*.pid")) if (r := read_json(p))]
+
+
 def _srun_cpu(gen: GenerationDir) -> float:
-    """CPU seconds so far of the generation's detached ``srun`` client and its helper
-    (the ``slurm_task srun`` process that waits for it): not the worker's children."""
-    record = read_json(gen.path / SRUN_PID)
-    if record is None:
-        return 0.0
-    pid = int(record["pid"])
+    """CPU seconds so far of the generation's detached ``srun`` clients and their
+    helpers (the ``slurm_task srun`` processes that wait for them): not the worker's
+    children."""
     total = 0.0
-    stat = _stat(pid)
-    for one in (pid, stat[1] if stat else None):
-        if one is not None and one > 1:
-            with contextlib.suppress(OSError):
-                total += _cpu(one).own_s
+    for record in _srun_records(gen):
+        pid = int(record["pid"])
+        stat = _stat(pid)
+        for one in (pid, stat[1] if stat else None):
+            if one is not None and one > 1:
+                with contextlib.suppress(OSError):
+                    total += _cpu(one).own_s
     return total
 
 
@@ -701,7 +705,7 @@ async def _supervision_cpu(
         **common.details,
         "nodes": [n.name for n in job.spec.nodes],
         "window": {"from": first.__dict__, "to": last.__dict__},
-        "srun_client": read_json(gen.path / SRUN_PID),
+        "srun_clients": _srun_records(gen),
         "srun_client_cpu_s": {"from": srun_first, "to": srun_last},
     }
     if "slurm2_cpu_ms_per_s" in outcome.metrics and prefix == "slurm3":

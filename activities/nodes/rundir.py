@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lazarus.domain import environment as env_names
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
@@ -84,13 +84,21 @@ def control_document(
     return document
 
 
-SRUN_PID = "slurm-srun.pid"
-SRUN_LOG = "slurm-srun.log"
-SRUN_EXIT = "slurm-srun.exit.json"
-"""A Slurm generation's detached ``srun`` client, in its generation directory: its
-pid record, its output and its exit record (written by ``slurm_task srun``). Named
-here with the rest of the layout, so that a reader of a run directory (the Slurm
-bench) needs not import the Slurm transport."""
+class SrunFiles(NamedTuple):
+    """A Slurm generation's detached ``srun`` client for one node (one step per node
+    and generation), in its generation directory: its pid record, its output and its
+    exit record (written by ``slurm_task srun``). Named here with the rest of the
+    layout, so that a reader of a run directory (the Slurm bench) needs not import
+    the Slurm transport."""
+
+    pid: str
+    log: str
+    exit: str
+
+    @classmethod
+    def of(cls, node: str) -> SrunFiles:
+        stem = f"slurm-srun-{node}"
+        return cls(f"{stem}.pid", f"{stem}.log", f"{stem}.exit.json")
 
 
 def job_root(run_dir: str | Path, job_id: str) -> Path:

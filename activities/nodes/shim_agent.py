@@ -165,7 +165,9 @@ def start_call(gen_dir: str, launch: RankLaunch) -> ShimCall:
     return ShimCall(argv=argv, stdin=rank_env_script(launch))
 
 
-def warm_call(gen_dir: str, node: str, ranks: list[RankLaunch], warm: WarmStart) -> ShimCall:
+def warm_call(
+    gen_dir: str, node: str, ranks: list[RankLaunch], warm: WarmStart, start_zygote: bool = True
+) -> ShimCall:
     """``warm`` for every rank of one node: the interpreter and workdir as arguments;
     the ranks' PATH and PYTHONPATH (to find and import Lazarus there) and the
     :class:`NodeWarmRequest`, environments included, on stdin. Raises ValueError for
@@ -184,6 +186,7 @@ def warm_call(gen_dir: str, node: str, ranks: list[RankLaunch], warm: WarmStart)
         preload=warm.preload,
         standby=warm.standby,
         env_file=first.env_file,
+        start_zygote=start_zygote,
         ranks=[
             WarmRankRequest(rank=r.rank, command=r.command, env=r.env, workdir=r.workdir)
             for r in ranks
@@ -303,6 +306,9 @@ class ShimAgent(NodeAgent):
     status_timeout_s: float = STATUS_TIMEOUT_S
     """For poll, tail and write: a node that cannot answer a few file reads in this long
     is as good as unreachable for supervision."""
+    starts_zygote: bool = True
+    """Whether the node's ``warm`` starts the run's zygote when there is none (False
+    where the agent starts it itself: Slurm, as a job step)."""
 
     @abstractmethod
     def _run(self, script: bytes, timeout_s: float) -> ShimReply:
@@ -359,7 +365,7 @@ class ShimAgent(NodeAgent):
         if not ranks:
             return []
         try:
-            call = warm_call(gen_dir, self.node.name, ranks, warm)
+            call = warm_call(gen_dir, self.node.name, ranks, warm, self.starts_zygote)
         except ValueError as exc:
             return self._start_cold(gen_dir, [(r, str(exc)) for r in ranks])
         # The run's first launch waits for the zygote's preload; each fork is bounded.

@@ -1,19 +1,22 @@
-"""The Slurm node agent: ranks as one job step inside an existing allocation.
+"""The Slurm node agent: a node's ranks as one job step inside an existing allocation.
 
-Design: the NodeAgent interface is per node, but a Slurm generation is ONE job step
-(``srun --jobid=J --overlap -N n -w <nodes> --ntasks-per-node=<nproc>``) spanning
-every node of it, and a step cannot be started node by node. So the launcher keeps
-calling :meth:`SlurmAgent.start_ranks` on every node's agent at once, and:
+Design: a generation is one job step per node (``srun --jobid=J --overlap -N1 -w
+<node> --ntasks=<nproc>``), started by that node's agent from
+:meth:`SlurmAgent.start_ranks`, so that stopping a node waits for that node only.
+One step spanning every node (as before issue 28) tied the stop of the healthy
+nodes to the dead one: Slurm lists a step until every node of it answers, and each
+``scancel`` of it blocked for ``MessageTimeout`` (33 s of a 38 s node loss).
 
-- whichever agent first takes the generation's step lock (``slurm-step.lock``)
-  starts the step for the whole generation: the node list and ``nproc_per_node``
-  come from ``plan.json`` (written by the launcher before any rank starts), and
-  the environment from its own first rank, since every rank's environment is the
-  same but for its rank variables, which each task computes on its node (see
-  :mod:`activities.nodes.slurm_task`). It writes ``slurm-step.json``;
-- every agent (the starter included) then waits for its own ranks' pid files,
-  which the tasks write on the shared filesystem; an agent that finds
-  ``slurm-step.json`` already there adopts the step instead of starting another.
+- the agent takes its node's step lock (``slurm-step-<node>.lock``: a retried
+  activity on another worker waits here), and starts the step unless its record
+  ``slurm-step-<node>.json`` is there already (then it adopts it, never a second
+  step). The node list (the rank order) and ``nproc_per_node`` come from
+  ``plan.json`` (written by the launcher before any rank starts), the environment
+  from the node's first rank, since every rank's environment is the same but for
+  its rank variables, which each task computes from its node's slot in the plan
+  and ``SLURM_LOCALID`` (see :mod:`activities.nodes.slurm_task`);
+- it then waits for its ranks' pid files, which the tasks write on the shared
+  filesystem.
 
 No launcher change is needed for this. The ``srun`` client is started detached
 (``slurm_task srun``: fork, setsid; never a child of the worker), with the
@@ -30,18 +33,28 @@ them directly. :meth:`poll` adds what Slurm says: the step's state
 (``squeue --steps``) and the node's (``scontrol show node``); a node Slurm reports
 ``DOWN``, ``DRAIN``, ``FAIL`` or ``NOT_RESPONDING`` is unreachable, i.e. lost.
 
-A stop cancels whole steps: ``scancel --signal=TERM J.S`` (and ``CONT``), the
-grace, ``scancel --signal=KILL J.S``, then a wait until ``squeue`` no longer shows
-the step. Every node's agent may do this for the same step (the workflow stops
-all nodes at once); the second finds it gone. A SIGKILL takes down the task that
-would have recorded a rank's exit, so the stop records it (``recorded_by``).
+A stop cancels the node's own steps: ``scancel --signal=TERM J.S`` (and ``CONT``),
+the grace, ``scancel --signal=KILL J.S``, then a wait until ``squeue`` no longer
+shows the step. Each ``scancel`` is sent, not waited for: Slurm 22.05's returns only
+once every node of the *allocation* answered, so with one dead node each one
+blocked for ``MessageTimeout`` + 1 s although the signal reached the live node at
+once; ``squeue`` is what says the step ended. Before that, a node whose slurmd
+refuses connections (:func:`~activities.nodes.slurm_commands.slurmd_silent`) or
+that Slurm reports lost is not waited for at all: its step is sent SIGKILL and the
+stop reports the node unreachable at once (the workflow replaces it; Slurm ends the
+step when it marks the node DOWN, and the preflight drains it). A SIGKILL takes
+down the task that would have recorded a rank's exit, so the stop records it
+(``recorded_by``).
 
-Node-local work (preflight, the memory tier, zygotes) runs the ssh agent's shim
-through ``srun -w <node> sh -s`` in the allocation; draining (``scontrol update``)
-needs Slurm admin rights, so its refusal is returned, never raised.
+Node-local work (preflight, the memory tier, stopping the zygote) runs the ssh
+agent's shim through ``srun -w <node> sh -s`` in the allocation; draining
+(``scontrol update``) needs Slurm admin rights, so its refusal is returned, never
+raised. Warm starts run the zygote as a step of its own and fork ranks from it.
 
 Around this module: Slurm's client commands and the parsing of their answers are
-:mod:`~activities.nodes.slurm_commands`, draining and undraining a node
+:mod:`~activities.nodes.slurm_commands`, the shim as a step and the commands not
+waited for :mod:`~activities.nodes.slurm_shim`, warm starts
+:mod:`~activities.nodes.slurm_warm`, draining and undraining a node
 :mod:`~activities.nodes.slurm_drain`, the holder script and the preemption
 notice :mod:`~activities.nodes.slurm_preemption`.
 """
@@ -49,7 +62,6 @@ notice :mod:`~activities.nodes.slurm_preemption`.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import signal
@@ -59,6 +71,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from activities.nodes.agent import (
     MemorySnapshot,
@@ -75,16 +88,13 @@ from activities.nodes.agent import (
 from activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
 from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import (
-    SRUN_EXIT,
-    SRUN_LOG,
-    SRUN_PID,
     GenerationDir,
+    SrunFiles,
     generation_lock,
     generations_below,
     read_json,
     write_json_atomic,
 )
-from activities.nodes.shim_agent import ShimAgent, ShimReply
 from activities.nodes.slurm_commands import (
     COMMAND_TIMEOUT_S,
     LOST_STATES,
@@ -93,24 +103,21 @@ from activities.nodes.slurm_commands import (
     job_steps,
     node_address,
     node_state,
-    run_slurm,
     slurm_command,
+    slurmd_silent,
 )
-from activities.nodes.slurm_drain import SlurmDrain
 from activities.nodes.slurm_preemption import preemption_notice
+from activities.nodes.slurm_shim import SrunShim, send, silent_nodes, step_lock_at
+from activities.nodes.slurm_warm import ZYGOTE_STEP, SlurmWarm, merged_stop
+from activities.nodes.warm import zygote_dir
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 
-STEP_RECORD = "slurm-step.json"
-STEP_LOCK = "slurm-step.lock"
 START_WAIT_S = 120.0
 """For every rank's pid file after the step is started: step creation, the task's
 interpreter start and the rank's exec, on a loaded machine."""
 STEP_GONE_POLL_S = 0.2
-PROBE_TIMEOUT_S = 20.0
-"""How long a probe task on a node may take to start before its slurmd counts as dead
-(a dead slurmd fails the launch after Slurm's MessageTimeout, 10 s by default)."""
 PER_RANK_VARIABLES = frozenset(
     {
         env_names.RANK,
@@ -123,101 +130,28 @@ PER_RANK_VARIABLES = frozenset(
 """Set by each task on its node; the rest of a rank's environment is the step's."""
 
 
-def step_name(gen: GenerationDir) -> str:
-    """Unique per generation directory: runs of one job differ in their directory."""
+def step_record(node: str) -> str:
+    """The file, in the generation directory, recording ``node``'s step of it."""
+    return f"slurm-step-{node}.json"
+
+
+def step_name(gen: GenerationDir, node: str) -> str:
+    """Unique per generation directory and node: runs of one job differ in their
+    directory."""
     digest = hashlib.sha256(str(gen.path.resolve()).encode()).hexdigest()[:10]
-    return f"lazarus-g{gen.generation}-{digest}"
+    return f"lazarus-g{gen.generation}-{digest}-{node}"
 
 
 @contextlib.contextmanager
-def _step_lock(gen: GenerationDir) -> Iterator[None]:
-    """Serialises the node agents of one launch (threads of one activity, or a retry
-    on another worker) deciding who starts the step. Not the generation lock: the
+def _step_lock(gen: GenerationDir, node: str) -> Iterator[None]:
+    """Serialises the agents of one node in one launch (a retry on another worker)
+    deciding whether to start the node's step. Not the generation lock: the
     launcher holds that one around all of them."""
-    with open(gen.path / STEP_LOCK, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with step_lock_at(gen.path / f"slurm-step-{node}.lock"):
+        yield
 
 
-class _SrunShim(ShimAgent):
-    """The ssh agent's shim on a Slurm node: ``sh -s`` as a one-task step there."""
-
-    def __init__(self, node: NodeSpec, job_id: int, timeout_s: float) -> None:
-        super().__init__(node)
-        self.job_id = job_id
-        self.status_timeout_s = timeout_s
-
-    def _where(self) -> str:
-        return f"node {self.node.name} (Slurm job {self.job_id})"
-
-    def _run(self, script: bytes, timeout_s: float) -> ShimReply:
-        started = time.monotonic()
-        argv = [
-            f"--jobid={self.job_id}",
-            "--overlap",
-            "-N1",
-            "-n1",
-            "-w",
-            self.node.name,
-            "--job-name=lazarus-shim",
-            "sh",
-            "-s",
-        ]
-        try:
-            proc = subprocess.Popen(
-                [slurm_command("srun"), *argv],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=client_environment(),
-            )
-        except (OSError, SlurmCommandFailed) as exc:
-            raise NodeUnreachable(f"{self._where()}: cannot run srun: {exc}") from exc
-        try:
-            output, _ = proc.communicate(script, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise NodeUnreachable(f"{self._where()}: no answer within {timeout_s:.0f} s") from None
-        text = output.decode("utf-8", errors="replace")
-        if proc.returncode != 0 and "{" not in text and "srun: error" in text:
-            error = next(ln for ln in text.splitlines() if "srun: error" in ln)
-            raise NodeUnreachable(f"{self._where()}: {error.strip()}")
-        return ShimReply(proc.returncode, output, time.monotonic() - started)
-
-
-def step_nodes(gen: GenerationDir) -> list[str]:
-    """The nodes of the generation's step, as its record (or the launch plan) names them."""
-    record = read_json(gen.path / STEP_RECORD) or read_json(gen.plan_file) or {}
-    return [str(name) for name in record.get("nodes") or []]
-
-
-def silent_nodes(names: set[str], job_id: int, timeout_s: float = PROBE_TIMEOUT_S) -> set[str]:
-    """Those of ``names`` whose slurmd cannot run a trivial task in job ``job_id``
-    within ``timeout_s``: dead, whatever Slurm's node state says yet. Asked in
-    parallel, and only after a step outlived its SIGKILL, so the cost (at most
-    ``timeout_s``) is paid only where the alternative is escalating to a person."""
-
-    def answers(name: str) -> bool:
-        probe = _SrunShim(NodeSpec(name=name, launcher="slurm", host=name), job_id, timeout_s)
-        try:
-            return probe._run(b"exit 0\n", timeout_s).exit_code == 0
-        except NodeUnreachable:
-            return False
-
-    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-        answered = dict(zip(sorted(names), pool.map(answers, sorted(names)), strict=True))
-    return {name for name, ok in answered.items() if not ok}
-
-
-class SlurmAgent(SlurmDrain):
-    warm_unsupported = "warm start is not supported on Slurm nodes yet: the step starts cold"
-
+class SlurmAgent(SlurmWarm):
     def __init__(
         self,
         node: NodeSpec,
@@ -240,8 +174,8 @@ class SlurmAgent(SlurmDrain):
             )
         return self.slurm.allocation_id
 
-    def _shim(self) -> _SrunShim:
-        return _SrunShim(self.node, self._job(), self.command_timeout_s)
+    def _shim(self) -> SrunShim:
+        return SrunShim(self.node, self._job(), self.command_timeout_s)
 
     # --- launch -----------------------------------------------------------------------
 
@@ -251,24 +185,31 @@ class SlurmAgent(SlurmDrain):
         gen = GenerationDir(Path(gen_dir))
         gen.path.mkdir(parents=True, exist_ok=True)
         already = {r.rank for r in ranks if gen.pid_file(r.rank).exists()}
-        with _step_lock(gen):
-            if read_json(gen.path / STEP_RECORD) is None and len(already) < len(ranks):
-                self._start_step(gen, ranks[0])
+        with _step_lock(gen, self.node.name):
+            record = gen.path / step_record(self.node.name)
+            if read_json(record) is None and len(already) < len(ranks):
+                self._start_step(gen, [r for r in ranks if r.rank not in already])
         deadline = time.monotonic() + self.start_wait_s
         return [self._wait_started(gen, r.rank, r.rank in already, deadline) for r in ranks]
 
-    def _start_step(self, gen: GenerationDir, template: RankLaunch) -> None:
+    def _start_step(self, gen: GenerationDir, launches: list[RankLaunch]) -> None:
+        template = launches[0]
         job = self._job()
         plan = read_json(gen.plan_file)
         if plan is None or not isinstance(plan.get("nodes"), list):
             raise NodeRefused(f"{gen.plan_file}: no plan with the generation's nodes to launch")
         nodes = [str(n) for n in plan["nodes"]]
         nproc = int(plan.get("nproc_per_node", 1))
+        if self.node.name not in nodes:
+            raise NodeRefused(
+                f"{gen.plan_file}: node {self.node.name} is not one of the generation's "
+                f"nodes {nodes}"
+            )
         env = {k: v for k, v in template.env.items() if k not in PER_RANK_VARIABLES}
         master = node_address(nodes[0])
         if master:
             env[env_names.MASTER_ADDR] = master
-        name = step_name(gen)
+        name = step_name(gen, self.node.name)
         task = [
             sys.executable,
             "-m",
@@ -280,6 +221,8 @@ class SlurmAgent(SlurmDrain):
             ",".join(nodes),
             "--nproc",
             str(nproc),
+            "--ranks",
+            ",".join(str(r.rank) for r in launches),
             "--workdir",
             template.workdir,
             *(["--env-file", template.env_file] if template.env_file else []),
@@ -290,13 +233,10 @@ class SlurmAgent(SlurmDrain):
             slurm_command("srun"),
             f"--jobid={job}",
             "--overlap",
-            "-N",
-            str(len(nodes)),
+            "-N1",
             "-w",
-            ",".join(nodes),
-            f"--ntasks-per-node={nproc}",
-            f"--ntasks={len(nodes) * nproc}",
-            "--distribution=block",
+            self.node.name,
+            f"--ntasks={len(launches)}",
             "--kill-on-bad-exit=0",
             "--cpu-bind=none",
             f"--job-name={name}",
@@ -304,26 +244,33 @@ class SlurmAgent(SlurmDrain):
             f"--chdir={template.workdir}",
             *task,
         ]
-        for stale in (SRUN_PID, SRUN_EXIT):
+        files = SrunFiles.of(self.node.name)
+        for stale in (files.pid, files.exit):
             (gen.path / stale).unlink(missing_ok=True)
         write_json_atomic(
-            gen.path / STEP_RECORD,
+            gen.path / step_record(self.node.name),
             {
                 "job_id": job,
                 "name": name,
+                "node": self.node.name,
                 "nodes": nodes,
                 "nproc_per_node": nproc,
+                "ranks": [r.rank for r in launches],
                 "master_addr": env.get(env_names.MASTER_ADDR),
                 "started_by": self.node.name,
                 "launched_at": time.time(),
             },
         )
+        self._detach(gen.path, srun, env, template.workdir)
+
+    def _detach(self, directory: Path, srun: list[str], env: dict[str, str], cwd: str) -> None:
+        """Start ``srun`` detached (``slurm_task srun``), its files in ``directory``."""
         detach = [sys.executable, "-m", "activities.nodes.slurm_task", "srun"]
         # The helper forks and its parent exits at once; run() reaps that parent only.
         subprocess.run(
-            [*detach, "--gen-dir", str(gen.path), "--", *srun],
+            [*detach, "--gen-dir", str(directory), "--node", self.node.name, "--", *srun],
             env=client_environment(env),
-            cwd=template.workdir,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -351,7 +298,7 @@ class SlurmAgent(SlurmDrain):
             exit_record = read_json(gen.exit_file(rank))
             if exit_record is not None and exit_record.get("error"):
                 raise RankStartFailed(f"rank {rank}: {exit_record['error']}")
-            if read_json(gen.path / SRUN_EXIT) is not None:
+            if read_json(gen.path / SrunFiles.of(self.node.name).exit) is not None:
                 # srun ended and this rank never started: say why, once more files
                 # cannot appear (a task writes its pid file before srun can end).
                 if read_json(gen.pid_file(rank)) is None:
@@ -366,7 +313,8 @@ class SlurmAgent(SlurmDrain):
 
     def _srun_tail(self, gen: GenerationDir) -> str:
         try:
-            lines = (gen.path / SRUN_LOG).read_text(errors="replace").splitlines()
+            log = gen.path / SrunFiles.of(self.node.name).log
+            lines = log.read_text(errors="replace").splitlines()
         except FileNotFoundError:
             return ""
         return " | ".join(ln.strip() for ln in lines if ln.strip())[-500:]
@@ -374,15 +322,17 @@ class SlurmAgent(SlurmDrain):
     def _step_failed(self, gen: GenerationDir) -> Exception:
         """Why the step could not start: a lost node is a node failure (the workflow
         replaces it), anything else a refusal naming srun's own error."""
-        record = read_json(gen.path / STEP_RECORD) or {}
-        for name in record.get("nodes") or [self.node.name]:
-            with contextlib.suppress(SlurmCommandFailed):
-                words, reason = node_state(str(name))
-                if words & LOST_STATES:
-                    return NodeUnreachable(
-                        f"node {name}: Slurm reports it {'+'.join(sorted(words))}"
-                        + (f" ({reason})" if reason else "")
-                    )
+        record = read_json(gen.path / step_record(self.node.name)) or {}
+        with contextlib.suppress(SlurmCommandFailed):
+            words, reason = node_state(self.node.name)
+            if words & LOST_STATES:
+                return NodeUnreachable(
+                    f"node {self.node.name}: Slurm reports it {'+'.join(sorted(words))}"
+                    + (f" ({reason})" if reason else "")
+                )
+        silent = slurmd_silent(self.node.name)
+        if silent is not None:
+            return NodeUnreachable(f"node {self.node.name}: {silent}")
         return NodeRefused(
             f"node {self.node.name}: srun could not start the step in Slurm job "
             f"{record.get('job_id', '?')}: {self._srun_tail(gen) or 'no output'}"
@@ -395,8 +345,14 @@ class SlurmAgent(SlurmDrain):
         gen = GenerationDir(Path(gen_dir))
         pid_records = {rank: read_json(gen.pid_file(rank)) for rank in ranks}
         step_ids = {str(r["slurm_step"]) for r in pid_records.values() if r and "slurm_step" in r}
+        jobs = {s.split(".")[0] for s in step_ids}
+        zygote = None
+        if any(r and "slurm_step" not in r for r in pid_records.values()):
+            # Forked from the zygote: they live as long as its step (or their exit file).
+            zygote = read_json(zygote_dir(gen.path.parent, self.node.name) / ZYGOTE_STEP)
+            jobs.add(str(zygote.get("job_id")) if zygote else str(self._job()))
         steps: dict[str, tuple[str, str]] | None = {}
-        for job in {s.split(".")[0] for s in step_ids}:
+        for job in jobs:
             found = job_steps(job)
             if found is None or steps is None:
                 steps = None
@@ -406,7 +362,11 @@ class SlurmAgent(SlurmDrain):
         for rank, pid_record in pid_records.items():
             exit_record = read_json(gen.exit_file(rank))
             step = str(pid_record.get("slurm_step")) if pid_record else None
-            running = steps is None or (step is not None and step in steps)
+            if pid_record is not None and "slurm_step" not in pid_record:
+                name = zygote.get("name") if zygote else None
+                running = steps is None or any(n == name for n, _ in steps.values())
+            else:
+                running = steps is None or (step is not None and step in steps)
             records.append(
                 RankRecord(
                     rank=rank,
@@ -444,6 +404,19 @@ class SlurmAgent(SlurmDrain):
         grace_s: float,
         kill_wait_s: float = 10.0,
     ) -> NodeStopResult:
+        """Stop this node's steps of every generation below ``keep_generation``.
+
+        A node lost mid-generation (the bench's node loss: its slurmd and tasks
+        SIGKILLed) goes like this: the workflow stops every node at once; on the
+        live node the step ends on SIGTERM/SIGKILL and leaves ``squeue`` within
+        a second, whatever the dead node does. On the dead node, Slurm still lists
+        the step (until ``SlurmdTimeout`` marks the node DOWN: 300 s by default),
+        but its slurmd refuses connections: the step is sent SIGKILL, not waited
+        for, and the node is reported unreachable now. The workflow replaces it,
+        and it stays quarantined, unfenced, until a later stop reaches it (what
+        ran there is then gone). A node whose slurmd still accepts connections
+        but whose step outlives SIGKILL is probed (:func:`silent_nodes`) before
+        it is reported as ranks that would not die."""
         root = Path(run_root)
         targets = generations_below(root, keep_generation)
         by_step: dict[str, GenerationDir] = {}
@@ -457,46 +430,64 @@ class SlurmAgent(SlurmDrain):
                     write_json_atomic(gen.stopped_file, {"reason": "stopping", "at": time.time()})
                 for step in self._step_ids(gen):
                     by_step[step] = gen
+        forked = [g for g in touched if self._forked_here(g)]
+        if forked:
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                local = pool.submit(
+                    self._stop_forked, run_root, keep_generation, grace_s, kill_wait_s
+                )
+                stepped = self._stop_steps(by_step, touched, grace_s, kill_wait_s)
+                return merged_stop(stepped, local.result())
+        return self._stop_steps(by_step, touched, grace_s, kill_wait_s)
+
+    def _stop_steps(
+        self,
+        by_step: dict[str, GenerationDir],
+        touched: list[GenerationDir],
+        grace_s: float,
+        kill_wait_s: float,
+    ) -> NodeStopResult:
         try:
             live = self._live(list(by_step))
         except SlurmCommandFailed as exc:
             return NodeStopResult(node=self.node.name, reachable=False, error=str(exc))
+        generations = sorted({by_step[s].generation for s in live})
+        lost = self._lost_now() if live else None
+        if lost is not None:
+            for step in live:
+                self._scancel("KILL", step)
+            return NodeStopResult(
+                node=self.node.name,
+                reachable=False,
+                error=f"Slurm node {self.node.name}: {lost}; its steps "
+                f"{', '.join(live)} were sent SIGKILL, not waited for (Slurm ends them "
+                "when it marks the node DOWN)",
+                killed_groups=len(live),
+                generations=generations,
+            )
         for step in live:
             self._scancel("TERM", step)
             self._scancel("CONT", step)
         remaining = self._wait_gone(live, grace_s)
         for step in remaining:
             self._scancel("KILL", step)
-        survivors = self._wait_gone(remaining, kill_wait_s, by_step)
-        silent: set[str] = set()
-        if survivors:
-            # Slurm lists a step until every node of it answers. A node whose slurmd
-            # died is marked lost only after SlurmdTimeout (300 s by default): ask the
-            # step's nodes directly, so a dead node reads as lost, not as ranks that
-            # would not die on every node of the step.
-            silent = silent_nodes(
-                {n for s in survivors for n in step_nodes(by_step[s])}, self._job()
-            )
-            survivors = [s for s in survivors if not set(step_nodes(by_step[s])) & silent]
-        if self.node.name in silent or any(
-            self.node.name in self._lost_nodes(by_step[s]) for s in remaining
+        survivors = self._wait_gone(remaining, kill_wait_s)
+        if survivors and (
+            self._lost_now() is not None or silent_nodes({self.node.name}, self._job())
         ):
-            # This node is the dead one: nothing of the step here can be reached.
-            why = "does not answer" if self.node.name in silent else "is reported lost"
+            # Died during the stop: nothing of the step here can be reached.
             return NodeStopResult(
                 node=self.node.name,
                 reachable=False,
-                error=f"Slurm node {self.node.name} {why}: its part of the step ends "
-                "when Slurm marks it DOWN",
+                error=f"Slurm node {self.node.name} stopped answering during the stop: its "
+                "steps end when Slurm marks it DOWN",
                 killed_groups=len(remaining),
-                generations=sorted({by_step[s].generation for s in live}),
+                generations=generations,
             )
         for gen in touched:
             self._stop_srun_client(gen)
-        killed = {by_step[s] for s in remaining if s not in survivors}
-        for gen in killed:
+        for gen in {by_step[s] for s in remaining if s not in survivors}:
             self._record_killed(gen)
-        stopped = sorted({by_step[s].generation for s in live})
         steps = [s for g in touched if (s := last_step(g)) is not None]
         return NodeStopResult(
             node=self.node.name,
@@ -504,9 +495,20 @@ class SlurmAgent(SlurmDrain):
             signalled_groups=len(live),
             killed_groups=len(remaining),
             last_step=max(steps) if steps else None,
-            generations=stopped,
+            generations=generations,
             unkillable=[self._unkillable(by_step[s], s, kill_wait_s) for s in survivors],
         )
+
+    def _lost_now(self) -> str | None:
+        """Why this node is lost, as Slurm reports it or as its slurmd's port shows;
+        None when it looks alive."""
+        with contextlib.suppress(SlurmCommandFailed):
+            words, reason = node_state(self.node.name)
+            if words & LOST_STATES:
+                return f"Slurm reports it {'+'.join(sorted(words))}" + (
+                    f" ({reason})" if reason else ""
+                )
+        return slurmd_silent(self.node.name)
 
     def _took_part(self, gen: GenerationDir) -> bool:
         plan = read_json(gen.plan_file)
@@ -514,14 +516,16 @@ class SlurmAgent(SlurmDrain):
         return not isinstance(nodes, list) or self.node.name in nodes
 
     def _step_ids(self, gen: GenerationDir) -> set[str]:
-        """The generation's step: from the tasks' pid files, else (no task has started
-        yet) by its name among the allocation's steps."""
+        """This node's step of the generation: from its tasks' pid files, else (no
+        task has started yet) by its name among the allocation's steps."""
         found = {
             str(record["slurm_step"])
             for pid_file in gen.path.glob("rank-*.pid")
-            if (record := read_json(pid_file)) is not None and "slurm_step" in record
+            if (record := read_json(pid_file)) is not None
+            and "slurm_step" in record
+            and record.get("slurm_node") == self.node.name
         }
-        record = read_json(gen.path / STEP_RECORD)
+        record = read_json(gen.path / step_record(self.node.name))
         if not found and record is not None:
             steps = job_steps(str(record["job_id"])) or {}
             found = {step for step, (name, _) in steps.items() if name == record.get("name")}
@@ -537,47 +541,28 @@ class SlurmAgent(SlurmDrain):
         return sorted(live)
 
     def _scancel(self, sig: str, step: str) -> None:
-        # scancel's exit status is not reliable for steps: the wait judges by squeue.
-        with contextlib.suppress(SlurmCommandFailed):
-            run_slurm(["scancel", f"--signal={sig}", step], self.command_timeout_s)
+        """Sent, not waited for (see the module's docstring); ``squeue`` judges."""
+        send(["scancel", f"--signal={sig}", step])
 
-    def _wait_gone(
-        self,
-        step_ids: list[str],
-        timeout_s: float,
-        killed: dict[str, GenerationDir] | None = None,
-    ) -> list[str]:
-        """The steps among ``step_ids`` still listed after at most ``timeout_s``. With
-        ``killed`` (the steps were sent SIGKILL): a step that spans a node Slurm
-        reports lost counts as gone, since Slurm lists it until it marks that node
-        DOWN, while every live node's part died with the SIGKILL."""
+    def _wait_gone(self, step_ids: list[str], timeout_s: float) -> list[str]:
+        """The steps among ``step_ids`` still listed after at most ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         remaining = list(step_ids)
         while remaining:
             # Slurm unreachable: keep the last answer; the deadline bounds the wait.
             with contextlib.suppress(SlurmCommandFailed):
                 remaining = self._live(remaining)
-            if killed is not None:
-                remaining = [s for s in remaining if not self._lost_nodes(killed[s])]
             if not remaining or time.monotonic() >= deadline:
                 break
             time.sleep(STEP_GONE_POLL_S)
         return remaining
 
-    def _lost_nodes(self, gen: GenerationDir) -> list[str]:
-        """The generation's nodes that Slurm reports lost (see :data:`LOST_STATES`)."""
-        lost = []
-        for name in step_nodes(gen):
-            with contextlib.suppress(SlurmCommandFailed):
-                if node_state(str(name))[0] & LOST_STATES:
-                    lost.append(str(name))
-        return lost
-
     def _stop_srun_client(self, gen: GenerationDir) -> None:
         """An ``srun`` still waiting for its step to be created (resources busy) has no
         step to cancel: end it, if it runs on this machine (start ticks checked)."""
-        record = read_json(gen.path / SRUN_PID)
-        if record is None or read_json(gen.path / SRUN_EXIT) is not None:
+        files = SrunFiles.of(self.node.name)
+        record = read_json(gen.path / files.pid)
+        if record is None or read_json(gen.path / files.exit) is not None:
             return
         pid = int(record["pid"])
         stat = read_stat(pid)
@@ -585,12 +570,17 @@ class SlurmAgent(SlurmDrain):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
+    def _own_records(self, gen: GenerationDir) -> list[dict[str, Any]]:
+        """The pid records of this node's ranks in the generation."""
+        return [
+            r
+            for p in gen.path.glob("rank-*.pid")
+            if (r := read_json(p)) is not None and r.get("slurm_node") == self.node.name
+        ]
+
     def _record_killed(self, gen: GenerationDir) -> None:
         """The step was SIGKILLed, its tasks with it: record the exits they could not."""
-        for pid_file in gen.path.glob("rank-*.pid"):
-            record = read_json(pid_file)
-            if record is None:
-                continue
+        for record in self._own_records(gen):
             rank = int(record["rank"])
             if not gen.exit_file(rank).exists():
                 write_json_atomic(
@@ -605,7 +595,7 @@ class SlurmAgent(SlurmDrain):
                 )
 
     def _unkillable(self, gen: GenerationDir, step: str, waited_s: float) -> UnkillableGroup:
-        records = [r for p in gen.path.glob("rank-*.pid") if (r := read_json(p)) is not None]
+        records = self._own_records(gen)
         return UnkillableGroup(
             node=self.node.name,
             pgid=int(records[0]["pgid"]) if records else 0,
@@ -620,7 +610,11 @@ class SlurmAgent(SlurmDrain):
     # --- node-local state, files ------------------------------------------------------
 
     def end_run(self, run_root: str, memory_dirs: list[str]) -> None:
+        """The zygote stopped by the shim (start ticks checked), then its step cancelled
+        and waited for, so no zygote outlives the run even where the stop could not
+        reach it; the memory tier removed."""
         self._shim().end_run(run_root, memory_dirs)
+        self._end_zygote_steps(Path(run_root))
 
     def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
         return self._shim().memory_snapshots(root)

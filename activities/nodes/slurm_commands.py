@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 
 from pydantic import BaseModel, ConfigDict
@@ -102,6 +103,39 @@ def node_address(node: str) -> str | None:
     except SlurmCommandFailed:
         return None
     return _fields(done.stdout).get("NodeAddr") if done.returncode == 0 else None
+
+
+SLURMD_CONNECT_S = 3.0
+"""How long a TCP connect to a node's slurmd may take before the node counts as
+dead. The kernel accepts a connection into the listen backlog without slurmd being
+scheduled, so a loaded but live node answers in milliseconds."""
+
+
+def slurmd_silent(node: str, timeout_s: float = SLURMD_CONNECT_S) -> str | None:
+    """Why ``node``'s slurmd cannot be reached (its port refuses connections, or
+    nothing answers within ``timeout_s``), or None when it accepts a TCP connection
+    or Slurm does not say where it listens (the caller then judges by other means).
+
+    The cheap test of a dead node: ``srun`` itself connects to that port to launch
+    tasks, so a worker that can run ``srun`` there can connect to it, while any
+    Slurm call that needs the dead slurmd waits ``MessageTimeout`` (10 s by
+    default) before it fails. A hung slurmd that still accepts connections passes:
+    what then blocks is found by the stop's wait and probe
+    (:func:`~activities.nodes.slurm_agent.silent_nodes`)."""
+    try:
+        done = run_slurm(["scontrol", "show", "node", "-o", node])
+    except SlurmCommandFailed:
+        return None
+    fields = _fields(done.stdout) if done.returncode == 0 else {}
+    address, port = fields.get("NodeAddr"), fields.get("Port", "")
+    if not address or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((address, int(port)), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        return f"its slurmd ({address}:{port}) does not accept connections: {why}"
 
 
 def _fields(line: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from activities.nodes.slurm_commands import (
     node_state,
     one_line,
     run_slurm,
+    slurmd_silent,
 )
 
 DRAIN_REASON_PREFIX = "lazarus:"
@@ -46,12 +47,16 @@ class SlurmDrain(NodeAgent):
 
     def drain_if_lost(self, failure_class: str, job: str) -> DrainResult | None:
         """:meth:`drain` when Slurm itself reports the node lost (a launch that could
-        not reach it); None when Slurm says it is fine: a blip is not drained."""
+        not reach it), or when its slurmd refuses connections (dead, though Slurm
+        marks it so only after ``SlurmdTimeout``: the drain fences it meanwhile);
+        None when it looks fine: a blip is not drained."""
         try:
             words, _ = node_state(self.node.name)
         except SlurmCommandFailed:
             return None
-        return self.drain(failure_class, job) if words & LOST_STATES else None
+        if words & LOST_STATES or slurmd_silent(self.node.name) is not None:
+            return self.drain(failure_class, job)
+        return None
 
     def undrain(self) -> DrainResult:
         """Give a node Lazarus drained back (``lazarus return``), where the rights allow

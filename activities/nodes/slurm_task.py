@@ -1,13 +1,14 @@
 """The two small processes of a Slurm generation, standard library only.
 
-``srun`` (on the controller's machine): starts the generation's ``srun`` client
-detached. It forks, the parent exits at once (the worker reaps it), and the child
-starts a new session, writes ``slurm-srun.pid``, runs ``srun`` with its output in
-``slurm-srun.log`` and records its exit in ``slurm-srun.exit.json``. So the step's
-client is never a child of the worker: a worker crash or restart does not touch it.
+``srun`` (on the controller's machine): starts the ``srun`` client of one node's
+step of the generation detached. It forks, the parent exits at once (the worker
+reaps it), and the child starts a new session, writes ``slurm-srun-<node>.pid``,
+runs ``srun`` with its output in ``slurm-srun-<node>.log`` and records its exit in
+``slurm-srun-<node>.exit.json``. So the step's client is never a child of the
+worker: a worker crash or restart does not touch it.
 
-``task`` (on a compute node, one per rank, run by ``srun``): in the foreground, so
-Slurm tracks it and ``scancel`` signals reach it. It computes the rank's own
+``task`` (on a compute node, one per rank, run by ``srun``; one step per node): in
+the foreground, so Slurm tracks it and ``scancel`` signals reach it. It computes the rank's own
 variables from the node's slot in the generation's node list (``SLURMD_NODENAME``)
 and ``SLURM_LOCALID``: the rank slots follow the plan's node order, which after a
 spare took a dead node's slot need not be Slurm's sorted order (``SLURM_PROCID``
@@ -30,25 +31,37 @@ import time
 from pathlib import Path
 
 from activities.nodes.rank_wrapper import exit_record, pid_record, start_ticks, write_atomic
-from activities.nodes.rundir import SRUN_EXIT, SRUN_LOG, SRUN_PID
+from activities.nodes.rundir import SrunFiles
 from lazarus.domain import environment as env_names
 
 _TRAPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def rank_slot(nodes: list[str], node: str, local_id: int, nproc: int) -> tuple[int, int]:
+def rank_slot(
+    nodes: list[str], node: str, local_id: int, nproc: int, ranks: list[int] | None = None
+) -> tuple[int, int]:
     """(rank, group rank) of the task with ``local_id`` on ``node``: the node's index in
-    the generation's node order, times ``nproc``, plus its local id."""
+    the generation's node order, times ``nproc``, plus its local id. With ``ranks``
+    (a step for some of the node's ranks: those its zygote could not fork), the
+    task with ``local_id`` runs ``ranks[local_id]``, which must be one of the node's."""
     if node not in nodes:
         raise ValueError(f"node {node!r} is not one of this generation's nodes {nodes}")
+    group = nodes.index(node)
+    if ranks is not None:
+        if not 0 <= local_id < len(ranks):
+            raise ValueError(f"SLURM_LOCALID {local_id} is outside the step's ranks {ranks}")
+        rank = ranks[local_id]
+        if rank // nproc != group:
+            raise ValueError(f"rank {rank} is not one of node {node}'s ranks")
+        return rank, group
     if not 0 <= local_id < nproc:
         raise ValueError(f"SLURM_LOCALID {local_id} is outside 0..{nproc - 1}")
-    group = nodes.index(node)
     return group * nproc + local_id, group
 
 
-def _run_srun(gen_dir: Path, command: list[str]) -> None:
-    with open(gen_dir / SRUN_LOG, "ab", buffering=0) as log:
+def _run_srun(gen_dir: Path, node: str, command: list[str]) -> None:
+    files = SrunFiles.of(node)
+    with open(gen_dir / files.log, "ab", buffering=0) as log:
         try:
             child = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
@@ -56,15 +69,15 @@ def _run_srun(gen_dir: Path, command: list[str]) -> None:
         except OSError as exc:
             log.write(f"lazarus: cannot start {command[0]!r}: {exc}\n".encode())
             write_atomic(
-                gen_dir / SRUN_EXIT, {"exit_code": 127, "ended_at": time.time(), "error": str(exc)}
+                gen_dir / files.exit, {"exit_code": 127, "ended_at": time.time(), "error": str(exc)}
             )
             return
     write_atomic(
-        gen_dir / SRUN_PID,
+        gen_dir / files.pid,
         {"pid": child.pid, "start_ticks": start_ticks(child.pid), "started_at": time.time()},
     )
     returncode = child.wait()
-    write_atomic(gen_dir / SRUN_EXIT, {"exit_code": returncode, "ended_at": time.time()})
+    write_atomic(gen_dir / files.exit, {"exit_code": returncode, "ended_at": time.time()})
 
 
 def _cannot_start(exit_path: Path, rank: int, error: str) -> int:
@@ -82,7 +95,9 @@ def _run_task(args: argparse.Namespace, command: list[str]) -> int:
     gen_dir: Path = args.gen_dir
     nodes = args.nodes.split(",")
     node = os.environ.get("SLURMD_NODENAME", "")
-    rank, group = rank_slot(nodes, node, int(os.environ.get("SLURM_LOCALID", "0")), args.nproc)
+    ranks = [int(r) for r in args.ranks.split(",")] if args.ranks else None
+    local_id = int(os.environ.get("SLURM_LOCALID", "0"))
+    rank, group = rank_slot(nodes, node, local_id, args.nproc, ranks)
     exit_path = gen_dir / f"rank-{rank}.exit.json"
     exit_path.unlink(missing_ok=True)
     env: dict[str, str] = {}
@@ -131,11 +146,31 @@ def _run_task(args: argparse.Namespace, command: list[str]) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
+def _local_stop(args: argparse.Namespace) -> int:
+    """On the node (``srun -w <node>``): stop ``--node``'s ranks forked from its zygote,
+    as a local node's agent stops its ranks (process groups, start ticks checked, only
+    that node's ranks), and print the result as one JSON line. Their cgroup is the
+    zygote's step: cancelling that step would kill the zygote too."""
+    from activities.nodes.local_agent import stop_ranks
+    from activities.nodes.rundir import generations_below
+
+    result = stop_ranks(
+        generations_below(Path(args.run_root), args.keep),
+        grace_s=args.grace,
+        kill_wait_s=args.kill_wait,
+        reporter=args.node,
+        node=args.node,
+    )
+    print(result.model_dump_json(), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     sub = parser.add_subparsers(dest="role", required=True)
     srun = sub.add_parser("srun", help="start the step's srun client detached")
     srun.add_argument("--gen-dir", type=Path, required=True)
+    srun.add_argument("--node", required=True, help="the node whose step this srun runs")
     srun.add_argument("command", nargs=argparse.REMAINDER)
     task = sub.add_parser("task", help="run one rank under srun")
     task.add_argument("--gen-dir", type=Path, required=True)
@@ -143,8 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     task.add_argument("--nproc", type=int, required=True)
     task.add_argument("--workdir", required=True)
     task.add_argument("--env-file")
+    task.add_argument("--ranks", help="the step's ranks, by SLURM_LOCALID (default: all)")
     task.add_argument("command", nargs=argparse.REMAINDER)
+    stop = sub.add_parser("local-stop", help="stop this node's forked ranks (JSON on stdout)")
+    stop.add_argument("--run-root", required=True)
+    stop.add_argument("--node", required=True)
+    stop.add_argument("--keep", type=int)
+    stop.add_argument("--grace", type=float, required=True)
+    stop.add_argument("--kill-wait", type=float, required=True)
     args = parser.parse_args(argv)
+    if args.role == "local-stop":
+        return _local_stop(args)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("missing the command after --")
@@ -157,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     try:
-        _run_srun(args.gen_dir, command)
+        _run_srun(args.gen_dir, args.node, command)
     finally:
         os._exit(0)
 

@@ -151,10 +151,13 @@ def ensure_zygote(
     standby: int,
     env: Mapping[str, str],
     cwd: str,
+    start: bool = True,
 ) -> Path:
     """The serving zygote's directory for ``node`` in this run, starting it when
     needed; :class:`ZygoteUnavailable` (with the reason) when this launch must start
-    cold.
+    cold. With ``start`` False (Slurm: the zygote is a job step the node's agent
+    starts) a zygote that is not alive is waited for on the run's first launch and
+    otherwise answered cold, never started here.
 
     Until a rank of this run has been forked on the node (the run's first launch, or
     its retry), the launch waits for the zygote to serve: nothing is running, and the
@@ -166,7 +169,11 @@ def ensure_zygote(
     try:
         live_zygote(directory)
     except ZygoteUnavailable as exc:
-        start_zygote(directory, preload, standby, env=zygote_environment(env), cwd=cwd)
+        if not start:
+            if not first:
+                raise
+        else:
+            start_zygote(directory, preload, standby, env=zygote_environment(env), cwd=cwd)
         if not first:
             raise ZygoteUnavailable(
                 f"{exc.reason}; restarted it: warm starts resume from the next launch"
@@ -250,6 +257,8 @@ class NodeWarmRequest(_Model):
     standby: int = Field(ge=0)
     env_file: str | None = None
     """``env_from_file``, read here on the node, below each rank's ``env``."""
+    start_zygote: bool = True
+    """False on Slurm: the node's agent starts the zygote as its own job step."""
     ranks: list[WarmRankRequest]
 
 
@@ -290,6 +299,7 @@ def warm_start_ranks(
     preload: Sequence[str],
     standby: int,
     launches: Sequence[_Launch],
+    may_start: bool = True,
 ) -> list[WarmAnswer]:
     """Start ``launches`` of ``node`` on this machine from the run's zygote: one answer
     per launch, in order. A retry adopts what an earlier attempt started, forked or
@@ -309,7 +319,9 @@ def warm_start_ranks(
         try:
             argv = warm_argv(launch.command, launch.env, launch.workdir)
             if zygote is None and reason is None:
-                zygote = ensure_zygote(run_root, node, preload, standby, launch.env, launch.workdir)
+                zygote = ensure_zygote(
+                    run_root, node, preload, standby, launch.env, launch.workdir, may_start
+                )
             if zygote is None:
                 raise ZygoteUnavailable(reason or "no zygote")
             forked = fork_one(zygote, gen, launch.rank, argv, launch.env, launch.workdir)
@@ -372,7 +384,13 @@ def main() -> int:
     else:
         gen = GenerationDir(Path(request.gen_dir))
         answers = warm_start_ranks(
-            gen, request.node, request.run_root, request.preload, request.standby, ranks
+            gen,
+            request.node,
+            request.run_root,
+            request.preload,
+            request.standby,
+            ranks,
+            request.start_zygote,
         )
     for answer in answers:
         print(answer.model_dump_json(), flush=True)

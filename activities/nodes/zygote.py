@@ -8,7 +8,9 @@ fork of it that runs the training script as ``__main__`` (``runpy``).
 Started as ``python -m activities.nodes.zygote --run-dir DIR --preload torch
 --standby N``. Like :mod:`activities.nodes.rank_wrapper` it forks and the parent
 exits at once, so the zygote is never a child of the caller; the survivor starts
-a new session. Standard library only apart from the preloaded modules.
+a new session. With ``--foreground`` (on Slurm, where the zygote is a job step's
+task so that Slurm bounds its life by the step) it serves in the process it was
+started as. Standard library only apart from the preloaded modules.
 
 Files in ``DIR``::
 
@@ -770,6 +772,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--preload", default="", help="comma-separated modules to import")
     parser.add_argument("--standby", type=int, default=0, help="idle pre-forked ranks to keep")
+    parser.add_argument(
+        "--foreground",
+        action="store_true",
+        help="serve in this process (no fork, no new session): as a Slurm job step's "
+        "task, whose life Slurm bounds by the step",
+    )
     args = parser.parse_args(argv)
     if args.standby < 0:
         parser.error("--standby must be >= 0")
@@ -780,10 +788,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"a zygote is already running in {run_dir} (pid {running})", file=sys.stderr)
         return 1
 
-    if os.fork() > 0:
+    if not args.foreground and os.fork() > 0:
         return 0  # the caller reaps this parent; the zygote lives on in the child
     try:
-        _zygote(run_dir, modules, args.standby)
+        _zygote(run_dir, modules, args.standby, new_session=not args.foreground)
     except _BecomeRank as become:
         spec = become.spec  # a rank process: the zygote's frames are gone now
     except BaseException:
@@ -794,8 +802,13 @@ def main(argv: list[str] | None = None) -> int:
     return _run_as_main(spec)
 
 
-def _zygote(run_dir: Path, modules: list[str], standby: int) -> None:
-    os.setsid()
+def _zygote(run_dir: Path, modules: list[str], standby: int, new_session: bool = True) -> None:
+    if new_session:
+        os.setsid()
+    elif os.getpgid(0) != os.getpid():
+        # A step's task: its own process group, so a stop signals the zygote's group
+        # (start ticks checked) without touching the step's other processes.
+        os.setpgid(0, 0)
     devnull = os.open(os.devnull, os.O_RDWR)
     log = os.open(run_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(devnull, 0)

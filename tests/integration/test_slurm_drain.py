@@ -8,6 +8,7 @@ gives, and logs every ``update``."""
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from activities.nodes.local_agent import LocalAgent
 from activities.nodes.slurm_agent import SlurmAgent
+from activities.nodes.slurm_commands import slurmd_silent
 from activities.stop import undrain_on
 from activities.supervise import drain_lost_node
 from lazarus.domain.contracts import FailureReport
@@ -115,6 +117,29 @@ def test_the_supervisor_drains_through_the_agent_and_skips_nodes_without_a_sched
     assert drain_lost_node([local], lost("n2"), "train") == lost("n2")
     assert local.drain_if_lost("node_lost", "train") is None and local.undrain() is None
     undrain_on(local)  # nothing to give back, nothing asked
+    assert updates(scontrol) == [
+        "update nodename=n2 state=drain reason=lazarus: node_lost in train"
+    ]
+
+
+def test_a_node_whose_slurmd_refuses_connections_is_drained_before_slurm_says_so(
+    scontrol: Path,
+) -> None:
+    # Slurm still calls the node ALLOCATED (it waits SlurmdTimeout), but nothing
+    # listens on its slurmd port: dead, and drained (fenced) now. A listening port
+    # is a live node, left alone.
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        live_port = listening.getsockname()[1]
+        line = "NodeName=n2 State=ALLOCATED NodeAddr=127.0.0.1 Port={}"
+        (scontrol / "node").write_text(line.format(live_port))
+        assert slurmd_silent("n2") is None
+        assert agent().drain_if_lost("node_lost", "train") is None
+    (scontrol / "node").write_text(line.format(live_port))  # closed now: refused
+    assert "does not accept connections" in (slurmd_silent("n2") or "")
+    done = agent().drain_if_lost("node_lost", "train")
+    assert done is not None and done.drained
     assert updates(scontrol) == [
         "update nodename=n2 state=drain reason=lazarus: node_lost in train"
     ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -70,15 +71,16 @@ def allocation(slurm: TestSlurm) -> int:
 
 
 @pytest.fixture
-def own_slurm() -> Iterator[Callable[[], TestSlurm]]:
-    """Factory for a private cluster, for tests that kill its daemons. While it runs,
-    ``SLURM_CONF`` points at it; the session cluster's is restored afterwards."""
+def own_slurm() -> Iterator[Callable[..., TestSlurm]]:
+    """Factory for a private cluster, for tests that kill its daemons (keyword
+    arguments: :class:`TestSlurm`'s settings, e.g. ``slurmd_timeout_s``). While it
+    runs, ``SLURM_CONF`` points at it; the session cluster's is restored afterwards."""
     require_slurm()
     made: list[TestSlurm] = []
     previous = os.environ.get("SLURM_CONF")
 
-    def factory() -> TestSlurm:
-        cluster = TestSlurm()
+    def factory(**settings: Any) -> TestSlurm:
+        cluster = TestSlurm(**settings)
         made.append(cluster)
         cluster.start()
         os.environ["SLURM_CONF"] = str(cluster.conf)

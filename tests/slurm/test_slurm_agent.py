@@ -1,10 +1,10 @@
 """The Slurm launcher against a real Slurm on this machine (nodes n1..n3, one host).
 
-Each generation is one job step in a holder allocation; these tests check what the
-workflow will build on: the step runs the real DDP example to the end, a SIGKILLed
-rank's exit is recorded with its signal, a stop leaves no step and no process, a
-node whose slurmd died reads as lost, and drain/undrain work (we are root: Slurm
-admin)."""
+Each generation is one job step per node in a holder allocation; these tests check
+what the workflow will build on: the steps run the real DDP example to the end, a
+SIGKILLed rank's exit is recorded with its signal, a stop leaves no step and no
+process, a node whose slurmd died reads as lost, the stop of the live nodes does not
+wait for a dead one, and drain/undrain work (we are root: Slurm admin)."""
 
 from __future__ import annotations
 
@@ -15,19 +15,20 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from activities.launcher import launch_generation
-from activities.nodes.agent import PreflightRequest, RankLaunch
+from activities.nodes.agent import NodeUnreachable, PreflightRequest, RankLaunch
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_commands import job_steps
 from infra.slurm import TestSlurm
 from lazarus.domain.contracts import LaunchRequest, LaunchResult
-from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, parse_spec
+from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, WarmStartSpec, parse_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
 HOST = socket.gethostname().split(".")[0]
@@ -214,11 +215,13 @@ def test_stop_cancels_the_step_and_leaves_no_process(
     assert step_listed(step)
     wrappers = [read_json(gen.pid_file(r.rank)) for r in launched.ranks]
 
+    steps = [str(w["slurm_step"]) for w in wrappers if w is not None]
+    assert len(set(steps)) == 2, steps  # one step per node
     results = [agent.stop(run_root(spec), None, grace_s=10.0) for agent in agents_of(spec)]
-    assert results[0].reachable and results[0].generations == [1]
-    assert results[0].signalled_groups == 1 and results[0].unkillable == []
-    assert results[1].signalled_groups == 0  # the first stop ended the whole step
-    assert not step_listed(step)
+    for result in results:
+        assert result.reachable and result.generations == [1]
+        assert result.signalled_groups == 1 and result.unkillable == []
+    assert not any(step_listed(s) for s in steps)
     for rank, wrapper in zip(launched.ranks, wrappers, strict=True):
         assert wrapper is not None
         assert not is_alive(rank.pid, rank.start_ticks)
@@ -240,9 +243,12 @@ def test_stop_records_exits_of_a_killed_step(
     launched = launch(spec, stopper)
     gen = GenerationDir(Path(launched.run_dir))
     wait_for("ranks ready", lambda: all((tmp_path / f"ready-{r}").exists() for r in (0, 1)), 120)
-    result = agents_of(spec)[0].stop(run_root(spec), None, grace_s=1.0, kill_wait_s=30.0)
+    first, second = agents_of(spec)
+    result = first.stop(run_root(spec), None, grace_s=1.0, kill_wait_s=30.0)
     assert result.killed_groups == 1 and result.unkillable == []
     assert not step_listed(step_of(launched))
+    assert is_alive(launched.ranks[1].pid, launched.ranks[1].start_ticks), "n2's own step"
+    second.stop(run_root(spec), None, grace_s=1.0, kill_wait_s=30.0)
     for rank in launched.ranks:
         assert not is_alive(rank.pid, rank.start_ticks)
         record = read_json(gen.exit_file(rank.rank))
@@ -270,6 +276,52 @@ def test_killed_slurmd_reads_as_node_lost(
         .reachable
     )
     print(f"killed slurmd read as lost after {lost_after:.1f} s: {status.error}")
+
+
+@pytest.mark.timeout(300)
+def test_the_stop_of_live_nodes_does_not_wait_for_a_dead_one(
+    own_slurm: Callable[..., TestSlurm], tmp_path: Path
+) -> None:
+    # Slurm's default SlurmdTimeout (300 s): Slurm never marks n2 DOWN in this test,
+    # so whatever returns below returned without waiting for Slurm to give up on it.
+    cluster = own_slurm(slurmd_timeout_s=300)
+    job = cluster.allocate(3)
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    spec = slurm_spec(tmp_path, job, [sys.executable, str(script), str(tmp_path)], "slurm-loss")
+    launched = launch(spec, [])
+    gen = GenerationDir(Path(launched.run_dir))
+    wait_for("ranks ready", lambda: all((tmp_path / f"ready-{r}").exists() for r in (0, 1)), 120)
+    steps = [str((read_json(gen.pid_file(r)) or {})["slurm_step"]) for r in (0, 1)]
+    dead = read_json(gen.pid_file(1)) or {}
+    stepd = int(Path(f"/proc/{dead['wrapper_pid']}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    cluster.kill_slurmd("n2")
+    for pid in (stepd, int(dead["wrapper_pid"]), int(dead["pid"])):
+        os.kill(pid, signal.SIGKILL)
+
+    live, lost = agents_of(spec)
+    with ThreadPoolExecutor(2) as pool:  # as the stop activity: every node at once
+        futures = [pool.submit(a.stop, run_root(spec), None, 10.0, 10.0) for a in (live, lost)]
+        healthy, dead_node = (f.result() for f in futures)
+
+    assert "DOWN" not in cluster.command("scontrol", "show", "node", "-o", "n2").stdout
+    assert healthy.reachable and healthy.signalled_groups == 1 and healthy.unkillable == []
+    assert not step_listed(steps[0])
+    assert not is_alive(launched.ranks[0].pid, launched.ranks[0].start_ticks)
+    record = read_json(gen.exit_file(0))
+    assert record is not None and record["signal"] == "SIGTERM", record
+    assert not dead_node.reachable and dead_node.generations == [1]
+    assert dead_node.error is not None and "does not accept connections" in dead_node.error
+    assert step_listed(steps[1]), "Slurm still lists the dead node's step"
+    # The preflight finds it gone at once too, and drains it (fenced until resumed).
+    with pytest.raises(NodeUnreachable, match="does not accept connections"):
+        lost.preflight(
+            PreflightRequest(
+                interpreter=sys.executable, workdir=str(tmp_path), disk_path=str(tmp_path)
+            )
+        )
+    drained = lost.drain_if_lost("node_lost", "job-a")
+    assert drained is not None and drained.drained, drained
 
 
 @pytest.mark.timeout(120)
@@ -340,3 +392,60 @@ def test_a_retried_start_adopts_the_step(
 
 def launch_of(spec: JobSpec, rank: int) -> RankLaunch:
     return RankLaunch(rank=rank, command=spec.command, env={}, workdir=spec.workdir)
+
+
+@pytest.mark.timeout(400)
+def test_warm_ranks_fork_from_a_zygote_step_and_the_runs_end_cancels_it(
+    slurm: TestSlurm, allocation: int, tmp_path: Path, stopper: list[tuple[JobSpec, str]]
+) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    base = slurm_spec(tmp_path, allocation, [sys.executable, str(script), str(tmp_path)], "warm")
+    spec = base.model_copy(update={"warm_start": WarmStartSpec(preload=["json"])})
+    root = run_root(spec)
+    stopper.append((spec, root))
+    agents = agents_of(spec)
+
+    def launched_warm(generation: int) -> GenerationDir:
+        for old in tmp_path.glob("ready-*"):
+            old.unlink()
+        request = LaunchRequest(spec=spec, generation=generation, run_root=root)
+        launched = launch_generation(request)
+        assert launched.warm_start is not None, launched
+        assert launched.warm_start.warm_ranks == [0, 1], launched.warm_start
+        gen = GenerationDir(Path(launched.run_dir))
+        ready = [tmp_path / f"ready-{r}" for r in (0, 1)]
+        wait_for("ranks ready", lambda: all(r.exists() for r in ready), 120)
+        for rank in (0, 1):
+            record = read_json(gen.pid_file(rank)) or {}
+            assert "slurm_step" not in record, record  # forked: no step of its own
+        status = [a.poll(str(gen.path), [r]) for a, r in zip(agents, (0, 1), strict=True)]
+        assert [r.alive for s in status for r in s.ranks] == [True, True], status
+        return gen
+
+    first = launched_warm(1)
+    zygote_steps = [n for n, _ in (job_steps(str(allocation)) or {}).values() if "zygote" in n]
+    assert len(zygote_steps) == 2, zygote_steps  # one per node
+    # A crash: the relaunch stops the survivor by pid (not by step) and forks again.
+    victim = read_json(first.pid_file(1)) or {}
+    os.kill(int(victim["pid"]), signal.SIGKILL)
+    wait_for("the crash recorded", lambda: first.exit_file(1).exists(), 60)
+    results = [a.stop(root, None, grace_s=5.0) for a in agents]
+    assert all(r.reachable and r.unkillable == [] for r in results), results
+    survivor = read_json(first.pid_file(0)) or {}
+    assert not is_alive(int(survivor["pid"]), int(survivor["start_ticks"]))
+    second = launched_warm(2)
+    assert sorted(n for n, _ in (job_steps(str(allocation)) or {}).values() if "zygote" in n) == (
+        sorted(zygote_steps)
+    ), "the same zygote steps serve the relaunch"
+
+    for agent in agents:
+        agent.stop(root, None, grace_s=5.0)
+        agent.end_run(root, [])
+    assert not [n for n, _ in (job_steps(str(allocation)) or {}).values() if "zygote" in n]
+    for node in ("n1", "n2"):
+        zygote = read_json(Path(root) / f".zygote-{node}" / f"slurm-srun-{node}.exit.json")
+        assert zygote is not None, f"the zygote step's srun on {node} ended"
+    for rank in (0, 1):
+        record = read_json(second.pid_file(rank)) or {}
+        assert not is_alive(int(record["pid"]), int(record["start_ticks"]))

@@ -83,8 +83,8 @@ async def test_a_preempted_job_goes_on_in_a_new_allocation_with_no_step_lost(
     assert stop.checkpoint_step is not None and stop.checkpoint_step >= 15
     assert incident.resumed_from_step == stop.checkpoint_step
     first_gen, second_gen = all_generations(job)
-    old_step = read_json(first_gen.path / "slurm-step.json") or {}
-    new_step = read_json(second_gen.path / "slurm-step.json") or {}
+    old_step = read_json(next(first_gen.path.glob("slurm-step-*.json"))) or {}
+    new_step = read_json(next(second_gen.path.glob("slurm-step-*.json"))) or {}
     assert str(old_step.get("job_id")) == str(old), old_step
     new = int(str(new_step.get("job_id")))
     assert new != old, "generation 2 must run in the new allocation"

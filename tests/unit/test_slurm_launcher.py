@@ -72,6 +72,15 @@ def test_rank_slots_follow_the_plans_node_order_not_slurms() -> None:
         rank_slot(nodes, "n2", 2, 2)
 
 
+def test_a_step_for_some_ranks_maps_local_ids_to_them() -> None:
+    # The zygote forked rank 2 of n2; rank 3 starts cold as a one-task step.
+    assert rank_slot(["n1", "n2"], "n2", 0, 2, [3]) == (3, 1)
+    with pytest.raises(ValueError, match="not one of node n2's ranks"):
+        rank_slot(["n1", "n2"], "n2", 0, 2, [1])
+    with pytest.raises(ValueError, match="outside the step's ranks"):
+        rank_slot(["n1", "n2"], "n2", 1, 2, [3])
+
+
 def test_scontrol_fields_keep_a_reason_with_spaces() -> None:
     line = (
         "NodeName=n2 Arch=x86_64 NodeAddr=vm State=IDLE+DRAIN+NOT_RESPONDING Weight=1 "
