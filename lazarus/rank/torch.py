@@ -82,7 +82,7 @@ import torch.distributed.distributed_c10d as c10d
 
 import lazarus.rank as lazarus_rank
 from lazarus.domain import environment, phases
-from lazarus.rank import memory
+from lazarus.rank import memory, replica
 
 STATE_FILE = "state.pt"
 
@@ -295,6 +295,9 @@ def _start_snapshot(step: int, state: State) -> None:
         group = _snapshot_group
     copied = _copy_to_cpu(_resolve(state), _last_copy) if memory.is_writer() else None
     _last_copy = copied
+    if copied is not None:
+        # Before this rank joins the barrier, so before any predecessor can push.
+        replica.ensure_receiver()
     _snapshot_thread = threading.Thread(
         target=_write_snapshot,
         args=(step, copied, group),
@@ -331,7 +334,8 @@ def _write_snapshot(step: int, state: Mapping[str, Any] | None, group: Any) -> N
         if group is not None:
             dist.barrier(group=group)  # every node's copy is in tmpfs before any commit
         if written:
-            memory.commit(step)
+            final = memory.commit(step)
+            replica.push_committed(final)  # to the buddy, when replicas are on
     except Exception as exc:
         print(f"lazarus.rank: memory snapshot of step {step} not committed: {exc}", file=sys.stderr)
 
