@@ -81,7 +81,8 @@ def environment_on_node(env: dict[str, str], uid: int) -> dict[str, str]:
 
 
 def replica_dir(memory_dir: str, slot: int) -> str:
-    """Where a node holds the replicas of the node in ``slot``: ``<memory_dir>/replicas/slot-<slot>``."""
+    """Where a node holds the replicas of the node in ``slot``:
+    ``<memory_dir>/replicas/slot-<slot>``."""
     if slot < 0:
         raise ValueError(f"replica slot {slot} must be >= 0")
     return str(PurePosixPath(memory_dir) / REPLICAS_DIR / f"slot-{slot}")

@@ -284,9 +284,7 @@ class CheckpointsSpec(_Strict):
     @model_validator(mode="after")
     def _replicas_need_the_memory_tier(self) -> CheckpointsSpec:
         if self.memory_replicas and self.memory_every_steps is None:
-            raise ValueError(
-                "memory_replicas: true needs the memory tier (set memory_every_steps)"
-            )
+            raise ValueError("memory_replicas: true needs the memory tier (set memory_every_steps)")
         return self
 
     @model_validator(mode="after")

@@ -93,9 +93,7 @@ def parse_address(text: str) -> tuple[str, int]:
 # --- the pushing side -----------------------------------------------------------------
 
 
-def push(
-    snapshot: Path, to: str, *, slot: int, job_id: str | None, generation: int
-) -> int:
+def push(snapshot: Path, to: str, *, slot: int, job_id: str | None, generation: int) -> int:
     """Send committed ``snapshot`` to the receiver at ``to`` as slot ``slot``'s copy.
     Returns the bytes sent; raises :class:`ReplicaRefused` (with the receiver's
     reason) or OSError. Never follows a symlink inside the snapshot."""
@@ -114,14 +112,17 @@ def push(
         for name in names:
             fd = os.open(snapshot / name, os.O_RDONLY | os.O_NOFOLLOW)
             handles.append(os.fdopen(fd, "rb"))
-        files = [[name, os.fstat(h.fileno()).st_size] for name, h in zip(names, handles, strict=True)]
+        files = [
+            (name, os.fstat(handle.fileno()).st_size)
+            for name, handle in zip(names, handles, strict=True)
+        ]
         header = {
             "v": PROTOCOL_VERSION,
             "job_id": job_id,
             "generation": generation,
             "slot": slot,
             "step": step,
-            "files": files,
+            "files": [list(entry) for entry in files],
         }
         host, port = parse_address(to)
         sent = 0
@@ -260,9 +261,7 @@ class Receiver:
             self._refuse(conn, header)
             return
         slot, step, files = header
-        slot_dir = memory.secure(
-            Path(memory_tier.replica_dir(str(config.root), slot)), create=True
-        )
+        slot_dir = memory.secure(Path(memory_tier.replica_dir(str(config.root), slot)), create=True)
         target = slot_dir / checkpoint_layout.step_dir_name(step)
         _remove(target)
         os.mkdir(target, 0o700)
@@ -301,6 +300,8 @@ def _header_problem_or_fields(
             f"generation {config.generation}"
         )
     slot, step, raw_files = header.get("slot"), header.get("step"), header.get("files")
+    if not isinstance(slot, int) or not isinstance(step, int):
+        return "slot and step must be integers >= 0"
     if not _is_count(slot) or not _is_count(step):
         return "slot and step must be integers >= 0"
     if not isinstance(raw_files, list) or not raw_files:

@@ -39,7 +39,9 @@ def shm(tmp_path: Path) -> Iterator[Path]:
         yield root
 
 
-def node_env(tier: Path, generation: int = 1, **extra: str) -> dict[str, str]:
+def node_env(
+    tier: Path, generation: int = 1, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     return {
         environment.JOB_ID: JOB,
         environment.GENERATION: str(generation),
@@ -48,7 +50,7 @@ def node_env(tier: Path, generation: int = 1, **extra: str) -> dict[str, str]:
         environment.LOCAL_RANK: "0",
         environment.MEMORY_KEEP: "2",
         environment.MEMORY_CHECKPOINT_DIR: str(tier),
-        **extra,
+        **(extra or {}),
     }
 
 
@@ -183,7 +185,7 @@ def test_only_the_node_replicated_may_push(shm: Path) -> None:
     guarded = replica.Receiver(config)
     try:
         final = snapshot(node_env(logical("a")), 7, b"z")
-        with pytest.raises(replica.ReplicaRefused, match="is not 192.0.2.7"):
+        with pytest.raises(replica.ReplicaRefused, match=r"is not 192\.0\.2\.7"):
             replica.push(final, f"127.0.0.1:{guarded.port}", slot=0, job_id=JOB, generation=1)
     finally:
         guarded.close()
@@ -192,14 +194,11 @@ def test_only_the_node_replicated_may_push(shm: Path) -> None:
 def test_the_launchers_variables_start_the_receiver_and_push_after_commit(shm: Path) -> None:
     """``ensure_receiver`` and ``push_committed`` as the torch side calls them, from
     the environment the launcher writes (two nodes on one address, two ports)."""
-    env_b = node_env(
-        logical("b"),
-        **memory_tier.replica_environment(JOB, 1, ["127.0.0.1", "127.0.0.1"], 1),
-    )
+    hosts = ["127.0.0.1", "127.0.0.1"]
+    env_b = node_env(logical("b"), extra=memory_tier.replica_environment(JOB, 1, hosts, 1))
     env_a = node_env(
         logical("a"),
-        **{environment.GROUP_RANK: "0"},
-        **memory_tier.replica_environment(JOB, 1, ["127.0.0.1", "127.0.0.1"], 0),
+        extra={environment.GROUP_RANK: "0", **memory_tier.replica_environment(JOB, 1, hosts, 0)},
     )
     assert env_a[environment.MEMORY_REPLICA_TO] == env_b[environment.MEMORY_REPLICA_LISTEN]
     try:
