@@ -58,11 +58,14 @@ NODE_LOSS_REPLICAS = scenario(
     "node_loss_replicas",
     f"""``node_loss`` with memory-tier replicas (``checkpoints.memory_replicas``).
 
-    The same job, kill and spare as ``node_loss``, with each node also pushing its
-    committed snapshot to the next node (a ring): {NODE_LOSS_VICTIM}'s buddy h3
-    holds its slot's replicas, the search copies the newest onto the spare h4, and
-    every rank resumes from that memory step instead of the last disk checkpoint.
-    Compare ``steps_lost`` with ``node_loss``'s.
+    1. as ``node_loss``, with each node also pushing its committed snapshot to the
+       next node (a ring): {NODE_LOSS_VICTIM}'s buddy h3 holds its slot's replicas;
+    2. once the job reports ``shape.fault_step``: ``kill_host("{NODE_LOSS_VICTIM}")``;
+    3. the search finds {NODE_LOSS_VICTIM}'s step in h3's replicas, copies it onto the
+       spare h4, and every rank resumes from that memory step instead of the last
+       disk checkpoint;
+    4. wait for the end; weights against a 3-rank reference. Compare ``steps_lost``
+       with ``node_loss``'s.
     """,
     not_possible={"torchrun": NOT_MEASURED_NODE_LOSS},
     unavailable=multinode.netns_unavailable_reason,

@@ -262,6 +262,7 @@ class Receiver:
             return
         slot, step, files = header
         slot_dir = memory.secure(Path(memory_tier.replica_dir(str(config.root), slot)), create=True)
+        slot_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # outside the private root
         target = slot_dir / checkpoint_layout.step_dir_name(step)
         _remove(target)
         os.mkdir(target, 0o700)
