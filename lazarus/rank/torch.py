@@ -57,7 +57,10 @@ rank's snapshot thread (on a gloo group of its own, so it never interleaves with
 the training's collectives), and only then commits. A marker for step k on any
 node therefore means every node's copy of step k was whole in tmpfs first; a node
 that dies between the barrier and its commit still holds step k-1 committed,
-because a snapshot starts only after the previous one's thread finished.
+because a snapshot starts only after the previous one's thread finished. With
+replicas on (``checkpoints.memory_replicas``), the same thread then pushes the
+committed step to the node's buddy, whose writer runs the receiver
+(:mod:`lazarus.rank.replica`, standard library only).
 """
 
 from __future__ import annotations
