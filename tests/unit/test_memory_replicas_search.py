@@ -329,3 +329,24 @@ def test_a_restore_that_fails_leaves_the_resume_to_disk(
     assert search.chosen is None
     assert search.memory_unavailable is not None
     assert "No space left on device" in search.memory_unavailable
+
+
+def test_a_buddy_that_cannot_list_its_replicas_leaves_the_resume_to_disk(
+    tiers: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for step in (24, 25):
+        write_snapshot(tiers["a"], step)
+        write_snapshot(tiers["c"], step)
+        write_snapshot(tiers["c"] / "replicas" / "slot-1", step)
+    listing = TierAgent.memory_snapshots
+
+    def no_replicas(self: TierAgent, root: str) -> list[MemorySnapshot]:
+        if "/replicas/" in root:
+            raise OSError("connection reset")
+        return listing(self, root)
+
+    monkeypatch.setattr(TierAgent, "memory_snapshots", no_replicas)
+    search = find_module.search_verified(search_request())
+
+    assert search.chosen is None and search.memory_unavailable is None
+    assert not (tiers["spare"] / "step-00000025").exists()
