@@ -53,6 +53,7 @@ async def test_a_killed_host_resumes_on_the_spare_from_its_buddys_replica(
     job = await start_job(ssh_spec(tmp_path, hosts, checkpoints=checkpoints))
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 26)
     _, step_at_kill = chaos.current_step(job.run_root)
+    assert step_at_kill is not None
     killed_at = time.time()
     hosts.kill_host("h2")
     status = await job.result(timeout_s=300)
