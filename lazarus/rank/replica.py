@@ -42,6 +42,7 @@ Standard library only, like the rest of :mod:`lazarus.rank`.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -256,7 +257,13 @@ class Receiver:
         if peer not in _addresses_of(config.allowed_from):
             self._refuse(conn, f"peer {peer} is not {config.allowed_from}, the node replicated")
             return
-        header = _header_problem_or_fields(_read_line(conn), config)
+        # Buffered: the header line, then the files' bytes, without a syscall a byte.
+        reader = conn.makefile("rb")
+        line = reader.readline(HEADER_LIMIT + 1)
+        if len(line) > HEADER_LIMIT:
+            self._refuse(conn, f"a header longer than {HEADER_LIMIT} bytes")
+            return
+        header = _header_problem_or_fields(line.decode(errors="replace"), config)
         if isinstance(header, str):
             self._refuse(conn, header)
             return
@@ -267,7 +274,7 @@ class Receiver:
         _remove(target)
         os.mkdir(target, 0o700)
         try:
-            problem = _receive_files(conn, target, files)
+            problem = _receive_files(reader, target, files)
             if problem is None:
                 problem = _replica_problem(target, step, config)
         except BaseException:
@@ -326,7 +333,9 @@ def _header_problem_or_fields(
     return slot, step, files
 
 
-def _receive_files(conn: socket.socket, target: Path, files: list[tuple[str, int]]) -> str | None:
+def _receive_files(
+    reader: io.BufferedIOBase, target: Path, files: list[tuple[str, int]]
+) -> str | None:
     """Write each file (0600, never through a symlink) as its bytes arrive; a
     connection that ends early is a torn copy."""
     buffer = bytearray(_CHUNK)
@@ -337,7 +346,7 @@ def _receive_files(conn: socket.socket, target: Path, files: list[tuple[str, int
         with os.fdopen(fd, "wb") as handle:
             left = size
             while left:
-                got = conn.recv_into(view, min(left, _CHUNK))
+                got = reader.readinto(view[: min(left, _CHUNK)])
                 if got == 0:
                     return f"torn: the copy ended {left} bytes short in {name}"
                 handle.write(view[:got])
