@@ -9,10 +9,12 @@ pushes each committed snapshot to the node in slot ``(i + 1) mod n`` (its buddy,
 ring), whose local rank 0 runs a small receiver thread on the address and port the
 launcher chose for this generation.
 
-The push runs in the snapshot thread, after the commit (so only committed snapshots
-travel, and the training step never waits for it unless the next snapshot comes
-before the push finished). One plain TCP connection per snapshot: a JSON header line
-(job, generation, slot, step, file names and sizes), the files' bytes
+The snapshot thread hands each committed step to a pusher thread and returns, so
+only committed snapshots travel and the training step never waits for the buddy;
+one push at a time, and a step committed while a push is in flight replaces any
+step still waiting (the buddy gets the newest, RAM stays bounded). One plain TCP
+connection per snapshot: a JSON header line (job, generation, slot, step, file
+names and sizes), the files' bytes
 (``sendfile``: no copy through Python), then the receiver's one-line answer.
 
 The receiver writes ``<run>/replicas/slot-<i>/step-N/`` under the node's private
@@ -66,6 +68,7 @@ __all__ = [
     "push",
     "push_committed",
     "stop_receiver",
+    "wait_for_pushes",
 ]
 
 PROTOCOL_VERSION = 1
@@ -129,6 +132,8 @@ def push(snapshot: Path, to: str, *, slot: int, job_id: str | None, generation: 
         sent = 0
         with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S) as sock:
             sock.settimeout(IO_TIMEOUT_S)
+            # Small writes (header, manifest) must not wait on the buddy's delayed ACK.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 sock.sendall(json.dumps(header).encode() + b"\n")
                 for (_, size), handle in zip(files, handles, strict=True):
@@ -160,29 +165,79 @@ def push(snapshot: Path, to: str, *, slot: int, job_id: str | None, generation: 
 _last_push_error: str | None = None
 
 
+@dataclass(frozen=True)
+class _Push:
+    snapshot: Path
+    to: str
+    slot: int
+    job_id: str | None
+    generation: int
+
+
+_pending: _Push | None = None
+_pusher: threading.Thread | None = None
+_push_lock = threading.Lock()
+_idle = threading.Condition(_push_lock)
+
+
 def push_committed(snapshot: Path) -> bool:
-    """Push a snapshot this node just committed to its buddy, when replicas are on.
-    True when the buddy committed it. A failure is reported on stderr (once per
-    distinct reason, not every step) and never raised: training goes on, and the
+    """Hand a snapshot this node just committed to the background pusher, when
+    replicas are on (True: handed over). The snapshot thread returns at once, so the
+    next snapshot, and so the training step, never waits for the buddy. One push at a
+    time: a step committed while a push is in flight replaces any step still waiting,
+    so the buddy always gets the newest and RAM stays bounded. A failure is reported
+    on stderr (once per distinct reason) and never raised: training goes on, and the
     node's own snapshot and disk still serve."""
-    global _last_push_error
+    global _pending, _pusher
     to = os.environ.get(environment.MEMORY_REPLICA_TO)
     if not to:
         return False
     me = lazarus_rank.info()
+    job = _Push(
+        snapshot, to, lazarus_rank._env_int(environment.GROUP_RANK, 0), me.job_id, me.generation
+    )
+    with _push_lock:
+        _pending = job
+        if _pusher is None:
+            _pusher = threading.Thread(target=_push_loop, name="lazarus-replica-push", daemon=True)
+            _pusher.start()
+    return True
+
+
+def wait_for_pushes(timeout_s: float) -> bool:
+    """Wait until no push is pending or in flight (tests, and a clean exit)."""
+    deadline = time.monotonic() + timeout_s
+    with _idle:
+        while _pusher is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _idle.wait(left)
+    return True
+
+
+def _push_loop() -> None:
+    global _pending, _pusher
+    while True:
+        with _push_lock:
+            job, _pending = _pending, None
+            if job is None:
+                _pusher = None
+                _idle.notify_all()
+                return
+        _push_one(job)
+
+
+def _push_one(job: _Push) -> bool:
+    global _last_push_error
     try:
-        push(
-            snapshot,
-            to,
-            slot=lazarus_rank._env_int(environment.GROUP_RANK, 0),
-            job_id=me.job_id,
-            generation=me.generation,
-        )
+        push(job.snapshot, job.to, slot=job.slot, job_id=job.job_id, generation=job.generation)
     except (OSError, ValueError, ReplicaRefused) as exc:
         reason = f"{type(exc).__name__}: {exc}"
         if reason != _last_push_error:
             print(
-                f"lazarus.rank: memory replica of {snapshot.name} not pushed to {to}: {reason}",
+                f"lazarus.rank: memory replica of {job.snapshot.name} not pushed to {job.to}: "
+                f"{reason}",
                 file=sys.stderr,
             )
         _last_push_error = reason

@@ -208,7 +208,8 @@ def test_the_launchers_variables_start_the_receiver_and_push_after_commit(shm: P
             assert replica.ensure_receiver() is started  # idempotent per generation
         final = snapshot(env_a, 8, b"w" * 100)
         with mock.patch.dict(os.environ, env_a):
-            assert replica.push_committed(final)
+            assert replica.push_committed(final)  # handed to the pusher thread
+        assert replica.wait_for_pushes(30)
         held = memory_tier.replica_dir(memory_tier.on_node(str(logical("b")), os.getuid()), 0)
         assert [s for s, _ in checkpoint_layout.committed_steps(Path(held))] == [8]
     finally:
