@@ -95,7 +95,7 @@ from lazarus.domain.contracts import (
     RankProcess,
     WarmStartOutcome,
 )
-from lazarus.domain.memory_tier import memory_checkpoint_dir
+from lazarus.domain.memory_tier import memory_checkpoint_dir, replica_environment
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec, NodeSpec
 
@@ -199,6 +199,9 @@ def rank_environment(
     for name in CHECKPOINT_TIER_VARIABLES:  # the worker's own must never leak into a rank
         env.pop(name, None)
     env.update(checkpoint_tier_environment(spec, gen))
+    if spec.checkpoints.memory_replicas and run_memory_dir(spec, gen) is not None:
+        hosts = [node.host for node in nodes]
+        env.update(replica_environment(spec.job_id, gen.generation, hosts, node_index))
     env.pop(env_names.RESUME_FROM, None)
     env.pop(env_names.RESUME_STEP, None)
     if resume is not None:
@@ -230,6 +233,9 @@ CHECKPOINT_TIER_VARIABLES = (
     env_names.MEMORY_CHECKPOINT_DIR,
     env_names.MEMORY_EVERY_STEPS,
     env_names.MEMORY_KEEP,
+    env_names.MEMORY_REPLICA_LISTEN,
+    env_names.MEMORY_REPLICA_TO,
+    env_names.MEMORY_REPLICA_FROM,
 )
 
 

@@ -18,6 +18,7 @@ Examples::
     python -m bench slurm --repeats 3                 # node loss: Lazarus vs plain Slurm; CPU
     python -m bench simulate [--quick]                # the real workflow, 54 days x 2,048 nodes
     python -m bench state-costs                       # node lists and fleet state, before/after
+    python -m bench replica-cost                      # memory-tier replicas: step rate on/off
 
 ``recovery``, ``compare``, ``soak`` and ``overhead`` share one harness
 (:mod:`bench.harness`), one scenario registry (:mod:`bench.registry`) and one
@@ -35,7 +36,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench import catalog, chaos, checkpoint_bench, report, scale, simulate, state_costs
+from bench import (
+    catalog,
+    chaos,
+    checkpoint_bench,
+    replica_cost,
+    report,
+    scale,
+    simulate,
+    state_costs,
+)
 from bench.benchmark import run_benchmark
 from bench.harness import BenchConfig, BenchContext, BenchRun, Extra
 from bench.jobs import JobShape
@@ -222,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_command(commands)
     simulate.add_command(commands)
     state_costs.add_command(commands)
+    replica_cost.add_command(commands)
     chaos.add_command(commands)
     return parser
 
@@ -296,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return simulate.run(args)
     if args.command == "state-costs":
         return state_costs.run(args)
+    if args.command == "replica-cost":
+        return replica_cost.run(args)
     if args.command == "compare-report":
         try:
             saved, data = report.load(args.json_file)

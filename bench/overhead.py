@@ -11,6 +11,8 @@
 * The rank helper: ``lazarus.rank.heartbeat`` per call with
   ``LAZARUS_HEARTBEAT_FILE`` set, against the same loop calling an empty
   function, and the cost of the file write it makes at most every 0.2 s.
+* Memory-tier replicas: the example job's step rate with ``memory_replicas`` on
+  against off, alternating runs (:mod:`bench.replica_cost`).
 * Fault-free wall time, Lazarus over torchrun: from the ``clean`` scenario
   (see :func:`markdown`), and from the two longer CPU jobs above (one each).
 
@@ -34,7 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bench import multinode
+from bench import multinode, replica_cost
 from bench.harness import BenchContext, wait_until
 from bench.jobs import REPO
 from bench.measure import count_history_events
@@ -96,6 +98,9 @@ class OverheadResult(BaseModel):
     cpu_job_wall_s: dict[str, float] = {}
     """Launch to end of each system's fault-free CPU job (``overhead_steps`` steps)."""
     cpu_job_steps: int | None = None
+    replica_slowdown: float | None = None
+    """Memory-tier replicas: 1 - (steps/s with replicas) / (steps/s without), the
+    example job at the bench's step time, 3 ranks (:mod:`bench.replica_cost`)."""
 
 
 async def measure(ctx: BenchContext, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -119,6 +124,11 @@ async def measure(ctx: BenchContext, progress: Callable[[str], None]) -> dict[st
     if ctx.config.overhead_history_job:
         progress("compare: overhead: history growth at a 2 s report interval")
         await _history_rate(ctx, result)
+    progress("compare: overhead: memory-tier replicas, step rate on and off")
+    replicas = await asyncio.to_thread(
+        replica_cost.measure, 1, 3, ctx.config.overhead_steps, ctx.shape.step_time_s
+    )
+    result.replica_slowdown = replicas["slowdown"]
     return result.model_dump()
 
 
@@ -270,6 +280,11 @@ def markdown(extra: dict[str, Any], stats: Summary) -> str:
             "-",
         ),
         ("heartbeat file write, µs", f(o.heartbeat_write_us), "-"),
+        (
+            "memory replicas: step rate, slower by %",
+            f(o.replica_slowdown * 100 if o.replica_slowdown is not None else None),
+            "-",
+        ),
         (f"helper µs per step at {o.step_time_s} s/step", f(o.heartbeat_us_per_step, 2), "-"),
         (
             "fault-free wall time, s (clean)",

@@ -78,6 +78,7 @@ SUITES: dict[str, tuple[str, ...]] = {
         "straggler",
         "schedule",
         "node_loss",
+        "node_loss_replicas",
         "ssh_poll",
         "controller_cpu",
     ),

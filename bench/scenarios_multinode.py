@@ -54,19 +54,50 @@ NODE_LOSS = scenario(
 )
 
 
-def ssh_setup(ctx: BenchContext) -> dict[str, object]:
+NODE_LOSS_REPLICAS = scenario(
+    "node_loss_replicas",
+    f"""``node_loss`` with memory-tier replicas (``checkpoints.memory_replicas``).
+
+    1. as ``node_loss``, with each node also pushing its committed snapshot to the
+       next node (a ring): {NODE_LOSS_VICTIM}'s buddy h3 holds its slot's replicas;
+    2. once the job reports ``shape.fault_step``: ``kill_host("{NODE_LOSS_VICTIM}")``;
+    3. the search finds {NODE_LOSS_VICTIM}'s step in h3's replicas, copies it onto the
+       spare h4, and every rank resumes from that memory step instead of the last
+       disk checkpoint;
+    4. wait for the end; weights against a 3-rank reference. Compare ``steps_lost``
+       with ``node_loss``'s.
+    """,
+    not_possible={"torchrun": NOT_MEASURED_NODE_LOSS},
+    unavailable=multinode.netns_unavailable_reason,
+    references=lambda shape: [(NODE_LOSS_WORLD_SIZE, shape.steps)],
+)
+
+
+def ssh_setup(ctx: BenchContext, replicas: bool = False) -> dict[str, object]:
     """The system's setup (warm start, memory tier) as ssh nodes take it: each test
     host has its own /dev/shm, so the memory tier of a killed host dies with it and
     is measured, not flattered. Rejoin is left out: the spec refuses it on ssh nodes."""
     fields = ctx.setup.spec_fields(ctx.shape, ctx.config.warm_preload)
     fields.pop("rejoin", None)
+    checkpoints = fields.get("checkpoints")
+    if replicas and isinstance(checkpoints, dict):
+        fields["checkpoints"] = {**checkpoints, "memory_replicas": True}
     return fields
 
 
 @runs(NODE_LOSS, "lazarus")
 async def node_loss(ctx: BenchContext, repeat: int) -> Measured:
+    return await _node_loss(ctx, repeat, replicas=False)
+
+
+@runs(NODE_LOSS_REPLICAS, "lazarus")
+async def node_loss_replicas(ctx: BenchContext, repeat: int) -> Measured:
+    return await _node_loss(ctx, repeat, replicas=True)
+
+
+async def _node_loss(ctx: BenchContext, repeat: int, *, replicas: bool) -> Measured:
     shape = ctx.shape
-    setup = ssh_setup(ctx)
+    setup = ssh_setup(ctx, replicas=replicas)
     async with multinode.hosts_for_run(ctx, "node_loss", repeat, count=4) as hosts:
 
         def build(name: str, paths: JobPaths) -> JobSpec:

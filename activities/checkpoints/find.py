@@ -58,9 +58,11 @@ def search_verified(
     The memory tier is searched first (sizes only, on every relaunch node: see
     :mod:`activities.checkpoints.memory_tier`); the disk tiers then only look
     at steps newer than its choice, so a memory resume never waits on hashing a disk
-    checkpoint it would not use. At equal steps the memory copy wins. ``skipped`` holds
+    checkpoint it would not use. At equal steps the memory copy wins. With
+    ``move_aside_corrupt`` (a real relaunch, not a preview), the buddies' replicas a
+    memory choice needs are copied onto the nodes that lack it (a spare) first. ``skipped`` holds
     what was passed over in every tier above the chosen step, newest first."""
-    memory = search_memory(request)
+    memory = search_memory(request, restore=move_aside_corrupt)
     floor = memory.chosen.step if memory.chosen is not None else None
     disk = _search_disk(request, move_aside_corrupt=move_aside_corrupt, above_step=floor)
     chosen = disk.chosen if disk.chosen is not None else memory.chosen
@@ -77,6 +79,7 @@ def search_verified(
             "location": location,
             "skipped": skipped,
             "memory_unavailable": memory.unavailable,
+            "memory_restored": memory.restored if location == "memory" else [],
         }
     )
 

@@ -31,6 +31,7 @@ them) keeps the older, weaker rule: nothing at or below the newest retired step.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -43,9 +44,33 @@ from lazarus.domain.checkpoint_layout import (
     step_dir_name,
 )
 from lazarus.domain.contracts import CheckpointRef, FindVerifiedCheckpointRequest, SkippedCheckpoint
+from lazarus.domain.memory_tier import replica_dir
 from lazarus.domain.timeline import abandoned_reason
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReplicaRestore:
+    """Copy the replica ``source`` on node ``holder`` to ``target`` on node ``node``
+    (the slot's node, which lacks the step) before the launch."""
+
+    node: str
+    holder: str
+    source: str
+    target: str
+    step: int
+
+    def describe(self) -> str:
+        return f"step {self.step} of node {self.node} restored from the replica on {self.holder}"
+
+
+@dataclass(frozen=True)
+class HeldReplicas:
+    """The replicas node ``holder`` holds of one slot's node, by step."""
+
+    holder: str
+    snapshots: dict[int, MemorySnapshot]
 
 
 @dataclass(frozen=True)
@@ -55,11 +80,19 @@ class MemoryChoice:
     """Newer than ``chosen``, newest first."""
     unavailable: str | None = None
     """Why the tier could not be searched on every node (it then holds nothing)."""
+    restores: list[ReplicaRestore] = field(default_factory=list)
+    """Replicas ``chosen`` needs copied onto the nodes that lack it (a spare)."""
+    restored: list[str] = field(default_factory=list)
+    """The restores done, in words (for the search's answer)."""
 
 
-def search_memory(request: FindVerifiedCheckpointRequest) -> MemoryChoice:
+def search_memory(request: FindVerifiedCheckpointRequest, *, restore: bool = False) -> MemoryChoice:
     """The newest step committed and whole on every node of ``request.access``
-    (this machine when empty) in ``request.memory_dir``, and the newer ones skipped."""
+    (this machine when empty) in ``request.memory_dir``, or held for a node that lacks
+    it by a live buddy's replica (``checkpoints.memory_replicas``), and the newer ones
+    skipped. With ``restore`` (not in a read-only preview), the replicas the choice
+    needs are copied onto the nodes that lack them before this returns; a copy that
+    fails leaves the tier holding nothing (disk serves)."""
     root = request.memory_dir
     if root is None or (request.below_step is not None):
         return MemoryChoice()
@@ -68,16 +101,68 @@ def search_memory(request: FindVerifiedCheckpointRequest) -> MemoryChoice:
     def listing(agent: NodeAgent) -> list[MemorySnapshot]:
         return agent.memory_snapshots(root)
 
+    names = [node.name for node in access.nodes]
     with agents(access) as opened:
         answers = on_each_settled(opened, listing)
-    per_node: dict[str, dict[int, MemorySnapshot]] = {}
-    for node, answer in zip(access.nodes, answers, strict=True):
+        per_node: dict[str, dict[int, MemorySnapshot]] = {}
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, Exception):
+                why = f"node {name}: {answer}"
+                log.warning("memory tier not searched: %s", why)
+                return MemoryChoice(unavailable=why)
+            per_node[name] = {snapshot.step: snapshot for snapshot in answer}
+        held: dict[str, HeldReplicas] = {}
+        if request.checkpoints.memory_replicas and len(names) > 1:
+            held = _held_replicas(opened, root, names)
+        choice = choose(request, root, names, per_node, held)
+        if restore and choice.restores:
+            choice = _restore(choice, dict(zip(names, opened, strict=True)))
+    return choice
+
+
+def _held_replicas(opened: list[NodeAgent], root: str, names: list[str]) -> dict[str, HeldReplicas]:
+    """What each node holds of its ring predecessor's slot (the node in slot ``i``
+    pushes to slot ``i + 1``; a spare takes its lost node's slot, so the buddy of a
+    lost node still holds that slot's replicas). A node that cannot list them holds
+    none: the replicas only ever add resume points."""
+    count = len(names)
+
+    def listing(agent: NodeAgent) -> list[MemorySnapshot]:
+        slot = (names.index(agent.node.name) - 1) % count
+        return agent.memory_snapshots(replica_dir(root, slot))
+
+    held: dict[str, HeldReplicas] = {}
+    for index, answer in enumerate(on_each_settled(opened, listing)):
+        origin = names[(index - 1) % count]
         if isinstance(answer, Exception):
-            why = f"node {node.name}: {answer}"
-            log.warning("memory tier not searched: %s", why)
-            return MemoryChoice(unavailable=why)
-        per_node[node.name] = {snapshot.step: snapshot for snapshot in answer}
-    return choose(request, root, [node.name for node in access.nodes], per_node)
+            log.warning("memory replicas on node %s not listed: %s", names[index], answer)
+            continue
+        held[origin] = HeldReplicas(names[index], {s.step: s for s in answer})
+    return held
+
+
+def _restore(choice: MemoryChoice, by_name: dict[str, NodeAgent]) -> MemoryChoice:
+    """Copy each replica the choice needs onto its node, checked against its own
+    manifest before the write (sizes, step): never a torn copy on the spare."""
+    done: list[str] = []
+    for plan in choice.restores:
+        try:
+            files = by_name[plan.holder].read_memory_snapshot(plan.source)
+            manifest = json.loads(files[MANIFEST]) if MANIFEST in files else None
+            sizes = {name: len(data) for name, data in files.items()}
+            torn = manifest_size_problem(manifest, plan.step, sizes.get)
+            if torn is not None:
+                raise ValueError(f"torn: {torn}")
+            by_name[plan.node].write_memory_snapshot(plan.target, files)
+        except Exception as exc:
+            why = f"{plan.describe()} failed: {exc}"
+            log.warning("memory tier: %s", why)
+            return MemoryChoice(skipped=choice.skipped, unavailable=why)
+        log.info("memory tier: %s", plan.describe())
+        done.append(plan.describe())
+    return MemoryChoice(
+        chosen=choice.chosen, skipped=choice.skipped, restores=choice.restores, restored=done
+    )
 
 
 def choose(
@@ -85,10 +170,17 @@ def choose(
     root: str,
     node_names: list[str],
     per_node: dict[str, dict[int, MemorySnapshot]],
+    replicas: dict[str, HeldReplicas] | None = None,
 ) -> MemoryChoice:
-    """The cross-node choice, given what each node reported (pure: unit-tested)."""
+    """The cross-node choice, given what each node reported and the replicas live
+    buddies hold for a node, by that node's name (pure: unit-tested). A node's own
+    copy comes first; a replica serves only a node without one, and is judged like
+    one (torn, another job, a timeline the job left, the world size), and its
+    generation must match the other copies': one step, one timeline, every slot."""
+    replicas = replicas or {}
     floor = None if request.timeline else max(request.exclude_steps, default=None)
     steps = {step for listed in per_node.values() for step in listed}
+    steps |= {step for held in replicas.values() for step in held.snapshots}
     steps -= set(request.exclude_steps)
     if floor is not None:
         steps = {step for step in steps if step > floor}
@@ -100,16 +192,32 @@ def choose(
         problems: list[str] = []
         everywhere = True
         writers: dict[str, object] = {}
+        restores: list[ReplicaRestore] = []
         for name in node_names:
             snapshot = per_node.get(name, {}).get(step)
+            where = f"node {name}"
+            held = replicas.get(name)
+            if snapshot is None and held is not None and step in held.snapshots:
+                snapshot = held.snapshots[step]
+                where = f"node {held.holder} (replica of node {name})"
+                source = PurePosixPath(replica_dir(root, node_names.index(name)))
+                restores.append(
+                    ReplicaRestore(
+                        node=name,
+                        holder=held.holder,
+                        source=str(source / step_dir_name(step)),
+                        target=path,
+                        step=step,
+                    )
+                )
             if snapshot is None:
                 everywhere = False
                 continue
             problem = snapshot_problem(snapshot, request)
             if problem is not None:
-                problems.append(f"node {name}: {problem}")
+                problems.append(f"{where}: {problem}")
             elif snapshot.manifest is not None:
-                writers[name] = snapshot.manifest.get("generation")
+                writers[where] = snapshot.manifest.get("generation")
         if len(set(map(repr, writers.values()))) > 1:
             problems.append(
                 "copies from different generations ("
@@ -121,7 +229,9 @@ def choose(
                 SkippedCheckpoint(step=step, path=path, location="memory", problems=problems)
             )
         elif everywhere:
-            return MemoryChoice(chosen=CheckpointRef(step=step, path=path), skipped=skipped)
+            return MemoryChoice(
+                chosen=CheckpointRef(step=step, path=path), skipped=skipped, restores=restores
+            )
     return MemoryChoice(skipped=skipped)
 
 

@@ -314,6 +314,19 @@ class NodeAgent(ABC):
         :class:`NodeUnreachable` or :class:`NodeRefused` when the node cannot answer."""
         raise NotImplementedError(f"{type(self).__name__} cannot list memory snapshots")
 
+    def read_memory_snapshot(self, path: str) -> dict[str, bytes]:
+        """Every file of the committed snapshot directory ``path`` (a logical path in
+        the memory tier, one level of plain files), its ``COMMITTED`` marker left out:
+        a replica to copy onto a spare. Raises when it is not a committed snapshot."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read memory snapshots")
+
+    def write_memory_snapshot(self, path: str, files: dict[str, bytes]) -> None:
+        """Write ``files`` (plain names, the manifest among them) into ``path`` in the
+        memory tier with the commit protocol: any old marker removed, the files 0600
+        (the manifest last), then ``COMMITTED``. Private directories, no symlink
+        followed, like every write in the tier."""
+        raise NotImplementedError(f"{type(self).__name__} cannot write memory snapshots")
+
     def exit_fds(self) -> list[int]:
         """Descriptors that become readable when a rank this agent polled, or the
         process that records its exit, has ended (see :mod:`activities.nodes.exit_watch`):

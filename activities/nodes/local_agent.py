@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path, PurePosixPath
 
+from activities.nodes import memory_files
 from activities.nodes.agent import (
     CarryRequest,
     CarryResult,
@@ -232,6 +233,12 @@ class LocalAgent(NodeAgent):
 
     def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
         return local_memory_snapshots(Path(root))
+
+    def read_memory_snapshot(self, path: str) -> dict[str, bytes]:
+        return memory_files.read_snapshot(path)
+
+    def write_memory_snapshot(self, path: str, files: dict[str, bytes]) -> None:
+        memory_files.write_snapshot(path, files)
 
 
 def local_memory_snapshots(root: Path) -> list[MemorySnapshot]:

@@ -34,6 +34,11 @@
 #   write PATH [CONTENT]                   (stdin without CONTENT) {"written"}
 #   memory ROOT                            per committed step-N under ROOT:
 #       {"memory_step","manifest","sizes"} (manifest embedded or null)
+#   memory-read STEP_DIR                   per plain file of a committed snapshot but
+#       its marker: {"memory_file":NAME,"base64":"..."}, then {"memory_read"}
+#   memory-put STEP_DIR NAME               (stdin: the file in base64) writes it 0600,
+#       after removing STEP_DIR's marker: {"memory_put"}
+#   memory-commit STEP_DIR                 writes COMMITTED: {"memory_committed"}
 #   end-run MEMORY_DIR                     {"removed"} the run's memory tier, only
 #       under /dev/shm/lazarus/ (it is removed recursively)
 #   warm GEN_DIR PROGRAM WORKDIR           (stdin: the ranks' PATH line, their
@@ -936,6 +941,94 @@ shim_memory() {
 	done
 }
 
+# A replica copied onto a spare (activities/nodes/memory_files.py does the same on
+# local nodes): one level of plain files, none followed through a symlink, 0600 in
+# 0700 directories, the marker written last.
+memory_plain_name() {
+	case $1 in
+	'' | . | .. | COMMITTED | .* | */* | *.lazarus-tmp) return 1 ;;
+	esac
+	return 0
+}
+
+shim_memory_read() {
+	[ $# -eq 1 ] || {
+		fail "memory-read: usage: memory-read STEP_DIR"
+		return 2
+	}
+	tier_path "$1" || return 1
+	if [ -L "$_tp" ] || [ ! -d "$_tp" ] || [ ! -f "$_tp/COMMITTED" ]; then
+		fail "memory-read: $1 is not a committed memory snapshot"
+		return 1
+	fi
+	for _rf in "$_tp"/*; do
+		_rn=${_rf##*/}
+		memory_plain_name "$_rn" || continue
+		[ -L "$_rf" ] && continue
+		[ -f "$_rf" ] || continue
+		printf '{"memory_file":%s,"base64":"' "$(json_str "$_rn")"
+		base64 -w 0 <"$_rf" || {
+			echo
+			fail "memory-read: cannot read $_rf"
+			return 1
+		}
+		printf '"}\n'
+	done
+	printf '{"memory_read":%s}\n' "$(json_str "$1")"
+}
+
+memory_step_dir() {
+	# STEP_DIR created private (umask 077) and checked again once it exists.
+	tier_path "$1" || return 1
+	(umask 077 && mkdir -p -- "$_tp") 2>/dev/null || {
+		fail "memory: cannot create $1"
+		return 1
+	}
+	tier_path "$1" || return 1
+	if [ -L "$_tp" ] || [ ! -d "$_tp" ]; then
+		fail "memory: $1 is not a directory"
+		return 1
+	fi
+}
+
+shim_memory_put() {
+	[ $# -eq 2 ] || {
+		fail "memory-put: usage: memory-put STEP_DIR NAME"
+		return 2
+	}
+	memory_plain_name "$2" || {
+		fail "memory-put: $2 is not one plain file name"
+		return 2
+	}
+	memory_step_dir "$1" || return 1
+	rm -f -- "$_tp/COMMITTED"
+	_pt="$_tp/.$2.$$.lazarus-tmp"
+	rm -f -- "$_pt"
+	if (umask 077 && base64 -d >"$_pt") && chmod 600 -- "$_pt" && mv -f -- "$_pt" "$_tp/$2"; then
+		printf '{"memory_put":%s}\n' "$(json_str "$2")"
+	else
+		rm -f -- "$_pt"
+		fail "memory-put: cannot write $2 in $1"
+		return 1
+	fi
+}
+
+shim_memory_commit() {
+	[ $# -eq 1 ] || {
+		fail "memory-commit: usage: memory-commit STEP_DIR"
+		return 2
+	}
+	memory_step_dir "$1" || return 1
+	_pt="$_tp/.COMMITTED.$$.lazarus-tmp"
+	if (umask 077 && printf '{"replica":true}' >"$_pt") && mv -f -- "$_pt" "$_tp/COMMITTED"; then
+		printf '{"memory_committed":%s}\n' "$(json_str "$1")"
+	else
+		rm -f -- "$_pt"
+		fail "memory-commit: cannot commit $1"
+		return 1
+	fi
+}
+
 # --- dispatch ----------------------------------------------------------------------------
 
 shim_main() {
@@ -953,6 +1046,9 @@ shim_main() {
 	rejoin) shim_rejoin "$@" ;;
 	stop-zygote) shim_stop_zygote "$@" ;;
 	memory) shim_memory "$@" ;;
+	memory-read) shim_memory_read "$@" ;;
+	memory-put) shim_memory_put "$@" ;;
+	memory-commit) shim_memory_commit "$@" ;;
 	json-escape)
 		for _s; do
 			json_str "$_s"

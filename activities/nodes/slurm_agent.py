@@ -619,6 +619,12 @@ class SlurmAgent(SlurmWarm):
     def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
         return self._shim().memory_snapshots(root)
 
+    def read_memory_snapshot(self, path: str) -> dict[str, bytes]:
+        return self._shim().read_memory_snapshot(path)
+
+    def write_memory_snapshot(self, path: str, files: dict[str, bytes]) -> None:
+        self._shim().write_memory_snapshot(path, files)
+
     def preflight(self, request: PreflightRequest) -> PreflightResult:
         return self._shim().preflight(request)
 

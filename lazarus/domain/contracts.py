@@ -594,6 +594,10 @@ class CheckpointSearch(_Model):
     memory_unavailable: str | None = None
     """Why the memory tier could not be searched on every relaunch node (a node that
     did not answer): it then held nothing, and disk or durable served."""
+    memory_restored: list[str] = Field(default_factory=list)
+    """Memory choice only: the buddies' replicas copied onto relaunch nodes that lacked
+    the step (a spare after a node loss), one line each, e.g. "step 25 of node h4
+    restored from the replica on h3"."""
 
 
 class UploadCheckpointRequest(_Model):

@@ -40,6 +40,14 @@ MEMORY_EVERY_STEPS = "LAZARUS_MEMORY_EVERY_STEPS"
 """Memory snapshot cadence in steps (default 1 when the memory directory is set; 0: off)."""
 CHECKPOINT_EVERY_STEPS = "LAZARUS_CHECKPOINT_EVERY_STEPS"
 """Disk checkpoint cadence in steps (unset: the script's own; 0: only on request)."""
+MEMORY_REPLICA_LISTEN = "LAZARUS_MEMORY_REPLICA_LISTEN"
+"""``host:port`` this node's local rank 0 receives its ring predecessor's memory
+snapshots on (``checkpoints.memory_replicas``; the host is the node's own address)."""
+MEMORY_REPLICA_TO = "LAZARUS_MEMORY_REPLICA_TO"
+"""``host:port`` of the buddy (the next node in slot order) this node's committed
+snapshots are pushed to."""
+MEMORY_REPLICA_FROM = "LAZARUS_MEMORY_REPLICA_FROM"
+"""The host of the node whose snapshots this node receives: the only peer accepted."""
 
 # Keys of the JSON document in CONTROL_FILE besides "checkpoint_request" and "then":
 # interval overrides that take effect without a restart. A writer of the control file
@@ -87,6 +95,9 @@ REJOIN_VARIABLES = (
     MEMORY_KEEP,
     MEMORY_EVERY_STEPS,
     CHECKPOINT_EVERY_STEPS,
+    MEMORY_REPLICA_LISTEN,
+    MEMORY_REPLICA_TO,
+    MEMORY_REPLICA_FROM,
 )
 """The variables a rejoin request sets (or unsets, as null) in a surviving rank: those
 the launcher derives per generation. Everything else in its environment stays."""

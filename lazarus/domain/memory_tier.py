@@ -12,6 +12,7 @@ tier is where checkpoints survive from one run to the next.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import PurePosixPath
 
 from lazarus.domain import environment
@@ -29,6 +30,12 @@ and optimizer state there, plant a forged snapshot, or swap a directory for a
 symlink. ``/dev/shm`` is sticky, so nobody else can rename or remove the root
 once it is ours; a user who squats the name only turns the tier off for us (the
 rank says why, and disk serves)."""
+REPLICAS_DIR = "replicas"
+"""Under a run's memory directory: ``replicas/slot-<i>/step-N/``, the snapshots this
+node holds for the node in slot ``i`` (its ring predecessor)."""
+REPLICA_PORTS = range(20000, 32768)
+"""Where replica receivers listen: below Linux's ephemeral range, like the derived
+rendezvous ports (:data:`activities.launcher.DERIVED_PORTS`)."""
 LEGACY_RUN_KEY = "_"
 """The run key of a job without run directories (``run_root`` is the job directory)."""
 
@@ -71,3 +78,48 @@ def environment_on_node(env: dict[str, str], uid: int) -> dict[str, str]:
         if mapped.get(name):
             mapped[name] = on_node(mapped[name], uid)
     return mapped
+
+
+def replica_dir(memory_dir: str, slot: int) -> str:
+    """Where a node holds the replicas of the node in ``slot``:
+    ``<memory_dir>/replicas/slot-<slot>``."""
+    if slot < 0:
+        raise ValueError(f"replica slot {slot} must be >= 0")
+    return str(PurePosixPath(memory_dir) / REPLICAS_DIR / f"slot-{slot}")
+
+
+def buddy_slot(slot: int, nodes: int) -> int:
+    """The slot that holds ``slot``'s replicas: the next one, in a ring."""
+    return (slot + 1) % nodes
+
+
+def replica_port(job_id: str, generation: int, slot: int) -> int:
+    """The port the node in ``slot`` receives replicas on in ``generation``: stable per
+    (job, generation, slot), so a retried launch gives the same one, and different
+    per slot, so logical nodes of one machine do not collide."""
+    digest = hashlib.sha256(f"{job_id}/{generation}/replica/{slot}".encode()).digest()
+    return REPLICA_PORTS[int.from_bytes(digest[:4], "big") % len(REPLICA_PORTS)]
+
+
+def replica_environment(
+    job_id: str, generation: int, hosts: list[str], slot: int
+) -> dict[str, str]:
+    """The replica variables of the ranks of the node in ``slot`` (``hosts`` in slot
+    order): where it listens, where it pushes, whom it accepts. Empty for one node: a
+    replica on the node it protects protects nothing."""
+    count = len(hosts)
+    if count < 2:
+        return {}
+    to = buddy_slot(slot, count)
+    origin = (slot - 1) % count
+    return {
+        environment.MEMORY_REPLICA_LISTEN: _address(
+            hosts[slot], replica_port(job_id, generation, slot)
+        ),
+        environment.MEMORY_REPLICA_TO: _address(hosts[to], replica_port(job_id, generation, to)),
+        environment.MEMORY_REPLICA_FROM: hosts[origin],
+    }
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

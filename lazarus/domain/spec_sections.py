@@ -204,6 +204,11 @@ class CheckpointsSpec(_Strict):
     """Committed memory snapshots each node keeps (RAM: ``memory_keep + 1`` copies of
     the state). 2, because a node that dies between the cross-node barrier and its own
     commit leaves the previous step as the newest one every node holds."""
+    memory_replicas: bool = False
+    """With the memory tier on a job of two or more nodes: each node's committed
+    snapshot is also pushed, in the background, to one buddy (the next node in slot
+    order, a ring), so a node loss resumes the spare from the buddy's replica instead
+    of a disk checkpoint. RAM: ``memory_keep`` more copies of the state per node."""
     interval: Literal["auto"] | None = None
     """``auto``: the controller tunes the disk interval by Young and Daly, from the
     measured blocking cost of a save and the job's MTBF, and sends it to the ranks
@@ -274,6 +279,12 @@ class CheckpointsSpec(_Strict):
             )
         if self.mtbf_prior_h is not None and self.interval != "auto":
             raise ValueError("mtbf_prior_h is only used with interval: auto")
+        return self
+
+    @model_validator(mode="after")
+    def _replicas_need_the_memory_tier(self) -> CheckpointsSpec:
+        if self.memory_replicas and self.memory_every_steps is None:
+            raise ValueError("memory_replicas: true needs the memory tier (set memory_every_steps)")
         return self
 
     @model_validator(mode="after")

@@ -57,7 +57,10 @@ rank's snapshot thread (on a gloo group of its own, so it never interleaves with
 the training's collectives), and only then commits. A marker for step k on any
 node therefore means every node's copy of step k was whole in tmpfs first; a node
 that dies between the barrier and its commit still holds step k-1 committed,
-because a snapshot starts only after the previous one's thread finished.
+because a snapshot starts only after the previous one's thread finished. With
+replicas on (``checkpoints.memory_replicas``), the same thread then pushes the
+committed step to the node's buddy, whose writer runs the receiver
+(:mod:`lazarus.rank.replica`, standard library only).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ import torch.distributed.distributed_c10d as c10d
 
 import lazarus.rank as lazarus_rank
 from lazarus.domain import environment, phases
-from lazarus.rank import memory
+from lazarus.rank import memory, replica
 
 STATE_FILE = "state.pt"
 
@@ -295,6 +298,9 @@ def _start_snapshot(step: int, state: State) -> None:
         group = _snapshot_group
     copied = _copy_to_cpu(_resolve(state), _last_copy) if memory.is_writer() else None
     _last_copy = copied
+    if copied is not None:
+        # Before this rank joins the barrier, so before any predecessor can push.
+        replica.ensure_receiver()
     _snapshot_thread = threading.Thread(
         target=_write_snapshot,
         args=(step, copied, group),
@@ -331,7 +337,8 @@ def _write_snapshot(step: int, state: Mapping[str, Any] | None, group: Any) -> N
         if group is not None:
             dist.barrier(group=group)  # every node's copy is in tmpfs before any commit
         if written:
-            memory.commit(step)
+            final = memory.commit(step)
+            replica.push_committed(final)  # to the buddy, when replicas are on
     except Exception as exc:
         print(f"lazarus.rank: memory snapshot of step {step} not committed: {exc}", file=sys.stderr)
 

@@ -1,0 +1,352 @@
+"""Memory-tier replicas, controller side: the search counts a live buddy's replica for
+a node that lacks the step (a spare), refuses a torn, foreign or other-timeline
+replica, and copies the chosen replica onto the spare before the launch.
+
+The choice is pure (``choose`` on reported facts); the restore runs through the real
+local agent and the real shim (``LocalShimAgent``: the ssh agent's code path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from unittest import mock
+
+import pytest
+
+import lazarus.rank as lz
+from activities.checkpoints import find as find_module
+from activities.checkpoints import memory_tier
+from activities.checkpoints.memory_tier import HeldReplicas, ReplicaRestore, choose
+from activities.launcher import rank_environment
+from activities.nodes import memory_files
+from activities.nodes.agent import MemorySnapshot, NodeAgent
+from activities.nodes.local_agent import LocalAgent, local_memory_snapshots
+from activities.nodes.rundir import GenerationDir, job_root
+from activities.nodes.shim_agent import LocalShimAgent
+from lazarus.domain import checkpoint_layout, environment
+from lazarus.domain.contracts import FindVerifiedCheckpointRequest, NodeAccess
+from lazarus.domain.memory_tier import replica_dir, replica_environment
+from lazarus.domain.spec import CheckpointsSpec, NodeSpec, SpecError, parse_spec
+from lazarus.domain.timeline import with_cut
+from lazarus.rank import memory
+
+JOB = "memjob"
+ROOT = "/dev/shm/lazarus/memjob/run-1"
+NAMES = ["a", "spare", "c"]  # the spare took the lost node's slot 1; c (slot 2) buddies it
+
+
+def facts(step: int, *, generation: int = 1, job: str = JOB, torn: bool = False) -> MemorySnapshot:
+    manifest = {
+        "step": step,
+        "job_id": job,
+        "generation": generation,
+        "world_size": 3,
+        "files": {"state.pt": {"size": 100, "sha256": None}},
+    }
+    return MemorySnapshot(
+        step=step,
+        path=f"{ROOT}/step-{step:08d}",
+        manifest=manifest,
+        sizes={"state.pt": 10 if torn else 100, "manifest.json": 200},
+    )
+
+
+def search_request(**overrides: object) -> FindVerifiedCheckpointRequest:
+    values: dict[str, object] = {
+        "checkpoint_dir": "/nonexistent/ckpt",
+        "checkpoints": CheckpointsSpec(memory_every_steps=1, memory_replicas=True),
+        "job_id": JOB,
+        "memory_dir": ROOT,
+        "expected_world_size": 3,
+        "access": NodeAccess(nodes=[NodeSpec(name=n) for n in NAMES]),
+    }
+    values.update(overrides)
+    return FindVerifiedCheckpointRequest.model_validate(values)
+
+
+def own(*steps: int, **kwargs: object) -> dict[int, MemorySnapshot]:
+    return {step: facts(step, **kwargs) for step in steps}  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ the choice (pure)
+
+
+def test_a_live_buddys_replica_makes_the_step_available_to_the_spare() -> None:
+    per_node = {"a": own(24, 25), "spare": {}, "c": own(24, 25)}
+    held = {"spare": HeldReplicas("c", own(24, 25))}
+
+    choice = choose(search_request(), ROOT, NAMES, per_node, held)
+
+    assert choice.chosen is not None and choice.chosen.step == 25
+    assert choice.chosen.path == f"{ROOT}/step-00000025"
+    assert choice.restores == [
+        ReplicaRestore(
+            node="spare",
+            holder="c",
+            source=f"{replica_dir(ROOT, 1)}/step-00000025",
+            target=f"{ROOT}/step-00000025",
+            step=25,
+        )
+    ]
+    assert choice.skipped == []
+
+
+def test_without_a_replica_the_spare_leaves_the_tier_empty() -> None:
+    per_node = {"a": own(24, 25), "spare": {}, "c": own(24, 25)}
+    assert choose(search_request(), ROOT, NAMES, per_node, {}).chosen is None
+
+
+def test_a_torn_replica_is_refused_and_the_previous_step_serves() -> None:
+    per_node = {"a": own(24, 25), "spare": {}, "c": own(24, 25)}
+    held = {"spare": HeldReplicas("c", {24: facts(24), 25: facts(25, torn=True)})}
+
+    choice = choose(search_request(), ROOT, NAMES, per_node, held)
+
+    assert choice.chosen is not None and choice.chosen.step == 24
+    (skipped,) = choice.skipped
+    assert skipped.step == 25 and skipped.location == "memory"
+    assert skipped.problems == [
+        "node c (replica of node spare): torn: state.pt: 10 bytes, the manifest says 100"
+    ]
+
+
+def test_a_replica_of_another_generation_never_mixes_two_timelines() -> None:
+    per_node = {"a": own(25, generation=2), "spare": {}, "c": own(25, generation=2)}
+    held = {"spare": HeldReplicas("c", own(25, generation=1))}
+
+    choice = choose(search_request(), ROOT, NAMES, per_node, held)
+
+    assert choice.chosen is None
+    assert "two timelines" in choice.skipped[0].problems[-1]
+
+
+def test_a_replica_on_a_timeline_the_job_left_is_refused() -> None:
+    cuts = with_cut(with_cut([], 1, 0), 2, 20)  # generation 2 resumed from 20
+    per_node = {"a": own(25, generation=1), "spare": {}, "c": own(25, generation=1)}
+    held = {"spare": HeldReplicas("c", own(25, generation=1))}
+
+    choice = choose(search_request(timeline=cuts), ROOT, NAMES, per_node, held)
+
+    assert choice.chosen is None
+    assert any(
+        "(replica of node spare): written by generation 1, on a timeline the job left" in p
+        for p in choice.skipped[0].problems
+    )
+
+
+def test_another_jobs_replica_is_refused() -> None:
+    per_node = {"a": own(25), "spare": {}, "c": own(25)}
+    held = {"spare": HeldReplicas("c", own(25, job="other"))}
+
+    choice = choose(search_request(), ROOT, NAMES, per_node, held)
+
+    assert choice.chosen is None
+    assert choice.skipped[0].problems == ["node c (replica of node spare): written by job other"]
+
+
+def test_a_nodes_own_copy_comes_before_a_replica() -> None:
+    per_node = {"a": own(25), "spare": own(25), "c": own(25)}
+    held = {"spare": HeldReplicas("c", own(25))}
+    choice = choose(search_request(), ROOT, NAMES, per_node, held)
+    assert choice.chosen is not None and choice.restores == []
+
+
+# ------------------------------------------------------------- the launcher and spec
+
+
+def test_the_ring_gives_each_node_its_buddy_and_its_predecessor() -> None:
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    env = [replica_environment(JOB, 4, hosts, slot) for slot in range(3)]
+    for slot in range(3):
+        buddy = (slot + 1) % 3
+        assert (
+            env[slot][environment.MEMORY_REPLICA_TO]
+            == env[buddy][environment.MEMORY_REPLICA_LISTEN]
+        )
+        assert env[buddy][environment.MEMORY_REPLICA_FROM] == hosts[slot]
+        assert env[slot][environment.MEMORY_REPLICA_LISTEN].startswith(f"{hosts[slot]}:")
+    assert replica_environment(JOB, 4, hosts[:1], 0) == {}  # one node: nothing to protect
+    assert env != [replica_environment(JOB, 5, hosts, slot) for slot in range(3)]  # per gen
+
+
+def test_replicas_need_the_memory_tier_and_are_off_by_default() -> None:
+    assert CheckpointsSpec().memory_replicas is False
+    data = {"name": "j", "command": ["python", "x.py"], "checkpoints": {"memory_replicas": True}}
+    with pytest.raises(SpecError, match="memory_replicas: true needs the memory tier"):
+        parse_spec(data, "<test>")
+
+
+def test_the_launcher_gives_each_rank_its_nodes_replica_addresses(tmp_path: Path) -> None:
+    nodes = [{"name": "n1", "host": "10.0.0.1"}, {"name": "n2", "host": "10.0.0.2"}]
+    data = {
+        "name": JOB,
+        "command": ["python", "train.py"],
+        "nodes": nodes,
+        "checkpoints": {"memory_every_steps": 1, "memory_replicas": True},
+    }
+    spec = parse_spec(data, "<test>").resolved(tmp_path)
+    gen = GenerationDir.of(job_root(spec.run_dir, spec.job_id) / "run-abc", 3)
+    env = rank_environment(spec, spec.nodes, 1, gen, 1, 29500, None, worker_env={})
+    assert env[environment.MEMORY_REPLICA_FROM] == "10.0.0.1"
+    assert env[environment.MEMORY_REPLICA_TO].startswith("10.0.0.1:")
+    assert env[environment.MEMORY_REPLICA_LISTEN].startswith("10.0.0.2:")
+    off = parse_spec({**data, "checkpoints": {"memory_every_steps": 1}}, "<test>")
+    leaked = {environment.MEMORY_REPLICA_TO: "10.9.9.9:1"}
+    env = rank_environment(off.resolved(tmp_path), off.nodes, 1, gen, 1, 1, None, leaked)
+    assert environment.MEMORY_REPLICA_TO not in env
+
+
+# ------------------------------------------------------------------- the restore
+
+
+def write_snapshot(root: Path, step: int) -> Path:
+    env = {
+        environment.MEMORY_CHECKPOINT_DIR: str(root),
+        environment.MEMORY_KEEP: "100",
+        environment.WORLD_SIZE: "3",
+        environment.RANK: "0",
+        environment.LOCAL_RANK: "0",
+        environment.GENERATION: "1",
+        environment.JOB_ID: JOB,
+    }
+    with mock.patch.dict(os.environ, env):
+        lz._reset_state()
+        (memory.write_dir(step) / "state.pt").write_bytes(bytes(range(256)) * 40)
+        path = memory.commit(step)
+    lz._reset_state()
+    return path
+
+
+@pytest.mark.slow  # the shim runs in a shell of its own
+@pytest.mark.parametrize("kind", ["local", "shim"])
+def test_an_agent_copies_a_snapshot_whole_and_private(tmp_path: Path, kind: str) -> None:
+    source = write_snapshot(tmp_path / "holder" / "replicas" / "slot-1", 25)
+    target = tmp_path / "spare" / "run" / "step-00000025"
+    agent: NodeAgent = (
+        LocalAgent(NodeSpec(name="n")) if kind == "local" else LocalShimAgent(NodeSpec(name="n"))
+    )
+
+    files = agent.read_memory_snapshot(str(source))
+    assert set(files) == {"state.pt", checkpoint_layout.MANIFEST}
+    agent.write_memory_snapshot(str(target), files)
+
+    (copied,) = local_memory_snapshots(target.parent)
+    assert copied.step == 25
+    assert checkpoint_layout.size_problem(target) is None
+    assert (target / "state.pt").read_bytes() == (source / "state.pt").read_bytes()
+    for file in target.iterdir():
+        assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+    with pytest.raises(Exception, match="not a committed"):
+        agent.read_memory_snapshot(str(tmp_path / "holder" / "replicas" / "slot-1" / "step-9"))
+
+
+def test_a_name_that_leaves_the_directory_is_never_written(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not one plain path component"):
+        memory_files.write_snapshot(
+            str(tmp_path / "step-00000001"), {"../x": b"", checkpoint_layout.MANIFEST: b"{}"}
+        )
+
+
+class TierAgent(LocalAgent):
+    """A node whose memory tier (``ROOT`` and below) is a directory of its own."""
+
+    def __init__(self, node: NodeSpec, where: Path) -> None:
+        super().__init__(node)
+        self.where = where
+
+    def _here(self, path: str) -> Path:
+        return self.where / PurePosixPath(path).relative_to(ROOT)
+
+    def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
+        return [
+            s.model_copy(update={"path": f"{root}/{Path(s.path).name}"})
+            for s in local_memory_snapshots(self._here(root))
+        ]
+
+    def read_memory_snapshot(self, path: str) -> dict[str, bytes]:
+        return memory_files.read_snapshot(str(self._here(path)))
+
+    def write_memory_snapshot(self, path: str, files: dict[str, bytes]) -> None:
+        memory_files.write_snapshot(str(self._here(path)), files)
+
+
+@pytest.fixture
+def tiers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
+    dirs = {name: tmp_path / f"shm-{name}" for name in NAMES}
+
+    @contextmanager
+    def fake_agents(access: NodeAccess) -> Iterator[list[NodeAgent]]:
+        yield [TierAgent(node, dirs[node.name]) for node in access.nodes]
+
+    monkeypatch.setattr(memory_tier, "agents", fake_agents)
+    yield dirs
+
+
+def test_the_search_restores_the_replica_onto_the_spare_before_the_launch(
+    tiers: dict[str, Path],
+) -> None:
+    for step in (24, 25):
+        write_snapshot(tiers["a"], step)
+        write_snapshot(tiers["c"], step)
+        write_snapshot(tiers["c"] / "replicas" / "slot-1", step)  # c buddies slot 1
+
+    preview = find_module.search_verified(search_request(), move_aside_corrupt=False)
+    assert preview.chosen is not None and preview.chosen.step == 25
+    assert not (tiers["spare"] / "step-00000025").exists()  # a preview copies nothing
+
+    search = find_module.search_verified(search_request())
+
+    assert search.location == "memory"
+    assert search.chosen is not None and search.chosen.step == 25
+    assert search.memory_restored == ["step 25 of node spare restored from the replica on c"]
+    restored = tiers["spare"] / "step-00000025"
+    assert checkpoint_layout.is_committed(restored)
+    assert json.loads((restored / checkpoint_layout.MANIFEST).read_text())["generation"] == 1
+    assert (restored / "state.pt").read_bytes() == (
+        tiers["c"] / "replicas" / "slot-1" / "step-00000025" / "state.pt"
+    ).read_bytes()
+
+
+def test_a_restore_that_fails_leaves_the_resume_to_disk(
+    tiers: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for step in (24, 25):
+        write_snapshot(tiers["a"], step)
+        write_snapshot(tiers["c"], step)
+        write_snapshot(tiers["c"] / "replicas" / "slot-1", step)
+
+    def broken(self: TierAgent, path: str, files: dict[str, bytes]) -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(TierAgent, "write_memory_snapshot", broken)
+    search = find_module.search_verified(search_request())
+
+    assert search.chosen is None
+    assert search.memory_unavailable is not None
+    assert "No space left on device" in search.memory_unavailable
+
+
+def test_a_buddy_that_cannot_list_its_replicas_leaves_the_resume_to_disk(
+    tiers: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for step in (24, 25):
+        write_snapshot(tiers["a"], step)
+        write_snapshot(tiers["c"], step)
+        write_snapshot(tiers["c"] / "replicas" / "slot-1", step)
+    listing = TierAgent.memory_snapshots
+
+    def no_replicas(self: TierAgent, root: str) -> list[MemorySnapshot]:
+        if "/replicas/" in root:
+            raise OSError("connection reset")
+        return listing(self, root)
+
+    monkeypatch.setattr(TierAgent, "memory_snapshots", no_replicas)
+    search = find_module.search_verified(search_request())
+
+    assert search.chosen is None and search.memory_unavailable is None
+    assert not (tiers["spare"] / "step-00000025").exists()
