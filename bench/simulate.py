@@ -52,6 +52,7 @@ from activities.fleet import fleet_hand_back, fleet_lease, fleet_release, fleet_
 from bench.sim_cluster import PROBATION_COMMAND, REPORT_S, SimCluster, run_chain
 from bench.sim_fleet import FLEET_NAME, FleetPlan, fleet_figures, fleet_plan
 from bench.sim_model import (
+    CALIBRATION,
     CALIBRATION_FILE,
     DAY_S,
     LLAMA3_CHECKPOINT_S,
@@ -885,6 +886,10 @@ async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
         },
         "calibration": {
             "file": CALIBRATION_FILE,
+            "measured": {
+                name: {"seconds": c.seconds, "from": list(c.measured), "feeds": c.feeds}
+                for name, c in CALIBRATION.items()
+            },
             "costs_s": config.costs(hang_timeout_s=config.hang_timeout_s).as_dict(),
         },
         "young_daly": {
