@@ -295,6 +295,13 @@ def phase_table(stats: Summary, scenario: str = "crash") -> str | None:
     return "\n".join(lines)
 
 
+def phase_tables(stats: Summary) -> str | None:
+    """:func:`phase_table` of every scenario with phase figures (crash, hang, the
+    node losses, the multi-node crash), in table order; None when none has any."""
+    found = [t for name in stats if (t := phase_table(stats, name)) is not None]
+    return "\n\n".join(found) if found else None
+
+
 def render_cell(cell: Cell | None) -> str:
     if cell is None:
         return ""
