@@ -273,3 +273,12 @@ def test_every_calibrated_cost_is_the_measured_median_it_names() -> None:
             total += sign * medians[metric.lstrip("-")]["stats"]["median"]
         assert calibrated.seconds == pytest.approx(total, abs=0.001), name
         assert calibrated.feeds, name
+
+
+def test_the_test_server_is_found_wherever_the_current_directory_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: a worktree without its own .venv found no server."""
+    monkeypatch.chdir(tmp_path)
+    found = simulate.find_test_server()
+    assert found is not None and found.name == simulate.TEST_SERVER_NAME and found.is_absolute()
