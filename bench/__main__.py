@@ -279,7 +279,7 @@ def tables(run: BenchRun, stats: report.Summary, benchmark: str) -> str:
         from bench import scenarios_slurm
 
         return scenarios_slurm.markdown(stats)
-    phases = report.phase_table(stats)
+    phases = report.phase_tables(stats)
     if benchmark == "recovery":
         table = report.recovery_table(stats, report.skipped(run))
         return table if phases is None else f"{table}\n\n{phases}"

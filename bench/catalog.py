@@ -11,6 +11,7 @@ from __future__ import annotations
 import bench.scenarios
 import bench.scenarios_ha
 import bench.scenarios_multinode
+import bench.scenarios_multinode_compare
 import bench.scenarios_slurm  # noqa: F401 - imported to register their scenarios
 from bench.registry import SCENARIOS, Scenario
 

@@ -49,7 +49,7 @@ from bench.jobs import (
 from bench.measure import RunMonitor, StepTrace, count_history_events, max_logged_step
 from bench.metrics import Value
 from bench.systems import DEFAULT_PRELOAD, LAZARUS_SETUPS, LazarusSetup, Measured, Reference, System
-from bench.torchrun import TorchrunJob, TorchrunSetup
+from bench.torchrun import Rendezvous, TorchrunJob, TorchrunSetup
 from lazarus.app import chaos
 from lazarus.app.lifecycle import StartStop
 from lazarus.app.local_stack import LocalStack
@@ -497,8 +497,12 @@ class BenchContext:
         extra_args: list[str] | None = None,
         max_restarts: int | None = None,
         step_time_s: float | None = None,
+        rendezvous: Rendezvous | None = None,
+        nproc: int = WORLD_SIZE,
     ) -> AsyncIterator[TorchrunRun]:
-        """Start the example under torchrun; every process it started is killed on exit."""
+        """Start the example under torchrun; every process it started is killed on exit.
+        With ``rendezvous`` (multi-node) no agent is started here: the scenario starts
+        one per host (:meth:`TorchrunJob.start_agent`)."""
         paths = self._paths(f"torchrun-{setup}", scenario, repeat)
         job = TorchrunJob(
             example_args=self.example_args(paths, steps, extra_args, step_time_s),
@@ -509,9 +513,12 @@ class BenchContext:
             ),
             monitor_interval_s=self.config.torchrun_monitor_interval_s,
             extra_env=dict(RANK_ENV),
+            rendezvous=rendezvous,
+            nproc=nproc,
         )
         self.torchrun_jobs.append(job)
-        job.start()
+        if rendezvous is None:
+            job.start()
         try:
             yield TorchrunRun(job, paths)
         finally:

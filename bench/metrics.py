@@ -205,7 +205,18 @@ _DEFS: tuple[MetricDef, ...] = (
     MetricDef("ssh_command_timeout_s", "s", "the spec's ssh.command_timeout_s"),
     MetricDef("poll_interval_s", "s", "the spec's health.poll_interval_s"),
     MetricDef("node_lost_ok", "bool", "the first incident is node_lost naming the killed host"),
-    MetricDef("spare_used", "bool", "the spare is active and the killed host is not"),
+    MetricDef(
+        "spare_used",
+        "bool",
+        "the spare is active and the killed host is not (torchrun: the standby agent's "
+        "host runs ranks of the restarted generation)",
+    ),
+    MetricDef(
+        "rejoin_used",
+        "bool",
+        "multi-node: the spec took rejoin in place on ssh nodes (False: refused, the "
+        "run restarted whole generations; the reason is in details.setup)",
+    ),
     MetricDef("stopped_after_kill_s", "s", "the host kill to the old generation's stop (incident)"),
     MetricDef("relaunched_after_kill_s", "s", "the host kill to the relaunch (incident)"),
     MetricDef(

@@ -77,10 +77,12 @@ def ssh_spec(
     spares: int = 0,
     steps: int | None = None,
     setup: Mapping[str, object] | None = None,
+    nproc_per_node: int = 1,
 ) -> JobSpec:
-    """The example with one rank on each of the first ``nodes`` hosts and the next
-    ``spares`` hosts held in reserve; gloo talks over the hosts' own interface.
-    ``setup``: more top-level spec fields (a system's warm start and memory tier)."""
+    """The example with ``nproc_per_node`` ranks on each of the first ``nodes`` hosts
+    and the next ``spares`` hosts held in reserve; gloo talks over the hosts' own
+    interface. ``setup``: more top-level spec fields (a system's warm start and memory
+    tier, a command line); its ``env`` is kept beside gloo's interface."""
     entries = [n.model_dump(mode="json") for n in node_specs(hosts)]
     if nodes + spares > len(entries):
         raise ValueError(f"{nodes} nodes + {spares} spares need more than {len(entries)} hosts")
@@ -88,13 +90,16 @@ def ssh_spec(
         name,
         paths,
         shape,
-        nproc_per_node=1,
+        nproc_per_node=nproc_per_node,
         steps=steps,
         extra={
             **(setup or {}),
             "nodes": entries[:nodes],
             "spares": entries[nodes : nodes + spares],
-            "env": {"GLOO_SOCKET_IFNAME": hosts.hosts[0].interface},
+            "env": {
+                **dict((setup or {}).get("env") or {}),  # type: ignore[call-overload]
+                "GLOO_SOCKET_IFNAME": hosts.hosts[0].interface,
+            },
             "node_timeout_s": shape.node_timeout_s,
             "ssh": ssh_settings(shape, hosts).model_dump(mode="json"),
         },

@@ -57,6 +57,25 @@ HEADLINE: dict[str, list[str]] = {
         "wall_vs_clean",
         "weights_ok",
     ],
+    "multinode_crash": [
+        "recovered",
+        "detection_from_injection_s",
+        "recovery_outside_s",
+        "relaunch_to_first_step_s",
+        "steps_lost",
+        "rejoin_used",
+        "weights_ok",
+    ],
+    "multinode_node_loss": [
+        "recovered",
+        "detection_from_injection_s",
+        "recovery_outside_s",
+        "relaunch_to_first_step_s",
+        "steps_lost",
+        "spare_used",
+        "rejoin_used",
+        "weights_ok",
+    ],
     "controller_crash": [
         "training_survived",
         "steps_lost",
@@ -274,6 +293,13 @@ def phase_table(stats: Summary, scenario: str = "crash") -> str | None:
         lines.append(f"| {label} | " + " | ".join(_fmt(m) for m in medians) + " |")
     lines.append("| sum of medians | " + " | ".join(_fmt(totals[s]) for s in systems) + " |")
     return "\n".join(lines)
+
+
+def phase_tables(stats: Summary) -> str | None:
+    """:func:`phase_table` of every scenario with phase figures (crash, hang, the
+    node losses, the multi-node crash), in table order; None when none has any."""
+    found = [t for name in stats if (t := phase_table(stats, name)) is not None]
+    return "\n\n".join(found) if found else None
 
 
 def render_cell(cell: Cell | None) -> str:

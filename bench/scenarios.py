@@ -122,36 +122,45 @@ async def _rank_fault(
 ) -> Measured:
     """The Lazarus side of crash and hang: signal one rank at the fault step."""
     async with ctx.lazarus(name, repeat) as run:
-        await run.job.reach_step(ctx.shape.fault_step)
-        fault = chaos.signal_rank(run.job.run_root, rank=rank, sig=sig)
-        status, metrics, details = await finish(run)
-        trace = run.trace()
-        incident = _first(status.incidents)
-        metrics |= {
-            "fault_step": fault.step,
-            "detected": incident is not None,
-            "named_rank_ok": incident is not None and incident.rank == fault.rank,
-            "detection_s": incident.detection_s if incident else None,
-            "detection_from_injection_s": (incident.detected_at - fault.at) if incident else None,
-            "recovery_s": incident.recovery_s if incident else None,
-            **recovery_metrics(
-                trace,
-                fault.at,
-                fault.generation,
-                run.logged_max_step(fault.generation),
-                incident.resumed_from_step if incident else None,
-            ),
-            "recovery_outside_seen_s": _seen_outside(run.job.monitor, fault.generation, fault.at),
-            **_lazarus_phases(incident, trace, fault.at),
-            **phase_metrics(incident.timeline if incident else None),
-        }
-        if sig == signal.SIGSTOP:
-            metrics["hang_timeout_s"] = run.job.spec.health.hang_timeout_s
+        return await rank_fault(ctx, run, rank, sig)
+
+
+async def rank_fault(
+    ctx: BenchContext, run: LazarusRun, rank: int, sig: signal.Signals
+) -> Measured:
+    """Signal ``rank`` of a started Lazarus job once it reports the fault step, wait
+    for the end, and measure the recovery (crash and hang here; the multi-node crash
+    on ssh nodes)."""
+    await run.job.reach_step(ctx.shape.fault_step)
+    fault = chaos.signal_rank(run.job.run_root, rank=rank, sig=sig)
+    status, metrics, details = await finish(run)
+    trace = run.trace()
+    incident = _first(status.incidents)
+    metrics |= {
+        "fault_step": fault.step,
+        "detected": incident is not None,
+        "named_rank_ok": incident is not None and incident.rank == fault.rank,
+        "detection_s": incident.detection_s if incident else None,
+        "detection_from_injection_s": (incident.detected_at - fault.at) if incident else None,
+        "recovery_s": incident.recovery_s if incident else None,
+        **recovery_metrics(
+            trace,
+            fault.at,
+            fault.generation,
+            run.logged_max_step(fault.generation),
+            incident.resumed_from_step if incident else None,
+        ),
+        "recovery_outside_seen_s": _seen_outside(run.job.monitor, fault.generation, fault.at),
+        **_lazarus_phases(incident, trace, fault.at),
+        **phase_metrics(incident.timeline if incident else None),
+    }
+    if sig == signal.SIGSTOP:
+        metrics["hang_timeout_s"] = run.job.spec.health.hang_timeout_s
     details["fault"] = dataclasses.asdict(fault)
     return Measured(metrics, details)
 
 
-async def _torchrun_reach(ctx: BenchContext, run: TorchrunRun, step: int) -> int:
+async def torchrun_reach(ctx: BenchContext, run: TorchrunRun, step: int) -> int:
     timeout = ctx.shape.job_timeout_s
     if not await wait_until(lambda: (run.job.current_step() or 0) >= step, timeout):
         raise TimeoutError(
@@ -178,7 +187,7 @@ async def _torchrun_finish(
     }
 
 
-def _torchrun_recovery(run: TorchrunRun, fault_at: float, generation: int) -> dict[str, Metric]:
+def torchrun_recovery(run: TorchrunRun, fault_at: float, generation: int) -> dict[str, Metric]:
     trace = run.job.snapshot()
     first = trace.first_of_later_generation(generation, fault_at)
     resumed = run.job.resumed_from.get(first.generation) if first is not None else None
@@ -274,7 +283,7 @@ async def _crash_torchrun(ctx: BenchContext, repeat: int, setup: TorchrunSetup) 
     # default setup often hangs after a restart: it gets a bounded wait.
     bound = ctx.config.torchrun_default_bound_s if setup == "default" else ctx.shape.job_timeout_s
     async with ctx.torchrun("crash", repeat, setup=setup) as run:
-        step = await _torchrun_reach(ctx, run, ctx.shape.fault_step)
+        step = await torchrun_reach(ctx, run, ctx.shape.fault_step)
         generation = run.job.generation
         run.job.signal_rank(1, signal.SIGKILL)
         fault_at = time.time()
@@ -285,7 +294,7 @@ async def _crash_torchrun(ctx: BenchContext, repeat: int, setup: TorchrunSetup) 
         if not recovered:
             metrics: dict[str, Metric] = {
                 "fault_step": step,
-                **_torchrun_recovery(run, fault_at, generation),
+                **torchrun_recovery(run, fault_at, generation),
                 "completed": False,
                 "weights_ok": False,
             }
@@ -295,7 +304,7 @@ async def _crash_torchrun(ctx: BenchContext, repeat: int, setup: TorchrunSetup) 
                 note=f"no step of a restarted generation within {bound:.0f} s",
             )
         metrics = await _torchrun_finish(ctx, run)
-        metrics |= {"fault_step": step, **_torchrun_recovery(run, fault_at, generation)}
+        metrics |= {"fault_step": step, **torchrun_recovery(run, fault_at, generation)}
     return Measured(metrics)
 
 
@@ -335,7 +344,7 @@ async def hang_lazarus(ctx: BenchContext, repeat: int) -> Measured:
 async def hang_torchrun(ctx: BenchContext, repeat: int) -> Measured:
     bound = ctx.config.torchrun_hang_bound_s
     async with ctx.torchrun("hang", repeat) as run:
-        step = await _torchrun_reach(ctx, run, ctx.shape.fault_step)
+        step = await torchrun_reach(ctx, run, ctx.shape.fault_step)
         generation = run.job.generation
         run.job.signal_rank(0, signal.SIGSTOP)
         fault_at = time.time()
@@ -348,7 +357,7 @@ async def hang_torchrun(ctx: BenchContext, repeat: int) -> Measured:
         )
         metrics: dict[str, Metric] = {
             "fault_step": step,
-            **_torchrun_recovery(run, fault_at, generation),
+            **torchrun_recovery(run, fault_at, generation),
         }
         if not noticed:
             metrics |= {"completed": False, "weights_ok": False}
@@ -427,7 +436,7 @@ async def controller_crash_lazarus(ctx: BenchContext, repeat: int) -> Measured:
 @runs(CONTROLLER, "torchrun")
 async def controller_crash_torchrun(ctx: BenchContext, repeat: int) -> Measured:
     async with ctx.torchrun("controller", repeat) as run:
-        step = await _torchrun_reach(ctx, run, ctx.shape.fault_step)
+        step = await torchrun_reach(ctx, run, ctx.shape.fault_step)
         await asyncio.to_thread(run.job.kill_agent)
         # The ranks live in their own sessions: they carry on, unsupervised.
         survivors = len(run.job.live_ranks())

@@ -6,26 +6,28 @@ where they cannot run (no root, no ``ip`` or ``sshd``).
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
+from dataclasses import dataclass, field
 
 from activities.nodes.rundir import GenerationDir, read_json
 from bench import multinode
-from bench.harness import BenchContext, Metric, SpecBuilder
+from bench.harness import RANK_ENV, BenchContext, Metric, SpecBuilder
 from bench.jobs import JobPaths, build_spec
 from bench.measure import workflow_steps
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics
-from bench.systems import Measured
+from bench.systems import REJOIN_TIMEOUT_S, Measured
+from infra.testhosts import TestHosts
 from lazarus.app import chaos
-from lazarus.domain.spec import JobSpec
+from lazarus.domain.spec import JobSpec, SpecError
 from workflows.state import JobStatus
 
 NOT_MEASURED_NODE_LOSS = (
-    "not measured (time-boxed): torchrun's answer is elastic c10d rendezvous across "
-    "agents on each host (survivors restart and re-rendezvous, a standby agent may take "
-    "the slot, or --nnodes 1:2 shrinks the world size); setting that up in the test "
-    "hosts was not attempted"
+    "not measured on this 3 x 1 layout: torchrun's elastic answer (c10d rendezvous, a "
+    "standby agent on the spare) is measured side by side with Lazarus on 2 hosts x 2 "
+    "ranks in multinode_node_loss"
 )
 NODE_LOSS_VICTIM = "h2"
 NODE_LOSS_WORLD_SIZE = 3
@@ -40,7 +42,8 @@ NODE_LOSS = scenario(
        launch the example on h1..h3, one rank each, h4 the spare;
     2. once the job reports ``shape.fault_step``: ``kill_host("{NODE_LOSS_VICTIM}")``
        (link down, then SIGKILL everything in its namespace);
-    3. Lazarus (with the system's warm start and memory tier; every host has its
+    3. Lazarus (with the system's warm start and memory tier, and rejoin where the
+       system asks for it and the spec takes it on ssh nodes; every host has its
        own /dev/shm, so {NODE_LOSS_VICTIM}'s snapshots die with it): polls of
        {NODE_LOSS_VICTIM} fail until ``node_timeout_s``, a node_lost incident opens,
        the survivors are stopped and the job relaunches on h1, h3 and the spare h4
@@ -73,47 +76,141 @@ NODE_LOSS_REPLICAS = scenario(
 )
 
 
-def ssh_setup(ctx: BenchContext, replicas: bool = False) -> dict[str, object]:
-    """The system's setup (warm start, memory tier) as ssh nodes take it: each test
-    host has its own /dev/shm, so the memory tier of a killed host dies with it and
-    is measured, not flattered. Rejoin is left out: the spec refuses it on ssh nodes."""
-    fields = ctx.setup.spec_fields(ctx.shape, ctx.config.warm_preload)
-    fields.pop("rejoin", None)
-    checkpoints = fields.get("checkpoints")
-    if replicas and isinstance(checkpoints, dict):
-        fields["checkpoints"] = {**checkpoints, "memory_replicas": True}
-    return fields
+@dataclass(frozen=True)
+class Layout:
+    """Where a multi-node job runs on the test hosts, and which host dies."""
+
+    label: str
+    nodes: int
+    spares: int
+    nproc_per_node: int
+    victim: str
+    replicas: bool = False
+    """Memory-tier replicas on (``checkpoints.memory_replicas``)."""
+    comparable: bool = False
+    """The comparable command line (the one torchrun runs: ``--pg-timeout-s``,
+    ``OMP_NUM_THREADS=1``), for the side-by-side scenarios; False: the example as
+    :func:`bench.jobs.build_spec` runs it."""
+
+    @property
+    def hosts(self) -> int:
+        return self.nodes + self.spares
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+
+NODE_LOSS_LAYOUT = Layout("node_loss", nodes=3, spares=1, nproc_per_node=1, victim=NODE_LOSS_VICTIM)
+NODE_LOSS_REPLICAS_LAYOUT = Layout(
+    "node_loss", nodes=3, spares=1, nproc_per_node=1, victim=NODE_LOSS_VICTIM, replicas=True
+)
+
+
+@dataclass
+class SshSetup:
+    """What the spec of a run on ssh nodes ended up with: the system's setup as ssh
+    nodes take it, and whether rejoin in place was asked for, taken or refused."""
+
+    rejoin_asked: bool
+    fields: dict[str, object] = field(default_factory=dict)
+    rejoin_used: bool = False
+    rejoin_refused: str | None = None
+    """The spec's reason for refusing rejoin on these nodes (then the run goes on
+    without it, a whole-generation restart)."""
+
+    def details(self) -> dict[str, object]:
+        return {
+            "fields": {k: v for k, v in self.fields.items() if k != "command"},
+            "rejoin_asked": self.rejoin_asked,
+            "rejoin_used": self.rejoin_used,
+            "rejoin_refused": self.rejoin_refused,
+        }
+
+
+def ssh_builder(
+    ctx: BenchContext, hosts: TestHosts, layout: Layout, rejoin: bool
+) -> tuple[SpecBuilder, SshSetup]:
+    """A spec builder for ``layout`` on ``hosts`` under the system's setup (warm
+    start, memory tier): every test host has its own /dev/shm, so the memory tier of
+    a killed host dies with it and is measured, not flattered.
+
+    ``rejoin``: ask for rejoin in place too. Whether the spec takes it on ssh nodes
+    is the spec's to say (it refused until rejoin reached ssh nodes): the builder
+    tries, and on a refusal naming ``rejoin`` builds the same spec without it. The
+    returned :class:`SshSetup` records which, once the job is built."""
+    shape = ctx.shape
+    chosen = SshSetup(rejoin_asked=rejoin)
+    base = ctx.setup.spec_fields(shape, ctx.config.warm_preload)
+    base.pop("rejoin", None)
+    checkpoints = base.get("checkpoints")
+    if layout.replicas and isinstance(checkpoints, dict):
+        base["checkpoints"] = {**checkpoints, "memory_replicas": True}
+
+    def build(name: str, paths: JobPaths) -> JobSpec:
+        for with_rejoin in (True, False) if rejoin else (False,):
+            fields = dict(base)
+            args: list[str] = []
+            if with_rejoin:
+                fields["rejoin"] = {"timeout_s": REJOIN_TIMEOUT_S}
+                args = ["--resilient"]
+            if layout.comparable:
+                fields["command"] = [sys.executable, *ctx.example_args(paths, extra=args)]
+                fields["env"] = dict(RANK_ENV)
+            try:
+                spec = multinode.ssh_spec(
+                    name,
+                    paths,
+                    shape,
+                    hosts,
+                    nodes=layout.nodes,
+                    spares=layout.spares,
+                    setup=fields,
+                    nproc_per_node=layout.nproc_per_node,
+                )
+            except SpecError as exc:
+                if not with_rejoin or "rejoin" not in str(exc):
+                    raise
+                chosen.rejoin_refused = str(exc)
+                continue
+            if args and not layout.comparable:
+                spec = spec.model_copy(update={"command": [*spec.command, *args]})
+            chosen.fields, chosen.rejoin_used = fields, with_rejoin
+            return spec
+        raise AssertionError("unreachable: the last attempt has no rejoin")
+
+    return build, chosen
 
 
 @runs(NODE_LOSS, "lazarus")
 async def node_loss(ctx: BenchContext, repeat: int) -> Measured:
-    return await _node_loss(ctx, repeat, replicas=False)
+    return await run_node_loss(ctx, repeat, NODE_LOSS_LAYOUT, rejoin=ctx.setup.rejoin)
 
 
 @runs(NODE_LOSS_REPLICAS, "lazarus")
 async def node_loss_replicas(ctx: BenchContext, repeat: int) -> Measured:
-    return await _node_loss(ctx, repeat, replicas=True)
+    return await run_node_loss(ctx, repeat, NODE_LOSS_REPLICAS_LAYOUT, rejoin=ctx.setup.rejoin)
 
 
-async def _node_loss(ctx: BenchContext, repeat: int, *, replicas: bool) -> Measured:
+async def run_node_loss(ctx: BenchContext, repeat: int, layout: Layout, rejoin: bool) -> Measured:
+    """The Lazarus side of a node loss: the job on ``layout.nodes`` hosts and its
+    spares, ``kill_host(layout.victim)`` at the fault step, and where the seconds went."""
     shape = ctx.shape
-    setup = ssh_setup(ctx, replicas=replicas)
-    async with multinode.hosts_for_run(ctx, "node_loss", repeat, count=4) as hosts:
-
-        def build(name: str, paths: JobPaths) -> JobSpec:
-            return multinode.ssh_spec(name, paths, shape, hosts, nodes=3, spares=1, setup=setup)
-
-        async with ctx.job("node_loss", repeat, build) as job:
+    victim = layout.victim
+    async with multinode.hosts_for_run(ctx, layout.label, repeat, count=layout.hosts) as hosts:
+        build, setup = ssh_builder(ctx, hosts, layout, rejoin)
+        async with ctx.job(layout.label, repeat, build) as job:
             await job.reach_step(shape.fault_step)
             generation, step = chaos.current_step(job.run_root)
             killed_at = time.time()
-            await asyncio.to_thread(hosts.kill_host, NODE_LOSS_VICTIM)
+            await asyncio.to_thread(hosts.kill_host, victim)
             kill_took = time.time() - killed_at
             status = await job.result()
             outcome = await job.common_outcome(status)
             steps = await workflow_steps(
                 ctx.client, job.control.workflow_id, job.control.first_run_id
             )
+    spares = {h.name for h in hosts.hosts[layout.nodes :]}
     lost = [i for i in status.incidents if i.kind == "node_lost"]
     incident = lost[0] if lost else None
     # Where the seconds went, from the run directory: the old generation stopped,
@@ -142,7 +239,7 @@ async def _node_loss(ctx: BenchContext, repeat: int, *, replicas: bool) -> Measu
             }
     outcome.details |= {
         "fault": {
-            "host": NODE_LOSS_VICTIM,
+            "host": victim,
             "at": killed_at,
             "generation": generation,
             "step": step,
@@ -150,7 +247,7 @@ async def _node_loss(ctx: BenchContext, repeat: int, *, replicas: bool) -> Measu
         },
         "nodes": status.nodes.model_dump(mode="json"),
         "spec": _multinode_settings(job.spec),
-        "setup": setup,
+        "setup": setup.details(),
         "rig": multinode.rig_details(hosts),
         # Activities and timers from 5 s before the kill, in seconds from the kill.
         "timeline": [
@@ -167,16 +264,20 @@ async def _node_loss(ctx: BenchContext, repeat: int, *, replicas: bool) -> Measu
     outcome.metrics |= {
         "fault_step": step,
         **_multinode_settings(job.spec),
+        "rejoin_used": setup.rejoin_used,
         # The first incident is the loss of the killed host, named as such (`incidents`
         # says whether anything else happened later).
         "node_lost_ok": (
-            incident is not None
-            and incident is status.incidents[0]
-            and incident.node == NODE_LOSS_VICTIM
+            incident is not None and incident is status.incidents[0] and incident.node == victim
         ),
-        "spare_used": ("h4" in status.nodes.active and NODE_LOSS_VICTIM not in status.nodes.active),
+        "spare_used": (
+            bool(spares & set(status.nodes.active)) and victim not in status.nodes.active
+        ),
+        "detected": incident is not None,
+        "recovered": outside["recovery_outside_s"] is not None,
         "detection_s": incident.detection_s if incident else None,
         "detection_from_kill_s": (incident.detected_at - killed_at) if incident else None,
+        "detection_from_injection_s": (incident.detected_at - killed_at) if incident else None,
         "recovery_s": incident.recovery_s if incident else None,
         "recovery_from_kill_s": (
             incident.fault_at + incident.recovery_s - killed_at

@@ -19,21 +19,68 @@ DAY_S = 86_400.0
 
 CALIBRATION_FILE = "bench/results/recovery-20261201-004709-node-loss.json"
 """The measured phase breakdown the cost model starts from: a node loss on 3 ssh nodes
-(network namespaces) with warm starts and the memory tier, median of 3 repeats."""
+(network namespaces, ``python -m bench recovery --scenarios node_loss``), median of 3
+repeats. Which figure of it feeds which simulator parameter: :data:`CALIBRATION`."""
 
 MEASURED_NODES = 3
-MEASURED_PHASES_S: dict[str, float] = {
-    "detection_overhead": 7.02 - 5.0,  # detected 7.02 s after the fault at node_timeout 5 s
-    "decision": 0.009,
-    "stop": 0.236,
-    "resume_search": 0.026,
-    "launch": 0.192 + 0.201,  # launch requested + rank process started
-    "import": 1.862,
-    "process_group": 0.407,
-    "checkpoint_load": 1.674,
-    "first_step": 0.449,
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """One measured figure of :data:`CALIBRATION_FILE` and what the simulator does with it."""
+
+    seconds: float
+    """The median over the file's repeats (its ``summary``)."""
+    measured: tuple[str, ...]
+    """The metrics of the file's ``node_loss`` summary it is made of (added up; a
+    ``-name`` is subtracted)."""
+    feeds: str
+    """The :class:`CostModel` figure it sets, and how it scales; "unused" when the
+    simulator takes the cost from elsewhere (and why)."""
+
+
+CALIBRATION: dict[str, Calibrated] = {
+    "detection_overhead": Calibrated(
+        7.02 - 5.0,
+        ("phase_detected_s", "-node_timeout_s"),
+        "detection_s('node_lost') = the spec's node_timeout_s + this (the poll past the "
+        "timeout and its ssh timeouts); crashes and hangs are not calibrated: a poll "
+        "interval + 1 s, and the hang timeout + a poll interval",
+    ),
+    "decision": Calibrated(
+        0.009, ("phase_decided_s",), "unused: the workflow's own decision, in simulated time"
+    ),
+    "stop": Calibrated(0.236, ("phase_survivors_stopped_s",), "stop_s, x fan_out"),
+    "resume_search": Calibrated(0.026, ("phase_resume_chosen_s",), "search_s, x fan_out"),
+    "launch": Calibrated(
+        0.192 + 0.201,
+        ("phase_launch_requested_s", "phase_rank_started_s"),
+        "launch_s, x fan_out",
+    ),
+    "import": Calibrated(1.862, ("phase_framework_imported_s",), "startup_s's imports, x fan_out"),
+    "process_group": Calibrated(
+        0.407,
+        ("phase_process_group_ready_s",),
+        "rendezvous_s: this + the published per-rank store and NCCL costs (or x nodes/3, "
+        "--rendezvous linear)",
+    ),
+    "checkpoint_load": Calibrated(
+        1.674,
+        ("phase_checkpoint_loaded_s",),
+        "unused: startup_s reads the checkpoint back in the profile's δ (a 5.7 TB state, "
+        "not the example's)",
+    ),
+    "first_step": Calibrated(
+        0.449, ("phase_first_step_s",), "unused: startup_s adds one step of the profile's"
+    ),
 }
-"""Median phase times from :data:`CALIBRATION_FILE` (``phase_*_s``)."""
+"""Every measured figure the cost model is built from, the metric it comes from and
+the simulator parameter it feeds. ``fan_out`` is log2(nodes) / log2(3): the legs
+that fan out to every node grow with the tree depth of the fan-out, not the count.
+``tests/unit/test_simulate_model.py`` recomputes each figure from the file."""
+
+MEASURED_PHASES_S: dict[str, float] = {name: c.seconds for name, c in CALIBRATION.items()}
+"""The seconds of :data:`CALIBRATION`, by name."""
 
 
 RENDEZVOUS_MODELS = ("published", "linear")

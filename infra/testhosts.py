@@ -656,6 +656,18 @@ class TestHosts(StartStop):
             "--",
         ]
 
+    def command_inside(self, name: str, workdir: str | None = None) -> list[str]:
+        """The argv prefix that runs a long-lived command inside the host (its network
+        namespace and its ``/dev/shm``; not via SSH), for a caller that starts it itself
+        (``Popen``): ``nsenter`` execs in place, so the process started *is* the command,
+        and :meth:`kill_host` kills it with everything else in the namespace. A killed
+        host runs nothing: RuntimeError."""
+        self.host(name)
+        pid = self._machine_up(name)
+        if pid is None:
+            raise RuntimeError(f"test host {name} is down: restart_sshd() boots it again")
+        return self._enter(pid, workdir)
+
     def exec(
         self, name: str, *argv: str, timeout: float = 120.0
     ) -> subprocess.CompletedProcess[str]:

