@@ -98,6 +98,18 @@ _STATUS_PREFIX = re.compile(
 )
 
 
+
+def no_warm_answer_reason(noise: list[str]) -> str:
+    """Why a node's warm start answered nothing, for the rank's ``cold_reason``.
+
+    The usual cause is an interpreter that cannot import Lazarus (the ranks run a
+    python of their own, without the checkout on its path): say so in those words
+    rather than leave the reader to decode a ``ModuleNotFoundError``."""
+    said = " | ".join(noise[-3:]) or "no output"
+    if any("ModuleNotFoundError" in line or "No module named" in line for line in noise):
+        return f"the ranks' interpreter cannot import lazarus, so no warm start ({said})"
+    return f"no answer from the node's warm start ({said})"
+
 class ShimError(RuntimeError):
     """The node answered, but the operation failed there (a stopped generation, a
     missing workdir, a group that survived SIGKILL). Neither a network problem nor
@@ -377,10 +389,7 @@ class ShimAgent(NodeAgent):
         records, noise = json_lines(reply.output)
         answers = warm_answers(records)
         error = next((str(r["error"]) for r in records if "error" in r), None)
-        why = (
-            error
-            or f"no answer from the node's warm start ({' | '.join(noise[-3:]) or 'no output'})"
-        )
+        why = error or no_warm_answer_reason(noise)
         started: dict[int, StartedRank] = {}
         cold: list[tuple[RankLaunch, str]] = []
         for launch in ranks:
