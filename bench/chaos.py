@@ -13,7 +13,9 @@ on a planned stop), nothing left behind, and no snapshot of an abandoned timelin
 The fast paths (rejoin in place, the memory tier, warm standbys, a preflight that
 swaps or shrinks) have their own phases and rows: ``rejoin``, ``after_rollback``,
 ``after_disk_fallback``, ``warm_standby``, and the preflight faults at a
-recovery's relaunch (see docs/chaos.md).
+recovery's relaunch (see docs/chaos.md). The cross-node ones (rejoin across ssh
+nodes, memory replicas) run on SSH test hosts: :mod:`bench.chaos_multinode`, phases
+``ssh_rejoin`` and ``replicated``.
 
 The matrix is the explicit list :data:`CELLS`; a (fault, phase) pair not in it is
 reported with the reason it is not a cell (:func:`absent_reason`).

@@ -148,24 +148,28 @@ class HostsCensus(GenerationCensus):
     def __init__(self, job_run_root: Path, hosts: TestHosts, job_id: str) -> None:
         super().__init__(job_run_root)
         self.hosts = hosts
-        self.job_id = job_id
+        self.job_dir = job_memory_dir(hosts, job_id)
 
     def memory_job_dirs(self) -> list[Path]:
         return [
-            directory
+            root / self.job_dir
             for host in self.hosts.hosts
-            if (directory := host_memory_dir(self.hosts, host.name, self.job_id)) is not None
+            if (root := self.hosts.root_path(host.name)) is not None
         ]
 
 
-def host_memory_dir(hosts: TestHosts, name: str, job_id: str) -> Path | None:
-    """The job's directory in host ``name``'s tmpfs (every run's snapshots and
-    replicas), as this namespace reaches it; None while the host is down."""
-    root = hosts.root_path(name)
-    if root is None:
-        return None
+def job_memory_dir(hosts: TestHosts, job_id: str) -> str:
+    """The job's directory in a host's tmpfs (every run's snapshots and replicas),
+    relative to the host's root: the private root of the user its ranks run as."""
     uid = pwd.getpwnam(hosts.user).pw_uid
-    return root / on_node(f"{MEMORY_ROOT}/{job_id}", uid).lstrip("/")
+    return on_node(f"{MEMORY_ROOT}/{job_id}", uid).lstrip("/")
+
+
+def host_memory_dir(hosts: TestHosts, name: str, job_id: str) -> Path | None:
+    """The job's directory in host ``name``'s tmpfs, as this namespace reaches it;
+    None while the host is down."""
+    root = hosts.root_path(name)
+    return None if root is None else root / job_memory_dir(hosts, job_id)
 
 
 def _hosts(run: CellRun) -> TestHosts:
