@@ -1414,7 +1414,14 @@ def scenarios_for(
         return run
 
     return [
-        Scenario(name=cell.key, summary=cell.why, run=runner(cell), references=_references(cell))
+        Scenario(
+            name=cell.key,
+            summary=cell.why,
+            run=runner(cell),
+            references=_references(cell),
+            # Without root, ``ip`` or ``sshd`` the cross-node cells are skipped, with why.
+            unavailable=multinode.netns_unavailable_reason if cell.ssh is not None else None,
+        )
         for cell in cells
     ]
 
@@ -1424,7 +1431,9 @@ class CellResult:
     fault: str
     phase: str
     state: str
-    """held, failed, n/a (not a cell of the matrix), or not run (not selected)."""
+    """held, failed, n/a (not a cell of the matrix), not run (not selected), or
+    skipped (it cannot run on this machine: a cross-node cell without network
+    namespaces)."""
     reason: str
     wall_s: float | None = None
 
@@ -1442,6 +1451,8 @@ def results(cells: list[Cell], records: list[RunRecord]) -> list[CellResult]:
                 out.append(CellResult(fault, phase, "not run", "not selected in this run"))
             elif record is None:
                 out.append(CellResult(fault, phase, "n/a", absent_reason(fault, phase)))
+            elif record.skipped is not None:
+                out.append(CellResult(fault, phase, "skipped", record.skipped))
             elif record.error is not None:
                 out.append(CellResult(fault, phase, "failed", record.error, record.wall_s))
             elif record.metrics.get("held"):
@@ -1466,6 +1477,7 @@ def render_table(cells: list[CellResult]) -> str:
         "failed": "[red]FAILED[/]",
         "n/a": "[dim]n/a[/]",
         "not run": "[dim]-[/]",
+        "skipped": "[yellow]skipped[/]",
     }
     for fault, label in FAULTS.items():
         row = [c for c in cells if c.fault == fault]
@@ -1479,9 +1491,12 @@ def summary_line(cells: list[CellResult]) -> str:
     run = [c for c in cells if c.state in ("held", "failed")]
     held = [c for c in run if c.state == "held"]
     absent = sum(1 for c in cells if c.state == "n/a")
+    skipped = sum(1 for c in cells if c.state == "skipped")
     return (
         f"{len(held)}/{len(run)} cells held ({len(CELLS)} cells in the matrix; "
-        f"{absent} fault x phase pairs are not cells, each with its reason in the JSON)"
+        f"{absent} fault x phase pairs are not cells, each with its reason in the JSON"
+        + (f"; {skipped} skipped: they cannot run on this machine" if skipped else "")
+        + ")"
     )
 
 

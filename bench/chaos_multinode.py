@@ -20,8 +20,8 @@ the matrix, through a chaos point or an observed state, never after a sleep:
   short, the node it protects then lost): the buddy's verification must refuse it,
   and the job resume from an older verified tier.
 
-Where the hosts cannot run (no root, no ``ip`` or ``sshd``) these cells fail with
-that reason (:func:`bench.multinode.netns_unavailable_reason`).
+Where the hosts cannot run (no root, no ``ip`` or ``sshd``) these cells are skipped
+with that reason (:func:`bench.multinode.netns_unavailable_reason`).
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ import pytest
 
 from bench import chaos, chaos_multinode
 from bench.chaos_invariants import GenerationCensus, Launch, memory_left
+from bench.chaos_points import ChaosPoints
+from bench.harness import RunRecord
 from lazarus.domain.checkpoint_layout import step_dir_name
 
 CROSS_NODE = (
@@ -96,3 +98,20 @@ def test_the_replica_checks_read_the_first_launch_after_the_loss() -> None:
     first = chaos_multinode._first_launch_after(launches, 5.0)
     assert first is not None and first.generation == 2
     assert chaos_multinode._first_launch_after(launches, 30.0) is None
+
+
+def test_without_test_hosts_the_cross_node_cells_are_skipped_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    cells = [chaos.CELLS_BY_KEY[key] for key in CROSS_NODE]
+    [scenario, *_] = chaos.scenarios_for(cells, ChaosPoints(tmp_path))
+    assert scenario.unavailable is not None  # the netns check
+    why = "SSH test hosts (network namespaces) unavailable: not root"
+    records = [
+        RunRecord(key, 1, started_at=0.0, wall_clock_s=0.0, metrics={}, details={}, skipped=why)
+        for key in CROSS_NODE
+    ]
+    states = {f"{r.fault}@{r.phase}": r for r in chaos.results(cells, records)}
+    assert all(states[key].state == "skipped" and states[key].reason == why for key in CROSS_NODE)
+    assert "4 skipped" in chaos.summary_line(list(states.values()))
+    assert "skipped" in chaos.render_table(list(states.values()))
