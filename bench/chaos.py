@@ -47,7 +47,7 @@ from temporalio.service import RPCError
 from activities.nodes.rundir import read_json
 from bench import chaos_fleet, chaos_multinode, multinode, report
 from bench.benchmark import run_benchmark
-from bench.chaos_cell import Cell, CellRun
+from bench.chaos_cell import REJOIN, Cell, CellRun
 from bench.chaos_cell import held_at as _held_at
 from bench.chaos_cell import job_status as _status
 from bench.chaos_cell import kill_worker as _kill_worker
@@ -131,8 +131,6 @@ CHAOS_SHAPE = JobShape(
     job_timeout_s=240.0,
 )
 """Small and quick, with timeouts that hold on a loaded 2-core machine."""
-REJOIN = {"enabled": True, "timeout_s": 60.0}
-"""Long enough for a survivor to outwait a controller restarted on a loaded machine."""
 NAN_AT_STEP = 24
 """The rollback cells' diverged step: generation 1's memory snapshots (22, 23) lie
 above the disk checkpoint the rollback retires (20), and generation 2 (from 15)

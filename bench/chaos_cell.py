@@ -22,6 +22,10 @@ from infra.testhosts import TestHosts
 from lazarus.app import chaos
 from workflows.state import JobStatus, Phase
 
+REJOIN = {"enabled": True, "timeout_s": 60.0}
+"""The rejoin cells' ``rejoin``: long enough for a survivor to outwait a controller
+restarted on a loaded machine."""
+
 
 @dataclass(frozen=True)
 class SshLayout:

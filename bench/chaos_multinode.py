@@ -38,6 +38,7 @@ from pathlib import Path
 
 from bench import multinode
 from bench.chaos_cell import (
+    REJOIN,
     Cell,
     CellRun,
     SshLayout,
@@ -65,9 +66,6 @@ PHASES: dict[str, str] = {
     "launch unrecorded",
     "replicated": "training on ssh nodes with memory replicas held by buddies",
 }
-REJOIN = {"enabled": True, "timeout_s": 60.0}
-"""As the local rejoin cells: long enough for a survivor to outwait a controller
-restarted on a loaded machine."""
 HANG_TIMEOUT_S = 20.0
 """As tests/netns/test_ssh_rejoin.py's: a rank on a test host of a loaded 2-core machine
 took more than the matrix's 8 s to exit after its last step (seen at load 22: a
