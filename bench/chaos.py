@@ -13,7 +13,9 @@ on a planned stop), nothing left behind, and no snapshot of an abandoned timelin
 The fast paths (rejoin in place, the memory tier, warm standbys, a preflight that
 swaps or shrinks) have their own phases and rows: ``rejoin``, ``after_rollback``,
 ``after_disk_fallback``, ``warm_standby``, and the preflight faults at a
-recovery's relaunch (see docs/chaos.md).
+recovery's relaunch (see docs/chaos.md). The cross-node ones (rejoin across ssh
+nodes, memory replicas) run on SSH test hosts: :mod:`bench.chaos_multinode`, phases
+``ssh_rejoin`` and ``replicated``.
 
 The matrix is the explicit list :data:`CELLS`; a (fault, phase) pair not in it is
 reported with the reason it is not a cell (:func:`absent_reason`).
@@ -34,7 +36,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, ExitStack, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,16 +45,23 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExec
 from temporalio.service import RPCError
 
 from activities.nodes.rundir import read_json
-from bench import chaos_fleet, report
+from bench import chaos_fleet, chaos_multinode, multinode, report
 from bench.benchmark import run_benchmark
+from bench.chaos_cell import REJOIN, Cell, CellRun
+from bench.chaos_cell import held_at as _held_at
+from bench.chaos_cell import job_status as _status
+from bench.chaos_cell import kill_worker as _kill_worker
+from bench.chaos_cell import restart_worker as _restart_worker
+from bench.chaos_cell import signal_newest as _signal_newest
 from bench.chaos_invariants import GenerationCensus, Launch, judge, processes_mentioning
 from bench.chaos_points import ChaosPoints
 from bench.chaos_s3 import ChaosS3, chaos_s3
 from bench.harness import BenchContext, BenchJob, BenchRun, RunRecord
-from bench.jobs import WORLD_SIZE, JobControl, JobPaths, JobShape, build_spec
+from bench.jobs import JobControl, JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor
 from bench.registry import Scenario
 from bench.systems import Outcome, Reference
+from infra.testhosts import TestHosts
 from lazarus.app import chaos
 from lazarus.app.fleet_client import FleetClient
 from lazarus.domain import chaos_points as points
@@ -80,6 +89,7 @@ FAULTS: dict[str, str] = {
     "job_cancelled": "the job cancelled",
     "node_quarantined": "a node quarantined (operator drain)",
     "job_terminated": "the job's workflow terminated (its fleet lease orphaned)",
+    **chaos_multinode.FAULTS,
 }
 PHASES: dict[str, str] = {
     "launch_before_pids": "launch: before the pid files",
@@ -96,6 +106,7 @@ PHASES: dict[str, str] = {
     "after_disk_fallback": "training after a disk fallback (memory tier on)",
     "warm_standby": "warm standbys up",
     "same_name_restart": "a fleet job started again under the same name",
+    **chaos_multinode.PHASES,
 }
 FAST_PHASES = ("rejoin", "after_rollback", "after_disk_fallback", "warm_standby")
 FLEET_FAULTS = ("job_terminated",)
@@ -120,8 +131,6 @@ CHAOS_SHAPE = JobShape(
     job_timeout_s=240.0,
 )
 """Small and quick, with timeouts that hold on a loaded 2-core machine."""
-REJOIN = {"enabled": True, "timeout_s": 60.0}
-"""Long enough for a survivor to outwait a controller restarted on a loaded machine."""
 NAN_AT_STEP = 24
 """The rollback cells' diverged step: generation 1's memory snapshots (22, 23) lie
 above the disk checkpoint the rollback retires (20), and generation 2 (from 15)
@@ -133,90 +142,7 @@ CONTINUE_AS_NEW_AFTER_EVENTS = 20
 writes more events than this)."""
 
 
-@dataclass
-class CellRun:
-    """What an injection sees: the harness, the job, the chaos points. ``notes`` go
-    into the result (the fault injected, at which step, ...)."""
-
-    ctx: BenchContext
-    job: BenchJob
-    points: ChaosPoints
-    s3: ChaosS3 | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
-    final: JobStatus | None = None
-    """Set by an injection that ends the job itself (a cancel): its last status."""
-    fleet: str | None = None
-    """The fleet the job leases from (a ``fleet`` cell)."""
-
-
-Inject = Callable[[CellRun], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class Cell:
-    fault: str
-    phase: str
-    why: str
-    """What this combination tests that no other cell does."""
-    inject: Inject
-    arm: str | None = None
-    """A chaos point held from the job's start (launch points of generation 1)."""
-    expect: tuple[Phase, ...] = (Phase.SUCCEEDED,)
-    jit_only: bool = False
-    """Checkpoints only when asked (no periodic ones): the just-in-time one is the
-    only checkpoint write the cell can hold."""
-    nodes: bool = False
-    """Two local logical nodes of one rank each, plus a spare."""
-    continue_as_new: bool = False
-    s3: bool = False
-    """Checkpoints are tiered to the matrix's S3 endpoint (moto)."""
-    lost_intervals: int = 1
-    """How many checkpoint intervals of steps the fault may cost: 2 where it destroys
-    the checkpoint being written (the one before it is the newest to resume from)."""
-    smoke: bool = False
-    """Part of the fast subset run by ``make test``."""
-    memory: bool = False
-    """The memory tier on: a tmpfs snapshot every step (``memory_every_steps: 1``)."""
-    rejoin: bool = False
-    """Rejoin in place on (the example in its ``--resilient`` mode)."""
-    warm: bool = False
-    """Warm starts with one standby per node (``warm_start: {standby: 1}``)."""
-    three_nodes: bool = False
-    """Three local logical nodes of one rank each, ``min_nodes: 2``, no spare."""
-    preflight_flag: bool = False
-    """A health command that fails node ``n`` while :data:`PREFLIGHT_FLAG` exists."""
-    nan_at_step: int | None = None
-    """The loss diverges at this step in generation 1 (the numerical ladder rolls back)."""
-    weights: bool = True
-    """Judge the final weights (not after a shrink: the world size changed mid-run,
-    so no fault-free run of one world size has them)."""
-    fleet: bool = False
-    """The job leases two one-rank local nodes from a fleet of three
-    (:data:`bench.chaos_fleet.FLEET_NODES`), started for the cell on the matrix's worker.
-    An injection may start the job again under its name: the cell's job (its end
-    state, weights, launches) is then the last start, ``run.job``."""
-
-    @property
-    def key(self) -> str:
-        return f"{self.fault}@{self.phase}"
-
-
 # --------------------------------------------------------------------------- helpers
-
-
-def _signal_newest(run: CellRun, rank: int, sig: signal.Signals) -> None:
-    fault = chaos.signal_rank(run.job.run_root, rank=rank, sig=sig)
-    run.notes.setdefault("faults", []).append(dataclasses.asdict(fault))
-
-
-async def _kill_worker(run: CellRun) -> None:
-    run.ctx.stack.kill_worker(signal.SIGKILL)
-    run.notes.setdefault("faults", []).append({"worker_sigkill_at": time.time()})
-
-
-async def _restart_worker(run: CellRun) -> None:
-    await asyncio.sleep(run.ctx.shape.worker_down_s)  # the outage's length, not a sync point
-    run.ctx.stack.start_worker()
 
 
 async def _kill_server(run: CellRun) -> None:
@@ -229,12 +155,6 @@ async def _kill_server(run: CellRun) -> None:
     run.notes.setdefault("faults", []).append({"server_sigkill_at": time.time(), "pid": pid})
     await asyncio.to_thread(server.stop)  # reaps it; nothing left to signal
     await asyncio.to_thread(server.start)
-
-
-async def _held_at(run: CellRun, point: str) -> None:
-    await run.points.reached(point)
-    run.notes["held_at"] = point
-    run.notes["step_when_held"] = chaos.current_step(run.job.run_root)[1]
 
 
 async def _pause(run: CellRun) -> JobStatus:
@@ -280,11 +200,6 @@ async def _next_run(run: CellRun) -> None:
         if loop.time() > deadline:
             raise TimeoutError("the workflow never continued as new")
         await asyncio.sleep(0.05)
-
-
-async def _status(run: CellRun) -> JobStatus:
-    status: JobStatus = await run.job.handle.query("status", result_type=JobStatus)
-    return status
 
 
 def _memory_job_dir(job_id: str) -> Path:
@@ -1174,6 +1089,8 @@ CELLS: list[Cell] = [
         restart_after_terminate,
         fleet=True,
     ),
+    # The cross-node fast paths on SSH test hosts (issue 28).
+    *chaos_multinode.CELLS,
 ]
 CELLS_BY_KEY = {cell.key: cell for cell in CELLS}
 SMOKE = [cell.key for cell in CELLS if cell.smoke]
@@ -1181,6 +1098,9 @@ SMOKE = [cell.key for cell in CELLS if cell.smoke]
 
 def absent_reason(fault: str, phase: str) -> str:
     """Why a (fault, phase) pair is not a cell of :data:`CELLS`."""
+    cross_node = chaos_multinode.absent_reason(fault, phase)
+    if cross_node is not None:
+        return cross_node
     if fault in FLEET_FAULTS:
         return (
             "the fleet row: a terminated workflow orphans its lease, which only a new "
@@ -1300,17 +1220,27 @@ async def run_cell(
     label = cell.key.replace("@", ".")  # a job name allows no '@'
     async with AsyncExitStack() as cleanup:
         fleet = await _start_fleet(ctx, cleanup) if cell.fleet else None
-        build = _spec_builder(cell, shape, s3, fleet)
+        hosts = None
+        if cell.ssh is not None:
+            hosts = await cleanup.enter_async_context(
+                multinode.hosts_for_run(ctx, label, 0, count=cell.ssh.hosts)
+            )
+            build = chaos_multinode.spec_builder(cell, shape, hosts, chaos_points.directory)
+        else:
+            build = _spec_builder(cell, shape, s3, fleet)
         first = await cleanup.enter_async_context(
             ctx.job(label, 0, build, input_overrides=overrides)
         )
-        run = CellRun(ctx, first, chaos_points, s3, fleet=fleet)
+        run = CellRun(ctx, first, chaos_points, s3, fleet=fleet, hosts=hosts)
         cleanup.push_async_callback(_abandon_restarts, run, first)
-        return await _judged(cell, run, census_of(cell, first))
+        return await _judged(cell, run, census_of(cell, first, hosts))
 
 
-def census_of(cell: Cell, job: BenchJob) -> GenerationCensus:
-    """The census of every run of the job's name (its run root holds them all)."""
+def census_of(cell: Cell, job: BenchJob, hosts: TestHosts | None = None) -> GenerationCensus:
+    """The census of every run of the job's name (its run root holds them all); on
+    SSH test hosts, of every host's own tmpfs."""
+    if hosts is not None:
+        return chaos_multinode.HostsCensus(job.run_root, hosts, job.spec.job_id)
     memory_dir = _memory_job_dir(job.spec.job_id) if cell.memory else None
     return GenerationCensus(job.run_root, memory_job_dir=memory_dir)
 
@@ -1386,6 +1316,9 @@ async def _judged(cell: Cell, run: CellRun, census: GenerationCensus) -> Outcome
             job_dir=job.paths.root,
         )
     )
+    if cell.check is not None:
+        problems = cell.check(run, launches)
+        verdict.check("cell_check", not problems, "; ".join(problems))
     return Outcome(
         metrics={"held": verdict.held, **verdict.checks},
         details={
@@ -1463,7 +1396,7 @@ async def _last_status(job: BenchJob) -> str:
 def _references(cell: Cell) -> Callable[[JobShape], list[Reference]]:
     if not cell.weights:
         return lambda shape: []
-    world = 2 if cell.nodes else WORLD_SIZE
+    world = cell.world_size
     return lambda shape: [(world, shape.steps)]
 
 
@@ -1479,7 +1412,14 @@ def scenarios_for(
         return run
 
     return [
-        Scenario(name=cell.key, summary=cell.why, run=runner(cell), references=_references(cell))
+        Scenario(
+            name=cell.key,
+            summary=cell.why,
+            run=runner(cell),
+            references=_references(cell),
+            # Without root, ``ip`` or ``sshd`` the cross-node cells are skipped, with why.
+            unavailable=multinode.netns_unavailable_reason if cell.ssh is not None else None,
+        )
         for cell in cells
     ]
 
@@ -1489,7 +1429,9 @@ class CellResult:
     fault: str
     phase: str
     state: str
-    """held, failed, n/a (not a cell of the matrix), or not run (not selected)."""
+    """held, failed, n/a (not a cell of the matrix), not run (not selected), or
+    skipped (it cannot run on this machine: a cross-node cell without network
+    namespaces)."""
     reason: str
     wall_s: float | None = None
 
@@ -1507,6 +1449,8 @@ def results(cells: list[Cell], records: list[RunRecord]) -> list[CellResult]:
                 out.append(CellResult(fault, phase, "not run", "not selected in this run"))
             elif record is None:
                 out.append(CellResult(fault, phase, "n/a", absent_reason(fault, phase)))
+            elif record.skipped is not None:
+                out.append(CellResult(fault, phase, "skipped", record.skipped))
             elif record.error is not None:
                 out.append(CellResult(fault, phase, "failed", record.error, record.wall_s))
             elif record.metrics.get("held"):
@@ -1531,6 +1475,7 @@ def render_table(cells: list[CellResult]) -> str:
         "failed": "[red]FAILED[/]",
         "n/a": "[dim]n/a[/]",
         "not run": "[dim]-[/]",
+        "skipped": "[yellow]skipped[/]",
     }
     for fault, label in FAULTS.items():
         row = [c for c in cells if c.fault == fault]
@@ -1544,9 +1489,12 @@ def summary_line(cells: list[CellResult]) -> str:
     run = [c for c in cells if c.state in ("held", "failed")]
     held = [c for c in run if c.state == "held"]
     absent = sum(1 for c in cells if c.state == "n/a")
+    skipped = sum(1 for c in cells if c.state == "skipped")
     return (
         f"{len(held)}/{len(run)} cells held ({len(CELLS)} cells in the matrix; "
-        f"{absent} fault x phase pairs are not cells, each with its reason in the JSON)"
+        f"{absent} fault x phase pairs are not cells, each with its reason in the JSON"
+        + (f"; {skipped} skipped: they cannot run on this machine" if skipped else "")
+        + ")"
     )
 
 

@@ -24,7 +24,7 @@ from activities.nodes.rundir import generations_below
 from bench.measure import BackgroundSampler
 from lazarus.app import chaos
 from lazarus.domain.checkpoint_layout import MANIFEST, TEMP_SUFFIX, committed_steps
-from lazarus.domain.memory_tier import MEMORY_ROOT
+from lazarus.domain.memory_tier import MEMORY_ROOT, REPLICAS_DIR
 from workflows.state import JobStatus, Phase
 
 CENSUS_INTERVAL_S = 0.05
@@ -75,8 +75,13 @@ class GenerationCensus(BackgroundSampler):
         self.max_live_ranks = max(self.max_live_ranks, sum(live.values()))
         if len(live) > 1 and len(self.overlaps) < 20:
             self.overlaps.append(live)
-        if self.memory_job_dir is not None:
-            self._sample_memory(self.memory_job_dir)
+        for job_dir in self.memory_job_dirs():
+            self._sample_memory(job_dir)
+
+    def memory_job_dirs(self) -> list[Path]:
+        """The job's directories in tmpfs the census reads, one per memory a node of
+        the job has (this machine's: ``memory_job_dir``; none without the tier)."""
+        return [self.memory_job_dir] if self.memory_job_dir is not None else []
 
     def _sample_memory(self, job_dir: Path) -> None:
         """Read each committed snapshot's manifest once per version of it (a re-save
@@ -218,10 +223,12 @@ def held_locks(job_run_root: Path) -> list[str]:
 
 
 def memory_left(job_dir: Path) -> list[str]:
-    """Step directories of the job still in tmpfs (a finished run removes its own)."""
+    """Step directories of the job still in tmpfs, its own snapshots and the replicas
+    it holds for a buddy (a finished run removes its whole directory)."""
     if not job_dir.is_dir():
         return []
-    return sorted(str(p) for p in job_dir.glob("*/step-*"))
+    found = [*job_dir.glob("*/step-*"), *job_dir.glob(f"*/{REPLICAS_DIR}/*/step-*")]
+    return sorted(str(p) for p in found)
 
 
 def temp_files(*roots: Path) -> list[str]:
@@ -332,8 +339,9 @@ def judge(
         f"processes of the job (zygotes, standbys, wrappers) alive {RANKS_GONE_WAIT_S:.0f} s "
         f"after it ended: {helpers[:5]}",
     )
-    if census.memory_job_dir is not None and status.phase in (Phase.SUCCEEDED, Phase.CANCELLED):
-        snapshots = memory_left(census.memory_job_dir)
+    memory_dirs = census.memory_job_dirs()
+    if memory_dirs and status.phase in (Phase.SUCCEEDED, Phase.CANCELLED):
+        snapshots = [found for job_dir in memory_dirs for found in memory_left(job_dir)]
         verdict.check(
             "no_snapshot_left",
             not snapshots,

@@ -642,6 +642,14 @@ class TestHosts(StartStop):
         except OSError:
             return None
 
+    def root_path(self, name: str) -> Path | None:
+        """The host's filesystem as its own processes see it, its private ``/dev/shm``
+        included, from this namespace (``/proc/<holder>/root``): what a node keeps in
+        tmpfs, read without logging in. None while the host is down."""
+        self.host(name)
+        pid = self._machine_up(name)
+        return None if pid is None else Path(f"/proc/{pid}/root")
+
     @staticmethod
     def _enter(pid: int, workdir: str | None = None) -> list[str]:
         """The command prefix that runs a command in the network and mount namespaces

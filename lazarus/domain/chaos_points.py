@@ -33,12 +33,16 @@ STOP_AFTER_SIGTERM = "stop.after_sigterm"
 """activities/nodes/local_agent.py LocalAgent.stop: SIGTERM sent, nothing reaped yet."""
 CHECKPOINT_BEFORE_COMMIT = "checkpoint.before_commit"
 """lazarus/rank commit_checkpoint: the manifest is written, ``COMMITTED`` is not."""
+REPLICA_BEFORE_COMMIT = "replica.before_commit"
+"""lazarus/rank/replica.py Receiver: every file of a buddy's replica received, not yet
+checked against its manifest, ``COMMITTED`` not written."""
 
 ALL_POINTS = (
     LAUNCH_BEFORE_PIDS,
     LAUNCH_BEFORE_LAUNCH_JSON,
     STOP_AFTER_SIGTERM,
     CHECKPOINT_BEFORE_COMMIT,
+    REPLICA_BEFORE_COMMIT,
 )
 
 

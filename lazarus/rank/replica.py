@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import lazarus.rank as lazarus_rank
-from lazarus.domain import checkpoint_layout, environment, memory_tier
+from lazarus.domain import chaos_points, checkpoint_layout, environment, memory_tier
 from lazarus.rank import memory
 
 __all__ = [
@@ -331,6 +331,7 @@ class Receiver:
         try:
             problem = _receive_files(reader, target, files)
             if problem is None:
+                chaos_points.chaos_point(chaos_points.REPLICA_BEFORE_COMMIT)
                 problem = _replica_problem(target, step, config)
         except BaseException:
             _remove(target)

@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from unittest import mock
 import pytest
 
 import lazarus.rank as lz
-from lazarus.domain import checkpoint_layout, environment, memory_tier
+from lazarus.domain import chaos_points, checkpoint_layout, environment, memory_tier
 from lazarus.rank import memory, replica
 
 JOB = "job"
@@ -138,6 +139,41 @@ def test_a_copy_torn_mid_way_is_never_committed_and_leaves_nothing(
     # The receiver still serves the next, whole push.
     replica.push(final, to(receiver), slot=0, job_id=JOB, generation=1)
     assert receiver.committed == [(0, 4)]
+
+
+def test_a_copy_cut_short_before_its_commit_is_refused(
+    receiver: replica.Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every byte arrived, then a file of the copy is cut short before the receiver
+    checks it (the chaos matrix's ``replica_torn@replicated`` holds it there, at
+    ``replica.before_commit``): the manifest's sizes refuse it, nothing is committed."""
+    points = tmp_path / "points"
+    points.mkdir()
+    monkeypatch.setenv(chaos_points.CHAOS_DIR_ENV, str(points))
+    final = snapshot(node_env(logical("a")), 5, b"y" * 4000)
+    outcome: list[BaseException | int] = []
+
+    def push() -> None:
+        try:
+            outcome.append(replica.push(final, to(receiver), slot=0, job_id=JOB, generation=1))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    pusher = threading.Thread(target=push)
+    pusher.start()
+    reached = chaos_points.reached_file(points, chaos_points.REPLICA_BEFORE_COMMIT)
+    deadline = time.monotonic() + 30
+    while not reached.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert reached.exists(), "the receiver never reached replica.before_commit"
+    held = replicas_of(receiver) / checkpoint_layout.step_dir_name(5)
+    os.truncate(held / "state.pt", 1000)
+    chaos_points.go_file(points, chaos_points.REPLICA_BEFORE_COMMIT).touch()
+    pusher.join(timeout=30)
+    [answer] = outcome
+    assert isinstance(answer, replica.ReplicaRefused) and "torn" in str(answer), answer
+    assert receiver.committed == [] and "torn" in receiver.refused[0], receiver.refused
+    assert not held.exists()
 
 
 @pytest.mark.parametrize(
