@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-hosts lint docs bench clean
+.PHONY: setup demo test test-all test-fast test-hosts lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,16 +16,22 @@ setup: $(STAMP)
 demo: setup
 	$(PY) examples/demo.py $(DEMO_ARGS)
 
-# Three workers on two cores: most of an end-to-end test is waiting (steps sleep,
-# hang clocks run; the whole suite uses ~10 CPU-minutes), so running tests side by
-# side cuts the wall time without starving any. worksteal keeps the tail short.
-PYTEST_WORKERS ?= 3
+# Four workers on two cores: most of an end-to-end test is waiting (steps sleep,
+# hang clocks and grace periods run, ranks rendezvous), so running tests side by side
+# cuts the wall time without starving any; worksteal keeps the tail short. Measured
+# in docs/contributing.md (wall time against workers).
+PYTEST_WORKERS ?= 4
 
 # Everything: the fast tier first (a broken edit fails in under a minute, and its
 # guard holds in CI too), then every test marked `slow` side by side. The two
 # selections split the suite: nothing runs twice, nothing is left out.
 test: setup test-hosts test-fast
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=30 -m slow $(PYTEST_ARGS)
+
+# Everything, and every case of the long matrices that `make test` runs one case of
+# (tests/tiers.py): about 35 minutes on 2 cores.
+test-all:
+	LAZARUS_TEST_ALL=1 $(MAKE) test
 
 # The fast tier, for every edit: the pure and unit tests of tests/unit, less those
 # marked `slow` (they start processes or servers, sleep, or take over a second).

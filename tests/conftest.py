@@ -21,10 +21,25 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
         server.stop()
 
 
+LONGEST_FIRST = ("slurm", "netns", "e2e", "integration", "workflow", "unit")
+"""The folders in the order their tests start: the longest first, so that under
+xdist a four-minute test never starts last and leaves the other workers idle."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Only tests/unit holds fast-tier tests: every other folder's are ``slow``, so
-    ``pytest -m "not slow"`` selects the same tests as ``make test-fast``."""
-    unit = Path(__file__).parent / "unit"
+    ``pytest -m "not slow"`` selects the same tests as ``make test-fast``. Then the
+    longest folders go first (:data:`LONGEST_FIRST`; a stable sort keeps each file's
+    tests together, so module fixtures are set up once)."""
+    here = Path(__file__).parent
+    unit = here / "unit"
     for item in items:
         if not item.path.is_relative_to(unit):
             item.add_marker(pytest.mark.slow)
+
+    def folder_rank(item: pytest.Item) -> int:
+        parts = item.path.relative_to(here).parts if item.path.is_relative_to(here) else ()
+        folder = parts[0] if len(parts) > 1 else ""
+        return LONGEST_FIRST.index(folder) if folder in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=folder_rank)

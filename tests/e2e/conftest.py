@@ -25,13 +25,14 @@ from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from activities.stop import stop_generations
-from bench.jobs import run_reference, weights_match
+from bench.jobs import weights_match
 from lazarus.app import chaos
 from lazarus.app.devserver import DevServer
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.contracts import StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec
+from tests.reference_weights import shared_reference
 from workflows.job import JobWorkflow
 from workflows.state import JobInput, JobStatus, Phase
 
@@ -190,7 +191,7 @@ STEPS = 60
 @pytest.fixture(scope="session")
 def fault_free_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference: the same job run straight through by plain subprocesses, no Lazarus."""
-    return run_reference(tmp_path_factory.mktemp("reference"), steps=STEPS)
+    return shared_reference(tmp_path_factory, STEPS)
 
 
 def assert_same_weights(actual: Path, expected: Path) -> None:

@@ -3,21 +3,19 @@ well-formed results; so does the soak, and the overhead microbenchmark works.
 
 Only the shape of the output is checked, never a timing: a ``--quick`` run's
 numbers on a busy machine mean nothing. Every run starts torch several times
-(ranks, torchrun's agent), a few seconds of CPU each, so to keep this file near
-two minutes on an idle 2-core machine it runs the two scenarios at the heart of
-the comparison, ``crash`` and ``hang``, under both systems (that covers a
-torchrun restart, torchrun's bounded hang wait, and a Lazarus recovery), and a
-short soak. ``LAZARUS_BENCH_SMOKE_ALL=1`` adds ``controller_crash``,
-``pause_resume`` (with torchrun's "not possible" record), ``clean`` and
-``straggler``; ``node_loss`` is the recovery benchmark's scenario, smoke-tested
-in ``test_bench_smoke``; the overhead's CPU jobs use the same job helpers and
-run in the full benchmark.
+(ranks, torchrun's agent), a few seconds of CPU each, so to keep the suite under
+20 minutes it runs the scenario at the heart of the comparison, ``crash``, under
+both systems (a torchrun restart and a Lazarus recovery), and a short soak.
+``make test-all`` adds ``hang`` (torchrun's bounded hang wait),
+``controller_crash``, ``pause_resume`` (with torchrun's "not possible" record),
+``clean`` and ``straggler``, which ``make bench`` runs in full; ``node_loss`` is
+the recovery benchmark's scenario, smoke-tested in ``test_bench_smoke``; the
+overhead's CPU jobs use the same job helpers and run in the full benchmark.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -34,11 +32,12 @@ from bench.report import compare_table, summary
 from bench.soak import _assess, schedule
 from bench.soak_results import SoakIncident
 from bench.systems import System
+from tests import tiers
 
 REPO = Path(__file__).resolve().parents[2]
-FAULTS = ["crash", "hang"]
-if os.environ.get("LAZARUS_BENCH_SMOKE_ALL"):
-    FAULTS += ["controller_crash", "pause_resume", "clean", "straggler"]
+FAULTS = ["crash"]
+if tiers.ALL:
+    FAULTS += ["hang", "controller_crash", "pause_resume", "clean", "straggler"]
 SYSTEMS: list[System] = ["lazarus", "torchrun"]
 SHARED = {"completed", "weights_ok"}
 EXPECTED: dict[str, set[str]] = {
@@ -115,8 +114,9 @@ def test_quick_compare_runs_faults_under_both_systems(tmp_path: Path) -> None:
         assert EXPECTED[scenario] <= run["metrics"].keys(), (scenario, system)
         for name in run["metrics"]:
             lookup(name)  # every metric has its one meaning in bench.metrics
-    assert runs[("hang", "torchrun")]["metrics"]["detected"] is False
-    assert "not detected within" in runs[("hang", "torchrun")]["note"]
+    if "hang" in FAULTS:
+        assert runs[("hang", "torchrun")]["metrics"]["detected"] is False
+        assert "not detected within" in runs[("hang", "torchrun")]["note"]
     for scenario in FAULTS:
         assert set(data["summary"][scenario]) == set(SYSTEMS)
 

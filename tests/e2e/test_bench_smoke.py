@@ -1,4 +1,9 @@
-"""The recovery benchmark harness runs every scenario once and writes well-formed JSON.
+"""The recovery benchmark harness runs a scenario once and writes well-formed JSON.
+
+The suite runs one single-node scenario (``crash``) and one multi-node one
+(``node_loss``); ``make test-all`` runs every scenario, as ``make bench``
+does. The product paths behind the others have their own tests (hangs in
+tests/e2e/test_recovery.py, a killed worker in test_controller_faults.py).
 
 Only the shape of the output is checked, never a timing: the numbers of a
 ``--quick`` run on a busy CI machine mean nothing. The multi-node scenarios need
@@ -23,9 +28,14 @@ from bench.harness import BenchConfig, BenchRun, Plan, RunRecord
 from bench.jobs import JobShape
 from bench.metrics import lookup
 from bench.multinode import netns_unavailable_reason
+from tests import tiers
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ["clean", "crash", "hang", "worker_kill"]
+SCENARIOS = ["crash"]
+MULTINODE_SCENARIOS = ["node_loss"]
+if tiers.ALL:
+    SCENARIOS = ["clean", "crash", "hang", "worker_kill"]
+    MULTINODE_SCENARIOS = ["node_loss", "ssh_poll", "controller_cpu"]
 COMMON_METRICS = {
     "completed",
     "weights_ok",
@@ -56,7 +66,6 @@ SCENARIO_METRICS = {
     "worker_kill": {"fault_step", "steps_lost", "duplicate_ranks", "worker_down_s"},
 }
 STAT_KEYS = {"median", "min", "max", "n"}
-MULTINODE_SCENARIOS = ["node_loss", "ssh_poll", "controller_cpu"]
 MULTINODE_METRICS = {
     "node_loss": COMMON_METRICS
     | {
@@ -195,6 +204,8 @@ def test_quick_multinode_benchmark_writes_expected_json(tmp_path: Path) -> None:
     # is 3 s); the first one must be the killed host.
     incident = node_loss["details"]["incidents"][0]
     assert incident["kind"] == "node_lost" and incident["node"] == "h2"
+    if len(data["runs"]) == 1:
+        return
     assert data["runs"][1]["metrics"]["polls_ok"]
     cpu = data["runs"][2]["metrics"]
     assert cpu["local1_weights_ok"] and cpu["ssh4_weights_ok"]

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.jobs import run_reference
 from infra.testhosts import TestHosts
 from lazarus.app import chaos
 from lazarus.app.client import RequestRejected
@@ -26,6 +25,7 @@ from tests.e2e import test_fleet_e2e
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from tests.e2e.test_fleet_e2e import Fleets, held_by, node
 from tests.netns.conftest import HostsFactory
+from tests.reference_weights import shared_reference
 from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
@@ -36,7 +36,7 @@ fleets = test_fleet_e2e.fleets
 
 @pytest.fixture(scope="module")
 def world2_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_reference(tmp_path_factory.mktemp("reference2"), steps=STEPS, world_size=2)
+    return shared_reference(tmp_path_factory, STEPS, world_size=2)
 
 
 def host_nodes(hosts: TestHosts) -> list[dict[str, object]]:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.jobs import run_reference
 from infra.testhosts import TestHosts
 from lazarus.app import chaos
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import JobSpec
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from tests.netns.conftest import HostsFactory
+from tests.reference_weights import shared_reference
 from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
@@ -27,7 +27,7 @@ StartJob = Callable[..., Awaitable[Job]]
 
 @pytest.fixture(scope="module")
 def world3_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_reference(tmp_path_factory.mktemp("reference3"), steps=STEPS, world_size=3)
+    return shared_reference(tmp_path_factory, STEPS, world_size=3)
 
 
 def ssh_spec(

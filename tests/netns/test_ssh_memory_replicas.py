@@ -8,6 +8,10 @@ ring). A host is killed past step 25, taking its tmpfs with it; the spare takes 
 slot, the search finds the lost node's snapshot in its buddy's replicas, copies it
 onto the spare, and every rank resumes from that memory step (not disk step 20),
 ending with the weights of a fault-free run.
+
+The same kill without replicas (disk serves, a disk interval lost) is the other half
+of the benchmark's ``node_loss_replicas`` scenario and of the chaos cell
+``node_and_buddy_lost@replicated``; it is not repeated here.
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.jobs import run_reference
 from lazarus.app import chaos
 from tests.e2e.conftest import STEPS, Job, assert_same_weights
 from tests.netns.conftest import HostsFactory
 from tests.netns.test_ssh_jobs import ssh_spec
+from tests.reference_weights import shared_reference
 from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
@@ -32,23 +36,18 @@ DISK_EVERY = 20
 
 @pytest.fixture(scope="module")
 def world3_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_reference(tmp_path_factory.mktemp("reference3"), steps=STEPS, world_size=3)
+    return shared_reference(tmp_path_factory, STEPS, world_size=3)
 
 
 @pytest.mark.timeout(360)
-@pytest.mark.parametrize("replicas", [True, False], ids=["replicas", "no-replicas"])
 async def test_a_killed_host_resumes_on_the_spare_from_its_buddys_replica(
-    test_hosts: HostsFactory,
-    start_job: StartJob,
-    tmp_path: Path,
-    world3_weights: Path,
-    replicas: bool,
+    test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world3_weights: Path
 ) -> None:
     hosts = test_hosts(4)
     checkpoints = {
         "memory_every_steps": 1,
         "every_steps": DISK_EVERY,
-        "memory_replicas": replicas,
+        "memory_replicas": True,
     }
     job = await start_job(ssh_spec(tmp_path, hosts, checkpoints=checkpoints))
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 26)
@@ -65,12 +64,8 @@ async def test_a_killed_host_resumes_on_the_spare_from_its_buddys_replica(
     assert "h4" in status.nodes.active and "h2" not in status.nodes.active
     resumed = incident.resumed_from_step
     assert resumed is not None
-    if replicas:
-        # The memory tier through h3's replica of h2's slot: a step past disk's 20,
-        # within a few steps of where the kill found the job.
-        assert resumed > DISK_EVERY, f"resumed from {resumed}: disk, not the replica"
-        assert resumed >= step_at_kill - 2, (step_at_kill, resumed)
-    else:
-        # Without replicas the spare holds nothing: disk serves.
-        assert resumed == DISK_EVERY, resumed
+    # The memory tier through h3's replica of h2's slot: a step past disk's 20,
+    # within a few steps of where the kill found the job.
+    assert resumed > DISK_EVERY, f"resumed from {resumed}: disk, not the replica"
+    assert resumed >= step_at_kill - 2, (step_at_kill, resumed)
     assert_same_weights(job.weights, world3_weights)

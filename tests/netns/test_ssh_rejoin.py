@@ -30,13 +30,13 @@ from activities.launcher import launch_generation
 from activities.nodes.procfs import is_alive, read_stat
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.stop import stop_generations
-from bench.jobs import run_reference
 from infra.testhosts import TestHosts
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec, rank_census
 from tests.netns.conftest import HostsFactory
+from tests.reference_weights import shared_reference
 from workflows.state import Phase
 
 FAKE_RANK = Path(__file__).resolve().parents[1] / "fixtures" / "fake_rank.py"
@@ -176,7 +176,7 @@ def test_a_host_that_cannot_run_lazarus_fences_and_starts_afresh(fake_job: JobSp
 
 @pytest.fixture(scope="module")
 def world4_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_reference(tmp_path_factory.mktemp("reference4"), steps=STEPS, world_size=4)
+    return shared_reference(tmp_path_factory, STEPS, world_size=4)
 
 
 def resilient_ssh_spec(

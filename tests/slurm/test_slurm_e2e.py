@@ -27,7 +27,7 @@ from temporalio.service import RPCError
 from activities.nodes.rundir import GenerationDir, generations, read_json, runs
 from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_commands import job_steps
-from bench.jobs import run_reference, weights_match
+from bench.jobs import weights_match
 from infra.slurm import TestSlurm
 from lazarus.app import chaos
 from lazarus.app.devserver import DevServer
@@ -35,6 +35,7 @@ from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.spec import JobSpec, WarmStartSpec, parse_spec
 from tests.e2e.conftest import Job
+from tests.reference_weights import shared_reference
 from workflows.state import JobInput, JobStatus, Phase
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
@@ -47,7 +48,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same 2-rank job run straight through by plain processes, no Lazarus."""
-    return run_reference(tmp_path_factory.mktemp("slurm-reference"), steps=STEPS)
+    return shared_reference(tmp_path_factory, STEPS)
 
 
 def slurm_job_spec(tmp_path: Path, job: int, step_time: float = 0.05) -> JobSpec:

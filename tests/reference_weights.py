@@ -1,0 +1,31 @@
+"""The fault-free reference weights every weight-checking test compares against."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from bench.jobs import WORLD_SIZE, run_reference
+
+
+def shared_reference(
+    tmp_path_factory: pytest.TempPathFactory, steps: int, world_size: int = WORLD_SIZE
+) -> Path:
+    """The example's weights after ``steps`` on ``world_size`` plain processes (no
+    Lazarus), run once per test session however many xdist workers ask: they share
+    the parent of their base temp directories. Each reference costs a few CPU-seconds
+    of torch that every worker used to repeat, and every extra run was one more chance
+    at the rendezvous port race (:class:`bench.jobs.ReferenceStalled`)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    workdir = root / f"reference-{world_size}x{steps}"
+    done = workdir / "done"
+    with FileLock(f"{workdir}.lock"):
+        if not done.exists():
+            weights = run_reference(workdir, steps=steps, world_size=world_size)
+            done.write_text(str(weights))
+    return Path(done.read_text())
