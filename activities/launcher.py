@@ -16,6 +16,9 @@ that node's zygote for the run (:mod:`activities.nodes.warm`), which writes
 the same pid files as a cold start, so adoption and fencing above are unchanged; a
 fork that cannot happen starts the rank cold, and ``LaunchResult.warm_start`` says
 which ranks went which way and why. Fencing another run also stops its zygotes.
+The spares the request names (``LaunchRequest.prewarm``) get the run's zygote started
+beside the rank starts, not waited for (:meth:`NodeAgent.prewarm`), so a relaunch
+onto one after a node loss forks warm; ``warm_start`` lists them, and why any was not.
 
 Rejoin in place (``rejoin`` in the spec, ``LaunchRequest.rejoin_ranks``): the
 previous generation's live ranks named there are carried over in their own process

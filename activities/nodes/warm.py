@@ -13,6 +13,11 @@ usable, per launch:
   the next launch (a relaunch never waits on a zygote's preload);
 - refusing (a preload failed, a guard tripped) or still preloading: cold.
 
+A spare of the pool is prewarmed (:func:`prewarm_zygote`): its zygote is started
+when the run launches elsewhere, and not waited for, so the launch that swaps the
+spare in after a node loss finds it serving (or still preloading, which that first
+launch then waits out as above) instead of starting it then.
+
 Every cold start carries its reason (:class:`ZygoteUnavailable`), which the launcher
 reports in ``LaunchResult.warm_start``. A forked rank writes the same pid, log and
 exit files as a cold one, so supervise, stop and fencing do not change.
