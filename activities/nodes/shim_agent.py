@@ -220,9 +220,12 @@ def warm_call(
         ],
         prewarm=prewarm,
     )
+    # Without ``prewarm`` the request is what a node running an older Lazarus (which
+    # refuses unknown fields) accepts: only a prewarm needs the node's new code.
+    body = request.model_dump_json(exclude=None if prewarm else {"prewarm"})
     return ShimCall(
         argv=["warm", gen_dir, first.command[0], first.workdir],
-        stdin=f"{search_path}\n{python_path}\n{request.model_dump_json()}\n",
+        stdin=f"{search_path}\n{python_path}\n{body}\n",
     )
 
 

@@ -11,6 +11,7 @@ from activities.launcher import Prewarmed, _prewarm_spares, prewarm_targets, war
 from activities.nodes.agent import RankLaunch, StartedRank, WarmStart
 from activities.nodes.local_agent import LocalAgent
 from activities.nodes.rundir import GenerationDir
+from activities.nodes.shim_agent import warm_call
 from lazarus.domain.contracts import LaunchRequest
 from lazarus.domain.spec import JobSpec, NodeSpec
 
@@ -60,3 +61,13 @@ def test_the_outcome_names_the_spares_prewarmed_and_why_others_were_not() -> Non
         "spares not prewarmed: t: no route to host"
     )
     assert "prewarm" not in warm_start_outcome([NodeSpec(name="a")], [[started]]).summary()
+
+
+def test_only_a_prewarm_request_names_the_field_an_older_node_would_refuse() -> None:
+    """A node running an older Lazarus refuses unknown request fields: a plain warm
+    start must not send ``prewarm``, so it keeps working on such a node."""
+    launch = RankLaunch(rank=0, command=["python", "t.py"], env={"PATH": "/usr/bin"}, workdir="/w")
+    plain = warm_call("/runs/gen-00001", "a", [launch], WARM)
+    asked = warm_call("/runs/.zygote-a", "a", [launch], WARM, prewarm=True)
+    assert '"prewarm"' not in plain.stdin
+    assert '"prewarm":true' in asked.stdin and asked.argv[1] == "/runs/.zygote-a"
