@@ -16,6 +16,9 @@ that node's zygote for the run (:mod:`activities.nodes.warm`), which writes
 the same pid files as a cold start, so adoption and fencing above are unchanged; a
 fork that cannot happen starts the rank cold, and ``LaunchResult.warm_start`` says
 which ranks went which way and why. Fencing another run also stops its zygotes.
+The spares the request names (``LaunchRequest.prewarm``) get the run's zygote started
+beside the rank starts, not waited for (:meth:`NodeAgent.prewarm`), so a relaunch
+onto one after a node loss forks warm; ``warm_start`` lists them, and why any was not.
 
 Rejoin in place (``rejoin`` in the spec, ``LaunchRequest.rejoin_ranks``): the
 previous generation's live ranks named there are carried over in their own process
@@ -41,6 +44,8 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -613,7 +618,17 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             _fence_other_runs_remotely(opened, others, spec.job_id)
         if on_slurm and older:
             _fence_older_steps(opened, root, request.generation)
-        per_node = _start_everywhere(opened, start_on)
+        spares = prewarm_targets(request, nodes) if warm is not None else []
+        if warm is not None and spares:
+            with ThreadPoolExecutor(max_workers=1) as beside:  # never delays a rank's start
+                prewarming = beside.submit(
+                    _prewarm_spares, request, spares, nodes, gen, master_port, warm
+                )
+                per_node = _start_everywhere(opened, start_on)
+                prewarmed = prewarming.result()
+        else:
+            per_node = _start_everywhere(opened, start_on)
+            prewarmed = Prewarmed()
         ranks = [
             RankProcess(
                 rank=r.rank,
@@ -637,7 +652,9 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             launched_at=time.time(),
             adopted=any(r.adopted for started in per_node for r in started),
             ranks_started_at=ranks_started_at(gen, nodes, ranks),
-            warm_start=(warm_start_outcome(nodes, per_node) if spec.warm is not None else None),
+            warm_start=(
+                warm_start_outcome(nodes, per_node, prewarmed) if spec.warm is not None else None
+            ),
             rejoined=sorted(kept),
             rejoin_refused=refused,
         )
@@ -666,10 +683,74 @@ def ranks_started_at(
     return max(times)
 
 
+@dataclass(frozen=True)
+class Prewarmed:
+    """What a launch's prewarm of the spares did (:func:`_prewarm_spares`)."""
+
+    nodes: list[str] = field(default_factory=list)
+    """Spares whose zygote runs: started now, or found running."""
+    failed: list[str] = field(default_factory=list)
+    """``"<node>: <reason>"`` for each spare whose zygote could not be started."""
+
+
+def prewarm_targets(request: LaunchRequest, nodes: list[NodeSpec]) -> list[NodeSpec]:
+    """The spares to prewarm: those the request names, less any node that runs ranks
+    in this generation (its zygote is the launch's own to start)."""
+    running = {node.name for node in nodes}
+    return [node for node in request.prewarm if node.name not in running]
+
+
+def _prewarm_spares(
+    request: LaunchRequest,
+    spares: list[NodeSpec],
+    nodes: list[NodeSpec],
+    gen: GenerationDir,
+    master_port: int,
+    warm: WarmStart,
+) -> Prewarmed:
+    """Start the run's zygote on each spare (:meth:`NodeAgent.prewarm`), all at once,
+    beside the launch's rank starts: no rank waits for it, and each is bounded by one
+    round trip. The zygote gets the environment the spare's ranks would share were it
+    the next node of this generation (the per-rank variables are the fork's to set).
+    A spare that cannot be prewarmed is only noted: its first launch starts the
+    zygote itself, as without prewarming."""
+    spec = request.spec
+
+    def on(agent: NodeAgent) -> str | None:
+        rank = len(nodes) * spec.nproc_per_node
+        world = [*nodes, agent.node]
+        env = rank_environment(spec, world, len(nodes), gen, rank, master_port, request.resume)
+        launch = RankLaunch(
+            rank=rank,
+            command=spec.command,
+            env=env,
+            workdir=spec.workdir,
+            env_file=rank_env_file(spec, agent.node),
+        )
+        return agent.prewarm(launch, warm)
+
+    done = Prewarmed()
+    try:
+        with agents(NodeAccess.of(spec, spares)) as opened:
+            outcomes = on_each_settled(opened, on)
+    except Exception as exc:  # the spares only: the launch itself goes on
+        return Prewarmed(failed=[f"{node.name}: {exc}" for node in spares])
+    for node, outcome in zip(spares, outcomes, strict=True):
+        if outcome is None:
+            done.nodes.append(node.name)
+        else:
+            done.failed.append(f"{node.name}: {outcome}")
+            log.warning("prewarm of spare %s: %s", node.name, outcome)
+    return done
+
+
 def warm_start_outcome(
-    nodes: list[NodeSpec], per_node: list[list[StartedRank]]
+    nodes: list[NodeSpec],
+    per_node: list[list[StartedRank]],
+    prewarmed: Prewarmed | None = None,
 ) -> WarmStartOutcome:
-    """Which ranks were forked warm and which started cold, with each node's reasons."""
+    """Which ranks were forked warm and which started cold, with each node's reasons,
+    and which spares were prewarmed."""
     warm = [r for started in per_node for r in started if r.warm]
     cold = [r for started in per_node for r in started if not r.warm]
     reasons: list[str] = []
@@ -681,6 +762,8 @@ def warm_start_outcome(
         cold_ranks=sorted(r.rank for r in cold),
         from_standby=sum(1 for r in warm if r.from_standby),
         fallback_reasons=reasons,
+        prewarmed=prewarmed.nodes if prewarmed is not None else [],
+        not_prewarmed=prewarmed.failed if prewarmed is not None else [],
     )
 
 

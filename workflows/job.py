@@ -102,7 +102,13 @@ with workflow.unsafe.imports_passed_through():
         PATCH_SEARCH_ATTRIBUTES_V2,
         PATCH_SLURM_PREEMPTION,
     )
-    from workflows.placement import active_nodes, generation_dir, run_root, world_size
+    from workflows.placement import (
+        active_nodes,
+        generation_dir,
+        prewarm_nodes,
+        run_root,
+        world_size,
+    )
     from workflows.preemption import handled_preemption_at, preempt_marker_for
     from workflows.preflight_steps import Preflight
     from workflows.recovery_steps import RecoverySteps
@@ -383,6 +389,7 @@ class JobWorkflow:
                     nodes=active_nodes(spec, state.pool),
                     run_root=run_root(spec, state) if state.run_key else None,
                     rejoin_ranks=rejoining,
+                    prewarm=prewarm_nodes(spec, state.pool),
                 ),
                 start_to_close_timeout=timedelta(seconds=120),
                 heartbeat_timeout=worker_loss_timeout(self.spec),

@@ -41,5 +41,18 @@ def active_nodes(spec: JobSpec, pool: NodePool) -> list[NodeSpec]:
     return [node_spec(spec, name) for name in pool.active]
 
 
+def prewarm_nodes(spec: JobSpec, pool: NodePool) -> list[NodeSpec]:
+    """The spares a launch prewarms (``LaunchRequest.prewarm``): with ``warm_start``,
+    every spare of the pool that runs no rank, so the launch that swaps one in after a
+    node loss forks its ranks from a zygote that has already imported ``preload``
+    instead of waiting for it (issue 28). None without ``warm_start``: there are no
+    zygotes. A spare that leaves the pool keeps its zygote until the run's end, whose
+    stop reaches every node the run knew (:func:`workflows.stops.end_of_run_targets`)."""
+    if spec.warm is None:
+        return []
+    spares = [find_node(spec, name) for name in pool.spares if name not in pool.active]
+    return [node for node in spares if node is not None]
+
+
 def world_size(spec: JobSpec, pool: NodePool) -> int:
     return len(pool.active) * spec.nproc_per_node

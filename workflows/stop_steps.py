@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.placement import node_spec, run_root
     from workflows.routing import route
     from workflows.run_context import JobRun
-    from workflows.stops import end_of_run_targets, settle_stop, stop_targets
+    from workflows.stops import end_of_run_targets, leaves_state, settle_stop, stop_targets
 
 
 class StopSteps:
@@ -123,5 +123,4 @@ class StopSteps:
     def run_leaves_state(self) -> bool:
         """Whether the run leaves something on the nodes beyond its ranks: zygotes
         (warm starts) or memory-tier snapshots in tmpfs, which its last stop removes."""
-        spec = self.run.spec
-        return spec.warm is not None or spec.checkpoints.memory_every_steps is not None
+        return leaves_state(self.run.spec)

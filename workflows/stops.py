@@ -22,6 +22,13 @@ def stop_targets(spec: JobSpec, pool: NodePool, only: list[str] | None) -> list[
     return [n for n in dict.fromkeys(names) if find_node(spec, n) is not None]
 
 
+def leaves_state(spec: JobSpec) -> bool:
+    """Whether a run of ``spec`` leaves something on its nodes beyond its ranks: zygotes
+    (``warm_start``, on spares too) or memory-tier snapshots in tmpfs, which its last
+    stop removes."""
+    return spec.warm is not None or spec.checkpoints.memory_every_steps is not None
+
+
 def end_of_run_targets(spec: JobSpec, state: JobState) -> list[str]:
     """The nodes the end-of-run stop reaches: every node the run may have left a
     zygote or memory-tier snapshots on, not only those it holds now. Those a stop
@@ -29,9 +36,13 @@ def end_of_run_targets(spec: JobSpec, state: JobState) -> list[str]:
     (``state.touched_nodes``: spares that ran ranks, returned nodes), every quarantined
     node, fenced or not, and the nodes handed back to the fleet. A fenced node's ranks
     are gone, but its zygote (an idle standby included) and the run's ``/dev/shm``
-    snapshots are not: nothing else ever stops them (issue 26)."""
+    snapshots are not: nothing else ever stops them (issue 26). The spares too, which
+    never ran a rank: with ``warm_start`` each holds the zygote its prewarm started
+    (:func:`workflows.placement.prewarm_nodes`), and a memory replica may have been
+    copied onto one."""
     names = [
         *stop_targets(spec, state.pool, None),
+        *(state.pool.spares if leaves_state(spec) else []),
         *state.touched_nodes,
         *(q.node for q in state.pool.quarantined),
         *state.handed_back,

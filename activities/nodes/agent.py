@@ -248,6 +248,25 @@ class NodeAgent(ABC):
             for rank in self.start_ranks(gen_dir, ranks)
         ]
 
+    prewarm_unsupported: str = "this node's launcher does not prewarm spares"
+    """What :meth:`prewarm` answers on agents that start no zygote ahead of a launch."""
+
+    def prewarm(self, launch: RankLaunch, warm: WarmStart) -> str | None:
+        """A spare's zygote for the run, started ahead of any launch on it, so the
+        launch that swaps the spare in after a node loss forks its ranks instead of
+        waiting for a fresh interpreter to import ``warm.preload`` (issue 28).
+
+        ``launch`` is a rank as this node would start it (its environment, less the
+        per-rank variables, is the zygote's: :func:`activities.nodes.warm.zygote_environment`).
+        Starts the zygote unless one of the run is alive there and returns at once,
+        without waiting for it to serve; bounded by one round trip. Returns None when
+        it runs (started now or before), otherwise why not, in words: a failure only
+        means that the spare's first launch starts the zygote itself, as without
+        prewarming. Never raises for network trouble.
+
+        This default starts nothing and answers :attr:`prewarm_unsupported`."""
+        return self.prewarm_unsupported
+
     rejoin_unsupported: str = "survivors cannot rejoin in place on this node's launcher"
     """Why :meth:`carry_survivors` carries nothing on agents that cannot."""
 

@@ -70,8 +70,10 @@ from activities.nodes.warm import (
     FIRST_START_WAIT_S,
     FORK_TIMEOUT_S,
     NodeWarmRequest,
+    PrewarmAnswer,
     WarmAnswer,
     WarmRankRequest,
+    zygote_dir,
 )
 from lazarus.domain.checkpoint_layout import MANIFEST, parse_step_dir
 from lazarus.domain.contracts import UnkillableGroup
@@ -89,6 +91,9 @@ STOP_EXTRA_S = 30.0
 """Beyond the grace: the SIGKILL wait (10 s), the launch-lock wait and the round trip."""
 ZYGOTE_STOP_S = 12.0
 """For ``stop-zygote`` on top of the status timeout: SIGTERM, 5 s, SIGKILL, 5 s."""
+PREWARM_TIMEOUT_S = 20.0
+"""For a spare's prewarm: the node's interpreter starts and starts the zygote, which
+returns before its preload (the launch waits for this beside its own ranks' starts)."""
 HEALTH_OUTPUT_MAX = 1 << 20
 """``nvidia-smi -q`` on 8 GPUs is ~100 KiB; the GPU count needs all of it."""
 
@@ -96,7 +101,6 @@ _STATUS_PREFIX = re.compile(
     r'^\{"rank":(?P<rank>\d+),"pid":(?P<pid>\d+|null),"alive":(?P<alive>true|false),'
     r'"stopped":(?P<stopped>true|false),'
 )
-
 
 
 def no_warm_answer_reason(noise: list[str]) -> str:
@@ -109,6 +113,7 @@ def no_warm_answer_reason(noise: list[str]) -> str:
     if any("ModuleNotFoundError" in line or "No module named" in line for line in noise):
         return f"the ranks' interpreter cannot import lazarus, so no warm start ({said})"
     return f"no answer from the node's warm start ({said})"
+
 
 class ShimError(RuntimeError):
     """The node answered, but the operation failed there (a stopped generation, a
@@ -181,12 +186,19 @@ def start_call(gen_dir: str, launch: RankLaunch) -> ShimCall:
 
 
 def warm_call(
-    gen_dir: str, node: str, ranks: list[RankLaunch], warm: WarmStart, start_zygote: bool = True
+    gen_dir: str,
+    node: str,
+    ranks: list[RankLaunch],
+    warm: WarmStart,
+    start_zygote: bool = True,
+    prewarm: bool = False,
 ) -> ShimCall:
     """``warm`` for every rank of one node: the interpreter and workdir as arguments;
     the ranks' PATH and PYTHONPATH (to find and import Lazarus there) and the
     :class:`NodeWarmRequest`, environments included, on stdin. Raises ValueError for
-    a launch the shim cannot express (then every rank starts cold)."""
+    a launch the shim cannot express (then every rank starts cold). With ``prewarm``
+    only the zygote is started (one rank: its environment), and ``gen_dir`` is the
+    zygote's directory, whose lock the shim takes instead of a generation's."""
     first = ranks[0]
     if not first.command:
         raise ValueError(f"rank {first.rank}: empty command")
@@ -206,10 +218,14 @@ def warm_call(
             WarmRankRequest(rank=r.rank, command=r.command, env=r.env, workdir=r.workdir)
             for r in ranks
         ],
+        prewarm=prewarm,
     )
+    # Without ``prewarm`` the request is what a node running an older Lazarus (which
+    # refuses unknown fields) accepts: only a prewarm needs the node's new code.
+    body = request.model_dump_json(exclude=None if prewarm else {"prewarm"})
     return ShimCall(
         argv=["warm", gen_dir, first.command[0], first.workdir],
-        stdin=f"{search_path}\n{python_path}\n{request.model_dump_json()}\n",
+        stdin=f"{search_path}\n{python_path}\n{body}\n",
     )
 
 
@@ -403,6 +419,28 @@ class ShimAgent(NodeAgent):
         for rank in self._start_cold(gen_dir, cold):
             started[rank.rank] = rank
         return [started[r.rank] for r in ranks]
+
+    def prewarm(self, launch: RankLaunch, warm: WarmStart) -> str | None:
+        """The shim's ``warm`` with ``prewarm`` (:func:`activities.nodes.warm.prewarm_zygote`):
+        one round trip that starts the zygote detached and does not wait for its
+        preload. It holds the zygote directory's lock, not the generation's: on a
+        filesystem the nodes share, the generation's is held by the other nodes'
+        launches while their zygotes preload."""
+        directory = str(zygote_dir(warm.run_root, self.node.name))
+        try:
+            call = warm_call(directory, self.node.name, [launch], warm, self.starts_zygote, True)
+        except ValueError as exc:
+            return str(exc)
+        try:
+            reply = self._call([call], PREWARM_TIMEOUT_S)
+        except (NodeUnreachable, NodeRefused) as exc:
+            return str(exc)
+        records, noise = json_lines(reply.output)
+        for record in records:
+            with contextlib.suppress(ValueError):  # pydantic's ValidationError is one
+                return PrewarmAnswer.model_validate(record).reason
+        error = next((str(r["error"]) for r in records if "error" in r), None)
+        return error or no_warm_answer_reason(noise)
 
     def _start_cold(self, gen_dir: str, ranks: list[tuple[RankLaunch, str]]) -> list[StartedRank]:
         """``start`` with each rank's reason for starting cold (none for one adopted:

@@ -110,6 +110,18 @@ class SlurmWarm(SlurmDrain):
         shim = SrunShim(self.node, self._job(), self.command_timeout_s, cold=self.start_ranks)
         return shim.start_ranks_warm(gen_dir, ranks, warm)
 
+    def prewarm(self, launch: RankLaunch, warm: WarmStart) -> str | None:
+        """A spare of the allocation gets its zygote's step now (not waited for), as a
+        node's first launch would start it: the launch that swaps the spare in then
+        finds it running and forks once it serves. The step ends with the allocation
+        at the latest, and the run's end cancels it (:meth:`_end_zygote_steps`)."""
+        directory = zygote_dir(warm.run_root, self.node.name)
+        try:
+            self._ensure_zygote_step(directory, warm, launch)
+        except (NodeRefused, SlurmCommandFailed, OSError, subprocess.SubprocessError) as exc:
+            return f"the zygote's Slurm step could not start: {exc}"
+        return None
+
     def _cold(self, gen_dir: str, ranks: list[RankLaunch], reason: str) -> list[StartedRank]:
         return [
             r if r.adopted else r.model_copy(update={"cold_reason": reason})

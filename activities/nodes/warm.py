@@ -13,6 +13,11 @@ usable, per launch:
   the next launch (a relaunch never waits on a zygote's preload);
 - refusing (a preload failed, a guard tripped) or still preloading: cold.
 
+A spare of the pool is prewarmed (:func:`prewarm_zygote`): its zygote is started
+when the run launches elsewhere, and not waited for, so the launch that swaps the
+spare in after a node loss finds it serving (or still preloading, which that first
+launch then waits out as above) instead of starting it then.
+
 Every cold start carries its reason (:class:`ZygoteUnavailable`), which the launcher
 reports in ``LaunchResult.warm_start``. A forked rank writes the same pid, log and
 exit files as a cold one, so supervise, stop and fencing do not change.
@@ -30,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -184,6 +190,38 @@ def ensure_zygote(
     return directory
 
 
+def prewarm_zygote(
+    run_root: str | Path, node: str, preload: Sequence[str], standby: int, launch: _Launch
+) -> str | None:
+    """Start ``node``'s zygote of the run unless one is alive, and return at once,
+    before it serves: a spare's, started when the run's first generation launches
+    elsewhere, so the launch that swaps the spare in finds it serving (or still
+    preloading, which that launch then waits out, as any first launch on a node does:
+    :func:`ensure_zygote`). ``launch`` is a rank as the node would start it; its
+    environment, less the per-rank variables, is the zygote's.
+
+    Returns None when the zygote runs, otherwise why it could not be started: a
+    command that cannot be forked, a zygote that would not start. Nothing else
+    changes: the spare's first launch then starts its zygote itself and waits, or
+    starts cold with the same reason."""
+    directory = zygote_dir(run_root, node)
+    try:
+        warm_argv(launch.command, launch.env, launch.workdir)
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            live_zygote(directory)
+            return None  # started before: by an earlier launch, or a retried one
+        except ZygoteUnavailable:
+            pass
+        env = zygote_environment(launch.env)
+        start_zygote(directory, preload, standby, env=env, cwd=launch.workdir)
+    except ZygoteUnavailable as exc:
+        return exc.reason
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"zygote did not start in {directory}: {exc}"
+    return None
+
+
 def fork_one(
     directory: Path,
     gen: GenerationDir,
@@ -260,6 +298,10 @@ class NodeWarmRequest(_Model):
     start_zygote: bool = True
     """False on Slurm: the node's agent starts the zygote as its own job step."""
     ranks: list[WarmRankRequest]
+    prewarm: bool = False
+    """Only start the node's zygote (:func:`prewarm_zygote`, not waiting for it to
+    serve) with the environment of the one rank in ``ranks``, which is not started:
+    a spare's. Answers one :class:`PrewarmAnswer` line."""
 
 
 class WarmAnswer(_Model):
@@ -275,6 +317,13 @@ class WarmAnswer(_Model):
     warm: bool = False
     from_standby: bool = False
     cold_reason: str | None = None
+
+
+class PrewarmAnswer(_Model):
+    """A prewarm's outcome on the node: the zygote runs (``reason`` None), or why not."""
+
+    prewarmed: bool
+    reason: str | None = None
 
 
 def _from_record(
@@ -379,6 +428,16 @@ def main() -> int:
         print(json.dumps({"error": f"warm: bad request on stdin: {_problems(exc)}"}), flush=True)
         return 2
     ranks = _with_env_file(request)
+    if request.prewarm:
+        if isinstance(ranks, str) or len(ranks) != 1:
+            why = ranks if isinstance(ranks, str) else "prewarm: give exactly one rank"
+            print(PrewarmAnswer(prewarmed=False, reason=why).model_dump_json(), flush=True)
+            return 0
+        reason = prewarm_zygote(
+            request.run_root, request.node, request.preload, request.standby, ranks[0]
+        )
+        print(PrewarmAnswer(prewarmed=reason is None, reason=reason).model_dump_json(), flush=True)
+        return 0
     if isinstance(ranks, str):
         answers = [WarmAnswer(rank=r.rank, cold_reason=ranks) for r in request.ranks]
     else:

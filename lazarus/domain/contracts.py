@@ -143,6 +143,11 @@ class LaunchRequest(_Model):
     """Ranks of the newest older generation that keep their process and rejoin this
     one (``rejoin`` in the spec): they are carried over, not started, when still
     alive; any that is not is started like the others."""
+    prewarm: list[NodeSpec] = Field(default_factory=list)
+    """Spares of the pool that run no rank (``workflows.placement.prewarm_nodes``):
+    with ``warm_start``, each gets the run's zygote started beside the launch, not
+    waited for, so a relaunch onto it after a node loss forks its ranks warm. Empty
+    without ``warm_start``, and in requests recorded before spares were prewarmed."""
 
 
 class WarmStartOutcome(_Model):
@@ -156,6 +161,11 @@ class WarmStartOutcome(_Model):
     """Warm ranks handed to an idle pre-forked process (no fork on the critical path)."""
     fallback_reasons: list[str] = Field(default_factory=list)
     """Per node that fell back cold: ``"<node>: <reason>"``."""
+    prewarmed: list[str] = Field(default_factory=list)
+    """Spares whose zygote this launch started, or found running (``LaunchRequest.prewarm``)."""
+    not_prewarmed: list[str] = Field(default_factory=list)
+    """Per spare whose zygote could not be started: ``"<node>: <reason>"``. Its first
+    launch starts the zygote itself then (and waits for it), or starts cold."""
 
     def summary(self) -> str:
         """One line for the incident's evidence: how the relaunch started its ranks."""
@@ -163,6 +173,10 @@ class WarmStartOutcome(_Model):
         line += f", {len(self.cold_ranks)} cold"
         if self.fallback_reasons:
             line += ": " + "; ".join(self.fallback_reasons)
+        if self.prewarmed:
+            line += f"; spares prewarmed: {', '.join(self.prewarmed)}"
+        if self.not_prewarmed:
+            line += "; spares not prewarmed: " + "; ".join(self.not_prewarmed)
         return line
 
 

@@ -193,6 +193,42 @@ def test_a_dead_zygote_is_restarted_cold_once_then_warm(run_root: Path, tmp_path
     assert start(3).warm
 
 
+@pytest.mark.timeout(120)
+def test_a_prewarmed_spare_forks_its_first_launch_and_end_run_stops_its_zygote(
+    run_root: Path, tmp_path: Path
+) -> None:
+    """Issue 28: a spare's zygote started ahead of any launch there (the shim's ``warm``
+    with ``prewarm``): no generation made, the zygote detached, a second prewarm finds
+    it; the spare's first launch forks from it, and the end of the run stops it."""
+    agent = LocalShimAgent(NodeSpec(name="n1"), shell=DASH)
+    out = tmp_path / "env-spare.json"
+    # Lazarus from this checkout on the node, as rank_environment sets it.
+    template = dump_launch(2, tmp_path, out, sys.executable, SHARED="spare", PYTHONPATH=str(REPO))
+    assert agent.prewarm(template, warm(run_root)) is None
+    directory = zygote_dir(run_root, "n1")
+    info = zygote_client.read_zygote(directory)
+    assert info is not None and is_alive(info.pid, info.start_ticks)
+    assert info.pid != os.getpid()
+    assert not list(run_root.glob("gen-*")), "a prewarm makes no generation"
+    assert not out.exists(), "a prewarm starts no rank"
+    assert agent.prewarm(template, warm(run_root)) is None
+    again = zygote_client.read_zygote(directory)
+    assert again is not None and again.pid == info.pid, "one zygote per run and node"
+
+    [started] = agent.start_ranks_warm(str(run_root / "gen-00002"), [template], warm(run_root))
+    assert (started.warm, started.cold_reason) == (True, None)
+    env = wait_for(functools.partial(read_env, out))
+    assert env["SHARED"] == "spare" and env["RANK"] == "2"
+
+    shell = template.model_copy(update={"command": ["/bin/sh", "-c", "true"]})
+    why = agent.prewarm(shell, warm(run_root))
+    assert why is not None and "not a python interpreter" in why
+
+    agent.stop(str(run_root), None, 0.0)
+    agent.end_run(str(run_root), [])
+    assert not is_alive(info.pid, info.start_ticks), "the spare's zygote outlived the run"
+
+
 def test_warm_call_keeps_the_environment_off_the_command_line() -> None:
     launch = RankLaunch(
         rank=3,

@@ -449,3 +449,54 @@ def test_warm_ranks_fork_from_a_zygote_step_and_the_runs_end_cancels_it(
     for rank in (0, 1):
         record = read_json(second.pid_file(rank)) or {}
         assert not is_alive(int(record["pid"]), int(record["start_ticks"]))
+
+
+@pytest.mark.timeout(400)
+def test_a_spare_in_the_allocation_is_prewarmed_and_forks_its_first_ranks(
+    slurm: TestSlurm, allocation: int, tmp_path: Path, stopper: list[tuple[JobSpec, str]]
+) -> None:
+    """Issue 28: the launch of generation 1 on n1 and n2 starts the zygote's step on
+    the spare n3 too; generation 2 on n1 and n3 (n2 lost) forks n3's rank from it,
+    and the run's end cancels every zygote step, the spare's included."""
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    base = slurm_spec(tmp_path, allocation, [sys.executable, str(script), str(tmp_path)], "spare")
+    spec = base.model_copy(update={"warm_start": WarmStartSpec(preload=["json"])})
+    root = run_root(spec)
+    stopper.append((spec, root))
+    n1, n2 = spec.nodes
+    [n3] = spec.spares
+    every = [SlurmAgent(node, spec.slurm) for node in (n1, n2, n3)]
+
+    def zygote_steps() -> dict[str, str]:
+        steps = job_steps(str(allocation)) or {}
+        return {step: name for step, (name, _) in steps.items() if "zygote" in name}
+
+    first = launch_generation(LaunchRequest(spec=spec, generation=1, run_root=root, prewarm=[n3]))
+    assert first.warm_start is not None and first.warm_start.prewarmed == ["n3"], first
+    assert {r.node for r in first.ranks} == {"n1", "n2"}
+    wait_for(
+        "the spare's zygote step",
+        lambda: any(n.endswith("-n3") for n in zygote_steps().values()),
+        60,
+    )
+    spare_step = [s for s, n in zygote_steps().items() if n.endswith("-n3")]
+    results = [a.stop(root, None, grace_s=0.0) for a in every[:2]]
+    assert all(r.reachable for r in results), results
+
+    for old in tmp_path.glob("ready-*"):
+        old.unlink()
+    second = launch_generation(
+        LaunchRequest(spec=spec, generation=2, run_root=root, nodes=[n1, n3])
+    )
+    assert second.warm_start is not None, second
+    assert second.warm_start.warm_ranks == [0, 1], second.warm_start
+    assert [s for s, n in zygote_steps().items() if n.endswith("-n3")] == spare_step
+    gen = GenerationDir(Path(second.run_dir))
+    record = read_json(gen.pid_file(1)) or {}
+    assert "slurm_step" not in record, record  # forked by the spare's zygote
+
+    for agent in every:
+        agent.stop(root, None, grace_s=0.0)
+        agent.end_run(root, [])
+    assert zygote_steps() == {}

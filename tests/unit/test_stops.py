@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lazarus.domain.contracts import CheckpointRef, StopResult, UnkillableGroup
-from lazarus.domain.spec import JobSpec
+from lazarus.domain.spec import JobSpec, WarmStartSpec
 from workflows.state import MAX_RECORDS, JobState, NodePool, PlannedStop
 from workflows.stops import (
     checkpoint_evidence,
@@ -188,3 +188,13 @@ def test_planned_stops_are_bounded() -> None:
 def test_the_checkpoint_evidence_line() -> None:
     assert checkpoint_evidence(12) == "just-in-time checkpoint at step 12"
     assert checkpoint_evidence(None) == "just-in-time checkpoint did not arrive in time"
+
+
+def test_with_warm_starts_the_end_of_run_reaches_the_spares_that_never_ran_ranks() -> None:
+    """A prewarmed spare holds the run's zygote without ever running a rank: the
+    end-of-run stop reaches it. Without warm starts or the memory tier a spare holds
+    nothing of the run, and is not contacted."""
+    warm = WIDE.model_copy(update={"warm_start": WarmStartSpec(preload=["json"])})
+    state = JobState(pool=NodePool(active=["a", "b"], spares=["s", "t"]))
+    assert end_of_run_targets(warm, state) == ["a", "b", "s", "t"]
+    assert end_of_run_targets(WIDE, state) == ["a", "b"]

@@ -117,4 +117,31 @@ async def test_an_end_of_run_stop_that_keeps_failing_never_holds_the_run_open(
     await asyncio.wait_for(job.handle.result(), timeout=30)
     status = await job.status()
     assert status.phase == Phase.SUCCEEDED
-    assert status.cleanup_unreached == ["a", "b"]
+    assert status.cleanup_unreached == ["a", "b", "c"]  # c: the prewarmed spare
+
+
+async def test_the_spare_is_prewarmed_at_each_launch_and_stopped_at_the_end_of_the_run(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    """Issue 28: with warm starts, every launch names the pool's spares that run no
+    rank, for their zygote to be started; c never runs a rank, so only the end-of-run
+    stop reaches it, and it does."""
+    job = await start_fake_job(fake_spec(tmp_path, **WARM_ON_TWO_NODES_AND_A_SPARE))
+    job.script.failures[1] = crash()
+    job.script.succeed_at.add(2)
+    await asyncio.wait_for(job.handle.result(), timeout=30)
+    assert [[n.name for n in r.prewarm] for r in job.script.launches] == [["c"], ["c"]]
+    stop = end_of_run_stop(job)
+    assert [n.name for n in stop.access.nodes] == ["a", "b", "c"]
+
+
+async def test_without_warm_starts_no_spare_is_prewarmed_or_contacted_at_the_end(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    cold = {k: v for k, v in WARM_ON_TWO_NODES_AND_A_SPARE.items() if k != "warm_start"}
+    job = await start_fake_job(fake_spec(tmp_path, **cold))
+    job.script.succeed_at.add(1)
+    await asyncio.wait_for(job.handle.result(), timeout=30)
+    assert [r.prewarm for r in job.script.launches] == [[]]
+    reached = {n.name for s in job.script.stops for n in s.access.nodes}
+    assert "c" not in reached, "a spare that holds nothing of the run is not contacted"
