@@ -229,6 +229,17 @@ PATCH_NO_REJOIN_IN_REJOIN = _patch(
     "matrix's survivor_sigkill@rejoin). Asked only in that case.",
     introduced="issue 26",
 )
+PATCH_NODE_LOSS_RESTARTS_WHOLE = _patch(
+    "node-loss-restarts-whole",
+    owner="recovery_steps (rejoin plan)",
+    changes="With ``rejoin`` on, a node loss restarts the whole generation unless "
+    "``rejoin.node_loss`` is set: the lost host's peers stay blocked in their collective "
+    "until the process group's timeout (no socket closes), while the whole generation "
+    "restarts warm in seconds (measured in the multi-node bench). Before, a node loss "
+    "always rejoined. Asked only for a node loss of a job with rejoin on and "
+    "``node_loss`` off.",
+    introduced="issue 28",
+)
 PATCH_SLURM_FIRST_SUBMIT = _patch(
     "slurm-first-submit",
     owner="slurm_steps (first submit)",

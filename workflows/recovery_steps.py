@@ -15,12 +15,16 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from lazarus.domain.contracts import FailureReport, StragglerReport
     from lazarus.domain.recovery_timeline import RecoveryTimeline
-    from lazarus.domain.spec import StrategyName
+    from lazarus.domain.spec import JobSpec, StrategyName
     from workflows.checkpoint_steps import CheckpointSteps
     from workflows.failures import failure_context
     from workflows.fleet_link import hands_back
     from workflows.fleet_steps import FleetSteps
-    from workflows.patches import PATCH_NO_REJOIN_IN_REJOIN, PATCH_REJOIN
+    from workflows.patches import (
+        PATCH_NO_REJOIN_IN_REJOIN,
+        PATCH_NODE_LOSS_RESTARTS_WHOLE,
+        PATCH_REJOIN,
+    )
     from workflows.playbook import Action, decide, straggler_decision
     from workflows.rejoin import plan_rejoin, rejoin_dropped
     from workflows.run_context import JobRun
@@ -37,6 +41,16 @@ with workflow.unsafe.imports_passed_through():
 DOOMED_KINDS = frozenset({"crash", "hang", "vanished", "node_lost"})
 """Failures whose surviving ranks are stuck in a collective with a dead (or frozen)
 peer: they cannot checkpoint, so they are killed at once instead of given a grace."""
+
+
+def node_loss_rejoins(spec: JobSpec, failure: FailureReport) -> bool:
+    """Whether a node loss may rejoin (``rejoin.node_loss``). Asked of the history only
+    for a node loss without it, so histories recorded before the setting replay as
+    they ran (a node loss then always rejoined)."""
+    rejoin = spec.rejoins
+    if failure.kind != "node_lost" or rejoin is None or rejoin.node_loss:
+        return True
+    return not workflow.patched(PATCH_NODE_LOSS_RESTARTS_WHOLE)
 
 
 class RecoverySteps:
@@ -84,6 +98,7 @@ class RecoverySteps:
                 state.generation_live,
                 # Asked only when it matters, so other histories replay as recorded.
                 mid_rejoin=bool(state.rejoining) and workflow.patched(PATCH_NO_REJOIN_IN_REJOIN),
+                node_loss_rejoins=node_loss_rejoins(spec, failure),
             )
             if spec.rejoins is not None
             else None

@@ -14,8 +14,14 @@ Failure sequences, with ``rejoin: {enabled: true}`` on a 2-rank job:
   rank 0 reads its rejoin request, re-creates the group with the new rank 1, and
   both reload the resume point the controller chose.
 - **Node B of A, B, C is lost, a spare S is left.** The playbook replaces the node.
-  Only B is stopped (its ranks may still run); S takes B's slot, so every rank keeps
-  its number; A's and C's ranks rejoin.
+  B died with its link, so no socket closed: A's and C's ranks stay blocked in their
+  collective until the process group's timeout (30 minutes by default). The whole
+  generation restarts on A, S and C, warm from each node's zygote (the spare's was
+  started with the run) and from the memory tier or B's replica on its buddy.
+- **The same, with ``rejoin.node_loss``** (the script's collective timeout is short,
+  or its ranks abort NCCL on a watchdog): only B is stopped (its ranks may still
+  run); S takes B's slot, so every rank keeps its number; A's and C's ranks rejoin
+  once their collective fails.
 - **Rank 1 is SIGSTOPped.** A hang: rank 0 is blocked in a collective that gloo
   cannot abort, so there is nothing to keep. The whole generation restarts.
 - **A survivor never rejoins** (frozen, or it gave up waiting). Supervision of g+1
@@ -79,15 +85,23 @@ def plan_rejoin(
     action: Action,
     generation_live: bool,
     mid_rejoin: bool = False,
+    node_loss_rejoins: bool = True,
 ) -> RejoinPlan:
     """Which ranks keep their process through this recovery (see the module's
     sequences). Call it for jobs with ``rejoin`` on, after the decision and before
     the node pool changes. ``mid_rejoin``: the failed generation carried survivors
-    and made no step yet."""
+    and made no step yet. ``node_loss_rejoins``: ``rejoin.node_loss``, for histories
+    recorded since it exists (before, a node loss always rejoined)."""
     whole = "restart: the whole generation"
     if mid_rejoin:
         return RejoinPlan(
             [], f"{whole} (a failure during a rejoin: survivors may be blocked in its rendezvous)"
+        )
+    if failure.kind == "node_lost" and not node_loss_rejoins:
+        return RejoinPlan(
+            [],
+            f"{whole} (node lost: its peers stay blocked in their collective until the "
+            "process group's timeout; rejoin.node_loss is off)",
         )
     if failure.kind not in REJOIN_KINDS:
         return RejoinPlan([], f"{whole} ({failure.kind}: survivors may be blocked in a collective)")

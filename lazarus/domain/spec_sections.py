@@ -351,7 +351,7 @@ class RejoinSpec(_Strict):
     ``lazarus.rank.torch.run_resilient``; a script that does not simply exits with its
     failed peers and the generation restarts whole, as without this section.
 
-    Hangs, node losses the survivors cannot see, and anything the playbook answers
+    Hangs, node losses (unless ``node_loss``), and anything the playbook answers
     other than a restart in place or a node replacement restart the whole generation;
     the incident says which path was taken."""
 
@@ -360,6 +360,15 @@ class RejoinSpec(_Strict):
     """How long a survivor waits for the controller's rejoin request, and how long
     the controller waits for a survivor to act for the new generation before it
     stops the whole generation and starts it afresh."""
+    node_loss: bool = False
+    """Rejoin after a whole node is lost too: its ranks start on the spare, every other
+    rank keeps its process. Off by default, because a host that dies closes no socket:
+    its peers stay blocked in their collective until the process group's timeout
+    (30 minutes by default in torch) before they can tear down and rejoin, while a
+    whole-generation restart (warm from each node's zygote, from the memory tier or a
+    buddy's replica) takes seconds. Turn it on when the script's collective timeout
+    (``init_process_group(timeout=...)``) is well under ``timeout_s``, or when ranks
+    abort their NCCL communicators on a watchdog of their own."""
 
 
 class FleetLeaseSpec(_Strict):

@@ -203,7 +203,7 @@ def resilient_ssh_spec(
         env={"GLOO_SOCKET_IFNAME": hosts.hosts[0].interface},
         node_timeout_s=4,
         ssh=ssh_options(hosts),
-        rejoin={"enabled": True, "timeout_s": rejoin_s},
+        rejoin={"enabled": True, "timeout_s": rejoin_s, "node_loss": True},
         # Four torch ranks on a loaded 2-core machine took 8 s to exit after their
         # last step: not a hang.
         health={"hang_timeout_s": 20},

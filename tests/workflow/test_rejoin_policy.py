@@ -64,8 +64,13 @@ def test_a_replaced_node_restarts_its_ranks_and_the_others_rejoin(tmp_path: Path
         rejoin=REJOIN,
     )
     lost = failure("node_lost", rank=2, node="b")
-    plan = plan_rejoin(spec, pool("a", "b", "c", spares=("s",)), lost, Action.REPLACE_NODE, True)
+    nodes = pool("a", "b", "c", spares=("s",))
+    plan = plan_rejoin(spec, nodes, lost, Action.REPLACE_NODE, True, node_loss_rejoins=True)
     assert plan.ranks == [0, 1, 4, 5]
+    # Without rejoin.node_loss the peers of a lost host are blocked until their
+    # collective times out: the whole generation restarts (warm) instead.
+    plan = plan_rejoin(spec, nodes, lost, Action.REPLACE_NODE, True, node_loss_rejoins=False)
+    assert plan.ranks == [] and "rejoin.node_loss is off" in plan.why
 
 
 @pytest.mark.parametrize(
@@ -188,11 +193,32 @@ async def test_survivors_the_launch_could_not_keep_make_it_a_whole_restart(
     assert any("started afresh: rank 0: its process has exited" in e for e in incident.evidence)
 
 
-async def test_a_node_loss_with_a_spare_keeps_the_other_nodes_ranks(
+async def test_a_node_loss_restarts_the_whole_generation_unless_node_loss_rejoins(
     start_fake_job: StartFakeJob, tmp_path: Path
 ) -> None:
     spec = fake_spec(
         tmp_path, nodes=[{"name": "a"}, {"name": "b"}], spares=[{"name": "c"}], rejoin=REJOIN
+    )
+    job = await start_fake_job(spec)
+    job.script.failures[1] = failure("node_lost", rank=1, node="b")
+    status = await job.wait_for(
+        lambda s: s.phase == Phase.RUNNING and s.generation == 2, "generation 2 on the spare"
+    )
+    assert status.nodes.active == ["a", "c"]
+    assert job.script.launches[-1].rejoin_ranks == []
+    incident = status.incidents[-1]
+    assert incident.restart_path == "whole_generation"
+    assert any("rejoin.node_loss is off" in e for e in incident.evidence), incident.evidence
+
+
+async def test_a_node_loss_with_a_spare_keeps_the_other_nodes_ranks(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    spec = fake_spec(
+        tmp_path,
+        nodes=[{"name": "a"}, {"name": "b"}],
+        spares=[{"name": "c"}],
+        rejoin={**REJOIN, "node_loss": True},
     )
     job = await start_fake_job(spec)
     job.script.failures[1] = failure("node_lost", rank=1, node="b")
