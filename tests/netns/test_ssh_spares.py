@@ -9,7 +9,7 @@ for a fresh interpreter to import ``preload``.
   zygote in h3's own namespace; h2 dies; generation 2 on h1 and h3 forks h3's ranks
   from that zygote; the end of the run stops it.
 - The whole stack with the DDP example over gloo and ``preload: [torch]``, 2 hosts x 2
-  ranks and a spare: h2 is killed, its ranks start warm on h3, h1's rejoin, the
+  ranks and a spare: h2 is killed, its ranks start warm on h3, h1's restart warm, the
   weights are a fault-free run's, and no zygote is left on any host.
 
 The hosts share this machine's filesystem and pid space, so the tests read the
@@ -32,13 +32,13 @@ from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import read_json
 from activities.nodes.warm import ZYGOTE_DIR_PREFIX, zygote_dir
 from activities.stop import stop_generations
-from bench.jobs import run_reference
 from infra.testhosts import TestHosts
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, WarmStartSpec, parse_spec
 from tests.e2e.conftest import STEPS, Job, assert_same_weights
 from tests.netns.conftest import HostsFactory
 from tests.netns.test_ssh_rejoin import describe, resilient_ssh_spec, ssh_nodes, ssh_options
+from tests.reference_weights import shared_reference
 from workflows.state import Phase
 
 FAKE_RANK = Path(__file__).resolve().parents[1] / "fixtures" / "fake_rank.py"
@@ -172,7 +172,7 @@ def test_the_spare_is_prewarmed_and_its_ranks_fork_after_a_node_loss(
 
 @pytest.fixture(scope="module")
 def world4_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_reference(tmp_path_factory.mktemp("reference4"), steps=STEPS, world_size=4)
+    return shared_reference(tmp_path_factory, STEPS, world_size=4)
 
 
 @pytest.mark.timeout(600)
@@ -183,7 +183,16 @@ async def test_a_lost_host_is_replaced_by_a_prewarmed_spare_whose_ranks_start_wa
 
     hosts = test_hosts(3)
     spec = resilient_ssh_spec(tmp_path, hosts, nodes=2, spares=1, rejoin_s=60, pg_timeout_s=30)
-    spec = spec.model_copy(update={"warm_start": WarmStartSpec(preload=["torch"], standby=1)})
+    # The default for a node loss: the whole generation restarts, every rank warm (h1's
+    # from its own zygote, h2's from the spare's prewarmed one). rejoin.node_loss is
+    # tests/netns/test_ssh_rejoin.py's.
+    assert spec.rejoin is not None
+    spec = spec.model_copy(
+        update={
+            "warm_start": WarmStartSpec(preload=["torch"], standby=1),
+            "rejoin": spec.rejoin.model_copy(update={"node_loss": False}),
+        }
+    )
     job = await start_job(spec)
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 20)
     [first] = [read_json(p) or {} for p in job.run_root.glob("*/gen-00001/launch.json")]
@@ -199,8 +208,9 @@ async def test_a_lost_host_is_replaced_by_a_prewarmed_spare_whose_ranks_start_wa
     [launched] = [read_json(p) or {} for p in job.run_root.glob("*/gen-00002/launch.json")]
     nodes = {r["rank"]: r["node"] for r in launched["ranks"]}
     assert nodes == {0: "h1", 1: "h1", 2: "h3", 3: "h3"}, "h2's ranks started on the spare"
+    assert incident.restart_path == "whole_generation", incident.evidence
     started = launched["warm_start"]
-    assert {2, 3} <= set(started["warm_ranks"]), describe(status.incidents)
+    assert started["warm_ranks"] == [0, 1, 2, 3], describe(status.incidents)
     assert started["cold_ranks"] == [], started["fallback_reasons"]
     assert any(e.startswith("warm start: ") for e in incident.evidence), incident.evidence
     assert_same_weights(job.weights, world4_weights)
