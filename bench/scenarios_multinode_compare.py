@@ -59,6 +59,10 @@ NODE_LOSS_LAYOUT = Layout(
     spares=1,
     nproc_per_node=RANKS_PER_NODE,
     victim=VICTIM,
+    # Lazarus's best setting for a node loss: the lost node's memory snapshot also
+    # lives on its buddy, so the spare resumes from it, not from disk. torchrun has
+    # no counterpart and resumes from the newest disk checkpoint.
+    replicas=True,
     comparable=True,
 )
 RDZV_PORT = 29400
@@ -107,8 +111,10 @@ MULTINODE_NODE_LOSS = scenario(
        join): ``kill_host("{VICTIM}")``: link down, then SIGKILL everything there;
        the survivors block in a collective that never completes;
     3. Lazarus: polls of {VICTIM} fail until ``node_timeout_s``, a node_lost incident
-       opens, the survivors are stopped and the job relaunches on h1 and {SPARE} from
-       the newest checkpoint both hold. torchrun: {VICTIM}'s keep-alive lapses, the
+       opens, the survivors are stopped and the job relaunches on h1 and {SPARE}
+       (every rank warm: {SPARE}'s zygote was prewarmed with the run) from the newest
+       memory snapshot, {VICTIM}'s slot from its replica on h1
+       (``memory_replicas``). torchrun: {VICTIM}'s keep-alive lapses, the
        standby leaves the redundancy list for the wait list, the survivor's agent
        sees a node waiting and restarts its workers; the next round is h1 and
        {SPARE}, from the newest disk checkpoint;

@@ -158,6 +158,8 @@ class SSHAgent(ShimAgent):
         self.known_hosts = Path(os.path.expanduser(ssh.known_hosts))
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
+        self._connecting = threading.Lock()
+        self._epoch = 0
 
     def _where(self) -> str:
         return f"node {self.node.name} ({self.node.host}:{self.node.port})"
@@ -165,8 +167,14 @@ class SSHAgent(ShimAgent):
     # --- connection -------------------------------------------------------------------
 
     def close(self) -> None:
+        """Close the connection now, without waiting for a connect in progress: a
+        silent host holds one for ``connect_timeout_s``, and a supervision that has
+        just declared that host lost must hand over at once (it waited about a
+        second per node loss). The connect that finishes later finds itself outdated
+        (``_epoch``) and closes what it opened."""
         with self._lock:
             client, self._client = self._client, None
+            self._epoch += 1
         if client is not None:
             client.close()
 
@@ -178,19 +186,28 @@ class SSHAgent(ShimAgent):
         client.close()
 
     def _connection(self) -> tuple[paramiko.SSHClient, paramiko.Transport]:
-        with self._lock:
-            if self._client is not None:
-                transport = self._client.get_transport()
-                if transport is not None and transport.is_active():
-                    return self._client, transport
-                self._client.close()
-                self._client = None
+        """The open connection, or a new one. One connect at a time (``_connecting``:
+        threads that poll one node share it), made outside ``_lock`` so that
+        :meth:`close` never waits on it."""
+        with self._connecting:
+            with self._lock:
+                if self._client is not None:
+                    transport = self._client.get_transport()
+                    if transport is not None and transport.is_active():
+                        return self._client, transport
+                    self._client.close()
+                    self._client = None
+                epoch = self._epoch
             client = self._connect()
             transport = client.get_transport()
             if transport is None:
                 client.close()
                 raise NodeUnreachable(f"{self._where()}: connection closed right after login")
-            self._client = client
+            with self._lock:
+                if self._epoch != epoch:
+                    client.close()
+                    raise NodeUnreachable(f"{self._where()}: the agent was closed meanwhile")
+                self._client = client
             return client, transport
 
     def _identity(self) -> paramiko.PKey | None:

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -332,6 +333,27 @@ def test_dead_and_partitioned_hosts_are_unreachable_quickly(
     finally:
         for agent in (h1, h2, ghost):
             agent.close()
+
+
+@pytest.mark.timeout(60)
+def test_close_does_not_wait_for_a_connect_to_a_dead_host(hosts: TestHosts, run_root: Path) -> None:
+    """A supervision that has just declared a host lost closes its agents while a
+    poll of that host is still connecting: the close must not wait out the connect
+    timeout (it cost every node loss about a second), and the connect that finishes
+    later must not leave its connection open."""
+    hosts.kill_host("h2")
+    agent = SSHAgent(node_for(hosts, "h2"), ssh_spec(hosts.known_hosts))
+    polled: list[bool] = []
+    poll = threading.Thread(
+        target=lambda: polled.append(agent.poll(str(run_root / "gen-00001"), [0]).reachable)
+    )
+    poll.start()
+    time.sleep(0.3)  # the poll is inside its connect now (the host answers nothing)
+    agent.close()
+    assert poll.is_alive(), "close waited for the connect in progress"
+    poll.join(CONNECT_TIMEOUT_S + 30)
+    assert polled == [False]
+    assert agent._client is None
 
 
 @pytest.mark.timeout(60)
