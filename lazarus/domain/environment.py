@@ -52,9 +52,9 @@ USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 """Always ``"False"``: Lazarus runs no agent store, so ``init_process_group("env://")``
 must start the TCPStore in rank 0 (``torch.distributed.rendezvous``: ``"True"`` makes
 every rank a client of a store the agent hosts, which would never answer). torchrun
-sets ``"True"`` with its c10d rendezvous (the agent shares its store) and ``"False"``
-with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` or the static rendezvous: the value here
-is torchrun's own for the same arrangement."""
+sets ``"True"`` with its c10d and static rendezvous (the agent shares its store) and
+``"False"`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` or a rendezvous that shares
+none (etcd): the value here is torchrun's own for the same arrangement."""
 NCCL_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 """``"1"`` unless the job's environment sets it (torchrun: the agent's value, or 1): a
 NCCL collective that fails or times out aborts the communicator rather than hanging."""
