@@ -8,6 +8,12 @@ torchrun-internal (the reason given). A variable a new torch adds is in none, an
 test fails until someone decides which it is. Both runs also join a gloo process group
 through ``env://`` and all-reduce, so the environment is proven to work, not only to
 be present (``TORCHELASTIC_USE_AGENT_STORE`` is the one that decides it).
+
+torchrun runs with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: its agent then shares no
+store and rank 0 hosts the TCPStore, Lazarus's arrangement, so even
+``TORCHELASTIC_USE_AGENT_STORE`` must be equal. (By default torchrun's agent shares its
+store and sets ``"True"``, which under Lazarus would leave every rank waiting for a
+store no one hosts.)
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ SAME_VALUE = (
     env_names.ROLE_WORLD_SIZE,
     env_names.RESTART_COUNT,
     env_names.MAX_RESTARTS,
+    env_names.USE_AGENT_STORE,
     env_names.NCCL_ASYNC_ERROR_HANDLING,
     env_names.OMP_NUM_THREADS,
 )
@@ -55,8 +62,6 @@ SAME_MEANING = {
     "Lazarus the node's address (127.0.0.1 here)",
     env_names.MASTER_PORT: "a free port, each launcher picks its own",
     env_names.RUN_ID: "torchrun --standalone: a fresh uuid; Lazarus: the job id",
-    env_names.USE_AGENT_STORE: "torchrun's c10d agent hosts the store (True); Lazarus runs "
-    "no agent, rank 0 hosts it (False); the all-reduce proves each right",
 }
 TORCHRUN_INTERNAL = {
     "TORCHELASTIC_ERROR_FILE": "a per-attempt file in the agent's temporary directory "
@@ -88,7 +93,7 @@ def base_environment(probe_dir: Path) -> dict[str, str]:
 def under_torchrun(tmp_path: Path) -> tuple[dict[str, str], dict[int, dict[str, Any]]]:
     probe_dir = tmp_path / "torchrun"
     probe_dir.mkdir()
-    env = base_environment(probe_dir)
+    env = base_environment(probe_dir) | {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     argv += ["--standalone", "--max-restarts", str(MAX_RESTARTS), str(PROBE)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT_S)
@@ -143,5 +148,4 @@ def test_lazarus_sets_every_variable_torchrun_sets(
         for name in TORCHRUN_INTERNAL:
             assert name not in ours, f"rank {rank}: {name} is torchrun's own"
         assert ours[env_names.RUN_ID] == job_id
-        assert ours[env_names.USE_AGENT_STORE] == "False"
         assert ours[env_names.MASTER_ADDR] == "127.0.0.1"
