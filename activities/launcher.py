@@ -106,7 +106,17 @@ from lazarus.domain.spec import JobSpec, NodeSpec
 
 RANK_IMPORT_ROOT = Path(lazarus.__file__).resolve().parent.parent
 """Where ``import lazarus.rank`` resolves, for every rank's PYTHONPATH: the checkout
-in development, ``site-packages`` when installed."""
+in development, ``site-packages`` when installed. It is more than the ranks need
+(issue 29: a job should run with its own interpreter and environment only), and it
+stays for now because more than ``lazarus.rank`` is imported from it under the job's
+interpreter: the ssh shim's ``warm`` and ``rejoin`` run ``PROGRAM -m
+activities.nodes.warm`` / ``activities.nodes.carry`` with the ranks' PYTHONPATH
+(those import pydantic: from the controller's site-packages when installed, from the
+job's own otherwise); the local and Slurm zygotes inherit it from the zygote
+environment, and a Slurm task (``activities.nodes.slurm_task``, the worker's
+interpreter) imports ``activities`` through the step's PYTHONPATH and hands it to its
+rank. Narrowing it to Lazarus's own packages needs those callers to carry their own
+path (a per-node directory of just ``lazarus``/``activities``, never site-packages)."""
 FENCE_KILL_WAIT_S = 10.0
 """How long fencing waits for SIGKILLed groups of other generations to die."""
 FENCE_LOCK_WAIT_S = 10.0
@@ -182,15 +192,21 @@ def rank_environment(
     except SecretEnvError as exc:
         raise LaunchRefused(str(exc)) from None
     env.update(
+        env_names.torchrun_environment(
+            rank=rank,
+            nproc_per_node=spec.nproc_per_node,
+            node_index=node_index,
+            nodes=len(nodes),
+            master_addr=nodes[0].host,
+            master_port=master_port,
+            generation=gen.generation,
+            max_restarts=spec.recovery.max_restarts,
+            job_id=spec.job_id,
+            job_env=env,
+        )
+    )
+    env.update(
         {
-            env_names.RANK: str(rank),
-            env_names.LOCAL_RANK: str(rank % spec.nproc_per_node),
-            env_names.GROUP_RANK: str(node_index),
-            env_names.WORLD_SIZE: str(len(nodes) * spec.nproc_per_node),
-            env_names.LOCAL_WORLD_SIZE: str(spec.nproc_per_node),
-            env_names.MASTER_ADDR: nodes[0].host,
-            env_names.MASTER_PORT: str(master_port),
-            env_names.RESTART_COUNT: str(gen.generation - 1),
             env_names.JOB_ID: spec.job_id,
             env_names.GENERATION: str(gen.generation),
             env_names.HEARTBEAT_FILE: str(gen.heartbeat_file(rank)),

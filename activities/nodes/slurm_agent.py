@@ -123,11 +123,13 @@ PER_RANK_VARIABLES = frozenset(
         env_names.RANK,
         env_names.LOCAL_RANK,
         env_names.GROUP_RANK,
+        env_names.ROLE_RANK,
         env_names.NODE,
         env_names.HEARTBEAT_FILE,
     }
 )
-"""Set by each task on its node; the rest of a rank's environment is the step's."""
+"""Set by each task on its node (:func:`lazarus.domain.environment.rank_identity`);
+the rest of a rank's environment is the step's."""
 
 
 def step_record(node: str) -> str:

@@ -111,11 +111,9 @@ def _run_task(args: argparse.Namespace, command: list[str]) -> int:
         except SecretEnvError as exc:
             return _cannot_start(exit_path, rank, str(exc))
     env.update(os.environ)
+    env.update(env_names.rank_identity(rank, args.nproc, group))
     env.update(
         {
-            env_names.RANK: str(rank),
-            env_names.LOCAL_RANK: str(rank % args.nproc),
-            env_names.GROUP_RANK: str(group),
             env_names.NODE: node,
             env_names.HEARTBEAT_FILE: str(gen_dir / f"rank-{rank}.heartbeat.json"),
         }

@@ -8,15 +8,61 @@ are set too, so scripts written for torchrun run unchanged.
 
 from __future__ import annotations
 
-# Set exactly as torchrun sets them.
+from collections.abc import Mapping
+
+# Set as torchrun's agent sets them (torch/distributed/elastic/agent/server/
+# local_elastic_agent.py, ``_start_workers``, and torch/distributed/run.py), with the
+# meaning they have there for a launch of one role (torchrun's only kind). Built in one
+# place, :func:`torchrun_environment`; tests/integration/test_torchrun_parity.py runs a
+# probe under real torchrun and under the launcher and compares.
 RANK = "RANK"
+"""The global rank: ``node_index * nproc_per_node + local_rank``."""
 LOCAL_RANK = "LOCAL_RANK"
+"""The rank on its node, 0 to ``nproc_per_node - 1``."""
 WORLD_SIZE = "WORLD_SIZE"
+"""Ranks in the generation: nodes times ``nproc_per_node``."""
 LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+"""``nproc_per_node``."""
 GROUP_RANK = "GROUP_RANK"
+"""The node's index in the generation (torchrun: the agent's rank in the rendezvous)."""
+GROUP_WORLD_SIZE = "GROUP_WORLD_SIZE"
+"""Nodes in the generation (torchrun: agents in the rendezvous); it falls when a job
+shrinks (``min_nodes``)."""
+ROLE_NAME = "ROLE_NAME"
+"""Always ``"default"``: torchrun's role, and Lazarus launches one role."""
+ROLE_RANK = "ROLE_RANK"
+"""The rank among the ranks of its role: with one role, equal to ``RANK``."""
+ROLE_WORLD_SIZE = "ROLE_WORLD_SIZE"
+"""Ranks of the role: with one role, equal to ``WORLD_SIZE``."""
 MASTER_ADDR = "MASTER_ADDR"
+"""The first node's host: rank 0 hosts the TCPStore there."""
 MASTER_PORT = "MASTER_PORT"
+"""A fresh port per generation (torchrun: the rendezvous picks one per round)."""
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+"""``generation - 1``: restarts of the worker group so far (torchrun counts its own
+restarts the same way, from 0)."""
+MAX_RESTARTS = "TORCHELASTIC_MAX_RESTARTS"
+"""``recovery.max_restarts`` (torchrun: ``--max-restarts``). Lazarus's budget is per
+``recovery.restart_window_s``, not per life of the job, so a rank must not infer from
+``RESTART_COUNT == MAX_RESTARTS`` that this is its last life."""
+RUN_ID = "TORCHELASTIC_RUN_ID"
+"""The job id (torchrun: ``--rdzv-id``, or a fresh uuid with ``--standalone``). PyTorch
+Lightning's ``TorchElasticEnvironment`` recognises a torchrun launch by it."""
+USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+"""Always ``"False"``: Lazarus runs no agent store, so ``init_process_group("env://")``
+must start the TCPStore in rank 0 (``torch.distributed.rendezvous``: ``"True"`` makes
+every rank a client of a store the agent hosts, which would never answer). torchrun
+sets ``"True"`` with its c10d and static rendezvous (the agent shares its store) and
+``"False"`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` or a rendezvous that shares
+none (etcd): the value here is torchrun's own for the same arrangement."""
+NCCL_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+"""``"1"`` unless the job's environment sets it (torchrun: the agent's value, or 1): a
+NCCL collective that fails or times out aborts the communicator rather than hanging."""
+OMP_NUM_THREADS = "OMP_NUM_THREADS"
+"""``"1"`` when ``nproc_per_node > 1`` and the job's environment does not set it
+(torchrun does the same, so N ranks per node do not each spawn a thread per core)."""
+ROLE = "default"
+"""The one role's name (``ROLE_NAME``), torchrun's default ``--role``."""
 
 # Lazarus's own.
 JOB_ID = "LAZARUS_JOB_ID"
@@ -82,6 +128,9 @@ REJOIN_VARIABLES = (
     GROUP_RANK,
     WORLD_SIZE,
     LOCAL_WORLD_SIZE,
+    ROLE_RANK,
+    ROLE_WORLD_SIZE,
+    GROUP_WORLD_SIZE,
     MASTER_ADDR,
     MASTER_PORT,
     RESTART_COUNT,
@@ -101,3 +150,60 @@ REJOIN_VARIABLES = (
 )
 """The variables a rejoin request sets (or unsets, as null) in a surviving rank: those
 the launcher derives per generation. Everything else in its environment stays."""
+
+
+def rank_identity(rank: int, nproc_per_node: int, node_index: int) -> dict[str, str]:
+    """The variables that differ between the ranks of one generation: what the Slurm
+    task sets on its node, each rank's own (``RANK``, ``LOCAL_RANK``, ``GROUP_RANK``,
+    ``ROLE_RANK``)."""
+    return {
+        RANK: str(rank),
+        LOCAL_RANK: str(rank % nproc_per_node),
+        GROUP_RANK: str(node_index),
+        ROLE_RANK: str(rank),
+    }
+
+
+def torchrun_environment(
+    *,
+    rank: int,
+    nproc_per_node: int,
+    node_index: int,
+    nodes: int,
+    master_addr: str,
+    master_port: int,
+    generation: int,
+    max_restarts: int,
+    job_id: str,
+    job_env: Mapping[str, str],
+) -> dict[str, str]:
+    """Every variable torchrun's agent sets for a worker, with torchrun's meaning for
+    one role (see each name's docstring). ``job_env`` is the rank's environment below
+    Lazarus's own (the worker's on local nodes, ``env``, ``pass_env``...): the two
+    torchrun sets only when the user did not (``TORCH_NCCL_ASYNC_ERROR_HANDLING``,
+    ``OMP_NUM_THREADS``) keep its value. Left out, as torchrun-internal:
+    ``TORCHELASTIC_ERROR_FILE`` (where ``@record`` writes a failure for the agent to
+    read; Lazarus reads the rank's log and exit file instead)."""
+    world_size = nodes * nproc_per_node
+    env = rank_identity(rank, nproc_per_node, node_index)
+    env.update(
+        {
+            WORLD_SIZE: str(world_size),
+            LOCAL_WORLD_SIZE: str(nproc_per_node),
+            GROUP_WORLD_SIZE: str(nodes),
+            ROLE_NAME: ROLE,
+            ROLE_WORLD_SIZE: str(world_size),
+            MASTER_ADDR: master_addr,
+            MASTER_PORT: str(master_port),
+            RESTART_COUNT: str(generation - 1),
+            MAX_RESTARTS: str(max_restarts),
+            RUN_ID: job_id,
+            USE_AGENT_STORE: str(False),
+            NCCL_ASYNC_ERROR_HANDLING: job_env.get(NCCL_ASYNC_ERROR_HANDLING, "1"),
+        }
+    )
+    if OMP_NUM_THREADS in job_env:
+        env[OMP_NUM_THREADS] = job_env[OMP_NUM_THREADS]
+    elif nproc_per_node > 1:
+        env[OMP_NUM_THREADS] = "1"
+    return env
