@@ -97,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
         PATCH_FAST_RECOVERY,
         PATCH_HANDLERS_FINISH,
         PATCH_NODES_BEFORE_RESUME,
+        PATCH_PAUSED_STAYS_PAUSED,
         PATCH_POOL_LOCK,
         PATCH_RUN_DIRECTORY,
         PATCH_SEARCH_ATTRIBUTES_V2,
@@ -181,8 +182,12 @@ class JobWorkflow:
     @workflow.signal(name=SIGNAL_FORCE_RECOVER)
     def force_recover(self, request: ForceRecover) -> None:
         """The signal form, kept for older clients: it cannot answer, so a request the
-        update would refuse is recorded as ignored instead."""
-        problem = recover_refusal(self._state, self._force, request)
+        update would refuse is recorded as ignored instead. Histories recorded before
+        a paused job refused it replay as they ran (asked only while paused)."""
+        paused_refuses = self._state.phase != Phase.PAUSED or workflow.patched(
+            PATCH_PAUSED_STAYS_PAUSED
+        )
+        problem = recover_refusal(self._state, self._force, request, paused_refuses=paused_refuses)
         if problem is not None:
             self._ignore(SIGNAL_FORCE_RECOVER, problem)
             return

@@ -48,13 +48,31 @@ def queued_refusal(queued: ForceRecover | None, what: str) -> str | None:
     )
 
 
+def paused_refusal(state: JobState, what: str) -> str | None:
+    """A paused job stays paused until ``resume``: a forced recovery or a drain would
+    start ranks, and an operator who paused for maintenance expects none (before, a
+    ``recover`` quietly resumed the job)."""
+    if state.phase != Phase.PAUSED:
+        return None
+    return f"the job is paused: 'lazarus resume' it first, then {what}"
+
+
 def recover_refusal(
-    state: JobState, queued: ForceRecover | None, request: ForceRecover
+    state: JobState,
+    queued: ForceRecover | None,
+    request: ForceRecover,
+    *,
+    paused_refuses: bool = True,
 ) -> str | None:
     """Why a forced recovery cannot be taken now, or None. An excluded node must be
-    one this job runs on: a typo must not quarantine nothing and grow the world."""
+    one this job runs on: a typo must not quarantine nothing and grow the world.
+    ``paused_refuses``: False only to replay histories recorded before a paused job
+    refused (:func:`paused_refusal`)."""
     if state.phase.is_terminal:
         return f"the job is {state.phase.value}"
+    paused = paused_refusal(state, "recover") if paused_refuses else None
+    if paused is not None:
+        return paused
     queued_problem = queued_refusal(queued, f"recover: {request.reason}")
     if queued_problem is not None:
         return queued_problem
@@ -75,6 +93,9 @@ def drain_refusal(state: JobState, queued: ForceRecover | None, request: NodeReq
         return queued_problem
     if state.phase.is_terminal:
         return f"the job is {state.phase.value}"
+    paused = paused_refusal(state, f"drain {request.node}")
+    if paused is not None:
+        return paused
     if request.node not in state.pool.active:
         return _not_running(request.node, state)
     return None

@@ -240,6 +240,15 @@ PATCH_NODE_LOSS_RESTARTS_WHOLE = _patch(
     "``node_loss`` off.",
     introduced="issue 28",
 )
+PATCH_PAUSED_STAYS_PAUSED = _patch(
+    "paused-stays-paused",
+    owner="job (force_recover signal)",
+    changes="A forced recovery sent to a paused job is refused (recorded as ignored, "
+    "with the reason): before, it quietly resumed the job. The update form refuses in "
+    "its validator, which replay does not run. Asked only for the signal form while "
+    "paused (issue 29).",
+    introduced="issue 29",
+)
 PATCH_SLURM_FIRST_SUBMIT = _patch(
     "slurm-first-submit",
     owner="slurm_steps (first submit)",

@@ -50,6 +50,34 @@ async def test_a_stray_resume_is_ignored_and_has_no_later_effect(
     await job.wait_phase(Phase.RUNNING)
 
 
+async def test_a_paused_job_refuses_recover_and_drain_and_stays_paused(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    """Issue 29: ``recover`` on a paused job used to resume it quietly."""
+    job = await start_fake_job(fake_spec(tmp_path, **TWO_NODES_AND_A_SPARE))
+    await job.wait_phase(Phase.RUNNING)
+    await job.handle.signal(SIGNAL_PAUSE)
+    paused = await job.wait_phase(Phase.PAUSED)
+    for update, argument in (
+        (UPDATE_RECOVER, ForceRecover(reason="maintenance")),
+        (UPDATE_DRAIN, NodeRequest(node="b")),
+    ):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await job.handle.execute_update(update, argument, result_type=str)
+        assert "the job is paused: 'lazarus resume' it first" in str(refused.value.cause)
+    await job.handle.signal(SIGNAL_FORCE_RECOVER, ForceRecover(reason="old client"))
+    status = await job.wait_for(lambda s: bool(s.ignored_messages), "the signal ignored")
+    assert status.ignored_messages[-1].name == SIGNAL_FORCE_RECOVER
+    assert "paused" in status.ignored_messages[-1].reason
+    await asyncio.sleep(2)  # a queued recovery would have relaunched by now
+    status = await job.status()
+    assert status.phase == Phase.PAUSED and status.generation == paused.generation
+    assert not status.incidents
+
+    await job.handle.signal(SIGNAL_RESUME)
+    await job.wait_phase(Phase.RUNNING)
+
+
 async def test_recover_refuses_an_unknown_or_spare_node_and_changes_nothing(
     start_fake_job: StartFakeJob, tmp_path: Path
 ) -> None:
