@@ -25,6 +25,7 @@ import yaml
 from rich.console import Console
 from rich.live import Live
 
+import lazarus
 from activities.worker_settings import WorkerSettingsError
 from lazarus.app import cli_render as render
 from lazarus.app.client import (
@@ -115,6 +116,14 @@ def _with_client(ctx: typer.Context, action: Callable[[JobClient], Awaitable[T]]
 # --- app ----------------------------------------------------------------------------------
 
 
+def _print_version(asked: bool) -> None:
+    """``lazarus --version``: the installed distribution's version, as ``pip`` and a
+    bug report would name it."""
+    if asked:
+        typer.echo(f"lazarus {lazarus.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
@@ -126,6 +135,15 @@ def main(
         str | None,
         typer.Option(help="Temporal namespace (env TEMPORAL_NAMESPACE, default 'default')"),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print Lazarus's version and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Keep distributed training jobs running through failures."""
     ctx.obj = ConnectionSettings.from_env(address=address, namespace=namespace)

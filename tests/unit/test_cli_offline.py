@@ -403,3 +403,11 @@ def test_status_shows_stragglers_and_escalation_hooks() -> None:
     assert "on_escalation: ran" in text
     body = cli_render.status_json(cli_render.StatusView("lazarus-tiny", "RUNNING", status))
     assert body["stragglers"][0]["node"] == "h3"
+
+
+def test_version_prints_the_installed_version_and_needs_no_server() -> None:
+    import lazarus
+
+    result = CliRunner().invoke(cli.app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"lazarus {lazarus.__version__}"
