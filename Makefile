@@ -29,7 +29,7 @@ test: setup test-hosts test-fast
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=30 -m slow $(PYTEST_ARGS)
 
 # Everything, and every case of the long matrices that `make test` runs one case of
-# (tests/tiers.py): about 35 minutes on 2 cores.
+# (tests/tiers.py), and the harness smoke tests: about 30 minutes on 2 cores.
 test-all:
 	LAZARUS_TEST_ALL=1 $(MAKE) test
 

@@ -1,13 +1,24 @@
 """Which of the suite's long matrices run: ``LAZARUS_TEST_ALL=1`` (``make test-all``).
 
-``make test`` stays under 20 minutes on 2 cores by running one case of each long
-matrix whose other cases add no new product path (each benchmark scenario beyond a
-smoke, each kind of checkpoint damage end to end): the others are covered by faster
-tests or by ``make bench``, and ``make test-all`` runs them all here as well.
+``make test`` aims at 20 minutes on 2 cores by running one case of each long matrix
+whose other cases add no new product path (each benchmark scenario beyond a smoke,
+each kind of checkpoint damage end to end), and by leaving to ``make test-all`` the
+smoke tests of the benchmark harnesses whose product paths have tests of their own
+(:func:`only_in_test_all`). ``make test-all`` runs everything; ``make bench`` runs the
+matrices in full.
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
+
 ALL = os.environ.get("LAZARUS_TEST_ALL", "") not in ("", "0")
+
+
+def only_in_test_all(what: str) -> pytest.MarkDecorator:
+    """Skip, saying where it runs, unless ``make test-all``: for a smoke test of a
+    benchmark harness (``what``) that takes minutes and tests no product path that a
+    test of ``make test`` does not."""
+    return pytest.mark.skipif(not ALL, reason=f"{what}: runs in make test-all")

@@ -142,6 +142,7 @@ def _run_quick(
     return proc
 
 
+@tiers.only_in_test_all("the recovery benchmark's harness")
 @pytest.mark.timeout(300)
 def test_quick_benchmark_writes_expected_json(tmp_path: Path) -> None:
     out = tmp_path / "recovery.json"
@@ -170,6 +171,7 @@ def test_quick_benchmark_writes_expected_json(tmp_path: Path) -> None:
             assert cell["stats"].keys() >= STAT_KEYS
 
 
+@tiers.only_in_test_all("the recovery benchmark's harness")
 @pytest.mark.timeout(720)
 def test_quick_multinode_benchmark_writes_expected_json(tmp_path: Path) -> None:
     reason = netns_unavailable_reason()

@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 
 from bench.chaos_invariants import processes_mentioning
+from tests import tiers
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = "rank_sigkill@ssh_rejoin"
 
 
 @pytest.mark.slow
+@tiers.only_in_test_all("the cross-node chaos cells (python -m bench chaos)")
 @pytest.mark.timeout(420)
 def test_a_rank_killed_during_a_cross_node_rejoin_holds(
     netns_required: None, tmp_path: Path

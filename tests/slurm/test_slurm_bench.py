@@ -19,7 +19,7 @@ from infra.slurm import TestSlurm
 from tests import tiers
 from tests.slurm.conftest import require_slurm
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, tiers.only_in_test_all("the Slurm benchmark's harness")]
 
 SCENARIOS = ["slurm_node_loss"]
 if tiers.ALL:
