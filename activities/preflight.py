@@ -49,6 +49,7 @@ def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
             problems=result.problems,
             free_disk_gb=result.free_disk_gb,
             gpus=result.gpus.count if result.gpus else None,
+            program_missing=result.program_missing,
         )
 
     with agents(request.access) as opened:

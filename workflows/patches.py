@@ -260,3 +260,13 @@ PATCH_SLURM_FIRST_SUBMIT = _patch(
     "started in an allocation never ask it.",
     introduced="issue 27",
 )
+PATCH_MISSING_PROGRAM_FAILS_JOB = _patch(
+    "missing-program-fails-job",
+    owner="preflight_steps (check_active_nodes)",
+    changes="When the preflight finds the command's program missing on every active node "
+    "(or on the only one), the job ends FAILED asking for a fixed ``command``: a typo in "
+    "the spec is not a node fault. Before, each node was quarantined and, with no spare "
+    "left, the job waited in NEEDS_OPERATOR advising to shrink. Asked only in that case "
+    "(issue 29).",
+    introduced="issue 29",
+)

@@ -18,11 +18,33 @@ with workflow.unsafe.imports_passed_through():
     from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest, PreflightReport
     from workflows.activity_calls import QUICK_RETRY, cause, execute
     from workflows.fleet_steps import FleetSteps
+    from workflows.patches import PATCH_MISSING_PROGRAM_FAILS_JOB
     from workflows.placement import active_nodes
     from workflows.routing import route
     from workflows.run_context import JobRun
     from workflows.slurm_steps import SlurmSteps
     from workflows.stop_steps import StopSteps
+
+
+def missing_everywhere(report: PreflightReport) -> bool:
+    """Every checked node lacks the command's program: the spec is wrong, not the nodes.
+
+    One node without it among nodes that have it is that node's fault (a missing
+    package, a PATH that differs): it is swapped out as any failing node is. But when
+    no node has it (the only node of a local job, say), quarantining them would leave
+    the job waiting for an operator with advice to shrink, for a typo in ``command``.
+    Other problems on such a node do not change that: the job cannot start anywhere
+    until ``command`` names a program the nodes have."""
+    return bool(report.nodes) and all(health.program_missing for health in report.nodes)
+
+
+def missing_program_reason(program: str, report: PreflightReport) -> str:
+    """The failure a user reads in ``lazarus status``: the field, the program, the fix."""
+    where = ", ".join(health.node for health in report.nodes)
+    return (
+        f"command: {program!r} was not found on any node ({where}); this is the spec, "
+        "not the nodes (none was quarantined): fix `command` (or env.PATH) and start again"
+    )
 
 
 class Preflight:
@@ -35,7 +57,10 @@ class Preflight:
         self.fleet = fleet
 
     async def check_active_nodes(self) -> bool:
-        """Check every active node before launching; replace the ones that fail."""
+        """Check every active node before launching; replace the ones that fail.
+
+        A program missing on every node ends the job FAILED instead
+        (:func:`missing_everywhere`): no spare or shrink can fix a wrong ``command``."""
         spec = self.run.spec
         program = spec.command[0]
         while True:
@@ -48,6 +73,9 @@ class Preflight:
                 return False
             if not report.failed:
                 return True
+            if missing_everywhere(report) and workflow.patched(PATCH_MISSING_PROGRAM_FAILS_JOB):
+                self.run.fail(missing_program_reason(program, report))
+                return False
             for failed in report.failed:
                 # A node that died while its peers crashed first is found here.
                 await self.slurm.maybe_grow(failed.node, self.run.state.current_incident)

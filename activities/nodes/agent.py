@@ -173,6 +173,8 @@ class PreflightResult(_Record):
     free_disk_gb: float | None = None
     gpus: GpuHealth | None = None
     round_trip_s: float = 0.0
+    program_missing: bool = False
+    """The command's program was not found on the node (one of ``problems``)."""
 
 
 class MemorySnapshot(_Record):

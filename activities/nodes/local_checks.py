@@ -75,6 +75,7 @@ def run_local_preflight(node: str, request: PreflightRequest) -> PreflightResult
         free_disk_gb=free,
         gpus=gpus,
         round_trip_s=time.monotonic() - started,
+        program_missing=not found,
     )
 
 

@@ -663,6 +663,7 @@ class ShimAgent(NodeAgent):
             free_disk_gb=free_gb,
             gpus=gpus,
             round_trip_s=reply.round_trip_s,
+            program_missing=report.get("interpreter") is None,
         )
 
     def write_file(self, path: str, content: str) -> None:

@@ -32,6 +32,7 @@ from lazarus.app.client import (
     ClientError,
     JobClient,
     JobHandle,
+    JobNotFound,
     StatusUnavailable,
     plan_start,
     start_problems,
@@ -51,7 +52,7 @@ from lazarus.app.settings import (
 )
 from lazarus.domain.api import workflow_id_for
 from lazarus.domain.contracts import CheckpointRef
-from lazarus.domain.spec import JobSpec, SpecError, load_spec
+from lazarus.domain.spec import JobSpec, SpecError, checks_workdir_here, load_spec
 from workflows.state import Incident, Phase
 
 if TYPE_CHECKING:
@@ -105,7 +106,10 @@ def _with_client(ctx: typer.Context, action: Callable[[JobClient], Awaitable[T]]
     async def main() -> T:
         client = await connect(settings)
         jobs = JobClient(client, task_queue=settings.task_queue, address=settings.address)
-        return await action(jobs)
+        try:
+            return await action(jobs)
+        except JobNotFound as exc:
+            raise await exc.with_suggestion(jobs) from None
 
     try:
         return asyncio.run(main())
@@ -164,7 +168,8 @@ def start(
         bool,
         typer.Option(
             "--check-nodes/--no-check-nodes",
-            help="Reach every ssh node first (host key, identity, interpreter).",
+            help="Check the nodes first: every ssh node is reached (host key, identity, "
+            "interpreter); on local nodes the command's program must exist.",
         ),
     ] = True,
     fresh: Annotated[
@@ -186,6 +191,9 @@ def start(
         spec = load_spec(spec_file, name_override=name)
     except SpecError as exc:
         _fail("\n".join(exc.lines), code=2)
+    missing = _missing_local_program(spec) if check_nodes else None
+    if missing is not None:
+        _fail(f"{spec_file}: {missing}", code=2)
     if (
         check_nodes
         and not dry_run
@@ -311,6 +319,29 @@ def _resume_ref(plan: ResumePlan | None, spec: JobSpec) -> CheckpointRef | None:
         name = plan.path.rstrip("/").rsplit("/", 1)[-1]
         return CheckpointRef(step=plan.step, path=str(Path(spec.checkpoint_dir) / name))
     return CheckpointRef(step=plan.step, path=plan.path)
+
+
+def _missing_local_program(spec: JobSpec) -> str | None:
+    """A job on this machine whose program does not exist: a typo in ``command``,
+    refused before anything starts (the preflight would find it too, but then the job
+    exists, and a wrong ``command`` is the spec's fault, not the node's). Resolved by
+    the launcher's own rule (:func:`activities.program.resolve_program`: the worker's
+    interpreter first, then PATH, or ``env.PATH``). Jobs on other machines are checked
+    there: ``_unusable_nodes`` for ssh, the workflow's preflight for every node."""
+    from activities.program import resolve_program
+
+    if not checks_workdir_here(spec) or resolve_program(spec) is not None:
+        return None
+    program = spec.command[0]
+    where = (
+        f"in workdir {spec.workdir} (or not executable: chmod +x)"
+        if os.sep in program
+        else "on PATH" + (" (env.PATH)" if "PATH" in spec.env else "")
+    )
+    return (
+        f"command: program {program!r} not found {where}; fix `command` (a list: "
+        "[program, arg, ...]) and start again; nothing was started"
+    )
 
 
 def _unusable_nodes(spec_file: Path, spec: JobSpec) -> list[str]:

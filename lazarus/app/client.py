@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+import difflib
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -142,9 +143,21 @@ class ClientError(Exception):
 class JobNotFound(ClientError):
     """Temporal has never seen a job of this name (in this namespace)."""
 
-    def __init__(self, job: str) -> None:
-        super().__init__(f"no job named '{job}'; see 'lazarus list'")
+    def __init__(self, job: str, known: Sequence[str] = ()) -> None:
+        close = difflib.get_close_matches(job, list(known), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "see 'lazarus list'"
+        super().__init__(f"no job named '{job}'; {hint}")
         self.job = job
+
+    async def with_suggestion(self, jobs: JobClient) -> JobNotFound:
+        """The same error, naming the closest job there is (``ux-evl``: ``ux-eval``)
+        from :meth:`JobClient.list`, which a typo has time for; without one (no close
+        name, or the list failed too) it points at ``lazarus list`` as before."""
+        try:
+            rows = await asyncio.wait_for(jobs.list(), timeout=10)
+        except (ClientError, RPCError, TimeoutError):
+            return self
+        return JobNotFound(self.job, [row.job for row in rows])
 
 
 class JobAlreadyRunning(ClientError):

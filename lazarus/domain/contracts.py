@@ -414,6 +414,10 @@ class NodeHealth(CompactForm, _Model):
     problems: list[str] = Field(default_factory=list)
     free_disk_gb: float | None = None
     gpus: int | None = None
+    program_missing: bool = False
+    """The command's program was not found there. When every node says so, the
+    spec's ``command`` is wrong (a typo), not the nodes: the job fails, asking for a
+    fixed ``command``, and no node is quarantined (``workflows/preflight_steps.py``)."""
 
 
 class PreflightActivityRequest(_OnNodes):

@@ -14,12 +14,15 @@ The section models live in :mod:`lazarus.domain.spec_nodes` (where the job runs)
 
 from __future__ import annotations
 
+import difflib
 import re
+import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from lazarus.domain import environment as env_names
 from lazarus.domain.failure_classes import PLAYBOOK_CLASSES
@@ -75,11 +78,13 @@ __all__ = [
     "StragglerSpec",
     "StrategyName",
     "WarmStartSpec",
+    "checks_workdir_here",
     "load_spec",
     "parse_spec",
     "repeated",
     "secret_env_message",
     "slurm_node",
+    "yaml_lines",
 ]
 
 JOB_ID_PLACEHOLDER = "{job_id}"
@@ -140,7 +145,14 @@ class JobSpec(_Strict):
 
     name: str = Field(pattern=JOB_NAME_PATTERN)
     command: list[str] = Field(min_length=1)
+    """The program and its arguments as a YAML list, ``[python, train.py, --steps,
+    "300"]``: not one string, and numbers quoted. On local nodes ``lazarus start``
+    refuses a program it cannot find; one missing on every node fails the job (fix
+    ``command``) and quarantines no node."""
     workdir: str = "."
+    """Where the ranks run, relative to the spec's folder. Checked on the CLI's
+    machine only when every node is local; ssh and Slurm nodes check it themselves
+    (the preflight), since the code may exist only there."""
     env: dict[str, str] = Field(default_factory=dict)
     """Plain settings for every rank. Stored in workflow history: names that look like
     secrets are refused (see ``pass_env`` and ``env_from_file``)."""
@@ -445,14 +457,118 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return "".join(parts) or "(top level)"
 
 
+def _model_in(annotation: object) -> type[BaseModel] | None:
+    """The model a field holds (itself, or inside ``X | None``, ``list[X]``, ``dict[str, X]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _known_fields(loc: tuple[int | str, ...]) -> list[str]:
+    """The field names a spelling at ``loc`` may have meant: the fields of the model
+    that holds it (empty where the path leaves the models, e.g. a playbook class)."""
+    model: type[BaseModel] | None = JobSpec
+    for item in loc[:-1]:
+        if isinstance(item, int):
+            continue  # a list element: the list's model holds the next name
+        field = model.model_fields.get(item) if model is not None else None
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+    return list(model.model_fields) if model is not None else []
+
+
+def _did_you_mean(word: object, choices: list[str]) -> str:
+    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _quote_hint(value: object) -> str:
+    if isinstance(value, bool):
+        return (
+            '; YAML reads an unquoted yes/no/on/off/true/false as true/false: quote it, e.g. "on"'
+        )
+    if isinstance(value, (int, float)):
+        return f'; YAML read {value!r} as a number: quote it, e.g. "{value}"'
+    if value is None:
+        return '; YAML read an empty value (or ~/null): give one, quoted if needed, e.g. ""'
+    return ""
+
+
 def _message(err: dict[str, object]) -> str:
+    """One plain sentence per pydantic error: what was expected, what YAML gave, how
+    to write it, instead of pydantic's own text (``Input should be a valid list``)."""
     kind = err.get("type")
     msg = str(err.get("msg", "invalid"))
+    raw_loc = err.get("loc")
+    loc: tuple[int | str, ...] = tuple(raw_loc) if isinstance(raw_loc, tuple) else ()
+    value = err.get("input")
     if kind == "extra_forbidden":
-        return "unknown field; check the spelling against the documented spec"
+        hint = _did_you_mean(loc[-1], _known_fields(loc)) if loc else ""
+        return "unknown field" + (hint or "; check the spelling against the documented spec")
     if kind == "missing":
         return "required field is missing"
+    if kind == "list_type" and loc == ("command",) and isinstance(value, str):
+        example = ", ".join(shlex.split(value) if _splits(value) else value.split())
+        return (
+            "must be a list of arguments, e.g. [python, train.py]; YAML read the single "
+            f"string {value!r}: write it as [{example}]"
+        )
+    if kind == "list_type":
+        return f"must be a list, e.g. [a, b]; got {_described(value)}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be a mapping (key: value); got {_described(value)}"
+    if kind == "string_type":
+        return f"must be text; got {_described(value)}{_quote_hint(value)}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        unquote = "; remove the quotes" if isinstance(value, str) else ""
+        return f"must be a whole number; got {_described(value)}{unquote}"
+    if kind in ("float_type", "float_parsing"):
+        unquote = "; remove the quotes" if isinstance(value, str) else ""
+        return f"must be a number; got {_described(value)}{unquote}"
+    if kind in ("bool_type", "bool_parsing"):
+        unquote = "; remove the quotes" if isinstance(value, str) else ""
+        return f"must be true or false; got {_described(value)}{unquote}"
+    if kind == "literal_error":
+        ctx = err.get("ctx")
+        expected = ctx.get("expected", "") if isinstance(ctx, dict) else ""
+        choices = re.findall(r"'([^']*)'", str(expected))
+        return f"{value!r} is not one of {', '.join(choices)}{_did_you_mean(value, choices)}"
+    if kind == "string_pattern_mismatch" and loc == ("name",):
+        return (
+            f"{value!r} is not a job name: use lowercase letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit, at most 63 characters"
+        )
     return msg.removeprefix("Value error, ")
+
+
+def _splits(value: str) -> bool:
+    try:
+        shlex.split(value)
+    except ValueError:  # an unclosed quote
+        return False
+    return True
+
+
+def _described(value: object) -> str:
+    """What YAML made of a value, in the user's words (not Python's type names)."""
+    if isinstance(value, bool):
+        return f"true/false ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the text {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    if value is None:
+        return "an empty value"
+    return type(value).__name__
 
 
 STRAGGLER_PLAYBOOK_REFUSED = (
@@ -474,8 +590,50 @@ def _refused_fields(data: dict[object, object]) -> list[tuple[str, str]]:
     return []
 
 
-def parse_spec(data: object, source: str, name_override: str | None = None) -> JobSpec:
-    """Validate already-parsed YAML; ``source`` names the file in error lines."""
+LineOf = Callable[[tuple[int | str, ...]], int | None]
+"""The line (1-based) of the YAML that a field path came from, when known."""
+
+
+def _no_lines(loc: tuple[int | str, ...]) -> int | None:
+    return None
+
+
+def yaml_lines(text: str) -> LineOf:
+    """Line numbers for error lines, from the YAML's node marks (``yaml.compose``):
+    the key's line for a mapping entry, the element's for a list element. A path the
+    document does not hold (a missing field, a model-wide check) has none."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return _no_lines
+
+    def line_of(loc: tuple[int | str, ...]) -> int | None:
+        node: yaml.Node | None = root
+        mark: yaml.Mark | None = None
+        for item in loc:
+            if isinstance(node, yaml.MappingNode) and isinstance(item, str):
+                entry = next((kv for kv in node.value if kv[0].value == item), None)
+                if entry is None:
+                    return None
+                mark, node = entry[0].start_mark, entry[1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(item, int):
+                if item >= len(node.value):
+                    return None
+                node = node.value[item]
+                mark = node.start_mark
+            else:
+                return None
+        return None if mark is None else mark.line + 1
+
+    return line_of
+
+
+def parse_spec(
+    data: object, source: str, name_override: str | None = None, line_of: LineOf = _no_lines
+) -> JobSpec:
+    """Validate already-parsed YAML; ``source`` names the file in error lines, and
+    ``line_of`` (:func:`yaml_lines`) ends each with the line its field came from, so
+    a line still reads ``file: field: what is wrong`` first."""
     if not isinstance(data, dict):
         raise SpecError(
             [f"{source}: (top level): expected a mapping of fields, got {type(data).__name__}"]
@@ -486,11 +644,26 @@ def parse_spec(data: object, source: str, name_override: str | None = None) -> J
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        lines += [f"{source}: {_field_path(e['loc'])}: {_message(dict(e))}" for e in exc.errors()]
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            line = None if name_override is not None and loc == ("name",) else line_of(loc)
+            where = f" (line {line})" if line is not None else ""
+            lines.append(f"{source}: {_field_path(loc)}: {_message(dict(error))}{where}")
         raise SpecError(lines) from None
     if lines:
         raise SpecError(lines)
     return spec
+
+
+def checks_workdir_here(spec: JobSpec) -> bool:
+    """Whether this machine can check ``workdir``: only when every node is this machine
+    (local nodes, neither a fleet nor a Slurm allocation). An ssh or Slurm job's code
+    may exist only on its nodes; the preflight checks it there, on each node."""
+    return (
+        spec.fleet is None
+        and spec.slurm is None
+        and all(node.launcher == "local" for node in (*spec.nodes, *spec.spares))
+    )
 
 
 def load_spec(path: str | Path, name_override: str | None = None) -> JobSpec:
@@ -505,10 +678,11 @@ def load_spec(path: str | Path, name_override: str | None = None) -> JobSpec:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(unknown line)"
-        raise SpecError([f"{spec_path}: {where}: not valid YAML: {exc}"]) from None
-    spec = parse_spec(data, str(spec_path), name_override)
+        detail = str(exc).replace('"<unicode string>"', str(spec_path))
+        raise SpecError([f"{spec_path}: {where}: not valid YAML: {detail}"]) from None
+    spec = parse_spec(data, str(spec_path), name_override, yaml_lines(text))
     resolved = spec.resolved(spec_path.parent.resolve())
     workdir = Path(resolved.workdir)
-    if not workdir.is_dir():
+    if checks_workdir_here(resolved) and not workdir.is_dir():
         raise SpecError([f"{spec_path}: workdir: {workdir} does not exist or is not a directory"])
     return resolved

@@ -201,7 +201,7 @@ def test_default_checkpoint_dir_follows_the_final_job_name(tmp_path: Path) -> No
         load_spec(spec_file)
     assert caught.value.lines == [
         f"{spec_file}: checkpoint_dir: unknown placeholder {{job}}; only {{job_id}} "
-        "(the job's name) is replaced"
+        "(the job's name) is replaced (line 3)"
     ]
 
 

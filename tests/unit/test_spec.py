@@ -44,7 +44,7 @@ def test_name_override_lets_one_file_run_twice(tmp_path: Path) -> None:
     ("patch", "expected"),
     [
         ("nproc_per_node: 0", "nproc_per_node: Input should be greater than or equal to 1"),
-        ("nproc_per_node: '2'", "nproc_per_node: Input should be a valid integer"),
+        ("nproc_per_node: '2'", "nproc_per_node: must be a whole number"),
         ("health: {hang_timeout_s: 0.5}", "health.hang_timeout_s: Input should be greater"),
         ("health: {hang_timout_s: 5}", "health.hang_timout_s: unknown field"),
         ("health: {progress_regex: 'step \\d+'}", "health.progress_regex: needs a capture group"),
@@ -72,6 +72,75 @@ def test_each_bad_field_is_named(tmp_path: Path, patch: str, expected: str) -> N
         expected.split(":")[0] in line and expected.split(": ", 1)[1][:20] in line for line in lines
     ), lines
     assert all(line.startswith(str(tmp_path / "job.yaml") + ": ") for line in lines)
+
+
+def test_an_unknown_field_suggests_the_closest_known_one(tmp_path: Path) -> None:
+    lines = errors(tmp_path, GOOD + "health: {hang_timout_s: 5}\nnproc_per_nod: 2\n")
+    assert any(
+        "health.hang_timout_s: unknown field; did you mean 'hang_timeout_s'? (line 6)" in line
+        for line in lines
+    ), lines
+    assert any("nproc_per_nod: unknown field; did you mean 'nproc_per_node'?" in ln for ln in lines)
+    [far] = errors(tmp_path, GOOD + "colour: red\n")
+    assert "colour: unknown field; check the spelling" in far
+
+
+def test_an_unknown_field_in_a_list_element_is_matched_against_its_model(
+    tmp_path: Path,
+) -> None:
+    [line] = errors(tmp_path, GOOD + "nodes:\n  - {name: a, launcher: ssh, hots: h1}\n")
+    assert "nodes[0].hots: unknown field; did you mean 'host'? (line 7)" in line
+
+
+def test_a_command_written_as_one_string_says_how_to_write_a_list(tmp_path: Path) -> None:
+    text = GOOD.replace("command: [python, train.py]", "command: python train.py --lr 3")
+    [line] = errors(tmp_path, text)
+    assert line.startswith(f"{tmp_path / 'job.yaml'}: command: must be a list of arguments")
+    assert "e.g. [python, train.py]" in line
+    assert "[python, train.py, --lr, 3]" in line and line.endswith("(line 3)")
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ("command: [python, train.py, --steps, 300]", "command[3]: must be text; got the number"),
+        ("command: [python, train.py, --amp, yes]", "command[3]: must be text; got true/false"),
+        ("nproc_per_node: '2'", "nproc_per_node: must be a whole number; got the text '2'"),
+        ("node_timeout_s: 'ten'", "node_timeout_s: must be a number; got the text 'ten'"),
+        ("nodes: [{name: a, launcher: sssh}]", "not one of local, ssh, slurm; did you mean 'ssh'?"),
+        ("env: [A, B]", "env: must be a mapping (key: value); got a list"),
+    ],
+)
+def test_yaml_traps_get_plain_words(tmp_path: Path, patch: str, expected: str) -> None:
+    key = patch.split(":")[0]
+    text = "\n".join(ln for ln in GOOD.splitlines() if not ln.startswith(key + ":"))
+    lines = errors(tmp_path, text + "\n" + patch + "\n")
+    assert any(expected in line for line in lines), lines
+    assert not any("Input should be" in line for line in lines), lines
+    if "number" in expected and "command" in expected:
+        assert any('quote it, e.g. "300"' in line for line in lines), lines
+
+
+def test_a_bad_job_name_is_explained_in_words(tmp_path: Path) -> None:
+    [line] = errors(tmp_path, GOOD.replace("name: demo", "name: Bad Name!"))
+    assert "name: 'Bad Name!' is not a job name: use lowercase letters" in line
+    assert "pattern" not in line
+
+
+def test_an_ssh_jobs_workdir_is_checked_on_its_nodes_not_here(tmp_path: Path) -> None:
+    """The newcomer review: code that exists only on the nodes was refused, because
+    the CLI checked workdir on its own machine. The preflight checks it on each node."""
+    text = (
+        GOOD + "workdir: /home/train/nowhere-here\nnodes: [{name: h1, launcher: ssh, host: h1}]\n"
+    )
+    assert load_spec(write(tmp_path, text)).workdir == "/home/train/nowhere-here"
+    [line] = errors(tmp_path, GOOD + "workdir: /home/train/nowhere-here\n")
+    assert "workdir:" in line and "does not exist" in line
+
+
+def test_invalid_yaml_names_the_file_not_a_unicode_string(tmp_path: Path) -> None:
+    [line] = errors(tmp_path, "name: demo\ncommand: [python, train.py\n")
+    assert "<unicode string>" not in line and str(tmp_path / "job.yaml") in line
 
 
 def test_missing_required_fields_are_all_listed(tmp_path: Path) -> None:

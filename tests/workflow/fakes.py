@@ -68,6 +68,8 @@ class Script:
     preflight_lost: dict[int, set[str]] = field(default_factory=dict)
     """preflight call number (1 is the first launch's) -> nodes it finds lost."""
     preflights: int = 0
+    program_missing: set[str] = field(default_factory=set)
+    """Nodes whose every preflight finds the command's program missing."""
     searches: list[contracts.FindVerifiedCheckpointRequest] = field(default_factory=list)
     watches: list[contracts.WatchCheckpointsRequest] = field(default_factory=list)
     launches: list[contracts.LaunchRequest] = field(default_factory=list)
@@ -212,10 +214,21 @@ async def preflight(request: contracts.PreflightActivityRequest) -> contracts.Pr
     lost = script.preflight_lost.get(script.preflights, set())
     return contracts.PreflightReport(
         nodes=[
-            contracts.NodeHealth(node=n.name, ok=n.name not in lost, problems=["Slurm: node DOWN"])
+            _health(n.name, lost, script.program_missing, request.interpreter)
             for n in request.access.nodes
         ]
     )
+
+
+def _health(node: str, lost: set[str], missing: set[str], program: str) -> contracts.NodeHealth:
+    if node in missing:
+        return contracts.NodeHealth(
+            node=node,
+            ok=False,
+            problems=[f"command: {program!r} not found on node {node}; install it or fix PATH"],
+            program_missing=True,
+        )
+    return contracts.NodeHealth(node=node, ok=node not in lost, problems=["Slurm: node DOWN"])
 
 
 async def watch_checkpoints(
