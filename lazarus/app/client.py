@@ -50,6 +50,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from lazarus.app.outcome import Outcome, outcome_of
 from lazarus.app.settings import ConnectionSettings, ServerUnreachable, connect
 from lazarus.domain import environment as env_names
 from lazarus.domain.activity_refs import SUBMIT_ALLOCATION
@@ -99,6 +100,7 @@ __all__ = [
     "StatusUnavailable",
     "StatusView",
     "TemporalRefused",
+    "WaitResult",
     "plan_start",
     "rank_environment_plan",
     "start_problems",
@@ -322,6 +324,17 @@ class JobRow(BaseModel):
     execution_status: str
     start_time: datetime | None
     close_time: datetime | None
+
+
+@pydantic_dataclass(frozen=True)
+class WaitResult:
+    """Where :meth:`JobClient.wait` stopped: the outcome (its exit code is
+    :attr:`Outcome.exit_code`) and the job's status then."""
+
+    job: str
+    outcome: Outcome
+    view: StatusView
+    waited_s: float
 
 
 class CancelResult(BaseModel):
@@ -629,6 +642,66 @@ class JobClient:
         if not isinstance(result, JobStatus):
             raise JobEndedWithoutResult(name, "its result is not a job status")
         return result
+
+    async def wait(
+        self,
+        job: JobRef,
+        *,
+        timeout_s: float | None = None,
+        stop_at_operator: bool = True,
+        poll_s: float = 2.0,
+        on_change: Callable[[StatusView], None] | None = None,
+    ) -> WaitResult:
+        """Follow the job until it reaches an outcome (:func:`~lazarus.app.outcome.outcome_of`):
+        it ended, or, with ``stop_at_operator``, it waits for a person. ``timeout_s``
+        ends the wait with :attr:`Outcome.TIMEOUT` (the job goes on); ``on_change``
+        gets the status each time the phase or generation changes. Raises
+        :class:`JobNotFound` for a name Temporal has never seen.
+
+        It polls :meth:`status` rather than awaiting the workflow's result, because
+        NEEDS_OPERATOR is not an end of the workflow: the result would never tell
+        a script that the job is stuck. Stopping the wait stops nothing."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        seen: tuple[str | None, int | None] | None = None
+        while True:
+            view = await self.status(job)
+            mark = (view.phase, view.status.generation if view.status is not None else None)
+            if on_change is not None and mark != seen:
+                on_change(view)
+            seen = mark
+            waited = loop.time() - began
+            outcome = outcome_of(view.execution_status, view.phase, stop_at_operator)
+            if outcome is None and timeout_s is not None and waited >= timeout_s:
+                outcome = Outcome.TIMEOUT
+            if outcome is not None:
+                return WaitResult(job=_name(job), outcome=outcome, view=view, waited_s=waited)
+            left = poll_s if timeout_s is None else min(poll_s, timeout_s - waited)
+            await asyncio.sleep(max(0.0, left))
+
+    async def spec(self, job: JobRef) -> JobSpec:
+        """The spec the job's current run was started (or continued) with, read from the
+        first event of its history: where its nodes are and how to reach them, for
+        tools that read node-side files (``lazarus logs``)."""
+        name = _name(job)
+        with self._translated():
+            handle, _ = await self._describe(name)
+            async for event in handle.fetch_history_events():
+                if not event.HasField("workflow_execution_started_event_attributes"):
+                    break
+                payloads = event.workflow_execution_started_event_attributes.input.payloads
+                try:
+                    (job_input,) = await self.temporal.data_converter.decode(
+                        list(payloads[:1]), [JobInput]
+                    )
+                except Exception as exc:  # a shape this version cannot read
+                    raise StatusUnavailable(
+                        name, f"cannot read the spec of job '{name}': {exc}"
+                    ) from None
+                if isinstance(job_input, JobInput):
+                    return job_input.spec
+                break
+        raise StatusUnavailable(name, f"the history of job '{name}' holds no spec")
 
     # --- steering ---------------------------------------------------------------------
 
