@@ -1,8 +1,8 @@
 """``lazarus logs``: the rank logs of a job's current generation.
 
 Each rank writes ``rank-<N>.log`` in its generation's directory (the layout is in
-:mod:`activities.nodes.rundir`); the job's status names that directory (``run_dir``)
-and which node runs each rank, and its spec says how each node is reached.
+:mod:`activities.nodes.rundir`); the job's status names its run root (``run_dir``) and
+generation, and which node runs each rank, and its spec says how each node is reached.
 
 - A **local** node's log is a file on the worker's machine: read here directly, so
   ``--follow`` works (when this CLI runs on that machine; elsewhere the file is not
@@ -73,7 +73,7 @@ def rank_logs(status: JobStatus, spec: JobSpec, rank: int | None) -> list[RankLo
         if r not in nodes and r // spec.nproc_per_node < len(active):
             nodes[r] = active[r // spec.nproc_per_node]
     known = {n.name: n for n in (*spec.nodes, *spec.spares)}
-    gen = GenerationDir(Path(status.run_dir))
+    gen = GenerationDir.of(status.run_dir, status.generation)  # run_dir: the run root
     wanted = [rank] if rank is not None else list(range(world))
     return [
         RankLog(

@@ -127,7 +127,7 @@ def status_line(view: StatusView) -> str:
     parts = [now, f"job={view.job}", f"phase={view.phase or '?'}"]
     if view.execution_status != "RUNNING":
         parts.append(f"workflow={view.execution_status}")
-    parts.append(f"step={_DASH if view.step is None else view.step}")
+    parts.append(f"step={'-' if view.step is None else view.step}")
     if status is not None:
         parts += [
             f"generation={status.generation}",

@@ -286,7 +286,8 @@ def _logs_job(fake: type[FakeJobs], tmp_path: Path, nodes: list[dict[str, Any]])
     fake.views = [
         _view(
             Phase.RUNNING,
-            run_dir=str(gen),
+            run_dir=str(gen.parent),
+            generation=2,
             world_size=len(names),
             ranks=ranks,
             nodes=NodePool(active=names),
