@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 import typer
 import yaml
 from rich.console import Console
-from rich.live import Live
 
 import lazarus
 from activities.worker_settings import WorkerSettingsError
 from lazarus.app import cli_render as render
+from lazarus.app import cli_start_checks, cli_wait
+from lazarus.app.cli_wait import ThroughOperatorOption, TimeoutOption
 from lazarus.app.client import (
     ClientError,
     JobClient,
@@ -44,6 +45,7 @@ from lazarus.app.devserver import (
     DevServerError,
     dev_server_command,
 )
+from lazarus.app.outcome import Outcome
 from lazarus.app.settings import (
     ConnectionProblem,
     ConnectionSettings,
@@ -51,14 +53,11 @@ from lazarus.app.settings import (
     web_ui_url,
 )
 from lazarus.domain.api import workflow_id_for
-from lazarus.domain.contracts import CheckpointRef
-from lazarus.domain.spec import JobSpec, SpecError, checks_workdir_here, load_spec
-from workflows.state import Incident, Phase
+from lazarus.domain.spec import JobSpec, SpecError, load_spec
+from workflows.state import Incident, JobStatus, Phase
 
 if TYPE_CHECKING:
     from activities.checkpoints.resume_plan import ResumePlan
-
-WATCH_INTERVAL_S = 1.0
 
 T = TypeVar("T")
 
@@ -90,6 +89,19 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 def _print_json(data: object) -> None:
     typer.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _said(job: str, action: str, message: str, as_json: bool, accepted: bool = True) -> None:
+    """A steering verb's answer: its line, or with ``--json`` one object (``job``,
+    ``action``, ``accepted``, ``message``). Refusals never come here: they stay one
+    plain line on stderr with a non-zero exit, as every error does."""
+    if as_json:
+        _print_json({"job": job, "action": action, "accepted": accepted, "message": message})
+    else:
+        _out().print(message, markup=False)
 
 
 def _settings(ctx: typer.Context) -> ConnectionSettings:
@@ -179,6 +191,16 @@ def start(
             help="Start from step 0: move existing checkpoints aside (kept, not deleted).",
         ),
     ] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Then block until the job ends or needs an operator, and exit with its "
+            "outcome, as 'lazarus wait' does.",
+        ),
+    ] = False,
+    timeout: TimeoutOption = None,
+    through_operator: ThroughOperatorOption = False,
 ) -> None:
     """Start a job from its spec (a job name runs at most once at a time).
 
@@ -191,7 +213,7 @@ def start(
         spec = load_spec(spec_file, name_override=name)
     except SpecError as exc:
         _fail("\n".join(exc.lines), code=2)
-    missing = _missing_local_program(spec) if check_nodes else None
+    missing = cli_start_checks.missing_local_program(spec) if check_nodes else None
     if missing is not None:
         _fail(f"{spec_file}: {missing}", code=2)
     if (
@@ -199,18 +221,24 @@ def start(
         and not dry_run
         and any(n.launcher == "ssh" for n in (*spec.nodes, *spec.spares))
     ):
-        problems = _unusable_nodes(spec_file, spec)
+        problems = cli_start_checks.unusable_nodes(spec_file, spec, _out())
         if problems:
             _fail("\n".join(problems), code=2)
     if spec.slurm is not None and not dry_run:
         problems = start_problems(spec)  # submit mode: sbatch --test-only, nothing submitted
         if problems:
             _fail("\n".join(f"{spec_file}: {p}" for p in problems), code=2)
+    if not wait and (timeout is not None or through_operator):
+        _fail("--timeout and --through-operator go with --wait", code=2)
+    if wait and dry_run:
+        _fail("--wait starts the job; --dry-run starts nothing: give one of them", code=2)
     settings = _settings(ctx)
     workflow_id = workflow_id_for(spec.name)
     if dry_run:
         resume = None if fresh else _resume_plan(spec)
-        plan = plan_start(spec, settings.task_queue, resume=_resume_ref(resume, spec))
+        plan = plan_start(
+            spec, settings.task_queue, resume=cli_checkpoints.resume_ref(resume, spec)
+        )
         if as_json:
             _print_json(
                 {
@@ -259,26 +287,28 @@ def start(
 
     run_id = _with_client(ctx, action)
     url = web_ui_url(settings, workflow_id)
+    started: dict[str, object] = {
+        "job": spec.name,
+        "workflow_id": workflow_id,
+        "run_id": run_id,
+        "ui": url,
+        "resume_from": cli_checkpoints.resume_json(plan_holder[0] if plan_holder else None),
+        "checkpoint_dir": spec.checkpoint_dir,
+        "notes": said,
+    }
+    if not as_json:
+        out = _out()
+        out.print(f"started job [bold]{spec.name}[/] as workflow {workflow_id}")
+        if url:
+            out.print(f"web UI: {url}", markup=False)
+        if not wait:
+            out.print(f"follow it with: lazarus status {spec.name} --watch", markup=False)
+        for note in render.start_notes(spec):
+            out.print(note, markup=False, style="yellow")
+    if wait:
+        _wait_and_exit(ctx, spec.name, timeout, through_operator, as_json, started=started)
     if as_json:
-        _print_json(
-            {
-                "job": spec.name,
-                "workflow_id": workflow_id,
-                "run_id": run_id,
-                "ui": url,
-                "resume_from": cli_checkpoints.resume_json(plan_holder[0] if plan_holder else None),
-                "checkpoint_dir": spec.checkpoint_dir,
-                "notes": said,
-            }
-        )
-        return
-    out = _out()
-    out.print(f"started job [bold]{spec.name}[/] as workflow {workflow_id}")
-    if url:
-        out.print(f"web UI: {url}", markup=False)
-    out.print(f"follow it with: lazarus status {spec.name} --watch", markup=False)
-    for note in render.start_notes(spec):
-        out.print(note, markup=False, style="yellow")
+        _print_json(started)
 
 
 async def _follow_first_submit(jobs: JobClient, handle: JobHandle, as_json: bool) -> None:
@@ -310,75 +340,6 @@ def _resume_plan(spec: JobSpec) -> ResumePlan | None:
         return None
 
 
-def _resume_ref(plan: ResumePlan | None, spec: JobSpec) -> CheckpointRef | None:
-    """The checkpoint the first launch would be told to resume from: a durable one is
-    restored first, under the same name in the checkpoint directory."""
-    if plan is None or plan.step is None or plan.path is None:
-        return None
-    if plan.location == "durable":
-        name = plan.path.rstrip("/").rsplit("/", 1)[-1]
-        return CheckpointRef(step=plan.step, path=str(Path(spec.checkpoint_dir) / name))
-    return CheckpointRef(step=plan.step, path=plan.path)
-
-
-def _missing_local_program(spec: JobSpec) -> str | None:
-    """A job on this machine whose program does not exist: a typo in ``command``,
-    refused before anything starts (the preflight would find it too, but then the job
-    exists, and a wrong ``command`` is the spec's fault, not the node's). Resolved by
-    the launcher's own rule (:func:`activities.program.resolve_program`: the worker's
-    interpreter first, then PATH, or ``env.PATH``). Jobs on other machines are checked
-    there: ``_unusable_nodes`` for ssh, the workflow's preflight for every node."""
-    from activities.program import resolve_program
-
-    if not checks_workdir_here(spec) or resolve_program(spec) is not None:
-        return None
-    program = spec.command[0]
-    where = (
-        f"in workdir {spec.workdir} (or not executable: chmod +x)"
-        if os.sep in program
-        else "on PATH" + (" (env.PATH)" if "PATH" in spec.env else "")
-    )
-    return (
-        f"command: program {program!r} not found {where}; fix `command` (a list: "
-        "[program, arg, ...]) and start again; nothing was started"
-    )
-
-
-def _unusable_nodes(spec_file: Path, spec: JobSpec) -> list[str]:
-    """Bad hosts are bad input: a wrong host key, an unreachable host or a bad identity
-    file is reported here, naming the node, and nothing is started."""
-    from activities.preflight import check_nodes
-    from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest
-
-    everything = [*spec.nodes, *spec.spares]
-    with _out().status(f"checking {len(everything)} nodes ..."):
-        report = check_nodes(
-            PreflightActivityRequest(
-                access=NodeAccess(nodes=everything, ssh=spec.ssh),  # ssh nodes: no Slurm
-                checks=spec.preflight,
-                interpreter=spec.command[0],
-                workdir=spec.workdir,
-                disk_path=spec.checkpoint_dir,
-                search_path=spec.env.get("PATH"),
-            )
-        )
-    where = {n.name: f"nodes[{i}]" for i, n in enumerate(spec.nodes)}
-    where.update({n.name: f"spares[{i}]" for i, n in enumerate(spec.spares)})
-    spares = {n.name for n in spec.spares}
-    for health in report.failed:
-        if health.node in spares:  # a bad spare is worth a warning, not a refusal
-            for problem in health.problems:
-                _out().print(
-                    f"warning: {where[health.node]} ({health.node}): {problem}", markup=False
-                )
-    return [
-        f"{spec_file}: {where[health.node]} ({health.node}): {problem}"
-        for health in report.failed
-        if health.node not in spares
-        for problem in health.problems
-    ]
-
-
 @app.command()
 def status(
     ctx: typer.Context,
@@ -392,8 +353,11 @@ def status(
     if job is None:
         list_jobs(ctx, as_json=as_json)
         return
-    if watch and not as_json:
-        _with_client(ctx, lambda jobs: _watch(jobs, job))
+    if watch and (as_json or not sys.stdout.isatty()):
+        _with_client(ctx, lambda jobs: cli_wait.watch_lines(jobs, job, as_json))
+        return
+    if watch:
+        _with_client(ctx, lambda jobs: cli_wait.watch_live(jobs, job, _out()))
         return
     view = _with_client(ctx, lambda jobs: jobs.status(job))
     if as_json:
@@ -402,16 +366,80 @@ def status(
         _out().print(render.render_status(view))
 
 
-async def _watch(jobs: JobClient, job: str) -> None:
-    view = await jobs.status(job)
+@app.command(help=cli_wait.WAIT_HELP)
+def wait(
+    ctx: typer.Context,
+    job: Annotated[str, typer.Argument(help="Job name.")],
+    timeout: TimeoutOption = None,
+    through_operator: ThroughOperatorOption = False,
+    as_json: JsonFlag = False,
+) -> None:
+    _wait_and_exit(ctx, job, timeout, through_operator, as_json)
+
+
+def _wait_and_exit(
+    ctx: typer.Context,
+    job: str,
+    timeout: float | None,
+    through_operator: bool,
+    as_json: bool,
+    started: dict[str, object] | None = None,
+) -> NoReturn:
+    """``wait`` and ``start --wait``: follow the job (a line on stderr per phase or
+    generation change, unless ``--json``), then say the outcome on stdout and exit
+    with its code (:data:`~lazarus.app.outcome.EXIT_CODES`). With ``--json`` after a
+    start, one document: the start's, with the wait's under ``wait``."""
     try:
-        with Live(render.render_status(view), console=_out(), auto_refresh=False) as live:
-            while not view.is_terminal:
-                await asyncio.sleep(WATCH_INTERVAL_S)
-                view = await jobs.status(job)
-                live.update(render.render_status(view), refresh=True)
-    except (KeyboardInterrupt, asyncio.CancelledError):
+        result = _with_client(ctx, cli_wait.waiting(job, timeout, through_operator, as_json))
+    except KeyboardInterrupt:
+        _fail(f"stopped waiting for job '{job}' (the job goes on)", code=130)
+    if result is None:
+        _fail(f"no job named '{job}'; see 'lazarus list'", code=Outcome.NO_SUCH_JOB.exit_code)
+    cli_wait.say_outcome(result, as_json, started)
+    raise typer.Exit(result.outcome.exit_code)
+
+
+@app.command()
+def logs(
+    ctx: typer.Context,
+    job: Annotated[str, typer.Argument(help="Job name.")],
+    rank: Annotated[
+        int | None, typer.Option("--rank", metavar="N", help="Only this rank (default: all).")
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep printing new lines until the generation ends (local nodes' files).",
+        ),
+    ] = False,
+    tail: Annotated[
+        int | None,
+        typer.Option("--tail", metavar="N", min=0, help="Only the last N lines of each log."),
+    ] = None,
+) -> None:
+    """Print the rank logs of the job's current generation (rank-N.log): local nodes'
+    files are read here, ssh and slurm nodes' through their agent (the last 64 KiB).
+    With several ranks each line starts with [rank N]."""
+    from lazarus.app import cli_logs
+
+    async def action(jobs: JobClient) -> tuple[JobStatus, JobSpec]:
+        view = await jobs.status(job)
+        if view.status is None:
+            raise Refusal(f"job '{job}' did not say where its logs are: {view.note or 'no status'}")
+        return view.status, await jobs.spec(job)
+
+    status_, spec = _with_client(ctx, action)
+    try:
+        found = cli_logs.rank_logs(status_, spec, rank)
+        problems = cli_logs.show(found, spec, tail, follow)
+    except cli_logs.LogsProblem as exc:
+        _fail(str(exc), code=2 if exc.bad_input else 1)
+    except KeyboardInterrupt:
         return
+    if problems:
+        _fail("\n".join(problems))
 
 
 @app.command("list")
@@ -428,17 +456,17 @@ def list_jobs(
 
 
 @app.command()
-def pause(ctx: typer.Context, job: str) -> None:
+def pause(ctx: typer.Context, job: str, as_json: JsonFlag = False) -> None:
     """Stop the ranks and hold; 'resume' relaunches them from the last checkpoint."""
     _with_client(ctx, lambda jobs: jobs.pause(job))
-    _out().print(f"asked job '{job}' to pause", markup=False)
+    _said(job, "pause", f"asked job '{job}' to pause", as_json)
 
 
 @app.command()
-def resume(ctx: typer.Context, job: str) -> None:
+def resume(ctx: typer.Context, job: str, as_json: JsonFlag = False) -> None:
     """Relaunch a paused job, or one waiting for an operator."""
     _with_client(ctx, lambda jobs: jobs.resume(job))
-    _out().print(f"asked job '{job}' to resume", markup=False)
+    _said(job, "resume", f"asked job '{job}' to resume", as_json)
 
 
 @app.command()
@@ -457,6 +485,7 @@ def recover(
             help="Ask the ranks for a checkpoint before stopping them (loses no steps).",
         ),
     ] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Restart the job's ranks from the last checkpoint now, as if a rank had failed."""
     # An update, not a signal: the job validates it first, so a typo in --exclude-node
@@ -467,7 +496,7 @@ def recover(
             job, reason=reason, exclude_node=exclude_node, checkpoint_first=checkpoint_first
         ),
     )
-    _out().print(f"job '{job}': {reply}", markup=False)
+    _said(job, "recover", f"job '{job}': {reply}", as_json)
 
 
 @app.command()
@@ -476,30 +505,29 @@ def drain(
     job: str,
     node: str,
     reason: Annotated[str, typer.Option(help="Recorded with the quarantine.")] = "",
+    as_json: JsonFlag = False,
 ) -> None:
     """Move the job off NODE: quarantine it and relaunch its ranks on a spare."""
     reply = _with_client(ctx, lambda jobs: jobs.drain(job, node, reason=reason))
-    _out().print(reply, markup=False)
+    _said(job, "drain", reply, as_json)
 
 
 @app.command("return")
-def return_node(ctx: typer.Context, job: str, node: str) -> None:
+def return_node(ctx: typer.Context, job: str, node: str, as_json: JsonFlag = False) -> None:
     """Take NODE out of quarantine into the spares (after stopping anything stale on it)."""
     reply = _with_client(ctx, lambda jobs: jobs.return_node(job, node))
-    _out().print(reply, markup=False)
+    _said(job, "return", reply, as_json)
 
 
 @app.command()
-def cancel(ctx: typer.Context, job: str) -> None:
+def cancel(ctx: typer.Context, job: str, as_json: JsonFlag = False) -> None:
     """Stop the job's ranks and end it as CANCELLED (a no-op on a job that already ended)."""
     outcome = _with_client(ctx, lambda jobs: jobs.cancel(job))
     if outcome.already_closed_as is not None:
-        _out().print(
-            f"job '{job}' is already closed ({outcome.already_closed_as}); nothing to cancel",
-            markup=False,
-        )
+        message = f"job '{job}' is already closed ({outcome.already_closed_as}); nothing to cancel"
     else:
-        _out().print(f"cancelling job '{job}': its ranks are being stopped", markup=False)
+        message = f"cancelling job '{job}': its ranks are being stopped"
+    _said(job, "cancel", message, as_json, accepted=outcome.requested)
 
 
 @app.command()

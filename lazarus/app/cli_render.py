@@ -17,8 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from lazarus.app.client import JobRow as JobRow
-from lazarus.app.client import StartPlan
+from lazarus.app.client import StartPlan, WaitResult
 from lazarus.app.client import StatusView as StatusView
+from lazarus.app.outcome import Outcome
 from lazarus.domain import environment as env_names
 from lazarus.domain.api import job_name_from
 from lazarus.domain.checkpoint_interval import CheckpointIntervalView
@@ -100,6 +101,81 @@ def status_json(view: StatusView) -> dict[str, Any]:
     body["close_time"] = view.close_time.isoformat() if view.close_time else None
     body["note"] = view.note
     return body
+
+
+def watch_key(view: StatusView) -> tuple[object, ...]:
+    """What ``status --watch`` off a terminal prints a line for when it changes: the
+    phase, the generation, the step, restarts, incidents, the operator's reason. Not
+    the clock-driven fields (elapsed time, ETTR), which would print a line a second."""
+    status = view.status
+    return (
+        view.execution_status,
+        view.phase,
+        view.step,
+        status.generation if status is not None else None,
+        status.restarts if status is not None else None,
+        len(status.incidents) if status is not None else None,
+        status.operator_reason if status is not None else None,
+    )
+
+
+def status_line(view: StatusView) -> str:
+    """One ``status --watch`` line for a log file: a UTC time, then ``key=value`` facts
+    (``grep``-able, one line per change)."""
+    status = view.status
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    parts = [now, f"job={view.job}", f"phase={view.phase or '?'}"]
+    if view.execution_status != "RUNNING":
+        parts.append(f"workflow={view.execution_status}")
+    parts.append(f"step={'-' if view.step is None else view.step}")
+    if status is not None:
+        parts += [
+            f"generation={status.generation}",
+            f"restarts={status.restarts}/{status.max_restarts}",
+            f"incidents={len(status.incidents) + status.incidents_dropped}",
+        ]
+        if status.operator_reason:
+            parts.append(f"reason={status.operator_reason!r}")
+    elif view.note:
+        parts.append(f"note={view.note!r}")
+    return " ".join(parts)
+
+
+def wait_json(result: WaitResult) -> dict[str, Any]:
+    """``wait --json`` (and ``start --wait --json``'s ``wait``): the outcome, its exit
+    code, and where the job stands."""
+    view = result.view
+    status = view.status
+    return {
+        "job": result.job,
+        "outcome": result.outcome.value,
+        "exit_code": result.outcome.exit_code,
+        "phase": view.phase,
+        "workflow_status": view.execution_status,
+        "step": view.step,
+        "generation": status.generation if status is not None else None,
+        "operator_reason": status.operator_reason if status is not None else None,
+        "suggested_actions": status.suggested_actions if status is not None else [],
+        "waited_s": round(result.waited_s, 1),
+    }
+
+
+def wait_line(result: WaitResult) -> str:
+    """``wait``'s last line: the outcome in words, with what to do about it."""
+    view = result.view
+    status = view.status
+    step = "" if view.step is None else f" at step {view.step}"
+    if result.outcome == Outcome.TIMEOUT:
+        return (
+            f"job '{result.job}' is still {view.phase or 'running'}{step} after "
+            f"{result.waited_s:.0f} s; stopped waiting (the job goes on)"
+        )
+    line = f"job '{result.job}' {result.outcome.value}{step}"
+    if status is not None and status.operator_reason:
+        line += f": {status.operator_reason}"
+    if result.outcome == Outcome.NEEDS_OPERATOR:
+        line += f"; see 'lazarus status {result.job}'"
+    return line
 
 
 def job_list_json(rows: list[JobRow]) -> list[dict[str, Any]]:

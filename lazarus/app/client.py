@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -51,6 +50,34 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from lazarus.app.client_errors import (
+    ClientError as ClientError,
+)
+from lazarus.app.client_errors import (
+    JobAlreadyRunning as JobAlreadyRunning,
+)
+from lazarus.app.client_errors import (
+    JobClosed as JobClosed,
+)
+from lazarus.app.client_errors import (
+    JobEndedWithoutResult as JobEndedWithoutResult,
+)
+from lazarus.app.client_errors import (
+    JobNotFound as JobNotFound,
+)
+from lazarus.app.client_errors import (
+    MissingSearchAttributes as MissingSearchAttributes,
+)
+from lazarus.app.client_errors import (
+    RequestRejected as RequestRejected,
+)
+from lazarus.app.client_errors import (
+    StatusUnavailable as StatusUnavailable,
+)
+from lazarus.app.client_errors import (
+    TemporalRefused as TemporalRefused,
+)
+from lazarus.app.outcome import Outcome, outcome_of
 from lazarus.app.settings import ConnectionSettings, ServerUnreachable, connect
 from lazarus.domain import environment as env_names
 from lazarus.domain.activity_refs import SUBMIT_ALLOCATION
@@ -59,7 +86,6 @@ from lazarus.domain.api import (
     JOB_ATTRIBUTE,
     PHASE_ATTRIBUTE,
     QUERY_STATUS,
-    SEARCH_ATTRIBUTES,
     SIGNAL_PAUSE,
     SIGNAL_RESUME,
     STEP_ATTRIBUTE,
@@ -100,6 +126,7 @@ __all__ = [
     "StatusUnavailable",
     "StatusView",
     "TemporalRefused",
+    "WaitResult",
     "plan_start",
     "rank_environment_plan",
     "start_problems",
@@ -131,105 +158,6 @@ PLACEHOLDERS: dict[str, str] = {
 
 def _worker_variable(name: str) -> str:
     return f"<{name} from the worker's environment>"
-
-
-# --- errors -------------------------------------------------------------------------------
-
-
-class ClientError(Exception):
-    """A request that cannot be done as asked; the message is one line for a person."""
-
-
-class JobNotFound(ClientError):
-    """Temporal has never seen a job of this name (in this namespace)."""
-
-    def __init__(self, job: str, known: Sequence[str] = ()) -> None:
-        close = difflib.get_close_matches(job, list(known), n=1)
-        hint = f"did you mean '{close[0]}'?" if close else "see 'lazarus list'"
-        super().__init__(f"no job named '{job}'; {hint}")
-        self.job = job
-
-    async def with_suggestion(self, jobs: JobClient) -> JobNotFound:
-        """The same error, naming the closest job there is (``ux-evl``: ``ux-eval``)
-        from :meth:`JobClient.list`, which a typo has time for; without one (no close
-        name, or the list failed too) it points at ``lazarus list`` as before."""
-        try:
-            rows = await asyncio.wait_for(jobs.list(), timeout=10)
-        except (ClientError, RPCError, TimeoutError):
-            return self
-        return JobNotFound(self.job, [row.job for row in rows])
-
-
-class JobAlreadyRunning(ClientError):
-    """A job name runs at most once at a time."""
-
-    def __init__(self, job: str) -> None:
-        self.job = job
-        self.workflow_id = workflow_id_for(job)
-        super().__init__(
-            f"job '{job}' is already running ({self.workflow_id}); "
-            f"see 'lazarus status {job}', or start it under another --name"
-        )
-
-
-class JobClosed(ClientError):
-    """The job has ended, so it can no longer be paused, resumed or updated."""
-
-    def __init__(self, job: str, execution_status: str, doing: str | None = None) -> None:
-        self.job = job
-        self.execution_status = execution_status
-        tail = f"; cannot {doing} it" if doing else ""
-        super().__init__(f"job '{job}' is already closed ({execution_status}){tail}")
-
-
-class RequestRejected(ClientError):
-    """The job turned the request down; ``reason`` is its own words (an unknown node,
-    a phase in which the request does not apply)."""
-
-    def __init__(self, job: str, reason: str, message: str | None = None) -> None:
-        self.job = job
-        self.reason = reason
-        super().__init__(message or f"job '{job}': {reason}")
-
-
-class StatusUnavailable(ClientError):
-    """The job's own status could not be had (no worker answered the query); the
-    message says why."""
-
-    def __init__(self, job: str, reason: str) -> None:
-        self.job = job
-        self.reason = reason
-        super().__init__(reason)
-
-
-class JobEndedWithoutResult(ClientError):
-    """The workflow ended without a final status: cancelled, terminated or failed."""
-
-    def __init__(self, job: str, why: str) -> None:
-        self.job = job
-        super().__init__(f"job '{job}' ended without a final status: {why}")
-
-
-class MissingSearchAttributes(ClientError):
-    """The server does not know Lazarus's search attributes, so no job can start."""
-
-    def __init__(self, server_message: str) -> None:
-        creates = " ".join(
-            f"--name {key.name} --type {key.indexed_value_type.name.title().replace('_', '')}"
-            for key in SEARCH_ATTRIBUTES
-        )
-        super().__init__(
-            f"the server does not know Lazarus's search attributes ({server_message}); "
-            "use 'lazarus server', or register them: "
-            f"temporal operator search-attribute create {creates}"
-        )
-
-
-class TemporalRefused(ClientError):
-    """Any other refusal by the Temporal server (permissions, a bad namespace, ...)."""
-
-    def __init__(self, server_message: str) -> None:
-        super().__init__(f"Temporal refused the request: {server_message}")
 
 
 # --- results ------------------------------------------------------------------------------
@@ -335,6 +263,17 @@ class JobRow(BaseModel):
     execution_status: str
     start_time: datetime | None
     close_time: datetime | None
+
+
+@pydantic_dataclass(frozen=True)
+class WaitResult:
+    """Where :meth:`JobClient.wait` stopped: the outcome (its exit code is
+    :attr:`Outcome.exit_code`) and the job's status then."""
+
+    job: str
+    outcome: Outcome
+    view: StatusView
+    waited_s: float
 
 
 class CancelResult(BaseModel):
@@ -642,6 +581,66 @@ class JobClient:
         if not isinstance(result, JobStatus):
             raise JobEndedWithoutResult(name, "its result is not a job status")
         return result
+
+    async def wait(
+        self,
+        job: JobRef,
+        *,
+        timeout_s: float | None = None,
+        stop_at_operator: bool = True,
+        poll_s: float = 2.0,
+        on_change: Callable[[StatusView], None] | None = None,
+    ) -> WaitResult:
+        """Follow the job until it reaches an outcome (:func:`~lazarus.app.outcome.outcome_of`):
+        it ended, or, with ``stop_at_operator``, it waits for a person. ``timeout_s``
+        ends the wait with :attr:`Outcome.TIMEOUT` (the job goes on); ``on_change``
+        gets the status each time the phase or generation changes. Raises
+        :class:`JobNotFound` for a name Temporal has never seen.
+
+        It polls :meth:`status` rather than awaiting the workflow's result, because
+        NEEDS_OPERATOR is not an end of the workflow: the result would never tell
+        a script that the job is stuck. Stopping the wait stops nothing."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        seen: tuple[str | None, int | None] | None = None
+        while True:
+            view = await self.status(job)
+            mark = (view.phase, view.status.generation if view.status is not None else None)
+            if on_change is not None and mark != seen:
+                on_change(view)
+            seen = mark
+            waited = loop.time() - began
+            outcome = outcome_of(view.execution_status, view.phase, stop_at_operator)
+            if outcome is None and timeout_s is not None and waited >= timeout_s:
+                outcome = Outcome.TIMEOUT
+            if outcome is not None:
+                return WaitResult(job=_name(job), outcome=outcome, view=view, waited_s=waited)
+            left = poll_s if timeout_s is None else min(poll_s, timeout_s - waited)
+            await asyncio.sleep(max(0.0, left))
+
+    async def spec(self, job: JobRef) -> JobSpec:
+        """The spec the job's current run was started (or continued) with, read from the
+        first event of its history: where its nodes are and how to reach them, for
+        tools that read node-side files (``lazarus logs``)."""
+        name = _name(job)
+        with self._translated():
+            handle, _ = await self._describe(name)
+            async for event in handle.fetch_history_events():
+                if not event.HasField("workflow_execution_started_event_attributes"):
+                    break
+                payloads = event.workflow_execution_started_event_attributes.input.payloads
+                try:
+                    (job_input,) = await self.temporal.data_converter.decode(
+                        list(payloads[:1]), [JobInput]
+                    )
+                except Exception as exc:  # a shape this version cannot read
+                    raise StatusUnavailable(
+                        name, f"cannot read the spec of job '{name}': {exc}"
+                    ) from None
+                if isinstance(job_input, JobInput):
+                    return job_input.spec
+                break
+        raise StatusUnavailable(name, f"the history of job '{name}' holds no spec")
 
     # --- steering ---------------------------------------------------------------------
 

@@ -210,3 +210,33 @@ async def test_cli_refuses_a_typo_in_exclude_node_and_a_resume_of_a_running_job(
     status = await job.status()
     assert status.phase == Phase.RUNNING and status.generation == 1
     assert status.nodes.quarantined == [] and status.world_size == 2
+
+
+@pytest.mark.timeout(180)
+async def test_logs_watch_and_wait_follow_a_real_job(
+    start_job: StartJob, stack: LocalStack, tmp_path: Path
+) -> None:
+    """A script's view of a job (issue 29): ``logs`` prints the ranks' own output,
+    ``status --watch`` into a pipe prints a line per change as it happens, and
+    ``wait`` blocks until the end and exits 0 with the outcome."""
+    job = await start_job(ddp_spec(tmp_path, steps=STEPS, step_time=0.1))
+    name = job.spec.name
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 5)
+    logs = await asyncio.to_thread(lazarus_cli, stack, "logs", name, "--tail", "3")
+    assert logs.returncode == 0, logs.stderr
+    assert {line.split("]")[0] for line in logs.stdout.splitlines()} == {"[rank 0", "[rank 1"}
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "lazarus.app.cli", "status", name, "--watch"],
+        env=stack.worker_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        waited = await asyncio.to_thread(lazarus_cli, stack, "wait", name, "--json")
+        assert waited.returncode == 0, waited.stderr
+        assert json.loads(waited.stdout)["outcome"] == "SUCCEEDED"
+        lines = (await asyncio.to_thread(watch.communicate, timeout=60))[0].splitlines()
+    finally:
+        watch.kill()
+        watch.wait()
+    assert "phase=RUNNING" in lines[0] and "phase=SUCCEEDED" in lines[-1], lines

@@ -443,3 +443,64 @@ def test_rank_environment_never_appears_in_any_cmdline_over_ssh(
         agent.stop(str(run_root), None, 1.0)
     finally:
         agent.close()
+
+
+@pytest.mark.timeout(60)
+def test_lazarus_logs_reads_an_ssh_rank_through_its_agent(
+    hosts: TestHosts, run_root: Path, tmp_path: Path
+) -> None:
+    """``lazarus logs`` on an ssh node: the CLI's reader goes through the node's own
+    agent (its log_tail over SSH, host key checked), and ``--follow`` is refused there
+    with the reason, not attempted."""
+    from lazarus.app import cli_logs
+    from lazarus.domain.spec import JobSpec
+    from workflows.state import JobStatus, NodePool
+
+    gen = run_root / "gen-00001"
+    agent = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
+    try:
+        agent.start_ranks(
+            str(gen),
+            [
+                RankLaunch(
+                    rank=0,
+                    command=["sh", "-c", "echo one; echo two"],
+                    env={"PATH": os.environ["PATH"]},
+                    workdir=str(tmp_path),
+                )
+            ],
+        )
+        deadline = time.monotonic() + 10
+        while not agent.poll(str(gen), [0]).ranks[0].exit and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        agent.close()
+    spec = JobSpec.model_validate(
+        {
+            "name": "job",
+            "command": ["python", "train.py"],
+            "checkpoint_dir": str(tmp_path / "ckpt"),
+            "nodes": [node_for(hosts, "h1").model_dump()],
+            "ssh": ssh_spec(hosts.known_hosts).model_dump(),
+        }
+    )
+    status = JobStatus(
+        job_id="job",
+        phase="RUNNING",
+        generation=1,
+        step=None,
+        world_size=1,
+        ranks=[],
+        restarts=0,
+        max_restarts=1,
+        incidents=[],
+        ettr=None,
+        elapsed_s=1.0,
+        run_dir=str(run_root),
+        nodes=NodePool(active=["h1"]),
+    )
+    [log] = cli_logs.rank_logs(status, spec, None)
+    assert not log.local and log.path == gen / "rank-0.log"
+    assert cli_logs.read_log(log, spec, tail=1) == "two\n"
+    with pytest.raises(cli_logs.LogsProblem, match="--follow reads local files only"):
+        cli_logs.show([log], spec, None, follow_=True)

@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 from typer.testing import CliRunner
 
-from lazarus.app import cli
+from lazarus.app import cli, cli_start_checks
 from lazarus.app.client import ClientError, JobClient, JobNotFound, JobRow
 from lazarus.app.settings import ConnectionSettings
 
@@ -82,13 +82,13 @@ def test_no_check_nodes_skips_the_local_program_check(tmp_path: Path, no_server:
 
 
 def test_an_ssh_job_is_not_checked_for_a_local_program(tmp_path: Path) -> None:
-    """Its program lives on the nodes (checked there by ``_unusable_nodes``)."""
+    """Its program lives on the nodes (checked there by ``unusable_nodes``)."""
     from lazarus.domain.spec import load_spec
 
     spec = load_spec(
         _spec(tmp_path, "/opt/venv/bin/python", "nodes: [{name: h1, launcher: ssh, host: h1}]\n")
     )
-    assert cli._missing_local_program(spec) is None
+    assert cli_start_checks.missing_local_program(spec) is None
 
 
 def _row(job: str) -> JobRow:

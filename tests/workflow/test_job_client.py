@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -31,8 +32,10 @@ from lazarus.app.client import (
     StatusView,
 )
 from lazarus.app.devserver import DevServer
+from lazarus.app.outcome import Outcome
 from lazarus.app.settings import ConnectionSettings, ServerUnreachable
 from lazarus.domain.api import workflow_id_for
+from lazarus.domain.contracts import FailureReport
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec
 from tests.workflow import fakes
@@ -150,3 +153,52 @@ async def test_no_server_is_server_unreachable() -> None:
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
     with pytest.raises(ServerUnreachable, match=f"cannot reach Temporal at {address}"):
         await JobClient.connect(ConnectionSettings(address=address))
+
+
+def _crash(node: str = "a") -> FailureReport:
+    now = time.time()
+    return FailureReport(
+        kind="crash",
+        failure_class="unknown",
+        rank=0,
+        node=node,
+        exit_code=1,
+        fault_at=now,
+        detected_at=now,
+        evidence=["exit 1"],
+    )
+
+
+async def test_wait_ends_with_the_outcome(jobs: JobClient, tmp_path: Path) -> None:
+    """``lazarus wait``'s engine: SUCCEEDED, a job stuck for a person (NEEDS_OPERATOR,
+    an outcome, not a hang), then CANCELLED once someone cancels it, a timeout that
+    leaves the job alone, and a name nobody started."""
+    spec = fake_spec(tmp_path)
+    fakes.script_for(spec.job_id).succeed_at.add(1)
+    handle = await jobs.start(spec)
+    phases: list[str | None] = []
+    done = await asyncio.wait_for(
+        jobs.wait(handle, poll_s=0.2, on_change=lambda v: phases.append(v.phase)), timeout=60
+    )
+    assert done.outcome == Outcome.SUCCEEDED and done.outcome.exit_code == 0
+    assert done.view.phase == Phase.SUCCEEDED and phases[-1] == Phase.SUCCEEDED
+    assert (await jobs.spec(spec.name)).name == spec.name
+
+    stuck = fake_spec(tmp_path, nodes=[{"name": "a"}, {"name": "b"}])
+    script = fakes.script_for(stuck.job_id)
+    script.failures[1] = _crash()
+    script.unreachable_at_launch[2] = "b"
+    await jobs.start(stuck)
+    waiting = await asyncio.wait_for(jobs.wait(stuck.name, poll_s=0.2), timeout=60)
+    assert waiting.outcome == Outcome.NEEDS_OPERATOR and waiting.outcome.exit_code == 5
+    assert waiting.view.status is not None and waiting.view.status.operator_reason
+    timed_out = await jobs.wait(stuck.name, timeout_s=0.5, stop_at_operator=False, poll_s=0.1)
+    assert timed_out.outcome == Outcome.TIMEOUT and timed_out.view.execution_status == "RUNNING"
+    await jobs.cancel(stuck.name)
+    ended = await asyncio.wait_for(
+        jobs.wait(stuck.name, stop_at_operator=False, poll_s=0.2), timeout=60
+    )
+    assert ended.outcome == Outcome.CANCELLED and ended.outcome.exit_code == 4
+
+    with pytest.raises(JobNotFound):
+        await jobs.wait(f"never-started-{uuid.uuid4().hex[:6]}")
