@@ -26,7 +26,7 @@ from activities.nodes.agent import NodeUnreachable, PreflightRequest, RankLaunch
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.slurm_agent import SlurmAgent
-from activities.nodes.slurm_commands import job_steps, run_slurm
+from activities.nodes.slurm_commands import job_steps, node_states, run_slurm
 from activities.nodes.slurm_rounds import SlurmRounds
 from infra.slurm import TestSlurm
 from lazarus.domain.contracts import LaunchRequest, LaunchResult
@@ -218,6 +218,8 @@ def test_a_round_of_polls_asks_slurm_once_for_all_nodes(
             assert [argv[0] for argv in calls].count("scontrol") == number, calls
             time.sleep(0.5)
     assert {argv[-1] for argv in calls if argv[0] == "scontrol"} == {"n1,n2"}, calls
+    # A node Slurm does not know costs the batch nothing but its own line.
+    assert set(node_states(["n1", "nosuchnode", "n2"])) == {"n1", "n2"}
 
 
 @pytest.mark.timeout(300)
