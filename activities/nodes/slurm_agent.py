@@ -31,7 +31,10 @@ The run directory must be on a filesystem every node and the controller share
 there, and :meth:`poll`, :meth:`log_tail` and :meth:`write_file` read and write
 them directly. :meth:`poll` adds what Slurm says: the step's state
 (``squeue --steps``) and the node's (``scontrol show node``); a node Slurm reports
-``DOWN``, ``DRAIN``, ``FAIL`` or ``NOT_RESPONDING`` is unreachable, i.e. lost.
+``DOWN``, ``DRAIN``, ``FAIL`` or ``NOT_RESPONDING`` is unreachable, i.e. lost. Both
+answers are asked once per supervision round for all the job's nodes and shared
+by their agents (:mod:`~activities.nodes.slurm_rounds`: 2 commands a round, not 2
+per node).
 
 A stop cancels the node's own steps: ``scancel --signal=TERM J.S`` (and ``CONT``),
 the grace, ``scancel --signal=KILL J.S``, then a wait until ``squeue`` no longer
@@ -107,6 +110,7 @@ from activities.nodes.slurm_commands import (
     slurmd_silent,
 )
 from activities.nodes.slurm_preemption import preemption_notice
+from activities.nodes.slurm_rounds import ROUNDS, SlurmRounds, Steps
 from activities.nodes.slurm_shim import SrunShim, send, silent_nodes, step_lock_at
 from activities.nodes.slurm_warm import ZYGOTE_STEP, SlurmWarm, merged_stop
 from activities.nodes.warm import zygote_dir
@@ -160,11 +164,17 @@ class SlurmAgent(SlurmWarm):
         slurm: SlurmSpec | None,
         start_wait_s: float = START_WAIT_S,
         command_timeout_s: float = COMMAND_TIMEOUT_S,
+        rounds: SlurmRounds | None = None,
     ) -> None:
         super().__init__(node)
         self.slurm = slurm
         self.start_wait_s = start_wait_s
         self.command_timeout_s = command_timeout_s
+        self.rounds = rounds or ROUNDS
+        """Slurm's answers shared by every node's poll of a round."""
+        self._peers: dict[str, list[str]] = {}
+        """generation directory -> its nodes (``plan.json``, read once): asked about
+        with this node, so one ``scontrol`` answers the whole round."""
         self._files = LocalAgent(node)
         """Logs and control files are on the shared filesystem: read and written here."""
 
@@ -345,6 +355,7 @@ class SlurmAgent(SlurmWarm):
     def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
         started = time.monotonic()
         gen = GenerationDir(Path(gen_dir))
+        read_at = self.rounds.now()
         pid_records = {rank: read_json(gen.pid_file(rank)) for rank in ranks}
         step_ids = {str(r["slurm_step"]) for r in pid_records.values() if r and "slurm_step" in r}
         jobs = {s.split(".")[0] for s in step_ids}
@@ -353,13 +364,11 @@ class SlurmAgent(SlurmWarm):
             # Forked from the zygote: they live as long as its step (or their exit file).
             zygote = read_json(zygote_dir(gen.path.parent, self.node.name) / ZYGOTE_STEP)
             jobs.add(str(zygote.get("job_id")) if zygote else str(self._job()))
-        steps: dict[str, tuple[str, str]] | None = {}
-        for job in jobs:
-            found = job_steps(job)
-            if found is None or steps is None:
-                steps = None
-            else:
-                steps.update(found)
+        steps, asked = self._steps(jobs)
+        if asked < read_at and self._unlisted(gen, pid_records, steps, zygote):
+            # The shared answer may predate a pid file: only one asked after we read
+            # them may say a step is gone (see activities.nodes.slurm_rounds).
+            steps, _ = self._steps(jobs, asked_after=read_at)
         records = []
         for rank, pid_record in pid_records.items():
             exit_record = read_json(gen.exit_file(rank))
@@ -380,7 +389,7 @@ class SlurmAgent(SlurmWarm):
             )
         error = None
         try:
-            words, reason = node_state(self.node.name)
+            words, reason = self.rounds.node_state(self.node.name, self._plan_nodes(gen))
         except SlurmCommandFailed:
             words, reason = set(), ""  # slurmctld unreachable is not the node's fault
         if words & LOST_STATES:
@@ -396,6 +405,53 @@ class SlurmAgent(SlurmWarm):
             observed_at=time.time(),
             round_trip_s=time.monotonic() - started,
         )
+
+    def _steps(self, jobs: set[str], asked_after: float | None = None) -> tuple[Steps, float]:
+        """The steps of ``jobs`` (None when Slurm cannot be asked), shared with the
+        round's other nodes, and when the oldest answer among them was asked."""
+        steps: Steps = {}
+        oldest = float("inf")
+        for job in sorted(jobs):
+            found, asked = self.rounds.steps(job, asked_after)
+            oldest = min(oldest, asked)
+            if found is None or steps is None:
+                steps = None
+            else:
+                steps.update(found)
+        return steps, oldest
+
+    def _plan_nodes(self, gen: GenerationDir) -> list[str]:
+        key = str(gen.path)
+        if key not in self._peers:
+            plan = read_json(gen.plan_file)
+            nodes = plan.get("nodes") if plan else None
+            if not isinstance(nodes, list):
+                return []  # not launched yet: ask again next poll
+            self._peers[key] = [str(n) for n in nodes]
+        return self._peers[key]
+
+    @staticmethod
+    def _unlisted(
+        gen: GenerationDir,
+        pid_records: dict[int, dict[str, Any] | None],
+        steps: Steps,
+        zygote: dict[str, Any] | None,
+    ) -> bool:
+        """Whether ``steps`` lacks the step of a rank that has a pid file and no exit
+        file: the one case a shared answer could be too old to judge."""
+        if steps is None:
+            return False
+        names = {name for name, _ in steps.values()}
+        for rank, record in pid_records.items():
+            if record is None:
+                continue
+            if "slurm_step" in record:
+                listed = str(record["slurm_step"]) in steps
+            else:
+                listed = zygote is not None and zygote.get("name") in names
+            if not listed and not gen.exit_file(rank).exists():
+                return True
+        return False
 
     # --- stop -------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -56,6 +57,10 @@ def slurm_command(name: str) -> str:
     return found
 
 
+SlurmRunner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+"""Runs one Slurm client command: :func:`run_slurm`, or a fake in tests."""
+
+
 def run_slurm(
     argv: list[str], timeout_s: float = COMMAND_TIMEOUT_S
 ) -> subprocess.CompletedProcess[str]:
@@ -80,20 +85,46 @@ def one_line(text: str) -> str:
     return " ".join(text.split())[:300]
 
 
-def node_state(node: str) -> tuple[set[str], str]:
+def node_state(node: str, runner: SlurmRunner | None = None) -> tuple[set[str], str]:
     """The state words of ``node`` (``{"IDLE", "DRAIN"}``) and its reason, from
     ``scontrol show node``. Raises :class:`SlurmCommandFailed`."""
-    done = run_slurm(["scontrol", "show", "node", "-o", node])
+    done = (runner or run_slurm)(["scontrol", "show", "node", "-o", node])
     if done.returncode != 0:
         raise SlurmCommandFailed(
             f"scontrol show node {node}: {one_line(done.stderr or done.stdout)}"
         )
-    fields = _fields(done.stdout)
+    return state_words(_fields(done.stdout))
+
+
+def state_words(fields: dict[str, str]) -> tuple[set[str], str]:
+    """A node's state words and reason from its ``scontrol show node -o`` fields."""
     raw = [w for w in fields.get("State", "").split("+") if w]
     words = {w.rstrip("*") for w in raw}
     if any(w.endswith("*") for w in raw):  # "ALLOCATED*": the node does not answer
         words.add("NOT_RESPONDING")
     return words, fields.get("Reason", "")
+
+
+def node_states(
+    nodes: list[str], runner: SlurmRunner | None = None
+) -> dict[str, tuple[set[str], str]]:
+    """The state words and reason of each of ``nodes`` that ``scontrol`` knows, in one
+    call (``scontrol show node -o n1,n2,...``: one line per node). A node missing
+    from the answer (unknown to Slurm, or the answer cut short) is missing from the
+    result, and its caller asks :func:`node_state` for the one-line error. Raises
+    :class:`SlurmCommandFailed` when Slurm cannot be asked at all."""
+    done = (runner or run_slurm)(["scontrol", "show", "node", "-o", ",".join(nodes)])
+    found: dict[str, tuple[set[str], str]] = {}
+    for line in done.stdout.splitlines():
+        fields = _fields(line)
+        name = fields.get("NodeName")
+        if name:
+            found[name] = state_words(fields)
+    if not found and done.returncode != 0:
+        raise SlurmCommandFailed(
+            f"scontrol show node {','.join(nodes)}: {one_line(done.stderr or done.stdout)}"
+        )
+    return found
 
 
 def node_address(node: str) -> str | None:
@@ -152,11 +183,11 @@ def _fields(line: str) -> dict[str, str]:
     return fields
 
 
-def job_steps(job_id: str) -> dict[str, tuple[str, str]] | None:
+def job_steps(job_id: str, runner: SlurmRunner | None = None) -> dict[str, tuple[str, str]] | None:
     """The job's steps now: ``"J.S" -> (name, state)``; empty when the job has none
     or is gone; None when Slurm cannot be asked."""
     try:
-        done = run_slurm(
+        done = (runner or run_slurm)(
             ["squeue", "--steps", "-j", job_id, "-h", "-O", "StepId:|,StepName:|,StepState:|"]
         )
     except SlurmCommandFailed:

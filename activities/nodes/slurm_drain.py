@@ -15,6 +15,7 @@ from activities.nodes.slurm_commands import (
     run_slurm,
     slurmd_silent,
 )
+from activities.nodes.slurm_rounds import ROUNDS
 
 DRAIN_REASON_PREFIX = "lazarus:"
 """How the reasons of Lazarus's own drains start: only those it overwrites or undoes."""
@@ -101,6 +102,8 @@ class SlurmDrain(NodeAgent):
             done = run_slurm(argv, self.command_timeout_s)
         except SlurmCommandFailed as exc:
             return DrainResult(node=self.node.name, drained=False, reason=reason, error=str(exc))
+        finally:
+            ROUNDS.forget()  # the next poll asks Slurm, and sees what this set
         if done.returncode != 0:
             error = one_line(done.stderr or done.stdout) or f"exit {done.returncode}"
             return DrainResult(

@@ -11,8 +11,13 @@ worker: a worker crash or restart does not touch it.
 the foreground, so Slurm tracks it and ``scancel`` signals reach it. It computes the rank's own
 variables from the node's slot in the generation's node list (``SLURMD_NODENAME``)
 and ``SLURM_LOCALID``: the rank slots follow the plan's node order, which after a
-spare took a dead node's slot need not be Slurm's sorted order (``SLURM_PROCID``
-is equal to the rank whenever the two orders agree). It then runs the rank with
+spare took a dead node's slot need not be Slurm's sorted order. Slurm's own task
+variables are rewritten to match (:func:`slurm_identity`): each node's ranks are a
+step of their own (``-N1``), so Slurm numbers every node's tasks from 0
+(``SLURM_PROCID`` 0..nproc-1, ``SLURM_NODEID`` 0, ``SLURM_NTASKS`` nproc on every
+node), and a script that reads them (Lightning's ``SLURMEnvironment``, a
+``SLURM_PROCID == 0`` guard around a save) would see as many rank 0s as nodes, and
+after a spare swap a numbering that is not ``RANK``'s. It then runs the rank with
 its output in the rank's log and writes the same pid and exit files as
 :mod:`activities.nodes.rank_wrapper`, plus the step's id (``slurm_step``). It
 ignores SIGTERM, SIGINT and SIGHUP so it outlives the rank long enough to record
@@ -57,6 +62,41 @@ def rank_slot(
     if not 0 <= local_id < nproc:
         raise ValueError(f"SLURM_LOCALID {local_id} is outside 0..{nproc - 1}")
     return group * nproc + local_id, group
+
+
+SLURM_TASK_VARIABLES = (
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_NNODES",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_GTIDS",
+)
+"""The task variables :func:`slurm_identity` sets in a rank's environment, as one
+job step over the generation's nodes in rank order would have set them. Left as
+Slurm set them: ``SLURM_JOB_*`` (the allocation) and ``SLURM_STEP_*`` (the real
+step, this node's: ``scancel``/``sstat`` on ``SLURM_JOB_ID.SLURM_STEP_ID`` reach it)."""
+
+
+def slurm_identity(rank: int, nproc: int, group: int, nodes: int) -> dict[str, str]:
+    """Slurm's task variables for ``rank``, consistent with ``RANK``/``LOCAL_RANK``/
+    ``GROUP_RANK`` (:func:`lazarus.domain.environment.rank_identity`) and
+    ``WORLD_SIZE``: ``SLURM_PROCID`` is the rank, ``SLURM_LOCALID`` its local rank,
+    ``SLURM_NODEID`` its node's slot in the plan, ``SLURM_NTASKS`` the world size."""
+    first = group * nproc
+    world = nodes * nproc
+    return {
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank - first),
+        "SLURM_NODEID": str(group),
+        "SLURM_NTASKS": str(world),
+        "SLURM_NPROCS": str(world),
+        "SLURM_NNODES": str(nodes),
+        "SLURM_NTASKS_PER_NODE": str(nproc),
+        "SLURM_GTIDS": ",".join(str(r) for r in range(first, first + nproc)),
+    }
 
 
 def _run_srun(gen_dir: Path, node: str, command: list[str]) -> None:
@@ -112,6 +152,7 @@ def _run_task(args: argparse.Namespace, command: list[str]) -> int:
             return _cannot_start(exit_path, rank, str(exc))
     env.update(os.environ)
     env.update(env_names.rank_identity(rank, args.nproc, group))
+    env.update(slurm_identity(rank, args.nproc, group, len(nodes)))
     env.update(
         {
             env_names.NODE: node,

@@ -18,7 +18,12 @@ never by workflow code (a workflow replays; a metric it emitted would count twic
 Counters are per job and cumulative over the job's life, so a worker that restarts
 and sees a job again starts from the same totals (Prometheus sees no reset). Several
 workers each serving metrics report the same job facts: aggregate them with
-``max by (job, ...)``, not ``sum`` (or turn the collector on in one worker).
+``max by (lazarus_job, ...)``, not ``sum`` (or turn the collector on in one worker).
+
+The job's label is ``lazarus_job``, never ``job``: Prometheus sets ``job`` (the scrape
+config's name) on every series it scrapes, and under its default ``honor_labels: false``
+a target's own ``job`` is renamed ``exported_job``, so a dashboard or alert written
+against ``job`` would group by the scrape job instead of the Lazarus job.
 """
 
 from __future__ import annotations
@@ -63,6 +68,10 @@ UNRECORDED_DECISION = "unrecorded"
 (``MAX_INCIDENTS``) before this worker first saw it: counted by class, decision unknown."""
 
 NODE_STATES = ("active", "spare", "quarantined")
+
+JOB_LABEL = "lazarus_job"
+"""The label naming the Lazarus job on every per-job series (not ``job``: see the module
+docstring)."""
 
 _Metric = TypeVar("_Metric", bound=MetricWrapperBase)
 
@@ -129,94 +138,97 @@ class LazarusMetrics:
         self.job_phase = Gauge(
             "lazarus_job_phase",
             "1, labelled with the job's current phase (one series per job).",
-            ["job", "phase"],
+            [JOB_LABEL, "phase"],
             registry=r,
         )
         self.step = Gauge(
             "lazarus_job_step",
             "Newest training step (the supervisor's live view when fresher).",
-            ["job"],
+            [JOB_LABEL],
             registry=r,
         )
         self.generation = Gauge(
-            "lazarus_job_generation", "Newest generation launched.", ["job"], registry=r
+            "lazarus_job_generation", "Newest generation launched.", [JOB_LABEL], registry=r
         )
         self.ettr = Gauge(
             "lazarus_job_ettr",
             "Effective training time ratio so far: productive over wall time.",
-            ["job"],
+            [JOB_LABEL],
             registry=r,
         )
         self.goodput = Gauge(
             "lazarus_job_goodput_seconds",
             "Productive training seconds so far (ETTR x elapsed); "
             "rate() is the goodput fraction over a window.",
-            ["job"],
+            [JOB_LABEL],
             registry=r,
         )
         self.elapsed = Gauge(
-            "lazarus_job_elapsed_seconds", "Wall time since the job started.", ["job"], registry=r
+            "lazarus_job_elapsed_seconds",
+            "Wall time since the job started.",
+            [JOB_LABEL],
+            registry=r,
         )
         self.mttr = Gauge(
             "lazarus_job_mttr_seconds",
             "Mean time to recover over the recovered incidents.",
-            ["job"],
+            [JOB_LABEL],
             registry=r,
         )
         self.restarts_left = Gauge(
             "lazarus_job_restarts_remaining",
             "Automatic restarts left in the budget (max_restarts - restarts).",
-            ["job"],
+            [JOB_LABEL],
             registry=r,
         )
         self.nodes = Gauge(
             "lazarus_job_nodes",
             "The job's nodes by state (active, spare, quarantined).",
-            ["job", "state"],
+            [JOB_LABEL, "state"],
             registry=r,
         )
         self.quarantined = Gauge(
             "lazarus_quarantined_node",
             "1 for each quarantined node; fenced says its stale ranks were confirmed stopped.",
-            ["job", "node", "fenced"],
+            [JOB_LABEL, "node", "fenced"],
             registry=r,
         )
         self.durable_step = Gauge(
             "lazarus_job_durable_checkpoint_step",
             "Newest checkpoint step whose durable copy is uploaded and verified.",
-            ["job"],
+            [JOB_LABEL],
             registry=r,
         )
         self.incidents = Counter(
             "lazarus_incidents_total",
             "Incidents by class and decision.",
-            ["job", "class", "decision"],
+            [JOB_LABEL, "class", "decision"],
             registry=r,
         )
         self.steps_lost = Counter(
             "lazarus_steps_lost_total",
             "Training steps redone after incidents.",
-            ["job", "class"],
+            [JOB_LABEL, "class"],
             registry=r,
         )
         self.detection = Histogram(
             "lazarus_detection_seconds",
             "Fault to detection, per incident.",
-            ["job", "class"],
+            [JOB_LABEL, "class"],
             buckets=DETECTION_BUCKETS,
             registry=r,
         )
         self.recovery = Histogram(
             "lazarus_recovery_seconds",
             "Fault to the first step of the new generation, per recovered incident.",
-            ["job", "class"],
+            [JOB_LABEL, "class"],
             buckets=RECOVERY_BUCKETS,
             registry=r,
         )
         self.recovery_phase = Summary(
             "lazarus_recovery_phase_seconds",
             "Each recovery phase's time since the previous one (the recovery timeline).",
-            ["job", "phase"],
+            [JOB_LABEL, "phase"],
             registry=r,
         )
 
@@ -224,7 +236,7 @@ class LazarusMetrics:
         self.poll = Histogram(
             "lazarus_supervision_poll_seconds",
             "One supervision round: every node of the generation polled.",
-            ["job"],
+            [JOB_LABEL],
             buckets=POLL_BUCKETS,
             registry=r,
         )
@@ -232,19 +244,19 @@ class LazarusMetrics:
             "lazarus_checkpoint_save_seconds",
             "Blocking part of a checkpoint save, as the ranks report it "
             "(median of recent saves, slowest rank).",
-            ["job"],
+            [JOB_LABEL],
             registry=r,
         )
         self.checkpoint = Summary(
             "lazarus_checkpoint_duration_seconds",
             "One checkpoint verified in full or uploaded to the durable tier.",
-            ["job", "operation"],
+            [JOB_LABEL, "operation"],
             registry=r,
         )
         self.checkpoint_bytes = Counter(
             "lazarus_checkpoint_bytes_total",
             "Checkpoint bytes verified (hashed) or sent to the durable tier.",
-            ["job", "operation"],
+            [JOB_LABEL, "operation"],
             registry=r,
         )
 

@@ -180,10 +180,10 @@ async def test_one_crash_moves_the_incident_counters_by_exactly_one(
     name = spec.name
 
     def running(samples: Samples) -> bool:
-        return total(samples, "lazarus_job_phase", job=name, phase="RUNNING") == 1
+        return total(samples, "lazarus_job_phase", lazarus_job=name, phase="RUNNING") == 1
 
     before = await scrape_until(metrics_worker, "the job RUNNING", running, timeout_s=120)
-    assert total(before, "lazarus_incidents_total", job=name) == 0
+    assert total(before, "lazarus_incidents_total", lazarus_job=name) == 0
     assert total(before, "lazarus_jobs", phase="RUNNING") >= 1
 
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 25)
@@ -195,8 +195,8 @@ async def test_one_crash_moves_the_incident_counters_by_exactly_one(
 
     def recovered(samples: Samples) -> bool:
         return (
-            total(samples, "lazarus_recovery_seconds_count", job=name) >= 1
-            and total(samples, "lazarus_job_phase", job=name, phase="SUCCEEDED") == 1
+            total(samples, "lazarus_recovery_seconds_count", lazarus_job=name) >= 1
+            and total(samples, "lazarus_job_phase", lazarus_job=name, phase="SUCCEEDED") == 1
         )
 
     after = await scrape_until(metrics_worker, "the recovery and the end", recovered)
@@ -204,28 +204,30 @@ async def test_one_crash_moves_the_incident_counters_by_exactly_one(
     await asyncio.sleep(2.0)
     later = parse(await asyncio.to_thread(fetch, metrics_worker.url()))
     for samples in (after, later):
-        assert total(samples, "lazarus_incidents_total", job=name) == 1
+        assert total(samples, "lazarus_incidents_total", lazarus_job=name) == 1
         assert (
             total(
                 samples,
                 "lazarus_incidents_total",
-                job=name,
+                lazarus_job=name,
                 **{"class": incident.failure_class.value},
                 decision=str(incident.action),
             )
             == 1
         )
-        assert total(samples, "lazarus_detection_seconds_count", job=name) == 1
-        assert total(samples, "lazarus_recovery_seconds_count", job=name) == 1
-        assert total(samples, "lazarus_recovery_seconds_sum", job=name) == pytest.approx(
+        assert total(samples, "lazarus_detection_seconds_count", lazarus_job=name) == 1
+        assert total(samples, "lazarus_recovery_seconds_count", lazarus_job=name) == 1
+        assert total(samples, "lazarus_recovery_seconds_sum", lazarus_job=name) == pytest.approx(
             incident.recovery_s
         )
-        assert total(samples, "lazarus_steps_lost_total", job=name) == (incident.steps_lost or 0)
-    assert total(later, "lazarus_job_step", job=name) == 60
-    assert total(later, "lazarus_job_restarts_remaining", job=name) == (
+        assert total(samples, "lazarus_steps_lost_total", lazarus_job=name) == (
+            incident.steps_lost or 0
+        )
+    assert total(later, "lazarus_job_step", lazarus_job=name) == 60
+    assert total(later, "lazarus_job_restarts_remaining", lazarus_job=name) == (
         final.max_restarts - final.restarts
     )
-    assert total(later, "lazarus_supervision_poll_seconds_count", job=name) > 0
+    assert total(later, "lazarus_supervision_poll_seconds_count", lazarus_job=name) > 0
     phases = {dict(ls).get("phase") for (n, ls) in later if n.startswith("lazarus_recovery_phase")}
     assert {"detected", "first_new_step"} <= phases, phases
 

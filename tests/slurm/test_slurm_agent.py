@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +26,8 @@ from activities.nodes.agent import NodeUnreachable, PreflightRequest, RankLaunch
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.slurm_agent import SlurmAgent
-from activities.nodes.slurm_commands import job_steps
+from activities.nodes.slurm_commands import job_steps, node_states, run_slurm
+from activities.nodes.slurm_rounds import SlurmRounds
 from infra.slurm import TestSlurm
 from lazarus.domain.contracts import LaunchRequest, LaunchResult
 from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, WarmStartSpec, parse_spec
@@ -162,6 +164,7 @@ def test_step_environment_is_the_generations_not_the_workers(
         tmp_path, allocation, [sys.executable, str(script), str(tmp_path)], "slurm-env"
     )
     launched = launch(spec, stopper)
+    gen = GenerationDir(Path(launched.run_dir))
     wait_for("env dumps", lambda: all((tmp_path / f"env-{r}.json").exists() for r in (0, 1)), 120)
     for rank, node in ((0, "n1"), (1, "n2")):
         env = json.loads((tmp_path / f"env-{rank}.json").read_text())
@@ -172,6 +175,51 @@ def test_step_environment_is_the_generations_not_the_workers(
         assert env["MASTER_ADDR"] == HOST
         assert env["MASTER_PORT"] == str(launched.master_port)
         assert env["LAZARUS_HEARTBEAT_FILE"].endswith(f"rank-{rank}.heartbeat.json")
+        # Each node's step numbered its task 0 of 1: the task rewrote Slurm's variables.
+        assert env["SLURM_PROCID"] == env["RANK"] and env["SLURM_NODEID"] == str(rank)
+        assert env["SLURM_LOCALID"] == env["LOCAL_RANK"] == "0"
+        assert env["SLURM_NTASKS"] == "2" and env["SLURM_NNODES"] == "2"
+        assert (
+            env["SLURM_STEP_ID"] == str(read_json(gen.pid_file(rank))["slurm_step"]).split(".")[1]
+        )
+
+
+@pytest.mark.timeout(240)
+def test_a_round_of_polls_asks_slurm_once_for_all_nodes(
+    slurm: TestSlurm, allocation: int, tmp_path: Path, stopper: list[tuple[JobSpec, str]]
+) -> None:
+    """Issue 29: one ``squeue`` and one ``scontrol`` a round for the whole job (here
+    against the real slurmctld), every rank still seen alive, every node reachable."""
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    spec = slurm_spec(tmp_path, allocation, [sys.executable, str(script), str(tmp_path)], "rounds")
+    launched = launch(spec, stopper)
+    gen = GenerationDir(Path(launched.run_dir))
+    wait_for("ranks ready", lambda: all((tmp_path / f"ready-{r}").exists() for r in (0, 1)), 120)
+    calls: list[list[str]] = []
+
+    def counted(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        return run_slurm(argv)
+
+    rounds = SlurmRounds(runner=counted)
+    polled = [SlurmAgent(node, spec.slurm, rounds=rounds) for node in spec.nodes]
+    with ThreadPoolExecutor(len(polled)) as pool:
+        for number in (1, 2, 3):
+            statuses = list(
+                pool.map(
+                    lambda agent_rank: agent_rank[0].poll(str(gen.path), [agent_rank[1]]),
+                    zip(polled, (0, 1), strict=True),
+                )
+            )
+            assert all(s.reachable for s in statuses), statuses
+            assert [r.alive for s in statuses for r in s.ranks] == [True, True], statuses
+            assert [argv[0] for argv in calls].count("squeue") == number, calls
+            assert [argv[0] for argv in calls].count("scontrol") == number, calls
+            time.sleep(0.5)
+    assert {argv[-1] for argv in calls if argv[0] == "scontrol"} == {"n1,n2"}, calls
+    # A node Slurm does not know costs the batch nothing but its own line.
+    assert set(node_states(["n1", "nosuchnode", "n2"])) == {"n1", "n2"}
 
 
 @pytest.mark.timeout(300)

@@ -97,7 +97,7 @@ def incidents_total(metrics: LazarusMetrics, job: str = "job-a") -> float:
         for family in metrics.registry.collect()
         if family.name == "lazarus_incidents"
         for sample in family.samples
-        if sample.name == "lazarus_incidents_total" and sample.labels["job"] == job
+        if sample.name == "lazarus_incidents_total" and sample.labels["lazarus_job"] == job
     )
 
 
@@ -111,26 +111,26 @@ def metrics() -> LazarusMetrics:
 
 EXPECTED = {
     "lazarus_jobs": ("gauge", {"phase"}),
-    "lazarus_job_phase": ("gauge", {"job", "phase"}),
-    "lazarus_job_step": ("gauge", {"job"}),
-    "lazarus_job_generation": ("gauge", {"job"}),
-    "lazarus_job_ettr": ("gauge", {"job"}),
-    "lazarus_job_goodput_seconds": ("gauge", {"job"}),
-    "lazarus_job_elapsed_seconds": ("gauge", {"job"}),
-    "lazarus_job_mttr_seconds": ("gauge", {"job"}),
-    "lazarus_job_restarts_remaining": ("gauge", {"job"}),
-    "lazarus_job_nodes": ("gauge", {"job", "state"}),
-    "lazarus_quarantined_node": ("gauge", {"job", "node", "fenced"}),
-    "lazarus_job_durable_checkpoint_step": ("gauge", {"job"}),
-    "lazarus_incidents": ("counter", {"job", "class", "decision"}),
-    "lazarus_steps_lost": ("counter", {"job", "class"}),
-    "lazarus_detection_seconds": ("histogram", {"job", "class"}),
-    "lazarus_recovery_seconds": ("histogram", {"job", "class"}),
-    "lazarus_recovery_phase_seconds": ("summary", {"job", "phase"}),
-    "lazarus_supervision_poll_seconds": ("histogram", {"job"}),
-    "lazarus_checkpoint_save_seconds": ("gauge", {"job"}),
-    "lazarus_checkpoint_duration_seconds": ("summary", {"job", "operation"}),
-    "lazarus_checkpoint_bytes": ("counter", {"job", "operation"}),
+    "lazarus_job_phase": ("gauge", {"lazarus_job", "phase"}),
+    "lazarus_job_step": ("gauge", {"lazarus_job"}),
+    "lazarus_job_generation": ("gauge", {"lazarus_job"}),
+    "lazarus_job_ettr": ("gauge", {"lazarus_job"}),
+    "lazarus_job_goodput_seconds": ("gauge", {"lazarus_job"}),
+    "lazarus_job_elapsed_seconds": ("gauge", {"lazarus_job"}),
+    "lazarus_job_mttr_seconds": ("gauge", {"lazarus_job"}),
+    "lazarus_job_restarts_remaining": ("gauge", {"lazarus_job"}),
+    "lazarus_job_nodes": ("gauge", {"lazarus_job", "state"}),
+    "lazarus_quarantined_node": ("gauge", {"lazarus_job", "node", "fenced"}),
+    "lazarus_job_durable_checkpoint_step": ("gauge", {"lazarus_job"}),
+    "lazarus_incidents": ("counter", {"lazarus_job", "class", "decision"}),
+    "lazarus_steps_lost": ("counter", {"lazarus_job", "class"}),
+    "lazarus_detection_seconds": ("histogram", {"lazarus_job", "class"}),
+    "lazarus_recovery_seconds": ("histogram", {"lazarus_job", "class"}),
+    "lazarus_recovery_phase_seconds": ("summary", {"lazarus_job", "phase"}),
+    "lazarus_supervision_poll_seconds": ("histogram", {"lazarus_job"}),
+    "lazarus_checkpoint_save_seconds": ("gauge", {"lazarus_job"}),
+    "lazarus_checkpoint_duration_seconds": ("summary", {"lazarus_job", "operation"}),
+    "lazarus_checkpoint_bytes": ("counter", {"lazarus_job", "operation"}),
 }
 
 
@@ -156,6 +156,21 @@ def test_every_metric_is_defined_with_its_type_and_labels(metrics: LazarusMetric
         assert sample_labels == labels, name
 
 
+PROMETHEUS_TARGET_LABELS = {"job", "instance"}
+"""Labels Prometheus sets on every scraped series itself: a metric carrying one of its
+own sees it renamed to ``exported_<label>`` under the default ``honor_labels: false``,
+and dashboards keyed on it then see the scrape job instead (hence ``lazarus_job``)."""
+
+
+def test_no_metric_carries_a_label_prometheus_sets_itself(metrics: LazarusMetrics) -> None:
+    metrics.record_status(status(incident(recovered=True, steps_lost=1)))
+    metrics.observe(Observation(kind="supervision_poll", job="job-a", seconds=0.1))
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            clash = PROMETHEUS_TARGET_LABELS & set(sample.labels)
+            assert not clash, f"{sample.name} carries {sorted(clash)}"
+
+
 def _exposition(metrics: LazarusMetrics) -> bytes:
     from prometheus_client import generate_latest
 
@@ -174,25 +189,32 @@ def test_the_same_answer_twice_counts_each_incident_once(metrics: LazarusMetrics
         value(
             metrics,
             "lazarus_incidents_total",
-            job="job-a",
+            lazarus_job="job-a",
             **{"class": "unknown"},
             decision="restart",
         )
         == 1
     )
     assert (
-        value(metrics, "lazarus_detection_seconds_count", job="job-a", **{"class": "unknown"}) == 1
+        value(
+            metrics, "lazarus_detection_seconds_count", lazarus_job="job-a", **{"class": "unknown"}
+        )
+        == 1
     )
     assert value(
-        metrics, "lazarus_detection_seconds_sum", job="job-a", **{"class": "unknown"}
+        metrics, "lazarus_detection_seconds_sum", lazarus_job="job-a", **{"class": "unknown"}
     ) == pytest.approx(0.4)
-    assert value(metrics, "lazarus_steps_lost_total", job="job-a", **{"class": "unknown"}) == 4
+    assert (
+        value(metrics, "lazarus_steps_lost_total", lazarus_job="job-a", **{"class": "unknown"}) == 4
+    )
 
 
 def test_a_recovery_is_observed_once_when_it_closes(metrics: LazarusMetrics) -> None:
     metrics.record_status(status(incident()))
     assert (
-        value(metrics, "lazarus_recovery_seconds_count", job="job-a", **{"class": "unknown"})
+        value(
+            metrics, "lazarus_recovery_seconds_count", lazarus_job="job-a", **{"class": "unknown"}
+        )
         is None
     )
     closed = status(incident(recovered=True, steps_lost=2))
@@ -200,10 +222,14 @@ def test_a_recovery_is_observed_once_when_it_closes(metrics: LazarusMetrics) -> 
     metrics.record_status(closed)
     assert incidents_total(metrics) == 1
     assert (
-        value(metrics, "lazarus_recovery_seconds_count", job="job-a", **{"class": "unknown"}) == 1
+        value(
+            metrics, "lazarus_recovery_seconds_count", lazarus_job="job-a", **{"class": "unknown"}
+        )
+        == 1
     )
     assert (
-        value(metrics, "lazarus_recovery_seconds_sum", job="job-a", **{"class": "unknown"}) == 3.0
+        value(metrics, "lazarus_recovery_seconds_sum", lazarus_job="job-a", **{"class": "unknown"})
+        == 3.0
     )
     # No timeline recorded: the controller's own phase times stand in for it.
     for phase, seconds in (
@@ -212,8 +238,11 @@ def test_a_recovery_is_observed_once_when_it_closes(metrics: LazarusMetrics) -> 
         ("launch_requested", 0.5),
         ("first_new_step", 1.5),
     ):
-        assert value(metrics, "lazarus_recovery_phase_seconds_count", job="job-a", phase=phase) == 1
-        got = value(metrics, "lazarus_recovery_phase_seconds_sum", job="job-a", phase=phase)
+        assert (
+            value(metrics, "lazarus_recovery_phase_seconds_count", lazarus_job="job-a", phase=phase)
+            == 1
+        )
+        got = value(metrics, "lazarus_recovery_phase_seconds_sum", lazarus_job="job-a", phase=phase)
         assert got == pytest.approx(seconds), phase
 
 
@@ -240,7 +269,7 @@ def test_new_incidents_add_and_old_ones_do_not(metrics: LazarusMetrics) -> None:
         value(
             metrics,
             "lazarus_incidents_total",
-            job="job-a",
+            lazarus_job="job-a",
             **{"class": "hang"},
             decision="needs_operator",
         )
@@ -276,7 +305,7 @@ def test_incidents_dropped_before_first_sight_count_once_by_class(metrics: Lazar
         value(
             metrics,
             "lazarus_incidents_total",
-            job="job-a",
+            lazarus_job="job-a",
             **{"class": "hang"},
             decision=UNRECORDED_DECISION,
         )
@@ -286,7 +315,7 @@ def test_incidents_dropped_before_first_sight_count_once_by_class(metrics: Lazar
         value(
             metrics,
             "lazarus_incidents_total",
-            job="job-a",
+            lazarus_job="job-a",
             **{"class": "unknown"},
             decision=UNRECORDED_DECISION,
         )
@@ -313,24 +342,30 @@ def test_gauges_follow_the_newest_answer(metrics: LazarusMetrics) -> None:
     metrics.record_status(
         status(incident(), nodes=pool, durable_steps=[20, 40], mttr_s=2.5), step=44
     )
-    assert value(metrics, "lazarus_job_step", job="job-a") == 44
-    assert value(metrics, "lazarus_job_ettr", job="job-a") == 0.9
-    assert value(metrics, "lazarus_job_goodput_seconds", job="job-a") == pytest.approx(90.0)
-    assert value(metrics, "lazarus_job_restarts_remaining", job="job-a") == 4
-    assert value(metrics, "lazarus_job_mttr_seconds", job="job-a") == 2.5
-    assert value(metrics, "lazarus_job_durable_checkpoint_step", job="job-a") == 40
-    assert value(metrics, "lazarus_job_nodes", job="job-a", state="quarantined") == 1
-    assert value(metrics, "lazarus_quarantined_node", job="job-a", node="h2", fenced="true") == 1
-    assert value(metrics, "lazarus_job_phase", job="job-a", phase="RUNNING") == 1
-    assert value(metrics, "lazarus_job_phase", job="job-a", phase="RECOVERING") is None
+    assert value(metrics, "lazarus_job_step", lazarus_job="job-a") == 44
+    assert value(metrics, "lazarus_job_ettr", lazarus_job="job-a") == 0.9
+    assert value(metrics, "lazarus_job_goodput_seconds", lazarus_job="job-a") == pytest.approx(90.0)
+    assert value(metrics, "lazarus_job_restarts_remaining", lazarus_job="job-a") == 4
+    assert value(metrics, "lazarus_job_mttr_seconds", lazarus_job="job-a") == 2.5
+    assert value(metrics, "lazarus_job_durable_checkpoint_step", lazarus_job="job-a") == 40
+    assert value(metrics, "lazarus_job_nodes", lazarus_job="job-a", state="quarantined") == 1
+    assert (
+        value(metrics, "lazarus_quarantined_node", lazarus_job="job-a", node="h2", fenced="true")
+        == 1
+    )
+    assert value(metrics, "lazarus_job_phase", lazarus_job="job-a", phase="RUNNING") == 1
+    assert value(metrics, "lazarus_job_phase", lazarus_job="job-a", phase="RECOVERING") is None
     # The node goes back into service: its series goes; a new phase replaces the old.
     metrics.record_status(
         status(phase=Phase.PAUSED, nodes=NodePool(active=["h1", "h3"], spares=["h4", "h2"]))
     )
-    assert value(metrics, "lazarus_job_phase", job="job-a", phase="RUNNING") is None
-    assert value(metrics, "lazarus_job_phase", job="job-a", phase="PAUSED") == 1
-    assert value(metrics, "lazarus_quarantined_node", job="job-a", node="h2", fenced="true") is None
-    assert value(metrics, "lazarus_job_nodes", job="job-a", state="spare") == 2
+    assert value(metrics, "lazarus_job_phase", lazarus_job="job-a", phase="RUNNING") is None
+    assert value(metrics, "lazarus_job_phase", lazarus_job="job-a", phase="PAUSED") == 1
+    assert (
+        value(metrics, "lazarus_quarantined_node", lazarus_job="job-a", node="h2", fenced="true")
+        is None
+    )
+    assert value(metrics, "lazarus_job_nodes", lazarus_job="job-a", state="spare") == 2
 
 
 def test_jobs_by_phase_count_every_tracked_job(metrics: LazarusMetrics) -> None:
@@ -350,8 +385,8 @@ def test_forget_drops_every_series_of_the_job_and_only_those(metrics: LazarusMet
     metrics.record_status(status(incident(), job="kept"))
     metrics.forget("gone")
     text = _exposition(metrics).decode()
-    assert 'job="gone"' not in text
-    assert 'job="kept"' in text
+    assert 'lazarus_job="gone"' not in text
+    assert 'lazarus_job="kept"' in text
     metrics.forget("gone")  # twice is fine
 
 
@@ -374,13 +409,20 @@ def test_activity_observations_reach_their_metrics(sink: LazarusMetrics) -> None
     observe("checkpoint_verify", 0.2, size_bytes=1_000, job="j")
     observe("checkpoint_upload", 2.0, size_bytes=5_000, job="j")
     observe("checkpoint_upload", 1.0, size_bytes=0, job="j")
-    assert value(sink, "lazarus_supervision_poll_seconds_count", job="j") == 1
-    assert value(sink, "lazarus_checkpoint_save_seconds", job="j") == 1.25
+    assert value(sink, "lazarus_supervision_poll_seconds_count", lazarus_job="j") == 1
+    assert value(sink, "lazarus_checkpoint_save_seconds", lazarus_job="j") == 1.25
     assert (
-        value(sink, "lazarus_checkpoint_duration_seconds_count", job="j", operation="upload") == 2
+        value(
+            sink, "lazarus_checkpoint_duration_seconds_count", lazarus_job="j", operation="upload"
+        )
+        == 2
     )
-    assert value(sink, "lazarus_checkpoint_bytes_total", job="j", operation="upload") == 5_000
-    assert value(sink, "lazarus_checkpoint_bytes_total", job="j", operation="verify") == 1_000
+    assert (
+        value(sink, "lazarus_checkpoint_bytes_total", lazarus_job="j", operation="upload") == 5_000
+    )
+    assert (
+        value(sink, "lazarus_checkpoint_bytes_total", lazarus_job="j", operation="verify") == 1_000
+    )
 
 
 def test_outside_an_activity_without_a_job_nothing_is_recorded(sink: LazarusMetrics) -> None:
@@ -491,7 +533,10 @@ def test_serve_exposes_the_registry_and_refuses_a_busy_port(metrics: LazarusMetr
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
             body = answer.read().decode()
-        assert 'lazarus_incidents_total{class="unknown",decision="restart",job="job-a"} 1.0' in body
+        assert (
+            'lazarus_incidents_total{class="unknown",decision="restart",lazarus_job="job-a"} 1.0'
+            in body
+        )
         with pytest.raises(MetricsProblem, match="--metrics-port"):
             serve(LazarusMetrics(), MetricsSettings(port=port, addr="127.0.0.1"))
     finally:

@@ -8,7 +8,8 @@ import pytest
 from activities.nodes.factory import agent_for
 from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_commands import _fields, client_environment
-from activities.nodes.slurm_task import rank_slot
+from activities.nodes.slurm_task import SLURM_TASK_VARIABLES, rank_slot, slurm_identity
+from lazarus.domain import environment as env_names
 from lazarus.domain.spec import NodeSpec, SpecError, SSHSpec, parse_spec
 
 
@@ -70,6 +71,29 @@ def test_rank_slots_follow_the_plans_node_order_not_slurms() -> None:
         rank_slot(nodes, "n9", 0, 2)
     with pytest.raises(ValueError, match="SLURM_LOCALID 2"):
         rank_slot(nodes, "n2", 2, 2)
+
+
+def test_slurms_task_variables_agree_with_the_rank_after_a_spare_swap() -> None:
+    # Spare n3 took dead n1's slot 0. Each node's ranks are a step of their own, so
+    # Slurm numbered n3's tasks SLURM_PROCID 0,1 and n2's 0,1 too: both say rank 0.
+    nodes, nproc = ["n3", "n2"], 2
+    seen = {}
+    for node in ("n2", "n3"):
+        for local_id in range(nproc):
+            rank, group = rank_slot(nodes, node, local_id, nproc)
+            env = {
+                **env_names.rank_identity(rank, nproc, group),
+                **slurm_identity(rank, nproc, group, len(nodes)),
+            }
+            assert set(SLURM_TASK_VARIABLES) <= set(env)
+            assert env["SLURM_PROCID"] == env[env_names.RANK] == str(rank)
+            assert env["SLURM_LOCALID"] == env[env_names.LOCAL_RANK]
+            assert env["SLURM_NODEID"] == env[env_names.GROUP_RANK] == str(nodes.index(node))
+            assert env["SLURM_NTASKS"] == env["SLURM_NPROCS"] == "4"
+            assert env["SLURM_NNODES"] == "2" and env["SLURM_NTASKS_PER_NODE"] == "2"
+            assert str(rank) in env["SLURM_GTIDS"].split(",")
+            seen[rank] = node
+    assert seen == {0: "n3", 1: "n3", 2: "n2", 3: "n2"}
 
 
 def test_a_step_for_some_ranks_maps_local_ids_to_them() -> None:

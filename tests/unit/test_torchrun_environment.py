@@ -128,6 +128,8 @@ def test_a_slurm_task_sets_its_ranks_own_variables(tmp_path: Path) -> None:
     dump = tmp_path / "env.json"
     probe = f"import json, os; json.dump(dict(os.environ), open({str(dump)!r}, 'w'))"
     step_env = {**os.environ, "SLURMD_NODENAME": "n2", "SLURM_LOCALID": "1"}
+    # What Slurm sets in n2's own one-node step: task 1 of 2, node 0 of 1.
+    step_env.update(SLURM_PROCID="1", SLURM_NODEID="0", SLURM_NTASKS="2", SLURM_NNODES="1")
     step_env[env_names.ROLE_RANK] = "0"  # the template's, as the step would carry it
     argv = [sys.executable, "-m", "activities.nodes.slurm_task", "task", "--gen-dir"]
     argv += [str(tmp_path), "--nodes", "n1,n2", "--nproc", "2", "--workdir", str(tmp_path)]
@@ -138,3 +140,6 @@ def test_a_slurm_task_sets_its_ranks_own_variables(tmp_path: Path) -> None:
     env = json.loads(dump.read_text())
     assert env[env_names.RANK] == env[env_names.ROLE_RANK] == "3"
     assert env[env_names.LOCAL_RANK] == "1" and env[env_names.GROUP_RANK] == "1"
+    # Slurm's task variables say the same rank, not the step's own numbering.
+    assert env["SLURM_PROCID"] == "3" and env["SLURM_LOCALID"] == "1"
+    assert env["SLURM_NODEID"] == "1" and env["SLURM_NTASKS"] == "4" and env["SLURM_NNODES"] == "2"

@@ -1,0 +1,199 @@
+"""One ``squeue`` and one ``scontrol`` per supervision round for a whole job, shared by
+the round's node agents.
+
+Why: every supervision round polls every node of the generation at once (one thread
+per node, :mod:`activities.supervise_observer`), and each Slurm node's
+:meth:`~activities.nodes.slurm_agent.SlurmAgent.poll` needs two facts from
+slurmctld: the allocation's steps (``squeue --steps -j J``) and its node's state
+(``scontrol show node``). Asked per node, that was 2 commands per node per round:
+a 64-node job at the default ``poll_interval_s: 0.5`` sent about 256 RPCs a second,
+which sites rate-limit (``rl_enable``) and call an RPC storm. Both answers are the
+same for every node of the round, so they are asked once:
+
+- **steps**: one ``squeue --steps -j J`` per allocation. The first agent of a round
+  to ask runs it; the others that ask while it runs wait for its answer, and those
+  that ask within :data:`ROUND_TTL_S` after it started reuse it.
+- **node states**: one ``scontrol show node -o n1,n2,...`` for every node asked
+  about recently (:data:`NODE_INTEREST_S`), the asking node included. A node new to
+  the round (the first round, a spare swapped in) that an answer in flight does not
+  cover starts one that does; one Slurm does not list is asked alone, as before,
+  for its one-line error.
+
+What a shared answer may not hide, and how it does not:
+
+- **a step that just started.** A poll reads its ranks' pid files first, then the
+  steps: read in that order, a step with a pid file is listed unless it ended. A
+  shared answer may have been asked before the pid file was written, and would say
+  a live rank's step is gone. So absence counts only in an answer asked after the
+  caller read its pid files (``asked_after``); otherwise the caller asks again
+  (that answer is shared too). In steady state every step is listed and nobody
+  asks again.
+- **a write of our own.** ``drain``/``undrain`` (:mod:`~activities.nodes.slurm_drain`)
+  call :meth:`SlurmRounds.forget`, so the next poll sees the state they set.
+- **a change since the answer** is seen at most :data:`ROUND_TTL_S` later, less
+  than one default poll interval: the next round asks afresh.
+
+A failed command fails every caller that waited for it (each would have failed
+alone) and is not reused: the next caller asks again. The cache is per process
+(:data:`ROUNDS`): the node agents of one activity are made separately, and two
+jobs' supervisions in one allocation share it too. Stops, launches and preflights
+do not use it: they need an answer asked after what they did.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from activities.nodes.slurm_commands import SlurmRunner, job_steps, node_state, node_states
+
+ROUND_TTL_S = 0.2
+"""How long an answer serves later callers, from when its command started. Under the
+default ``poll_interval_s`` (0.5 s), so every round asks Slurm afresh; long enough
+for a round's threads, started together, to find one answer on a loaded machine.
+At a shorter ``poll_interval_s`` Slurm is asked at most 1/``ROUND_TTL_S`` times a
+second per command, whatever the interval."""
+NODE_INTEREST_S = 10.0
+"""A node polled within this long is asked about in every ``scontrol``; one no
+longer polled (replaced, the job ended) drops out after it."""
+
+T = TypeVar("T")
+Steps = dict[str, tuple[str, str]] | None
+NodeStates = dict[str, tuple[set[str], str]]
+
+
+@dataclass
+class _Flight(Generic[T]):
+    """One command: in flight until ``done`` is set, then its value or error."""
+
+    started: float
+    covers: frozenset[str] = frozenset()
+    done: threading.Event = field(default_factory=threading.Event)
+    value: T | None = None
+    error: BaseException | None = None
+
+    def usable(self, not_before: float, wanted: frozenset[str]) -> bool:
+        failed = self.done.is_set() and self.error is not None
+        return not failed and self.started >= not_before and wanted <= self.covers
+
+
+class _Shared(Generic[T]):
+    """Each key's newest command, joined or reused by callers that accept it."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._flights: dict[str, _Flight[T]] = {}
+
+    def get(
+        self,
+        key: str,
+        fetch: Callable[[frozenset[str]], T],
+        *,
+        not_before: float,
+        wanted: frozenset[str] = frozenset(),
+        covers: Callable[[], frozenset[str]] = frozenset,
+    ) -> tuple[T, float]:
+        """The value of a command started at or after ``not_before`` whose ``covers``
+        include ``wanted`` (run now with ``wanted | covers()`` if none is), and when
+        that command started."""
+        with self._lock:
+            flight = self._flights.get(key)
+            mine = flight is None or not flight.usable(not_before, wanted)
+            if mine:
+                flight = _Flight(started=self._clock(), covers=wanted | covers())
+                self._flights[key] = flight
+        assert flight is not None
+        if mine:
+            try:
+                flight.value = fetch(flight.covers)
+            except BaseException as exc:
+                flight.error = exc
+                raise
+            finally:
+                flight.done.set()
+        flight.done.wait()
+        if flight.error is not None:
+            raise flight.error
+        return flight.value, flight.started  # type: ignore[return-value]
+
+    def forget(self) -> None:
+        with self._lock:
+            self._flights.clear()
+
+
+class SlurmRounds:
+    """The shared answers (see the module docstring). ``runner`` runs the commands
+    (default: :func:`~activities.nodes.slurm_commands.run_slurm`); ``clock`` is
+    monotonic time (tests move it by hand)."""
+
+    def __init__(
+        self,
+        ttl_s: float = ROUND_TTL_S,
+        runner: SlurmRunner | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self._runner = runner
+        self._clock = clock
+        self._steps: _Shared[Steps] = _Shared(clock)
+        self._states: _Shared[NodeStates] = _Shared(clock)
+        self._lock = threading.Lock()
+        self._interest: dict[str, float] = {}
+        """node -> when it was last asked about (monotonic)."""
+
+    def now(self) -> float:
+        return self._clock()
+
+    def steps(self, job: str, asked_after: float | None = None) -> tuple[Steps, float]:
+        """The job's steps (as :func:`~activities.nodes.slurm_commands.job_steps`: None
+        when Slurm cannot be asked), from a ``squeue`` started within the TTL and at or
+        after ``asked_after``; and when that ``squeue`` started."""
+        not_before = self._clock() - self.ttl_s
+        if asked_after is not None:
+            not_before = max(not_before, asked_after)
+        return self._steps.get(job, lambda _: job_steps(job, self._runner), not_before=not_before)
+
+    def node_state(self, node: str, peers: Iterable[str] = ()) -> tuple[set[str], str]:
+        """``node``'s state words and reason, as
+        :func:`~activities.nodes.slurm_commands.node_state` says them, from one
+        ``scontrol`` for every node polled lately and ``peers`` (the generation's
+        other nodes, so that the first round asks once too). Raises
+        :class:`~activities.nodes.slurm_commands.SlurmCommandFailed`."""
+        now = self._clock()
+        with self._lock:
+            for name in (*peers, node):
+                self._interest[name] = now
+        states, _ = self._states.get(
+            "",
+            self._ask_states,
+            not_before=now - self.ttl_s,
+            wanted=frozenset({node}),
+            covers=self._interesting,
+        )
+        found = states.get(node)
+        if found is None:  # Slurm did not list it: ask alone, for the one-line error
+            return node_state(node, self._runner)
+        return found
+
+    def _interesting(self) -> frozenset[str]:
+        cutoff = self._clock() - NODE_INTEREST_S
+        with self._lock:
+            for node in [n for n, at in self._interest.items() if at < cutoff]:
+                del self._interest[node]
+            return frozenset(self._interest)
+
+    def _ask_states(self, nodes: frozenset[str]) -> NodeStates:
+        return node_states(sorted(nodes), self._runner)
+
+    def forget(self) -> None:
+        """Drop every shared answer: the next caller asks Slurm (after a drain)."""
+        self._steps.forget()
+        self._states.forget()
+
+
+ROUNDS = SlurmRounds()
+"""The worker process's shared answers."""
