@@ -9,14 +9,23 @@ from __future__ import annotations
 import asyncio
 import difflib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from temporalio.service import RPCError
 
 from lazarus.domain.api import SEARCH_ATTRIBUTES, workflow_id_for
 
-if TYPE_CHECKING:
-    from lazarus.app.client import JobClient
+
+class _Named(Protocol):
+    @property
+    def job(self) -> str: ...
+
+
+class ListsJobs(Protocol):
+    """What :meth:`JobNotFound.with_suggestion` needs of a
+    :class:`~lazarus.app.client.JobClient`: its job list."""
+
+    async def list(self) -> Sequence[_Named]: ...
 
 
 class ClientError(Exception):
@@ -32,7 +41,7 @@ class JobNotFound(ClientError):
         super().__init__(f"no job named '{job}'; {hint}")
         self.job = job
 
-    async def with_suggestion(self, jobs: JobClient) -> JobNotFound:
+    async def with_suggestion(self, jobs: ListsJobs) -> JobNotFound:
         """The same error, naming the closest job there is (``ux-evl``: ``ux-eval``)
         from :meth:`JobClient.list`, which a typo has time for; without one (no close
         name, or the list failed too) it points at ``lazarus list`` as before."""
