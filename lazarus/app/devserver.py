@@ -62,6 +62,11 @@ _CLI_TYPE_NAMES: dict[SearchAttributeIndexedValueType, str] = {
 }
 
 
+PORT_TRIES = 3
+"""How many times :meth:`DevServer.start` picks fresh ports when another process took
+one of those it chose (``address already in use``)."""
+
+
 class DevServerError(Exception):
     """The dev server could not be found, started, or made ready."""
 
@@ -190,6 +195,7 @@ class DevServer(StartStop):
     ) -> None:
         self.state_dir = Path(state_dir).expanduser()
         self.ip = require_loopback(ip)
+        self._ports_chosen_here = port is None and ui_port is None
         if port is None:
             port = _port_with_free_ui_neighbour(ip) if ui_port is None else free_port(ip)
         self.port = port
@@ -220,7 +226,34 @@ class DevServer(StartStop):
         return self._process is not None and self._process.poll() is None
 
     def start(self) -> None:
-        """Start and block until the namespace answers with our search attributes."""
+        """Start and block until the namespace answers with our search attributes.
+
+        Ports this object chose itself were free when chosen, not when the server
+        binds them: on a busy machine (four test workers each starting a server and
+        jobs) another process took one in between once, and every test of that worker
+        failed. Such a start is tried again on fresh ports, up to
+        :data:`PORT_TRIES` times; ports the caller named are never changed."""
+        for attempt in range(PORT_TRIES):
+            try:
+                self._start_once()
+                return
+            except DevServerError:
+                taken = "address already in use" in self._this_start_log()
+                if not (taken and self._ports_chosen_here) or attempt == PORT_TRIES - 1:
+                    raise
+                self.port = _port_with_free_ui_neighbour(self.ip)
+                self.ui_port = _ui_port_for(self.ip, self.port)
+
+    def _this_start_log(self) -> str:
+        """What the server logged since the last start's header (its panic's stack
+        trace pushes the cause out of :meth:`_log_tail`)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return text.rsplit("\n--- ", 1)[-1]
+
+    def _start_once(self) -> None:
         if self.running:
             return
         self.state_dir.mkdir(parents=True, exist_ok=True)

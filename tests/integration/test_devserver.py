@@ -8,6 +8,7 @@ would show up there as flaky failures far from the cause.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,3 +111,21 @@ async def test_a_database_from_an_older_lazarus_gets_the_new_search_attributes(
         assert newest in await _search_attributes(await _client(server))
     finally:
         server.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_port_taken_before_the_server_binds_it_is_replaced(tmp_path: Path) -> None:
+    """Four test workers each start a server: a port chosen free was once taken
+    before the server bound it, and every test of that worker failed."""
+    server = DevServer(tmp_path / "state", headless=True)
+    with socket.socket() as squatter:
+        squatter.bind((server.ip, 0))
+        squatter.listen()
+        server.port = squatter.getsockname()[1]  # as if another process took it first
+        taken = server.port
+        server.start()
+        try:
+            assert server.running and server.port != taken
+            assert "address already in use" in server.log_path.read_text()
+        finally:
+            server.stop()
