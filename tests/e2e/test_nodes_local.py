@@ -44,12 +44,11 @@ async def test_dead_node_is_quarantined_and_replaced_by_a_spare(
     assert chaos.kill_node(job.run_root, "b") == [1]
     status = await job.result()
     assert status.phase == Phase.SUCCEEDED
-    # The first incident is the node; on a saturated machine (load 10 on 2 cores) the
-    # relaunched generation was once also found hung (hang_timeout_s 8): a later
-    # hang is load, anything else is a finding.
-    incident, *later = status.incidents
+    # One incident, the node. A second one was seen once at load 10 (kind not
+    # recorded then): the message now says what it was.
     described = [(i.kind, i.node, i.rank, i.evidence[:2]) for i in status.incidents]
-    assert all(i.kind == "hang" for i in later), described
+    assert len(status.incidents) == 1, described
+    [incident] = status.incidents
     assert incident.kind == "node_lost" and incident.node == "b"
     assert incident.action == "replace_node"
     assert status.nodes.active == ["a", "s0"] and status.nodes.spares == []
