@@ -91,3 +91,19 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
             pytrace=False,
         )
     return result
+
+
+@pytest.fixture
+def no_server(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record (and refuse) any attempt of the CLI to connect: for commands that must
+    answer without a server."""
+    from lazarus.app import cli  # here: the rest of the fast tier never imports the CLI
+
+    attempts: list[object] = []
+
+    async def refuse(settings: object, timeout_s: float = 5.0) -> object:
+        attempts.append(settings)
+        raise AssertionError("this command must not contact a server")
+
+    monkeypatch.setattr(cli, "connect", refuse)
+    return attempts

@@ -60,19 +60,6 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture
-def no_server(monkeypatch: pytest.MonkeyPatch) -> list[ConnectionSettings]:
-    """Record (and refuse) any attempt to connect."""
-    attempts: list[ConnectionSettings] = []
-
-    async def refuse(settings: ConnectionSettings, timeout_s: float = 5.0) -> Any:
-        attempts.append(settings)
-        raise AssertionError("this command must not contact a server")
-
-    monkeypatch.setattr(cli, "connect", refuse)
-    return attempts
-
-
 def _write(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from lazarus.app import cli, cli_start_checks
 from lazarus.app.client import ClientError, JobClient, JobNotFound, JobRow
-from lazarus.app.settings import ConnectionSettings
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,19 +24,10 @@ checkpoint_dir: ckpt
 """
 
 
-@pytest.fixture
-def no_server(monkeypatch: pytest.MonkeyPatch) -> list[ConnectionSettings]:
-    """Record (and refuse) any attempt to connect."""
-    attempts: list[ConnectionSettings] = []
-
-    async def refuse(settings: ConnectionSettings, timeout_s: float = 5.0) -> Any:
-        attempts.append(settings)
-        raise AssertionError("this command must not contact a server")
-
-    monkeypatch.setattr(cli, "connect", refuse)
+@pytest.fixture(autouse=True)
+def _settings_not_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("TEMPORAL_ADDRESS", "LAZARUS_TASK_QUEUE"):
         monkeypatch.delenv(name, raising=False)
-    return attempts
 
 
 def _spec(tmp_path: Path, program: str, extra: str = "") -> Path:
