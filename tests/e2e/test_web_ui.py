@@ -77,10 +77,27 @@ def ui_stack(tmp_path: Path) -> Iterator[LocalStack]:
         server.stop()
 
 
-async def _wait(what: str, probe: Callable[[], Awaitable[str | None]]) -> str:
-    """Poll ``probe`` until it returns text (a deadline on progress, not speed)."""
+REFRESH_EVERY_S = 15.0
+"""A page whose first load failed under load (an API call timed out) never retries
+by itself: reload it this often while waiting."""
+
+
+class NotYet(Exception):
+    """What a probe saw instead of what it waits for (shown if the wait runs out)."""
+
+
+async def _wait(
+    what: str,
+    probe: Callable[[], Awaitable[str | None]],
+    refresh: Callable[[], Awaitable[object]] | None = None,
+) -> str:
+    """Poll ``probe`` until it returns text (a deadline on progress, not speed).
+
+    ``refresh`` (a page reload) runs every :data:`REFRESH_EVERY_S` between probes.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + UI_DEADLINE_S
+    next_refresh = loop.time() + REFRESH_EVERY_S
     last = "nothing matched"
     while loop.time() < deadline:
         try:
@@ -91,6 +108,10 @@ async def _wait(what: str, probe: Callable[[], Awaitable[str | None]]) -> str:
             if found is not None:
                 return found
         await asyncio.sleep(1.0)
+        if refresh is not None and loop.time() >= next_refresh:
+            next_refresh = loop.time() + REFRESH_EVERY_S
+            with contextlib.suppress(Exception):
+                await refresh()
     raise TimeoutError(f"the Web UI never showed {what} ({last})")
 
 
@@ -133,8 +154,16 @@ async def test_the_web_ui_explains_a_job_with_one_crash(
         async with async_playwright() as playwright:
             browser = await playwright.chromium.launch(
                 executable_path=str(CHROMIUM),
-                # Chromium refuses its sandbox as root; /dev/shm is small in containers.
-                args=["--no-sandbox", "--disable-dev-shm-usage"],
+                # Chromium refuses its sandbox as root; /dev/shm is small in containers;
+                # the machine has no outside network, so nothing may try to reach it.
+                args=[
+                    "--no-sandbox",
+                    "--disable-dev-shm-usage",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                    "--no-first-run",
+                ],
             )
             page = await browser.new_page(viewport={"width": 1600, "height": 2000})
             try:
@@ -144,9 +173,17 @@ async def test_the_web_ui_explains_a_job_with_one_crash(
                 async def activity_types() -> str | None:
                     text = await page.inner_text("body")
                     types = set(re.findall(r"Activity Type\s+(\w+)", text))
-                    return text if {"launch", "supervise", "stop"} <= types else None
+                    if {"launch", "supervise", "stop"} <= types:
+                        return text
+                    events = re.search(r"Event History\s*(\d+)", text)
+                    raise NotYet(
+                        f"activity types shown: {sorted(types) or 'none'}; "
+                        f"events: {events.group(1) if events else 'not shown'}"
+                    )
 
-                history = await _wait("launch, supervise and stop in the history", activity_types)
+                history = await _wait(
+                    "launch, supervise and stop in the history", activity_types, page.reload
+                )
                 assert "stop ranks: incident 1" in history, "the stop's summary names the incident"
                 await page.screenshot(path=str(tmp_path / "web-ui-history.png"), full_page=True)
 
