@@ -91,7 +91,6 @@ JOB_ID_PLACEHOLDER = "{job_id}"
 DEFAULT_CHECKPOINT_DIR = "checkpoints/{job_id}"
 """Relative to ``workdir``: checkpoints are per job unless a spec says otherwise."""
 
-# Variables the launcher owns; a spec that sets them would break rendezvous or fencing.
 RESERVED_ENV = frozenset(
     {
         env_names.RANK,
@@ -99,11 +98,22 @@ RESERVED_ENV = frozenset(
         env_names.WORLD_SIZE,
         env_names.LOCAL_WORLD_SIZE,
         env_names.GROUP_RANK,
+        env_names.GROUP_WORLD_SIZE,
+        env_names.ROLE_NAME,
+        env_names.ROLE_RANK,
+        env_names.ROLE_WORLD_SIZE,
         env_names.MASTER_ADDR,
         env_names.MASTER_PORT,
         env_names.RESTART_COUNT,
+        env_names.MAX_RESTARTS,
+        env_names.RUN_ID,
+        env_names.USE_AGENT_STORE,
     }
 )
+"""Variables the launcher owns (every one torchrun's agent sets with a fixed meaning);
+a spec that set them would break rendezvous or fencing, or lie to a framework about
+its launch. ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` and ``OMP_NUM_THREADS`` are not here:
+torchrun keeps a user's value for them, and so does Lazarus."""
 
 REJOIN_LAUNCHERS = frozenset({"local", "ssh"})
 """Node launchers whose agents carry survivors into the next generation (``rejoin``)."""

@@ -53,6 +53,8 @@ def test_name_override_lets_one_file_run_twice(tmp_path: Path) -> None:
             "health.progress_regex: not a valid regular expression",
         ),
         ("env: {MASTER_PORT: '1'}", "env: MASTER_PORT is set by Lazarus"),
+        ("env: {TORCHELASTIC_RUN_ID: x}", "env: TORCHELASTIC_RUN_ID is set by Lazarus"),
+        ("env: {ROLE_WORLD_SIZE: '4'}", "env: ROLE_WORLD_SIZE is set by Lazarus"),
         (
             "recovery: {backoff_initial_s: 5, backoff_max_s: 1}",
             "recovery: backoff_max_s must be >= backoff_initial_s",
