@@ -125,6 +125,8 @@ def _with_client(ctx: typer.Context, action: Callable[[JobClient], Awaitable[T]]
 
     try:
         return asyncio.run(main())
+    except JobNotFound as exc:  # every verb that names a job: a script can tell a typo
+        _fail(str(exc), Outcome.NO_SUCH_JOB.exit_code)
     except (ConnectionProblem, ClientError) as exc:
         _fail(str(exc))
 

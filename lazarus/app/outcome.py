@@ -20,6 +20,9 @@ code   outcome           meaning
 6      TIMEOUT           ``--timeout`` passed first; the job goes on
 7      NO_SUCH_JOB       Temporal has never seen a job of this name
 =====  ================  ===================================================
+
+Code 7 is every verb's that names a job (``status``, ``logs``, ``pause``...), not only
+``wait``'s: a script tells a typo from a server that is down.
 """
 
 from __future__ import annotations

@@ -70,6 +70,9 @@ class FakeJobs(JobClient):
             raise JobNotFound(str(job))
         return FakeJobs.views.pop(0) if len(FakeJobs.views) > 1 else FakeJobs.views[0]
 
+    async def list(self) -> list[Any]:  # the "did you mean" of a missing job
+        return []
+
     async def wait(self, job: Any, **kwargs: Any) -> Any:
         return await super().wait(job, **{**kwargs, "poll_s": 0.0})
 
@@ -181,6 +184,13 @@ def test_wait_timeout_and_no_such_job(fake: type[FakeJobs]) -> None:
     assert missing.exit_code == Outcome.NO_SUCH_JOB.exit_code
     assert "no job named 'nope'" in missing.stderr
     assert _run("wait", "demo", "--timeout", "-1").exit_code == 2
+
+
+def test_every_verb_that_names_a_missing_job_exits_no_such_job(fake: type[FakeJobs]) -> None:
+    fake.views = []
+    result = _run("status", "nope")
+    assert result.exit_code == Outcome.NO_SUCH_JOB.exit_code, result.output
+    assert "nope" in result.stderr
 
 
 def test_wait_help_and_the_docs_give_the_table(fake: type[FakeJobs]) -> None:
