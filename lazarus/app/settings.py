@@ -22,6 +22,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import TLSConfig
 
 from lazarus.domain.api import API_KEY_ENV, DEFAULT_TASK_QUEUE
@@ -73,14 +74,15 @@ class ConnectionSettings(BaseModel):
     tls_key_path: Path | None = None
     tls_ca_path: Path | None = None
     api_key: SecretStr | None = Field(default=None, repr=False, exclude=True)
-    """Filled from ``TEMPORAL_API_KEY`` by :meth:`from_env` only; never serialised."""
+    """Filled by :meth:`from_env` only (``TEMPORAL_API_KEY`` or the ``temporal`` CLI's
+    profile); never serialised."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ConnectionSettings:
         """Settings from the usual Temporal variables; ``None`` overrides are ignored so
         that unset CLI options fall through to the environment."""
         source = os.environ if env is None else env
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = _profile_values(source)
         for field, names in _ENV_NAMES.items():
             for name in names:
                 if source.get(name):
@@ -115,6 +117,46 @@ class ConnectionSettings(BaseModel):
             client_cert=_read(self.tls_cert_path, "TLS client certificate"),
             client_private_key=_read(self.tls_key_path, "TLS client key"),
         )
+
+
+def _profile_values(env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``temporal`` CLI's own profile (``temporal config``): the TOML file at
+    ``TEMPORAL_CONFIG_FILE`` or ``~/.config/temporalio/temporal.toml``, profile
+    ``TEMPORAL_PROFILE`` or ``default``, so one ``temporal config set`` serves both
+    tools. The environment overrides it (read after this, as the CLI does).
+
+    TLS material must be named by path (``client_cert_path``...): settings hold paths
+    only and read them at connect time. A profile with inline PEM data is refused with
+    that advice rather than copied into a model that may be logged."""
+    try:
+        profile = ClientConfigProfile.load(
+            env.get("TEMPORAL_PROFILE") or None, override_env_vars=dict(env)
+        )
+    except Exception as exc:  # the bridge's ConfigError: a bad file or an unknown profile
+        raise ConnectionProblem(f"temporal config profile: {exc}") from None
+    values: dict[str, Any] = {}
+    if profile.address:
+        values["address"] = profile.address
+    if profile.namespace:
+        values["namespace"] = profile.namespace
+    if profile.api_key:
+        values["api_key"] = SecretStr(profile.api_key)
+    tls = profile.tls
+    if tls is not None and not tls.disabled:
+        values["tls"] = True
+        for field, source, name in (
+            ("tls_cert_path", tls.client_cert, "client_cert"),
+            ("tls_key_path", tls.client_private_key, "client_key"),
+            ("tls_ca_path", tls.server_root_ca_cert, "server_ca_cert"),
+        ):
+            if isinstance(source, Path):
+                values[field] = source
+            elif source is not None:
+                raise ConnectionProblem(
+                    f"temporal config profile: tls {name}_data is inline; Lazarus reads TLS "
+                    f"material from files at connect time: set {name}_path instead"
+                )
+    return values
 
 
 def _read(path: Path | None, what: str) -> bytes | None:

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from lazarus.app import cli, cli_render
 from lazarus.app.devserver import dev_server_command
-from lazarus.app.settings import ConnectionSettings, web_ui_url
+from lazarus.app.settings import ConnectionProblem, ConnectionSettings, web_ui_url
 from lazarus.domain.contracts import RankStatus, SupervisionProgress
 from lazarus.domain.ports import free_port
 from workflows.state import Incident, JobStatus, Phase
@@ -292,6 +292,31 @@ def test_settings_from_env_and_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "api_key" not in settings.model_dump()
     with pytest.raises(TypeError):
         ConnectionSettings.from_env(api_key="nope")
+
+
+def test_settings_read_the_temporal_cli_profile_under_the_environment(tmp_path: Path) -> None:
+    config = tmp_path / "temporal.toml"
+    config.write_text(
+        '[profile.default]\naddress = "file.example:7233"\nnamespace = "ml"\n'
+        'api_key = "from-the-file"\n'
+        '[profile.default.tls]\nclient_cert_path = "/certs/c.pem"\n'
+        'client_key_path = "/certs/c.key"\n'
+        '[profile.staging]\naddress = "staging:7233"\n'
+        '[profile.inline.tls]\nclient_cert_data = "-----BEGIN CERTIFICATE-----"\n'
+    )
+    env = {"TEMPORAL_CONFIG_FILE": str(config)}
+    settings = ConnectionSettings.from_env(env)
+    assert (settings.address, settings.namespace) == ("file.example:7233", "ml")
+    assert settings.tls and settings.tls_key_path == Path("/certs/c.key")
+    assert settings.api_key is not None and "from-the-file" not in repr(settings)
+    # The environment overrides the file, as for the temporal CLI; a profile is chosen by name.
+    assert ConnectionSettings.from_env({**env, "TEMPORAL_NAMESPACE": "x"}).namespace == "x"
+    staging = ConnectionSettings.from_env({**env, "TEMPORAL_PROFILE": "staging"})
+    assert staging.address == "staging:7233" and not staging.tls
+    with pytest.raises(ConnectionProblem, match="'nope' not found"):
+        ConnectionSettings.from_env({**env, "TEMPORAL_PROFILE": "nope"})
+    with pytest.raises(ConnectionProblem, match="set client_cert_path instead"):
+        ConnectionSettings.from_env({**env, "TEMPORAL_PROFILE": "inline"})
 
 
 def test_web_ui_url(monkeypatch: pytest.MonkeyPatch) -> None:
