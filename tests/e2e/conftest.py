@@ -67,7 +67,14 @@ def ddp_spec(
     ckpt_every: int = 10,
     **overrides: object,
 ) -> JobSpec:
-    """The example DDP job, with every path inside the test's tmp dir."""
+    """The example DDP job, with every path inside the test's tmp dir.
+
+    It runs in the recommended setup, warm (``warm_start``: one zygote per node
+    imports torch once and forks every generation's ranks), which is also what keeps
+    the suite inside its time: a cold rank spends about 3 s of CPU importing torch
+    and ``torch._dynamo`` (DDP imports it), four times per one-crash test. Pass
+    ``warm_start=None`` for a cold launch; the cold path and its fallbacks have tests
+    of their own (``test_warm_start.py``, ``tests/integration/test_launcher.py``)."""
     name = name or f"job-{uuid.uuid4().hex[:8]}"
     data: dict[str, object] = {
         "name": name,
@@ -99,6 +106,7 @@ def ddp_spec(
             "backoff_max_s": 2,
             "stop_grace_s": 3,
         },
+        "warm_start": {"preload": ["torch"]},
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):

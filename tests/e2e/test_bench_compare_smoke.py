@@ -77,6 +77,7 @@ def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.timeout(600)
+@tiers.only_in_test_all("the compare harness (every fault under both systems)")
 def test_quick_compare_runs_faults_under_both_systems(tmp_path: Path) -> None:
     out = tmp_path / "compare.json"
     proc = _run(

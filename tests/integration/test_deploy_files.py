@@ -35,6 +35,8 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
+from tests import tiers
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 COMPOSE_FILE = REPO / "infra" / "compose" / "docker-compose.yml"
@@ -153,6 +155,7 @@ def test_worker_constraints_pin_every_runtime_dependency() -> None:
 
 
 @pytest.mark.timeout(900)
+@tiers.only_in_test_all("the image's Python layer (a pip install of every pinned package)")
 def test_image_python_layer_builds_as_a_plain_venv(tmp_path: Path) -> None:
     """Run the build stage's COPY and RUN steps, as written, with $VIRTUAL_ENV pointing
     at a temporary venv instead of /opt/lazarus: the image's Python layer without Docker.

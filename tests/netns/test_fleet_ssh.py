@@ -21,6 +21,7 @@ from lazarus.app import chaos
 from lazarus.app.client import RequestRejected
 from lazarus.domain.fleet import NodeState
 from lazarus.domain.spec import JobSpec
+from tests import tiers
 from tests.e2e import test_fleet_e2e
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from tests.e2e.test_fleet_e2e import Fleets, held_by, node
@@ -75,6 +76,10 @@ def fleet_job(tmp_path: Path, label: str, hosts: TestHosts, fleet: str) -> JobSp
 
 
 @pytest.mark.timeout(480)
+@tiers.twin_of(
+    "tests/e2e/test_fleet_e2e.py::test_two_jobs_share_one_spare_pool_and_failed_nodes_are_not_leased_again",
+    "with the fleet's nodes on ssh hosts (the fleet's moves do not depend on the transport)",
+)
 async def test_a_killed_host_is_quarantined_in_the_fleet_and_not_leased_again(
     test_hosts: HostsFactory,
     start_job: StartJob,

@@ -17,6 +17,7 @@ from infra.testhosts import TestHosts
 from lazarus.app import chaos
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import JobSpec
+from tests import tiers
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from tests.netns.conftest import HostsFactory
 from tests.reference_weights import shared_reference
@@ -83,7 +84,17 @@ async def test_fault_free_run_across_hosts(
 
 
 @pytest.mark.timeout(360)  # 175 s once in CI, with a collateral restart
-@pytest.mark.parametrize("victim", ["h2", "h1"], ids=["worker-node", "master-node"])
+@pytest.mark.parametrize(
+    "victim",
+    [
+        pytest.param(
+            "h2",
+            id="worker-node",
+            marks=tiers.twin_of("the master-node case", "a host that holds no rendezvous"),
+        ),
+        pytest.param("h1", id="master-node"),
+    ],
+)
 async def test_killed_host_is_replaced_by_the_spare(
     test_hosts: HostsFactory,
     start_job: StartJob,

@@ -34,6 +34,7 @@ from infra.testhosts import TestHosts
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec
+from tests import tiers
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec, rank_census
 from tests.netns.conftest import HostsFactory
 from tests.reference_weights import shared_reference
@@ -300,6 +301,10 @@ async def test_a_lost_host_is_replaced_by_the_spare_and_the_others_rejoin(
 
 
 @pytest.mark.timeout(600)
+@tiers.twin_of(
+    "tests/e2e/test_rejoin_e2e.py::test_a_survivor_that_never_rejoins_is_replaced",
+    "over ssh hosts (the stop across ssh has tests of its own here)",
+)
 async def test_a_survivor_that_never_rejoins_restarts_the_whole_generation(
     test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world4_weights: Path
 ) -> None:
