@@ -62,13 +62,11 @@ def ssh_spec(
     )
 
 
-def ranks_on(hosts: TestHosts, name: str) -> list[int]:
-    """Training processes in a host's namespace (not sshd)."""
-    return [
-        pid
-        for pid in hosts.pids(name)
-        if b"train_ddp.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ]
+def ranks_on(hosts: TestHosts, name: str, run_root: Path) -> list[int]:
+    """The job's rank processes, of any generation, in a host's namespace: by the
+    ranks' own pid records, since a rank forked warm from the zygote carries the
+    zygote's command line, not the script's."""
+    return sorted(set(hosts.pids(name)) & set(chaos.live_rank_processes(run_root)))
 
 
 @pytest.mark.timeout(240)
@@ -129,14 +127,14 @@ async def test_partition_that_heals_is_fenced(
     job = await start_job(ssh_spec(tmp_path, hosts))
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 15)
     hosts.partition("h2")
-    assert ranks_on(hosts, "h2"), "a partitioned node's ranks keep running"
+    assert ranks_on(hosts, "h2", job.run_root), "a partitioned node's ranks keep running"
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 3, 120, 2)
     hosts.heal("h2")
     status = await job.result(timeout_s=200)
     assert status.phase == Phase.SUCCEEDED
     [quarantined] = status.nodes.quarantined
     assert quarantined.node == "h2" and quarantined.fenced
-    assert ranks_on(hosts, "h2") == [], "the stale generation was killed when h2 came back"
+    assert ranks_on(hosts, "h2", job.run_root) == [], "h2's stale generation was killed on heal"
     assert_same_weights(job.weights, world3_weights)
 
 

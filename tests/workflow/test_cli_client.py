@@ -24,6 +24,7 @@ from typer.testing import CliRunner, Result
 from lazarus.app import cli
 from lazarus.app.client import JobClient, StatusView
 from lazarus.app.devserver import DevServer
+from lazarus.app.outcome import Outcome
 from lazarus.domain.contracts import AllocationGranted, SubmitAllocationRequest
 from tests.workflow import fakes
 from workflows.job import JobWorkflow
@@ -141,7 +142,7 @@ async def test_cli_commands_over_the_client(lazarus: Cli, tmp_path: Path) -> Non
 async def test_cli_unknown_job_is_one_line(lazarus: Cli) -> None:
     for command in ("status", "cancel", "pause", "incidents"):
         result = await lazarus(command, "no-such-job")
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == Outcome.NO_SUCH_JOB.exit_code, result.output
         assert result.stderr.strip() == "no job named 'no-such-job'; see 'lazarus list'"
         assert "Traceback" not in result.output
 
