@@ -9,7 +9,12 @@ current progress, when a node went quiet) travels in the activity heartbeat.
 Every clock is the controller's own. A heartbeat's timestamp is written by the
 node's clock, which may be seconds off: staleness is measured from the moment
 the controller first saw each new heartbeat or log step (monotonic time), never
-by subtracting a remote timestamp from the local clock.
+by subtracting a remote timestamp from the local clock. The one exception is a
+node on this machine (:attr:`NodeAgent.shares_clock`), whose timestamp *is* our
+clock: its progress is dated at the write, inside the window the polls prove. A
+round is also scheduled when the earliest hang clock runs out
+(:func:`until_hang_check`), so a hang is judged at ``hang_timeout_s``, not up to
+one round later.
 
 The split is deliberate: :class:`GenerationObserver` does the I/O
 (:mod:`activities.supervise_observer`) and :func:`evaluate` is a pure
