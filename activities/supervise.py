@@ -9,7 +9,12 @@ current progress, when a node went quiet) travels in the activity heartbeat.
 Every clock is the controller's own. A heartbeat's timestamp is written by the
 node's clock, which may be seconds off: staleness is measured from the moment
 the controller first saw each new heartbeat or log step (monotonic time), never
-by subtracting a remote timestamp from the local clock.
+by subtracting a remote timestamp from the local clock. The one exception is a
+node on this machine (:attr:`NodeAgent.shares_clock`), whose timestamp *is* our
+clock: its progress is dated at the write, inside the window the polls prove. A
+round is also scheduled when the earliest hang clock runs out
+(:func:`until_hang_check`), so a hang is judged at ``hang_timeout_s``, not up to
+one round later.
 
 The split is deliberate: :class:`GenerationObserver` does the I/O
 (:mod:`activities.supervise_observer`) and :func:`evaluate` is a pure
@@ -52,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 
 from temporalio import activity
@@ -62,11 +68,13 @@ from activities.nodes.factory import agents
 from activities.observe import observe
 from activities.supervise_observer import GenerationObserver
 from activities.supervise_rules import (
+    HANG_CHECK_SLACK_S,
     Observation,
     StepRate,
     awaiting_exit_record,
     evaluate,
     needs_kernel_evidence,
+    next_hang_check,
     with_evidence,
 )
 from lazarus.domain.contracts import (
@@ -169,10 +177,25 @@ async def _supervise_with(
         # nodes). A rank's end cuts the wait short (its pidfd, where the node is this
         # machine), and a dead rank whose exit record is still being written is asked
         # about again soon: detection waits for neither the round nor the grace.
+        # The same for a hang clock about to run out: the round that judges it comes
+        # when it does, not up to an interval later.
         delay = interval - (time.monotonic() - round_started)
         if awaiting_exit_record(obs):
             delay = min(delay, EXIT_RECORD_POLL_S)
+        delay = min(delay, until_hang_check(request, obs, time.time()))
         await until_an_exit(opened, delay)
+
+
+def until_hang_check(request: SuperviseRequest, obs: Observation, now: float) -> float:
+    """Seconds from ``now`` (controller wall time) until the round that judges the
+    earliest hang clock (:func:`next_hang_check`, plus :data:`HANG_CHECK_SLACK_S`);
+    infinite when none runs. A deadline the observation itself had passed was judged
+    by it (the rank was not called hung: a crash is awaiting its exit record), so it
+    is left to the rounds: polling at once again would turn the loop into a spin."""
+    deadline = next_hang_check(request, obs)
+    if deadline is None or deadline < obs.now:
+        return math.inf
+    return max(deadline - now, 0.0) + HANG_CHECK_SLACK_S
 
 
 EXIT_RECORD_POLL_S = 0.05

@@ -120,7 +120,11 @@ class GenerationObserver:
         self._progress_regex = re.compile(regex) if regex else None
         self._regex_steps: dict[int, int] = {}
         self._marks: dict[int, tuple[str, float]] = {}
-        """rank -> (progress marker, controller monotonic time it was first seen)."""
+        """rank -> (progress marker, controller monotonic time of that progress: when a
+        poll first saw it, or, on a node that shares our clock, when the rank wrote it)."""
+        self._answered_at: dict[str, float] = {}
+        """node -> when (wall) the poll behind its last answer was asked: new progress in
+        the next answer was written after it."""
         self._rank_phases: dict[int, dict[str, float]] = {}
         """rank -> the phase marks of its newest heartbeat (kept while its node is silent)."""
         self._heartbeat_seen = False
@@ -174,13 +178,33 @@ class GenerationObserver:
                 self._regex_steps[rank] = int(found)
         return self._regex_steps.get(rank)
 
-    def _progressed(self, rank: int, marker: str, now: float, mono: float) -> tuple[bool, float]:
+    def _progressed(
+        self,
+        rank: int,
+        marker: str,
+        now: float,
+        mono: float,
+        written: tuple[float, float] | None = None,
+    ) -> tuple[bool, float]:
         """Whether ``marker`` is new progress for the rank, and when (controller wall
-        time, derived from the monotonic clock) its current progress was first seen."""
+        time, derived from the monotonic clock) its current progress was made.
+
+        That is when this poll first saw it, unless ``written`` is given: (when the rank
+        wrote it, when the previous answer of its node was asked), both wall times on
+        the controller's own clock (a node that :attr:`~NodeAgent.shares_clock`). The
+        progress is then dated at its write, kept inside the window the polls prove: no
+        earlier than the previous ask (that answer did not show it) and no later than
+        now. Seeing it one poll late made every hang detected up to one
+        ``poll_interval_s`` past ``hang_timeout_s``; a wall-clock step moves the date
+        by at most that window, never further."""
         known = self._marks.get(rank)
         changed = known is None or known[0] != marker
         if changed:
-            self._marks[rank] = (marker, mono)
+            at = mono
+            if written is not None:
+                written_at, previous_ask = written
+                at = mono - (now - min(now, max(previous_ask, written_at)))
+            self._marks[rank] = (marker, at)
         if self._signal_seen is None:
             self._signal_seen = mono
         return changed, now - (mono - self._marks[rank][1])
@@ -277,6 +301,7 @@ class GenerationObserver:
                     self._unreachable_since.setdefault(name, asked_at)
                     self._failed_polls[name] = self._failed_polls.get(name, 0) + 1
             status = answer[-1][0]
+            previous = self._answered_at.get(name) if status.reachable else None
             nodes[name] = self._last_node[name] = NodeObservation(
                 reachable=status.reachable,
                 unreachable_since=self._unreachable_since.get(name),
@@ -296,8 +321,12 @@ class GenerationObserver:
                     self._last_records[rank] = record
                 else:
                     self._last_records.pop(rank, None)
-                ranks.append(self._rank_status(agent, rank, record, status.reachable, now, mono))
+                ranks.append(
+                    self._rank_status(agent, rank, record, status.reachable, now, mono, previous)
+                )
                 self._last_ranks[rank] = ranks[-1]
+            if status.reachable:
+                self._answered_at[name] = answer[-1][1]
         launched_at = self._launched_at()
         preempted = self._preemption()
         return Observation(
@@ -332,6 +361,7 @@ class GenerationObserver:
         reachable: bool,
         now: float,
         mono: float,
+        previous_ask: float | None = None,
     ) -> RankStatus:
         if record is None:
             # The node did not answer: we know nothing new about the rank and must not
@@ -356,8 +386,18 @@ class GenerationObserver:
         elif heartbeat is not None and "step" in heartbeat:
             step = int(heartbeat["step"])
             # The node's timestamp only identifies the write; its value is never compared.
-            marker = "hb:" + _marker_of(step, heartbeat.get("time"))
-            changed, progress_at = self._progressed(rank, marker, now, mono)
+            written_at = heartbeat.get("time")
+            marker = "hb:" + _marker_of(step, written_at)
+            dated = (
+                (float(written_at), previous_ask)
+                if agent.shares_clock
+                and previous_ask is not None
+                and isinstance(written_at, (int, float))
+                and not isinstance(written_at, bool)
+                and math.isfinite(written_at)
+                else None
+            )
+            changed, progress_at = self._progressed(rank, marker, now, mono, dated)
             raw_compute = heartbeat.get("compute_s")
             if isinstance(raw_compute, (int, float)) and raw_compute > 0:
                 compute_s = float(raw_compute)

@@ -221,6 +221,40 @@ def _rejoin_overdue(request: SuperviseRequest, obs: Observation, status: RankSta
     )
 
 
+def _judged(obs: Observation, status: RankStatus) -> bool:
+    """Whether a rank's clocks are judged this round: it is alive and its node answered
+    (a silent node's ranks wait for its node-loss clock, a node whose poll is still
+    out for its answer)."""
+    node = obs.nodes.get(status.node)
+    return status.alive and (node is None or (node.reachable and not node.waiting))
+
+
+HANG_CHECK_SLACK_S = 0.01
+"""How long after a rank's hang clock runs out the supervisor polls to judge it: the
+rule is "silent for *more than* ``hang_timeout_s``", so a round exactly at the
+deadline would find it not hung yet and the next one would come a whole interval
+later."""
+
+
+def next_hang_check(request: SuperviseRequest, obs: Observation) -> float | None:
+    """When (controller wall time) the earliest live rank's hang clock runs out if it
+    makes no progress meanwhile: the supervisor polls then instead of at its next
+    round, so a hang is judged at ``hang_timeout_s`` after the rank's last progress,
+    not up to ``poll_interval_s`` later. None when no rank has a running hang clock
+    (hang detection off, no progress seen yet, no rank judged). The startup and rejoin
+    clocks are left to the rounds: they are not what a hang's recovery time measures.
+    Pure."""
+    if obs.progress_signal == "none":
+        return None
+    timeout = request.health.hang_timeout_s
+    deadlines = [
+        status.last_progress_at + timeout
+        for status in obs.ranks
+        if status.last_progress_at is not None and _judged(obs, status)
+    ]
+    return min(deadlines, default=None)
+
+
 def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     """Ranks alive but not progressing. Off when the job has no progress signal: a
     script with neither heartbeats nor ``progress_regex`` would otherwise be killed
@@ -230,8 +264,7 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     health = request.health
     stalled: list[tuple[RankStatus, float]] = []
     for status in obs.ranks:
-        node = obs.nodes.get(status.node)
-        if not status.alive or (node is not None and (not node.reachable or node.waiting)):
+        if not _judged(obs, status):
             continue
         if status.last_progress_at is None and _rejoin_overdue(request, obs, status):
             stalled.append((status, obs.launched_at))

@@ -236,6 +236,13 @@ class NodeAgent(ABC):
         """Start each rank detached (setsid; never a child of the controller) unless its
         pid file already exists, in which case adopt it. Creates ``gen_dir``."""
 
+    shares_clock: bool = False
+    """The node's wall clock is the controller's own (its ranks run on this machine):
+    a heartbeat's timestamp may then date the rank's progress, within the polls that
+    bracket it (:meth:`GenerationObserver._progressed`). False for other machines,
+    whose clocks may be off by any amount: there, progress dates from when a poll saw
+    it."""
+
     warm_unsupported: str = "warm start is not supported by this node's launcher"
     """Why :meth:`start_ranks_warm` starts every rank cold on agents that cannot fork."""
 

@@ -62,6 +62,8 @@ class RankStartFailed(Exception):
 
 
 class LocalAgent(NodeAgent):
+    shares_clock = True  # its ranks run on the controller's machine
+
     def __init__(self, node: NodeSpec, whole_machine: bool = False) -> None:
         super().__init__(node)
         self.whole_machine = whole_machine
