@@ -138,6 +138,18 @@ def test_dockerignore_keeps_local_state_and_certificates_out() -> None:
     patterns = (REPO / ".dockerignore").read_text().split()
     assert "**" in patterns, "ignore everything, then allow what the image copies"
     assert "infra/compose/certs/" in patterns and "infra/compose/.env" in patterns
+    # Every path the build stage copies is let back in: Docker would leave it out of
+    # the build context (this test's own copy of the steps would not notice).
+    build = _stages(_instructions(DOCKERFILE))[0]
+    copied = {
+        source.rstrip("/")
+        for ins in build
+        if ins.keyword == "COPY"
+        for source in shlex.split(ins.argument)[:-1]
+    }
+    allowed = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
+    ignored = sorted(c for c in copied if not any(c == a or c.startswith(f"{a}/") for a in allowed))
+    assert not ignored, f"copied but ignored by .dockerignore: {ignored}"
 
 
 def test_worker_constraints_pin_every_runtime_dependency() -> None:
