@@ -204,6 +204,7 @@ def test_image_python_layer_builds_as_a_plain_venv(tmp_path: Path) -> None:
     where = _run(
         [
             str(venv / "bin" / "python"),
+            "-I",  # the venv's own packages, whatever the caller's PYTHONPATH says
             "-c",
             "import lazarus.app, lazarus.rank; print(lazarus.app.__file__, lazarus.rank.__file__)",
         ],
