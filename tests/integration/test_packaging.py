@@ -186,7 +186,8 @@ def test_the_installed_wheel_runs_from_outside_the_repository(
         "import json, lazarus.rank as r, lazarus.domain.spec as d, workers.controller;"
         "import activities.nodes.shim_agent as s, workflows.job as j;"
         "from activities.nodes.code_root import lazarus_code_root;"
-        "print(json.dumps({'code_root': lazarus_code_root(), 'rank': r.__file__, 'domain': d.__file__, 'job': j.__file__,"
+        "print(json.dumps({'code_root': lazarus_code_root(), 'rank': r.__file__,"
+        " 'domain': d.__file__, 'job': j.__file__,"
         " 'controller': workers.controller.__file__, 'shim': str(s.SHIM_PATH),"
         " 'shim_exists': s.SHIM_PATH.is_file()}))"
     )
