@@ -1,6 +1,6 @@
 """``lazarus-rank`` and the controller agree on one version and one pin, and the ranks'
 PYTHONPATH holds Lazarus's own code only (issue 29). Pure: reads files, starts nothing.
-The wheels themselves are built and installed by tests/integration/test_rank_distribution.py
+The wheels themselves are built and installed by tests/integration/test_rank_environment.py
 and tests/integration/test_packaging.py."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_setup_and_dockerfile_install_the_rank_helper_with_the_controller() -> N
     assert re.search(r"pip\" install .*\./rank \.$", dockerfile, re.MULTILINE), "Dockerfile"
 
 
-def test_a_checkout_is_the_ranks_import_root(tmp_path: Path) -> None:
+def test_a_checkout_is_the_ranks_import_root() -> None:
     assert lazarus_code_root() == REPO, "the tests run from a checkout"
 
 
