@@ -6,9 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-all test-fast test-hosts lint docs bench clean
 
-$(STAMP): pyproject.toml
+# The rank helper (rank/, lazarus-rank) is the controller's one dependency from this
+# tree: installed in the same command, so pip never looks for it on an index.
+$(STAMP): pyproject.toml rank/pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[torch,dev,deploy-check]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ./rank -e '.[torch,dev,deploy-check]'
 	touch $(STAMP)
 
 setup: $(STAMP)

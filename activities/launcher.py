@@ -52,7 +52,6 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-import lazarus
 from activities.command_policy import CommandNotAllowed, enforce
 from activities.heartbeat import in_thread_heartbeating
 from activities.host_identity import this_host
@@ -66,6 +65,7 @@ from activities.nodes.agent import (
     StartedRank,
     WarmStart,
 )
+from activities.nodes.code_root import lazarus_code_root
 from activities.nodes.factory import agents, on_each, on_each_settled
 from activities.nodes.local_agent import RankStartFailed, stop_ranks
 from activities.nodes.rejoin import rejoin_variables
@@ -104,19 +104,8 @@ from lazarus.domain.memory_tier import memory_checkpoint_dir, replica_environmen
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec, NodeSpec
 
-RANK_IMPORT_ROOT = Path(lazarus.__file__).resolve().parent.parent
-"""Where ``import lazarus.rank`` resolves, for every rank's PYTHONPATH: the checkout
-in development, ``site-packages`` when installed. It is more than the ranks need
-(issue 29: a job should run with its own interpreter and environment only), and it
-stays for now because more than ``lazarus.rank`` is imported from it under the job's
-interpreter: the ssh shim's ``warm`` and ``rejoin`` run ``PROGRAM -m
-activities.nodes.warm`` / ``activities.nodes.carry`` with the ranks' PYTHONPATH
-(those import pydantic: from the controller's site-packages when installed, from the
-job's own otherwise); the local and Slurm zygotes inherit it from the zygote
-environment, and a Slurm task (``activities.nodes.slurm_task``, the worker's
-interpreter) imports ``activities`` through the step's PYTHONPATH and hands it to its
-rank. Narrowing it to Lazarus's own packages needs those callers to carry their own
-path (a per-node directory of just ``lazarus``/``activities``, never site-packages)."""
+RANK_IMPORT_ROOT = lazarus_code_root()
+"""Where ranks import Lazarus's code from (:func:`lazarus_code_root`), once per worker."""
 FENCE_KILL_WAIT_S = 10.0
 """How long fencing waits for SIGKILLed groups of other generations to die."""
 FENCE_LOCK_WAIT_S = 10.0
@@ -232,9 +221,14 @@ def rank_environment(
     if spec.rejoins is not None:
         env[env_names.REJOIN_TIMEOUT_S] = str(spec.rejoins.timeout_s)
     env["PATH"] = rank_search_path(spec.env.get("PATH"))
-    # lazarus.rank is importable from this checkout even where it is not installed.
+    # Lazarus's own code only (a checkout), never the controller's site-packages.
     extra = spec.env.get("PYTHONPATH") or (source.get("PYTHONPATH") if local else None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(RANK_IMPORT_ROOT), extra]))
+    root = str(RANK_IMPORT_ROOT) if RANK_IMPORT_ROOT is not None else None
+    python_path = os.pathsep.join(filter(None, [root, extra]))
+    if python_path:
+        env["PYTHONPATH"] = python_path
+    else:
+        env.pop("PYTHONPATH", None)
     return env
 
 

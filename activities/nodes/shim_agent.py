@@ -64,6 +64,7 @@ from activities.nodes.agent import (
     StartedRank,
     WarmStart,
 )
+from activities.nodes.code_root import RANK_HELPER_INSTALL
 from activities.nodes.gpu_health import gpu_problems, parse_gpu_health
 from activities.nodes.warm import (
     CLAIM_WAIT_S,
@@ -110,9 +111,24 @@ def no_warm_answer_reason(noise: list[str]) -> str:
     python of their own, without the checkout on its path): say so in those words
     rather than leave the reader to decode a ``ModuleNotFoundError``."""
     said = " | ".join(noise[-3:]) or "no output"
-    if any("ModuleNotFoundError" in line or "No module named" in line for line in noise):
-        return f"the ranks' interpreter cannot import lazarus, so no warm start ({said})"
+    missing = [m.group(1) for line in noise if (m := _MISSING_MODULE.search(line))]
+    if missing and missing[-1].split(".")[0] == "lazarus":
+        return (
+            f"the ranks' interpreter cannot import lazarus, so no warm start ({said}); "
+            f"{RANK_HELPER_INSTALL}"
+        )
+    if missing or any("ModuleNotFoundError" in line for line in noise):
+        # activities, pydantic: the node-side warm start is the controller's code, and
+        # ranks never get the controller's site-packages (code_root.lazarus_code_root).
+        return (
+            f"the ranks' interpreter cannot import lazarus, so no warm start ({said}): "
+            "warm starts on this node need lazarus-train in the job's environment, or "
+            "a controller run from a checkout"
+        )
     return f"no answer from the node's warm start ({said})"
+
+
+_MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
 
 
 class ShimError(RuntimeError):

@@ -24,7 +24,6 @@ import typer
 import yaml
 from rich.console import Console
 
-import lazarus
 from activities.worker_settings import WorkerSettingsError
 from lazarus.app import cli_render as render
 from lazarus.app import cli_start_checks, cli_wait
@@ -54,6 +53,7 @@ from lazarus.app.settings import (
 )
 from lazarus.domain.api import workflow_id_for
 from lazarus.domain.spec import JobSpec, SpecError, load_spec
+from lazarus.domain.version import __version__
 from workflows.state import Incident, JobStatus, Phase
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def _print_version(asked: bool) -> None:
     """``lazarus --version``: the installed distribution's version, as ``pip`` and a
     bug report would name it."""
     if asked:
-        typer.echo(f"lazarus {lazarus.__version__}")
+        typer.echo(f"lazarus {__version__}")
         raise typer.Exit()
 
 

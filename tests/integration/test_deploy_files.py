@@ -140,6 +140,18 @@ def test_dockerignore_keeps_local_state_and_certificates_out() -> None:
     patterns = (REPO / ".dockerignore").read_text().split()
     assert "**" in patterns, "ignore everything, then allow what the image copies"
     assert "infra/compose/certs/" in patterns and "infra/compose/.env" in patterns
+    # Every path the build stage copies is let back in: Docker would leave it out of
+    # the build context (this test's own copy of the steps would not notice).
+    build = _stages(_instructions(DOCKERFILE))[0]
+    copied = {
+        source.rstrip("/")
+        for ins in build
+        if ins.keyword == "COPY"
+        for source in shlex.split(ins.argument)[:-1]
+    }
+    allowed = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
+    ignored = sorted(c for c in copied if not any(c == a or c.startswith(f"{a}/") for a in allowed))
+    assert not ignored, f"copied but ignored by .dockerignore: {ignored}"
 
 
 def test_worker_constraints_pin_every_runtime_dependency() -> None:
@@ -193,10 +205,16 @@ def test_image_python_layer_builds_as_a_plain_venv(tmp_path: Path) -> None:
     check = _run([str(venv / "bin" / "python"), "-m", "pip", "check"], cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
     where = _run(
-        [str(venv / "bin" / "python"), "-c", "import lazarus; print(lazarus.__file__)"],
+        [
+            str(venv / "bin" / "python"),
+            "-I",  # the venv's own packages, whatever the caller's PYTHONPATH says
+            "-c",
+            "import lazarus.app, lazarus.rank; print(lazarus.app.__file__, lazarus.rank.__file__)",
+        ],
         cwd=tmp_path,
     )
-    assert where.stdout.startswith(str(venv)), where.stdout
+    # lazarus is a namespace package: its halves, the controller's and lazarus-rank's.
+    assert all(p.startswith(str(venv)) for p in where.stdout.split()), where.stdout
 
 
 def _copy(sources: list[str], destination: Path, *, several: bool) -> None:

@@ -418,8 +418,8 @@ def test_status_shows_stragglers_and_escalation_hooks() -> None:
 
 
 def test_version_prints_the_installed_version_and_needs_no_server() -> None:
-    import lazarus
+    from lazarus.domain.version import __version__
 
     result = CliRunner().invoke(cli.app, ["--version"])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == f"lazarus {lazarus.__version__}"
+    assert result.output.strip() == f"lazarus {__version__}"
