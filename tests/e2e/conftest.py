@@ -184,11 +184,15 @@ async def start_job(client: Client, stack: LocalStack) -> AsyncIterator[object]:
         return job
 
     yield start
+    # A terminated workflow runs no cleanup of its own: stop the ranks and, since the
+    # jobs run warm, each run's zygote and memory tier (end_of_run), as cancel would.
     for job in started:
         with contextlib.suppress(RPCError):
             await job.handle.terminate("test teardown")
         await stop_generations(
-            StopRequest(job_id=job.spec.job_id, run_root=str(job.run_root), grace_s=0)
+            StopRequest(
+                job_id=job.spec.job_id, run_root=str(job.run_root), grace_s=0, end_of_run=True
+            )
         )
 
 

@@ -156,7 +156,9 @@ async def started(metrics_worker: MetricsWorker) -> AsyncIterator[list[Job]]:
         with contextlib.suppress(RPCError):
             await job.handle.terminate("test teardown")
         await stop_generations(
-            StopRequest(job_id=job.spec.job_id, run_root=str(job.run_root), grace_s=0)
+            StopRequest(
+                job_id=job.spec.job_id, run_root=str(job.run_root), grace_s=0, end_of_run=True
+            )
         )
 
 

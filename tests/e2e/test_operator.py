@@ -121,7 +121,12 @@ async def test_cli_refuses_duplicate_start_and_reports_json(
     finally:
         lazarus_cli(stack, "cancel", spec.name)
         await stop_generations(
-            StopRequest(job_id=spec.name, run_root=str(Path(spec.run_dir) / spec.name), grace_s=0)
+            StopRequest(
+                job_id=spec.name,
+                run_root=str(Path(spec.run_dir) / spec.name),
+                grace_s=0,
+                end_of_run=True,
+            )
         )
     cancelled = lazarus_cli(stack, "cancel", spec.name)
     assert cancelled.returncode == 0, "cancel is idempotent"

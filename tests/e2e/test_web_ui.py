@@ -240,5 +240,7 @@ async def test_the_web_ui_explains_a_job_with_one_crash(
         with contextlib.suppress(RPCError):
             await client.get_workflow_handle(job.workflow_id).terminate("test teardown")
         await stop_generations(
-            StopRequest(job_id=spec.job_id, run_root=str(run_root(spec)), grace_s=0)
+            StopRequest(
+                job_id=spec.job_id, run_root=str(run_root(spec)), grace_s=0, end_of_run=True
+            )
         )
