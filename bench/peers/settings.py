@@ -44,8 +44,10 @@ class NvrxSettings:
     unshared_store: bool = True
     """``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, as the torchrun system (see there)."""
     local_checkpointing: str = (
-        "off: NVRx's local checkpoint manager needs CUDA tensors (its state-dict class "
-        "is GPU-only); the job keeps its own disk checkpoints every ckpt_every steps"
+        "off: NVRx's stock local-checkpoint state-dict class needs CUDA tensors; on CPU it "
+        "takes a state-dict class of one's own (the 2026-12-03 review wrote one: 6.64 s, "
+        "1 step lost), not written for the bench yet. The job keeps its own disk "
+        "checkpoints every ckpt_every steps"
     )
     hot_spare: str = (
         "none: ft_launcher's spares are whole nodes (--nnodes min:max); this is one node"
