@@ -58,6 +58,10 @@ NO_HANG_REPLACEMENT = (
     "a hung group is never killed or replaced: the survivor trains on alone until the "
     "end, and the job never returns to full world size"
 )
+NO_REJOIN = (
+    "the restarted group was not back before the survivor finished (torch's start-up "
+    "outlasted the rest of the job): it then formed a quorum alone and trained from step 0"
+)
 TORCHFT_WEIGHTS = (
     "weights differ by design: with min_replicas 1 the survivor trains alone while the "
     "failed group is away (averaging one replica's gradients), which a fault-free run "
@@ -419,11 +423,14 @@ async def _torchft_fault(
             "weights_ok": weights_ok,
             "wall_s": (ended or time.time()) - job.started_at,
         }
-        note = None
+        notes = []
         if sig == signal.SIGSTOP:
-            note = NO_HANG_REPLACEMENT
-        elif completed and not weights_ok:
-            note = TORCHFT_WEIGHTS
+            notes.append(NO_HANG_REPLACEMENT)
+        elif not metrics["recovered"]:
+            notes.append(NO_REJOIN)
+        if sig == signal.SIGKILL and completed and not weights_ok:
+            notes.append(TORCHFT_WEIGHTS)
+        note = "; ".join(notes) or None
     return Measured(metrics, {"settings_note": TORCHFT_WEIGHTS}, note=note)
 
 

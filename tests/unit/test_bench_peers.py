@@ -18,7 +18,7 @@ from bench.harness import BenchConfig, BenchContext
 from bench.jobs import JobShape
 from bench.peers import install_nvrx
 from bench.peers import scenarios as peer_scenarios
-from bench.peers.jobs import NvrxLauncherJob
+from bench.peers.jobs import MemberJob, MemberPoint, NvrxLauncherJob
 from bench.peers.settings import NvrxSettings, TorchftSettings, peer_settings
 from bench.systems import PEER_SYSTEMS, SOAK_SYSTEMS, SYSTEMS
 
@@ -147,3 +147,24 @@ def test_install_nvrx_refuses_a_wheel_with_another_checksum(
     with pytest.raises(SystemExit, match="sha256"):
         install_nvrx.install()
     assert not (tmp_path / install_nvrx.PTH_NAME).exists()
+
+
+def test_torchft_figures_tell_the_survivors_first_step_from_the_rejoin(tmp_path: Path) -> None:
+    """Fault at t=100 after step 50: the survivor discards step 51, commits it at
+    t=101.5; the killed group's new process heals and commits step 70 at t=104."""
+    job = MemberJob([], tmp_path / "log")
+    job.points = [
+        MemberPoint(99.0, "group0", 1, 50),
+        MemberPoint(99.1, "group1", 1, 50),
+        MemberPoint(100.5, "group0", 1, 51, committed=False),
+        MemberPoint(101.5, "group0", 1, 51),
+        MemberPoint(104.0, "group1", 2, 70),
+    ]
+    figures = peer_scenarios.torchft_figures(job, "group1", "group0", 100.0, 50, 1)
+    assert figures["survivors_first_step_s"] == pytest.approx(1.5)
+    assert figures["recovery_outside_s"] == pytest.approx(4.0)
+    assert figures["recovered"] is True and figures["steps_lost"] == 1
+    # A group back only after the survivor finished starts alone from step 0: no rejoin.
+    job.points[-1] = MemberPoint(104.0, "group1", 2, 1)
+    late = peer_scenarios.torchft_figures(job, "group1", "group0", 100.0, 50, 1)
+    assert late["recovered"] is False and late["recovery_outside_s"] is None
