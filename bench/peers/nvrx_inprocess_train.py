@@ -15,10 +15,14 @@ Wrapper hands the function (a ``PrefixStore`` per iteration, on ``MASTER_PORT``
 + 1), ``call_wrapper.ping()`` marks progress once a step (through the example's
 per-step ``lazarus.rank.heartbeat``, a no-op outside Lazarus), and each iteration
 prints ``nvrx iteration <i> rank <r>`` so the bench can tell restarts apart.
-``torch._dynamo.utils`` is imported up front: DDP imports it lazily, and in the
-spare, whose first DDP is built inside a restart while NVRx's monitor threads
-run, that lazy import failed every time (``module 'torch._dynamo' has no
-attribute 'utils'``), so the spare could never take the dead rank's place.
+Everything training imports lazily (``torch._dynamo``: DDP's first construction
+and the optimizer's first step import it, seconds of work) is imported before the
+Wrapper starts, by :func:`warm_up`. NVRx interrupts a rank's function with an
+asynchronous exception when a restart is due; an import it cuts short leaves the
+module half-initialised in ``sys.modules`` for the rest of the process. The spare
+builds its first DDP inside a restart, and under load that import outlasted the soft
+timeout: from then on every iteration failed in it (``module 'torch._dynamo' has no
+attribute 'utils'`` / ``'trace_rules'``) and the spare never took the dead rank's place.
 """
 
 from __future__ import annotations
@@ -32,11 +36,20 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import torch
+import torch._dynamo  # see warm_up
 import torch.distributed as dist
 
 import lazarus.rank as lazarus_rank
 import lazarus.rank.torch as lazarus_torch
 from examples import train_ddp
+
+
+def warm_up() -> None:
+    """Run once what training would import lazily (see the module's docstring)."""
+    weight = torch.zeros(1, requires_grad=True)
+    weight.grad = torch.zeros(1)
+    torch.optim.SGD([weight], lr=0.1, momentum=0.9).step()
 
 
 def main() -> int:
@@ -57,6 +70,7 @@ def main() -> int:
         use_libuv=True,
     )
     beat = lazarus_rank.heartbeat
+    warm_up()
 
     def seconds(name: str) -> timedelta:
         return timedelta(seconds=float(settings[name]))
