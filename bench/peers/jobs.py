@@ -245,6 +245,10 @@ class MemberJob:
         with self._lock:
             mine = [s for s in self.seen if s.member == member and s.alive]
         if spec.rank_is_child:
+            for entry in mine:
+                if entry.env_rank is None:
+                    # First seen between fork and exec, with its parent's environment.
+                    entry.env_rank = _env_rank(entry.pid)
             ranks = [s for s in mine if s.env_rank is not None and s.pid != root]
             chosen = max(ranks, key=lambda s: s.seen_at) if ranks else None
         else:
