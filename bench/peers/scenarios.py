@@ -52,8 +52,10 @@ PEERS_DIR = REPO / "bench" / "peers"
 INSTALL_HINT = "run `make bench-peers` (the `peers` extra and bench/peers/install_nvrx.py)"
 NVRX_UP = re.compile(r"^nvrx iteration (?P<gen>\d+) rank")
 TORCHFT_UP = re.compile(r"^torchft replica \d+ up")
-INPROCESS_DETECTION = re.compile(r"RankShouldRestart|[Rr]estart|Exception|[Tt]erminat|[Tt]imeout")
-TORCHFT_DETECTION = re.compile(r"[Ee]xception|[Ee]rror|timed out|[Tt]imeout")
+INPROCESS_DETECTION = re.compile(r"RankShouldRestart|SOFT_TIMEOUT|HARD_TIMEOUT")
+"""NVRx's own line once a rank's function is interrupted for a restart."""
+TORCHFT_DETECTION = re.compile(r"got exception|[Tt]imed out")
+"""torchft's line once a collective of the step failed (the peer is gone or silent)."""
 NO_HANG_REPLACEMENT = (
     "a hung group is never killed or replaced: the survivor trains on alone until the "
     "end, and the job never returns to full world size"
