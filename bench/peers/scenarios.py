@@ -472,7 +472,8 @@ NOT_RUN: dict[str, dict[System, str]] = {
         "torchft": "not possible: torchft has no straggler detection",
     },
     "clean": {
-        system: "not measured: the fault-free baseline is taken from torchrun's"
+        system: "not measured yet: the peers run the fault scenarios only (no "
+        "fault-free baseline, so no wall_vs_clean)"
         for system in PEER_SYSTEMS
     },
 }
