@@ -249,8 +249,8 @@ async def _inprocess_fault(
                 "weights_ok": False,
             }
             why = (
-                "rank 0 hosts the Wrapper's store and the job's: stopped, it holds every "
-                "other rank up, and its own monitor cannot restart a stopped process"
+                "no restart iteration began; rank 0 hosts the Wrapper's store and the "
+                "job's, so while it is stopped (or once killed) every other rank waits on it"
                 if rank == 0
                 else "no restart iteration"
             )
