@@ -34,15 +34,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional
 
+# examples/ is no package: the example is imported as ``train_ddp`` from there.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 import torch._dynamo  # see warm_up
 import torch.distributed as dist
+import train_ddp
 
 import lazarus.rank as lazarus_rank
 import lazarus.rank.torch as lazarus_torch
-from examples import train_ddp
 
 
 def warm_up() -> None:

@@ -17,10 +17,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+# examples/ is no package: the example is imported as ``train_ddp`` from there.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import train_ddp
+
 import lazarus.rank as lazarus_rank
-from examples import train_ddp
 
 
 def main() -> int:

@@ -38,13 +38,14 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+# examples/ is no package: the example is imported as ``train_ddp`` from there.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 import torch.distributed as dist
+import train_ddp
 from torch import nn
-
-from examples import train_ddp
 
 
 def parse_args() -> argparse.Namespace:
