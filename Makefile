@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-all test-fast test-hosts lint docs bench clean
+.PHONY: setup demo test test-all test-fast test-hosts lint docs bench bench-peers clean
 
 # The rank helper (rank/, lazarus-rank) is the controller's one dependency from this
 # tree: installed in the same command, so pip never looks for it on an index.
@@ -63,8 +63,20 @@ docs: setup
 
 # The full comparison with torchrun: every fault scenario (median of 3), the
 # overhead figures and a 10-minute chaos soak per system (about 50 minutes).
-bench: setup
+bench: setup bench-peers
 	$(PY) -m bench compare --repeats 3 $(BENCH_ARGS)
+
+# The peers the comparison measures (bench/peers/): torchft==0.2.0 from the `peers`
+# extra, and NVIDIA's nvidia-resiliency-ext 0.7.0, whose only wheel is for CPython
+# 3.12: its pinned, checksummed wheel goes into the venv beside the rest (idempotent).
+PEERS_STAMP := $(VENV)/.peers-installed
+
+$(PEERS_STAMP): $(STAMP) bench/peers/install_nvrx.py
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[bench,peers]'
+	$(PY) -m bench.peers.install_nvrx
+	touch $(PEERS_STAMP)
+
+bench-peers: $(PEERS_STAMP)
 
 clean:
 	rm -rf .lazarus .pytest_cache .mypy_cache .ruff_cache

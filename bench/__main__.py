@@ -50,7 +50,7 @@ from bench.benchmark import run_benchmark
 from bench.harness import BenchConfig, BenchContext, BenchRun, Extra
 from bench.jobs import JobShape
 from bench.registry import SUITES
-from bench.systems import DEFAULT_PRELOAD, SLURM_SYSTEMS, SYSTEMS, System
+from bench.systems import DEFAULT_PRELOAD, SLURM_SYSTEMS, SOAK_SYSTEMS, SYSTEMS, System
 
 PROG = "python -m bench"
 
@@ -260,7 +260,7 @@ def _extras(args: argparse.Namespace, config: BenchConfig, json_out: Path) -> di
         minutes = config.soak_minutes if args.soak_minutes is None else args.soak_minutes
         if minutes > 0:
             plot_out: Path = args.plot_out or json_out.with_suffix(".png")
-            soak_systems: list[System] = [s for s in args.systems if s != "torchrun_default"]
+            soak_systems: list[System] = [s for s in args.systems if s in SOAK_SYSTEMS]
 
             async def run_soak(
                 ctx: BenchContext, progress: Callable[[str], None]

@@ -8,12 +8,17 @@ scenario modules lives. Add a new scenario module here.
 
 from __future__ import annotations
 
+# Imported to register their scenarios.
+import bench.peers.scenarios
 import bench.scenarios
 import bench.scenarios_ha
 import bench.scenarios_multinode
 import bench.scenarios_multinode_compare
-import bench.scenarios_slurm  # noqa: F401 - imported to register their scenarios
+import bench.scenarios_slurm
 from bench.registry import SCENARIOS, Scenario
+
+# After every scenario is registered: why each peer does not run the rest.
+bench.peers.scenarios.mark_not_run()
 
 
 def load() -> dict[str, Scenario]:

@@ -98,6 +98,14 @@ _DEFS: tuple[MetricDef, ...] = (
         "rank's own record (Lazarus: heartbeat file time; torchrun: its log line)",
     ),
     MetricDef(
+        "survivors_first_step_s",
+        "s",
+        "torchft: the injected fault to the survivors' first committed step (they train "
+        "on without the failed group; recovery_outside_s is when it is back: the job at "
+        "full world size). For every other system the first step of any kind after a "
+        "fault is recovery_outside_s",
+    ),
+    MetricDef(
         "recovery_outside_seen_s",
         "s",
         "as recovery_outside_s, to when the bench read that heartbeat (<= 50 ms later)",

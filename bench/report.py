@@ -30,7 +30,8 @@ from typing import Any
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import WORLD_SIZE
 from bench.metrics import PHASE_METRICS
-from bench.systems import LABELS, LAZARUS_SETUPS, SYSTEMS, System
+from bench.peers.settings import peer_settings
+from bench.systems import LABELS, LAZARUS_SETUPS, PEER_SYSTEMS, SYSTEMS, System
 
 SCHEMA = 2
 """The results files' schema. 1 (no ``schema`` key): the two frameworks' files;
@@ -42,6 +43,7 @@ HEADLINE: dict[str, list[str]] = {
     "crash": [
         "recovered",
         "detection_from_injection_s",
+        "survivors_first_step_s",
         "recovery_outside_s",
         "relaunch_to_first_step_s",
         "steps_lost",
@@ -51,6 +53,7 @@ HEADLINE: dict[str, list[str]] = {
     "hang": [
         "detected",
         "detection_from_injection_s",
+        "survivors_first_step_s",
         "recovery_outside_s",
         "relaunch_to_first_step_s",
         "steps_lost",
@@ -341,17 +344,24 @@ def compare_table(stats: Summary) -> str:
 
     Columns: Lazarus (its fast setup), torchrun, their ratio, then each other Lazarus
     setup the run had (``lazarus_rejoin``, ``lazarus_cold``) with its ratio to
-    torchrun, then torchrun's default setup."""
+    torchrun, then torchrun's default setup, then each peer the run had
+    (:data:`bench.systems.PEER_SYSTEMS`)."""
     variants: list[System] = [
         system
         for system in LAZARUS_SETUPS
         if system != "lazarus" and any(system in per_system for per_system in stats.values())
     ]
-    systems: list[System] = ["lazarus", "torchrun", *variants, "torchrun_default"]
+    peers: list[System] = [
+        system
+        for system in PEER_SYSTEMS
+        if any(system in per_system for per_system in stats.values())
+    ]
+    systems: list[System] = ["lazarus", "torchrun", *variants, "torchrun_default", *peers]
     heads = ["Lazarus", "torchrun", "Lazarus/torchrun"]
     for system in variants:
         heads += [LABELS[system], f"{system.removeprefix('lazarus_')}/torchrun"]
     heads.append(LABELS["torchrun_default"])
+    heads += [LABELS[system] for system in peers]
     lines = [
         "| scenario | metric | " + " | ".join(heads) + " |",
         "|---|---|" + "---|" * len(heads),
@@ -377,6 +387,7 @@ def compare_table(stats: Summary) -> str:
             for system in variants:
                 row += [shown[system], ratio(cells[system], cells["torchrun"])]
             row.append(shown["torchrun_default"])
+            row += [shown[system] for system in peers]
             lines.append(f"| {name} | {metric} | " + " | ".join(row) + " |")
     notes_seen: dict[str, str] = {}
     for name, per_system in stats.items():
@@ -438,6 +449,8 @@ def payload(run: BenchRun, stats: Summary, benchmark: str) -> dict[str, Any]:
                 for system in run.plan.systems
                 if system in LAZARUS_SETUPS
             },
+            # Each peer's version and settings (bench.peers.settings).
+            "peer_settings": peer_settings(list(run.plan.systems), run.shape),
         },
         "started_at": run.started_at,
         "finished_at": time.time(),

@@ -283,28 +283,35 @@ async def _crash_torchrun(ctx: BenchContext, repeat: int, setup: TorchrunSetup) 
     # default setup often hangs after a restart: it gets a bounded wait.
     bound = ctx.config.torchrun_default_bound_s if setup == "default" else ctx.shape.job_timeout_s
     async with ctx.torchrun("crash", repeat, setup=setup) as run:
-        step = await torchrun_reach(ctx, run, ctx.shape.fault_step)
-        generation = run.job.generation
-        run.job.signal_rank(1, signal.SIGKILL)
-        fault_at = time.time()
-        recovered = await wait_until(
-            lambda: run.job.snapshot().first_of_later_generation(generation, fault_at) is not None,
-            bound,
+        return await crash_under_agent(ctx, run, bound)
+
+
+async def crash_under_agent(ctx: BenchContext, run: TorchrunRun, bound: float) -> Measured:
+    """SIGKILL rank 1 of a job under a torchrun-style agent (torchrun, NVRx's
+    ``ft_launcher``) at the fault step; wait ``bound`` for a restarted generation's
+    step, then for the end."""
+    step = await torchrun_reach(ctx, run, ctx.shape.fault_step)
+    generation = run.job.generation
+    run.job.signal_rank(1, signal.SIGKILL)
+    fault_at = time.time()
+    recovered = await wait_until(
+        lambda: run.job.snapshot().first_of_later_generation(generation, fault_at) is not None,
+        bound,
+    )
+    if not recovered:
+        metrics: dict[str, Metric] = {
+            "fault_step": step,
+            **torchrun_recovery(run, fault_at, generation),
+            "completed": False,
+            "weights_ok": False,
+        }
+        return Measured(
+            metrics,
+            {"tail": run.job.tail()},
+            note=f"no step of a restarted generation within {bound:.0f} s",
         )
-        if not recovered:
-            metrics: dict[str, Metric] = {
-                "fault_step": step,
-                **torchrun_recovery(run, fault_at, generation),
-                "completed": False,
-                "weights_ok": False,
-            }
-            return Measured(
-                metrics,
-                {"tail": run.job.tail()},
-                note=f"no step of a restarted generation within {bound:.0f} s",
-            )
-        metrics = await _torchrun_finish(ctx, run)
-        metrics |= {"fault_step": step, **torchrun_recovery(run, fault_at, generation)}
+    metrics = await _torchrun_finish(ctx, run)
+    metrics |= {"fault_step": step, **torchrun_recovery(run, fault_at, generation)}
     return Measured(metrics)
 
 
@@ -342,32 +349,43 @@ async def hang_lazarus(ctx: BenchContext, repeat: int) -> Measured:
 
 @runs(HANG, "torchrun")
 async def hang_torchrun(ctx: BenchContext, repeat: int) -> Measured:
-    bound = ctx.config.torchrun_hang_bound_s
     async with ctx.torchrun("hang", repeat) as run:
-        step = await torchrun_reach(ctx, run, ctx.shape.fault_step)
-        generation = run.job.generation
-        run.job.signal_rank(0, signal.SIGSTOP)
-        fault_at = time.time()
-        noticed = await wait_until(
-            lambda: (
-                run.job.agent_detection_after(fault_at) is not None
-                or run.job.snapshot().first_of_later_generation(generation, fault_at) is not None
-            ),
-            bound,
+        return await hang_under_agent(
+            ctx,
+            run,
+            ctx.config.torchrun_hang_bound_s,
+            f"the collective timeout is {ctx.config.pg_timeout_s:.0f} s",
         )
-        metrics: dict[str, Metric] = {
-            "fault_step": step,
-            **torchrun_recovery(run, fault_at, generation),
-        }
-        if not noticed:
-            metrics |= {"completed": False, "weights_ok": False}
-            return Measured(
-                metrics,
-                {"pg_timeout_s": ctx.config.pg_timeout_s},
-                note=f"not detected within {bound:.0f} s "
-                f"(the collective timeout is {ctx.config.pg_timeout_s:.0f} s)",
-            )
-        metrics |= await _torchrun_finish(ctx, run)
+
+
+async def hang_under_agent(ctx: BenchContext, run: TorchrunRun, bound: float, why: str) -> Measured:
+    """SIGSTOP rank 0 of a job under a torchrun-style agent at the fault step; if
+    nothing notices within ``bound``, say so (``why``: what would notice, and when)."""
+    step = await torchrun_reach(ctx, run, ctx.shape.fault_step)
+    generation = run.job.generation
+    run.job.signal_rank(0, signal.SIGSTOP)
+    fault_at = time.time()
+    noticed = await wait_until(
+        lambda: (
+            run.job.agent_detection_after(fault_at) is not None
+            or run.job.snapshot().first_of_later_generation(generation, fault_at) is not None
+        ),
+        bound,
+    )
+    metrics: dict[str, Metric] = {
+        "fault_step": step,
+        **torchrun_recovery(run, fault_at, generation),
+    }
+    if not noticed:
+        metrics |= {"completed": False, "weights_ok": False}
+        return Measured(
+            metrics,
+            {"pg_timeout_s": ctx.config.pg_timeout_s},
+            note=f"not detected within {bound:.0f} s ({why})",
+        )
+    metrics |= await _torchrun_finish(ctx, run)
+    # The recovery as of the end: a generation restarted after detection counts.
+    metrics |= torchrun_recovery(run, fault_at, generation)
     return Measured(metrics)
 
 

@@ -14,17 +14,32 @@ from bench.jobs import WORLD_SIZE, JobShape
 from bench.metrics import Value
 
 System = Literal[
-    "lazarus", "lazarus_rejoin", "lazarus_cold", "torchrun", "torchrun_default", "slurm_requeue"
+    "lazarus",
+    "lazarus_rejoin",
+    "lazarus_cold",
+    "torchrun",
+    "torchrun_default",
+    "nvrx",
+    "nvrx_inprocess",
+    "torchft",
+    "slurm_requeue",
 ]
+PEER_SYSTEMS: tuple[System, ...] = ("nvrx", "nvrx_inprocess", "torchft")
+"""The strongest peers (:mod:`bench.peers`): NVIDIA's nvidia-resiliency-ext, its
+``ft_launcher`` and its in-process restart, and Meta's torchft. Optional: installed
+by ``make bench-peers``; settings in :mod:`bench.peers.settings`."""
 SYSTEMS: tuple[System, ...] = (
     "lazarus",
     "lazarus_rejoin",
     "lazarus_cold",
     "torchrun",
     "torchrun_default",
+    *PEER_SYSTEMS,
 )
 """Every system ``compare`` can run, in table order (``slurm_requeue`` is the
 ``slurm`` command's: see :data:`SLURM_SYSTEMS`)."""
+SOAK_SYSTEMS: tuple[System, ...] = ("lazarus", "lazarus_rejoin", "lazarus_cold", "torchrun")
+"""The systems the chaos soak can play its schedule against."""
 SLURM_SYSTEMS: tuple[System, ...] = ("lazarus", "slurm_requeue")
 """What ``python -m bench slurm`` runs side by side: Lazarus on Slurm, and plain
 Slurm (``sbatch --requeue``) with the same job and the same fault."""
@@ -89,6 +104,9 @@ LABELS: dict[System, str] = {
     "torchrun": "torchrun",
     "torchrun_default": "torchrun (default setup)",
     "slurm_requeue": "plain Slurm (--requeue)",
+    "nvrx": "NVRx ft_launcher",
+    "nvrx_inprocess": "NVRx in-process",
+    "torchft": "torchft",
 }
 Reference = tuple[int, int]
 """(world size, steps) of a fault-free reference run."""

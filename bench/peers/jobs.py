@@ -1,0 +1,334 @@
+"""How the bench starts and watches the peers' jobs, from outside, as it does torchrun's.
+
+* :class:`NvrxLauncherJob`: NVRx's ``ft_launcher`` is torchrun with rank monitors,
+  so it is :class:`bench.torchrun.TorchrunJob` with another command line and
+  NVRx's own log lines counted as detection.
+* :class:`MemberJob`: the peers that are not one agent: NVRx's in-process restart
+  (one process per rank plus a spare, started directly) and torchft (a Lighthouse
+  and one ``torchrun`` per replica group). Each member's output is read by a
+  thread of its own and timestamped; every process a member ever started (its
+  descendants, polled every 50 ms) is remembered with its start time, so a fault
+  goes to the chosen rank and everything, orphans included, is killed at the end.
+
+Each member's lines are labelled with the member and its own generation: the
+number of times it printed its ``up`` line (a torchft group restarted by its
+torchrun prints it again; NVRx's in-process ranks print one per restart
+iteration). Which generation is "the job's" differs per peer, so the scenarios
+compute their figures from these labelled points (:mod:`bench.peers.scenarios`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from activities.nodes.procfs import is_alive, read_stat
+from bench.jobs import REPO
+from bench.measure import STEP_LINE
+from bench.peers.settings import NvrxSettings
+from bench.torchrun import (
+    AGENT_DETECTION,
+    AGENT_LINE,
+    POLL_INTERVAL_S,
+    RESUMED_LINE,
+    TorchrunJob,
+    _children,
+)
+
+NVRX_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ \[(INFO|WARNING|ERROR)\]")
+"""NVRx's own log prefix (``2026-12-04 02:39:22,638 [INFO] ...``)."""
+NVRX_DETECTION = re.compile(
+    r"UNHEALTHY|heartbeat timeout|[Hh]eartbeat.*(timed out|missing)|will restart worker group"
+)
+DISCARDED_LINE = re.compile(r"^discarded step (\d+)")
+
+
+class NvrxLauncherJob(TorchrunJob):
+    """The example under ``ft_launcher`` (:class:`NvrxSettings`); the script is
+    :mod:`bench.peers.nvrx_train` (the example plus NVRx heartbeats)."""
+
+    def __init__(self, *args: object, settings: NvrxSettings, **kwargs: object) -> None:
+        self.settings = settings
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def command(self, local_addr: str | None = None, is_host: bool = False) -> list[str]:
+        base = super().command(local_addr, is_host)
+        # python -m torch.distributed.run ... -> python -m <ft_launcher> ... --ft-*
+        launcher = [base[0], "-m", "nvidia_resiliency_ext.fault_tolerance.launcher"]
+        flags = base[3 : len(base) - len(self.example_args)]
+        script = [str(REPO / "bench" / "peers" / "nvrx_train.py"), *self.example_args[1:]]
+        return [*launcher, *flags, *self.settings.launcher_flags(), *script]
+
+    def agent_detection_after(self, t: float) -> float | None:
+        """torch's own glog lines (a worker failed) or NVRx's (a heartbeat missed)."""
+        with self._lock:
+            lines = list(self.lines)
+        for line in lines:
+            if line.t < t:
+                continue
+            if AGENT_LINE.match(line.text) and AGENT_DETECTION.search(line.text):
+                return line.t
+            if NVRX_LINE.match(line.text) and NVRX_DETECTION.search(line.text):
+                return line.t
+        return None
+
+
+@dataclass(frozen=True)
+class Member:
+    """One process the bench starts for a peer's job."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    up_line: re.Pattern[str] | None = None
+    """A line this member prints as each of its generations starts; with a group
+    ``gen``, the generation is that number + 1 (NVRx's restart iteration, the same
+    in every process), else a count of the lines (a torchft group's restarts)."""
+    rank_is_child: bool = False
+    """The rank is a child of this process (under torchrun), not the process itself."""
+
+
+@dataclass(frozen=True)
+class MemberPoint:
+    t: float
+    member: str
+    generation: int
+    """The member's own: 1 + how many times it printed ``up_line`` before, at least 1."""
+    step: int
+    committed: bool = True
+    """False: a ``discarded step`` line (torchft did not commit it)."""
+
+
+@dataclass
+class Seen:
+    pid: int
+    start_ticks: int
+    member: str
+    seen_at: float
+    env_rank: int | None
+
+    @property
+    def alive(self) -> bool:
+        return is_alive(self.pid, self.start_ticks)
+
+
+@dataclass
+class MemberJob:
+    """Several processes making one job (:class:`Member`), watched from outside."""
+
+    members: list[Member]
+    log_path: Path
+    started_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.points: list[MemberPoint] = []
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.seen: list[Seen] = []
+        self.generations: dict[str, int] = {}
+        self.resumed_from: dict[int, int] = {}
+        """Generation -> the step its ranks said they resumed from."""
+        self.lines: list[tuple[float, str, str]] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._log: IO[str] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "a")  # noqa: SIM115 - closed by stop()
+        self.started_at = time.time()
+        for member in self.members:
+            self.start_member(member)
+        poller = threading.Thread(target=self._poll_loop, name="peer-poll", daemon=True)
+        poller.start()
+        self._threads.append(poller)
+
+    def start_member(self, member: Member) -> subprocess.Popen[bytes]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
+        env["PYTHONPATH"] = str(REPO)
+        env.update(member.env)
+        proc = subprocess.Popen(
+            member.argv,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs[member.name] = proc
+        stat = read_stat(proc.pid)
+        with self._lock:
+            self.seen.append(
+                Seen(proc.pid, stat.start_ticks if stat else 0, member.name, time.time(), None)
+            )
+        reader = threading.Thread(
+            target=self._read_loop,
+            args=(member, proc),
+            name=f"peer-read-{member.name}",
+            daemon=True,
+        )
+        reader.start()
+        self._threads.append(reader)
+        return proc
+
+    def _read_loop(self, member: Member, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            now = time.time()
+            text = raw.decode(errors="replace").rstrip("\n")
+            with self._lock:
+                self.lines.append((now, member.name, text))
+                if self._log is not None:
+                    self._log.write(f"{now:.3f} [{member.name}] {text}\n")
+                up = member.up_line.search(text) if member.up_line is not None else None
+                if up is not None:
+                    counted = self.generations.get(member.name, 0) + 1
+                    named = up.groupdict().get("gen")
+                    self.generations[member.name] = int(named) + 1 if named else counted
+                generation = max(1, self.generations.get(member.name, 1))
+                if match := RESUMED_LINE.match(text):
+                    self.resumed_from.setdefault(generation, int(match[1]))
+                elif match := STEP_LINE.match(text):
+                    self.points.append(MemberPoint(now, member.name, generation, int(match[1])))
+                elif match := DISCARDED_LINE.match(text):
+                    self.points.append(
+                        MemberPoint(now, member.name, generation, int(match[1]), committed=False)
+                    )
+        proc.stdout.close()
+
+    def _poll_loop(self) -> None:
+        while not self._done.is_set():
+            self._poll_once()
+            self._done.wait(POLL_INTERVAL_S)
+
+    def _poll_once(self) -> None:
+        """Remember every descendant of every member (ranks, monitors, helpers)."""
+        now = time.time()
+        with self._lock:
+            known = {s.pid: s for s in self.seen}
+            roots = [(s.pid, s.member) for s in self.seen if s.alive]
+        frontier = roots
+        while frontier:
+            nxt: list[tuple[int, str]] = []
+            for pid, member in frontier:
+                for child in _children(pid):
+                    if child in known:
+                        continue
+                    stat = read_stat(child)
+                    if stat is None:
+                        continue
+                    env_rank = _env_rank(child)
+                    entry = Seen(child, stat.start_ticks, member, now, env_rank)
+                    known[child] = entry
+                    with self._lock:
+                        self.seen.append(entry)
+                    nxt.append((child, member))
+            frontier = nxt
+
+    # ------------------------------------------------------------------ control
+
+    def rank_process(self, member: str) -> Seen:
+        """The process holding ``member``'s rank: the member itself, or (``rank_is_child``,
+        under torchrun) its newest live child with ``RANK`` in its environment."""
+        self._poll_once()
+        spec = next(m for m in self.members if m.name == member)
+        root = self.procs[member].pid
+        with self._lock:
+            mine = [s for s in self.seen if s.member == member and s.alive]
+        if spec.rank_is_child:
+            for entry in mine:
+                if entry.env_rank is None:
+                    # First seen between fork and exec, with its parent's environment.
+                    entry.env_rank = _env_rank(entry.pid)
+            ranks = [s for s in mine if s.env_rank is not None and s.pid != root]
+            chosen = max(ranks, key=lambda s: s.seen_at) if ranks else None
+        else:
+            chosen = next((s for s in mine if s.pid == root), None)
+        if chosen is None:
+            raise LookupError(f"{member}: no live rank process")
+        return chosen
+
+    def generation(self, member: str) -> int:
+        with self._lock:
+            return max(1, self.generations.get(member, 1))
+
+    def signal_member(self, member: str, sig: signal.Signals) -> Seen:
+        target = self.rank_process(member)
+        os.kill(target.pid, sig)
+        return target
+
+    def exited(self, names: list[str]) -> bool:
+        return all(self.procs[name].poll() is not None for name in names)
+
+    def returncode(self, name: str) -> int | None:
+        return self.procs[name].poll()
+
+    def stop(self) -> None:
+        """SIGKILL every process ever seen (a stopped one too); stop the threads."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        self._poll_once()
+        with self._lock:
+            seen = list(self.seen)
+        for entry in seen:
+            if entry.alive:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(entry.pid, signal.SIGKILL)
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10.0)
+        deadline = time.monotonic() + 10.0
+        while any(s.alive for s in seen) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self._done.set()
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    # ------------------------------------------------------------------ observation
+
+    def snapshot(self) -> list[MemberPoint]:
+        with self._lock:
+            return list(self.points)
+
+    def max_step(self, before: float | None = None) -> int | None:
+        steps = [
+            p.step for p in self.snapshot() if p.committed and (before is None or p.t <= before)
+        ]
+        return max(steps, default=None)
+
+    def line_after(self, pattern: re.Pattern[str], t: float) -> float | None:
+        with self._lock:
+            lines = list(self.lines)
+        return next((at for at, _, text in lines if at >= t and pattern.search(text)), None)
+
+    def tail(self, lines: int = 40) -> str:
+        with self._lock:
+            return "\n".join(f"[{m}] {text}" for _, m, text in self.lines[-lines:])
+
+
+def _env_rank(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    for item in raw.split(b"\0"):
+        if item.startswith(b"RANK="):
+            try:
+                return int(item[5:])
+            except ValueError:
+                return None
+    return None

@@ -1,0 +1,489 @@
+"""The peers' runners for ``crash`` and ``hang``, and why they do not run the rest.
+
+Each peer runs the same job as the other systems (:mod:`bench.peers.jobs`), gets its
+fault at the same step (SIGKILL rank 1; SIGSTOP rank 0), and is measured from
+outside with the same definitions (:func:`bench.scenarios.recovery_metrics`):
+
+* ``nvrx``: ``ft_launcher``, torchrun-like: the torchrun runners as they are.
+* ``nvrx_inprocess``: three processes (two ranks and a spare); a restart is a new
+  Wrapper iteration, so a "generation" is the iteration + 1.
+* ``torchft``: two replica groups. Its survivors go on without the failed group,
+  so two figures: ``survivors_first_step_s`` (fault to the survivors' first
+  committed step) and ``recovery_outside_s`` (fault to the restarted group's first
+  committed step: the job at full world size again). ``steps_lost`` counts the
+  steps the fault cost the survivors: attempts discarded plus any steps redone.
+
+A peer that is not installed fails its runs with a message saying how to install
+it (``make bench-peers``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from bench.harness import RANK_ENV, BenchContext, Metric, TorchrunRun, wait_until
+from bench.jobs import REPO, JobPaths
+from bench.measure import StepTrace
+from bench.peers.jobs import Member, MemberJob, MemberPoint, NvrxLauncherJob
+from bench.peers.settings import (
+    NVRX_DIST,
+    TORCHFT_DIST,
+    NvrxInprocessSettings,
+    NvrxSettings,
+    TorchftSettings,
+    version,
+)
+from bench.registry import SCENARIOS, runs
+from bench.scenarios import CRASH, HANG, crash_under_agent, hang_under_agent, recovery_metrics
+from bench.systems import PEER_SYSTEMS, Measured, System
+from lazarus.app.lifecycle import StartStop
+from lazarus.domain.ports import free_port
+
+PEERS_DIR = REPO / "bench" / "peers"
+INSTALL_HINT = "run `make bench-peers` (the `peers` extra and bench/peers/install_nvrx.py)"
+NVRX_UP = re.compile(r"^nvrx iteration (?P<gen>\d+) rank")
+TORCHFT_UP = re.compile(r"^torchft replica \d+ up")
+INPROCESS_DETECTION = re.compile(r"RankShouldRestart|SOFT_TIMEOUT|HARD_TIMEOUT")
+"""NVRx's own line once a rank's function is interrupted for a restart."""
+TORCHFT_DETECTION = re.compile(r"got exception|[Tt]imed out")
+"""torchft's line once a collective of the step failed (the peer is gone or silent)."""
+NO_HANG_REPLACEMENT = (
+    "a hung group is never killed or replaced: the survivor trains on alone until the "
+    "end, and the job never returns to full world size"
+)
+NO_REJOIN = (
+    "the restarted group was not back before the survivor finished (torch's start-up "
+    "outlasted the rest of the job): it then formed a quorum alone and trained from step 0"
+)
+TORCHFT_WEIGHTS = (
+    "weights differ by design: with min_replicas 1 the survivor trains alone while the "
+    "failed group is away (averaging one replica's gradients), which a fault-free run "
+    "never does; min_replicas 2 would keep them equal but stop the survivors too"
+)
+
+
+def require(dist: str) -> None:
+    if version(dist) is None:
+        raise RuntimeError(f"{dist} is not installed: {INSTALL_HINT}")
+
+
+def missing_peers() -> dict[str, str]:
+    """The peer systems that cannot run here, and why (not installed)."""
+    missing: dict[str, str] = {}
+    for system, dist in (
+        ("nvrx", NVRX_DIST),
+        ("nvrx_inprocess", NVRX_DIST),
+        ("torchft", TORCHFT_DIST),
+    ):
+        if version(dist) is None:
+            missing[system] = f"{dist} is not installed: {INSTALL_HINT}"
+    return missing
+
+
+# --------------------------------------------------------------------------- nvrx
+
+
+@asynccontextmanager
+async def nvrx_launcher(
+    ctx: BenchContext, scenario: str, repeat: int
+) -> AsyncIterator[TorchrunRun]:
+    """The example under ``ft_launcher``; every process it started is killed on exit."""
+    require(NVRX_DIST)
+    paths = ctx._paths("nvrx", scenario, repeat)
+    settings = NvrxSettings.for_shape(ctx.shape)
+    job = NvrxLauncherJob(
+        example_args=ctx.example_args(paths),
+        log_path=paths.root / "ft_launcher.log",
+        setup="best" if settings.unshared_store else "default",
+        max_restarts=settings.max_restarts,
+        monitor_interval_s=settings.monitor_interval_s,
+        extra_env=dict(RANK_ENV),
+        settings=settings,
+    )
+    ctx.torchrun_jobs.append(job)
+    job.start()
+    try:
+        yield TorchrunRun(job, paths)
+    finally:
+        await asyncio.to_thread(job.stop)
+
+
+@runs(CRASH, "nvrx")
+async def crash_nvrx(ctx: BenchContext, repeat: int) -> Measured:
+    async with nvrx_launcher(ctx, "crash", repeat) as run:
+        return await crash_under_agent(ctx, run, ctx.shape.job_timeout_s)
+
+
+@runs(HANG, "nvrx")
+async def hang_nvrx(ctx: BenchContext, repeat: int) -> Measured:
+    settings = NvrxSettings.for_shape(ctx.shape)
+    bound = settings.rank_heartbeat_timeout_s + 60.0
+    async with nvrx_launcher(ctx, "hang", repeat) as run:
+        return await hang_under_agent(
+            ctx,
+            run,
+            bound,
+            f"the rank heartbeat timeout is {settings.rank_heartbeat_timeout_s:.0f} s",
+        )
+
+
+# --------------------------------------------------------------------------- member jobs
+
+
+@asynccontextmanager
+async def member_job(
+    ctx: BenchContext,
+    system: str,
+    scenario: str,
+    repeat: int,
+    members: list[Member],
+    paths: JobPaths,
+) -> AsyncIterator[MemberJob]:
+    job = MemberJob(members, paths.root / f"{system}.log")
+    ctx.resources.append(_Stopper(job))
+    job.start()
+    try:
+        yield job
+    finally:
+        await asyncio.to_thread(job.stop)
+
+
+class _Stopper(StartStop):
+    """A :class:`MemberJob` as a resource the harness stops after a failed run."""
+
+    def __init__(self, job: MemberJob) -> None:
+        self.job = job
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.job.stop()
+
+
+async def reach(ctx: BenchContext, job: MemberJob, step: int) -> int:
+    timeout = ctx.shape.job_timeout_s
+    if not await wait_until(lambda: (job.max_step() or 0) >= step, timeout):
+        raise TimeoutError(f"step {step} not reached in {timeout:.0f} s:\n{job.tail()}")
+    return job.max_step() or step
+
+
+async def wait_exit(job: MemberJob, names: list[str], timeout_s: float) -> float | None:
+    if await wait_until(lambda: job.exited(names), timeout_s):
+        return time.time()
+    return None
+
+
+def trace_of(job: MemberJob, only: str | None = None) -> StepTrace:
+    trace = StepTrace(started_at=job.started_at)
+    for p in job.snapshot():
+        if p.committed and (only is None or p.member == only):
+            trace.add(p.t, p.generation, p.step)
+    return trace
+
+
+# --------------------------------------------------------------------------- nvrx in-process
+
+
+def inprocess_members(ctx: BenchContext, paths: JobPaths) -> list[Member]:
+    settings = NvrxInprocessSettings.for_shape(ctx.shape)
+    port = free_port()
+    args = ctx.example_args(paths)[1:]
+    env = {
+        **RANK_ENV,
+        "WORLD_SIZE": str(settings.processes),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "BENCH_NVRX_INPROCESS": json.dumps(
+            {k: v for k, v in vars(settings).items() if not isinstance(v, str)}
+        ),
+    }
+    script = str(PEERS_DIR / "nvrx_inprocess_train.py")
+    return [
+        Member(
+            f"rank{rank}",
+            [sys.executable, "-u", script, *args],
+            {**env, "RANK": str(rank)},
+            up_line=NVRX_UP,
+        )
+        for rank in range(settings.processes)
+    ]
+
+
+async def _inprocess_fault(
+    ctx: BenchContext, repeat: int, scenario: str, rank: int, sig: signal.Signals
+) -> Measured:
+    require(NVRX_DIST)
+    paths = ctx._paths("nvrx-inprocess", scenario, repeat)
+    members = inprocess_members(ctx, paths)
+    settings = NvrxInprocessSettings.for_shape(ctx.shape)
+    async with member_job(ctx, "nvrx_inprocess", scenario, repeat, members, paths) as job:
+        step = await reach(ctx, job, ctx.shape.fault_step)
+        victim = f"rank{rank}"
+        generation = job.generation(victim)
+        job.signal_member(victim, sig)
+        fault_at = time.time()
+        bound = ctx.shape.job_timeout_s if sig == signal.SIGKILL else settings.hard_timeout_s + 60.0
+        recovered = await wait_until(
+            lambda: trace_of(job).first_of_later_generation(generation, fault_at) is not None, bound
+        )
+        detected = job.line_after(INPROCESS_DETECTION, fault_at)
+        metrics: dict[str, Metric] = {
+            "fault_step": step,
+            "detected": detected is not None,
+            "detection_from_injection_s": detected - fault_at if detected is not None else None,
+        }
+        if not recovered:
+            metrics |= {
+                **recovery_metrics(trace_of(job), fault_at, generation, None),
+                "completed": False,
+                "weights_ok": False,
+            }
+            why = (
+                "no restart iteration began; rank 0 hosts the Wrapper's store and the "
+                "job's, so while it is stopped (or once killed) every other rank waits on it"
+                if rank == 0
+                else "no restart iteration"
+            )
+            return Measured(
+                metrics, {"tail": job.tail()}, note=f"not recovered within {bound:.0f} s: {why}"
+            )
+        others = [m.name for m in members if m.name != victim]
+        ended = await wait_exit(job, others, ctx.shape.job_timeout_s)
+        first = trace_of(job).first_of_later_generation(generation, fault_at)
+        resumed = job.resumed_from.get(first.generation) if first is not None else None
+        completed = ended is not None and all(job.returncode(n) == 0 for n in others)
+        metrics |= {
+            **recovery_metrics(trace_of(job), fault_at, generation, None, resumed),
+            "completed": completed,
+            "weights_ok": completed and await ctx.weights_ok(paths.weights),
+            "wall_s": (ended or time.time()) - job.started_at,
+            "generations": max(job.generations.values(), default=1),
+        }
+    return Measured(metrics)
+
+
+@runs(CRASH, "nvrx_inprocess")
+async def crash_nvrx_inprocess(ctx: BenchContext, repeat: int) -> Measured:
+    return await _inprocess_fault(ctx, repeat, "crash", 1, signal.SIGKILL)
+
+
+@runs(HANG, "nvrx_inprocess")
+async def hang_nvrx_inprocess(ctx: BenchContext, repeat: int) -> Measured:
+    return await _inprocess_fault(ctx, repeat, "hang", 0, signal.SIGSTOP)
+
+
+# --------------------------------------------------------------------------- torchft
+
+
+def torchft_members(ctx: BenchContext, paths: JobPaths) -> list[Member]:
+    settings = TorchftSettings.for_shape(ctx.shape)
+    shape = ctx.shape
+    lighthouse_port = free_port()
+    lighthouse = Member(
+        "lighthouse",
+        [
+            _bin("torchft_lighthouse"),
+            "--bind",
+            f"127.0.0.1:{lighthouse_port}",
+            *settings.lighthouse_flags(),
+        ],
+        {},
+    )
+    script = [
+        str(PEERS_DIR / "torchft_train.py"),
+        "--steps",
+        str(shape.steps),
+        "--step-time",
+        str(shape.step_time_s),
+        "--ckpt-every",
+        str(shape.ckpt_every),
+        "--out",
+        str(paths.weights),
+        "--checkpoint-dir",
+        str(paths.checkpoints),
+        "--timeout-s",
+        str(settings.timeout_s),
+        "--quorum-timeout-s",
+        str(settings.quorum_timeout_s),
+        "--min-replica-size",
+        str(settings.min_replicas),
+        "--start-together",
+        str(paths.root / "started"),
+        "--groups",
+        str(settings.groups),
+    ]
+    groups = [
+        Member(
+            f"group{group}",
+            [
+                sys.executable,
+                "-u",
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "1",
+                "--max-restarts",
+                str(settings.max_restarts),
+                "--monitor-interval",
+                str(settings.monitor_interval_s),
+                *script,
+            ],
+            {
+                **RANK_ENV,
+                "REPLICA_GROUP_ID": str(group),
+                "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{lighthouse_port}",
+                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            },
+            up_line=TORCHFT_UP,
+            rank_is_child=True,
+        )
+        for group in range(settings.groups)
+    ]
+    return [lighthouse, *groups]
+
+
+def _bin(name: str) -> str:
+    """A console script of this interpreter's environment (else on the PATH)."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else (shutil.which(name) or name)
+
+
+def torchft_figures(
+    job: MemberJob, victim: str, survivor: str, fault_at: float, max_before: int, generation: int
+) -> dict[str, Metric]:
+    points = job.snapshot()
+    after = [p for p in points if p.t >= fault_at]
+    survivor_first = _first(
+        [p for p in after if p.member == survivor and p.committed and p.step > max_before]
+    )
+    # Back in the job: a step of the restarted group past the fault, so healed from a
+    # live peer (one that comes back after the survivor has finished starts alone
+    # from step 0: that is no rejoin).
+    rejoined = _first(
+        [
+            p
+            for p in after
+            if p.member == victim and p.committed and p.generation > generation
+            if p.step > max_before
+        ]
+    )
+    discarded = {p.step for p in after if not p.committed}
+    redone = max(0, max_before - (survivor_first.step - 1)) if survivor_first else 0
+    detected = job.line_after(TORCHFT_DETECTION, fault_at)
+    return {
+        "detected": detected is not None,
+        "detection_from_injection_s": detected - fault_at if detected is not None else None,
+        "survivors_first_step_s": survivor_first.t - fault_at if survivor_first else None,
+        "recovered": rejoined is not None,
+        "recovery_outside_s": rejoined.t - fault_at if rejoined else None,
+        "steps_lost": len(discarded) + redone if survivor_first else None,
+    }
+
+
+def _first(points: list[MemberPoint]) -> MemberPoint | None:
+    return min(points, key=lambda p: p.t) if points else None
+
+
+async def _torchft_fault(
+    ctx: BenchContext, repeat: int, scenario: str, group: int, sig: signal.Signals
+) -> Measured:
+    require(TORCHFT_DIST)
+    paths = ctx._paths("torchft", scenario, repeat)
+    members = torchft_members(ctx, paths)
+    groups = [m.name for m in members if m.name.startswith("group")]
+    victim = f"group{group}"
+    survivor = next(g for g in groups if g != victim)
+    async with member_job(ctx, "torchft", scenario, repeat, members, paths) as job:
+        step = await reach(ctx, job, ctx.shape.fault_step)
+        generation = job.generation(victim)
+        job.signal_member(victim, sig)
+        fault_at = time.time()
+        max_before = job.max_step(before=fault_at) or step
+        if sig == signal.SIGKILL:
+            ended = await wait_exit(job, groups, ctx.shape.job_timeout_s)
+        else:
+            ended = await wait_exit(job, [survivor], ctx.shape.job_timeout_s)
+        metrics: dict[str, Metric] = {
+            "fault_step": step,
+            **torchft_figures(job, victim, survivor, fault_at, max_before, generation),
+        }
+        completed = ended is not None and all(job.returncode(g) == 0 for g in groups)
+        weights_ok = completed and await ctx.weights_ok(paths.weights)
+        metrics |= {
+            "completed": completed,
+            "weights_ok": weights_ok,
+            "wall_s": (ended or time.time()) - job.started_at,
+        }
+        notes = []
+        if sig == signal.SIGSTOP:
+            notes.append(NO_HANG_REPLACEMENT)
+        elif not metrics["recovered"]:
+            notes.append(NO_REJOIN)
+        if sig == signal.SIGKILL and completed and not weights_ok:
+            notes.append(TORCHFT_WEIGHTS)
+        note = "; ".join(notes) or None
+    return Measured(metrics, {"settings_note": TORCHFT_WEIGHTS}, note=note)
+
+
+@runs(CRASH, "torchft")
+async def crash_torchft(ctx: BenchContext, repeat: int) -> Measured:
+    return await _torchft_fault(ctx, repeat, "crash", 1, signal.SIGKILL)
+
+
+@runs(HANG, "torchft")
+async def hang_torchft(ctx: BenchContext, repeat: int) -> Measured:
+    return await _torchft_fault(ctx, repeat, "hang", 0, signal.SIGSTOP)
+
+
+# --------------------------------------------------------------------------- the rest
+
+NOT_RUN: dict[str, dict[System, str]] = {
+    "node_loss": {
+        "nvrx": "not measured: ft_launcher's node loss needs one agent per ssh test host "
+        "(as multinode_node_loss does for torchrun); not wired for NVRx yet",
+        "nvrx_inprocess": "not measured: in-process restart needs the spare's process "
+        "already running on a surviving host; not wired for the ssh test hosts yet",
+        "torchft": "not measured: one replica group per ssh test host and a Lighthouse "
+        "reachable from all; not wired yet",
+    },
+    "pause_resume": {
+        system: "not possible: the peer has no pause; stopping it ends the job"
+        for system in PEER_SYSTEMS
+    },
+    "controller_crash": {
+        "nvrx": "not measured: SIGKILLing ft_launcher orphans its ranks as torchrun's do",
+        "nvrx_inprocess": "not possible: there is no controller process apart from the ranks",
+        "torchft": "not measured: the Lighthouse's own loss (survivors cannot form quorums)",
+    },
+    "straggler": {
+        "nvrx": "not measured: NVRx straggler detection needs CUDA",
+        "nvrx_inprocess": "not measured: NVRx straggler detection needs CUDA",
+        "torchft": "not possible: torchft has no straggler detection",
+    },
+    "clean": {
+        system: "not measured yet: the peers run the fault scenarios only (no "
+        "fault-free baseline, so no wall_vs_clean)"
+        for system in PEER_SYSTEMS
+    },
+}
+"""Why a peer does not run a scenario of ``compare`` (reported in every table)."""
+
+
+def mark_not_run() -> None:
+    """File :data:`NOT_RUN` with the scenarios (:mod:`bench.catalog` calls it once
+    every scenario module is imported)."""
+    for name, reasons in NOT_RUN.items():
+        if name in SCENARIOS:
+            for system, reason in reasons.items():
+                SCENARIOS[name].not_possible.setdefault(system, reason)
