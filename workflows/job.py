@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         start,
         worker_loss_timeout,
     )
-    from workflows.checkpoint_steps import CheckpointSteps
+    from workflows.checkpoint_steps import CheckpointSteps, SearchedBeside
     from workflows.checkpoint_tuning import TUNED_OUTCOMES
     from workflows.failures import unreachable_failure, unreachable_node
     from workflows.fleet_link import waits_on_fleet
@@ -99,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
         PATCH_NODES_BEFORE_RESUME,
         PATCH_PAUSED_STAYS_PAUSED,
         PATCH_POOL_LOCK,
+        PATCH_PREFLIGHT_BESIDE_SEARCH,
         PATCH_RUN_DIRECTORY,
         PATCH_SEARCH_ATTRIBUTES_V2,
         PATCH_SLURM_PREEMPTION,
@@ -360,16 +361,26 @@ class JobWorkflow:
         # The resume point must be chosen for the nodes that launch: the memory tier's
         # snapshot exists only on the nodes its search checked (issue 26).
         nodes_first = workflow.patched(PATCH_NODES_BEFORE_RESUME)
+        beside: SearchedBeside | None = None
         if nodes_first:
             planned_on = list(state.pool.active)
-            ready = await self._preflight.check_active_nodes()
+            if workflow.patched(PATCH_PREFLIGHT_BESIDE_SEARCH):
+                # Both at once; the search is redone if the preflight moved a node.
+                ready, beside = await self._checkpoints.search_beside(
+                    self._preflight.check_active_nodes()
+                )
+            else:
+                ready = await self._preflight.check_active_nodes()
             if rejoining and state.pool.active != planned_on:
                 rejoining = []
                 ready = await self._recovery.drop_rejoin(planned_on) and ready
             if not ready:
                 return
-        below = await self._checkpoints.roll_back() if state.rollback_pending else None
-        resume = await self._checkpoints.find_resume_point(below)
+        if beside is not None:
+            resume = await self._checkpoints.find_resume_point(beside.below_step, beside.search)
+        else:
+            below = await self._checkpoints.roll_back() if state.rollback_pending else None
+            resume = await self._checkpoints.find_resume_point(below)
         recovering = state.current_incident
         if recovering is not None and recovering.timeline is not None:
             recovering.timeline.resume_chosen_at = self._run.now()
