@@ -179,8 +179,8 @@ def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> Fa
                     (
                         node.unreachable_since,
                         name,
-                        f"node {name} silent for {silent:.1f} s since its last answer: "
-                        f"{node.error}",
+                        f"node {name} unreachable: silent for {silent:.1f} s since its "
+                        f"last answer: {node.error}",
                     )
                 )
         elif obs.multi_node:

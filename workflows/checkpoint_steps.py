@@ -15,7 +15,7 @@ calls, in the order the workflow has always issued them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.housekeeping import must_rewatch
     from workflows.patches import (
         PATCH_CHECKPOINT_INTERVAL_AUTO,
+        PATCH_PREFLIGHT_BESIDE_SEARCH,
         PATCH_RETIER_AFTER_FALLBACK,
     )
     from workflows.placement import active_nodes, generation_dir, run_root
@@ -88,9 +89,13 @@ class CheckpointSteps:
         self.run = run
         self.stops = stops
 
-    async def search_beside(self, preflight: Awaitable[bool]) -> tuple[bool, SearchedBeside]:
+    async def search_beside(
+        self, preflight: Callable[[], Awaitable[bool]]
+    ) -> tuple[bool, SearchedBeside | None]:
         """Run ``preflight`` and the resume-point search (after the rollback, when one
-        is pending) at once; returns the preflight's answer and the search.
+        is pending) at once; returns the preflight's answer and the search. Histories
+        from before ``PATCH_PREFLIGHT_BESIDE_SEARCH`` run the preflight alone (None:
+        :meth:`resume_point` then rolls back and searches after it, as they did).
 
         Both take a round trip to every node, and on the relaunch after a node loss
         nothing but this pair stands between the stop and the launch (issue 28). The
@@ -103,13 +108,15 @@ class CheckpointSteps:
         directory there goes with the run's end, and a corrupt disk checkpoint moved
         aside would be moved by any search. Both coroutines are awaited to their end
         before anything is raised, so no activity of either is left running unseen."""
+        if not workflow.patched(PATCH_PREFLIGHT_BESIDE_SEARCH):
+            return await preflight(), None
         made_for = self.search_access()
 
         async def search() -> tuple[int | None, CheckpointSearch]:
             below = await self.roll_back() if self.run.state.rollback_pending else None
             return below, await self.find_verified(include_durable=True, below_step=below)
 
-        checked, searched = await asyncio.gather(preflight, search(), return_exceptions=True)
+        checked, searched = await asyncio.gather(preflight(), search(), return_exceptions=True)
         if isinstance(checked, BaseException):
             raise checked
         if isinstance(searched, BaseException):
@@ -117,6 +124,15 @@ class CheckpointSteps:
         below, found = searched
         current = found if self.search_access() == made_for else None
         return checked, SearchedBeside(below_step=below, search=current)
+
+    async def resume_point(self, beside: SearchedBeside | None) -> CheckpointRef | None:
+        """The launch's resume point: from the search made beside the preflight, or
+        (none made: an older history, or a launch without a preflight first) after
+        the rollback, when one is pending, and a search now."""
+        if beside is not None:
+            return await self.find_resume_point(beside.below_step, beside.search)
+        below = await self.roll_back() if self.run.state.rollback_pending else None
+        return await self.find_resume_point(below)
 
     def search_access(self) -> NodeAccess:
         """The nodes a resume-point search asks: the ones the launch will run on."""

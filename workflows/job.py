@@ -99,7 +99,6 @@ with workflow.unsafe.imports_passed_through():
         PATCH_NODES_BEFORE_RESUME,
         PATCH_PAUSED_STAYS_PAUSED,
         PATCH_POOL_LOCK,
-        PATCH_PREFLIGHT_BESIDE_SEARCH,
         PATCH_RUN_DIRECTORY,
         PATCH_SEARCH_ATTRIBUTES_V2,
         PATCH_SLURM_PREEMPTION,
@@ -364,23 +363,15 @@ class JobWorkflow:
         beside: SearchedBeside | None = None
         if nodes_first:
             planned_on = list(state.pool.active)
-            if workflow.patched(PATCH_PREFLIGHT_BESIDE_SEARCH):
-                # Both at once; the search is redone if the preflight moved a node.
-                ready, beside = await self._checkpoints.search_beside(
-                    self._preflight.check_active_nodes()
-                )
-            else:
-                ready = await self._preflight.check_active_nodes()
+            # The search runs beside it (made again if the preflight moved a node).
+            check = self._preflight.check_active_nodes
+            ready, beside = await self._checkpoints.search_beside(check)
             if rejoining and state.pool.active != planned_on:
                 rejoining = []
                 ready = await self._recovery.drop_rejoin(planned_on) and ready
             if not ready:
                 return
-        if beside is not None:
-            resume = await self._checkpoints.find_resume_point(beside.below_step, beside.search)
-        else:
-            below = await self._checkpoints.roll_back() if state.rollback_pending else None
-            resume = await self._checkpoints.find_resume_point(below)
+        resume = await self._checkpoints.resume_point(beside)
         recovering = state.current_incident
         if recovering is not None and recovering.timeline is not None:
             recovering.timeline.resume_chosen_at = self._run.now()

@@ -144,7 +144,7 @@ async def test_preflight_failure_on_one_node_replaces_it_before_launch(
     )
     job = await start_job(spec)
     status = await job.result(timeout_s=200)
-    assert status.phase == Phase.SUCCEEDED and status.generation == 1
+    assert status.phase == Phase.SUCCEEDED and status.generation == 1, status.incidents
     assert status.nodes.active == ["h1", "h2", "h4"]
     assert [q.node for q in status.nodes.quarantined] == ["h3"]
     assert_same_weights(job.weights, world3_weights)
