@@ -183,6 +183,9 @@ async def _supervise_with(
         if awaiting_exit_record(obs):
             delay = min(delay, EXIT_RECORD_POLL_S)
         delay = min(delay, until_hang_check(request, obs, time.time()))
+        due = observer.due_in()  # a silent node's deadline: declared then, not a round later
+        if due is not None:
+            delay = min(delay, due)
         await until_an_exit(opened, delay)
 
 

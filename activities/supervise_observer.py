@@ -44,8 +44,12 @@ from lazarus.domain.environment import (
 )
 from lazarus.domain.phases import HEARTBEAT_FIELD
 
-Verdict = tuple[NodeStatus, float]
-"""What one poll of a node said, and when (wall) it was asked."""
+Verdict = tuple[NodeStatus, float, float]
+"""What one poll of a node said, when (wall) it was asked and when its answer came."""
+
+MIN_ROUND_WAIT_S = 0.01
+"""A round cut short by a deadline still waits this long: a deadline met a hair after
+the observation is declared by the next round, without polling in a tight loop."""
 
 MAX_POLL_THREADS = 64
 """Polls out at once. Each node has at most one; a silent node holds its thread until
@@ -135,6 +139,9 @@ class GenerationObserver:
         self._oom = OomWatch(kernel)
         self._dead_since: dict[int, float] = {}
         self._unreachable_since: dict[str, float] = {}
+        """node -> when it went silent: its last answer (:func:`silent_since`)."""
+        self._answered_at: dict[str, float] = {}
+        """node -> when (wall) its last answer came back, in this attempt."""
         self._failed_polls: dict[str, int] = {}
         self._first_seen = self._clock.wall()
         self._launch_time: float | None = None
@@ -235,7 +242,7 @@ class GenerationObserver:
             # A silent node went quiet when we asked, not when we gave up.
             asked_at, started = self._clock.wall(), time.monotonic()
             status = self._poll(agent)
-            verdicts.append((status, asked_at))
+            verdicts.append((status, asked_at, self._clock.wall()))
             blocked = time.monotonic() - started >= interval
             if status.reachable or not blocked or len(verdicts) >= MIN_FAILED_POLLS:
                 return verdicts
@@ -252,7 +259,7 @@ class GenerationObserver:
         a slow but live node is judged exactly as it was when rounds waited for it."""
         if len(self._agents) <= 1:  # one node: nothing to hold up, one poll a round
             asked_at = self._clock.wall()
-            return [[(self._poll(agent), asked_at)] for agent in self._agents]
+            return [[(self._poll(agent), asked_at, self._clock.wall())] for agent in self._agents]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
                 max_workers=min(MAX_POLL_THREADS, len(self._agents)),
@@ -261,7 +268,7 @@ class GenerationObserver:
         for agent in self._agents:
             if agent.node.name not in self._in_flight:
                 self._in_flight[agent.node.name] = self._pool.submit(self._verdicts, agent)
-        wait(list(self._in_flight.values()), timeout=self._request.health.poll_interval_s)
+        wait(list(self._in_flight.values()), timeout=self.round_wait_s())
         answers: list[list[Verdict] | None] = []
         for agent in self._agents:
             future = self._in_flight[agent.node.name]
@@ -271,6 +278,25 @@ class GenerationObserver:
             else:
                 answers.append(None)
         return answers
+
+    def due_in(self) -> float | None:
+        """Seconds until the first silent node that failed enough polls has been
+        silent for ``node_timeout_s`` (:func:`node_loss_due_in`), or None: the poll
+        loop wakes then, so a lost node is declared at its deadline, not at the
+        first round after it (up to a poll interval later)."""
+        confirmed = {
+            name: since
+            for name, since in self._unreachable_since.items()
+            if self._failed_polls.get(name, 0) >= MIN_FAILED_POLLS
+        }
+        return node_loss_due_in(confirmed, self._request.node_timeout_s, self._clock.wall())
+
+    def round_wait_s(self) -> float:
+        """How long a round waits for the polls out: one ``poll_interval_s``, or less
+        when a silent node's deadline comes sooner (:meth:`due_in`)."""
+        interval = self._request.health.poll_interval_s
+        due = self.due_in()
+        return interval if due is None else max(MIN_ROUND_WAIT_S, min(interval, due))
 
     def close(self) -> None:
         """Stop polling: polls still out finish in their threads, unread."""
@@ -293,12 +319,14 @@ class GenerationObserver:
                 nodes[name] = replace(self._last_node[name], waiting=True)
                 ranks.extend(self._last_ranks[rank] for rank in self._ranks_of[name])
                 continue
-            for status, asked_at in answer:
+            for status, asked_at, answered_at in answer:
                 if status.reachable:
                     self._unreachable_since.pop(name, None)
                     self._failed_polls.pop(name, None)
+                    self._answered_at[name] = answered_at
                 else:
-                    self._unreachable_since.setdefault(name, asked_at)
+                    since = silent_since(self._answered_at.get(name), asked_at)
+                    self._unreachable_since.setdefault(name, since)
                     self._failed_polls[name] = self._failed_polls.get(name, 0) + 1
             status = answer[-1][0]
             previous = self._answered_at.get(name) if status.reachable else None
@@ -454,6 +482,28 @@ class GenerationObserver:
         if agent.node.launcher != "local" or pid <= 0:
             return None
         return self._oom.evidence(rank, pid)
+
+
+def silent_since(answered_at: float | None, asked_at: float) -> float:
+    """When a node that failed a poll went silent: its last answer, as a keep-alive
+    counts (torchrun's rendezvous declares a node dead ``interval x attempts`` after
+    its last keep-alive), so ``node_timeout_s`` is the silence the node is allowed,
+    whatever the poll cadence. The answer's arrival is the latest moment the node was
+    known alive: never earlier than it was, so never a loss declared early. Without
+    an answer in this attempt (a retried supervision, or a node silent from the
+    start), the poll that failed was asked at ``asked_at``: silent since then, as
+    before (issue 28: the first failed poll came up to one poll interval after the
+    last answer, and the node was declared that much late)."""
+    return asked_at if answered_at is None else min(answered_at, asked_at)
+
+
+def node_loss_due_in(silent: dict[str, float], node_timeout_s: float, now: float) -> float | None:
+    """Seconds from ``now`` until the first of the ``silent`` nodes (name -> silent
+    since, wall) has been silent ``node_timeout_s``; 0 when one already has, None
+    when none is silent."""
+    if not silent:
+        return None
+    return max(0.0, min(silent.values()) + node_timeout_s - now)
 
 
 def _marker_of(step: int, written_at: object) -> str:

@@ -155,8 +155,9 @@ def _vanished(obs: Observation) -> FailureReport | None:
 
 
 def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> FailureReport | None:
-    """A node is dead when it is unreachable for node_timeout_s (at once if ranks are
-    already crashing: they lost their peers there), or when, in a multi-node job,
+    """A node is dead when it is silent for node_timeout_s since its last answer
+    (``unreachable_since``, see ``supervise_observer.silent_since``; at once if ranks
+    are already crashing: they lost their peers there), or when, in a multi-node job,
     every one of its ranks vanished without an exit status. Either way it must have
     failed :data:`MIN_FAILED_POLLS` polls in a row: a single slow answer from a live
     host on a loaded controller must not quarantine it (defect 19, issue 10)."""
@@ -178,7 +179,8 @@ def _node_lost(request: SuperviseRequest, obs: Observation, crashed: bool) -> Fa
                     (
                         node.unreachable_since,
                         name,
-                        f"node {name} unreachable for {silent:.1f} s: {node.error}",
+                        f"node {name} unreachable: silent for {silent:.1f} s since its "
+                        f"last answer: {node.error}",
                     )
                 )
         elif obs.multi_node:

@@ -14,6 +14,9 @@ calls, in the order the workflow has always issued them.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
@@ -56,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.housekeeping import must_rewatch
     from workflows.patches import (
         PATCH_CHECKPOINT_INTERVAL_AUTO,
+        PATCH_PREFLIGHT_BESIDE_SEARCH,
         PATCH_RETIER_AFTER_FALLBACK,
     )
     from workflows.placement import active_nodes, generation_dir, run_root
@@ -67,6 +71,17 @@ with workflow.unsafe.imports_passed_through():
     from workflows.stops import record_planned_stop
 
 
+@dataclass(frozen=True)
+class SearchedBeside:
+    """What :meth:`CheckpointSteps.search_beside` found beside the preflight."""
+
+    below_step: int | None
+    """The rollback's bound, when one was pending (done now, never again)."""
+    search: CheckpointSearch | None
+    """The search, or None when the preflight changed the nodes it was made for: the
+    resume point is then searched again, on the nodes that launch."""
+
+
 class CheckpointSteps:
     """The checkpoint steps of one run; planned stops go through ``stops``."""
 
@@ -74,12 +89,69 @@ class CheckpointSteps:
         self.run = run
         self.stops = stops
 
-    async def find_resume_point(self, below_step: int | None = None) -> CheckpointRef | None:
+    async def search_beside(
+        self, preflight: Callable[[], Awaitable[bool]]
+    ) -> tuple[bool, SearchedBeside | None]:
+        """Run ``preflight`` and the resume-point search (after the rollback, when one
+        is pending) at once; returns the preflight's answer and the search. Histories
+        from before ``PATCH_PREFLIGHT_BESIDE_SEARCH`` run the preflight alone (None:
+        :meth:`resume_point` then rolls back and searches after it, as they did).
+
+        Both take a round trip to every node, and on the relaunch after a node loss
+        nothing but this pair stands between the stop and the launch (issue 28). The
+        search is made for the nodes active now, which are the ones that launch unless
+        the preflight swaps one out (then shrink, spare or ``slurm.grow``): that case
+        is rare, and its search is simply thrown away (:attr:`SearchedBeside.search`
+        None) and made again on the new nodes, so the memory tier is still searched
+        on exactly the nodes that launch (issue 26). What a thrown-away search did on
+        a node that then left is harmless: a replica copied into the run's memory
+        directory there goes with the run's end, and a corrupt disk checkpoint moved
+        aside would be moved by any search. Both coroutines are awaited to their end
+        before anything is raised, so no activity of either is left running unseen."""
+        if not workflow.patched(PATCH_PREFLIGHT_BESIDE_SEARCH):
+            return await preflight(), None
+        made_for = self.search_access()
+
+        async def search() -> tuple[int | None, CheckpointSearch]:
+            below = await self.roll_back() if self.run.state.rollback_pending else None
+            return below, await self.find_verified(include_durable=True, below_step=below)
+
+        checked, searched = await asyncio.gather(preflight(), search(), return_exceptions=True)
+        if isinstance(checked, BaseException):
+            raise checked
+        if isinstance(searched, BaseException):
+            raise searched
+        below, found = searched
+        current = found if self.search_access() == made_for else None
+        return checked, SearchedBeside(below_step=below, search=current)
+
+    async def resume_point(self, beside: SearchedBeside | None) -> CheckpointRef | None:
+        """The launch's resume point: from the search made beside the preflight, or
+        (none made: an older history, or a launch without a preflight first) after
+        the rollback, when one is pending, and a search now."""
+        if beside is not None:
+            return await self.find_resume_point(beside.below_step, beside.search)
+        below = await self.roll_back() if self.run.state.rollback_pending else None
+        return await self.find_resume_point(below)
+
+    def search_access(self) -> NodeAccess:
+        """The nodes a resume-point search asks: the ones the launch will run on."""
+        spec = self.run.spec
+        return NodeAccess.of(spec, active_nodes(spec, self.run.state.pool))
+
+    async def find_resume_point(
+        self, below_step: int | None = None, found: CheckpointSearch | None = None
+    ) -> CheckpointRef | None:
         """The newest checkpoint that is committed *and* verified, restored from the
         durable tier when only it holds one (a spare replacing a dead node). Newer
-        checkpoints that fail verification are skipped and recorded."""
+        checkpoints that fail verification are skipped and recorded. ``found`` is a
+        search already made for these nodes (:meth:`search_beside`)."""
         spec = self.run.spec
-        search = await self.find_verified(include_durable=True, below_step=below_step)
+        search = (
+            found
+            if found is not None
+            else await self.find_verified(include_durable=True, below_step=below_step)
+        )
         resume = search.chosen
         if resume is not None and search.location == "durable":
             try:
@@ -124,7 +196,7 @@ class CheckpointSteps:
                     if spec.checkpoints.memory_every_steps is not None and below_step is None
                     else None
                 ),
-                access=NodeAccess.of(spec, active_nodes(spec, self.run.state.pool)),
+                access=self.search_access(),
             ),
             start_to_close_timeout=timedelta(minutes=30),
             heartbeat_timeout=timedelta(seconds=30),

@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         start,
         worker_loss_timeout,
     )
-    from workflows.checkpoint_steps import CheckpointSteps
+    from workflows.checkpoint_steps import CheckpointSteps, SearchedBeside
     from workflows.checkpoint_tuning import TUNED_OUTCOMES
     from workflows.failures import unreachable_failure, unreachable_node
     from workflows.fleet_link import waits_on_fleet
@@ -360,16 +360,18 @@ class JobWorkflow:
         # The resume point must be chosen for the nodes that launch: the memory tier's
         # snapshot exists only on the nodes its search checked (issue 26).
         nodes_first = workflow.patched(PATCH_NODES_BEFORE_RESUME)
+        beside: SearchedBeside | None = None
         if nodes_first:
             planned_on = list(state.pool.active)
-            ready = await self._preflight.check_active_nodes()
+            # The search runs beside it (made again if the preflight moved a node).
+            check = self._preflight.check_active_nodes
+            ready, beside = await self._checkpoints.search_beside(check)
             if rejoining and state.pool.active != planned_on:
                 rejoining = []
                 ready = await self._recovery.drop_rejoin(planned_on) and ready
             if not ready:
                 return
-        below = await self._checkpoints.roll_back() if state.rollback_pending else None
-        resume = await self._checkpoints.find_resume_point(below)
+        resume = await self._checkpoints.resume_point(beside)
         recovering = state.current_incident
         if recovering is not None and recovering.timeline is not None:
             recovering.timeline.resume_chosen_at = self._run.now()

@@ -270,3 +270,14 @@ PATCH_MISSING_PROGRAM_FAILS_JOB = _patch(
     "(issue 29).",
     introduced="issue 29",
 )
+PATCH_PREFLIGHT_BESIDE_SEARCH = _patch(
+    "preflight-beside-resume-search",
+    owner="job (launch), checkpoint_steps (search_beside)",
+    changes="A launch runs the preflight and the resume-point search (after the rollback, "
+    "when one is pending) at once instead of one after the other: the search is made "
+    "for the nodes the launch plans on, and made again, after the preflight, only when "
+    "the preflight changed them (a swap, a shrink, ``slurm.grow``), so the memory tier "
+    "is still searched on exactly the nodes that launch. Saves the preflight's round "
+    "trip on every relaunch (issue 28, node loss).",
+    introduced="issue 28",
+)

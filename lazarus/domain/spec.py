@@ -183,7 +183,8 @@ class JobSpec(_Strict):
     """Allow elastic shrinking down to this many nodes when no spare is left;
     None means the world size is fixed and running out of spares needs an operator."""
     node_timeout_s: Annotated[float, Field(ge=1, le=3600)] = 15.0
-    """A node unreachable this long is dead (its ranks may still run: it is fenced)."""
+    """A node silent this long since its last answer is dead (its ranks may still run: it
+    is fenced)."""
     ssh: SSHSpec = Field(default_factory=SSHSpec)
     preflight: PreflightSpec = Field(default_factory=PreflightSpec)
     nproc_per_node: Annotated[int, Field(ge=1, le=1024)] = 1

@@ -113,7 +113,9 @@ async def test_killed_host_is_replaced_by_the_spare(
     incident, *collateral = status.incidents
     assert incident.kind == "node_lost" and incident.node == victim, status.incidents
     assert all(i.kind != "node_lost" for i in collateral), status.incidents
-    assert incident.fault_at >= killed_at - 1
+    # The fault is dated at the host's last answer, before the kill: a poll interval
+    # on a quiet machine, more when a loaded machine stretches a poll's round trip.
+    assert incident.fault_at >= killed_at - 3
     assert victim not in status.nodes.active and "h4" in status.nodes.active
     assert [q.node for q in status.nodes.quarantined] == [victim]
     assert_same_weights(job.weights, world3_weights)
@@ -151,7 +153,7 @@ async def test_preflight_failure_on_one_node_replaces_it_before_launch(
     )
     job = await start_job(spec)
     status = await job.result(timeout_s=200)
-    assert status.phase == Phase.SUCCEEDED and status.generation == 1
+    assert status.phase == Phase.SUCCEEDED and status.generation == 1, status.incidents
     assert status.nodes.active == ["h1", "h2", "h4"]
     assert [q.node for q in status.nodes.quarantined] == ["h3"]
     assert_same_weights(job.weights, world3_weights)

@@ -60,7 +60,9 @@ async def test_a_killed_host_resumes_on_the_spare_from_its_buddys_replica(
     assert status.phase == Phase.SUCCEEDED
     incident = status.incidents[0]
     assert incident.kind == "node_lost" and incident.node == "h2", status.incidents
-    assert incident.fault_at >= killed_at - 1
+    # The fault is dated at the host's last answer, before the kill: a poll interval
+    # on a quiet machine, more when a loaded machine stretches a poll's round trip.
+    assert incident.fault_at >= killed_at - 3
     assert "h4" in status.nodes.active and "h2" not in status.nodes.active
     resumed = incident.resumed_from_step
     assert resumed is not None

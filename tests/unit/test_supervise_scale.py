@@ -80,7 +80,10 @@ def test_a_silent_node_is_lost_after_two_verdicts_and_node_timeout(tmp_path: Pat
                 outcome = evaluate(request, observer.observe(), started_at=time.time())
             assert outcome is not None and outcome.failure is not None
             assert (outcome.failure.kind, outcome.failure.node) == ("node_lost", "n1")
-            assert outcome.failure.detected_at - silenced_at >= request.node_timeout_s
+            # Silent since its last answer, which came before the silence: node_timeout_s
+            # counts from there (as a keep-alive does), never from a later failed poll.
+            assert outcome.failure.fault_at <= silenced_at
+            assert outcome.failure.detected_at - outcome.failure.fault_at >= request.node_timeout_s
             assert cluster.polls("n1") >= 3  # the first answer, then two failed polls
         finally:
             observer.close()

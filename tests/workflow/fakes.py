@@ -68,6 +68,12 @@ class Script:
     preflight_lost: dict[int, set[str]] = field(default_factory=dict)
     """preflight call number (1 is the first launch's) -> nodes it finds lost."""
     preflights: int = 0
+    preflight_awaits_search_s: float | None = None
+    """Each preflight waits up to this long for its launch's search to have started
+    (as many searches as preflights; a test that moves no node), and records in
+    ``preflight_saw_search`` whether it did: were they run one after the other, the
+    search would wait for the preflight's end (the preflight beside the search)."""
+    preflight_saw_search: list[bool] = field(default_factory=list)
     program_missing: set[str] = field(default_factory=set)
     """Nodes whose every preflight finds the command's program missing."""
     searches: list[contracts.FindVerifiedCheckpointRequest] = field(default_factory=list)
@@ -212,6 +218,11 @@ async def preflight(request: contracts.PreflightActivityRequest) -> contracts.Pr
     script = script_for(request.job_id)
     script.preflights += 1
     lost = script.preflight_lost.get(script.preflights, set())
+    if script.preflight_awaits_search_s is not None:
+        deadline = time.monotonic() + script.preflight_awaits_search_s
+        while len(script.searches) < script.preflights and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        script.preflight_saw_search.append(len(script.searches) >= script.preflights)
     return contracts.PreflightReport(
         nodes=[
             _health(n.name, lost, script.program_missing, request.interpreter)

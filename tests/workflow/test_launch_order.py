@@ -106,6 +106,21 @@ def crash(rank: int, node: str) -> FailureReport:
     )
 
 
+def node_lost(node: str) -> FailureReport:
+    """A silent host: the playbook swaps in a spare."""
+    now = time.time()
+    return FailureReport(
+        kind="node_lost",
+        failure_class=FailureClass.NODE_LOST,
+        rank=1,
+        node=node,
+        step_at_failure=42,
+        fault_at=now - 5.0,
+        detected_at=now,
+        evidence=[f"node {node} unreachable for 5.0 s"],
+    )
+
+
 def names(nodes: list[NodeSpec] | None) -> list[str]:
     return [n.name for n in nodes or []]
 
@@ -130,10 +145,46 @@ async def test_the_memory_tier_is_searched_on_the_nodes_that_launch(
     assert status.nodes.active == ["a", "s"]
     launches, searches = job.script.launches, job.script.searches
     assert [names(launch.nodes) for launch in launches] == [["a", "b"], ["a", "s"]]
-    assert len(searches) == len(launches), "one search per launch"
+    # The relaunch's search ran beside its preflight on the nodes planned (a, b); the
+    # preflight swapped b out, so that one was thrown away and made again on a, s.
+    assert [names(search.access.nodes) for search in searches] == [
+        ["a", "b"],
+        ["a", "b"],
+        ["a", "s"],
+    ]
+    for launch in launches:
+        assert launch.resume is not None and launch.resume.step == 41
+
+
+async def test_the_preflight_runs_beside_the_resume_search(
+    start_memory_job: StartFakeJob, tmp_path: Path
+) -> None:
+    """Issue 28: after a node loss nothing but the preflight and the search stands
+    between the stop and the launch, and neither needs the other when the preflight
+    moves no node: each launch runs them at once (the fake preflight waits for its
+    launch's search to start, which never happens were they one after the other),
+    and one search per launch serves it."""
+    spec = fake_spec(
+        tmp_path,
+        nodes=[{"name": "a"}, {"name": "b"}],
+        spares=[{"name": "s"}],
+        checkpoints={"memory_every_steps": 1},
+    )
+    job = await start_memory_job(spec)
+    job.script.preflight_awaits_search_s = 20.0
+    job.script.failures[1] = node_lost("b")
+    status = await job.wait_for(
+        lambda s: s.phase == Phase.RUNNING and s.generation == 2, "generation 2 on the spare"
+    )
+    assert status.nodes.active == ["a", "s"]
+    assert job.script.preflight_saw_search == [True, True]
+    launches, searches = job.script.launches, job.script.searches
+    assert len(searches) == len(launches) == 2, "one search per launch"
     for search, launch in zip(searches, launches, strict=True):
         assert names(search.access.nodes) == names(launch.nodes)
         assert launch.resume is not None and launch.resume.step == 41
+    timeline = status.incidents[-1].timeline
+    assert timeline is not None and timeline.resume_chosen_at is not None
 
 
 async def test_a_shrink_by_the_preflight_drops_the_rejoin_for_a_whole_restart(
