@@ -126,7 +126,7 @@ class GenerationObserver:
         self._marks: dict[int, tuple[str, float]] = {}
         """rank -> (progress marker, controller monotonic time of that progress: when a
         poll first saw it, or, on a node that shares our clock, when the rank wrote it)."""
-        self._answered_at: dict[str, float] = {}
+        self._last_asked_at: dict[str, float] = {}
         """node -> when (wall) the poll behind its last answer was asked: new progress in
         the next answer was written after it."""
         self._rank_phases: dict[int, dict[str, float]] = {}
@@ -329,7 +329,7 @@ class GenerationObserver:
                     self._unreachable_since.setdefault(name, since)
                     self._failed_polls[name] = self._failed_polls.get(name, 0) + 1
             status = answer[-1][0]
-            previous = self._answered_at.get(name) if status.reachable else None
+            previous = self._last_asked_at.get(name) if status.reachable else None
             nodes[name] = self._last_node[name] = NodeObservation(
                 reachable=status.reachable,
                 unreachable_since=self._unreachable_since.get(name),
@@ -354,7 +354,7 @@ class GenerationObserver:
                 )
                 self._last_ranks[rank] = ranks[-1]
             if status.reachable:
-                self._answered_at[name] = answer[-1][1]
+                self._last_asked_at[name] = answer[-1][1]
         launched_at = self._launched_at()
         preempted = self._preemption()
         return Observation(

@@ -39,7 +39,7 @@ def main() -> int:
 
     lazarus_rank.heartbeat = heartbeat
     try:
-        return train_ddp.main(sys.argv[1:])
+        return int(train_ddp.main(sys.argv[1:]))
     finally:
         client.shutdown_workload_monitoring()
 
