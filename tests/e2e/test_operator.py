@@ -224,16 +224,17 @@ async def test_logs_watch_and_wait_follow_a_real_job(
     """A script's view of a job (issue 29): ``logs`` prints the ranks' own output,
     ``status --watch`` into a pipe prints a line per change as it happens, and
     ``wait`` blocks until the end and exits 0 with the outcome."""
-    job = await start_job(ddp_spec(tmp_path, steps=STEPS, step_time=0.1))
+    job = await start_job(ddp_spec(tmp_path, steps=120, step_time=0.1))  # a margin to pause
     name = job.spec.name
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 5)
+    # Paused while the CLI's interpreters start (on a loaded machine one may take longer
+    # than the job's remaining steps): the ranks' logs stay, and the watch's first line
+    # is then known, PAUSED.
+    await job.handle.signal(SIGNAL_PAUSE)
+    await job.wait_phase(Phase.PAUSED, timeout_s=60)
     logs = await asyncio.to_thread(lazarus_cli, stack, "logs", name, "--tail", "3")
     assert logs.returncode == 0, logs.stderr
     assert {line.split("]")[0] for line in logs.stdout.splitlines()} == {"[rank 0", "[rank 1"}
-    # Paused while the watch starts (its interpreter may take longer than the job's
-    # remaining steps on a loaded machine): its first line is then known, PAUSED.
-    await job.handle.signal(SIGNAL_PAUSE)
-    await job.wait_phase(Phase.PAUSED, timeout_s=60)
     watch = subprocess.Popen(
         [sys.executable, "-m", "lazarus.app.cli", "status", name, "--watch"],
         env=stack.worker_env(),
