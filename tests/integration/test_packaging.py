@@ -14,15 +14,17 @@ runs the CLI from there.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.commands import run_ok
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE_FOLDERS = ("workflows", "activities", "workers", "infra")
@@ -33,20 +35,7 @@ STEP_TIMEOUT_S = 240
 pytestmark = pytest.mark.timeout(300)
 
 
-def _run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        command,
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=STEP_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, (
-        f"{' '.join(command)} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
-    )
-    return done.stdout
+_run = functools.partial(run_ok, timeout_s=STEP_TIMEOUT_S)
 
 
 def _repo_modules() -> set[str]:

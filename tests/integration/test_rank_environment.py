@@ -18,11 +18,11 @@ The venvs are made with ``--without-pip`` and filled by this interpreter's pip
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import shutil
 import site
-import subprocess
 import sys
 import time
 import zipfile
@@ -36,6 +36,7 @@ from activities.launcher import launch_generation
 from activities.stop import stop_generations
 from lazarus.domain.contracts import LaunchRequest, StopRequest
 from lazarus.domain.spec import parse_spec
+from tests.commands import run_ok
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_TIMEOUT_S = 120
@@ -72,20 +73,7 @@ with open(os.environ["PROBE_OUT"], "w") as f:
 )
 
 
-def _run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        command,
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=STEP_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, (
-        f"{' '.join(command)} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
-    )
-    return done.stdout
+_run = functools.partial(run_ok, timeout_s=STEP_TIMEOUT_S)
 
 
 def _clean_env() -> dict[str, str]:
