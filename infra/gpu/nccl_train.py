@@ -4,8 +4,14 @@ Each rank takes GPU ``LOCAL_RANK % device_count``; the loop runs through
 :func:`lazarus.rank.torch.run_resilient`, so a job with ``rejoin`` keeps the
 survivors' processes and aborts their NCCL communicators (not a wait on the dead
 peer) when a peer is killed. Checkpoints go to the memory tier and to disk like the
-CPU example's. Needs as many GPUs as ranks per node: NCCL refuses two ranks of one
-communicator on one device.
+CPU example's.
+
+NCCL refuses two ranks of one communicator on one device ("Duplicate GPU detected":
+it compares host and bus ids). With fewer GPUs than ranks on the node (a lent
+one-GPU machine), :func:`share_one_gpu` gives each rank its own ``NCCL_HOSTID``, so
+NCCL takes the ranks for separate hosts and joins them through its network
+transport (sockets over loopback) instead of shared memory or P2P: the
+communicators, their abort and the watchdog are NCCL's own, only the wire differs.
 """
 
 from __future__ import annotations
@@ -27,6 +33,19 @@ import lazarus.rank.torch as lazarus_torch
 
 STEPS = int(os.environ.get("NCCL_CHECK_STEPS", "200"))
 STEP_TIME_S = 0.05
+
+
+def share_one_gpu() -> str | None:
+    """When the node has fewer GPUs than ranks, make NCCL treat each rank as its own
+    host (see the module docstring); returns what was set, for the log, or None."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if torch.cuda.device_count() >= local_world:
+        return None
+    rank = os.environ.get("RANK", "0")
+    os.environ["NCCL_HOSTID"] = f"lazarus-gpu-check-rank-{rank}"
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("NCCL_IB_DISABLE", "1")
+    return f"{torch.cuda.device_count()} GPU(s) for {local_world} ranks: NCCL_HOSTID per rank"
 
 
 def setup() -> dict[str, Any]:
@@ -75,6 +94,9 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: this check runs on a GPU machine", file=sys.stderr)
         return 2
+    shared = share_one_gpu()
+    if shared is not None:
+        print(f"rank {os.environ.get('RANK')}: {shared}", file=sys.stderr, flush=True)
     lazarus_torch.run_resilient(train, setup, backend="nccl", timeout=timedelta(seconds=60))
     return 0
 

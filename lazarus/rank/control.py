@@ -181,3 +181,21 @@ def _rejoin_request_in(document: dict[str, Any], path: str) -> RejoinRequest | N
             file=sys.stderr,
         )
     return request
+
+
+def rejoin_request_now() -> RejoinRequest | None:
+    """The control file's rejoin request for this rank, read afresh and touching none
+    of this module's state: for :mod:`lazarus.rank.torch`'s NCCL watch thread, which
+    must not race the main thread's reads (that thread acts on the request itself,
+    through :func:`_poll_control`). None when there is none, or the file is unreadable
+    or malformed (the main thread reports that)."""
+    path = os.environ.get(environment.CONTROL_FILE)
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            document = json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+    raw = document.get(environment.CONTROL_REJOIN) if isinstance(document, dict) else None
+    return None if raw is None else _parse_rejoin(raw)[1]

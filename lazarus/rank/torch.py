@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import faulthandler
 import gc
 import os
 import re
@@ -85,7 +86,7 @@ import torch.distributed.distributed_c10d as c10d
 
 import lazarus.rank as lazarus_rank
 from lazarus.domain import environment, phases
-from lazarus.rank import memory, replica
+from lazarus.rank import control, memory, rejoin_requests, replica
 
 STATE_FILE = "state.pt"
 
@@ -452,7 +453,11 @@ def is_peer_failure(error: BaseException) -> bool:
     waiting <timeout> ms for recv operation`` (or ``send``) once the group's timeout
     expires) or an NCCL error. Its causes and
     contexts count too, so a cleanup error raised while handling a peer's failure is
-    that failure. Anything else (a NaN, a bug, a missing file) is not."""
+    that failure. So is every error once :func:`_watch_for_rejoin` aborted the
+    generation's communicators: the main thread may then fail anywhere in torch.
+    Anything else (a NaN, a bug, a missing file) is not."""
+    if _watch_aborted.is_set():
+        return True  # the watch aborted the group under this rank: whatever broke, broke of that
     seen: set[int] = set()
     pending: list[BaseException | None] = [error]
     while pending:
@@ -587,7 +592,9 @@ def _start_generation(
         options: dict[str, Any] = {"backend": chosen, "init_method": "env://"}
         if timeout is not None:
             options["timeout"] = timeout
+        _prefer_nccl_cleanup_only(chosen)
         init_process_group(**options)
+    _start_rejoin_watch()
     resumed = load()
     if resumed is None:
         if initial is not None:
@@ -609,6 +616,7 @@ def _load_into(state: TrainState, saved: Mapping[str, Any], what: str) -> None:
 
 
 def _finish() -> None:
+    _stop_rejoin_watch()
     lazarus_rank.flush_heartbeat()  # the last step and phase marks, whatever train did
     flush_snapshots()
     if _distributed():
@@ -649,6 +657,7 @@ def _tear_down() -> None:
     # keeps its own references; the next snapshot copies into fresh buffers and
     # creates its group anew.
     _snapshot_thread, _snapshot_group, _last_copy = None, None, None
+    _stop_rejoin_watch()
     if _distributed():
         leave = teardown_call(dist.get_backend(), c10d)
         finished = threading.Event()
@@ -656,7 +665,9 @@ def _tear_down() -> None:
 
         def destroy() -> None:
             try:
-                leave()
+                with _abort_lock:  # after the watch's abort, if it began one: never two at once
+                    if _distributed():  # the watch's abort leaves nothing to leave
+                        leave()
             except BaseException as error:
                 failures.append(error)
             finally:
@@ -664,6 +675,8 @@ def _tear_down() -> None:
 
         threading.Thread(target=destroy, name="lazarus-teardown", daemon=True).start()
         if not finished.wait(TEARDOWN_TIMEOUT_S):
+            # Where it stuck (every thread's Python stack), for the incident's log.
+            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
             _give_up(
                 f"the process group did not tear down within {TEARDOWN_TIMEOUT_S:g} s; "
                 "exiting so the controller restarts the generation"
@@ -673,7 +686,95 @@ def _tear_down() -> None:
     # The failed generation's DDP lived in the frames of the traceback just dropped:
     # collect it now, so its hooks are gone before the next DDP registers its own.
     gc.collect()
+    _watch_aborted.clear()
     lazarus_rank._mark_torn_down()
+
+
+_watch_stop: threading.Event | None = None
+_watch_aborted = threading.Event()
+"""Set once the watch aborted this generation's communicators (cleared at teardown)."""
+_abort_lock = threading.Lock()
+"""Held by whoever aborts or destroys the groups, the watch or the teardown: two
+aborts of one communicator from two threads can deadlock inside NCCL (seen on an
+H200: the teardown then timed out and the whole generation restarted)."""
+
+
+def _start_rejoin_watch() -> None:
+    """On NCCL, under rejoin: abort the generation's communicators as soon as the
+    controller asks this rank to rejoin (:func:`_watch_for_rejoin`). Not on gloo: a
+    dead peer's closed sockets already fail gloo's collectives within milliseconds,
+    and gloo has no abort for a frozen one."""
+    global _watch_stop
+    _stop_rejoin_watch()
+    if not rejoin_requests._rejoin_armed:
+        return
+    if not _distributed() or dist.get_backend() != "nccl":
+        return
+    stop = threading.Event()
+    _watch_stop = stop
+    threading.Thread(
+        target=_watch_for_rejoin, args=(stop,), name="lazarus-rejoin-watch", daemon=True
+    ).start()
+
+
+def _stop_rejoin_watch() -> None:
+    global _watch_stop
+    if _watch_stop is not None:
+        _watch_stop.set()
+        _watch_stop = None
+
+
+def _watch_for_rejoin(stop: threading.Event) -> None:
+    """Poll the control file (every :data:`lazarus.rank.REJOIN_POLL_INTERVAL_S`); when
+    it asks this rank to rejoin, abort the process groups as the teardown would.
+
+    Why a thread: NCCL, unlike gloo, does not fail a collective when a peer's process
+    dies; the survivor's kernel waits for the group's timeout, and the main thread,
+    blocked on the GPU (``loss.item()``, a barrier), never reaches :func:`heartbeat`,
+    where :class:`lazarus.rank.RejoinRequested` is raised. Seen on an H200 before this
+    watch: the survivor sat 60 s in the collective until NCCL's watchdog fired, past
+    the controller's rejoin deadline, and the whole generation restarted. The abort
+    ends the pending kernels; the main thread's wait returns or raises (every error
+    from then on counts as the peer's: :func:`is_peer_failure`), and its next
+    heartbeat or collective leaves the generation through the usual rejoin."""
+    while not stop.wait(lazarus_rank.REJOIN_POLL_INTERVAL_S):
+        request = control.rejoin_request_now()
+        if request is None or stop.is_set():
+            continue
+        me = lazarus_rank.info()
+        print(
+            f"lazarus.rank: rank {me.rank} is asked to rejoin generation "
+            f"{request.generation}; aborting generation {me.generation}'s NCCL "
+            "communicators (a collective may be waiting on the dead peer)",
+            file=sys.stderr,
+            flush=True,
+        )
+        _watch_aborted.set()
+        started = time.monotonic()
+        try:
+            with _abort_lock:
+                if _distributed():
+                    teardown_call("nccl", c10d)()
+        except Exception as error:  # the main thread's teardown reports what remains
+            print(f"lazarus.rank: abort failed: {_one_line(error)}", file=sys.stderr)
+            return
+        print(
+            f"lazarus.rank: communicators aborted in {time.monotonic() - started:.2f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+
+
+def _prefer_nccl_cleanup_only(backend: str) -> None:
+    """Under rejoin on NCCL, ask the watchdog to abort and raise on a communicator
+    error (``TORCH_NCCL_ASYNC_ERROR_HANDLING=2``) rather than end the process (1, what
+    the launcher sets like torchrun when the job did not choose; or 3): the rank must
+    outlive its peer's failure to rejoin. A job's explicit 0 or 2 is kept."""
+    if backend != "nccl" or not rejoin_requests._rejoin_armed:
+        return
+    if os.environ.get(environment.NCCL_ASYNC_ERROR_HANDLING, "3") in ("1", "3"):
+        os.environ[environment.NCCL_ASYNC_ERROR_HANDLING] = "2"
 
 
 def teardown_call(backend: str, api: Any) -> Callable[[], None]:
@@ -685,12 +786,29 @@ def teardown_call(backend: str, api: Any) -> Callable[[], None]:
     destroys: gloo's pending operations already failed when the peer's sockets closed.
     A torch without the abort (before 2.3) destroys on NCCL too, bounded by
     :data:`TEARDOWN_TIMEOUT_S` like every teardown: a rank stuck there exits, and the
-    controller restarts the whole generation."""
+    controller restarts the whole generation.
+
+    The aborted NCCL groups are kept referenced (:data:`_aborted_groups`), never
+    destructed: ``ProcessGroupNCCL``'s destructor joins its watchdog thread, which
+    after a peer's failure may sit in its debug dump for many seconds (seen on an
+    H200, torch 2.11: the abort itself took 0.5 s, then the destructor blocked past the
+    30 s teardown bound, and the whole generation restarted). A few kilobytes per
+    rejoin, and the watchdog thread finishes on its own."""
     abort = getattr(api, "_abort_process_group", None)
     if backend == "nccl" and callable(abort):
-        return lambda: abort()
+
+        def abort_keeping_the_groups() -> None:
+            world = getattr(api, "_world", None)
+            _aborted_groups.extend(getattr(world, "pg_map", None) or ())
+            abort()
+
+        return abort_keeping_the_groups
     destroy: Callable[[], None] = api.destroy_process_group
     return destroy
+
+
+_aborted_groups: list[Any] = []
+"""Every NCCL process group a rejoin aborted, kept alive (see :func:`teardown_call`)."""
 
 
 def _report_rejoin(start_step: int, torn_down_s: float, waited_s: float) -> None:

@@ -95,7 +95,7 @@ def ddp_spec(
         "checkpoint_dir": str(tmp_path / "checkpoints"),
         "run_dir": str(tmp_path / "runs"),
         "health": {
-            "hang_timeout_s": 8,  # a loaded CI machine can take 5 s to tear a job down
+            "hang_timeout_s": 15,  # a loaded 2-core CI machine stalls a step for seconds
             "startup_timeout_s": 60,
             "poll_interval_s": 0.2,
             "supervisor_heartbeat_timeout_s": 4,

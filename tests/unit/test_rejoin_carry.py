@@ -204,11 +204,21 @@ def test_the_default_carry_fences_and_an_unreachable_node_raises(tmp_path: Path)
 # ---------------------------------------------------------------- the rank's teardown
 
 
+class FakeWorld:
+    def __init__(self) -> None:
+        self.pg_map: dict[object, object] = {object(): "default"}
+
+
 class FakeC10d:
     def __init__(self, abort: bool) -> None:
         self.calls: list[str] = []
+        self._world = FakeWorld()
         if abort:
-            self._abort_process_group = lambda: self.calls.append("abort")
+            self._abort_process_group = self._abort
+
+    def _abort(self) -> None:
+        self.calls.append("abort")
+        self._world.pg_map.clear()  # as torch forgets them: only our reference is left
 
     def destroy_process_group(self) -> None:
         self.calls.append("destroy")
@@ -222,8 +232,16 @@ class FakeC10d:
 def test_a_rank_aborts_nccl_communicators_and_destroys_gloo_groups(
     backend: str, has_abort: bool, called: str
 ) -> None:
+    from lazarus.rank import torch as lazarus_torch
     from lazarus.rank.torch import teardown_call
 
     api = FakeC10d(has_abort)
+    groups = list(api._world.pg_map)
+    kept_before = len(lazarus_torch._aborted_groups)
     teardown_call(backend, api)()
     assert api.calls == [called]
+    # An aborted NCCL group is kept alive: its destructor would join a watchdog
+    # thread that may sit in its debug dump (seen on an H200).
+    kept = lazarus_torch._aborted_groups[kept_before:]
+    assert kept == (groups if called == "abort" else [])
+    del lazarus_torch._aborted_groups[kept_before:]

@@ -376,6 +376,64 @@ def test_peer_failures_by_type_and_by_cause() -> None:
     assert not lazarus_torch.is_peer_failure(_chained(KeyError("x"), ValueError("y")))
 
 
+def test_the_watch_thread_reads_a_request_without_taking_it_from_the_main_thread(
+    rank_of_generation_one: Path,
+) -> None:
+    """``rejoin_request_now`` (the NCCL watch's read) sees the request and leaves the
+    helper's own state alone: the main thread still raises on its next heartbeat."""
+    gen = rank_of_generation_one
+    lazarus_rank._arm_rejoin(True)
+    assert lazarus_rank.control.rejoin_request_now() is None
+    _ask_to_rejoin(gen, _new_generation_env(gen.parent))
+    request = lazarus_rank.control.rejoin_request_now()
+    assert request is not None and request.generation == 2
+    with pytest.raises(lazarus_rank.RejoinRequested):
+        lazarus_rank.heartbeat(2)
+    (gen / "control.json").write_text("{half-writ")
+    assert lazarus_rank.control.rejoin_request_now() is None
+
+
+@pytest.mark.slow  # imports torch
+def test_under_rejoin_on_nccl_the_watchdog_aborts_and_raises_rather_than_ending_the_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The launcher sets ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` as torchrun does; a rank
+    that must outlive its peer's failure needs 2. A job's own 0 or 2 is kept, and
+    nothing changes on gloo or without rejoin."""
+    pytest.importorskip("torch")
+    import lazarus.rank.torch as lazarus_torch
+
+    variable = environment.NCCL_ASYNC_ERROR_HANDLING
+    monkeypatch.setenv(variable, "1")
+    lazarus_torch._prefer_nccl_cleanup_only("nccl")
+    assert os.environ[variable] == "1"  # not armed: no rejoin, no change
+    lazarus_rank._arm_rejoin(True)
+    lazarus_torch._prefer_nccl_cleanup_only("gloo")
+    assert os.environ[variable] == "1"
+    lazarus_torch._prefer_nccl_cleanup_only("nccl")
+    assert os.environ[variable] == "2"
+    monkeypatch.setenv(variable, "0")
+    lazarus_torch._prefer_nccl_cleanup_only("nccl")
+    assert os.environ[variable] == "0"
+
+
+@pytest.mark.slow  # imports torch
+def test_once_the_watch_aborted_every_error_is_the_peers() -> None:
+    pytest.importorskip("torch")
+    import lazarus.rank.torch as lazarus_torch
+
+    assert not lazarus_torch.is_peer_failure(
+        ValueError("Default process group has not been initialized")
+    )
+    lazarus_torch._watch_aborted.set()
+    try:
+        assert lazarus_torch.is_peer_failure(
+            ValueError("Default process group has not been initialized")
+        )
+    finally:
+        lazarus_torch._watch_aborted.clear()
+
+
 @pytest.mark.slow  # imports torch
 def test_run_resilient_rejoins_when_asked_and_a_fresh_generation_restarts_from_setup(
     rank_of_generation_one: Path,
