@@ -46,14 +46,18 @@ async def run(stack: LocalStack, deadline_s: float) -> dict[str, object]:
     run_root = Path(spec.run_dir) / spec.name
     plan = list(FAULTS)
     injected: list[dict[str, object]] = []
+    faulted_generation = 0
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         view = await jobs.status(handle)
         generation, step = chaos.current_step(run_root)
-        if plan and step is not None and step >= plan[0][0] and generation == len(injected) + 1:
+        # The next fault goes to any generation after the last one's: a recovery that
+        # took two generations (a rejoin that fell back) must not skip it.
+        if plan and step is not None and step >= plan[0][0] and generation > faulted_generation:
             _, rank, sig, label = plan.pop(0)
             fault = chaos.signal_rank(run_root, rank, sig)
             injected.append({"fault": label, "rank": rank, "step": fault.step, "at": time.time()})
+            faulted_generation = generation
             print(f"injected {label}: {sig.name} to rank {rank} at step {fault.step}", flush=True)
         if view.is_terminal:
             break
