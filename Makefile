@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # tree: installed in the same command, so pip never looks for it on an index.
 $(STAMP): pyproject.toml rank/pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ./rank -e '.[torch,dev,deploy-check]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ./rank -e '.[torch,dev,deploy-check,frameworks]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -1,0 +1,126 @@
+"""Lightning, Hugging Face ``Trainer`` and Accelerate under Lazarus, for real (issue 29):
+SIGKILL a rank after the framework's first checkpoint, and the job succeeds, resumed
+from that checkpoint (committed into the ledger by ``lazarus.rank.integrations``), with
+weights equal to a fault-free run of the same script under plain ``torchrun``.
+
+Lightning runs in ``make test``; HF and Accelerate (each as long again) only under
+``make test-all`` (tests/tiers.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from lazarus.app import chaos
+from tests.e2e.conftest import Job, ddp_spec
+from tests.tiers import only_in_test_all
+from workflows.state import Phase
+
+pytest.importorskip("lightning")
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+StartJob = Callable[..., Awaitable[Job]]
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 20
+CKPT_EVERY = 5
+
+
+def command(framework: str, out: Path) -> list[str]:
+    return [
+        sys.executable,
+        str(REPO / "examples" / f"train_{framework}.py"),
+        "--steps",
+        str(STEPS),
+        "--ckpt-every",
+        str(CKPT_EVERY),
+        "--step-time",
+        "0.2",
+        "--out",
+        str(out),
+    ]
+
+
+def fault_free(framework: str, tmp_path: Path) -> Path:
+    """The same script straight through under torchrun, no Lazarus."""
+    out = tmp_path / "reference" / "model.pt"
+    env = {
+        **os.environ,
+        "LAZARUS_CHECKPOINT_DIR": str(tmp_path / "reference" / "checkpoints"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+        + command(framework, out)[1:],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        timeout=150,
+        capture_output=True,
+    )
+    return out
+
+
+async def kill_after_first_checkpoint(
+    framework: str, start_job: StartJob, tmp_path: Path
+) -> None:
+    import torch
+
+    out = tmp_path / "out" / "model.pt"
+    spec = ddp_spec(
+        tmp_path,
+        command=command(framework, out),
+        env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
+        health={"hang_timeout_s": 30, "startup_timeout_s": 120},
+        warm_start=None,
+    )
+    job = await start_job(spec)
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, CKPT_EVERY + 2)
+    chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
+    status = await job.result(timeout_s=240)
+    assert status.phase == Phase.SUCCEEDED, status
+    assert status.generation == 2
+    [incident] = status.incidents
+    assert incident.kind == "crash" and incident.resumed_from_step is not None
+    assert incident.resumed_from_step >= CKPT_EVERY
+    assert incident.resumed_from_step % CKPT_EVERY == 0
+    expected = await asyncio.to_thread(fault_free, framework, tmp_path)
+    got, want = torch.load(out), torch.load(expected)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_lightning_resumes_from_its_own_checkpoint(
+    start_job: StartJob, tmp_path: Path
+) -> None:
+    await kill_after_first_checkpoint("lightning", start_job, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@only_in_test_all("the HF Trainer integration end to end (as long as Lightning's)")
+async def test_hf_trainer_resumes_from_its_own_checkpoint(
+    start_job: StartJob, tmp_path: Path
+) -> None:
+    await kill_after_first_checkpoint("hf", start_job, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@only_in_test_all("the Accelerate integration end to end (as long as Lightning's)")
+async def test_accelerate_resumes_from_its_own_checkpoint(
+    start_job: StartJob, tmp_path: Path
+) -> None:
+    await kill_after_first_checkpoint("accelerate", start_job, tmp_path)
