@@ -70,7 +70,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     transformers.set_seed(args.seed)
     config = transformers.GPT2Config(
-        vocab_size=VOCAB, n_positions=SEQUENCE, n_embd=32, n_layer=1, n_head=2
+        vocab_size=VOCAB,
+        n_positions=SEQUENCE,
+        n_embd=32,
+        n_layer=1,
+        n_head=2,
+        bos_token_id=0,
+        eos_token_id=0,
     )
     model = transformers.GPT2LMHeadModel(config)
     training = transformers.TrainingArguments(
@@ -81,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         seed=args.seed,
         use_cpu=True,
         ddp_backend="gloo",
+        ddp_find_unused_parameters=False,
         save_strategy="steps" if args.no_lazarus else "no",
         save_steps=args.ckpt_every,
         logging_strategy="no",
