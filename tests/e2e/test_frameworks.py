@@ -59,8 +59,13 @@ def fault_free(framework: str, tmp_path: Path) -> Path:
         "PYTHONPATH": str(REPO),
     }
     subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-        + command(framework, out)[1:],
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node=2",
+            *command(framework, out)[1:],
+        ],
         cwd=tmp_path,
         env=env,
         check=True,
@@ -70,9 +75,7 @@ def fault_free(framework: str, tmp_path: Path) -> Path:
     return out
 
 
-async def kill_after_first_checkpoint(
-    framework: str, start_job: StartJob, tmp_path: Path
-) -> None:
+async def kill_after_first_checkpoint(framework: str, start_job: StartJob, tmp_path: Path) -> None:
     import torch
 
     out = tmp_path / "out" / "model.pt"

@@ -43,7 +43,7 @@ def resume_ckpt_path() -> str | None:
 def loss_of(outputs: Any) -> float | None:
     """The loss a ``training_step`` returned (a tensor, or a dict with ``"loss"``) as a
     float for the heartbeat, or None when it returned something else."""
-    value = outputs.get("loss") if isinstance(outputs, dict) else outputs
+    value: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
     try:
         return float(value)
     except (TypeError, ValueError):

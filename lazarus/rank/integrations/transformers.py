@@ -79,7 +79,7 @@ class LazarusTrainerCallback(transformers.TrainerCallback):
         **kwargs: Any,
     ) -> None:
         step = state.global_step
-        saved = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+        saved = Path(str(args.output_dir)) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
         target = lz.checkpoint_path(step)
         _barrier()  # every rank's RNG file is written
         if state.is_world_process_zero:
