@@ -27,6 +27,7 @@ import lightning.pytorch as pl
 
 import lazarus.rank as lz
 import lazarus.rank.torch as lz_torch
+from lazarus.rank.integrations.ledger import loss_of, resume_file
 
 CHECKPOINT_FILE = "lightning.ckpt"
 """The file ``trainer.save_checkpoint`` writes inside a Lazarus step directory."""
@@ -36,18 +37,7 @@ def resume_ckpt_path() -> str | None:
     """The Lightning checkpoint to pass to ``trainer.fit(ckpt_path=...)``: the one in
     the step directory the controller chose (outside Lazarus, the newest committed
     one), or None to start fresh. Call it once, at startup."""
-    directory = lz.resume_path()
-    return None if directory is None else str(directory / CHECKPOINT_FILE)
-
-
-def loss_of(outputs: Any) -> float | None:
-    """The loss a ``training_step`` returned (a tensor, or a dict with ``"loss"``) as a
-    float for the heartbeat, or None when it returned something else."""
-    value: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+    return resume_file(CHECKPOINT_FILE)
 
 
 class LazarusCallback(pl.Callback):

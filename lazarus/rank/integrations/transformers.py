@@ -20,7 +20,6 @@ failure restarts the whole generation.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import transformers
 
 import lazarus.rank as lz
 import lazarus.rank.torch as lz_torch
+from lazarus.rank.integrations.ledger import move_into, resume_file
 
 PREFIX_CHECKPOINT_DIR = "checkpoint"
 """HF's checkpoint directory prefix (``transformers.trainer_utils.PREFIX_CHECKPOINT_DIR``)."""
@@ -36,16 +36,7 @@ PREFIX_CHECKPOINT_DIR = "checkpoint"
 def resume_checkpoint() -> str | None:
     """The directory to pass to ``trainer.train(resume_from_checkpoint=...)``: the step
     the controller chose (outside Lazarus, the newest committed), or None."""
-    directory = lz.resume_path()
-    return None if directory is None else str(directory)
-
-
-def move_into(source: Path, target: Path) -> None:
-    """Move every entry of ``source`` into ``target`` by rename, then remove ``source``.
-    An entry already in ``target`` is replaced (a re-save of the same step)."""
-    for entry in sorted(source.iterdir()):
-        os.replace(entry, target / entry.name)
-    source.rmdir()
+    return resume_file()
 
 
 class LazarusTrainerCallback(transformers.TrainerCallback):
