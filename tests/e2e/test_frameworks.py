@@ -29,6 +29,12 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 StartJob = Callable[..., Awaitable[Job]]
+PRELOAD = {
+    "lightning": ["torch", "lightning.pytorch"],
+    "hf": ["torch", "transformers"],
+    "accelerate": ["torch", "accelerate"],
+}
+"""Warm start: one zygote per node imports the framework once for both generations."""
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 20
 CKPT_EVERY = 5
@@ -84,7 +90,7 @@ async def kill_after_first_checkpoint(framework: str, start_job: StartJob, tmp_p
         command=command(framework, out),
         env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
         health={"hang_timeout_s": 30, "startup_timeout_s": 120},
-        warm_start=None,
+        warm_start={"preload": PRELOAD[framework]},
     )
     job = await start_job(spec)
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, CKPT_EVERY + 2)
