@@ -1,13 +1,16 @@
-"""A PyTorch Lightning job under Lazarus: the user's ``Trainer`` unchanged, plus one
-callback (:class:`lazarus.rank.integrations.lightning.LazarusCallback`) and one
-resume call. Deterministic (fixed data, no shuffling, seeded), so a run interrupted
-and resumed from an epoch-end checkpoint ends with the weights of a fault-free run.
+"""A tiny, deterministic Lightning job (``Trainer`` with DDP over gloo) that Lazarus
+can kill and resume from Lightning's own checkpoint.
 
-    lazarus start examples/jobs/lightning_demo.yaml          # 2 ranks, DDP over gloo
+Under Lazarus each rank is launched with the torchrun variables, so Lightning uses its
+``TorchElasticEnvironment``: ``devices`` is ``LOCAL_WORLD_SIZE``, ``num_nodes`` is
+``WORLD_SIZE // LOCAL_WORLD_SIZE``. The one-line integration is
+``callbacks=[LazarusCallback(every=...)]`` plus ``ckpt_path=resume_ckpt_path()``
+(``--no-lazarus`` leaves both out: Lightning's own ``ModelCheckpoint`` into
+``--checkpoint-dir``, resumed from its ``last.ckpt``, as a user would run it unchanged).
 
-``--out`` names where rank 0 saves the final ``state_dict`` (the tests compare it).
-``--no-lazarus`` drops the callback: the job still restarts under Lazarus, from no
-checkpoint (docs/guides/frameworks.md shows the difference).
+Each rank sees a fixed slice of a seeded synthetic regression set (no shuffle), and
+one epoch is one step, so a resumed run ends with weights equal to an uninterrupted
+one; rank 0 saves the final ``state_dict`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -15,79 +18,100 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+import lightning.pytorch as pl
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lazarus.rank.integrations.lightning import LazarusCallback, resume_checkpoint
+from lazarus.rank.integrations.lightning import LazarusCallback, resume_ckpt_path
 
-BATCH = 8
+FEATURES = 8
+BATCH_SIZE = 4
 
 
-class Regression(LightningModule):
-    """A tiny model with a real optimizer state (momentum), slowed to ``step_time``
-    a step so a fault can land mid-run."""
+class Regressor(pl.LightningModule):
+    """Two linear layers and SGD with momentum (optimizer state a resume must restore)."""
 
-    def __init__(self, step_time: float) -> None:
+    def __init__(self, lr: float, step_time: float) -> None:
         super().__init__()
-        self.layer = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1))
+        self.net = nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 1))
+        self.lr = lr
         self.step_time = step_time
 
-    def training_step(
-        self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
-    ) -> torch.Tensor:
-        features, target = batch
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = nn.functional.mse_loss(self.net(x), y)
         time.sleep(self.step_time)
-        return nn.functional.mse_loss(self.layer(features), target)
+        print(f"step {self.global_step + 1} loss {loss.item():.6f}", flush=True)
+        return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
 
 
-def data(steps_per_epoch: int, world: int) -> DataLoader[tuple[torch.Tensor, ...]]:
-    generator = torch.Generator().manual_seed(1234)
-    count = steps_per_epoch * BATCH * world
-    features = torch.randn(count, 16, generator=generator)
-    target = features.sum(dim=1, keepdim=True).tanh()
-    return DataLoader(TensorDataset(features, target), batch_size=BATCH, shuffle=False)
+def dataset(seed: int, world_size: int) -> TensorDataset:
+    """One batch per rank: Lightning's DistributedSampler (no shuffle) gives each rank
+    its fixed slice, so every epoch is one optimizer step."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(BATCH_SIZE * world_size, FEATURES, generator=generator)
+    y = x.sum(dim=1, keepdim=True).sin()
+    return TensorDataset(x, y)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--steps-per-epoch", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--ckpt-every", type=int, default=5)
     parser.add_argument("--step-time", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--no-lazarus", action="store_true", help="no callback, no resume")
-    args = parser.parse_args()
+    parser.add_argument("--checkpoint-dir", type=Path, default=Path(".lightning-ckpts"))
+    parser.add_argument("--no-lazarus", action="store_true", help="Lightning alone")
+    args = parser.parse_args(argv)
 
-    seed_everything(0, workers=True)
-    model = Regression(args.step_time)
-    callbacks: list[Callback] = []
-    if not args.no_lazarus:
-        callbacks.append(LazarusCallback(every_n_steps=args.steps_per_epoch))
-    trainer = Trainer(
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    pl.seed_everything(args.seed, verbose=False)
+    model = Regressor(args.lr, args.step_time)
+    callbacks: list[pl.Callback]
+    if args.no_lazarus:
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        callbacks = [
+            ModelCheckpoint(
+                dirpath=args.checkpoint_dir, every_n_train_steps=args.ckpt_every, save_last=True
+            )
+        ]
+        last = args.checkpoint_dir / "last.ckpt"
+        ckpt_path = str(last) if last.exists() else None
+    else:
+        callbacks = [LazarusCallback(every=args.ckpt_every)]
+        ckpt_path = resume_ckpt_path()
+    trainer = pl.Trainer(
         accelerator="cpu",
-        strategy="ddp",
-        # What the launcher set (Lazarus as torchrun): Lightning checks it matches.
-        devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-        num_nodes=int(os.environ.get("GROUP_WORLD_SIZE", "1")),
-        max_epochs=args.epochs,
+        strategy="ddp" if world > 1 else "auto",
+        devices=local,
+        num_nodes=max(1, world // local),
+        max_steps=args.steps,
+        max_epochs=-1,
         callbacks=callbacks,
-        enable_checkpointing=False,  # Lightning's own ModelCheckpoint: the ledger replaces it
-        enable_progress_bar=False,
         logger=False,
+        enable_checkpointing=args.no_lazarus,
+        enable_progress_bar=False,
+        enable_model_summary=False,
         deterministic=True,
     )
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    ckpt_path = None if args.no_lazarus else resume_checkpoint()
-    trainer.fit(model, data(args.steps_per_epoch, world), ckpt_path=ckpt_path)
-    if args.out is not None and trainer.global_rank == 0:
+    if ckpt_path is not None:
+        print(f"resumed from {ckpt_path}", flush=True)
+    loader = DataLoader(dataset(args.seed, world), batch_size=BATCH_SIZE, shuffle=False)
+    trainer.fit(model, loader, ckpt_path=ckpt_path)
+    if trainer.global_rank == 0 and args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(model.state_dict(), args.out)
+        torch.save(model.net.state_dict(), args.out)
 
 
 if __name__ == "__main__":

@@ -1,111 +1,77 @@
-"""Lazarus for PyTorch Lightning: one callback and one resume call.
+"""Lazarus for Lightning's ``Trainer``: ``callbacks=[LazarusCallback()]`` and
+``trainer.fit(model, ckpt_path=resume_ckpt_path())``.
 
-    from lazarus.rank.integrations.lightning import LazarusCallback, resume_checkpoint
+Why a callback and not Lightning's ``ModelCheckpoint``: ``ModelCheckpoint`` writes
+where and when it likes, and a file it is half-way through writing looks like any
+other. This callback saves with ``trainer.save_checkpoint`` (Lightning's own format,
+loops and optimizer state included) into the step directory Lazarus names
+(:func:`lazarus.rank.checkpoint_path`), and rank 0 commits it (manifest +
+``COMMITTED``) after a barrier, so the controller only ever resumes from a whole
+save and can fall back past a bad one. It saves on the controller's requests (the
+just-in-time save of ``pause``) and on the interval (the controller's, else
+``every``), and heartbeats every batch so a hung rank is told from a slow one.
 
-    trainer = L.Trainer(strategy="ddp", callbacks=[LazarusCallback(every_n_steps=50)])
-    trainer.fit(model, data, ckpt_path=resume_checkpoint())
-
-Lightning runs under Lazarus unchanged: Lazarus sets the variables torchrun sets,
-``TORCHELASTIC_RUN_ID`` among them, so Lightning picks its ``TorchElasticEnvironment``
-and takes rank, world and store from them, and a crash restarts the generation from
-whatever checkpoint the script itself finds. What the callback adds:
-
-* **Heartbeats every batch** (throttled by :func:`lazarus.rank.heartbeat`): a hung rank
-  is told from a slow one, stragglers are measured, and status shows the step.
-* **The verified ledger.** Lightning's own checkpoint (``trainer.save_checkpoint``,
-  weights, optimizer and loop state) is written into
-  :func:`lazarus.rank.checkpoint_path` and sealed by rank 0
-  (:func:`lazarus.rank.commit_checkpoint`: manifest, then ``COMMITTED``). The
-  controller then verifies it, falls back past a torn one, tiers it to S3 and picks
-  the resume point, which :func:`resume_checkpoint` hands to ``trainer.fit``.
-* **Checkpoints when the controller asks**: ``lazarus pause`` and preemption notices
-  save just in time, at the next batch end.
-
-Why at ``every_n_steps`` and not at any step: Lightning restarts an interrupted epoch
-from its first batch unless the dataloader is stateful, so a checkpoint taken
-mid-epoch resumes exactly only with such a loader. Choose ``every_n_steps`` as the
-steps of an epoch (or a multiple) for a resume that matches a fault-free run, as the
-example does; a request from the controller is answered at once regardless.
+Lightning under Lazarus: Lazarus launches each rank itself with the torchrun
+variables (``TORCHELASTIC_RUN_ID``, ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``), so
+Lightning picks its ``TorchElasticEnvironment`` and does not spawn processes:
+``Trainer(strategy="ddp", accelerator="cpu", devices=<nproc_per_node>,
+num_nodes=<nodes>)``. Rejoin in place is not supported: a failure restarts the
+whole generation, which resumes from :func:`resume_ckpt_path`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from lightning.pytorch import Callback, LightningModule, Trainer
+import lightning.pytorch as pl
 
-import lazarus.rank as lazarus_rank
-import lazarus.rank.torch as lazarus_torch
+import lazarus.rank as lz
+import lazarus.rank.torch as lz_torch
+from lazarus.rank.integrations.ledger import loss_of, resume_file
 
 CHECKPOINT_FILE = "lightning.ckpt"
-"""The file of Lightning's checkpoint inside a ledger step's directory."""
+"""The file ``trainer.save_checkpoint`` writes inside a Lazarus step directory."""
 
 
-class LazarusCallback(Callback):
-    """Heartbeats every batch; Lightning's checkpoint through the ledger every
-    ``every_n_steps`` optimizer steps (the controller's interval wins when it sets
-    one) and whenever the controller asks. See the module docstring."""
+def resume_ckpt_path() -> str | None:
+    """The Lightning checkpoint to pass to ``trainer.fit(ckpt_path=...)``: the one in
+    the step directory the controller chose (outside Lazarus, the newest committed
+    one), or None to start fresh. Call it once, at startup."""
+    return resume_file(CHECKPOINT_FILE)
 
-    def __init__(self, every_n_steps: int) -> None:
-        if every_n_steps < 1:
-            raise ValueError(f"every_n_steps={every_n_steps} must be >= 1")
-        self.every_n_steps = every_n_steps
+
+class LazarusCallback(pl.Callback):
+    """Heartbeats every batch; saves into the verified ledger when asked or due.
+
+    ``every``: the script's own disk interval in optimizer steps (the controller's
+    interval, when it sets one, wins; None: save only when the controller asks).
+    """
+
+    def __init__(self, every: int | None = None) -> None:
+        self.every = every
 
     def on_train_batch_end(
         self,
-        trainer: Trainer,
-        pl_module: LightningModule,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
         outputs: Any,
         batch: Any,
         batch_idx: int,
     ) -> None:
         step = trainer.global_step
-        loss = _loss_of(outputs)
-        lazarus_rank.heartbeat(step, **({"loss": loss} if loss is not None else {}))
-        if lazarus_rank.checkpoint_dir() is None:
-            return  # outside Lazarus, with no directory configured: no ledger to write
-        # A collective: rank 0 decides, every rank saves (Lightning's save is one too).
-        if lazarus_torch.should_checkpoint(step, every=self.every_n_steps):
-            save(trainer, step)
+        lz.heartbeat(step, loss=loss_of(outputs))
+        # A collective: every rank asks at the same batch, rank 0 decides.
+        if lz_torch.should_checkpoint(step, every=self.every):
+            self.save(trainer, step)
 
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        lazarus_rank.flush_heartbeat()
+    def save(self, trainer: pl.Trainer, step: int) -> None:
+        """Save ``step`` with Lightning's own ``save_checkpoint`` (every rank calls it;
+        rank 0 writes) and commit it once every rank is past the save."""
+        path = lz.checkpoint_path(step) / CHECKPOINT_FILE
+        trainer.save_checkpoint(path)
+        trainer.strategy.barrier("lazarus-checkpoint")
+        if trainer.global_rank == 0:
+            lz.commit_checkpoint(step)
 
-
-def save(trainer: Trainer, step: int) -> Path:
-    """Lightning's checkpoint of ``step`` into the ledger, sealed by rank 0 once every
-    rank is past the save (``trainer.save_checkpoint`` ends in a barrier). Every rank
-    calls it."""
-    path = lazarus_rank.checkpoint_path(step) / CHECKPOINT_FILE
-    trainer.save_checkpoint(path)
-    trainer.strategy.barrier("lazarus.save")
-    if trainer.global_rank == 0:
-        lazarus_rank.commit_checkpoint(step)
-    return path
-
-
-def resume_checkpoint() -> str | None:
-    """The Lightning checkpoint the controller chose to resume from, for
-    ``trainer.fit(ckpt_path=...)``; None on a fresh start (or outside Lazarus with no
-    committed checkpoint). A resume point without Lightning's file (a memory-tier
-    snapshot, say) is an error: this job's checkpoints are Lightning's."""
-    directory = lazarus_rank.resume_path()
-    if directory is None:
-        return None
-    path = Path(directory) / CHECKPOINT_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"the resume point {directory} has no {CHECKPOINT_FILE}: it was not written "
-            "by LazarusCallback (turn the memory tier off for Lightning jobs)"
-        )
-    return str(path)
-
-
-def _loss_of(outputs: Any) -> float | None:
-    """The loss ``training_step`` returned (a tensor, or a dict's ``"loss"``), if any."""
-    value: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        lz.flush_heartbeat()

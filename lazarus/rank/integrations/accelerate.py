@@ -1,0 +1,59 @@
+"""Lazarus for an Accelerate training loop: three calls.
+
+Accelerate has no callback; its loop is the user's. ``load_state`` at startup,
+``step_end`` after every optimizer step, and ``save_state`` when it says so::
+
+    start = load_state(accelerator)            # 0, or the step Lazarus resumes from
+    for step in range(start, total):
+        ...
+        if step_end(accelerator, step + 1, loss=loss, every=10):
+            save_state(accelerator, step + 1)
+
+``save_state`` writes with Accelerate's own ``accelerator.save_state`` (model,
+optimizer, scheduler, RNG per process) into Lazarus's step directory and commits it
+on the main process after ``wait_for_everyone``, so the checkpoint joins the verified
+ledger; ``load_state`` restores the step the controller chose.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import accelerate
+
+import lazarus.rank as lz
+import lazarus.rank.torch as lz_torch
+
+
+def load_state(accelerator: accelerate.Accelerator) -> int:
+    """Restore the checkpoint Lazarus chose (outside Lazarus: the newest committed)
+    with ``accelerator.load_state``; returns the step to continue from (0: fresh)."""
+    point = lz.resume_point()
+    if point is None:
+        return 0
+    step, directory = point
+    accelerator.load_state(str(directory))
+    return step
+
+
+def step_end(
+    accelerator: accelerate.Accelerator, step: int, *, every: int | None = None, **metrics: Any
+) -> bool:
+    """Heartbeat completed step ``step`` and say whether to checkpoint it now (a
+    controller request, or the interval: the controller's, else ``every``). A
+    collective: every process calls it at the same step."""
+    lz.heartbeat(step, **metrics)
+    return lz_torch.should_checkpoint(step, every=every)
+
+
+def save_state(accelerator: accelerate.Accelerator, step: int) -> Path:
+    """Save with ``accelerator.save_state`` into the step directory and commit it on
+    the main process once every process has saved; returns the directory."""
+    directory = lz.checkpoint_path(step)
+    accelerator.save_state(str(directory))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        lz.commit_checkpoint(step)
+    accelerator.wait_for_everyone()
+    return directory
