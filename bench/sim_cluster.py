@@ -574,7 +574,9 @@ class SimCluster:
     """Seconds the ranks were held back by memory snapshots and their replica pushes."""
     memory: dict[str, int] = field(default_factory=dict)
     """Resume searches by what served them: ``memory`` (every node held the snapshot),
-    ``replica`` (some copied it from a buddy), ``disk`` (the memory tier could not)."""
+    ``replica`` (some copied it from a buddy), ``disk (a snapshot lost)`` (a new node's
+    buddy was replaced too) or ``disk (as new or newer)`` (a disk checkpoint at or past
+    the snapshot)."""
     final_step: int = 0
     operator_actions: list[str] = field(default_factory=list)
     operator_due_s: float | None = None
@@ -917,7 +919,8 @@ class SimCluster:
         step = newest_snapshot(frozen, gen.resume_step, gen.memory_every)
         disk = self.committed or 0
         if not reachable or step <= disk or step in request.exclude_steps:
-            self.memory["disk"] = self.memory.get("disk", 0) + 1
+            why = "disk (a snapshot lost)" if not reachable else "disk (as new or newer)"
+            self.memory[why] = self.memory.get(why, 0) + 1
             return None
         if copies:
             await self.advance(self.costs.replica_restore_s, "replica_restore")
