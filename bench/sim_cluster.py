@@ -515,6 +515,15 @@ class Generation:
         self.segment_at = self.first_step_at
 
 
+def stops_generation(request: contracts.StopRequest, gen: Generation) -> bool:
+    """Whether a stop reaches the running generation's ranks: it does not keep that
+    generation, and it targets one of its nodes (no nodes: this machine, taken as all)."""
+    if request.keep_generation == gen.number:
+        return False
+    targets = {n.name for n in request.access.nodes} - set(request.skip_nodes)
+    return not request.access.nodes or bool(targets & gen.nodes)
+
+
 def _page_reason(request: contracts.EscalationHookRequest) -> str:
     """The reason the job gave its operator, from the hook's stdin document."""
     try:
@@ -842,6 +851,18 @@ class SimCluster:
     @simulated
     async def stop(self, request: contracts.StopRequest) -> contracts.StopResult:
         now = await self.now()
+        gen = self.generation
+        if gen is not None and gen.frozen_at is None and not stops_generation(request, gen):
+            # A stop beside the running generation (a quarantined node's zygote before
+            # its hand-back, with warm_start): its ranks train on. Freezing them here
+            # left supervision answering "no step" forever (54 days, seed 1, day 35.5).
+            await self.advance(self.costs.stop_s)
+            return contracts.StopResult(
+                generations=[],
+                signalled_groups=0,
+                killed_groups=0,
+                last_step=self._progress(gen, now + self.costs.stop_s)[0],
+            )
         if not self._operator_acting(now):  # their fence stops are part of their delay
             await self.advance(self.costs.stop_s, "stop")
         last = self._freeze(now)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.sim_cluster import Generation, stops_generation
 from bench.sim_model import (
     MEMORY_CALIBRATION,
     CostModel,
@@ -22,6 +23,8 @@ from bench.sim_model import (
     snapshot_reachable,
 )
 from bench.simulate import SimConfig, add_command, config_from, sim_spec, variants
+from lazarus.domain.contracts import NodeAccess, StopRequest
+from lazarus.domain.spec import NodeSpec
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -113,3 +116,26 @@ def test_the_memory_interval_can_be_given_on_the_command_line() -> None:
     add_command(parser.add_subparsers())
     args = parser.parse_args(["simulate", "--rows", "memory+lemon", "--memory-every", "1"])
     assert config_from(args).memory_interval() == 1
+
+
+def test_a_stop_beside_the_running_generation_leaves_it_training() -> None:
+    """With warm_start the job stops nodes outside the generation (a quarantined node's
+    zygote before its hand-back): only a stop that reaches the generation freezes it."""
+    gen = Generation(
+        number=7,
+        nodes=frozenset({"a", "b"}),
+        resume_step=0,
+        every=10,
+        launched_at=0.0,
+        first_step_at=1.0,
+    )
+
+    def stop(nodes: list[str], **extra: object) -> StopRequest:
+        access = NodeAccess(nodes=[NodeSpec(name=n) for n in nodes])
+        return StopRequest(job_id="j", run_root="/r", access=access, **extra)
+
+    assert not stops_generation(stop(["q"]), gen)
+    assert not stops_generation(stop(["a", "b"], keep_generation=7), gen)
+    assert not stops_generation(stop(["a"], skip_nodes=["a"]), gen)
+    assert stops_generation(stop(["a", "q"]), gen)
+    assert stops_generation(stop([]), gen)
