@@ -231,6 +231,17 @@ class SimConfig:
         snapshot = memory_snapshot_s(self.step_s, replicas=True)
         return memory_interval_steps(snapshot, self.mtbf_s(), self.step_s)
 
+    def memory_daly_ettr(
+        self, disk_interval_s: float, restart_s: float = 0.0, mtbf_s: float | None = None
+    ) -> float:
+        """Daly's expectation for a memory row: failures cost the memory interval's
+        work (at the snapshot's δ), and the disk checkpoints only their δ."""
+        mtbf = mtbf_s if mtbf_s is not None else self.mtbf_s()
+        snapshot = memory_snapshot_s(self.step_s, replicas=True)
+        memory_interval_s = self.memory_interval() * self.step_s
+        loss = expected_goodput_loss(memory_interval_s, snapshot, mtbf, restart_s)
+        return 1.0 - loss - self.checkpoint_s / disk_interval_s
+
     def tau_s(self) -> float:
         return daly_interval_s(self.checkpoint_s, self.mtbf_s())
 
@@ -859,7 +870,10 @@ def summarize(
         # Daly's expectation at this row's interval, MTTR and observed MTBF: how far the
         # simulated workflow is from the model (spares and operator waits are not in it).
         "ettr_daly": round(
-            config.daly_ettr(every * config.step_s, mean_recovery, observed_mtbf), 5
+            config.memory_daly_ettr(every * config.step_s, mean_recovery, observed_mtbf)
+            if variant.memory
+            else config.daly_ettr(every * config.step_s, mean_recovery, observed_mtbf),
+            5,
         ),
         "interruptions": len(interruptions),
         "interruptions_by_class": dict(sorted(by_class.items())),

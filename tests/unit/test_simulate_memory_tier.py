@@ -139,3 +139,12 @@ def test_a_stop_beside_the_running_generation_leaves_it_training() -> None:
     assert not stops_generation(stop(["a"], skip_nodes=["a"]), gen)
     assert stops_generation(stop(["a", "q"]), gen)
     assert stops_generation(stop([]), gen)
+
+
+def test_dalys_expectation_for_a_memory_row_charges_the_memory_interval() -> None:
+    """Failures lose the memory interval's work, disk checkpoints cost only δ: the
+    memory row's JSON compares with this, not with the disk interval's Daly."""
+    config = SimConfig()
+    memory = config.memory_daly_ettr(3600.0, restart_s=120.0, mtbf_s=12_000.0)
+    assert memory > config.daly_ettr(3600.0, restart_s=120.0, mtbf_s=12_000.0) + 0.1
+    assert 0.97 < memory < 0.99
