@@ -74,7 +74,18 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from activities.stand_ins import StandIn, launched_without_ranks, stand_ins
-from bench.sim_model import DAY_S, ClusterTrace, CostModel, FailureEvent, Ledger, progress_at
+from bench.sim_model import (
+    DAY_S,
+    ClusterTrace,
+    CostModel,
+    FailureEvent,
+    Ledger,
+    effective_step_s,
+    memory_snapshot_s,
+    newest_snapshot,
+    progress_at,
+    snapshot_reachable,
+)
 from lazarus.domain import contracts
 from lazarus.domain.activity_refs import ALL, FLEET_CALLS
 from lazarus.domain.api import (
@@ -487,6 +498,14 @@ class Generation:
     blocked_before: float = 0.0
     """Seconds blocked in checkpoints under earlier intervals of this generation."""
     interval_changes: int = 0
+    order: tuple[str, ...] = ()
+    """Its nodes in rank order: which slot each holds (the memory tier's buddy ring)."""
+    step_s: float = 0.0
+    """A step's wall time, the memory tier's snapshots included."""
+    memory_every: int = 0
+    """The spec's ``checkpoints.memory_every_steps`` (0: the memory tier is off)."""
+    replicas: bool = False
+    """The spec's ``checkpoints.memory_replicas``."""
     final_outcome: contracts.SuperviseOutcome | None = None
     """The failure (or success) that froze it: delivered again to a supervision of it
     that asks later (the one that carried it was cancelled, or its run had closed)."""
@@ -494,6 +513,15 @@ class Generation:
     def __post_init__(self) -> None:
         self.segment_step = self.resume_step
         self.segment_at = self.first_step_at
+
+
+def stops_generation(request: contracts.StopRequest, gen: Generation) -> bool:
+    """Whether a stop reaches the running generation's ranks: it does not keep that
+    generation, and it targets one of its nodes (no nodes: this machine, taken as all)."""
+    if request.keep_generation == gen.number:
+        return False
+    targets = {n.name for n in request.access.nodes} - set(request.skip_nodes)
+    return not request.access.nodes or bool(targets & gen.nodes)
 
 
 def _page_reason(request: contracts.EscalationHookRequest) -> str:
@@ -551,6 +579,13 @@ class SimCluster:
     interruptions: list[Interruption] = field(default_factory=list)
     ledger: Ledger = field(default_factory=Ledger)
     checkpointing_s: float = 0.0
+    memory_snapshots_s: float = 0.0
+    """Seconds the ranks were held back by memory snapshots and their replica pushes."""
+    memory: dict[str, int] = field(default_factory=dict)
+    """Resume searches by what served them: ``memory`` (every node held the snapshot),
+    ``replica`` (some copied it from a buddy), ``disk (a snapshot lost)`` (a new node's
+    buddy was replaced too) or ``disk (as new or newer)`` (a disk checkpoint at or past
+    the snapshot)."""
     final_step: int = 0
     operator_actions: list[str] = field(default_factory=list)
     operator_due_s: float | None = None
@@ -626,7 +661,7 @@ class SimCluster:
             gen.segment_step,
             at - gen.segment_at,
             gen.every,
-            self.costs.step_s,
+            gen.step_s,
             self.costs.checkpoint_s,
         )
         checkpoint = p.checkpoint_step
@@ -652,6 +687,9 @@ class SimCluster:
             gen.frozen_at = at
             step, checkpoint, blocked = self._progress(gen, at)
             self.checkpointing_s += blocked
+            self.memory_snapshots_s += max(0, step - gen.resume_step) * (
+                gen.step_s - self.costs.step_s
+            )
             if checkpoint is not None:
                 self.committed = max(checkpoint, self.committed or 0)
             self.final_step = step
@@ -691,6 +729,13 @@ class SimCluster:
         if self.interruptions and self.interruptions[-1].resume_step is None:
             self.interruptions[-1].resume_step = resume
         self.placed.update(nodes)
+        checkpoints = request.spec.checkpoints
+        memory_every = checkpoints.memory_every_steps or 0
+        step_s = effective_step_s(
+            self.costs.step_s,
+            memory_every,
+            memory_snapshot_s(self.costs.step_s, checkpoints.memory_replicas),
+        )
         self.generation = Generation(
             number=request.generation,
             nodes=frozenset(nodes),
@@ -698,6 +743,10 @@ class SimCluster:
             every=request.spec.checkpoints.every_steps or 0,
             launched_at=launched,
             first_step_at=launched + self.costs.startup_s,
+            order=tuple(nodes),
+            step_s=step_s,
+            memory_every=memory_every,
+            replicas=checkpoints.memory_replicas,
         )
         return launched_without_ranks(request, self._wall(launched), "10.0.0.1")
 
@@ -738,7 +787,7 @@ class SimCluster:
                 observed_at=self._wall(gen.first_step_at),
                 first_step_at=self._wall(gen.first_step_at),
                 step=gen.resume_step + 1,
-                seconds_per_step=self.costs.step_s,
+                seconds_per_step=gen.step_s,
             )
         await self.advance(end - now, "running")
         step = self._progress(gen, end)[0]
@@ -753,7 +802,7 @@ class SimCluster:
             generation=gen.number,
             observed_at=self._wall(end),
             step=step,
-            seconds_per_step=self.costs.step_s,
+            seconds_per_step=gen.step_s,
             progress_signal="heartbeat",
             checkpoint_save_s=self._save_s(gen),
         )
@@ -802,6 +851,18 @@ class SimCluster:
     @simulated
     async def stop(self, request: contracts.StopRequest) -> contracts.StopResult:
         now = await self.now()
+        gen = self.generation
+        if gen is not None and gen.frozen_at is None and not stops_generation(request, gen):
+            # A stop beside the running generation (a quarantined node's zygote before
+            # its hand-back, with warm_start): its ranks train on. Freezing them here
+            # left supervision answering "no step" forever (54 days, seed 1, day 35.5).
+            await self.advance(self.costs.stop_s)
+            return contracts.StopResult(
+                generations=[],
+                signalled_groups=0,
+                killed_groups=0,
+                last_step=self._progress(gen, now + self.costs.stop_s)[0],
+            )
         if not self._operator_acting(now):  # their fence stops are part of their delay
             await self.advance(self.costs.stop_s, "stop")
         last = self._freeze(now)
@@ -846,6 +907,9 @@ class SimCluster:
     ) -> contracts.CheckpointSearch:
         now = await self.now()
         await self.advance(self.costs.search_s, "resume_search")
+        memory = await self._memory_resume(request)
+        if memory is not None:
+            return memory
         step = self._newest_committed(now)
         if step is None or step in request.exclude_steps:
             return contracts.CheckpointSearch()
@@ -856,6 +920,38 @@ class SimCluster:
                 step=step, path=f"{request.checkpoint_dir}/step-{step:08d}"
             ),
             location="local",
+        )
+
+    async def _memory_resume(
+        self, request: contracts.FindVerifiedCheckpointRequest
+    ) -> contracts.CheckpointSearch | None:
+        """The memory tier's answer (``memory_dir``: the spec's ``memory_every_steps``):
+        the newest snapshot of the stopped generation, when every relaunch node holds
+        it or can copy it from its slot's buddy (:func:`snapshot_reachable`; each copy
+        costs the measured restore, in parallel). None: disk serves."""
+        gen = self.generation
+        if request.memory_dir is None or gen is None or gen.frozen_at is None:
+            return None
+        if gen.memory_every <= 0:
+            return None
+        after = [n.name for n in request.access.nodes]
+        reachable, copies = snapshot_reachable(list(gen.order), after, gen.replicas)
+        frozen = self._progress(gen, gen.frozen_at)[0]
+        step = newest_snapshot(frozen, gen.resume_step, gen.memory_every)
+        disk = self.committed or 0
+        if not reachable or step <= disk or step in request.exclude_steps:
+            why = "disk (a snapshot lost)" if not reachable else "disk (as new or newer)"
+            self.memory[why] = self.memory.get(why, 0) + 1
+            return None
+        if copies:
+            await self.advance(self.costs.replica_restore_s, "replica_restore")
+        served = "replica" if copies else "memory"
+        self.memory[served] = self.memory.get(served, 0) + 1
+        path = f"{request.memory_dir}/step-{step:08d}"
+        return contracts.CheckpointSearch(
+            chosen=contracts.CheckpointRef(step=step, path=path),
+            location="memory",
+            memory_restored=[f"step {step} restored from a buddy's replica"] * copies,
         )
 
     @simulated

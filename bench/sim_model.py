@@ -13,6 +13,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from lazarus.domain.checkpoint_interval import daly_interval_s
 from lazarus.domain.failure_classes import FailureClass
 
 DAY_S = 86_400.0
@@ -267,6 +268,9 @@ class CostModel:
     """``published``: the 3-node measurement plus, per rank, the store's and NCCL's
     published costs at 96K ranks. ``linear``: the 3-node measurement times nodes/3,
     the model before (278 s at 2,048 nodes; 16 times the published figures)."""
+    warm_start: bool = False
+    """The spec's ``warm_start``: ranks fork from each node's zygote (the spare's is
+    prewarmed), so the imports leg is a standby's hand-off, not a fresh import."""
 
     def __post_init__(self) -> None:
         if self.rendezvous not in RENDEZVOUS_MODELS:
@@ -315,14 +319,23 @@ class CostModel:
         return measured + ranks * (TCPSTORE_INIT_S_PER_RANK + NCCL_INIT_S_PER_RANK)
 
     @property
+    def replica_restore_s(self) -> float:
+        """A relaunch node copying its slot's snapshot from the buddy's replica: the
+        measured extra of the search that copied one (every such node in parallel)."""
+        return MEMORY_CALIBRATION["replica_restore_s"].value
+
+    @property
+    def import_s(self) -> float:
+        """One node's imports before the fan-out: cold (measured in the calibration
+        file) or from a warm standby (:data:`MEMORY_CALIBRATION`)."""
+        if self.warm_start:
+            return MEMORY_CALIBRATION["warm_import_s"].value
+        return MEASURED_PHASES_S["import"]
+
+    @property
     def startup_s(self) -> float:
         """Launch done to first new step: imports, rendezvous, checkpoint load, a step."""
-        return (
-            MEASURED_PHASES_S["import"] * self.fan_out
-            + self.rendezvous_s
-            + self.checkpoint_s
-            + self.step_s
-        )
+        return self.import_s * self.fan_out + self.rendezvous_s + self.checkpoint_s + self.step_s
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -334,6 +347,7 @@ class CostModel:
             "launch_s": self.launch_s,
             "rendezvous_s": self.rendezvous_s,
             "startup_s": self.startup_s,
+            "replica_restore_s": self.replica_restore_s,
         }
 
 
@@ -383,3 +397,107 @@ class Ledger:
 
     def add(self, phase: str, seconds: float) -> None:
         self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+
+
+# ------------------------------------------------------------------ the memory tier
+
+
+@dataclass(frozen=True)
+class MeasuredFigure:
+    """One measured figure the memory-tier model uses, where it was measured, and what
+    it sets (the counterpart of :class:`Calibrated` for figures of other files)."""
+
+    value: float
+    source: str
+    feeds: str
+
+
+MEMORY_CALIBRATION: dict[str, MeasuredFigure] = {
+    "snapshot_fraction": MeasuredFigure(
+        1.1 / 51.3,
+        "docs/results/2026-12-warm-starts-and-memory-tier.md: a snapshot every step cost "
+        "+1.1 ms on the example's 51.3 ms step (examples/snapshot_overhead.py, median of 5)",
+        "memory_snapshot_s: this x step_s blocked per memory snapshot",
+    ),
+    "replica_fraction": MeasuredFigure(
+        0.025,
+        "docs/results/2026-12-memory-replicas.md: the buddy push in its own thread, +2.5% "
+        "(run 4; run 3 -1.6%; target <= 5%), python -m bench replica-cost",
+        "memory_snapshot_s: this x step_s more per snapshot with memory_replicas",
+    ),
+    "replica_restore_s": MeasuredFigure(
+        1.96 - 0.89,
+        "docs/results/2026-12-memory-replicas.md: the resume search with the replica "
+        "copy onto the spare took 1.96 s, 0.89 s without (node_loss_replicas, 3 ssh hosts)",
+        "replica_restore_s: added to the search when a relaunch node lacks the snapshot "
+        "and copies it from its buddy (in parallel per node: no fan-out)",
+    ),
+    "warm_import_s": MeasuredFigure(
+        0.06,
+        "docs/results/2026-12-warm-starts-and-memory-tier.md: start to the first line "
+        "after import torch from a standby, 0.02-0.06 s (cold 1.2-3.0 s)",
+        "startup_s's imports with warm_start (replaces the cold 1.862 s), x fan_out",
+    ),
+}
+"""The measured figures behind the memory tier, replicas and warm starts in the
+simulator; each simulation's JSON copies them under ``calibration.memory``. Both
+fractions were measured on a state of a few KB with 50 ms steps: the simulator applies
+them as fractions of its own step (an assumption: a 5.7 TB state's snapshot and push
+are bounded by the host copy and the network, which nobody measured here)."""
+
+
+def memory_snapshot_s(step_s: float, replicas: bool) -> float:
+    """Seconds the ranks are held back per memory snapshot: the snapshot's measured
+    fraction of a step, plus the replica push's with ``memory_replicas``."""
+    fraction = MEMORY_CALIBRATION["snapshot_fraction"].value
+    if replicas:
+        fraction += MEMORY_CALIBRATION["replica_fraction"].value
+    return fraction * step_s
+
+
+def memory_interval_steps(snapshot_s: float, mtbf_s: float, step_s: float) -> int:
+    """The memory interval in steps by Young-Daly with the snapshot's own cost: the
+    same trade as the disk interval (cost per snapshot against work lost per failure),
+    at a δ a few hundred times smaller."""
+    return max(1, round(daly_interval_s(snapshot_s, mtbf_s) / step_s))
+
+
+def effective_step_s(step_s: float, memory_every: int, snapshot_s: float) -> float:
+    """A step's wall time with the memory tier on: the snapshot's cost spread over
+    its interval (the ranks block for it; 0 snapshot cost: the plain step)."""
+    if memory_every <= 0:
+        return step_s
+    return step_s + snapshot_s / memory_every
+
+
+def newest_snapshot(frozen_step: int, resume_step: int, memory_every: int) -> int:
+    """The newest step every node holds in its memory tier when the ranks stopped at
+    ``frozen_step``: the last multiple of the interval, or the step the generation
+    resumed from (its ranks loaded it, and the tier keeps it)."""
+    return max(resume_step, frozen_step - frozen_step % memory_every)
+
+
+def buddy_of(order: list[str], slot: int) -> str:
+    """The node holding ``slot``'s replica: the next one in slot order, a ring
+    (``checkpoints.memory_replicas``)."""
+    return order[(slot + 1) % len(order)]
+
+
+def snapshot_reachable(before: list[str], after: list[str], replicas: bool) -> tuple[bool, int]:
+    """Whether the relaunch on ``after`` (rank order) can resume from the memory tier
+    of the generation that ran on ``before``, and how many nodes must copy their
+    snapshot from a buddy. A node that kept its slot holds its own snapshot. A new node
+    in a slot (a spare for a lost or broken node) needs the replica on the slot's buddy,
+    which must itself be in the relaunch: a buddy lost too (replaced, or gone with a
+    shrink) leaves that slot's snapshot nowhere, and disk serves, as in the product."""
+    if len(before) != len(after):
+        return False, 0
+    kept = set(after)
+    copies = 0
+    for slot, node in enumerate(after):
+        if node == before[slot]:
+            continue
+        if not replicas or buddy_of(before, slot) not in kept:
+            return False, 0
+        copies += 1
+    return True, copies

@@ -56,6 +56,7 @@ from bench.sim_model import (
     CALIBRATION_FILE,
     DAY_S,
     LLAMA3_CHECKPOINT_S,
+    MEMORY_CALIBRATION,
     PROFILES,
     RENDEZVOUS_MODELS,
     ClusterTrace,
@@ -63,6 +64,8 @@ from bench.sim_model import (
     FailureProfile,
     TraceConfig,
     make_trace,
+    memory_interval_steps,
+    memory_snapshot_s,
 )
 from lazarus.domain.api import (
     FLEET_WORKFLOW_TYPE,
@@ -162,6 +165,9 @@ class SimConfig:
     spares running out and the operator in one simulated day on a few nodes)."""
     rows: tuple[str, ...] = ()
     """Only these configurations (by name; empty: all)."""
+    memory_every_steps: int | None = None
+    """The memory rows' ``checkpoints.memory_every_steps``; None: Young-Daly with the
+    measured snapshot and replica cost (:meth:`memory_interval`)."""
 
     @classmethod
     def quick(cls) -> SimConfig:
@@ -179,7 +185,7 @@ class SimConfig:
             continue_as_new_after_events=300,
             repair_h=1.0,  # nodes come back within the half day
             probation_interval_s=600.0,
-            rows=("fixed", "auto+lemon", "auto+lemon spares 0%"),
+            rows=("fixed", "auto+lemon", "auto+lemon spares 0%", "memory+lemon"),
         )
 
     def profile_of(self) -> FailureProfile:
@@ -204,16 +210,37 @@ class SimConfig:
         """The fleet's memory before the job: 30 days (shortened alike by ``rate_scale``)."""
         return 30.0 / self.rate_scale
 
-    def costs(self, **health: float) -> CostModel:
-        """The recovery costs at this job's size (``health``: the spec's timeouts)."""
+    def costs(self, warm_start: bool = False, **health: float) -> CostModel:
+        """The recovery costs at this job's size (``health``: the spec's timeouts;
+        ``warm_start``: the spec has a ``warm_start`` section)."""
         return CostModel(
             nodes=self.nodes,
             step_s=self.step_s,
             checkpoint_s=self.checkpoint_s,
             gpus_per_node=self.gpus_per_node,
             rendezvous=self.rendezvous,
+            warm_start=warm_start,
             **health,
         )
+
+    def memory_interval(self) -> int:
+        """The memory rows' snapshot interval in steps: the one given, or Young-Daly
+        with the measured cost of a snapshot and its replica push at this step time."""
+        if self.memory_every_steps is not None:
+            return self.memory_every_steps
+        snapshot = memory_snapshot_s(self.step_s, replicas=True)
+        return memory_interval_steps(snapshot, self.mtbf_s(), self.step_s)
+
+    def memory_daly_ettr(
+        self, disk_interval_s: float, restart_s: float = 0.0, mtbf_s: float | None = None
+    ) -> float:
+        """Daly's expectation for a memory row: failures cost the memory interval's
+        work (at the snapshot's δ), and the disk checkpoints only their δ."""
+        mtbf = mtbf_s if mtbf_s is not None else self.mtbf_s()
+        snapshot = memory_snapshot_s(self.step_s, replicas=True)
+        memory_interval_s = self.memory_interval() * self.step_s
+        loss = expected_goodput_loss(memory_interval_s, snapshot, mtbf, restart_s)
+        return 1.0 - loss - self.checkpoint_s / disk_interval_s
 
     def tau_s(self) -> float:
         return daly_interval_s(self.checkpoint_s, self.mtbf_s())
@@ -238,6 +265,9 @@ class Variant:
     or ``sweep`` (fixed, at a multiple of Young-Daly's τ)."""
     lemon_exclusion: bool
     spares_pct: float
+    memory: bool = False
+    """The memory tier with buddy replicas and warm starts, from the spec
+    (``checkpoints.memory_every_steps``, ``memory_replicas``, ``warm_start``)."""
 
 
 LEMON_BY_FLEET = (
@@ -259,6 +289,10 @@ def variants(config: SimConfig) -> list[Variant]:
         Variant("auto+lemon", fixed, "auto", True, pct),
     ]
     rows += [Variant(f"auto+lemon spares {s:g}%", fixed, "auto", True, s) for s in (0, 2)]
+    # The memory tier resumes crashes, hangs and (from a buddy's replica) node losses
+    # within a memory interval, so disk serves only when a buddy is lost too: its
+    # interval is the fixed hour, not Young-Daly's minutes (its cost still counted).
+    rows.append(Variant("memory+lemon", fixed, "fixed", True, pct, memory=True))
     rows += [Variant(f"sweep {m:g}tau+lemon", tau * m, "sweep", True, pct) for m in config.sweep]
     if config.rows:
         unknown = set(config.rows) - {row.name for row in rows}
@@ -329,7 +363,13 @@ def sim_spec(
                 if variant.interval_kind == "auto"
                 else {}
             ),
+            **(
+                {"memory_every_steps": config.memory_interval(), "memory_replicas": True}
+                if variant.memory
+                else {}
+            ),
         },
+        **({"warm_start": {"preload": ["torch"], "standby": 1}} if variant.memory else {}),
         "on_escalation": HOOK,
     }
     return parse_spec(data, "<simulate>")
@@ -345,6 +385,7 @@ async def run_variant(
         poll_interval_s=spec.health.poll_interval_s,
         node_timeout_s=spec.node_timeout_s,
         hang_timeout_s=spec.health.hang_timeout_s,
+        warm_start=spec.warm is not None,
     )
     test_server = find_test_server()
     if test_server is None:
@@ -798,6 +839,7 @@ def summarize(
     accounted = {
         "productive": productive,
         "checkpointing": cluster.checkpointing_s,
+        "memory_snapshots": cluster.memory_snapshots_s,
         "lost_work": lost_steps * config.step_s,
         **{k: v for k, v in phases.items()},
     }
@@ -828,11 +870,16 @@ def summarize(
         # Daly's expectation at this row's interval, MTTR and observed MTBF: how far the
         # simulated workflow is from the model (spares and operator waits are not in it).
         "ettr_daly": round(
-            config.daly_ettr(every * config.step_s, mean_recovery, observed_mtbf), 5
+            config.memory_daly_ettr(every * config.step_s, mean_recovery, observed_mtbf)
+            if variant.memory
+            else config.daly_ettr(every * config.step_s, mean_recovery, observed_mtbf),
+            5,
         ),
         "interruptions": len(interruptions),
         "interruptions_by_class": dict(sorted(by_class.items())),
         "steps_lost": lost_steps,
+        "memory_every_steps": (config.memory_interval() if variant.memory else None),
+        "resumes_by_tier": dict(sorted(cluster.memory.items())),
         "steps_lost_workflow": status.steps_lost,
         "final_step": cluster.final_step,
         "restarts": status.restarts,
@@ -891,6 +938,17 @@ async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
                 for name, c in CALIBRATION.items()
             },
             "costs_s": config.costs(hang_timeout_s=config.hang_timeout_s).as_dict(),
+            "memory": {
+                name: {"value": f.value, "source": f.source, "feeds": f.feeds}
+                for name, f in MEMORY_CALIBRATION.items()
+            },
+            "memory_rows": {
+                "memory_every_steps": config.memory_interval(),
+                "snapshot_s": memory_snapshot_s(config.step_s, replicas=True),
+                "costs_s": config.costs(
+                    warm_start=True, hang_timeout_s=config.hang_timeout_s
+                ).as_dict(),
+            },
         },
         "young_daly": {
             "delta_s": config.checkpoint_s,
@@ -1070,6 +1128,12 @@ def add_command(commands: Any) -> None:
         action="store_true",
         help="the fleet rows' job keeps quarantined nodes until it ends (fleet.hand_back: false)",
     )
+    parser.add_argument(
+        "--memory-every",
+        type=int,
+        help="the memory rows' memory_every_steps (default: Young-Daly with the measured "
+        "snapshot and replica cost)",
+    )
     parser.add_argument("--json-out", type=Path, help="results file (default bench/results/)")
 
 
@@ -1093,6 +1157,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         config = replace(config, repair_h=args.repair_h)
     if args.hang_timeout_s is not None:
         config = replace(config, hang_timeout_s=args.hang_timeout_s)
+    if args.memory_every is not None:
+        config = replace(config, memory_every_steps=args.memory_every)
     if args.no_hand_back:
         config = replace(config, hand_back=False)
     if config.nodes < 2 or config.days <= 0 or config.checkpoint_s <= 0:

@@ -33,7 +33,7 @@ def test_quick_simulation_runs_through_failures_operator_and_continue_as_new(
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     rows = {row["variant"]: row for row in result["rows"]}
-    assert set(rows) == {"fixed", "auto+lemon", "auto+lemon spares 0%"}
+    assert set(rows) == {"fixed", "auto+lemon", "auto+lemon spares 0%", "memory+lemon"}
     for row in rows.values():
         assert row["phase"] == "SUCCEEDED", row
         assert row["interruptions"] > 0 and row["restarts"] > 0
@@ -50,5 +50,12 @@ def test_quick_simulation_runs_through_failures_operator_and_continue_as_new(
     assert rows["auto+lemon"]["tuning"]["checkpoint_save_s"] == pytest.approx(20.0)
     assert "resume" in rows["auto+lemon spares 0%"]["operator_log"]
     assert not any("failed" in action for action in rows["auto+lemon spares 0%"]["operator_log"])
+    # The memory tier (from the spec): crashes and hangs resume from every node's own
+    # snapshot, lost nodes from the buddy's replica; far fewer steps lost than disk.
+    memory = rows["memory+lemon"]
+    assert memory["resumes_by_tier"].get("memory", 0) >= 1, memory["resumes_by_tier"]
+    assert memory["resumes_by_tier"].get("replica", 0) >= 1, memory["resumes_by_tier"]
+    assert memory["steps_lost"] < rows["auto+lemon"]["steps_lost"]
+    assert memory["time_by_phase_s"]["memory_snapshots"] > 0
     assert out.with_suffix(".png").stat().st_size > 0
     assert "| fixed |" in done.stdout

@@ -1,0 +1,150 @@
+"""The simulator's memory tier (issue 28, item 7): what a snapshot costs, which
+interval Young-Daly gives it, which step a relaunch resumes from, and when a lost
+node's snapshot comes from its buddy's replica or from disk. Pure functions and the
+spec the simulator feeds the real workflow; no server."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from bench.sim_cluster import Generation, stops_generation
+from bench.sim_model import (
+    MEMORY_CALIBRATION,
+    CostModel,
+    buddy_of,
+    effective_step_s,
+    memory_interval_steps,
+    memory_snapshot_s,
+    newest_snapshot,
+    progress_at,
+    snapshot_reachable,
+)
+from bench.simulate import SimConfig, add_command, config_from, sim_spec, variants
+from lazarus.domain.contracts import NodeAccess, StopRequest
+from lazarus.domain.spec import NodeSpec
+
+pytestmark = pytest.mark.timeout(30)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_snapshot_costs_the_measured_fractions_of_a_step() -> None:
+    # +1.1 ms on a 51.3 ms step; the replica push +2.5% more (the figure under 5%).
+    assert memory_snapshot_s(10.0, replicas=False) == pytest.approx(10.0 * 1.1 / 51.3)
+    assert memory_snapshot_s(10.0, replicas=True) == pytest.approx(10.0 * (1.1 / 51.3 + 0.025))
+    assert MEMORY_CALIBRATION["replica_fraction"].value <= 0.05
+
+
+def test_each_measured_figure_names_the_results_page_it_comes_from() -> None:
+    for name, figure in MEMORY_CALIBRATION.items():
+        page = figure.source.split(":")[0]
+        assert (REPO / page).is_file(), (name, page)
+        assert figure.feeds, name
+
+
+def test_the_memory_interval_is_young_daly_at_the_snapshot_cost() -> None:
+    # Llama 3 at 2,048 nodes: M = 3.1 h, a 0.46 s snapshot of a 10 s step: 10 steps.
+    config = SimConfig()
+    snapshot = memory_snapshot_s(config.step_s, replicas=True)
+    every = memory_interval_steps(snapshot, config.mtbf_s(), config.step_s)
+    assert every == config.memory_interval() == 10
+    assert memory_interval_steps(0.0, config.mtbf_s(), config.step_s) == 1
+    assert SimConfig(memory_every_steps=3).memory_interval() == 3
+
+
+def test_snapshots_slow_each_step_by_their_cost_over_the_interval() -> None:
+    assert effective_step_s(10.0, 0, 0.5) == 10.0
+    assert effective_step_s(10.0, 10, 0.5) == pytest.approx(10.05)
+    # The generation's progress runs at that step time, disk checkpoints on top.
+    assert progress_at(0, 10 * 10.05, every=0, step_s=10.05, checkpoint_s=2.8).step == 10
+
+
+def test_a_relaunch_resumes_from_the_newest_snapshot_or_the_step_it_resumed_from() -> None:
+    assert newest_snapshot(frozen_step=57, resume_step=0, memory_every=10) == 50
+    assert newest_snapshot(frozen_step=57, resume_step=0, memory_every=1) == 57
+    # Resumed from 53 (a snapshot of the interval before): the tier still holds it.
+    assert newest_snapshot(frozen_step=58, resume_step=53, memory_every=10) == 53
+
+
+def test_a_spare_takes_the_snapshot_from_its_buddys_replica() -> None:
+    before = ["a", "b", "c"]
+    assert buddy_of(before, 1) == "c" and buddy_of(before, 2) == "a"
+    # Same nodes (a crash, a hang): every node holds its own snapshot.
+    assert snapshot_reachable(before, ["a", "b", "c"], replicas=False) == (True, 0)
+    # b lost, s in its slot: c holds b's replica.
+    assert snapshot_reachable(before, ["a", "s", "c"], replicas=True) == (True, 1)
+    # Without replicas a spare holds nothing: disk serves.
+    assert snapshot_reachable(before, ["a", "s", "c"], replicas=False) == (False, 0)
+
+
+def test_a_buddy_lost_with_the_node_it_protects_leaves_disk() -> None:
+    before = ["a", "b", "c"]
+    # b and its buddy c both replaced: b's snapshot is nowhere.
+    assert snapshot_reachable(before, ["a", "s", "t"], replicas=True) == (False, 0)
+    # a and b replaced: a's replica is on b (gone), so disk too.
+    assert snapshot_reachable(before, ["s", "t", "c"], replicas=True) == (False, 0)
+    # A shrunk world: slots moved, no memory resume.
+    assert snapshot_reachable(before, ["a", "c"], replicas=True) == (False, 0)
+
+
+def test_warm_starts_replace_the_cold_imports_leg() -> None:
+    cold = CostModel(nodes=2048, step_s=10.0, checkpoint_s=2.8)
+    warm = CostModel(nodes=2048, step_s=10.0, checkpoint_s=2.8, warm_start=True)
+    saved = (1.862 - MEMORY_CALIBRATION["warm_import_s"].value) * cold.fan_out
+    assert cold.startup_s - warm.startup_s == pytest.approx(saved)
+    assert warm.as_dict()["replica_restore_s"] == pytest.approx(1.07)
+
+
+def test_the_memory_row_drives_the_workflows_spec() -> None:
+    """The row turns on the product's own sections; the disk interval is the fixed hour."""
+    config = SimConfig()
+    row = {v.name: v for v in variants(config)}["memory+lemon"]
+    assert row.memory and row.lemon_exclusion and row.interval_kind == "fixed"
+    spec = sim_spec(config, row, None, None)
+    assert spec.checkpoints.memory_every_steps == config.memory_interval()
+    assert spec.checkpoints.memory_replicas and spec.warm is not None
+    assert spec.checkpoints.every_steps == 360 and spec.checkpoints.interval is None
+    plain = sim_spec(config, {v.name: v for v in variants(config)}["auto+lemon"], None, None)
+    assert plain.checkpoints.memory_every_steps is None and plain.warm is None
+
+
+def test_the_memory_interval_can_be_given_on_the_command_line() -> None:
+    parser = argparse.ArgumentParser()
+    add_command(parser.add_subparsers())
+    args = parser.parse_args(["simulate", "--rows", "memory+lemon", "--memory-every", "1"])
+    assert config_from(args).memory_interval() == 1
+
+
+def test_a_stop_beside_the_running_generation_leaves_it_training() -> None:
+    """With warm_start the job stops nodes outside the generation (a quarantined node's
+    zygote before its hand-back): only a stop that reaches the generation freezes it."""
+    gen = Generation(
+        number=7,
+        nodes=frozenset({"a", "b"}),
+        resume_step=0,
+        every=10,
+        launched_at=0.0,
+        first_step_at=1.0,
+    )
+
+    def stop(nodes: list[str], **extra: object) -> StopRequest:
+        access = NodeAccess(nodes=[NodeSpec(name=n) for n in nodes])
+        return StopRequest(job_id="j", run_root="/r", access=access, **extra)
+
+    assert not stops_generation(stop(["q"]), gen)
+    assert not stops_generation(stop(["a", "b"], keep_generation=7), gen)
+    assert not stops_generation(stop(["a"], skip_nodes=["a"]), gen)
+    assert stops_generation(stop(["a", "q"]), gen)
+    assert stops_generation(stop([]), gen)
+
+
+def test_dalys_expectation_for_a_memory_row_charges_the_memory_interval() -> None:
+    """Failures lose the memory interval's work, disk checkpoints cost only δ: the
+    memory row's JSON compares with this, not with the disk interval's Daly."""
+    config = SimConfig()
+    memory = config.memory_daly_ettr(3600.0, restart_s=120.0, mtbf_s=12_000.0)
+    assert memory > config.daly_ettr(3600.0, restart_s=120.0, mtbf_s=12_000.0) + 0.1
+    assert 0.97 < memory < 0.99
