@@ -115,9 +115,8 @@ a spec that set them would break rendezvous or fencing, or lie to a framework ab
 its launch. ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` and ``OMP_NUM_THREADS`` are not here:
 torchrun keeps a user's value for them, and so does Lazarus."""
 
-REJOIN_LAUNCHERS = frozenset({"local", "ssh", "slurm"})
-"""Node launchers whose agents carry survivors into the next generation (``rejoin``;
-Slurm's only with ``warm_start``: see ``JobSpec._rejoin_where_nodes_carry``)."""
+REJOIN_LAUNCHERS = frozenset({"local", "ssh"})
+"""Node launchers whose agents carry survivors into the next generation (``rejoin``)."""
 
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -332,23 +331,18 @@ class JobSpec(_Strict):
 
     @model_validator(mode="after")
     def _rejoin_where_nodes_carry(self) -> JobSpec:
-        """Local and ssh nodes carry survivors (``NodeAgent.carry_survivors``). On Slurm
-        a cold rank runs in its generation's job step, which the next generation must
-        not outlive; a rank forked from the node's zygote (``warm_start``) runs in the
-        zygote's step instead, so Slurm carries survivors only with warm starts on."""
+        """Local and ssh nodes carry survivors (``NodeAgent.carry_survivors``). A Slurm
+        job runs one step per generation across its nodes: a survivor lives in the
+        old step, which the new one must not outlive, so Slurm is refused."""
         if self.rejoin is None or not self.rejoin.enabled:
             return self
         launcher = self.nodes[0].launcher
-        if launcher == "slurm" and self.warm is None:
-            raise ValueError(
-                "rejoin: on Slurm, survivors must be forked from the node's zygote to "
-                "outlive a generation's step: add warm_start (or remove the rejoin section)"
-            )
         if launcher not in REJOIN_LAUNCHERS:
             raise ValueError(
-                f"rejoin: survivors rejoin in place on local, ssh and (with warm_start) "
-                f"slurm nodes only; these nodes use launcher {launcher}, so a recovery "
-                "restarts the whole generation (remove the rejoin section)"
+                f"rejoin: survivors rejoin in place on local and ssh nodes only; these "
+                f"nodes use launcher {launcher}, whose ranks run in one job step per "
+                "generation, so a recovery restarts the whole generation (remove the "
+                "rejoin section)"
             )
         return self
 

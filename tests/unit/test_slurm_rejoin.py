@@ -1,6 +1,7 @@
-"""Rejoin on Slurm nodes (issue 28, item 1), the parts without Slurm: the spec allows
-``rejoin`` on Slurm only with ``warm_start``, and the agent carries survivors only
-when they were forked from the node's zygote (their pid record names no step)."""
+"""Rejoin on Slurm nodes (issue 28, item 1), the parts without Slurm: the spec still
+refuses ``rejoin`` on Slurm, and the agent's carry (not reachable while the spec
+refuses) carries survivors only when they were forked from the node's zygote (their
+pid record names no step)."""
 
 from __future__ import annotations
 
@@ -30,19 +31,15 @@ def spec_data(**extra: object) -> dict[str, object]:
     }
 
 
-def test_rejoin_on_slurm_is_allowed_with_warm_starts() -> None:
-    spec = parse_spec(spec_data(warm_start={"preload": ["torch"]}), "job.yaml")
-    assert spec.rejoin is not None and spec.warm is not None
-
-
-@pytest.mark.parametrize("warm", [None, {"enabled": False}])
-def test_rejoin_on_slurm_without_warm_starts_names_both_fields(warm: object) -> None:
+@pytest.mark.parametrize("warm", [None, {"preload": ["torch"]}])
+def test_rejoin_on_slurm_is_still_refused(warm: object) -> None:
+    """Not yet allowed, even with warm starts: the carry works, but the end-to-end
+    rejoin did not complete on the test cluster (see the skipped test in
+    tests/slurm/test_slurm_rejoin.py)."""
     extra = {} if warm is None else {"warm_start": warm}
     with pytest.raises(SpecError) as caught:
         parse_spec(spec_data(**extra), "job.yaml")
-    message = str(caught.value)
-    assert "rejoin: on Slurm, survivors must be forked from the node's zygote" in message
-    assert "outlive a generation's step: add warm_start" in message
+    assert "rejoin: survivors rejoin in place on local and ssh nodes only" in str(caught.value)
 
 
 class CannedSlurm(SlurmAgent):
