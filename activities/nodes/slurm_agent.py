@@ -498,6 +498,24 @@ class SlurmAgent(SlurmWarm):
                 return merged_stop(stepped, local.result())
         return self._stop_steps(by_step, touched, grace_s, kill_wait_s)
 
+    def _stop_older_steps(
+        self, run_root: str, generation: int, kill_wait_s: float
+    ) -> NodeStopResult:
+        """A carry's fencing of the older generations' steps (ranks started cold), no
+        grace: the generation has failed. Forked ranks are the carry's own to fence."""
+        by_step: dict[str, GenerationDir] = {}
+        touched: list[GenerationDir] = []
+        for gen in generations_below(Path(run_root), None):
+            if gen.generation >= generation:
+                continue
+            with generation_lock(gen):
+                if not self._took_part(gen):
+                    continue
+                touched.append(gen)
+                for step in self._step_ids(gen):
+                    by_step[step] = gen
+        return self._stop_steps(by_step, touched, 0.0, kill_wait_s)
+
     def _stop_steps(
         self,
         by_step: dict[str, GenerationDir],

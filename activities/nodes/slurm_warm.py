@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from activities.nodes.agent import (
+    CarryRequest,
+    CarryResult,
+    NodeAgent,
     NodeRefused,
     NodeStopResult,
     NodeUnreachable,
@@ -27,6 +30,7 @@ from activities.nodes.agent import (
     WarmStart,
 )
 from activities.nodes.rundir import GenerationDir, SrunFiles, read_json, runs, write_json_atomic
+from activities.nodes.shim_agent import START_TIMEOUT_S, carry_answer, json_lines, rejoin_call
 from activities.nodes.slurm_commands import SlurmCommandFailed, job_steps, slurm_command
 from activities.nodes.slurm_drain import SlurmDrain
 from activities.nodes.slurm_shim import SrunShim, send, step_lock_at
@@ -78,6 +82,58 @@ class SlurmWarm(SlurmDrain):
 
     @abstractmethod
     def _wait_gone(self, step_ids: list[str], timeout_s: float) -> list[str]: ...
+
+    @abstractmethod
+    def _stop_older_steps(
+        self, run_root: str, generation: int, kill_wait_s: float
+    ) -> NodeStopResult: ...
+
+    rejoin_unsupported = (
+        "its process runs in a generation's Slurm step, which the next generation must "
+        "not outlive: only ranks forked from the node's zygote (warm_start) rejoin"
+    )
+
+    def carry_survivors(self, request: CarryRequest) -> CarryResult:
+        """Ranks forked from the node's zygote live in the zygote's step, not in a
+        generation's: they can outlive their generation. When every asked-for rank of
+        the previous generation here was forked, the older generations' steps (ranks
+        that started cold) are cancelled first, then the carry runs on the node through
+        the shim (:mod:`activities.nodes.carry`, as on ssh: survivors checked, every
+        other forked group fenced by process group, records linked, rejoin requested).
+        Otherwise, or when the shim gives no answer, the default: everything older is
+        stopped and the ranks start afresh."""
+        previous = GenerationDir(Path(request.previous_gen_dir))
+        records = [read_json(previous.pid_file(r)) for r in request.ranks]
+        if not request.ranks or any(r is None or "slurm_step" in r for r in records):
+            return NodeAgent.carry_survivors(self, request)
+        stepped = self._stop_older_steps(request.run_root, request.generation, request.kill_wait_s)
+        if not stepped.reachable:
+            raise NodeUnreachable(stepped.error or f"node {self.node.name} is unreachable")
+        why: str | None = None
+        try:
+            call = rejoin_call(request)
+        except ValueError as exc:
+            why = str(exc)
+        if why is None:
+            timeout = request.kill_wait_s + 2 * request.lock_timeout_s + START_TIMEOUT_S
+            reply = self._shim()._call([call], timeout + self.command_timeout_s)
+            answers, noise = json_lines(reply.output)
+            answer = carry_answer(answers)
+            if answer is not None:
+                return answer.model_copy(
+                    update={"unkillable": [*stepped.unkillable, *answer.unkillable]}
+                )
+            error = next((str(r["error"]) for r in answers if "error" in r), None)
+            why = error or f"no answer ({' | '.join(noise[-3:]) or 'no output'})"
+        fallback = NodeAgent.carry_survivors(self, request)
+        return fallback.model_copy(
+            update={
+                "refused": [
+                    f"rank {r}: cannot carry it on node {self.node.name}: {why}"
+                    for r in request.ranks
+                ]
+            }
+        )
 
     def start_ranks_warm(
         self, gen_dir: str, ranks: list[RankLaunch], warm: WarmStart

@@ -1,0 +1,76 @@
+"""Rejoin on Slurm (issue 28, item 1), end to end on the test cluster: a warm job (ranks
+forked from each node's zygote, which runs as a step of its own) with ``rejoin``; one
+rank SIGKILLed; the other node's rank keeps its process and rejoins, only the killed
+one is forked afresh, and the job ends with the weights of a fault-free run.
+
+Why warm: a cold rank runs in its generation's step, which the next generation must
+not outlive; a forked rank lives in the zygote's step, so it can be carried."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+
+from activities.nodes.rundir import read_json
+from infra.slurm import TestSlurm
+from lazarus.app import chaos
+from lazarus.app.devserver import DevServer
+from lazarus.domain.spec import WarmStartSpec
+from lazarus.domain.spec_sections import RejoinSpec
+from tests.slurm.test_slurm_e2e import (
+    all_generations,
+    assert_weights,
+    harness,
+    reference,  # noqa: F401 - the module's fault-free weights fixture
+    slurm_job_spec,
+)
+from workflows.state import Phase
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.skip(
+    reason="issue 28 item 1, not done: the carry works (restart_path rejoin, survivor "
+    "tears down to rejoin) but the fresh rank timed out connecting to the store (30 s), "
+    "so the rejoin fell back to the whole generation; the spec still refuses rejoin on Slurm"
+)
+@pytest.mark.timeout(500)
+async def test_a_killed_rank_restarts_alone_and_the_other_node_rejoins_on_slurm(
+    slurm: TestSlurm,
+    allocation: int,
+    dev_server: DevServer,
+    tmp_path: Path,
+    reference: Path,  # noqa: F811
+) -> None:
+    spec = slurm_job_spec(tmp_path, allocation, step_time=0.1)
+    spec = spec.model_copy(
+        update={
+            "command": [*spec.command, "--resilient", "--pg-timeout-s", "30"],
+            "warm_start": WarmStartSpec(preload=["torch"], standby=1),
+            "rejoin": RejoinSpec(enabled=True, timeout_s=45),
+            "straggler": spec.straggler.model_copy(update={"enabled": False}),
+        }
+    )
+    async with harness(dev_server, tmp_path, slurm) as h:
+        job = await h.start(spec)
+        await asyncio.to_thread(chaos.wait_for_step, job.run_root, 25, 240.0)
+        [first] = all_generations(job)
+        before = {r: (read_json(first.pid_file(r)) or {}).get("pid") for r in (0, 1)}
+        chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
+        status = await job.result(timeout_s=300)
+        assert status.phase == Phase.SUCCEEDED, status
+        seen = [(i.kind, i.rank, i.restart_path, i.evidence) for i in status.incidents]
+        assert len(status.incidents) == 1, seen
+        [incident] = status.incidents
+        assert incident.kind == "crash" and incident.rank == 1, incident
+        assert incident.restart_path == "rejoin", incident.evidence
+        _, second = all_generations(job)
+        after = {r: (read_json(second.pid_file(r)) or {}).get("pid") for r in (0, 1)}
+        assert after[0] == before[0], "rank 0 (node n1) kept its process"
+        assert after[1] != before[1]
+        for rank in (0, 1):
+            assert "slurm_step" not in (read_json(second.pid_file(rank)) or {}), "forked"
+        assert_weights(job, reference)
