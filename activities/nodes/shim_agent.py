@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -257,6 +258,36 @@ def rejoin_call(request: CarryRequest) -> ShimCall:
     )
 
 
+def carry_through_shim(
+    request: CarryRequest,
+    call: Callable[[list[list[str] | ShimCall], float], ShimReply],
+    extra_timeout_s: float = 0.0,
+) -> CarryResult | str:
+    """Run the shim's ``rejoin`` for ``request`` through ``call`` (ssh, or ``srun`` on
+    a Slurm node, which adds ``extra_timeout_s``): the node's answer, or why there is
+    none, for :func:`refused_all`."""
+    try:
+        invocation = rejoin_call(request)
+    except ValueError as exc:
+        return str(exc)
+    # The fencing's SIGKILL wait, two lock waits and the interpreter's start.
+    timeout = request.kill_wait_s + 2 * request.lock_timeout_s + START_TIMEOUT_S
+    reply = call([invocation], timeout + extra_timeout_s)
+    records, noise = json_lines(reply.output)
+    answer = carry_answer(records)
+    if answer is not None:
+        return answer
+    error = next((str(r["error"]) for r in records if "error" in r), None)
+    return error or f"no answer ({' | '.join(noise[-3:]) or 'no output'})"
+
+
+def refused_all(fallback: CarryResult, request: CarryRequest, node: str, why: str) -> CarryResult:
+    """``fallback`` (everything older fenced, nothing carried) naming why each asked-for
+    rank could not be carried on ``node``."""
+    refused = [f"rank {r}: cannot carry it on node {node}: {why}" for r in request.ranks]
+    return fallback.model_copy(update={"refused": refused})
+
+
 def carry_answer(records: list[dict[str, Any]]) -> CarryResult | None:
     """The ``rejoin`` line that is a :class:`CarryResult`, or None."""
     for record in records:
@@ -468,31 +499,11 @@ class ShimAgent(NodeAgent):
         ]
 
     def carry_survivors(self, request: CarryRequest) -> CarryResult:
-        why: str | None = None
-        try:
-            call = rejoin_call(request)
-        except ValueError as exc:
-            why = str(exc)
-        if why is None:
-            # The fencing's SIGKILL wait, two lock waits and the interpreter's start.
-            timeout = request.kill_wait_s + 2 * request.lock_timeout_s + START_TIMEOUT_S
-            reply = self._call([call], timeout)
-            records, noise = json_lines(reply.output)
-            answer = carry_answer(records)
-            if answer is not None:
-                return answer
-            error = next((str(r["error"]) for r in records if "error" in r), None)
-            why = error or f"no answer ({' | '.join(noise[-3:]) or 'no output'})"
+        outcome = carry_through_shim(request, self._call)
+        if isinstance(outcome, CarryResult):
+            return outcome
         # Nothing was carried: fence everything older here, so the ranks start afresh.
-        fallback = super().carry_survivors(request)
-        return fallback.model_copy(
-            update={
-                "refused": [
-                    f"rank {r}: cannot carry it on node {self.node.name}: {why}"
-                    for r in request.ranks
-                ]
-            }
-        )
+        return refused_all(super().carry_survivors(request), request, self.node.name, outcome)
 
     def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
         started = time.monotonic()

@@ -30,7 +30,7 @@ from activities.nodes.agent import (
     WarmStart,
 )
 from activities.nodes.rundir import GenerationDir, SrunFiles, read_json, runs, write_json_atomic
-from activities.nodes.shim_agent import START_TIMEOUT_S, carry_answer, json_lines, rejoin_call
+from activities.nodes.shim_agent import carry_through_shim, refused_all
 from activities.nodes.slurm_commands import SlurmCommandFailed, job_steps, slurm_command
 from activities.nodes.slurm_drain import SlurmDrain
 from activities.nodes.slurm_shim import SrunShim, send, step_lock_at
@@ -109,31 +109,12 @@ class SlurmWarm(SlurmDrain):
         stepped = self._stop_older_steps(request.run_root, request.generation, request.kill_wait_s)
         if not stepped.reachable:
             raise NodeUnreachable(stepped.error or f"node {self.node.name} is unreachable")
-        why: str | None = None
-        try:
-            call = rejoin_call(request)
-        except ValueError as exc:
-            why = str(exc)
-        if why is None:
-            timeout = request.kill_wait_s + 2 * request.lock_timeout_s + START_TIMEOUT_S
-            reply = self._shim()._call([call], timeout + self.command_timeout_s)
-            answers, noise = json_lines(reply.output)
-            answer = carry_answer(answers)
-            if answer is not None:
-                return answer.model_copy(
-                    update={"unkillable": [*stepped.unkillable, *answer.unkillable]}
-                )
-            error = next((str(r["error"]) for r in answers if "error" in r), None)
-            why = error or f"no answer ({' | '.join(noise[-3:]) or 'no output'})"
+        outcome = carry_through_shim(request, self._shim()._call, self.command_timeout_s)
+        if isinstance(outcome, CarryResult):
+            unkillable = [*stepped.unkillable, *outcome.unkillable]
+            return outcome.model_copy(update={"unkillable": unkillable})
         fallback = NodeAgent.carry_survivors(self, request)
-        return fallback.model_copy(
-            update={
-                "refused": [
-                    f"rank {r}: cannot carry it on node {self.node.name}: {why}"
-                    for r in request.ranks
-                ]
-            }
-        )
+        return refused_all(fallback, request, self.node.name, outcome)
 
     def start_ranks_warm(
         self, gen_dir: str, ranks: list[RankLaunch], warm: WarmStart
