@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from lazarus.app import chaos
-from tests.e2e.conftest import Job, ddp_spec
+from tests.commands import run_ok
+from tests.e2e.conftest import REPO, Job, assert_same_weights, ddp_spec
 from tests.tiers import only_in_test_all
 from workflows.state import Phase
 
@@ -35,7 +35,6 @@ PRELOAD = {
     "accelerate": ["torch", "accelerate"],
 }
 """Warm start: one zygote per node imports the framework once for both generations."""
-REPO = Path(__file__).resolve().parents[2]
 STEPS = 20
 CKPT_EVERY = 5
 
@@ -64,26 +63,12 @@ def fault_free(framework: str, tmp_path: Path) -> Path:
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": str(REPO),
     }
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node=2",
-            *command(framework, out)[1:],
-        ],
-        cwd=tmp_path,
-        env=env,
-        check=True,
-        timeout=150,
-        capture_output=True,
-    )
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+    run_ok([*torchrun, *command(framework, out)[1:]], tmp_path, env, timeout_s=150)
     return out
 
 
 async def kill_after_first_checkpoint(framework: str, start_job: StartJob, tmp_path: Path) -> None:
-    import torch
-
     out = tmp_path / "out" / "model.pt"
     spec = ddp_spec(
         tmp_path,
@@ -103,10 +88,7 @@ async def kill_after_first_checkpoint(framework: str, start_job: StartJob, tmp_p
     assert incident.resumed_from_step >= CKPT_EVERY
     assert incident.resumed_from_step % CKPT_EVERY == 0
     expected = await asyncio.to_thread(fault_free, framework, tmp_path)
-    got, want = torch.load(out), torch.load(expected)
-    assert got.keys() == want.keys()
-    for key in want:
-        assert torch.equal(got[key], want[key]), key
+    assert_same_weights(out, expected)
 
 
 @pytest.mark.slow
