@@ -67,3 +67,18 @@ def test_hosts(tmp_path: Path) -> Iterator[HostsFactory]:
 # The job fixtures (one dev server per session, a worker per test, start_job with
 # teardown) are the end-to-end suite's; re-exported so the ssh tests share them.
 from tests.e2e.conftest import client, stack, start_job  # noqa: E402, F401
+
+
+def ssh_nodes(hosts: TestHosts) -> list[dict[str, object]]:
+    """The job spec's ``nodes`` entries for every test host (root, the hosts' key)."""
+    return [
+        {
+            "name": h.name,
+            "launcher": "ssh",
+            "host": h.address,
+            "port": h.port,
+            "user": "root",
+            "identity_file": str(hosts.identity_file),
+        }
+        for h in hosts.hosts
+    ]

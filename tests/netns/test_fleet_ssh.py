@@ -25,7 +25,7 @@ from tests import tiers
 from tests.e2e import test_fleet_e2e
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from tests.e2e.test_fleet_e2e import Fleets, held_by, node
-from tests.netns.conftest import HostsFactory
+from tests.netns.conftest import HostsFactory, ssh_nodes
 from tests.reference_weights import shared_reference
 from workflows.state import Phase
 
@@ -38,20 +38,6 @@ fleets = test_fleet_e2e.fleets
 @pytest.fixture(scope="module")
 def world2_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return shared_reference(tmp_path_factory, STEPS, world_size=2)
-
-
-def host_nodes(hosts: TestHosts) -> list[dict[str, object]]:
-    return [
-        {
-            "name": h.name,
-            "launcher": "ssh",
-            "host": h.address,
-            "port": h.port,
-            "user": "root",
-            "identity_file": str(hosts.identity_file),
-        }
-        for h in hosts.hosts
-    ]
 
 
 def ssh_settings(hosts: TestHosts) -> dict[str, object]:
@@ -88,7 +74,7 @@ async def test_a_killed_host_is_quarantined_in_the_fleet_and_not_leased_again(
     world2_weights: Path,
 ) -> None:
     hosts = test_hosts(4)
-    entries = host_nodes(hosts)
+    entries = ssh_nodes(hosts)
     fleet = await fleets.start(
         nodes=entries[:3],
         spares=entries[3:],

@@ -19,7 +19,7 @@ from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import JobSpec
 from tests import tiers
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
-from tests.netns.conftest import HostsFactory
+from tests.netns.conftest import HostsFactory, ssh_nodes
 from tests.reference_weights import shared_reference
 from workflows.state import Phase
 
@@ -34,17 +34,7 @@ def world3_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ssh_spec(
     tmp_path: Path, hosts: TestHosts, nodes: int = 3, spares: int = 1, **overrides: object
 ) -> JobSpec:
-    entries = [
-        {
-            "name": h.name,
-            "launcher": "ssh",
-            "host": h.address,
-            "port": h.port,
-            "user": "root",
-            "identity_file": str(hosts.identity_file),
-        }
-        for h in hosts.hosts
-    ]
+    entries = ssh_nodes(hosts)
     overrides.setdefault(
         "ssh",
         {"known_hosts": str(hosts.known_hosts), "connect_timeout_s": 2, "command_timeout_s": 2},

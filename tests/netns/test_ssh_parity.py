@@ -14,7 +14,7 @@ from activities.launcher import launch_generation
 from activities.stop import stop_generations
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import parse_spec
-from tests.netns.conftest import HostsFactory
+from tests.netns.conftest import HostsFactory, ssh_nodes
 from tests.torchrun_parity import (
     MAX_RESTARTS,
     PROBE,
@@ -37,17 +37,7 @@ def test_ssh_nodes_get_every_variable_torchrun_sets(
             "name": "ssh-parity",
             "command": [sys.executable, str(PROBE)],
             "nproc_per_node": 1,
-            "nodes": [
-                {
-                    "name": h.name,
-                    "launcher": "ssh",
-                    "host": h.address,
-                    "port": h.port,
-                    "user": "root",
-                    "identity_file": str(hosts.identity_file),
-                }
-                for h in hosts.hosts
-            ],
+            "nodes": ssh_nodes(hosts),
             "ssh": {"known_hosts": str(hosts.known_hosts), "connect_timeout_s": 5},
             "checkpoint_dir": str(tmp_path / "ckpt"),
             "run_dir": str(tmp_path / "runs"),

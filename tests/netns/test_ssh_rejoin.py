@@ -36,7 +36,7 @@ from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec
 from tests import tiers
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec, rank_census
-from tests.netns.conftest import HostsFactory
+from tests.netns.conftest import HostsFactory, ssh_nodes
 from tests.reference_weights import shared_reference
 from workflows.state import Phase
 
@@ -44,20 +44,6 @@ FAKE_RANK = Path(__file__).resolve().parents[1] / "fixtures" / "fake_rank.py"
 StartJob = Callable[..., Awaitable[Job]]
 REJOIN_S = 25
 REJOINED = re.compile(rb"rank (\d+) rejoined generation (\d+)")
-
-
-def ssh_nodes(hosts: TestHosts) -> list[dict[str, object]]:
-    return [
-        {
-            "name": h.name,
-            "launcher": "ssh",
-            "host": h.address,
-            "port": h.port,
-            "user": "root",
-            "identity_file": str(hosts.identity_file),
-        }
-        for h in hosts.hosts
-    ]
 
 
 def ssh_options(hosts: TestHosts) -> dict[str, object]:

@@ -36,8 +36,8 @@ from infra.testhosts import TestHosts
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, WarmStartSpec, parse_spec
 from tests.e2e.conftest import STEPS, Job, assert_same_weights
-from tests.netns.conftest import HostsFactory
-from tests.netns.test_ssh_rejoin import describe, resilient_ssh_spec, ssh_nodes, ssh_options
+from tests.netns.conftest import HostsFactory, ssh_nodes
+from tests.netns.test_ssh_rejoin import describe, resilient_ssh_spec, ssh_options
 from tests.reference_weights import shared_reference
 from workflows.state import Phase
 

@@ -28,24 +28,14 @@ from activities.stop import stop_generations
 from infra.testhosts import TestHosts
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec
-from tests.netns.conftest import HostsFactory
+from tests.netns.conftest import HostsFactory, ssh_nodes
 
 FAKE_RANK = Path(__file__).resolve().parents[1] / "fixtures" / "fake_rank.py"
 T = TypeVar("T")
 
 
 def warm_spec(tmp_path: Path, hosts: TestHosts, preload: list[str]) -> JobSpec:
-    nodes = [
-        {
-            "name": h.name,
-            "launcher": "ssh",
-            "host": h.address,
-            "port": h.port,
-            "user": "root",
-            "identity_file": str(hosts.identity_file),
-        }
-        for h in hosts.hosts
-    ]
+    nodes = ssh_nodes(hosts)
     return parse_spec(
         {
             "name": f"sshwarm-{os.getpid()}",
