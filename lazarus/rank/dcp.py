@@ -27,13 +27,11 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 import lazarus.rank as lazarus_rank
-from lazarus.domain import environment, phases
+from lazarus.domain import phases
+from lazarus.rank.checkpoints import _checkpoint_root
+from lazarus.rank.torch import _distributed
 
 __all__ = ["load_sharded", "save_sharded"]
-
-
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
 
 
 def save_sharded(step: int, state_dict: dict[str, Any]) -> Path | None:
@@ -44,12 +42,7 @@ def save_sharded(step: int, state_dict: dict[str, Any]) -> Path | None:
     only once every rank's shards are on disk. Rank 0 gets the committed directory
     back, other ranks get None. For model and optimizer state, build ``state_dict``
     with ``torch.distributed.checkpoint.state_dict.get_state_dict``."""
-    if lazarus_rank.checkpoint_dir() is None:
-        # Raise on every rank alike, before any collective.
-        raise RuntimeError(
-            f"no checkpoint directory: set {environment.CHECKPOINT_DIR} or call "
-            "lazarus.rank.configure(checkpoint_dir=...)"
-        )
+    _checkpoint_root()  # no directory: raise on every rank alike, before any collective
     rank = dist.get_rank() if _distributed() else lazarus_rank.info().rank
     # Every rank creates (or finds) the same directory: a shared filesystem, or
     # one directory per node for single-node jobs.
