@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from lazarus.app import chaos
+from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
 from tests.commands import run_ok
 from tests.e2e.conftest import REPO, Job, assert_same_weights, ddp_spec
 from workflows.state import Phase
@@ -38,12 +39,12 @@ STEPS = 20
 CKPT_EVERY = 5
 
 
-def command(framework: str, out: Path) -> list[str]:
+def command(framework: str, out: Path, steps: int = STEPS) -> list[str]:
     return [
         sys.executable,
         str(REPO / "examples" / f"train_{framework}.py"),
         "--steps",
-        str(STEPS),
+        str(steps),
         "--ckpt-every",
         str(CKPT_EVERY),
         "--step-time",
@@ -53,7 +54,7 @@ def command(framework: str, out: Path) -> list[str]:
     ]
 
 
-def fault_free(framework: str, tmp_path: Path) -> Path:
+def fault_free(framework: str, tmp_path: Path, steps: int = STEPS) -> Path:
     """The same script straight through under torchrun, no Lazarus."""
     out = tmp_path / "reference" / "model.pt"
     env = {
@@ -63,20 +64,26 @@ def fault_free(framework: str, tmp_path: Path) -> Path:
         "PYTHONPATH": str(REPO),
     }
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
-    run_ok([*torchrun, *command(framework, out)[1:]], tmp_path, env, timeout_s=150)
+    run_ok([*torchrun, *command(framework, out, steps)[1:]], tmp_path, env, timeout_s=150)
     return out
 
 
-async def kill_after_first_checkpoint(framework: str, start_job: StartJob, tmp_path: Path) -> None:
-    out = tmp_path / "out" / "model.pt"
+async def start_framework_job(
+    framework: str, start_job: StartJob, tmp_path: Path, steps: int = STEPS
+) -> Job:
     spec = ddp_spec(
         tmp_path,
-        command=command(framework, out),
+        command=command(framework, tmp_path / "out" / "model.pt", steps),
         env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
         health={"hang_timeout_s": 30, "startup_timeout_s": 120},
         warm_start={"preload": PRELOAD[framework]},
     )
-    job = await start_job(spec)
+    return await start_job(spec)
+
+
+async def kill_after_first_checkpoint(framework: str, start_job: StartJob, tmp_path: Path) -> None:
+    out = tmp_path / "out" / "model.pt"
+    job = await start_framework_job(framework, start_job, tmp_path)
     reference = asyncio.create_task(asyncio.to_thread(fault_free, framework, tmp_path))
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, CKPT_EVERY + 2)
     chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
@@ -112,3 +119,27 @@ async def test_accelerate_resumes_from_its_own_checkpoint(
     start_job: StartJob, tmp_path: Path
 ) -> None:
     await kill_after_first_checkpoint("accelerate", start_job, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_lightning_pause_saves_just_in_time_through_the_callback(
+    start_job: StartJob, tmp_path: Path
+) -> None:
+    """``pause`` between two interval checkpoints: the callback saves the step the
+    controller asks for, so the resumed job loses no step and ends with the weights of
+    a fault-free run (without the callback a pause would lose the steps since the last
+    interval save)."""
+    steps = 80  # 16 s of steps at 0.2 s: room to pause between checkpoints
+    job = await start_framework_job("lightning", start_job, tmp_path, steps)
+    reference = asyncio.create_task(asyncio.to_thread(fault_free, "lightning", tmp_path, steps))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, CKPT_EVERY + 2)
+    await job.handle.signal(SIGNAL_PAUSE)
+    await job.wait_phase(Phase.PAUSED, timeout_s=120)
+    await job.handle.signal(SIGNAL_RESUME)
+    status = await job.result(timeout_s=240)
+    assert status.phase == Phase.SUCCEEDED, status
+    assert status.incidents == []
+    [paused] = status.planned_stops
+    assert paused.checkpoint_step is not None and paused.steps_lost == 0, paused
+    assert_same_weights(tmp_path / "out" / "model.pt", await reference)
