@@ -29,6 +29,7 @@ import signal
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,9 @@ def schedule(
     return faults
 
 
-class _Driver:
-    """What the soak needs from a system; one subclass per system."""
+class SoakDriver:
+    """What the soak needs from a system; one subclass per system (the peers' are in
+    :mod:`bench.peers.soak`, registered in :data:`PEER_SOAKS`)."""
 
     system: System
 
@@ -97,8 +99,12 @@ class _Driver:
         """What a paged person does; returns what was done."""
         raise NotImplementedError
 
+    def note(self, result: SoakSystemResult, until: float) -> str | None:
+        """What the table should say about how this system's figures were counted."""
+        return None
 
-class _LazarusDriver(_Driver):
+
+class _LazarusDriver(SoakDriver):
     def __init__(self, ctx: BenchContext, run: LazarusRun, system: System = "lazarus") -> None:
         self.ctx, self.run, self.system = ctx, run, system
 
@@ -135,7 +141,7 @@ class _LazarusDriver(_Driver):
         return status.ettr
 
 
-class _TorchrunDriver(_Driver):
+class _TorchrunDriver(SoakDriver):
     system: System = "torchrun"
 
     def __init__(self, run: TorchrunRun) -> None:
@@ -159,6 +165,14 @@ class _TorchrunDriver(_Driver):
         await asyncio.to_thread(self.run.job.kill_processes)
         self.run.job.start()
         return "restarted torchrun"
+
+
+PeerSoak = Callable[[BenchContext, int, float, int], AbstractAsyncContextManager[SoakDriver]]
+"""Starts a peer's soak job (context, steps, step time, restart budget) and yields its
+driver; everything it started is stopped on exit."""
+PEER_SOAKS: dict[System, PeerSoak] = {}
+"""The peers' soak jobs by system, filed by :mod:`bench.peers.soak` when imported
+(:mod:`bench.catalog` imports it: the peers import this module, not the reverse)."""
 
 
 async def run_soak(
@@ -206,7 +220,15 @@ async def run_soak(
             ) as trun:
                 driver = _TorchrunDriver(trun)
                 result = await _soak(driver, plan, duration, config.soak_operator_after_s, progress)
+        elif system in PEER_SOAKS:
+            peer = PEER_SOAKS[system](ctx, steps, config.soak_step_time_s, config.soak_max_restarts)
+            async with peer as peer_driver:
+                result = await _soak(
+                    peer_driver, plan, duration, config.soak_operator_after_s, progress
+                )
+                result.note = peer_driver.note(result, time.time())
         else:
+            progress(f"compare: soak: {system} has no soak driver (skipped)")
             continue
         results[system] = result
         progress(
@@ -232,7 +254,7 @@ async def run_soak(
 
 
 async def _soak(
-    driver: _Driver,
+    driver: SoakDriver,
     plan: list[SoakFault],
     duration: float,
     operator_after_s: float,
@@ -375,6 +397,9 @@ def markdown(extra: dict[str, Any]) -> str:
             f"| {name} | {r.ettr:.1%} | {mttr} | {r.incident_count} | {r.unhandled} | "
             f"{r.operator_interventions} | {r.final_step} |"
         )
+    notes = [f"- {name}: {r.note}" for name, r in soak.systems.items() if r.note]
+    if notes:
+        lines.extend(["", *notes])
     if soak.plot:
         lines.append(f"\nplot: {soak.plot}")
     return "\n".join(lines)

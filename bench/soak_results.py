@@ -48,6 +48,8 @@ class SoakSystemResult(BaseModel):
     operator_interventions: int
     final_step: int | None
     controller_reported_ettr: float | None = None
+    note: str | None = None
+    """How the system's figures were counted, where it differs from the others."""
     incidents: list[SoakIncident]
     trace: list[tuple[float, int, int]]
     """(seconds since start, generation, step), thinned to one point per 0.5 s per generation."""

@@ -38,7 +38,13 @@ SYSTEMS: tuple[System, ...] = (
 )
 """Every system ``compare`` can run, in table order (``slurm_requeue`` is the
 ``slurm`` command's: see :data:`SLURM_SYSTEMS`)."""
-SOAK_SYSTEMS: tuple[System, ...] = ("lazarus", "lazarus_rejoin", "lazarus_cold", "torchrun")
+SOAK_SYSTEMS: tuple[System, ...] = (
+    "lazarus",
+    "lazarus_rejoin",
+    "lazarus_cold",
+    "torchrun",
+    *PEER_SYSTEMS,
+)
 """The systems the chaos soak can play its schedule against."""
 SLURM_SYSTEMS: tuple[System, ...] = ("lazarus", "slurm_requeue")
 """What ``python -m bench slurm`` runs side by side: Lazarus on Slurm, and plain

@@ -133,6 +133,8 @@ class MemberJob:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.seen: list[Seen] = []
         self.generations: dict[str, int] = {}
+        self.ups: list[tuple[float, str, int]] = []
+        """(when, member, its new generation): each ``up_line`` seen."""
         self.resumed_from: dict[int, int] = {}
         """Generation -> the step its ranks said they resumed from."""
         self.lines: list[tuple[float, str, str]] = []
@@ -194,6 +196,7 @@ class MemberJob:
                     counted = self.generations.get(member.name, 0) + 1
                     named = up.groupdict().get("gen")
                     self.generations[member.name] = int(named) + 1 if named else counted
+                    self.ups.append((now, member.name, self.generations[member.name]))
                 generation = max(1, self.generations.get(member.name, 1))
                 if match := RESUMED_LINE.match(text):
                     self.resumed_from.setdefault(generation, int(match[1]))
@@ -272,8 +275,26 @@ class MemberJob:
     def returncode(self, name: str) -> int | None:
         return self.procs[name].poll()
 
+    def restart(self, members: list[Member]) -> None:
+        """What the soak's operator does: SIGKILL every process ever seen and start
+        ``members`` afresh (fresh ports), watched by the same threads; each member's
+        generation count goes on."""
+        self._kill_all()
+        self.members = members
+        for member in members:
+            self.start_member(member)
+
     def stop(self) -> None:
         """SIGKILL every process ever seen (a stopped one too); stop the threads."""
+        self._kill_all()
+        self._done.set()
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _kill_all(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -291,12 +312,6 @@ class MemberJob:
         deadline = time.monotonic() + 10.0
         while any(s.alive for s in seen) and time.monotonic() < deadline:
             time.sleep(0.02)
-        self._done.set()
-        for thread in self._threads:
-            thread.join(timeout=5.0)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
     # ------------------------------------------------------------------ observation
 

@@ -20,6 +20,7 @@ it (``make bench-peers``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import shutil
@@ -94,12 +95,15 @@ def missing_peers() -> dict[str, str]:
 
 @asynccontextmanager
 async def nvrx_launcher(
-    ctx: BenchContext, scenario: str, repeat: int
+    ctx: BenchContext, scenario: str, repeat: int, max_restarts: int | None = None
 ) -> AsyncIterator[TorchrunRun]:
-    """The example under ``ft_launcher``; every process it started is killed on exit."""
+    """The example under ``ft_launcher``; every process it started is killed on exit.
+    ``max_restarts``: the launcher's restart budget (default :class:`NvrxSettings`')."""
     require(NVRX_DIST)
     paths = ctx._paths("nvrx", scenario, repeat)
     settings = NvrxSettings.for_shape(ctx.shape)
+    if max_restarts is not None:
+        settings = dataclasses.replace(settings, max_restarts=max_restarts)
     job = NvrxLauncherJob(
         example_args=ctx.example_args(paths),
         log_path=paths.root / "ft_launcher.log",
@@ -285,8 +289,14 @@ async def hang_nvrx_inprocess(ctx: BenchContext, repeat: int) -> Measured:
 # --------------------------------------------------------------------------- torchft
 
 
-def torchft_members(ctx: BenchContext, paths: JobPaths) -> list[Member]:
+def torchft_members(
+    ctx: BenchContext, paths: JobPaths, max_restarts: int | None = None
+) -> list[Member]:
+    """The Lighthouse and the replica groups; ``max_restarts``: each group's torchrun
+    restart budget (default :class:`TorchftSettings`')."""
     settings = TorchftSettings.for_shape(ctx.shape)
+    if max_restarts is not None:
+        settings = dataclasses.replace(settings, max_restarts=max_restarts)
     shape = ctx.shape
     lighthouse_port = free_port()
     lighthouse = Member(

@@ -26,6 +26,9 @@ What differs from ``examples/train_ddp.py``, and why (the rest is imported from 
   the other systems pay); a restarted group heals from a live peer instead.
 * A first start waits until every group is up (``--start-together``): the
   first quorum then has every group in it, as under the other systems.
+* A cold start (not a restart by the group's torchrun) resumes from the newest
+  disk checkpoint, model, optimizer and the Manager's step: the way a torchft job
+  comes back after it was stopped whole (the soak's operator restarts it so).
 * Prints ``torchft replica <r> up`` once per process, ``step <n> loss <x>`` per
   committed step and ``discarded step <n>`` per step the Manager did not commit.
 """
@@ -93,6 +96,17 @@ def start_together(folder: Path, replica: int, groups: int) -> None:
         time.sleep(0.05)
 
 
+def newest_checkpoint(folder: Path | None) -> dict[str, dict[str, object]] | None:
+    """The newest ``step-<n>.pt`` replica 0 saved, or None."""
+    if folder is None or not folder.is_dir():
+        return None
+    saved = sorted(folder.glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
+    if not saved:
+        return None
+    loaded: dict[str, dict[str, object]] = torch.load(saved[-1], weights_only=True)
+    return loaded
+
+
 def main() -> int:
     from torchft.ddp import DistributedDataParallel
     from torchft.manager import Manager
@@ -133,6 +147,12 @@ def main() -> int:
         rank=0,
         world_size=1,
     )
+    cold_start = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    saved = newest_checkpoint(args.checkpoint_dir) if cold_start else None
+    if saved is not None:
+        load_state_dict(saved)
+        manager.load_state_dict(saved["torchft"])
+        print(f"resumed from step {manager.current_step()}", flush=True)
     ddp = DDP(manager, model)
     wrapped = OptimizerWrapper(manager, optimizer)
     teacher = train_ddp.teacher_weights(args.seed)
