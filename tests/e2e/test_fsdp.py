@@ -13,9 +13,7 @@ sees the whole batch, and FSDP's averaged gradient of equal gradients is exact).
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,8 @@ import pytest
 
 from lazarus.app import chaos
 from lazarus.domain.spec import JobSpec
-from tests.commands import run_ok
 from tests.e2e.conftest import REPO, Job, assert_same_weights, ddp_spec
+from tests.fsdp_example import fsdp_command, torchrun_fsdp
 from tests.reference_weights import shared_once
 from workflows.state import Incident, JobStatus, Phase
 
@@ -36,32 +34,11 @@ KILL_AT = CKPT_EVERY + 2
 """Past the first committed checkpoint: ``save_sharded`` commits before the next step."""
 
 
-def command(out: Path) -> list[str]:
-    return [
-        sys.executable,
-        str(REPO / "examples" / "train_fsdp.py"),
-        "--steps",
-        str(STEPS),
-        "--ckpt-every",
-        str(CKPT_EVERY),
-        "--step-time",
-        "0.2",
-        "--out",
-        str(out),
-    ]
-
-
 def run_fault_free(workdir: Path) -> Path:
     """The example straight through on two ranks under torchrun, no Lazarus, no sleep."""
-    out = workdir / "model.pt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
-    env |= {"LAZARUS_CHECKPOINT_DIR": str(workdir / "checkpoints"), "PYTHONPATH": str(REPO)}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    script = command(out)[1:]
-    step_time = script.index("--step-time")
-    del script[step_time : step_time + 2]
-    run_ok([*torchrun, "--nproc-per-node=2", *script], workdir, env, timeout_s=150)
-    return out
+    return torchrun_fsdp(
+        workdir, workdir / "checkpoints", nproc=2, steps=STEPS, ckpt_every=CKPT_EVERY
+    )
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +49,9 @@ def fsdp_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def fsdp_spec(tmp_path: Path, **overrides: Any) -> JobSpec:
     return ddp_spec(
         tmp_path,
-        command=command(tmp_path / "out" / "model.pt"),
+        command=fsdp_command(
+            tmp_path / "out" / "model.pt", steps=STEPS, ckpt_every=CKPT_EVERY, step_time=0.2
+        ),
         env={"PYTHONPATH": str(REPO)},
         **overrides,
     )
