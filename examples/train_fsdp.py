@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--ckpt-every", type=int, default=10)
+    parser.add_argument(
+        "--step-time",
+        type=float,
+        default=0.0,
+        help="extra sleep per step, seconds: room for a test to kill a rank mid-run",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--checkpoint-dir", type=Path, help="used when LAZARUS_CHECKPOINT_DIR is unset"
@@ -77,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         loss = loss_fn(model(inputs), targets)
         loss.backward()
         optimizer.step()
+        if args.step_time > 0:
+            time.sleep(args.step_time)
         completed += 1
         lazarus_rank.heartbeat(completed, loss=loss.item())
         if lazarus_torch.should_checkpoint(completed, every=args.ckpt_every):

@@ -6,12 +6,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import lazarus.rank as lz
+from activities.checkpoints import upload_checkpoint_sync
+from activities.checkpoints.tiering import UploadTracker
 from lazarus.domain import environment
+from lazarus.domain.contracts import CheckpointRef, UploadCheckpointRequest, UploadResult
 from lazarus.domain.ports import free_port
+from lazarus.domain.spec import CheckpointsSpec
 
 BUCKET = "lazarus-test"
 
@@ -122,3 +127,32 @@ def moto_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoS3]:
 
         # Forget this test's buckets: moto's backends are process-wide.
         s3_backends[DEFAULT_ACCOUNT_ID]["global"].reset()
+
+
+def spec_for(server: MotoS3, prefix: str = "jobs/demo", **extra: Any) -> CheckpointsSpec:
+    """The checkpoints spec of a job tiering to ``prefix`` in the moto bucket, in
+    5 MiB parts."""
+    return CheckpointsSpec(
+        durable_uri=f"s3://{BUCKET}/{prefix}",
+        endpoint_url=server.endpoint,
+        upload_part_size_mb=5,
+        upload_concurrency=extra.pop("upload_concurrency", 4),
+        **extra,
+    )
+
+
+def upload(path: Path, step: int, spec: CheckpointsSpec) -> UploadResult:
+    """Upload one committed checkpoint directory, as the tiering activity does."""
+    request = UploadCheckpointRequest(
+        checkpoint=CheckpointRef(step=step, path=str(path)), checkpoints=spec
+    )
+    return upload_checkpoint_sync(request, UploadTracker(step, f"{spec.durable_uri}/{path.name}"))
+
+
+def s3_keys(server: MotoS3, prefix: str) -> list[str]:
+    """Every key under ``prefix`` in the moto bucket, sorted."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1")
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    return sorted(item["Key"] for item in listed.get("Contents", []))

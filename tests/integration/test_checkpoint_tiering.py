@@ -34,13 +34,15 @@ from lazarus.domain.contracts import (
     UploadCheckpointRequest,
     UploadProgress,
 )
-from lazarus.domain.spec import CheckpointsSpec
 from tests.checkpoint_helpers import (
     BUCKET,
     MotoS3,
     clean_rank_env,
     flip_byte,
     moto_s3,
+    s3_keys,
+    spec_for,
+    upload,
     write_checkpoint,
 )
 
@@ -51,29 +53,6 @@ MIB = 1 << 20
 BIG = {"state.pt": 26 * MIB, "optim.pt": 3 * MIB, "meta/extra.json": 1000}
 """state.pt is 6 parts of 5 MiB (the last one 1 MiB); the others single PUTs."""
 ORIGINAL_UPLOAD_PART = S3Store.upload_part
-
-
-def spec_for(server: MotoS3, prefix: str = "jobs/demo", **extra: Any) -> CheckpointsSpec:
-    return CheckpointsSpec(
-        durable_uri=f"s3://{BUCKET}/{prefix}",
-        endpoint_url=server.endpoint,
-        upload_part_size_mb=5,
-        upload_concurrency=extra.pop("upload_concurrency", 4),
-        **extra,
-    )
-
-
-def upload(path: Path, step: int, spec: CheckpointsSpec) -> Any:
-    request = UploadCheckpointRequest(
-        checkpoint=CheckpointRef(step=step, path=str(path)), checkpoints=spec
-    )
-    return upload_checkpoint_sync(request, UploadTracker(step, f"{spec.durable_uri}/{path.name}"))
-
-
-def s3_keys(server: MotoS3, prefix: str) -> list[str]:
-    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1")
-    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
-    return sorted(item["Key"] for item in listed.get("Contents", []))
 
 
 def count_parts(monkeypatch: pytest.MonkeyPatch, fail_after: int | None = None) -> list[int]:
