@@ -20,6 +20,8 @@ from bench.peers import install_nvrx
 from bench.peers import scenarios as peer_scenarios
 from bench.peers.jobs import MemberJob, MemberPoint, NvrxLauncherJob
 from bench.peers.settings import NvrxSettings, TorchftSettings, peer_settings
+from bench.peers.soak import EPOCH, MemberDriver
+from bench.soak import PEER_SOAKS
 from bench.systems import PEER_SYSTEMS, SOAK_SYSTEMS, SYSTEMS
 
 
@@ -29,7 +31,8 @@ def _ctx(tmp_path: Path, config: BenchConfig | None = None) -> BenchContext:
 
 def test_the_peers_are_systems_of_compare_and_run_crash_and_hang() -> None:
     assert set(PEER_SYSTEMS) <= set(SYSTEMS)
-    assert not set(PEER_SYSTEMS) & set(SOAK_SYSTEMS)
+    assert set(PEER_SYSTEMS) <= set(SOAK_SYSTEMS)
+    assert set(PEER_SOAKS) == set(PEER_SYSTEMS), "every peer plays the soak"
     args = build_parser().parse_args(
         ["compare", "--systems", "lazarus,nvrx,nvrx_inprocess,torchft", "--scenarios", "crash"]
     )
@@ -168,3 +171,37 @@ def test_torchft_figures_tell_the_survivors_first_step_from_the_rejoin(tmp_path:
     job.points[-1] = MemberPoint(104.0, "group1", 2, 1)
     late = peer_scenarios.torchft_figures(job, "group1", "group0", 100.0, 50, 1)
     assert late["recovered"] is False and late["recovery_outside_s"] is None
+
+
+def _torchft_driver(tmp_path: Path, points: list[MemberPoint]) -> MemberDriver:
+    job = MemberJob([], tmp_path / "log")
+    job.points = points
+    job.ups = [(0.0, "group0", 1), (0.0, "group1", 1), (5.0, "group1", 2)]
+    return MemberDriver("torchft", job, list, lambda _, f: f"group{f.rank}", "lighthouse", 2)
+
+
+def test_the_torchft_soak_counts_a_step_once_every_group_committed_it(tmp_path: Path) -> None:
+    """Survivors training alone are not the whole job: a step counts when the last
+    group commits it, and the generation grows when any group restarts."""
+    points = [
+        MemberPoint(1.0, "group0", 1, 1),
+        MemberPoint(1.1, "group1", 1, 1),
+        MemberPoint(2.0, "group0", 1, 2),  # group1 died: group0 alone
+        MemberPoint(3.0, "group0", 1, 3),
+        MemberPoint(3.5, "group0", 1, 4, committed=False),
+        MemberPoint(6.0, "group1", 2, 3),  # group1 healed and back
+        MemberPoint(6.1, "group0", 1, 4),
+        MemberPoint(6.2, "group1", 2, 4),
+    ]
+    driver = _torchft_driver(tmp_path, points)
+    counted = [(p.t, p.generation, p.step) for p in driver.trace().sorted_points()]
+    assert counted == [(1.1, 2, 1), (6.0, 3, 3), (6.2, 3, 4)]
+    assert [p.step for p in driver.trace(full_world=False).sorted_points()] == [1, 1, 2, 3, 3, 4, 4]
+    assert driver.generation_step() == (3, 4)
+
+
+def test_an_operator_restart_starts_a_later_generation(tmp_path: Path) -> None:
+    driver = _torchft_driver(tmp_path, [MemberPoint(1.0, "group0", 1, 1)])
+    assert driver.generation_at(1.0) == 2
+    driver.restarts.append(2.0)
+    assert driver.generation_at(3.0) == EPOCH + 2
