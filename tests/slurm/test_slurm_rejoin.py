@@ -20,6 +20,7 @@ from lazarus.app import chaos
 from lazarus.app.devserver import DevServer
 from lazarus.domain.spec import WarmStartSpec
 from lazarus.domain.spec_sections import RejoinSpec
+from tests.e2e.conftest import rank_fencing
 from tests.slurm.test_slurm_e2e import (
     all_generations,
     assert_weights,
@@ -32,11 +33,6 @@ from workflows.state import Phase
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.skip(
-    reason="issue 28 item 1, not done: the carry works (restart_path rejoin, survivor "
-    "tears down to rejoin) but the fresh rank timed out connecting to the store (30 s), "
-    "so the rejoin fell back to the whole generation; the spec still refuses rejoin on Slurm"
-)
 @pytest.mark.timeout(500)
 async def test_a_killed_rank_restarts_alone_and_the_other_node_rejoins_on_slurm(
     slurm: TestSlurm,
@@ -59,8 +55,10 @@ async def test_a_killed_rank_restarts_alone_and_the_other_node_rejoins_on_slurm(
         await asyncio.to_thread(chaos.wait_for_step, job.run_root, 25, 240.0)
         [first] = all_generations(job)
         before = {r: (read_json(first.pid_file(r)) or {}).get("pid") for r in (0, 1)}
-        chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
-        status = await job.result(timeout_s=300)
+        with rank_fencing(job) as twice:
+            chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
+            status = await job.result(timeout_s=300)
+        assert not any(twice), [s for s in twice if s]
         assert status.phase == Phase.SUCCEEDED, status
         seen = [(i.kind, i.rank, i.restart_path, i.evidence) for i in status.incidents]
         assert len(status.incidents) == 1, seen

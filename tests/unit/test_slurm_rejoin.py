@@ -1,7 +1,6 @@
-"""Rejoin on Slurm nodes (issue 28, item 1), the parts without Slurm: the spec still
-refuses ``rejoin`` on Slurm, and the agent's carry (not reachable while the spec
-refuses) carries survivors only when they were forked from the node's zygote (their
-pid record names no step)."""
+"""Rejoin on Slurm nodes (issue 28, item 1), the parts without Slurm: the spec allows
+``rejoin`` on Slurm only with ``warm_start``, and the agent carries survivors only
+when they were forked from the node's zygote (their pid record names no step)."""
 
 from __future__ import annotations
 
@@ -31,15 +30,22 @@ def spec_data(**extra: object) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("warm", [None, {"preload": ["torch"]}])
-def test_rejoin_on_slurm_is_still_refused(warm: object) -> None:
-    """Not yet allowed, even with warm starts: the carry works, but the end-to-end
-    rejoin did not complete on the test cluster (see the skipped test in
-    tests/slurm/test_slurm_rejoin.py)."""
-    extra = {} if warm is None else {"warm_start": warm}
+def test_rejoin_on_slurm_needs_warm_start_and_says_why() -> None:
     with pytest.raises(SpecError) as caught:
-        parse_spec(spec_data(**extra), "job.yaml")
-    assert "rejoin: survivors rejoin in place on local and ssh nodes only" in str(caught.value)
+        parse_spec(spec_data(), "job.yaml")
+    message = str(caught.value)
+    assert "rejoin: on Slurm nodes a survivor must be a rank forked" in message
+    assert "add a warm_start section" in message
+
+
+def test_rejoin_on_slurm_with_warm_start_is_allowed() -> None:
+    spec = parse_spec(spec_data(warm_start={"preload": ["torch"]}), "job.yaml")
+    assert spec.rejoin is not None and spec.warm is not None
+
+
+def test_rejoin_with_warm_start_disabled_on_slurm_is_refused() -> None:
+    with pytest.raises(SpecError, match="needs warm_start"):
+        parse_spec(spec_data(warm_start={"enabled": False}), "job.yaml")
 
 
 class CannedSlurm(SlurmAgent):
