@@ -67,13 +67,8 @@ async def crash_rank_1(job: Job) -> tuple[JobStatus, Incident]:
     assert len(status.incidents) == 1, seen
     [incident] = status.incidents
     assert incident.kind == "crash" and incident.rank == 1, incident
-    phases = {
-        "detected": incident.detected_at,
-        "stopped": incident.stopped_at,
-        "relaunched": incident.relaunched_at,
-        "first new step": incident.first_step_at,
-    }
-    since = ", ".join(f"{k} {at - incident.fault_at:.2f} s" for k, at in phases.items() if at)
+    phases = incident.timeline.durations() if incident.timeline is not None else []
+    since = ", ".join(f"{p.phase} +{p.since_fault_s:.2f} s" for p in phases)
     print(
         f"slurm rank crash, rejoin={job.spec.rejoins is not None}: after the fault: {since}; "
         f"restart_path={incident.restart_path}, steps_lost={incident.steps_lost}"
