@@ -626,7 +626,9 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
         first_launch = all(g.generation == request.generation for g in generations(root))
         if first_launch:  # later launches of this run already fenced them
             _fence_other_runs_remotely(opened, others, spec.job_id)
-        if on_slurm and older:
+        if on_slurm and older and not carrying:
+            # A carry fenced every node already, the survivors excepted: this net's
+            # stop, which keeps no group, would kill them after their rejoin request.
             _fence_older_steps(opened, root, request.generation)
         spares = prewarm_targets(request, nodes) if warm is not None else []
         if warm is not None and spares:

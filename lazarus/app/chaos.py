@@ -112,6 +112,21 @@ def live_ranks_by_generation(job_run_root: Path) -> dict[Path, list[int]]:
     return live
 
 
+def ranks_alive_twice(job_run_root: Path) -> dict[int, list[int]]:
+    """The ranks with more than one live process, and their pids, across every
+    generation and run of the job given its directory: the fencing invariant says
+    this is always empty. A rank carried over (``rejoin``) is one pid in two
+    generations' files, so it counts once."""
+    pids: dict[int, set[int]] = {}
+    for gen in generations_below(job_run_root):
+        for pid_file in gen.path.glob("rank-*.pid"):
+            record = read_json(pid_file)
+            if record and is_alive(int(record["pid"]), int(record["start_ticks"])):
+                rank = int(pid_file.name.removeprefix("rank-").removesuffix(".pid"))
+                pids.setdefault(rank, set()).add(int(record["pid"]))
+    return {rank: sorted(found) for rank, found in sorted(pids.items()) if len(found) > 1}
+
+
 def live_rank_processes(job_run_root: Path) -> list[int]:
     """Every rank process alive across all generations (of every run, given a job
     directory): at most world size, always."""

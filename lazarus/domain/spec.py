@@ -115,9 +115,6 @@ a spec that set them would break rendezvous or fencing, or lie to a framework ab
 its launch. ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` and ``OMP_NUM_THREADS`` are not here:
 torchrun keeps a user's value for them, and so does Lazarus."""
 
-REJOIN_LAUNCHERS = frozenset({"local", "ssh"})
-"""Node launchers whose agents carry survivors into the next generation (``rejoin``)."""
-
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 SECRET_NAME_PATTERN = re.compile(
@@ -331,18 +328,19 @@ class JobSpec(_Strict):
 
     @model_validator(mode="after")
     def _rejoin_where_nodes_carry(self) -> JobSpec:
-        """Local and ssh nodes carry survivors (``NodeAgent.carry_survivors``). A Slurm
-        job runs one step per generation across its nodes: a survivor lives in the
-        old step, which the new one must not outlive, so Slurm is refused."""
+        """Every launcher's nodes carry survivors (``NodeAgent.carry_survivors``), but
+        on Slurm only ranks forked from the node's zygote: a cold rank runs in its
+        generation's job step, which the next generation's launch cancels (the fencing
+        that guarantees an older generation is gone), so it cannot outlive it; a forked
+        rank runs in the zygote's step, which lives as long as the run."""
         if self.rejoin is None or not self.rejoin.enabled:
             return self
-        launcher = self.nodes[0].launcher
-        if launcher not in REJOIN_LAUNCHERS:
+        if self.nodes[0].launcher == "slurm" and self.warm is None:
             raise ValueError(
-                f"rejoin: survivors rejoin in place on local and ssh nodes only; these "
-                f"nodes use launcher {launcher}, whose ranks run in one job step per "
-                "generation, so a recovery restarts the whole generation (remove the "
-                "rejoin section)"
+                "rejoin: on Slurm nodes a survivor must be a rank forked from its node's "
+                "zygote, which needs warm_start: a cold rank runs in its generation's job "
+                "step, which the next launch cancels, so it cannot rejoin; add a "
+                "warm_start section (or remove the rejoin section)"
             )
         return self
 

@@ -14,9 +14,10 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
@@ -196,6 +197,8 @@ async def start_job(client: Client, stack: LocalStack) -> AsyncIterator[object]:
         )
 
 
+T = TypeVar("T")
+
 STEPS = 60
 """Every weight-checking test runs this many steps, so one reference serves them all."""
 
@@ -211,21 +214,38 @@ def assert_same_weights(actual: Path, expected: Path) -> None:
 
 
 @contextmanager
-def rank_census(job: Job) -> Iterator[list[int]]:
-    """Sample how many rank processes are alive, every 50 ms, in the background,
-    while the block runs (a carried-over rank counts once)."""
-    counts: list[int] = []
+def sampled(probe: Callable[[], T]) -> Iterator[list[T]]:
+    """Call ``probe`` every 50 ms in the background while the block runs, keeping
+    each answer."""
+    answers: list[T] = []
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            counts.append(len(chaos.live_rank_processes(job.run_root)))
+            answers.append(probe())
             time.sleep(0.05)
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     try:
-        yield counts
+        yield answers
     finally:
         done.set()
         thread.join()
+
+
+@contextmanager
+def rank_census(job: Job) -> Iterator[list[int]]:
+    """Sample how many rank processes are alive, every 50 ms, in the background,
+    while the block runs (a carried-over rank counts once)."""
+    with sampled(lambda: len(chaos.live_rank_processes(job.run_root))) as counts:
+        yield counts
+
+
+@contextmanager
+def rank_fencing(job: Job) -> Iterator[list[dict[int, list[int]]]]:
+    """Sample, every 50 ms while the block runs, the ranks alive in two processes at
+    once (:func:`lazarus.app.chaos.ranks_alive_twice`): the fencing invariant holds
+    when no sample names one (``assert not any(samples)``)."""
+    with sampled(lambda: chaos.ranks_alive_twice(job.run_root)) as samples:
+        yield samples

@@ -4,7 +4,12 @@ rank SIGKILLed; the other node's rank keeps its process and rejoins, only the ki
 one is forked afresh, and the job ends with the weights of a fault-free run.
 
 Why warm: a cold rank runs in its generation's step, which the next generation must
-not outlive; a forked rank lives in the zygote's step, so it can be carried."""
+not outlive; a forked rank lives in the zygote's step, so it can be carried.
+
+Both tests sample the fencing invariant throughout the recovery (never two live
+processes of one rank). The twin without ``rejoin`` (``make test-all``) is the
+baseline of the measurement in docs/guides/rejoin.md: each prints fault → first new
+step with ``-s``."""
 
 from __future__ import annotations
 
@@ -18,8 +23,10 @@ from activities.nodes.rundir import read_json
 from infra.slurm import TestSlurm
 from lazarus.app import chaos
 from lazarus.app.devserver import DevServer
-from lazarus.domain.spec import WarmStartSpec
+from lazarus.domain.spec import JobSpec, WarmStartSpec
 from lazarus.domain.spec_sections import RejoinSpec
+from tests import tiers
+from tests.e2e.conftest import Job, rank_fencing
 from tests.slurm.test_slurm_e2e import (
     all_generations,
     assert_weights,
@@ -27,16 +34,48 @@ from tests.slurm.test_slurm_e2e import (
     reference,  # noqa: F401 - the module's fault-free weights fixture
     slurm_job_spec,
 )
-from workflows.state import Phase
+from workflows.state import Incident, JobStatus, Phase
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.skip(
-    reason="issue 28 item 1, not done: the carry works (restart_path rejoin, survivor "
-    "tears down to rejoin) but the fresh rank timed out connecting to the store (30 s), "
-    "so the rejoin fell back to the whole generation; the spec still refuses rejoin on Slurm"
-)
+def warm_spec(tmp_path: Path, allocation: int, rejoin: bool) -> JobSpec:
+    """The module's job, warm, its script under ``run_resilient``; with or without
+    ``rejoin`` (the measurement's twin restarts the whole generation)."""
+    spec = slurm_job_spec(tmp_path, allocation, step_time=0.1)
+    return spec.model_copy(
+        update={
+            "command": [*spec.command, "--resilient", "--pg-timeout-s", "30"],
+            "warm_start": WarmStartSpec(preload=["torch"], standby=1),
+            "rejoin": RejoinSpec(enabled=True, timeout_s=45) if rejoin else None,
+            "straggler": spec.straggler.model_copy(update={"enabled": False}),
+        }
+    )
+
+
+async def crash_rank_1(job: Job) -> tuple[JobStatus, Incident]:
+    """SIGKILL rank 1 (node n2) at step 25 and wait for the job: it succeeds after one
+    crash of rank 1, and no rank was ever alive in two processes at once. Prints fault
+    → first new step (run with ``-s`` to see it)."""
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, 25, 240.0)
+    with rank_fencing(job) as twice:
+        chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
+        status = await job.result(timeout_s=300)
+    assert not any(twice), f"a rank alive twice: {[s for s in twice if s]}"
+    assert status.phase == Phase.SUCCEEDED, status
+    seen = [(i.kind, i.rank, i.restart_path, i.evidence) for i in status.incidents]
+    assert len(status.incidents) == 1, seen
+    [incident] = status.incidents
+    assert incident.kind == "crash" and incident.rank == 1, incident
+    phases = incident.timeline.durations() if incident.timeline is not None else []
+    since = ", ".join(f"{p.phase} +{p.since_fault_s:.2f} s" for p in phases)
+    print(
+        f"slurm rank crash, rejoin={job.spec.rejoins is not None}: after the fault: {since}; "
+        f"restart_path={incident.restart_path}, steps_lost={incident.steps_lost}"
+    )
+    return status, incident
+
+
 @pytest.mark.timeout(500)
 async def test_a_killed_rank_restarts_alone_and_the_other_node_rejoins_on_slurm(
     slurm: TestSlurm,
@@ -45,27 +84,12 @@ async def test_a_killed_rank_restarts_alone_and_the_other_node_rejoins_on_slurm(
     tmp_path: Path,
     reference: Path,  # noqa: F811
 ) -> None:
-    spec = slurm_job_spec(tmp_path, allocation, step_time=0.1)
-    spec = spec.model_copy(
-        update={
-            "command": [*spec.command, "--resilient", "--pg-timeout-s", "30"],
-            "warm_start": WarmStartSpec(preload=["torch"], standby=1),
-            "rejoin": RejoinSpec(enabled=True, timeout_s=45),
-            "straggler": spec.straggler.model_copy(update={"enabled": False}),
-        }
-    )
     async with harness(dev_server, tmp_path, slurm) as h:
-        job = await h.start(spec)
-        await asyncio.to_thread(chaos.wait_for_step, job.run_root, 25, 240.0)
+        job = await h.start(warm_spec(tmp_path, allocation, rejoin=True))
+        await asyncio.to_thread(chaos.wait_for_step, job.run_root, 1, 240.0)
         [first] = all_generations(job)
         before = {r: (read_json(first.pid_file(r)) or {}).get("pid") for r in (0, 1)}
-        chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
-        status = await job.result(timeout_s=300)
-        assert status.phase == Phase.SUCCEEDED, status
-        seen = [(i.kind, i.rank, i.restart_path, i.evidence) for i in status.incidents]
-        assert len(status.incidents) == 1, seen
-        [incident] = status.incidents
-        assert incident.kind == "crash" and incident.rank == 1, incident
+        _, incident = await crash_rank_1(job)
         assert incident.restart_path == "rejoin", incident.evidence
         _, second = all_generations(job)
         after = {r: (read_json(second.pid_file(r)) or {}).get("pid") for r in (0, 1)}
@@ -73,4 +97,23 @@ async def test_a_killed_rank_restarts_alone_and_the_other_node_rejoins_on_slurm(
         assert after[1] != before[1]
         for rank in (0, 1):
             assert "slurm_step" not in (read_json(second.pid_file(rank)) or {}), "forked"
+        assert_weights(job, reference)
+
+
+@tiers.twin_of(
+    "test_a_killed_rank_restarts_alone_and_the_other_node_rejoins_on_slurm",
+    "without rejoin (the whole generation restarts warm): the measurement's baseline",
+)
+@pytest.mark.timeout(500)
+async def test_without_rejoin_the_whole_generation_restarts_warm_on_slurm(
+    slurm: TestSlurm,
+    allocation: int,
+    dev_server: DevServer,
+    tmp_path: Path,
+    reference: Path,  # noqa: F811
+) -> None:
+    async with harness(dev_server, tmp_path, slurm) as h:
+        job = await h.start(warm_spec(tmp_path, allocation, rejoin=False))
+        await crash_rank_1(job)
+        assert len(all_generations(job)) == 2
         assert_weights(job, reference)

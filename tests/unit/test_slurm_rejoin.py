@@ -1,20 +1,31 @@
-"""Rejoin on Slurm nodes (issue 28, item 1), the parts without Slurm: the spec still
-refuses ``rejoin`` on Slurm, and the agent's carry (not reachable while the spec
-refuses) carries survivors only when they were forked from the node's zygote (their
-pid record names no step)."""
+"""Rejoin on Slurm nodes (issue 28, item 1), the parts without Slurm: the spec allows
+``rejoin`` on Slurm only with ``warm_start``, and the agent carries survivors only
+when they were forked from the node's zygote (their pid record names no step)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from activities.nodes.agent import CarryRequest, NodeStopResult, NodeUnreachable
+from activities import launcher
+from activities.nodes.agent import (
+    CarryRequest,
+    CarryResult,
+    NodeStopResult,
+    NodeUnreachable,
+    RankLaunch,
+    StartedRank,
+    WarmStart,
+)
 from activities.nodes.rundir import GenerationDir, write_json_atomic
 from activities.nodes.shim_agent import ShimReply
 from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_shim import SrunShim
 from lazarus.domain import environment as env_names
+from lazarus.domain.contracts import LaunchRequest, NodeAccess
 from lazarus.domain.spec import NodeSpec, SlurmSpec, SpecError, parse_spec
 
 SLURM_NODES = [{"name": "n1", "launcher": "slurm"}, {"name": "n2", "launcher": "slurm"}]
@@ -31,15 +42,22 @@ def spec_data(**extra: object) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("warm", [None, {"preload": ["torch"]}])
-def test_rejoin_on_slurm_is_still_refused(warm: object) -> None:
-    """Not yet allowed, even with warm starts: the carry works, but the end-to-end
-    rejoin did not complete on the test cluster (see the skipped test in
-    tests/slurm/test_slurm_rejoin.py)."""
-    extra = {} if warm is None else {"warm_start": warm}
+def test_rejoin_on_slurm_needs_warm_start_and_says_why() -> None:
     with pytest.raises(SpecError) as caught:
-        parse_spec(spec_data(**extra), "job.yaml")
-    assert "rejoin: survivors rejoin in place on local and ssh nodes only" in str(caught.value)
+        parse_spec(spec_data(), "job.yaml")
+    message = str(caught.value)
+    assert "rejoin: on Slurm nodes a survivor must be a rank forked" in message
+    assert "add a warm_start section" in message
+
+
+def test_rejoin_on_slurm_with_warm_start_is_allowed() -> None:
+    spec = parse_spec(spec_data(warm_start={"preload": ["torch"]}), "job.yaml")
+    assert spec.rejoin is not None and spec.warm is not None
+
+
+def test_rejoin_with_warm_start_disabled_on_slurm_is_refused() -> None:
+    with pytest.raises(SpecError, match="needs warm_start"):
+        parse_spec(spec_data(warm_start={"enabled": False}), "job.yaml")
 
 
 class CannedSlurm(SlurmAgent):
@@ -129,3 +147,75 @@ def test_slurm_that_cannot_be_asked_carries_nothing(tmp_path: Path) -> None:
     with pytest.raises(NodeUnreachable, match="slurmctld is down"):
         agent.carry_survivors(request(tmp_path, {0: FORKED}))
     assert agent.calls == ["steps below 2"]
+
+
+class Recorded:
+    """A node agent whose every call is recorded in one shared list (the launch's
+    order), carrying rank 0 on n1 and forking the others."""
+
+    def __init__(self, node: NodeSpec, calls: list[str]) -> None:
+        self.node = node
+        self.calls = calls
+
+    def carry_survivors(self, request: CarryRequest) -> CarryResult:
+        self.calls.append(f"carry {self.node.name} {request.ranks}")
+        carried = [
+            StartedRank(rank=r, pid=4242, pgid=4242, start_ticks=9, log_file="l")
+            for r in request.ranks
+        ]
+        return CarryResult(carried=carried)
+
+    def start_ranks_warm(
+        self, gen_dir: str, ranks: list[RankLaunch], warm: WarmStart
+    ) -> list[StartedRank]:
+        self.calls.append(f"fork {self.node.name} {[r.rank for r in ranks]}")
+        return [
+            StartedRank(rank=r.rank, pid=5000 + r.rank, pgid=5000, start_ticks=1, log_file="l")
+            for r in ranks
+        ]
+
+    def stop(
+        self, run_root: str, keep_generation: int | None, grace_s: float, kill_wait_s: float = 10
+    ) -> NodeStopResult:
+        self.calls.append(f"stop {self.node.name} all but {keep_generation}")
+        return NodeStopResult(node=self.node.name, reachable=True)
+
+
+def test_a_slurm_launch_that_carried_a_survivor_does_not_fence_it_afterwards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bug that kept rejoin off on Slurm: after the carry, the launch's net
+    (``_fence_older_steps``: a stop of every older generation on each node, keeping no
+    group) SIGKILLed the survivor it had just carried, so the new rank found no store.
+    A carry fences every node itself; the net runs only when nothing is carried."""
+    spec = parse_spec(
+        spec_data(warm_start={"preload": ["torch"]}, run_dir=str(tmp_path / "runs")), "job.yaml"
+    ).resolved(tmp_path)
+    root = tmp_path / "run"
+    previous = GenerationDir.of(root, 1)
+    previous.path.mkdir(parents=True)
+    write_json_atomic(previous.plan_file, {"master_port": 1, "nodes": ["n1", "n2"]})
+    calls: list[str] = []
+
+    @contextmanager
+    def recorded(access: NodeAccess) -> Iterator[list[Recorded]]:
+        yield [Recorded(node, calls) for node in access.nodes]
+
+    monkeypatch.setattr(launcher, "agents", recorded)
+    for generation, rejoin in ((2, [0]), (3, [])):
+        request = LaunchRequest(
+            spec=spec, generation=generation, run_root=str(root), rejoin_ranks=rejoin
+        )
+        calls.clear()
+        result = launcher.launch_generation(request)
+        if rejoin:
+            assert result.rejoined == [0]
+            assert sorted(calls) == ["carry n1 [0]", "carry n2 []", "fork n2 [1]"], calls
+        else:
+            assert result.rejoined == []
+            assert sorted(calls) == [
+                "fork n1 [0]",
+                "fork n2 [1]",
+                "stop n1 all but 3",
+                "stop n2 all but 3",
+            ], calls

@@ -110,8 +110,8 @@ def test_rejoin_is_accepted_on_ssh_nodes(tmp_path: Path) -> None:
     assert spec.rejoins is not None
 
 
-def test_rejoin_is_refused_on_slurm_nodes_naming_the_field(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="rejoin: survivors rejoin in place on local and ssh"):
+def test_rejoin_is_refused_on_slurm_nodes_without_warm_start_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"rejoin: on Slurm nodes .* needs warm_start"):
         fake_spec(
             tmp_path,
             nodes=[{"name": "n1", "launcher": "slurm"}],
