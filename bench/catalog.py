@@ -10,6 +10,7 @@ from __future__ import annotations
 
 # Imported to register their scenarios.
 import bench.peers.scenarios
+import bench.peers.scenarios_multinode
 import bench.scenarios
 import bench.scenarios_ha
 import bench.scenarios_multinode

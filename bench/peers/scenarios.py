@@ -26,12 +26,12 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from bench.harness import RANK_ENV, BenchContext, Metric, TorchrunRun, wait_until
-from bench.jobs import REPO, JobPaths
+from bench.jobs import REPO, WORLD_SIZE, JobPaths
 from bench.measure import StepTrace
 from bench.peers.jobs import Member, MemberJob, MemberPoint, NvrxLauncherJob
 from bench.peers.settings import (
@@ -45,6 +45,7 @@ from bench.peers.settings import (
 from bench.registry import SCENARIOS, runs
 from bench.scenarios import CRASH, HANG, crash_under_agent, hang_under_agent, recovery_metrics
 from bench.systems import PEER_SYSTEMS, Measured, System
+from bench.torchrun import Rendezvous
 from lazarus.app.lifecycle import StartStop
 from lazarus.domain.ports import free_port
 
@@ -59,6 +60,14 @@ TORCHFT_DETECTION = re.compile(r"got exception|[Tt]imed out")
 NO_HANG_REPLACEMENT = (
     "a hung group is never killed or replaced: the survivor trains on alone until the "
     "end, and the job never returns to full world size"
+)
+NO_NODE_LOSS_INPROCESS = (
+    "not possible: in-process restart restarts the training function inside the "
+    "processes that are still alive; a lost node's processes are gone with it, so "
+    "it can only go on without them (a spare process must already run on a surviving "
+    "host) and cannot replace the node. NVRx replaces nodes with ft_launcher's in-job "
+    "restart (its documented combination, 'FT Launcher & Inprocess integration'): "
+    "that is the nvrx row"
 )
 NO_REJOIN = (
     "the restarted group was not back before the survivor finished (torch's start-up "
@@ -94,9 +103,15 @@ def missing_peers() -> dict[str, str]:
 
 @asynccontextmanager
 async def nvrx_launcher(
-    ctx: BenchContext, scenario: str, repeat: int
+    ctx: BenchContext,
+    scenario: str,
+    repeat: int,
+    rendezvous: Rendezvous | None = None,
+    nproc: int = WORLD_SIZE,
 ) -> AsyncIterator[TorchrunRun]:
-    """The example under ``ft_launcher``; every process it started is killed on exit."""
+    """The example under ``ft_launcher``; every process it started is killed on exit.
+    With ``rendezvous`` (multi-node) no agent is started here: the scenario starts one
+    per host, ``nproc`` ranks each (:meth:`bench.torchrun.TorchrunJob.start_agent`)."""
     require(NVRX_DIST)
     paths = ctx._paths("nvrx", scenario, repeat)
     settings = NvrxSettings.for_shape(ctx.shape)
@@ -104,13 +119,16 @@ async def nvrx_launcher(
         example_args=ctx.example_args(paths),
         log_path=paths.root / "ft_launcher.log",
         setup="best" if settings.unshared_store else "default",
+        nproc=nproc,
         max_restarts=settings.max_restarts,
         monitor_interval_s=settings.monitor_interval_s,
         extra_env=dict(RANK_ENV),
+        rendezvous=rendezvous,
         settings=settings,
     )
     ctx.torchrun_jobs.append(job)
-    job.start()
+    if rendezvous is None:
+        job.start()
     try:
         yield TorchrunRun(job, paths)
     finally:
@@ -286,20 +304,28 @@ async def hang_nvrx_inprocess(ctx: BenchContext, repeat: int) -> Measured:
 
 
 def torchft_members(ctx: BenchContext, paths: JobPaths) -> list[Member]:
+    """The Lighthouse and one group per replica, all on this machine."""
     settings = TorchftSettings.for_shape(ctx.shape)
-    shape = ctx.shape
     lighthouse_port = free_port()
-    lighthouse = Member(
-        "lighthouse",
-        [
-            _bin("torchft_lighthouse"),
-            "--bind",
-            f"127.0.0.1:{lighthouse_port}",
-            *settings.lighthouse_flags(),
-        ],
-        {},
-    )
-    script = [
+    url = f"http://127.0.0.1:{lighthouse_port}"
+    script = torchft_script(ctx, paths, settings)
+    groups = [
+        torchft_group(f"group{group}", group, script, url, settings)
+        for group in range(settings.groups)
+    ]
+    return [torchft_lighthouse(settings, f"127.0.0.1:{lighthouse_port}"), *groups]
+
+
+def torchft_lighthouse(settings: TorchftSettings, bind: str, prefix: Sequence[str] = ()) -> Member:
+    """The Lighthouse serving ``bind`` (``host:port``); ``prefix``: runs it inside a host."""
+    argv = [_bin("torchft_lighthouse"), "--bind", bind, *settings.lighthouse_flags()]
+    return Member("lighthouse", [*prefix, *argv], {})
+
+
+def torchft_script(ctx: BenchContext, paths: JobPaths, settings: TorchftSettings) -> list[str]:
+    """``torchft_train.py`` with the job's shape and the settings (every group's)."""
+    shape = ctx.shape
+    return [
         str(PEERS_DIR / "torchft_train.py"),
         "--steps",
         str(shape.steps),
@@ -322,35 +348,48 @@ def torchft_members(ctx: BenchContext, paths: JobPaths) -> list[Member]:
         "--groups",
         str(settings.groups),
     ]
-    groups = [
-        Member(
-            f"group{group}",
-            [
-                sys.executable,
-                "-u",
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc-per-node",
-                "1",
-                "--max-restarts",
-                str(settings.max_restarts),
-                "--monitor-interval",
-                str(settings.monitor_interval_s),
-                *script,
-            ],
-            {
-                **RANK_ENV,
-                "REPLICA_GROUP_ID": str(group),
-                "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{lighthouse_port}",
-                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            },
-            up_line=TORCHFT_UP,
-            rank_is_child=True,
-        )
-        for group in range(settings.groups)
+
+
+def torchft_group(
+    name: str,
+    group: int,
+    script: list[str],
+    lighthouse_url: str,
+    settings: TorchftSettings,
+    prefix: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> Member:
+    """Replica group ``group`` under its own torchrun; ``prefix`` runs it inside a host,
+    ``extra_args`` go to the script, ``env`` over the group's own."""
+    argv = [
+        sys.executable,
+        "-u",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "1",
+        "--max-restarts",
+        str(settings.max_restarts),
+        "--monitor-interval",
+        str(settings.monitor_interval_s),
+        *script,
+        *extra_args,
     ]
-    return [lighthouse, *groups]
+    return Member(
+        name,
+        [*prefix, *argv],
+        {
+            **RANK_ENV,
+            "REPLICA_GROUP_ID": str(group),
+            "TORCHFT_LIGHTHOUSE": lighthouse_url,
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            **(env or {}),
+        },
+        up_line=TORCHFT_UP,
+        rank_is_child=True,
+    )
 
 
 def _bin(name: str) -> str:
@@ -360,8 +399,17 @@ def _bin(name: str) -> str:
 
 
 def torchft_figures(
-    job: MemberJob, victim: str, survivor: str, fault_at: float, max_before: int, generation: int
+    job: MemberJob,
+    victim: str,
+    survivor: str,
+    fault_at: float,
+    max_before: int,
+    generation: int,
+    replacement: str | None = None,
 ) -> dict[str, Metric]:
+    """The figures of a fault to ``victim``; it is back in the job once it (a later
+    generation) or its ``replacement`` (another member: a group started elsewhere)
+    commits a step past the fault."""
     points = job.snapshot()
     after = [p for p in points if p.t >= fault_at]
     survivor_first = _first(
@@ -374,8 +422,8 @@ def torchft_figures(
         [
             p
             for p in after
-            if p.member == victim and p.committed and p.generation > generation
-            if p.step > max_before
+            if p.committed and p.step > max_before
+            if (p.member == victim and p.generation > generation) or p.member == replacement
         ]
     )
     discarded = {p.step for p in after if not p.committed}
@@ -450,12 +498,15 @@ async def hang_torchft(ctx: BenchContext, repeat: int) -> Measured:
 
 NOT_RUN: dict[str, dict[System, str]] = {
     "node_loss": {
-        "nvrx": "not measured: ft_launcher's node loss needs one agent per ssh test host "
-        "(as multinode_node_loss does for torchrun); not wired for NVRx yet",
-        "nvrx_inprocess": "not measured: in-process restart needs the spare's process "
-        "already running on a surviving host; not wired for the ssh test hosts yet",
-        "torchft": "not measured: one replica group per ssh test host and a Lighthouse "
-        "reachable from all; not wired yet",
+        system: "not measured on this 3 x 1 layout: the peers' node loss is measured side "
+        "by side with Lazarus and torchrun on 2 hosts x 2 ranks in multinode_node_loss"
+        for system in PEER_SYSTEMS
+    },
+    "multinode_node_loss": {"nvrx_inprocess": NO_NODE_LOSS_INPROCESS},
+    "multinode_crash": {
+        system: "not measured: the peers' crash runs on one host (crash); their multi-node "
+        "run is multinode_node_loss"
+        for system in PEER_SYSTEMS
     },
     "pause_resume": {
         system: "not possible: the peer has no pause; stopping it ends the job"
