@@ -26,8 +26,9 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.harness import RANK_ENV, BenchContext, Metric, TorchrunRun, wait_until
@@ -212,47 +213,80 @@ def trace_of(job: MemberJob, only: str | None = None) -> StepTrace:
 # --------------------------------------------------------------------------- nvrx in-process
 
 
-def inprocess_members(ctx: BenchContext, paths: JobPaths) -> list[Member]:
-    settings = NvrxInprocessSettings.for_shape(ctx.shape)
-    port = free_port()
+def inprocess_members(
+    ctx: BenchContext,
+    paths: JobPaths,
+    prefixes: Sequence[Sequence[str]] | None = None,
+    active: int | None = None,
+    master_addr: str = "127.0.0.1",
+    env: dict[str, str] | None = None,
+) -> list[Member]:
+    """One process per rank plus the spares: ``settings.processes`` on this machine, or
+    one per entry of ``prefixes`` (each runs its process inside a host), ``active`` of
+    them training (default ``settings.active_world_size``)."""
+    defaults = NvrxInprocessSettings.for_shape(ctx.shape)
+    settings = replace(
+        defaults,
+        processes=len(prefixes) if prefixes is not None else defaults.processes,
+        active_world_size=active or defaults.active_world_size,
+    )
+    where: Sequence[Sequence[str]] = prefixes or [()] * settings.processes
     args = ctx.example_args(paths)[1:]
-    env = {
+    shared = {
         **RANK_ENV,
         "WORLD_SIZE": str(settings.processes),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(free_port()),
         "BENCH_NVRX_INPROCESS": json.dumps(
             {k: v for k, v in vars(settings).items() if not isinstance(v, str)}
         ),
+        **(env or {}),
     }
     script = str(PEERS_DIR / "nvrx_inprocess_train.py")
     return [
         Member(
             f"rank{rank}",
-            [sys.executable, "-u", script, *args],
-            {**env, "RANK": str(rank)},
+            [*prefix, sys.executable, "-u", script, *args],
+            {**shared, "RANK": str(rank)},
             up_line=NVRX_UP,
         )
-        for rank in range(settings.processes)
+        for rank, prefix in enumerate(where)
     ]
 
 
-async def _inprocess_fault(
-    ctx: BenchContext, repeat: int, scenario: str, rank: int, sig: signal.Signals
+@dataclass(frozen=True)
+class InprocessFault:
+    """A fault to NVRx's in-process job and what its measure needs."""
+
+    victims: list[str]
+    """The members it takes out: the rest must finish."""
+    inject: Callable[[MemberJob], Awaitable[None]]
+    bound_s: float
+    """How long a restart iteration's first step may take."""
+    why_not: str
+    """The note when no restart iteration began."""
+    world_size: int = WORLD_SIZE
+    """The reference's world size (the active ranks)."""
+
+
+async def inprocess_run(
+    ctx: BenchContext,
+    repeat: int,
+    scenario: str,
+    paths: JobPaths,
+    members: list[Member],
+    fault: InprocessFault,
 ) -> Measured:
-    require(NVRX_DIST)
-    paths = ctx._paths("nvrx-inprocess", scenario, repeat)
-    members = inprocess_members(ctx, paths)
-    settings = NvrxInprocessSettings.for_shape(ctx.shape)
+    """Run the in-process job, ``fault`` at the fault step; fault to the first step of
+    a later restart iteration, steps lost, the weights of the finished job."""
     async with member_job(ctx, "nvrx_inprocess", scenario, repeat, members, paths) as job:
         step = await reach(ctx, job, ctx.shape.fault_step)
-        victim = f"rank{rank}"
-        generation = job.generation(victim)
-        job.signal_member(victim, sig)
+        generation = job.generation(members[0].name)
         fault_at = time.time()
-        bound = ctx.shape.job_timeout_s if sig == signal.SIGKILL else settings.hard_timeout_s + 60.0
+        await fault.inject(job)
         recovered = await wait_until(
-            lambda: trace_of(job).first_of_later_generation(generation, fault_at) is not None, bound
+            lambda: trace_of(job).first_of_later_generation(generation, fault_at) is not None,
+            fault.bound_s,
         )
         detected = job.line_after(INPROCESS_DETECTION, fault_at)
         metrics: dict[str, Metric] = {
@@ -266,28 +300,49 @@ async def _inprocess_fault(
                 "completed": False,
                 "weights_ok": False,
             }
-            why = (
-                "no restart iteration began; rank 0 hosts the Wrapper's store and the "
-                "job's, so while it is stopped (or once killed) every other rank waits on it"
-                if rank == 0
-                else "no restart iteration"
-            )
-            return Measured(
-                metrics, {"tail": job.tail()}, note=f"not recovered within {bound:.0f} s: {why}"
-            )
-        others = [m.name for m in members if m.name != victim]
+            note = f"not recovered within {fault.bound_s:.0f} s: {fault.why_not}"
+            return Measured(metrics, {"tail": job.tail()}, note=note)
+        others = [m.name for m in members if m.name not in fault.victims]
         ended = await wait_exit(job, others, ctx.shape.job_timeout_s)
         first = trace_of(job).first_of_later_generation(generation, fault_at)
         resumed = job.resumed_from.get(first.generation) if first is not None else None
         completed = ended is not None and all(job.returncode(n) == 0 for n in others)
+        weights_ok = completed and await ctx.weights_ok(paths.weights, world_size=fault.world_size)
         metrics |= {
             **recovery_metrics(trace_of(job), fault_at, generation, None, resumed),
             "completed": completed,
-            "weights_ok": completed and await ctx.weights_ok(paths.weights),
+            "weights_ok": weights_ok,
             "wall_s": (ended or time.time()) - job.started_at,
             "generations": max(job.generations.values(), default=1),
         }
     return Measured(metrics)
+
+
+async def _inprocess_fault(
+    ctx: BenchContext, repeat: int, scenario: str, rank: int, sig: signal.Signals
+) -> Measured:
+    require(NVRX_DIST)
+    paths = ctx._paths("nvrx-inprocess", scenario, repeat)
+    settings = NvrxInprocessSettings.for_shape(ctx.shape)
+    victim = f"rank{rank}"
+
+    async def inject(job: MemberJob) -> None:
+        job.signal_member(victim, sig)
+
+    fault = InprocessFault(
+        victims=[victim],
+        inject=inject,
+        bound_s=ctx.shape.job_timeout_s
+        if sig == signal.SIGKILL
+        else settings.hard_timeout_s + 60.0,
+        why_not=(
+            "no restart iteration began; rank 0 hosts the Wrapper's store and the "
+            "job's, so while it is stopped (or once killed) every other rank waits on it"
+            if rank == 0
+            else "no restart iteration"
+        ),
+    )
+    return await inprocess_run(ctx, repeat, scenario, paths, inprocess_members(ctx, paths), fault)
 
 
 @runs(CRASH, "nvrx_inprocess")
@@ -502,7 +557,6 @@ NOT_RUN: dict[str, dict[System, str]] = {
         "by side with Lazarus and torchrun on 2 hosts x 2 ranks in multinode_node_loss"
         for system in PEER_SYSTEMS
     },
-    "multinode_node_loss": {"nvrx_inprocess": NO_NODE_LOSS_INPROCESS},
     "multinode_crash": {
         system: "not measured: the peers' crash runs on one host (crash); their multi-node "
         "run is multinode_node_loss"

@@ -33,9 +33,12 @@ import time
 from bench import multinode
 from bench.harness import BenchContext, Metric
 from bench.jobs import REPO
-from bench.peers.jobs import Member
+from bench.peers.jobs import Member, MemberJob
 from bench.peers.scenarios import (
     TORCHFT_WEIGHTS,
+    InprocessFault,
+    inprocess_members,
+    inprocess_run,
     member_job,
     nvrx_launcher,
     reach,
@@ -46,7 +49,7 @@ from bench.peers.scenarios import (
     torchft_script,
     wait_exit,
 )
-from bench.peers.settings import TORCHFT_DIST, NvrxSettings, TorchftSettings
+from bench.peers.settings import NVRX_DIST, TORCHFT_DIST, NvrxSettings, TorchftSettings
 from bench.registry import runs
 from bench.scenarios_multinode_compare import (
     MULTINODE_NODE_LOSS,
@@ -176,3 +179,42 @@ async def multinode_node_loss_torchft(ctx: BenchContext, repeat: int) -> Measure
         **({} if metrics["recovered"] else {"tail": tail}),
     }
     return Measured(metrics, details, note="; ".join(notes) or None)
+
+
+# --------------------------------------------------------------------------- nvrx in-process
+
+
+@runs(MULTINODE_NODE_LOSS, "nvrx_inprocess")
+async def multinode_node_loss_nvrx_inprocess(ctx: BenchContext, repeat: int) -> Measured:
+    """Two processes per host on h1, h2 and h3 (world 6, 4 active: h3's two are the
+    spares, ``MaxActiveWorldSize(4)``, ``ShiftRanks``); the Wrapper's and the job's
+    stores on rank 0 (h1). Once h2 is killed the Wrapper misses its ranks' heartbeats,
+    restarts in the four processes left, and h3's move into the gone ranks' places."""
+    require(NVRX_DIST)
+    layout = NODE_LOSS_LAYOUT
+    async with multinode.hosts_for_run(ctx, layout.label, repeat, count=layout.hosts) as hosts:
+        paths = ctx._paths("nvrx-inprocess", layout.label, repeat)
+        places = [host for host in hosts.hosts for _ in range(RANKS_PER_NODE)]
+        members = inprocess_members(
+            ctx,
+            paths,
+            [hosts.command_inside(host.name, str(REPO)) for host in places],
+            active=NODES * RANKS_PER_NODE,
+            master_addr=hosts.hosts[0].address,
+            env={"GLOO_SOCKET_IFNAME": hosts.hosts[0].interface},
+        )
+        on_victim = [m.name for m, host in zip(members, places, strict=True) if host.name == VICTIM]
+
+        async def inject(_: MemberJob) -> None:
+            await asyncio.to_thread(hosts.kill_host, VICTIM)
+
+        fault = InprocessFault(
+            victims=on_victim,
+            inject=inject,
+            bound_s=ctx.shape.job_timeout_s,
+            why_not="no restart iteration after the node loss",
+            world_size=NODES * RANKS_PER_NODE,
+        )
+        outcome = await inprocess_run(ctx, repeat, layout.label, paths, members, fault)
+        outcome.details["rig"] = multinode.rig_details(hosts)
+    return outcome

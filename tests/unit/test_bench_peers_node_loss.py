@@ -5,6 +5,7 @@ are on docs/results/2026-12-peers.md, with the command."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from bench.peers import scenarios as peer_scenarios
 from bench.peers.jobs import MemberJob, MemberPoint, NvrxLauncherJob
 from bench.peers.scenarios_multinode import nvrx_node_loss
 from bench.peers.settings import NvrxSettings, TorchftSettings
+from bench.systems import PEER_SYSTEMS
 from bench.torchrun import GATED_AGENT, Rendezvous
 
 
@@ -25,13 +27,27 @@ def _ctx(tmp_path: Path) -> BenchContext:
     return BenchContext(cast(Any, None), cast(Any, None), BenchConfig(), tmp_path)
 
 
-def test_ft_launcher_and_torchft_run_the_node_loss_and_in_process_says_why_not() -> None:
+def test_every_peer_runs_the_node_loss_on_the_test_hosts() -> None:
     scenario = catalog.load()["multinode_node_loss"]
-    assert scenario.runner("nvrx") is not None
-    assert scenario.runner("torchft") is not None
-    assert scenario.runner("nvrx_inprocess") is None
-    reason = scenario.not_possible["nvrx_inprocess"]
-    assert reason.startswith("not possible") and "ft_launcher" in reason
+    for system in PEER_SYSTEMS:
+        assert scenario.runner(system) is not None, system
+
+
+def test_in_process_on_the_hosts_has_two_processes_per_host_and_four_active(
+    tmp_path: Path,
+) -> None:
+    ctx = _ctx(tmp_path)
+    paths = ctx._paths("nvrx-inprocess", "multinode_node_loss", 0)
+    prefixes = [["nsenter", f"--target={host}", "--"] for host in (1, 1, 2, 2, 3, 3)]
+    members = peer_scenarios.inprocess_members(
+        ctx, paths, prefixes, active=4, master_addr="10.0.0.1", env={"GLOO_SOCKET_IFNAME": "v"}
+    )
+    assert [m.name for m in members] == [f"rank{r}" for r in range(6)]
+    for rank, member in enumerate(members):
+        assert member.argv[:3] == prefixes[rank] and member.env["RANK"] == str(rank)
+        assert member.env["WORLD_SIZE"] == "6" and member.env["MASTER_ADDR"] == "10.0.0.1"
+        settings = json.loads(member.env["BENCH_NVRX_INPROCESS"])
+        assert settings["active_world_size"] == 4 and settings["processes"] == 6
 
 
 def test_ft_launcher_agents_are_elastic_with_a_hot_spare(tmp_path: Path) -> None:
