@@ -58,6 +58,8 @@ INPROCESS_DETECTION = re.compile(r"RankShouldRestart|SOFT_TIMEOUT|HARD_TIMEOUT")
 """NVRx's own line once a rank's function is interrupted for a restart."""
 TORCHFT_DETECTION = re.compile(r"got exception|[Tt]imed out")
 """torchft's line once a collective of the step failed (the peer is gone or silent)."""
+FAILED_EXIT = re.compile(r"^(?:\[rank\d+\]: )*\w*Error: ")
+"""The last line of a Python traceback (``ValueError: ...``), behind torch's rank prefixes."""
 NO_HANG_REPLACEMENT = (
     "a hung group is never killed or replaced: the survivor trains on alone until the "
     "end, and the job never returns to full world size"
@@ -303,19 +305,32 @@ async def inprocess_run(
             note = f"not recovered within {fault.bound_s:.0f} s: {fault.why_not}"
             return Measured(metrics, {"tail": job.tail()}, note=note)
         others = [m.name for m in members if m.name not in fault.victims]
-        ended = await wait_exit(job, others, ctx.shape.job_timeout_s)
+
+        def failed() -> bool:
+            return any(job.returncode(n) not in (None, 0) for n in others)
+
+        # One survivor failing leaves the rest waiting on it in the Wrapper's barriers.
+        ended = await wait_until(lambda: job.exited(others) or failed(), ctx.shape.job_timeout_s)
         first = trace_of(job).first_of_later_generation(generation, fault_at)
         resumed = job.resumed_from.get(first.generation) if first is not None else None
-        completed = ended is not None and all(job.returncode(n) == 0 for n in others)
-        weights_ok = completed and await ctx.weights_ok(paths.weights, world_size=fault.world_size)
+        completed = ended and not failed()
+        # The job's weights are rank 0's last save, written when training ended, before
+        # the Wrapper's own shutdown: checked even when that shutdown failed.
+        weights_ok = paths.weights.exists() and await ctx.weights_ok(
+            paths.weights, world_size=fault.world_size
+        )
         metrics |= {
             **recovery_metrics(trace_of(job), fault_at, generation, None, resumed),
             "completed": completed,
             "weights_ok": weights_ok,
-            "wall_s": (ended or time.time()) - job.started_at,
+            "wall_s": time.time() - job.started_at,
             "generations": max(job.generations.values(), default=1),
         }
-    return Measured(metrics)
+        error = job.line_after(FAILED_EXIT, fault_at)
+        ending = None if completed else job.last_line(FAILED_EXIT)
+    details = {} if error is None else {"tail": job.tail()}
+    ended_note = None if completed else f"a surviving process did not exit 0: {ending}"
+    return Measured(metrics, details, note=ended_note)
 
 
 async def _inprocess_fault(
