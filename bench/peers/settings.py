@@ -99,6 +99,11 @@ class NvrxInprocessSettings:
     pg_timeout_s: float = 10.0
     """The gloo group's timeout: gloo collectives cannot be aborted in process, so a
     hung peer is waited out this long (the shape's ``hang_timeout_s``)."""
+    node_loss: str = (
+        "multinode_node_loss: 2 processes per host on h1, h2 and h3 (world 6), "
+        "MaxActiveWorldSize(4) and ShiftRanks, so h3's two are the spares; the Wrapper's "
+        "and the job's stores on rank 0 (h1); the other settings as above"
+    )
     local_rank_unset: str = (
         "LOCAL_RANK not set: with it the Wrapper adds GPU/NVLink/NIC health checks "
         "that fail without NVML and end the job"
