@@ -64,14 +64,6 @@ NO_HANG_REPLACEMENT = (
     "a hung group is never killed or replaced: the survivor trains on alone until the "
     "end, and the job never returns to full world size"
 )
-NO_NODE_LOSS_INPROCESS = (
-    "not possible: in-process restart restarts the training function inside the "
-    "processes that are still alive; a lost node's processes are gone with it, so "
-    "it can only go on without them (a spare process must already run on a surviving "
-    "host) and cannot replace the node. NVRx replaces nodes with ft_launcher's in-job "
-    "restart (its documented combination, 'FT Launcher & Inprocess integration'): "
-    "that is the nvrx row"
-)
 NO_REJOIN = (
     "the restarted group was not back before the survivor finished (torch's start-up "
     "outlasted the rest of the job): it then formed a quorum alone and trained from step 0"

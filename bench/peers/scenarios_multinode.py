@@ -21,7 +21,10 @@ documented multi-node setup:
   kill, the time Lazarus and torchrun take to declare the node dead. It heals from the
   survivor, and that is the rejoin. The job is 2 groups of 1 rank, not 2 x 2, because
   ``torchft_train.py`` runs one rank per group.
-* ``nvrx_inprocess``: not possible (:data:`bench.peers.scenarios.NO_NODE_LOSS_INPROCESS`).
+* ``nvrx_inprocess``: in-process restart cannot start a process on a new host, so
+  the spares are processes running from the start: 2 per host on h1, h2 and h3, 4 of
+  the 6 active (``MaxActiveWorldSize(4)``, ``ShiftRanks``). After the kill the Wrapper
+  restarts in the 4 processes left and h3's take the lost ranks' places.
 """
 
 from __future__ import annotations
