@@ -10,6 +10,7 @@ from __future__ import annotations
 
 # Imported to register their scenarios.
 import bench.peers.scenarios
+import bench.peers.scenarios_multinode
 import bench.peers.soak  # files the peers' soak drivers (bench.soak.PEER_SOAKS)
 import bench.scenarios
 import bench.scenarios_ha

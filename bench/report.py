@@ -72,6 +72,7 @@ HEADLINE: dict[str, list[str]] = {
     "multinode_node_loss": [
         "recovered",
         "detection_from_injection_s",
+        "survivors_first_step_s",
         "recovery_outside_s",
         "relaunch_to_first_step_s",
         "steps_lost",

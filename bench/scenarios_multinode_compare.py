@@ -23,13 +23,14 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench import multinode
 from bench.harness import BenchContext, LazarusRun, Metric, TorchrunRun, wait_until
-from bench.jobs import REPO
+from bench.jobs import REPO, JobShape
 from bench.registry import runs, scenario
 from bench.scenarios import rank_fault, torchrun_reach, torchrun_recovery
 from bench.scenarios_multinode import Layout, run_node_loss, ssh_builder
@@ -151,13 +152,32 @@ async def multinode_node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measure
 # --------------------------------------------------------------------------- torchrun
 
 
+OpenRun = Callable[[str, int, Rendezvous], AbstractAsyncContextManager[TorchrunRun]]
+"""Opens a multi-node job of a torchrun-like launcher (label, repeat, rendezvous) and
+kills every process it started on exit; the agents are started by the caller."""
+
+
+def torchrun_open(ctx: BenchContext) -> OpenRun:
+    """torchrun's own: :meth:`BenchContext.torchrun` with ``RANKS_PER_NODE`` per agent."""
+    return lambda label, repeat, rendezvous: ctx.torchrun(
+        label, repeat, rendezvous=rendezvous, nproc=RANKS_PER_NODE
+    )
+
+
 @asynccontextmanager
 async def _torchrun_on_hosts(
-    ctx: BenchContext, hosts: TestHosts, label: str, repeat: int, rendezvous: Rendezvous
+    ctx: BenchContext,
+    hosts: TestHosts,
+    label: str,
+    repeat: int,
+    rendezvous: Rendezvous,
+    open_run: OpenRun | None = None,
 ) -> AsyncIterator[TorchrunRun]:
-    """The example under torchrun with an agent on each of the first ``NODES`` hosts
-    (the first serving the store); every process is killed on exit."""
-    async with ctx.torchrun(label, repeat, rendezvous=rendezvous, nproc=RANKS_PER_NODE) as run:
+    """The example under torchrun (or ``open_run``'s launcher) with an agent on each of
+    the first ``NODES`` hosts (the first serving the store); every process is killed
+    on exit."""
+    opened = (open_run or torchrun_open(ctx))(label, repeat, rendezvous)
+    async with opened as run:
         # gloo over the hosts' own interface, as Lazarus's ssh spec sets it: the
         # hostname (shared by every test host) resolves to this machine's loopback.
         run.job.extra_env["GLOO_SOCKET_IFNAME"] = hosts.hosts[0].interface
@@ -245,19 +265,50 @@ async def multinode_crash_torchrun(ctx: BenchContext, repeat: int) -> Measured:
     return Measured(metrics, details)
 
 
-@runs(MULTINODE_NODE_LOSS, "torchrun")
-async def multinode_node_loss_torchrun(ctx: BenchContext, repeat: int) -> Measured:
-    layout = NODE_LOSS_LAYOUT
-    shape = ctx.shape
+@dataclass(frozen=True)
+class AgentNodeLoss:
+    """How a launcher with one agent per host (torchrun, NVRx's ``ft_launcher``) runs
+    the node loss: its elastic ``--nnodes``, its rendezvous settings, and the line its
+    standby agent prints once it waits for a round (released after the first round
+    formed, so that it is the spare that waits)."""
+
+    nnodes: str
+    conf: tuple[str, ...]
+    standby_waits: re.Pattern[str]
+    open_run: OpenRun | None = None
+    """None: torchrun's (:func:`torchrun_open`)."""
+    per_agent_line: bool = True
+    """The standby's line carries its pid (torch's glog prefix); NVRx's lines do not."""
+
+
+def torchrun_node_loss(shape: JobShape) -> AgentNodeLoss:
     attempts = max(1, round(shape.node_timeout_s / KEEP_ALIVE_INTERVAL_S))
-    async with multinode.hosts_for_run(ctx, layout.label, repeat, count=layout.hosts) as hosts:
-        rendezvous = _rendezvous(
-            hosts,
-            ELASTIC_NNODES,
+    return AgentNodeLoss(
+        nnodes=ELASTIC_NNODES,
+        conf=(
             f"keep_alive_interval={KEEP_ALIVE_INTERVAL_S}",
             f"keep_alive_max_attempt={attempts}",
-        )
-        async with _torchrun_on_hosts(ctx, hosts, layout.label, repeat, rendezvous) as run:
+        ),
+        standby_waits=STANDBY_JOIN,
+    )
+
+
+@runs(MULTINODE_NODE_LOSS, "torchrun")
+async def multinode_node_loss_torchrun(ctx: BenchContext, repeat: int) -> Measured:
+    return await node_loss_under_agents(ctx, repeat, torchrun_node_loss(ctx.shape))
+
+
+async def node_loss_under_agents(ctx: BenchContext, repeat: int, how: AgentNodeLoss) -> Measured:
+    """The node loss under a launcher with one agent per host: agents on h1 and h2, a
+    standby on the spare released once the first round formed, ``kill_host`` of the
+    victim at the fault step; fault to the first step of the next generation."""
+    layout = NODE_LOSS_LAYOUT
+    shape = ctx.shape
+    async with multinode.hosts_for_run(ctx, layout.label, repeat, count=layout.hosts) as hosts:
+        rendezvous = _rendezvous(hosts, how.nnodes, *how.conf)
+        async with _torchrun_on_hosts(
+            ctx, hosts, layout.label, repeat, rendezvous, how.open_run
+        ) as run:
             # The standby starts with the others but is released only once the first
             # round formed (every rank running), so that it is the spare that waits.
             gate = run.paths.root / "standby-go"
@@ -265,15 +316,19 @@ async def multinode_node_loss_torchrun(ctx: BenchContext, repeat: int) -> Measur
             if not await wait_until(
                 lambda: len(run.job.live_ranks()) >= WORLD_SIZE, shape.job_timeout_s
             ):
-                raise TimeoutError(f"torchrun: the first round never formed:\n{run.job.tail()}")
+                raise TimeoutError(f"the first round never formed:\n{run.job.tail()}")
             standby_at = time.time()
             gate.touch()
-            joining = re.compile(rf" {standby} .*{STANDBY_JOIN.pattern}")
+            joining = (
+                re.compile(rf" {standby} .*{how.standby_waits.pattern}")
+                if how.per_agent_line
+                else how.standby_waits
+            )
             if not await wait_until(
                 lambda: run.job.agent_log_after(joining, standby_at) is not None,
                 shape.job_timeout_s,
             ):
-                raise TimeoutError(f"torchrun: the standby never asked to join:\n{run.job.tail()}")
+                raise TimeoutError(f"the standby never asked to join:\n{run.job.tail()}")
             await asyncio.sleep(STANDBY_SETTLE_S)
             step = await torchrun_reach(ctx, run, shape.fault_step)
             generation = run.job.generation

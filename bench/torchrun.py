@@ -63,14 +63,17 @@ AGENT_DETECTION = re.compile(
 """What the agent prints once its monitor has seen a rank fail, or (multi-node, with
 ``LOGLEVEL=INFO``) a node waiting to join, which restarts the worker group."""
 GATED_AGENT = (
-    "import os, sys, time\n"
-    "import torch.distributed.run as run\n"
-    "while not os.path.exists(sys.argv[1]):\n"
+    "import importlib, os, runpy, sys, time\n"
+    "gate, module = sys.argv[1], sys.argv[2]\n"
+    "importlib.import_module(module)\n"
+    "while not os.path.exists(gate):\n"
     "    time.sleep(0.02)\n"
-    "run.main(sys.argv[2:])\n"
+    "sys.argv = [module, *sys.argv[3:]]\n"
+    "runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
 )
 """``python -c`` for a standby agent held at a gate file (:meth:`TorchrunJob.start_agent`):
-torch imported, then torchrun's own ``main`` with the same arguments."""
+the launcher's module (torchrun's, or NVRx's ``ft_launcher``) imported, then run as
+``python -m`` would, with the same arguments."""
 AGENT_LOGLEVEL = "INFO"
 """Multi-node agents log at INFO: membership changes are INFO lines."""
 RESUMED_LINE = re.compile(r"^resumed from step (\d+)")
@@ -221,7 +224,8 @@ class TorchrunJob:
             raise ValueError("start_agent is for multi-node jobs (a Rendezvous)")
         command = self.command(local_addr, is_host)
         if gate is not None:
-            command = [command[0], "-c", GATED_AGENT, str(gate), *command[3:]]
+            # [python, -m, module, *args] -> [python, -c, GATED_AGENT, gate, module, *args]
+            command = [command[0], "-c", GATED_AGENT, str(gate), *command[2:]]
         agent = self._spawn([*prefix, *command])
         self.agent_hosts[agent.pid] = host
         return agent

@@ -330,6 +330,12 @@ class MemberJob:
             lines = list(self.lines)
         return next((at for at, _, text in lines if at >= t and pattern.search(text)), None)
 
+    def last_line(self, pattern: re.Pattern[str]) -> str | None:
+        """The last line any member printed that matches ``pattern``."""
+        with self._lock:
+            lines = list(self.lines)
+        return next((text for _, _, text in reversed(lines) if pattern.search(text)), None)
+
     def tail(self, lines: int = 40) -> str:
         with self._lock:
             return "\n".join(f"[{m}] {text}" for _, m, text in self.lines[-lines:])

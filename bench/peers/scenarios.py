@@ -20,19 +20,19 @@ it (``make bench-peers``).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import re
 import shutil
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.harness import RANK_ENV, BenchContext, Metric, TorchrunRun, wait_until
-from bench.jobs import REPO, JobPaths
+from bench.jobs import REPO, WORLD_SIZE, JobPaths
 from bench.measure import StepTrace
 from bench.peers.jobs import Member, MemberJob, MemberPoint, NvrxLauncherJob
 from bench.peers.settings import (
@@ -46,6 +46,7 @@ from bench.peers.settings import (
 from bench.registry import SCENARIOS, runs
 from bench.scenarios import CRASH, HANG, crash_under_agent, hang_under_agent, recovery_metrics
 from bench.systems import PEER_SYSTEMS, Measured, System
+from bench.torchrun import Rendezvous
 from lazarus.app.lifecycle import StartStop
 from lazarus.domain.ports import free_port
 
@@ -57,6 +58,8 @@ INPROCESS_DETECTION = re.compile(r"RankShouldRestart|SOFT_TIMEOUT|HARD_TIMEOUT")
 """NVRx's own line once a rank's function is interrupted for a restart."""
 TORCHFT_DETECTION = re.compile(r"got exception|[Tt]imed out")
 """torchft's line once a collective of the step failed (the peer is gone or silent)."""
+FAILED_EXIT = re.compile(r"^(?:\[rank\d+\]: )*\w*Error: ")
+"""The last line of a Python traceback (``ValueError: ...``), behind torch's rank prefixes."""
 NO_HANG_REPLACEMENT = (
     "a hung group is never killed or replaced: the survivor trains on alone until the "
     "end, and the job never returns to full world size"
@@ -95,26 +98,36 @@ def missing_peers() -> dict[str, str]:
 
 @asynccontextmanager
 async def nvrx_launcher(
-    ctx: BenchContext, scenario: str, repeat: int, max_restarts: int | None = None
+    ctx: BenchContext,
+    scenario: str,
+    repeat: int,
+    rendezvous: Rendezvous | None = None,
+    nproc: int = WORLD_SIZE,
+    max_restarts: int | None = None,
 ) -> AsyncIterator[TorchrunRun]:
     """The example under ``ft_launcher``; every process it started is killed on exit.
+    With ``rendezvous`` (multi-node) no agent is started here: the scenario starts one
+    per host, ``nproc`` ranks each (:meth:`bench.torchrun.TorchrunJob.start_agent`).
     ``max_restarts``: the launcher's restart budget (default :class:`NvrxSettings`')."""
     require(NVRX_DIST)
     paths = ctx._paths("nvrx", scenario, repeat)
     settings = NvrxSettings.for_shape(ctx.shape)
     if max_restarts is not None:
-        settings = dataclasses.replace(settings, max_restarts=max_restarts)
+        settings = replace(settings, max_restarts=max_restarts)
     job = NvrxLauncherJob(
         example_args=ctx.example_args(paths),
         log_path=paths.root / "ft_launcher.log",
         setup="best" if settings.unshared_store else "default",
+        nproc=nproc,
         max_restarts=settings.max_restarts,
         monitor_interval_s=settings.monitor_interval_s,
         extra_env=dict(RANK_ENV),
+        rendezvous=rendezvous,
         settings=settings,
     )
     ctx.torchrun_jobs.append(job)
-    job.start()
+    if rendezvous is None:
+        job.start()
     try:
         yield TorchrunRun(job, paths)
     finally:
@@ -198,47 +211,80 @@ def trace_of(job: MemberJob, only: str | None = None) -> StepTrace:
 # --------------------------------------------------------------------------- nvrx in-process
 
 
-def inprocess_members(ctx: BenchContext, paths: JobPaths) -> list[Member]:
-    settings = NvrxInprocessSettings.for_shape(ctx.shape)
-    port = free_port()
+def inprocess_members(
+    ctx: BenchContext,
+    paths: JobPaths,
+    prefixes: Sequence[Sequence[str]] | None = None,
+    active: int | None = None,
+    master_addr: str = "127.0.0.1",
+    env: dict[str, str] | None = None,
+) -> list[Member]:
+    """One process per rank plus the spares: ``settings.processes`` on this machine, or
+    one per entry of ``prefixes`` (each runs its process inside a host), ``active`` of
+    them training (default ``settings.active_world_size``)."""
+    defaults = NvrxInprocessSettings.for_shape(ctx.shape)
+    settings = replace(
+        defaults,
+        processes=len(prefixes) if prefixes is not None else defaults.processes,
+        active_world_size=active or defaults.active_world_size,
+    )
+    where: Sequence[Sequence[str]] = prefixes or [()] * settings.processes
     args = ctx.example_args(paths)[1:]
-    env = {
+    shared = {
         **RANK_ENV,
         "WORLD_SIZE": str(settings.processes),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(free_port()),
         "BENCH_NVRX_INPROCESS": json.dumps(
             {k: v for k, v in vars(settings).items() if not isinstance(v, str)}
         ),
+        **(env or {}),
     }
     script = str(PEERS_DIR / "nvrx_inprocess_train.py")
     return [
         Member(
             f"rank{rank}",
-            [sys.executable, "-u", script, *args],
-            {**env, "RANK": str(rank)},
+            [*prefix, sys.executable, "-u", script, *args],
+            {**shared, "RANK": str(rank)},
             up_line=NVRX_UP,
         )
-        for rank in range(settings.processes)
+        for rank, prefix in enumerate(where)
     ]
 
 
-async def _inprocess_fault(
-    ctx: BenchContext, repeat: int, scenario: str, rank: int, sig: signal.Signals
+@dataclass(frozen=True)
+class InprocessFault:
+    """A fault to NVRx's in-process job and what its measure needs."""
+
+    victims: list[str]
+    """The members it takes out: the rest must finish."""
+    inject: Callable[[MemberJob], Awaitable[None]]
+    bound_s: float
+    """How long a restart iteration's first step may take."""
+    why_not: str
+    """The note when no restart iteration began."""
+    world_size: int = WORLD_SIZE
+    """The reference's world size (the active ranks)."""
+
+
+async def inprocess_run(
+    ctx: BenchContext,
+    repeat: int,
+    scenario: str,
+    paths: JobPaths,
+    members: list[Member],
+    fault: InprocessFault,
 ) -> Measured:
-    require(NVRX_DIST)
-    paths = ctx._paths("nvrx-inprocess", scenario, repeat)
-    members = inprocess_members(ctx, paths)
-    settings = NvrxInprocessSettings.for_shape(ctx.shape)
+    """Run the in-process job, ``fault`` at the fault step; fault to the first step of
+    a later restart iteration, steps lost, the weights of the finished job."""
     async with member_job(ctx, "nvrx_inprocess", scenario, repeat, members, paths) as job:
         step = await reach(ctx, job, ctx.shape.fault_step)
-        victim = f"rank{rank}"
-        generation = job.generation(victim)
-        job.signal_member(victim, sig)
+        generation = job.generation(members[0].name)
         fault_at = time.time()
-        bound = ctx.shape.job_timeout_s if sig == signal.SIGKILL else settings.hard_timeout_s + 60.0
+        await fault.inject(job)
         recovered = await wait_until(
-            lambda: trace_of(job).first_of_later_generation(generation, fault_at) is not None, bound
+            lambda: trace_of(job).first_of_later_generation(generation, fault_at) is not None,
+            fault.bound_s,
         )
         detected = job.line_after(INPROCESS_DETECTION, fault_at)
         metrics: dict[str, Metric] = {
@@ -252,28 +298,62 @@ async def _inprocess_fault(
                 "completed": False,
                 "weights_ok": False,
             }
-            why = (
-                "no restart iteration began; rank 0 hosts the Wrapper's store and the "
-                "job's, so while it is stopped (or once killed) every other rank waits on it"
-                if rank == 0
-                else "no restart iteration"
-            )
-            return Measured(
-                metrics, {"tail": job.tail()}, note=f"not recovered within {bound:.0f} s: {why}"
-            )
-        others = [m.name for m in members if m.name != victim]
-        ended = await wait_exit(job, others, ctx.shape.job_timeout_s)
+            note = f"not recovered within {fault.bound_s:.0f} s: {fault.why_not}"
+            return Measured(metrics, {"tail": job.tail()}, note=note)
+        others = [m.name for m in members if m.name not in fault.victims]
+
+        def failed() -> bool:
+            return any(job.returncode(n) not in (None, 0) for n in others)
+
+        # One survivor failing leaves the rest waiting on it in the Wrapper's barriers.
+        ended = await wait_until(lambda: job.exited(others) or failed(), ctx.shape.job_timeout_s)
         first = trace_of(job).first_of_later_generation(generation, fault_at)
         resumed = job.resumed_from.get(first.generation) if first is not None else None
-        completed = ended is not None and all(job.returncode(n) == 0 for n in others)
+        completed = ended and not failed()
+        # The job's weights are rank 0's last save, written when training ended, before
+        # the Wrapper's own shutdown: checked even when that shutdown failed.
+        weights_ok = paths.weights.exists() and await ctx.weights_ok(
+            paths.weights, world_size=fault.world_size
+        )
         metrics |= {
             **recovery_metrics(trace_of(job), fault_at, generation, None, resumed),
             "completed": completed,
-            "weights_ok": completed and await ctx.weights_ok(paths.weights),
-            "wall_s": (ended or time.time()) - job.started_at,
+            "weights_ok": weights_ok,
+            "wall_s": time.time() - job.started_at,
             "generations": max(job.generations.values(), default=1),
         }
-    return Measured(metrics)
+        error = job.line_after(FAILED_EXIT, fault_at)
+        ending = None if completed else job.last_line(FAILED_EXIT)
+    details = {} if error is None else {"tail": job.tail()}
+    ended_note = None if completed else f"a surviving process did not exit 0: {ending}"
+    return Measured(metrics, details, note=ended_note)
+
+
+async def _inprocess_fault(
+    ctx: BenchContext, repeat: int, scenario: str, rank: int, sig: signal.Signals
+) -> Measured:
+    require(NVRX_DIST)
+    paths = ctx._paths("nvrx-inprocess", scenario, repeat)
+    settings = NvrxInprocessSettings.for_shape(ctx.shape)
+    victim = f"rank{rank}"
+
+    async def inject(job: MemberJob) -> None:
+        job.signal_member(victim, sig)
+
+    fault = InprocessFault(
+        victims=[victim],
+        inject=inject,
+        bound_s=ctx.shape.job_timeout_s
+        if sig == signal.SIGKILL
+        else settings.hard_timeout_s + 60.0,
+        why_not=(
+            "no restart iteration began; rank 0 hosts the Wrapper's store and the "
+            "job's, so while it is stopped (or once killed) every other rank waits on it"
+            if rank == 0
+            else "no restart iteration"
+        ),
+    )
+    return await inprocess_run(ctx, repeat, scenario, paths, inprocess_members(ctx, paths), fault)
 
 
 @runs(CRASH, "nvrx_inprocess")
@@ -292,24 +372,31 @@ async def hang_nvrx_inprocess(ctx: BenchContext, repeat: int) -> Measured:
 def torchft_members(
     ctx: BenchContext, paths: JobPaths, max_restarts: int | None = None
 ) -> list[Member]:
-    """The Lighthouse and the replica groups; ``max_restarts``: each group's torchrun
-    restart budget (default :class:`TorchftSettings`')."""
+    """The Lighthouse and one group per replica, all on this machine; ``max_restarts``:
+    each group's torchrun restart budget (default :class:`TorchftSettings`')."""
     settings = TorchftSettings.for_shape(ctx.shape)
     if max_restarts is not None:
-        settings = dataclasses.replace(settings, max_restarts=max_restarts)
-    shape = ctx.shape
+        settings = replace(settings, max_restarts=max_restarts)
     lighthouse_port = free_port()
-    lighthouse = Member(
-        "lighthouse",
-        [
-            _bin("torchft_lighthouse"),
-            "--bind",
-            f"127.0.0.1:{lighthouse_port}",
-            *settings.lighthouse_flags(),
-        ],
-        {},
-    )
-    script = [
+    url = f"http://127.0.0.1:{lighthouse_port}"
+    script = torchft_script(ctx, paths, settings)
+    groups = [
+        torchft_group(f"group{group}", group, script, url, settings)
+        for group in range(settings.groups)
+    ]
+    return [torchft_lighthouse(settings, f"127.0.0.1:{lighthouse_port}"), *groups]
+
+
+def torchft_lighthouse(settings: TorchftSettings, bind: str, prefix: Sequence[str] = ()) -> Member:
+    """The Lighthouse serving ``bind`` (``host:port``); ``prefix``: runs it inside a host."""
+    argv = [_bin("torchft_lighthouse"), "--bind", bind, *settings.lighthouse_flags()]
+    return Member("lighthouse", [*prefix, *argv], {})
+
+
+def torchft_script(ctx: BenchContext, paths: JobPaths, settings: TorchftSettings) -> list[str]:
+    """``torchft_train.py`` with the job's shape and the settings (every group's)."""
+    shape = ctx.shape
+    return [
         str(PEERS_DIR / "torchft_train.py"),
         "--steps",
         str(shape.steps),
@@ -332,35 +419,48 @@ def torchft_members(
         "--groups",
         str(settings.groups),
     ]
-    groups = [
-        Member(
-            f"group{group}",
-            [
-                sys.executable,
-                "-u",
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc-per-node",
-                "1",
-                "--max-restarts",
-                str(settings.max_restarts),
-                "--monitor-interval",
-                str(settings.monitor_interval_s),
-                *script,
-            ],
-            {
-                **RANK_ENV,
-                "REPLICA_GROUP_ID": str(group),
-                "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{lighthouse_port}",
-                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            },
-            up_line=TORCHFT_UP,
-            rank_is_child=True,
-        )
-        for group in range(settings.groups)
+
+
+def torchft_group(
+    name: str,
+    group: int,
+    script: list[str],
+    lighthouse_url: str,
+    settings: TorchftSettings,
+    prefix: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> Member:
+    """Replica group ``group`` under its own torchrun; ``prefix`` runs it inside a host,
+    ``extra_args`` go to the script, ``env`` over the group's own."""
+    argv = [
+        sys.executable,
+        "-u",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "1",
+        "--max-restarts",
+        str(settings.max_restarts),
+        "--monitor-interval",
+        str(settings.monitor_interval_s),
+        *script,
+        *extra_args,
     ]
-    return [lighthouse, *groups]
+    return Member(
+        name,
+        [*prefix, *argv],
+        {
+            **RANK_ENV,
+            "REPLICA_GROUP_ID": str(group),
+            "TORCHFT_LIGHTHOUSE": lighthouse_url,
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            **(env or {}),
+        },
+        up_line=TORCHFT_UP,
+        rank_is_child=True,
+    )
 
 
 def _bin(name: str) -> str:
@@ -370,8 +470,17 @@ def _bin(name: str) -> str:
 
 
 def torchft_figures(
-    job: MemberJob, victim: str, survivor: str, fault_at: float, max_before: int, generation: int
+    job: MemberJob,
+    victim: str,
+    survivor: str,
+    fault_at: float,
+    max_before: int,
+    generation: int,
+    replacement: str | None = None,
 ) -> dict[str, Metric]:
+    """The figures of a fault to ``victim``; it is back in the job once it (a later
+    generation) or its ``replacement`` (another member: a group started elsewhere)
+    commits a step past the fault."""
     points = job.snapshot()
     after = [p for p in points if p.t >= fault_at]
     survivor_first = _first(
@@ -384,8 +493,8 @@ def torchft_figures(
         [
             p
             for p in after
-            if p.member == victim and p.committed and p.generation > generation
-            if p.step > max_before
+            if p.committed and p.step > max_before
+            if (p.member == victim and p.generation > generation) or p.member == replacement
         ]
     )
     discarded = {p.step for p in after if not p.committed}
@@ -460,12 +569,14 @@ async def hang_torchft(ctx: BenchContext, repeat: int) -> Measured:
 
 NOT_RUN: dict[str, dict[System, str]] = {
     "node_loss": {
-        "nvrx": "not measured: ft_launcher's node loss needs one agent per ssh test host "
-        "(as multinode_node_loss does for torchrun); not wired for NVRx yet",
-        "nvrx_inprocess": "not measured: in-process restart needs the spare's process "
-        "already running on a surviving host; not wired for the ssh test hosts yet",
-        "torchft": "not measured: one replica group per ssh test host and a Lighthouse "
-        "reachable from all; not wired yet",
+        system: "not measured on this 3 x 1 layout: the peers' node loss is measured side "
+        "by side with Lazarus and torchrun on 2 hosts x 2 ranks in multinode_node_loss"
+        for system in PEER_SYSTEMS
+    },
+    "multinode_crash": {
+        system: "not measured: the peers' crash runs on one host (crash); their multi-node "
+        "run is multinode_node_loss"
+        for system in PEER_SYSTEMS
     },
     "pause_resume": {
         system: "not possible: the peer has no pause; stopping it ends the job"

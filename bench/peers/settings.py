@@ -50,8 +50,15 @@ class NvrxSettings:
         "checkpoints every ckpt_every steps"
     )
     hot_spare: str = (
-        "none: ft_launcher's spares are whole nodes (--nnodes min:max); this is one node"
+        "one node: none (ft_launcher's spares are whole nodes); multinode_node_loss: the "
+        "spare host's agent, a hot spare of NVRx's barrier rendezvous (--nnodes 2:3)"
     )
+    node_loss_nnodes: str = "2:3"
+    """``--nnodes`` of ``multinode_node_loss``: 2 active nodes; a third that joins
+    waits as a hot spare (its rank past ``min_nodes`` is standby)."""
+    last_call_timeout_s: int = 1
+    """``--rdzv-conf last_call_timeout`` (NVRx's default): how long a restart round
+    waits for a missing previous node before it takes the hot spare."""
 
     @classmethod
     def for_shape(cls, shape: JobShape) -> NvrxSettings:
@@ -92,6 +99,11 @@ class NvrxInprocessSettings:
     pg_timeout_s: float = 10.0
     """The gloo group's timeout: gloo collectives cannot be aborted in process, so a
     hung peer is waited out this long (the shape's ``hang_timeout_s``)."""
+    node_loss: str = (
+        "multinode_node_loss: 2 processes per host on h1, h2 and h3 (world 6), "
+        "MaxActiveWorldSize(4) and ShiftRanks, so h3's two are the spares; the Wrapper's "
+        "and the job's stores on rank 0 (h1); the other settings as above"
+    )
     local_rank_unset: str = (
         "LOCAL_RANK not set: with it the Wrapper adds GPU/NVLink/NIC health checks "
         "that fail without NVML and end the job"
@@ -138,6 +150,12 @@ class TorchftSettings:
         "a first start waits until every group heartbeats, so the first quorum holds both"
     )
     healing: str = "a restarted group heals from a live peer (torchft's HTTP checkpoint transport)"
+    node_loss: str = (
+        "multinode_node_loss: one group per host (group 0 and the Lighthouse on h1, group 1 "
+        "on h2, 1 rank each); torchft has no spares, so the bench plays the scheduler: a "
+        "replacement group 1 waits on h3 (imports done) and goes on node_timeout_s after "
+        "the kill, then heals from the survivor"
+    )
 
     @classmethod
     def for_shape(cls, shape: JobShape) -> TorchftSettings:

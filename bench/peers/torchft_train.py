@@ -31,12 +31,19 @@ What differs from ``examples/train_ddp.py``, and why (the rest is imported from 
   comes back after it was stopped whole (the soak's operator restarts it so).
 * Prints ``torchft replica <r> up`` once per process, ``step <n> loss <x>`` per
   committed step and ``discarded step <n>`` per step the Manager did not commit.
+* On the SSH test hosts (``--advertise <address>``): every test host has the same
+  hostname, which torchft advertises for the Manager and the healing transport
+  (``socket.gethostname()``), so the group advertises its host's address instead,
+  and its store is reached there. ``--wait-for <file>``: a replacement group started
+  ahead (imports done) that goes on once the file exists (the bench's stand-in for
+  a scheduler that restarts a lost group elsewhere; torchft has none of its own).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -69,7 +76,24 @@ def parse_args() -> argparse.Namespace:
         help="a folder: a first start waits until every group has written its file there",
     )
     parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--advertise", help="this host's address (default: its hostname)")
+    parser.add_argument("--wait-for", type=Path, help="start training once this file exists")
     return parser.parse_args()
+
+
+def advertise(address: str) -> None:
+    """Make ``socket.gethostname()`` this host's address before torchft is imported: its
+    Manager takes it as a default argument, its HTTP checkpoint transport at each call."""
+    import socket
+
+    socket.gethostname = lambda: address
+
+
+def wait_for(gate: Path) -> None:
+    import time
+
+    while not gate.exists():
+        time.sleep(0.02)
 
 
 def discarding_hook(manager, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations
@@ -108,6 +132,9 @@ def newest_checkpoint(folder: Path | None) -> dict[str, dict[str, object]] | Non
 
 
 def main() -> int:
+    args = parse_args()
+    if args.advertise:
+        advertise(args.advertise)
     from torchft.ddp import DistributedDataParallel
     from torchft.manager import Manager
     from torchft.optim import OptimizerWrapper
@@ -116,7 +143,8 @@ def main() -> int:
     class DDP(DistributedDataParallel):  # type: ignore[misc]
         _comm_hook = staticmethod(discarding_hook)
 
-    args = parse_args()
+    if args.wait_for is not None:
+        wait_for(args.wait_for)
     replica = int(os.environ["REPLICA_GROUP_ID"])
     timeout = timedelta(seconds=args.timeout_s)
     # The group's store (the Manager connects to it): kept referenced to the end.
@@ -141,6 +169,9 @@ def main() -> int:
         load_state_dict=load_state_dict,
         state_dict=state_dict,
         min_replica_size=args.min_replica_size,
+        store_addr=args.advertise or os.environ["MASTER_ADDR"],
+        store_port=int(os.environ["MASTER_PORT"]),
+        hostname=args.advertise or socket.gethostname(),
         replica_id=f"bench_{replica}",
         timeout=timeout,
         quorum_timeout=timedelta(seconds=args.quorum_timeout_s),

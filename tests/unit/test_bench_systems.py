@@ -166,7 +166,8 @@ def test_a_multinode_torchrun_agent_meets_the_others_through_c10d_on_the_first_h
     assert flags["--rdzv-conf"] == "is_host=true,keep_alive_interval=1"
     assert "is_host=false,keep_alive_interval=1" in job.command("10.0.0.12")
     assert job.env()["LOGLEVEL"] == "INFO"
-    assert "run.main(sys.argv[2:])" in GATED_AGENT
+    # The standby's gate runs the launcher's module (torch.distributed.run here) as -m.
+    assert "runpy.run_module(module, run_name='__main__'" in GATED_AGENT
     single = TorchrunJob(["train.py"], Path("/nowhere/torchrun.log"))
     assert "--standalone" in single.command() and "LOGLEVEL" not in single.env()
 

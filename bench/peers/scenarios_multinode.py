@@ -1,0 +1,223 @@
+"""The peers' node loss on the SSH test hosts (``multinode_node_loss``, issue 30 item 2).
+
+The scenario, its job and its fault are :mod:`bench.scenarios_multinode_compare`'s:
+test hosts h1, h2 (the job) and h3 (the spare); ``kill_host("h2")`` once the job
+reports the fault step; fault to the first step after it. Each peer runs in its best
+documented multi-node setup:
+
+* ``nvrx``: ``ft_launcher`` as torchrun runs there (one agent per host, entered with
+  ``nsenter``, 2 ranks each, the store on h1), with ``--nnodes 2:3``: NVRx's barrier
+  rendezvous (0.7.0's only one) makes the nodes past ``min_nodes`` hot spares, so
+  h3's agent waits as one (released, as torchrun's standby, once the first round
+  formed). NVRx has no rendezvous keep-alive: the loss is found by the survivors'
+  heartbeats (their collective blocks, ``--ft-rank-heartbeat-timeout`` lapses), the
+  survivor's agent restarts its ranks and opens a round, which waits ``last_call``
+  for h2 and then takes h3. The ranks resume from the newest disk checkpoint.
+* ``torchft``: one replica group per host (group 0 on h1 with the Lighthouse, group 1
+  on h2), each under its own ``torchrun``. The survivor goes on alone once the
+  Lighthouse drops h2's group. torchft has no spares and does not restart a lost
+  group elsewhere: a scheduler does. The bench plays that scheduler. A replacement
+  group 1 waits on h3 with its imports done and goes on ``node_timeout_s`` after the
+  kill, the time Lazarus and torchrun take to declare the node dead. It heals from the
+  survivor, and that is the rejoin. The job is 2 groups of 1 rank, not 2 x 2, because
+  ``torchft_train.py`` runs one rank per group.
+* ``nvrx_inprocess``: in-process restart cannot start a process on a new host, so
+  the spares are processes running from the start: 2 per host on h1, h2 and h3, 4 of
+  the 6 active (``MaxActiveWorldSize(4)``, ``ShiftRanks``). After the kill the Wrapper
+  restarts in the 4 processes left and h3's take the lost ranks' places.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+from bench import multinode
+from bench.harness import BenchContext, Metric
+from bench.jobs import REPO
+from bench.peers.jobs import Member, MemberJob
+from bench.peers.scenarios import (
+    TORCHFT_WEIGHTS,
+    InprocessFault,
+    inprocess_members,
+    inprocess_run,
+    member_job,
+    nvrx_launcher,
+    reach,
+    require,
+    torchft_figures,
+    torchft_group,
+    torchft_lighthouse,
+    torchft_script,
+    wait_exit,
+)
+from bench.peers.settings import NVRX_DIST, TORCHFT_DIST, NvrxSettings, TorchftSettings
+from bench.registry import runs
+from bench.scenarios_multinode_compare import (
+    MULTINODE_NODE_LOSS,
+    NODE_LOSS_LAYOUT,
+    NODES,
+    RANKS_PER_NODE,
+    SPARE,
+    VICTIM,
+    AgentNodeLoss,
+    node_loss_under_agents,
+)
+from bench.systems import Measured
+from infra.testhosts import TestHosts
+
+NVRX_STANDBY_WAITS = re.compile(
+    r"attempts to join the next round|closed \(training in progress\)|Standby \(rank="
+)
+"""NVRx's line as an agent goes to the rendezvous; after the first round formed only
+the hot spare prints it (then it waits, silently, for the next round to open)."""
+LIGHTHOUSE_PORT = 29510
+"""torchft's default Lighthouse port, on h1 (each host has a network of its own)."""
+
+
+# --------------------------------------------------------------------------- nvrx
+
+
+def nvrx_node_loss(ctx: BenchContext) -> AgentNodeLoss:
+    settings = NvrxSettings.for_shape(ctx.shape)
+    return AgentNodeLoss(
+        nnodes=settings.node_loss_nnodes,
+        conf=(f"last_call_timeout={settings.last_call_timeout_s}",),
+        standby_waits=NVRX_STANDBY_WAITS,
+        open_run=lambda label, repeat, rendezvous: nvrx_launcher(
+            ctx, label, repeat, rendezvous, nproc=RANKS_PER_NODE
+        ),
+        per_agent_line=False,
+    )
+
+
+@runs(MULTINODE_NODE_LOSS, "nvrx")
+async def multinode_node_loss_nvrx(ctx: BenchContext, repeat: int) -> Measured:
+    return await node_loss_under_agents(ctx, repeat, nvrx_node_loss(ctx))
+
+
+# --------------------------------------------------------------------------- torchft
+
+
+def torchft_on_hosts(
+    ctx: BenchContext, hosts: TestHosts, script: list[str], gate: str
+) -> list[Member]:
+    """The Lighthouse and group 0 on h1, group 1 on h2, its replacement (``spare``) on
+    h3 held at ``gate``; gloo over the hosts' interface, each group advertising its
+    host's address."""
+    settings = TorchftSettings.for_shape(ctx.shape)
+    first = hosts.hosts[0]
+    url = f"http://{first.address}:{LIGHTHOUSE_PORT}"
+    env = {"GLOO_SOCKET_IFNAME": first.interface}
+    workdir = str(REPO)
+
+    def group(name: str, replica: int, host: str, *extra: str) -> Member:
+        return torchft_group(
+            name,
+            replica,
+            script,
+            url,
+            settings,
+            prefix=hosts.command_inside(host, workdir),
+            extra_args=["--advertise", hosts.host(host).address, *extra],
+            env=env,
+        )
+
+    lighthouse = torchft_lighthouse(
+        settings,
+        f"{first.address}:{LIGHTHOUSE_PORT}",
+        prefix=hosts.command_inside(first.name, workdir),
+    )
+    groups = [group(f"group{i}", i, h.name) for i, h in enumerate(hosts.hosts[:NODES])]
+    return [lighthouse, *groups, group("spare", 1, SPARE, "--wait-for", gate)]
+
+
+@runs(MULTINODE_NODE_LOSS, "torchft")
+async def multinode_node_loss_torchft(ctx: BenchContext, repeat: int) -> Measured:
+    require(TORCHFT_DIST)
+    layout = NODE_LOSS_LAYOUT
+    shape = ctx.shape
+    settings = TorchftSettings.for_shape(shape)
+    victim, survivor = "group1", "group0"
+    async with multinode.hosts_for_run(ctx, layout.label, repeat, count=layout.hosts) as hosts:
+        paths = ctx._paths("torchft", layout.label, repeat)
+        gate = paths.root / "replace-go"
+        members = torchft_on_hosts(ctx, hosts, torchft_script(ctx, paths, settings), str(gate))
+        async with member_job(ctx, "torchft", layout.label, repeat, members, paths) as job:
+            step = await reach(ctx, job, shape.fault_step)
+            generation = job.generation(victim)
+            killed_at = time.time()
+            max_before = job.max_step(before=killed_at) or step
+            await asyncio.to_thread(hosts.kill_host, VICTIM)
+            # The scheduler's detection: the node declared dead after node_timeout_s.
+            await asyncio.sleep(max(0.0, killed_at + shape.node_timeout_s - time.time()))
+            gate.touch()
+            released_at = time.time()
+            ended = await wait_exit(job, [survivor, "spare"], shape.job_timeout_s)
+            figures = torchft_figures(
+                job, victim, survivor, killed_at, max_before, generation, replacement="spare"
+            )
+            completed = ended is not None and all(
+                job.returncode(name) == 0 for name in (survivor, "spare")
+            )
+            weights_ok = completed and await ctx.weights_ok(paths.weights)
+            metrics: dict[str, Metric] = {
+                "fault_step": step,
+                "node_timeout_s": shape.node_timeout_s,
+                **figures,
+                "spare_used": bool(figures["recovered"]),
+                "completed": completed,
+                "weights_ok": weights_ok,
+                "wall_s": (ended or time.time()) - job.started_at,
+            }
+            tail = job.tail()
+    notes = [] if metrics["recovered"] else ["the replacement group never committed a step"]
+    if completed and not weights_ok:
+        notes.append(TORCHFT_WEIGHTS)
+    details = {
+        "replacement_released_after_kill_s": released_at - killed_at,
+        "lighthouse": f"{hosts.hosts[0].address}:{LIGHTHOUSE_PORT}",
+        "rig": multinode.rig_details(hosts),
+        **({} if metrics["recovered"] else {"tail": tail}),
+    }
+    return Measured(metrics, details, note="; ".join(notes) or None)
+
+
+# --------------------------------------------------------------------------- nvrx in-process
+
+
+@runs(MULTINODE_NODE_LOSS, "nvrx_inprocess")
+async def multinode_node_loss_nvrx_inprocess(ctx: BenchContext, repeat: int) -> Measured:
+    """Two processes per host on h1, h2 and h3 (world 6, 4 active: h3's two are the
+    spares, ``MaxActiveWorldSize(4)``, ``ShiftRanks``); the Wrapper's and the job's
+    stores on rank 0 (h1). Once h2 is killed the Wrapper misses its ranks' heartbeats,
+    restarts in the four processes left, and h3's move into the gone ranks' places."""
+    require(NVRX_DIST)
+    layout = NODE_LOSS_LAYOUT
+    async with multinode.hosts_for_run(ctx, layout.label, repeat, count=layout.hosts) as hosts:
+        paths = ctx._paths("nvrx-inprocess", layout.label, repeat)
+        places = [host for host in hosts.hosts for _ in range(RANKS_PER_NODE)]
+        members = inprocess_members(
+            ctx,
+            paths,
+            [hosts.command_inside(host.name, str(REPO)) for host in places],
+            active=NODES * RANKS_PER_NODE,
+            master_addr=hosts.hosts[0].address,
+            env={"GLOO_SOCKET_IFNAME": hosts.hosts[0].interface},
+        )
+        on_victim = [m.name for m, host in zip(members, places, strict=True) if host.name == VICTIM]
+
+        async def inject(_: MemberJob) -> None:
+            await asyncio.to_thread(hosts.kill_host, VICTIM)
+
+        fault = InprocessFault(
+            victims=on_victim,
+            inject=inject,
+            bound_s=ctx.shape.job_timeout_s,
+            why_not="no restart iteration after the node loss",
+            world_size=NODES * RANKS_PER_NODE,
+        )
+        outcome = await inprocess_run(ctx, repeat, layout.label, paths, members, fault)
+        outcome.details["rig"] = multinode.rig_details(hosts)
+    return outcome
