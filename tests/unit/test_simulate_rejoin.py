@@ -93,6 +93,7 @@ def test_a_stop_costs_the_fan_out_of_the_nodes_it_reaches() -> None:
     assert costs.stop_of_s(1) == MEASURED_PHASES_S["stop"]
     assert costs.stop_of_s(2048) == costs.stop_s
     gen = generation(1, ["a", "b", "c"])
+
     def stop(nodes: list[str]) -> StopRequest:
         access = NodeAccess(nodes=[NodeSpec(name=n) for n in nodes])
         return StopRequest(job_id="j", run_root="/r", access=access)
