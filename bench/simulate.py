@@ -193,7 +193,13 @@ class SimConfig:
             continue_as_new_after_events=300,
             repair_h=1.0,  # nodes come back within the half day
             probation_interval_s=600.0,
-            rows=("fixed", "auto+lemon", "auto+lemon spares 0%", "memory+lemon"),
+            rows=(
+                "fixed",
+                "auto+lemon",
+                "auto+lemon spares 0%",
+                "memory+lemon",
+                "rejoin+memory+lemon",
+            ),
         )
 
     def profile_of(self) -> FailureProfile:
