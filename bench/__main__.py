@@ -19,6 +19,7 @@ Examples::
     python -m bench simulate [--quick]                # the real workflow, 54 days x 2,048 nodes
     python -m bench state-costs                       # node lists and fleet state, before/after
     python -m bench replica-cost                      # memory-tier replicas: step rate on/off
+    python -m bench snapshot-cost                     # a memory snapshot's cost per GB
 
 ``recovery``, ``compare``, ``soak`` and ``overhead`` share one harness
 (:mod:`bench.harness`), one scenario registry (:mod:`bench.registry`) and one
@@ -44,6 +45,7 @@ from bench import (
     report,
     scale,
     simulate,
+    snapshot_cost,
     state_costs,
 )
 from bench.benchmark import run_benchmark
@@ -233,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_command(commands)
     state_costs.add_command(commands)
     replica_cost.add_command(commands)
+    snapshot_cost.add_command(commands)
     chaos.add_command(commands)
     return parser
 
@@ -309,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return state_costs.run(args)
     if args.command == "replica-cost":
         return replica_cost.run(args)
+    if args.command == "snapshot-cost":
+        return snapshot_cost.run(args)
     if args.command == "compare-report":
         try:
             saved, data = report.load(args.json_file)

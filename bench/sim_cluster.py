@@ -524,6 +524,45 @@ def stops_generation(request: contracts.StopRequest, gen: Generation) -> bool:
     return not request.access.nodes or bool(targets & gen.nodes)
 
 
+def stop_reach(request: contracts.StopRequest, gen: Generation | None) -> int:
+    """How many nodes a stop reaches: the ones it names (a rejoin's replacement names
+    only the failed node), or the generation's (none named: this machine, taken as all)."""
+    targets = {n.name for n in request.access.nodes} - set(request.skip_nodes)
+    if targets:
+        return len(targets)
+    return len(gen.nodes) if gen is not None else 1
+
+
+def carried_ranks(
+    request: contracts.LaunchRequest, previous: Generation | None, nodes: list[str]
+) -> list[int]:
+    """The ranks the launch carries over (``rejoin_ranks``), as the launcher does: only
+    into a slot that names the same node as in the generation they ran in (a rank's
+    node is ``rank // nproc_per_node``), from the generation that ran before it."""
+    if not request.rejoin_ranks or previous is None:
+        return []
+    per_node = request.spec.nproc_per_node
+    if previous.number >= request.generation or len(previous.order) != len(nodes):
+        return []
+    return [
+        rank
+        for rank in sorted(set(request.rejoin_ranks))
+        if rank < len(nodes) * per_node
+        and previous.order[rank // per_node] == nodes[rank // per_node]
+    ]
+
+
+def starting_nodes(node_count: int, per_node: int, carried: list[int]) -> int:
+    """Nodes that start at least one rank afresh (import, load) in a launch that
+    carries ``carried``: all of them without rejoin, the failed node's with it."""
+    kept = set(carried)
+    return sum(
+        1
+        for node in range(node_count)
+        if any(rank not in kept for rank in range(node * per_node, (node + 1) * per_node))
+    )
+
+
 def _page_reason(request: contracts.EscalationHookRequest) -> str:
     """The reason the job gave its operator, from the hook's stdin document."""
     try:
@@ -586,6 +625,9 @@ class SimCluster:
     ``replica`` (some copied it from a buddy), ``disk (a snapshot lost)`` (a new node's
     buddy was replaced too) or ``disk (as new or newer)`` (a disk checkpoint at or past
     the snapshot)."""
+    restarts: Counter[str] = field(default_factory=Counter)
+    """Launches by how they started the ranks: ``rejoin`` (survivors carried over in
+    place) or ``whole_generation`` (the first launch included)."""
     final_step: int = 0
     operator_actions: list[str] = field(default_factory=list)
     operator_due_s: float | None = None
@@ -729,6 +771,9 @@ class SimCluster:
         if self.interruptions and self.interruptions[-1].resume_step is None:
             self.interruptions[-1].resume_step = resume
         self.placed.update(nodes)
+        rejoined = carried_ranks(request, self.generation, nodes)
+        starting = starting_nodes(len(nodes), request.spec.nproc_per_node, rejoined)
+        self.restarts["rejoin" if rejoined else "whole_generation"] += 1
         checkpoints = request.spec.checkpoints
         memory_every = checkpoints.memory_every_steps or 0
         step_s = effective_step_s(
@@ -742,13 +787,13 @@ class SimCluster:
             resume_step=resume,
             every=request.spec.checkpoints.every_steps or 0,
             launched_at=launched,
-            first_step_at=launched + self.costs.startup_s,
+            first_step_at=launched + self.costs.startup_of_s(starting),
             order=tuple(nodes),
             step_s=step_s,
             memory_every=memory_every,
             replicas=checkpoints.memory_replicas,
         )
-        return launched_without_ranks(request, self._wall(launched), "10.0.0.1")
+        return launched_without_ranks(request, self._wall(launched), "10.0.0.1", rejoined=rejoined)
 
     def _wall(self, at: float) -> float:
         assert self.started is not None
@@ -864,7 +909,7 @@ class SimCluster:
                 last_step=self._progress(gen, now + self.costs.stop_s)[0],
             )
         if not self._operator_acting(now):  # their fence stops are part of their delay
-            await self.advance(self.costs.stop_s, "stop")
+            await self.advance(self.costs.stop_of_s(stop_reach(request, gen)), "stop")
         last = self._freeze(now)
         return contracts.StopResult(
             generations=[], signalled_groups=0, killed_groups=0, last_step=last

@@ -100,6 +100,18 @@ LLAMA3_STATE_BYTES = 405e9 * 14
 """Llama 3 405B's training state: bf16 weights (2 bytes a parameter) plus fp32 master
 weights and Adam's two moments (12 bytes), 5.7 TB."""
 
+LLAMA3_GPUS = 16_384
+"""Llama 3 405B trained on 16,384 H100s (Dubey et al., 2024, section 3.3)."""
+
+LLAMA3_STATE_BYTES_PER_GPU = LLAMA3_STATE_BYTES / LLAMA3_GPUS
+"""Each GPU's share of that state, 0.35 GB: what one rank copies per memory snapshot."""
+
+SNAPSHOT_COST_FILE = "bench/results/snapshot-cost-20261204.json"
+"""The memory snapshot's measured cost per GB (``python -m bench snapshot-cost``)."""
+
+SNAPSHOT_S_PER_GB = 0.1328
+"""The blocking copy per GB at the file's largest size (1 GiB), median of 5."""
+
 LLAMA3_STORAGE_BYTES_PER_S = 2e12
 """Tectonic's sustained throughput for Llama 3's checkpoints, 2 TB/s (7 TB/s at peak;
 Dubey et al., 2024, section 3.3.1)."""
@@ -249,6 +261,12 @@ def _poisson(rng: random.Random, mean: float) -> int:
 # ------------------------------------------------------------------ recovery costs
 
 
+def fan_out(nodes: int) -> float:
+    """How a leg that fans out to ``nodes`` nodes grows against the 3-node measurement:
+    with the tree's depth, log2(nodes) / log2(3), and never below the one node's cost."""
+    return max(1.0, math.log2(max(1, nodes)) / math.log2(MEASURED_NODES))
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Seconds each leg of a recovery takes at ``nodes`` nodes, scaled from the
@@ -280,7 +298,7 @@ class CostModel:
 
     @property
     def fan_out(self) -> float:
-        return max(1.0, math.log2(self.nodes) / math.log2(MEASURED_NODES))
+        return fan_out(self.nodes)
 
     def detection_s(self, kind: str) -> float:
         if kind == "node_lost":
@@ -291,7 +309,12 @@ class CostModel:
 
     @property
     def stop_s(self) -> float:
-        return MEASURED_PHASES_S["stop"] * self.fan_out
+        return self.stop_of_s(self.nodes)
+
+    def stop_of_s(self, nodes: int) -> float:
+        """A stop that reaches ``nodes`` nodes: a rejoin's replacement stops only the
+        failed node, a whole-generation restart every node."""
+        return MEASURED_PHASES_S["stop"] * fan_out(nodes)
 
     @property
     def preflight_s(self) -> float:
@@ -335,7 +358,21 @@ class CostModel:
     @property
     def startup_s(self) -> float:
         """Launch done to first new step: imports, rendezvous, checkpoint load, a step."""
-        return self.import_s * self.fan_out + self.rendezvous_s + self.checkpoint_s + self.step_s
+        return self.startup_of_s(self.nodes)
+
+    def startup_of_s(self, starting_nodes: int) -> float:
+        """Launch done to first new step when only ``starting_nodes`` nodes start ranks
+        (rejoin in place: the others' ranks keep their process and imports). Only the
+        imports shrink. Every rank still joins the new generation's store and NCCL
+        communicator, which a replaced rank cannot join otherwise, so the rendezvous is
+        the full one; every rank reloads the resume point the controller chose (as
+        ``run_resilient`` does), and makes a step."""
+        return (
+            self.import_s * fan_out(starting_nodes)
+            + self.rendezvous_s
+            + self.checkpoint_s
+            + self.step_s
+        )
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -347,6 +384,8 @@ class CostModel:
             "launch_s": self.launch_s,
             "rendezvous_s": self.rendezvous_s,
             "startup_s": self.startup_s,
+            "startup_rejoin_one_node_s": self.startup_of_s(1),
+            "stop_one_node_s": self.stop_of_s(1),
             "replica_restore_s": self.replica_restore_s,
         }
 
@@ -413,11 +452,14 @@ class MeasuredFigure:
 
 
 MEMORY_CALIBRATION: dict[str, MeasuredFigure] = {
-    "snapshot_fraction": MeasuredFigure(
-        1.1 / 51.3,
-        "docs/results/2026-12-warm-starts-and-memory-tier.md: a snapshot every step cost "
-        "+1.1 ms on the example's 51.3 ms step (examples/snapshot_overhead.py, median of 5)",
-        "memory_snapshot_s: this x step_s blocked per memory snapshot",
+    "snapshot_s_per_gb": MeasuredFigure(
+        SNAPSHOT_S_PER_GB,
+        f"{SNAPSHOT_COST_FILE}: the blocking part of lazarus.rank.torch.snapshot (the copy "
+        "into the previous snapshot's CPU buffers) on 256 MB to 1 GB of float32 tensors, "
+        "one core of this machine, the median of 5 per size; the largest size's figure "
+        "(python -m bench snapshot-cost)",
+        "memory_snapshot_s: this x each GPU's share of the state (LLAMA3_STATE_BYTES_PER_GPU, "
+        "0.35 GB; every rank copies its own shard at once)",
     ),
     "replica_fraction": MeasuredFigure(
         0.025,
@@ -440,19 +482,23 @@ MEMORY_CALIBRATION: dict[str, MeasuredFigure] = {
     ),
 }
 """The measured figures behind the memory tier, replicas and warm starts in the
-simulator; each simulation's JSON copies them under ``calibration.memory``. Both
-fractions were measured on a state of a few KB with 50 ms steps: the simulator applies
-them as fractions of its own step (an assumption: a 5.7 TB state's snapshot and push
-are bounded by the host copy and the network, which nobody measured here)."""
+simulator; each simulation's JSON copies them under ``calibration.memory``. The
+snapshot's cost is measured per GB at sizes near a GPU's share of the state and scaled
+by that share. The replica push's is still a fraction measured on a state of a few KB
+with 50 ms steps, applied to the simulator's step: nobody measured a 2.8 GB push beside
+a GPU's step here."""
 
 
-def memory_snapshot_s(step_s: float, replicas: bool) -> float:
-    """Seconds the ranks are held back per memory snapshot: the snapshot's measured
-    fraction of a step, plus the replica push's with ``memory_replicas``."""
-    fraction = MEMORY_CALIBRATION["snapshot_fraction"].value
+def memory_snapshot_s(
+    step_s: float, replicas: bool, state_bytes_per_gpu: float = LLAMA3_STATE_BYTES_PER_GPU
+) -> float:
+    """Seconds the ranks are held back per memory snapshot: the measured copy of each
+    rank's share of the state (the ranks copy at once, so one share's time), plus the
+    replica push's measured fraction of a step with ``memory_replicas``."""
+    seconds = MEMORY_CALIBRATION["snapshot_s_per_gb"].value * state_bytes_per_gpu / 1e9
     if replicas:
-        fraction += MEMORY_CALIBRATION["replica_fraction"].value
-    return fraction * step_s
+        seconds += MEMORY_CALIBRATION["replica_fraction"].value * step_s
+    return seconds
 
 
 def memory_interval_steps(snapshot_s: float, mtbf_s: float, step_s: float) -> int:

@@ -122,6 +122,14 @@ HOOK = ["sim-operator"]
 """The escalation hook's command: the simulated operator (never run as a program)."""
 
 
+REJOIN_TIMEOUT_S = 300.0
+"""The rejoin rows' ``rejoin.timeout_s``. The default, 60 s, is shorter than the
+rendezvous alone at 16,384 GPUs (61 s, :attr:`bench.sim_model.CostModel.rendezvous_s`),
+so a real job of that size needs a longer one, or every survivor would be reported hung
+before the new generation's process group formed. The simulated ranks never miss it;
+the product has no measured rate of survivors that fail to rejoin at this scale."""
+
+
 @dataclass(frozen=True)
 class SimConfig:
     nodes: int = 2048
@@ -185,7 +193,13 @@ class SimConfig:
             continue_as_new_after_events=300,
             repair_h=1.0,  # nodes come back within the half day
             probation_interval_s=600.0,
-            rows=("fixed", "auto+lemon", "auto+lemon spares 0%", "memory+lemon"),
+            rows=(
+                "fixed",
+                "auto+lemon",
+                "auto+lemon spares 0%",
+                "memory+lemon",
+                "rejoin+memory+lemon",
+            ),
         )
 
     def profile_of(self) -> FailureProfile:
@@ -268,6 +282,9 @@ class Variant:
     memory: bool = False
     """The memory tier with buddy replicas and warm starts, from the spec
     (``checkpoints.memory_every_steps``, ``memory_replicas``, ``warm_start``)."""
+    rejoin: bool = False
+    """Rejoin in place (the spec's ``rejoin``): a crash or a replaced node restarts only
+    the failed node's ranks; the others keep their process (:data:`REJOIN_TIMEOUT_S`)."""
 
 
 LEMON_BY_FLEET = (
@@ -293,6 +310,7 @@ def variants(config: SimConfig) -> list[Variant]:
     # within a memory interval, so disk serves only when a buddy is lost too: its
     # interval is the fixed hour, not Young-Daly's minutes (its cost still counted).
     rows.append(Variant("memory+lemon", fixed, "fixed", True, pct, memory=True))
+    rows.append(Variant("rejoin+memory+lemon", fixed, "fixed", True, pct, memory=True, rejoin=True))
     rows += [Variant(f"sweep {m:g}tau+lemon", tau * m, "sweep", True, pct) for m in config.sweep]
     if config.rows:
         unknown = set(config.rows) - {row.name for row in rows}
@@ -370,6 +388,7 @@ def sim_spec(
             ),
         },
         **({"warm_start": {"preload": ["torch"], "standby": 1}} if variant.memory else {}),
+        **({"rejoin": {"timeout_s": REJOIN_TIMEOUT_S}} if variant.rejoin else {}),
         "on_escalation": HOOK,
     }
     return parse_spec(data, "<simulate>")
@@ -880,6 +899,7 @@ def summarize(
         "steps_lost": lost_steps,
         "memory_every_steps": (config.memory_interval() if variant.memory else None),
         "resumes_by_tier": dict(sorted(cluster.memory.items())),
+        "launches_by_path": dict(sorted(cluster.restarts.items())),
         "steps_lost_workflow": status.steps_lost,
         "final_step": cluster.final_step,
         "restarts": status.restarts,

@@ -281,3 +281,14 @@ PATCH_PREFLIGHT_BESIDE_SEARCH = _patch(
     "trip on every relaunch (issue 28, node loss).",
     introduced="issue 28",
 )
+PATCH_REJOIN_HANDS_BACK = _patch(
+    "rejoin-hands-back-replaced-node",
+    owner="recovery_steps (rejoin plan)",
+    changes="With ``rejoin`` on, a node the playbook replaces is stopped alone (its "
+    "peers keep their process); a stop that reached it now marks it fenced, so a fleet "
+    "job hands it back (``fleet.hand_back``), as a whole-generation restart always did. "
+    "Before, such a node stayed quarantined in the job until it ended: found by the "
+    "simulator's rejoin row, whose fleet ran out of nodes to replace with. Asked only "
+    "when a hand-back follows.",
+    introduced="issue 28",
+)

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         PATCH_NO_REJOIN_IN_REJOIN,
         PATCH_NODE_LOSS_RESTARTS_WHOLE,
         PATCH_REJOIN,
+        PATCH_REJOIN_HANDS_BACK,
     )
     from workflows.playbook import Action, decide, straggler_decision
     from workflows.rejoin import plan_rejoin, rejoin_dropped
@@ -114,13 +115,18 @@ class RecoverySteps:
             last_step = failure.step_at_failure
             if decision.action == Action.REPLACE_NODE and failure.node not in dead:
                 assert failure.node is not None  # plan_rejoin keeps ranks only then
-                last_step = (
-                    await self.stops.stop_all(
-                        f"incident {incident.id}: {failure.kind} on node {failure.node}",
-                        only=[failure.node],
-                        kill_at_once=True,
-                    )
-                ).last_step
+                stopped = await self.stops.stop_all(
+                    f"incident {incident.id}: {failure.kind} on node {failure.node}",
+                    only=[failure.node],
+                    kill_at_once=True,
+                )
+                last_step = stopped.last_step
+                # Fenced as by the whole generation's stop below, so it can go back.
+                fenced_by_stop = (
+                    reached(failure.node, stopped)
+                    and hands_back(spec)
+                    and workflow.patched(PATCH_REJOIN_HANDS_BACK)
+                )
             incident.record_stop(self.run.now(), last_step)
             timeline.survivors_stopped_at = incident.stopped_at
             state.rejoin_ranks = rejoin.ranks

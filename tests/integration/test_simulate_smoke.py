@@ -33,7 +33,13 @@ def test_quick_simulation_runs_through_failures_operator_and_continue_as_new(
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     rows = {row["variant"]: row for row in result["rows"]}
-    assert set(rows) == {"fixed", "auto+lemon", "auto+lemon spares 0%", "memory+lemon"}
+    assert set(rows) == {
+        "fixed",
+        "auto+lemon",
+        "auto+lemon spares 0%",
+        "memory+lemon",
+        "rejoin+memory+lemon",
+    }
     for row in rows.values():
         assert row["phase"] == "SUCCEEDED", row
         assert row["interruptions"] > 0 and row["restarts"] > 0
@@ -57,5 +63,10 @@ def test_quick_simulation_runs_through_failures_operator_and_continue_as_new(
     assert memory["resumes_by_tier"].get("replica", 0) >= 1, memory["resumes_by_tier"]
     assert memory["steps_lost"] < rows["auto+lemon"]["steps_lost"]
     assert memory["time_by_phase_s"]["memory_snapshots"] > 0
+    # Rejoin: the launches after a crash or a replaced node carry the survivors, and
+    # the replaced nodes go back to the fleet (no page the row without rejoin avoids).
+    rejoin = rows["rejoin+memory+lemon"]
+    assert rejoin["launches_by_path"].get("rejoin", 0) >= 1, rejoin["launches_by_path"]
+    assert len(rejoin["pages"]) <= len(memory["pages"]), rejoin["pages"]
     assert out.with_suffix(".png").stat().st_size > 0
     assert "| fixed |" in done.stdout

@@ -216,6 +216,33 @@ async def test_a_running_job_hands_a_fenced_node_back_and_gets_it_again_repaired
     )
 
 
+async def test_a_node_replaced_under_rejoin_is_handed_back_too(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # With rejoin the replaced node is stopped alone; that stop fences it as the whole
+    # generation's did (before, it stayed in the job until the end: found by the
+    # simulator's rejoin row, whose fleet ran dry).
+    fleet = await start_repairing_fleet(cluster)
+    spec = fake_spec(
+        tmp_path,
+        fleet={"name": fleet.name, "nodes": 2, "spares": 1, "hand_back": True},
+        nproc_per_node=1,
+        rejoin={"enabled": True},
+    )
+    job = await cluster.start_job(spec)
+    first = await job.wait_phase(Phase.RUNNING)
+    bad = first.nodes.active[0]
+    job.script.failures[1] = gpu_fault(bad)
+    second = await job.wait_for(lambda s: s.generation == 2 and s.phase == Phase.RUNNING, "gen 2")
+    assert second.incidents[-1].restart_path == "rejoin", second.incidents[-1]
+    assert bad not in [q.node for q in second.nodes.quarantined], second.nodes
+    assert any(f"took {bad} back (on probation)" in line for line in second.fleet_notes)
+    history = await job.handle.fetch_history()
+    await Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        history
+    )
+
+
 async def test_a_node_lost_again_after_its_repair_gets_a_new_replacement(
     cluster: Cluster, tmp_path: Path
 ) -> None:
