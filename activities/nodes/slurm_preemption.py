@@ -74,10 +74,11 @@ def preemption_notice(
     try:
         if rounds is None:
             state = job_state(slurm.allocation_id)
-        elif runs(rounds.steps(str(slurm.allocation_id))[0]):
-            return None
         else:
-            state = rounds.job_state(slurm.allocation_id)
+            steps, asked = rounds.steps(str(slurm.allocation_id))
+            if runs(steps):
+                return None
+            state = rounds.job_state(slurm.allocation_id, asked_after=asked)
     except SlurmCommandFailed:
         return None
     if state == RUNNING:

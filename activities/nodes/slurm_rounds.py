@@ -175,15 +175,17 @@ class SlurmRounds:
             not_before = max(not_before, asked_after)
         return self._steps.get(job, lambda _: job_steps(job, self._runner), not_before=not_before)
 
-    def job_state(self, job: int) -> str | None:
+    def job_state(self, job: int, asked_after: float | None = None) -> str | None:
         """The allocation's state word, as
         :func:`~activities.nodes.slurm_commands.job_state` says it, from a ``squeue``
-        started within the interval. Raises
+        started within the interval and at or after ``asked_after`` (the steps answer
+        that made the caller ask: an older state would be older news). Raises
         :class:`~activities.nodes.slurm_commands.SlurmCommandFailed`."""
+        not_before = self._clock() - self.ttl_s
+        if asked_after is not None:
+            not_before = max(not_before, asked_after)
         state, _ = self._job_states.get(
-            str(job),
-            lambda _: job_state(job, self._runner),
-            not_before=self._clock() - self.ttl_s,
+            str(job), lambda _: job_state(job, self._runner), not_before=not_before
         )
         return state
 

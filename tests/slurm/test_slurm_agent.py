@@ -233,17 +233,21 @@ def test_the_polls_ask_slurm_once_for_all_nodes_at_most_every_interval(
         assert {argv[-1] for argv in calls if argv[0] == "scontrol"} == {"n1,n2"}, calls
         calls.clear()
         started = time.monotonic()
+        supervised = 0
         while time.monotonic() - started < SUPERVISED_S:
             supervise_round()
+            supervised += 1
             time.sleep(0.5)  # health.poll_interval_s's default
         elapsed = time.monotonic() - started
     # Each of the two shared commands at most once per interval; no allocation state
     # asked while its steps show it running.
     assert len(calls) <= 2 * (elapsed // QUERY_INTERVAL_S + 1), calls
     assert not [argv for argv in calls if argv[0] == "squeue" and "--steps" not in argv], calls
+    kinds = [argv[0] for argv in calls]
     print(
-        f"2 nodes, real slurmctld: {len(calls)} Slurm commands in {elapsed:.1f} s of "
-        f"supervision = {len(calls) / elapsed:.2f}/s"
+        f"2 nodes, real slurmctld: {supervised} rounds, {kinds.count('squeue')} squeue "
+        f"--steps + {kinds.count('scontrol')} scontrol = {len(calls)} Slurm commands in "
+        f"{elapsed:.1f} s of supervision = {len(calls) / elapsed:.2f}/s"
     )
     # A node Slurm does not know costs the batch nothing but its own line.
     assert set(node_states(["n1", "nosuchnode", "n2"])) == {"n1", "n2"}
