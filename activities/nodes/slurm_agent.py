@@ -392,6 +392,10 @@ class SlurmAgent(SlurmWarm):
                     heartbeat=read_json(gen.heartbeat_file(rank)),
                 )
             )
+        if any(r.exit is not None or (r.pid is not None and not r.alive) for r in records):
+            # Ranks end when their allocation does: the preemption check asks its state.
+            for job in jobs:
+                self.rounds.rank_ended(job)
         error = None
         try:
             words, reason = self.rounds.node_state(self.node.name, self._plan_nodes(gen))

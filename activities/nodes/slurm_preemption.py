@@ -58,10 +58,12 @@ def preemption_notice(
     Slurm unreachable is no evidence of anything: None.
 
     With ``rounds`` (supervision's shared answers) the allocation's state is asked
-    only when the shared steps answer does not show it running (:func:`runs`):
-    an allocation that ended lists no running step, and in steady state the check
-    costs no Slurm command (issue 29: at most 1 a second per job). Without, it is
-    asked every call."""
+    only when the shared steps answer does not show it running (:func:`runs`: an
+    allocation that ended lists no running step) or a poll just saw one of its ranks
+    end (a ``scancel`` of the allocation SIGTERMs the ranks at once, before a shared
+    steps answer shows it: then the state is asked afresh, and the preemption wins
+    over the crashes). In steady state the check costs no Slurm command (issue 29:
+    at most 1 a second per job). Without ``rounds``, it is asked every call."""
     if marker is not None:
         path = Path(marker)
         with contextlib.suppress(OSError):
@@ -75,10 +77,13 @@ def preemption_notice(
         if rounds is None:
             state = job_state(slurm.allocation_id)
         else:
-            steps, asked = rounds.steps(str(slurm.allocation_id))
-            if runs(steps):
+            job = str(slurm.allocation_id)
+            steps, asked = rounds.steps(job)
+            ended = rounds.rank_ended_at(job)
+            if runs(steps) and ended is None:
                 return None
-            state = rounds.job_state(slurm.allocation_id, asked_after=asked)
+            after = asked if ended is None else max(asked, ended)
+            state = rounds.job_state(slurm.allocation_id, asked_after=after)
     except SlurmCommandFailed:
         return None
     if state == RUNNING:

@@ -21,7 +21,10 @@ same for every node, so they are asked once for the job, and not every round:
   for its one-line error.
 - **the allocation's state** (``squeue -j J -h -o %T``, the preemption check of
   :mod:`~activities.nodes.slurm_preemption`): shared the same way, and asked only
-  when the steps answer does not show the allocation running.
+  when it matters: the steps answer does not show the allocation running, or a poll
+  just saw a rank of it end (:meth:`SlurmRounds.rank_ended`; then in an answer
+  asked after that, since an allocation that ends takes its ranks with it, and its
+  end must win over the crashes it caused).
 
 So a job asks 2 commands per :data:`QUERY_INTERVAL_S` in steady state (1 a second),
 whatever its node count and ``poll_interval_s``; ``python -m bench slurm-calls``
@@ -162,6 +165,8 @@ class SlurmRounds:
         self._lock = threading.Lock()
         self._interest: dict[str, float] = {}
         """node -> when it was last asked about (monotonic)."""
+        self._ended: dict[str, float] = {}
+        """job -> when a poll last saw one of its ranks ended (monotonic)."""
 
     def now(self) -> float:
         return self._clock()
@@ -174,6 +179,17 @@ class SlurmRounds:
         if asked_after is not None:
             not_before = max(not_before, asked_after)
         return self._steps.get(job, lambda _: job_steps(job, self._runner), not_before=not_before)
+
+    def rank_ended(self, job: str) -> None:
+        """A poll saw a rank of ``job`` ended (an exit file, or its step gone)."""
+        with self._lock:
+            self._ended[job] = self._clock()
+
+    def rank_ended_at(self, job: str) -> float | None:
+        """When a poll last saw a rank of ``job`` ended, if within the interval."""
+        with self._lock:
+            at = self._ended.get(job)
+        return at if at is not None and at >= self._clock() - self.ttl_s else None
 
     def job_state(self, job: int, asked_after: float | None = None) -> str | None:
         """The allocation's state word, as

@@ -168,3 +168,24 @@ def test_forget_makes_the_next_poll_ask(tmp_path: Path) -> None:
     slurm.states["n0"] = "IDLE+DRAIN"  # what a drain just set
     rounds.forget()
     assert not agent.poll(str(gen.path), [0, 1]).reachable
+
+
+def test_a_rank_that_ended_makes_the_check_ask_the_allocation_afresh(tmp_path: Path) -> None:
+    """A ``scancel`` of the allocation SIGTERMs the ranks at once: their exit files
+    appear while the shared steps answer still shows the steps running. The
+    allocation's end must still win over the crashes it caused, in the same round."""
+    slurm = FakeSlurm()
+    gen, names = generation(tmp_path, slurm, 2)
+    rounds = SlurmRounds(runner=slurm.run, clock=slurm.clock)
+    polled = agents(names, rounds)
+    spec = SlurmSpec(job_id=JOB)
+    poll_round(gen, polled)
+    assert preemption_notice(spec, None, None, rounds) is None
+    slurm.job_state = "CANCELLED"
+    gen.exit_file(1).write_text('{"rank": 1, "exit_code": -15, "signal": "SIGTERM"}')
+    slurm.now += POLL_INTERVAL_S  # within the interval: the steps answer is reused
+    statuses = poll_round(gen, polled)
+    assert not statuses[0].ranks[1].alive
+    assert slurm.count("squeue", "--steps") == 1
+    found = preemption_notice(spec, None, None, rounds)
+    assert found is not None and "CANCELLED" in found[1], found
