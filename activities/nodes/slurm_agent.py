@@ -392,10 +392,15 @@ class SlurmAgent(SlurmWarm):
                     heartbeat=read_json(gen.heartbeat_file(rank)),
                 )
             )
-        if any(r.exit is not None or (r.pid is not None and not r.alive) for r in records):
+        ended = [
+            f"{gen.path}:{r.rank}"
+            for r in records
+            if r.exit is not None or (r.pid is not None and not r.alive)
+        ]
+        if ended:
             # Ranks end when their allocation does: the preemption check asks its state.
             for job in jobs:
-                self.rounds.rank_ended(job)
+                self.rounds.rank_ended(job, ended)
         error = None
         try:
             words, reason = self.rounds.node_state(self.node.name, self._plan_nodes(gen))

@@ -80,9 +80,12 @@ def preemption_notice(
             job = str(slurm.allocation_id)
             steps, asked = rounds.steps(job)
             ended = rounds.rank_ended_at(job)
-            if runs(steps) and ended is None:
-                return None
-            after = asked if ended is None else max(asked, ended)
+            if runs(steps):
+                if ended is None:
+                    return None
+                after = ended  # newer news than the steps answer's: asked after it
+            else:
+                after = asked if ended is None else max(asked, ended)
             state = rounds.job_state(slurm.allocation_id, asked_after=after)
     except SlurmCommandFailed:
         return None

@@ -76,6 +76,9 @@ shared command runs at most once per interval (forced answers aside: a launch, a
 drain), so the steps and the node states together cost at most 1 command a second
 per job, whatever ``poll_interval_s``. It is also how late a change in Slurm may be
 seen, plus one poll interval."""
+ENDED_MEMORY_S = 60.0
+"""How long a rank seen ended is remembered as seen (:meth:`SlurmRounds.rank_ended`):
+one still ended after it counts as new once more, a command a minute at most."""
 NODE_INTEREST_S = 10.0
 """A node polled within this long is asked about in every ``scontrol``; one no
 longer polled (replaced, the job ended) drops out after it."""
@@ -166,7 +169,10 @@ class SlurmRounds:
         self._interest: dict[str, float] = {}
         """node -> when it was last asked about (monotonic)."""
         self._ended: dict[str, float] = {}
-        """job -> when a poll last saw one of its ranks ended (monotonic)."""
+        """job -> when a poll last saw one of its ranks newly ended (monotonic)."""
+        self._ended_ranks: dict[str, dict[str, float]] = {}
+        """job -> rank key -> when a poll first saw it ended (kept
+        :data:`ENDED_MEMORY_S`)."""
 
     def now(self) -> float:
         return self._clock()
@@ -180,13 +186,23 @@ class SlurmRounds:
             not_before = max(not_before, asked_after)
         return self._steps.get(job, lambda _: job_steps(job, self._runner), not_before=not_before)
 
-    def rank_ended(self, job: str) -> None:
-        """A poll saw a rank of ``job`` ended (an exit file, or its step gone)."""
+    def rank_ended(self, job: str, ranks: Iterable[str]) -> None:
+        """A poll saw ``ranks`` of ``job`` ended (an exit file, or their step gone);
+        each key names the rank and its generation. Only a rank not seen ended before
+        counts: a rank that stays ended costs no Slurm command every round."""
+        now = self._clock()
         with self._lock:
-            self._ended[job] = self._clock()
+            seen = self._ended_ranks.setdefault(job, {})
+            new = [key for key in ranks if key not in seen]
+            if not new:
+                return
+            for key in [k for k, at in seen.items() if at < now - ENDED_MEMORY_S]:
+                del seen[key]
+            seen.update(dict.fromkeys(new, now))
+            self._ended[job] = now
 
     def rank_ended_at(self, job: str) -> float | None:
-        """When a poll last saw a rank of ``job`` ended, if within the interval."""
+        """When a poll last saw a rank of ``job`` newly ended, if within the interval."""
         with self._lock:
             at = self._ended.get(job)
         return at if at is not None and at >= self._clock() - self.ttl_s else None

@@ -189,3 +189,10 @@ def test_a_rank_that_ended_makes_the_check_ask_the_allocation_afresh(tmp_path: P
     assert slurm.count("squeue", "--steps") == 1
     found = preemption_notice(spec, None, None, rounds)
     assert found is not None and "CANCELLED" in found[1], found
+    asked = slurm.count("squeue", "-o")
+    slurm.job_state = "RUNNING"  # say the allocation ran on: a crash of rank 1 alone
+    for _ in range(3):  # a rank that stays ended is not news: no command every round
+        slurm.now += POLL_INTERVAL_S
+        poll_round(gen, polled)
+        preemption_notice(spec, None, None, rounds)
+    assert slurm.count("squeue", "-o") == asked
