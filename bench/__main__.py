@@ -18,6 +18,7 @@ Examples::
     python -m bench slurm --repeats 3                 # node loss: Lazarus vs plain Slurm; CPU
     python -m bench simulate [--quick]                # the real workflow, 54 days x 2,048 nodes
     python -m bench state-costs                       # node lists and fleet state, before/after
+    python -m bench slurm-calls                       # Slurm commands/s per job, 2/8/64 nodes
     python -m bench replica-cost                      # memory-tier replicas: step rate on/off
     python -m bench snapshot-cost                     # a memory snapshot's cost per GB
 
@@ -45,6 +46,7 @@ from bench import (
     report,
     scale,
     simulate,
+    slurm_calls,
     snapshot_cost,
     state_costs,
 )
@@ -234,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_command(commands)
     simulate.add_command(commands)
     state_costs.add_command(commands)
+    slurm_calls.add_command(commands)
     replica_cost.add_command(commands)
     snapshot_cost.add_command(commands)
     chaos.add_command(commands)
@@ -310,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return simulate.run(args)
     if args.command == "state-costs":
         return state_costs.run(args)
+    if args.command == "slurm-calls":
+        return slurm_calls.run(args)
     if args.command == "replica-cost":
         return replica_cost.run(args)
     if args.command == "snapshot-cost":

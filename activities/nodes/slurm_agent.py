@@ -32,9 +32,9 @@ there, and :meth:`poll`, :meth:`log_tail` and :meth:`write_file` read and write
 them directly. :meth:`poll` adds what Slurm says: the step's state
 (``squeue --steps``) and the node's (``scontrol show node``); a node Slurm reports
 ``DOWN``, ``DRAIN``, ``FAIL`` or ``NOT_RESPONDING`` is unreachable, i.e. lost. Both
-answers are asked once per supervision round for all the job's nodes and shared
-by their agents (:mod:`~activities.nodes.slurm_rounds`: 2 commands a round, not 2
-per node).
+answers are asked for all the job's nodes at once and shared by their agents, at
+most every 2 s (:mod:`~activities.nodes.slurm_rounds`: at most 1 command a second
+per job, not 2 per node per round).
 
 A stop cancels the node's own steps: ``scancel --signal=TERM J.S`` (and ``CONT``),
 the grace, ``scancel --signal=KILL J.S``, then a wait until ``squeue`` no longer
@@ -177,6 +177,9 @@ class SlurmAgent(SlurmWarm):
         with this node, so one ``scontrol`` answers the whole round."""
         self._files = LocalAgent(node)
         """Logs and control files are on the shared filesystem: read and written here."""
+        self._gone: set[str] = set()
+        """Step ids that an answer asked after their pid files were read did not list:
+        gone for good, never asked about again."""
 
     def _job(self) -> int:
         if self.slurm is None:
@@ -368,7 +371,9 @@ class SlurmAgent(SlurmWarm):
         if asked < read_at and self._unlisted(gen, pid_records, steps, zygote):
             # The shared answer may predate a pid file: only one asked after we read
             # them may say a step is gone (see activities.nodes.slurm_rounds).
-            steps, _ = self._steps(jobs, asked_after=read_at)
+            steps, asked = self._steps(jobs, asked_after=read_at)
+        if asked >= read_at:  # asked after the pid files were read: what it lacks is gone
+            self._gone |= self._unlisted(gen, pid_records, steps, zygote) - {""}
         records = []
         for rank, pid_record in pid_records.items():
             exit_record = read_json(gen.exit_file(rank))
@@ -387,6 +392,15 @@ class SlurmAgent(SlurmWarm):
                     heartbeat=read_json(gen.heartbeat_file(rank)),
                 )
             )
+        ended = [
+            f"{gen.path}:{r.rank}"
+            for r in records
+            if r.exit is not None or (r.pid is not None and not r.alive)
+        ]
+        if ended:
+            # Ranks end when their allocation does: the preemption check asks its state.
+            for job in jobs:
+                self.rounds.rank_ended(job, ended)
         error = None
         try:
             words, reason = self.rounds.node_state(self.node.name, self._plan_nodes(gen))
@@ -430,28 +444,35 @@ class SlurmAgent(SlurmWarm):
             self._peers[key] = [str(n) for n in nodes]
         return self._peers[key]
 
-    @staticmethod
     def _unlisted(
+        self,
         gen: GenerationDir,
         pid_records: dict[int, dict[str, Any] | None],
         steps: Steps,
         zygote: dict[str, Any] | None,
-    ) -> bool:
-        """Whether ``steps`` lacks the step of a rank that has a pid file and no exit
-        file: the one case a shared answer could be too old to judge."""
+    ) -> set[str]:
+        """The steps (ids; ``""`` for the zygote's) that ``steps`` lacks of ranks with
+        a pid file and no exit file: the one case a shared answer could be too old to
+        judge. Steps an answer asked after the pid files were read already found gone
+        (:attr:`_gone`) are left out: a step id is never reused, so asking again for
+        them would only cost a command every round until the workflow acts. Not the
+        zygote's: its step is known by name, which a restarted zygote may reuse."""
         if steps is None:
-            return False
+            return set()
         names = {name for name, _ in steps.values()}
+        missing: set[str] = set()
         for rank, record in pid_records.items():
             if record is None:
                 continue
             if "slurm_step" in record:
-                listed = str(record["slurm_step"]) in steps
+                key = str(record["slurm_step"])
+                listed = key in steps
             else:
+                key = ""
                 listed = zygote is not None and zygote.get("name") in names
-            if not listed and not gen.exit_file(rank).exists():
-                return True
-        return False
+            if not listed and key not in self._gone and not gen.exit_file(rank).exists():
+                missing.add(key)
+        return missing
 
     # --- stop -------------------------------------------------------------------------
 
@@ -715,7 +736,8 @@ class SlurmAgent(SlurmWarm):
     def preemption_notice(
         self, marker: str | None, handled_at: float | None
     ) -> tuple[float, str] | None:
-        """:func:`preemption_notice` of this agent's allocation; None without one."""
+        """:func:`preemption_notice` of this agent's allocation, from the job's shared
+        answers; None without an allocation."""
         if self.slurm is None:
             return None
-        return preemption_notice(self.slurm, marker, handled_at)
+        return preemption_notice(self.slurm, marker, handled_at, self.rounds)

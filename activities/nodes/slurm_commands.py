@@ -216,11 +216,11 @@ class Allocation(BaseModel):
     """Slurm's compact form (``n[1-3]``), for messages."""
 
 
-def job_state(job_id: int) -> str | None:
+def job_state(job_id: int, runner: SlurmRunner | None = None) -> str | None:
     """The job's state word (``RUNNING``, ``TIMEOUT``...), None when Slurm no longer
-    lists it: one ``squeue`` call, cheap enough for every poll. Raises
-    :class:`SlurmCommandFailed` when Slurm cannot be asked."""
-    done = run_slurm(["squeue", "-j", str(job_id), "-h", "-o", "%T"])
+    lists it: one ``squeue`` call. Raises :class:`SlurmCommandFailed` when Slurm
+    cannot be asked."""
+    done = (runner or run_slurm)(["squeue", "-j", str(job_id), "-h", "-o", "%T"])
     if done.returncode != 0:
         if "Invalid job id" in done.stderr:
             return None

@@ -4,7 +4,7 @@ allocation is going away.
 The holder (:func:`holder_script`, submitted by
 :mod:`activities.nodes.slurm_submit`) turns Slurm's USR1 into a file on the
 shared filesystem; :func:`preemption_notice` reads it, and asks Slurm whether the
-allocation still runs.
+allocation still runs when the job's shared steps answer does not show it running.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from activities.nodes.slurm_commands import RUNNING, SlurmCommandFailed, job_state
+from activities.nodes.slurm_rounds import SlurmRounds, Steps
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.spec import PREEMPT_MARKER_PREFIX, SlurmSpec
 
@@ -35,14 +36,34 @@ def holder_script(run_dir: str | Path) -> str:
     )
 
 
+def runs(steps: Steps) -> bool:
+    """Whether a steps answer shows its allocation running: it lists steps, every one
+    RUNNING. Only a running allocation has running steps, so then its own state need
+    not be asked."""
+    if not steps:
+        return False
+    return all(state == RUNNING for _, state in steps.values())
+
+
 def preemption_notice(
-    slurm: SlurmSpec, marker: str | None, handled_at: float | None
+    slurm: SlurmSpec,
+    marker: str | None,
+    handled_at: float | None,
+    rounds: SlurmRounds | None = None,
 ) -> tuple[float, str] | None:
     """Why the allocation is going away, with when (wall clock), or None. The holder's
     notice first (the ranks still run: a just-in-time checkpoint can save them), then
     the allocation itself no longer RUNNING (time limit without a signal, cancelled):
     the ranks are gone with it. A notice at or before ``handled_at`` was handled.
-    Slurm unreachable is no evidence of anything: None."""
+    Slurm unreachable is no evidence of anything: None.
+
+    With ``rounds`` (supervision's shared answers) the allocation's state is asked
+    only when the shared steps answer does not show it running (:func:`runs`: an
+    allocation that ended lists no running step) or a poll just saw one of its ranks
+    end (a ``scancel`` of the allocation SIGTERMs the ranks at once, before a shared
+    steps answer shows it: then the state is asked afresh, and the preemption wins
+    over the crashes). In steady state the check costs no Slurm command (issue 29:
+    at most 1 a second per job). Without ``rounds``, it is asked every call."""
     if marker is not None:
         path = Path(marker)
         with contextlib.suppress(OSError):
@@ -53,7 +74,19 @@ def preemption_notice(
                     f"or the time limit is near): notice {path}"
                 )
     try:
-        state = job_state(slurm.allocation_id)
+        if rounds is None:
+            state = job_state(slurm.allocation_id)
+        else:
+            job = str(slurm.allocation_id)
+            steps, asked = rounds.steps(job)
+            ended = rounds.rank_ended_at(job)
+            if runs(steps):
+                if ended is None:
+                    return None
+                after = ended  # newer news than the steps answer's: asked after it
+            else:
+                after = asked if ended is None else max(asked, ended)
+            state = rounds.job_state(slurm.allocation_id, asked_after=after)
     except SlurmCommandFailed:
         return None
     if state == RUNNING:

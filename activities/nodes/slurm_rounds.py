@@ -1,5 +1,6 @@
-"""One ``squeue`` and one ``scontrol`` per supervision round for a whole job, shared by
-the round's node agents.
+"""Slurm's answers for a whole job, shared by its node agents and asked at most
+every :data:`QUERY_INTERVAL_S`: at most 1 Slurm command a second per job, whatever
+its size.
 
 Why: every supervision round polls every node of the generation at once (one thread
 per node, :mod:`activities.supervise_observer`), and each Slurm node's
@@ -8,16 +9,26 @@ slurmctld: the allocation's steps (``squeue --steps -j J``) and its node's state
 (``scontrol show node``). Asked per node, that was 2 commands per node per round:
 a 64-node job at the default ``poll_interval_s: 0.5`` sent about 256 RPCs a second,
 which sites rate-limit (``rl_enable``) and call an RPC storm. Both answers are the
-same for every node of the round, so they are asked once:
+same for every node, so they are asked once for the job, and not every round:
 
-- **steps**: one ``squeue --steps -j J`` per allocation. The first agent of a round
-  to ask runs it; the others that ask while it runs wait for its answer, and those
-  that ask within :data:`ROUND_TTL_S` after it started reuse it.
+- **steps**: one ``squeue --steps -j J`` per allocation. The first agent to ask runs
+  it; the others that ask while it runs wait for its answer, and those that ask
+  within :data:`QUERY_INTERVAL_S` after it started reuse it.
 - **node states**: one ``scontrol show node -o n1,n2,...`` for every node asked
   about recently (:data:`NODE_INTEREST_S`), the asking node included. A node new to
-  the round (the first round, a spare swapped in) that an answer in flight does not
+  the job (the first round, a spare swapped in) that an answer in flight does not
   cover starts one that does; one Slurm does not list is asked alone, as before,
   for its one-line error.
+- **the allocation's state** (``squeue -j J -h -o %T``, the preemption check of
+  :mod:`~activities.nodes.slurm_preemption`): shared the same way, and asked only
+  when it matters: the steps answer does not show the allocation running, or a poll
+  just saw a rank of it end (:meth:`SlurmRounds.rank_ended`; then in an answer
+  asked after that, since an allocation that ends takes its ranks with it, and its
+  end must win over the crashes it caused).
+
+So a job asks 2 commands per :data:`QUERY_INTERVAL_S` in steady state (1 a second),
+whatever its node count and ``poll_interval_s``; ``python -m bench slurm-calls``
+counts them.
 
 What a shared answer may not hide, and how it does not:
 
@@ -27,11 +38,14 @@ What a shared answer may not hide, and how it does not:
   a live rank's step is gone. So absence counts only in an answer asked after the
   caller read its pid files (``asked_after``); otherwise the caller asks again
   (that answer is shared too). In steady state every step is listed and nobody
-  asks again.
+  asks again; a step such an answer found gone is not asked about again.
 - **a write of our own.** ``drain``/``undrain`` (:mod:`~activities.nodes.slurm_drain`)
   call :meth:`SlurmRounds.forget`, so the next poll sees the state they set.
-- **a change since the answer** is seen at most :data:`ROUND_TTL_S` later, less
-  than one default poll interval: the next round asks afresh.
+- **a change since the answer** (a node Slurm marks DOWN, a step that vanished, the
+  allocation ending) is seen at most :data:`QUERY_INTERVAL_S` plus one poll
+  interval after it happened: 2.5 s at the defaults (0.5 s before issue 29 item 6).
+  Rank exits, crashes and hangs are read from the shared filesystem (exit, pid and
+  heartbeat files) every poll, not from Slurm: they are not delayed.
 
 A failed command fails every caller that waited for it (each would have failed
 alone) and is not reused: the next caller asks again. The cache is per process
@@ -48,14 +62,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from activities.nodes.slurm_commands import SlurmRunner, job_steps, node_state, node_states
+from activities.nodes.slurm_commands import (
+    SlurmRunner,
+    job_state,
+    job_steps,
+    node_state,
+    node_states,
+)
 
-ROUND_TTL_S = 0.2
-"""How long an answer serves later callers, from when its command started. Under the
-default ``poll_interval_s`` (0.5 s), so every round asks Slurm afresh; long enough
-for a round's threads, started together, to find one answer on a loaded machine.
-At a shorter ``poll_interval_s`` Slurm is asked at most 1/``ROUND_TTL_S`` times a
-second per command, whatever the interval."""
+QUERY_INTERVAL_S = 2.0
+"""How long an answer serves later callers, from when its command started: each
+shared command runs at most once per interval (forced answers aside: a launch, a
+drain), so the steps and the node states together cost at most 1 command a second
+per job, whatever ``poll_interval_s``. It is also how late a change in Slurm may be
+seen, plus one poll interval."""
+ENDED_MEMORY_S = 60.0
+"""How long a rank seen ended is remembered as seen (:meth:`SlurmRounds.rank_ended`):
+one still ended after it counts as new once more, a command a minute at most."""
 NODE_INTEREST_S = 10.0
 """A node polled within this long is asked about in every ``scontrol``; one no
 longer polled (replaced, the job ended) drops out after it."""
@@ -132,7 +155,7 @@ class SlurmRounds:
 
     def __init__(
         self,
-        ttl_s: float = ROUND_TTL_S,
+        ttl_s: float = QUERY_INTERVAL_S,
         runner: SlurmRunner | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -141,9 +164,15 @@ class SlurmRounds:
         self._clock = clock
         self._steps: _Shared[Steps] = _Shared(clock)
         self._states: _Shared[NodeStates] = _Shared(clock)
+        self._job_states: _Shared[str | None] = _Shared(clock)
         self._lock = threading.Lock()
         self._interest: dict[str, float] = {}
         """node -> when it was last asked about (monotonic)."""
+        self._ended: dict[str, float] = {}
+        """job -> when a poll last saw one of its ranks newly ended (monotonic)."""
+        self._ended_ranks: dict[str, dict[str, float]] = {}
+        """job -> rank key -> when a poll first saw it ended (kept
+        :data:`ENDED_MEMORY_S`)."""
 
     def now(self) -> float:
         return self._clock()
@@ -156,6 +185,41 @@ class SlurmRounds:
         if asked_after is not None:
             not_before = max(not_before, asked_after)
         return self._steps.get(job, lambda _: job_steps(job, self._runner), not_before=not_before)
+
+    def rank_ended(self, job: str, ranks: Iterable[str]) -> None:
+        """A poll saw ``ranks`` of ``job`` ended (an exit file, or their step gone);
+        each key names the rank and its generation. Only a rank not seen ended before
+        counts: a rank that stays ended costs no Slurm command every round."""
+        now = self._clock()
+        with self._lock:
+            seen = self._ended_ranks.setdefault(job, {})
+            new = [key for key in ranks if key not in seen]
+            if not new:
+                return
+            for key in [k for k, at in seen.items() if at < now - ENDED_MEMORY_S]:
+                del seen[key]
+            seen.update(dict.fromkeys(new, now))
+            self._ended[job] = now
+
+    def rank_ended_at(self, job: str) -> float | None:
+        """When a poll last saw a rank of ``job`` newly ended, if within the interval."""
+        with self._lock:
+            at = self._ended.get(job)
+        return at if at is not None and at >= self._clock() - self.ttl_s else None
+
+    def job_state(self, job: int, asked_after: float | None = None) -> str | None:
+        """The allocation's state word, as
+        :func:`~activities.nodes.slurm_commands.job_state` says it, from a ``squeue``
+        started within the interval and at or after ``asked_after`` (the steps answer
+        that made the caller ask: an older state would be older news). Raises
+        :class:`~activities.nodes.slurm_commands.SlurmCommandFailed`."""
+        not_before = self._clock() - self.ttl_s
+        if asked_after is not None:
+            not_before = max(not_before, asked_after)
+        state, _ = self._job_states.get(
+            str(job), lambda _: job_state(job, self._runner), not_before=not_before
+        )
+        return state
 
     def node_state(self, node: str, peers: Iterable[str] = ()) -> tuple[set[str], str]:
         """``node``'s state words and reason, as
@@ -193,6 +257,7 @@ class SlurmRounds:
         """Drop every shared answer: the next caller asks Slurm (after a drain)."""
         self._steps.forget()
         self._states.forget()
+        self._job_states.forget()
 
 
 ROUNDS = SlurmRounds()

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from activities.nodes.slurm_rounds import ROUNDS
 from infra.slurm import TestSlurm, unavailable_reason
 
 
@@ -74,7 +75,9 @@ def allocation(slurm: TestSlurm) -> int:
 def own_slurm() -> Iterator[Callable[..., TestSlurm]]:
     """Factory for a private cluster, for tests that kill its daemons (keyword
     arguments: :class:`TestSlurm`'s settings, e.g. ``slurmd_timeout_s``). While it
-    runs, ``SLURM_CONF`` points at it; the session cluster's is restored afterwards."""
+    runs, ``SLURM_CONF`` points at it; the session cluster's is restored afterwards.
+    Each switch drops the shared Slurm answers (:data:`ROUNDS`): they were another
+    cluster's, and its job ids and nodes' names are this one's too."""
     require_slurm()
     made: list[TestSlurm] = []
     previous = os.environ.get("SLURM_CONF")
@@ -84,6 +87,7 @@ def own_slurm() -> Iterator[Callable[..., TestSlurm]]:
         made.append(cluster)
         cluster.start()
         os.environ["SLURM_CONF"] = str(cluster.conf)
+        ROUNDS.forget()
         return cluster
 
     try:
@@ -93,5 +97,6 @@ def own_slurm() -> Iterator[Callable[..., TestSlurm]]:
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = previous
+        ROUNDS.forget()
         for cluster in reversed(made):
             _stop_and_check(cluster)

@@ -27,7 +27,7 @@ from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_commands import job_steps, node_states, run_slurm
-from activities.nodes.slurm_rounds import SlurmRounds
+from activities.nodes.slurm_rounds import QUERY_INTERVAL_S, SlurmRounds
 from infra.slurm import TestSlurm
 from lazarus.domain.contracts import LaunchRequest, LaunchResult
 from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, WarmStartSpec, parse_spec
@@ -44,6 +44,10 @@ import json, os, sys
 with open(os.path.join(sys.argv[1], "env-" + os.environ["RANK"] + ".json"), "w") as out:
     json.dump(dict(os.environ), out)
 """
+
+
+SUPERVISED_S = 20.0
+"""The counted stretch of supervision in the call-rate test."""
 
 
 def slurm_spec(tmp_path: Path, job: int, command: list[str], name: str) -> JobSpec:
@@ -185,11 +189,15 @@ def test_step_environment_is_the_generations_not_the_workers(
 
 
 @pytest.mark.timeout(240)
-def test_a_round_of_polls_asks_slurm_once_for_all_nodes(
+def test_the_polls_ask_slurm_once_for_all_nodes_at_most_every_interval(
     slurm: TestSlurm, allocation: int, tmp_path: Path, stopper: list[tuple[JobSpec, str]]
 ) -> None:
-    """Issue 29: one ``squeue`` and one ``scontrol`` a round for the whole job (here
-    against the real slurmctld), every rank still seen alive, every node reachable."""
+    """Issue 29: one ``squeue`` and one ``scontrol`` for the whole job (here against
+    the real slurmctld) at most every query interval, every rank still seen alive,
+    every node reachable; then a supervised stretch at the default poll interval,
+    the preemption check included, counted: at most 1 command a second. Counts, not
+    timings: each command runs at most once per interval, whatever the machine's
+    speed."""
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     spec = slurm_spec(tmp_path, allocation, [sys.executable, str(script), str(tmp_path)], "rounds")
@@ -204,20 +212,43 @@ def test_a_round_of_polls_asks_slurm_once_for_all_nodes(
 
     rounds = SlurmRounds(runner=counted)
     polled = [SlurmAgent(node, spec.slurm, rounds=rounds) for node in spec.nodes]
+
+    def supervise_round() -> None:
+        statuses = list(
+            pool.map(
+                lambda agent_rank: agent_rank[0].poll(str(gen.path), [agent_rank[1]]),
+                zip(polled, (0, 1), strict=True),
+            )
+        )
+        assert all(s.reachable for s in statuses), statuses
+        assert [r.alive for s in statuses for r in s.ranks] == [True, True], statuses
+        assert polled[0].preemption_notice(None, None) is None
+
     with ThreadPoolExecutor(len(polled)) as pool:
         for number in (1, 2, 3):
-            statuses = list(
-                pool.map(
-                    lambda agent_rank: agent_rank[0].poll(str(gen.path), [agent_rank[1]]),
-                    zip(polled, (0, 1), strict=True),
-                )
-            )
-            assert all(s.reachable for s in statuses), statuses
-            assert [r.alive for s in statuses for r in s.ranks] == [True, True], statuses
+            supervise_round()
             assert [argv[0] for argv in calls].count("squeue") == number, calls
             assert [argv[0] for argv in calls].count("scontrol") == number, calls
-            time.sleep(0.5)
-    assert {argv[-1] for argv in calls if argv[0] == "scontrol"} == {"n1,n2"}, calls
+            time.sleep(QUERY_INTERVAL_S + 0.1)
+        assert {argv[-1] for argv in calls if argv[0] == "scontrol"} == {"n1,n2"}, calls
+        calls.clear()
+        started = time.monotonic()
+        supervised = 0
+        while time.monotonic() - started < SUPERVISED_S:
+            supervise_round()
+            supervised += 1
+            time.sleep(0.5)  # health.poll_interval_s's default
+        elapsed = time.monotonic() - started
+    # Each of the two shared commands at most once per interval; no allocation state
+    # asked while its steps show it running.
+    assert len(calls) <= 2 * (elapsed // QUERY_INTERVAL_S + 1), calls
+    assert not [argv for argv in calls if argv[0] == "squeue" and "--steps" not in argv], calls
+    kinds = [argv[0] for argv in calls]
+    print(
+        f"2 nodes, real slurmctld: {supervised} rounds, {kinds.count('squeue')} squeue "
+        f"--steps + {kinds.count('scontrol')} scontrol = {len(calls)} Slurm commands in "
+        f"{elapsed:.1f} s of supervision = {len(calls) / elapsed:.2f}/s"
+    )
     # A node Slurm does not know costs the batch nothing but its own line.
     assert set(node_states(["n1", "nosuchnode", "n2"])) == {"n1", "n2"}
 

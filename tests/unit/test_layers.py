@@ -133,9 +133,13 @@ def test_no_import_circles() -> None:
     assert not unexplained, f"import circles: {unexplained}"
 
 
-SLURM_OUTSIDE_NODES: dict[str, str] = {}
+SLURM_OUTSIDE_NODES: dict[str, str] = {
+    "bench.slurm_calls": "counts the Slurm commands of the Slurm agent's own poll, shared "
+    "answers and preemption check (issue 29): it drives those modules with a fake runner",
+}
 """Modules outside ``activities/nodes/`` that still import a Slurm module, and why:
-none since the first submit became the workflow's first step (issue 27)."""
+no production module since the first submit became the workflow's first step (issue
+27); a bench that measures the Slurm agent itself."""
 
 
 def test_only_the_nodes_package_knows_slurm() -> None:

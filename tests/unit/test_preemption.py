@@ -16,7 +16,9 @@ from activities.nodes import slurm_preemption
 from activities.nodes.local_agent import LocalAgent
 from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_preemption import holder_script, preemption_notice
+from activities.nodes.slurm_rounds import SlurmRounds
 from activities.supervise_rules import Observation, evaluate
+from bench.slurm_calls import FakeSlurm
 from lazarus.domain.contracts import FailureReport, NodeAccess, RankStatus, SuperviseRequest
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import HealthSpec, JobSpec, NodeSpec, SlurmSpec
@@ -166,14 +168,14 @@ def test_only_a_job_in_an_allocation_watches_a_notice_file() -> None:
     assert preempt_marker_for(held) == "/shared/runs/.slurm-preempt-9"
 
 
-def test_a_slurm_agent_answers_for_its_allocation_and_a_local_one_never(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_slurm_agent_answers_for_its_allocation_and_a_local_one_never() -> None:
     """The supervisor asks its first agent: the Slurm one speaks for the job's
     allocation, one without an allocation or a scheduler has nothing to say."""
-    allocation_is(monkeypatch, "TIMEOUT")
+    slurm = FakeSlurm()  # the allocation lists no step: its state is asked
+    slurm.job_state = "TIMEOUT"
+    rounds = SlurmRounds(runner=slurm.run, clock=slurm.clock)
     node = NodeSpec(name="n1", launcher="slurm")
-    found = SlurmAgent(node, SLURM).preemption_notice(None, None)
+    found = SlurmAgent(node, SLURM, rounds=rounds).preemption_notice(None, None)
     assert found is not None and "TIMEOUT" in found[1]
     assert SlurmAgent(node, None).preemption_notice(None, None) is None
     assert LocalAgent(NodeSpec(name="n1")).preemption_notice(None, None) is None
