@@ -69,13 +69,17 @@ def fault_free(framework: str, tmp_path: Path, steps: int = STEPS) -> Path:
 
 
 async def start_framework_job(
-    framework: str, start_job: StartJob, tmp_path: Path, steps: int = STEPS
+    framework: str,
+    start_job: StartJob,
+    tmp_path: Path,
+    steps: int = STEPS,
+    hang_timeout_s: float = 30,
 ) -> Job:
     spec = ddp_spec(
         tmp_path,
         command=command(framework, tmp_path / "out" / "model.pt", steps),
         env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
-        health={"hang_timeout_s": 30, "startup_timeout_s": 120},
+        health={"hang_timeout_s": hang_timeout_s, "startup_timeout_s": 120},
         warm_start={"preload": PRELOAD[framework]},
     )
     return await start_job(spec)
@@ -142,4 +146,26 @@ async def test_lightning_pause_saves_just_in_time_through_the_callback(
     assert status.incidents == []
     [paused] = status.planned_stops
     assert paused.checkpoint_step is not None and paused.steps_lost == 0, paused
+    assert_same_weights(tmp_path / "out" / "model.pt", await reference)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_hf_trainer_hang_is_detected_through_the_callback(
+    start_job: StartJob, tmp_path: Path
+) -> None:
+    """The HF callback heartbeats every step, so a SIGSTOPped rank is a hang, named,
+    and the job resumes from the Trainer's own checkpoint (without the callback only
+    a ``progress_regex`` on the Trainer's log lines would tell a hang from a slow step)."""
+    hang_timeout_s = 15  # the suite's: a loaded 2-core machine stalls a step for seconds
+    job = await start_framework_job("hf", start_job, tmp_path, hang_timeout_s=hang_timeout_s)
+    reference = asyncio.create_task(asyncio.to_thread(fault_free, "hf", tmp_path))
+    await asyncio.to_thread(chaos.wait_for_step, job.run_root, CKPT_EVERY + 2)
+    chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGSTOP)
+    status = await job.result(timeout_s=240)
+    assert status.phase == Phase.SUCCEEDED, status
+    [incident] = status.incidents
+    assert incident.kind == "hang" and incident.rank == 1, incident
+    assert incident.detection_s is not None and incident.detection_s >= hang_timeout_s
+    assert incident.resumed_from_step is not None and incident.resumed_from_step >= CKPT_EVERY
     assert_same_weights(tmp_path / "out" / "model.pt", await reference)
