@@ -18,7 +18,6 @@ logged step of rank 0, so interpreter and torch start-up are left out.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.jobs import EXAMPLE, REPO
+from bench.report import write_cost_results
 from lazarus.domain import environment
 from lazarus.domain.memory_tier import replica_environment
 from lazarus.domain.ports import free_port
@@ -175,19 +175,5 @@ def run(args: argparse.Namespace) -> int:
     step_times = [float(t) for t in str(args.step_times).split(",") if t.strip()]
     load = os.getloadavg()
     rows = [measure(pairs, args.ranks, steps, t) for t in step_times]
-    json_out: Path = args.json_out or Path("bench/results") / (
-        f"replica-cost-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    json_out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "benchmark": "replica-cost",
-        "loadavg_before": load,
-        "loadavg_after": os.getloadavg(),
-        "cpus": os.cpu_count(),
-        "rows": rows,
-    }
-    json_out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(markdown(rows))
-    print(f"\nload average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}")
-    print(f"raw results: {json_out}")
+    write_cost_results("replica-cost", args.json_out, load, rows, markdown(rows))
     return 0

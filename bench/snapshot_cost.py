@@ -25,13 +25,14 @@ the copy is a device-to-host transfer; here (CPU only) it is a host memory copy.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.report import write_cost_results
 
 GB = 1e9
 CHUNK_BYTES = 64 * 2**20
@@ -131,21 +132,13 @@ def run(args: argparse.Namespace) -> int:
     shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
     with tempfile.TemporaryDirectory(dir=shm, prefix="lazarus-snapshot-cost-") as scratch:
         rows = [measure(size, max(1, args.repeats), Path(scratch)) for size in sizes]
-    json_out: Path = args.json_out or Path("bench/results") / (
-        f"snapshot-cost-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    write_cost_results(
+        "snapshot-cost",
+        args.json_out,
+        load,
+        rows,
+        markdown(rows),
+        torch=torch.__version__,
+        device="cpu",
     )
-    json_out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "benchmark": "snapshot-cost",
-        "torch": torch.__version__,
-        "device": "cpu",
-        "loadavg_before": load,
-        "loadavg_after": os.getloadavg(),
-        "cpus": os.cpu_count(),
-        "rows": rows,
-    }
-    json_out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(markdown(rows))
-    print(f"\nload average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}")
-    print(f"raw results: {json_out}")
     return 0
