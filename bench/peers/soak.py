@@ -50,7 +50,7 @@ from bench.peers.scenarios import (
     require,
     torchft_members,
 )
-from bench.peers.settings import NVRX_DIST, TORCHFT_DIST
+from bench.peers.settings import NVRX_DIST, TORCHFT_DIST, TorchftSettings
 from bench.soak import PEER_SOAKS, SoakDriver, _TorchrunDriver
 from bench.soak_results import SoakFault, SoakSystemResult
 from bench.systems import System
@@ -211,14 +211,13 @@ async def torchft_soak(
         return torchft_members(view, paths, max_restarts=max_restarts)
 
     async with member_job(view, "torchft", "soak", 0, members(), paths) as job:
-        groups = sum(1 for m in members() if m.name.startswith("group"))
         yield MemberDriver(
             "torchft",
             job,
             members,
             lambda _, fault: f"group{fault.rank}",
             "lighthouse",
-            full_world=groups,
+            full_world=TorchftSettings.for_shape(view.shape).groups,
         )
 
 
