@@ -107,26 +107,11 @@ async def kill_after_first_checkpoint(framework: str, start_job: StartJob, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-async def test_lightning_resumes_from_its_own_checkpoint(
-    start_job: StartJob, tmp_path: Path
+@pytest.mark.parametrize("framework", ["lightning", "hf", "accelerate"])
+async def test_resumes_from_the_frameworks_own_checkpoint(
+    framework: str, start_job: StartJob, tmp_path: Path
 ) -> None:
-    await kill_after_first_checkpoint("lightning", start_job, tmp_path)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-async def test_hf_trainer_resumes_from_its_own_checkpoint(
-    start_job: StartJob, tmp_path: Path
-) -> None:
-    await kill_after_first_checkpoint("hf", start_job, tmp_path)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-async def test_accelerate_resumes_from_its_own_checkpoint(
-    start_job: StartJob, tmp_path: Path
-) -> None:
-    await kill_after_first_checkpoint("accelerate", start_job, tmp_path)
+    await kill_after_first_checkpoint(framework, start_job, tmp_path)
 
 
 @pytest.mark.slow
