@@ -166,6 +166,8 @@ async def test_the_web_ui_explains_a_job_with_one_crash(
                 ],
             )
             page = await browser.new_page(viewport={"width": 1600, "height": 2000})
+            # A navigation on a loaded 2-core machine may take longer than the 30 s default.
+            page.set_default_navigation_timeout(UI_DEADLINE_S * 1000)
             try:
                 # The history: every activity's type is on its "scheduled" row.
                 await page.goto(f"{page_url}/history")
@@ -190,7 +192,14 @@ async def test_the_web_ui_explains_a_job_with_one_crash(
                 # The user metadata: the start summary and the live current details
                 # (the UI renders each markdown text in its own frame).
                 await page.goto(page_url)
-                await page.click('[data-testid="user-metadata-tab"]')
+
+                async def open_user_metadata() -> str | None:
+                    # Under load the tab can take longer than Playwright's 30 s default
+                    # to render: a failed try reloads the page and tries again.
+                    await page.click('[data-testid="user-metadata-tab"]', timeout=15_000)
+                    return "opened"
+
+                await _wait("the user metadata tab", open_user_metadata, page.reload)
 
                 async def frame_text(frame_id: str, needle: str) -> str | None:
                     text = await page.frame_locator(f"#{frame_id}").locator("body").inner_text()

@@ -6,6 +6,12 @@ timeout takes torch's default, 30 minutes, and its rendezvous waits that long fo
 peer that never arrives. CI caught it: the survivor of a peer SIGKILLed at its first
 snapshot sat there for the whole of a 120 s wait instead of tearing down to rejoin.
 The group now takes the default group's timeout.
+
+Later measured: a peer that dies while gloo connects the new group's mesh (after it
+published its address) holds the survivor there for five times that timeout. So
+``lazarus.rank.torch.init_process_group`` (which ``run_resilient`` uses) now creates
+the group at once, beside the default group: a death during training then meets a
+group that exists, and its collectives fail within milliseconds.
 """
 
 from __future__ import annotations
@@ -53,10 +59,19 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.timeout(240)
-def test_a_peer_dying_as_the_snapshot_group_forms_raises_within_the_group_timeout(
-    tmp_path: Path,
-) -> None:
+_EAGER_SCRIPT = textwrap.dedent(
+    """
+    import torch.distributed as dist
+    import lazarus.rank.torch as rank_torch
+
+    rank_torch.init_process_group("gloo", init_method="env://")
+    print(f"snapshot group at init: {rank_torch._snapshot_group is not None}")
+    dist.destroy_process_group()
+    """
+)
+
+
+def _start_ranks(script: str, tmp_path: Path) -> list[subprocess.Popen[str]]:
     port = free_port()
     ranks = []
     for rank in (0, 1):
@@ -74,13 +89,21 @@ def test_a_peer_dying_as_the_snapshot_group_forms_raises_within_the_group_timeou
         }
         ranks.append(
             subprocess.Popen(
-                [sys.executable, "-c", _SCRIPT],
+                [sys.executable, "-c", script],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
             )
         )
+    return ranks
+
+
+@pytest.mark.timeout(240)
+def test_a_peer_dying_as_the_snapshot_group_forms_raises_within_the_group_timeout(
+    tmp_path: Path,
+) -> None:
+    ranks = _start_ranks(_SCRIPT, tmp_path)
     try:
         # 30 minutes without the fix; the group's 5 s with it, plus a busy machine's slack.
         survivor_output, _ = ranks[0].communicate(timeout=180)
@@ -91,3 +114,19 @@ def test_a_peer_dying_as_the_snapshot_group_forms_raises_within_the_group_timeou
                 process.kill()
                 process.wait()
     assert "peer failure: True" in survivor_output, survivor_output[-3000:]
+
+
+@pytest.mark.timeout(240)
+def test_the_snapshot_group_forms_with_the_process_group_not_mid_training(
+    tmp_path: Path,
+) -> None:
+    ranks = _start_ranks(_EAGER_SCRIPT, tmp_path)
+    try:
+        outputs = [process.communicate(timeout=180)[0] for process in ranks]
+    finally:
+        for process in ranks:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    for output in outputs:
+        assert "snapshot group at init: True" in output, output[-3000:]
