@@ -21,6 +21,7 @@ Examples::
     python -m bench slurm-calls                       # Slurm commands/s per job, 2/8/64 nodes
     python -m bench replica-cost                      # memory-tier replicas: step rate on/off
     python -m bench snapshot-cost                     # a memory snapshot's cost per GB
+    python -m bench replica-push-cost                 # a replica push's cost per GB
 
 ``recovery``, ``compare``, ``soak`` and ``overhead`` share one harness
 (:mod:`bench.harness`), one scenario registry (:mod:`bench.registry`) and one
@@ -43,6 +44,7 @@ from bench import (
     chaos,
     checkpoint_bench,
     replica_cost,
+    replica_push_cost,
     report,
     scale,
     simulate,
@@ -238,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     state_costs.add_command(commands)
     slurm_calls.add_command(commands)
     replica_cost.add_command(commands)
+    replica_push_cost.add_command(commands)
     snapshot_cost.add_command(commands)
     chaos.add_command(commands)
     return parser
@@ -317,6 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return slurm_calls.run(args)
     if args.command == "replica-cost":
         return replica_cost.run(args)
+    if args.command == "replica-push-cost":
+        return replica_push_cost.run(args)
     if args.command == "snapshot-cost":
         return snapshot_cost.run(args)
     if args.command == "compare-report":

@@ -779,7 +779,7 @@ class SimCluster:
         step_s = effective_step_s(
             self.costs.step_s,
             memory_every,
-            memory_snapshot_s(self.costs.step_s, checkpoints.memory_replicas),
+            memory_snapshot_s(checkpoints.memory_replicas, gpus_per_node=self.costs.gpus_per_node),
         )
         self.generation = Generation(
             number=request.generation,

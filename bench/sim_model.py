@@ -112,6 +112,16 @@ SNAPSHOT_COST_FILE = "bench/results/snapshot-cost-20261204.json"
 SNAPSHOT_S_PER_GB = 0.1328
 """The blocking copy per GB at the file's largest size (1 GiB), median of 5."""
 
+LLAMA3_GPUS_PER_NODE = 8
+"""Llama 3's nodes: 8 H100s each (Dubey et al., 2024, section 3.3)."""
+
+REPLICA_PUSH_COST_FILE = "bench/results/replica-push-cost-20261204.json"
+"""A replica push's measured cost to the step per GB (``python -m bench replica-push-cost``)."""
+
+REPLICA_PUSH_S_PER_GB = 0.0644
+"""The steps' extra time per GB pushed, separate cores, at the file's largest size (1
+GiB), median of 5."""
+
 LLAMA3_STORAGE_BYTES_PER_S = 2e12
 """Tectonic's sustained throughput for Llama 3's checkpoints, 2 TB/s (7 TB/s at peak;
 Dubey et al., 2024, section 3.3.1)."""
@@ -461,11 +471,16 @@ MEMORY_CALIBRATION: dict[str, MeasuredFigure] = {
         "memory_snapshot_s: this x each GPU's share of the state (LLAMA3_STATE_BYTES_PER_GPU, "
         "0.35 GB; every rank copies its own shard at once)",
     ),
-    "replica_fraction": MeasuredFigure(
-        0.025,
-        "docs/results/2026-12-memory-replicas.md: the buddy push in its own thread, +2.5% "
-        "(run 4; run 3 -1.6%; target <= 5%), python -m bench replica-cost",
-        "memory_snapshot_s: this x step_s more per snapshot with memory_replicas",
+    "replica_push_s_per_gb": MeasuredFigure(
+        REPLICA_PUSH_S_PER_GB,
+        f"{REPLICA_PUSH_COST_FILE}: the extra time of a fixed step (a matmul and a pass "
+        "over 64 MB, one thread on core 0) while lazarus.rank.replica.push sends a "
+        "committed snapshot to a receiver process (push and receiver on core 1), per GB; "
+        "1 GiB, the median of 5 pushes (python -m bench replica-push-cost). It replaces "
+        "2.5% of a step measured on a few-KB state (python -m bench replica-cost)",
+        "memory_snapshot_s: this x a node's share of the state (8 x "
+        "LLAMA3_STATE_BYTES_PER_GPU, 2.8 GB; the node's pusher sends it, and every rank "
+        "waits for the slowest) with memory_replicas",
     ),
     "replica_restore_s": MeasuredFigure(
         1.96 - 0.89,
@@ -484,20 +499,24 @@ MEMORY_CALIBRATION: dict[str, MeasuredFigure] = {
 """The measured figures behind the memory tier, replicas and warm starts in the
 simulator; each simulation's JSON copies them under ``calibration.memory``. The
 snapshot's cost is measured per GB at sizes near a GPU's share of the state and scaled
-by that share. The replica push's is still a fraction measured on a state of a few KB
-with 50 ms steps, applied to the simulator's step: nobody measured a 2.8 GB push beside
-a GPU's step here."""
+by that share. The replica push's is measured per GB at 1 GiB beside a CPU step on
+another core and scaled by a node's share; what it does beside a GPU's step (PCIe, a
+NIC shared with NCCL) nobody measured here."""
 
 
 def memory_snapshot_s(
-    step_s: float, replicas: bool, state_bytes_per_gpu: float = LLAMA3_STATE_BYTES_PER_GPU
+    replicas: bool,
+    state_bytes_per_gpu: float = LLAMA3_STATE_BYTES_PER_GPU,
+    gpus_per_node: int = LLAMA3_GPUS_PER_NODE,
 ) -> float:
     """Seconds the ranks are held back per memory snapshot: the measured copy of each
-    rank's share of the state (the ranks copy at once, so one share's time), plus the
-    replica push's measured fraction of a step with ``memory_replicas``."""
+    rank's share of the state (the ranks copy at once, so one share's time), plus,
+    with ``memory_replicas``, the measured cost of pushing the node's share to its
+    buddy (one pusher per node; the collectives make every rank wait for its node)."""
     seconds = MEMORY_CALIBRATION["snapshot_s_per_gb"].value * state_bytes_per_gpu / 1e9
     if replicas:
-        seconds += MEMORY_CALIBRATION["replica_fraction"].value * step_s
+        node_gb = state_bytes_per_gpu * gpus_per_node / 1e9
+        seconds += MEMORY_CALIBRATION["replica_push_s_per_gb"].value * node_gb
     return seconds
 
 

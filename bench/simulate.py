@@ -242,7 +242,7 @@ class SimConfig:
         with the measured cost of a snapshot and its replica push at this step time."""
         if self.memory_every_steps is not None:
             return self.memory_every_steps
-        snapshot = memory_snapshot_s(self.step_s, replicas=True)
+        snapshot = memory_snapshot_s(replicas=True, gpus_per_node=self.gpus_per_node)
         return memory_interval_steps(snapshot, self.mtbf_s(), self.step_s)
 
     def memory_daly_ettr(
@@ -251,7 +251,7 @@ class SimConfig:
         """Daly's expectation for a memory row: failures cost the memory interval's
         work (at the snapshot's δ), and the disk checkpoints only their δ."""
         mtbf = mtbf_s if mtbf_s is not None else self.mtbf_s()
-        snapshot = memory_snapshot_s(self.step_s, replicas=True)
+        snapshot = memory_snapshot_s(replicas=True, gpus_per_node=self.gpus_per_node)
         memory_interval_s = self.memory_interval() * self.step_s
         loss = expected_goodput_loss(memory_interval_s, snapshot, mtbf, restart_s)
         return 1.0 - loss - self.checkpoint_s / disk_interval_s
@@ -964,7 +964,7 @@ async def simulate(config: SimConfig, progress: Any) -> dict[str, Any]:
             },
             "memory_rows": {
                 "memory_every_steps": config.memory_interval(),
-                "snapshot_s": memory_snapshot_s(config.step_s, replicas=True),
+                "snapshot_s": memory_snapshot_s(replicas=True, gpus_per_node=config.gpus_per_node),
                 "costs_s": config.costs(
                     warm_start=True, hang_timeout_s=config.hang_timeout_s
                 ).as_dict(),
