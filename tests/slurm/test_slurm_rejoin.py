@@ -27,7 +27,9 @@ from lazarus.domain.spec import JobSpec, WarmStartSpec
 from lazarus.domain.spec_sections import RejoinSpec
 from tests import tiers
 from tests.e2e.conftest import Job, rank_fencing
+from tests.reference_weights import shared_reference
 from tests.slurm.test_slurm_e2e import (
+    STEPS,
     all_generations,
     assert_weights,
     harness,
@@ -39,12 +41,13 @@ from workflows.state import Incident, JobStatus, Phase
 pytestmark = pytest.mark.e2e
 
 
-def warm_spec(tmp_path: Path, allocation: int, rejoin: bool) -> JobSpec:
+def warm_spec(tmp_path: Path, allocation: int, rejoin: bool, ranks_per_node: int = 1) -> JobSpec:
     """The module's job, warm, its script under ``run_resilient``; with or without
     ``rejoin`` (the measurement's twin restarts the whole generation)."""
     spec = slurm_job_spec(tmp_path, allocation, step_time=0.1)
     return spec.model_copy(
         update={
+            "nproc_per_node": ranks_per_node,
             "command": [*spec.command, "--resilient", "--pg-timeout-s", "30"],
             "warm_start": WarmStartSpec(preload=["torch"], standby=1),
             "rejoin": RejoinSpec(enabled=True, timeout_s=45) if rejoin else None,
@@ -53,20 +56,20 @@ def warm_spec(tmp_path: Path, allocation: int, rejoin: bool) -> JobSpec:
     )
 
 
-async def crash_rank_1(job: Job) -> tuple[JobStatus, Incident]:
-    """SIGKILL rank 1 (node n2) at step 25 and wait for the job: it succeeds after one
-    crash of rank 1, and no rank was ever alive in two processes at once. Prints fault
-    → first new step (run with ``-s`` to see it)."""
+async def crash_rank(job: Job, rank: int = 1) -> tuple[JobStatus, Incident]:
+    """SIGKILL ``rank`` (on node n2) at step 25 and wait for the job: it succeeds after
+    one crash of that rank, and no rank was ever alive in two processes at once. Prints
+    fault → first new step (run with ``-s`` to see it)."""
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 25, 240.0)
     with rank_fencing(job) as twice:
-        chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
+        chaos.signal_rank(job.run_root, rank=rank, sig=signal.SIGKILL)
         status = await job.result(timeout_s=300)
     assert not any(twice), f"a rank alive twice: {[s for s in twice if s]}"
     assert status.phase == Phase.SUCCEEDED, status
     seen = [(i.kind, i.rank, i.restart_path, i.evidence) for i in status.incidents]
     assert len(status.incidents) == 1, seen
     [incident] = status.incidents
-    assert incident.kind == "crash" and incident.rank == 1, incident
+    assert incident.kind == "crash" and incident.rank == rank, incident
     phases = incident.timeline.durations() if incident.timeline is not None else []
     since = ", ".join(f"{p.phase} +{p.since_fault_s:.2f} s" for p in phases)
     print(
@@ -89,7 +92,7 @@ async def test_a_killed_rank_restarts_alone_and_the_other_node_rejoins_on_slurm(
         await asyncio.to_thread(chaos.wait_for_step, job.run_root, 1, 240.0)
         [first] = all_generations(job)
         before = {r: (read_json(first.pid_file(r)) or {}).get("pid") for r in (0, 1)}
-        _, incident = await crash_rank_1(job)
+        _, incident = await crash_rank(job)
         assert incident.restart_path == "rejoin", incident.evidence
         _, second = all_generations(job)
         after = {r: (read_json(second.pid_file(r)) or {}).get("pid") for r in (0, 1)}
@@ -114,6 +117,36 @@ async def test_without_rejoin_the_whole_generation_restarts_warm_on_slurm(
 ) -> None:
     async with harness(dev_server, tmp_path, slurm) as h:
         job = await h.start(warm_spec(tmp_path, allocation, rejoin=False))
-        await crash_rank_1(job)
+        await crash_rank(job)
         assert len(all_generations(job)) == 2
         assert_weights(job, reference)
+
+
+@tiers.twin_of(
+    "test_a_killed_rank_restarts_alone_and_the_other_node_rejoins_on_slurm",
+    "with two ranks a node (the killed rank's node-mate is carried too)",
+)
+@pytest.mark.timeout(500)
+async def test_with_two_ranks_a_node_only_the_killed_rank_restarts_on_slurm(
+    slurm: TestSlurm,
+    allocation: int,
+    dev_server: DevServer,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    reference_4 = shared_reference(tmp_path_factory, STEPS, world_size=4)
+    async with harness(dev_server, tmp_path, slurm) as h:
+        job = await h.start(warm_spec(tmp_path, allocation, rejoin=True, ranks_per_node=2))
+        await asyncio.to_thread(chaos.wait_for_step, job.run_root, 1, 240.0)
+        [first] = all_generations(job)
+        ranks = range(4)
+        before = {r: (read_json(first.pid_file(r)) or {}).get("pid") for r in ranks}
+        _, incident = await crash_rank(job, rank=3)  # n2's second rank
+        assert incident.restart_path == "rejoin", incident.evidence
+        _, second = all_generations(job)
+        after = {r: (read_json(second.pid_file(r)) or {}).get("pid") for r in ranks}
+        assert [after[r] == before[r] for r in ranks] == [True, True, True, False], (
+            before,
+            after,
+        )
+        assert_weights(job, reference_4)
