@@ -14,7 +14,11 @@ step with ``-s``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,7 +45,13 @@ from workflows.state import Incident, JobStatus, Phase
 pytestmark = pytest.mark.e2e
 
 
-def warm_spec(tmp_path: Path, allocation: int, rejoin: bool, ranks_per_node: int = 1) -> JobSpec:
+def warm_spec(
+    tmp_path: Path,
+    allocation: int,
+    rejoin: bool,
+    ranks_per_node: int = 1,
+    node_loss: bool = False,
+) -> JobSpec:
     """The module's job, warm, its script under ``run_resilient``; with or without
     ``rejoin`` (the measurement's twin restarts the whole generation)."""
     spec = slurm_job_spec(tmp_path, allocation, step_time=0.1)
@@ -50,7 +60,9 @@ def warm_spec(tmp_path: Path, allocation: int, rejoin: bool, ranks_per_node: int
             "nproc_per_node": ranks_per_node,
             "command": [*spec.command, "--resilient", "--pg-timeout-s", "30"],
             "warm_start": WarmStartSpec(preload=["torch"], standby=1),
-            "rejoin": RejoinSpec(enabled=True, timeout_s=45) if rejoin else None,
+            "rejoin": RejoinSpec(enabled=True, timeout_s=45, node_loss=node_loss)
+            if rejoin
+            else None,
             "straggler": spec.straggler.model_copy(update={"enabled": False}),
         }
     )
@@ -150,3 +162,72 @@ async def test_with_two_ranks_a_node_only_the_killed_rank_restarts_on_slurm(
             after,
         )
         assert_weights(job, reference_4)
+
+
+def kill_warm_node(cluster: TestSlurm, node: str) -> None:
+    """A warm node dies: its slurmd, and every process of its steps (the zygote, the
+    ranks forked from it, their slurmstepd), all SIGKILLed. They are found by the
+    ``SLURMD_NODENAME`` Slurm gives a step's tasks, which forks inherit."""
+    cluster.kill_slurmd(node)
+    tasks = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            if f"SLURMD_NODENAME={node}".encode() in environ:
+                tasks.append(int(entry.name))
+    assert tasks, f"no process of a step on {node}"
+    parents = set()
+    for pid in tasks:
+        with contextlib.suppress(OSError):
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            if Path(f"/proc/{parent}/comm").read_text().startswith("slurmstepd"):
+                parents.add(parent)
+    for pid in [*parents, *tasks]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(600)
+async def test_a_lost_node_restarts_on_the_spare_and_the_other_node_rejoins_on_slurm(
+    own_slurm: Callable[[], TestSlurm],
+    dev_server: DevServer,
+    tmp_path: Path,
+    reference: Path,  # noqa: F811
+) -> None:
+    """``rejoin.node_loss`` on Slurm: n2 dies whole (slurmd, zygote, rank); its rank
+    starts on the spare n3, warm, and rank 0 on n1 keeps its process."""
+    cluster = own_slurm()
+    allocation = cluster.allocate(3)
+    async with harness(dev_server, tmp_path, cluster) as h:
+        spec = warm_spec(tmp_path, allocation, rejoin=True, node_loss=True)
+        job = await h.start(spec)
+        await asyncio.to_thread(chaos.wait_for_step, job.run_root, 25, 240.0)
+        [first] = all_generations(job)
+        kept = (read_json(first.pid_file(0)) or {}).get("pid")
+        with rank_fencing(job) as twice:
+            killed_at = time.time()
+            kill_warm_node(cluster, "n2")
+            status = await job.result(timeout_s=400)
+        assert not any(twice), f"a rank alive twice: {[s for s in twice if s]}"
+        assert status.phase == Phase.SUCCEEDED, status
+        assert status.nodes.active == ["n1", "n3"], status.incidents
+        seen = [(i.kind, i.node, i.restart_path, i.evidence) for i in status.incidents]
+        assert len(status.incidents) == 1, seen
+        [incident] = status.incidents
+        assert incident.restart_path == "rejoin", seen
+        last = all_generations(job)[-1]
+        assert (read_json(last.pid_file(0)) or {}).get("pid") == kept, "n1's rank was carried"
+        launched = read_json(last.path / "launch.json") or {}
+        assert {r["rank"]: r["node"] for r in launched["ranks"]} == {0: "n1", 1: "n3"}
+        assert launched["rejoined"] == [0]
+        assert_weights(job, reference)
+        phases = incident.timeline.durations() if incident.timeline is not None else []
+        since = ", ".join(f"{p.phase} +{p.since_fault_s:.2f} s" for p in phases)
+        print(
+            f"slurm node loss with rejoin ({incident.kind} on {incident.node}): after the "
+            f"fault: {since}; first step on the spare "
+            f"{(incident.first_step_at or 0) - killed_at:.2f} s after the kill; "
+            f"steps_lost={incident.steps_lost}"
+        )
