@@ -148,6 +148,9 @@ class TorchrunJob:
         self.agent_hosts: dict[int, str] = {}
         """Multi-node: agent pid -> the host it runs on."""
         self._generation_keys: dict[tuple[int, int], int] = {}
+        self._descendants: dict[int, int] = {}
+        """Every process ever seen under an agent (ranks, NVRx's rank monitors,
+        helpers) -> its start ticks: killed with the job even once orphaned."""
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -273,11 +276,21 @@ class TorchrunJob:
                     os.killpg(agent.pid, signal.SIGKILL)
                 agent.wait()
         self._poll_once()  # a rank started in the last few ms
+        with self._lock:
+            seen = list(self._descendants.items())
         for proc in self.live_ranks():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
+        # An agent killed alone (a controller crash) orphans what it started in
+        # sessions of its own, out of its process group's reach: NVRx's rank monitors.
+        for pid, start_ticks in seen:
+            if is_alive(pid, start_ticks):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10.0
-        while self.live_ranks() and time.monotonic() < deadline:
+        while time.monotonic() < deadline and (
+            self.live_ranks() or any(is_alive(pid, ticks) for pid, ticks in seen)
+        ):
             time.sleep(0.02)
 
     def stop(self) -> None:
@@ -320,6 +333,7 @@ class TorchrunJob:
         for agent in list(self.agents):
             if agent.poll() is not None:
                 continue
+            self._remember_descendants(agent.pid)
             for pid in _children(agent.pid):
                 with self._lock:
                     if any(r.pid == pid for r in self.ranks):
@@ -337,6 +351,19 @@ class TorchrunJob:
                     )
         live = len(self.live_ranks())
         self.max_live_ranks = max(self.max_live_ranks, live)
+
+    def _remember_descendants(self, root: int) -> None:
+        frontier = [root]
+        while frontier:
+            found = [child for pid in frontier for child in _children(pid)]
+            frontier = []
+            for pid in found:
+                stat = read_stat(pid)
+                if stat is None:
+                    continue  # gone already
+                with self._lock:
+                    self._descendants[pid] = stat.start_ticks
+                frontier.append(pid)
 
     def _generation_of(self, agent_pid: int, env: dict[str, str]) -> int:
         """A new rank process's generation (called with the lock held). One node: by
