@@ -39,7 +39,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import write_cost_results
+from bench.snapshot_cost import sizes_mb, tmpfs_scratch
 
 GB = 1e9
 JOB = "bench-replica-push"
@@ -253,13 +253,11 @@ def run(args: argparse.Namespace) -> int:
     if (os.cpu_count() or 1) < 2:
         print("replica-push-cost needs 2 cores (the step on one, the push on another)")
         return 2
-    sizes = [int(s) for s in str(args.sizes_mb).split(",") if s.strip()]
     load = os.getloadavg()
-    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-    with tempfile.TemporaryDirectory(dir=shm, prefix="lazarus-replica-push-cost-") as scratch:
+    with tmpfs_scratch("lazarus-replica-push-cost-") as scratch:
         rows = [
             measure(placement, size, max(1, args.repeats), max(3, args.steps), Path(scratch))
-            for size in sizes
+            for size in sizes_mb(args.sizes_mb)
             for placement in PLACEMENTS
         ]
     write_cost_results(

@@ -123,15 +123,27 @@ def add_command(commands: Any) -> None:
     parser.add_argument("--json-out", type=Path)
 
 
+def sizes_mb(text: str) -> list[int]:
+    """``--sizes-mb``'s comma-separated MiB."""
+    return [int(size) for size in str(text).split(",") if size.strip()]
+
+
+def tmpfs_scratch(prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A scratch directory in tmpfs (``/dev/shm``, where the memory tier lives), or
+    the default temporary directory where there is none; removed on exit."""
+    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+    return tempfile.TemporaryDirectory(dir=shm, prefix=prefix)
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)  # one core's copy, and the machine is shared
-    sizes = [int(s) for s in str(args.sizes_mb).split(",") if s.strip()]
     load = os.getloadavg()
-    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-    with tempfile.TemporaryDirectory(dir=shm, prefix="lazarus-snapshot-cost-") as scratch:
-        rows = [measure(size, max(1, args.repeats), Path(scratch)) for size in sizes]
+    with tmpfs_scratch("lazarus-snapshot-cost-") as scratch:
+        rows = [
+            measure(size, max(1, args.repeats), Path(scratch)) for size in sizes_mb(args.sizes_mb)
+        ]
     write_cost_results(
         "snapshot-cost",
         args.json_out,
