@@ -107,7 +107,7 @@ def test_quick_compare_runs_faults_under_both_systems(tmp_path: Path) -> None:
     assert set(runs) == {(s, system) for s in FAULTS for system in SYSTEMS}
     for (scenario, system), run in runs.items():
         if (scenario, system) == ("pause_resume", "torchrun"):
-            assert run["status"] == "not_possible" and run["note"]
+            assert run["status"] == "not_possible" and run["not_possible"]
             continue
         assert run["status"] == "ok", (scenario, system, run["error"])
         if (scenario, system) == ("hang", "torchrun"):
