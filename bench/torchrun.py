@@ -268,29 +268,25 @@ class TorchrunJob:
         return bool(self.agents) and self.agent.poll() is None
 
     def kill_processes(self) -> None:
-        """SIGKILL every agent and every rank ever seen (a stopped process dies too)
-        and wait until they are gone; the job can be started again afterwards."""
+        """SIGKILL every agent and every process ever seen under one (a stopped process
+        dies too) and wait until they are gone; the job can be started again afterwards."""
         for agent in self.agents:
             if agent.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(agent.pid, signal.SIGKILL)
                 agent.wait()
         self._poll_once()  # a rank started in the last few ms
+        # Every process ever seen under an agent, not only its process group: the ranks
+        # run in sessions of their own, and so do NVRx's rank monitors, which an agent
+        # killed alone (a controller crash) leaves orphaned.
         with self._lock:
-            seen = list(self._descendants.items())
-        for proc in self.live_ranks():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-        # An agent killed alone (a controller crash) orphans what it started in
-        # sessions of its own, out of its process group's reach: NVRx's rank monitors.
-        for pid, start_ticks in seen:
+            seen = {**self._descendants, **{r.pid: r.start_ticks for r in self.ranks}}
+        for pid, start_ticks in seen.items():
             if is_alive(pid, start_ticks):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline and (
-            self.live_ranks() or any(is_alive(pid, ticks) for pid, ticks in seen)
-        ):
+        while time.monotonic() < deadline and any(map(is_alive, seen.keys(), seen.values())):
             time.sleep(0.02)
 
     def stop(self) -> None:
