@@ -20,6 +20,8 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -71,7 +73,10 @@ _EAGER_SCRIPT = textwrap.dedent(
 )
 
 
-def _start_ranks(script: str, tmp_path: Path) -> list[subprocess.Popen[str]]:
+@contextmanager
+def _two_ranks(script: str, tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    """Ranks 0 and 1 running ``script`` with the memory tier on; killed if still
+    running on exit."""
     port = free_port()
     ranks = []
     for rank in (0, 1):
@@ -96,23 +101,23 @@ def _start_ranks(script: str, tmp_path: Path) -> list[subprocess.Popen[str]]:
                 text=True,
             )
         )
-    return ranks
+    try:
+        yield ranks
+    finally:
+        for process in ranks:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 @pytest.mark.timeout(240)
 def test_a_peer_dying_as_the_snapshot_group_forms_raises_within_the_group_timeout(
     tmp_path: Path,
 ) -> None:
-    ranks = _start_ranks(_SCRIPT, tmp_path)
-    try:
+    with _two_ranks(_SCRIPT, tmp_path) as ranks:
         # 30 minutes without the fix; the group's 5 s with it, plus a busy machine's slack.
         survivor_output, _ = ranks[0].communicate(timeout=180)
         ranks[1].wait(timeout=60)
-    finally:
-        for process in ranks:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
     assert "peer failure: True" in survivor_output, survivor_output[-3000:]
 
 
@@ -120,13 +125,7 @@ def test_a_peer_dying_as_the_snapshot_group_forms_raises_within_the_group_timeou
 def test_the_snapshot_group_forms_with_the_process_group_not_mid_training(
     tmp_path: Path,
 ) -> None:
-    ranks = _start_ranks(_EAGER_SCRIPT, tmp_path)
-    try:
+    with _two_ranks(_EAGER_SCRIPT, tmp_path) as ranks:
         outputs = [process.communicate(timeout=180)[0] for process in ranks]
-    finally:
-        for process in ranks:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
     for output in outputs:
         assert "snapshot group at init: True" in output, output[-3000:]
