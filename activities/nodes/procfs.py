@@ -19,6 +19,7 @@ from pathlib import Path
 class ProcStat:
     pid: int
     state: str
+    ppid: int
     pgrp: int
     start_ticks: int
 
@@ -30,7 +31,13 @@ def read_stat(pid: int) -> ProcStat | None:
         return None
     # The command name sits in parentheses and may itself contain spaces or parens.
     fields = raw[raw.rindex(")") + 2 :].split()
-    return ProcStat(pid=pid, state=fields[0], pgrp=int(fields[2]), start_ticks=int(fields[19]))
+    return ProcStat(
+        pid=pid,
+        state=fields[0],
+        ppid=int(fields[1]),
+        pgrp=int(fields[2]),
+        start_ticks=int(fields[19]),
+    )
 
 
 def is_alive(pid: int, expected_start_ticks: int | None = None) -> bool:

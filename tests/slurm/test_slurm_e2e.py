@@ -24,6 +24,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import GenerationDir, generations, read_json, runs
 from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_commands import job_steps
@@ -144,18 +145,38 @@ def all_generations(job: Job) -> list[GenerationDir]:
 
 
 def kill_node(cluster: TestSlurm, gen: GenerationDir, rank: int, node: str) -> float:
-    """A node dies: its slurmd, and the step's processes there (slurmstepd, the task,
-    the rank), all SIGKILLed. Returns when (wall clock)."""
+    """A node dies, with ``rank`` of ``gen`` on it (:func:`kill_node_processes`).
+    Returns when (wall clock)."""
     record = read_json(gen.pid_file(rank))
     assert record is not None and record["slurm_node"] == node
-    wrapper, rank_pid = int(record["wrapper_pid"]), int(record["pid"])
-    stepd = int(Path(f"/proc/{wrapper}/stat").read_text().rsplit(")", 1)[1].split()[1])
     at = time.time()
+    kill_node_processes(cluster, node)
+    return at
+
+
+def kill_node_processes(cluster: TestSlurm, node: str) -> None:
+    """A node of ``cluster`` dies: its slurmd, and every process of its steps (tasks,
+    a warm node's zygote and the ranks forked from it, their slurmstepd), all
+    SIGKILLed. The steps' processes are those whose environment names this node
+    (``SLURMD_NODENAME``, which forks inherit) of this cluster (``SLURM_CONF``: a
+    private cluster's nodes have the session cluster's names)."""
     cluster.kill_slurmd(node)
-    for pid in (stepd, wrapper, rank_pid):
+    marks = {f"SLURMD_NODENAME={node}".encode(), f"SLURM_CONF={cluster.conf}".encode()}
+    tasks = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marks <= set((entry / "environ").read_bytes().split(b"\0")):
+                    tasks.append(int(entry.name))
+    assert tasks, f"no process of a step on {node}"
+    stepds = set()
+    for stat in map(read_stat, tasks):
+        with contextlib.suppress(OSError):
+            if stat and Path(f"/proc/{stat.ppid}/comm").read_text().startswith("slurmstepd"):
+                stepds.add(stat.ppid)
+    for pid in [*stepds, *tasks]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    return at
 
 
 def assert_weights(job: Job, reference: Path) -> None:

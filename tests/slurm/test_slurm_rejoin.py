@@ -14,8 +14,6 @@ step with ``-s``."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -37,6 +35,7 @@ from tests.slurm.test_slurm_e2e import (
     all_generations,
     assert_weights,
     harness,
+    kill_node_processes,
     reference,  # noqa: F401 - the module's fault-free weights fixture
     slurm_job_spec,
 )
@@ -68,6 +67,12 @@ def warm_spec(
     )
 
 
+def since_fault(incident: Incident) -> str:
+    """The incident's phases, each as seconds after the fault, on one line."""
+    phases = incident.timeline.durations() if incident.timeline is not None else []
+    return ", ".join(f"{p.phase} +{p.since_fault_s:.2f} s" for p in phases)
+
+
 async def crash_rank(job: Job, rank: int = 1) -> tuple[JobStatus, Incident]:
     """SIGKILL ``rank`` (on node n2) at step 25 and wait for the job: it succeeds after
     one crash of that rank, and no rank was ever alive in two processes at once. Prints
@@ -82,11 +87,10 @@ async def crash_rank(job: Job, rank: int = 1) -> tuple[JobStatus, Incident]:
     assert len(status.incidents) == 1, seen
     [incident] = status.incidents
     assert incident.kind == "crash" and incident.rank == rank, incident
-    phases = incident.timeline.durations() if incident.timeline is not None else []
-    since = ", ".join(f"{p.phase} +{p.since_fault_s:.2f} s" for p in phases)
     print(
-        f"slurm rank crash, rejoin={job.spec.rejoins is not None}: after the fault: {since}; "
-        f"restart_path={incident.restart_path}, steps_lost={incident.steps_lost}"
+        f"slurm rank crash, rejoin={job.spec.rejoins is not None}: after the fault: "
+        f"{since_fault(incident)}; restart_path={incident.restart_path}, "
+        f"steps_lost={incident.steps_lost}"
     )
     return status, incident
 
@@ -164,31 +168,6 @@ async def test_with_two_ranks_a_node_only_the_killed_rank_restarts_on_slurm(
         assert_weights(job, reference_4)
 
 
-def kill_warm_node(cluster: TestSlurm, node: str) -> None:
-    """A warm node dies: its slurmd, and every process of its steps (the zygote, the
-    ranks forked from it, their slurmstepd), all SIGKILLed. They are found by the
-    ``SLURMD_NODENAME`` Slurm gives a step's tasks, which forks inherit."""
-    cluster.kill_slurmd(node)
-    tasks = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            if f"SLURMD_NODENAME={node}".encode() in environ:
-                tasks.append(int(entry.name))
-    assert tasks, f"no process of a step on {node}"
-    parents = set()
-    for pid in tasks:
-        with contextlib.suppress(OSError):
-            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            if Path(f"/proc/{parent}/comm").read_text().startswith("slurmstepd"):
-                parents.add(parent)
-    for pid in [*parents, *tasks]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
 @pytest.mark.timeout(600)
 async def test_a_lost_node_restarts_on_the_spare_and_the_other_node_rejoins_on_slurm(
     own_slurm: Callable[[], TestSlurm],
@@ -208,7 +187,7 @@ async def test_a_lost_node_restarts_on_the_spare_and_the_other_node_rejoins_on_s
         kept = (read_json(first.pid_file(0)) or {}).get("pid")
         with rank_fencing(job) as twice:
             killed_at = time.time()
-            kill_warm_node(cluster, "n2")
+            kill_node_processes(cluster, "n2")
             status = await job.result(timeout_s=400)
         assert not any(twice), f"a rank alive twice: {[s for s in twice if s]}"
         assert status.phase == Phase.SUCCEEDED, status
@@ -223,11 +202,9 @@ async def test_a_lost_node_restarts_on_the_spare_and_the_other_node_rejoins_on_s
         assert {r["rank"]: r["node"] for r in launched["ranks"]} == {0: "n1", 1: "n3"}
         assert launched["rejoined"] == [0]
         assert_weights(job, reference)
-        phases = incident.timeline.durations() if incident.timeline is not None else []
-        since = ", ".join(f"{p.phase} +{p.since_fault_s:.2f} s" for p in phases)
         print(
             f"slurm node loss with rejoin ({incident.kind} on {incident.node}): after the "
-            f"fault: {since}; first step on the spare "
+            f"fault: {since_fault(incident)}; first step on the spare "
             f"{(incident.first_step_at or 0) - killed_at:.2f} s after the kill; "
             f"steps_lost={incident.steps_lost}"
         )
