@@ -47,8 +47,13 @@ What a shared answer may not hide, and how it does not:
   Rank exits, crashes and hangs are read from the shared filesystem (exit, pid and
   heartbeat files) every poll, not from Slurm: they are not delayed.
 
-A failed command fails every caller that waited for it (each would have failed
-alone) and is not reused: the next caller asks again. The cache is per process
+A failed command (``squeue`` or ``scontrol`` refused, slurmctld down or rate-limiting:
+an error, or no steps answer) fails every caller that waited for it (each would have
+failed alone), and its failure is shared like an answer: it serves later callers for
+the interval, doubled for each failure in a row up to :data:`MAX_BACKOFF_S`, so a
+refusing or overloaded slurmctld gets fewer calls, never more (issue 37, N5: before,
+each failure was asked again at once, about 12 commands a second for a 64-node job).
+The first answer after it restarts at the interval. The cache is per process
 (:data:`ROUNDS`): the node agents of one activity are made separately, and two
 jobs' supervisions in one allocation share it too. Stops, launches and preflights
 do not use it: they need an answer asked after what they did.
@@ -79,6 +84,10 @@ seen, plus one poll interval."""
 ENDED_MEMORY_S = 60.0
 """How long a rank seen ended is remembered as seen (:meth:`SlurmRounds.rank_ended`):
 one still ended after it counts as new once more, a command a minute at most."""
+MAX_BACKOFF_S = 16.0
+"""The longest a failure serves later callers: the interval doubles for each failure
+of one command in a row (2, 4, 8, 16 s), so Slurm that stays down costs about 3
+commands every 16 s per job, and one that comes back is asked again within 16 s."""
 NODE_INTEREST_S = 10.0
 """A node polled within this long is asked about in every ``scontrol``; one no
 longer polled (replaced, the job ended) drops out after it."""
@@ -90,42 +99,63 @@ NodeStates = dict[str, tuple[set[str], str]]
 
 @dataclass
 class _Flight(Generic[T]):
-    """One command: in flight until ``done`` is set, then its value or error."""
+    """One command: in flight until ``done`` is set, then its value or error, and how
+    long it serves later callers (``hold``: the interval, longer for a failure)."""
 
     started: float
     covers: frozenset[str] = frozenset()
     done: threading.Event = field(default_factory=threading.Event)
     value: T | None = None
     error: BaseException | None = None
+    failed: bool = False
+    hold: float = 0.0
 
-    def usable(self, not_before: float, wanted: frozenset[str]) -> bool:
-        failed = self.done.is_set() and self.error is not None
-        return not failed and self.started >= not_before and wanted <= self.covers
+    def usable(self, now: float, asked_after: float | None, wanted: frozenset[str]) -> bool:
+        """In flight, or done within its hold and at or after ``asked_after``. A failure
+        serves whatever is ``wanted``: Slurm that cannot answer for some nodes cannot
+        for any."""
+        if asked_after is not None and self.started < asked_after:
+            return False
+        if not self.done.is_set():
+            return wanted <= self.covers
+        if self.started < now - self.hold:
+            return False
+        return self.failed or wanted <= self.covers
 
 
 class _Shared(Generic[T]):
-    """Each key's newest command, joined or reused by callers that accept it."""
+    """Each key's newest command, joined or reused by callers that accept it, and how
+    many of its commands failed in a row (the backoff)."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        ttl_s: float,
+        failed: Callable[[T], bool] = lambda _: False,
+    ) -> None:
         self._clock = clock
+        self._ttl_s = ttl_s
+        self._failed = failed
         self._lock = threading.Lock()
         self._flights: dict[str, _Flight[T]] = {}
+        self._failures: dict[str, int] = {}
 
     def get(
         self,
         key: str,
         fetch: Callable[[frozenset[str]], T],
         *,
-        not_before: float,
+        asked_after: float | None = None,
         wanted: frozenset[str] = frozenset(),
         covers: Callable[[], frozenset[str]] = frozenset,
     ) -> tuple[T, float]:
-        """The value of a command started at or after ``not_before`` whose ``covers``
-        include ``wanted`` (run now with ``wanted | covers()`` if none is), and when
-        that command started."""
+        """The value of a command that is still usable (see :meth:`_Flight.usable`),
+        started at or after ``asked_after``, whose ``covers`` include ``wanted`` (run
+        now with ``wanted | covers()`` if none is), and when that command started.
+        Raises the error of a failed one."""
         with self._lock:
             flight = self._flights.get(key)
-            mine = flight is None or not flight.usable(not_before, wanted)
+            mine = flight is None or not flight.usable(self._clock(), asked_after, wanted)
             if mine:
                 flight = _Flight(started=self._clock(), covers=wanted | covers())
                 self._flights[key] = flight
@@ -137,15 +167,31 @@ class _Shared(Generic[T]):
                 flight.error = exc
                 raise
             finally:
-                flight.done.set()
+                self._settle(key, flight)
         flight.done.wait()
         if flight.error is not None:
             raise flight.error
         return flight.value, flight.started  # type: ignore[return-value]
 
+    def _settle(self, key: str, flight: _Flight[T]) -> None:
+        """Mark ``flight`` done, with its hold: the interval for an answer; for a
+        failure, the interval doubled for each failure in a row before it."""
+        failed = flight.error is not None or self._failed(flight.value)  # type: ignore[arg-type]
+        with self._lock:
+            count = self._failures.get(key, 0) + 1 if failed else 0
+            self._failures[key] = count
+            flight.failed = failed
+            flight.hold = (
+                min(self._ttl_s * 2 ** (count - 1), max(MAX_BACKOFF_S, self._ttl_s))
+                if failed
+                else self._ttl_s
+            )
+        flight.done.set()
+
     def forget(self) -> None:
         with self._lock:
             self._flights.clear()
+            self._failures.clear()
 
 
 class SlurmRounds:
@@ -162,9 +208,10 @@ class SlurmRounds:
         self.ttl_s = ttl_s
         self._runner = runner
         self._clock = clock
-        self._steps: _Shared[Steps] = _Shared(clock)
-        self._states: _Shared[NodeStates] = _Shared(clock)
-        self._job_states: _Shared[str | None] = _Shared(clock)
+        # No steps answer (None) is a failure too: Slurm could not be asked.
+        self._steps: _Shared[Steps] = _Shared(clock, ttl_s, failed=lambda steps: steps is None)
+        self._states: _Shared[NodeStates] = _Shared(clock, ttl_s)
+        self._job_states: _Shared[str | None] = _Shared(clock, ttl_s)
         self._lock = threading.Lock()
         self._interest: dict[str, float] = {}
         """node -> when it was last asked about (monotonic)."""
@@ -179,12 +226,10 @@ class SlurmRounds:
 
     def steps(self, job: str, asked_after: float | None = None) -> tuple[Steps, float]:
         """The job's steps (as :func:`~activities.nodes.slurm_commands.job_steps`: None
-        when Slurm cannot be asked), from a ``squeue`` started within the TTL and at or
-        after ``asked_after``; and when that ``squeue`` started."""
-        not_before = self._clock() - self.ttl_s
-        if asked_after is not None:
-            not_before = max(not_before, asked_after)
-        return self._steps.get(job, lambda _: job_steps(job, self._runner), not_before=not_before)
+        when Slurm cannot be asked), from a ``squeue`` started within the TTL (or the
+        backoff, after failures) and at or after ``asked_after``; and when that
+        ``squeue`` started."""
+        return self._steps.get(job, lambda _: job_steps(job, self._runner), asked_after=asked_after)
 
     def rank_ended(self, job: str, ranks: Iterable[str]) -> None:
         """A poll saw ``ranks`` of ``job`` ended (an exit file, or their step gone);
@@ -213,11 +258,8 @@ class SlurmRounds:
         started within the interval and at or after ``asked_after`` (the steps answer
         that made the caller ask: an older state would be older news). Raises
         :class:`~activities.nodes.slurm_commands.SlurmCommandFailed`."""
-        not_before = self._clock() - self.ttl_s
-        if asked_after is not None:
-            not_before = max(not_before, asked_after)
         state, _ = self._job_states.get(
-            str(job), lambda _: job_state(job, self._runner), not_before=not_before
+            str(job), lambda _: job_state(job, self._runner), asked_after=asked_after
         )
         return state
 
@@ -234,7 +276,6 @@ class SlurmRounds:
         states, _ = self._states.get(
             "",
             self._ask_states,
-            not_before=now - self.ttl_s,
             wanted=frozenset({node}),
             covers=self._interesting,
         )

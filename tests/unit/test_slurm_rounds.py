@@ -6,12 +6,15 @@ A fake command runner (:class:`bench.slurm_calls.FakeSlurm`) stands in for
 
 from __future__ import annotations
 
+import itertools
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from activities.nodes.slurm_preemption import preemption_notice
-from activities.nodes.slurm_rounds import QUERY_INTERVAL_S, SlurmRounds
+from activities.nodes.slurm_rounds import MAX_BACKOFF_S, QUERY_INTERVAL_S, SlurmRounds
 from bench import slurm_calls
 from bench.slurm_calls import (
     JOB,
@@ -21,6 +24,7 @@ from bench.slurm_calls import (
     generation,
     poll_round,
     start_step,
+    supervise_round,
 )
 from lazarus.domain.spec import SlurmSpec
 
@@ -147,7 +151,7 @@ def test_a_node_slurm_does_not_list_is_asked_alone(tmp_path: Path) -> None:
     assert scontrols == ["n0,n1", "n1"]
 
 
-def test_slurm_unreachable_is_shared_and_asked_again(tmp_path: Path) -> None:
+def test_slurm_unreachable_is_shared_and_asked_again_after_the_interval(tmp_path: Path) -> None:
     slurm = FakeSlurm()
     gen, names = generation(tmp_path, slurm, 4)
     rounds = SlurmRounds(runner=slurm.run, clock=slurm.clock)
@@ -155,10 +159,95 @@ def test_slurm_unreachable_is_shared_and_asked_again(tmp_path: Path) -> None:
     statuses = poll_round(gen, agents(names, rounds), threads=False)
     # Not the nodes' fault, not the ranks' deaths: as before, nothing is judged.
     assert all(s.reachable and all(r.alive for r in s.ranks) for s in statuses)
+    assert slurm.count("scontrol") == 1, "one failure serves the whole round"
     slurm.fail = False
-    before = slurm.count("scontrol")
-    poll_round(gen, agents(names, rounds))  # within the TTL of the failed one
-    assert slurm.count("scontrol") == before + 1, "a failed answer is not reused"
+    poll_round(gen, agents(names, rounds))  # within the interval of the failed one
+    assert slurm.count("scontrol") == 1, "a failure is shared like an answer (N5)"
+    slurm.now += QUERY_INTERVAL_S + 0.01
+    statuses = poll_round(gen, agents(names, rounds))
+    assert slurm.count("scontrol") == 2, "asked again once the interval is over"
+    assert all(s.reachable for s in statuses)
+
+
+class RefusingSlurm(FakeSlurm):
+    """slurmctld up but refusing (``rl_enable``'s rate limit): every command exits 1
+    with an error line, instead of :attr:`FakeSlurm.fail`'s no answer at all."""
+
+    refuse = False
+
+    def run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        if not self.refuse:
+            return super().run(argv)
+        with self._lock:
+            self.calls.append(argv)
+            self.now += 0.001
+        return subprocess.CompletedProcess(argv, 1, "", "Rate limit exceeded, try again\n")
+
+
+def supervise_for(slurm: FakeSlurm, nodes: int, seconds: float, tmp_path: Path) -> int:
+    """Commands sent while supervising a ``nodes``-node job for ``seconds`` of the
+    fake clock, a round (every node's poll, then the preemption check) every
+    ``poll_interval_s``, as :func:`bench.slurm_calls.measure` does."""
+    gen, names = generation(tmp_path, slurm, nodes)
+    polled = agents(names, SlurmRounds(runner=slurm.run, clock=slurm.clock))
+    before = len(slurm.calls)
+    start = slurm.now
+    with ThreadPoolExecutor(nodes) as pool:
+        while slurm.now - start < seconds:
+            at = slurm.now
+            statuses = supervise_round(gen, polled, pool)
+            # Slurm that cannot answer is nobody's loss and nobody's death.
+            assert all(s.reachable and all(r.alive for r in s.ranks) for s in statuses)
+            slurm.now = at + POLL_INTERVAL_S
+    return len(slurm.calls) - before
+
+
+@pytest.mark.parametrize("how", ["down", "refusing"])
+def test_a_failing_slurmctld_gets_at_most_one_command_a_second_at_64_nodes(
+    tmp_path: Path, how: str
+) -> None:
+    """Issue 37, N5: each failure used to be asked again by the next poll: 119
+    commands in 10 s for a 64-node job (11.9 a second) when slurmctld was down or
+    rate-limiting, the storm issue 29 removed, at the worst time. A failure is now
+    shared for the interval, and for longer while it keeps failing."""
+    slurm = RefusingSlurm()
+    if how == "down":
+        slurm.fail = True  # no answer within the timeout
+    else:
+        slurm.refuse = True  # an error line, exit 1
+    seconds = 10.0
+    sent = supervise_for(slurm, 64, seconds, tmp_path)
+    assert sent <= seconds, (sent, slurm.calls[:10])
+
+
+def test_a_failure_in_a_row_waits_longer_and_an_answer_restarts_the_interval(
+    tmp_path: Path,
+) -> None:
+    slurm = FakeSlurm()
+    gen, names = generation(tmp_path, slurm, 2)
+    rounds = SlurmRounds(runner=slurm.run, clock=slurm.clock)
+    polled = agents(names, rounds)
+    slurm.fail = True
+    asked_at: list[float] = []
+    start = slurm.now
+    while slurm.now - start < 40.0:
+        before = slurm.count("scontrol")
+        poll_round(gen, polled, threads=False)
+        if slurm.count("scontrol") > before:
+            asked_at.append(round(slurm.now - start, 1))
+        slurm.now += POLL_INTERVAL_S
+    gaps = [b - a for a, b in itertools.pairwise(asked_at)]
+    assert gaps == pytest.approx(
+        [2.0, 4.0, 8.0, MAX_BACKOFF_S, MAX_BACKOFF_S][: len(gaps)], abs=0.6
+    )
+    assert len(gaps) >= 4, asked_at
+    slurm.fail = False
+    slurm.now += MAX_BACKOFF_S
+    poll_round(gen, polled, threads=False)
+    asked = slurm.count("scontrol")
+    slurm.now += QUERY_INTERVAL_S + 0.01
+    poll_round(gen, polled, threads=False)
+    assert slurm.count("scontrol") == asked + 1, "an answer serves the interval, no longer"
 
 
 def test_forget_makes_the_next_poll_ask(tmp_path: Path) -> None:
