@@ -69,6 +69,9 @@ from lazarus.app.client_errors import (
     MissingSearchAttributes as MissingSearchAttributes,
 )
 from lazarus.app.client_errors import (
+    NotAJob as NotAJob,
+)
+from lazarus.app.client_errors import (
     RequestRejected as RequestRejected,
 )
 from lazarus.app.client_errors import (
@@ -97,7 +100,8 @@ from lazarus.domain.api import (
     workflow_id_for,
 )
 from lazarus.domain.contracts import CheckpointRef, SupervisionProgress
-from lazarus.domain.spec import JobSpec
+from lazarus.domain.spec import JobSpec, SpecError
+from lazarus.domain.spec_base import job_name_problem
 from workflows.current_details import start_details, start_summary
 from workflows.state import (
     ForceRecover,
@@ -120,6 +124,7 @@ __all__ = [
     "JobRef",
     "JobRow",
     "MissingSearchAttributes",
+    "NotAJob",
     "RequestRejected",
     "ServerUnreachable",
     "StartPlan",
@@ -337,6 +342,9 @@ def plan_start(
     from, when known, so the plan shows the variables that point at it."""
     job_input = what if isinstance(what, JobInput) else JobInput(spec=what)
     spec = job_input.spec
+    problem = job_name_problem(spec.name)
+    if problem is not None:
+        raise SpecError([f"name: {problem}"])
     return StartPlan(
         job=spec.name,
         workflow_id=workflow_id_for(spec.name),
@@ -568,6 +576,8 @@ class JobClient:
         continue-as-new). Raises :class:`JobEndedWithoutResult` if it was cancelled,
         terminated or failed as a workflow."""
         name = _name(job)
+        with self._translated():
+            await self._describe(name)  # a job's, not a fleet's
         handle = self.temporal.get_workflow_handle(workflow_id_for(name), result_type=JobStatus)
         with self._translated():
             try:
@@ -712,11 +722,16 @@ class JobClient:
     ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
         handle = self.temporal.get_workflow_handle(workflow_id_for(name))
         try:
-            return handle, await handle.describe()
+            description = await handle.describe()
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 raise JobNotFound(name) from None
             raise
+        # Every command describes first: one on another workflow type under a job's id
+        # (fleet x's lazarus-fleet-x, for job "fleet-x") is refused before it is sent.
+        if description.workflow_type != WORKFLOW_TYPE:
+            raise NotAJob(name, description.id, description.workflow_type)
+        return handle, description
 
     async def _live_progress(
         self, description: WorkflowExecutionDescription

@@ -52,6 +52,25 @@ class JobNotFound(ClientError):
         return JobNotFound(self.job, [row.job for row in rows])
 
 
+class NotAJob(JobNotFound):
+    """The job's workflow id names a workflow that is not a job: ``lazarus-fleet-<x>``
+    is fleet ``<x>``'s, which a job named ``fleet-<x>`` (refused since issue 37, N6)
+    would have shared. Nothing is sent to it: a job command must never act on a fleet."""
+
+    def __init__(self, job: str, workflow_id: str, workflow_type: str) -> None:
+        ClientError.__init__(
+            self,
+            f"no job named '{job}': {workflow_id} is a {workflow_type} workflow, not a job; "
+            "nothing sent (a fleet is steered with 'lazarus fleet')",
+        )
+        self.job = job
+        self.workflow_type = workflow_type
+
+    async def with_suggestion(self, jobs: ListsJobs) -> JobNotFound:
+        """Itself: the name is there, only not a job's."""
+        return self
+
+
 class JobAlreadyRunning(ClientError):
     """A job name runs at most once at a time."""
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from lazarus.domain import environment as env_names
 from lazarus.domain.failure_classes import PLAYBOOK_CLASSES
-from lazarus.domain.spec_base import JOB_NAME_PATTERN, _Strict, repeated
+from lazarus.domain.spec_base import JOB_NAME_PATTERN, _Strict, job_name_problem, repeated
 from lazarus.domain.spec_nodes import (
     PREEMPT_MARKER_PREFIX,
     NodeSpec,
@@ -592,11 +592,17 @@ it was never read."""
 
 
 def _refused_fields(data: dict[object, object]) -> list[tuple[str, str]]:
-    """Fields a spec file may not set although the model accepts them (see above)."""
+    """Fields a spec file may not set although the model accepts them (see above, and
+    :func:`~lazarus.domain.spec_base.job_name_problem`)."""
+    refused: list[tuple[str, str]] = []
+    name = data.get("name")
+    problem = job_name_problem(name) if isinstance(name, str) else None
+    if problem is not None:
+        refused.append(("name", problem))
     playbook = data.get("playbook")
     if isinstance(playbook, dict) and "straggler" in playbook:
-        return [("playbook.straggler", STRAGGLER_PLAYBOOK_REFUSED)]
-    return []
+        refused.append(("playbook.straggler", STRAGGLER_PLAYBOOK_REFUSED))
+    return refused
 
 
 LineOf = Callable[[tuple[int | str, ...]], int | None]

@@ -12,11 +12,12 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -27,6 +28,7 @@ from lazarus.app.client import (
     JobClosed,
     JobHandle,
     JobNotFound,
+    NotAJob,
     RequestRejected,
     StartPlan,
     StatusView,
@@ -34,7 +36,7 @@ from lazarus.app.client import (
 from lazarus.app.devserver import DevServer
 from lazarus.app.outcome import Outcome
 from lazarus.app.settings import ConnectionSettings, ServerUnreachable
-from lazarus.domain.api import workflow_id_for
+from lazarus.domain.api import FLEET_WORKFLOW_TYPE, fleet_workflow_id, workflow_id_for
 from lazarus.domain.contracts import FailureReport
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec
@@ -147,6 +149,40 @@ async def test_an_unknown_job_is_job_not_found(jobs: JobClient) -> None:
         with pytest.raises(JobNotFound, match=f"no job named '{name}'"):
             await call(name)
     await jobs.ensure_not_running(name)  # a free name is fine to start
+
+
+async def test_a_job_command_on_a_fleets_workflow_id_sends_nothing(jobs: JobClient) -> None:
+    """Issue 37, N6: job ``fleet-<x>``'s id is fleet ``<x>``'s (``lazarus-fleet-<x>``),
+    and ``lazarus cancel fleet-<x>`` used to cancel the fleet (its leases, quarantines
+    and lemon history with it). A fleet workflow on a queue nobody polls stands in for
+    the fleet: every job command is refused before anything reaches it."""
+    fleet = f"n6-{uuid.uuid4().hex[:6]}"
+    handle = await jobs.temporal.start_workflow(
+        FLEET_WORKFLOW_TYPE,
+        id=fleet_workflow_id(fleet),
+        task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
+    )
+    try:
+        name = f"fleet-{fleet}"
+        assert workflow_id_for(name) == handle.id  # the collision the names rule out
+        calls: list[Callable[[str], Awaitable[object]]] = [
+            jobs.cancel,
+            jobs.pause,
+            jobs.resume,
+            lambda job: jobs.recover(job),
+            lambda job: jobs.drain(job, "a"),
+            jobs.status,
+        ]
+        for call in calls:
+            with pytest.raises(NotAJob, match="LazarusFleet workflow, not a job; nothing sent"):
+                await call(name)
+        await jobs.ensure_not_running(name)  # no job of that name runs
+        history = await handle.fetch_history()
+        kinds = [EventType.Name(e.event_type) for e in history.events]
+        assert not [k for k in kinds if "CANCEL" in k or "SIGNAL" in k], kinds
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    finally:
+        await handle.terminate("test teardown")
 
 
 async def test_no_server_is_server_unreachable() -> None:
