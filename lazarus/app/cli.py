@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 import yaml
-from rich.console import Console
+from rich.text import Text
 
 from activities.worker_settings import WorkerSettingsError
 from lazarus.app import cli_render as render
 from lazarus.app import cli_start_checks, cli_wait
+from lazarus.app.cli_output import console, plain, say
 from lazarus.app.cli_wait import ThroughOperatorOption, TimeoutOption
 from lazarus.app.client import (
     ClientError,
@@ -67,6 +68,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts are plain text: "[rank N]" is not a style tag
 )
 
 
@@ -78,12 +80,8 @@ class Refusal(ClientError):
 # --- plumbing -----------------------------------------------------------------------------
 
 
-def _out() -> Console:
-    return Console(highlight=False)
-
-
 def _fail(message: str, code: int = 1) -> NoReturn:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(message, markup=False)
+    say(message, stderr=True)
     raise typer.Exit(code)
 
 
@@ -101,7 +99,7 @@ def _said(job: str, action: str, message: str, as_json: bool, accepted: bool = T
     if as_json:
         _print_json({"job": job, "action": action, "accepted": accepted, "message": message})
     else:
-        _out().print(message, markup=False)
+        say(message)
 
 
 def _settings(ctx: typer.Context) -> ConnectionSettings:
@@ -223,7 +221,7 @@ def start(
         and not dry_run
         and any(n.launcher == "ssh" for n in (*spec.nodes, *spec.spares))
     ):
-        problems = cli_start_checks.unusable_nodes(spec_file, spec, _out())
+        problems = cli_start_checks.unusable_nodes(spec_file, spec, console())
         if problems:
             _fail("\n".join(problems), code=2)
     if spec.slurm is not None and not dry_run:
@@ -249,15 +247,14 @@ def start(
                 }
             )
         else:
-            out = _out()
-            out.print("[bold]resolved spec[/]")
-            out.print(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False), markup=False)
-            out.print(render.render_dry_run(plan))
+            say("resolved spec", style="bold")
+            say(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+            console().print(render.render_dry_run(plan))
             if fresh:
-                out.print(f"--fresh would move the checkpoints in {spec.checkpoint_dir} aside")
+                say(f"--fresh would move the checkpoints in {spec.checkpoint_dir} aside")
             elif resume is not None:
                 for line in cli_checkpoints.resume_lines(resume, spec.name):
-                    out.print(line, markup=False)
+                    say(line)
         return
     said: list[str] = []
     plan_holder: list[ResumePlan | None] = []
@@ -278,7 +275,7 @@ def start(
             said.extend(cli_checkpoints.resume_lines(plan, spec.name))
         if not as_json:
             for line in said:
-                _out().print(line, markup=False)
+                say(line)
 
     async def action(jobs: JobClient) -> str:
         await before_start(jobs)
@@ -299,14 +296,17 @@ def start(
         "notes": said,
     }
     if not as_json:
-        out = _out()
-        out.print(f"started job [bold]{spec.name}[/] as workflow {workflow_id}")
+        console().print(
+            Text.assemble(
+                "started job ", plain(spec.name, style="bold"), f" as workflow {workflow_id}"
+            )
+        )
         if url:
-            out.print(f"web UI: {url}", markup=False)
+            say(f"web UI: {url}")
         if not wait:
-            out.print(f"follow it with: lazarus status {spec.name} --watch", markup=False)
+            say(f"follow it with: lazarus status {spec.name} --watch")
         for note in render.start_notes(spec):
-            out.print(note, markup=False, style="yellow")
+            say(note, style="yellow")
     if wait:
         _wait_and_exit(ctx, spec.name, timeout, through_operator, as_json, started=started)
     if as_json:
@@ -317,12 +317,11 @@ async def _follow_first_submit(jobs: JobClient, handle: JobHandle, as_json: bool
     """Submit mode: the workflow's first step submits the allocation; show its wait in
     the queue until the job leaves PENDING (Ctrl-C stops watching, not the job). A
     job Slurm refused has failed: its reason, and exit code 1."""
-    console = Console(stderr=as_json, highlight=False)
-    console.print(
+    say(
         f"job {handle.job} is PENDING: its first step submits the Slurm allocation",
-        markup=False,
+        stderr=as_json,
     )
-    view = await jobs.wait_while_pending(handle, lambda line: console.print(line, markup=False))
+    view = await jobs.wait_while_pending(handle, lambda line: say(line, stderr=as_json))
     if view.phase == Phase.FAILED.value:
         reason = view.status.operator_reason if view.status is not None else None
         raise Refusal(f"job {handle.job} failed: {reason or 'see lazarus status'}")
@@ -336,9 +335,7 @@ def _resume_plan(spec: JobSpec) -> ResumePlan | None:
     try:
         return plan_resume(spec)
     except (OSError, ValueError) as exc:
-        _out().print(
-            f"note: cannot inspect {spec.checkpoint_dir} for a resume point: {exc}", markup=False
-        )
+        say(f"note: cannot inspect {spec.checkpoint_dir} for a resume point: {exc}")
         return None
 
 
@@ -359,13 +356,13 @@ def status(
         _with_client(ctx, lambda jobs: cli_wait.watch_lines(jobs, job, as_json))
         return
     if watch:
-        _with_client(ctx, lambda jobs: cli_wait.watch_live(jobs, job, _out()))
+        _with_client(ctx, lambda jobs: cli_wait.watch_live(jobs, job, console()))
         return
     view = _with_client(ctx, lambda jobs: jobs.status(job))
     if as_json:
         _print_json(render.status_json(view))
     else:
-        _out().print(render.render_status(view))
+        console().print(render.render_status(view))
 
 
 @app.command(help=cli_wait.WAIT_HELP)
@@ -454,7 +451,7 @@ def list_jobs(
     if as_json:
         _print_json(render.job_list_json(rows))
     else:
-        _out().print(render.render_job_list(rows))
+        console().print(render.render_job_list(rows))
 
 
 @app.command()
@@ -543,9 +540,9 @@ def incidents(
     if as_json:
         _print_json(render.incidents_json(found))
     elif not found:
-        _out().print(f"job '{job}' has had no incidents", markup=False)
+        say(f"job '{job}' has had no incidents")
     else:
-        _out().print(render.render_incidents(found))
+        console().print(render.render_incidents(found))
 
 
 @app.command()
@@ -580,9 +577,9 @@ def report(
     if as_json:
         _print_json(cli_report.report_json(data, png, html))
         return
-    _out().print(cli_report.render_report(data))
+    console().print(cli_report.render_report(data))
     for line in written:
-        _out().print(line, markup=False)
+        say(line)
 
 
 @app.command()
@@ -601,10 +598,9 @@ def server(
         command = dev_server_command(port, ui_port, state, ip)
     except DevServerError as exc:
         _fail(str(exc))
-    out = _out()
-    out.print(f"Temporal dev server on {ip}:{port}, state in {state}", markup=False)
-    out.print(f"web UI: http://localhost:{ui_port}", markup=False)
-    out.print("stop it with Ctrl-C", markup=False)
+    say(f"Temporal dev server on {ip}:{port}, state in {state}")
+    say(f"web UI: http://localhost:{ui_port}")
+    say("stop it with Ctrl-C")
     sys.stdout.flush()
     sys.stderr.flush()
     # exec: the server becomes this process, so Ctrl-C and SIGTERM reach it directly
@@ -691,11 +687,11 @@ def classify(
     """Name the failure class of a log, with the lines that decided it. Offline."""
     from lazarus.domain.classifier import classify as classify_log
 
-    if str(logfile) == "-":
-        text = sys.stdin.read()
+    if str(logfile) == "-":  # bytes, as a file is read: a log may hold invalid UTF-8
+        text = sys.stdin.buffer.read().decode(errors="replace")
     else:
         try:
-            text = logfile.read_text(errors="replace")
+            text = logfile.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             _fail(f"{logfile}: cannot read the file: {exc.strerror or exc}", code=2)
     result = classify_log(text, exit_code=exit_code)
@@ -709,12 +705,15 @@ def classify(
     if as_json:
         _print_json(payload)
         return
-    out = _out()
-    out.print(f"[bold]{payload['class']}[/] (confidence {payload['confidence']:.2f})")
+    # Evidence lines are the log's own text ("[rank3]:", "[/INST]"): printed as they are.
+    out = console()
+    out.print(
+        Text.assemble((str(payload["class"]), "bold"), f" (confidence {result.confidence:.2f})")
+    )
     if result.suspect_rank is not None or result.suspect_node is not None:
-        out.print(f"suspect: rank {_dash(result.suspect_rank)}, node {_dash(result.suspect_node)}")
+        say(f"suspect: rank {_dash(result.suspect_rank)}, node {_dash(result.suspect_node)}")
     for line in result.evidence:
-        out.print(f"  [dim]>[/] {line}", markup=True, highlight=False)
+        out.print(Text.assemble(("  > ", "dim"), plain(line)), soft_wrap=True)
 
 
 def _dash(value: object) -> str:
@@ -772,7 +771,7 @@ def verify(
     if as_json:
         _print_json(cli_checkpoints.verification_json(results))
     else:
-        _out().print(cli_checkpoints.render_verification(results))
+        console().print(cli_checkpoints.render_verification(results))
     if not all(r.ok for r in results):
         raise typer.Exit(1)
 
@@ -827,9 +826,9 @@ def checkpoints(
     if as_json:
         _print_json(cli_checkpoints.checkpoints_json(rows))
     elif not rows:
-        _out().print(f"no checkpoints in {directory or ''} {uri or ''}".strip(), markup=False)
+        say(f"no checkpoints in {directory or ''} {uri or ''}".strip())
     else:
-        _out().print(cli_checkpoints.checkpoints_table(rows))
+        console().print(cli_checkpoints.checkpoints_table(rows))
 
 
 def run() -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from lazarus.app.cli_output import console, plain, say
 from lazarus.app.client import ClientError
 from lazarus.app.fleet_client import FleetClient, load_fleet_config
 from lazarus.app.settings import ConnectionProblem, ConnectionSettings, connect
@@ -30,6 +30,7 @@ fleet_app = typer.Typer(
     name="fleet",
     help="One durable memory per cluster: nodes, spares and lemons shared across jobs.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # help texts are plain text, as the main app's
 )
 
 FleetName = Annotated[
@@ -40,7 +41,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output.")
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(message, markup=False)
+    say(message, stderr=True)
     raise typer.Exit(1)
 
 
@@ -84,10 +85,9 @@ def start(
     if as_json:
         typer.echo(json.dumps({"fleet": config.name, "workflow_id": workflow_id}))
         return
-    Console(highlight=False).print(
+    say(
         f"fleet {config.name} started ({workflow_id}): {len(config.nodes)} node(s), "
-        f"{len(config.spares)} shared spare(s)",
-        markup=False,
+        f"{len(config.spares)} shared spare(s)"
     )
 
 
@@ -98,22 +98,22 @@ def status(ctx: typer.Context, fleet: FleetName, as_json: AsJson = False) -> Non
     if as_json:
         typer.echo(view.model_dump_json(indent=2))
         return
-    console = Console(highlight=False)
     counts = ", ".join(f"{state} {count}" for state, count in view.counts.items())
-    console.print(f"fleet {view.name} (run {view.runs}): {counts}", markup=False)
-    console.print(
+    say(f"fleet {view.name} (run {view.runs}): {counts}")
+    say(
         f"shared spare target {view.spare_target}; lemons: {', '.join(view.lemons) or 'none'}; "
         + (
             f"probation: {view.probation_passes} passes"
             if view.probation_passes
             else "probation off (no health command): 'lazarus fleet return' brings nodes back"
-        ),
-        markup=False,
+        )
     )
     table = Table("at", "node", "job", "decision", title="latest decisions")
     for event in view.log[-15:]:
-        table.add_row(_when(event.at), event.node or "", event.job or "", event.what)
-    console.print(table)
+        table.add_row(
+            _when(event.at), plain(event.node or ""), plain(event.job or ""), plain(event.what)
+        )
+    console().print(table)
 
 
 @fleet_app.command("nodes")
@@ -123,7 +123,7 @@ def nodes(ctx: typer.Context, fleet: FleetName, as_json: AsJson = False) -> None
     if as_json:
         typer.echo(json.dumps([n.model_dump(mode="json") for n in view.nodes], indent=2))
         return
-    Console(highlight=False).print(_nodes_table(view))
+    console().print(_nodes_table(view))
 
 
 def _nodes_table(view: FleetStatus) -> Table:
@@ -136,7 +136,7 @@ def _nodes_table(view: FleetStatus) -> Table:
         "incidents",
         "fail/node-h",
         "lemon",
-        title=f"fleet {view.name}",
+        title=plain(f"fleet {view.name}"),
     )
     for node in view.nodes:
         state = node.state.value
@@ -146,11 +146,11 @@ def _nodes_table(view: FleetStatus) -> Table:
             state += " (drain pending)"
         rate = node.failures_per_node_hour
         table.add_row(
-            node.name,
-            state,
-            f"{node.job} ({node.role})" if node.role else node.job or "",
+            plain(node.name),
+            plain(state),
+            plain(f"{node.job} ({node.role})" if node.role else node.job or ""),
             _when(node.since),
-            node.reason + (f" [{node.failure_class}]" if node.failure_class else ""),
+            plain(node.reason + (f" [{node.failure_class}]" if node.failure_class else "")),
             str(node.incidents),
             f"{rate:.2g}" if rate is not None else "-",
             "yes" if node.lemon else "",
@@ -167,7 +167,7 @@ def drain(
 ) -> None:
     """Take a node out of service (a leased one when its job releases it)."""
     reply = _with_fleets(ctx, lambda fleets: fleets.drain(fleet, node, reason))
-    Console(highlight=False).print(reply, markup=False)
+    say(reply)
 
 
 @fleet_app.command("return")
@@ -186,7 +186,7 @@ def return_node(
 ) -> None:
     """Put a quarantined (fenced) node back in service, or cancel a pending drain."""
     reply = _with_fleets(ctx, lambda fleets: fleets.return_node(fleet, node, fenced=fenced))
-    Console(highlight=False).print(reply, markup=False)
+    say(reply)
 
 
 @fleet_app.command("release")
@@ -208,7 +208,7 @@ def release(
     """Free the nodes of a job that ended without giving them back (terminated, or its
     release never reached the fleet). Refused while the job's workflow is open."""
     reply = _with_fleets(ctx, lambda fleets: fleets.release(fleet, job, fenced=fenced))
-    Console(highlight=False).print(reply, markup=False)
+    say(reply)
 
 
 def _when(at: float) -> str:

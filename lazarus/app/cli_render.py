@@ -11,11 +11,11 @@ import time
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lazarus.app.cli_output import plain
 from lazarus.app.client import JobRow as JobRow
 from lazarus.app.client import StartPlan, WaitResult
 from lazarus.app.client import StatusView as StatusView
@@ -209,16 +209,16 @@ def dry_run_json(plan: StartPlan) -> dict[str, Any]:
 def render_dry_run(plan: StartPlan) -> RenderableType:
     spec = plan.spec
     facts = Table.grid(padding=(0, 2))
-    facts.add_row("job", spec.name)
-    facts.add_row("workflow id", plan.workflow_id)
-    facts.add_row("task queue", plan.task_queue)
+    facts.add_row("job", plain(spec.name))
+    facts.add_row("workflow id", plain(plan.workflow_id))
+    facts.add_row("task queue", plain(plan.task_queue))
     facts.add_row(
         "world size", f"{spec.world_size} ({len(spec.nodes)} node x {spec.nproc_per_node} proc)"
     )
-    facts.add_row("command", " ".join(spec.command))
-    facts.add_row("workdir", spec.workdir)
-    facts.add_row("checkpoints", spec.checkpoint_dir)
-    facts.add_row("run dir", spec.run_dir)
+    facts.add_row("command", plain(" ".join(spec.command)))
+    facts.add_row("workdir", plain(spec.workdir))
+    facts.add_row("checkpoints", plain(spec.checkpoint_dir))
+    facts.add_row("run dir", plain(spec.run_dir))
     facts.add_row(
         "restarts",
         f"at most {spec.recovery.max_restarts} per {spec.recovery.restart_window_s:g}s",
@@ -240,7 +240,7 @@ def render_dry_run(plan: StartPlan) -> RenderableType:
     for name in varying:
         ranks.add_column(name, justify="right")
     for env in plan.ranks:
-        ranks.add_row(*(env[name] for name in varying))
+        ranks.add_row(*(plain(env[name]) for name in varying))
     shared = Table(
         title="shared by every rank, as the launcher sets it for the first generation "
         "(<...>: known only at launch)",
@@ -253,7 +253,9 @@ def render_dry_run(plan: StartPlan) -> RenderableType:
         if name in varying:
             continue
         differs = any(env.get(name) != value for env in plan.ranks[1:])
-        shared.add_row(name, f"{value}  (rank 0's; differs per rank)" if differs else value)
+        shared.add_row(
+            plain(name), plain(f"{value}  (rank 0's; differs per rank)" if differs else value)
+        )
     parts: list[RenderableType] = [
         Panel(facts, title="dry run: nothing was started", border_style="cyan"),
         ranks,
@@ -368,7 +370,9 @@ def _header(view: StatusView) -> Panel:
             "s/step", f"{view.live.seconds_per_step:.3g}",
         )  # fmt: skip
     title = status.job_id if status is not None else job_name_from(view.workflow_id)
-    return Panel(grid, title=f"[bold]{title}[/]", subtitle=view.workflow_id, expand=False)
+    return Panel(
+        grid, title=plain(title, style="bold"), subtitle=plain(view.workflow_id), expand=False
+    )
 
 
 def _step_text(view: StatusView) -> Text:
@@ -423,15 +427,16 @@ def nodes_table(pool: NodePool) -> Table:
     table.add_column("state")
     table.add_column("detail")
     for index, node in enumerate(pool.active):
-        table.add_row(node, Text("active", style="green"), "master" if index == 0 else "")
+        table.add_row(plain(node), Text("active", style="green"), "master" if index == 0 else "")
     for node in pool.spares:
-        table.add_row(node, Text("spare", style="cyan"), "")
+        table.add_row(plain(node), Text("spare", style="cyan"), "")
     for quarantined in pool.quarantined:
         fenced = "fenced" if quarantined.fenced else "not yet fenced"
+        ago = format_duration(time.time() - quarantined.at)
         table.add_row(
-            quarantined.node,
+            plain(quarantined.node),
             Text("quarantined", style="red"),
-            f"{quarantined.reason} ({fenced}, {format_duration(time.time() - quarantined.at)} ago)",
+            plain(f"{quarantined.reason} ({fenced}, {ago} ago)"),
         )
     return table
 
@@ -481,12 +486,12 @@ def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
             overflow="ellipsis" if numeric else "fold",
         )
     for incident in incidents:
-        cells = [
+        cells: list[str | Text] = [
             str(incident.id),
-            incident.failure_class,
-            incident.kind,
+            plain(incident.failure_class),
+            plain(incident.kind),
             _opt(incident.rank),
-            _opt(incident.node),
+            plain(_opt(incident.node)),
             f"{incident.detection_s:.2f}",
             _DASH if incident.recovery_s is None else f"{incident.recovery_s:.2f}",
             _opt(incident.steps_lost),
@@ -495,7 +500,7 @@ def _incident_columns(incidents: list[Incident], with_reason: bool) -> Table:
             hook = (
                 f" (on_escalation: {incident.escalation_hook})" if incident.escalation_hook else ""
             )
-            cells += [_action(incident), escape(incident.reason + hook)]
+            cells += [plain(_action(incident)), plain(incident.reason + hook)]
         table.add_row(*cells)
     return table
 
@@ -538,7 +543,7 @@ def phase_table(incident: Incident) -> Table:
     table.add_column("since fault", justify="right")
     timeline = incident.timeline
     for phase in [] if timeline is None else timeline.durations():
-        table.add_row(phase.phase, f"{phase.seconds:.2f}", f"{phase.since_fault_s:.2f}")
+        table.add_row(plain(phase.phase), f"{phase.seconds:.2f}", f"{phase.since_fault_s:.2f}")
     return table
 
 
@@ -583,7 +588,7 @@ def ignored_table(messages: list[IgnoredMessage]) -> Table:
     table.add_column("phase")
     table.add_column("why")
     for message in messages[-5:]:
-        table.add_row(message.name, message.phase.value, message.reason)
+        table.add_row(plain(message.name), message.phase.value, plain(message.reason))
     return table
 
 
@@ -592,7 +597,7 @@ def checkpoint_interval_table(view: CheckpointIntervalView) -> Table:
     table = Table(
         title="Checkpoint interval (auto, Young-Daly)",
         title_justify="left",
-        caption=(
+        caption=plain(
             f"M: {view.node_mtbf_h:.0f} h per node over {view.nodes} nodes "
             f"({view.mtbf_source}); {view.reason or 'no interval sent yet'}"
         ),
@@ -625,14 +630,14 @@ def stragglers_table(stragglers: list[StragglerRecord]) -> Table:
     for s in stragglers:
         table.add_row(
             str(s.generation),
-            s.node,
+            plain(s.node),
             str(s.rank),
             f"{s.slowdown:.2f}x",
             f"{s.compute_s * 1000:.1f}",
             f"{s.peers_compute_s * 1000:.1f}",
             f"{s.detection_s:.1f}",
-            s.action,
-            escape(s.reason),
+            plain(s.action),
+            plain(s.reason),
         )
     return table
 
@@ -645,7 +650,7 @@ def render_job_list(rows: list[JobRow]) -> RenderableType:
         table.add_column(column, justify="right" if column == "step" else "left")
     for row in rows:
         table.add_row(
-            row.job,
+            plain(row.job),
             phase_text(row.phase),
             _opt(row.step),
             row.execution_status,

@@ -16,6 +16,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from lazarus.app.cli_output import plain
 from lazarus.app.client import ClientError, JobClient
 from lazarus.app.report import (
     INCIDENT_COLUMNS,
@@ -98,18 +99,18 @@ def report_json(data: ReportData, png: Path | None, page: Path | None) -> dict[s
 
 def render_report(data: ReportData) -> RenderableType:
     """The report's tables for a terminal: the summary, then each incident's phases."""
-    summary = Table(title=f"report: {data.job}", show_header=False, title_justify="left")
+    summary = Table(title=plain(f"report: {data.job}"), show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
     for label, value in summary_rows(data):
-        summary.add_row(label, value)
+        summary.add_row(label, plain(value))
     parts: list[RenderableType] = [summary]
     if data.incidents:
         incidents = Table(title="incidents, time per recovery phase", title_justify="left")
         for column in INCIDENT_COLUMNS:
             incidents.add_column(column)
         for row in incident_rows(data):
-            incidents.add_row(*row)
+            incidents.add_row(*map(plain, row))
         parts.append(incidents)
         bands = [band for incident in data.incidents for band in incident.bands]
         if any(band.estimated or not band.complete for band in bands):

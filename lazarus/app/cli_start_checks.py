@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from lazarus.app.cli_output import say
 from lazarus.domain.spec import JobSpec, checks_workdir_here
 
 
@@ -60,7 +61,7 @@ def unusable_nodes(spec_file: Path, spec: JobSpec, out: Console) -> list[str]:
     for health in report.failed:
         if health.node in spares:  # a bad spare is worth a warning, not a refusal
             for problem in health.problems:
-                out.print(f"warning: {where[health.node]} ({health.node}): {problem}", markup=False)
+                say(f"warning: {where[health.node]} ({health.node}): {problem}")
     return [
         f"{spec_file}: {where[health.node]} ({health.node}): {problem}"
         for health in report.failed

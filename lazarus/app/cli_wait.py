@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.live import Live
 
 from lazarus.app import cli_render as render
+from lazarus.app.cli_output import say
 from lazarus.app.client import JobClient, JobNotFound, StatusView, WaitResult
 from lazarus.app.outcome import EXIT_CODES, Outcome
 
@@ -56,11 +57,10 @@ def waiting(
 ) -> Callable[[JobClient], Awaitable[WaitResult | None]]:
     """The wait, as a client action: None when no job has the name (an outcome of its
     own, :attr:`Outcome.NO_SUCH_JOB`, not an error like any other)."""
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
 
     def changed(view: StatusView) -> None:
         if not as_json:
-            console.print(render.status_line(view), markup=False)
+            say(render.status_line(view), stderr=True)
 
     async def action(jobs: JobClient) -> WaitResult | None:
         try:
