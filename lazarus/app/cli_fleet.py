@@ -1,8 +1,9 @@
 """``lazarus fleet ...``: start a fleet, see its nodes, drain and return them, free the
 lease of a job that ended without releasing it.
 
-Rich tables for people, ``--json`` for machines; every failure a person can fix (a bad
-config, a fleet that is not running, a refused drain) is one line on stderr and exit 1.
+Rich tables for people, ``--json`` for machines; every failure a person can fix (a fleet
+that is not running, a refused drain) is one line on stderr and exit 1; a bad config
+file, like a bad job spec, exits 2 with one line per problem.
 The fleet's name comes from ``--fleet`` or ``LAZARUS_FLEET``.
 """
 
@@ -40,9 +41,9 @@ FleetName = Annotated[
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, code: int = 1) -> NoReturn:
     say(message, stderr=True)
-    raise typer.Exit(1)
+    raise typer.Exit(code)
 
 
 def _with_fleets(ctx: typer.Context, action: Callable[[FleetClient], Awaitable[T]]) -> T:
@@ -79,8 +80,8 @@ def start(
     Refused while it runs, and after an earlier run was ended unless --forget-state."""
     try:
         config = load_fleet_config(config_file)
-    except ClientError as exc:
-        _fail(str(exc))
+    except ClientError as exc:  # a bad config is bad input, as a bad job spec is
+        _fail(str(exc), code=2)
     workflow_id = _with_fleets(ctx, lambda fleets: fleets.start(config, forget_state=forget_state))
     if as_json:
         typer.echo(json.dumps({"fleet": config.name, "workflow_id": workflow_id}))

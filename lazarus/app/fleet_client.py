@@ -37,6 +37,7 @@ from lazarus.domain.api import (
     fleet_workflow_id,
     workflow_id_for,
 )
+from lazarus.domain.config_errors import described, error_lines, yaml_lines
 from lazarus.domain.fleet import (
     DrainRequest,
     FleetConfig,
@@ -82,22 +83,25 @@ class FleetConfigError(ClientError):
 
 
 def load_fleet_config(path: str | Path) -> FleetConfig:
-    """Read and validate a fleet YAML, or raise :class:`FleetConfigError`."""
+    """Read and validate a fleet YAML, or raise :class:`FleetConfigError`: its lines
+    are worded as a job spec's (:mod:`lazarus.domain.config_errors`), with their line."""
     source = Path(path)
     try:
-        data = yaml.safe_load(source.read_text())
+        text = source.read_text()
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise FleetConfigError(f"{source}: cannot read the file: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise FleetConfigError(f"{source}: not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise FleetConfigError(f"{source}: {where}not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        what = "the file is empty" if data is None else f"got {described(data)}"
+        raise FleetConfigError(f"{source}: (top level): expected a mapping of fields; {what}")
     try:
         return FleetConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [
-            f"{source}: {'.'.join(str(p) for p in e['loc']) or '(top level)'}: "
-            f"{str(e['msg']).removeprefix('Value error, ')}"
-            for e in exc.errors()
-        ]
+        lines = error_lines(exc, str(source), FleetConfig, yaml_lines(text), noun="fleet")
         raise FleetConfigError("\n".join(lines)) from None
 
 

@@ -14,17 +14,24 @@ The section models live in :mod:`lazarus.domain.spec_nodes` (where the job runs)
 
 from __future__ import annotations
 
-import difflib
 import re
-import shlex
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from lazarus.domain import environment as env_names
+from lazarus.domain.config_errors import (
+    LineOf,
+    described,
+    error_lines,
+    field_line,
+    flow_list,
+    no_lines,
+    with_line,
+    yaml_lines,
+)
 from lazarus.domain.failure_classes import PLAYBOOK_CLASSES
 from lazarus.domain.spec_base import JOB_NAME_PATTERN, _Strict, job_name_problem, repeated
 from lazarus.domain.spec_nodes import (
@@ -456,130 +463,6 @@ class SpecError(Exception):
         self.lines = lines
 
 
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        else:
-            parts.append(("." if parts else "") + item)
-    return "".join(parts) or "(top level)"
-
-
-def _model_in(annotation: object) -> type[BaseModel] | None:
-    """The model a field holds (itself, or inside ``X | None``, ``list[X]``, ``dict[str, X]``)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _known_fields(loc: tuple[int | str, ...]) -> list[str]:
-    """The field names a spelling at ``loc`` may have meant: the fields of the model
-    that holds it (empty where the path leaves the models, e.g. a playbook class)."""
-    model: type[BaseModel] | None = JobSpec
-    for item in loc[:-1]:
-        if isinstance(item, int):
-            continue  # a list element: the list's model holds the next name
-        field = model.model_fields.get(item) if model is not None else None
-        if field is None:
-            return []
-        model = _model_in(field.annotation)
-    return list(model.model_fields) if model is not None else []
-
-
-def _did_you_mean(word: object, choices: list[str]) -> str:
-    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def _quote_hint(value: object) -> str:
-    if isinstance(value, bool):
-        return (
-            '; YAML reads an unquoted yes/no/on/off/true/false as true/false: quote it, e.g. "on"'
-        )
-    if isinstance(value, (int, float)):
-        return f'; YAML read {value!r} as a number: quote it, e.g. "{value}"'
-    if value is None:
-        return '; YAML read an empty value (or ~/null): give one, quoted if needed, e.g. ""'
-    return ""
-
-
-def _message(err: dict[str, object]) -> str:
-    """One plain sentence per pydantic error: what was expected, what YAML gave, how
-    to write it, instead of pydantic's own text (``Input should be a valid list``)."""
-    kind = err.get("type")
-    msg = str(err.get("msg", "invalid"))
-    raw_loc = err.get("loc")
-    loc: tuple[int | str, ...] = tuple(raw_loc) if isinstance(raw_loc, tuple) else ()
-    value = err.get("input")
-    if kind == "extra_forbidden":
-        hint = _did_you_mean(loc[-1], _known_fields(loc)) if loc else ""
-        return "unknown field" + (hint or "; check the spelling against the documented spec")
-    if kind == "missing":
-        return "required field is missing"
-    if kind == "list_type" and loc == ("command",) and isinstance(value, str):
-        example = ", ".join(shlex.split(value) if _splits(value) else value.split())
-        return (
-            "must be a list of arguments, e.g. [python, train.py]; YAML read the single "
-            f"string {value!r}: write it as [{example}]"
-        )
-    if kind == "list_type":
-        return f"must be a list, e.g. [a, b]; got {_described(value)}"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return f"must be a mapping (key: value); got {_described(value)}"
-    if kind == "string_type":
-        return f"must be text; got {_described(value)}{_quote_hint(value)}"
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        unquote = "; remove the quotes" if isinstance(value, str) else ""
-        return f"must be a whole number; got {_described(value)}{unquote}"
-    if kind in ("float_type", "float_parsing"):
-        unquote = "; remove the quotes" if isinstance(value, str) else ""
-        return f"must be a number; got {_described(value)}{unquote}"
-    if kind in ("bool_type", "bool_parsing"):
-        unquote = "; remove the quotes" if isinstance(value, str) else ""
-        return f"must be true or false; got {_described(value)}{unquote}"
-    if kind == "literal_error":
-        ctx = err.get("ctx")
-        expected = ctx.get("expected", "") if isinstance(ctx, dict) else ""
-        choices = re.findall(r"'([^']*)'", str(expected))
-        return f"{value!r} is not one of {', '.join(choices)}{_did_you_mean(value, choices)}"
-    if kind == "string_pattern_mismatch" and loc == ("name",):
-        return (
-            f"{value!r} is not a job name: use lowercase letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit, at most 63 characters"
-        )
-    return msg.removeprefix("Value error, ")
-
-
-def _splits(value: str) -> bool:
-    try:
-        shlex.split(value)
-    except ValueError:  # an unclosed quote
-        return False
-    return True
-
-
-def _described(value: object) -> str:
-    """What YAML made of a value, in the user's words (not Python's type names)."""
-    if isinstance(value, bool):
-        return f"true/false ({str(value).lower()})"
-    if isinstance(value, (int, float)):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        return f"the text {value!r}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    if value is None:
-        return "an empty value"
-    return type(value).__name__
-
-
 STRAGGLER_PLAYBOOK_REFUSED = (
     "a slow node is not handled by a playbook ladder: the straggler cost model decides "
     "(swap onto a spare only when the gain beats the restart cost); configure it in the "
@@ -605,66 +488,101 @@ def _refused_fields(data: dict[object, object]) -> list[tuple[str, str]]:
     return refused
 
 
-LineOf = Callable[[tuple[int | str, ...]], int | None]
-"""The line (1-based) of the YAML that a field path came from, when known."""
+TORCHRUN_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
+_TORCHRUN_FLAGS = frozenset({"--standalone", "--no_python", "--no-python", "--run_path",
+                             "--run-path", "-m", "--module"})  # fmt: skip
+"""torchrun's options that take no value (every other option takes one)."""
+_TORCHRUN_SETTINGS = {
+    "nproc_per_node": "nproc_per_node: {}",
+    "max_restarts": "recovery.max_restarts: {}",
+    "nnodes": "one entry under nodes per node ({})",
+}
 
 
-def _no_lines(loc: tuple[int | str, ...]) -> int | None:
+def _torchrun_args(command: list[str]) -> list[str] | None:
+    """torchrun's arguments when ``command`` runs torchrun (``torchrun ...``, ``python -m
+    torch.distributed.run ...``, the older ``torch.distributed.launch``), else None."""
+    if Path(command[0]).name == "torchrun":
+        return command[1:]
+    if len(command) > 2 and command[1] == "-m" and command[2] in TORCHRUN_MODULES:
+        return command[3:]
     return None
 
 
-def yaml_lines(text: str) -> LineOf:
-    """Line numbers for error lines, from the YAML's node marks (``yaml.compose``):
-    the key's line for a mapping entry, the element's for a list element. A path the
-    document does not hold (a missing field, a model-wide check) has none."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return _no_lines
+def _torchrun_fix(command: list[str]) -> str | None:
+    """Why a command that runs torchrun is refused, and the spec that replaces it: Lazarus
+    is the launcher, so torchrun inside each rank would start ranks of ranks."""
+    args = _torchrun_args(command)
+    if args is None:
+        return None
+    settings: list[str] = []
+    dropped: list[str] = []
+    module = False
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        option, has_value, value = args[i].partition("=")
+        if option in ("-m", "--module"):
+            module = True
+        elif option not in _TORCHRUN_FLAGS and not has_value and i + 1 < len(args):
+            i += 1
+            value = args[i]
+        name = option.lstrip("-").replace("-", "_")
+        if name in _TORCHRUN_SETTINGS and value:
+            settings.append(_TORCHRUN_SETTINGS[name].format(value))
+        elif option not in ("-m", "--module"):
+            dropped.append(option)
+        i += 1
+    script = ["python", "-m", *args[i:]] if module else ["python", *args[i:]]
+    fix = f"command: {flow_list(script)}"
+    fix += "".join(f"; {setting}" for setting in settings)
+    if dropped:
+        fix += f" ({', '.join(dropped)}: set by Lazarus, leave them out)"
+    return (
+        "runs torchrun, but Lazarus is the launcher: it starts every rank itself with "
+        "torchrun's environment, so torchrun here would start ranks inside each rank; "
+        f"drop torchrun and write {fix}"
+    )
 
-    def line_of(loc: tuple[int | str, ...]) -> int | None:
-        node: yaml.Node | None = root
-        mark: yaml.Mark | None = None
-        for item in loc:
-            if isinstance(node, yaml.MappingNode) and isinstance(item, str):
-                entry = next((kv for kv in node.value if kv[0].value == item), None)
-                if entry is None:
-                    return None
-                mark, node = entry[0].start_mark, entry[1]
-            elif isinstance(node, yaml.SequenceNode) and isinstance(item, int):
-                if item >= len(node.value):
-                    return None
-                node = node.value[item]
-                mark = node.start_mark
-            else:
-                return None
-        return None if mark is None else mark.line + 1
 
-    return line_of
+def _refusal_lines(data: dict[object, object], source: str, line_of: LineOf) -> list[str]:
+    """:func:`_refused_fields` plus a command that runs torchrun, each ``source: field:
+    why (line N)``."""
+    refused = _refused_fields(data)
+    command = data.get("command")
+    if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
+        fix = _torchrun_fix(command)
+        if fix is not None:
+            refused.append(("command", fix))
+    return [
+        f"{source}: {field}: {why}{with_line(field_line(field, line_of))}" for field, why in refused
+    ]
+
+
+def _except_name(line_of: LineOf) -> LineOf:
+    """``line_of`` without the file's ``name``, which ``--name`` replaced."""
+    return lambda loc: None if loc == ("name",) else line_of(loc)
 
 
 def parse_spec(
-    data: object, source: str, name_override: str | None = None, line_of: LineOf = _no_lines
+    data: object, source: str, name_override: str | None = None, line_of: LineOf = no_lines
 ) -> JobSpec:
     """Validate already-parsed YAML; ``source`` names the file in error lines, and
     ``line_of`` (:func:`yaml_lines`) ends each with the line its field came from, so
-    a line still reads ``file: field: what is wrong`` first."""
+    a line still reads ``file: field: what is wrong`` first. A bad ``name_override``
+    (``--name``) is blamed on ``--name``, not on the file."""
     if not isinstance(data, dict):
-        raise SpecError(
-            [f"{source}: (top level): expected a mapping of fields, got {type(data).__name__}"]
-        )
+        what = "the file is empty" if data is None else f"got {described(data)}"
+        raise SpecError([f"{source}: (top level): expected a mapping of fields; {what}"])
     if name_override is not None:
         data = {**data, "name": name_override}
-    lines = [f"{source}: {field}: {why}" for field, why in _refused_fields(data)]
+        line_of = _except_name(line_of)
+    lines = _refusal_lines(data, source, line_of)
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        for error in exc.errors():
-            loc = tuple(error["loc"])
-            line = None if name_override is not None and loc == ("name",) else line_of(loc)
-            where = f" (line {line})" if line is not None else ""
-            lines.append(f"{source}: {_field_path(loc)}: {_message(dict(error))}{where}")
-        raise SpecError(lines) from None
+        lines += error_lines(exc, source, JobSpec, line_of)
+    if name_override is not None:
+        lines = [line.replace(f"{source}: name: ", "--name: ", 1) for line in lines]
     if lines:
         raise SpecError(lines)
     return spec
@@ -699,5 +617,8 @@ def load_spec(path: str | Path, name_override: str | None = None) -> JobSpec:
     resolved = spec.resolved(spec_path.parent.resolve())
     workdir = Path(resolved.workdir)
     if checks_workdir_here(resolved) and not workdir.is_dir():
-        raise SpecError([f"{spec_path}: workdir: {workdir} does not exist or is not a directory"])
+        line = with_line(yaml_lines(text)(("workdir",)))
+        raise SpecError(
+            [f"{spec_path}: workdir: {workdir} does not exist or is not a directory{line}"]
+        )
     return resolved

@@ -34,8 +34,8 @@ def test_warm_start_is_off_unless_the_section_is_present_and_enabled() -> None:
         ({"preload": ["no such"]}, "warm_start.preload: 'no such' is not a module name"),
         ({"preload": ["torch", "torch"]}, "warm_start.preload: torch listed more than once"),
         ({"preload": ["a,b"]}, "is not a module name"),
-        ({"standby": 9}, "warm_start.standby: Input should be less than or equal to 8"),
-        ({"standby": -1}, "warm_start.standby: Input should be greater than or equal to 0"),
+        ({"standby": 9}, "warm_start.standby: must be at most 8; got 9"),
+        ({"standby": -1}, "warm_start.standby: must be at least 0; got -1"),
         ({"stanby": 1}, "warm_start.stanby: unknown field"),
     ],
 )
