@@ -73,10 +73,10 @@ with workflow.unsafe.imports_passed_through():
 
 @dataclass(frozen=True)
 class SearchedBeside:
-    """What :meth:`CheckpointSteps.search_beside` found beside the preflight."""
+    """What :meth:`CheckpointSteps.search_beside` found beside the preflight. A
+    rollback it ran left its bound in the state (``JobState.rollback_below``), not
+    here: a launch the preflight sends back must not forget it (issue 37, N1)."""
 
-    below_step: int | None
-    """The rollback's bound, when one was pending (done now, never again)."""
     search: CheckpointSearch | None
     """The search, or None when the preflight changed the nodes it was made for: the
     resume point is then searched again, on the nodes that launch."""
@@ -112,27 +112,28 @@ class CheckpointSteps:
             return await preflight(), None
         made_for = self.search_access()
 
-        async def search() -> tuple[int | None, CheckpointSearch]:
-            below = await self.roll_back() if self.run.state.rollback_pending else None
-            return below, await self.find_verified(include_durable=True, below_step=below)
+        async def search() -> CheckpointSearch:
+            if self.run.state.rollback_pending:
+                await self.roll_back()
+            return await self.find_verified(include_durable=True)
 
-        checked, searched = await asyncio.gather(preflight(), search(), return_exceptions=True)
+        checked, found = await asyncio.gather(preflight(), search(), return_exceptions=True)
         if isinstance(checked, BaseException):
             raise checked
-        if isinstance(searched, BaseException):
-            raise searched
-        below, found = searched
+        if isinstance(found, BaseException):
+            raise found
         current = found if self.search_access() == made_for else None
-        return checked, SearchedBeside(below_step=below, search=current)
+        return checked, SearchedBeside(search=current)
 
     async def resume_point(self, beside: SearchedBeside | None) -> CheckpointRef | None:
         """The launch's resume point: from the search made beside the preflight, or
         (none made: an older history, or a launch without a preflight first) after
         the rollback, when one is pending, and a search now."""
         if beside is not None:
-            return await self.find_resume_point(beside.below_step, beside.search)
-        below = await self.roll_back() if self.run.state.rollback_pending else None
-        return await self.find_resume_point(below)
+            return await self.find_resume_point(beside.search)
+        if self.run.state.rollback_pending:
+            await self.roll_back()
+        return await self.find_resume_point()
 
     def search_access(self) -> NodeAccess:
         """The nodes a resume-point search asks: the ones the launch will run on."""
@@ -140,18 +141,14 @@ class CheckpointSteps:
         return NodeAccess.of(spec, active_nodes(spec, self.run.state.pool))
 
     async def find_resume_point(
-        self, below_step: int | None = None, found: CheckpointSearch | None = None
+        self, found: CheckpointSearch | None = None
     ) -> CheckpointRef | None:
         """The newest checkpoint that is committed *and* verified, restored from the
         durable tier when only it holds one (a spare replacing a dead node). Newer
         checkpoints that fail verification are skipped and recorded. ``found`` is a
         search already made for these nodes (:meth:`search_beside`)."""
         spec = self.run.spec
-        search = (
-            found
-            if found is not None
-            else await self.find_verified(include_durable=True, below_step=below_step)
-        )
+        search = found if found is not None else await self.find_verified(include_durable=True)
         resume = search.chosen
         if resume is not None and search.location == "durable":
             try:
@@ -170,16 +167,18 @@ class CheckpointSteps:
                 )
             except ActivityError as err:
                 workflow.logger.warning("restore failed, using local only: %s", cause(err))
-                search = await self.find_verified(include_durable=False, below_step=below_step)
+                search = await self.find_verified(include_durable=False)
                 resume = search.chosen
         if search.skipped:
             record_skipped(self.run.state, search, resume, self.run.now())
         return resume
 
-    async def find_verified(
-        self, include_durable: bool, below_step: int | None = None
-    ) -> CheckpointSearch:
+    async def find_verified(self, include_durable: bool) -> CheckpointSearch:
+        """Search every tier for the resume point, within the timeline the state
+        records: its cuts, the checkpoints rollbacks retired, and a pending rollback's
+        bound (below it, and without the memory tier, until a launch spends it)."""
         spec = self.run.spec
+        below_step = self.run.state.rollback_below
         return await execute(
             FIND_VERIFIED_CHECKPOINT,
             FindVerifiedCheckpointRequest(
@@ -188,6 +187,7 @@ class CheckpointSteps:
                 include_durable=include_durable,
                 below_step=below_step,
                 exclude_steps=self.run.state.retired_steps,
+                retired=self.run.state.retired,
                 timeline=self.run.state.timeline_cuts,
                 job_id=spec.job_id,
                 trusted=self.run.state.verified_checkpoints,
@@ -273,10 +273,13 @@ class CheckpointSteps:
             stopped_at=self.run.now(),
         )
 
-    async def roll_back(self) -> int | None:
-        """Retire the newest checkpoint so the relaunch resumes from the one before it;
-        returns the retired step, which the search then stays below (its durable copy,
-        if tiered, holds the same divergence)."""
+    async def roll_back(self) -> None:
+        """Retire the newest checkpoint so the relaunch resumes from the one before it.
+        What it retired goes into the state as the activity answers, before anything
+        else (a preflight beside it that escalates) can happen: the retired identity,
+        and the bound every search then stays below (its durable copy, if tiered, holds
+        the same divergence) until a launch records its cut. Failed, the bound set when
+        the rollback was decided (the failure's step) still holds."""
         state = self.run.state
         state.rollback_pending = False
         try:
@@ -293,9 +296,13 @@ class CheckpointSteps:
                 **route(ROLL_BACK_CHECKPOINT, state.host_task_queue),
             )
         except ActivityError as err:
-            workflow.logger.warning("rollback failed, resuming from the newest: %s", cause(err))
-            return None
-        return record_rollback(state, result.retired)
+            workflow.logger.warning(
+                "rollback failed, resuming from the newest below step %s: %s",
+                state.rollback_below,
+                cause(err),
+            )
+            return
+        record_rollback(state, result.retired)
 
     async def tune_interval(self, outcome: SuperviseOutcome) -> None:
         """Young-Daly: send the ranks a new interval when it changed enough

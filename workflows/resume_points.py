@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from lazarus.domain.contracts import CheckpointRef, CheckpointSearch
 from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.timeline import RetiredCheckpoint
 from workflows.playbook import Action
 from workflows.state import JobState
 
@@ -43,14 +44,22 @@ def record_skipped(
     incident.add_evidence([*lines, f"fell back to {origin}: {cost} steps older than the newest"])
 
 
-def record_rollback(state: JobState, retired: list[CheckpointRef]) -> int | None:
+def record_rollback(state: JobState, retired: list[CheckpointRef]) -> None:
     """Keep the checkpoints a numerical rollback retired out of every later search,
-    say so on the open incident, and return the lowest retired step (the search then
-    stays below it: a durable copy, if tiered, holds the same divergence)."""
-    state.retired_steps = sorted({*state.retired_steps, *(r.step for r in retired)})
+    by identity where the activity read who wrote them (by number otherwise, as
+    before), say so on the open incident, and bound the relaunch below the lowest
+    retired step (a durable copy, if tiered, holds the same divergence)."""
+    for ref in retired:
+        if ref.generation is None:
+            state.retired_steps = sorted({*state.retired_steps, ref.step})
+            continue
+        identity = RetiredCheckpoint(step=ref.step, generation=ref.generation)
+        if identity not in state.retired:
+            state.retired.append(identity)
     incident = state.current_incident
     if incident is not None:
         incident.add_evidence(
             [f"rolled back past checkpoint step {r.step} (kept at {r.path})" for r in retired]
         )
-    return min((r.step for r in retired), default=None)
+    if retired:
+        state.bound_rollback(min(r.step for r in retired))

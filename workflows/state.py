@@ -27,7 +27,7 @@ from lazarus.domain.evidence import cap_evidence
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.recovery_timeline import RecoveryTimeline
 from lazarus.domain.spec import FleetLeaseSpec, JobSpec, NodeSpec, SlurmSpec
-from lazarus.domain.timeline import TimelineCut, with_cut
+from lazarus.domain.timeline import RetiredCheckpoint, TimelineCut, with_bound, with_cut
 from workflows.playbook import Action, Decision, PastFailure
 
 
@@ -510,13 +510,24 @@ class JobState(BaseModel):
     """Escalations to NEEDS_OPERATOR so far: numbers each ``on_escalation`` run."""
     rollback_pending: bool = False
     """The next launch must first retire the newest checkpoint (numerical rollback)."""
+    rollback_below: int | None = None
+    """A rollback's bound, durable from the moment it is decided (the failure's step)
+    and tightened when the rollback retires a checkpoint (its step): every search
+    stays below it, without the memory tier, until a launch records its cut. A
+    relaunch sent back by the preflight, then made by a ``resume`` or a fleet's
+    re-ask, still goes back (issue 37, the audit's N1)."""
     run_key: str | None = None
     """This start's own run directory under ``<run_dir>/<job_id>/``, kept across
     continue-as-new; None for jobs started before runs had their own directory (they
     keep the legacy ``<run_dir>/<job_id>`` so that an upgraded worker adopts their ranks)."""
     retired_steps: list[int] = Field(default_factory=list)
-    """Checkpoints retired by a numerical rollback: never resumed from again, from
-    either tier, whatever a later relaunch or an operator's resume does."""
+    """Steps retired by number: rollbacks recorded before checkpoints were retired by
+    identity, or whose manifest named no generation. Never resumed from again, from
+    any tier, whatever a later relaunch or an operator's resume does."""
+    retired: list[RetiredCheckpoint] = Field(default_factory=list)
+    """Checkpoints retired by a numerical rollback, by identity (step, and the
+    generation that wrote it): no copy of them is resumed from again, while a later
+    generation's fresh checkpoint of the same step is (N10)."""
     timeline_cuts: list[TimelineCut] = Field(default_factory=list)
     """Where relaunches resumed (:mod:`lazarus.domain.timeline`): the checkpoint search
     never resumes a snapshot these cuts abandon (the timeline a rollback or a fallback
@@ -636,10 +647,29 @@ class JobState(BaseModel):
 
     def cut_timeline(self, resume: CheckpointRef | None) -> None:
         """The next generation resumes from ``resume`` (None: from scratch): record
-        the cut, so nothing written above it by an older generation is resumed again."""
+        the cut, so nothing written above it by an older generation is resumed again.
+        A rollback's bound is spent here: the cut now holds it."""
         self.timeline_cuts = with_cut(
             self.timeline_cuts, self.generation + 1, resume.step if resume else 0
         )
+        self.rollback_below = None
+
+    def bound_rollback(self, below: int) -> None:
+        """The job has decided to go back below step ``below`` (a numerical rollback):
+        recorded at once, as the bound every search keeps until a launch and as a cut
+        for the next generation, so no later path (a preflight that escalates, an
+        operator's ``resume``, a fleet's re-ask) can resume the timeline it leaves."""
+        self.rollback_below = (
+            below if self.rollback_below is None else min(self.rollback_below, below)
+        )
+        self.timeline_cuts = with_bound(
+            self.timeline_cuts, self.generation + 1, max(0, self.rollback_below - 1)
+        )
+
+    @property
+    def retired_step_numbers(self) -> list[int]:
+        """Every retired step, by number or by identity: what ``status`` shows."""
+        return sorted({*self.retired_steps, *(r.step for r in self.retired)})
 
     def account_resume(self, resume: CheckpointRef | None) -> None:
         """Fill in what the open incident cost in steps, now that the resume point is known."""

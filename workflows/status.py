@@ -50,7 +50,7 @@ def job_status(spec: JobSpec, state: JobState, now: float, run_dir: str) -> JobS
         incidents_dropped=state.incidents_dropped,
         dropped_by_class=state.dropped_by_class,
         ignored_messages=state.ignored_messages,
-        retired_steps=state.retired_steps,
+        retired_steps=state.retired_step_numbers,
         progress_signal=state.progress_signal,
         run_dir=run_dir,
         slurm_job_id=spec.slurm.job_id if spec.slurm is not None else None,

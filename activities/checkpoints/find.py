@@ -9,6 +9,8 @@ and the steps it cost.
 
 from __future__ import annotations
 
+import logging
+
 from temporalio import activity
 
 from activities.checkpoints.memory_tier import search_memory
@@ -36,6 +38,8 @@ from lazarus.domain.contracts import (
     SkippedCheckpoint,
 )
 from lazarus.domain.spec import CheckpointsSpec
+
+log = logging.getLogger(__name__)
 
 
 def durable_store(checkpoints: CheckpointsSpec, *, max_attempts: int = 3) -> CheckpointStore | None:
@@ -95,8 +99,11 @@ def _search_disk(
     ``restore_checkpoint`` verifies every byte anyway before it counts. A durable
     store that cannot be reached is noted and ignored: it never blocks a restart.
 
-    Steps in ``exclude_steps`` (retired by a rollback) are never considered, and a
-    checkpoint another job wrote is skipped ("written by job X"), never touched.
+    A checkpoint off the job's timeline (retired by a rollback, or written above a
+    cut by an older generation: ``request.off_timeline``) is passed over quietly:
+    not a fault, the state the job chose to leave. So is a step in
+    ``exclude_steps`` (retired by number, before identities). A checkpoint another
+    job wrote is skipped ("written by job X"), never touched.
     A committed local checkpoint that fails verification is moved to
     ``<checkpoint_dir>/.corrupt/`` (``move_aside_corrupt``; off for a read-only
     preview): kept for a person, and out of the way of the re-save of its step,
@@ -116,19 +123,16 @@ def _search_disk(
         except store_errors() as exc:
             durable, unavailable = None, f"{checkpoints.durable_uri}: {exc}"
     skipped: list[SkippedCheckpoint] = []
-    candidates = (set(local_names) | set(durable_names)) - set(request.exclude_steps)
-    if request.below_step is not None:
-        candidates = {step for step in candidates if step < request.below_step}
-    if above_step is not None:
-        candidates = {step for step in candidates if step > above_step}
-    for step in sorted(candidates, reverse=True):
+    candidates = request.disk_candidates(set(local_names) | set(durable_names), above_step)
+    for step in candidates:
         if step in local_names:
             found = _check_local(request, local, local_names[step], level, move_aside_corrupt)
             if isinstance(found, CheckpointRef):
                 return CheckpointSearch(
                     chosen=found, location="local", skipped=skipped, durable_unavailable=unavailable
                 )
-            skipped.append(found)
+            if found is not None:
+                skipped.append(found)
         if durable is not None and step in durable_names:
             name = durable_names[step]
             try:
@@ -151,17 +155,22 @@ def _search_disk(
             except store_errors() as exc:
                 durable, unavailable = None, f"{checkpoints.durable_uri}: {exc}"
                 continue
-            if result.ok:
-                return CheckpointSearch(
-                    chosen=CheckpointRef(step=step, path=result.path),
-                    location="durable",
-                    skipped=skipped,
-                    durable_unavailable=unavailable,
+            if not result.ok:
+                skipped.append(
+                    SkippedCheckpoint(
+                        step=step, path=result.path, location="durable", problems=result.problems
+                    )
                 )
-            skipped.append(
-                SkippedCheckpoint(
-                    step=step, path=result.path, location="durable", problems=result.problems
-                )
+                continue
+            off = request.off_timeline(result.generation, step)
+            if off is not None:
+                log.info("durable checkpoint step %d passed over: %s", step, off)
+                continue
+            return CheckpointSearch(
+                chosen=CheckpointRef(step=step, path=result.path),
+                location="durable",
+                skipped=skipped,
+                durable_unavailable=unavailable,
             )
     return CheckpointSearch(skipped=skipped, durable_unavailable=unavailable)
 
@@ -172,8 +181,9 @@ def _check_local(
     name: str,
     level: Level,
     move_aside_corrupt: bool,
-) -> CheckpointRef | SkippedCheckpoint:
-    """The local checkpoint ``name`` as a resume point, or why it is skipped."""
+) -> CheckpointRef | SkippedCheckpoint | None:
+    """The local checkpoint ``name`` as a resume point, why it is skipped, or None
+    when it is off the job's timeline (passed over, left where it is)."""
     step = parse_step_dir(name)
     assert step is not None
     path = local.location(name)
@@ -189,6 +199,10 @@ def _check_local(
         if move_aside_corrupt and is_committed(local.path / name):
             moved = str(move_aside(local.path, local.path / name, CORRUPT_DIR))
         return SkippedCheckpoint(step=step, path=path, problems=result.problems, moved_to=moved)
+    off = request.off_timeline(result.generation, step)
+    if off is not None:
+        log.info("local checkpoint step %d passed over: %s", step, off)
+        return None
     expected = request.expected_world_size
     if expected is not None and result.world_size != expected:
         # Sound, but for another world size (an elastic shrink): kept where it is.

@@ -45,7 +45,7 @@ from lazarus.domain.checkpoint_layout import (
 )
 from lazarus.domain.contracts import CheckpointRef, FindVerifiedCheckpointRequest, SkippedCheckpoint
 from lazarus.domain.memory_tier import replica_dir
-from lazarus.domain.timeline import abandoned_reason
+from lazarus.domain.timeline import manifest_generation
 
 log = logging.getLogger(__name__)
 
@@ -248,14 +248,9 @@ def snapshot_problem(
     owner = manifest.get("job_id")
     if request.job_id is not None and owner != request.job_id:
         return f"written by job {owner}" if owner else "written outside Lazarus (no job id)"
-    written_by = manifest.get("generation")
-    abandoned = abandoned_reason(
-        written_by if isinstance(written_by, int) and not isinstance(written_by, bool) else None,
-        snapshot.step,
-        request.timeline,
-    )
-    if abandoned is not None:
-        return abandoned
+    off = request.off_timeline(manifest_generation(manifest), snapshot.step)
+    if off is not None:
+        return off
     expected = request.expected_world_size
     if expected is not None and manifest.get("world_size") != expected:
         return (

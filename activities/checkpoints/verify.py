@@ -24,6 +24,7 @@ from activities.checkpoints.storage import (
 )
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST, parse_step_dir, unsafe_relpath
 from lazarus.domain.contracts import CheckpointVerification
+from lazarus.domain.timeline import manifest_generation
 
 Level = Literal["hashes", "metadata", "sizes"]
 """``hashes`` reads every byte; ``sizes`` checks sizes only; ``metadata`` (S3) also
@@ -214,6 +215,7 @@ def verify_in_store(
         size_bytes=total,
         world_size=world_size,
         committed_at=committed_at,
+        generation=manifest_generation(manifest),
     )
 
 

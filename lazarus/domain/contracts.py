@@ -26,7 +26,7 @@ from lazarus.domain.spec import (
     SSHSpec,
     StragglerSpec,
 )
-from lazarus.domain.timeline import TimelineCut
+from lazarus.domain.timeline import RetiredCheckpoint, TimelineCut, off_timeline_reason
 
 
 class _Model(BaseModel):
@@ -116,6 +116,10 @@ class CheckpointRef(_Model):
     path: str
     verified: VerifiedCheckpoint | None = None
     """Set by the housekeeping watch when it verified this checkpoint in full."""
+    generation: int | None = None
+    """The generation whose ranks wrote it, from its manifest, where the activity
+    read it (a rollback's retired checkpoints: they are retired by identity); None:
+    not read, or not recorded."""
 
 
 class RankProcess(_Model):
@@ -545,6 +549,9 @@ class CheckpointVerification(_Model):
     size_bytes: int = 0
     world_size: int | None = None
     committed_at: float | None = None
+    generation: int | None = None
+    """The generation its manifest says wrote it (None: not recorded): whether it is
+    on the job's timeline (:mod:`lazarus.domain.timeline`)."""
 
 
 class SkippedCheckpoint(_Model):
@@ -576,7 +583,13 @@ class FindVerifiedCheckpointRequest(_OnNodes):
     """Never resume from a checkpoint whose manifest names another job (it is listed
     in ``skipped`` as "written by job X"). None: any job's."""
     exclude_steps: list[int] = Field(default_factory=list)
-    """Steps retired by a numerical rollback: never chosen, from either tier."""
+    """Steps retired by number, never chosen from any tier: rollbacks recorded before
+    checkpoints were retired by identity (``retired``), or whose manifest named no
+    generation. New rollbacks leave it empty."""
+    retired: list[RetiredCheckpoint] = Field(default_factory=list)
+    """Checkpoints a numerical rollback retired, by identity (step and the generation
+    that wrote it): no copy of them is chosen, from any tier, while a later
+    generation's fresh checkpoint of the same step is (issue 37, N10)."""
     trusted: list[VerifiedCheckpoint] = Field(default_factory=list)
     """Checkpoints already verified in full: re-checked by sizes and mtimes only."""
     memory_dir: str | None = None
@@ -589,10 +602,29 @@ class FindVerifiedCheckpointRequest(_OnNodes):
     whole (a replacement node holds none, so after a node loss disk or durable
     serves). No nodes: this machine only."""
     timeline: list[TimelineCut] = Field(default_factory=list)
-    """Where earlier relaunches resumed (:mod:`lazarus.domain.timeline`): a memory
-    snapshot that one of these cuts abandons is never chosen. Empty (a workflow
-    that records none yet): snapshots above the newest retired step are trusted,
-    as before."""
+    """Where earlier relaunches resumed, and the bound a rollback set
+    (:mod:`lazarus.domain.timeline`): a checkpoint that one of these cuts abandons is
+    never chosen, from any tier. Empty (a workflow that records none yet): memory
+    snapshots above the newest retired step are trusted, as before."""
+
+    def off_timeline(self, written_by: int | None, step: int) -> str | None:
+        """Why a checkpoint of ``step`` written by generation ``written_by`` is not a
+        resume point for this search (retired, or abandoned by a cut), or None."""
+        return off_timeline_reason(written_by, step, self.timeline, self.retired)
+
+    def disk_candidates(self, steps: set[int], above_step: int | None) -> list[int]:
+        """The disk tiers' steps worth checking, newest first: not retired by number,
+        below the rollback's bound (``below_step``), above ``above_step`` (the memory
+        tier's choice: the disk tiers only matter when newer)."""
+        return sorted(
+            (
+                step
+                for step in steps - set(self.exclude_steps)
+                if (self.below_step is None or step < self.below_step)
+                and (above_step is None or step > above_step)
+            ),
+            reverse=True,
+        )
 
 
 class CheckpointSearch(_Model):

@@ -13,6 +13,19 @@ the timeline only if no cut abandons it::
 
     abandoned(written by w, step s)  <=>  some cut (g, r) has w < g and s > r
 
+A cut is recorded when the job *decides* to leave, not only when it relaunches:
+a numerical rollback bounds the next generation at once (:func:`with_bound`, the
+workflow's ``JobState.bound_rollback``), in the workflow state, before a preflight
+or an operator can get in between. A relaunch that is then sent back (no spare,
+NEEDS_OPERATOR) and made later by a ``resume`` or a fleet's re-ask still finds the
+bound there (issue 37, the audit's N1). Every tier's search reads the cuts: the
+memory tier, the local disk and the durable copies.
+
+A rollback also retires the checkpoint it went back past by identity
+(:class:`RetiredCheckpoint`): the state generation ``w`` reached at step ``s``,
+wherever a copy of it lies (moved aside, uploaded, a snapshot). A later generation's
+own fresh checkpoint of the same step is another state and is resumed from (N10).
+
 Walk-through, memory snapshots every step, disk every 50:
 
 1. Generation 1 trains to 154 (snapshots 153, 154 in tmpfs). A NaN: the rollback
@@ -34,6 +47,8 @@ tier) and the rank-side prune apply them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,6 +77,49 @@ def with_cut(cuts: list[TimelineCut], generation: int, step: int) -> list[Timeli
         oldest, second = kept[0], kept[1]
         kept[:2] = [TimelineCut(generation=second.generation, step=oldest.step)]
     return kept
+
+
+def with_bound(cuts: list[TimelineCut], generation: int, step: int) -> list[TimelineCut]:
+    """``cuts`` once the job has decided that generation ``generation`` resumes at or
+    below ``step`` (a rollback, before its launch is even planned). Only ever
+    tightens: a lower cut already recorded for that generation stays."""
+    for cut in cuts:
+        if cut.generation == generation and cut.step <= step:
+            return cuts
+    return with_cut(cuts, generation, step)
+
+
+class RetiredCheckpoint(BaseModel):
+    """A checkpoint a numerical rollback went back past: the state generation
+    ``generation`` reached at step ``step``. Every copy of that state is refused (the
+    directory moved aside, its durable upload, a memory snapshot of it); a fresh
+    checkpoint of the same step by a later generation is another state."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step: int = Field(ge=0)
+    generation: int = Field(ge=0)
+
+
+def manifest_generation(manifest: Mapping[str, object]) -> int | None:
+    """The generation a checkpoint's manifest says wrote it; None when it records none
+    (or not as a plain integer): such a checkpoint counts as the oldest generation's."""
+    written_by = manifest.get("generation")
+    return written_by if isinstance(written_by, int) and not isinstance(written_by, bool) else None
+
+
+def off_timeline_reason(
+    written_by: int | None,
+    step: int,
+    cuts: list[TimelineCut],
+    retired: list[RetiredCheckpoint],
+) -> str | None:
+    """Why a checkpoint of ``step`` written by generation ``written_by`` (None: not
+    recorded) is not a resume point, in words, or None when it may be one: a rollback
+    retired it, or a cut abandons it. The one rule every tier's search applies."""
+    if written_by is not None and RetiredCheckpoint(step=step, generation=written_by) in retired:
+        return f"retired by a rollback (generation {written_by}'s state at step {step})"
+    return abandoned_reason(written_by, step, cuts)
 
 
 def abandoning_cut(

@@ -6,9 +6,11 @@ from lazarus.domain.contracts import (
     CheckpointRef,
     CheckpointSearch,
     FailureReport,
+    FindVerifiedCheckpointRequest,
     SkippedCheckpoint,
 )
 from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.timeline import RetiredCheckpoint, TimelineCut, off_timeline_reason
 from workflows.playbook import Action
 from workflows.resume_points import FALLBACK_STRATEGY, record_rollback, record_skipped
 from workflows.state import Incident, JobState
@@ -67,13 +69,37 @@ def test_with_no_recovery_open_a_fallback_opens_its_own_storage_incident() -> No
 
 
 def test_a_rollback_retires_steps_for_good_and_says_so() -> None:
+    """Checkpoints whose writer is unknown (an older worker's answer) are retired by
+    number, as before; the bound is the lowest retired step, recorded at once."""
     state = JobState(retired_steps=[50])
     incident = crashed(state)
     retired = [CheckpointRef(step=70, path="/c/.rolled-back/70"), CheckpointRef(step=60, path="/p")]
-    assert record_rollback(state, retired) == 60
-    assert state.retired_steps == [50, 60, 70]
+    record_rollback(state, retired)
+    assert state.retired_steps == [50, 60, 70] and state.retired == []
+    assert state.rollback_below == 60
+    assert state.timeline_cuts == [TimelineCut(generation=1, step=59)]
     assert incident.evidence[-2:] == [
         "rolled back past checkpoint step 70 (kept at /c/.rolled-back/70)",
         "rolled back past checkpoint step 60 (kept at /p)",
     ]
-    assert record_rollback(JobState(), []) is None
+    nothing = JobState()
+    record_rollback(nothing, [])
+    assert nothing.rollback_below is None and nothing.timeline_cuts == []
+
+
+def test_a_rollback_retires_a_checkpoint_by_identity_not_its_step_number() -> None:
+    """N10: generation 3's own fresh checkpoint of the rolled-back step is another
+    state: only generation 2's copies of step 150 (moved aside, uploaded) are refused."""
+    state = JobState(generation=2, retired_steps=[50])
+    record_rollback(state, [CheckpointRef(step=150, path="/c/.rolled-back/150", generation=2)])
+    assert state.retired == [RetiredCheckpoint(step=150, generation=2)]
+    assert state.retired_steps == [50] and state.retired_step_numbers == [50, 150]
+    request = FindVerifiedCheckpointRequest(
+        checkpoint_dir="/c", retired=state.retired, timeline=state.timeline_cuts
+    )
+    assert request.off_timeline(2, 150) is not None
+    assert request.off_timeline(3, 150) is None
+    state.cut_timeline(CheckpointRef(step=100, path="/c/100"))
+    assert state.rollback_below is None
+    assert off_timeline_reason(2, 150, state.timeline_cuts, []) is not None
+    assert off_timeline_reason(3, 150, state.timeline_cuts, state.retired) is None

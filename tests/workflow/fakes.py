@@ -27,6 +27,7 @@ from activities.fleet import (  # noqa: F401 - they stand in for themselves
 )
 from activities.stand_ins import launched_without_ranks, stand_ins
 from lazarus.domain import contracts
+from tests.workflow.fake_checkpoints import holdings_for
 
 
 @dataclass
@@ -199,19 +200,12 @@ async def find_verified_checkpoint(
 ) -> contracts.CheckpointSearch:
     script = script_for(request.job_id or "")
     script.searches.append(request)
-    usable = [
-        step
-        for step in script.checkpoint_steps
-        if step not in request.exclude_steps
-        and (request.below_step is None or step < request.below_step)
-    ]
-    if not usable:
-        return contracts.CheckpointSearch()
-    step = max(usable)
-    return contracts.CheckpointSearch(
-        chosen=contracts.CheckpointRef(step=step, path=f"{request.checkpoint_dir}/step-{step:08d}"),
-        location="local",
-    )
+    holdings = holdings_for(request.job_id or "")
+    return holdings.search(request, script.checkpoint_steps, _launched(script))
+
+
+def _launched(script: Script) -> set[int]:
+    return {launch.generation for launch in script.launches}
 
 
 async def preflight(request: contracts.PreflightActivityRequest) -> contracts.PreflightReport:
@@ -289,14 +283,18 @@ async def set_checkpoint_interval(
 
 async def roll_back_checkpoint(request: contracts.RollbackRequest) -> contracts.RollbackResult:
     script = script_for(request.job_id or "")
+    holdings = holdings_for(request.job_id or "")
     retired = [
         contracts.CheckpointRef(
-            step=step, path=f"{request.checkpoint_dir}/.rolled-back/step-{step:08d}"
+            step=step,
+            path=f"{request.checkpoint_dir}/.rolled-back/step-{step:08d}",
+            generation=holdings.writer(step, script.checkpoint_steps, _launched(script)),
         )
         for step in script.retire_on_rollback
     ]
     # The retired steps stay in ``checkpoint_steps``: their durable copies still exist,
-    # and only the workflow's ``exclude_steps`` keeps a search from choosing them.
+    # and only the workflow (its bound, cuts and retired checkpoints) keeps a search
+    # from choosing them.
     return contracts.RollbackResult(retired=retired, resume=None)
 
 
