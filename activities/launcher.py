@@ -29,7 +29,11 @@ the shim for ssh nodes) and fences everything else older there, so still no proc
 acts for an older generation once the survivors have read their rejoin request. A
 survivor is carried only into its own node's slot (:func:`carry_slots`), and a rank
 with no slot in the new world refuses the launch (``LaunchRefused``, naming it): the
-workflow planned on other nodes.
+workflow planned on other nodes. A group of the older generations that the carry (or
+the machine-wide net beside it) could not kill refuses the launch before any rank
+starts (``RanksWouldNotDie``, not retried, naming the groups): a rejoin skips the
+workflow's stop before the launch, which is where ranks that would not die block a
+launch without rejoin, and a fresh rank must never start beside them (issue 37, N7).
 
 A node that cannot be reached fails the launch at once (``NodeUnreachable``, not
 retried: the workflow treats it as a node failure) after what this launch started
@@ -98,6 +102,7 @@ from lazarus.domain.contracts import (
     LaunchResult,
     NodeAccess,
     RankProcess,
+    UnkillableGroup,
     WarmStartOutcome,
 )
 from lazarus.domain.memory_tier import memory_checkpoint_dir, replica_environment
@@ -114,11 +119,26 @@ FENCE_LOCK_WAIT_S = 10.0
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-__all__ = ["LaunchRefused", "LaunchUnreachable", "launch_generation"]
+__all__ = ["LaunchRefused", "LaunchUnreachable", "RanksWouldNotDie", "launch_generation"]
 
 
 class LaunchRefused(Exception):
     """A launch that must not be retried: fenced, or a command that cannot start."""
+
+
+class RanksWouldNotDie(Exception):
+    """The launch's fencing found groups of an older generation alive after SIGKILL
+    (uninterruptible sleep: a GPU after an Xid, a hung mount): no rank was started.
+    The workflow stops the generation and asks a person, as when its own stop finds
+    them (``stuck_ranks``)."""
+
+    def __init__(self, groups: list[UnkillableGroup]) -> None:
+        self.groups = groups
+        lines = "; ".join(
+            f"{g.node}: pgid {g.pgid} (pids {', '.join(map(str, g.pids))}) {g.reason}"
+            for g in groups
+        )
+        super().__init__(f"ranks would not die after SIGKILL: {lines}; no rank was started")
 
 
 class LaunchUnreachable(Exception):
@@ -327,11 +347,12 @@ def _other_runs(job_dir: Path, run_root: Path) -> list[Path]:
     return others
 
 
-def _fence(gens: list[GenerationDir], keep: frozenset[int] = frozenset()) -> None:
+def _fence(gens: list[GenerationDir], keep: frozenset[int] = frozenset()) -> list[UnkillableGroup]:
     """Stop (start ticks checked) whatever still runs of these generations here,
-    except the groups ``keep``: ranks rejoining the new generation in place."""
+    except the groups ``keep``: ranks rejoining the new generation in place. Returns
+    the groups that would not die."""
     if not gens:
-        return
+        return []
     result = stop_ranks(
         gens,
         grace_s=0.0,
@@ -342,6 +363,7 @@ def _fence(gens: list[GenerationDir], keep: frozenset[int] = frozenset()) -> Non
     )
     for group in result.unkillable:
         log.warning("fencing: %s", group.reason)
+    return result.unkillable
 
 
 def _fence_other_runs_remotely(opened: list[NodeAgent], others: list[Path], job_id: str) -> None:
@@ -562,6 +584,7 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
 
         carried: list[RankProcess] = []
         refused: list[str] = []
+        stuck: list[UnkillableGroup] = []
         if carrying and previous is not None:
             slots, refused = carry_slots(
                 read_json(previous.plan_file), request.rejoin_ranks, nodes, spec.nproc_per_node
@@ -575,9 +598,14 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
                     for r in answer.carried
                 ]
                 refused += answer.refused
+                stuck += answer.unkillable
         if not on_slurm:  # the machine-wide net behind each node's own fencing
-            _fence(older, keep=frozenset(r.pgid for r in carried))
+            stuck += _fence(older, keep=frozenset(r.pgid for r in carried))
             _fence([g for other in others for g in generations(other)])
+        if stuck:
+            # Without rejoin the workflow's stop finds them and never launches (its
+            # stuck_ranks); a carry replaces that stop, so it must refuse in its place.
+            raise RanksWouldNotDie(list({(g.node, g.pgid): g for g in stuck}.values()))
         for other in others:  # an earlier run's zygotes would fork for nobody
             stop_run_zygotes(other)
         if stopped:
@@ -846,6 +874,11 @@ async def launch(request: LaunchRequest) -> LaunchResult:
         )
     except LaunchRefused as exc:
         raise ApplicationError(str(exc), type="LaunchRefused", non_retryable=True) from exc
+    except RanksWouldNotDie as exc:
+        # Not retried: a retry would carry again and meet the same processes.
+        raise ApplicationError(
+            str(exc), *(g.node for g in exc.groups), type="RanksWouldNotDie", non_retryable=True
+        ) from exc
     except CommandNotAllowed as exc:
         raise exc.application_error() from exc
     except LaunchUnreachable as exc:

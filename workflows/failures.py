@@ -17,6 +17,9 @@ from workflows.state import JobState
 
 NODE_UNREACHABLE = "NodeUnreachable"
 """The launch activity's error type for a node it could not reach (details: the node)."""
+RANKS_WOULD_NOT_DIE = "RanksWouldNotDie"
+"""The launch activity's error type when its fencing (a rejoin's carry) found ranks of
+an older generation alive after SIGKILL and started nothing (details: their nodes)."""
 
 
 def failure_context(
@@ -63,6 +66,16 @@ def unreachable_failure(
         step_at_failure=state.step,
         evidence=[f"launch of generation {state.generation}: {cause}"],
     )
+
+
+def ranks_would_not_die(err: BaseException) -> bool:
+    """Whether a launch refused because ranks of an older generation would not die."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == RANKS_WOULD_NOT_DIE:
+            return True
+        cause = cause.__cause__
+    return False
 
 
 def unreachable_node(err: BaseException) -> str | None:

@@ -74,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.checkpoint_steps import CheckpointSteps, SearchedBeside
     from workflows.checkpoint_tuning import TUNED_OUTCOMES
-    from workflows.failures import unreachable_failure, unreachable_node
+    from workflows.failures import ranks_would_not_die, unreachable_failure, unreachable_node
     from workflows.fleet_link import waits_on_fleet
     from workflows.fleet_steps import FleetSteps
     from workflows.hand_over import HandOver
@@ -415,6 +415,21 @@ class JobWorkflow:
                 # an operator), never the end of the job.
                 failure = unreachable_failure(spec, state, unreachable, cause(err), self._run.now())
                 await self._recovery.recover(failure)
+                return
+            if ranks_would_not_die(err):
+                # A rejoin skipped the stop above; its carry met ranks that would not
+                # die and started nothing (issue 37, N7). As without rejoin: stop the
+                # generation (its nodes quarantined where they stay stuck) and never
+                # launch beside them: a person must look. Ranks gone by now: the next
+                # turn launches the whole generation.
+                await self._stops.stop_all(
+                    f"fence generation {state.generation - 1}: ranks would not die "
+                    "during the rejoin's carry",
+                    kill_at_once=True,
+                )
+                if state.stuck_ranks is not None:
+                    stuck, state.stuck_ranks = state.stuck_ranks, None
+                    self._run.needs_operator(stuck)
                 return
             await self._stops.stop_all("launch failed")
             self._run.fail(f"launch of generation {state.generation} failed: {cause(err)}")

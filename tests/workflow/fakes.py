@@ -89,6 +89,9 @@ class Script:
     """Garbage collection runs until cancelled (else it fails at once)."""
     rejoin_refused: bool = False
     """Launches start every rank afresh although survivors were asked for (all gone)."""
+    unkillable_at_carry: dict[int, list[contracts.UnkillableGroup]] = field(default_factory=dict)
+    """generation -> groups a carrying launch's fencing could not kill: the launch
+    refuses (``RanksWouldNotDie``) and starts nothing."""
     supervisions: list[contracts.SuperviseRequest] = field(default_factory=list)
     unreachable_at_end: set[str] = field(default_factory=set)
     """Nodes the end-of-run stop cannot reach."""
@@ -118,6 +121,14 @@ async def launch(request: contracts.LaunchRequest) -> contracts.LaunchResult:
             f"node {node} unreachable: connection timed out",
             node,
             type="NodeUnreachable",
+            non_retryable=True,
+        )
+    stuck = script.unkillable_at_carry.get(request.generation)
+    if stuck and request.rejoin_ranks:
+        raise ApplicationError(
+            f"ranks would not die after SIGKILL: {stuck[0].reason}; no rank was started",
+            *(g.node for g in stuck),
+            type="RanksWouldNotDie",
             non_retryable=True,
         )
     return launched_without_ranks(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.domain.contracts import FailureReport
+from lazarus.domain.contracts import FailureReport, UnkillableGroup
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import SpecError
 from tests.workflow.conftest import StartFakeJob, fake_spec
@@ -143,6 +143,45 @@ async def test_a_crash_carries_the_survivors_without_stopping_them(
     watching = job.script.supervisions[-1]
     assert watching.generation == 2
     assert watching.rejoining == [0] and watching.rejoin_timeout_s == 30
+
+
+async def test_ranks_the_carry_could_not_kill_block_the_launch_as_stuck_ranks(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    """Issue 37, N7: without rejoin, the stop before a relaunch finds ranks that would
+    not die (state D) and the job asks a person instead of launching beside them. A
+    rejoin skips that stop, and its carry's fencing only logged them: a fresh rank
+    started beside a process that may still hold the GPU or finish a write. Now the
+    launch refuses, and the job stops the generation and escalates as without rejoin."""
+    spec = fake_spec(tmp_path, nodes=[{"name": "a"}, {"name": "b"}], rejoin=REJOIN)
+    job = await start_fake_job(spec)
+    stuck = UnkillableGroup(node="b", pgid=4242, pids=[4242], reason="state D after SIGKILL")
+    job.script.unkillable_at_carry[2] = [stuck]
+    job.script.unkillable = [stuck]  # still stuck when the job's own stop meets it
+    job.script.failures[1] = failure(rank=1, node="b")
+    status = await job.wait_phase(Phase.NEEDS_OPERATOR, Phase.FAILED)
+    assert status.phase == Phase.NEEDS_OPERATOR, status.operator_reason
+    assert status.operator_reason is not None and "4242" in status.operator_reason
+    assert [launch.rejoin_ranks for launch in job.script.launches] == [[], [0]]
+    quarantined = {q.node: q for q in status.nodes.quarantined}
+    assert "b" in quarantined and not quarantined["b"].fenced
+    stops = [s for s in job.script.stops if "would not die" in s.reason]
+    assert len(stops) == 1 and stops[0].kill_at_once
+
+
+async def test_a_carry_whose_stuck_ranks_died_since_relaunches_the_whole_generation(
+    start_fake_job: StartFakeJob, tmp_path: Path
+) -> None:
+    spec = fake_spec(tmp_path, nodes=[{"name": "a"}, {"name": "b"}], rejoin=REJOIN)
+    job = await start_fake_job(spec)
+    stuck = UnkillableGroup(node="b", pgid=4242, pids=[4242], reason="state D after SIGKILL")
+    job.script.unkillable_at_carry[2] = [stuck]
+    job.script.failures[1] = failure(rank=1, node="b")
+    status = await job.wait_for(
+        lambda s: s.phase == Phase.RUNNING and s.generation == 3, "generation 3"
+    )
+    assert [launch.rejoin_ranks for launch in job.script.launches] == [[], [0], []]
+    assert status.nodes.quarantined == []
 
 
 async def test_a_hang_restarts_the_whole_generation_and_says_so(
