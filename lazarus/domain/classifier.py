@@ -175,7 +175,7 @@ _NCCL_CONTEXT = _context(
 # rendezvous address (MASTER_ADDR, the rdzv endpoint, the store host).
 _DISTRIBUTED_CONTEXT = _context(
     r"MASTER_ADDR|TCPStore|\bc10d\b|rendezvous|init_process_group|torchrun|torch\.distributed|"
-    r"socket\.cpp",
+    r"socket\.cpp|elastic|\bpdsh\b|deepspeed|\bmpirun\b|horovod|hostfile|\betcd\b",
     "master_addr",
     "tcpstore",
     "c10d",
@@ -184,6 +184,13 @@ _DISTRIBUTED_CONTEXT = _context(
     "torchrun",
     "torch.distributed",
     "socket.cpp",
+    "elastic",
+    "pdsh",
+    "deepspeed",
+    "mpirun",
+    "horovod",
+    "hostfile",
+    "etcd",
 )
 # The kernel or NVML says the GPU is gone or must be reset.
 _GPU_RESET_CONTEXT = _context(
@@ -399,6 +406,11 @@ _RULES: tuple[_Rule, ...] = (
     # allocator detail lines: "Tried to allocate 564.00 MiB (GPU 2; 79.35 GiB total capacity;"
     _rule(_FC.OOM_GPU, 5, r"Tried\s+to\s+allocate\s+[\d.]+\s*[KMGT]iB", "tried to allocate"),
     _rule(_FC.OOM_GPU, 5, r"GPU\s+\d+\s+has\s+a\s+total\s+capac\w*\s+of", "total capac"),
+    # TensorFlow: "OOM when allocating tensor with shape[...] ... on
+    # /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc" (on device:CPU
+    # it is host memory: see oom_host).
+    _rule(_FC.OOM_GPU, 10, r"OOM\s+when\s+allocating\s+tensor(?!.*device:CPU)",
+          "oom when allocating"),
     # XLA / JAX style device OOM: "RESOURCE_EXHAUSTED: Out of memory while trying to allocate"
     _rule(_FC.OOM_GPU, 6, r"RESOURCE_EXHAUSTED:\s*Out\s+of\s+memory", "resource_exhausted"),
 
@@ -465,6 +477,29 @@ _RULES: tuple[_Rule, ...] = (
     # A bus error without NCCL around is most often that too (hint tier, like exit code -7).
     _rule(_FC.OOM_HOST, 2, r"\bSIGBUS\b|\bBus\s+error\b|Signal\s+7\s+\(SIGBUS\)",
           "sigbus", "bus error", hint=True),
+    # Frameworks and schedulers that name host memory in their own words: loky/joblib
+    # "... or by an excessive memory usage causing the Operating System to kill the
+    # worker" (with "{SIGKILL(-9)}"), Slurm "killed by the cgroup out-of-memory handler",
+    # LSF "TERM_MEMLIMIT", PBS "job killed: mem 42kb exceeded limit", YARN "Container
+    # killed by YARN for exceeding memory limits", Dask "Worker exceeded 95% memory
+    # budget", older Ray "RayOutOfMemoryError: More than 95% of the memory on node",
+    # numpy "_ArrayMemoryError: Unable to allocate 3.2 GiB for an array", the JVM under
+    # Spark "java.lang.OutOfMemoryError: Java heap space", TF "OOM when allocating tensor
+    # ... device:CPU", notebooks "Your session crashed after using all available RAM".
+    _rule(_FC.OOM_HOST, 10,
+          r"cgroup\s+out-of-memory\s+handler|\bTERM_MEMLIMIT\b|\bmem\s+\S+\s+exceeded\s+limit|"
+          r"exceeding\s+(?:physical\s+)?memory\s+limits?|exceeded\s+\d+%\s+memory\s+budget|"
+          r"RayOutOfMemoryError|More\s+than\s+\d+%\s+of\s+the\s+memory\s+on\s+node|"
+          r"_ArrayMemoryError|Unable\s+to\s+allocate\s+[\d.]+\s*[KMGTP]i?B\s+for\s+an\s+array|"
+          r"OutOfMemoryError:\s*Java\s+heap|OOM\s+when\s+allocating\s+tensor.*device:CPU|"
+          r"crashed\s+after\s+using\s+all\s+available\s+RAM|"
+          r"allocate\s+more\s+memory\s+than\s+is\s+available",
+          "out-of-memory handler", "term_memlimit", "exceeded limit", "exceeding", "memory budget",
+          "rayoutofmemoryerror", "more than", "_arraymemoryerror", "for an array", "java heap",
+          "oom when allocating", "all available ram", "more memory than"),
+    _rule(_FC.OOM_HOST, 7,
+          r"excessive\s+memory\s+usage\s+causing\s+the\s+Operating\s+System\s+to\s+kill",
+          "excessive memory"),
     # Kubernetes eviction: "The node was low on resource: memory."
     _rule(_FC.OOM_HOST, 7, r"low\s+on\s+resource:\s*memory", "low on resource"),
     # --- circumstantial: the process got SIGKILL and nobody said why (hint tier) ---
@@ -474,10 +509,24 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.OOM_HOST, 6, r"Signal\s+9\s+\(SIGKILL\)", "sigkill", hint=True),
     # DeepSpeed launcher: "exits with return code = -9"; mp.spawn: "process 0 terminated with
     # signal SIGKILL"; subprocess: "died with <Signals.SIGKILL: 9>"; shells: "exit code 137".
+    # Lightning: "Child process with PID 9487 terminated with code -9. Forcefully
+    # terminating all other processes"; loky: "The exit codes of the workers are
+    # {SIGKILL(-9)}"; mpirun: "exited on signal 9 (Killed)"; Horovod: "exit with status
+    # code 137".
     _rule(_FC.OOM_HOST, 6,
           r"return\s+code\s*=\s*-9\b|terminated\s+with\s+signal\s+SIGKILL|Signals\.SIGKILL|"
-          r"exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*:?\s*137\b",
-          "return code", "sigkill", "exit code", "exit status", "exited with", hint=True),
+          r"exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*:?\s*137\b|status\s+code\s*:?\s*137\b|"
+          r"terminated\s+with\s+code\s+-9\b|SIGKILL\(-9\)|exited\s+on\s+signal\s+9\b",
+          "return code", "sigkill", "exit code", "exit status", "exited with", "status code",
+          "with code", "signal 9", hint=True),
+    # Pools whose workers died without a word, most often to the OOM killer: HF datasets
+    # "One of the subprocesses has abruptly died during map operation", concurrent.futures
+    # "A process in the process pool was terminated abruptly", the DataLoader's "DataLoader
+    # worker (pid(s) 1234) exited unexpectedly".
+    _rule(_FC.OOM_HOST, 4,
+          r"subprocesses\s+has\s+abruptly\s+died|process\s+pool\s+was\s+terminated\s+abruptly|"
+          r"DataLoader\s+worker\s+\(pid\(s\)\s+[\d, ]+\)\s+exited\s+unexpectedly",
+          "abruptly", "exited unexpectedly", hint=True),
     # bash / Slurm: a bare "Killed" line, "line 28:  8156 Killed   python3 main.py",
     # "srun: error: node1: task 0: Killed".
     _rule(_FC.OOM_HOST, 5, r"^\s*(?:\S+:\s+line\s+\d+:\s+\d+\s+)?Killed\b|task\s+\d+:\s*Killed\b",
@@ -612,20 +661,27 @@ _RULES: tuple[_Rule, ...] = (
     # service not known)". Its IPv6 twin is printed on every lookup that has no AAAA record,
     # harmless when IPv4 works, so it is only a hint.
     _rule(_FC.RENDEZVOUS, 10,
-          r"host\s+not\s+found:\s*Name\s+or\s+service|Unable\s+to\s+find\s+address\s+for",
+          r"host\s+not\s+found:\s*(?:Name\s+or\s+service|Temporary\s+failure|No\s+address|"
+          r"nodename\s+nor)|Unable\s+to\s+find\s+address\s+for",
           "host not found", "unable to find address"),
-    _rule(_FC.RENDEZVOUS, 7, r"IPv4\s+network\s+addresses\s+of\s+.*cannot\s+be\s+retrieved",
+    _rule(_FC.RENDEZVOUS, 10, r"IPv4\s+network\s+addresses\s+of\s+.*cannot\s+be\s+retrieved",
           "ipv4 network"),
     _rule(_FC.RENDEZVOUS, 2, r"IPv6\s+network\s+addresses\s+of\s+.*cannot\s+be\s+retrieved",
           "ipv6 network", hint=True),
     # any other failed lookup ("socket.gaierror: [Errno -3] Temporary failure in name
     # resolution", "getaddrinfo failed", "failed to resolve") in a torch.distributed job,
     # except the IPv6 warning above and lookups of web hosts (model or dataset downloads).
-    _rule(_FC.RENDEZVOUS, 7,
-          r"^(?![^\n]*(?:IPv6\s+network|https?://|huggingface|HTTPSConnection|urllib3))[^\n]*?"
+    # Weighted above a Python exception and the launcher's exit summaries: an elastic agent
+    # restarting its workers around it (restart notices, ChildFailedError, exit codes)
+    # only repeats the failure. c10d's "(gai error: ...)" lines have the rules above.
+    _rule(_FC.RENDEZVOUS, 9,
+          r"^(?![^\n]*(?:IPv6\s+network|gai\s+error|https?://|huggingface|HTTPS?Connection|"
+          r"urllib3|wandb|requests\.exceptions|Max\s+retries))[^\n]*?"
           r"(?:Name\s+or\s+service\s+not\s+known|Temporary\s+failure\s+in\s+name\s+resolution|"
-          r"nodename\s+nor\s+servname|getaddrinfo\s+failed|failed\s+to\s+resolve)",
+          r"nodename\s+nor\s+servname|getaddrinfo\s+failed|failed\s+to\s+resolve|"
+          r"Could\s+not\s+resolve\s+host(?:name)?|No\s+address\s+associated\s+with\s+hostname)",
           "name or service", "name resolution", "servname", "getaddrinfo", "failed to resolve",
+          "could not resolve", "no address associated",
           requires=_DISTRIBUTED_CONTEXT),
     _rule(_FC.RENDEZVOUS, 7,
           r"errno:\s*(?:111|113|110)\s*-\s*(?:Connection\s+refused|No\s+route\s+to\s+host|"
@@ -708,6 +764,16 @@ _RULES: tuple[_Rule, ...] = (
     # checkpoint file for '/ckpt/pytorch_model.bin' at ..."
     _rule(_FC.STORAGE, 7, r"Unable\s+to\s+load\s+weights\s+from\s+pytorch\s+checkpoint",
           "unable to load weights"),
+    # A load whose traceback was cut before its last line: a frame that only runs while
+    # the file is opened as an archive means the archive is what failed (a missing file
+    # fails earlier, in _open_file). torch.load's zip reader ("with
+    # _open_zipfile_reader(opened_file)", "torch._C.PyTorchFileReader(name_or_buffer)"),
+    # its legacy path reading the pickle's magic number, zipfile reading the central
+    # directory ("in _RealGetContents").
+    _rule(_FC.STORAGE, 8,
+          r"with\s+_open_zipfile_reader\(|PyTorchFileReader\(|"
+          r"magic_number\s*=\s*pickle_module\.load\(|in\s+_RealGetContents\b",
+          "_open_zipfile_reader", "pytorchfilereader", "magic_number", "_realgetcontents"),
     # torch.distributed.checkpoint wraps per-rank write failures in CheckpointException.
     _rule(_FC.STORAGE, 4, r"\bCheckpointException\b", "checkpointexception"),
     # traceback frames inside (de)serialisation (hint tier).
@@ -745,6 +811,26 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.PREEMPTED, 8, r"auto-requeue\s+signal|Requeu(?:e|ed|ing)\s+(?:SLURM\s+)?job",
           "requeu"),
     _rule(_FC.PREEMPTED, 5, r"Bypassing\s+(?:signal\s+)?SIGTERM", "bypassing"),
+    # Clouds tell the VM before they take it, often only in the host's log, while the ranks
+    # just die (SIGKILL, exit -9): GCP's metadata "termination is imminent" / "preempted:
+    # TRUE", EC2's spot "instance-action" / "Spot ITN" (aws-node-termination-handler) /
+    # "interrupted in 2 minutes", Azure's scheduled event "EventType": "Preempt", the
+    # kubelet's "Pod was terminated in response to imminent node shutdown", GCE's ACPI
+    # "G2 soft off". A notice outweighs the exit codes that follow it.
+    _rule(_FC.PREEMPTED, 12,
+          r"termination\s+is\s+imminent|spot/instance-action|instance-action\W+\S*?"
+          r"(?:terminate|stop|hibernate)|\bSPOT_ITN\b|\bSpot\s+ITN\b|"
+          r"interrupted\s+in\s+\d+\s+(?:minutes?|seconds?)|EventType\W{0,4}Preempt\b|"
+          r"imminent\s+node\s+shutdown|ACPI\s+G2\s+soft\s+off|"
+          r"(?:instance|vm|node)\s+(?:was|has\s+been|is\s+being)\s+preempted",
+          "imminent", "instance-action", "spot_itn", "spot itn", "interrupted in", "preempt",
+          "g2 soft off"),
+    # The VM's shutdown as the host logs it: logind's "Power key pressed." (the ACPI power
+    # button a cloud presses to stop or preempt a VM), the kubelet's graceful node shutdown.
+    _rule(_FC.PREEMPTED, 8,
+          r"Power\s+key\s+pressed|Shutdown\s+manager\s+detected\s+new\s+shutdown\s+event|"
+          r"polling\s+for\s+termination-time",
+          "power key", "shutdown manager", "termination-time"),
     # clouds / k8s: "Spot Instance interruption notice", "instance was preempted", "pod preempted"
     _rule(_FC.PREEMPTED, 7,
           r"\bpreempted\b|\bpreemption\s+(?:notice|signal)\b|"

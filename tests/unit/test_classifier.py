@@ -177,6 +177,88 @@ SNIPPETS: list[tuple[FC, str]] = [
         "Exiting run.",
     ),
     (FC.NUMERICAL, "{'loss': nan, 'grad_norm': nan, 'learning_rate': 2e-05, 'epoch': 1.3}"),
+    # --- the four families of issue 37 (item 6): a cloud's notice in the host's log, a
+    # name lookup under the elastic agent's restarts, a torch.load traceback cut inside
+    # the archive open, host memory in a framework's or scheduler's words
+    (
+        FC.PREEMPTED,
+        "Mar 02 11:20:01 gpu-7 google_metadata_script_runner[912]: instance/preempted: TRUE; "
+        "termination is imminent\nmain.py: line 3: 4121 Killed   python train.py",
+    ),
+    (
+        FC.PREEMPTED,
+        '2024/05/01 10:00:00 INF Adding new event to the event store event={"Kind":"SPOT_ITN",'
+        '"Description":"Spot ITN received. Instance will be interrupted at 2024-05-01T10:02:00Z"}',
+    ),
+    (
+        FC.PREEMPTED,
+        '{"EventId":"A1","EventType":"Preempt","ResourceType":"VirtualMachine","EventStatus":'
+        '"Scheduled"}\nexitcode  : -9 (pid: 4242)',
+    ),
+    (
+        FC.PREEMPTED,
+        "Jun 12 03:14:15 node-3 systemd-logind[801]: Power key pressed.\n"
+        "torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0",
+    ),
+    (
+        FC.PREEMPTED,
+        "Status: Failed\nReason: Terminated\nMessage: Pod was terminated in response to "
+        "imminent node shutdown.",
+    ),
+    (
+        FC.RENDEZVOUS,
+        "[W socket.cpp:601] [c10d] The IPv4 network addresses of (trainer-0.svc, 29500) cannot "
+        "be retrieved (gai error: -3 - Temporary failure in name resolution).\n"
+        "WARNING:torch.distributed.elastic.agent.server.api:[default] Worker group FAILED. "
+        "2/3 attempts left; will restart worker group\nexitcode  : 1 (pid: 77)",
+    ),
+    (
+        FC.RENDEZVOUS,
+        "node-2: ssh: Could not resolve hostname node-2: Name or service not known\n"
+        "pdsh@node-1: node-2: ssh exited with exit code 255",
+    ),
+    (
+        FC.STORAGE,
+        '  File "/opt/torch/serialization.py", line 1004, in load\n'
+        "    with _open_zipfile_reader(opened_file) as opened_zipfile:\n"
+        '  File "/opt/torch/serialization.py", line 456, in __init__\n'
+        "    super().__init__(torch._C.PyTorchFileReader(name_or_buffer))",
+    ),
+    (
+        FC.STORAGE,
+        '  File "/usr/lib/python3.10/site-packages/torch/serialization.py", line 1033, in '
+        "_legacy_load\n    magic_number = pickle_module.load(f, **pickle_load_args)",
+    ),
+    (
+        FC.OOM_HOST,
+        "slurmstepd: error: Detected 2 oom_kill events in StepId=88.0. Some of your processes "
+        "may have been killed by the cgroup out-of-memory handler.",
+    ),
+    (
+        FC.OOM_HOST,
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 37.3 GiB for an array "
+        "with shape (100000, 100000) and data type float32",
+    ),
+    (
+        FC.OOM_HOST,
+        "INFO: [rank: 1] Child process with PID 811 terminated with code -9. Forcefully "
+        "terminating all other processes to avoid zombies 🧟",
+    ),
+    (
+        FC.OOM_HOST,
+        "distributed.nanny.memory - WARNING - Worker tcp://10.0.0.5:4411 (pid=91) exceeded "
+        "95% memory budget. Restarting...",
+    ),
+    (
+        FC.OOM_HOST,
+        "ExecutorLostFailure (executor 3 exited caused by one of the running tasks) Reason: "
+        "Container killed by YARN for exceeding memory limits. 9.1 GB of 9 GB physical memory",
+    ),
+    (
+        FC.OOM_GPU,
+        "ResourceExhaustedError: OOM when allocating tensor with shape[64,512,512] and type "
+        "float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+    ),
 ]
 
 
@@ -482,6 +564,35 @@ def test_ray_memory_monitor_detail_alone_is_host_oom() -> None:
     )
     result = classify(log)
     assert result.failure_class == FC.OOM_HOST and not result.circumstantial
+
+
+def test_a_web_lookup_failure_in_a_torchrun_log_is_not_rendezvous() -> None:
+    log = (
+        "torchrun --nproc_per_node 2 train.py\n"
+        "wandb: Network error (ConnectionError), entering retry loop.\n"
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='api.wandb.ai', "
+        "port=443): Max retries exceeded (Caused by NameResolutionError: Failed to resolve "
+        "'api.wandb.ai' ([Errno -3] Temporary failure in name resolution))\n"
+    )
+    assert classify(log).failure_class != FC.RENDEZVOUS
+
+
+def test_a_load_that_failed_after_opening_the_archive_is_not_storage() -> None:
+    log = (
+        '  File "/opt/torch/serialization.py", line 1040, in load\n'
+        "    return _load(opened_zipfile, map_location, pickle_module, **pickle_load_args)\n"
+        "RuntimeError: Attempting to deserialize object on a CUDA device but "
+        "torch.cuda.is_available() is False.\n"
+    )
+    assert classify(log).failure_class != FC.STORAGE
+
+
+def test_tensorflow_oom_on_the_cpu_is_host_memory() -> None:
+    log = (
+        "ResourceExhaustedError: OOM when allocating tensor with shape[8,1024,1024] and type "
+        "float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu"
+    )
+    assert classify(log).failure_class == FC.OOM_HOST
 
 
 def test_busy_gpu_that_needs_a_reset_beats_the_python_wrapper() -> None:
