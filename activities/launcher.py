@@ -29,11 +29,8 @@ the shim for ssh nodes) and fences everything else older there, so still no proc
 acts for an older generation once the survivors have read their rejoin request. A
 survivor is carried only into its own node's slot (:func:`carry_slots`), and a rank
 with no slot in the new world refuses the launch (``LaunchRefused``, naming it): the
-workflow planned on other nodes. A group of the older generations that the carry (or
-the machine-wide net beside it) could not kill refuses the launch before any rank
-starts (``RanksWouldNotDie``, not retried, naming the groups): a rejoin skips the
-workflow's stop before the launch, which is where ranks that would not die block a
-launch without rejoin, and a fresh rank must never start beside them (issue 37, N7).
+workflow planned on other nodes. A group the carry's fencing could not kill refuses
+the launch before any rank starts (:class:`~activities.nodes.rejoin.RanksWouldNotDie`).
 
 A node that cannot be reached fails the launch at once (``NodeUnreachable``, not
 retried: the workflow treats it as a node failure) after what this launch started
@@ -72,7 +69,7 @@ from activities.nodes.agent import (
 from activities.nodes.code_root import lazarus_code_root
 from activities.nodes.factory import agents, on_each, on_each_settled
 from activities.nodes.local_agent import RankStartFailed, stop_ranks
-from activities.nodes.rejoin import rejoin_variables
+from activities.nodes.rejoin import RanksWouldNotDie, rejoin_variables
 from activities.nodes.rundir import (
     GenerationDir,
     control_document,
@@ -124,21 +121,6 @@ __all__ = ["LaunchRefused", "LaunchUnreachable", "RanksWouldNotDie", "launch_gen
 
 class LaunchRefused(Exception):
     """A launch that must not be retried: fenced, or a command that cannot start."""
-
-
-class RanksWouldNotDie(Exception):
-    """The launch's fencing found groups of an older generation alive after SIGKILL
-    (uninterruptible sleep: a GPU after an Xid, a hung mount): no rank was started.
-    The workflow stops the generation and asks a person, as when its own stop finds
-    them (``stuck_ranks``)."""
-
-    def __init__(self, groups: list[UnkillableGroup]) -> None:
-        self.groups = groups
-        lines = "; ".join(
-            f"{g.node}: pgid {g.pgid} (pids {', '.join(map(str, g.pids))}) {g.reason}"
-            for g in groups
-        )
-        super().__init__(f"ranks would not die after SIGKILL: {lines}; no rank was started")
 
 
 class LaunchUnreachable(Exception):

@@ -39,7 +39,12 @@ sequences on one node:
   refuses each rank with the reason, so they start afresh (whole node, not job);
 - a survivor dies between its check and the fencing: it is carried as a dead rank;
   supervision of the new generation sees its exit record (linked) and reports a
-  crash, which recovers as any crash does.
+  crash, which recovers as any crash does;
+- a fenced group would not die (``CarryResult.unkillable``: uninterruptible sleep, a
+  GPU after an Xid, a hung mount): the launcher starts no rank and refuses
+  (:class:`RanksWouldNotDie`, not retried). A rejoin skips the workflow's stop before
+  the launch, which is where such ranks block a launch without rejoin
+  (``stuck_ranks``); a fresh rank must never start beside them (issue 37, N7).
 """
 
 from __future__ import annotations
@@ -61,7 +66,22 @@ from activities.nodes.rundir import (
     write_json_atomic,
 )
 from lazarus.domain import environment as env_names
-from lazarus.domain.contracts import RankProcess
+from lazarus.domain.contracts import RankProcess, UnkillableGroup
+
+
+class RanksWouldNotDie(Exception):
+    """The launch's fencing found groups of an older generation alive after SIGKILL
+    (uninterruptible sleep: a GPU after an Xid, a hung mount): no rank was started.
+    The workflow stops the generation and asks a person, as when its own stop finds
+    them (``stuck_ranks``)."""
+
+    def __init__(self, groups: list[UnkillableGroup]) -> None:
+        self.groups = groups
+        lines = "; ".join(
+            f"{g.node}: pgid {g.pgid} (pids {', '.join(map(str, g.pids))}) {g.reason}"
+            for g in groups
+        )
+        super().__init__(f"ranks would not die after SIGKILL: {lines}; no rank was started")
 
 
 @dataclass(frozen=True)
