@@ -454,9 +454,12 @@ _RULES: tuple[_Rule, ...] = (
     # CPU allocator: "[enforce fail at alloc_cpu.cpp:83] . DefaultCPUAllocator: can't allocate
     # memory: you tried to allocate 123 bytes. Error code 12 (Cannot allocate memory)", newer
     # builds: "DefaultCPUAllocator: not enough memory: you tried to allocate 34359738368 bytes."
+    # ...and the older TH allocator: "RuntimeError: $ Torch: not enough memory: you tried to
+    # allocate 0GB. Buy new RAM! at ..\aten\src\TH\THGeneral.cpp:204".
     _rule(_FC.OOM_HOST, 10,
-          r"DefaultCPUAllocator:\s*(?:can't\s+allocate|not\s+enough)\s+memory",
-          "defaultcpuallocator"),
+          r"(?:DefaultCPUAllocator|Torch):\s*(?:can't\s+allocate|not\s+enough)\s+memory|"
+          r"Buy\s+new\s+RAM",
+          "defaultcpuallocator", "torch:", "new ram"),
     _rule(_FC.OOM_HOST, 6, r"Cannot\s+allocate\s+memory|std::bad_alloc|(?<![\w.])MemoryError\b",
           "allocate memory", "bad_alloc", "memoryerror"),
     # DataLoader workers: "DataLoader worker (pid 1234) is killed by signal: Killed." and the
@@ -687,6 +690,17 @@ _RULES: tuple[_Rule, ...] = (
           r"errno:\s*(?:111|113|110)\s*-\s*(?:Connection\s+refused|No\s+route\s+to\s+host|"
           r"Connection\s+timed\s+out)",
           "errno"),
+    # Launchers that start the other nodes over ssh (DeepSpeed's runner, pdsh, mpirun) fail
+    # to reach one: "Using hostfile at /job/hostfile but host=node-1 was not reachable via
+    # ssh", "pdsh@node-0: node-1: ssh exited with exit code 255", "ssh: connect to host
+    # node-1 port 22: No route to host", "Command 'ssh ... node-1 hostname' returned
+    # non-zero exit status 255".
+    _rule(_FC.RENDEZVOUS, 9,
+          r"not\s+reachable\s+via\s+ssh|ssh\s+exited\s+with\s+exit\s+code\s+255|"
+          r"ssh:\s+connect\s+to\s+host\s+\S+\s+port\s+\d+:\s+(?:Connection\s+refused|"
+          r"No\s+route\s+to\s+host|Connection\s+timed\s+out)|"
+          r"'ssh\b[^'\n]*'\]?'?\s+returned\s+non-zero\s+exit\s+status\s+255",
+          "via ssh", "exit code 255", "connect to host", "exit status 255"),
     # torchrun elastic: "RendezvousTimeoutError", "RendezvousConnectionError: The connection to
     # the C10d store has failed.", "RendezvousClosedError".
     _rule(_FC.RENDEZVOUS, 10, r"Rendezvous(?:Timeout|Connection|Closed|State)?Error", "rendezvous"),
@@ -757,6 +771,10 @@ _RULES: tuple[_Rule, ...] = (
           r"unexpected\s+EOF,\s+expected\s+\d+\s+more\s+bytes|file\s+might\s+be\s+corrupted",
           "unexpected eof", "might be corrupted"),
     _rule(_FC.STORAGE, 7, r"UnpicklingError|invalid\s+load\s+key", "unpicklingerror", "load key"),
+    # torch's legacy reader on a damaged file: "RuntimeError: Invalid magic number; corrupt
+    # file?", "RuntimeError: storage has wrong size: expected 0 got 512" (a file cut short).
+    _rule(_FC.STORAGE, 9, r"Invalid\s+magic\s+number|storage\s+has\s+wrong\s+size",
+          "magic number", "wrong size"),
     _rule(_FC.STORAGE, 5, r"EOFError:\s*Ran\s+out\s+of\s+input", "ran out of input"),
     _rule(_FC.STORAGE, 8, r"MetadataIncompleteBuffer|HeaderTooLarge|SafetensorError",
           "metadataincompletebuffer", "headertoolarge", "safetensorerror"),
@@ -776,6 +794,15 @@ _RULES: tuple[_Rule, ...] = (
           "_open_zipfile_reader", "pytorchfilereader", "magic_number", "_realgetcontents"),
     # torch.distributed.checkpoint wraps per-rank write failures in CheckpointException.
     _rule(_FC.STORAGE, 4, r"\bCheckpointException\b", "checkpointexception"),
+    # a traceback that stops inside a checkpoint load, its message cut off or never
+    # printed (DeepSpeed's load_checkpoint / _load_zero_checkpoint, HF's
+    # deepspeed_load_checkpoint, Accelerate's load_state, a script's reload_checkpoint):
+    # reading the checkpoint is what failed, most likely (hint tier: any message wins).
+    _rule(_FC.STORAGE, 3,
+          r"\bin\s+\w*(?:load_checkpoint|load_zero_checkpoint|load_state|load_accelerator_state|"
+          r"resume_from_checkpoint|load_from_checkpoint)\b",
+          "load_checkpoint", "load_zero_checkpoint", "load_state", "load_accelerator_state",
+          "resume_from_checkpoint", "load_from_checkpoint", hint=True),
     # traceback frames inside (de)serialisation (hint tier).
     _rule(_FC.STORAGE, 2,
           r"serialization\.py\",\s+line\s+\d+,\s+in\s+(?:save|_save|load|_load)\b|"

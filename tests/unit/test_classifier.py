@@ -255,6 +255,25 @@ SNIPPETS: list[tuple[FC, str]] = [
         "Container killed by YARN for exceeding memory limits. 9.1 GB of 9 GB physical memory",
     ),
     (
+        FC.RENDEZVOUS,
+        "pdsh@gpu-0: gpu-3: ssh: connect to host gpu-3 port 22: No route to host\n"
+        "pdsh@gpu-0: gpu-3: ssh exited with exit code 255",
+    ),
+    (
+        FC.STORAGE,
+        "Traceback (most recent call last):\nRuntimeError: Invalid magic number; corrupt file?",
+    ),
+    (
+        FC.STORAGE,
+        "Traceback (most recent call last):\n"
+        '  File "/opt/ds/runtime/engine.py", line 2935, in load_checkpoint\n'
+        "    success = self._load_zero_checkpoint(load_dir, tag)",
+    ),
+    (
+        FC.OOM_HOST,
+        "RuntimeError: $ Torch: not enough memory: you tried to allocate 2GB. Buy new RAM!",
+    ),
+    (
         FC.OOM_GPU,
         "ResourceExhaustedError: OOM when allocating tensor with shape[64,512,512] and type "
         "float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
