@@ -503,6 +503,12 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.OOM_HOST, 7,
           r"excessive\s+memory\s+usage\s+causing\s+the\s+Operating\s+System\s+to\s+kill",
           "excessive memory"),
+    # Ray Tune's status warning before the kills: "Memory usage on this node: 7.4/7.5 GiB:
+    # ***LOW MEMORY*** less than 10% of the memory on this node is available for use. This
+    # can cause unexpected crashes." Supporting only: any explicit error outweighs it.
+    _rule(_FC.OOM_HOST, 5,
+          r"\*\*\*LOW\s+MEMORY\*\*\*|less\s+than\s+\d+%\s+of\s+the\s+memory\s+on\s+this\s+node",
+          "low memory", "less than"),
     # Kubernetes eviction: "The node was low on resource: memory."
     _rule(_FC.OOM_HOST, 7, r"low\s+on\s+resource:\s*memory", "low on resource"),
     # --- circumstantial: the process got SIGKILL and nobody said why (hint tier) ---
