@@ -677,6 +677,11 @@ _RULES: tuple[_Rule, ...] = (
           "ipv4 network"),
     _rule(_FC.RENDEZVOUS, 2, r"IPv6\s+network\s+addresses\s+of\s+.*cannot\s+be\s+retrieved",
           "ipv6 network", hint=True),
+    # c10d cannot resolve this host's own name ("[c10d] The hostname of the client socket
+    # cannot be retrieved. err=-3", a resolver EAI_AGAIN): often all a hung init prints.
+    # Supporting only: any explicit error outweighs it.
+    _rule(_FC.RENDEZVOUS, 4, r"hostname\s+of\s+the\s+client\s+socket\s+cannot\s+be\s+retrieved",
+          "client socket cannot"),
     # any other failed lookup ("socket.gaierror: [Errno -3] Temporary failure in name
     # resolution", "getaddrinfo failed", "failed to resolve") in a torch.distributed job,
     # except the IPv6 warning above and lookups of web hosts (model or dataset downloads).
