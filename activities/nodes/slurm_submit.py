@@ -69,11 +69,16 @@ RESERVED_OPTIONS = {
     "--export": "it sets the holder's environment (PATH, LD_PRELOAD): any program",
     "--export-file": "it sets the holder's environment (PATH, LD_PRELOAD): any program",
     "--get-user-env": "it sets the holder's environment from a login shell",
+    "--container": "an OCI bundle would supply the holder's root filesystem, and its sh",
+    "--container-id": "an OCI bundle would supply the holder's root filesystem, and its sh",
     "--chdir": "the holder runs where Lazarus starts it",
     "--output": "Lazarus gives the holder's log file",
     "--error": "Lazarus gives the holder's log file",
     "--input": "the holder reads nothing",
     "--nodes": "slurm.nodes and slurm.spares give the node count",
+    "--partition": "slurm.partition gives it",
+    "--time": "slurm.time gives it",
+    "--account": "slurm.account gives it",
     "--parsable": "Lazarus sets it",
     "--no-kill": "Lazarus sets it",
     "--kill-on-invalid-dep": "Lazarus sets the holder's options",
@@ -85,11 +90,9 @@ RESERVED_OPTIONS = {
     "--uid": "the holder runs as the worker's user",
     "--gid": "the holder runs as the worker's user",
 }
-"""``sbatch`` long options ``slurm.extra_args`` may not give, with why: the holder's
-own options (which Lazarus's lookups rely on), and those that choose which program
-the holder runs or its environment, which would run a program no
-``allowed_commands`` checked. ``sbatch`` takes any unambiguous prefix of a long
-option (``--expo``), so a prefix of these is refused too."""
+"""Why some ``sbatch`` options are refused, for a clearer refusal than "not a
+scheduling option": the holder's own options (which Lazarus's lookups rely on), and
+those that choose which program the holder runs or its environment."""
 RESERVED_SHORT = {
     "J": "--job-name",
     "o": "--output",
@@ -98,41 +101,152 @@ RESERVED_SHORT = {
     "D": "--chdir",
     "N": "--nodes",
     "a": "--array",
+    "p": "--partition",
+    "t": "--time",
+    "A": "--account",
 }
+
+VALUE, FLAG, OPTIONAL = "value", "flag", "optional"
+SCHEDULING_OPTIONS: dict[str, str] = {
+    # what to run on: constraints, features, generic resources
+    "--qos": VALUE,
+    "--constraint": VALUE,
+    "--cluster-constraint": VALUE,
+    "--prefer": VALUE,
+    "--gres": VALUE,
+    "--gres-flags": VALUE,
+    "--gpus": VALUE,
+    "--gpus-per-node": VALUE,
+    "--gpus-per-task": VALUE,
+    "--gpus-per-socket": VALUE,
+    "--cpus-per-gpu": VALUE,
+    "--mem-per-gpu": VALUE,
+    "--gpu-bind": VALUE,
+    "--licenses": VALUE,
+    "--network": VALUE,
+    "--switches": VALUE,
+    "--reservation": VALUE,
+    "--nodelist": VALUE,
+    "--exclude": VALUE,
+    # how much of each node
+    "--exclusive": OPTIONAL,
+    "--oversubscribe": FLAG,
+    "--contiguous": FLAG,
+    "--mem": VALUE,
+    "--mem-per-cpu": VALUE,
+    "--mincpus": VALUE,
+    "--cpus-per-task": VALUE,
+    "--ntasks": VALUE,
+    "--ntasks-per-node": VALUE,
+    "--ntasks-per-gpu": VALUE,
+    "--sockets-per-node": VALUE,
+    "--cores-per-socket": VALUE,
+    "--threads-per-core": VALUE,
+    "--extra-node-info": VALUE,
+    "--hint": VALUE,
+    "--tmp": VALUE,
+    "--core-spec": VALUE,
+    "--thread-spec": VALUE,
+    # when, and at what priority
+    "--nice": OPTIONAL,
+    "--priority": VALUE,
+    "--begin": VALUE,
+    "--deadline": VALUE,
+    "--time-min": VALUE,
+    "--dependency": VALUE,
+    "--delay-boot": VALUE,
+    # bookkeeping
+    "--comment": VALUE,
+    "--wckey": VALUE,
+    "--mail-type": VALUE,
+    "--mail-user": VALUE,
+}
+"""The ``sbatch`` options ``slurm.extra_args`` may give (issue 37, N9: an allow-list;
+the deny-list before it missed ``--container``, an OCI bundle that supplies the
+holder's ``sh``, a program no ``allowed_commands`` saw). Each only says where, when or
+with how much the holder runs, never what it runs or with which environment. The kind
+says how it is written: ``value`` options need ``=value``, ``flag`` options take none,
+``optional`` ones either. Written in full: ``sbatch`` takes a prefix (``--qo``) too,
+but an allow-list checks whole names."""
+SCHEDULING_SHORT = {
+    "C": "--constraint",
+    "q": "--qos",
+    "G": "--gpus",
+    "c": "--cpus-per-task",
+    "n": "--ntasks",
+    "w": "--nodelist",
+    "x": "--exclude",
+    "d": "--dependency",
+    "b": "--begin",
+    "L": "--licenses",
+    "B": "--extra-node-info",
+}
+"""Short forms allowed, each with its value glued on (``-Cgpu``)."""
+NO_FILE_VALUES = frozenset({"--nodelist", "--exclude"})
+"""Options ``sbatch`` reads a file for when the value holds a ``/``: names only."""
 
 
 def extra_args_problems(extra_args: list[str]) -> list[str]:
     """Why ``slurm.extra_args`` cannot go on the holder's ``sbatch`` line, one line
     each naming the argument; empty when it can.
 
-    Every word must be an option: a bare word is where ``sbatch`` takes the script to
-    run (``--exclusive my.sh`` would run ``my.sh``), so values go after ``=``
-    (``--qos=high``) or glued to a short option (``-Cgpu``)."""
+    Each word must be one of :data:`SCHEDULING_OPTIONS` (or its short form in
+    :data:`SCHEDULING_SHORT`), written in full with its value after ``=`` (long) or
+    glued on (short): a separate word is where ``sbatch`` takes a value or the script
+    to run (``--exclusive my.sh`` would run ``my.sh``)."""
     problems = []
     for arg in extra_args:
-        where = f"slurm.extra_args: {arg!r}"
-        if arg == "--" or not arg.startswith("-") or arg == "-":
-            problems.append(
-                f"{where} is not an option: give values after '=' (--qos=high); a separate "
-                "word can be taken by sbatch as the script to run"
-            )
-        elif arg.startswith("--"):
-            name = arg.partition("=")[0]
-            for reserved, why in RESERVED_OPTIONS.items():
-                if len(name) > 2 and reserved.startswith(name):
-                    problems.append(f"{where}: {reserved} is not allowed: {why}")
-                    break
-        else:
-            for letter in arg[1:]:
-                if letter in RESERVED_SHORT:
-                    reserved = RESERVED_SHORT[letter]
-                    problems.append(
-                        f"{where}: -{letter} ({reserved}) is not allowed: "
-                        f"{RESERVED_OPTIONS[reserved]}; write other short options apart, or "
-                        "in their long form (--constraint=gpu)"
-                    )
-                    break
+        problem = _extra_arg_problem(arg)
+        if problem is not None:
+            problems.append(f"slurm.extra_args: {arg!r}{problem}")
     return problems
+
+
+def _extra_arg_problem(arg: str) -> str | None:
+    """What is wrong with one word of ``slurm.extra_args`` (the text after the word
+    itself), or None."""
+    if arg == "--" or not arg.startswith("-") or arg == "-":
+        return (
+            " is not an option: give values after '=' (--qos=high); a separate word can "
+            "be taken by sbatch as the script to run"
+        )
+    if arg.startswith("--"):
+        name, sep, value = arg.partition("=")
+        has_value = bool(sep)
+        kind = SCHEDULING_OPTIONS.get(name)
+        if kind is None:
+            return f": {_refused(name)}"
+    else:
+        letter, value = arg[1], arg[2:]
+        long = SCHEDULING_SHORT.get(letter)
+        if long is None:
+            reserved = RESERVED_SHORT.get(letter)
+            why = RESERVED_OPTIONS[reserved] if reserved else "not a scheduling option"
+            named = f"-{letter} ({reserved})" if reserved else f"-{letter}"
+            return f": {named} is not allowed: {why}; {_allowed()}"
+        name, has_value, kind = long, bool(value), VALUE
+    if kind == VALUE and not value:
+        return f": {name} needs its value in the same word ({name}=...)"
+    if kind == FLAG and has_value:
+        return f": {name} takes no value"
+    if name in NO_FILE_VALUES and "/" in value:
+        return f": {name} names nodes here, not a file to read them from"
+    return None
+
+
+def _refused(name: str) -> str:
+    """Why the long option ``name`` is refused: its own reason when it is (a prefix
+    of) an option Lazarus sets or that changes what the holder runs."""
+    for reserved, why in RESERVED_OPTIONS.items():
+        if len(name) > 2 and reserved.startswith(name):
+            return f"{reserved} is not allowed: {why}"
+    if any(option.startswith(name) for option in SCHEDULING_OPTIONS if len(name) > 2):
+        return f"{name} is not allowed: write the option in full; {_allowed()}"
+    return f"{name} is not a scheduling option Lazarus allows; {_allowed()}"
+
+
+def _allowed() -> str:
+    return "allowed: " + ", ".join(sorted(SCHEDULING_OPTIONS))
 
 
 def holder_argv(slurm: SlurmSpec, slurm_name: str, run_dir: str | Path) -> list[str]:

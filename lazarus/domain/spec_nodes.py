@@ -72,10 +72,12 @@ class SlurmSpec(_Strict):
     """Submit mode: the allocation's time limit, in ``sbatch --time`` form (``4:00:00``)."""
     account: str | None = None
     extra_args: list[str] = Field(default_factory=list)
-    """Submit mode: more ``sbatch`` options, passed as they are (``--qos=high``): options
-    only, values after ``=``. Those the holder sets itself, or that choose what it runs
-    or its environment (``--export``, ``--wrap``, ``--job-name``, ``--output``...), are
-    refused when the allocation is submitted (``slurm_submit.extra_args_problems``)."""
+    """Submit mode: more ``sbatch`` scheduling options, passed as they are
+    (``--qos=high``, ``--gres=gpu:8``, ``-Cgpu``): written in full, values after ``=``
+    or glued to a short option. An allow-list (``slurm_submit.SCHEDULING_OPTIONS``:
+    where, when and with how much the holder runs); any other option, such as one
+    that chooses what the holder runs or its environment (``--container``,
+    ``--export``, ``--wrap``), is refused when the allocation is submitted, naming it."""
     notice_s: Annotated[int, Field(ge=10, le=86_400)] = 120
     """Submit mode: ``--signal=B:USR1@<notice_s>``: how long before the end Slurm warns
     the holder, for the just-in-time checkpoint. Give the same to your own holder."""
