@@ -6,7 +6,8 @@ Usage::
 
 Without arguments it scores the shared set (``../shared/failure-logs`` beside the
 checkout, when it exists), ``tests/fixtures/failure-logs``,
-``tests/fixtures/failure-logs-synthetic`` and ``tests/fixtures/failure-logs-hard``.
+``tests/fixtures/failure-logs-synthetic``, ``tests/fixtures/failure-logs-hard`` and
+``tests/fixtures/failure-logs-holdout``.
 Rows of an ``index.jsonl`` that carry a ``family`` field are also reported per family,
 and every miss is listed.
 """
@@ -26,6 +27,7 @@ DEFAULT_DIRS = [
     REPO / "tests" / "fixtures" / "failure-logs",
     REPO / "tests" / "fixtures" / "failure-logs-synthetic",
     REPO / "tests" / "fixtures" / "failure-logs-hard",
+    REPO / "tests" / "fixtures" / "failure-logs-holdout",
 ]
 
 

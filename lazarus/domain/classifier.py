@@ -803,6 +803,12 @@ _RULES: tuple[_Rule, ...] = (
           r"with\s+_open_zipfile_reader\(|PyTorchFileReader\(|"
           r"magic_number\s*=\s*pickle_module\.load\(|in\s+_RealGetContents\b",
           "_open_zipfile_reader", "pytorchfilereader", "magic_number", "_realgetcontents"),
+    # ...and torch.save's writer failing to create the file ("torch._C.PyTorchFileWriter(
+    # str(name))" then "RuntimeError: File ckpt/checkpoint_0.pt cannot be opened."): a full
+    # or read-only disk, or a checkpoint directory that is not there (not mounted).
+    _rule(_FC.STORAGE, 7,
+          r"PyTorchFileWriter\(|_open_zipfile_writer\(|^\s*RuntimeError:\s+File\s+\S+\s+cannot\s+be\s+opened",
+          "pytorchfilewriter", "_open_zipfile_writer", "cannot be opened"),
     # torch.distributed.checkpoint wraps per-rank write failures in CheckpointException.
     _rule(_FC.STORAGE, 4, r"\bCheckpointException\b", "checkpointexception"),
     # a traceback that stops inside a checkpoint load, its message cut off or never
