@@ -39,6 +39,7 @@ from activities.nodes.slurm_commands import (
     Allocation,
     SlurmCommandFailed,
     allocation,
+    one_line,
     run_slurm,
 )
 from activities.nodes.slurm_preemption import holder_script
@@ -420,13 +421,19 @@ def own_jobs_named(name: str, exclude: list[int] | None = None) -> list[Allocati
     ``exclude`` (a retried activity looks for what an earlier attempt submitted under
     the same name). Another user's job of that name is never listed: adopting it
     would launch into an allocation ``srun`` may not use, and cancelling it would
-    end someone else's work."""
-    try:
-        done = run_slurm(["squeue", "-h", "-u", slurm_user(), "--name", name, "-o", "%i"])
-    except SlurmCommandFailed:
-        return []
+    end someone else's work.
+
+    Raises :class:`~activities.nodes.slurm_commands.SlurmCommandFailed` when
+    ``squeue`` cannot answer: "none found" would be a guess, and a retried resubmit
+    that took it for an answer submitted a second holder beside the first attempt's,
+    which then held its nodes, unrecorded, until its time limit (issue 37, N11). The
+    attempt fails instead, and its retry asks again."""
+    done = run_slurm(["squeue", "-h", "-u", slurm_user(), "--name", name, "-o", "%i"])
     if done.returncode != 0:
-        return []
+        raise SlurmCommandFailed(
+            f"squeue cannot list this user's Slurm jobs named {name}: "
+            f"{one_line(done.stderr or done.stdout)}"
+        )
     skip = set(exclude or [])
     ids = [int(word) for word in done.stdout.split() if word.isdigit()]
     found = [allocation(job_id) for job_id in ids if job_id not in skip]

@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.nodes.allocation import cancel_submitted, submit
+from activities.nodes.slurm_commands import SlurmCommandFailed
 from activities.nodes.slurm_grow import grow
 from activities.nodes.slurm_submit import (
     SubmitCancelled,
@@ -71,6 +72,12 @@ command, args = os.path.basename(sys.argv[0]), sys.argv[1:]
 with open(state_file) as handle:
     state = json.load(handle)
 state["log"].append(" ".join([command, *args]))
+if command == "squeue" and state.get("squeue_fails", 0) > 0:  # slurmctld busy or away
+    state["squeue_fails"] -= 1
+    with open(state_file, "w") as handle:
+        json.dump(state, handle)
+    sys.stderr.write("squeue: error: slurm_load_jobs error: Socket timed out on send/recv\n")
+    sys.exit(1)
 jobs = state["jobs"]
 me = state["me"]
 out = ""
@@ -149,6 +156,12 @@ class FakeSlurm:
     def grant(self, nodelist: str) -> None:
         data = self.state()
         data["grant"] = nodelist
+        self.state_file.write_text(json.dumps(data))
+
+    def fail_squeue(self, times: int) -> None:
+        """The next ``times`` ``squeue`` calls fail (exit 1), as under a busy slurmctld."""
+        data = self.state()
+        data["squeue_fails"] = times
         self.state_file.write_text(json.dumps(data))
 
     def log(self) -> list[str]:
@@ -232,6 +245,46 @@ def test_resubmit_adopts_this_runs_own_earlier_holder(fake_slurm: FakeSlurm) -> 
     granted = resubmit(resubmit_request(RUN_KEY), lines.append)
     assert granted.job_id == 902 and granted.nodes == ["alicen7", "alicen8"]
     assert not any(line.startswith("sbatch") for line in fake_slurm.log())
+
+
+def test_a_failed_squeue_fails_a_retried_resubmit_and_never_submits_a_second_holder(
+    fake_slurm: FakeSlurm,
+) -> None:
+    """Issue 37, N11: the first attempt submitted holder 902 and died; its retry asks
+    ``squeue`` for it, and ``squeue`` fails. That used to read as "none found": a
+    second holder was submitted, and 902 held its nodes, unrecorded, until its time
+    limit. Now the attempt fails (retryable) and the next one adopts 902."""
+    name = slurm_job_name("train", RUN_KEY, "i4")
+    fake_slurm.add(902, slurm_user(), name, "PENDING", "")
+    fake_slurm.fail_squeue(1)
+    with pytest.raises(SlurmCommandFailed, match="Socket timed out"):
+        resubmit(resubmit_request(RUN_KEY), lambda _: None)
+    assert not any(line.startswith("sbatch") for line in fake_slurm.log())
+    fake_slurm.job(902)  # still there, still its own
+    fake_slurm.add(902, slurm_user(), name, "RUNNING", "alicen[7-8]")
+    granted = resubmit(resubmit_request(RUN_KEY), lambda _: None)
+    assert granted.job_id == 902
+    assert not any(line.startswith("sbatch") for line in fake_slurm.log())
+
+
+async def test_the_activity_retries_a_failed_squeue(fake_slurm: FakeSlurm) -> None:
+    """Not a refusal: a retry may find squeue answering (QUICK_RETRY)."""
+    fake_slurm.fail_squeue(1)
+    with pytest.raises(Exception) as caught:
+        await ActivityEnvironment().run(submit_allocation, resubmit_request(RUN_KEY))
+    assert not (isinstance(caught.value, ApplicationError) and caught.value.non_retryable)
+    assert not any(line.startswith("sbatch") for line in fake_slurm.log())
+
+
+def test_giving_back_says_nothing_was_submitted_only_when_squeue_says_so(
+    fake_slurm: FakeSlurm,
+) -> None:
+    name = slurm_job_name("train", RUN_KEY, "i4")
+    fake_slurm.add(902, slurm_user(), name, "PENDING", "")
+    fake_slurm.fail_squeue(1)
+    with pytest.raises(SlurmCommandFailed):
+        cancel_submitted(resubmit_request(RUN_KEY))
+    assert cancel_submitted(resubmit_request(RUN_KEY)) == [902]
 
 
 def test_resubmit_never_adopts_the_allocation_it_releases(fake_slurm: FakeSlurm) -> None:
