@@ -53,6 +53,7 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.checkpoints.replica_key import ReplicaKeyError, run_secret
 from activities.command_policy import CommandNotAllowed, enforce
 from activities.heartbeat import in_thread_heartbeating
 from activities.host_identity import this_host
@@ -160,6 +161,7 @@ def rank_environment(
     master_port: int,
     resume: CheckpointRef | None,
     worker_env: Mapping[str, str] | None = None,
+    replica_secret: str | None = None,
 ) -> dict[str, str]:
     """The environment torchrun would set, plus Lazarus's own contract.
 
@@ -211,9 +213,11 @@ def rank_environment(
     for name in CHECKPOINT_TIER_VARIABLES:  # the worker's own must never leak into a rank
         env.pop(name, None)
     env.update(checkpoint_tier_environment(spec, gen))
-    if spec.checkpoints.memory_replicas and run_memory_dir(spec, gen) is not None:
+    memory_dir = run_memory_dir(spec, gen)
+    if spec.checkpoints.memory_replicas and memory_dir is not None:
         hosts = [node.host for node in nodes]
-        env.update(replica_environment(spec.job_id, gen.generation, hosts, node_index))
+        secret = replica_secret or _run_secret(memory_dir)
+        env.update(replica_environment(secret, gen.generation, hosts, node_index))
     env.pop(env_names.RESUME_FROM, None)
     env.pop(env_names.RESUME_STEP, None)
     if resume is not None:
@@ -232,6 +236,15 @@ def rank_environment(
     else:
         env.pop("PYTHONPATH", None)
     return env
+
+
+def _run_secret(memory_dir: str) -> str:
+    """The run's replica secret (:mod:`activities.checkpoints.replica_key`); a worker
+    whose key is unusable refuses the launch, naming the file."""
+    try:
+        return run_secret(memory_dir)
+    except ReplicaKeyError as exc:
+        raise LaunchRefused(str(exc)) from None
 
 
 def run_memory_dir(spec: JobSpec, gen: GenerationDir) -> str | None:
@@ -253,6 +266,7 @@ CHECKPOINT_TIER_VARIABLES = (
     env_names.MEMORY_REPLICA_LISTEN,
     env_names.MEMORY_REPLICA_TO,
     env_names.MEMORY_REPLICA_FROM,
+    env_names.MEMORY_REPLICA_SECRET,
 )
 
 

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from activities.checkpoints.replica_key import KEY_FILE_ENV
 from lazarus.app.devserver import DevServer
+
+# The worker's replica key (activities.checkpoints.replica_key): one of the test
+# process's own, shared with every worker and node process it starts, never the
+# user's ~/.config.
+_KEY_DIR = tempfile.mkdtemp(prefix="lazarus-test-key-")
+os.environ.setdefault(KEY_FILE_ENV, os.path.join(_KEY_DIR, "replica.key"))
+atexit.register(shutil.rmtree, _KEY_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -31,21 +31,26 @@ them) keeps the older, weaker rule: nothing at or below the newest retired step.
 
 from __future__ import annotations
 
-import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import Any
 
-from activities.nodes.agent import MemorySnapshot, NodeAgent
+from activities.checkpoints.replica_key import run_secret
+from activities.nodes.agent import MemorySnapshot, NodeAgent, RestoreEnd
+from activities.nodes.code_root import lazarus_code_root
 from activities.nodes.factory import agents, on_each_settled
+from activities.program import rank_search_path
 from lazarus.domain.checkpoint_layout import (
     MANIFEST,
     manifest_size_problem,
     step_dir_name,
 )
 from lazarus.domain.contracts import CheckpointRef, FindVerifiedCheckpointRequest, SkippedCheckpoint
-from lazarus.domain.memory_tier import replica_dir
+from lazarus.domain.memory_tier import address, keyed_port, replica_dir, restore_key
 from lazarus.domain.timeline import manifest_generation
+from lazarus.rank.transfer import deadline_for
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,8 @@ class ReplicaRestore:
     source: str
     target: str
     step: int
+    bytes: int = 0
+    """The replica's size, from its listing: the copy's deadline scales with it."""
 
     def describe(self) -> str:
         return f"step {self.step} of node {self.node} restored from the replica on {self.holder}"
@@ -116,7 +123,7 @@ def search_memory(request: FindVerifiedCheckpointRequest, *, restore: bool = Fal
             held = _held_replicas(opened, root, names)
         choice = choose(request, root, names, per_node, held)
         if restore and choice.restores:
-            choice = _restore(choice, dict(zip(names, opened, strict=True)))
+            choice = _restore(choice, dict(zip(names, opened, strict=True)), request)
     return choice
 
 
@@ -141,28 +148,66 @@ def _held_replicas(opened: list[NodeAgent], root: str, names: list[str]) -> dict
     return held
 
 
-def _restore(choice: MemoryChoice, by_name: dict[str, NodeAgent]) -> MemoryChoice:
-    """Copy each replica the choice needs onto its node, checked against its own
-    manifest before the write (sizes, step): never a torn copy on the spare."""
+def _restore(
+    choice: MemoryChoice, by_name: dict[str, NodeAgent], request: FindVerifiedCheckpointRequest
+) -> MemoryChoice:
+    """Copy each replica the choice needs onto its node, node to node: the node that
+    lacks the step listens, its holder streams the replica there, both under a key
+    derived for this copy alone, and the receiving end commits it only once every
+    file matches the sender's MACed hashes and the manifest (:mod:`lazarus.rank.
+    replica_restore`). This process starts the two ends and waits for their answers;
+    it never holds a byte of state. A copy that fails leaves the tier holding nothing
+    (disk serves), with the reason in one line."""
     done: list[str] = []
+    names = list(by_name)
     for plan in choice.restores:
         try:
-            files = by_name[plan.holder].read_memory_snapshot(plan.source)
-            manifest = json.loads(files[MANIFEST]) if MANIFEST in files else None
-            sizes = {name: len(data) for name, data in files.items()}
-            torn = manifest_size_problem(manifest, plan.step, sizes.get)
-            if torn is not None:
-                raise ValueError(f"torn: {torn}")
-            by_name[plan.node].write_memory_snapshot(plan.target, files)
+            answer = _copy_node_to_node(plan, by_name, names.index(plan.node), request)
         except Exception as exc:
-            why = f"{plan.describe()} failed: {exc}"
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        if "error" in answer:
+            why = f"{plan.describe()} failed: {answer['error']}"
             log.warning("memory tier: %s", why)
             return MemoryChoice(skipped=choice.skipped, unavailable=why)
-        log.info("memory tier: %s", plan.describe())
-        done.append(plan.describe())
+        seconds = float(answer.get("seconds") or 0.0)
+        rate = f", {plan.bytes / seconds / 1e9:.2f} GB/s" if seconds > 0 else ""
+        line = f"{plan.describe()} ({plan.bytes / 2**20:.0f} MiB in {seconds:.2f} s{rate})"
+        log.info("memory tier: %s", line)
+        done.append(line)
     return MemoryChoice(
         chosen=choice.chosen, skipped=choice.skipped, restores=choice.restores, restored=done
     )
+
+
+def _copy_node_to_node(
+    plan: ReplicaRestore,
+    by_name: dict[str, NodeAgent],
+    slot: int,
+    request: FindVerifiedCheckpointRequest,
+) -> dict[str, Any]:
+    """Both ends of one restore at once; the receiving end's answer decides."""
+    secret = run_secret(str(request.memory_dir))
+    key = restore_key(secret, plan.step, slot)
+    target, holder = by_name[plan.node], by_name[plan.holder]
+    common = {
+        "step": plan.step,
+        "job_id": request.job_id,
+        "timeout_s": deadline_for(plan.bytes),
+        "key_hex": key.hex(),
+        "address": address(target.node.host, keyed_port(key, slot)),
+        "search_path": rank_search_path(None),
+        "python_path": str(lazarus_code_root() or ""),
+    }
+    receive = RestoreEnd(verb="receive", path=plan.target, **common)
+    send = RestoreEnd(verb="send", path=plan.source, **common)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="replica-restore") as pool:
+        received = pool.submit(target.restore_end, receive)
+        sent = pool.submit(holder.restore_end, send)
+        answer = received.result()
+        sent_answer = sent.result()
+    if "error" in answer and "error" in sent_answer:
+        answer = {"error": f"{answer['error']}; the holder: {sent_answer['error']}"}
+    return answer
 
 
 def choose(
@@ -208,6 +253,7 @@ def choose(
                         source=str(source / step_dir_name(step)),
                         target=path,
                         step=step,
+                        bytes=sum(snapshot.sizes.values()),
                     )
                 )
             if snapshot is None:

@@ -10,8 +10,9 @@ that runs its ranks (for the local agent, this machine).
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -189,6 +190,55 @@ class MemorySnapshot(_Record):
     """Every regular file under the step directory: relative path -> bytes."""
 
 
+class RestoreEnd(_Record):
+    """One end of a replica's restore node to node (:mod:`lazarus.rank.replica_restore`
+    runs it on the node): ``receive`` on the node that lacks the step, ``send`` on the
+    buddy that holds it. Built by the activity and handed to the node on stdin; the
+    key never reaches the workflow's history, argv or a file."""
+
+    verb: Literal["send", "receive"]
+    address: str
+    """``host:port`` the receiving end listens on (derived from the key)."""
+    path: str
+    """Logical step directory: the replica to send, or the step to fill."""
+    step: int
+    job_id: str | None
+    timeout_s: float
+    """The whole copy's bound, from its size (:func:`lazarus.rank.transfer.deadline_for`)."""
+    key_hex: str = Field(repr=False)
+    python: str = "python3"
+    """The node's interpreter (found on ``search_path``), which imports ``lazarus.rank``."""
+    search_path: str = "/usr/local/bin:/usr/bin:/bin"
+    python_path: str = ""
+    workdir: str = "/"
+
+    def request_json(self) -> str:
+        """What the node's module reads on stdin."""
+        return json.dumps(
+            {
+                "key": self.key_hex,
+                "address": self.address,
+                "path": self.path,
+                "step": self.step,
+                "job_id": self.job_id,
+                "timeout_s": self.timeout_s,
+            }
+        )
+
+    def answer(self, output: str) -> dict[str, Any]:
+        """The module's answer among the node's output lines (the last JSON object
+        that carries one), or an error naming what the node printed instead."""
+        for line in reversed(output.splitlines()):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and value.keys() & {"sent", "received", "error"}:
+                return value
+        tail = " | ".join(output.strip().splitlines()[-3:])
+        return {"error": f"replica restore ({self.verb}): no answer ({tail or 'no output'})"}
+
+
 class DrainResult(_Record):
     """What a scheduler did when asked to take a node out of its scheduling (or give it
     back): ``scontrol update nodename=X state=drain`` on Slurm, the only scheduler with
@@ -342,18 +392,13 @@ class NodeAgent(ABC):
         :class:`NodeUnreachable` or :class:`NodeRefused` when the node cannot answer."""
         raise NotImplementedError(f"{type(self).__name__} cannot list memory snapshots")
 
-    def read_memory_snapshot(self, path: str) -> dict[str, bytes]:
-        """Every file of the committed snapshot directory ``path`` (a logical path in
-        the memory tier, one level of plain files), its ``COMMITTED`` marker left out:
-        a replica to copy onto a spare. Raises when it is not a committed snapshot."""
-        raise NotImplementedError(f"{type(self).__name__} cannot read memory snapshots")
-
-    def write_memory_snapshot(self, path: str, files: dict[str, bytes]) -> None:
-        """Write ``files`` (plain names, the manifest among them) into ``path`` in the
-        memory tier with the commit protocol: any old marker removed, the files 0600
-        (the manifest last), then ``COMMITTED``. Private directories, no symlink
-        followed, like every write in the tier."""
-        raise NotImplementedError(f"{type(self).__name__} cannot write memory snapshots")
+    def restore_end(self, end: RestoreEnd) -> dict[str, Any]:
+        """Run one end of a replica restore on this node and return its one-line
+        answer (``{"sent"|"received": ...}`` or ``{"error": ...}``). Blocks for at most
+        ``end.timeout_s`` plus a start; the state flows between the two nodes, never
+        through this process. Raises :class:`NodeUnreachable` when the node cannot be
+        reached."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore replicas")
 
     def exit_fds(self) -> list[int]:
         """Descriptors that become readable when a rank this agent polled, or the

@@ -12,8 +12,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-from activities.nodes import memory_files
 from activities.nodes.agent import (
     CarryRequest,
     CarryResult,
@@ -25,6 +25,7 @@ from activities.nodes.agent import (
     PreflightResult,
     RankLaunch,
     RankRecord,
+    RestoreEnd,
     StartedRank,
     WarmStart,
 )
@@ -39,6 +40,7 @@ from activities.nodes.rundir import (
     runs,
     write_json_atomic,
 )
+from activities.nodes.secret_env import without_worker_secrets
 from activities.nodes.warm import stop_run_zygotes, warm_start_ranks
 from lazarus.domain import chaos_points
 from lazarus.domain.chaos_points import chaos_point
@@ -52,6 +54,9 @@ from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.memory_tier import MEMORY_ROOT, on_node, private_root
 from lazarus.domain.spec import NodeSpec
 from lazarus.rank.memory import secure
+
+RESTORE_START_S = 15.0
+"""Beyond a restore's own bound: the interpreter's start on a loaded node."""
 
 PID_FILE_WAIT_S = 30.0
 _PID_FILE = re.compile(r"^rank-(\d+)\.pid$")
@@ -236,11 +241,23 @@ class LocalAgent(NodeAgent):
     def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
         return local_memory_snapshots(Path(root))
 
-    def read_memory_snapshot(self, path: str) -> dict[str, bytes]:
-        return memory_files.read_snapshot(path)
-
-    def write_memory_snapshot(self, path: str, files: dict[str, bytes]) -> None:
-        memory_files.write_snapshot(path, files)
+    def restore_end(self, end: RestoreEnd) -> dict[str, Any]:
+        """A process of its own on this machine (the worker's interpreter, which has
+        ``lazarus.rank``), so the state never passes through the worker's memory."""
+        env = {**without_worker_secrets(os.environ), "PYTHONUNBUFFERED": "1"}
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "lazarus.rank.replica_restore", end.verb],
+                input=end.request_json(),
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=end.timeout_s + RESTORE_START_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"replica restore ({end.verb}) outran {end.timeout_s:.0f} s"}
+        return end.answer(done.stdout + done.stderr)
 
 
 def local_memory_snapshots(root: Path) -> list[MemorySnapshot]:

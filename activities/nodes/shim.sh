@@ -34,11 +34,10 @@
 #   write PATH [CONTENT]                   (stdin without CONTENT) {"written"}
 #   memory ROOT                            per committed step-N under ROOT:
 #       {"memory_step","manifest","sizes"} (manifest embedded or null)
-#   memory-read STEP_DIR                   per plain file of a committed snapshot but
-#       its marker: {"memory_file":NAME,"base64":"..."}, then {"memory_read"}
-#   memory-put STEP_DIR NAME               (stdin: the file in base64) writes it 0600,
-#       after removing STEP_DIR's marker: {"memory_put"}
-#   memory-commit STEP_DIR                 writes COMMITTED: {"memory_committed"}
+#   replica-restore VERB PROGRAM WORKDIR   (stdin: the ranks' PATH line, their
+#       PYTHONPATH line, then the request, its key included) runs `PROGRAM -m
+#       lazarus.rank.replica_restore VERB` (send or receive) in WORKDIR: one end of
+#       a replica's copy node to node; its one JSON line ({"error"} when it cannot)
 #   end-run MEMORY_DIR                     {"removed"} the run's memory tier, only
 #       under /dev/shm/lazarus/ (it is removed recursively)
 #   warm GEN_DIR PROGRAM WORKDIR           (stdin: the ranks' PATH line, their
@@ -740,8 +739,6 @@ shim_python() {
 		return 2
 	}
 	_gen=$1
-	_prog=$2
-	_wdir=$3
 	mkdir -p -- "$_gen" 2>/dev/null || {
 		fail "cannot create the run directory $_gen"
 		return 1
@@ -751,6 +748,38 @@ shim_python() {
 		fail "generation $_gen was stopped; launch a new one"
 		return 1
 	fi
+	shim_run_module "$_wmod" "$_wverb" "$2" "$3" "$_wpath" "$_wpp" "$_wreq"
+}
+
+shim_replica_restore() {
+	# VERB PROGRAM WORKDIR: one end of a replica restore (no generation: it runs before
+	# the launch, and holds no lock). stdin as shim_python's; the request holds the key.
+	IFS= read -r _wpath
+	IFS= read -r _wpp
+	_wreq=$(cat)
+	[ $# -eq 3 ] || {
+		fail "replica-restore: usage: replica-restore VERB PROGRAM WORKDIR"
+		return 2
+	}
+	case $1 in send | receive) ;; *)
+		fail "replica-restore: VERB must be send or receive"
+		return 2
+		;;
+	esac
+	shim_run_module "lazarus.rank.replica_restore $1" replica-restore "$2" "$3" "$_wpath" "$_wpp" "$_wreq"
+}
+
+shim_run_module() {
+	# MODULE VERB PROGRAM WORKDIR PATH PYTHONPATH REQUEST: run `PROGRAM -m MODULE` (its
+	# words: a module and its arguments) with the ranks' interpreter in WORKDIR, the
+	# request on its stdin.
+	_wmod=$1
+	_wverb=$2
+	_prog=$3
+	_wdir=$4
+	_wpath=$5
+	_wpp=$6
+	_wreq=$7
 	if [ ! -d "$_wdir" ]; then
 		fail "workdir $_wdir does not exist on the node"
 		return 1
@@ -785,7 +814,8 @@ shim_python() {
 		else
 			unset PYTHONPATH
 		fi
-		exec "$_py" -m "$_wmod"
+		# shellcheck disable=SC2086 # MODULE and its arguments: plain words
+		exec "$_py" -m $_wmod
 	) 9>&- 2>&1
 }
 
@@ -941,94 +971,6 @@ shim_memory() {
 	done
 }
 
-# A replica copied onto a spare (activities/nodes/memory_files.py does the same on
-# local nodes): one level of plain files, none followed through a symlink, 0600 in
-# 0700 directories, the marker written last.
-memory_plain_name() {
-	case $1 in
-	'' | . | .. | COMMITTED | .* | */* | *.lazarus-tmp) return 1 ;;
-	esac
-	return 0
-}
-
-shim_memory_read() {
-	[ $# -eq 1 ] || {
-		fail "memory-read: usage: memory-read STEP_DIR"
-		return 2
-	}
-	tier_path "$1" || return 1
-	if [ -L "$_tp" ] || [ ! -d "$_tp" ] || [ ! -f "$_tp/COMMITTED" ]; then
-		fail "memory-read: $1 is not a committed memory snapshot"
-		return 1
-	fi
-	for _rf in "$_tp"/*; do
-		_rn=${_rf##*/}
-		memory_plain_name "$_rn" || continue
-		[ -L "$_rf" ] && continue
-		[ -f "$_rf" ] || continue
-		printf '{"memory_file":%s,"base64":"' "$(json_str "$_rn")"
-		base64 -w 0 <"$_rf" || {
-			echo
-			fail "memory-read: cannot read $_rf"
-			return 1
-		}
-		printf '"}\n'
-	done
-	printf '{"memory_read":%s}\n' "$(json_str "$1")"
-}
-
-memory_step_dir() {
-	# STEP_DIR created private (umask 077) and checked again once it exists.
-	tier_path "$1" || return 1
-	(umask 077 && mkdir -p -- "$_tp") 2>/dev/null || {
-		fail "memory: cannot create $1"
-		return 1
-	}
-	tier_path "$1" || return 1
-	if [ -L "$_tp" ] || [ ! -d "$_tp" ]; then
-		fail "memory: $1 is not a directory"
-		return 1
-	fi
-}
-
-shim_memory_put() {
-	[ $# -eq 2 ] || {
-		fail "memory-put: usage: memory-put STEP_DIR NAME"
-		return 2
-	}
-	memory_plain_name "$2" || {
-		fail "memory-put: $2 is not one plain file name"
-		return 2
-	}
-	memory_step_dir "$1" || return 1
-	rm -f -- "$_tp/COMMITTED"
-	_pt="$_tp/.$2.$$.lazarus-tmp"
-	rm -f -- "$_pt"
-	if (umask 077 && base64 -d >"$_pt") && chmod 600 -- "$_pt" && mv -f -- "$_pt" "$_tp/$2"; then
-		printf '{"memory_put":%s}\n' "$(json_str "$2")"
-	else
-		rm -f -- "$_pt"
-		fail "memory-put: cannot write $2 in $1"
-		return 1
-	fi
-}
-
-shim_memory_commit() {
-	[ $# -eq 1 ] || {
-		fail "memory-commit: usage: memory-commit STEP_DIR"
-		return 2
-	}
-	memory_step_dir "$1" || return 1
-	_pt="$_tp/.COMMITTED.$$.lazarus-tmp"
-	if (umask 077 && printf '{"replica":true}' >"$_pt") && mv -f -- "$_pt" "$_tp/COMMITTED"; then
-		printf '{"memory_committed":%s}\n' "$(json_str "$1")"
-	else
-		rm -f -- "$_pt"
-		fail "memory-commit: cannot commit $1"
-		return 1
-	fi
-}
-
 # --- dispatch ----------------------------------------------------------------------------
 
 shim_main() {
@@ -1046,9 +988,7 @@ shim_main() {
 	rejoin) shim_rejoin "$@" ;;
 	stop-zygote) shim_stop_zygote "$@" ;;
 	memory) shim_memory "$@" ;;
-	memory-read) shim_memory_read "$@" ;;
-	memory-put) shim_memory_put "$@" ;;
-	memory-commit) shim_memory_commit "$@" ;;
+	replica-restore) shim_replica_restore "$@" ;;
 	json-escape)
 		for _s; do
 			json_str "$_s"

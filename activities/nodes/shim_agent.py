@@ -32,7 +32,6 @@ its ranks start afresh (:meth:`ShimAgent.carry_survivors`).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -62,6 +61,7 @@ from activities.nodes.agent import (
     PreflightResult,
     RankLaunch,
     RankRecord,
+    RestoreEnd,
     StartedRank,
     WarmStart,
 )
@@ -77,7 +77,7 @@ from activities.nodes.warm import (
     WarmRankRequest,
     zygote_dir,
 )
-from lazarus.domain.checkpoint_layout import MANIFEST, parse_step_dir
+from lazarus.domain.checkpoint_layout import parse_step_dir
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import ENV_NAME_PATTERN, NodeSpec
 
@@ -87,8 +87,6 @@ SHIM_TEXT = SHIM_PATH.read_text()
 STATUS_TIMEOUT_S = 10.0
 START_TIMEOUT_S = 30.0
 """Per rank on top of the base: the shim waits up to 30 s for each wrapper's pid file."""
-MEMORY_COPY_TIMEOUT_S = 120.0
-"""For reading or writing one memory snapshot (a replica copied onto a spare)."""
 STOP_EXTRA_S = 30.0
 """Beyond the grace: the SIGKILL wait (10 s), the launch-lock wait and the round trip."""
 ZYGOTE_STOP_S = 12.0
@@ -714,38 +712,18 @@ class ShimAgent(NodeAgent):
             )
         return memory_snapshot_records(root, records)
 
-    def read_memory_snapshot(self, path: str) -> dict[str, bytes]:
-        reply = self._call([["memory-read", path]], MEMORY_COPY_TIMEOUT_S)
-        records, noise = json_lines(reply.output)
-        if not any("memory_read" in r for r in records):
-            error = next((str(r["error"]) for r in records if "error" in r), None)
-            raise ShimError(
-                f"{self._where()}: cannot read the memory snapshot {path}: "
-                f"{error or ' | '.join(noise[:3]) or f'exit {reply.exit_code}'}"
-            )
-        return {
-            str(r["memory_file"]): base64.b64decode(str(r.get("base64", "")))
-            for r in records
-            if isinstance(r.get("memory_file"), str)
-        }
-
-    def write_memory_snapshot(self, path: str, files: dict[str, bytes]) -> None:
-        if MANIFEST not in files:
-            raise ValueError(f"memory snapshot {path}: no {MANIFEST}")
-        calls: list[list[str] | ShimCall] = [
-            ShimCall(["memory-put", path, name], base64.encodebytes(files[name]).decode())
-            for name in sorted(files, key=lambda n: n == MANIFEST)  # the manifest last
-        ]
-        calls.append(["memory-commit", path])
-        reply = self._call(calls, MEMORY_COPY_TIMEOUT_S)
-        records, noise = json_lines(reply.output)
-        put = {r.get("memory_put") for r in records}
-        if not put.issuperset(files) or not any("memory_committed" in r for r in records):
-            error = next((str(r["error"]) for r in records if "error" in r), None)
-            raise ShimError(
-                f"{self._where()}: cannot write the memory snapshot {path}: "
-                f"{error or ' | '.join(noise[:3]) or f'exit {reply.exit_code}'}"
-            )
+    def restore_end(self, end: RestoreEnd) -> dict[str, Any]:
+        """The shim's ``replica-restore``: the node's own interpreter runs the end,
+        the request (its key) on stdin; the bytes go node to node, not through here."""
+        for text in (end.search_path, end.python_path):
+            if "\n" in text:
+                return {"error": "the ranks' PATH or PYTHONPATH holds a newline"}
+        call = ShimCall(
+            argv=["replica-restore", end.verb, end.python, end.workdir],
+            stdin=f"{end.search_path}\n{end.python_path}\n{end.request_json()}\n",
+        )
+        reply = self._call([call], end.timeout_s + START_TIMEOUT_S)
+        return end.answer(reply.output.decode("utf-8", errors="replace"))
 
 
 def memory_snapshot_records(root: str, records: list[dict[str, Any]]) -> list[MemorySnapshot]:

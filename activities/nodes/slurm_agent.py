@@ -86,6 +86,7 @@ from activities.nodes.agent import (
     PreflightResult,
     RankLaunch,
     RankRecord,
+    RestoreEnd,
     StartedRank,
 )
 from activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
@@ -716,11 +717,8 @@ class SlurmAgent(SlurmWarm):
     def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
         return self._shim().memory_snapshots(root)
 
-    def read_memory_snapshot(self, path: str) -> dict[str, bytes]:
-        return self._shim().read_memory_snapshot(path)
-
-    def write_memory_snapshot(self, path: str, files: dict[str, bytes]) -> None:
-        self._shim().write_memory_snapshot(path, files)
+    def restore_end(self, end: RestoreEnd) -> dict[str, Any]:
+        return self._shim().restore_end(end)
 
     def preflight(self, request: PreflightRequest) -> PreflightResult:
         return self._shim().preflight(request)

@@ -157,8 +157,16 @@ PLACEHOLDERS: dict[str, str] = {
     env_names.MASTER_PORT: "<port chosen at launch>",
     env_names.GENERATION: "<generation: 1, then +1 per restart>",
     env_names.RESTART_COUNT: "<generation - 1>",
+    env_names.MEMORY_REPLICA_SECRET: "<the run's replica secret: on the ranks only, never shown>",
+    env_names.MEMORY_REPLICA_LISTEN: "<this node's address>:<port derived from the secret>",
+    env_names.MEMORY_REPLICA_TO: "<the buddy's address>:<port derived from the secret>",
 }
 """Variables whose value the launcher picks per generation, shown as placeholders."""
+
+
+DRY_RUN_SECRET = "00" * 32
+"""Stands in for the run's replica secret, which only the worker derives: the dry run
+shows a placeholder and never reads or creates the worker's key."""
 
 
 def _worker_variable(name: str) -> str:
@@ -322,7 +330,15 @@ def rank_environment_plan(
         for local_rank in range(spec.nproc_per_node):
             rank = node_index * spec.nproc_per_node + local_rank
             env = rank_environment(
-                unread, spec.nodes, node_index, gen, rank, 0, resume, worker_env=worker_env
+                unread,
+                spec.nodes,
+                node_index,
+                gen,
+                rank,
+                0,
+                resume,
+                worker_env=worker_env,
+                replica_secret=DRY_RUN_SECRET,
             )
             for name, value in env.items():
                 if value.startswith(str(gen.path)):

@@ -94,6 +94,11 @@ MEMORY_REPLICA_TO = "LAZARUS_MEMORY_REPLICA_TO"
 snapshots are pushed to."""
 MEMORY_REPLICA_FROM = "LAZARUS_MEMORY_REPLICA_FROM"
 """The host of the node whose snapshots this node receives: the only peer accepted."""
+MEMORY_REPLICA_SECRET = "LAZARUS_MEMORY_REPLICA_SECRET"
+"""The run's replica secret (hex), in the ranks' environment only: never argv, a file,
+the control document or the workflow's history. Each generation's key and ports are
+derived from it (:func:`lazarus.domain.memory_tier.generation_key`); a survivor that
+rejoins derives the new generation's from the same secret."""
 
 # Keys of the JSON document in CONTROL_FILE besides "checkpoint_request" and "then":
 # interval overrides that take effect without a restart. A writer of the control file

@@ -13,6 +13,7 @@ tier is where checkpoints survive from one run to the next.
 from __future__ import annotations
 
 import hashlib
+import hmac
 from pathlib import PurePosixPath
 
 from lazarus.domain import environment
@@ -93,33 +94,70 @@ def buddy_slot(slot: int, nodes: int) -> int:
     return (slot + 1) % nodes
 
 
-def replica_port(job_id: str, generation: int, slot: int) -> int:
-    """The port the node in ``slot`` receives replicas on in ``generation``: stable per
-    (job, generation, slot), so a retried launch gives the same one, and different
-    per slot, so logical nodes of one machine do not collide."""
-    digest = hashlib.sha256(f"{job_id}/{generation}/replica/{slot}".encode()).digest()
+def generation_key(secret: str, generation: int) -> bytes:
+    """The key the replica pushes of ``generation`` are authenticated with, derived
+    from the run's ``secret`` (hex, :data:`~lazarus.domain.environment.MEMORY_REPLICA_SECRET`):
+    a fresh key per generation, so a pusher of a generation the job left cannot
+    authenticate to the new one's receivers, and a survivor that rejoins derives the
+    new key itself. Raises ValueError for a secret that is not hex."""
+    return _derive(secret, f"generation/{generation}")
+
+
+def restore_key(secret: str, step: int, slot: int) -> bytes:
+    """The key of one replica restore (``step``, from its holder to the node that
+    takes ``slot``): never a live receiver's key, so a restore and a push cannot be
+    mistaken for each other; each copy's nonces make a session of its own."""
+    return _derive(secret, f"restore/{step}/{slot}")
+
+
+def keyed_port(key: bytes, slot: int) -> int:
+    """Where the node in ``slot`` listens under ``key``: in :data:`REPLICA_PORTS`, and
+    not computable without the key (another user on the node cannot squat it ahead
+    of time), stable per (key, slot) so a retried launch gives the same one."""
+    digest = hmac.new(key, f"port/{slot}".encode(), hashlib.sha256).digest()
     return REPLICA_PORTS[int.from_bytes(digest[:4], "big") % len(REPLICA_PORTS)]
 
 
+PORT_CANDIDATES = 4
+"""Ports a receiver may listen on, in order: the first free one. A user who squats one
+(it takes the key to know which) only moves the receiver to the next; the pusher,
+which checks each listener's proof of the key before sending, follows it."""
+
+
+def candidate_ports(key: bytes, first: int) -> list[int]:
+    """``first`` (from :func:`keyed_port`) and the alternates both ends derive from it."""
+    ports = [first]
+    for attempt in range(1, PORT_CANDIDATES):
+        digest = hmac.new(key, f"port/{first}/{attempt}".encode(), hashlib.sha256).digest()
+        ports.append(REPLICA_PORTS[int.from_bytes(digest[:4], "big") % len(REPLICA_PORTS)])
+    return ports
+
+
+def _derive(secret: str, label: str) -> bytes:
+    return hmac.new(bytes.fromhex(secret), label.encode(), hashlib.sha256).digest()
+
+
 def replica_environment(
-    job_id: str, generation: int, hosts: list[str], slot: int
+    secret: str, generation: int, hosts: list[str], slot: int
 ) -> dict[str, str]:
     """The replica variables of the ranks of the node in ``slot`` (``hosts`` in slot
-    order): where it listens, where it pushes, whom it accepts. Empty for one node: a
-    replica on the node it protects protects nothing."""
+    order): where it listens, where it pushes, whom it accepts, and the run's secret
+    their keys and ports derive from. Empty for one node: a replica on the node it
+    protects protects nothing."""
     count = len(hosts)
     if count < 2:
         return {}
+    key = generation_key(secret, generation)
     to = buddy_slot(slot, count)
     origin = (slot - 1) % count
     return {
-        environment.MEMORY_REPLICA_LISTEN: _address(
-            hosts[slot], replica_port(job_id, generation, slot)
-        ),
-        environment.MEMORY_REPLICA_TO: _address(hosts[to], replica_port(job_id, generation, to)),
+        environment.MEMORY_REPLICA_LISTEN: address(hosts[slot], keyed_port(key, slot)),
+        environment.MEMORY_REPLICA_TO: address(hosts[to], keyed_port(key, to)),
         environment.MEMORY_REPLICA_FROM: hosts[origin],
+        environment.MEMORY_REPLICA_SECRET: secret,
     }
 
 
-def _address(host: str, port: int) -> str:
+def address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

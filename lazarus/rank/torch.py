@@ -215,38 +215,71 @@ def should_checkpoint(step: int | None = None, *, every: int | None = None) -> b
 def snapshot(step: int, state: State) -> bool:
     """Snapshot ``state`` as completed step ``step`` into the memory tier when it is
     on (``LAZARUS_MEMORY_CHECKPOINT_DIR``) and the memory interval says so; True if
-    a snapshot was started. Every rank calls it at the same point (a broadcast,
-    skipped entirely when the tier is off). The write and commit run in the
-    background (see the module docstring); the next snapshot waits for them."""
+    a snapshot was started. Every rank calls it at the same point (one tiny
+    collective, skipped entirely when the tier is off). The training thread pays one
+    host copy of the state; the write, the commit and the push run in the background
+    (see the module docstring). A snapshot due while the previous one is still being
+    written on any rank is skipped and counted (:data:`snapshots_skipped`), never
+    queued: memory stays at one copy in flight, and the step never waits."""
     if memory.directory() is None:
         return False
-    wanted = _global_rank() == 0 and memory.due(step)
-    if _distributed() and dist.get_world_size() > 1:
-        wanted = _broadcast_from_rank0([wanted])[0]
-    if wanted:
+    _, due, busy = _agree(memory_due=_global_rank() == 0 and memory.due(step))
+    if due and busy:
+        _skip(step)
+        return False
+    if due:
         _start_snapshot(step, state)
-    return wanted
+    return due
 
 
 def checkpoint(
     step: int, state: State, *, every: int | None = None
 ) -> Literal["disk", "memory"] | None:
     """:func:`should_checkpoint` then :func:`save`, or else :func:`snapshot`, with one
-    broadcast instead of two: which tier ``step`` went to, or None. A step saved to
+    collective instead of two: which tier ``step`` went to, or None. A step saved to
     disk is not snapshotted too; the disk copy serves as that step's resume point."""
-    if _global_rank() == 0:
-        flags = [lazarus_rank.should_checkpoint(step, every=every), memory.due(step)]
-    else:
-        flags = [False, False]
-    if _distributed() and dist.get_world_size() > 1:
-        flags = _broadcast_from_rank0(flags)
-    if flags[0]:
+    rank0 = _global_rank() == 0
+    disk, due, busy = _agree(
+        disk_due=rank0 and lazarus_rank.should_checkpoint(step, every=every),
+        memory_due=rank0 and memory.due(step),
+    )
+    if disk:
         save(step, _resolve(state))
         return "disk"
-    if flags[1]:
+    if due and busy:
+        _skip(step)
+        return None
+    if due:
         _start_snapshot(step, state)
         return "memory"
     return None
+
+
+snapshots_skipped = 0
+"""Snapshots skipped because the previous one was still being written (this rank)."""
+
+
+def _agree(*, disk_due: bool = False, memory_due: bool = False) -> tuple[bool, bool, bool]:
+    """(disk due, memory due, a snapshot still in flight on any rank): rank 0's
+    decisions and every rank's busy flag in one all-reduce (max), so every rank
+    answers the same at the same step and none joins a barrier the others skip."""
+    busy = _snapshot_thread is not None and _snapshot_thread.is_alive()
+    flags = [disk_due, memory_due, busy]
+    if _distributed() and dist.get_world_size() > 1:
+        flags = _max_over_ranks(flags)
+    return flags[0], flags[1], flags[2]
+
+
+def _skip(step: int) -> None:
+    global snapshots_skipped
+    snapshots_skipped += 1
+    if snapshots_skipped == 1 or snapshots_skipped % 100 == 0:
+        print(
+            f"lazarus.rank: memory snapshot of step {step} skipped: the previous one is still "
+            f"being written ({snapshots_skipped} skipped so far; a longer memory interval "
+            "would fit the write)",
+            file=sys.stderr,
+        )
 
 
 def flush_snapshots() -> None:
@@ -288,7 +321,7 @@ _last_copy: Any = None
 
 def _start_snapshot(step: int, state: State) -> None:
     global _snapshot_thread, _last_copy
-    flush_snapshots()  # one write at a time: bounded RAM, commits in step order, buffers free
+    flush_snapshots()  # finished already (the caller agreed none is busy): joins at once
     # Created here only for scripts that made the process group themselves: every
     # rank reaches its first snapshot at the same step (the decision was broadcast),
     # so this collective call lines up.
@@ -403,14 +436,26 @@ def _copy_to_cpu(value: Any, reuse: Any = None) -> Any:
     return copy.deepcopy(value)
 
 
+def _collective_device() -> Any:
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _flags_tensor(flags: list[bool]) -> Any:
+    values = [1 if flag else 0 for flag in flags]
+    return torch.tensor(values, dtype=torch.uint8, device=_collective_device())
+
+
 def _broadcast_from_rank0(flags: list[bool]) -> list[bool]:
-    device = (
-        torch.device("cuda", torch.cuda.current_device())
-        if dist.get_backend() == "nccl"
-        else torch.device("cpu")
-    )
-    tensor = torch.tensor([1 if flag else 0 for flag in flags], dtype=torch.uint8, device=device)
+    tensor = _flags_tensor(flags)
     dist.broadcast(tensor, src=0)
+    return [bool(value) for value in tensor.tolist()]
+
+
+def _max_over_ranks(flags: list[bool]) -> list[bool]:
+    tensor = _flags_tensor(flags)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return [bool(value) for value in tensor.tolist()]
 
 

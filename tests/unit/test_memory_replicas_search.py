@@ -12,6 +12,7 @@ import json
 import os
 import stat
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from unittest import mock
@@ -23,19 +24,20 @@ from activities.checkpoints import find as find_module
 from activities.checkpoints import memory_tier
 from activities.checkpoints.memory_tier import HeldReplicas, ReplicaRestore, choose
 from activities.launcher import rank_environment
-from activities.nodes import memory_files
-from activities.nodes.agent import MemorySnapshot, NodeAgent
+from activities.nodes.agent import MemorySnapshot, NodeAgent, RestoreEnd
 from activities.nodes.local_agent import LocalAgent, local_memory_snapshots
 from activities.nodes.rundir import GenerationDir, job_root
 from activities.nodes.shim_agent import LocalShimAgent
 from lazarus.domain import checkpoint_layout, environment
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest, NodeAccess
-from lazarus.domain.memory_tier import replica_dir, replica_environment
+from lazarus.domain.memory_tier import replica_dir, replica_environment, restore_key
+from lazarus.domain.ports import free_port
 from lazarus.domain.spec import CheckpointsSpec, NodeSpec, SpecError, parse_spec
 from lazarus.domain.timeline import with_cut
 from lazarus.rank import memory
 
 JOB = "memjob"
+SECRET = "c3" * 32
 ROOT = "/dev/shm/lazarus/memjob/run-1"
 NAMES = ["a", "spare", "c"]  # the spare took the lost node's slot 1; c (slot 2) buddies it
 
@@ -91,6 +93,7 @@ def test_a_live_buddys_replica_makes_the_step_available_to_the_spare() -> None:
             source=f"{replica_dir(ROOT, 1)}/step-00000025",
             target=f"{ROOT}/step-00000025",
             step=25,
+            bytes=300,  # the replica's files, as listed: its copy's deadline scales with it
         )
     ]
     assert choice.skipped == []
@@ -161,7 +164,7 @@ def test_a_nodes_own_copy_comes_before_a_replica() -> None:
 
 def test_the_ring_gives_each_node_its_buddy_and_its_predecessor() -> None:
     hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
-    env = [replica_environment(JOB, 4, hosts, slot) for slot in range(3)]
+    env = [replica_environment(SECRET, 4, hosts, slot) for slot in range(3)]
     for slot in range(3):
         buddy = (slot + 1) % 3
         assert (
@@ -170,8 +173,11 @@ def test_the_ring_gives_each_node_its_buddy_and_its_predecessor() -> None:
         )
         assert env[buddy][environment.MEMORY_REPLICA_FROM] == hosts[slot]
         assert env[slot][environment.MEMORY_REPLICA_LISTEN].startswith(f"{hosts[slot]}:")
-    assert replica_environment(JOB, 4, hosts[:1], 0) == {}  # one node: nothing to protect
-    assert env != [replica_environment(JOB, 5, hosts, slot) for slot in range(3)]  # per gen
+    assert replica_environment(SECRET, 4, hosts[:1], 0) == {}  # one node: nothing to protect
+    assert env != [replica_environment(SECRET, 5, hosts, slot) for slot in range(3)]  # per gen
+    other_run = [replica_environment("ab" * 32, 4, hosts, slot) for slot in range(3)]
+    listen = environment.MEMORY_REPLICA_LISTEN
+    assert [e[listen] for e in env] != [e[listen] for e in other_run]  # ports need the key
 
 
 def test_replicas_need_the_memory_tier_and_are_off_by_default() -> None:
@@ -222,18 +228,39 @@ def write_snapshot(root: Path, step: int) -> Path:
     return path
 
 
-@pytest.mark.slow  # the shim runs in a shell of its own
+def ends(source: Path, target: Path, port: int) -> tuple[RestoreEnd, RestoreEnd]:
+    key = restore_key(SECRET, 25, 1)
+    common = {
+        "step": 25,
+        "job_id": JOB,
+        "timeout_s": 60.0,
+        "key_hex": key.hex(),
+        "address": f"127.0.0.1:{port}",
+        "search_path": os.environ["PATH"],
+        "python_path": str(Path(lz.__file__).parents[2]),
+    }
+    return (
+        RestoreEnd(verb="receive", path=str(target), **common),  # type: ignore[arg-type]
+        RestoreEnd(verb="send", path=str(source), **common),  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.slow  # two node processes (the shim: in a shell of their own)
 @pytest.mark.parametrize("kind", ["local", "shim"])
-def test_an_agent_copies_a_snapshot_whole_and_private(tmp_path: Path, kind: str) -> None:
+def test_an_agent_copies_a_snapshot_node_to_node_whole_and_private(
+    tmp_path: Path, kind: str
+) -> None:
     source = write_snapshot(tmp_path / "holder" / "replicas" / "slot-1", 25)
     target = tmp_path / "spare" / "run" / "step-00000025"
     agent: NodeAgent = (
         LocalAgent(NodeSpec(name="n")) if kind == "local" else LocalShimAgent(NodeSpec(name="n"))
     )
-
-    files = agent.read_memory_snapshot(str(source))
-    assert set(files) == {"state.pt", checkpoint_layout.MANIFEST}
-    agent.write_memory_snapshot(str(target), files)
+    receive, send = ends(source, target, free_port())
+    with ThreadPoolExecutor(2) as pool:
+        received = pool.submit(agent.restore_end, receive)
+        sent = pool.submit(agent.restore_end, send)
+        assert received.result().get("received") == 25, received.result()
+        assert sent.result().get("sent", 0) > 10_000, sent.result()
 
     (copied,) = local_memory_snapshots(target.parent)
     assert copied.step == 25
@@ -241,15 +268,24 @@ def test_an_agent_copies_a_snapshot_whole_and_private(tmp_path: Path, kind: str)
     assert (target / "state.pt").read_bytes() == (source / "state.pt").read_bytes()
     for file in target.iterdir():
         assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
-    with pytest.raises(Exception, match="not a committed"):
-        agent.read_memory_snapshot(str(tmp_path / "holder" / "replicas" / "slot-1" / "step-9"))
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # nothing left aside
+    missing = tmp_path / "holder" / "replicas" / "slot-1" / "step-00000009"
+    _, send_missing = ends(missing, target, free_port())
+    assert "not a committed replica" in agent.restore_end(send_missing)["error"]
 
 
-def test_a_name_that_leaves_the_directory_is_never_written(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="not one plain path component"):
-        memory_files.write_snapshot(
-            str(tmp_path / "step-00000001"), {"../x": b"", checkpoint_layout.MANIFEST: b"{}"}
-        )
+@pytest.mark.slow
+def test_a_sender_with_the_wrong_key_restores_nothing(tmp_path: Path) -> None:
+    source = write_snapshot(tmp_path / "holder" / "replicas" / "slot-1", 25)
+    target = tmp_path / "spare" / "run" / "step-00000025"
+    agent = LocalAgent(NodeSpec(name="n"))
+    receive, send = ends(source, target, free_port())
+    forged = send.model_copy(update={"key_hex": "00" * 32})
+    with ThreadPoolExecutor(2) as pool:
+        received = pool.submit(agent.restore_end, receive.model_copy(update={"timeout_s": 5.0}))
+        assert "prove" in pool.submit(agent.restore_end, forged).result()["error"]
+        assert "no sender proved the key" in received.result()["error"]
+    assert not target.exists()
 
 
 class TierAgent(LocalAgent):
@@ -268,11 +304,8 @@ class TierAgent(LocalAgent):
             for s in local_memory_snapshots(self._here(root))
         ]
 
-    def read_memory_snapshot(self, path: str) -> dict[str, bytes]:
-        return memory_files.read_snapshot(str(self._here(path)))
-
-    def write_memory_snapshot(self, path: str, files: dict[str, bytes]) -> None:
-        memory_files.write_snapshot(str(self._here(path)), files)
+    def restore_end(self, end: RestoreEnd) -> dict[str, object]:
+        return super().restore_end(end.model_copy(update={"path": str(self._here(end.path))}))
 
 
 @pytest.fixture
@@ -287,6 +320,7 @@ def tiers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
     yield dirs
 
 
+@pytest.mark.slow  # the two ends of the copy are processes of their own
 def test_the_search_restores_the_replica_onto_the_spare_before_the_launch(
     tiers: dict[str, Path],
 ) -> None:
@@ -303,7 +337,8 @@ def test_the_search_restores_the_replica_onto_the_spare_before_the_launch(
 
     assert search.location == "memory"
     assert search.chosen is not None and search.chosen.step == 25
-    assert search.memory_restored == ["step 25 of node spare restored from the replica on c"]
+    [restored_line] = search.memory_restored
+    assert restored_line.startswith("step 25 of node spare restored from the replica on c (")
     restored = tiers["spare"] / "step-00000025"
     assert checkpoint_layout.is_committed(restored)
     assert json.loads((restored / checkpoint_layout.MANIFEST).read_text())["generation"] == 1
@@ -320,10 +355,12 @@ def test_a_restore_that_fails_leaves_the_resume_to_disk(
         write_snapshot(tiers["c"], step)
         write_snapshot(tiers["c"] / "replicas" / "slot-1", step)
 
-    def broken(self: TierAgent, path: str, files: dict[str, bytes]) -> None:
-        raise OSError("No space left on device")
+    def broken(self: TierAgent, end: RestoreEnd) -> dict[str, object]:
+        if end.verb == "receive":
+            return {"error": "OSError: No space left on device"}
+        return {"error": "no receiver proved the key"}
 
-    monkeypatch.setattr(TierAgent, "write_memory_snapshot", broken)
+    monkeypatch.setattr(TierAgent, "restore_end", broken)
     search = find_module.search_verified(search_request())
 
     assert search.chosen is None
