@@ -96,6 +96,7 @@ class HandOver:
                 spec=self.run.intent,
                 state=self.run.state,
                 continue_as_new_after_events=self.continue_as_new_after,
+                strict_phases=self.run.strict_phases,
             ),
             initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
         )

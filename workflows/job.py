@@ -268,6 +268,7 @@ class JobWorkflow:
     async def run(self, job: JobInput) -> JobStatus:
         self._run.begin(job.spec)
         self._hand_over.continue_as_new_after = job.continue_as_new_after_events
+        self._run.strict_phases = job.strict_phases
         if job.state is not None:
             self._state = self._run.state = job.state
         else:

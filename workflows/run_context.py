@@ -51,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         JobState,
         NodeRoster,
         Phase,
-        strict_phases,
         undrawn_transition,
     )
 
@@ -75,6 +74,8 @@ class JobRun:
         """PATCH_CONTINUE_AS_NEW_ANY_PHASE applies to this run."""
         self.fast = False
         """PATCH_FAST_RECOVERY applies to this run."""
+        self.strict_phases = False
+        """``JobInput.strict_phases``: an undrawn phase change fails the job."""
         self.by_host = False
         """PATCH_HOST_TASK_QUEUE applies to this run (a job of local nodes)."""
         self.attributes_v2 = False
@@ -130,11 +131,11 @@ class JobRun:
 
     def set_phase(self, phase: Phase) -> None:
         """Change phase, along a transition drawn on :class:`Phase` (one that is not is
-        logged, never fatal in production; the workflow tests make it fatal)."""
+        logged, never fatal in production; ``JobInput.strict_phases`` makes it fatal)."""
         problem = undrawn_transition(self.state.phase, phase)
         if problem is not None:
             workflow.logger.warning(problem)
-            if strict_phases():
+            if self.strict_phases:
                 raise ApplicationError(problem, type="UndrawnTransition", non_retryable=True)
         if self.state.phase != phase:
             self.state.phase = phase

@@ -6,7 +6,6 @@ rebuild the job exactly and adopt the ranks that are still alive.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from enum import StrEnum
@@ -112,21 +111,14 @@ _TRANSITION_LINE = re.compile(r"^\s*(?P<a>[A-Z_]+) -> (?P<b>[A-Z_]+): (?P<why>.+
 TRANSITIONS: dict[tuple[Phase, Phase], str] = drawn_transitions(Phase.__doc__ or "")
 """Every phase change the code may make, read from :class:`Phase`'s diagram."""
 
-STRICT_PHASES_ENV = "LAZARUS_STRICT_PHASES"
-"""Set to ``1`` (the workflow tests do) to fail a job on a transition not drawn."""
-
 
 def undrawn_transition(before: Phase, after: Phase) -> str | None:
     """Why ``before -> after`` is not on the diagram, or None when it is (or is no
-    change). The workflow logs it; under :data:`STRICT_PHASES_ENV` it fails the job,
+    change). The workflow logs it; with ``JobInput.strict_phases`` it fails the job,
     so the workflow tests find a transition the diagram misses."""
     if before == after or (before, after) in TRANSITIONS:
         return None
     return f"phase {before.value} -> {after.value} is not drawn on Phase"
-
-
-def strict_phases() -> bool:
-    return os.environ.get(STRICT_PHASES_ENV) == "1"
 
 
 class PlannedMove(StrEnum):
@@ -715,6 +707,11 @@ class JobInput(BaseModel):
     state: JobState | None = None
     continue_as_new_after_events: int = 10_000
     """Hop to a new run past this many history events, or when Temporal suggests it."""
+    strict_phases: bool = False
+    """Fail the job on a phase change not drawn on :class:`Phase` (the workflow tests
+    set it; in production such a change is only logged). In the input, so in the
+    history: every worker replays a run alike. It was an environment variable the
+    workflow read, which two workers could disagree on (issue 37, N12)."""
 
 
 class ForceRecover(BaseModel):

@@ -8,8 +8,8 @@ the code:
   in when it runs (declared below, narrowed by an unconditional ``set_phase`` earlier
   in the same function); each such move must be drawn, and each drawn move made;
 - at run time: ``JobRun.set_phase`` checks every change against ``TRANSITIONS``; the
-  workflow tests set ``LAZARUS_STRICT_PHASES=1``, so a move the diagram misses fails
-  the job there (in production it is logged).
+  workflow tests start their jobs with ``JobInput.strict_phases``, so a move the
+  diagram misses fails the job there (in production it is logged).
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 from workflows.state import (
-    STRICT_PHASES_ENV,
     TRANSITIONS,
+    JobInput,
     Phase,
     drawn_transitions,
-    strict_phases,
     undrawn_transition,
 )
 
@@ -132,13 +129,12 @@ def test_the_transition_lines_parse() -> None:
     assert drawn_transitions(doc) == {(P.RUNNING, P.PAUSED): "a pause"}
 
 
-def test_an_undrawn_change_is_reported_and_strict_only_when_asked(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_an_undrawn_change_is_reported_and_strict_only_when_the_input_asks() -> None:
     assert undrawn_transition(P.RUNNING, P.RUNNING) is None
     assert undrawn_transition(P.RUNNING, P.RECOVERING) is None
     assert undrawn_transition(P.SUCCEEDED, P.RUNNING) is not None
-    monkeypatch.delenv(STRICT_PHASES_ENV, raising=False)
-    assert not strict_phases()
-    monkeypatch.setenv(STRICT_PHASES_ENV, "1")
-    assert strict_phases()
+    # Strictness is part of the job's input (its history), never the worker's
+    # environment (issue 37, N12): an input from before the field replays lenient.
+    spec = {"name": "j", "command": ["python", "t.py"]}
+    assert not JobInput.model_validate({"spec": spec}).strict_phases
+    assert JobInput.model_validate({"spec": spec, "strict_phases": True}).strict_phases

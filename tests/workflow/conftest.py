@@ -7,7 +7,6 @@ worker, so its fake cluster (a :class:`fakes.Script`) is private to it.
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -23,10 +22,7 @@ from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
 from lazarus.domain.spec import JobSpec, parse_spec
 from tests.workflow import fakes
 from workflows.job import JobWorkflow
-from workflows.state import STRICT_PHASES_ENV, JobInput, JobStatus, Phase
-
-# A phase change not drawn on Phase fails the job here (it is only logged in production).
-os.environ.setdefault(STRICT_PHASES_ENV, "1")
+from workflows.state import JobInput, JobStatus, Phase
 
 
 class FakeJob:
@@ -86,7 +82,9 @@ async def start_fake_job(dev_server: DevServer) -> AsyncIterator[StartFakeJob]:
         async def start(spec: JobSpec, **input_overrides: object) -> FakeJob:
             handle = await client.start_workflow(
                 WORKFLOW_TYPE,
-                JobInput(spec=spec, **input_overrides),  # type: ignore[arg-type]
+                # A phase change not drawn on Phase fails the job here (it is only
+                # logged in production).
+                JobInput(spec=spec, **{"strict_phases": True, **input_overrides}),  # type: ignore[arg-type]
                 id=workflow_id_for(spec.name),
                 task_queue=task_queue,
             )

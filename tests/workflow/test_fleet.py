@@ -64,7 +64,7 @@ class Cluster:
     async def start_job(self, spec: JobSpec) -> FakeJob:
         handle = await self.client.start_workflow(
             WORKFLOW_TYPE,
-            JobInput(spec=spec),
+            JobInput(spec=spec, strict_phases=True),
             id=workflow_id_for(spec.name),
             task_queue=self.task_queue,
         )

@@ -75,7 +75,7 @@ async def start_memory_job(dev_server: DevServer) -> AsyncIterator[StartFakeJob]
         async def start(spec: JobSpec) -> FakeJob:
             handle = await client.start_workflow(
                 WORKFLOW_TYPE,
-                JobInput(spec=spec),
+                JobInput(spec=spec, strict_phases=True),
                 id=workflow_id_for(spec.name),
                 task_queue=task_queue,
             )

@@ -87,7 +87,7 @@ async def test_a_running_job_moves_to_the_new_build_at_its_next_continue_as_new(
         await make_current(client, old)
         handle = await client.start_workflow(
             WORKFLOW_TYPE,
-            JobInput(spec=spec),
+            JobInput(spec=spec, strict_phases=True),
             id=workflow_id_for(spec.name),
             task_queue=task_queue,
         )
