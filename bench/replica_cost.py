@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import statistics
 import subprocess
 import sys
@@ -43,6 +44,7 @@ TIMEOUT_S = 600.0
 def one_run(workdir: Path, *, replicas: bool, ranks: int, steps: int, step_time: float) -> float:
     """Steps per second of one fault-free run (rank 0, first to last logged step)."""
     port = free_port()
+    secret = secrets.token_hex(32)
     hosts = ["127.0.0.1"] * ranks
     procs: list[subprocess.Popen[str]] = []
     for rank in range(ranks):
@@ -66,7 +68,7 @@ def one_run(workdir: Path, *, replicas: bool, ranks: int, steps: int, step_time:
             }
         )
         if replicas:
-            env.update(replica_environment(JOB, 1, hosts, rank))
+            env.update(replica_environment(secret, 1, hosts, rank))
         procs.append(
             subprocess.Popen(
                 [

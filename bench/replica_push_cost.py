@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,7 @@ from bench.snapshot_cost import sizes_mb, tmpfs_scratch
 
 GB = 1e9
 JOB = "bench-replica-push"
+KEY = secrets.token_bytes(32)
 PLACEMENTS = ("separate", "shared")
 STEP_CORE = 0
 PUSH_CORE = 1
@@ -63,7 +65,7 @@ root = Path(sys.argv[1])
 memory.secure(root)
 config = replica._Config(
     listen="127.0.0.1:0", allowed_from="127.0.0.1", root=root, job_id=sys.argv[2],
-    generation=1, keep=1,
+    generation=1, keep=1, key=bytes.fromhex(sys.stdin.readline().strip()),
 )
 receiver = replica.Receiver(config)
 print(receiver.port, flush=True)
@@ -80,7 +82,9 @@ def buddy(root: Path, pin: bool) -> Iterator[str]:
         command = ["taskset", "-c", str(PUSH_CORE), *command]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert process.stdout is not None
+        assert process.stdout is not None and process.stdin is not None
+        process.stdin.write(KEY.hex() + "\n")  # the key on stdin, never argv
+        process.stdin.flush()
         port = process.stdout.readline().strip()
         if not port.isdigit():
             raise RuntimeError(f"the receiver did not start (it printed {port!r})")
@@ -148,7 +152,7 @@ def one_push(
         if pin:
             os.sched_setaffinity(0, {PUSH_CORE})  # this thread only (Linux)
         started = time.perf_counter()
-        outcome["bytes"] = replica.push(snapshot, to, slot=0, job_id=JOB, generation=1)
+        outcome["bytes"] = replica.push(snapshot, to, key=KEY, slot=0, job_id=JOB, generation=1)
         outcome["push_s"] = time.perf_counter() - started
 
     pusher = threading.Thread(target=push, name="bench-replica-push")

@@ -74,6 +74,9 @@ IO_TIMEOUT_S = 10.0
 """Per socket operation, both ends. Long enough for a loaded node's scheduler hiccup,
 short enough that a background thread gives up on a dead peer in seconds."""
 CONNECT_TIMEOUT_S = 5.0
+HANDSHAKE_TIMEOUT_S = 5.0
+"""How long a sender waits for the listener's proof: a receiver answers at once, so a
+silent listener (a squatter that accepts) is passed over quickly."""
 MIN_RATE_BYTES_S = 50e6
 """The slowest copy that still counts as alive, for :func:`deadline_for`: 20 s a GB."""
 BASE_DEADLINE_S = 30.0
@@ -278,8 +281,10 @@ def _send_on(
     lines = _Lines(sock)
     client_nonce = secrets.token_bytes(NONCE_BYTES)
     sock.sendall(f"{MAGIC} {client_nonce.hex()}\n".encode())
+    sock.settimeout(HANDSHAKE_TIMEOUT_S)  # a squatter that accepts and stays silent
     try:
         answer = lines.line().decode("ascii", errors="replace").split(" ")
+        sock.settimeout(IO_TIMEOUT_S)
     except (TransferRefused, OSError):
         raise PeerUnproven("the receiver did not prove it holds the key: nothing sent") from None
     if len(answer) != 2:
