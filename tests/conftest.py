@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from activities.checkpoints.replica_key import KEY_FILE_ENV
+from activities.nodes.ssh_files import SSH_DIRS_ENV
 from lazarus.app.devserver import DevServer
 
 # The worker's replica key (activities.checkpoints.replica_key): one of the test
@@ -20,6 +21,11 @@ from lazarus.app.devserver import DevServer
 _KEY_DIR = tempfile.mkdtemp(prefix="lazarus-test-key-")
 os.environ.setdefault(KEY_FILE_ENV, os.path.join(_KEY_DIR, "replica.key"))
 atexit.register(shutil.rmtree, _KEY_DIR, ignore_errors=True)
+
+# The SSH files of the test hosts (infra/testhosts.py) and of tests' own specs live
+# under the temporary directory: the workers this process starts allow it beside
+# ~/.ssh (activities.nodes.ssh_files; a worker allows ~/.ssh alone by default).
+os.environ.setdefault(SSH_DIRS_ENV, os.pathsep.join(["~/.ssh", tempfile.gettempdir()]))
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,9 @@ Trust is never implicit. The host key must already be in ``ssh.known_hosts``
 OpenSSH's ``StrictHostKeyChecking=accept-new`` does); a *changed* key is always
 refused, because that is what a man-in-the-middle looks like. Authentication is by
 key only (an identity file without a passphrase, or the ssh agent), never by
-password, and no key material is logged or put in an error.
+password, and no key material is logged or put in an error. Both files must resolve
+under a directory the worker allows (``LAZARUS_SSH_DIRS``, default ``~/.ssh``): the
+spec that names them comes from the workflow input.
 
 Failures split by what retrying can do: network trouble (refused, timeout, no
 route, a connection dropped mid-command) is :class:`NodeUnreachable`, which
@@ -29,6 +31,7 @@ from paramiko.auth_strategy import AuthFailure, AuthSource, AuthStrategy, InMemo
 
 from activities.nodes.agent import NodeRefused, NodeUnreachable
 from activities.nodes.shim_agent import LocalShimAgent, ShimAgent, ShimError, ShimReply
+from activities.nodes.ssh_files import SSHDirsError, allowed_ssh_dirs, ssh_file_problem
 from lazarus.domain.spec import NodeSpec, SSHSpec
 
 __all__ = ["LocalShimAgent", "SSHAgent", "ShimError"]
@@ -260,8 +263,26 @@ class SSHAgent(ShimAgent):
                 f"{self._where()}: cannot read known_hosts {self.known_hosts}: {_one_line(exc)}"
             ) from None
 
+    def _check_files(self) -> None:
+        """Refuse SSH files outside the directories the worker allows
+        (:mod:`activities.nodes.ssh_files`): the spec comes from the workflow input, and
+        the worker would read the identity file and append host keys to
+        ``known_hosts``, wherever they point (issue 37, N13)."""
+        try:
+            dirs = allowed_ssh_dirs()
+        except SSHDirsError as exc:
+            raise NodeRefused(f"{self._where()}: {exc}") from None
+        for field, path in (
+            ("ssh.known_hosts", self.ssh.known_hosts),
+            ("identity_file", self.node.identity_file),
+        ):
+            problem = None if path is None else ssh_file_problem(field, path, dirs)
+            if problem is not None:
+                raise NodeRefused(f"{self._where()}: {problem}")
+
     def _connect(self) -> paramiko.SSHClient:
         where = self._where()
+        self._check_files()
         pkey = self._identity()
         client = paramiko.SSHClient()
         self._load_known_hosts(client)
