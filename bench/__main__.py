@@ -51,6 +51,7 @@ from bench import (
     slurm_calls,
     snapshot_cost,
     state_costs,
+    state_scale,
 )
 from bench.benchmark import run_benchmark
 from bench.harness import BenchConfig, BenchContext, BenchRun, Extra
@@ -242,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     replica_cost.add_command(commands)
     replica_push_cost.add_command(commands)
     snapshot_cost.add_command(commands)
+    state_scale.add_command(commands)
     chaos.add_command(commands)
     return parser
 
@@ -316,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return simulate.run(args)
     if args.command == "state-costs":
         return state_costs.run(args)
+    if args.command == "state-scale":
+        return state_scale.run(args)
     if args.command == "slurm-calls":
         return slurm_calls.run(args)
     if args.command == "replica-cost":

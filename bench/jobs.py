@@ -74,6 +74,9 @@ class JobShape:
     """controller_cpu: training steps of each supervised job."""
     idle_window_s: float = 10.0
     """controller_cpu: how long the worker's CPU is sampled with no job at all."""
+    state_mb: int = 0
+    """Extra training state every rank carries (the example's ``--state-mb``): what
+    ``bench state-scale`` sizes; 0 for every other benchmark."""
 
     @classmethod
     def quick(cls) -> JobShape:
@@ -159,6 +162,7 @@ def build_spec(
             str(shape.ckpt_every),
             "--out",
             str(paths.weights),
+            *(["--state-mb", str(shape.state_mb)] if shape.state_mb else []),
         ],
         "workdir": str(paths.root),
         "nproc_per_node": nproc_per_node,

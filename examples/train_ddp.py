@@ -51,6 +51,7 @@ except ImportError:  # a checkout without `pip install -e .`: use the repo next 
     import lazarus.rank as lazarus_rank
 import lazarus.rank.torch as lazarus_torch
 from lazarus.domain.ports import free_port
+from lazarus.rank import replica
 
 INPUT_DIM = 32
 HIDDEN_DIM = 64
@@ -101,6 +102,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=0,
         help="testing aid: rank 0 adds this many MB of data to each checkpoint (slow uploads)",
+    )
+    parser.add_argument(
+        "--state-mb",
+        type=int,
+        default=0,
+        help="testing aid: every rank carries this many MiB of extra training state "
+        "(as a large model's optimizer would), checkpointed, snapshotted and restored "
+        "with the rest and checked on resume; it never touches the weights",
     )
     slow = parser.add_argument_group(
         "straggler injection (testing aid): one rank's own work takes longer, the way a "
@@ -205,11 +214,58 @@ def slowdown(args: argparse.Namespace, rank: int, step: int) -> float:
     return args.slow_factor if slow_here and args.slow_from_step <= step < until else 1.0
 
 
+class Ballast:
+    """``--state-mb`` of extra state: a tensor whose first element is the step it was
+    saved at and whose rest is a known pattern, so a resume checks that every byte
+    came back (a torn or foreign restore raises instead of training on)."""
+
+    def __init__(self, megabytes: int) -> None:
+        count = (megabytes << 20) // 4
+        self.tensor = torch.arange(count, dtype=torch.int32)
+        self.step = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        self.tensor[0] = self.step
+        return {"tensor": self.tensor}
+
+    def load_state_dict(self, saved: Mapping[str, Any]) -> None:
+        tensor = saved["tensor"]
+        expected = torch.arange(1, tensor.numel(), dtype=torch.int32)
+        if tensor.shape != self.tensor.shape or not torch.equal(tensor[1:], expected):
+            raise RuntimeError("the restored --state-mb state is not the one saved")
+        self.tensor = tensor.clone()
+        self.step = int(tensor[0])
+
+
 def setup(args: argparse.Namespace) -> dict[str, Any]:
     """The training state, named as the checkpoints name it: built once per process."""
     model = build_model(args.seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    return {"model": model, "optimizer": optimizer}
+    state: dict[str, Any] = {"model": model, "optimizer": optimizer}
+    if args.state_mb:
+        state["ballast"] = Ballast(args.state_mb)
+    return state
+
+
+def state_of(state: Mapping[str, Any]) -> dict[str, Any]:
+    """What a checkpoint or a snapshot holds: every stateful's state dict."""
+    return {name: stateful.state_dict() for name, stateful in state.items()}
+
+
+def report_state_costs(args: argparse.Namespace, state: Mapping[str, Any]) -> None:
+    """``--state-mb``: one host copy of the extra state, timed here beside the
+    snapshot stalls (``bench state-scale`` reads both from the rank's log)."""
+    if not args.state_mb:
+        return
+    tensor = state["ballast"].tensor
+    target = torch.empty_like(tensor)
+    target.copy_(tensor)  # fault the pages in: the snapshot's copy reuses its buffer too
+    took = []
+    for _ in range(3):
+        started = time.perf_counter()
+        target.copy_(tensor)
+        took.append(time.perf_counter() - started)
+    print(f"state-scale memcpy_s {sorted(took)[1]:.6f} bytes {tensor.numel() * 4}", flush=True)
 
 
 def train(args: argparse.Namespace, completed: int, state: Mapping[str, Any]) -> None:
@@ -220,6 +276,9 @@ def train(args: argparse.Namespace, completed: int, state: Mapping[str, Any]) ->
     rank = dist.get_rank()
     if completed:
         print(f"resumed from step {completed}", flush=True)
+    if "ballast" in state and completed and state["ballast"].step != completed:
+        raise RuntimeError(f"--state-mb state of step {state['ballast'].step}, not {completed}")
+    report_state_costs(args, state)
     ddp_model = DistributedDataParallel(model)
     ddp_model.register_comm_hook(state=None, hook=rank_ordered_mean)
     teacher = teacher_weights(args.seed)
@@ -237,6 +296,8 @@ def train(args: argparse.Namespace, completed: int, state: Mapping[str, Any]) ->
         loss.backward()  # the gradient all-reduce runs here: waiting on peers is not compute
         optimizer.step()
         completed += 1
+        if "ballast" in state:
+            state["ballast"].step = completed
 
         loss_value = loss.item()
         if completed == args.nan_at_step and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
@@ -256,17 +317,20 @@ def train(args: argparse.Namespace, completed: int, state: Mapping[str, Any]) ->
             if args.ballast_mb and rank == 0:
                 ballast = lazarus_rank.checkpoint_path(completed) / "ballast.bin"
                 ballast.write_bytes(os.urandom(args.ballast_mb << 20))
-            lazarus_torch.save(
-                completed, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-            )
+            lazarus_torch.save(completed, state_of(state))
         else:
-            lazarus_torch.snapshot(
-                completed,
-                lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict()},
-            )
+            started = time.perf_counter()
+            if lazarus_torch.snapshot(completed, lambda: state_of(state)) and args.state_mb:
+                stall = time.perf_counter() - started
+                print(f"state-scale stall_s {stall:.6f} step {completed}", flush=True)
+            while args.state_mb and replica.completed_pushes:
+                step, sent, took = replica.completed_pushes.popleft()
+                print(f"state-scale push_s {took:.6f} bytes {sent} step {step}", flush=True)
 
     lazarus_rank.flush_heartbeat()
     lazarus_torch.flush_snapshots()
+    if args.state_mb:
+        print(f"state-scale skipped {lazarus_torch.snapshots_skipped}", flush=True)
     if rank == 0 and args.out is not None:
         save_atomically(model.state_dict(), args.out)
     dist.barrier()

@@ -49,6 +49,7 @@ Standard library only, like the rest of :mod:`lazarus.rank`.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -137,6 +138,9 @@ def push(
 
 
 _last_push_error: str | None = None
+completed_pushes: collections.deque[tuple[int, int, float]] = collections.deque(maxlen=64)
+"""(step, bytes, seconds) of the recent pushes that the buddy committed: a benchmark's
+(and a curious script's) view of the push rate."""
 pushes_skipped = 0
 """Committed steps replaced by a newer one before their push began (never queued)."""
 
@@ -235,8 +239,9 @@ def _push_loop() -> None:
 
 def _push_one(job: _Push) -> bool:
     global _last_push_error
+    started = time.monotonic()
     try:
-        push(
+        sent = push(
             job.snapshot,
             job.to,
             key=job.key,
@@ -255,6 +260,8 @@ def _push_one(job: _Push) -> bool:
         _last_push_error = reason
         return False
     _last_push_error = None
+    step = checkpoint_layout.parse_step_dir(job.snapshot.name) or 0
+    completed_pushes.append((step, sent, time.monotonic() - started))
     return True
 
 
