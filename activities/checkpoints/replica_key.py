@@ -25,6 +25,7 @@ import hmac
 import os
 import secrets
 import stat
+import tempfile
 from pathlib import Path
 
 KEY_FILE_ENV = "LAZARUS_REPLICA_KEY_FILE"
@@ -70,14 +71,21 @@ def worker_key(path: Path | None = None) -> bytes:
 
 
 def _create(path: Path) -> bytes:
+    """Write a new key whole, then link it into place: a worker that reads the file
+    at the same moment sees no file or the whole key, never half of one; of two
+    workers creating it at once, the second reads the first's."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = secrets.token_bytes(KEY_BYTES)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".replica-key-")  # 0600
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        return worker_key(path)  # another worker process created it first
-    with os.fdopen(fd, "w") as handle:
-        handle.write(key.hex() + "\n")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(key.hex() + "\n")
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            return worker_key(path)
+    finally:
+        os.unlink(temp)
     return key
 
 
