@@ -35,13 +35,11 @@ with workflow.unsafe.imports_passed_through():
         CheckpointNowRequest,
         CheckpointRef,
         CheckpointSearch,
-        FindVerifiedCheckpointRequest,
         NodeAccess,
         RestoreCheckpointRequest,
         RollbackRequest,
         SuperviseOutcome,
     )
-    from lazarus.domain.memory_tier import memory_checkpoint_dir
     from workflows.activity_calls import (
         NO_RETRY,
         QUICK_RETRY,
@@ -62,8 +60,8 @@ with workflow.unsafe.imports_passed_through():
         PATCH_PREFLIGHT_BESIDE_SEARCH,
         PATCH_RETIER_AFTER_FALLBACK,
     )
-    from workflows.placement import active_nodes, generation_dir, run_root
-    from workflows.resume_points import record_rollback, record_skipped
+    from workflows.placement import active_nodes, generation_dir
+    from workflows.resume_points import record_rollback, record_skipped, search_request
     from workflows.routing import route
     from workflows.run_context import JobRun
     from workflows.state import Phase, PlannedStop
@@ -174,30 +172,11 @@ class CheckpointSteps:
         return resume
 
     async def find_verified(self, include_durable: bool) -> CheckpointSearch:
-        """Search every tier for the resume point, within the timeline the state
-        records: its cuts, the checkpoints rollbacks retired, and a pending rollback's
-        bound (below it, and without the memory tier, until a launch spends it)."""
+        """Search every tier for the resume point (``resume_points.search_request``)."""
         spec = self.run.spec
-        below_step = self.run.state.rollback_below
         return await execute(
             FIND_VERIFIED_CHECKPOINT,
-            FindVerifiedCheckpointRequest(
-                checkpoint_dir=spec.checkpoint_dir,
-                checkpoints=spec.checkpoints,
-                include_durable=include_durable,
-                below_step=below_step,
-                exclude_steps=self.run.state.retired_steps,
-                retired=self.run.state.retired,
-                timeline=self.run.state.timeline_cuts,
-                job_id=spec.job_id,
-                trusted=self.run.state.verified_checkpoints,
-                memory_dir=(
-                    memory_checkpoint_dir(spec.job_id, run_root(spec, self.run.state))
-                    if spec.checkpoints.memory_every_steps is not None and below_step is None
-                    else None
-                ),
-                access=self.search_access(),
-            ),
+            search_request(spec, self.run.state, include_durable),
             start_to_close_timeout=timedelta(minutes=30),
             heartbeat_timeout=timedelta(seconds=30),
             retry_policy=QUICK_RETRY,

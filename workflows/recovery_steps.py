@@ -170,12 +170,7 @@ class RecoverySteps:
                 state.pool.mark_fenced(failure.node)
             if not swapped:
                 return
-        state.restarts += 1
-        state.restart_times.append(self.run.now())
-        state.rollback_pending = decision.action == Action.ROLLBACK
-        if state.rollback_pending and failure.step_at_failure is not None:
-            # Recorded as decided: whatever happens before the launch, it goes back.
-            state.bound_rollback(failure.step_at_failure)
+        state.count_restart(decision.action, failure.step_at_failure, self.run.now())
         if decision.backoff_s > 0:
             await workflow.sleep(
                 decision.backoff_s,

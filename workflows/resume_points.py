@@ -1,5 +1,6 @@
-"""Where a relaunch resumes from, as the incident records it: newer checkpoints that
-could not be trusted, and checkpoints a numerical rollback retired.
+"""Where a relaunch resumes from: the search it asks for (within the timeline the
+state records), and, as the incident records it, newer checkpoints that could not be
+trusted and checkpoints a numerical rollback retired.
 
 Pure functions of the state and the checkpoint activities' results
 (``tests/unit/test_resume_points.py``); the workflow only runs the activities.
@@ -7,14 +8,48 @@ Pure functions of the state and the checkpoint activities' results
 
 from __future__ import annotations
 
-from lazarus.domain.contracts import CheckpointRef, CheckpointSearch
+from lazarus.domain.contracts import (
+    CheckpointRef,
+    CheckpointSearch,
+    FindVerifiedCheckpointRequest,
+    NodeAccess,
+)
 from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.memory_tier import memory_checkpoint_dir
+from lazarus.domain.spec import JobSpec
 from lazarus.domain.timeline import RetiredCheckpoint
+from workflows.placement import active_nodes, run_root
 from workflows.playbook import Action
 from workflows.state import JobState
 
 FALLBACK_STRATEGY = "verified_checkpoints_only"
 """The strategy of an incident opened because the newest checkpoints failed verification."""
+
+
+def search_request(
+    spec: JobSpec, state: JobState, include_durable: bool
+) -> FindVerifiedCheckpointRequest:
+    """The resume-point search for the nodes active now, within the timeline the state
+    records: its cuts, the checkpoints rollbacks retired, and a pending rollback's
+    bound (below it, and without the memory tier, until a launch spends it)."""
+    below_step = state.rollback_below
+    return FindVerifiedCheckpointRequest(
+        checkpoint_dir=spec.checkpoint_dir,
+        checkpoints=spec.checkpoints,
+        include_durable=include_durable,
+        below_step=below_step,
+        exclude_steps=state.retired_steps,
+        retired=state.retired,
+        timeline=state.timeline_cuts,
+        job_id=spec.job_id,
+        trusted=state.verified_checkpoints,
+        memory_dir=(
+            memory_checkpoint_dir(spec.job_id, run_root(spec, state))
+            if spec.checkpoints.memory_every_steps is not None and below_step is None
+            else None
+        ),
+        access=NodeAccess.of(spec, active_nodes(spec, state.pool)),
+    )
 
 
 def record_skipped(

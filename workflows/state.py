@@ -646,6 +646,16 @@ class JobState(BaseModel):
         )
         self.rollback_below = None
 
+    def count_restart(self, action: Action, step_at_failure: int | None, now: float) -> None:
+        """A recovery decided to relaunch by ``action``: count the restart, and record a
+        rollback as decided (pending, and bounded below the failure's step): whatever
+        happens before the launch, the job goes back."""
+        self.restarts += 1
+        self.restart_times.append(now)
+        self.rollback_pending = action == Action.ROLLBACK
+        if self.rollback_pending and step_at_failure is not None:
+            self.bound_rollback(step_at_failure)
+
     def bound_rollback(self, below: int) -> None:
         """The job has decided to go back below step ``below`` (a numerical rollback):
         recorded at once, as the bound every search keeps until a launch and as a cut
