@@ -77,9 +77,6 @@ RESERVED_OPTIONS = {
     "--error": "Lazarus gives the holder's log file",
     "--input": "the holder reads nothing",
     "--nodes": "slurm.nodes and slurm.spares give the node count",
-    "--partition": "slurm.partition gives it",
-    "--time": "slurm.time gives it",
-    "--account": "slurm.account gives it",
     "--parsable": "Lazarus sets it",
     "--no-kill": "Lazarus sets it",
     "--kill-on-invalid-dep": "Lazarus sets the holder's options",
@@ -102,14 +99,13 @@ RESERVED_SHORT = {
     "D": "--chdir",
     "N": "--nodes",
     "a": "--array",
-    "p": "--partition",
-    "t": "--time",
-    "A": "--account",
 }
 
 VALUE, FLAG, OPTIONAL = "value", "flag", "optional"
 SCHEDULING_OPTIONS: dict[str, str] = {
     # what to run on: constraints, features, generic resources
+    "--partition": VALUE,  # as slurm.partition, which wins when both are given
+    "--account": VALUE,  # as slurm.account
     "--qos": VALUE,
     "--constraint": VALUE,
     "--cluster-constraint": VALUE,
@@ -148,7 +144,8 @@ SCHEDULING_OPTIONS: dict[str, str] = {
     "--tmp": VALUE,
     "--core-spec": VALUE,
     "--thread-spec": VALUE,
-    # when, and at what priority
+    # when, for how long, and at what priority
+    "--time": VALUE,  # as slurm.time
     "--nice": OPTIONAL,
     "--priority": VALUE,
     "--begin": VALUE,
@@ -170,6 +167,9 @@ says how it is written: ``value`` options need ``=value``, ``flag`` options take
 ``optional`` ones either. Written in full: ``sbatch`` takes a prefix (``--qo``) too,
 but an allow-list checks whole names."""
 SCHEDULING_SHORT = {
+    "p": "--partition",
+    "A": "--account",
+    "t": "--time",
     "C": "--constraint",
     "q": "--qos",
     "G": "--gpus",

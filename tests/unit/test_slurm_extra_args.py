@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(10)
         ("-C", "--constraint needs its value"),
         ("-Hgpu", "-H is not allowed: not a scheduling option"),
         ("-Jother", "-J (--job-name) is not allowed"),
-        ("-pgpu", "-p (--partition) is not allowed: slurm.partition gives it"),
+        ("-D/tmp", "-D (--chdir) is not allowed: the holder runs where Lazarus starts it"),
         ("my.sh", "is not an option"),
     ],
 )
@@ -40,7 +40,7 @@ def test_anything_but_a_scheduling_option_is_refused_naming_it(arg: str, says: s
 
 def test_a_refusal_lists_what_is_allowed() -> None:
     (problem,) = extra_args_problems(["--bb=stage_in"])
-    assert "; allowed: --begin, " in problem
+    assert "; allowed: --account, --begin, " in problem
     assert all(f"{option}," in problem for option in ("--constraint", "--gres", "--qos"))
 
 
@@ -51,6 +51,9 @@ def test_a_refusal_lists_what_is_allowed() -> None:
         ["--exclusive=user", "--mem=0", "--reservation=maint", "--constraint=a100&ib"],
         ["--nodelist=n[1-4]", "--exclude=n7", "-xn8", "--gpus-per-node=8", "--nice"],
         ["--dependency=afterok:12", "--begin=now+1hour", "--comment=run 3", "-qlow"],
+        # Allowed before the allow-list, and harmless: kept, so no running job's
+        # resubmission is refused after an upgrade.
+        ["--partition=gpu", "--time=4:00:00", "--account=ml", "-pgpu", "-t60", "-Aml"],
     ],
 )
 def test_ordinary_scheduling_options_pass(args: list[str]) -> None:
