@@ -17,9 +17,11 @@ from lazarus.domain.contracts import FailureReport
 from lazarus.domain.timeline import RetiredCheckpoint
 from tests.workflow.conftest import FakeJob, StartFakeJob, fake_spec
 from tests.workflow.fake_checkpoints import holdings_for
+from tests.workflow.test_fleet import Cluster, cluster, fleet_job
 from workflows.state import NodeRequest, Phase
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(180)
+__all__ = ["cluster"]  # the fleet tests' fixture: one worker hosting jobs and fleets
 
 
 def failure(failure_class: str, step: int) -> FailureReport:
@@ -101,3 +103,40 @@ async def test_the_new_timelines_own_checkpoint_of_a_rolled_back_step_is_resumed
     assert resumes(job) == [100, 100, 150]
     assert job.script.searches[-1].retired == [RetiredCheckpoint(step=150, generation=1)]
     assert job.script.searches[-1].exclude_steps == []
+
+
+async def test_a_fleet_jobs_rollback_is_kept_when_its_fleet_grants_a_node_later(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """N1's other road: a fleet job whose rollback's preflight fails a node, with no
+    node left in its fleet, waits for one; when another job ends and frees one, the
+    job relaunches by itself (no person) and must still go back below 150."""
+    fleet = await cluster.start_fleet(nodes=[{"name": f"n{i}"} for i in range(3)], spares=[])
+    other = await cluster.start_job(fleet_job(tmp_path, fleet.name, nodes=1))
+    spec = fake_spec(
+        tmp_path,
+        fleet={"name": fleet.name, "nodes": 2, "retry_s": 10},
+        checkpoints={"memory_every_steps": 1},
+    )
+    job = await cluster.start_job(spec)
+    holdings = holdings_for(spec.job_id)
+    holdings.checkpoint_writer = 0
+    holdings.memory_by_generation[1] = list(range(151, 160))
+    job.script.checkpoint_steps = [100, 150]
+    job.script.retire_on_rollback = [150]
+    await other.wait_phase(Phase.RUNNING)
+    first = await job.wait_phase(Phase.RUNNING)
+    job.script.preflight_lost[2] = {first.nodes.active[1]}
+    job.script.failures[1] = failure("numerical", 159)
+
+    await job.wait_phase(Phase.NEEDS_OPERATOR)
+    assert resumes(job) == [150]
+    other.script.succeed_at.add(1)
+    await other.wait_phase(Phase.SUCCEEDED)
+    status = await job.wait_for(
+        lambda s: s.phase == Phase.RUNNING and s.generation == 2, "generation 2 on a freed node"
+    )
+
+    assert status.operator_reason is None
+    assert resumes(job) == [150, 100], "the fleet's node relaunched the NaN timeline"
+    assert job.script.searches[-1].below_step == 150
