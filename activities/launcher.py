@@ -103,7 +103,12 @@ from lazarus.domain.contracts import (
     UnkillableGroup,
     WarmStartOutcome,
 )
-from lazarus.domain.memory_tier import memory_checkpoint_dir, replica_environment
+from lazarus.domain.memory_tier import (
+    memory_checkpoint_dir,
+    node_memory_dir,
+    on_node_dir,
+    replica_environment,
+)
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec, NodeSpec
 
@@ -212,7 +217,8 @@ def rank_environment(
     )
     for name in CHECKPOINT_TIER_VARIABLES:  # the worker's own must never leak into a rank
         env.pop(name, None)
-    env.update(checkpoint_tier_environment(spec, gen))
+    node = nodes[node_index].name
+    env.update(checkpoint_tier_environment(spec, gen, node))
     memory_dir = run_memory_dir(spec, gen)
     if spec.checkpoints.memory_replicas and memory_dir is not None:
         hosts = [node.host for node in nodes]
@@ -221,7 +227,9 @@ def rank_environment(
     env.pop(env_names.RESUME_FROM, None)
     env.pop(env_names.RESUME_STEP, None)
     if resume is not None:
-        env[env_names.RESUME_FROM] = resume.path
+        # A memory step is named once for every node: each rank reads its own node's copy.
+        where = resume.path if memory_dir is None else on_node_dir(resume.path, memory_dir, node)
+        env[env_names.RESUME_FROM] = where
         env[env_names.RESUME_STEP] = str(resume.step)
     env.pop(env_names.REJOIN_TIMEOUT_S, None)
     if spec.rejoins is not None:
@@ -270,16 +278,17 @@ CHECKPOINT_TIER_VARIABLES = (
 )
 
 
-def checkpoint_tier_environment(spec: JobSpec, gen: GenerationDir) -> dict[str, str]:
+def checkpoint_tier_environment(spec: JobSpec, gen: GenerationDir, node: str) -> dict[str, str]:
     """The checkpoint tiers' variables ``checkpoints:`` sets: the disk interval when
-    ``every_steps`` is given, the memory tier's three when ``memory_every_steps`` is."""
+    ``every_steps`` is given, the memory tier's three when ``memory_every_steps`` is
+    (the directory ``node``'s own, :func:`lazarus.domain.memory_tier.node_memory_dir`)."""
     checkpoints = spec.checkpoints
     env: dict[str, str] = {}
     if checkpoints.every_steps is not None:
         env[env_names.CHECKPOINT_EVERY_STEPS] = str(checkpoints.every_steps)
     memory_dir = run_memory_dir(spec, gen)
     if memory_dir is not None:
-        env[env_names.MEMORY_CHECKPOINT_DIR] = memory_dir
+        env[env_names.MEMORY_CHECKPOINT_DIR] = node_memory_dir(memory_dir, node)
         env[env_names.MEMORY_EVERY_STEPS] = str(checkpoints.memory_every_steps)
         env[env_names.MEMORY_KEEP] = str(checkpoints.memory_keep)
     return env

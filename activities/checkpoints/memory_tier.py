@@ -48,7 +48,14 @@ from lazarus.domain.checkpoint_layout import (
     step_dir_name,
 )
 from lazarus.domain.contracts import CheckpointRef, FindVerifiedCheckpointRequest, SkippedCheckpoint
-from lazarus.domain.memory_tier import address, keyed_port, replica_dir, restore_key
+from lazarus.domain.memory_tier import (
+    address,
+    keyed_port,
+    node_memory_dir,
+    on_node_dir,
+    replica_dir,
+    restore_key,
+)
 from lazarus.domain.timeline import manifest_generation
 from lazarus.rank.transfer import deadline_for
 
@@ -106,7 +113,7 @@ def search_memory(request: FindVerifiedCheckpointRequest, *, restore: bool = Fal
     access = request.access.or_this_machine()
 
     def listing(agent: NodeAgent) -> list[MemorySnapshot]:
-        return agent.memory_snapshots(root)
+        return agent.memory_snapshots(node_memory_dir(root, agent.node.name))
 
     names = [node.name for node in access.nodes]
     with agents(access) as opened:
@@ -136,7 +143,7 @@ def _held_replicas(opened: list[NodeAgent], root: str, names: list[str]) -> dict
 
     def listing(agent: NodeAgent) -> list[MemorySnapshot]:
         slot = (names.index(agent.node.name) - 1) % count
-        return agent.memory_snapshots(replica_dir(root, slot))
+        return agent.memory_snapshots(replica_dir(node_memory_dir(root, agent.node.name), slot))
 
     held: dict[str, HeldReplicas] = {}
     for index, answer in enumerate(on_each_settled(opened, listing)):
@@ -198,8 +205,9 @@ def _copy_node_to_node(
         "search_path": rank_search_path(None),
         "python_path": str(lazarus_code_root() or ""),
     }
-    receive = RestoreEnd(verb="receive", path=plan.target, **common)
-    send = RestoreEnd(verb="send", path=plan.source, **common)
+    root = str(request.memory_dir)
+    receive = RestoreEnd(verb="receive", path=on_node_dir(plan.target, root, plan.node), **common)
+    send = RestoreEnd(verb="send", path=on_node_dir(plan.source, root, plan.holder), **common)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="replica-restore") as pool:
         received = pool.submit(target.restore_end, receive)
         sent = pool.submit(holder.restore_end, send)

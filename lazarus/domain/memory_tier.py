@@ -81,6 +81,30 @@ def environment_on_node(env: dict[str, str], uid: int) -> dict[str, str]:
     return mapped
 
 
+NODE_DIR_PREFIX = "node-"
+
+
+def node_memory_dir(memory_dir: str, node: str) -> str:
+    """Where one node's snapshots and replicas live: ``<memory_dir>/node-<name>``.
+    Nodes that share a machine's tmpfs (local logical nodes, or the Slurm nodes of a
+    one-host test cluster) each write, prune and receive under a directory of their
+    own, never another's; a rank reads its own node's copy through it. ``node`` is a
+    spec node name (letters, digits, ``._-``), checked again here: the result is
+    deleted recursively at the end of a run."""
+    if node in ("", ".", "..") or "/" in node or "\x00" in node:
+        raise ValueError(f"memory tier: node name {node!r} is not one path component")
+    return str(PurePosixPath(memory_dir) / f"{NODE_DIR_PREFIX}{node}")
+
+
+def on_node_dir(path: str, memory_dir: str, node: str) -> str:
+    """``path`` (a step or replica under the run's ``memory_dir``, as the search names
+    it) as it lies in ``node``'s own directory; any other path unchanged."""
+    logical = PurePosixPath(path)
+    if not logical.is_relative_to(memory_dir):
+        return path
+    return str(PurePosixPath(node_memory_dir(memory_dir, node)) / logical.relative_to(memory_dir))
+
+
 def replica_dir(memory_dir: str, slot: int) -> str:
     """Where a node holds the replicas of the node in ``slot``:
     ``<memory_dir>/replicas/slot-<slot>``."""

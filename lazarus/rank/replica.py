@@ -79,6 +79,8 @@ __all__ = [
 CLOSE_WAIT_S = 0.2
 """How long replacing a receiver waits for its thread after shutting its connection
 down: the training thread calls it, and must never block on a peer."""
+DIGESTS = "digests"
+"""Key of a replica's ``COMMITTED`` marker: its files' digests as they arrived."""
 INCOMING_PREFIX = ".incoming-"
 """A copy being received: hidden, never listed as a step, renamed once committed."""
 
@@ -93,6 +95,18 @@ def parse_address(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"replica address {text!r} is not host:port")
     return host.strip("[]"), int(port)
+
+
+def known_digests(snapshot: Path, names: list[str]) -> list[str] | None:
+    """The digests a replica's marker recorded for ``names`` (in that order), or
+    None when it has none for every one (the sender then hashes as it sends)."""
+    try:
+        marker = json.loads((snapshot / checkpoint_layout.COMMIT_MARKER).read_text())
+        recorded = marker[DIGESTS]
+        found = [recorded[name] for name in names]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return found if all(isinstance(d, str) for d in found) else None
 
 
 def snapshot_files(snapshot: Path) -> list[str]:
@@ -365,7 +379,16 @@ class Receiver:
             problem = _replica_problem(received.directory, step, config)
             if problem is not None:
                 return f"step {step} of slot {slot}: {problem}"
-            marker = {"step": step, "committed_at": time.time(), "replica_of_slot": slot}
+            marker = {
+                "step": step,
+                "committed_at": time.time(),
+                "replica_of_slot": slot,
+                # Checked against the sender's, under the session's MAC: a restore
+                # from this replica sends them again instead of reading every byte.
+                DIGESTS: dict(
+                    zip([n for n, _ in received.offer.files], received.sha256, strict=True)
+                ),
+            }
             _write_private(
                 received.directory / checkpoint_layout.COMMIT_MARKER, json.dumps(marker).encode()
             )

@@ -92,13 +92,15 @@ def send(request: RestoreRequest) -> dict[str, Any]:
         return {"error": f"{request.path} is not a committed replica on this node"}
     started = time.monotonic()
     fields = {"job_id": request.job_id, "step": request.step, "restore": True}
+    names = replica.snapshot_files(source)
     sent = transfer.send(
         replica.parse_address(request.address),
         request.key,
         source,
-        replica.snapshot_files(source),
+        names,
         fields,
         connect_until=started + request.timeout_s,
+        digests=replica.known_digests(source, names),
     )
     return {"sent": sent, "seconds": round(time.monotonic() - started, 3)}
 

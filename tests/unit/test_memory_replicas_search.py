@@ -30,11 +30,16 @@ from activities.nodes.rundir import GenerationDir, job_root
 from activities.nodes.shim_agent import LocalShimAgent
 from lazarus.domain import checkpoint_layout, environment
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest, NodeAccess
-from lazarus.domain.memory_tier import replica_dir, replica_environment, restore_key
+from lazarus.domain.memory_tier import (
+    node_memory_dir,
+    replica_dir,
+    replica_environment,
+    restore_key,
+)
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import CheckpointsSpec, NodeSpec, SpecError, parse_spec
 from lazarus.domain.timeline import with_cut
-from lazarus.rank import memory
+from lazarus.rank import memory, replica, transfer
 
 JOB = "memjob"
 SECRET = "c3" * 32
@@ -296,7 +301,9 @@ class TierAgent(LocalAgent):
         self.where = where
 
     def _here(self, path: str) -> Path:
-        return self.where / PurePosixPath(path).relative_to(ROOT)
+        """Its own directory (``node-<name>`` under the run's) is ``where``."""
+        relative = PurePosixPath(path).relative_to(node_memory_dir(ROOT, self.node.name))
+        return self.where / relative
 
     def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
         return [
@@ -387,3 +394,26 @@ def test_a_buddy_that_cannot_list_its_replicas_leaves_the_resume_to_disk(
 
     assert search.chosen is None and search.memory_unavailable is None
     assert not (tiers["spare"] / "step-00000025").exists()
+
+
+@pytest.mark.slow
+def test_a_replica_altered_after_it_arrived_is_refused_by_the_spare(tmp_path: Path) -> None:
+    """The holder sends the digests its marker recorded when the replica arrived
+    (``sendfile``, unread); the spare hashes what it receives: a byte changed on the
+    holder since is caught before anything is committed."""
+    source = write_snapshot(tmp_path / "holder" / "replicas" / "slot-1", 25)
+    marker = source / checkpoint_layout.COMMIT_MARKER
+    names = replica.snapshot_files(source)
+    recorded = {name: transfer.digest_of(source / name) for name in names}
+    marker.write_text(json.dumps({"step": 25, replica.DIGESTS: recorded}))
+    assert replica.known_digests(source, names) == [recorded[n] for n in names]
+    with open(source / "state.pt", "r+b") as handle:
+        handle.write(b"\xff")
+    target = tmp_path / "spare" / "run" / "step-00000025"
+    agent = LocalAgent(NodeSpec(name="n"))
+    receive, send = ends(source, target, free_port())
+    with ThreadPoolExecutor(2) as pool:
+        received = pool.submit(agent.restore_end, receive)
+        pool.submit(agent.restore_end, send).result()
+        assert "does not match" in received.result()["error"]
+    assert not target.exists()

@@ -130,11 +130,12 @@ def test_a_crash_after_a_rollback_never_resumes_the_abandoned_timeline(
     rollback below 150, timeline B to 120, then a crash."""
     ckpt = tmp_path / "ckpt"
     mem = memory_tier.memory_checkpoint_dir(JOB, "/runs/job/run-1")
-    on_node = Path(memory_tier.on_node(mem, os.getuid()))
+    mine = memory_tier.node_memory_dir(mem, "local")  # this machine's node: the search's
+    on_node = Path(memory_tier.on_node(mine, os.getuid()))
     a = rank_env(
         **{
             environment.CHECKPOINT_DIR: str(ckpt),
-            environment.MEMORY_CHECKPOINT_DIR: mem,
+            environment.MEMORY_CHECKPOINT_DIR: mine,
             environment.GENERATION: 1,
         }
     )
@@ -167,7 +168,8 @@ def test_a_crash_after_a_rollback_never_resumes_the_abandoned_timeline(
     second = search_verified(FindVerifiedCheckpointRequest(**request, timeline=cuts))
     assert second.chosen is not None
     assert (second.chosen.step, second.location) == (120, "memory")
-    chosen = Path(memory_tier.on_node(second.chosen.path, os.getuid()))
+    chosen_here = memory_tier.on_node_dir(second.chosen.path, mem, "local")
+    chosen = Path(memory_tier.on_node(chosen_here, os.getuid()))
     assert (chosen / "state.pt").read_text() == "B120"
 
 
@@ -177,7 +179,8 @@ def test_the_search_refuses_abandoned_snapshots_even_when_the_prune_kept_them(
     """Whatever a node still holds (it missed the prune: it left the pool, its rank
     died first), the search judges it by the cuts."""
     mem = memory_tier.memory_checkpoint_dir(JOB, "/runs/job/run-1")
-    old = rank_env(**{environment.MEMORY_CHECKPOINT_DIR: mem, environment.GENERATION: 1})
+    mine = memory_tier.node_memory_dir(mem, "local")
+    old = rank_env(**{environment.MEMORY_CHECKPOINT_DIR: mine, environment.GENERATION: 1})
     for s in (153, 154):
         snap(old, s, f"A{s}")
     got = search_verified(

@@ -28,7 +28,7 @@ from activities.nodes.rundir import GenerationDir, job_root, read_json
 from activities.nodes.shim_agent import LocalShimAgent
 from lazarus.domain import checkpoint_layout, environment
 from lazarus.domain.contracts import CheckpointNowRequest, FindVerifiedCheckpointRequest, NodeAccess
-from lazarus.domain.memory_tier import MEMORY_ROOT, memory_checkpoint_dir
+from lazarus.domain.memory_tier import MEMORY_ROOT, memory_checkpoint_dir, node_memory_dir
 from lazarus.domain.spec import CheckpointsSpec, JobSpec, NodeSpec, SpecError, parse_spec
 from lazarus.rank import memory
 from tests.checkpoint_helpers import write_checkpoint
@@ -271,7 +271,7 @@ def test_a_snapshot_of_another_world_size_is_skipped(
 def test_without_memory_nodes_this_machine_is_asked(tmp_path: Path) -> None:
     """The default: a local relaunch needs no node list (the real local agent)."""
     root = tmp_path / "shm"
-    write_snapshot(root, 7)
+    write_snapshot(root / "node-local", 7)  # this machine's node, as the launcher names it
 
     search = find_module.search_verified(
         request(tmp_path, memory_dir=str(root), access=NodeAccess())
@@ -328,9 +328,10 @@ def test_the_launcher_sets_the_tier_variables_from_the_spec(tmp_path: Path) -> N
 
     env = rank_environment(spec, spec.nodes, 0, gen, 1, 29500, None, worker_env={})
 
-    assert env[environment.MEMORY_CHECKPOINT_DIR] == f"{MEMORY_ROOT}/{JOB}/run-abc"
-    assert env[environment.MEMORY_CHECKPOINT_DIR] == memory_checkpoint_dir(
-        JOB, str(gen.path.parent)
+    node = spec.nodes[0].name
+    assert env[environment.MEMORY_CHECKPOINT_DIR] == f"{MEMORY_ROOT}/{JOB}/run-abc/node-{node}"
+    assert env[environment.MEMORY_CHECKPOINT_DIR] == node_memory_dir(
+        memory_checkpoint_dir(JOB, str(gen.path.parent)), node
     )
     assert env[environment.MEMORY_EVERY_STEPS] == "1"
     assert env[environment.MEMORY_KEEP] == "3"
@@ -362,7 +363,8 @@ def test_without_the_tier_no_variable_leaks_from_the_worker(tmp_path: Path) -> N
     assert initial_control_document(spec) == {"checkpoint_request": 0}
     legacy = spec_with(tmp_path, memory_every_steps=2)
     env = rank_environment(legacy, legacy.nodes, 0, gen, 0, 29500, None, worker_env={})
-    assert env[environment.MEMORY_CHECKPOINT_DIR] == f"{MEMORY_ROOT}/{JOB}/_"
+    node = legacy.nodes[0].name
+    assert env[environment.MEMORY_CHECKPOINT_DIR] == f"{MEMORY_ROOT}/{JOB}/_/node-{node}"
 
 
 def test_a_just_in_time_request_keeps_the_intervals(tmp_path: Path) -> None:
