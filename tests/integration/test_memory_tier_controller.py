@@ -31,7 +31,7 @@ from bench.jobs import run_reference, weights_match
 from lazarus.app import chaos
 from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest, LaunchRequest, StopRequest
-from lazarus.domain.memory_tier import MEMORY_ROOT, on_node
+from lazarus.domain.memory_tier import MEMORY_ROOT, node_memory_dir, on_node
 from lazarus.domain.spec import JobSpec, parse_spec
 
 pytest.importorskip("torch")
@@ -142,5 +142,6 @@ def test_a_crash_resumes_from_the_memory_tier_with_fault_free_weights(
     log = gen2.log_file(0).read_text()
     assert f"resumed from step {search.chosen.step}" in log
     assert weights_match(Path(spec.workdir) / "out" / "model.pt", reference)
-    kept = committed_steps(Path(on_node(memory_dir, os.getuid())))
+    mine = node_memory_dir(memory_dir, spec.nodes[0].name)  # the node's own directory
+    kept = committed_steps(Path(on_node(mine, os.getuid())))
     assert kept and kept[-1][0] > search.chosen.step, "the relaunch keeps snapshotting"

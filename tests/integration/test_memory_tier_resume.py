@@ -30,7 +30,9 @@ RESUMED = re.compile(r"^resumed from step (\d+)$", re.MULTILINE)
 
 
 def _args(out: Path) -> list[str]:
-    common = ["--steps", str(STEPS), "--ckpt-every", "10", "--step-time", "0", "--seed", "7"]
+    # A step time that fits a snapshot's write: one due while the previous is still
+    # being written is skipped, never queued (the interruption must find recent ones).
+    common = ["--steps", str(STEPS), "--ckpt-every", "10", "--step-time", "0.05", "--seed", "7"]
     return [*common, f"--out={out}"]
 
 
