@@ -224,6 +224,13 @@ def _lazarus_spec(
             "nodes": [{"name": n, "launcher": "slurm", "host": host} for n in nodes],
             "spares": ([{"name": SPARE, "launcher": "slurm", "host": host}] if spare else []),
             "slurm": {"job_id": allocation},
+            # The memory tier with buddy replicas, as on ssh nodes: a lost node's step
+            # comes from its buddy's replica, streamed onto the spare, not from disk.
+            "checkpoints": {
+                "memory_every_steps": 1,
+                "every_steps": ctx.shape.ckpt_every,
+                "memory_replicas": spare,
+            },
         },
     )
 

@@ -317,6 +317,12 @@ def test_replacing_the_receiver_never_waits_on_a_dead_pusher(shm: Path) -> None:
         assert took < 5, f"the training thread waited {took:.1f} s on a dead pusher"
         wait_for(lambda: not any(replicas_of(new).glob(f"{replica.INCOMING_PREFIX}*")))
         assert list(replicas_of(new).glob(f"{replica.INCOMING_PREFIX}*")) == []
+        # The rejoined generation's pushes reach the new receiver.
+        key2 = memory_tier.generation_key(SECRET, 2)
+        final2 = snapshot(node_env(logical("a"), 2), 13, b"r" * 1000)
+        to2 = env_b2[environment.MEMORY_REPLICA_LISTEN]
+        replica.push(final2, to2, key=key2, slot=0, job_id=JOB, generation=2)
+        assert new.committed == [(0, 13)]
     finally:
         replica.stop_receiver()
 
