@@ -17,6 +17,12 @@ own interval (``LAZARUS_CHECKPOINT_EVERY_STEPS`` or the control file), and on it
 requests; to the memory tier (a snapshot per ``LAZARUS_MEMORY_EVERY_STEPS``) when
 the launcher names ``LAZARUS_MEMORY_CHECKPOINT_DIR``.
 
+``--epoch-batches N`` trains on a fixed data set in epochs of ``N`` batches per rank
+instead, read through torchdata's ``StatefulDataLoader`` with a shuffling
+``DistributedSampler``: the loader's position goes into every checkpoint beside the
+model and optimizer, so a run resumed from a step in the middle of an epoch goes on at
+that epoch's next batch, and still ends with the uninterrupted run's weights.
+
 ``--resilient`` runs the same training through
 :func:`lazarus.rank.torch.run_resilient` (``setup`` builds the model and optimizer
 once per process, ``train`` runs the steps once per generation): under a job with
@@ -34,7 +40,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -71,6 +77,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument(
+        "--epoch-batches",
+        type=int,
+        default=0,
+        help="train in epochs of this many batches per rank from a fixed data set, through "
+        "a StatefulDataLoader saved with each checkpoint (0: a fresh batch every step)",
+    )
     parser.add_argument(
         "--pg-timeout-s", type=float, default=60.0, help="timeout of every collective"
     )
@@ -125,8 +138,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     slow.add_argument("--slow-from-step", type=int, default=0)
     slow.add_argument("--slow-until-step", type=int, help="default: to the end")
     args = parser.parse_args(argv)
-    if args.steps < 0 or args.ckpt_every < 1:
-        parser.error("--steps must be >= 0 and --ckpt-every >= 1")
+    if args.steps < 0 or args.ckpt_every < 1 or args.epoch_batches < 0:
+        parser.error("--steps and --epoch-batches must be >= 0 and --ckpt-every >= 1")
     return args
 
 
@@ -152,6 +165,40 @@ def batch_for(seed: int, step: int, rank: int, teacher: torch.Tensor) -> tuple[t
     inputs = torch.randn(BATCH_SIZE, INPUT_DIM, generator=generator)
     noise = 0.01 * torch.randn(BATCH_SIZE, 1, generator=generator)
     return inputs, torch.tanh(inputs @ teacher) + noise
+
+
+def data_loader(args: argparse.Namespace) -> Any:
+    """A ``StatefulDataLoader`` over a fixed, seeded data set of ``--epoch-batches``
+    batches per rank, shuffled by a ``DistributedSampler`` (each epoch's order a function
+    of the seed and the epoch). Its ``state_dict`` is its position in the epoch, so it is
+    saved and restored with the model. Imported here: only this mode needs torchdata."""
+    from torch.utils.data import DistributedSampler, TensorDataset
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    world = int(os.environ["WORLD_SIZE"])
+    generator = torch.Generator().manual_seed(stream_seed(args.seed, -2))
+    inputs = torch.randn(args.epoch_batches * BATCH_SIZE * world, INPUT_DIM, generator=generator)
+    data = TensorDataset(inputs, torch.tanh(inputs @ teacher_weights(args.seed)))
+    rank = int(os.environ["RANK"])
+    sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
+        data, num_replicas=world, rank=rank, shuffle=True, seed=args.seed
+    )
+    return StatefulDataLoader(data, batch_size=BATCH_SIZE, sampler=sampler)
+
+
+def epochs(loader: Any, completed: int) -> Iterator[tuple[torch.Tensor, ...]]:
+    """The loader's batches from completed step ``completed`` on, epoch after epoch.
+
+    A loader restored from a checkpoint goes on from the saved position in its epoch;
+    the sampler's epoch comes from the step count (one batch a step), set before each
+    pass, so a resumed pass draws the order the uninterrupted run drew. A position saved
+    after an epoch's last batch gives an empty pass: the next one starts the next epoch.
+    """
+    while True:
+        loader.sampler.set_epoch(completed // len(loader))
+        for batch in loader:
+            completed += 1
+            yield tuple(batch)
 
 
 def alone_as_one_rank() -> None:
@@ -244,6 +291,8 @@ def setup(args: argparse.Namespace) -> dict[str, Any]:
     state: dict[str, Any] = {"model": model, "optimizer": optimizer}
     if args.state_mb:
         state["ballast"] = Ballast(args.state_mb)
+    if args.epoch_batches:
+        state["loader"] = data_loader(args)
     return state
 
 
@@ -283,12 +332,19 @@ def train(args: argparse.Namespace, completed: int, state: Mapping[str, Any]) ->
     ddp_model.register_comm_hook(state=None, hook=rank_ordered_mean)
     teacher = teacher_weights(args.seed)
     loss_fn = nn.MSELoss()
+    loader = state.get("loader")
+    if loader is not None:
+        loader.sampler.rank = rank  # rejoined, this process may hold another rank
+    batches = None if loader is None else epochs(loader, completed)
 
     while completed < args.steps:
         # The rank's own work: timed for straggler detection. The sleep stands in for
         # the compute a real model would do (and a slow rank does more slowly).
         with lazarus_rank.compute_timer():
-            inputs, targets = batch_for(args.seed, completed, rank, teacher)
+            if batches is None:
+                inputs, targets = batch_for(args.seed, completed, rank, teacher)
+            else:
+                inputs, targets = next(batches)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(ddp_model(inputs), targets)
             if args.step_time > 0:

@@ -30,6 +30,7 @@ from lazarus.rank.integrations.transformers import LazarusTrainerCallback, resum
 
 VOCAB = 64
 SEQUENCE = 16
+BATCH_SIZE = 4
 
 
 class RandomTokens(Dataset[dict[str, torch.Tensor]]):
@@ -63,11 +64,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ckpt-every", type=int, default=5)
     parser.add_argument("--step-time", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epoch-batches", type=int, default=4, help="batches per rank an epoch")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--output-dir", type=Path, default=Path(".hf-out"))
     parser.add_argument("--no-lazarus", action="store_true", help="HF Trainer alone")
     args = parser.parse_args(argv)
 
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     transformers.set_seed(args.seed)
     config = transformers.GPT2Config(
         vocab_size=VOCAB,
@@ -82,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     training = transformers.TrainingArguments(
         output_dir=str(args.output_dir),
         max_steps=args.steps,
-        per_device_train_batch_size=4,
+        per_device_train_batch_size=BATCH_SIZE,
         learning_rate=1e-3,
         seed=args.seed,
         use_cpu=True,
@@ -106,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     trainer = transformers.Trainer(
         model=model,
         args=training,
-        train_dataset=RandomTokens(64 * int(os.environ.get("WORLD_SIZE", "1")), args.seed),
+        train_dataset=RandomTokens(BATCH_SIZE * world * args.epoch_batches, args.seed),
         callbacks=callbacks,
     )
     if resume:

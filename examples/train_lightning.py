@@ -8,9 +8,14 @@ Under Lazarus each rank is launched with the torchrun variables, so Lightning us
 (``--no-lazarus`` leaves both out: Lightning's own ``ModelCheckpoint`` into
 ``--checkpoint-dir``, resumed from its ``last.ckpt``, as a user would run it unchanged).
 
-Each rank sees a fixed slice of a seeded synthetic regression set (no shuffle), and
-one epoch is one step, so a resumed run ends with weights equal to an uninterrupted
-one; rank 0 saves the final ``state_dict`` to ``--out``.
+The data is a seeded synthetic regression set of ``--epoch-batches`` batches per rank
+an epoch, shuffled by Lightning's ``DistributedSampler`` (its order a function of the
+seed and the epoch). The loader is torchdata's ``StatefulDataLoader``: Lightning saves
+its position in every checkpoint and restores it, so a run killed mid-epoch resumes at
+the exact next batch and ends with weights equal to an uninterrupted one (a plain
+``DataLoader`` restarts the epoch: Lightning warns that it is not resumable, and the
+batches of the epoch before the save are trained twice). Rank 0 saves the final
+``state_dict`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import RandomSampler, TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lazarus.rank.integrations.lightning import LazarusCallback, resume_ckpt_path
 
@@ -52,11 +58,11 @@ class Regressor(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
 
 
-def dataset(seed: int, world_size: int) -> TensorDataset:
-    """One batch per rank: Lightning's DistributedSampler (no shuffle) gives each rank
-    its fixed slice, so every epoch is one optimizer step."""
+def dataset(seed: int, world_size: int, epoch_batches: int) -> TensorDataset:
+    """``epoch_batches`` batches per rank: Lightning's DistributedSampler gives each
+    rank its share of the epoch, so an epoch is ``epoch_batches`` optimizer steps."""
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(BATCH_SIZE * world_size, FEATURES, generator=generator)
+    x = torch.randn(BATCH_SIZE * world_size * epoch_batches, FEATURES, generator=generator)
     y = x.sum(dim=1, keepdim=True).sin()
     return TensorDataset(x, y)
 
@@ -67,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ckpt-every", type=int, default=5)
     parser.add_argument("--step-time", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epoch-batches", type=int, default=4, help="batches per rank an epoch")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--checkpoint-dir", type=Path, default=Path(".lightning-ckpts"))
@@ -107,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     if ckpt_path is not None:
         print(f"resumed from {ckpt_path}", flush=True)
-    loader = DataLoader(dataset(args.seed, world), batch_size=BATCH_SIZE, shuffle=False)
+    data = dataset(args.seed, world, args.epoch_batches)
+    loader = StatefulDataLoader(data, batch_size=BATCH_SIZE, sampler=RandomSampler(data))
     trainer.fit(model, loader, ckpt_path=ckpt_path)
     if trainer.global_rank == 0 and args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

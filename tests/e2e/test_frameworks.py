@@ -1,9 +1,15 @@
-"""Lightning, Hugging Face ``Trainer`` and Accelerate under Lazarus, for real (issue 29):
-SIGKILL a rank after the framework's first checkpoint, and the job succeeds, resumed
-from that checkpoint (committed into the ledger by ``lazarus.rank.integrations``), with
+"""Lightning, Hugging Face ``Trainer``, Accelerate and the helper's own loop under
+Lazarus, for real (issues 29 and 37): SIGKILL a rank after the first checkpoint, and
+the job succeeds, resumed from that checkpoint (committed into the ledger by
+``lazarus.rank.integrations``, or by ``lazarus.rank.torch`` for the helper's loop), with
 weights equal to a fault-free run of the same script under plain ``torchrun``.
 
-All three run in ``make test`` (about 25 s each on an idle machine); the fault-free
+Every script trains in epochs of :data:`EPOCH_BATCHES` batches with a shuffled order,
+and no checkpoint step is a multiple of it: the resume point is in the middle of an
+epoch, so the weights are equal only if the resumed run goes on at the exact next
+batch of that epoch (in that epoch's order), which a plain ``DataLoader`` does not.
+
+All four run in ``make test`` (about 25 s each on an idle machine); the fault-free
 reference runs beside the job, so a test costs little more than its job.
 """
 
@@ -29,20 +35,34 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 StartJob = Callable[..., Awaitable[Job]]
+SCRIPTS = {
+    "lightning": ["train_lightning.py"],
+    "hf": ["train_hf.py"],
+    "accelerate": ["train_accelerate.py"],
+    # The helper's own loop: lazarus.rank.torch's save/load, through run_resilient.
+    "helper": ["train_ddp.py", "--resilient"],
+}
 PRELOAD = {
     "lightning": ["torch", "lightning.pytorch"],
     "hf": ["torch", "transformers"],
     "accelerate": ["torch", "accelerate"],
+    "helper": ["torch"],
 }
 """Warm start: one zygote per node imports the framework once for both generations."""
 STEPS = 20
 CKPT_EVERY = 5
+EPOCH_BATCHES = 4
+"""Batches per rank an epoch: every checkpoint step before the last is mid-epoch."""
 
 
 def command(framework: str, out: Path, steps: int = STEPS) -> list[str]:
+    script, *options = SCRIPTS[framework]
     return [
         sys.executable,
-        str(REPO / "examples" / f"train_{framework}.py"),
+        str(REPO / "examples" / script),
+        *options,
+        "--epoch-batches",
+        str(EPOCH_BATCHES),
         "--steps",
         str(steps),
         "--ckpt-every",
@@ -102,15 +122,21 @@ async def kill_after_first_checkpoint(framework: str, start_job: StartJob, tmp_p
     assert incident.kind == "crash" and incident.resumed_from_step is not None
     assert incident.resumed_from_step >= CKPT_EVERY
     assert incident.resumed_from_step % CKPT_EVERY == 0
+    assert incident.resumed_from_step % EPOCH_BATCHES != 0, "not a mid-epoch resume"
     assert_same_weights(out, await reference)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("framework", ["lightning", "hf", "accelerate"])
-async def test_resumes_from_the_frameworks_own_checkpoint(
+@pytest.mark.parametrize("framework", list(SCRIPTS))
+async def test_resumes_mid_epoch_at_the_next_batch(
     framework: str, start_job: StartJob, tmp_path: Path
 ) -> None:
+    """Killed mid-epoch, resumed from a mid-epoch checkpoint with the fault-free
+    weights: Lightning through ``StatefulDataLoader`` (its position saved in the
+    checkpoint), HF ``Trainer`` through its own data skipping, Accelerate through
+    ``lazarus.rank.integrations.accelerate.batches``, the helper's loop through a
+    ``StatefulDataLoader`` in the checkpointed state."""
     await kill_after_first_checkpoint(framework, start_job, tmp_path)
 
 

@@ -13,10 +13,25 @@ Accelerate has no callback; its loop is the user's. ``load_state`` at startup,
 optimizer, scheduler, RNG per process) into Lazarus's step directory and commits it
 on the main process after ``wait_for_everyone``, so the checkpoint joins the verified
 ledger; ``load_state`` restores the step the controller chose.
+
+The data position: a resume from a step in the middle of an epoch must go on at that
+epoch's next batch, not at the epoch's start. ``batches`` does it from the step alone
+(one batch a step), the way Accelerate's documentation resumes: the resumed epoch's
+first batches skipped by ``accelerator.skip_first_batches`` (no batch loaded), every
+epoch's order set by ``set_epoch``::
+
+    for step, batch in batches(accelerator, loader, start, total):
+        ...
+
+That needs an epoch's order to be a function of the seed and the epoch, so prepare the
+loader with ``DataLoaderConfiguration(use_seedable_sampler=True)`` when it shuffles
+(without it, each epoch's order comes from a generator that a resumed process starts
+afresh).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +72,23 @@ def save_state(accelerator: accelerate.Accelerator, step: int) -> Path:
         lz.commit_checkpoint(step)
     accelerator.wait_for_everyone()
     return directory
+
+
+def batches(
+    accelerator: accelerate.Accelerator, loader: Any, start: int, stop: int
+) -> Iterator[tuple[int, Any]]:
+    """``(step, batch)`` for steps ``start`` to ``stop - 1`` of ``loader`` (prepared by
+    ``accelerator``), one batch a step: the resumed epoch from its batch ``start %
+    len(loader)`` on, then whole epochs, each given its number with ``set_epoch`` so
+    that it is drawn in the order of an uninterrupted run."""
+    step = start
+    epoch, skip = divmod(start, len(loader))
+    while step < stop:
+        current = accelerator.skip_first_batches(loader, skip) if skip else loader
+        current.set_epoch(epoch)
+        for batch in current:
+            if step == stop:
+                return
+            yield step, batch
+            step += 1
+        epoch, skip = epoch + 1, 0

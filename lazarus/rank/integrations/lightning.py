@@ -17,6 +17,15 @@ Lightning picks its ``TorchElasticEnvironment`` and does not spawn processes:
 ``Trainer(strategy="ddp", accelerator="cpu", devices=<nproc_per_node>,
 num_nodes=<nodes>)``. Rejoin in place is not supported: a failure restarts the
 whole generation, which resumes from :func:`resume_ckpt_path`.
+
+The data position: a checkpoint saved mid-epoch resumes at the exact next batch only
+with a resumable training loader (``state_dict``/``load_state_dict``, e.g. torchdata's
+``StatefulDataLoader``): Lightning saves its position in the checkpoint and restores
+it. A plain ``DataLoader`` restarts the epoch (batches trained twice, weights unlike an
+uninterrupted run's), so the callback warns at the start of training. With a resumable
+loader the callback also works around Lightning creating the restored iterator
+before it sets the sampler's epoch (Lightning issue 21938): without that, the first
+epoch after a resume is drawn in epoch 0's shuffled order.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from __future__ import annotations
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.fabric.utilities.data import _set_sampler_epoch
+from lightning.pytorch.utilities import rank_zero_warn
 
 import lazarus.rank as lz
 import lazarus.rank.torch as lz_torch
@@ -49,6 +60,46 @@ class LazarusCallback(pl.Callback):
 
     def __init__(self, every: int | None = None) -> None:
         self.every = every
+        self._loader_states: list[dict[str, Any]] = []
+        self._resumed = False
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Keep the loaders' saved positions: :meth:`on_train_start` loads them again."""
+        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+        self._loader_states = list(fit_loop.get("state_dict", {}).get("combined_loader", []))
+        self._resumed = True
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Warn about a loader that cannot resume mid-epoch; after a resume, restart the
+        training iterator in the resumed epoch's order, at the saved position."""
+        loaders = trainer.fit_loop._combined_loader
+        fetcher = trainer.fit_loop._data_fetcher
+        if loaders is None or fetcher is None:
+            return
+        if trainer.num_training_batches > 1 and not all(map(_resumable, loaders.flattened)):
+            rank_zero_warn(
+                "lazarus: the training DataLoader has no state_dict/load_state_dict, so a "
+                "resume from a checkpoint saved mid-epoch starts that epoch over (batches "
+                "trained twice, weights unlike an uninterrupted run's): use torchdata's "
+                "StatefulDataLoader (docs/guides/frameworks.md)"
+            )
+        if not self._resumed:
+            return
+        self._resumed = False
+        # Lightning created the restored iterator (and drew its first indices) before
+        # setting the sampler's epoch: set it, load the saved positions again and
+        # iterate anew. After a save at an epoch's last batch Lightning starts the next
+        # epoch: from its start (the saved position, at the end, would empty it).
+        # The fit loop's epoch tracker is a _ProcessedTracker, typed as its base class.
+        epoch: int = trainer.fit_loop.epoch_progress.current.processed  # type: ignore[attr-defined]
+        for loader in loaders.flattened:
+            _set_sampler_epoch(loader, epoch)
+        if self._loader_states and not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            loaders._load_state_dicts(self._loader_states)
+        self._loader_states = []
+        iter(fetcher)
 
     def on_train_batch_end(
         self,
@@ -75,3 +126,10 @@ class LazarusCallback(pl.Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         lz.flush_heartbeat()
+
+
+def _resumable(loader: object) -> bool:
+    """Whether Lightning saves and restores ``loader``'s position (its own test)."""
+    return callable(getattr(loader, "state_dict", None)) and callable(
+        getattr(loader, "load_state_dict", None)
+    )
