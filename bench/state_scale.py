@@ -71,7 +71,7 @@ NODE_LOSS_LAYOUT = Layout(
 CRASH_RANK = 1
 """h2's rank: the one the crash kills."""
 WORLD = NODE_LOSS_LAYOUT.world_size
-RESTORED = re.compile(r"restored from the replica on \S+ \((\d+) MiB in ([\d.]+) s")
+RESTORED = re.compile(r"restored from the replica on \S+ \((\d+) MiB copied in ([\d.]+) s")
 STATE_LINE = re.compile(r"^state-scale (\w+) ([\d.]+)(?: bytes (\d+))?")
 
 STATE_NODE_LOSS = scenario(
@@ -185,6 +185,7 @@ def _rank_log_metrics(ctx: BenchContext, outcome: Measured) -> dict[str, Any]:
     """Stalls, pushes, skipped snapshots and the memcpy, from every rank log of the
     newest node-loss run (the example prints ``state-scale ...`` lines)."""
     stalls: list[float] = []
+    copies: list[float] = []
     pushes: list[float] = []
     memcpy: list[float] = []
     skipped = 0
@@ -198,6 +199,8 @@ def _rank_log_metrics(ctx: BenchContext, outcome: Measured) -> dict[str, Any]:
                 what, value, size = match.group(1), float(match.group(2)), match.group(3)
                 if what == "stall_s":
                     stalls.append(value)
+                elif what == "copy_s":
+                    copies.append(value)
                 elif what == "memcpy_s":
                     memcpy.append(value)
                 elif what == "push_s" and size and value > 0:
@@ -206,10 +209,13 @@ def _rank_log_metrics(ctx: BenchContext, outcome: Measured) -> dict[str, Any]:
                     skipped += int(value)
     stall = statistics.median(stalls) if stalls else None
     copy = statistics.median(memcpy) if memcpy else None
+    host_copy = statistics.median(copies) if copies else None
     return {
         "snapshot_stall_s": stall,
+        "snapshot_copy_s": host_copy,
         "memcpy_s": copy,
         "stall_over_memcpy": stall / copy if stall and copy else None,
+        "copy_over_memcpy": host_copy / copy if host_copy and copy else None,
         "snapshots": len(stalls),
         "snapshots_skipped": skipped,
         "push_gb_s": statistics.median(pushes) if pushes else None,
@@ -306,8 +312,10 @@ def measure_size(size_mb: int, repeats: int, quick: bool, progress: Any) -> dict
                 "restore_s",
                 "push_gb_s",
                 "snapshot_stall_s",
+                "snapshot_copy_s",
                 "memcpy_s",
                 "stall_over_memcpy",
+                "copy_over_memcpy",
                 "snapshots_skipped",
                 "worker_rss_growth_mib",
             ):

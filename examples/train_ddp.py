@@ -379,6 +379,8 @@ def train(args: argparse.Namespace, completed: int, state: Mapping[str, Any]) ->
             if lazarus_torch.snapshot(completed, lambda: state_of(state)) and args.state_mb:
                 stall = time.perf_counter() - started
                 print(f"state-scale stall_s {stall:.6f} step {completed}", flush=True)
+                copy_s = lazarus_torch.last_snapshot_copy_s
+                print(f"state-scale copy_s {copy_s:.6f} step {completed}", flush=True)
             while args.state_mb and replica.completed_pushes:
                 step, sent, took = replica.completed_pushes.popleft()
                 print(f"state-scale push_s {took:.6f} bytes {sent} step {step}", flush=True)

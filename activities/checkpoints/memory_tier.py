@@ -177,8 +177,12 @@ def _restore(
             log.warning("memory tier: %s", why)
             return MemoryChoice(skipped=choice.skipped, unavailable=why)
         seconds = float(answer.get("seconds") or 0.0)
-        rate = f", {plan.bytes / seconds / 1e9:.2f} GB/s" if seconds > 0 else ""
-        line = f"{plan.describe()} ({plan.bytes / 2**20:.0f} MiB in {seconds:.2f} s{rate})"
+        copying = float(answer.get("copy_seconds") or seconds)
+        rate = f", {plan.bytes / copying / 1e9:.2f} GB/s" if copying > 0 else ""
+        line = (
+            f"{plan.describe()} ({plan.bytes / 2**20:.0f} MiB copied in {copying:.2f} s"
+            f"{rate}; {seconds:.2f} s with the two ends' start)"
+        )
         log.info("memory tier: %s", line)
         done.append(line)
     return MemoryChoice(

@@ -383,8 +383,8 @@ class Receiver:
                 "step": step,
                 "committed_at": time.time(),
                 "replica_of_slot": slot,
-                # Checked against the sender's, under the session's MAC: a restore
-                # from this replica sends them again instead of reading every byte.
+                # The sender's, under the session's MAC: a restore from this replica
+                # sends them on, and the spare checks every byte against them.
                 DIGESTS: dict(
                     zip([n for n, _ in received.offer.files], received.sha256, strict=True)
                 ),
@@ -400,7 +400,8 @@ class Receiver:
             return None
 
         try:
-            outcome = transfer.receive(conn, config.key, judge, commit)
+            # Not hashed here: the spare a replica is restored to checks it (see receive).
+            outcome = transfer.receive(conn, config.key, judge, commit, verify=False)
         finally:
             for target in incoming:
                 _remove(target)  # renamed away when committed: only a failed copy is left

@@ -165,6 +165,8 @@ def receive(request: RestoreRequest) -> dict[str, Any]:
                         "received": request.step,
                         "bytes": outcome.bytes,
                         "seconds": round(time.monotonic() - started, 3),
+                        # From the sender's go to the commit: the state's own movement.
+                        "copy_seconds": round(outcome.seconds, 3),
                     }
                 if not outcome.endswith(transfer.UNPROVEN):
                     return {"error": outcome}  # the real sender, refused: no second try

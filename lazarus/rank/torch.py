@@ -257,6 +257,9 @@ def checkpoint(
 
 snapshots_skipped = 0
 """Snapshots skipped because the previous one was still being written (this rank)."""
+last_snapshot_copy_s = 0.0
+"""The training thread's host copy of the state at the last snapshot, in seconds: the
+part of a snapshot's stall that scales with the state (benchmarks read it)."""
 
 
 def _agree(*, disk_due: bool = False, memory_due: bool = False) -> tuple[bool, bool, bool]:
@@ -320,14 +323,16 @@ _last_copy: Any = None
 
 
 def _start_snapshot(step: int, state: State) -> None:
-    global _snapshot_thread, _last_copy
+    global _snapshot_thread, _last_copy, last_snapshot_copy_s
     flush_snapshots()  # finished already (the caller agreed none is busy): joins at once
     # Created here only for scripts that made the process group themselves: every
     # rank reaches its first snapshot at the same step (the decision was broadcast),
     # so this collective call lines up.
     group = _ensure_snapshot_group()
+    started = time.perf_counter()
     copied = _copy_to_cpu(_resolve(state), _last_copy) if memory.is_writer() else None
     _last_copy = copied
+    last_snapshot_copy_s = time.perf_counter() - started
     if copied is not None:
         # Before this rank joins the barrier, so before any predecessor can push.
         replica.ensure_receiver()

@@ -199,7 +199,8 @@ class _Pipeline:
 
     _DONE = object()
 
-    def __init__(self) -> None:
+    def __init__(self, hashing: bool = True) -> None:
+        self.hashing = hashing
         self.free: queue.Queue[bytearray] = queue.Queue()
         for _ in range(POOL_BUFFERS):
             self.free.put(bytearray(CHUNK))
@@ -210,7 +211,7 @@ class _Pipeline:
         self._file_start = 0
         self._threads = [
             threading.Thread(target=self._hash, name=f"lazarus-transfer-hash-{n}", daemon=True)
-            for n in range(HASH_THREADS)
+            for n in range(HASH_THREADS if hashing else 0)
         ]
         for thread in self._threads:
             thread.start()
@@ -219,6 +220,9 @@ class _Pipeline:
         return self.free.get(timeout=IO_TIMEOUT_S)
 
     def hash(self, buffer: bytearray, count: int) -> None:
+        if not self.hashing:
+            self.free.put(buffer)
+            return
         self._work.put((self._next, buffer, count))
         self._next += 1
 
@@ -231,6 +235,8 @@ class _Pipeline:
             self._work.put(self._DONE)
         for thread in self._threads:
             thread.join(IO_TIMEOUT_S)
+        if not self.hashing:
+            return []
         return [
             file_digest(self._digests.get(n, b"") for n in range(start, end))
             for start, end in self._files
@@ -410,12 +416,20 @@ Commit = Callable[[Received], "str | None"]
 """Given a whole, verified copy: None once committed, or why it was not."""
 
 
-def receive(conn: socket.socket, key: bytes, judge: Judge, commit: Commit) -> Received | str:
+def receive(
+    conn: socket.socket, key: bytes, judge: Judge, commit: Commit, *, verify: bool = True
+) -> Received | str:
     """Serve one connection: authenticate, judge the offer, stream the files into the
     directory ``judge`` gave (0600 temp names, renamed once whole), check every hash
     and the trailer's MAC, then ``commit``. Returns what was received, or why not (a
     peer that failed to prove the key gets no reason; an authenticated one does).
-    The caller owns ``conn`` and the directory's cleanup on failure."""
+    The caller owns ``conn`` and the directory's cleanup on failure.
+
+    Without ``verify`` the content is not hashed here: the sender's digests, under the
+    session's MAC, are taken as they are and kept in :attr:`Received.sha256`, for
+    whoever later sends the files on to check them (a buddy's replica is hashed by the
+    spare it is restored to, before anything there is committed; hashing at both ends
+    of every push would double the CPU a replica costs a training node)."""
     conn.settimeout(IO_TIMEOUT_S)
     keepalive(conn)
     lines = _Lines(conn)
@@ -452,13 +466,18 @@ def receive(conn: socket.socket, key: bytes, judge: Judge, commit: Commit) -> Re
     _answer(conn, {"go": True})
     started = time.monotonic()
     deadline = started + deadline_for(offer.total_bytes)
-    problem, hashes = _receive_files(lines, target, offer, deadline)
+    problem, hashes = _receive_files(lines, target, offer, deadline, verify)
     if problem is None:
         trailer, mac = _split_signed(lines.line())
+        claimed = _reply(trailer).get("sha256")
         if not hmac.compare_digest(mac, _mac(session, b"trailer", header, trailer)):
             problem = "the trailer's MAC does not match: the stream was altered"
-        elif _reply(trailer).get("sha256") != hashes:
+        elif not _digest_list(claimed, len(offer.files)):
+            problem = "the trailer lists no digest for every file"
+        elif verify and claimed != hashes:
             problem = "the content does not match the sender's hashes"
+        else:
+            hashes = [str(d) for d in claimed] if isinstance(claimed, list) else hashes
     if problem is not None:
         _answer(conn, {"error": problem})
         return problem
@@ -509,12 +528,20 @@ def _offer(header: bytes) -> Offer | str:
     return Offer(value["fields"], files)
 
 
+def _digest_list(value: object, count: int) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == count
+        and all(isinstance(d, str) and len(d) == 64 for d in value)
+    )
+
+
 def _receive_files(
-    lines: _Lines, target: Path, offer: Offer, deadline: float
+    lines: _Lines, target: Path, offer: Offer, deadline: float, verify: bool = True
 ) -> tuple[str | None, list[str]]:
     from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 
-    pipeline = _Pipeline()
+    pipeline = _Pipeline(hashing=verify)
     problem: str | None = None
     try:
         for name, size in offer.files:
