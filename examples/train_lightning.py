@@ -115,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if ckpt_path is not None:
         print(f"resumed from {ckpt_path}", flush=True)
     data = dataset(args.seed, world, args.epoch_batches)
+    # torch's RandomSampler, not shuffle=True: torchdata's own sampler is one Lightning
+    # wraps instead of replacing by its seeded DistributedSampler, and its order would
+    # then come from the global RNG, which a resumed run does not restore.
     loader = StatefulDataLoader(data, batch_size=BATCH_SIZE, sampler=RandomSampler(data))
     trainer.fit(model, loader, ckpt_path=ckpt_path)
     if trainer.global_rank == 0 and args.out is not None:

@@ -22,10 +22,11 @@ The data position: a checkpoint saved mid-epoch resumes at the exact next batch 
 with a resumable training loader (``state_dict``/``load_state_dict``, e.g. torchdata's
 ``StatefulDataLoader``): Lightning saves its position in the checkpoint and restores
 it. A plain ``DataLoader`` restarts the epoch (batches trained twice, weights unlike an
-uninterrupted run's), so the callback warns at the start of training. With a resumable
-loader the callback also works around Lightning creating the restored iterator
-before it sets the sampler's epoch (Lightning issue 21938): without that, the first
-epoch after a resume is drawn in epoch 0's shuffled order.
+uninterrupted run's), so the callback warns at the start of training. After a resume
+the callback also works around two faults of Lightning 2.6.6 (measured): it creates the
+restored iterator before it sets the sampler's epoch (Lightning issue 21938), so the
+first epoch after a resume is drawn in epoch 0's shuffled order; and a loader position
+saved at an epoch's last batch makes the next epoch an empty one, skipped.
 """
 
 from __future__ import annotations
