@@ -66,7 +66,6 @@ committed step to the node's buddy, whose writer runs the receiver
 from __future__ import annotations
 
 import atexit
-import copy
 import faulthandler
 import gc
 import os
@@ -74,7 +73,6 @@ import re
 import sys
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -87,6 +85,7 @@ import torch.distributed.distributed_c10d as c10d
 import lazarus.rank as lazarus_rank
 from lazarus.domain import environment, phases
 from lazarus.rank import control, memory, rejoin_requests, replica
+from lazarus.rank.host_copy import copy_to_cpu as _copy_to_cpu
 
 STATE_FILE = "state.pt"
 
@@ -397,48 +396,6 @@ def _write_snapshot(step: int, state: Mapping[str, Any] | None, group: Any) -> N
 
 def _resolve(state: State) -> Mapping[str, Any]:
     return state() if callable(state) else state
-
-
-def _copy_to_cpu(value: Any, reuse: Any = None) -> Any:
-    """A deep copy of a state dict in CPU memory: tensors copied, containers rebuilt
-    (an ``OrderedDict``'s ``_metadata`` kept, which ``load_state_dict`` reads), other
-    values deep-copied, so nothing the training mutates afterwards is shared with
-    the copy being written.
-
-    ``reuse`` is the previous snapshot's copy: a tensor of the same shape, dtype and
-    layout at the same place is copied into rather than allocated anew, which saves
-    the page faults of fresh memory (most of the copy's cost). Safe because the
-    previous write has finished before the next copy starts."""
-    if isinstance(value, torch.Tensor):
-        source = value.detach()
-        if (
-            isinstance(reuse, torch.Tensor)
-            and reuse.shape == source.shape
-            and reuse.dtype == source.dtype
-            and reuse.layout == source.layout == torch.strided
-        ):
-            return reuse.copy_(source)
-        return source.to("cpu", copy=True)
-    if isinstance(value, Mapping):
-        previous = reuse if isinstance(reuse, Mapping) else {}
-        items = ((key, _copy_to_cpu(item, previous.get(key))) for key, item in value.items())
-        if not isinstance(value, OrderedDict):
-            return dict(items)
-        rebuilt: OrderedDict[Any, Any] = OrderedDict(items)
-        metadata = getattr(value, "_metadata", None)
-        if metadata is not None:
-            rebuilt._metadata = copy.deepcopy(metadata)  # type: ignore[attr-defined]
-        return rebuilt
-    if isinstance(value, list | tuple):
-        previous_items = (
-            reuse if isinstance(reuse, list | tuple) and len(reuse) == len(value) else None
-        )
-        copied = [
-            _copy_to_cpu(item, previous_items[index] if previous_items is not None else None)
-            for index, item in enumerate(value)
-        ]
-        return copied if isinstance(value, list) else tuple(copied)
-    return copy.deepcopy(value)
 
 
 def _collective_device() -> Any:
