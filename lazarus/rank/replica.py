@@ -17,10 +17,12 @@ the port (it cannot be computed without the key, and the pusher checks the
 receiver's proof first), nor plant a forged replica, nor wipe one; a refusal tells an
 unauthenticated peer nothing.
 
-The snapshot thread hands each committed step to a pusher thread and returns, so
-only committed snapshots travel and the training step never waits for the buddy;
-one push at a time, and a step committed while a push is in flight replaces any
-step still waiting (the buddy gets the newest, RAM stays bounded).
+The snapshot thread (:mod:`lazarus.rank.torch`) hands each committed step to a
+pusher thread and waits for the buddy's answer before it ends; the training thread
+never waits (a snapshot due meanwhile is skipped), and every node pushes the same
+steps, so the survivors' newest snapshots include the step a lost node's buddy holds.
+One push at a time; a step handed over while a push is in flight replaces any step
+still waiting (RAM stays bounded).
 
 The receiver writes each copy into a hidden directory under
 ``<run>/replicas/slot-<i>/`` in the node's private root (:func:`lazarus.rank.memory.secure`:

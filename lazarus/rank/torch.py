@@ -84,7 +84,7 @@ import torch.distributed.distributed_c10d as c10d
 
 import lazarus.rank as lazarus_rank
 from lazarus.domain import environment, phases
-from lazarus.rank import control, memory, rejoin_requests, replica
+from lazarus.rank import control, memory, rejoin_requests, replica, transfer
 from lazarus.rank.host_copy import copy_to_cpu as _copy_to_cpu
 
 STATE_FILE = "state.pt"
@@ -389,7 +389,13 @@ def _write_snapshot(step: int, state: Mapping[str, Any] | None, group: Any) -> N
             dist.barrier(group=group)  # every node's copy is in tmpfs before any commit
         if written:
             final = memory.commit(step)
-            replica.push_committed(final)  # to the buddy, when replicas are on
+            if replica.push_committed(final):  # to the buddy, when replicas are on
+                # This thread waits for the buddy's answer (the training thread does
+                # not: the next snapshot is skipped meanwhile), so every node pushes
+                # the same steps, and the newest ``memory_keep`` a survivor keeps
+                # always include the step a lost node's buddy holds.
+                size = (final / STATE_FILE).stat().st_size
+                replica.wait_for_pushes(transfer.deadline_for(size))
     except Exception as exc:
         print(f"lazarus.rank: memory snapshot of step {step} not committed: {exc}", file=sys.stderr)
 
