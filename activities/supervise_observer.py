@@ -23,11 +23,13 @@ from activities.diagnosis import TAIL_BYTES
 from activities.kernel_evidence import KernelSources, OomWatch
 from activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
 from activities.nodes.rundir import GenerationDir, read_json
+from activities.progress_cadence import CadenceLearner
 from activities.straggler_stats import ComputeWindow
 from activities.supervise_rules import (
     MIN_FAILED_POLLS,
     NodeObservation,
     Observation,
+    SlowPhase,
     max_step,
 )
 from lazarus.domain.contracts import (
@@ -42,7 +44,7 @@ from lazarus.domain.environment import (
     HEARTBEAT_GENERATION,
     HEARTBEAT_REJOIN,
 )
-from lazarus.domain.phases import HEARTBEAT_FIELD
+from lazarus.domain.phases import HEARTBEAT_FIELD, SLOW_PHASE_FIELD
 
 Verdict = tuple[NodeStatus, float, float]
 """What one poll of a node said, when (wall) it was asked and when its answer came."""
@@ -107,6 +109,8 @@ class GenerationObserver:
                 for rank, (marker, seen) in self._marks.items()
             },
             progress_signal=obs.progress_signal,
+            hang_budget=obs.hang_budget,
+            slow_phases={rank: phase.name for rank, phase in obs.slow_phases.items()},
         )
 
     def __init__(
@@ -136,6 +140,13 @@ class GenerationObserver:
         """rank -> its heartbeat's ``checkpoint_save_s`` (kept while its node is silent)."""
         self._signal_seen: float | None = None
         """Monotonic time the first progress of any rank was seen."""
+        self._cadence = CadenceLearner(request.health)
+        """The job's progress intervals, and the hang budget they give (issue 38)."""
+        self._slow_phases: dict[int, SlowPhase] = {}
+        """rank -> the slow phase its newest heartbeat declares (kept while its node is silent)."""
+        self._phase_seen_at: float | None = None
+        """Monotonic time a poll last saw some rank in a slow phase: an interval of any
+        rank that spans it is the phase's, not the rhythm (its peers wait in a collective)."""
         self._oom = OomWatch(kernel)
         self._dead_since: dict[int, float] = {}
         self._unreachable_since: dict[str, float] = {}
@@ -192,6 +203,7 @@ class GenerationObserver:
         now: float,
         mono: float,
         written: tuple[float, float] | None = None,
+        in_slow_phase: bool = False,
     ) -> tuple[bool, float]:
         """Whether ``marker`` is new progress for the rank, and when (controller wall
         time, derived from the monotonic clock) its current progress was made.
@@ -212,9 +224,18 @@ class GenerationObserver:
                 written_at, previous_ask = written
                 at = mono - (now - min(now, max(previous_ask, written_at)))
             self._marks[rank] = (marker, at)
+            if known is not None:
+                self._learn(rank, known[1], at, in_slow_phase)
         if self._signal_seen is None:
             self._signal_seen = mono
         return changed, now - (mono - self._marks[rank][1])
+
+    def _learn(self, rank: int, previous: float, at: float, in_slow_phase: bool) -> None:
+        """Offer the interval between two progress marks of ``rank`` (monotonic times)
+        to the cadence learner; one a poll saw some rank's slow phase inside is left
+        out, as one that began or ended in a phase of the rank's own."""
+        spans_phase = self._phase_seen_at is not None and self._phase_seen_at >= previous
+        self._cadence.add(rank, at - previous, at, in_slow_phase=in_slow_phase or spans_phase)
 
     def _progress_signal(self, now: float, launched_at: float) -> ProgressSignal | None:
         if self._heartbeat_seen:
@@ -357,6 +378,13 @@ class GenerationObserver:
                 self._last_asked_at[name] = answer[-1][1]
         launched_at = self._launched_at()
         preempted = self._preemption()
+        slow_phases = {
+            rank: phase
+            for rank, phase in self._slow_phases.items()
+            if self._last_ranks[rank].alive and self._last_ranks[rank].exit_code is None
+        }
+        if slow_phases:
+            self._phase_seen_at = mono
         return Observation(
             preempted=preempted,
             now=now,
@@ -370,6 +398,8 @@ class GenerationObserver:
             signal_seen_at=None if self._signal_seen is None else now - (mono - self._signal_seen),
             rank_phases={rank: dict(marks) for rank, marks in self._rank_phases.items()},
             checkpoint_save_s=max(self._save_s.values(), default=None),
+            hang_budget=self._cadence.budget(mono),
+            slow_phases=slow_phases,
         )
 
     def _preemption(self) -> tuple[float, str] | None:
@@ -399,8 +429,16 @@ class GenerationObserver:
         progress_at: float | None = None
         heartbeat = record.heartbeat
         compute_s: float | None = None
+        in_slow_phase = False
         if heartbeat is not None:
             self._heartbeat_seen = True
+            phase = slow_phase_of(heartbeat)
+            # An interval that began or ends inside a phase of the rank's own is the phase's.
+            in_slow_phase = phase is not None or rank in self._slow_phases
+            if phase is None:
+                self._slow_phases.pop(rank, None)
+            else:
+                self._slow_phases[rank] = phase
             marks = phase_marks(heartbeat)
             if marks:
                 self._rank_phases[rank] = marks
@@ -425,7 +463,7 @@ class GenerationObserver:
                 and math.isfinite(written_at)
                 else None
             )
-            changed, progress_at = self._progressed(rank, marker, now, mono, dated)
+            changed, progress_at = self._progressed(rank, marker, now, mono, dated, in_slow_phase)
             raw_compute = heartbeat.get("compute_s")
             if isinstance(raw_compute, (int, float)) and raw_compute > 0:
                 compute_s = float(raw_compute)
@@ -529,3 +567,29 @@ def phase_marks(heartbeat: dict[str, object]) -> dict[str, float]:
         and not isinstance(at, bool)
         and math.isfinite(at)
     }
+
+
+MAX_PHASE_NAME = 64
+"""A slow phase's name is cut to this many characters: it goes into the incident."""
+
+
+def slow_phase_of(heartbeat: dict[str, object]) -> SlowPhase | None:
+    """The slow phase a heartbeat declares (:data:`~lazarus.domain.phases.SLOW_PHASE_FIELD`),
+    or None. The heartbeat is the training script's file: a malformed entry counts as
+    no phase (the rank keeps the learned budget), never as an error."""
+    raw = heartbeat.get(SLOW_PHASE_FIELD)
+    if not isinstance(raw, dict):
+        return None
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    budget = raw.get("budget_s")
+    budget_s = (
+        float(budget)
+        if isinstance(budget, int | float)
+        and not isinstance(budget, bool)
+        and math.isfinite(budget)
+        and budget > 0
+        else None
+    )
+    return SlowPhase(name=name[:MAX_PHASE_NAME], budget_s=budget_s)

@@ -21,6 +21,7 @@ from activities.diagnosis import (
 from activities.straggler_stats import find_straggler
 from lazarus.domain.contracts import (
     FailureReport,
+    HangBudget,
     ProgressSignal,
     RankStatus,
     StragglerReport,
@@ -60,6 +61,16 @@ class NodeObservation:
     answer, carried over."""
 
 
+@dataclass(frozen=True)
+class SlowPhase:
+    """A slow phase a rank declared in its newest heartbeat (:mod:`lazarus.domain.phases`):
+    a checkpoint save, an evaluation. ``budget_s``: the rank's own bound for it (None:
+    ``hang_timeout_s``); ``hang_timeout_s`` caps it either way."""
+
+    name: str
+    budget_s: float | None = None
+
+
 @dataclass
 class Observation:
     now: float
@@ -89,6 +100,12 @@ class Observation:
     (:meth:`activities.nodes.agent.NodeAgent.preemption_notice`)."""
     checkpoint_save_s: float | None = None
     """The slowest rank's recent blocking save time (its heartbeat's), None before any."""
+    hang_budget: HangBudget | None = None
+    """The silence a rank outside a slow phase is allowed now (learned from the job's
+    progress intervals, :mod:`activities.progress_cadence`). None: ``hang_timeout_s``
+    (a hand-made observation, or one from before issue 38)."""
+    slow_phases: dict[int, SlowPhase] = field(default_factory=dict)
+    """Ranks whose newest heartbeat says they are in a declared slow phase."""
 
 
 def max_step(ranks: list[RankStatus]) -> int | None:
@@ -238,6 +255,33 @@ deadline would find it not hung yet and the next one would come a whole interval
 later."""
 
 
+def allowed_silence(
+    request: SuperviseRequest, obs: Observation, status: RankStatus
+) -> tuple[float, str | None]:
+    """How long ``status``'s rank may go without progress now, and the slow phase that
+    allows it (None: the learned budget, or ``hang_timeout_s``). Pure.
+
+    A rank in a declared slow phase gets that phase's budget. So does every other
+    rank while one is in a phase: a rank saving a checkpoint holds its peers in their
+    next collective (``torch.save``'s barrier), and their silence is its phase, not a
+    hang. Otherwise the learned budget (:attr:`Observation.hang_budget`). Every
+    answer is capped by ``hang_timeout_s``, the upper bound of them all."""
+    cap = request.health.hang_timeout_s
+    own = obs.slow_phases.get(status.rank)
+    phase = own
+    if phase is None and obs.slow_phases:
+        phase = max(obs.slow_phases.values(), key=lambda p: _phase_budget(p, cap))
+    if phase is not None:
+        return _phase_budget(phase, cap), phase.name
+    if obs.hang_budget is not None:
+        return min(obs.hang_budget.budget_s, cap), None
+    return cap, None
+
+
+def _phase_budget(phase: SlowPhase, cap: float) -> float:
+    return cap if phase.budget_s is None else min(phase.budget_s, cap)
+
+
 def next_hang_check(request: SuperviseRequest, obs: Observation) -> float | None:
     """When (controller wall time) the earliest live rank's hang clock runs out if it
     makes no progress meanwhile: the supervisor polls then instead of at its next
@@ -248,9 +292,8 @@ def next_hang_check(request: SuperviseRequest, obs: Observation) -> float | None
     Pure."""
     if obs.progress_signal == "none":
         return None
-    timeout = request.health.hang_timeout_s
     deadlines = [
-        status.last_progress_at + timeout
+        status.last_progress_at + allowed_silence(request, obs, status)[0]
         for status in obs.ranks
         if status.last_progress_at is not None and _judged(obs, status)
     ]
@@ -277,36 +320,43 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
             )
             if obs.now - obs.launched_at > health.startup_timeout_s and not late_signal:
                 stalled.append((status, obs.launched_at))
-        elif obs.now - status.last_progress_at > health.hang_timeout_s:
+        elif obs.now - status.last_progress_at > allowed_silence(request, obs, status)[0]:
             stalled.append((status, status.last_progress_at))
     if not stalled:
         return None
     # A stopped process (state T) is the culprit even if its last heartbeat landed a
     # moment after its blocked peer's (heartbeats are throttled): it joins the suspects.
+    # So does a rank in a slow phase of its own: its peers, stalled first (their clocks
+    # started before its phase did), wait for it in their next collective.
     suspects = {s.rank for s, _ in stalled}
     for status in obs.ranks:
-        if status.alive and status.stopped_by_signal and status.rank not in suspects:
+        in_phase = status.rank in obs.slow_phases
+        if status.alive and (status.stopped_by_signal or in_phase) and status.rank not in suspects:
             since = status.last_progress_at or obs.launched_at
             stalled.append((status, since))
-    # Name the rank that stopped first: a SIGSTOPped process is certain; otherwise the
-    # lowest step, then the oldest progress. Its peers stall behind it in the collective.
+    # Name the rank that stopped first: a SIGSTOPped process is certain, then a rank in a
+    # slow phase of its own; otherwise the lowest step, then the oldest progress. Its
+    # peers stall behind it in the collective.
     culprit, since = min(
         stalled,
         key=lambda item: (
             not item[0].stopped_by_signal,
+            item[0].rank not in obs.slow_phases,
             item[0].step if item[0].step is not None else -1,
             item[1],
         ),
     )
     state = "stopped (state T)" if culprit.stopped_by_signal else "running"
     silent = obs.now - since
+    allowed, phase = allowed_silence(request, obs, culprit)
     evidence = (
         f"rank {culprit.rank} kept its process for generation {request.generation} but did "
         f"not rejoin it within {request.rejoin_timeout_s} s (process {state}); "
         "the whole generation restarts"
         if _rejoin_overdue(request, obs, culprit)
         else f"rank {culprit.rank} made no progress for {silent:.1f} s "
-        f"(last step {culprit.step}, process {state}); hang_timeout_s={health.hang_timeout_s}"
+        f"(last step {culprit.step}, process {state}); "
+        + _budget_words(health.hang_timeout_s, allowed, phase, obs.hang_budget)
     )
     return FailureReport(
         kind="hang",
@@ -319,7 +369,20 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
         detected_at=obs.now,
         step_at_failure=max_step(obs.ranks),
         collateral_ranks=sorted(s.rank for s, _ in stalled if s.rank != culprit.rank),
+        hang_budget=obs.hang_budget,
+        slow_phase=phase,
     )
+
+
+def _budget_words(
+    hang_timeout_s: float, allowed: float, phase: str | None, budget: HangBudget | None
+) -> str:
+    """What the silence was judged against, for the incident's reader."""
+    if phase is not None:
+        return f"slow phase {phase!r} allows {allowed:.2f} s; hang_timeout_s={hang_timeout_s}"
+    if budget is not None and budget.source in ("learned", "pinned"):
+        return f"hang budget {budget.describe()}; hang_timeout_s={hang_timeout_s}"
+    return f"hang_timeout_s={hang_timeout_s}"
 
 
 def _failure(request: SuperviseRequest, obs: Observation) -> FailureReport | None:

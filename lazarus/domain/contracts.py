@@ -283,6 +283,42 @@ class RankStatus(_Model):
 
 FailureKind = Literal["crash", "hang", "vanished", "node_lost", "preempted"]
 
+HangBudgetSource = Literal["learned", "learning", "pinned", "off"]
+"""Where a hang budget came from: ``learned`` from the job's own progress intervals,
+``learning`` (too few seen yet: ``hang_timeout_s`` applies), ``pinned`` by the spec,
+``off`` (``hang_budget.mode: off``: ``hang_timeout_s`` only)."""
+
+
+class HangBudget(_Model):
+    """How long a live rank outside a slow phase may now go without progress, and
+    what that was learned from (``health.hang_budget``; issue 38). Shown by ``lazarus
+    status`` and carried by a hang's report, so a person can see why it was called."""
+
+    budget_s: float
+    source: HangBudgetSource
+    quantile: float
+    """The quantile of the intervals the budget is a multiple of (0.99: p99)."""
+    quantile_s: float | None = None
+    """That quantile of the recent intervals between progress marks; None before any."""
+    longest_recent_s: float | None = None
+    """The longest interval of the last few minutes: the budget stays above it."""
+    intervals_seen: int = 0
+    """Progress intervals learned so far (this supervision), warm-ups and slow phases left out."""
+
+    def describe(self) -> str:
+        """One line: ``2.0 s learned (5 x p99 0.21 s, 1.5 x longest 0.40 s; 240 intervals)``."""
+        head = f"{self.budget_s:.2f} s {self.source}"
+        if self.source in ("pinned", "off"):
+            return head
+        quantile = f"p{self.quantile * 100:g}"
+        parts = []
+        if self.quantile_s is not None:
+            parts.append(f"{quantile} {self.quantile_s:.3g} s")
+        if self.longest_recent_s is not None:
+            parts.append(f"longest {self.longest_recent_s:.3g} s")
+        parts.append(f"{self.intervals_seen} intervals")
+        return f"{head} ({', '.join(parts)})"
+
 
 class FailureReport(_Model):
     kind: FailureKind
@@ -298,6 +334,11 @@ class FailureReport(_Model):
     step_at_failure: int | None = None
     collateral_ranks: list[int] = Field(default_factory=list)
     """Ranks that died after the root cause, in the same collective: not separate incidents."""
+    hang_budget: HangBudget | None = None
+    """With ``hang``: the budget the culprit's silence was judged against."""
+    slow_phase: str | None = None
+    """With ``hang``: the slow phase the culprit had declared (``checkpoint_save``, ...),
+    whose own budget it spent; None outside one."""
 
     @field_validator("evidence")
     @classmethod
@@ -407,6 +448,10 @@ class SupervisionProgress(_Model):
     progress_marks: dict[int, ProgressMark] = Field(default_factory=dict)
     """Per rank, when its current progress was first seen: hang clocks survive too."""
     progress_signal: ProgressSignal | None = None
+    hang_budget: HangBudget | None = None
+    """The hang budget now (``lazarus status`` shows it); None without a progress signal."""
+    slow_phases: dict[int, str] = Field(default_factory=dict)
+    """Ranks in a declared slow phase now, and which."""
 
 
 class NodeHealth(CompactForm, _Model):

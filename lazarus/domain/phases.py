@@ -1,4 +1,5 @@
-"""Names of the rank-side phases of a (re)start, shared by the rank helper and the
+"""Names of the rank-side phases of a (re)start, and of the slow phases a rank may
+declare (a checkpoint save, an evaluation), shared by the rank helper and the
 controller.
 
 A rank marks each phase once per process (:func:`lazarus.rank.mark`) with the
@@ -43,3 +44,25 @@ RANK_PHASES = (
 
 HEARTBEAT_FIELD = "phases"
 """The heartbeat JSON key holding ``{phase: unix_time}``."""
+
+# Slow phases (issue 38): stretches of training that are allowed to be slower than a
+# step, declared by the rank helper (:func:`lazarus.rank.slow_phase`) while they last.
+# Unlike the start-up phases above (reached once, dated), a slow phase has a start and
+# an end; the heartbeat carries the innermost one open under SLOW_PHASE_FIELD as
+# ``{"name": ..., "budget_s": seconds or null}``, and the supervisor gives a rank in
+# one (and its peers, which wait for it in their next collective) that phase's budget
+# instead of the learned one.
+
+CHECKPOINT_SAVE = "checkpoint_save"
+"""A disk checkpoint: from the first ``checkpoint_path`` of a step to its commit (rank
+0), and the whole of ``lazarus.rank.torch.save`` on every rank."""
+EVALUATION = "evaluation"
+"""An evaluation pass (declared by the script)."""
+DATA_STALL = "data_loader"
+"""Waiting for the data loader (declared by the script)."""
+PLANNED_STOP_HOLD = "planned_stop_hold"
+"""After a just-in-time checkpoint the controller asked for: holding at the saved step
+until the planned stop arrives."""
+
+SLOW_PHASE_FIELD = "slow_phase"
+"""The heartbeat JSON key holding the innermost open slow phase (absent outside one)."""

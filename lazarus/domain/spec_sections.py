@@ -25,11 +25,54 @@ class PreflightSpec(_Strict):
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
 
 
+class HangBudgetSpec(_Strict):
+    """How long a live rank may be silent before it is hung, below ``hang_timeout_s``.
+
+    A fixed timeout is too long for a 0.1 s step (every hang costs all of it) and too
+    short for a minute-long save; the supervisor therefore learns each job's rhythm:
+    the seconds between a rank's progress marks (heartbeats, or ``progress_regex``
+    steps), across every rank. Once ``min_intervals`` of them are seen, a rank outside
+    a declared slow phase is hung after ``max(floor_s, multiplier x the quantile-th
+    interval, 1.5 x the longest interval of the last ten minutes)``, never more than
+    ``hang_timeout_s``; before that, and inside a slow phase the rank helper declared
+    (a checkpoint save, an evaluation), ``hang_timeout_s`` applies. See
+    docs/guides/detection.md."""
+
+    mode: Literal["learned", "pinned", "off"] = "learned"
+    """``learned``: as above. ``pinned``: ``pinned_s`` for every rank outside a slow
+    phase, from the first progress on. ``off``: ``hang_timeout_s`` only (as before
+    issue 38)."""
+    pinned_s: Annotated[float, Field(ge=0.5, le=86_400.0)] | None = None
+    """With ``mode: pinned``: the allowed silence (capped by ``hang_timeout_s``)."""
+    floor_s: Annotated[float, Field(ge=0.5, le=86_400.0)] = 2.0
+    """The learned budget is never below this: a loaded machine (or one garbage
+    collection) can hold a healthy rank back a second or two."""
+    multiplier: Annotated[float, Field(ge=1.0, le=1000.0)] = 5.0
+    """How many times the quantile-th interval a rank may be silent."""
+    quantile: Annotated[float, Field(gt=0.5, le=1.0)] = 0.99
+    """Which quantile of the recent intervals sets the budget (0.99: one interval in a
+    hundred may be slower, and is still within budget by the multiplier)."""
+    min_intervals: Annotated[int, Field(ge=5, le=100_000)] = 20
+    """Intervals to see (after each rank's first few, its warm-up) before the learned
+    budget applies; until then ``hang_timeout_s``."""
+
+    @model_validator(mode="after")
+    def _pinned_has_a_value(self) -> HangBudgetSpec:
+        if self.mode == "pinned" and self.pinned_s is None:
+            raise ValueError("mode: pinned needs pinned_s (the allowed silence, in seconds)")
+        return self
+
+
 class HealthSpec(_Strict):
     """How Lazarus decides a rank is unhealthy, in seconds."""
 
     hang_timeout_s: Annotated[float, Field(ge=2.0, le=86_400.0)] = 60.0
-    """No heartbeat progress for this long while the process is alive means a hang."""
+    """The longest a live rank may go without progress: the upper bound of the learned
+    budget (``hang_budget``) and of every slow phase, and the whole allowance while the
+    budget is still learning, or with ``hang_budget.mode: off``."""
+
+    hang_budget: HangBudgetSpec = Field(default_factory=HangBudgetSpec)
+    """The learned, per-job hang budget (issue 38): hangs found in seconds."""
 
     startup_timeout_s: Annotated[float, Field(ge=2.0, le=86_400.0)] = 300.0
     """Grace before the first heartbeat of a generation: imports and rendezvous are slow."""

@@ -61,6 +61,8 @@ constant of its modules, so ``lazarus.rank.<name>`` is what it always was:
 :mod:`~lazarus.rank.marks` (phase marks, the resume point chosen),
 :mod:`~lazarus.rank.heartbeats` and :mod:`~lazarus.rank.heartbeat_throttle`,
 :mod:`~lazarus.rank.compute_time`, :mod:`~lazarus.rank.save_timing`,
+:mod:`~lazarus.rank.slow_phases` and :mod:`~lazarus.rank.slow_phase_stack` (slow phases:
+a save, an evaluation, allowed more than the learned hang budget),
 :mod:`~lazarus.rank.control` (the control file), :mod:`~lazarus.rank.rejoin_requests`
 and :mod:`~lazarus.rank.rejoin` (rejoin in place), :mod:`~lazarus.rank.resume`,
 :mod:`~lazarus.rank.checkpoints` (the commit protocol),
@@ -140,6 +142,7 @@ from lazarus.rank.save_timing import _note_save_time as _note_save_time
 from lazarus.rank.save_timing import _save_ended as _save_ended
 from lazarus.rank.save_timing import _save_starts as _save_starts
 from lazarus.rank.save_timing import checkpoint_save_s, record_checkpoint_save
+from lazarus.rank.slow_phases import enter_slow_phase, exit_slow_phase, slow_phase
 
 __all__ = [
     "REJOIN_TIMEOUT_EXIT_CODE",
@@ -152,6 +155,8 @@ __all__ = [
     "commit_checkpoint",
     "compute_timer",
     "configure",
+    "enter_slow_phase",
+    "exit_slow_phase",
     "flush_heartbeat",
     "heartbeat",
     "info",
@@ -164,5 +169,6 @@ __all__ = [
     "resume_point",
     "resume_step",
     "should_checkpoint",
+    "slow_phase",
     "temp_path_for",
 ]

@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lazarus.domain import chaos_points, checkpoint_layout, environment
+from lazarus.domain import chaos_points, checkpoint_layout, environment, phases
 from lazarus.rank import control
 from lazarus.rank.atomic_files import TEMP_SUFFIX, _atomic_write, _temp_counter
 from lazarus.rank.heartbeats import flush_heartbeat
 from lazarus.rank.identity import RankInfo, checkpoint_dir, info
 from lazarus.rank.save_timing import _save_ended, _save_starts
+from lazarus.rank.slow_phases import enter_slow_phase, exit_slow_phase, slow_phase
 
 _HASH_CHUNK_BYTES = 1 << 20
 HOLD_AFTER_REQUESTED_CHECKPOINT_S = 30.0
@@ -52,7 +53,11 @@ def checkpoint_path(step: int) -> Path:
     bytes never end up under the old manifest. The first call for a step starts the
     clock of that save (see :func:`record_checkpoint_save`)."""
     root = _checkpoint_root()
-    _save_starts(step)
+    if _save_starts(step):
+        # A save is slower than a step by design: the supervisor's learned hang budget
+        # gives way to this phase's until the commit (or the next step, on a rank that
+        # never commits).
+        enter_slow_phase(phases.CHECKPOINT_SAVE, until_step=step)
     return _write_dir(root, step)
 
 
@@ -85,6 +90,7 @@ def commit_checkpoint(step: int, *, hash_files: bool = True) -> Path:
         _checkpoint_root(), step, me, hash_files=hash_files, request=request, tier=None
     )
     _save_ended(step, sealed)  # before any hold: waiting for the stop is not the save
+    exit_slow_phase(phases.CHECKPOINT_SAVE)
     if sealed and request is not None:
         _answered(request)
     return final
@@ -202,8 +208,9 @@ def _answered(request: int) -> None:
     control._hold_after_commit = False
     flush_heartbeat()
     deadline = time.monotonic() + HOLD_AFTER_REQUESTED_CHECKPOINT_S
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
+    with slow_phase(phases.PLANNED_STOP_HOLD):
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def _describe_and_sync(file: Path, hash_files: bool) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The heartbeat file the supervisor reads to tell a slow rank from a hung one:
-throttled writes of the completed step, metrics, phase marks, compute and save
-times, and the generation the rank acts for. The throttled path is a clock read and
+throttled writes of the completed step, metrics, phase marks, the slow phase open
+(:mod:`lazarus.rank.slow_phases`), compute and save times, and the generation the
+rank acts for. The throttled path is a clock read and
 a compare; the throttle's deadline is :mod:`lazarus.rank.heartbeat_throttle`'s."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lazarus.domain import environment, phases
-from lazarus.rank import heartbeat_throttle, marks, rejoin_requests
+from lazarus.rank import heartbeat_throttle, marks, rejoin_requests, slow_phase_stack
 from lazarus.rank.atomic_files import _atomic_write
 from lazarus.rank.compute_time import _close_step_compute, _take_compute_mean
 from lazarus.rank.control import _poll_control
@@ -80,6 +81,8 @@ def heartbeat(step: int, **metrics: Any) -> None:
         _first_step_pending = False
         mark(phases.FIRST_STEP)
     _close_step_compute()
+    if slow_phase_stack._open and slow_phase_stack.close_passed(step):
+        heartbeat_throttle._next_heartbeat_at = 0.0  # the save is over: say so now
     _reported_step = step
     _reported_metrics = metrics
     now = time.monotonic()
@@ -117,6 +120,9 @@ def _write_heartbeat(
     }
     if rejoin is not None:
         payload[environment.HEARTBEAT_REJOIN] = rejoin
+    slow = slow_phase_stack.current()
+    if slow is not None:
+        payload[phases.SLOW_PHASE_FIELD] = slow
     compute_s = _take_compute_mean()
     if compute_s is not None:
         payload["compute_s"] = compute_s

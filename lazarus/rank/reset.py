@@ -14,13 +14,15 @@ from lazarus.rank import (
     marks,
     rejoin_requests,
     save_timing,
+    slow_phase_stack,
 )
 
 
 def _reset_generation() -> None:
     """Forget what belongs to the generation this rank leaves when it rejoins the
     next one in place: the heartbeat file and interval, the control file's signature,
-    request and intervals, the resume point, ``first_step``, the save under way, and
+    request and intervals, the resume point, ``first_step``, the save under way, the
+    open slow phases, and
     every phase mark but ``torn_down`` (which the new generation's timeline starts
     with). Kept: recent save times (a property of the hardware), the id of the last
     checkpoint request (ids are job-wide), the configured checkpoint directory."""
@@ -44,6 +46,7 @@ def _reset_generation() -> None:
     marks._resumed_from_step = 0
     marks._resumed_from_dir = None
     save_timing._save_started = None
+    slow_phase_stack._open.clear()
     rejoin_requests._rejoin_request = None
     rejoin_requests._next_rejoin_poll_at = 0.0
     torn_down = marks._phases.get(phases.TORN_DOWN)

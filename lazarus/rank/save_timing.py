@@ -52,10 +52,14 @@ def _note_save_time(seconds: float) -> None:
         del _save_times[:-SAVE_TIMES_KEPT]
 
 
-def _save_starts(step: int) -> None:
+def _save_starts(step: int) -> bool:
+    """The first ``checkpoint_path`` of ``step`` starts its save's clock; whether this
+    call was that first one (later calls for the same step write more files)."""
     global _save_started
     if _save_started is None or _save_started[0] != step:
         _save_started = (step, time.monotonic())
+        return True
+    return False
 
 
 def _save_ended(step: int, sealed: bool) -> None:

@@ -144,13 +144,16 @@ def save(step: int, state: Mapping[str, Any]) -> Path | None:
             "lazarus.rank.configure(checkpoint_dir=...)"
         )
     is_writer = _global_rank() == 0
-    if is_writer:
-        _save_state_file(state, lazarus_rank.checkpoint_path(step) / STATE_FILE)
-    if _distributed():
-        dist.barrier()
-    if is_writer:
-        return lazarus_rank.commit_checkpoint(step)
-    return None
+    # Every rank: the others wait in the barrier for rank 0's write, and that wait is
+    # the save's, not a hang (the supervisor gives the phase its own budget).
+    with lazarus_rank.slow_phase(phases.CHECKPOINT_SAVE):
+        if is_writer:
+            _save_state_file(state, lazarus_rank.checkpoint_path(step) / STATE_FILE)
+        if _distributed():
+            dist.barrier()
+        if is_writer:
+            return lazarus_rank.commit_checkpoint(step)
+        return None
 
 
 def _save_state_file(state: Mapping[str, Any], target: Path) -> None:

@@ -15,7 +15,7 @@ from activities.nodes.agent import NodeStatus, RankRecord
 from activities.supervise_observer import GenerationObserver
 from activities.supervise_rules import Observation, evaluate
 from lazarus.domain.contracts import SuperviseOutcome, SuperviseRequest
-from lazarus.domain.spec import HealthSpec, NodeSpec, StragglerSpec
+from lazarus.domain.spec import HangBudgetSpec, HealthSpec, NodeSpec, StragglerSpec
 from tests.fake_nodes import FakeAgent, FakeClock
 
 HANG_S = 10.0
@@ -29,7 +29,13 @@ def request(tmp_path: Path, world_size: int = 1, **overrides: object) -> Supervi
         "run_dir": str(tmp_path / "gen-00001"),
         "world_size": world_size,
         "nproc_per_node": world_size,
-        "health": HealthSpec(hang_timeout_s=HANG_S, startup_timeout_s=STARTUP_S),
+        # The clock-skew rules, against the fixed timeout: the learned budget (issue 38)
+        # dates intervals on the same clocks, and tests/unit/test_hang_budget.py has it.
+        "health": HealthSpec(
+            hang_timeout_s=HANG_S,
+            startup_timeout_s=STARTUP_S,
+            hang_budget=HangBudgetSpec(mode="off"),
+        ),
         "report_after_s": 1e9,
     }
     return SuperviseRequest.model_validate({**base, **overrides})

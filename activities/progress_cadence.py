@@ -1,0 +1,135 @@
+"""The job's rhythm, learned online: how long a live rank may be silent (issue 38).
+
+A fixed ``hang_timeout_s`` is either too long (each hang of a 0.1 s-step job costs
+all of it) or too short (a minute-long save is called a hang). The supervisor
+therefore learns the seconds between consecutive progress marks of each rank (a new
+heartbeat, or a new ``progress_regex`` step), pooled across the job's ranks: the
+ranks of a data-parallel job step together, so they share one rhythm. From them it
+derives the **budget**, the silence a rank outside a declared slow phase is allowed
+(:func:`budget_from`).
+
+Intervals are what the controller sees, not step times: they already hold the
+heartbeat throttle (one write per 0.2 s) and, on a node dated at the poll that saw
+its progress, the poll cadence, so a budget of some multiple of them is never shorter
+than the gaps a healthy rank leaves.
+
+What is left out, so a one-off stretch does not become the rhythm: each rank's
+first :data:`WARMUP_INTERVALS` intervals in this supervision (compilation, the first
+steps after a start or a rejoin) and every interval during which some rank was in a
+declared slow phase (a save blocks its peers in their next collective too). What is
+kept beyond the window: the longest interval of the last :data:`LONG_MEMORY_S`, so a
+pause the script does not declare (an uninstrumented save every few minutes) raises
+the budget above it from its second occurrence on.
+
+Pure (no clocks of its own, no I/O): the observer feeds it and the rules read it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from lazarus.domain.contracts import HangBudget
+from lazarus.domain.spec import HealthSpec
+
+WINDOW = 512
+"""How many recent intervals the quantile is taken over (pooled across ranks). A
+sort of this many per round costs tens of microseconds."""
+
+WARMUP_INTERVALS = 3
+"""Each rank's first intervals in a supervision are not learned: after a (re)start
+they are compilation and warm-up, not the rhythm."""
+
+LONG_MEMORY_S = 600.0
+"""How long the longest interval seen keeps the budget above it."""
+
+LONG_MARGIN = 1.5
+"""The budget stays this many times above the longest recent interval."""
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q``-th quantile of ``values`` by nearest rank (no interpolation: the
+    budget is a multiple of an interval that really happened). ``values`` non-empty."""
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+    return ordered[index]
+
+
+def budget_from(
+    health: HealthSpec,
+    intervals: list[float],
+    intervals_seen: int,
+    longest_recent_s: float | None,
+) -> HangBudget:
+    """The allowed silence of a rank outside a slow phase, from the recent
+    ``intervals`` (seconds between progress marks), how many were learned in all, and
+    the longest of the last :data:`LONG_MEMORY_S`. Never above ``hang_timeout_s``,
+    which is also the answer while fewer than ``min_intervals`` were seen. Pure."""
+    spec = health.hang_budget
+    cap = health.hang_timeout_s
+    if spec.mode == "off":
+        return HangBudget(budget_s=cap, source="off", quantile=spec.quantile)
+    if spec.mode == "pinned":
+        pinned = spec.pinned_s if spec.pinned_s is not None else cap
+        return HangBudget(budget_s=min(pinned, cap), source="pinned", quantile=spec.quantile)
+    q = quantile(intervals, spec.quantile) if intervals else None
+    if q is None or intervals_seen < spec.min_intervals:
+        return HangBudget(
+            budget_s=cap,
+            source="learning",
+            quantile=spec.quantile,
+            quantile_s=q,
+            longest_recent_s=longest_recent_s,
+            intervals_seen=intervals_seen,
+        )
+    learned = max(spec.floor_s, spec.multiplier * q, LONG_MARGIN * (longest_recent_s or 0.0))
+    return HangBudget(
+        budget_s=min(learned, cap),
+        source="learned",
+        quantile=spec.quantile,
+        quantile_s=q,
+        longest_recent_s=longest_recent_s,
+        intervals_seen=intervals_seen,
+    )
+
+
+class CadenceLearner:
+    """The recent progress intervals of a job's ranks and the budget they give.
+
+    ``add`` is O(1) amortized (it runs for every new heartbeat of every rank); the
+    longest interval of the last :data:`LONG_MEMORY_S` is a sliding-window maximum (a
+    deque of decreasing intervals), not a scan."""
+
+    def __init__(self, health: HealthSpec) -> None:
+        self._health = health
+        self._recent: deque[float] = deque(maxlen=WINDOW)
+        self._longest: deque[tuple[float, float]] = deque()
+        """(ended at, interval), intervals strictly decreasing: the head is the max."""
+        self._seen = 0
+        self._per_rank: dict[int, int] = {}
+        """rank -> intervals of it offered so far (the first few are its warm-up)."""
+
+    def add(self, rank: int, interval: float, ended_at: float, *, in_slow_phase: bool) -> bool:
+        """Offer one interval of ``rank`` (seconds between two of its progress marks,
+        the second at ``ended_at``, controller time). Returns whether it was learned:
+        not a warm-up interval, not in a slow phase, positive and finite."""
+        offered = self._per_rank.get(rank, 0) + 1
+        self._per_rank[rank] = offered
+        if offered <= WARMUP_INTERVALS or in_slow_phase:
+            return False
+        if not (interval > 0 and math.isfinite(interval)):
+            return False
+        self._recent.append(interval)
+        self._seen += 1
+        while self._longest and self._longest[-1][1] <= interval:
+            self._longest.pop()
+        self._longest.append((ended_at, interval))
+        return True
+
+    def longest_recent(self, now: float) -> float | None:
+        while self._longest and self._longest[0][0] < now - LONG_MEMORY_S:
+            self._longest.popleft()
+        return self._longest[0][1] if self._longest else None
+
+    def budget(self, now: float) -> HangBudget:
+        return budget_from(self._health, list(self._recent), self._seen, self.longest_recent(now))

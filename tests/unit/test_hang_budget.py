@@ -1,0 +1,354 @@
+"""The learned hang budget and slow phases (issue 38): pure arithmetic, the rules, the
+observer on a scripted node with a fake clock, and the rank helper's side. No
+processes, no sleeping."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import lazarus.rank as lazarus_rank
+from activities.nodes.agent import NodeStatus, RankRecord
+from activities.progress_cadence import (
+    LONG_MEMORY_S,
+    WARMUP_INTERVALS,
+    CadenceLearner,
+    budget_from,
+    quantile,
+)
+from activities.supervise_observer import GenerationObserver, slow_phase_of
+from activities.supervise_rules import (
+    Observation,
+    SlowPhase,
+    allowed_silence,
+    evaluate,
+    next_hang_check,
+)
+from lazarus.domain import environment, phases
+from lazarus.domain.contracts import HangBudget, RankStatus, SuperviseOutcome, SuperviseRequest
+from lazarus.domain.spec import HangBudgetSpec, HealthSpec, NodeSpec
+from tests.fake_nodes import FakeAgent, FakeClock
+
+HANG_S = 10.0
+
+
+def health(**budget: object) -> HealthSpec:
+    return HealthSpec(
+        hang_timeout_s=HANG_S,
+        startup_timeout_s=60,
+        hang_budget=HangBudgetSpec.model_validate(budget),
+    )
+
+
+def request(tmp_path: Path | None = None, **budget: object) -> SuperviseRequest:
+    return SuperviseRequest.model_validate(
+        {
+            "job_id": "j",
+            "generation": 1,
+            "run_dir": str((tmp_path or Path("/nonexistent")) / "gen-00001"),
+            "world_size": 2,
+            "nproc_per_node": 2,
+            "health": health(**budget),
+            "report_after_s": 1e9,
+        }
+    )
+
+
+# ------------------------------------------------------------------ the arithmetic
+
+
+def test_quantile_is_a_nearest_rank_of_real_intervals() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert quantile(values, 0.99) == 99.0
+    assert quantile(values, 1.0) == 100.0
+    assert quantile([0.2], 0.99) == 0.2
+
+
+def test_until_enough_intervals_the_budget_is_hang_timeout() -> None:
+    budget = budget_from(health(), [0.2] * 19, 19, 0.2)
+    assert budget.source == "learning" and budget.budget_s == HANG_S
+    assert budget.quantile_s == 0.2 and budget.intervals_seen == 19
+
+
+def test_learned_budget_is_a_multiple_of_the_quantile_above_the_floor() -> None:
+    fast = budget_from(health(), [0.2] * 100, 100, 0.2)
+    assert fast.source == "learned" and fast.budget_s == 2.0  # 5 x 0.2 = 1.0 < floor
+    slow = budget_from(health(), [0.6] * 99 + [0.9], 100, 0.9)
+    assert slow.budget_s == pytest.approx(3.0)  # 5 x p99 (0.6)
+    assert "learned" in slow.describe() and "p99" in slow.describe()
+
+
+def test_the_longest_recent_interval_keeps_the_budget_above_it() -> None:
+    # An undeclared 3 s pause (a plain script's save) seen once: 1.5 x 3 s from then on.
+    budget = budget_from(health(), [0.2] * 100, 100, 3.0)
+    assert budget.budget_s == pytest.approx(4.5)
+
+
+def test_hang_timeout_caps_every_budget() -> None:
+    assert budget_from(health(), [5.0] * 100, 100, 5.0).budget_s == HANG_S
+    pinned = budget_from(health(mode="pinned", pinned_s=60.0), [], 0, None)
+    assert pinned.source == "pinned" and pinned.budget_s == HANG_S
+
+
+def test_pinned_applies_from_the_start_and_off_is_hang_timeout() -> None:
+    pinned = budget_from(health(mode="pinned", pinned_s=3.0), [], 0, None)
+    assert pinned.budget_s == 3.0 and pinned.source == "pinned"
+    off = budget_from(health(mode="off"), [0.2] * 100, 100, 0.2)
+    assert off.budget_s == HANG_S and off.source == "off"
+
+
+def test_pinned_needs_a_value() -> None:
+    with pytest.raises(ValueError, match="pinned_s"):
+        HangBudgetSpec(mode="pinned")
+
+
+def test_the_learner_skips_warmups_and_slow_phases() -> None:
+    learner = CadenceLearner(health())
+    for i in range(WARMUP_INTERVALS):  # compilation, the first steps: not the rhythm
+        assert not learner.add(0, 30.0, float(i), in_slow_phase=False)
+    assert not learner.add(0, 3.0, 10.0, in_slow_phase=True)
+    assert learner.add(0, 0.2, 11.0, in_slow_phase=False)
+    assert learner.longest_recent(11.0) == 0.2
+    assert learner.budget(11.0).intervals_seen == 1
+
+
+def test_the_longest_interval_is_forgotten_after_the_memory() -> None:
+    learner = CadenceLearner(health())
+    for i in range(WARMUP_INTERVALS):
+        learner.add(0, 0.2, float(i), in_slow_phase=False)
+    learner.add(0, 3.0, 100.0, in_slow_phase=False)
+    for i in range(200):  # p99 of 201 intervals is not the one long one
+        learner.add(0, 0.2, 101.0 + i, in_slow_phase=False)
+    assert learner.budget(340.0).budget_s == pytest.approx(4.5)
+    assert learner.longest_recent(100.0 + LONG_MEMORY_S + 1) == 0.2
+    assert learner.budget(100.0 + LONG_MEMORY_S + 1).budget_s == 2.0
+
+
+# ------------------------------------------------------------------ the rules
+
+
+def rank(r: int, **fields: object) -> RankStatus:
+    base: dict[str, object] = {"rank": r, "pid": 100 + r, "alive": True, "node": "local"}
+    return RankStatus.model_validate({**base, **fields})
+
+
+LEARNED = HangBudget(
+    budget_s=2.0, source="learned", quantile=0.99, quantile_s=0.21, intervals_seen=240
+)
+
+
+def obs(*ranks: RankStatus, now: float = 1000.0, **extra: object) -> Observation:
+    return Observation(now=now, launched_at=900.0, ranks=list(ranks), **extra)  # type: ignore[arg-type]
+
+
+def test_a_learned_budget_calls_a_silent_rank_hung_in_seconds() -> None:
+    req = request()
+    quiet = obs(rank(0, step=50, last_progress_at=997.5), rank(1, step=51, last_progress_at=999.9))
+    assert evaluate(req, quiet, 900.0) is None  # without a budget: hang_timeout_s
+    hung = obs(
+        rank(0, step=50, last_progress_at=997.5, stopped_by_signal=True),
+        rank(1, step=51, last_progress_at=999.9),
+        hang_budget=LEARNED,
+    )
+    outcome = evaluate(req, hung, 900.0)
+    assert outcome is not None and outcome.failure is not None
+    failure = outcome.failure
+    assert failure.kind == "hang" and failure.rank == 0
+    assert failure.hang_budget == LEARNED and failure.slow_phase is None
+    assert "hang budget 2.00 s learned" in failure.evidence[0]
+    assert "240 intervals" in failure.evidence[0]
+
+
+def test_the_hang_check_comes_at_the_learned_deadline() -> None:
+    o = obs(rank(0, step=50, last_progress_at=999.0), hang_budget=LEARNED)
+    assert next_hang_check(request(), o) == 1001.0
+
+
+def test_a_rank_in_a_slow_phase_and_its_peers_get_the_phases_budget() -> None:
+    req = request()
+    phase = {0: SlowPhase(phases.CHECKPOINT_SAVE)}
+    saving = obs(
+        rank(0, step=50, last_progress_at=996.0),
+        rank(1, step=50, last_progress_at=995.8),  # waits in the save's barrier
+        hang_budget=LEARNED,
+        slow_phases=phase,
+    )
+    assert allowed_silence(req, saving, saving.ranks[0]) == (HANG_S, phases.CHECKPOINT_SAVE)
+    assert allowed_silence(req, saving, saving.ranks[1]) == (HANG_S, phases.CHECKPOINT_SAVE)
+    assert evaluate(req, saving, 900.0) is None
+    declared = obs(rank(0, step=50), slow_phases={0: SlowPhase("evaluation", budget_s=4.0)})
+    assert allowed_silence(req, declared, declared.ranks[0]) == (4.0, "evaluation")
+    capped = obs(rank(0, step=50), slow_phases={0: SlowPhase("evaluation", budget_s=600.0)})
+    assert allowed_silence(req, capped, capped.ranks[0])[0] == HANG_S
+
+
+def test_a_phase_spent_names_the_rank_in_it_not_the_peer_that_waited_longer() -> None:
+    hung = obs(
+        rank(0, step=50, last_progress_at=994.0),
+        rank(1, step=49, last_progress_at=989.0),  # quiet since before rank 0's save began
+        hang_budget=LEARNED,
+        slow_phases={0: SlowPhase(phases.CHECKPOINT_SAVE, budget_s=5.0)},
+    )
+    outcome = evaluate(request(), hung, 900.0)
+    assert outcome is not None and outcome.failure is not None
+    assert outcome.failure.rank == 0 and outcome.failure.slow_phase == phases.CHECKPOINT_SAVE
+    assert "slow phase 'checkpoint_save' allows 5.00 s" in outcome.failure.evidence[0]
+
+
+def test_slow_but_moving_is_never_a_hang() -> None:
+    # A straggler makes progress inside the budget, however slowly it steps.
+    o = obs(rank(0, step=50, last_progress_at=998.5), hang_budget=LEARNED)
+    assert evaluate(request(), o, 900.0) is None
+
+
+def test_a_malformed_slow_phase_is_no_phase() -> None:
+    assert slow_phase_of({"slow_phase": "saving"}) is None
+    assert slow_phase_of({"slow_phase": {"name": ""}}) is None
+    assert slow_phase_of({"slow_phase": {"name": "eval", "budget_s": -1}}) == SlowPhase("eval")
+    assert slow_phase_of({"slow_phase": {"name": "eval", "budget_s": 3}}) == SlowPhase("eval", 3.0)
+
+
+# ------------------------------------------------------------------ the observer
+
+
+class Job:
+    """One node, two ranks, heartbeats written on the controller's clock."""
+
+    def __init__(self, tmp_path: Path, **budget: object) -> None:
+        self.request = request(tmp_path, **budget)
+        self.clock = FakeClock()
+        self.agent = FakeAgent(NodeSpec())
+        self.beats: dict[int, dict[str, object]] = {}
+        self.started_at = self.clock.wall()
+        self.observer = GenerationObserver(self.request, [self.agent], clock=self.clock)
+
+    def beat(self, rank: int, step: int, **extra: object) -> None:
+        self.beats[rank] = {"step": step, "time": self.clock.wall(), **extra}
+
+    def poll(self) -> SuperviseOutcome | None:
+        self.agent.reply = NodeStatus(
+            node="local",
+            reachable=True,
+            observed_at=self.clock.wall(),
+            ranks=[
+                RankRecord(rank=r, pid=100 + r, alive=True, heartbeat=self.beats.get(r))
+                for r in range(2)
+            ],
+        )
+        self.last = self.observer.observe()
+        return evaluate(self.request, self.last, self.started_at)
+
+    def train(self, steps: int, every: float = 0.2, first: int = 1) -> None:
+        for step in range(first, first + steps):
+            self.clock.advance(every)
+            self.beat(0, step)
+            self.beat(1, step)
+            assert self.poll() is None
+
+    def silence(self, limit: float, step: float = 0.05) -> tuple[SuperviseOutcome | None, float]:
+        """Poll without new heartbeats until a failure or ``limit`` seconds."""
+        quiet_from = self.clock.wall()
+        while self.clock.wall() - quiet_from < limit:
+            self.clock.advance(step)
+            outcome = self.poll()
+            if outcome is not None:
+                return outcome, self.clock.wall() - quiet_from
+        return None, limit
+
+
+def test_the_observer_learns_the_rhythm_and_finds_a_hang_in_seconds(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    job.train(40)  # 0.2 s between heartbeats
+    budget = job.last.hang_budget
+    assert budget is not None and budget.source == "learned"
+    assert budget.budget_s == pytest.approx(2.0)
+    assert budget.intervals_seen == 2 * (39 - WARMUP_INTERVALS)
+    outcome, after = job.silence(HANG_S)
+    assert outcome is not None and outcome.failure is not None
+    assert outcome.failure.kind == "hang"
+    assert 2.0 < after <= 2.1, f"hung after {after:.2f} s of silence, budget 2 s"
+
+
+def test_before_enough_intervals_a_hang_takes_hang_timeout(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    job.train(8)  # a restart's first steps: too few to judge by
+    assert job.last.hang_budget is not None and job.last.hang_budget.source == "learning"
+    outcome, after = job.silence(HANG_S + 1)
+    assert outcome is not None and after > HANG_S
+
+
+def test_a_declared_3s_save_is_no_hang_with_a_1s_budget(tmp_path: Path) -> None:
+    job = Job(tmp_path, floor_s=0.5)
+    job.train(40)
+    assert job.last.hang_budget is not None
+    assert job.last.hang_budget.budget_s == pytest.approx(1.0)
+    # Rank 0 saves for 3 s; rank 1 waits in the barrier, silent, without a phase.
+    job.clock.advance(0.1)
+    job.beat(0, 40, slow_phase={"name": phases.CHECKPOINT_SAVE, "budget_s": None})
+    outcome, _ = job.silence(3.0)
+    assert outcome is None, outcome and outcome.failure
+    job.beat(0, 40)  # the save is over
+    job.train(5, first=41)
+    budget = job.last.hang_budget
+    assert budget is not None
+    assert budget.budget_s == pytest.approx(1.0), "the save was learned as rhythm"
+    outcome, after = job.silence(5.0)  # an undeclared pause of the same length is a hang
+    assert outcome is not None and outcome.failure is not None and after < 1.2
+
+
+def test_the_live_view_carries_the_budget_and_the_phases(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    job.train(30)
+    job.beat(1, 30, slow_phase={"name": "evaluation"})
+    job.poll()
+    details = job.observer.heartbeat_details(job.last, None)
+    assert details.hang_budget is not None and details.hang_budget.source == "learned"
+    assert details.slow_phases == {1: "evaluation"}
+
+
+# ------------------------------------------------------------------ the rank helper
+
+
+@pytest.fixture
+def heartbeat_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    for name in (environment.RANK, environment.CHECKPOINT_DIR, environment.CONTROL_FILE):
+        monkeypatch.delenv(name, raising=False)
+    beat = tmp_path / "hb.json"
+    monkeypatch.setenv(environment.HEARTBEAT_FILE, str(beat))
+    monkeypatch.setenv(environment.HEARTBEAT_INTERVAL, "3600")
+    lazarus_rank._reset_state()
+    yield beat
+    lazarus_rank._reset_state()
+
+
+def _slow_phase(path: Path) -> object:
+    return json.loads(path.read_text()).get(phases.SLOW_PHASE_FIELD)
+
+
+def test_a_slow_phase_is_written_at_once_and_cleared_at_its_end(heartbeat_file: Path) -> None:
+    lazarus_rank.heartbeat(5)
+    with lazarus_rank.slow_phase("evaluation", budget_s=30):
+        assert _slow_phase(heartbeat_file) == {"name": "evaluation", "budget_s": 30}
+        lazarus_rank.heartbeat(5)  # throttled, and still in the phase
+    assert _slow_phase(heartbeat_file) is None
+    with pytest.raises(ValueError, match="budget_s"):
+        lazarus_rank.enter_slow_phase("evaluation", budget_s=0)
+
+
+def test_a_save_is_a_slow_phase_until_the_next_step(
+    heartbeat_file: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(environment.CHECKPOINT_DIR, str(tmp_path / "ckpt"))
+    monkeypatch.setenv(environment.RANK, "1")  # a rank that writes its shard, never commits
+    lazarus_rank._reset_state()
+    lazarus_rank.heartbeat(10)
+    lazarus_rank.checkpoint_path(10)
+    assert _slow_phase(heartbeat_file) == {"name": phases.CHECKPOINT_SAVE, "budget_s": None}
+    lazarus_rank.heartbeat(10)
+    assert _slow_phase(heartbeat_file) == {"name": phases.CHECKPOINT_SAVE, "budget_s": None}
+    lazarus_rank.heartbeat(11)  # beyond the save's step: written at once, without the phase
+    assert _slow_phase(heartbeat_file) is None
+    assert json.loads(heartbeat_file.read_text())["step"] == 11
