@@ -40,6 +40,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import mmap
 import os
 import queue
 import secrets
@@ -204,6 +205,7 @@ class _Pipeline:
         self.free: queue.Queue[bytearray] = queue.Queue()
         for _ in range(POOL_BUFFERS):
             self.free.put(bytearray(CHUNK))
+        self._slots = threading.Semaphore(POOL_BUFFERS)
         self._work: queue.Queue[Any] = queue.Queue()
         self._digests: dict[int, bytes] = {}
         self._files: list[tuple[int, int]] = []
@@ -220,11 +222,31 @@ class _Pipeline:
         return self.free.get(timeout=IO_TIMEOUT_S)
 
     def hash(self, buffer: bytearray, count: int) -> None:
+        """Hash ``buffer``'s first ``count`` bytes, then put it back in the pool."""
         if not self.hashing:
             self.free.put(buffer)
             return
-        self._work.put((self._next, buffer, count))
+        self._work.put((self._next, memoryview(buffer)[:count], lambda: self.free.put(buffer)))
         self._next += 1
+
+    def hash_view(self, view: memoryview) -> None:
+        """Hash ``view`` (a slice of a mapped file): at most :data:`POOL_BUFFERS`
+        slices wait at once, so the mapping is read about as fast as it fills."""
+        if not self.hashing:
+            return
+        if not self._slots.acquire(timeout=IO_TIMEOUT_S):
+            raise TimeoutError("hashing fell behind")
+        self._work.put((self._next, view, self._slots.release))
+        self._next += 1
+
+    def drain(self) -> None:
+        """Wait until every slice handed to :meth:`hash_view` is hashed (before its
+        mapping is closed)."""
+        for _ in range(POOL_BUFFERS):
+            if not self._slots.acquire(timeout=IO_TIMEOUT_S):
+                raise TimeoutError("hashing fell behind")
+        for _ in range(POOL_BUFFERS):
+            self._slots.release()
 
     def next_file(self) -> None:
         self._files.append((self._file_start, self._next))
@@ -247,9 +269,10 @@ class _Pipeline:
             item = self._work.get()
             if item is self._DONE:
                 return
-            index, buffer, count = item
-            self._digests[index] = hashlib.sha256(memoryview(buffer)[:count]).digest()
-            self.free.put(buffer)
+            index, view, done = item
+            self._digests[index] = hashlib.sha256(view).digest()
+            del item, view  # a mapping's slice: released before its mapping closes
+            done()
 
 
 def file_digest(chunk_digests: Iterable[bytes]) -> str:
@@ -539,6 +562,9 @@ def _digest_list(value: object, count: int) -> bool:
 def _receive_files(
     lines: _Lines, target: Path, offer: Offer, deadline: float, verify: bool = True
 ) -> tuple[str | None, list[str]]:
+    """Each file straight into a mapping of its temp file (``recv_into`` the page
+    cache: no copy through a buffer, no ``write``), its chunks hashed from the
+    mapping beside the receiving; renamed once whole."""
     from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 
     pipeline = _Pipeline(hashing=verify)
@@ -546,28 +572,11 @@ def _receive_files(
     try:
         for name, size in offer.files:
             temp = target / f"{name}{TEMP_SUFFIX}"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             try:
-                left = size
-                while left and problem is None:
-                    if time.monotonic() > deadline:
-                        problem = f"the copy outran its {deadline_for(offer.total_bytes):.0f} s"
-                        break
-                    buffer = pipeline.buffer()
-                    view = memoryview(buffer)
-                    filled = 0
-                    want = min(left, CHUNK)
-                    while filled < want:
-                        got = lines.read_into(view[filled:want])
-                        if got == 0:
-                            problem = f"torn: the copy ended {left - filled} bytes short in {name}"
-                            break
-                        filled += got
-                    written = 0
-                    while written < filled:
-                        written += os.write(fd, view[written:filled])
-                    pipeline.hash(buffer, filled)
-                    left -= filled
+                if size:
+                    os.ftruncate(fd, size)
+                    problem = _receive_mapped(lines, fd, name, size, pipeline, deadline)
             finally:
                 os.close(fd)
             if problem is not None:
@@ -579,3 +588,27 @@ def _receive_files(
     finally:
         hashes = pipeline.finish()
     return problem, hashes
+
+
+def _receive_mapped(
+    lines: _Lines, fd: int, name: str, size: int, pipeline: _Pipeline, deadline: float
+) -> str | None:
+    with mmap.mmap(fd, size) as mapped:
+        view = memoryview(mapped)
+        try:
+            done = 0
+            while done < size:
+                if time.monotonic() > deadline:
+                    return "the copy outran its deadline"
+                end = min(done + CHUNK, size)
+                start = done
+                while done < end:
+                    got = lines.read_into(view[done:end])
+                    if got == 0:
+                        return f"torn: the copy ended {size - done} bytes short in {name}"
+                    done += got
+                pipeline.hash_view(view[start:end])
+        finally:
+            pipeline.drain()
+            view.release()
+    return None
