@@ -71,7 +71,9 @@ NODE_LOSS_LAYOUT = Layout(
 CRASH_RANK = 1
 """h2's rank: the one the crash kills."""
 WORLD = NODE_LOSS_LAYOUT.world_size
-RESTORED = re.compile(r"restored from the replica on \S+ \((\d+) MiB copied in ([\d.]+) s")
+RESTORED = re.compile(
+    r"restored from the replica on \S+ \((\d+) MiB copied in ([\d.]+) s[^;]*; ([\d.]+) s with"
+)
 STATE_LINE = re.compile(r"^state-scale (\w+) ([\d.]+)(?: bytes (\d+))?")
 
 STATE_NODE_LOSS = scenario(
@@ -167,18 +169,19 @@ def _rss_sampler(pid: int) -> Iterator[_Rss]:
 
 
 def _restore_rate(ctx: BenchContext) -> dict[str, Any]:
-    """The newest restore line in the worker's log: its size, seconds and GB/s."""
-    found: tuple[int, float] | None = None
+    """The newest restore line in the worker's log: the copy's seconds and GB/s, and
+    the whole restore's seconds (the two ends' start on their nodes included)."""
+    found: tuple[int, float, float] | None = None
     for log in sorted(ctx.stack.state_dir.glob("worker-*.log")):
         for line in log.read_text(errors="replace").splitlines():
             match = RESTORED.search(line)
             if match:
-                found = (int(match.group(1)), float(match.group(2)))
+                found = (int(match.group(1)), float(match.group(2)), float(match.group(3)))
     if found is None:
-        return {"restore_s": None, "restore_gb_s": None}
-    mib, seconds = found
+        return {"restore_s": None, "restore_gb_s": None, "restore_total_s": None}
+    mib, seconds, total = found
     rate = (mib << 20) / seconds / 1e9 if seconds > 0 else None
-    return {"restore_s": seconds, "restore_gb_s": rate}
+    return {"restore_s": seconds, "restore_gb_s": rate, "restore_total_s": total}
 
 
 def _rank_log_metrics(ctx: BenchContext, outcome: Measured) -> dict[str, Any]:
@@ -310,6 +313,7 @@ def measure_size(size_mb: int, repeats: int, quick: bool, progress: Any) -> dict
             for key in (
                 "restore_gb_s",
                 "restore_s",
+                "restore_total_s",
                 "push_gb_s",
                 "snapshot_stall_s",
                 "snapshot_copy_s",
