@@ -21,6 +21,12 @@ kept beyond the window: the longest interval of the last :data:`LONG_MEMORY_S`, 
 pause the script does not declare (an uninstrumented save every few minutes) raises
 the budget above it from its second occurrence on.
 
+What a supervise activity learned outlives it: the next one of the same generation
+(one every ``report_interval_s``, or a retry after a worker crash) starts from the
+observer's copy in the generation's directory (:func:`to_document`,
+:meth:`CadenceLearner.restore`), so an undeclared pause seen once is not forgotten
+every few minutes, and a mid-run supervision does not wait out ``min_intervals``.
+
 Pure (no clocks of its own, no I/O): the observer feeds it and the rules read it.
 """
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Any, TypeGuard
 
 from lazarus.domain.contracts import HangBudget
 from lazarus.domain.spec import HealthSpec
@@ -108,6 +115,8 @@ class CadenceLearner:
         self._seen = 0
         self._per_rank: dict[int, int] = {}
         """rank -> intervals of it offered so far (the first few are its warm-up)."""
+        self._warm = False
+        """Restored from an earlier supervision of this generation: past its warm-up."""
 
     def add(self, rank: int, interval: float, ended_at: float, *, in_slow_phase: bool) -> bool:
         """Offer one interval of ``rank`` (seconds between two of its progress marks,
@@ -115,7 +124,7 @@ class CadenceLearner:
         not a warm-up interval, not in a slow phase, positive and finite."""
         offered = self._per_rank.get(rank, 0) + 1
         self._per_rank[rank] = offered
-        if offered <= WARMUP_INTERVALS or in_slow_phase:
+        if (offered <= WARMUP_INTERVALS and not self._warm) or in_slow_phase:
             return False
         if not (interval > 0 and math.isfinite(interval)):
             return False
@@ -133,3 +142,54 @@ class CadenceLearner:
 
     def budget(self, now: float) -> HangBudget:
         return budget_from(self._health, list(self._recent), self._seen, self.longest_recent(now))
+
+    def to_document(self, mono_now: float, wall_now: float) -> dict[str, Any]:
+        """What a later supervision of the generation restores: the window, the count
+        and the long memory, dated in wall time (monotonic clocks are per process)."""
+        self.longest_recent(mono_now)  # drop what has expired
+        return {
+            "version": 1,
+            "intervals": list(self._recent),
+            "seen": self._seen,
+            "longest": [[wall_now - (mono_now - at), length] for at, length in self._longest],
+        }
+
+    def restore(self, document: object, mono_now: float, wall_now: float) -> bool:
+        """Start from an earlier supervision's :meth:`to_document`; a malformed one (or
+        another version) is ignored: the learner starts afresh, as before any. Whether
+        it was taken."""
+        if not isinstance(document, dict) or document.get("version") != 1:
+            return False
+        intervals = document.get("intervals")
+        seen = document.get("seen")
+        longest = document.get("longest")
+        if not (
+            isinstance(intervals, list)
+            and isinstance(seen, int)
+            and not isinstance(seen, bool)
+            and isinstance(longest, list)
+        ):
+            return False
+        kept = [float(v) for v in intervals if _positive(v)][-WINDOW:]
+        pairs = [
+            (float(p[0]), float(p[1]))
+            for p in longest
+            if isinstance(p, list) and len(p) == 2 and _finite(p[0]) and _positive(p[1])
+        ]
+        self._recent.extend(kept)
+        self._seen = max(seen, len(kept))
+        for wall_at, length in pairs:
+            at = mono_now - max(0.0, wall_now - wall_at)
+            while self._longest and self._longest[-1][1] <= length:
+                self._longest.pop()
+            self._longest.append((at, length))
+        self._warm = True
+        return True
+
+
+def _finite(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(value: object) -> TypeGuard[int | float]:
+    return _finite(value) and value > 0

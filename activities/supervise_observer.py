@@ -9,6 +9,7 @@ judges what it saw. How it scales: the module docstring of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -22,7 +23,7 @@ from typing import Protocol
 from activities.diagnosis import TAIL_BYTES
 from activities.kernel_evidence import KernelSources, OomWatch
 from activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
-from activities.nodes.rundir import GenerationDir, read_json
+from activities.nodes.rundir import GenerationDir, read_json, write_json_atomic
 from activities.progress_cadence import CadenceLearner
 from activities.straggler_stats import ComputeWindow
 from activities.supervise_rules import (
@@ -144,6 +145,9 @@ class GenerationObserver:
         """The job's progress intervals, and the hang budget they give (issue 38)."""
         self._slow_phases: dict[int, SlowPhase] = {}
         """rank -> the slow phase its newest heartbeat declares (kept while its node is silent)."""
+        self._cadence_saved_at: float | None = None
+        """Monotonic time the learner was last written to :data:`CADENCE_FILE` (None:
+        not restored from it yet)."""
         self._phase_seen_at: float | None = None
         """Monotonic time a poll last saw some rank in a slow phase: an interval of any
         rank that spans it is the phase's, not the rhythm (its peers wait in a collective)."""
@@ -229,6 +233,23 @@ class GenerationObserver:
         if self._signal_seen is None:
             self._signal_seen = mono
         return changed, now - (mono - self._marks[rank][1])
+
+    def _keep_cadence(self, wall: float, mono: float) -> None:
+        """Restore the learner from an earlier supervision of this generation (first
+        call), and write it back every :data:`CADENCE_SAVE_EVERY_S`. Best effort, on
+        the controller's copy of the generation directory only: where that is
+        missing or unwritable the learner simply starts afresh each supervision."""
+        path = self._gen.path / CADENCE_FILE
+        if self._cadence_saved_at is None:
+            self._cadence_saved_at = mono
+            with contextlib.suppress(OSError, ValueError):
+                self._cadence.restore(read_json(path), mono, wall)
+            return
+        if mono - self._cadence_saved_at < CADENCE_SAVE_EVERY_S or not self._gen.path.is_dir():
+            return
+        self._cadence_saved_at = mono
+        with contextlib.suppress(OSError):
+            write_json_atomic(path, self._cadence.to_document(mono, wall))
 
     def _learn(self, rank: int, previous: float, at: float, in_slow_phase: bool) -> None:
         """Offer the interval between two progress marks of ``rank`` (monotonic times)
@@ -330,6 +351,7 @@ class GenerationObserver:
     def observe(self) -> Observation:
         answers = self._answers()
         now, mono = self._clock.wall(), self._clock.mono()
+        self._keep_cadence(now, mono)
         ranks: list[RankStatus] = []
         nodes: dict[str, NodeObservation] = {}
         for agent, answer in zip(self._agents, answers, strict=True):
@@ -568,6 +590,14 @@ def phase_marks(heartbeat: dict[str, object]) -> dict[str, float]:
         and math.isfinite(at)
     }
 
+
+CADENCE_FILE = "hang-budget.json"
+"""In the controller's copy of the generation directory: what the hang budget learned
+(:meth:`activities.progress_cadence.CadenceLearner.to_document`), for the next
+supervision of the generation."""
+
+CADENCE_SAVE_EVERY_S = 5.0
+"""How often the learner is written back (one small file, fsynced)."""
 
 MAX_PHASE_NAME = 64
 """A slow phase's name is cut to this many characters: it goes into the incident."""

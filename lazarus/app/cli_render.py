@@ -328,6 +328,23 @@ def progress_signal(view: StatusView) -> str | None:
     return live.progress_signal
 
 
+def hang_budget_text(view: StatusView) -> str | None:
+    """The live supervisor's hang budget (issue 38), and the ranks in a slow phase:
+    ``1.00 s learned (p99 0.2 s, longest 0.31 s, 240 intervals); rank 0 in
+    checkpoint_save``. None without a live view of this generation, or with hang
+    detection off. Phase names come from the ranks' heartbeats: printed as they are."""
+    live = view.live
+    if live is None or live.hang_budget is None or live.progress_signal == "none":
+        return None
+    if view.status is not None and live.generation < view.status.generation:
+        return None
+    text = live.hang_budget.describe()
+    phases = [f"rank {rank} in {name}" for rank, name in sorted(live.slow_phases.items())[:4]]
+    if len(live.slow_phases) > 4:
+        phases.append(f"{len(live.slow_phases) - 4} more")
+    return "; ".join([text, *phases])
+
+
 def start_notes(spec: JobSpec) -> list[str]:
     """What ``start`` should tell the operator about how the job will be watched.
     Heartbeats cannot be known before the ranks run, so a spec without
@@ -369,6 +386,9 @@ def _header(view: StatusView) -> Panel:
             "alive", f"{view.live.alive}/{view.live.world_size}",
             "s/step", f"{view.live.seconds_per_step:.3g}",
         )  # fmt: skip
+    budget = hang_budget_text(view)
+    if budget is not None:
+        grid.add_row("hang budget", plain(budget), "", "")
     title = status.job_id if status is not None else job_name_from(view.workflow_id)
     return Panel(
         grid, title=plain(title, style="bold"), subtitle=plain(view.workflow_id), expand=False

@@ -19,7 +19,12 @@ from activities.progress_cadence import (
     budget_from,
     quantile,
 )
-from activities.supervise_observer import GenerationObserver, slow_phase_of
+from activities.supervise_observer import (
+    CADENCE_FILE,
+    CADENCE_SAVE_EVERY_S,
+    GenerationObserver,
+    slow_phase_of,
+)
 from activities.supervise_rules import (
     Observation,
     SlowPhase,
@@ -299,6 +304,39 @@ def test_a_declared_3s_save_is_no_hang_with_a_1s_budget(tmp_path: Path) -> None:
     assert outcome is not None and outcome.failure is not None and after < 1.2
 
 
+def test_the_next_supervision_of_the_generation_starts_from_what_was_learned(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "gen-00001").mkdir()
+    job = Job(tmp_path)
+    job.train(10)
+    job.clock.advance(3.0)  # an undeclared 3 s pause, then the rhythm again
+    job.train(150, first=11)  # the pause is under 1 % of the intervals: p99 is the rhythm
+    first = job.last.hang_budget
+    assert first is not None and first.budget_s == pytest.approx(1.5 * 3.2)
+    job.clock.advance(CADENCE_SAVE_EVERY_S)
+    job.poll()  # writes the learner back
+    assert (tmp_path / "gen-00001" / CADENCE_FILE).exists()
+    # The next supervise activity (report_interval_s later): no warm-up, no relearning.
+    later = GenerationObserver(job.request, [job.agent], clock=job.clock)
+    job.observer = later
+    job.train(2, first=161)
+    again = job.last.hang_budget
+    assert again is not None and again.source == "learned"
+    assert again.budget_s == pytest.approx(1.5 * 3.2)
+    assert again.intervals_seen >= first.intervals_seen
+
+
+def test_a_malformed_memory_is_ignored() -> None:
+    learner = CadenceLearner(health())
+    assert not learner.restore({"version": 2}, 0.0, 0.0)
+    assert not learner.restore("junk", 0.0, 0.0)
+    assert learner.restore(
+        {"version": 1, "intervals": [0.2, "x", -1], "seen": 1, "longest": [[1, "y"]]}, 0.0, 0.0
+    )
+    assert learner.budget(0.0).quantile_s == 0.2
+
+
 def test_the_live_view_carries_the_budget_and_the_phases(tmp_path: Path) -> None:
     job = Job(tmp_path)
     job.train(30)
@@ -352,3 +390,30 @@ def test_a_save_is_a_slow_phase_until_the_next_step(
     lazarus_rank.heartbeat(11)  # beyond the save's step: written at once, without the phase
     assert _slow_phase(heartbeat_file) is None
     assert json.loads(heartbeat_file.read_text())["step"] == 11
+
+
+# ------------------------------------------------------------------ status
+
+
+def test_status_shows_the_live_budget_and_the_ranks_in_a_slow_phase() -> None:
+    from rich.console import Console
+
+    from lazarus.app import cli_render
+    from lazarus.domain.contracts import SupervisionProgress
+
+    live = SupervisionProgress(
+        generation=1,
+        step=120,
+        alive=2,
+        world_size=2,
+        observed_at=1.0,
+        progress_signal="heartbeat",
+        hang_budget=LEARNED,
+        slow_phases={0: phases.CHECKPOINT_SAVE},
+    )
+    view = cli_render.StatusView("lazarus-tiny", "RUNNING", None, live=live)
+    console = Console(width=200, record=True, color_system=None)
+    console.print(cli_render.render_status(view))
+    text = console.export_text()
+    assert "hang budget" in text
+    assert "2.00 s learned (p99 0.21 s, 240 intervals); rank 0 in checkpoint_save" in text
