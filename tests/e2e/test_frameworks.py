@@ -117,7 +117,7 @@ async def kill_after_first_checkpoint(framework: str, start_job: StartJob, tmp_p
     chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
     status = await job.result(timeout_s=240)
     assert status.phase == Phase.SUCCEEDED, status
-    assert status.generation == 2
+    assert status.generation == 2, status.incidents
     [incident] = status.incidents
     assert incident.kind == "crash" and incident.resumed_from_step is not None
     assert incident.resumed_from_step >= CKPT_EVERY
