@@ -16,10 +16,16 @@ It also heartbeats every step (hang and straggler detection) and sets
 ``control.should_save`` when the controller asks for a checkpoint (the just-in-time
 save of ``pause``) or its interval is due. Rejoin in place is not supported: a
 failure restarts the whole generation.
+
+The data position: on a resume HF skips the batches of the resumed epoch that the
+checkpoint's step already trained, so a mid-epoch resume goes on at the exact next
+batch, in the epoch's own order (HF seeds it by epoch). ``ignore_data_skip=True``
+turns that off and the resumed epoch starts over: the callback warns when it is set.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +55,21 @@ class LazarusTrainerCallback(transformers.TrainerCallback):
 
     def __init__(self, every: int | None = None) -> None:
         self.every = every
+
+    def on_train_begin(
+        self,
+        args: transformers.TrainingArguments,
+        state: transformers.TrainerState,
+        control: transformers.TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        if args.ignore_data_skip and state.is_world_process_zero:
+            warnings.warn(
+                "lazarus: ignore_data_skip=True, so a resume from a checkpoint saved "
+                "mid-epoch starts that epoch over (batches trained twice, weights unlike "
+                "an uninterrupted run's); HF's default skips them",
+                stacklevel=2,
+            )
 
     def on_step_end(
         self,
