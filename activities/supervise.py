@@ -66,6 +66,7 @@ from activities.heartbeat import in_thread_heartbeating
 from activities.nodes.agent import NodeAgent
 from activities.nodes.factory import agents
 from activities.observe import observe
+from activities.rank_stacks import StackTarget, stack_lines
 from activities.supervise_observer import GenerationObserver
 from activities.supervise_rules import (
     HANG_CHECK_SLACK_S,
@@ -96,6 +97,26 @@ def attach_evidence(observer: GenerationObserver, outcome: SuperviseOutcome) -> 
         pid = next((r.pid for r in outcome.ranks if r.rank == failure.rank), 0)
         kernel = observer.kernel_evidence_for(failure.rank, pid)
     return with_evidence(failure, log_text, kernel)
+
+
+def with_rank_stacks(observer: GenerationObserver, outcome: SuperviseOutcome) -> FailureReport:
+    """A hang's failure with the Python stack of its culprit and a few peers
+    (:mod:`activities.rank_stacks`: local ranks only, bounded, best effort), right
+    after its first evidence line: the decisive lines come first, and evidence keeps
+    only its first twenty."""
+    failure = outcome.failure
+    assert failure is not None
+    if failure.kind != "hang":
+        return failure
+    live = [r for r in outcome.ranks if r.alive and r.pid > 0 and observer.is_local(r.rank)]
+    live.sort(key=lambda r: (r.rank != failure.rank, r.rank))
+    targets = [StackTarget(r.rank, r.pid, r.stopped_by_signal) for r in live]
+    if not targets and any(r.alive for r in outcome.ranks):
+        lines = ["rank stacks: the ranks run on other machines, not visible from the controller"]
+    else:
+        lines = stack_lines(targets)
+    first, *rest = failure.evidence or [""]
+    return failure.model_copy(update={"evidence": [first, *lines, *rest]})
 
 
 def drain_lost_node(opened: list[NodeAgent], failure: FailureReport, job_id: str) -> FailureReport:
@@ -165,6 +186,8 @@ async def _supervise_with(
         if outcome is not None:
             if outcome.kind == "failed" and outcome.failure is not None:
                 failure = await asyncio.to_thread(attach_evidence, observer, outcome)
+                outcome = outcome.model_copy(update={"failure": failure})
+                failure = await asyncio.to_thread(with_rank_stacks, observer, outcome)
                 failure = await asyncio.to_thread(drain_lost_node, opened, failure, request.job_id)
                 outcome = outcome.model_copy(update={"failure": failure})
             return for_history(outcome)

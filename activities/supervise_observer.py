@@ -535,6 +535,10 @@ class GenerationObserver:
         except Exception as exc:
             return f"(log of rank {rank} unavailable: {exc})"
 
+    def is_local(self, rank: int) -> bool:
+        """Whether the rank runs on the controller's own machine (its pid is ours)."""
+        return self._agents[rank // self._request.nproc_per_node].node.launcher == "local"
+
     def kernel_evidence_for(self, rank: int, pid: int) -> list[str] | None:
         """The kernel's OOM records for a SIGKILLed rank; None when its node's kernel
         is not visible from here (ranks on other machines)."""

@@ -3,7 +3,8 @@
 Two ranks heartbeat through ``lazarus.rank`` every 0.1 s step (one write per 0.2 s,
 the throttle); ``hang_timeout_s`` is 10 s and the budget's floor 0.5 s, so the
 learned budget is about a second. A SIGSTOPped rank is found in well under the
-timeout; a 3 s save that rank 0 declares (``lazarus.rank.slow_phase``), with rank 1
+timeout, and the incident carries every rank's Python stack (with py-spy installed);
+a 3 s save that rank 0 declares (``lazarus.rank.slow_phase``), with rank 1
 silent beside it as in the save's barrier, is not a hang.
 """
 
@@ -20,6 +21,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.launcher import launch_generation
+from activities.rank_stacks import py_spy
 from activities.stop import stop_generations
 from lazarus.app import chaos
 from lazarus.domain.contracts import (
@@ -137,6 +139,11 @@ def test_a_stopped_rank_is_found_in_seconds_not_at_hang_timeout(
     assert failure.kind == "hang" and failure.rank == 1, failure.evidence
     assert failure.hang_budget is not None and failure.hang_budget.source == "learned"
     assert failure.hang_budget.budget_s < 3.0
+    if py_spy() is not None:  # each live rank's stack, the stopped one first
+        stacks = [line for line in failure.evidence if " stack, innermost first: " in line]
+        assert stacks[0].startswith("rank 1 (pid "), failure.evidence
+        assert "stopped" in stacks[0] and "<module>" in stacks[0], stacks[0]
+        assert any(line.startswith("rank 0 (pid ") for line in stacks), failure.evidence
     detected_after = failure.detected_at - stopped_at
     assert detected_after < HANG_S / 2, f"{detected_after:.2f} s: {failure.evidence}"
     print(f"hang detected {detected_after:.2f} s after SIGSTOP; {failure.evidence[0]}")
