@@ -164,9 +164,10 @@ def test_shim_has_no_common_bashisms() -> None:
     )
     for bashism in ("[[ ", "$'", "pipefail", "${!", "<<<", "$RANDOM", "$BASH", "echo -e"):
         assert bashism not in code, bashism
-    # Only warm starts and rejoin run python (shim_python): the ranks' own interpreter,
-    # which runs the zygote or carries the node's survivors.
-    code = re.sub(r"(?ms)^shim_python\(\) \{.*?^\}$", "", code)
+    # Only warm starts, rejoin and a replica's restore run python (shim_run_module):
+    # the ranks' own interpreter, which runs the zygote, carries the node's survivors,
+    # or streams a replica node to node.
+    code = re.sub(r"(?ms)^shim_run_module\(\) \{.*?^\}$", "", code)
     for pattern in (r"^\s*function\s", r"^\s*local\s", r"\bawk\b", r"\bpython", r"\bperl\b"):
         assert not re.search(pattern, code, re.MULTILINE), pattern
 
