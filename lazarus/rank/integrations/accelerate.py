@@ -26,16 +26,19 @@ epoch's order set by ``set_epoch``::
 That needs an epoch's order to be a function of the seed and the epoch, so prepare the
 loader with ``DataLoaderConfiguration(use_seedable_sampler=True)`` when it shuffles
 (without it, each epoch's order comes from a generator that a resumed process starts
-afresh).
+afresh, and ``batches`` warns).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import accelerate
+from accelerate.data_loader import SeedableRandomSampler
+from torch.utils.data import RandomSampler
 
 import lazarus.rank as lz
 import lazarus.rank.torch as lz_torch
@@ -81,6 +84,15 @@ def batches(
     ``accelerator``), one batch a step: the resumed epoch from its batch ``start %
     len(loader)`` on, then whole epochs, each given its number with ``set_epoch`` so
     that it is drawn in the order of an uninterrupted run."""
+    sampler = _sampler(loader)
+    if isinstance(sampler, RandomSampler) and not isinstance(sampler, SeedableRandomSampler):
+        warnings.warn(
+            "lazarus: the loader shuffles without Accelerate's seedable sampler, so a "
+            "resumed run draws its epochs in other orders (weights unlike an "
+            "uninterrupted run's): Accelerator(dataloader_config=DataLoaderConfiguration("
+            "use_seedable_sampler=True))",
+            stacklevel=2,
+        )
     step = start
     epoch, skip = divmod(start, len(loader))
     while step < stop:
@@ -92,3 +104,11 @@ def batches(
             yield step, batch
             step += 1
         epoch, skip = epoch + 1, 0
+
+
+def _sampler(loader: Any) -> object:
+    """The sampler that orders ``loader``'s epochs under Accelerate's wrappers: the
+    batch sampler's, inside the ``BatchSamplerShard`` of several processes
+    (``accelerate.data_loader.get_sampler`` finds none there)."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    return getattr(getattr(batch_sampler, "batch_sampler", batch_sampler), "sampler", None)
