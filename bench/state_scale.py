@@ -314,6 +314,7 @@ def measure_size(size_mb: int, repeats: int, quick: bool, progress: Any) -> dict
                 "restore_gb_s",
                 "restore_s",
                 "restore_total_s",
+                "phase_resume_chosen_s",
                 "push_gb_s",
                 "snapshot_stall_s",
                 "snapshot_copy_s",

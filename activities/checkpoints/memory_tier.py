@@ -32,6 +32,7 @@ them) keeps the older, weaker rule: nothing at or below the newest retired step.
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -168,20 +169,21 @@ def _restore(
     done: list[str] = []
     names = list(by_name)
     for plan in choice.restores:
+        started = time.monotonic()
         try:
             answer = _copy_node_to_node(plan, by_name, names.index(plan.node), request)
         except Exception as exc:
             answer = {"error": f"{type(exc).__name__}: {exc}"}
+        whole = time.monotonic() - started
         if "error" in answer:
             why = f"{plan.describe()} failed: {answer['error']}"
             log.warning("memory tier: %s", why)
             return MemoryChoice(skipped=choice.skipped, unavailable=why)
-        seconds = float(answer.get("seconds") or 0.0)
-        copying = float(answer.get("copy_seconds") or seconds)
+        copying = float(answer.get("copy_seconds") or answer.get("seconds") or 0.0)
         rate = f", {plan.bytes / copying / 1e9:.2f} GB/s" if copying > 0 else ""
         line = (
             f"{plan.describe()} ({plan.bytes / 2**20:.0f} MiB copied in {copying:.2f} s"
-            f"{rate}; {seconds:.2f} s with the two ends' start)"
+            f"{rate}; {whole:.2f} s with the two ends' start)"
         )
         log.info("memory tier: %s", line)
         done.append(line)
