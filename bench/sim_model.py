@@ -122,6 +122,18 @@ REPLICA_PUSH_S_PER_GB = 0.0644
 """The steps' extra time per GB pushed, separate cores, at the file's largest size (1
 GiB), median of 5."""
 
+STATE_SCALE_FILE = "docs/results/2026-12-state-scale.json"
+"""The replica restore measured at size (``python -m bench state-scale``)."""
+
+REPLICA_RESTORE_S_PER_GB = 1.43 / 1.073741824
+"""Seconds per GB of the replica's copy onto the spare at 1 GiB a rank: 1.43 s
+(0.75 GB/s), node to node over the SSH test hosts, loaded."""
+
+REPLICA_RESTORE_START_S = 2.03 - 1.43
+"""The restore's fixed part, at most: the 1 GiB node loss's whole resume search
+(2.03 s, the restore included) less the copy; the search itself and the two ends'
+start on their nodes are all charged to it."""
+
 LLAMA3_STORAGE_BYTES_PER_S = 2e12
 """Tectonic's sustained throughput for Llama 3's checkpoints, 2 TB/s (7 TB/s at peak;
 Dubey et al., 2024, section 3.3.1)."""
@@ -353,9 +365,15 @@ class CostModel:
 
     @property
     def replica_restore_s(self) -> float:
-        """A relaunch node copying its slot's snapshot from the buddy's replica: the
-        measured extra of the search that copied one (every such node in parallel)."""
-        return MEMORY_CALIBRATION["replica_restore_s"].value
+        """A relaunch node getting its slot's snapshot from the buddy's replica, node
+        to node: the two ends' start, measured, plus the node's share of the state
+        (``gpus_per_node`` x :data:`LLAMA3_STATE_BYTES_PER_GPU`) at the restore rate
+        measured at 1 GiB (every such node copies in parallel)."""
+        node_gb = LLAMA3_STATE_BYTES_PER_GPU * self.gpus_per_node / 1e9
+        return (
+            MEMORY_CALIBRATION["replica_restore_start_s"].value
+            + node_gb * MEMORY_CALIBRATION["replica_restore_s_per_gb"].value
+        )
 
     @property
     def import_s(self) -> float:
@@ -482,12 +500,18 @@ MEMORY_CALIBRATION: dict[str, MeasuredFigure] = {
         "LLAMA3_STATE_BYTES_PER_GPU, 2.8 GB; the node's pusher sends it, and every rank "
         "waits for the slowest) with memory_replicas",
     ),
-    "replica_restore_s": MeasuredFigure(
-        1.96 - 0.89,
-        "docs/results/2026-12-memory-replicas.md: the resume search with the replica "
-        "copy onto the spare took 1.96 s, 0.89 s without (node_loss_replicas, 3 ssh hosts)",
-        "replica_restore_s: added to the search when a relaunch node lacks the snapshot "
-        "and copies it from its buddy (in parallel per node: no fan-out)",
+    "replica_restore_s_per_gb": MeasuredFigure(
+        REPLICA_RESTORE_S_PER_GB,
+        f"{STATE_SCALE_FILE}: the replica's copy from the buddy onto the spare at 1 GiB "
+        "a rank (python -m bench state-scale; node to node, the spare hashing every byte)",
+        "replica_restore_s: this x a node's share of the state (8 x "
+        "LLAMA3_STATE_BYTES_PER_GPU, 2.8 GB)",
+    ),
+    "replica_restore_start_s": MeasuredFigure(
+        REPLICA_RESTORE_START_S,
+        f"{STATE_SCALE_FILE}: the same restore's whole time less its copy (the two ends "
+        "started on their nodes over ssh, the handshake)",
+        "replica_restore_s: added once per restore",
     ),
     "warm_import_s": MeasuredFigure(
         0.06,
