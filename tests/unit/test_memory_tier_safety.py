@@ -25,9 +25,12 @@ import lazarus.rank as lz
 from activities.checkpoints.find import search_verified
 from activities.checkpoints.memory_tier import choose
 from activities.checkpoints.rollback import retire_newest
+from activities.launcher import rank_environment
 from activities.nodes.local_agent import local_memory_snapshots, remove_memory_dir
+from activities.nodes.rundir import GenerationDir, job_root
 from lazarus.domain import environment, memory_tier
 from lazarus.domain.contracts import CheckpointRef, FindVerifiedCheckpointRequest
+from lazarus.domain.spec import parse_spec
 from lazarus.domain.timeline import MAX_CUTS, TimelineCut, abandoning_cut, with_cut
 from lazarus.rank import memory
 from workflows.state import JobState
@@ -324,3 +327,46 @@ def test_a_rank_and_a_script_reading_the_variables_find_the_private_path() -> No
     # Idempotent, and a disk resume point is left alone.
     assert memory_tier.environment_on_node(mapped, 1234) == mapped
     assert memory_tier.on_node("/ckpt/step-00000007", 1234) == "/ckpt/step-00000007"
+
+
+# ------------------------- S6: logical nodes of one machine keep to their own files
+
+
+def test_two_logical_nodes_of_one_machine_never_share_or_prune_each_others_snapshots(
+    tmp_path: Path, private_prefix: Path
+) -> None:
+    """The 2026-12-07 audit's S6: local logical nodes (and a one-host Slurm cluster)
+    share one tmpfs. The launcher gives each node its own directory under the run's,
+    and each node's keep-newest prune stays in it."""
+    data = {
+        "name": JOB,
+        "command": ["python", "train.py"],
+        "nodes": [{"name": "a"}, {"name": "b"}],
+        "checkpoints": {"memory_every_steps": 1, "memory_keep": 1},
+    }
+    spec = parse_spec(data, "<test>").resolved(tmp_path)
+    gen = GenerationDir.of(job_root(spec.run_dir, spec.job_id) / "run-1", 1)
+    dirs = [
+        rank_environment(spec, spec.nodes, i, gen, i, 29500, None, worker_env={})[
+            environment.MEMORY_CHECKPOINT_DIR
+        ]
+        for i in (0, 1)
+    ]
+    assert dirs[0] != dirs[1]
+    assert [d.rsplit("/", 1)[1] for d in dirs] == ["node-a", "node-b"]
+    for step in (1, 2, 3):
+        snap(
+            rank_env(**{environment.MEMORY_CHECKPOINT_DIR: dirs[0], environment.GENERATION: 1}),
+            step,
+            "a",
+        )
+    snap(
+        rank_env(**{environment.MEMORY_CHECKPOINT_DIR: dirs[1], environment.GENERATION: 1}), 2, "b"
+    )
+    snap(
+        rank_env(**{environment.MEMORY_CHECKPOINT_DIR: dirs[0], environment.GENERATION: 1}), 4, "a"
+    )
+    on = [Path(memory_tier.on_node(d, os.getuid())) for d in dirs]
+    assert steps(on[0]) == [3, 4]  # a's own prune kept its newest two
+    assert steps(on[1]) == [2]  # and never touched b's
+    assert (on[1] / "step-00000002" / "state.pt").read_text() == "b"
