@@ -418,19 +418,7 @@ class JobWorkflow:
                 await self._recovery.recover(failure)
                 return
             if ranks_would_not_die(err):
-                # A rejoin skipped the stop above; its carry met ranks that would not
-                # die and started nothing (issue 37, N7). As without rejoin: stop the
-                # generation (its nodes quarantined where they stay stuck) and never
-                # launch beside them: a person must look. Ranks gone by now: the next
-                # turn launches the whole generation.
-                await self._stops.stop_all(
-                    f"fence generation {state.generation - 1}: ranks would not die "
-                    "during the rejoin's carry",
-                    kill_at_once=True,
-                )
-                if state.stuck_ranks is not None:
-                    stuck, state.stuck_ranks = state.stuck_ranks, None
-                    self._run.needs_operator(stuck)
+                await self._stops.fence_a_stuck_carry()
                 return
             await self._stops.stop_all("launch failed")
             self._run.fail(f"launch of generation {state.generation} failed: {cause(err)}")
@@ -606,9 +594,3 @@ class JobWorkflow:
 
     def _interrupted(self) -> bool:
         return self._pause_requested or self._force is not None
-
-    # ------------------------------------------------------------------- fleet
-
-    # ------------------------------------------------------------------- hosts
-
-    # ------------------------------------------------------------------- nodes

@@ -38,6 +38,22 @@ class StopSteps:
     def __init__(self, run: JobRun) -> None:
         self.run = run
 
+    async def fence_a_stuck_carry(self) -> None:
+        """A rejoin skipped the stop before its launch, and its carry met ranks that
+        would not die and started nothing (issue 37, N7). As without rejoin: stop the
+        generation (its nodes quarantined where they stay stuck) and never launch
+        beside them: a person must look. Ranks gone by now: the next turn launches
+        the whole generation."""
+        state = self.run.state
+        await self.stop_all(
+            f"fence generation {state.generation - 1}: ranks would not die "
+            "during the rejoin's carry",
+            kill_at_once=True,
+        )
+        if state.stuck_ranks is not None:
+            stuck, state.stuck_ranks = state.stuck_ranks, None
+            self.run.needs_operator(stuck)
+
     async def stop_all(
         self,
         reason: str,
