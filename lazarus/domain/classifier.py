@@ -243,6 +243,14 @@ _RULES: tuple[_Rule, ...] = (
     _rule(_FC.NCCL_TIMEOUT, 8, r"watchdog\s+got\s+stuck\s+for", "stuck"),
     # "Exception (either an error or timeout) detected by watchdog at work: 808"
     _rule(_FC.NCCL_TIMEOUT, 1, r"either\s+an\s+error\s+or\s+timeout", "either an error", hint=True),
+    # The watchdog's C++ stack when a report quotes it without the timeout line above it:
+    # "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<...>) + 0x1d2"
+    # or "Exception raised from checkTimeout at .../ProcessGroupNCCL.cpp:632". checkTimeout
+    # throws only the timeout (errors are raised from checkForNCCLErrors / the CUDA checks),
+    # so it names the class; still a symptom, discounted when another rank's cause is quoted.
+    _rule(_FC.NCCL_TIMEOUT, 8,
+          r"Exception\s+raised\s+from\s+checkTimeout\b|WorkNCCL::checkTimeout\b",
+          "checktimeout"),
 
     # ------------------------------------------------------------------ nccl_error
     # "torch.distributed.DistBackendError: NCCL error in: .../ProcessGroupNCCL.cpp:1182,

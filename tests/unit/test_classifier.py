@@ -43,6 +43,13 @@ SNIPPETS: list[tuple[FC, str]] = [
         "[PG 0 (default_pg) Rank 1] Heartbeat monitor timed out! Process will be terminated "
         "after dumping debug info. workMetaList_.size()=1",
     ),
+    (
+        FC.NCCL_TIMEOUT,
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f01 in "
+        "/opt/venv/lib/python3.11/site-packages/torch/lib/libc10.so)\nframe #1: "
+        "c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<"
+        "long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x7f02 in /opt/venv/lib/libtorch_cuda.so)",
+    ),
     # --- nccl_error
     (
         FC.NCCL_ERROR,
