@@ -49,6 +49,7 @@ ENTRY: dict[tuple[str, str], frozenset[Phase]] = {
     ("slurm_steps.py", "give_back_first"): frozenset({P.PENDING}),
     ("slurm_steps.py", "on_preempted"): frozenset({P.RUNNING}),
     ("stop_steps.py", "swap_out"): frozenset({P.LAUNCHING, P.RECOVERING}),
+    ("stop_steps.py", "fence_a_stuck_carry"): frozenset({P.LAUNCHING}),  # from _launch_next
 }
 """The phases each phase-changing function can be in when it is called."""
 
