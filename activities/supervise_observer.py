@@ -149,8 +149,10 @@ class GenerationObserver:
         """Monotonic time the learner was last written to :data:`CADENCE_FILE` (None:
         not restored from it yet)."""
         self._phase_seen_at: float | None = None
-        """Monotonic time a poll last saw some rank in a slow phase: an interval of any
-        rank that spans it is the phase's, not the rhythm (its peers wait in a collective)."""
+        """Monotonic time a poll last saw some rank in a slow phase (or first saw it
+        closed): an interval of any rank that spans it is the phase's, not the rhythm
+        (its peers wait in a collective), and no hang clock starts before it."""
+        self._phase_was_open = False
         self._oom = OomWatch(kernel)
         self._dead_since: dict[int, float] = {}
         self._unreachable_since: dict[str, float] = {}
@@ -405,8 +407,10 @@ class GenerationObserver:
             for rank, phase in self._slow_phases.items()
             if self._last_ranks[rank].alive and self._last_ranks[rank].exit_code is None
         }
-        if slow_phases:
+        if slow_phases or self._phase_was_open:
+            # Open now, or closed since the last poll: the end is no earlier than this.
             self._phase_seen_at = mono
+        self._phase_was_open = bool(slow_phases)
         return Observation(
             preempted=preempted,
             now=now,
@@ -422,6 +426,9 @@ class GenerationObserver:
             checkpoint_save_s=max(self._save_s.values(), default=None),
             hang_budget=self._cadence.budget(mono),
             slow_phases=slow_phases,
+            slow_phase_over_at=(
+                None if self._phase_seen_at is None else now - (mono - self._phase_seen_at)
+            ),
         )
 
     def _preemption(self) -> tuple[float, str] | None:

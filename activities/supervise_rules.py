@@ -106,6 +106,11 @@ class Observation:
     (a hand-made observation, or one from before issue 38)."""
     slow_phases: dict[int, SlowPhase] = field(default_factory=dict)
     """Ranks whose newest heartbeat says they are in a declared slow phase."""
+    slow_phase_over_at: float | None = None
+    """When (controller wall time) the last poll that found a slow phase open, or the
+    first one that found it closed, came: once every phase is over, no rank's hang clock
+    starts before it (its peers wake from the collective that waited for the phase,
+    and their next heartbeat is a step away)."""
 
 
 def max_step(ranks: list[RankStatus]) -> int | None:
@@ -278,6 +283,16 @@ def allowed_silence(
     return cap, None
 
 
+def quiet_since(obs: Observation, last_progress_at: float) -> float:
+    """Where a rank's hang clock starts: its last progress, or, once every slow phase
+    is over, the phase's end if that is later (:attr:`Observation.slow_phase_over_at`).
+    Pure."""
+    over = obs.slow_phase_over_at
+    if over is None or obs.slow_phases:
+        return last_progress_at
+    return max(last_progress_at, over)
+
+
 def _phase_budget(phase: SlowPhase, cap: float) -> float:
     return cap if phase.budget_s is None else min(phase.budget_s, cap)
 
@@ -293,7 +308,7 @@ def next_hang_check(request: SuperviseRequest, obs: Observation) -> float | None
     if obs.progress_signal == "none":
         return None
     deadlines = [
-        status.last_progress_at + allowed_silence(request, obs, status)[0]
+        quiet_since(obs, status.last_progress_at) + allowed_silence(request, obs, status)[0]
         for status in obs.ranks
         if status.last_progress_at is not None and _judged(obs, status)
     ]
@@ -320,8 +335,10 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
             )
             if obs.now - obs.launched_at > health.startup_timeout_s and not late_signal:
                 stalled.append((status, obs.launched_at))
-        elif obs.now - status.last_progress_at > allowed_silence(request, obs, status)[0]:
-            stalled.append((status, status.last_progress_at))
+        else:
+            since = quiet_since(obs, status.last_progress_at)
+            if obs.now - since > allowed_silence(request, obs, status)[0]:
+                stalled.append((status, since))
     if not stalled:
         return None
     # A stopped process (state T) is the culprit even if its last heartbeat landed a

@@ -39,9 +39,11 @@ SCRIPT = """
 import sys, time
 import lazarus.rank as lz
 rank = lz.info().rank
-save_at, save_s = int(sys.argv[1]), float(sys.argv[2])
+save_at, save_s, start = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
 for step in range(1, 100000):
-    time.sleep(0.1)
+    # Both ranks step on one wall-clock schedule, as a collective would keep them.
+    due = start + 0.1 * step + (save_s if step > save_at > 0 else 0.0)
+    time.sleep(max(0.0, due - time.time()))
     lz.heartbeat(step)
     if step == save_at:
         print(f"rank {rank} saving at step {step}", flush=True)
@@ -57,7 +59,15 @@ def _spec(tmp_path: Path, name: str, save_at: int, save_s: float) -> JobSpec:
     return parse_spec(
         {
             "name": name,
-            "command": [sys.executable, "-c", SCRIPT, str(save_at), str(save_s)],
+            # The ranks' first step comes 3 s from now: both have started by then.
+            "command": [
+                sys.executable,
+                "-c",
+                SCRIPT,
+                str(save_at),
+                str(save_s),
+                str(time.time() + 3),
+            ],
             "nproc_per_node": 2,
             "health": {
                 "startup_timeout_s": 30.0,
@@ -155,13 +165,13 @@ def test_a_declared_3s_save_is_no_hang_with_a_1s_budget(
 ) -> None:
     from activities.supervise import supervise
 
-    # Step 80 comes at about 8 s (0.1 s steps): the budget has been learned by then.
+    # Step 80 comes at about 11 s (0.1 s steps from 3 s on): the budget is learned by then.
     spec = _spec(tmp_path, "saving", save_at=80, save_s=3.0)
     jobs.append(spec)
     launched = launch_generation(LaunchRequest(spec=spec, generation=1))
     env, beats = _watching()
-    outcome = asyncio.run(env.run(supervise, _request(spec, launched.run_dir, 16.0)))
-    assert outcome.kind == "progress", outcome.failure
+    outcome = asyncio.run(env.run(supervise, _request(spec, launched.run_dir, 18.0)))
+    assert outcome.kind == "progress", outcome.failure and outcome.failure.evidence
     assert outcome.step is not None and outcome.step > 85
     in_phase = [b for b in beats if b.slow_phases]
     assert in_phase, "no poll saw the save's phase"

@@ -203,6 +203,28 @@ def test_a_phase_spent_names_the_rank_in_it_not_the_peer_that_waited_longer() ->
     assert "slow phase 'checkpoint_save' allows 5.00 s" in outcome.failure.evidence[0]
 
 
+def test_after_a_phase_the_peers_clocks_start_at_its_end() -> None:
+    # Rank 1 waited in the save's barrier since 996; the save was last seen open at
+    # 999.5: its next heartbeat is a step away, not overdue.
+    after = obs(
+        rank(0, step=51, last_progress_at=999.6),
+        rank(1, step=50, last_progress_at=996.0),
+        hang_budget=LEARNED,
+        slow_phase_over_at=999.5,
+    )
+    assert evaluate(request(), after, 900.0) is None
+    assert next_hang_check(request(), after) == 1001.5
+    still_open = obs(
+        rank(0, step=50, last_progress_at=985.0),
+        hang_budget=LEARNED,
+        slow_phases={0: SlowPhase(phases.CHECKPOINT_SAVE)},
+        slow_phase_over_at=1000.0,
+    )
+    outcome = evaluate(request(), still_open, 900.0)  # a phase open does not reset clocks
+    assert outcome is not None and outcome.failure is not None
+    assert outcome.failure.slow_phase == phases.CHECKPOINT_SAVE
+
+
 def test_slow_but_moving_is_never_a_hang() -> None:
     # A straggler makes progress inside the budget, however slowly it steps.
     o = obs(rank(0, step=50, last_progress_at=998.5), hang_budget=LEARNED)
