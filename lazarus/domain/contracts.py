@@ -306,7 +306,7 @@ class HangBudget(_Model):
     """Progress intervals learned so far (this supervision), warm-ups and slow phases left out."""
 
     def describe(self) -> str:
-        """One line: ``2.0 s learned (5 x p99 0.21 s, 1.5 x longest 0.40 s; 240 intervals)``."""
+        """One line: ``2.40 s learned (p99 0.6 s, longest 0.68 s, 240 intervals)``."""
         head = f"{self.budget_s:.2f} s {self.source}"
         if self.source in ("pinned", "off"):
             return head

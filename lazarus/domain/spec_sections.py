@@ -47,12 +47,12 @@ class HangBudgetSpec(_Strict):
     floor_s: Annotated[float, Field(ge=0.5, le=86_400.0)] = 2.0
     """The learned budget is never below this: a loaded machine (or one garbage
     collection) can hold a healthy rank back a second or two."""
-    multiplier: Annotated[float, Field(ge=1.0, le=1000.0)] = 5.0
+    multiplier: Annotated[float, Field(ge=1.0, le=1000.0)] = 4.0
     """How many times the quantile-th interval a rank may be silent."""
     quantile: Annotated[float, Field(gt=0.5, le=1.0)] = 0.99
     """Which quantile of the recent intervals sets the budget (0.99: one interval in a
     hundred may be slower, and is still within budget by the multiplier)."""
-    min_intervals: Annotated[int, Field(ge=5, le=100_000)] = 20
+    min_intervals: Annotated[int, Field(ge=5, le=100_000)] = 10
     """Intervals to see (after each rank's first few, its warm-up) before the learned
     budget applies; until then ``hang_timeout_s``."""
 

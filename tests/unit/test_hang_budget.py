@@ -73,16 +73,16 @@ def test_quantile_is_a_nearest_rank_of_real_intervals() -> None:
 
 
 def test_until_enough_intervals_the_budget_is_hang_timeout() -> None:
-    budget = budget_from(health(), [0.2] * 19, 19, 0.2)
+    budget = budget_from(health(), [0.2] * 9, 9, 0.2)
     assert budget.source == "learning" and budget.budget_s == HANG_S
-    assert budget.quantile_s == 0.2 and budget.intervals_seen == 19
+    assert budget.quantile_s == 0.2 and budget.intervals_seen == 9
 
 
 def test_learned_budget_is_a_multiple_of_the_quantile_above_the_floor() -> None:
     fast = budget_from(health(), [0.2] * 100, 100, 0.2)
-    assert fast.source == "learned" and fast.budget_s == 2.0  # 5 x 0.2 = 1.0 < floor
+    assert fast.source == "learned" and fast.budget_s == 2.0  # 4 x 0.2 = 0.8 < floor
     slow = budget_from(health(), [0.6] * 99 + [0.9], 100, 0.9)
-    assert slow.budget_s == pytest.approx(3.0)  # 5 x p99 (0.6)
+    assert slow.budget_s == pytest.approx(2.4)  # 4 x p99 (0.6)
     assert "learned" in slow.describe() and "p99" in slow.describe()
 
 
@@ -308,7 +308,7 @@ def test_before_enough_intervals_a_hang_takes_hang_timeout(tmp_path: Path) -> No
 
 
 def test_a_declared_3s_save_is_no_hang_with_a_1s_budget(tmp_path: Path) -> None:
-    job = Job(tmp_path, floor_s=0.5)
+    job = Job(tmp_path, floor_s=0.5, multiplier=5.0)
     job.train(40)
     assert job.last.hang_budget is not None
     assert job.last.hang_budget.budget_s == pytest.approx(1.0)
