@@ -42,6 +42,7 @@ from lazarus.domain.contracts import (
 )
 from lazarus.domain.environment import (
     HEARTBEAT_CHECKPOINT_SAVE_S,
+    HEARTBEAT_GAP_S,
     HEARTBEAT_GENERATION,
     HEARTBEAT_REJOIN,
 )
@@ -210,6 +211,7 @@ class GenerationObserver:
         mono: float,
         written: tuple[float, float] | None = None,
         in_slow_phase: bool = False,
+        gap_s: float | None = None,
     ) -> tuple[bool, float]:
         """Whether ``marker`` is new progress for the rank, and when (controller wall
         time, derived from the monotonic clock) its current progress was made.
@@ -231,7 +233,10 @@ class GenerationObserver:
                 at = mono - (now - min(now, max(previous_ask, written_at)))
             self._marks[rank] = (marker, at)
             if known is not None:
-                self._learn(rank, known[1], at, in_slow_phase)
+                # Dated at its write, the rank's silence is judged on the gaps between its
+                # writes: its own measure of the last one, where it gives it, is the sample.
+                gap = gap_s if written is not None and gap_s is not None else None
+                self._learn(rank, known[1], at, in_slow_phase, gap)
         if self._signal_seen is None:
             self._signal_seen = mono
         return changed, now - (mono - self._marks[rank][1])
@@ -253,12 +258,16 @@ class GenerationObserver:
         with contextlib.suppress(OSError):
             write_json_atomic(path, self._cadence.to_document(mono, wall))
 
-    def _learn(self, rank: int, previous: float, at: float, in_slow_phase: bool) -> None:
-        """Offer the interval between two progress marks of ``rank`` (monotonic times)
-        to the cadence learner; one a poll saw some rank's slow phase inside is left
-        out, as one that began or ended in a phase of the rank's own."""
+    def _learn(
+        self, rank: int, previous: float, at: float, in_slow_phase: bool, gap: float | None
+    ) -> None:
+        """Offer the interval between two progress marks of ``rank`` (monotonic times),
+        or ``gap``, the rank's own measure of the silence before the newer one, to the
+        cadence learner; one a poll saw some rank's slow phase inside is left out, as
+        one that began or ended in a phase of the rank's own."""
         spans_phase = self._phase_seen_at is not None and self._phase_seen_at >= previous
-        self._cadence.add(rank, at - previous, at, in_slow_phase=in_slow_phase or spans_phase)
+        interval = at - previous if gap is None else gap
+        self._cadence.add(rank, interval, at, in_slow_phase=in_slow_phase or spans_phase)
 
     def _progress_signal(self, now: float, launched_at: float) -> ProgressSignal | None:
         if self._heartbeat_seen:
@@ -492,7 +501,18 @@ class GenerationObserver:
                 and math.isfinite(written_at)
                 else None
             )
-            changed, progress_at = self._progressed(rank, marker, now, mono, dated, in_slow_phase)
+            raw_gap = heartbeat.get(HEARTBEAT_GAP_S)
+            gap_s = (
+                float(raw_gap)
+                if isinstance(raw_gap, int | float)
+                and not isinstance(raw_gap, bool)
+                and math.isfinite(raw_gap)
+                and raw_gap > 0
+                else None
+            )
+            changed, progress_at = self._progressed(
+                rank, marker, now, mono, dated, in_slow_phase, gap_s
+            )
             raw_compute = heartbeat.get("compute_s")
             if isinstance(raw_compute, (int, float)) and raw_compute > 0:
                 compute_s = float(raw_compute)

@@ -111,6 +111,12 @@ CONTROL_MEMORY_EVERY_STEPS = "memory_every_steps"
 # "compute_s"): the blocking seconds of the rank's recent disk checkpoints, which
 # ``checkpoints.interval: auto`` tunes the interval with (issue 14).
 HEARTBEAT_CHECKPOINT_SAVE_S = "checkpoint_save_s"
+HEARTBEAT_GAP_S = "gap_s"
+"""Heartbeat key: seconds (the rank's monotonic clock: a duration, never compared with
+the controller's clock) since the rank's previous heartbeat write. On the controller's
+own machine the supervisor learns the hang budget from these, the silences a healthy
+rank really keeps, rather than from the gaps between the heartbeats its polls happen
+to see (issue 38)."""
 
 # Rejoin in place (issue 16): healthy ranks keep their process across a generation.
 REJOIN_TIMEOUT_S = "LAZARUS_REJOIN_TIMEOUT_S"

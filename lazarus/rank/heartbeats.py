@@ -37,6 +37,8 @@ _reported_metrics: dict[str, Any] = {}
 _heartbeat_warned = False
 _flush_registered = False
 _first_step_pending = True
+_last_write_at: float | None = None
+"""Monotonic time of this process's previous heartbeat write (its gap goes in the next)."""
 
 
 def _resolve_heartbeat() -> str | None:
@@ -109,7 +111,8 @@ def flush_heartbeat() -> None:
 def _write_heartbeat(
     path: str, step: int, metrics: dict[str, Any], *, rejoin: str | None = None
 ) -> None:
-    global _heartbeat_warned
+    global _heartbeat_warned, _last_write_at
+    written = time.monotonic()
     payload = {
         "step": int(step),
         "time": time.time(),
@@ -123,6 +126,9 @@ def _write_heartbeat(
     slow = slow_phase_stack.current()
     if slow is not None:
         payload[phases.SLOW_PHASE_FIELD] = slow
+    if _last_write_at is not None:
+        payload[environment.HEARTBEAT_GAP_S] = round(written - _last_write_at, 4)
+    _last_write_at = written
     compute_s = _take_compute_mean()
     if compute_s is not None:
         payload["compute_s"] = compute_s

@@ -32,6 +32,7 @@ def _reset_generation() -> None:
     heartbeats._reported_step = None
     heartbeats._reported_metrics = {}
     heartbeats._heartbeat_warned = False
+    heartbeats._last_write_at = None
     compute_time._step_compute_s = 0.0
     compute_time._window_compute_s = 0.0
     compute_time._window_steps = 0

@@ -299,6 +299,25 @@ def test_the_observer_learns_the_rhythm_and_finds_a_hang_in_seconds(tmp_path: Pa
     assert 2.0 < after <= 2.1, f"hung after {after:.2f} s of silence, budget 2 s"
 
 
+@pytest.mark.parametrize(("shares_clock", "learned_s"), [(True, 0.2), (False, 0.5)])
+def test_on_this_machine_the_ranks_own_write_gaps_are_learned(
+    tmp_path: Path, shares_clock: bool, learned_s: float
+) -> None:
+    # Heartbeats every 0.2 s, polls every 0.5 s: the polls see gaps of 0.5 s, but a
+    # rank dated at its write is only ever silent for its own 0.2 s between writes. On
+    # another machine progress dates from the poll that saw it: 0.5 s it is.
+    job = Job(tmp_path, floor_s=0.5)
+    job.agent.shares_clock = shares_clock
+    for step in range(1, 41):
+        job.clock.advance(0.5)
+        job.beat(0, step, gap_s=0.2)
+        job.beat(1, step, gap_s=0.2)
+        assert job.poll() is None
+    budget = job.last.hang_budget
+    assert budget is not None and budget.quantile_s == pytest.approx(learned_s)
+    assert budget.budget_s == pytest.approx(4 * learned_s)  # above the 0.5 s floor
+
+
 def test_before_enough_intervals_a_hang_takes_hang_timeout(tmp_path: Path) -> None:
     job = Job(tmp_path)
     job.train(8)  # a restart's first steps: too few to judge by
@@ -396,6 +415,14 @@ def test_a_slow_phase_is_written_at_once_and_cleared_at_its_end(heartbeat_file: 
     assert _slow_phase(heartbeat_file) is None
     with pytest.raises(ValueError, match="budget_s"):
         lazarus_rank.enter_slow_phase("evaluation", budget_s=0)
+
+
+def test_each_heartbeat_says_how_long_since_the_previous_write(heartbeat_file: Path) -> None:
+    lazarus_rank.heartbeat(1)
+    assert environment.HEARTBEAT_GAP_S not in json.loads(heartbeat_file.read_text())
+    lazarus_rank.flush_heartbeat()
+    gap = json.loads(heartbeat_file.read_text())[environment.HEARTBEAT_GAP_S]
+    assert isinstance(gap, float) and 0 <= gap < 5
 
 
 def test_a_save_is_a_slow_phase_until_the_next_step(
