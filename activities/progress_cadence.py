@@ -62,16 +62,42 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+BACKOFF_MEMORY_S = 3600.0
+"""How long a hang the learned budget declared raises the budget of the job's later
+generations (:func:`backoff_floor`)."""
+
+BACKOFF_FACTOR = 2.0
+
+
+def backoff_floor(hangs: list[tuple[float, float]], now: float) -> float | None:
+    """The least budget a new generation may learn, after hangs the learned budget
+    declared in this job: :data:`BACKOFF_FACTOR` times the largest budget that fired in
+    the last :data:`BACKOFF_MEMORY_S` (``hangs``: (wall time, budget) pairs). None
+    without any. Pure.
+
+    A silence the learned budget calls a hang is never learned (the rank is stopped
+    before it speaks again), so a pause a plain script does not declare (a save every
+    few minutes, longer than the budget) would be called a hang in every generation,
+    for ever: the failure the budget must not have (dlrover PR 1749). Each such hang
+    doubles the next generation's budget instead, up to ``hang_timeout_s``: a real hang
+    that repeats is found a little later each time, a false alarm stops repeating
+    after a restart or two."""
+    recent = [budget for at, budget in hangs if now - at <= BACKOFF_MEMORY_S]
+    return BACKOFF_FACTOR * max(recent) if recent else None
+
+
 def budget_from(
     health: HealthSpec,
     intervals: list[float],
     intervals_seen: int,
     longest_recent_s: float | None,
+    floor_s: float | None = None,
 ) -> HangBudget:
     """The allowed silence of a rank outside a slow phase, from the recent
-    ``intervals`` (seconds between progress marks), how many were learned in all, and
-    the longest of the last :data:`LONG_MEMORY_S`. Never above ``hang_timeout_s``,
-    which is also the answer while fewer than ``min_intervals`` were seen. Pure."""
+    ``intervals`` (seconds between progress marks), how many were learned in all, the
+    longest of the last :data:`LONG_MEMORY_S` and ``floor_s`` (:func:`backoff_floor`).
+    Never above ``hang_timeout_s``, which is also the answer while fewer than
+    ``min_intervals`` were seen. Pure."""
     spec = health.hang_budget
     cap = health.hang_timeout_s
     if spec.mode == "off":
@@ -89,7 +115,12 @@ def budget_from(
             longest_recent_s=longest_recent_s,
             intervals_seen=intervals_seen,
         )
-    learned = max(spec.floor_s, spec.multiplier * q, LONG_MARGIN * (longest_recent_s or 0.0))
+    learned = max(
+        spec.floor_s,
+        spec.multiplier * q,
+        LONG_MARGIN * (longest_recent_s or 0.0),
+        floor_s or 0.0,
+    )
     return HangBudget(
         budget_s=min(learned, cap),
         source="learned",
@@ -97,6 +128,7 @@ def budget_from(
         quantile_s=q,
         longest_recent_s=longest_recent_s,
         intervals_seen=intervals_seen,
+        backoff_floor_s=floor_s,
     )
 
 
@@ -140,8 +172,10 @@ class CadenceLearner:
             self._longest.popleft()
         return self._longest[0][1] if self._longest else None
 
-    def budget(self, now: float) -> HangBudget:
-        return budget_from(self._health, list(self._recent), self._seen, self.longest_recent(now))
+    def budget(self, now: float, floor_s: float | None = None) -> HangBudget:
+        return budget_from(
+            self._health, list(self._recent), self._seen, self.longest_recent(now), floor_s
+        )
 
     def to_document(self, mono_now: float, wall_now: float) -> dict[str, Any]:
         """What a later supervision of the generation restores: the window, the count

@@ -74,6 +74,7 @@ from activities.supervise_rules import (
     StepRate,
     awaiting_exit_record,
     evaluate,
+    learned_budget_fired,
     needs_kernel_evidence,
     next_hang_check,
     with_evidence,
@@ -188,6 +189,9 @@ async def _supervise_with(
                 failure = await asyncio.to_thread(attach_evidence, observer, outcome)
                 outcome = outcome.model_copy(update={"failure": failure})
                 failure = await asyncio.to_thread(with_rank_stacks, observer, outcome)
+                fired = learned_budget_fired(failure, request.health.hang_timeout_s)
+                if fired is not None:
+                    observer.note_learned_hang(fired)
                 failure = await asyncio.to_thread(drain_lost_node, opened, failure, request.job_id)
                 outcome = outcome.model_copy(update={"failure": failure})
             return for_history(outcome)

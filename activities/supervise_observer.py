@@ -24,7 +24,7 @@ from activities.diagnosis import TAIL_BYTES
 from activities.kernel_evidence import KernelSources, OomWatch
 from activities.nodes.agent import NodeAgent, NodeStatus, RankRecord
 from activities.nodes.rundir import GenerationDir, read_json, write_json_atomic
-from activities.progress_cadence import CadenceLearner
+from activities.progress_cadence import BACKOFF_MEMORY_S, CadenceLearner, backoff_floor
 from activities.straggler_stats import ComputeWindow
 from activities.supervise_rules import (
     MIN_FAILED_POLLS,
@@ -154,6 +154,9 @@ class GenerationObserver:
         closed): an interval of any rank that spans it is the phase's, not the rhythm
         (its peers wait in a collective), and no hang clock starts before it."""
         self._phase_was_open = False
+        self._backoff: list[tuple[float, float]] = []
+        """(wall time, budget) of hangs the learned budget declared in earlier
+        generations of this run (:data:`BACKOFF_FILE`)."""
         self._oom = OomWatch(kernel)
         self._dead_since: dict[int, float] = {}
         self._unreachable_since: dict[str, float] = {}
@@ -251,12 +254,29 @@ class GenerationObserver:
             self._cadence_saved_at = mono
             with contextlib.suppress(OSError, ValueError):
                 self._cadence.restore(read_json(path), mono, wall)
+            with contextlib.suppress(OSError, ValueError):
+                self._backoff = _backoff_records(read_json(self._gen.path.parent / BACKOFF_FILE))
             return
         if mono - self._cadence_saved_at < CADENCE_SAVE_EVERY_S or not self._gen.path.is_dir():
             return
         self._cadence_saved_at = mono
         with contextlib.suppress(OSError):
             write_json_atomic(path, self._cadence.to_document(mono, wall))
+
+    def note_learned_hang(self, budget_s: float) -> None:
+        """A hang the learned budget declared (not a slow phase's, not
+        ``hang_timeout_s``'s): later generations of the run start from twice its budget
+        (:func:`~activities.progress_cadence.backoff_floor`). Best effort, like the
+        cadence file."""
+        wall = self._clock.wall()
+        kept = [(at, b) for at, b in self._backoff if wall - at <= BACKOFF_MEMORY_S]
+        self._backoff = [*kept[-7:], (wall, budget_s)]
+        with contextlib.suppress(OSError):
+            if self._gen.path.parent.is_dir():
+                write_json_atomic(
+                    self._gen.path.parent / BACKOFF_FILE,
+                    {"version": 1, "hangs": [list(pair) for pair in self._backoff]},
+                )
 
     def _learn(
         self, rank: int, previous: float, at: float, in_slow_phase: bool, gap: float | None
@@ -433,7 +453,7 @@ class GenerationObserver:
             signal_seen_at=None if self._signal_seen is None else now - (mono - self._signal_seen),
             rank_phases={rank: dict(marks) for rank, marks in self._rank_phases.items()},
             checkpoint_save_s=max(self._save_s.values(), default=None),
-            hang_budget=self._cadence.budget(mono),
+            hang_budget=self._cadence.budget(mono, backoff_floor(self._backoff, now)),
             slow_phases=slow_phases,
             slow_phase_over_at=(
                 None if self._phase_seen_at is None else now - (mono - self._phase_seen_at)
@@ -626,6 +646,30 @@ CADENCE_FILE = "hang-budget.json"
 """In the controller's copy of the generation directory: what the hang budget learned
 (:meth:`activities.progress_cadence.CadenceLearner.to_document`), for the next
 supervision of the generation."""
+
+BACKOFF_FILE = "hang-budget-backoff.json"
+"""In the controller's copy of the run directory (beside the generations): the hangs
+the learned budget declared, which raise later generations' budgets."""
+
+
+def _backoff_records(document: object) -> list[tuple[float, float]]:
+    """The (wall time, budget) pairs of :data:`BACKOFF_FILE`; [] for anything else."""
+    if not isinstance(document, dict) or document.get("version") != 1:
+        return []
+    hangs = document.get("hangs")
+    if not isinstance(hangs, list):
+        return []
+    return [
+        (float(pair[0]), float(pair[1]))
+        for pair in hangs
+        if isinstance(pair, list)
+        and len(pair) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)
+        and math.isfinite(pair[0])
+        and math.isfinite(pair[1])
+        and pair[1] > 0
+    ]
+
 
 CADENCE_SAVE_EVERY_S = 5.0
 """How often the learner is written back (one small file, fsynced)."""

@@ -269,9 +269,15 @@ def allowed_silence(
     A rank in a declared slow phase gets that phase's budget. So does every other
     rank while one is in a phase: a rank saving a checkpoint holds its peers in their
     next collective (``torch.save``'s barrier), and their silence is its phase, not a
-    hang. Otherwise the learned budget (:attr:`Observation.hang_budget`). Every
-    answer is capped by ``hang_timeout_s``, the upper bound of them all."""
+    hang. Once a rank has finished (exit 0), every rank gets ``hang_timeout_s``: the
+    others are finishing too. Otherwise the learned budget
+    (:attr:`Observation.hang_budget`). Every answer is capped by ``hang_timeout_s``,
+    the upper bound of them all."""
     cap = request.health.hang_timeout_s
+    if any(r.exit_code == 0 for r in obs.ranks):
+        # A rank finished: the others are in their own last steps (a final save, the
+        # last barrier, teardown), slower than a step on a loaded machine.
+        return cap, None
     own = obs.slow_phases.get(status.rank)
     phase = own
     if phase is None and obs.slow_phases:
@@ -389,6 +395,19 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
         hang_budget=obs.hang_budget,
         slow_phase=phase,
     )
+
+
+def learned_budget_fired(failure: FailureReport, hang_timeout_s: float) -> float | None:
+    """The learned budget a hang was declared by, or None: a crash, a slow phase's
+    hang, one judged by ``hang_timeout_s`` (still learning, pinned, off, or capped).
+    Such a hang raises later generations' budgets
+    (:func:`activities.progress_cadence.backoff_floor`). Pure."""
+    budget = failure.hang_budget
+    if failure.kind != "hang" or failure.slow_phase is not None or budget is None:
+        return None
+    if budget.source != "learned" or budget.budget_s >= hang_timeout_s:
+        return None
+    return budget.budget_s
 
 
 def _budget_words(

@@ -385,13 +385,15 @@ def train(args: argparse.Namespace, completed: int, state: Mapping[str, Any]) ->
                 step, sent, took = replica.completed_pushes.popleft()
                 print(f"state-scale push_s {took:.6f} bytes {sent} step {step}", flush=True)
 
-    lazarus_rank.flush_heartbeat()
-    lazarus_torch.flush_snapshots()
-    if args.state_mb:
-        print(f"state-scale skipped {lazarus_torch.snapshots_skipped}", flush=True)
-    if rank == 0 and args.out is not None:
-        save_atomically(model.state_dict(), args.out)
-    dist.barrier()
+    # After the last step: the last snapshot's write, the final save and the barrier
+    # are slower than a step, a slow phase the supervisor does not call a hang.
+    with lazarus_rank.slow_phase("finishing"):
+        lazarus_torch.flush_snapshots()
+        if args.state_mb:
+            print(f"state-scale skipped {lazarus_torch.snapshots_skipped}", flush=True)
+        if rank == 0 and args.out is not None:
+            save_atomically(model.state_dict(), args.out)
+        dist.barrier()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

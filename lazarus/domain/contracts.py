@@ -304,6 +304,9 @@ class HangBudget(_Model):
     """The longest interval of the last few minutes: the budget stays above it."""
     intervals_seen: int = 0
     """Progress intervals learned so far (this supervision), warm-ups and slow phases left out."""
+    backoff_floor_s: float | None = None
+    """Twice the budget of a hang the learned budget declared in this job within the
+    hour: the least this budget may be (a false alarm must not repeat every generation)."""
 
     def describe(self) -> str:
         """One line: ``2.40 s learned (p99 0.6 s, longest 0.68 s, 240 intervals)``."""
@@ -316,6 +319,8 @@ class HangBudget(_Model):
             parts.append(f"{quantile} {self.quantile_s:.3g} s")
         if self.longest_recent_s is not None:
             parts.append(f"longest {self.longest_recent_s:.3g} s")
+        if self.backoff_floor_s is not None:
+            parts.append(f"at least {self.backoff_floor_s:.3g} s after a hang")
         parts.append(f"{self.intervals_seen} intervals")
         return f"{head} ({', '.join(parts)})"
 

@@ -64,5 +64,10 @@ PLANNED_STOP_HOLD = "planned_stop_hold"
 """After a just-in-time checkpoint the controller asked for: holding at the saved step
 until the planned stop arrives."""
 
+FINISHING = "finishing"
+"""After the last step: final saves, the last barrier, the process group's teardown
+and the interpreter's exit (``run_resilient`` after training returns, and every
+helper-using process from its ``atexit``)."""
+
 SLOW_PHASE_FIELD = "slow_phase"
 """The heartbeat JSON key holding the innermost open slow phase (absent outside one)."""

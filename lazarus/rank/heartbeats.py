@@ -55,7 +55,7 @@ def _resolve_heartbeat() -> str | None:
     _heartbeat_interval_s = interval
     if path is not None and not _flush_registered:
         _flush_registered = True
-        atexit.register(flush_heartbeat)
+        atexit.register(_flush_at_exit)
     return path
 
 
@@ -99,13 +99,21 @@ def heartbeat(step: int, **metrics: Any) -> None:
 
 
 def flush_heartbeat() -> None:
-    """Write the last reported step now, bypassing the throttle. Registered with
-    :mod:`atexit`, so a clean exit never leaves the supervisor a stale step."""
+    """Write the last reported step now, bypassing the throttle. Also written at a
+    clean exit (:mod:`atexit`), so the supervisor is never left a stale step."""
     path = _heartbeat_file
     if not isinstance(path, str) or _reported_step is None:
         return
     heartbeat_throttle._next_heartbeat_at = time.monotonic() + _heartbeat_interval_s
     _write_heartbeat(path, _reported_step, _reported_metrics)
+
+
+def _flush_at_exit() -> None:
+    """At a clean exit, the last step and the ``finishing`` slow phase: what is left
+    (threads joined, the process group's destructors, the interpreter's teardown) takes
+    seconds on a loaded machine, and is not a hang until ``hang_timeout_s``."""
+    slow_phase_stack._open.append(slow_phase_stack.OpenPhase(phases.FINISHING, None))
+    flush_heartbeat()
 
 
 def _write_heartbeat(

@@ -569,6 +569,7 @@ def run_resilient(
     state = setup()
     if rejoin_timeout_s is None:
         train(_start_generation(state, None, backend, timeout), state)
+        lazarus_rank.enter_slow_phase(phases.FINISHING)  # teardown and exit: not a hang
         _finish()
         return state
     initial = {name: _copy_to_cpu(stateful.state_dict()) for name, stateful in state.items()}
@@ -589,6 +590,7 @@ def run_resilient(
             rejoined = _rejoin(reason, rejoin_timeout_s)
     finally:
         lazarus_rank._arm_rejoin(False)
+    lazarus_rank.enter_slow_phase(phases.FINISHING)  # teardown and exit: not a hang
     _finish()
     return state
 

@@ -13,13 +13,16 @@ import pytest
 import lazarus.rank as lazarus_rank
 from activities.nodes.agent import NodeStatus, RankRecord
 from activities.progress_cadence import (
+    BACKOFF_MEMORY_S,
     LONG_MEMORY_S,
     WARMUP_INTERVALS,
     CadenceLearner,
+    backoff_floor,
     budget_from,
     quantile,
 )
 from activities.supervise_observer import (
+    BACKOFF_FILE,
     CADENCE_FILE,
     CADENCE_SAVE_EVERY_S,
     GenerationObserver,
@@ -30,11 +33,13 @@ from activities.supervise_rules import (
     SlowPhase,
     allowed_silence,
     evaluate,
+    learned_budget_fired,
     next_hang_check,
 )
 from lazarus.domain import environment, phases
 from lazarus.domain.contracts import HangBudget, RankStatus, SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HangBudgetSpec, HealthSpec, NodeSpec
+from lazarus.rank import heartbeats
 from tests.fake_nodes import FakeAgent, FakeClock
 
 HANG_S = 10.0
@@ -225,6 +230,17 @@ def test_after_a_phase_the_peers_clocks_start_at_its_end() -> None:
     assert outcome.failure.slow_phase == phases.CHECKPOINT_SAVE
 
 
+def test_once_a_rank_finished_the_others_get_hang_timeout() -> None:
+    # Its peers are in their own last steps: the final save, the barrier, teardown.
+    finishing = obs(
+        rank(0, step=120, alive=False, exit_code=0),
+        rank(1, step=120, last_progress_at=995.0),
+        hang_budget=LEARNED,
+    )
+    assert allowed_silence(request(), finishing, finishing.ranks[1]) == (HANG_S, None)
+    assert evaluate(request(), finishing, 900.0) is None
+
+
 def test_slow_but_moving_is_never_a_hang() -> None:
     # A straggler makes progress inside the budget, however slowly it steps.
     o = obs(rank(0, step=50, last_progress_at=998.5), hang_budget=LEARNED)
@@ -368,6 +384,48 @@ def test_the_next_supervision_of_the_generation_starts_from_what_was_learned(
     assert again.intervals_seen >= first.intervals_seen
 
 
+def test_a_hang_the_learned_budget_declared_doubles_the_next_generations(
+    tmp_path: Path,
+) -> None:
+    # A plain script's undeclared pause, longer than the budget, is never learned (its
+    # rank is stopped first): without this every generation would be stopped at it.
+    (tmp_path / "gen-00001").mkdir()
+    job = Job(tmp_path)
+    job.train(40)
+    outcome, _ = job.silence(HANG_S)
+    assert outcome is not None and outcome.failure is not None
+    fired = learned_budget_fired(outcome.failure, HANG_S)
+    assert fired is not None and fired == pytest.approx(2.0)
+    job.observer.note_learned_hang(fired)
+    assert (tmp_path / BACKOFF_FILE).exists()
+    next_gen = request(tmp_path).model_copy(update={"run_dir": str(tmp_path / "gen-00002")})
+    job.request = next_gen
+    job.observer = GenerationObserver(next_gen, [job.agent], clock=job.clock)
+    job.train(40, first=100)
+    budget = job.last.hang_budget
+    assert budget is not None and budget.budget_s == pytest.approx(4.0)
+    assert budget.backoff_floor_s == pytest.approx(4.0)
+    assert "at least 4 s after a hang" in budget.describe()
+    assert backoff_floor([(0.0, 2.0), (10.0, 4.0)], 20.0) == 8.0
+    assert backoff_floor([(0.0, 2.0)], BACKOFF_MEMORY_S + 1) is None
+
+
+def test_only_a_learned_budget_hang_backs_off() -> None:
+    req = request()
+    by_timeout = obs(rank(0, step=5, last_progress_at=980.0, stopped_by_signal=True))
+    outcome = evaluate(req, by_timeout, 900.0)
+    assert outcome is not None and outcome.failure is not None
+    assert learned_budget_fired(outcome.failure, HANG_S) is None
+    in_phase = obs(
+        rank(0, step=5, last_progress_at=980.0),
+        hang_budget=LEARNED,
+        slow_phases={0: SlowPhase("evaluation")},
+    )
+    outcome = evaluate(req, in_phase, 900.0)
+    assert outcome is not None and outcome.failure is not None
+    assert learned_budget_fired(outcome.failure, HANG_S) is None
+
+
 def test_a_malformed_memory_is_ignored() -> None:
     learner = CadenceLearner(health())
     assert not learner.restore({"version": 2}, 0.0, 0.0)
@@ -423,6 +481,12 @@ def test_each_heartbeat_says_how_long_since_the_previous_write(heartbeat_file: P
     lazarus_rank.flush_heartbeat()
     gap = json.loads(heartbeat_file.read_text())[environment.HEARTBEAT_GAP_S]
     assert isinstance(gap, float) and 0 <= gap < 5
+
+
+def test_a_clean_exit_declares_finishing(heartbeat_file: Path) -> None:
+    lazarus_rank.heartbeat(7)
+    heartbeats._flush_at_exit()
+    assert _slow_phase(heartbeat_file) == {"name": phases.FINISHING, "budget_s": None}
 
 
 def test_a_save_is_a_slow_phase_until_the_next_step(
