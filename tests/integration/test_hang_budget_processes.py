@@ -73,7 +73,7 @@ def _spec(tmp_path: Path, name: str, save_at: int, save_s: float) -> JobSpec:
                 "startup_timeout_s": 30.0,
                 "hang_timeout_s": HANG_S,
                 "poll_interval_s": 0.1,
-                "hang_budget": {"floor_s": 0.5},
+                "hang_budget": {"mode": "learned", "floor_s": 0.5},
             },
         },
         "<test>",

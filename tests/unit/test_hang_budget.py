@@ -46,10 +46,11 @@ HANG_S = 10.0
 
 
 def health(**budget: object) -> HealthSpec:
+    """The learned budget unless the test names another mode (it is opt-in)."""
     return HealthSpec(
         hang_timeout_s=HANG_S,
         startup_timeout_s=60,
-        hang_budget=HangBudgetSpec.model_validate(budget),
+        hang_budget=HangBudgetSpec.model_validate({"mode": "learned", **budget}),
     )
 
 
