@@ -270,13 +270,19 @@ def allowed_silence(
     rank while one is in a phase: a rank saving a checkpoint holds its peers in their
     next collective (``torch.save``'s barrier), and their silence is its phase, not a
     hang. Once a rank has finished (exit 0), every rank gets ``hang_timeout_s``: the
-    others are finishing too. Otherwise the learned budget
+    others are finishing too; so while a node is silent (its loss is for
+    ``node_timeout_s`` to judge, not its peers' hang clocks). Otherwise the learned budget
     (:attr:`Observation.hang_budget`). Every answer is capped by ``hang_timeout_s``,
     the upper bound of them all."""
     cap = request.health.hang_timeout_s
     if any(r.exit_code == 0 for r in obs.ranks):
         # A rank finished: the others are in their own last steps (a final save, the
         # last barrier, teardown), slower than a step on a loaded machine.
+        return cap, None
+    if any(not node.reachable or node.waiting for node in obs.nodes.values()):
+        # A node is silent (or its poll still out): ranks elsewhere blocked in a
+        # collective on its ranks are its loss, which node_timeout_s judges; the
+        # learned budget would call them hung first, and the loss a hang.
         return cap, None
     own = obs.slow_phases.get(status.rank)
     phase = own

@@ -29,6 +29,7 @@ from activities.supervise_observer import (
     slow_phase_of,
 )
 from activities.supervise_rules import (
+    NodeObservation,
     Observation,
     SlowPhase,
     allowed_silence,
@@ -240,6 +241,28 @@ def test_once_a_rank_finished_the_others_get_hang_timeout() -> None:
     )
     assert allowed_silence(request(), finishing, finishing.ranks[1]) == (HANG_S, None)
     assert evaluate(request(), finishing, 900.0) is None
+
+
+def test_while_a_node_is_silent_its_peers_are_not_hung_by_the_learned_budget() -> None:
+    # Survivors blocked in a collective on a dead node's ranks: its loss is for
+    # node_timeout_s to judge; called hung first, the loss would be handled as a hang.
+    blocked = obs(
+        rank(0, step=50, last_progress_at=996.0, node="a"),
+        rank(1, step=50, last_progress_at=996.0, node="b"),
+        hang_budget=LEARNED,
+        nodes={
+            "a": NodeObservation(reachable=True),
+            "b": NodeObservation(reachable=False, unreachable_since=996.5, failed_polls=1),
+        },
+    )
+    assert allowed_silence(request(), blocked, blocked.ranks[0]) == (HANG_S, None)
+    assert evaluate(request(), blocked, 900.0) is None
+    waiting = obs(
+        rank(0, step=50, last_progress_at=996.0, node="a"),
+        hang_budget=LEARNED,
+        nodes={"a": NodeObservation(reachable=True), "b": NodeObservation(True, waiting=True)},
+    )
+    assert allowed_silence(request(), waiting, waiting.ranks[0]) == (HANG_S, None)
 
 
 def test_slow_but_moving_is_never_a_hang() -> None:
