@@ -61,7 +61,10 @@ def test_name_override_lets_one_file_run_twice(tmp_path: Path) -> None:
         ),
         ("nodes: [{name: a}, {name: a}]", "nodes/spares: node names must be unique"),
         ("playbook: {nccl_timeout: {ladder: [reboot]}}", "playbook.nccl_timeout.ladder: unknown"),
-        ("playbook: {nccl_timeout: {ladder: []}}", "playbook.nccl_timeout.ladder: must be at least"),
+        (
+            "playbook: {nccl_timeout: {ladder: []}}",
+            "playbook.nccl_timeout.ladder: must be at least",
+        ),
         ("playbook: {ncc_timeout: {ladder: [escalate]}}", "playbook: unknown failure class"),
         ("straggler: {slowdown_factor: 1.0}", "straggler.slowdown_factor: must be more than"),
         ("on_escalation: []", "on_escalation: must be at least 1 item(s) long; got 0"),
