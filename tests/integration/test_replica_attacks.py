@@ -34,6 +34,7 @@ import pytest
 import lazarus.rank as lz
 from lazarus.domain import checkpoint_layout, environment, memory_tier
 from lazarus.rank import memory, replica
+from tests.memory_root import private_roots_under
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -121,10 +122,7 @@ def answer_of(process: subprocess.Popen[str]) -> dict[str, str]:
 
 @pytest.fixture
 def shm(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "shm"
-    root.mkdir()
-    root.chmod(0o1777)
-    with mock.patch.object(memory_tier, "PRIVATE_ROOT_PREFIX", f"{root}/lazarus-"):
+    with private_roots_under(tmp_path) as root:
         yield root
 
 

@@ -29,6 +29,7 @@ import pytest
 import lazarus.rank as lz
 from lazarus.domain import chaos_points, checkpoint_layout, environment, memory_tier
 from lazarus.rank import memory, replica, transfer
+from tests.memory_root import private_roots_under
 
 JOB = "job"
 SECRET = "5e" * 32
@@ -38,10 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 @pytest.fixture
 def shm(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "shm"
-    root.mkdir()
-    root.chmod(0o1777)
-    with mock.patch.object(memory_tier, "PRIVATE_ROOT_PREFIX", f"{root}/lazarus-"):
+    with private_roots_under(tmp_path) as root:
         yield root
 
 
