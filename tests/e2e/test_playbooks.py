@@ -40,7 +40,8 @@ async def test_gloo_collective_timeout_is_classified_and_recovered(
         steps=STEPS,
         step_time=0.1,
         command=with_args(base.command, "--pg-timeout-s", "3"),
-        health={"hang_timeout_s": 60},  # the collective timeout must fire first
+        # The collective timeout must fire first: no hang clock runs out before it.
+        health={"hang_timeout_s": 60, "hang_budget": {"mode": "off"}},
     )
     job = await start_job(spec)
     await asyncio.to_thread(chaos.wait_for_step, job.run_root, 15)
