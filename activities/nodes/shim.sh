@@ -731,9 +731,6 @@ shim_python() {
 	_wmod=$1
 	_wverb=$2
 	shift 2
-	IFS= read -r _wpath
-	IFS= read -r _wpp
-	_wreq=$(cat)
 	[ $# -eq 3 ] || {
 		fail "$_wverb: usage: $_wverb GEN_DIR PROGRAM WORKDIR"
 		return 2
@@ -748,15 +745,12 @@ shim_python() {
 		fail "generation $_gen was stopped; launch a new one"
 		return 1
 	fi
-	shim_run_module "$_wmod" "$_wverb" "$2" "$3" "$_wpath" "$_wpp" "$_wreq"
+	shim_run_module "$_wmod" "$_wverb" "$2" "$3"
 }
 
 shim_replica_restore() {
 	# VERB PROGRAM WORKDIR: one end of a replica restore (no generation: it runs before
 	# the launch, and holds no lock). stdin as shim_python's; the request holds the key.
-	IFS= read -r _wpath
-	IFS= read -r _wpp
-	_wreq=$(cat)
 	[ $# -eq 3 ] || {
 		fail "replica-restore: usage: replica-restore VERB PROGRAM WORKDIR"
 		return 2
@@ -766,20 +760,20 @@ shim_replica_restore() {
 		return 2
 		;;
 	esac
-	shim_run_module "lazarus.rank.replica_restore $1" replica-restore "$2" "$3" "$_wpath" "$_wpp" "$_wreq"
+	shim_run_module "lazarus.rank.replica_restore $1" replica-restore "$2" "$3"
 }
 
 shim_run_module() {
-	# MODULE VERB PROGRAM WORKDIR PATH PYTHONPATH REQUEST: run `PROGRAM -m MODULE` (its
-	# words: a module and its arguments) with the ranks' interpreter in WORKDIR, the
-	# request on its stdin.
+	# MODULE VERB PROGRAM WORKDIR: run `PROGRAM -m MODULE` (its words: a module and its
+	# arguments) with the ranks' interpreter in WORKDIR. stdin: the ranks' PATH and
+	# PYTHONPATH lines, then the request, handed to the module on its stdin.
 	_wmod=$1
 	_wverb=$2
 	_prog=$3
 	_wdir=$4
-	_wpath=$5
-	_wpp=$6
-	_wreq=$7
+	IFS= read -r _wpath
+	IFS= read -r _wpp
+	_wreq=$(cat)
 	if [ ! -d "$_wdir" ]; then
 		fail "workdir $_wdir does not exist on the node"
 		return 1
