@@ -17,19 +17,17 @@ ENV VIRTUAL_ENV=/opt/lazarus \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
-COPY rank rank
+COPY pyproject.toml README.md ./
 COPY infra/docker/worker-constraints.txt infra/docker/worker-constraints.txt
 COPY lazarus lazarus
 COPY workflows workflows
 COPY activities activities
 COPY workers workers
-COPY infra infra
 RUN python -m venv "$VIRTUAL_ENV"
 # Exact versions (the tested runtime closure); no extras: the controller never imports
-# torch, ranks run the training image's own Python. ./rank is lazarus-rank, the rank
-# helper the controller depends on (a training image installs it alone).
-RUN "$VIRTUAL_ENV/bin/pip" install --constraint infra/docker/worker-constraints.txt ./rank .
+# torch, ranks run the training image's own Python, and the worker talks to a real
+# Temporal (no dev-server extra). The rank helper, lazarus.rank, is in lazarus-train.
+RUN "$VIRTUAL_ENV/bin/pip" install --constraint infra/docker/worker-constraints.txt .
 RUN "$VIRTUAL_ENV/bin/lazarus" --help >/dev/null && \
     "$VIRTUAL_ENV/bin/python" -c "import workers.controller"
 

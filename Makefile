@@ -4,13 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-all test-fast test-hosts lint docs bench bench-peers clean
+.PHONY: setup demo test test-all test-fast test-hosts lint docs bench bench-peers dist clean
 
-# The rank helper (rank/, lazarus-rank) is the controller's one dependency from this
-# tree: installed in the same command, so pip never looks for it on an index.
-$(STAMP): pyproject.toml rank/pyproject.toml setup.py
+# The controller, lazarus-train, holds the rank helper (lazarus.rank) too: one install.
+$(STAMP): pyproject.toml rank/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ./rank -e '.[torch,dev,deploy-check,frameworks]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[torch,dev,deploy-check,frameworks]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -78,5 +77,16 @@ $(PEERS_STAMP): $(STAMP) bench/peers/install_nvrx.py
 
 bench-peers: $(PEERS_STAMP)
 
+# The release artifacts, offline (--no-isolation: this venv's setuptools): lazarus-train's
+# sdist and its wheel, built from that sdist (so the sdist is known to be complete), and
+# lazarus-rank's wheel (rank/ takes its files from ../lazarus: a wheel only). Install
+# with `pip install dist/lazarus_train-*.whl` (docs/getting-started.md#installing).
+# The old egg-info goes first: setuptools adds every file its SOURCES.txt lists (an
+# earlier install's) to the sdist.
+dist: setup
+	rm -rf dist lazarus_train.egg-info
+	$(PY) -m build --no-isolation --outdir dist .
+	$(PY) -m build --no-isolation --wheel --outdir dist rank
+
 clean:
-	rm -rf .lazarus .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .lazarus .pytest_cache .mypy_cache .ruff_cache dist

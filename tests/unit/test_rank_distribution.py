@@ -1,4 +1,5 @@
-"""``lazarus-rank`` and the controller agree on one version and one pin, and the ranks'
+"""``lazarus-rank`` and the controller agree on one version, the controller needs no
+other distribution of this tree (issue 39: ``pip install .`` alone), and the ranks'
 PYTHONPATH holds Lazarus's own code only (issue 29). Pure: reads files, starts nothing.
 The wheels themselves are built and installed by tests/integration/test_rank_environment.py
 and tests/integration/test_packaging.py."""
@@ -24,12 +25,14 @@ def _project(path: str) -> dict[str, object]:
     return project
 
 
-def test_both_distributions_have_the_controllers_version_and_the_pin_matches() -> None:
+def test_both_distributions_have_the_controllers_version_and_no_pin_between_them() -> None:
+    """lazarus-train holds lazarus.rank itself: a pin on lazarus-rank would make
+    `pip install .` look for it on an index (and install the same files twice)."""
     controller, rank = _project("pyproject.toml"), _project("rank/pyproject.toml")
     assert controller["version"] == rank["version"] == __version__
-    assert f"lazarus-rank=={__version__}" in controller["dependencies"]  # type: ignore[operator]
-    constraints = (REPO / "infra/docker/worker-constraints.txt").read_text().split()
-    assert f"lazarus-rank=={__version__}" in constraints
+    assert not any("lazarus-rank" in r for r in controller["dependencies"])  # type: ignore[attr-defined]
+    constraints = (REPO / "infra/docker/worker-constraints.txt").read_text()
+    assert "\nlazarus-rank==" not in constraints
 
 
 def test_the_rank_helper_depends_on_nothing() -> None:
@@ -38,14 +41,16 @@ def test_the_rank_helper_depends_on_nothing() -> None:
     assert "optional-dependencies" not in rank
 
 
-def test_setup_and_dockerfile_install_the_rank_helper_with_the_controller() -> None:
-    """A fresh clone's `make setup` and the image build install ./rank in the same pip
-    command as the controller, so pip never looks for lazarus-rank on an index."""
+def test_setup_and_dockerfile_install_the_controller_alone() -> None:
+    """`make setup` and the image build install lazarus-train only: it holds the rank
+    helper, and lazarus-rank beside it would own the same files."""
     makefile = (REPO / "Makefile").read_text()
-    assert re.search(r"pip install .*-e \./rank -e '\.\[", makefile), "Makefile"
+    assert re.search(r"pip install .* -e '\.\[", makefile), "Makefile"
+    assert "./rank" not in makefile
     dockerfile = (REPO / "Dockerfile").read_text()
-    assert "COPY rank rank" in dockerfile
-    assert re.search(r"pip\" install .*\./rank \.$", dockerfile, re.MULTILINE), "Dockerfile"
+    assert "rank" not in re.findall(r"^COPY (\S+)", dockerfile, re.MULTILINE)
+    assert re.search(r"pip\" install .* \.$", dockerfile, re.MULTILINE), "Dockerfile"
+    assert "./rank" not in dockerfile
 
 
 def test_a_checkout_is_the_ranks_import_root() -> None:
