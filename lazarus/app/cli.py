@@ -859,3 +859,8 @@ if __name__ == "__main__":
 from lazarus.app.cli_fleet import fleet_app  # noqa: E402 (the sub-app after the app it joins)
 
 app.add_typer(fleet_app, name="fleet")
+
+from lazarus.app import cli_help, cli_tools  # noqa: E402 (after every verb is registered)
+
+cli_tools.register(app)  # spec schema, completion
+cli_help.plain_help(app)  # --help without {ARG} or <type> tags, on every verb

@@ -76,7 +76,7 @@ def start(
         ),
     ] = False,
 ) -> None:
-    """Start the fleet's workflow (``lazarus-fleet-<name>``); a worker must be running.
+    """Start the fleet's workflow ('lazarus-fleet-NAME'); a worker must be running.
     Refused while it runs, and after an earlier run was ended unless --forget-state."""
     try:
         config = load_fleet_config(config_file)

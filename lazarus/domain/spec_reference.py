@@ -188,6 +188,38 @@ def section(model: type[BaseModel], used_by: list[str]) -> list[str]:
     return lines
 
 
+EDITOR_SECTION = [
+    "## Checking a spec in your editor (JSON Schema)",
+    "",
+    "[`job-spec.schema.json`](job-spec.schema.json) is the JSON Schema of this page,",
+    "generated from the same model (`lazarus spec schema` prints it; a unit test keeps",
+    "the committed file current). With VS Code's YAML extension (`redhat.vscode-yaml`),",
+    "or any editor that runs `yaml-language-server`, put a line at the top of a spec:",
+    "",
+    "```yaml",
+    "# yaml-language-server: $schema=job-spec.schema.json",
+    "name: my-job",
+    "command: [python, train.py]",
+    "```",
+    "",
+    "The path is relative to the spec (a URL works too); write the file there with",
+    "`lazarus spec schema > job-spec.schema.json`, or point at this repository's copy.",
+    "For every spec of a folder at once, map a glob in `.vscode/settings.json`:",
+    "",
+    "```json",
+    '{"yaml.schemas": {"./job-spec.schema.json": ["jobs/*.yaml"]}}',
+    "```",
+    "",
+    "The editor then flags unknown fields (`hang_timout_s`), wrong types and",
+    "out-of-range values as you type, completes field names, and shows each field's",
+    "description. It cannot check what needs your machine or several fields together (a",
+    "`workdir` that does not exist, `slurm:` with local nodes): `lazarus start --dry-run`",
+    "still does.",
+    "",
+]
+"""The section on the JSON Schema (:mod:`lazarus.domain.spec_schema`), under the intro."""
+
+
 def render() -> str:
     """The whole page, as committed in ``docs/reference/job-spec.md``."""
     order: list[type[BaseModel]] = [JobSpec]
@@ -213,6 +245,7 @@ def render() -> str:
         "prints the resolved spec. An annotated example is in",
         "[guides/your-script.md](../guides/your-script.md#the-job-spec).",
         "",
+        *EDITOR_SECTION,
     ]
     for model in order:
         lines += section(model, used_by[model])
