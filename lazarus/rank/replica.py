@@ -61,6 +61,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,21 +128,32 @@ def snapshot_files(snapshot: Path) -> list[str]:
 
 
 def push(
-    snapshot: Path, to: str, *, key: bytes, slot: int, job_id: str | None, generation: int
+    snapshot: Path,
+    to: str,
+    *,
+    key: bytes,
+    slot: int,
+    job_id: str | None,
+    generation: int,
+    known: Mapping[str, str] | None = None,
 ) -> int:
     """Send committed ``snapshot`` to the receiver at ``to`` as slot ``slot``'s copy,
-    under ``key``. Returns the bytes sent; raises :class:`ReplicaRefused` (with the
-    receiver's reason, once it proved the key) or OSError. Never follows a symlink
-    inside the snapshot."""
+    under ``key``. ``known``: digests computed as files were written (the state
+    file's, :func:`lazarus.rank.state_file.save_snapshot_file`); with every large
+    file's digest known the bytes go by ``sendfile``, unread here. Returns the bytes
+    sent; raises :class:`ReplicaRefused` (with the receiver's reason, once it proved
+    the key) or OSError. Never follows a symlink inside the snapshot."""
     step = checkpoint_layout.parse_step_dir(snapshot.name)
     if step is None or not checkpoint_layout.is_committed(snapshot) or snapshot.is_symlink():
         raise ReplicaRefused(f"{snapshot} is not a committed snapshot")
     fields = {"job_id": job_id, "generation": generation, "slot": slot, "step": step}
+    names = snapshot_files(snapshot)
+    digests = _all_digests(snapshot, names, known or {})
     host, first = parse_address(to)
     unproven: list[str] = []
     for port in memory_tier.candidate_ports(key, first):
         try:
-            return transfer.send((host, port), key, snapshot, snapshot_files(snapshot), fields)
+            return transfer.send((host, port), key, snapshot, names, fields, digests=digests)
         except (transfer.PeerUnproven, ConnectionRefusedError) as exc:
             unproven.append(f"{port}: {exc}")  # a squatter, or not this port: the next
         except transfer.TransferRefused as exc:
@@ -151,6 +163,25 @@ def push(
         + "; ".join(unproven)
         + ")"
     )
+
+
+SMALL_FILE_BYTES = 1 << 20
+"""A file this small (the manifest) is hashed at push time when no digest was kept."""
+
+
+def _all_digests(snapshot: Path, names: list[str], known: Mapping[str, str]) -> list[str] | None:
+    """Every file's digest: the ``known`` ones, the small rest hashed now; None when a
+    large file has none (the push then hashes as it sends, on several threads)."""
+    digests: list[str] = []
+    for name in names:
+        path = snapshot / name
+        if name in known:
+            digests.append(known[name])
+        elif path.stat().st_size <= SMALL_FILE_BYTES:
+            digests.append(transfer.digest_of(path))
+        else:
+            return None
+    return digests
 
 
 _last_push_error: str | None = None
@@ -169,6 +200,7 @@ class _Push:
     slot: int
     job_id: str | None
     generation: int
+    known: Mapping[str, str]
 
 
 _pending: _Push | None = None
@@ -200,7 +232,7 @@ def _say_once(what: str) -> None:
         print(f"lazarus.rank: memory replicas: {what}", file=sys.stderr)
 
 
-def push_committed(snapshot: Path) -> bool:
+def push_committed(snapshot: Path, known: Mapping[str, str] | None = None) -> bool:
     """Hand a snapshot this node just committed to the background pusher, when
     replicas are on (True: handed over). The snapshot thread returns at once, so the
     next snapshot, and so the training step, never waits for the buddy. One push at a
@@ -218,7 +250,7 @@ def push_committed(snapshot: Path) -> bool:
     if key is None:
         return False
     slot = lazarus_rank._env_int(environment.GROUP_RANK, 0)
-    job = _Push(snapshot, to, key, slot, me.job_id, me.generation)
+    job = _Push(snapshot, to, key, slot, me.job_id, me.generation, dict(known or {}))
     with _push_lock:
         if _pending is not None:
             pushes_skipped += 1
@@ -264,6 +296,7 @@ def _push_one(job: _Push) -> bool:
             slot=job.slot,
             job_id=job.job_id,
             generation=job.generation,
+            known=job.known,
         )
     except (OSError, ValueError, transfer.TransferRefused) as exc:
         reason = f"{type(exc).__name__}: {exc}"

@@ -86,6 +86,7 @@ import lazarus.rank as lazarus_rank
 from lazarus.domain import environment, phases
 from lazarus.rank import control, memory, rejoin_requests, replica, transfer
 from lazarus.rank.host_copy import copy_to_cpu as _copy_to_cpu
+from lazarus.rank.state_file import save_checkpoint_file, save_snapshot_file
 
 STATE_FILE = "state.pt"
 
@@ -148,22 +149,12 @@ def save(step: int, state: Mapping[str, Any]) -> Path | None:
     # the save's, not a hang (the supervisor gives the phase its own budget).
     with lazarus_rank.slow_phase(phases.CHECKPOINT_SAVE):
         if is_writer:
-            _save_state_file(state, lazarus_rank.checkpoint_path(step) / STATE_FILE)
+            save_checkpoint_file(state, lazarus_rank.checkpoint_path(step) / STATE_FILE)
         if _distributed():
             dist.barrier()
         if is_writer:
             return lazarus_rank.commit_checkpoint(step)
         return None
-
-
-def _save_state_file(state: Mapping[str, Any], target: Path) -> None:
-    temp = lazarus_rank.temp_path_for(target)
-    try:
-        torch.save(dict(state), temp)
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
 
 
 def load(
@@ -378,11 +369,10 @@ def _default_group_timeout() -> timedelta | None:
 def _write_snapshot(step: int, state: Mapping[str, Any] | None, group: Any) -> None:
     """Background: write this node's copy, wait for every node's, then commit. A
     failure is reported and the snapshot skipped: the disk tier still serves."""
-    written = False
+    written: str | None = None  # the state file's transfer digest, once written
     if state is not None:
         try:
-            _save_state_file(state, memory.write_dir(step) / STATE_FILE)
-            written = True
+            written = save_snapshot_file(state, memory.write_dir(step) / STATE_FILE)
         except Exception as exc:  # a snapshot must never kill training
             print(
                 f"lazarus.rank: memory snapshot of step {step} not written: {exc}", file=sys.stderr
@@ -392,7 +382,8 @@ def _write_snapshot(step: int, state: Mapping[str, Any] | None, group: Any) -> N
             dist.barrier(group=group)  # every node's copy is in tmpfs before any commit
         if written:
             final = memory.commit(step)
-            if replica.push_committed(final):  # to the buddy, when replicas are on
+            # To the buddy, when replicas are on: by sendfile, under the digest above.
+            if replica.push_committed(final, {STATE_FILE: written}):
                 # This thread waits for the buddy's answer (the training thread does
                 # not: the next snapshot is skipped meanwhile), so every node pushes
                 # the same steps, and the newest ``memory_keep`` a survivor keeps
