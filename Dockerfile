@@ -49,7 +49,7 @@ USER 10001:10001
 # outside the container.
 EXPOSE 9464 9465
 # SIGTERM drains: running activities are cancelled and retried on another worker,
-# ranks keep running (see README "Upgrading the controller").
+# ranks keep running (see docs/guides/upgrading.md).
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["lazarus"]
 CMD ["worker"]

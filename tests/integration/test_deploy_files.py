@@ -474,6 +474,190 @@ def test_helm_chart_without_tls_or_metrics_renders_valid_objects(tmp_path: Path)
     assert not any(e["name"] == "LAZARUS_METRICS_ADDR" for e in container["env"])
 
 
+SSH_KEY = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA-not-a-real-key\n-----END OPENSSH PRIVATE KEY-----\n"
+)
+REACHING_VALUES: dict[str, Any] = {
+    "allowedCommands": ["/opt/train/bin/*"],
+    "ssh": {
+        "keys": {"privateKeys": {"id_ed25519": SSH_KEY}},
+        "knownHosts": {"entries": ["10.0.0.11 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample"]},
+    },
+    "slurm": {
+        "enabled": True,
+        "config": "ClusterName=gpu\nSlurmctldHost=slurmctl\n",
+        "munge": {"existingSecret": "munge-key"},
+    },
+    "replicaKey": {"existingSecret": "lazarus-replica-key"},
+    "extraEnv": [{"name": "HF_HOME", "value": "/scratch/hf"}],
+    "extraVolumes": [{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],
+    "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+}
+
+
+def _pod(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = next(doc for doc in documents if doc["kind"] == "Deployment")
+    pod: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return pod
+
+
+def _mount(container: dict[str, Any], volume: str) -> dict[str, Any]:
+    mount: dict[str, Any] = next(m for m in container["volumeMounts"] if m["name"] == volume)
+    return mount
+
+
+def test_helm_chart_reaches_ssh_and_slurm_nodes(tmp_path: Path) -> None:
+    """SSH keys, a persistent known_hosts, a Slurm client config with munge, the replica
+    key and extra volumes/env: lint-clean, valid Kubernetes objects, and wired so the
+    worker finds each file where it reads it."""
+    assert _lint(REACHING_VALUES) == []
+    documents = list(_documents(_render_chart(REACHING_VALUES)))
+    _validate_kubernetes(documents, tmp_path)
+    kinds = sorted(doc["kind"] for doc in documents)
+    assert kinds == sorted(
+        ["Deployment", "PodDisruptionBudget", "ServiceAccount", "Secret", "ConfigMap", "ConfigMap"]
+    )
+    pod = _pod(documents)
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    containers = {c["name"]: c for c in pod["containers"]}
+    (init,) = pod["initContainers"]
+    assert set(containers) == {"worker", "munged"}
+    # Every mount of every container names a volume of the pod, and no two share a name.
+    assert len(volumes) == len(pod["volumes"])
+    for container in [*pod["containers"], init]:
+        for mount in container["volumeMounts"]:
+            assert mount["name"] in volumes, (container["name"], mount["name"])
+    worker = containers["worker"]
+    env = {item["name"]: item.get("value") for item in worker["env"]}
+
+    # SSH: the keys' Secret (the chart's, from the inline key) mounted read-only, 0400;
+    # known_hosts in a ConfigMap, not an emptyDir; LAZARUS_SSH_DIRS names both.
+    secret = next(doc for doc in documents if doc["kind"] == "Secret")
+    assert secret["stringData"]["id_ed25519"] == SSH_KEY
+    keys_volume = volumes["ssh-keys"]["secret"]
+    assert keys_volume["secretName"] == secret["metadata"]["name"]
+    assert keys_volume["defaultMode"] == 0o400
+    keys_mount = _mount(worker, "ssh-keys")
+    assert keys_mount["readOnly"] is True
+    hosts_volume = volumes["ssh-known-hosts"]
+    assert "emptyDir" not in hosts_volume
+    hosts_map = next(
+        doc
+        for doc in documents
+        if doc["kind"] == "ConfigMap"
+        and doc["metadata"]["name"] == hosts_volume["configMap"]["name"]
+    )
+    assert hosts_map["data"]["known_hosts"].startswith("10.0.0.11 ssh-ed25519 ")
+    hosts_mount = _mount(worker, "ssh-known-hosts")
+    assert env["LAZARUS_SSH_DIRS"].split(":") == [keys_mount["mountPath"], hosts_mount["mountPath"]]
+
+    # Slurm: slurm.conf where SLURM_CONF says; munged beside the worker on one socket
+    # directory, with the munge key the init container copied (0400, the worker's user).
+    conf_mount = _mount(worker, "slurm-conf")
+    assert env["SLURM_CONF"] == f"{conf_mount['mountPath']}/slurm.conf"
+    conf_map = next(
+        doc
+        for doc in documents
+        if doc["kind"] == "ConfigMap"
+        and doc["metadata"]["name"] == volumes["slurm-conf"]["configMap"]["name"]
+    )
+    assert "SlurmctldHost=slurmctl" in conf_map["data"]["slurm.conf"]
+    munged = containers["munged"]
+    assert munged["command"] == ["munged"]
+    socket_dir = _mount(worker, "munge-socket")["mountPath"]
+    assert _mount(munged, "munge-socket")["mountPath"] == socket_dir
+    assert f"--socket={socket_dir}/munge.socket.2" in munged["args"]
+    key_dir = _mount(munged, "munge-key")["mountPath"]
+    assert f"--key-file={key_dir}/munge.key" in munged["args"]
+    assert volumes["munge-key"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["munge-key-secret"]["secret"]["secretName"] == "munge-key"
+    script = init["args"][0]
+    assert f"install -m 0400 /secrets/munge-key/munge.key {key_dir}/munge.key" in script
+
+    # The replica key: a regular 0400 file of the worker's user, where the env says.
+    replica_dir = _mount(worker, "replica-key")["mountPath"]
+    assert env["LAZARUS_REPLICA_KEY_FILE"] == f"{replica_dir}/replica.key"
+    assert f"install -m 0400 /secrets/replica-key/replica.key {replica_dir}/replica.key" in script
+    assert _mount(init, "replica-key")["mountPath"] == replica_dir
+    assert volumes["replica-key-secret"]["secret"]["secretName"] == "lazarus-replica-key"
+
+    # Extra env, volumes and mounts arrive as given; every container stays non-root-safe.
+    assert env["HF_HOME"] == "/scratch/hf"
+    assert _mount(worker, "scratch")["mountPath"] == "/scratch"
+    assert volumes["scratch"]["persistentVolumeClaim"]["claimName"] == "scratch"
+    for container in [*pod["containers"], init]:
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_helm_chart_keeps_learnt_host_keys_on_a_claim(tmp_path: Path) -> None:
+    values = {
+        "ssh": {
+            "keys": {"existingSecret": "lazarus-ssh"},
+            "knownHosts": {"existingClaim": "lazarus-known-hosts"},
+        }
+    }
+    documents = list(_documents(_render_chart(values)))
+    _validate_kubernetes(documents, tmp_path)
+    assert not any(doc["kind"] in ("Secret", "ConfigMap") for doc in documents)
+    pod = _pod(documents)
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["ssh-keys"]["secret"]["secretName"] == "lazarus-ssh"
+    claim = volumes["ssh-known-hosts"]["persistentVolumeClaim"]["claimName"]
+    assert claim == "lazarus-known-hosts"
+    (worker,) = pod["containers"]
+    assert _mount(worker, "ssh-known-hosts")["readOnly"] is False, "accept_new_host_keys writes"
+    assert "initContainers" not in pod, "nothing to copy without a replica key or Slurm"
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"ssh": {"keys": {"existingSecret": "lazarus-ssh"}}}, "knownHosts"),
+        (
+            {
+                "ssh": {
+                    "keys": {"existingSecret": "lazarus-ssh"},
+                    "knownHosts": {"existingClaim": "hosts"},
+                },
+                "podSecurityContext": {"fsGroup": None},  # null removes the default
+            },
+            "fsGroup",
+        ),
+        ({"slurm": {"enabled": True, "munge": {"existingSecret": "m"}}}, "slurm.conf"),
+        ({"slurm": {"enabled": True, "config": "ClusterName=c\n"}}, "munge"),
+        ({"ssh": {"knownHosts": {"entries": ["not-a-host-key-line"]}}}, "entries"),
+        ({"extraVolumeMounts": [{"name": "x", "mountPath": "relative"}]}, "mountPath"),
+    ],
+)
+def test_helm_chart_refuses_nodes_it_could_not_reach(
+    values: dict[str, Any], complaint: str
+) -> None:
+    # The values schema is checked by lint; a template's fail() only when rendering
+    # (lint mode logs it and goes on), so both are asked.
+    errors = [*_lint(values), _render_error(values)]
+    assert complaint in " ".join(errors), errors
+
+
+def _render_error(values: dict[str, Any]) -> str:
+    """Why ``helm template`` refuses ``values`` ("" when it renders)."""
+    helm = shutil.which("helm")
+    if helm:
+        values_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"lazarus-bad-{os.getpid()}.yaml"
+        values_file.write_text(yaml.safe_dump(values))
+        try:
+            done = _run([helm, "template", "lazarus", str(CHART), "-f", str(values_file)])
+        finally:
+            values_file.unlink()
+        return "" if done.returncode == 0 else done.stderr
+    helm_python = _helm_sdk()
+    with helm_python.Chart.load(str(CHART)) as chart:
+        try:
+            chart.render(values, name="lazarus", namespace="lazarus")
+        except helm_python.errors.HelmError as exc:
+            return str(exc)
+    return ""
+
+
 # --- systemd -----------------------------------------------------------------------------
 
 

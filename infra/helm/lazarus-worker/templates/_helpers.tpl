@@ -31,3 +31,25 @@ app.kubernetes.io/component: controller-worker
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The worker image, also run by the init container (and munged, unless told otherwise). */}}
+{{- define "lazarus-worker.image" -}}
+{{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- end -}}
+
+{{/* True when SSH keys are given (existing Secret or inline). */}}
+{{- define "lazarus-worker.sshKeys" -}}
+{{- if or .Values.ssh.keys.existingSecret .Values.ssh.keys.privateKeys -}}true{{- end -}}
+{{- end -}}
+
+{{/* True when known_hosts has a persistent home (claim, ConfigMap or inline lines). */}}
+{{- define "lazarus-worker.knownHosts" -}}
+{{- with .Values.ssh.knownHosts -}}
+{{- if or .existingClaim .existingConfigMap .entries -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* True when the init container has a key to copy. */}}
+{{- define "lazarus-worker.privateKeys" -}}
+{{- if or .Values.replicaKey.existingSecret .Values.slurm.enabled -}}true{{- end -}}
+{{- end -}}
