@@ -20,10 +20,10 @@ import os
 import stat
 from collections.abc import Mapping, Sequence
 
-from lazarus.domain.api import API_KEY_ENV
+from lazarus.domain.environment import TEMPORAL_API_KEY
 from lazarus.domain.spec import ENV_NAME_PATTERN
 
-WORKER_SECRETS = frozenset({API_KEY_ENV})
+WORKER_SECRETS = frozenset({TEMPORAL_API_KEY})
 """The worker's own credentials (its Temporal API key): a job's programs never get
 them. With the key, a rank or a health command could start, signal or terminate any
 workflow of the namespace."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from temporalio.common import SearchAttributeKey
 
+from lazarus.domain import environment
+
 WORKFLOW_TYPE = "LazarusJob"
 DEFAULT_TASK_QUEUE = "lazarus"
 WORKFLOW_ID_PREFIX = "lazarus-"
@@ -46,9 +48,8 @@ def job_name_from(workflow_id: str) -> str:
     return workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
 
 
-API_KEY_ENV = "TEMPORAL_API_KEY"
-"""The Temporal Cloud API key's variable: read by the client, and removed from every
-rank's environment by the launcher."""
+API_KEY_ENV = environment.TEMPORAL_API_KEY
+"""The Temporal Cloud API key's variable (:data:`lazarus.domain.environment.TEMPORAL_API_KEY`)."""
 
 
 FLEET_WORKFLOW_TYPE = "LazarusFleet"

@@ -218,3 +218,9 @@ def torchrun_environment(
     elif nproc_per_node > 1:
         env[OMP_NUM_THREADS] = "1"
     return env
+
+
+TEMPORAL_API_KEY = "TEMPORAL_API_KEY"
+"""The Temporal Cloud API key's variable: read by the client, and removed from every
+rank's environment by the launcher. Named here, not beside the API names, so the node
+side (which strips it) never imports temporalio."""
