@@ -133,6 +133,19 @@ class NodeStatus(_Record):
     round_trip_s: float = 0.0
 
 
+class LogChunk(_Record):
+    """Bytes of a rank's log from an offset (:meth:`NodeAgent.log_read`): a reader that
+    asks again from ``offset + len(data)`` gets the rest, and a follower the lines
+    written since, without losing or repeating any."""
+
+    data: bytes = b""
+    size: int | None = None
+    """The file's size when it was read (it may have grown since); None: there is no
+    such log on the node (not started there, or another node ran the rank)."""
+    mtime: float | None = None
+    """When the file was last written (seconds since the epoch), where the node says."""
+
+
 class NodeStopResult(_Record):
     node: str
     reachable: bool
@@ -378,6 +391,13 @@ class NodeAgent(ABC):
 
     @abstractmethod
     def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str: ...
+
+    def log_read(self, gen_dir: str, rank: int, offset: int, max_bytes: int) -> LogChunk:
+        """At most ``max_bytes`` of ``rank-<rank>.log`` from byte ``offset``, with the
+        file's size and time: one round trip, so a log of any size is read whole (or
+        followed) a chunk at a time (``lazarus logs``). Raises :class:`NodeUnreachable`
+        or :class:`NodeRefused` when the node cannot answer."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read logs by offset")
 
     @abstractmethod
     def preflight(self, request: PreflightRequest) -> PreflightResult: ...

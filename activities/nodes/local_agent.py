@@ -17,6 +17,7 @@ from typing import Any
 from activities.nodes.agent import (
     CarryRequest,
     CarryResult,
+    LogChunk,
     MemorySnapshot,
     NodeAgent,
     NodeStatus,
@@ -225,6 +226,17 @@ class LocalAgent(NodeAgent):
                 return handle.read().decode(errors="replace")
         except FileNotFoundError:
             return ""
+
+    def log_read(self, gen_dir: str, rank: int, offset: int, max_bytes: int) -> LogChunk:
+        path = GenerationDir(Path(gen_dir)).log_file(rank)
+        try:
+            with open(path, "rb") as handle:
+                stat = os.fstat(handle.fileno())
+                handle.seek(max(offset, 0))
+                data = handle.read(max(max_bytes, 0))
+        except FileNotFoundError:
+            return LogChunk()
+        return LogChunk(data=data, size=stat.st_size, mtime=stat.st_mtime)
 
     def preflight(self, request: PreflightRequest) -> PreflightResult:
         from activities.nodes.local_checks import run_local_preflight

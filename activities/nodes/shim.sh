@@ -28,6 +28,8 @@
 #       survivor_pids: [[PGID,PID],...] still alive KILL_WAIT_CS (default 1000)
 #       centiseconds after SIGKILL
 #   tail GEN_DIR RANK MAX_BYTES            raw bytes of the end of rank-N.log
+#   read GEN_DIR RANK OFFSET MAX_BYTES     {"log_size","mtime"} (nulls: no such log),
+#       then raw bytes of rank-N.log from byte OFFSET, at most MAX_BYTES
 #   preflight INTERPRETER WORKDIR DISK_PATH TIMEOUT_S MAX_OUTPUT [-- HEALTH_CMD...]
 #       {"interpreter","workdir_exists","disk_path","free_kb","health_exit",
 #        "health_timed_out","health_output"}
@@ -637,6 +639,23 @@ shim_tail() {
 	tail -c "$3" -- "$1/rank-$2.log" 2>/dev/null
 }
 
+shim_read() {
+	[ $# -eq 4 ] || return 2
+	is_uint "$2" && is_uint "$3" && is_uint "$4" || return 2
+	_rlf="$1/rank-$2.log"
+	if [ ! -f "$_rlf" ]; then
+		printf '{"log_size":null,"mtime":null}\n'
+		return 0
+	fi
+	_rls=$(wc -c <"$_rlf" 2>/dev/null | tr -d ' ')
+	_rlm=$(stat -c %Y -- "$_rlf" 2>/dev/null)
+	is_uint "$_rls" || _rls=null
+	is_uint "$_rlm" || _rlm=null
+	printf '{"log_size":%s,"mtime":%s}\n' "$_rls" "$_rlm"
+	[ "$4" -gt 0 ] || return 0
+	tail -c +"$(($3 + 1))" -- "$_rlf" 2>/dev/null | head -c "$4"
+}
+
 shim_write() {
 	[ $# -ge 1 ] || {
 		fail "write: usage: write PATH [CONTENT]"
@@ -975,6 +994,7 @@ shim_main() {
 	status) shim_status "$@" ;;
 	stop) shim_stop "$@" ;;
 	tail) shim_tail "$@" ;;
+	read) shim_read "$@" ;;
 	preflight) shim_preflight "$@" ;;
 	write) shim_write "$@" ;;
 	end-run) shim_end_run "$@" ;;

@@ -51,6 +51,7 @@ from typing import Any
 from activities.nodes.agent import (
     CarryRequest,
     CarryResult,
+    LogChunk,
     MemorySnapshot,
     NodeAgent,
     NodeRefused,
@@ -96,6 +97,8 @@ PREWARM_TIMEOUT_S = 20.0
 returns before its preload (the launch waits for this beside its own ranks' starts)."""
 HEALTH_OUTPUT_MAX = 1 << 20
 """``nvidia-smi -q`` on 8 GPUs is ~100 KiB; the GPU count needs all of it."""
+LOG_READ_MARK = b'{"log_size":'
+"""How the shim's ``read`` answer begins: its JSON line, before the log's bytes."""
 
 _STATUS_PREFIX = re.compile(
     r'^\{"rank":(?P<rank>\d+),"pid":(?P<pid>\d+|null),"alive":(?P<alive>true|false),'
@@ -611,6 +614,27 @@ class ShimAgent(NodeAgent):
             [["tail", gen_dir, str(rank), str(max(max_bytes, 0))]], self.status_timeout_s
         )
         return reply.output.decode("utf-8", errors="replace")
+
+    def log_read(self, gen_dir: str, rank: int, offset: int, max_bytes: int) -> LogChunk:
+        """The shim's ``read``: a JSON line with the file's size and time, then the
+        raw bytes."""
+        argv = ["read", gen_dir, str(rank), str(max(offset, 0)), str(max(max_bytes, 0))]
+        output = self._call([argv], self.status_timeout_s).output
+        start = output.find(LOG_READ_MARK)
+        head, newline, data = output[max(start, 0) :].partition(b"\n")
+        try:
+            record = json.loads(head) if start >= 0 and newline else None
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or "error" in record:
+            said = record.get("error") if isinstance(record, dict) else output[:200]
+            raise ShimError(f"{self._where()}: cannot read the log of rank {rank}: {said!r}")
+        size, mtime = record.get("log_size"), record.get("mtime")
+        return LogChunk(
+            data=data,
+            size=size if isinstance(size, int) else None,
+            mtime=float(mtime) if isinstance(mtime, int | float) else None,
+        )
 
     def preflight(self, request: PreflightRequest) -> PreflightResult:
         timeout = max(1, int(request.timeout_s + 0.999))

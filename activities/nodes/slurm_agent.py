@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.nodes.agent import (
+    LogChunk,
     MemorySnapshot,
     NodeRefused,
     NodeStatus,
@@ -725,6 +726,9 @@ class SlurmAgent(SlurmWarm):
 
     def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str:
         return self._files.log_tail(gen_dir, rank, max_bytes)
+
+    def log_read(self, gen_dir: str, rank: int, offset: int, max_bytes: int) -> LogChunk:
+        return self._files.log_read(gen_dir, rank, offset, max_bytes)
 
     def write_file(self, path: str, content: str) -> None:
         self._files.write_file(path, content)

@@ -407,20 +407,43 @@ def logs(
     ] = None,
     follow: Annotated[
         bool,
-        typer.Option(
-            "--follow",
-            "-f",
-            help="Keep printing new lines until the generation ends (local nodes' files).",
-        ),
+        typer.Option("--follow", "-f", help="Keep printing new lines until the generation ends."),
     ] = False,
     tail: Annotated[
         int | None,
         typer.Option("--tail", metavar="N", min=0, help="Only the last N lines of each log."),
     ] = None,
+    generation: Annotated[
+        int | None,
+        typer.Option(
+            "--generation", metavar="N", min=1, help="This generation (default: the current one)."
+        ),
+    ] = None,
+    previous: Annotated[
+        bool,
+        typer.Option(
+            "--previous",
+            help="The newest generation that ended in a failure (crash, hang, lost node).",
+        ),
+    ] = False,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="WHEN",
+            help="Only lines since a duration ago (5m, 1h30m) or a time (ISO 8601).",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="One JSON object per line: generation, rank, node, line, time."
+        ),
+    ] = False,
 ) -> None:
-    """Print the rank logs of the job's current generation (rank-N.log): local nodes'
-    files are read here, ssh and slurm nodes' through their agent (the last 64 KiB).
-    With several ranks each line starts with [rank N]."""
+    """Print the rank logs (rank-N.log) of one generation of the job, whole: local
+    nodes' files are read here, ssh and slurm nodes' through their agent. With several
+    ranks each line starts with [rank N]."""
     from lazarus.app import cli_logs
 
     async def action(jobs: JobClient) -> tuple[JobStatus, JobSpec]:
@@ -431,8 +454,12 @@ def logs(
 
     status_, spec = _with_client(ctx, action)
     try:
-        found = cli_logs.rank_logs(status_, spec, rank)
-        problems = cli_logs.show(found, spec, tail, follow)
+        since_at = cli_logs.parse_since(since) if since is not None else None
+        chosen = cli_logs.pick_generation(status_, generation, previous)
+        if previous:
+            say(cli_logs.previous_note(status_, chosen), stderr=True)
+        found = cli_logs.rank_logs(status_, spec, rank, chosen)
+        problems = cli_logs.show(found, spec, tail, follow, since=since_at, as_json=as_json)
     except cli_logs.LogsProblem as exc:
         _fail(str(exc), code=2 if exc.bad_input else 1)
     except KeyboardInterrupt:

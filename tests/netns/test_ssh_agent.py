@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -445,36 +446,11 @@ def test_rank_environment_never_appears_in_any_cmdline_over_ssh(
         agent.close()
 
 
-@pytest.mark.timeout(60)
-def test_lazarus_logs_reads_an_ssh_rank_through_its_agent(
-    hosts: TestHosts, run_root: Path, tmp_path: Path
-) -> None:
-    """``lazarus logs`` on an ssh node: the CLI's reader goes through the node's own
-    agent (its log_tail over SSH, host key checked), and ``--follow`` is refused there
-    with the reason, not attempted."""
-    from lazarus.app import cli_logs
+def _ssh_job(hosts: TestHosts, run_root: Path, tmp_path: Path, generation: int = 1) -> Any:
+    """The spec and status a job on h1 (one rank) would show ``lazarus logs``."""
     from lazarus.domain.spec import JobSpec
     from workflows.state import JobStatus, NodePool
 
-    gen = run_root / "gen-00001"
-    agent = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
-    try:
-        agent.start_ranks(
-            str(gen),
-            [
-                RankLaunch(
-                    rank=0,
-                    command=["sh", "-c", "echo one; echo two"],
-                    env={"PATH": os.environ["PATH"]},
-                    workdir=str(tmp_path),
-                )
-            ],
-        )
-        deadline = time.monotonic() + 10
-        while not agent.poll(str(gen), [0]).ranks[0].exit and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        agent.close()
     spec = JobSpec.model_validate(
         {
             "name": "job",
@@ -487,7 +463,7 @@ def test_lazarus_logs_reads_an_ssh_rank_through_its_agent(
     status = JobStatus(
         job_id="job",
         phase="RUNNING",
-        generation=1,
+        generation=generation,
         step=None,
         world_size=1,
         ranks=[],
@@ -499,8 +475,101 @@ def test_lazarus_logs_reads_an_ssh_rank_through_its_agent(
         run_dir=str(run_root),
         nodes=NodePool(active=["h1"]),
     )
+    return spec, status
+
+
+def _start_on_h1(hosts: TestHosts, gen: Path, script: str, workdir: Path) -> None:
+    agent = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
+    try:
+        agent.start_ranks(
+            str(gen),
+            [
+                RankLaunch(
+                    rank=0,
+                    command=["sh", "-c", script],
+                    env={"PATH": os.environ["PATH"]},
+                    workdir=str(workdir),
+                )
+            ],
+        )
+    finally:
+        agent.close()
+
+
+def _wait_exit(hosts: TestHosts, gen: Path, timeout_s: float = 20) -> None:
+    agent = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not agent.poll(str(gen), [0]).ranks[0].exit and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        agent.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_lazarus_logs_reads_a_big_ssh_log_whole_through_its_agent(
+    hosts: TestHosts, run_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lazarus logs`` on an ssh node (issue 39): the CLI's reader goes through the
+    node's own agent (its log_read over SSH, host key checked) a chunk at a time, so a
+    log of 3 MB comes whole, not its last 64 KiB; ``--tail`` reads only the end, and
+    ``--json`` gives one object per line with the node and the line's own time."""
+    from lazarus.app import cli_logs
+
+    gen = run_root / "gen-00001"
+    lines = 40_000  # 40,000 lines of 80 bytes: 3.2 MB, three read chunks and more
+    script = (
+        f"i=0; while [ $i -lt {lines} ]; do printf 'line %06d %s\\n' $i "
+        f"{'x' * 67}; i=$((i+1)); done; echo '2026-12-07 10:00:00,250 INFO the end'"
+    )
+    _start_on_h1(hosts, gen, script, tmp_path)
+    _wait_exit(hosts, gen, 60)
+    spec, status = _ssh_job(hosts, run_root, tmp_path)
     [log] = cli_logs.rank_logs(status, spec, None)
     assert not log.local and log.path == gen / "rank-0.log"
-    assert cli_logs.read_log(log, spec, tail=1) == "two\n"
-    with pytest.raises(cli_logs.LogsProblem, match="--follow reads local files only"):
-        cli_logs.show([log], spec, None, follow_=True)
+    assert cli_logs.show([log], spec, None, False) == []
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == lines + 1, len(out)
+    assert out[0].startswith("line 000000 ") and out[lines - 1].startswith(f"line {lines - 1:06d}")
+    assert len("\n".join(out[:lines]).encode()) > 3 * cli_logs.READ_CHUNK_BYTES
+    assert cli_logs.show([log], spec, 2, False) == []
+    assert capsys.readouterr().out.splitlines() == [
+        out[-2],
+        "2026-12-07 10:00:00,250 INFO the end",
+    ]
+    assert cli_logs.show([log], spec, 1, False, as_json=True) == []
+    [document] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert document["generation"] == 1 and document["rank"] == 0 and document["node"] == "h1"
+    assert document["line"] == "2026-12-07 10:00:00,250 INFO the end"
+    assert document["time"].startswith("2026-12-07T") and document["time"].endswith("Z")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_lazarus_logs_follows_an_ssh_rank_to_its_end(
+    hosts: TestHosts, run_root: Path, tmp_path: Path
+) -> None:
+    """``--follow`` on an ssh node: lines appear as the rank writes them (by offset,
+    none lost or repeated, a line split across reads printed once whole), and the
+    follower ends when the rank does."""
+    from lazarus.app import cli_logs
+
+    gen = run_root / "gen-00001"
+    script = "for i in 1 2 3 4 5 6; do printf 'tick %s' $i; sleep 0.2; echo; sleep 0.3; done"
+    _start_on_h1(hosts, gen, script, tmp_path)
+    spec, status = _ssh_job(hosts, run_root, tmp_path)
+    [log] = cli_logs.rank_logs(status, spec, None)
+    got: list[tuple[float, bytes]] = []
+
+    def emit(_: cli_logs.RankLog, lines: list[tuple[bytes, float | None]]) -> None:
+        got.extend((time.monotonic(), line) for line, _ in lines)
+
+    reader = cli_logs.Reader(spec)
+    began = time.monotonic()
+    try:
+        cli_logs.follow([log], reader, None, None, emit, poll_s=0.1)
+    finally:
+        reader.close()
+    assert [line for _, line in got] == [f"tick {i}".encode() for i in range(1, 7)]
+    assert got[0][0] - began < got[-1][0] - began - 1.5, "lines came as written, not at the end"

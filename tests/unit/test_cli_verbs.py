@@ -349,11 +349,12 @@ def test_follow_reads_lines_as_they_are_added(
     gen = tmp_path / "gen-00001"
     gen.mkdir()
     log = cli_logs.RankLog(rank=0, node="local", path=gen / "rank-0.log", node_spec=None)
-    got: list[str] = []
+    got: list[list[bytes]] = []
     writes = iter(["a\nb", "c\n", None])
 
-    def emit(_: cli_logs.RankLog, text: str) -> None:
-        got.append(text)
+    def emit(_: cli_logs.RankLog, lines: list[tuple[bytes, float | None]]) -> None:
+        if lines:
+            got.append([line for line, _ in lines])
 
     def sleep_and_write(_: float) -> None:
         chunk = next(writes)
@@ -364,8 +365,8 @@ def test_follow_reads_lines_as_they_are_added(
                 handle.write(chunk)
 
     monkeypatch.setattr(cli_logs.time, "sleep", sleep_and_write)
-    cli_logs.follow([log], None, emit, poll_s=0)
-    assert got == ["a\n", "bc\n"]
+    cli_logs.follow([log], cli_logs.Reader(None), None, None, emit, poll_s=0)  # type: ignore[arg-type]
+    assert got == [[b"a"], [b"bc"]]
 
 
 def test_remote_logs_go_through_the_node_agent(
@@ -373,15 +374,22 @@ def test_remote_logs_go_through_the_node_agent(
 ) -> None:
     from activities.nodes import factory
 
+    from activities.nodes.agent import LogChunk, NodeStatus, RankRecord
+
     asked: list[tuple[str, str, int]] = []
+    text = b"remote 1\nremote 2\n"
 
     class Agent:
         def __init__(self, node: Any) -> None:
             self.node = node
 
-        def log_tail(self, gen_dir: str, rank: int, max_bytes: int = 65536) -> str:
+        def log_read(self, gen_dir: str, rank: int, offset: int, max_bytes: int) -> LogChunk:
             asked.append((self.node.name, gen_dir, rank))
-            return "remote 1\nremote 2\n"
+            return LogChunk(data=text[offset : offset + max_bytes], size=len(text), mtime=1.0)
+
+        def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
+            records = [RankRecord(rank=r, pid=1, alive=False) for r in ranks]
+            return NodeStatus(node=self.node.name, reachable=True, ranks=records, observed_at=0)
 
         def close(self) -> None:
             pass
@@ -390,6 +398,6 @@ def test_remote_logs_go_through_the_node_agent(
     gen = _logs_job(fake, tmp_path, [{"name": "h1", "launcher": "ssh", "host": "10.0.0.1"}])
     result = _run("logs", "demo", "--tail", "1")
     assert result.exit_code == 0, result.output
-    assert result.stdout == "remote 2\n" and asked == [("h1", str(gen), 0)]
-    follow = _run("logs", "demo", "-f")
-    assert follow.exit_code == 2 and "--follow reads local files only" in follow.stderr
+    assert result.stdout == "remote 2\n" and {a for a in asked} == {("h1", str(gen), 0)}
+    follow = _run("logs", "demo", "-f")  # the rank has ended: all of it, then the end
+    assert follow.exit_code == 0 and follow.stdout == "remote 1\nremote 2\n", follow.output
