@@ -92,12 +92,16 @@ def budget_from(
     intervals_seen: int,
     longest_recent_s: float | None,
     floor_s: float | None = None,
+    *,
+    log_progress: bool = False,
 ) -> HangBudget:
     """The allowed silence of a rank outside a slow phase, from the recent
     ``intervals`` (seconds between progress marks), how many were learned in all, the
     longest of the last :data:`LONG_MEMORY_S` and ``floor_s`` (:func:`backoff_floor`).
     Never above ``hang_timeout_s``, which is also the answer while fewer than
-    ``min_intervals`` were seen. Pure."""
+    ``min_intervals`` were seen. With ``log_progress`` (progress from ``progress_regex``
+    lines alone: a script that cannot declare its slow phases) the floor is
+    ``log_floor_s``, not ``floor_s``. Pure."""
     spec = health.hang_budget
     cap = health.hang_timeout_s
     if spec.mode == "off":
@@ -115,8 +119,9 @@ def budget_from(
             longest_recent_s=longest_recent_s,
             intervals_seen=intervals_seen,
         )
+    log_floor = max(spec.floor_s, spec.log_floor_s) if log_progress else None
     learned = max(
-        spec.floor_s,
+        spec.floor_s if log_floor is None else log_floor,
         spec.multiplier * q,
         LONG_MARGIN * (longest_recent_s or 0.0),
         floor_s or 0.0,
@@ -129,6 +134,7 @@ def budget_from(
         longest_recent_s=longest_recent_s,
         intervals_seen=intervals_seen,
         backoff_floor_s=floor_s,
+        log_floor_s=log_floor,
     )
 
 
@@ -172,9 +178,16 @@ class CadenceLearner:
             self._longest.popleft()
         return self._longest[0][1] if self._longest else None
 
-    def budget(self, now: float, floor_s: float | None = None) -> HangBudget:
+    def budget(
+        self, now: float, floor_s: float | None = None, *, log_progress: bool = False
+    ) -> HangBudget:
         return budget_from(
-            self._health, list(self._recent), self._seen, self.longest_recent(now), floor_s
+            self._health,
+            list(self._recent),
+            self._seen,
+            self.longest_recent(now),
+            floor_s,
+            log_progress=log_progress,
         )
 
     def to_document(self, mono_now: float, wall_now: float) -> dict[str, Any]:

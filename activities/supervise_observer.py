@@ -440,6 +440,7 @@ class GenerationObserver:
             # Open now, or closed since the last poll: the end is no earlier than this.
             self._phase_seen_at = mono
         self._phase_was_open = bool(slow_phases)
+        signal = self._progress_signal(now, launched_at)
         return Observation(
             preempted=preempted,
             now=now,
@@ -449,11 +450,13 @@ class GenerationObserver:
             nodes=nodes,
             multi_node=len(self._agents) > 1 or any(a.node.launcher == "ssh" for a in self._agents),
             compute=self._compute.recent(now),
-            progress_signal=self._progress_signal(now, launched_at),
+            progress_signal=signal,
             signal_seen_at=None if self._signal_seen is None else now - (mono - self._signal_seen),
             rank_phases={rank: dict(marks) for rank, marks in self._rank_phases.items()},
             checkpoint_save_s=max(self._save_s.values(), default=None),
-            hang_budget=self._cadence.budget(mono, backoff_floor(self._backoff, now)),
+            hang_budget=self._cadence.budget(
+                mono, backoff_floor(self._backoff, now), log_progress=signal == "log"
+            ),
             slow_phases=slow_phases,
             slow_phase_over_at=(
                 None if self._phase_seen_at is None else now - (mono - self._phase_seen_at)

@@ -307,6 +307,9 @@ class HangBudget(_Model):
     backoff_floor_s: float | None = None
     """Twice the budget of a hang the learned budget declared in this job within the
     hour: the least this budget may be (a false alarm must not repeat every generation)."""
+    log_floor_s: float | None = None
+    """``hang_budget.log_floor_s``, when it is the floor: progress comes from
+    ``progress_regex`` lines alone, and such a script cannot declare a slow phase."""
 
     def describe(self) -> str:
         """One line: ``2.40 s learned (p99 0.6 s, longest 0.68 s, 240 intervals)``."""
@@ -321,6 +324,8 @@ class HangBudget(_Model):
             parts.append(f"longest {self.longest_recent_s:.3g} s")
         if self.backoff_floor_s is not None:
             parts.append(f"at least {self.backoff_floor_s:.3g} s after a hang")
+        if self.log_floor_s is not None:
+            parts.append(f"floor {self.log_floor_s:.3g} s for log progress")
         parts.append(f"{self.intervals_seen} intervals")
         return f"{head} ({', '.join(parts)})"
 

@@ -33,18 +33,16 @@ class HangBudgetSpec(_Strict):
     the seconds between a rank's progress marks (heartbeats, or ``progress_regex``
     steps), across every rank. Once ``min_intervals`` of them are seen, a rank outside
     a declared slow phase is hung after ``max(floor_s, multiplier x the quantile-th
-    interval, 1.5 x the longest interval of the last ten minutes)``, never more than
+    interval, 1.5 x the longest interval of the last ten minutes)`` (with progress
+    from ``progress_regex`` lines alone, ``log_floor_s`` instead of ``floor_s``), never more than
     ``hang_timeout_s``; before that, and inside a slow phase the rank helper declared
     (a checkpoint save, an evaluation), ``hang_timeout_s`` applies. See
     docs/guides/detection.md."""
 
-    mode: Literal["learned", "pinned", "off"] = "off"
-    """``learned``: as above. ``pinned``: ``pinned_s`` for every rank outside a slow
-    phase, from the first progress on. ``off`` (the default, for now): ``hang_timeout_s``
-    only, as before issue 38. The learned budget is opt-in until it holds the whole
-    suite on a loaded machine: with it on by default, survivors blocked in a collective
-    on a dead peer were called hung before the node loss was seen, and a few jobs'
-    ends under load were called hangs (docs/guides/detection.md)."""
+    mode: Literal["learned", "pinned", "off"] = "learned"
+    """``learned`` (the default): as above. ``pinned``: ``pinned_s`` for every rank
+    outside a slow phase, from the first progress on. ``off``: ``hang_timeout_s`` only,
+    as before issue 38."""
     pinned_s: Annotated[float, Field(ge=0.5, le=86_400.0)] | None = None
     """With ``mode: pinned``: the allowed silence (capped by ``hang_timeout_s``)."""
     floor_s: Annotated[float, Field(ge=0.5, le=86_400.0)] = 2.0
@@ -55,6 +53,14 @@ class HangBudgetSpec(_Strict):
     quantile: Annotated[float, Field(gt=0.5, le=1.0)] = 0.99
     """Which quantile of the recent intervals sets the budget (0.99: one interval in a
     hundred may be slower, and is still within budget by the multiplier)."""
+    log_floor_s: Annotated[float, Field(ge=0.5, le=86_400.0)] = 10.0
+    """The learned budget's floor when progress comes only from ``progress_regex`` lines
+    (a script that does not use ``lazarus.rank``): such a script cannot declare a slow
+    phase, so its saves, evaluations and data-loader stalls are all undeclared pauses,
+    and with ``floor_s`` alone the first of each would be called a hang. Pauses up to
+    about this long are safe from the first one on; longer ones are learned after
+    their first occurrence (the longest-interval term, and the back-off after a
+    hang). Set it to ``floor_s`` for the tightest budget a plain script can have."""
     min_intervals: Annotated[int, Field(ge=5, le=100_000)] = 10
     """Intervals to see (after each rank's first few, its warm-up) before the learned
     budget applies; until then ``hang_timeout_s``."""

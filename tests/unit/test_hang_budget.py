@@ -40,14 +40,14 @@ from activities.supervise_rules import (
 from lazarus.domain import environment, phases
 from lazarus.domain.contracts import HangBudget, RankStatus, SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HangBudgetSpec, HealthSpec, NodeSpec
-from lazarus.rank import heartbeats
+from lazarus.rank import heartbeats, reset
 from tests.fake_nodes import FakeAgent, FakeClock
 
 HANG_S = 10.0
 
 
 def health(**budget: object) -> HealthSpec:
-    """The learned budget unless the test names another mode (it is opt-in)."""
+    """The learned budget (the default) unless the test names another mode."""
     return HealthSpec(
         hang_timeout_s=HANG_S,
         startup_timeout_s=60,
@@ -97,6 +97,26 @@ def test_the_longest_recent_interval_keeps_the_budget_above_it() -> None:
     # An undeclared 3 s pause (a plain script's save) seen once: 1.5 x 3 s from then on.
     budget = budget_from(health(), [0.2] * 100, 100, 3.0)
     assert budget.budget_s == pytest.approx(4.5)
+
+
+def test_a_plain_scripts_log_progress_has_its_own_floor() -> None:
+    # progress_regex lines alone: the script cannot declare its saves, evaluations or
+    # data-loader stalls, so a 3 s save must not be called a hang the first time.
+    plain = budget_from(health(), [0.5] * 100, 100, 0.6, log_progress=True)
+    assert plain.source == "learned" and plain.budget_s == 10.0 == plain.log_floor_s
+    assert "floor 10 s for log progress" in plain.describe()
+    # ...capped by hang_timeout_s, and lowered by the spec when the script has no pauses
+    tight = budget_from(health(log_floor_s=2.0), [0.5] * 100, 100, 0.6, log_progress=True)
+    assert tight.budget_s == 2.0
+    capped = budget_from(health(log_floor_s=30.0), [0.5] * 100, 100, 0.6, log_progress=True)
+    assert capped.budget_s == HANG_S
+    # heartbeats (the rank helper declares its phases) keep floor_s
+    assert budget_from(health(), [0.5] * 100, 100, 0.6).budget_s == 2.0
+
+
+def test_the_learned_budget_is_the_default() -> None:
+    assert HealthSpec().hang_budget.mode == "learned"
+    assert HangBudgetSpec().log_floor_s == 10.0
 
 
 def test_hang_timeout_caps_every_budget() -> None:
@@ -480,9 +500,9 @@ def heartbeat_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
     beat = tmp_path / "hb.json"
     monkeypatch.setenv(environment.HEARTBEAT_FILE, str(beat))
     monkeypatch.setenv(environment.HEARTBEAT_INTERVAL, "3600")
-    lazarus_rank._reset_state()
+    reset._reset_state()
     yield beat
-    lazarus_rank._reset_state()
+    reset._reset_state()
 
 
 def _slow_phase(path: Path) -> object:
@@ -518,7 +538,7 @@ def test_a_save_is_a_slow_phase_until_the_next_step(
 ) -> None:
     monkeypatch.setenv(environment.CHECKPOINT_DIR, str(tmp_path / "ckpt"))
     monkeypatch.setenv(environment.RANK, "1")  # a rank that writes its shard, never commits
-    lazarus_rank._reset_state()
+    reset._reset_state()
     lazarus_rank.heartbeat(10)
     lazarus_rank.checkpoint_path(10)
     assert _slow_phase(heartbeat_file) == {"name": phases.CHECKPOINT_SAVE, "budget_s": None}
