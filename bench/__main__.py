@@ -16,7 +16,7 @@ Examples::
     python -m bench chaos --cells smoke               # its fast subset (as in make test)
     python -m bench scale --nodes 100,500,1000,2000   # one worker, many simulated nodes
     python -m bench slurm --repeats 3                 # node loss: Lazarus vs plain Slurm; CPU
-    python -m bench simulate [--quick]                # the real workflow, 54 days x 2,048 nodes
+    python -m bench simulate [--quick]                # = lazarus simulate (the simulator)
     python -m bench state-costs                       # node lists and fleet state, before/after
     python -m bench slurm-calls                       # Slurm commands/s per job, 2/8/64 nodes
     python -m bench replica-cost                      # memory-tier replicas: step rate on/off
@@ -47,7 +47,6 @@ from bench import (
     replica_push_cost,
     report,
     scale,
-    simulate,
     slurm_calls,
     snapshot_cost,
     state_costs,
@@ -58,6 +57,7 @@ from bench.harness import BenchConfig, BenchContext, BenchRun, Extra
 from bench.jobs import JobShape
 from bench.registry import SUITES
 from bench.systems import DEFAULT_PRELOAD, SLURM_SYSTEMS, SOAK_SYSTEMS, SYSTEMS, System
+from lazarus.app.simulate import cli as simulate
 
 PROG = "python -m bench"
 
@@ -314,8 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return chaos.run(args)
     if args.command == "scale":
         return scale.run(args)
-    if args.command == "simulate":
-        return simulate.run(args)
+    if args.command == "simulate":  # an alias: the simulator is lazarus simulate
+        return simulate.run(args, f"{PROG} simulate", Path("bench/results"))
     if args.command == "state-costs":
         return state_costs.run(args)
     if args.command == "state-scale":

@@ -14,8 +14,8 @@ import pytest
 from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
 from temporalio.testing import WorkflowEnvironment
 
-from bench.sim_cluster import advance_clock
-from bench.simulate import find_test_server
+from lazarus.app.simulate.clock import advance_clock
+from lazarus.app.simulate.watch import find_test_server
 from tests.tiers import only_in_test_all
 
 TEST_SERVER = find_test_server()

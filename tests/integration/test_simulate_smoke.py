@@ -1,10 +1,9 @@
-"""``python -m bench simulate --quick`` end to end: the real ``JobWorkflow`` on the
-time-skipping test server meets a seeded burst of failures on 32 simulated nodes for
-12 simulated hours. Recovery, spares running out (the simulated operator returns the
-repaired node and resumes), ``checkpoints.interval: auto`` and continue-as-new all
-happen, the lemon rows lease from the real fleet workflow, and every run ends
-succeeded. No timing or ETTR is asserted: those are the
-bench's to report."""
+"""``lazarus simulate --quick`` (alias ``python -m bench simulate``) end to end: the real
+``JobWorkflow`` on the time-skipping test server meets a seeded burst of failures on 32
+simulated nodes for 12 simulated hours. Recovery, spares running out (the simulated
+operator returns the repaired node and resumes), ``checkpoints.interval: auto`` and
+continue-as-new all happen, the lemon rows lease from the real fleet workflow, and every
+run ends succeeded. No timing or ETTR is asserted: those are the bench's to report."""
 
 from __future__ import annotations
 
@@ -24,7 +23,13 @@ def test_quick_simulation_runs_through_failures_operator_and_continue_as_new(
 ) -> None:
     out = tmp_path / "simulate.json"
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "simulate", "--quick", "--json-out", str(out)],
+        [
+            str(Path(sys.executable).parent / "lazarus"),
+            "simulate",
+            "--quick",
+            "--json-out",
+            str(out),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sim_fleet import LEMON_INCIDENTS, PAST_JOB, fleet_plan
-from bench.sim_model import DAY_S, ClusterTrace, TraceConfig, llama3_profile, make_trace
+from lazarus.app.simulate.fleet import LEMON_INCIDENTS, PAST_JOB, fleet_plan
+from lazarus.app.simulate.model import DAY_S, ClusterTrace, TraceConfig, llama3_profile, make_trace
 from lazarus.domain.fleet import LeaseRequest, is_lemon, lease
 
 pytestmark = pytest.mark.timeout(30)

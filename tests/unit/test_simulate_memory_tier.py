@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.sim_cluster import Generation, stops_generation
-from bench.sim_model import (
+from lazarus.app.simulate.cli import add_command, config_from
+from lazarus.app.simulate.cluster import Generation, stops_generation
+from lazarus.app.simulate.model import (
     LLAMA3_STATE_BYTES_PER_GPU,
     MEMORY_CALIBRATION,
     REPLICA_PUSH_COST_FILE,
@@ -28,7 +29,7 @@ from bench.sim_model import (
     progress_at,
     snapshot_reachable,
 )
-from bench.simulate import SimConfig, add_command, config_from, sim_spec, variants
+from lazarus.app.simulate.runner import SimConfig, sim_spec, variants
 from lazarus.domain.contracts import NodeAccess, StopRequest
 from lazarus.domain.spec import NodeSpec
 

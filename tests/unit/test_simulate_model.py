@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import simulate
-from bench.sim_cluster import PROBATION_COMMAND, SimCluster, fault_reported_first
-from bench.sim_model import (
+from lazarus.app.simulate import watch
+from lazarus.app.simulate.cli import add_command, config_from
+from lazarus.app.simulate.cluster import PROBATION_COMMAND, SimCluster, fault_reported_first
+from lazarus.app.simulate.model import (
     CALIBRATION,
     CALIBRATION_FILE,
     DAY_S,
@@ -25,14 +26,13 @@ from bench.sim_model import (
     make_trace,
     progress_at,
 )
-from bench.simulate import (
-    SimConfig,
-    add_command,
+from lazarus.app.simulate.runner import SimConfig, variants
+from lazarus.app.simulate.watch import (
+    TEST_SERVER_NAME,
     clock_stopped,
-    config_from,
+    find_test_server,
     report_progress,
     until_done_or_overrun,
-    variants,
 )
 from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest
 from lazarus.domain.spec import NodeSpec, PreflightSpec
@@ -195,7 +195,7 @@ async def test_a_job_that_closes_as_the_clock_leaps_past_the_horizon_did_not_ove
         await asyncio.sleep(0.2)
         return "SUCCEEDED"
 
-    monkeypatch.setattr(simulate, "job_result", closed_a_moment_later)
+    monkeypatch.setattr(watch, "job_result", closed_a_moment_later)
     cluster = LeapingCluster()
     cluster.overran.set()  # the clock is already a day past the horizon
     status, diagnosis = await until_done_or_overrun(None, Handle(), cluster)  # type: ignore[arg-type]
@@ -280,5 +280,5 @@ def test_the_test_server_is_found_wherever_the_current_directory_is(
 ) -> None:
     """Issue 30: a worktree without its own .venv found no server."""
     monkeypatch.chdir(tmp_path)
-    found = simulate.find_test_server()
-    assert found is not None and found.name == simulate.TEST_SERVER_NAME and found.is_absolute()
+    found = find_test_server()
+    assert found is not None and found.name == TEST_SERVER_NAME and found.is_absolute()

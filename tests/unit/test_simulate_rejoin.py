@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sim_cluster import Generation, carried_ranks, starting_nodes, stop_reach
-from bench.sim_model import MEASURED_PHASES_S, MEMORY_CALIBRATION, CostModel, fan_out
-from bench.simulate import REJOIN_TIMEOUT_S, SimConfig, sim_spec, variants
+from lazarus.app.simulate.cluster import Generation, carried_ranks, starting_nodes, stop_reach
+from lazarus.app.simulate.model import MEASURED_PHASES_S, MEMORY_CALIBRATION, CostModel, fan_out
+from lazarus.app.simulate.runner import REJOIN_TIMEOUT_S, SimConfig, sim_spec, variants
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
-from bench.sim_cluster import run_chain
-from bench.sim_model import DAY_S, ClusterTrace
+from lazarus.app.simulate.clock import run_chain
+from lazarus.app.simulate.model import DAY_S, ClusterTrace
 from lazarus.domain.api import FLEET_QUERY_STATUS, fleet_workflow_id
 from lazarus.domain.fleet import (
     FleetConfig,
