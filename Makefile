@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-all test-fast test-hosts lint docs bench bench-peers dist clean
+.PHONY: setup demo test test-all test-fast test-hosts test-chaos lint docs bench bench-peers dist clean
 
 # The controller, lazarus-train, holds the rank helper (lazarus.rank) too: one install.
 $(STAMP): pyproject.toml rank/pyproject.toml
@@ -45,6 +45,13 @@ FAST_WORKERS ?= 0
 test-fast: setup
 	$(PY) -m pytest -q -n $(FAST_WORKERS) -m "not slow" tests/unit $(PYTEST_ARGS)
 
+# The whole fault x phase chaos matrix (tests/chaos/, docs/chaos.md): every cell,
+# the cross-node ones included (they need root for the SSH test hosts), as a table
+# and a JSON. `make test` runs two smoke cells, `make test-all` every local cell.
+# CHAOS_ARGS='--cells smoke' (or fault@phase keys) runs fewer.
+test-chaos: setup
+	$(PY) -m tests.chaos $(CHAOS_ARGS)
+
 # The ssh tests run real sshd in network namespaces: install sshd and iproute2 when
 # missing (root only; without root those tests skip, except under CI where they fail).
 test-hosts:
@@ -54,7 +61,7 @@ test-hosts:
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy lazarus workflows activities workers infra bench examples
+	$(VENV)/bin/mypy lazarus workflows activities workers infra bench examples tests/chaos
 
 # The docs site, strictly: a broken link or anchor fails (mkdocs.yml).
 docs: setup

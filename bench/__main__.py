@@ -12,8 +12,6 @@ Examples::
     python -m bench overhead                          # controller and helper costs alone
     python -m bench compare-report bench/results/compare-<ts>.json   # the tables again
     python -m bench checkpoints --size-mb 512         # checkpoint write/verify/S3 tiering costs
-    python -m bench chaos                             # the fault x phase matrix, as a table
-    python -m bench chaos --cells smoke               # its fast subset (as in make test)
     python -m bench scale --nodes 100,500,1000,2000   # one worker, many simulated nodes
     python -m bench slurm --repeats 3                 # node loss: Lazarus vs plain Slurm; CPU
     python -m bench simulate [--quick]                # = lazarus simulate (the simulator)
@@ -41,7 +39,6 @@ from typing import Any
 
 from bench import (
     catalog,
-    chaos,
     checkpoint_bench,
     replica_cost,
     replica_push_cost,
@@ -244,7 +241,6 @@ def build_parser() -> argparse.ArgumentParser:
     replica_push_cost.add_command(commands)
     snapshot_cost.add_command(commands)
     state_scale.add_command(commands)
-    chaos.add_command(commands)
     return parser
 
 
@@ -310,8 +306,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "checkpoints":
         return checkpoint_bench.run(args)
-    if args.command == "chaos":
-        return chaos.run(args)
     if args.command == "scale":
         return scale.run(args)
     if args.command == "simulate":  # an alias: the simulator is lazarus simulate

@@ -5,7 +5,7 @@ A fault injected "during a checkpoint write" or "between the pid files and
 moves with the machine's load. Instead the product calls :func:`chaos_point` at
 each such place. Normally that costs one environment lookup and does nothing.
 When ``LAZARUS_CHAOS_DIR`` is set (only by the chaos matrix, see
-:mod:`bench.chaos`), the call touches ``<dir>/<name>.reached`` and waits until
+:mod:`tests.chaos.matrix`), the call touches ``<dir>/<name>.reached`` and waits until
 ``<dir>/<name>.go`` exists, so the test can inject its fault while the process is
 held exactly there, then let it go on. The wait is bounded
 (:data:`MAX_WAIT_S`): a forgotten release slows a run down, it never wedges it.

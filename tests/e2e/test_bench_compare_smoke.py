@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos_invariants import processes_mentioning
 from bench.harness import BenchConfig, BenchRun, Plan, RunRecord
 from bench.measure import StepTrace
 from bench.metrics import lookup
@@ -33,6 +32,7 @@ from bench.soak import _assess, schedule
 from bench.soak_results import SoakIncident
 from bench.systems import System
 from tests import tiers
+from tests.chaos.invariants import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = ["crash"]

@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 
 from bench import report
-from bench.chaos_invariants import processes_mentioning
 from bench.harness import BenchConfig, BenchRun, Plan, RunRecord
 from bench.jobs import JobShape
 from bench.metrics import lookup
 from bench.multinode import netns_unavailable_reason
 from tests import tiers
+from tests.chaos.invariants import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ["crash"]

@@ -1,4 +1,4 @@
-"""One cross-node chaos cell end to end (issue 28): ``python -m bench chaos`` on real
+"""One cross-node chaos cell end to end (issue 28): ``python -m tests.chaos`` on real
 SSH test hosts, the cheapest of the rows (``rank_sigkill@ssh_rejoin``: two hosts of
 one rank each). Rank 1 on h2 is SIGKILLed, the recovery's launch is held where h1's
 survivor is carried across ssh and the new rank 1 started on h2, and that new rank is
@@ -16,21 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos_invariants import processes_mentioning
 from tests import tiers
+from tests.chaos.invariants import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = "rank_sigkill@ssh_rejoin"
 
 
 @pytest.mark.slow
-@tiers.only_in_test_all("the cross-node chaos cells (python -m bench chaos)")
+@tiers.only_in_test_all("the cross-node chaos cells (python -m tests.chaos)")
 @pytest.mark.timeout(420)
 def test_a_rank_killed_during_a_cross_node_rejoin_holds(
     netns_required: None, tmp_path: Path
 ) -> None:
     out = tmp_path / "chaos.json"
-    argv = [sys.executable, "-m", "bench", "chaos", "--cells", CELL, "--json-out", str(out)]
+    argv = [sys.executable, "-m", "tests.chaos", "--cells", CELL, "--json-out", str(out)]
     with subprocess.Popen(
         argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as child:

@@ -1,9 +1,11 @@
-"""The fleet row's checks (``bench/chaos_fleet.py``): pure logic on the fleet's and the
+"""The fleet row's checks (``tests/chaos/fleet.py``): pure logic on the fleet's and the
 job's status, as the ``job_terminated@same_name_restart`` cell reads them."""
 
 from __future__ import annotations
 
-from bench.chaos_fleet import (
+from lazarus.domain.fleet_messages import FleetStatus, NodeView
+from lazarus.domain.fleet_state import NodeState
+from tests.chaos.fleet import (
     held_by,
     lease_problems,
     leftover_problems,
@@ -11,8 +13,6 @@ from bench.chaos_fleet import (
     refusal_problems,
     released_problems,
 )
-from lazarus.domain.fleet_messages import FleetStatus, NodeView
-from lazarus.domain.fleet_state import NodeState
 from workflows.state import JobStatus, NodePool, Phase
 
 JOB = "bench-job-1"

@@ -1,7 +1,7 @@
 """The cross-node rows of the chaos matrix (issue 28) are cells of it: listed with what
 each tests, run on SSH test hosts, and every other pair of their faults and phases has
 its reason. What they do end to end is ``tests/netns/test_chaos_multinode.py`` and
-``python -m bench chaos``."""
+``python -m tests.chaos``."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from bench import chaos, chaos_multinode
-from bench.chaos_invariants import GenerationCensus, Launch, memory_left
-from bench.chaos_points import ChaosPoints
 from bench.harness import RunRecord
 from lazarus.domain.checkpoint_layout import step_dir_name
+from tests.chaos import matrix as chaos
+from tests.chaos import multinode as chaos_multinode
+from tests.chaos.invariants import GenerationCensus, Launch, memory_left
+from tests.chaos.points import ChaosPoints
 
 CROSS_NODE = (
     "rank_sigkill@ssh_rejoin",

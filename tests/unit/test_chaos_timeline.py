@@ -1,6 +1,6 @@
 """The chaos judge's sixth invariant: no snapshot of an abandoned timeline is resumed.
 
-Pure logic (:func:`bench.chaos_invariants.abandoned_resumes`) on launches and
+Pure logic (:func:`tests.chaos.invariants.abandoned_resumes`) on launches and
 snapshot writers as the history and the census record them, and the census's
 reading of manifests in a directory laid out like the memory tier.
 """
@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.chaos_invariants import (
+from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST, step_dir_name
+from tests.chaos.invariants import (
     GenerationCensus,
     Launch,
     WriterSeen,
     abandoned_resumes,
     memory_left,
 )
-from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST, step_dir_name
 
 RUN = "/dev/shm/lazarus/job/run-1"
 

@@ -3,7 +3,7 @@ and memory-tier replicas, on real SSH test hosts (:mod:`bench.multinode`: one ne
 namespace per host, its own sshd and its own ``/dev/shm``).
 
 Each cell starts fresh hosts for its job and is judged like every other cell
-(:func:`bench.chaos_invariants.judge`), the census reading every host's tmpfs through
+(:func:`tests.chaos.invariants.judge`), the census reading every host's tmpfs through
 its ``/proc/<pid>/root`` (:class:`HostsCensus`). Phases are reached as in the rest of
 the matrix, through a chaos point or an observed state, never after a sleep:
 
@@ -37,7 +37,15 @@ from functools import partial
 from pathlib import Path
 
 from bench import multinode
-from bench.chaos_cell import (
+from bench.jobs import JobPaths, JobShape
+from infra.testhosts import TestHosts
+from lazarus.app import chaos
+from lazarus.domain import chaos_points as points
+from lazarus.domain.chaos_points import CHAOS_DIR_ENV
+from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST, TEMP_SUFFIX, parse_step_dir
+from lazarus.domain.memory_tier import MEMORY_ROOT, REPLICAS_DIR, on_node
+from lazarus.domain.spec import JobSpec
+from tests.chaos.cell import (
     REJOIN,
     Cell,
     CellRun,
@@ -47,15 +55,7 @@ from bench.chaos_cell import (
     restart_worker,
     signal_newest,
 )
-from bench.chaos_invariants import GenerationCensus, Launch, is_memory_path
-from bench.jobs import JobPaths, JobShape
-from infra.testhosts import TestHosts
-from lazarus.app import chaos
-from lazarus.domain import chaos_points as points
-from lazarus.domain.chaos_points import CHAOS_DIR_ENV
-from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST, TEMP_SUFFIX, parse_step_dir
-from lazarus.domain.memory_tier import MEMORY_ROOT, REPLICAS_DIR, on_node
-from lazarus.domain.spec import JobSpec
+from tests.chaos.invariants import GenerationCensus, Launch, is_memory_path
 
 FAULTS: dict[str, str] = {
     "node_and_buddy_lost": "a node and its replica buddy lost at once",
@@ -82,7 +82,7 @@ REPLICA_RANK = 2
 
 def absent_reason(fault: str, phase: str) -> str | None:
     """Why a pair with a cross-node fault or phase is not a cell; None for the other
-    pairs (:func:`bench.chaos.absent_reason` says why those are not)."""
+    pairs (:func:`tests.chaos.matrix.absent_reason` says why those are not)."""
     if fault in FAULTS and phase != "replicated":
         return (
             "a fault of memory replicas on ssh nodes: it exists only while buddies hold "

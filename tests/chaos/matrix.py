@@ -1,4 +1,4 @@
-"""``python -m bench chaos``: the fault x phase matrix.
+"""``python -m tests.chaos`` (``make test-chaos``): the fault x phase matrix.
 
 Every guarantee Lazarus makes is checked under one fault injected at one phase of
 the job's life, for every (fault, phase) cell where that combination means
@@ -6,7 +6,7 @@ something. Phases are reached deterministically: the product holds at a named
 point (:mod:`lazarus.domain.chaos_points`) or the job reports a state, never after a
 sleep. Each cell runs on the benchmark harness (one LocalStack for the matrix, a
 fresh job per cell, the same reference runs) and is judged by
-:func:`bench.chaos_invariants.judge`: the right end state, the fault-free weights,
+:func:`tests.chaos.invariants.judge`: the right end state, the fault-free weights,
 one generation alive at a time, no step lost beyond the checkpoint interval (none
 on a planned stop), nothing left behind, and no snapshot of an abandoned timeline resumed.
 
@@ -14,7 +14,7 @@ The fast paths (rejoin in place, the memory tier, warm standbys, a preflight tha
 swaps or shrinks) have their own phases and rows: ``rejoin``, ``after_rollback``,
 ``after_disk_fallback``, ``warm_standby``, and the preflight faults at a
 recovery's relaunch (see docs/chaos.md). The cross-node ones (rejoin across ssh
-nodes, memory replicas) run on SSH test hosts: :mod:`bench.chaos_multinode`, phases
+nodes, memory replicas) run on SSH test hosts: :mod:`tests.chaos.multinode`, phases
 ``ssh_rejoin`` and ``replicated``.
 
 The matrix is the explicit list :data:`CELLS`; a (fault, phase) pair not in it is
@@ -45,17 +45,8 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExec
 from temporalio.service import RPCError
 
 from activities.nodes.rundir import read_json
-from bench import chaos_fleet, chaos_multinode, multinode, report
+from bench import multinode, report
 from bench.benchmark import run_benchmark
-from bench.chaos_cell import REJOIN, Cell, CellRun
-from bench.chaos_cell import held_at as _held_at
-from bench.chaos_cell import job_status as _status
-from bench.chaos_cell import kill_worker as _kill_worker
-from bench.chaos_cell import restart_worker as _restart_worker
-from bench.chaos_cell import signal_newest as _signal_newest
-from bench.chaos_invariants import GenerationCensus, Launch, judge, processes_mentioning
-from bench.chaos_points import ChaosPoints
-from bench.chaos_s3 import ChaosS3, chaos_s3
 from bench.harness import BenchContext, BenchJob, BenchRun, RunRecord
 from bench.jobs import JobControl, JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor
@@ -72,6 +63,17 @@ from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.fleet_state import FleetConfig
 from lazarus.domain.memory_tier import MEMORY_ROOT, on_node
 from lazarus.domain.spec import JobSpec
+from tests.chaos import fleet as chaos_fleet
+from tests.chaos import multinode as chaos_multinode
+from tests.chaos.cell import REJOIN, Cell, CellRun
+from tests.chaos.cell import held_at as _held_at
+from tests.chaos.cell import job_status as _status
+from tests.chaos.cell import kill_worker as _kill_worker
+from tests.chaos.cell import restart_worker as _restart_worker
+from tests.chaos.cell import signal_newest as _signal_newest
+from tests.chaos.invariants import GenerationCensus, Launch, judge, processes_mentioning
+from tests.chaos.points import ChaosPoints
+from tests.chaos.s3 import ChaosS3, chaos_s3
 from workflows.state import JobStatus, NodeRequest, Phase
 
 FAULTS: dict[str, str] = {
@@ -271,48 +273,6 @@ async def rank_kill_steady(run: CellRun) -> None:
     _signal_newest(run, 1, signal.SIGKILL)
 
 
-async def rank_kill_launch(run: CellRun) -> None:
-    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
-    _signal_newest(run, 1, signal.SIGKILL)
-    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
-
-
-async def rank_kill_checkpoint(run: CellRun) -> None:
-    await run.job.reach_step(run.ctx.shape.fault_step)
-    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
-    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
-    _signal_newest(run, 0, signal.SIGKILL)  # rank 0 is the one holding the commit
-    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
-
-
-async def rank_stop_checkpoint(run: CellRun) -> None:
-    await run.job.reach_step(run.ctx.shape.fault_step)
-    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
-    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
-    _signal_newest(run, 0, signal.SIGSTOP)
-    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
-
-
-async def rank_kill_relaunch(run: CellRun) -> None:
-    await run.job.reach_step(run.ctx.shape.fault_step)
-    run.points.arm(points.LAUNCH_BEFORE_LAUNCH_JSON)
-    _signal_newest(run, 1, signal.SIGKILL)
-    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
-    _signal_newest(run, 1, signal.SIGKILL)  # generation 2's rank 1, mid-launch
-    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
-
-
-async def rank_kill_jit(run: CellRun) -> None:
-    await run.job.reach_step(run.ctx.shape.fault_step)
-    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
-    await run.job.handle.signal(SIGNAL_PAUSE)
-    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
-    _signal_newest(run, 1, signal.SIGKILL)
-    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
-    await run.job.wait_phase(Phase.PAUSED)
-    await run.job.handle.signal(SIGNAL_RESUME)
-
-
 async def rank_kill_continue_as_new(run: CellRun) -> None:
     await _next_run(run)
     _signal_newest(run, 1, signal.SIGKILL)
@@ -337,32 +297,6 @@ async def rank_hang_stop(run: CellRun) -> None:
     except ProcessLookupError:
         run.notes["rank0_already_exited"] = True
     run.points.release(points.STOP_AFTER_SIGTERM)
-
-
-async def rank_stop_launch(run: CellRun) -> None:
-    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
-    _signal_newest(run, 1, signal.SIGSTOP)  # frozen before its first heartbeat
-    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
-
-
-async def rank_stop_relaunch(run: CellRun) -> None:
-    await run.job.reach_step(run.ctx.shape.fault_step)
-    run.points.arm(points.LAUNCH_BEFORE_LAUNCH_JSON)
-    _signal_newest(run, 1, signal.SIGKILL)
-    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
-    _signal_newest(run, 1, signal.SIGSTOP)  # generation 2's rank 1 freezes mid-launch
-    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
-
-
-async def rank_stop_jit(run: CellRun) -> None:
-    await run.job.reach_step(run.ctx.shape.fault_step)
-    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
-    await run.job.handle.signal(SIGNAL_PAUSE)
-    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
-    _signal_newest(run, 1, signal.SIGSTOP)
-    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
-    await run.job.wait_phase(Phase.PAUSED)
-    await run.job.handle.signal(SIGNAL_RESUME)
 
 
 async def rank_stop_continue_as_new(run: CellRun) -> None:
@@ -568,16 +502,73 @@ async def _into_rejoin(run: CellRun) -> None:
     await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
 
 
-async def rank_kill_rejoin(run: CellRun) -> None:
-    await _into_rejoin(run)
-    _signal_newest(run, 1, signal.SIGKILL)  # the new rank 1, mid-rendezvous
+# ------------------------------------------------ a rank's fault, generated per phase
+# A rank SIGKILLed and a rank SIGSTOPped are reached the same way at these phases and
+# differ only in the signal: one reach per phase, one cell per (fault, phase) row.
+
+RANK_SIGNALS = {"rank_sigkill": signal.SIGKILL, "rank_sigstop": signal.SIGSTOP}
+
+
+async def _rank_at_launch(run: CellRun, sig: signal.Signals) -> None:
+    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, sig)  # before its first heartbeat, the launch unrecorded
     run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
 
 
-async def rank_stop_rejoin(run: CellRun) -> None:
-    await _into_rejoin(run)
-    _signal_newest(run, 1, signal.SIGSTOP)  # the new rank 1 freezes before its first step
+async def _rank_at_checkpoint_write(run: CellRun, sig: signal.Signals) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    _signal_newest(run, 0, sig)  # rank 0 is the one holding the commit
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+
+
+async def _rank_at_recovery_relaunch(run: CellRun, sig: signal.Signals) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, signal.SIGKILL)
+    await _held_at(run, points.LAUNCH_BEFORE_LAUNCH_JSON)
+    _signal_newest(run, 1, sig)  # generation 2's rank 1, mid-launch
     run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+
+
+async def _rank_at_jit_checkpoint(run: CellRun, sig: signal.Signals) -> None:
+    await run.job.reach_step(run.ctx.shape.fault_step)
+    run.points.arm(points.CHECKPOINT_BEFORE_COMMIT)
+    await run.job.handle.signal(SIGNAL_PAUSE)
+    await _held_at(run, points.CHECKPOINT_BEFORE_COMMIT)
+    _signal_newest(run, 1, sig)
+    run.points.release(points.CHECKPOINT_BEFORE_COMMIT)
+    await run.job.wait_phase(Phase.PAUSED)
+    await run.job.handle.signal(SIGNAL_RESUME)
+
+
+async def _rank_at_rejoin(run: CellRun, sig: signal.Signals) -> None:
+    await _into_rejoin(run)
+    _signal_newest(run, 1, sig)  # the new rank 1, mid-rendezvous
+    run.points.release(points.LAUNCH_BEFORE_LAUNCH_JSON)
+
+
+RANK_REACH: dict[str, Callable[[CellRun, signal.Signals], Awaitable[None]]] = {
+    "launch_before_launch_json": _rank_at_launch,
+    "checkpoint_write": _rank_at_checkpoint_write,
+    "recovery_relaunch": _rank_at_recovery_relaunch,
+    "jit_checkpoint": _rank_at_jit_checkpoint,
+    "rejoin": _rank_at_rejoin,
+}
+"""The phases where a rank's fault is generated from its signal (:func:`rank_cell`)."""
+
+
+def rank_cell(fault: str, phase: str, why: str, **setup: Any) -> Cell:
+    """The cell of ``fault`` (a key of :data:`RANK_SIGNALS`) at ``phase`` (a key of
+    :data:`RANK_REACH`), with its ``setup`` (the :class:`Cell` options)."""
+    reach, sig = RANK_REACH[phase], RANK_SIGNALS[fault]
+
+    async def inject(run: CellRun) -> None:
+        await reach(run, sig)
+
+    inject.__name__ = f"{fault}_at_{phase}"
+    return Cell(fault, phase, why, inject, **setup)
 
 
 async def survivor_kill_rejoin(run: CellRun) -> None:
@@ -761,40 +752,36 @@ async def restart_after_terminate(run: CellRun) -> None:
 # --------------------------------------------------------------------------- the matrix
 
 CELLS: list[Cell] = [
-    Cell(
+    rank_cell(
         "rank_sigkill",
         "launch_before_launch_json",
         "a rank dies after its pid file but before the launch is recorded: the launch "
         "must still complete and supervision must find the dead rank",
-        rank_kill_launch,
         arm=points.LAUNCH_BEFORE_LAUNCH_JSON,
         smoke=True,
     ),
     Cell(
         "rank_sigkill", "steady", "the basic crash: relaunch from the checkpoint", rank_kill_steady
     ),
-    Cell(
+    rank_cell(
         "rank_sigkill",
         "checkpoint_write",
         "rank 0 dies between the manifest and COMMITTED: the half-written step must "
         "never be resumed from",
-        rank_kill_checkpoint,
         smoke=True,
         lost_intervals=2,
     ),
-    Cell(
+    rank_cell(
         "rank_sigkill",
         "recovery_relaunch",
         "a second crash while the recovery's launch is half done (pid files, no "
         "launch.json): a second incident, never two generations",
-        rank_kill_relaunch,
     ),
-    Cell(
+    rank_cell(
         "rank_sigkill",
         "jit_checkpoint",
         "a rank dies while a pause's just-in-time checkpoint is being committed: the "
         "pause must still land, on an older checkpoint if need be",
-        rank_kill_jit,
         jit_only=True,
     ),
     Cell(
@@ -806,12 +793,11 @@ CELLS: list[Cell] = [
         continue_as_new=True,
     ),
     Cell("rank_sigstop", "steady", "a hang, found by the hang clock", rank_hang_steady),
-    Cell(
+    rank_cell(
         "rank_sigstop",
         "checkpoint_write",
         "rank 0 freezes holding an uncommitted checkpoint: hang detection, and the "
         "half-written step is not resumed from",
-        rank_stop_checkpoint,
         lost_intervals=2,
     ),
     Cell(
@@ -821,27 +807,24 @@ CELLS: list[Cell] = [
         rank_hang_stop,
         smoke=True,
     ),
-    Cell(
+    rank_cell(
         "rank_sigstop",
         "launch_before_launch_json",
         "a rank freezes before its first heartbeat while the launch is unrecorded: the "
         "launch completes and the silent rank is found hung",
-        rank_stop_launch,
         arm=points.LAUNCH_BEFORE_LAUNCH_JSON,
     ),
-    Cell(
+    rank_cell(
         "rank_sigstop",
         "recovery_relaunch",
         "a rank of the recovery's generation freezes mid-launch: a second incident (a "
         "hang), never two generations",
-        rank_stop_relaunch,
     ),
-    Cell(
+    rank_cell(
         "rank_sigstop",
         "jit_checkpoint",
         "a peer freezes while rank 0 commits a pause's just-in-time checkpoint: the "
         "pause's stop (SIGTERM with SIGCONT) still takes it down",
-        rank_stop_jit,
         jit_only=True,
     ),
     Cell(
@@ -986,20 +969,18 @@ CELLS: list[Cell] = [
         jit_only=True,
     ),
     # The fast paths (issue 26).
-    Cell(
+    rank_cell(
         "rank_sigkill",
         "rejoin",
         "the new rank dies while the survivor rejoins: never two generations, the "
         "job still completes",
-        rank_kill_rejoin,
         rejoin=True,
     ),
-    Cell(
+    rank_cell(
         "rank_sigstop",
         "rejoin",
         "the new rank freezes while the survivor rejoins: found hung, the whole "
         "generation restarts",
-        rank_stop_rejoin,
         rejoin=True,
     ),
     Cell(
@@ -1094,6 +1075,8 @@ CELLS: list[Cell] = [
 ]
 CELLS_BY_KEY = {cell.key: cell for cell in CELLS}
 SMOKE = [cell.key for cell in CELLS if cell.smoke]
+LOCAL = [cell.key for cell in CELLS if cell.ssh is None]
+"""Every cell that needs no SSH test hosts: what ``make test-all`` runs."""
 
 
 def absent_reason(fault: str, phase: str) -> str:
@@ -1546,27 +1529,26 @@ def run_matrix(
 def _cell_keys(text: str) -> list[str]:
     if text == "smoke":
         return list(SMOKE)
+    if text == "local":
+        return list(LOCAL)
     keys = [k.strip() for k in text.split(",") if k.strip()]
     unknown = [k for k in keys if k not in CELLS_BY_KEY]
     if unknown or not keys:
         raise argparse.ArgumentTypeError(
             f"unknown cell(s) {', '.join(unknown) or '(none given)'}; choose from "
-            f"{', '.join(CELLS_BY_KEY)} (or 'smoke')"
+            f"{', '.join(CELLS_BY_KEY)} (or 'smoke', 'local')"
         )
     return keys
 
 
-def add_command(commands: Any) -> None:
-    parser = commands.add_parser(
-        "chaos",
-        help="the fault x phase chaos matrix: every cell's invariants, as a table",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-    )
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """``python -m tests.chaos``'s options (:mod:`tests.chaos.__main__`)."""
     parser.add_argument(
         "--cells",
         type=_cell_keys,
         default=list(CELLS_BY_KEY),
-        help="comma-separated fault@phase keys, or 'smoke' (default: every cell)",
+        help="comma-separated fault@phase keys, 'smoke' (make test's) or 'local' (every cell "
+        "without SSH test hosts: make test-all's) (default: every cell)",
     )
     parser.add_argument("--list", action="store_true", help="list the cells and exit")
     parser.add_argument("--json-out", type=Path, help="default: bench/results/chaos-<ts>.json")

@@ -1,6 +1,6 @@
 """What a chaos cell is, and what its injection sees and may use: shared by the matrix
-(:mod:`bench.chaos`) and the rows that live in modules of their own
-(:mod:`bench.chaos_multinode`), which the matrix imports (so none of them imports it).
+(:mod:`tests.chaos.matrix`) and the rows that live in modules of their own
+(:mod:`tests.chaos.multinode`), which the matrix imports (so none of them imports it).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.chaos_invariants import Launch
-from bench.chaos_points import ChaosPoints
-from bench.chaos_s3 import ChaosS3
 from bench.harness import BenchContext, BenchJob
 from bench.jobs import WORLD_SIZE
 from infra.testhosts import TestHosts
 from lazarus.app import chaos
+from tests.chaos.invariants import Launch
+from tests.chaos.points import ChaosPoints
+from tests.chaos.s3 import ChaosS3
 from workflows.state import JobStatus, Phase
 
 REJOIN = {"enabled": True, "timeout_s": 60.0}
@@ -29,7 +29,7 @@ restarted on a loaded machine."""
 
 @dataclass(frozen=True)
 class SshLayout:
-    """A cell on SSH test hosts (:mod:`bench.chaos_multinode`): ``nodes`` hosts of one
+    """A cell on SSH test hosts (:mod:`tests.chaos.multinode`): ``nodes`` hosts of one
     rank each (h1, h2, ...), then ``spares`` more held in reserve, each host with its
     own ``/dev/shm``."""
 
@@ -117,7 +117,7 @@ class Cell:
     so no fault-free run of one world size has them)."""
     fleet: bool = False
     """The job leases two one-rank local nodes from a fleet of three
-    (:data:`bench.chaos_fleet.FLEET_NODES`), started for the cell on the matrix's worker.
+    (:data:`tests.chaos.fleet.FLEET_NODES`), started for the cell on the matrix's worker.
     An injection may start the job again under its name: the cell's job (its end
     state, weights, launches) is then the last start, ``run.job``."""
     ssh: SshLayout | None = None

@@ -6,7 +6,7 @@ name must be refused with the operator's way out (``lazarus fleet release JOB``)
 never handed the old lease, and its own end must not free that lease. Once an operator
 has released it, a third start leases afresh and ends with nothing held. These checks
 read the fleet's own status and the job's, each a list of problems in words (empty:
-it held); :mod:`bench.chaos` raises on any.
+it held); :mod:`tests.chaos.matrix` raises on any.
 """
 
 from __future__ import annotations
