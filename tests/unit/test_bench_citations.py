@@ -1,0 +1,109 @@
+"""What the docs cite from ``bench/`` exists (issue 40).
+
+- Every ``bench/results/<file>`` that ``README.md``, ``bench/README.md`` or a page
+  under ``docs/`` names is there: ``bench/results/`` is not committed
+  (``.gitignore``), so a cited file must be added with ``git add -f``.
+- Every ``python -m bench <command>`` they cite is a command of ``python -m bench``
+  (read from the source: ``bench/__main__.py`` and each module whose
+  ``add_command`` it calls), and ``lazarus simulate``, the simulator's verb, exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import typer
+
+from lazarus.app.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+RESULT = re.compile(r"bench/results/([\w.+-]+\.(?:json|png|txt|csv))")
+COMMAND = re.compile(r"python -m bench ([a-z][a-z-]*)")
+MOVED = {"chaos": "python -m tests.chaos"}
+"""Commands that left ``python -m bench``, and their new names: a page may cite the old
+one (a dated run made with it) only where it names the new one too."""
+
+
+def cited(pattern: re.Pattern[str]) -> dict[str, list[str]]:
+    """Each match of ``pattern`` in the pages, with the pages that cite it."""
+    found: dict[str, list[str]] = {}
+    for page in PAGES:
+        for match in pattern.finditer(page.read_text()):
+            found.setdefault(match.group(1), []).append(str(page.relative_to(REPO)))
+    return found
+
+
+def _add_parser_names(tree: ast.AST) -> set[str]:
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "add_parser"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+
+
+def bench_commands() -> set[str]:
+    """The subcommands ``bench/__main__.py`` registers, from its source."""
+    main = ast.parse((REPO / "bench" / "__main__.py").read_text())
+    modules: dict[str, Path] = {}
+    for node in ast.walk(main):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                base = REPO.joinpath(*node.module.split("."))
+                path = base / f"{alias.name}.py"
+                modules[alias.asname or alias.name] = (
+                    path if path.exists() else base / "__init__.py"
+                )
+    names = _add_parser_names(main)
+    for node in ast.walk(main):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_command"
+            and isinstance(node.func.value, ast.Name)
+        ):
+            module = modules[node.func.value.id]
+            names |= _add_parser_names(ast.parse(module.read_text()))
+    return names
+
+
+def test_the_walk_finds_the_commands() -> None:
+    """Guards the guard: the commands the docs lean on most are found."""
+    assert {"compare", "recovery", "simulate", "checkpoints", "state-scale"} <= bench_commands()
+
+
+def test_every_cited_bench_command_exists() -> None:
+    commands = bench_commands()
+    missing = {
+        command: [p for p in pages if MOVED.get(command, "\0") not in (REPO / p).read_text()]
+        for command, pages in cited(COMMAND).items()
+        if command not in commands
+    }
+    missing = {command: pages for command, pages in missing.items() if pages}
+    assert not missing, (
+        f"pages cite python -m bench commands that do not exist: {missing} "
+        "(name the new command on the page, or keep an alias)"
+    )
+
+
+def test_lazarus_simulate_exists() -> None:
+    group = typer.main.get_command(app)
+    assert "simulate" in getattr(group, "commands", {})
+
+
+def test_every_cited_result_file_exists() -> None:
+    results = REPO / "bench" / "results"
+    missing = {
+        name: pages for name, pages in cited(RESULT).items() if not (results / name).is_file()
+    }
+    assert not missing, (
+        f"cited result files missing from bench/results/: {missing} "
+        "(bench/results/ is ignored: git add -f the file a page cites)"
+    )
