@@ -61,7 +61,8 @@ test-hosts:
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy lazarus workflows activities workers infra bench examples tests/chaos
+	$(VENV)/bin/mypy lazarus workflows activities workers infra bench examples tests/chaos \
+		tests/classifier_accuracy.py tests/accuracy_sets.py
 
 # The docs site, strictly: a broken link or anchor fails (mkdocs.yml).
 docs: setup

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.classifier_accuracy import Sample, evaluate, format_confusion, load_samples
 from lazarus.domain.classifier import Classification, RootCause, classify, root_cause
 from lazarus.domain.failure_classes import FailureClass as FC
+from tests.classifier_accuracy import Sample, evaluate, format_confusion, load_samples
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

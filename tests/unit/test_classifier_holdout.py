@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from bench.classifier_accuracy import evaluate, load_samples
+from tests.classifier_accuracy import evaluate, load_samples
 
 HOLDOUT = Path(__file__).resolve().parents[1] / "fixtures" / "failure-logs-holdout"
 MINIMUM = 0.95

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m bench.accuracy_sets [DIR ...]
+    python -m tests.accuracy_sets [DIR ...]
 
 Without arguments it scores the shared set (``../shared/failure-logs`` beside the
 checkout, when it exists), ``tests/fixtures/failure-logs``,
@@ -18,7 +18,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from bench.classifier_accuracy import REPO, evaluate, load_samples
+from tests.classifier_accuracy import REPO, evaluate, load_samples
 
 SHARED = REPO.parent / "shared" / "failure-logs"
 """The shared labelled set, beside the checkout where a workplace provides one."""

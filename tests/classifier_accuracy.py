@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m bench.classifier_accuracy [--json] [--ablation] [DIR]
+    python -m tests.classifier_accuracy [--json] [--ablation] [DIR]
 
 ``DIR`` (default ``tests/fixtures/failure-logs``) holds ``NNN.log`` files and an
 ``index.jsonl`` with ``file`` / ``class`` / ``exit_code`` per line. The report has
