@@ -32,6 +32,7 @@ from temporalio.client import Client
 
 from activities.nodes.rundir import generations_below, read_json
 from lazarus.app import chaos
+from lazarus.domain import environment as env_names
 
 SAMPLE_INTERVAL_S = 0.05
 
@@ -100,7 +101,10 @@ class RunMonitor(BackgroundSampler):
         for gen in generations_below(self.job_run_root):
             for hb_file in gen.path.glob("rank-*.heartbeat.json"):
                 record = read_json(hb_file)
-                if record is None or "step" not in record:
+                if record is None or "step" not in record or record.get(env_names.HEARTBEAT_REJOIN):
+                    # A survivor rejoining in place writes the new generation's file at
+                    # once ("joining", its step the resume step, nothing trained yet):
+                    # that is not training again, and must not end a recovery's clock.
                     continue
                 rank = int(hb_file.name.split(".")[0].removeprefix("rank-"))
                 key = (gen.generation, rank)
