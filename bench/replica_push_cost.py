@@ -178,8 +178,8 @@ def measure(
     placement: str, size_mb: int, repeats: int, steps: int, scratch: Path
 ) -> dict[str, Any]:
     """One placement and size: ``repeats`` pushes, each after its own baseline."""
-    import lazarus.rank as lazarus_rank
     from lazarus.domain import environment
+    from lazarus.rank import reset
 
     pin = placement == "separate"
     tier = scratch / f"{placement}-{size_mb}-tier"
@@ -191,7 +191,7 @@ def measure(
             environment.MEMORY_KEEP: "1",
         }
     )
-    lazarus_rank._reset_state()
+    reset._reset_state()
     if pin:
         os.sched_setaffinity(0, {STEP_CORE})
     step = step_work()

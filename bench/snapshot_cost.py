@@ -57,13 +57,13 @@ def make_state(size_bytes: int) -> dict[str, Any]:
 def measure(size_mb: int, repeats: int, scratch: Path) -> dict[str, Any]:
     """One size: the first snapshot, then ``repeats`` more, each blocking call and its
     background write timed apart."""
-    import lazarus.rank as lazarus_rank
     import lazarus.rank.torch as lazarus_torch
     from lazarus.domain import environment
+    from lazarus.rank import reset
 
     os.environ[environment.MEMORY_CHECKPOINT_DIR] = str(scratch / f"size-{size_mb}")
     os.environ[environment.MEMORY_EVERY_STEPS] = "1"
-    lazarus_rank._reset_state()
+    reset._reset_state()
     size_bytes = size_mb * 2**20
     state = make_state(size_bytes)
     blocking: list[float] = []

@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_ddp  # the example's model and data, from next door
 
-import lazarus.rank as lazarus_rank
 import lazarus.rank.torch as lazarus_torch
 from lazarus.domain import environment
+from lazarus.rank import reset
 
 
 def median_step_s(steps: int, hidden: int, step_time: float, snapshot_dir: Path | None) -> float:
@@ -41,7 +41,7 @@ def median_step_s(steps: int, hidden: int, step_time: float, snapshot_dir: Path 
         os.environ.pop(environment.MEMORY_CHECKPOINT_DIR, None)
     else:
         os.environ[environment.MEMORY_CHECKPOINT_DIR] = str(snapshot_dir)
-    lazarus_rank._reset_state()
+    reset._reset_state()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(train_ddp.INPUT_DIM, hidden), nn.Tanh(), nn.Linear(hidden, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

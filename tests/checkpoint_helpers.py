@@ -17,6 +17,7 @@ from lazarus.domain import environment
 from lazarus.domain.contracts import CheckpointRef, UploadCheckpointRequest, UploadResult
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import CheckpointsSpec
+from lazarus.rank import reset
 
 BUCKET = "lazarus-test"
 
@@ -31,7 +32,7 @@ def write_checkpoint(
 ) -> Path:
     """A checkpoint committed by the real rank helper: ``files`` maps names to sizes."""
     files = files if files is not None else {"state.pt": 64 * 1024}
-    lz._reset_state()
+    reset._reset_state()
     lz.configure(checkpoint_dir=root)
     directory = lz.checkpoint_path(step)
     for index, (name, size) in enumerate(sorted(files.items())):
@@ -39,7 +40,7 @@ def write_checkpoint(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(pattern(size, seed + step * 31 + index))
     lz.commit_checkpoint(step, hash_files=hash_files)
-    lz._reset_state()
+    reset._reset_state()
     return directory
 
 
@@ -67,9 +68,9 @@ def clean_rank_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith("LAZARUS_") or name in (environment.RANK, environment.WORLD_SIZE):
             monkeypatch.delenv(name, raising=False)
-    lz._reset_state()
+    reset._reset_state()
     yield
-    lz._reset_state()
+    reset._reset_state()
 
 
 class MotoS3:

@@ -55,10 +55,10 @@ heartbeat, and the switch of this module's per-generation state to the new
 generation. Every heartbeat carries ``"generation"``, the generation the rank acts
 for now.
 
-The helper is split by concern; this package re-exports every function, class and
-constant of its modules, so ``lazarus.rank.<name>`` is what it always was:
-:mod:`~lazarus.rank.identity` (who this rank is, :func:`configure`),
-:mod:`~lazarus.rank.marks` (phase marks, the resume point chosen),
+The helper is split by concern, and this package exports exactly ``__all__`` (the
+names the docs' Python API page lists); everything else lives in, and is imported
+from, the module that owns it: :mod:`~lazarus.rank.identity` (who this rank is,
+:func:`configure`), :mod:`~lazarus.rank.marks` (phase marks, the resume point chosen),
 :mod:`~lazarus.rank.heartbeats` and :mod:`~lazarus.rank.heartbeat_throttle`,
 :mod:`~lazarus.rank.compute_time`, :mod:`~lazarus.rank.save_timing`,
 :mod:`~lazarus.rank.slow_phases` and :mod:`~lazarus.rank.slow_phase_stack` (slow phases:
@@ -66,81 +66,25 @@ a save, an evaluation, allowed more than the learned hang budget),
 :mod:`~lazarus.rank.control` (the control file), :mod:`~lazarus.rank.rejoin_requests`
 and :mod:`~lazarus.rank.rejoin` (rejoin in place), :mod:`~lazarus.rank.resume`,
 :mod:`~lazarus.rank.checkpoints` (the commit protocol),
-:mod:`~lazarus.rank.atomic_files` and :mod:`~lazarus.rank.reset`. Module-level state
-(``_resumed_from_step``, ``_unanswered_request``, ...) has one home, the module that
-owns it, and is not re-exported: a copy here would go stale the first time the owner
-rebinds it. Read or set it there (``lazarus.rank.control._unanswered_request``).
+:mod:`~lazarus.rank.atomic_files` and :mod:`~lazarus.rank.reset`. The modules import
+each other directly, never through this package, so there is no import circle. Module-level
+state (``_resumed_from_step``, ``_unanswered_request``, ...) has one home, the module
+that owns it: read or set it there (``lazarus.rank.control._unanswered_request``), and
+reset it all with ``lazarus.rank.reset._reset_state()``.
 """
 
 from __future__ import annotations
 
-from lazarus.rank.atomic_files import TEMP_SUFFIX as TEMP_SUFFIX
-from lazarus.rank.atomic_files import _atomic_write as _atomic_write
-from lazarus.rank.atomic_files import _temp_counter as _temp_counter
 from lazarus.rank.atomic_files import temp_path_for
-from lazarus.rank.checkpoints import _HASH_CHUNK_BYTES as _HASH_CHUNK_BYTES
-from lazarus.rank.checkpoints import (
-    HOLD_AFTER_REQUESTED_CHECKPOINT_S as HOLD_AFTER_REQUESTED_CHECKPOINT_S,
-)
-from lazarus.rank.checkpoints import RESAVE_SUFFIX as RESAVE_SUFFIX
-from lazarus.rank.checkpoints import _answered as _answered
-from lazarus.rank.checkpoints import _checkpoint_root as _checkpoint_root
-from lazarus.rank.checkpoints import _commit as _commit
-from lazarus.rank.checkpoints import _describe_and_sync as _describe_and_sync
-from lazarus.rank.checkpoints import _replace as _replace
-from lazarus.rank.checkpoints import _resave_dir as _resave_dir
-from lazarus.rank.checkpoints import _seal as _seal
-from lazarus.rank.checkpoints import _write_dir as _write_dir
 from lazarus.rank.checkpoints import checkpoint_path, commit_checkpoint
-from lazarus.rank.compute_time import _close_step_compute as _close_step_compute
-from lazarus.rank.compute_time import _take_compute_mean as _take_compute_mean
 from lazarus.rank.compute_time import compute_timer, record_compute_time
-from lazarus.rank.control import _interval as _interval
-from lazarus.rank.control import _intervals_in as _intervals_in
-from lazarus.rank.control import _on_interval as _on_interval
-from lazarus.rank.control import _poll_control as _poll_control
-from lazarus.rank.control import _rejoin_request_in as _rejoin_request_in
 from lazarus.rank.control import checkpoint_every_steps, memory_every_steps, should_checkpoint
-from lazarus.rank.heartbeats import _UNRESOLVED as _UNRESOLVED
-from lazarus.rank.heartbeats import DEFAULT_HEARTBEAT_INTERVAL_S as DEFAULT_HEARTBEAT_INTERVAL_S
-from lazarus.rank.heartbeats import _as_float as _as_float
-from lazarus.rank.heartbeats import _resolve_heartbeat as _resolve_heartbeat
-from lazarus.rank.heartbeats import _write_heartbeat as _write_heartbeat
 from lazarus.rank.heartbeats import flush_heartbeat, heartbeat
 from lazarus.rank.identity import RankInfo, checkpoint_dir, configure, info
-from lazarus.rank.identity import _env_int as _env_int
-from lazarus.rank.identity import _generation_now as _generation_now
-from lazarus.rank.identity import _rank_now as _rank_now
-from lazarus.rank.identity import _under_lazarus as _under_lazarus
-from lazarus.rank.marks import _IMPORTED_AT as _IMPORTED_AT
-from lazarus.rank.marks import _note_resume as _note_resume
-from lazarus.rank.marks import _process_start_time as _process_start_time
 from lazarus.rank.marks import mark, phase_marks
 from lazarus.rank.rejoin import REJOIN_TIMEOUT_EXIT_CODE
-from lazarus.rank.rejoin import REJOIN_WAIT_POLL_S as REJOIN_WAIT_POLL_S
-from lazarus.rank.rejoin import _announced_resume_step as _announced_resume_step
-from lazarus.rank.rejoin import _arm_rejoin as _arm_rejoin
-from lazarus.rank.rejoin import _await_rejoin as _await_rejoin
-from lazarus.rank.rejoin import _enter_generation as _enter_generation
-from lazarus.rank.rejoin import _mark_torn_down as _mark_torn_down
-from lazarus.rank.rejoin import _write_waiting_heartbeat as _write_waiting_heartbeat
-from lazarus.rank.rejoin_requests import _INTEGER_REJOIN_VARIABLES as _INTEGER_REJOIN_VARIABLES
-from lazarus.rank.rejoin_requests import REJOIN_POLL_INTERVAL_S as REJOIN_POLL_INTERVAL_S
-from lazarus.rank.rejoin_requests import RejoinRequest as RejoinRequest
 from lazarus.rank.rejoin_requests import RejoinRequested
-from lazarus.rank.rejoin_requests import _is_integer as _is_integer
-from lazarus.rank.rejoin_requests import _parse_rejoin as _parse_rejoin
-from lazarus.rank.rejoin_requests import _raise_if_rejoin_requested as _raise_if_rejoin_requested
-from lazarus.rank.reset import _reset_generation as _reset_generation
-from lazarus.rank.reset import _reset_state as _reset_state
-from lazarus.rank.resume import _choose_resume_point as _choose_resume_point
-from lazarus.rank.resume import _explicit_resume_point as _explicit_resume_point
-from lazarus.rank.resume import _fallback_candidates as _fallback_candidates
 from lazarus.rank.resume import resume_path, resume_point, resume_step
-from lazarus.rank.save_timing import SAVE_TIMES_KEPT as SAVE_TIMES_KEPT
-from lazarus.rank.save_timing import _note_save_time as _note_save_time
-from lazarus.rank.save_timing import _save_ended as _save_ended
-from lazarus.rank.save_timing import _save_starts as _save_starts
 from lazarus.rank.save_timing import checkpoint_save_s, record_checkpoint_save
 from lazarus.rank.slow_phases import enter_slow_phase, exit_slow_phase, slow_phase
 

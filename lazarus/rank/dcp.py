@@ -45,8 +45,8 @@ from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-import lazarus.rank as lazarus_rank
 from lazarus.domain import phases
+from lazarus.rank import checkpoints, identity, marks, resume
 from lazarus.rank.checkpoints import _checkpoint_root
 from lazarus.rank.torch import _distributed
 
@@ -66,15 +66,15 @@ def save_sharded(step: int, state_dict: dict[str, Any]) -> Path | None:
     :func:`load_sharded` reads them with ``weights_only=True`` and refuses any other
     object, since a checkpoint must never run code in the ranks that load it."""
     _checkpoint_root()  # no directory: raise on every rank alike, before any collective
-    rank = dist.get_rank() if _distributed() else lazarus_rank.info().rank
+    rank = dist.get_rank() if _distributed() else identity.info().rank
     # Every rank creates (or finds) the same directory: a shared filesystem, or
     # one directory per node for single-node jobs.
-    directory = lazarus_rank.checkpoint_path(step)
+    directory = checkpoints.checkpoint_path(step)
     dcp_save(state_dict, checkpoint_id=directory)
     if _distributed():
         dist.barrier()
     if rank == 0:
-        return lazarus_rank.commit_checkpoint(step)
+        return checkpoints.commit_checkpoint(step)
     return None
 
 
@@ -92,9 +92,9 @@ def load_sharded(state_dict: dict[str, Any]) -> int | None:
     checkpoint holding anything else raises (DCP wraps the
     :class:`UntrustedCheckpoint` or :class:`pickle.UnpicklingError` in its
     ``CheckpointException``)."""
-    point = lazarus_rank.resume_point()
+    point = resume.resume_point()
     if point is None:
-        lazarus_rank.mark(phases.CHECKPOINT_LOADED)
+        marks.mark(phases.CHECKPOINT_LOADED)
         return None
     step, directory = point
     dcp_load(
@@ -103,7 +103,7 @@ def load_sharded(state_dict: dict[str, Any]) -> int | None:
         storage_reader=_TrustedReader(directory),
         planner=_TrustedPlanner(),
     )
-    lazarus_rank.mark(phases.CHECKPOINT_LOADED)
+    marks.mark(phases.CHECKPOINT_LOADED)
     return step
 
 

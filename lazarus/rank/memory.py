@@ -42,9 +42,8 @@ import shutil
 import stat
 from pathlib import Path
 
-import lazarus.rank as lazarus_rank
 from lazarus.domain import checkpoint_layout, environment, memory_tier
-from lazarus.rank import marks
+from lazarus.rank import checkpoints, control, identity, marks
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -113,7 +112,7 @@ def secure(run_dir: Path, *, create: bool = True) -> Path:
 
 def keep() -> int:
     """How many committed snapshots to keep (``LAZARUS_MEMORY_KEEP``, default 2)."""
-    value = lazarus_rank._env_int(environment.MEMORY_KEEP, DEFAULT_KEEP)
+    value = identity._env_int(environment.MEMORY_KEEP, DEFAULT_KEEP)
     if value < 1:
         raise ValueError(f"environment variable {environment.MEMORY_KEEP}={value} must be >= 1")
     return value
@@ -122,12 +121,12 @@ def keep() -> int:
 def due(step: int) -> bool:
     """Whether completed step ``step`` gets a snapshot (the tier is on and ``step``
     is a multiple of :func:`lazarus.rank.memory_every_steps`)."""
-    return lazarus_rank._on_interval(step, lazarus_rank.memory_every_steps())
+    return control._on_interval(step, control.memory_every_steps())
 
 
 def is_writer() -> bool:
     """Each node's local rank 0 writes that node's copy; other ranks only wait."""
-    return lazarus_rank.info().local_rank == 0
+    return identity.info().local_rank == 0
 
 
 def write_dir(step: int) -> Path:
@@ -135,7 +134,7 @@ def write_dir(step: int) -> Path:
     is committed already), cleared of temp files a killed writer left: this node has
     one writer, and its previous write has finished, so any temp file is garbage
     that would otherwise hold RAM."""
-    target = lazarus_rank._write_dir(_root(), step)
+    target = checkpoints._write_dir(_root(), step)
     target.chmod(0o700)
     for leftover in target.glob(f"*{checkpoint_layout.TEMP_SUFFIX}"):
         with contextlib.suppress(OSError):
@@ -146,10 +145,10 @@ def write_dir(step: int) -> Path:
 def commit(step: int) -> Path:
     """Seal ``step``'s snapshot (after the cross-node barrier), then prune."""
     root = _root()
-    final, _ = lazarus_rank._commit(
+    final, _ = checkpoints._commit(
         root,
         step,
-        lazarus_rank.info(),
+        identity.info(),
         hash_files=False,
         request=None,
         tier=checkpoint_layout.MEMORY_TIER,
@@ -208,7 +207,7 @@ def usable_snapshots() -> list[tuple[int, Path]]:
     root = directory()
     if root is None:
         return []
-    me = lazarus_rank.info().job_id
+    me = identity.info().job_id
     usable = []
     for step, path in checkpoint_layout.committed_steps(root):
         if checkpoint_layout.size_problem(path) is not None:
@@ -225,7 +224,7 @@ def abandoned(step: int, path: Path) -> bool:
     from. Unknown (no resume step in the environment, as in a survivor that rejoined
     in place without one): False, and the controller's search still refuses it."""
     resumed = _resume_step()
-    generation = lazarus_rank._generation_now()
+    generation = identity._generation_now()
     if resumed is None or generation < 1 or step <= resumed:
         return False
     written_by = _manifest_field(path, "generation")

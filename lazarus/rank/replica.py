@@ -65,9 +65,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import lazarus.rank as lazarus_rank
 from lazarus.domain import chaos_points, checkpoint_layout, environment, memory_tier
-from lazarus.rank import memory, transfer
+from lazarus.rank import identity, memory, transfer
 
 __all__ = [
     "Receiver",
@@ -245,11 +244,11 @@ def push_committed(snapshot: Path, known: Mapping[str, str] | None = None) -> bo
     to = os.environ.get(environment.MEMORY_REPLICA_TO)
     if not to:
         return False
-    me = lazarus_rank.info()
+    me = identity.info()
     key = _generation_key(me.generation)
     if key is None:
         return False
-    slot = lazarus_rank._env_int(environment.GROUP_RANK, 0)
+    slot = identity._env_int(environment.GROUP_RANK, 0)
     job = _Push(snapshot, to, key, slot, me.job_id, me.generation, dict(known or {}))
     with _push_lock:
         if _pending is not None:
@@ -581,7 +580,7 @@ def ensure_receiver() -> Receiver | None:
     if not listen or not allowed or root is None or not memory.is_writer():
         stop_receiver()
         return None
-    me = lazarus_rank.info()
+    me = identity.info()
     key = _generation_key(me.generation)
     if key is None:
         stop_receiver()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lazarus.domain import checkpoint_layout, environment, memory_tier
+from lazarus.rank import memory
 from lazarus.rank.identity import _env_int, _under_lazarus, checkpoint_dir
 from lazarus.rank.marks import _note_resume
 
@@ -55,8 +56,6 @@ def _choose_resume_point(
 def _fallback_candidates() -> list[tuple[int, Path]]:
     """Every checkpoint the outside-Lazarus fallback may resume from, oldest first;
     a memory snapshot sorts after a disk checkpoint of the same step."""
-    from lazarus.rank import memory  # memory imports this module: import on use
-
     ranked: list[tuple[int, int, Path]] = []
     root = checkpoint_dir()
     if root is not None:

@@ -82,9 +82,21 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-import lazarus.rank as lazarus_rank
 from lazarus.domain import environment, phases
-from lazarus.rank import control, memory, rejoin_requests, replica, transfer
+from lazarus.rank import (
+    checkpoints,
+    control,
+    heartbeats,
+    identity,
+    marks,
+    memory,
+    rejoin,
+    rejoin_requests,
+    replica,
+    resume,
+    slow_phases,
+    transfer,
+)
 from lazarus.rank.host_copy import copy_to_cpu as _copy_to_cpu
 from lazarus.rank.state_file import save_checkpoint_file, save_snapshot_file
 
@@ -106,7 +118,7 @@ __all__ = [
 State = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 """A state dict, or a function building one (called only when a save is due)."""
 
-lazarus_rank.mark(phases.FRAMEWORK_IMPORTED)
+marks.mark(phases.FRAMEWORK_IMPORTED)
 
 
 def init_process_group(*args: Any, **kwargs: Any) -> None:
@@ -115,7 +127,7 @@ def init_process_group(*args: Any, **kwargs: Any) -> None:
     ``lazarus.rank.mark("process_group_ready")``)."""
     dist.init_process_group(*args, **kwargs)
     _ensure_snapshot_group()
-    lazarus_rank.mark(phases.PROCESS_GROUP_READY)
+    marks.mark(phases.PROCESS_GROUP_READY)
 
 
 def _distributed() -> bool:
@@ -125,7 +137,7 @@ def _distributed() -> bool:
 def _global_rank() -> int:
     # The process group is the truth once it exists; the environment is all there
     # is before (or without) it.
-    return dist.get_rank() if _distributed() else lazarus_rank.info().rank
+    return dist.get_rank() if _distributed() else identity.info().rank
 
 
 def save(step: int, state: Mapping[str, Any]) -> Path | None:
@@ -137,7 +149,7 @@ def save(step: int, state: Mapping[str, Any]) -> Path | None:
     appear once every rank has reached the same step, which is what makes a
     committed checkpoint a consistent resume point. A slow save counts against
     the process group's timeout, so give ``init_process_group`` room for it."""
-    if lazarus_rank.checkpoint_dir() is None:
+    if identity.checkpoint_dir() is None:
         # Raise on every rank alike, before any collective, rather than leaving
         # the other ranks waiting in the barrier for a rank 0 that failed.
         raise RuntimeError(
@@ -147,13 +159,13 @@ def save(step: int, state: Mapping[str, Any]) -> Path | None:
     is_writer = _global_rank() == 0
     # Every rank: the others wait in the barrier for rank 0's write, and that wait is
     # the save's, not a hang (the supervisor gives the phase its own budget).
-    with lazarus_rank.slow_phase(phases.CHECKPOINT_SAVE):
+    with slow_phases.slow_phase(phases.CHECKPOINT_SAVE):
         if is_writer:
-            save_checkpoint_file(state, lazarus_rank.checkpoint_path(step) / STATE_FILE)
+            save_checkpoint_file(state, checkpoints.checkpoint_path(step) / STATE_FILE)
         if _distributed():
             dist.barrier()
         if is_writer:
-            return lazarus_rank.commit_checkpoint(step)
+            return checkpoints.commit_checkpoint(step)
         return None
 
 
@@ -172,15 +184,15 @@ def load(
     ``weights_only`` stays on by default: model and optimizer state dicts need
     nothing more, and it refuses to run code hidden in a checkpoint file."""
     several = _distributed() and dist.get_world_size() > 1
-    point = lazarus_rank.resume_point(agree=_newest_common_step if several else None)
+    point = resume.resume_point(agree=_newest_common_step if several else None)
     if point is None:
-        lazarus_rank.mark(phases.CHECKPOINT_LOADED)
+        marks.mark(phases.CHECKPOINT_LOADED)
         return None
     step, directory = point
     state = torch.load(directory / STATE_FILE, map_location=map_location, weights_only=weights_only)
     if not isinstance(state, dict):
         raise TypeError(f"{directory / STATE_FILE} holds a {type(state).__name__}, not a dict")
-    lazarus_rank.mark(phases.CHECKPOINT_LOADED)
+    marks.mark(phases.CHECKPOINT_LOADED)
     return step, state
 
 
@@ -200,8 +212,8 @@ def should_checkpoint(step: int | None = None, *, every: int | None = None) -> b
     different steps and deadlock in the checkpoint's barrier). Every rank must call
     it at the same point: it is a collective, costing one tiny broadcast."""
     if not _distributed() or dist.get_world_size() == 1:
-        return lazarus_rank.should_checkpoint(step, every=every)
-    wanted = dist.get_rank() == 0 and lazarus_rank.should_checkpoint(step, every=every)
+        return control.should_checkpoint(step, every=every)
+    wanted = dist.get_rank() == 0 and control.should_checkpoint(step, every=every)
     return _broadcast_from_rank0([wanted])[0]
 
 
@@ -233,7 +245,7 @@ def checkpoint(
     disk is not snapshotted too; the disk copy serves as that step's resume point."""
     rank0 = _global_rank() == 0
     disk, due, busy = _agree(
-        disk_due=rank0 and lazarus_rank.should_checkpoint(step, every=every),
+        disk_due=rank0 and control.should_checkpoint(step, every=every),
         memory_due=rank0 and memory.due(step),
     )
     if disk:
@@ -485,7 +497,7 @@ def is_peer_failure(error: BaseException) -> bool:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, lazarus_rank.RejoinRequested | dist.DistError):
+        if isinstance(current, rejoin_requests.RejoinRequested | dist.DistError):
             return True
         if isinstance(current, RuntimeError) and _PEER_FAILURE.search(str(current)):
             return True
@@ -560,11 +572,11 @@ def run_resilient(
     state = setup()
     if rejoin_timeout_s is None:
         train(_start_generation(state, None, backend, timeout), state)
-        lazarus_rank.enter_slow_phase(phases.FINISHING)  # teardown and exit: not a hang
+        slow_phases.enter_slow_phase(phases.FINISHING)  # teardown and exit: not a hang
         _finish()
         return state
     initial = {name: _copy_to_cpu(stateful.state_dict()) for name, stateful in state.items()}
-    lazarus_rank._arm_rejoin(True)
+    rejoin._arm_rejoin(True)
     try:
         rejoined: tuple[float, float] | None = None
         while True:
@@ -580,8 +592,8 @@ def run_resilient(
                 reason = _one_line(error)
             rejoined = _rejoin(reason, rejoin_timeout_s)
     finally:
-        lazarus_rank._arm_rejoin(False)
-    lazarus_rank.enter_slow_phase(phases.FINISHING)  # teardown and exit: not a hang
+        rejoin._arm_rejoin(False)
+    slow_phases.enter_slow_phase(phases.FINISHING)  # teardown and exit: not a hang
     _finish()
     return state
 
@@ -639,7 +651,7 @@ def _load_into(state: TrainState, saved: Mapping[str, Any], what: str) -> None:
 
 def _finish() -> None:
     _stop_rejoin_watch()
-    lazarus_rank.flush_heartbeat()  # the last step and phase marks, whatever train did
+    heartbeats.flush_heartbeat()  # the last step and phase marks, whatever train did
     flush_snapshots()
     if _distributed():
         dist.destroy_process_group()
@@ -648,7 +660,7 @@ def _finish() -> None:
 def _rejoin(reason: str, timeout_s: float) -> tuple[float, float]:
     """Tear down, wait for the request and act for its generation; returns the
     teardown's and the wait's seconds. Exits the process when either fails."""
-    me = lazarus_rank.info()
+    me = identity.info()
     print(
         f"lazarus.rank: rank {me.rank} leaves generation {me.generation} ({reason}); "
         "tearing down to rejoin",
@@ -659,7 +671,7 @@ def _rejoin(reason: str, timeout_s: float) -> tuple[float, float]:
     _tear_down()
     torn_down_s = time.monotonic() - started
     started = time.monotonic()
-    request = lazarus_rank._await_rejoin(timeout_s)
+    request = rejoin._await_rejoin(timeout_s)
     waited_s = time.monotonic() - started
     if request is None:
         _give_up(
@@ -667,7 +679,7 @@ def _rejoin(reason: str, timeout_s: float) -> tuple[float, float]:
             f"{timeout_s:g} s ({environment.REJOIN_TIMEOUT_S}); exiting so the controller "
             "replaces it"
         )
-    lazarus_rank._enter_generation(request)
+    rejoin._enter_generation(request)
     return torn_down_s, waited_s
 
 
@@ -709,7 +721,7 @@ def _tear_down() -> None:
     # collect it now, so its hooks are gone before the next DDP registers its own.
     gc.collect()
     _watch_aborted.clear()
-    lazarus_rank._mark_torn_down()
+    rejoin._mark_torn_down()
 
 
 _watch_stop: threading.Event | None = None
@@ -747,8 +759,9 @@ def _stop_rejoin_watch() -> None:
 
 
 def _watch_for_rejoin(stop: threading.Event) -> None:
-    """Poll the control file (every :data:`lazarus.rank.REJOIN_POLL_INTERVAL_S`); when
-    it asks this rank to rejoin, abort the process groups as the teardown would.
+    """Poll the control file (every
+    :data:`lazarus.rank.rejoin_requests.REJOIN_POLL_INTERVAL_S`); when it asks this rank
+    to rejoin, abort the process groups as the teardown would.
 
     Why a thread: NCCL, unlike gloo, does not fail a collective when a peer's process
     dies; the survivor's kernel waits for the group's timeout, and the main thread,
@@ -759,11 +772,11 @@ def _watch_for_rejoin(stop: threading.Event) -> None:
     ends the pending kernels; the main thread's wait returns or raises (every error
     from then on counts as the peer's: :func:`is_peer_failure`), and its next
     heartbeat or collective leaves the generation through the usual rejoin."""
-    while not stop.wait(lazarus_rank.REJOIN_POLL_INTERVAL_S):
+    while not stop.wait(rejoin_requests.REJOIN_POLL_INTERVAL_S):
         request = control.rejoin_request_now()
         if request is None or stop.is_set():
             continue
-        me = lazarus_rank.info()
+        me = identity.info()
         print(
             f"lazarus.rank: rank {me.rank} is asked to rejoin generation "
             f"{request.generation}; aborting generation {me.generation}'s NCCL "
@@ -834,7 +847,7 @@ _aborted_groups: list[Any] = []
 
 
 def _report_rejoin(start_step: int, torn_down_s: float, waited_s: float) -> None:
-    me = lazarus_rank.info()
+    me = identity.info()
     print(
         f"lazarus.rank: rank {me.rank} rejoined generation {me.generation} at step "
         f"{start_step} (torn down in {torn_down_s:.2f} s, waited {waited_s:.2f} s)",
@@ -849,7 +862,7 @@ def _give_up(why: str) -> NoReturn:
     a dead group's collectives."""
     print(f"lazarus.rank: {why}", file=sys.stderr, flush=True)
     sys.stdout.flush()
-    os._exit(lazarus_rank.REJOIN_TIMEOUT_EXIT_CODE)
+    os._exit(rejoin.REJOIN_TIMEOUT_EXIT_CODE)
 
 
 def _one_line(error: BaseException) -> str:

@@ -31,9 +31,8 @@ from unittest import mock
 
 import pytest
 
-import lazarus.rank as lz
 from lazarus.domain import checkpoint_layout, environment, memory_tier
-from lazarus.rank import memory, replica
+from lazarus.rank import memory, replica, reset
 from tests.memory_root import private_roots_under
 
 pytestmark = [
@@ -137,10 +136,10 @@ def snapshot(step: int, payload: bytes) -> Path:
         environment.MEMORY_CHECKPOINT_DIR: f"{memory_tier.MEMORY_ROOT}/{JOB}/a",
     }
     with mock.patch.dict(os.environ, env):
-        lz._reset_state()
+        reset._reset_state()
         (memory.write_dir(step) / "state.pt").write_bytes(payload)
         final = memory.commit(step)
-    lz._reset_state()
+    reset._reset_state()
     return final
 
 

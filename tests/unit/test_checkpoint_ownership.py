@@ -29,6 +29,7 @@ from lazarus.domain.contracts import (
     RestoreCheckpointRequest,
 )
 from lazarus.domain.spec import CheckpointsSpec, SpecError, load_spec
+from lazarus.rank import reset
 from tests.checkpoint_helpers import clean_rank_env, flip_byte, write_checkpoint
 
 pytestmark = pytest.mark.usefixtures("clean_rank_env")
@@ -108,13 +109,13 @@ def test_search_moves_a_hostile_local_checkpoint_aside(tmp_path: Path) -> None:
 
 def resave(root: Path, step: int, *, request: int | None = None, seed: int = 7) -> None:
     """What a relaunched rank 0 does: write its files into checkpoint_path, commit."""
-    lz._reset_state()
+    reset._reset_state()
     lz.configure(checkpoint_dir=root)
     if request is not None:
         lz.control._unanswered_request = request  # as should_checkpoint() records it
     (lz.checkpoint_path(step) / "state.pt").write_bytes(bytes([seed]) * 5000)
     lz.commit_checkpoint(step)
-    lz._reset_state()
+    reset._reset_state()
 
 
 def test_a_corrupt_checkpoint_is_moved_aside_and_its_resave_verifies(tmp_path: Path) -> None:

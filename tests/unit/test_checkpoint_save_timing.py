@@ -18,6 +18,7 @@ from activities.supervise_rules import evaluate
 from lazarus.domain import environment
 from lazarus.domain.contracts import SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
+from lazarus.rank import reset
 from tests.fake_nodes import FakeAgent, FakeClock
 
 pytestmark = pytest.mark.timeout(30)
@@ -37,9 +38,9 @@ def under_lazarus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     monkeypatch.setenv(environment.HEARTBEAT_FILE, str(heartbeat))
     monkeypatch.setenv(environment.HEARTBEAT_INTERVAL, "0")
     monkeypatch.setenv(environment.CHECKPOINT_DIR, str(tmp_path / "ckpt"))
-    lazarus_rank._reset_state()
+    reset._reset_state()
     yield heartbeat
-    lazarus_rank._reset_state()
+    reset._reset_state()
 
 
 def _save(step: int, blocked_s: float) -> None:

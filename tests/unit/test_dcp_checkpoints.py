@@ -13,6 +13,7 @@ import torch
 import lazarus.rank as lz
 from activities.checkpoints import search_verified, verify_checkpoint
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest
+from lazarus.rank import reset
 from lazarus.rank.dcp import load_sharded, save_sharded
 from tests.checkpoint_helpers import clean_rank_env, flip_byte
 
@@ -31,11 +32,11 @@ def _state(seed: int) -> dict[str, torch.Tensor]:
 
 
 def _save(root: Path, step: int) -> Path:
-    lz._reset_state()
+    reset._reset_state()
     lz.configure(checkpoint_dir=root)
     directory = save_sharded(step, _state(step))
     assert directory is not None
-    lz._reset_state()
+    reset._reset_state()
     return directory
 
 
@@ -53,7 +54,7 @@ def test_a_dcp_checkpoint_is_in_the_manifest_and_verifies(tmp_path: Path) -> Non
 
 def test_load_sharded_restores_the_saved_tensors(tmp_path: Path) -> None:
     _save(tmp_path, 10)
-    lz._reset_state()
+    reset._reset_state()
     lz.configure(checkpoint_dir=tmp_path)
     target = {key: torch.zeros_like(value) for key, value in _state(0).items()}
     assert load_sharded(target) == 10

@@ -19,6 +19,7 @@ import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
 import lazarus.rank as lz
+from lazarus.rank import reset
 from lazarus.rank.dcp import MetadataUnpickler, UntrustedCheckpoint, load_sharded, save_sharded
 from tests.checkpoint_helpers import clean_rank_env
 
@@ -41,11 +42,11 @@ class Payload:
 
 
 def _save(root: Path, step: int, state: dict[str, Any]) -> Path:
-    lz._reset_state()
+    reset._reset_state()
     lz.configure(checkpoint_dir=root)
     directory = save_sharded(step, state)
     assert directory is not None
-    lz._reset_state()
+    reset._reset_state()
     lz.configure(checkpoint_dir=root)
     return directory
 

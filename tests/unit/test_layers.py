@@ -133,6 +133,63 @@ def test_no_import_circles() -> None:
     assert not unexplained, f"import circles: {unexplained}"
 
 
+@functools.cache
+def plain_graph() -> dict[str, set[str]]:
+    """Every import as Python runs it, a package's edges to its own children kept:
+    ``from pkg import sub`` names the module ``sub``, ``from mod import name`` and
+    ``import a.b.c`` the longest prefix that is one of ours."""
+    known = modules()
+
+    def ours(name: str) -> str | None:
+        parts = name.split(".")
+        for end in range(len(parts), 0, -1):
+            if (prefix := ".".join(parts[:end])) in known:
+                return prefix
+        return None
+
+    edges: dict[str, set[str]] = {module: set() for module in known}
+    for module, path in known.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(parsed(path)):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = module.split(".")
+                    parts = parts[: len(parts) - node.level + (1 if is_package else 0)]
+                    base = ".".join([*parts, node.module] if node.module else parts)
+                names = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                    for alias in node.names
+                ]
+            edges[module] |= {t for t in map(ours, names) if t is not None and t != module}
+    return edges
+
+
+def test_no_import_circles_in_the_plain_module_graph() -> None:
+    """The circle check above drops a package's edges to its own children (a package
+    re-exporting them is no circle); this one keeps them, so a child that imports its
+    own package back (``lazarus.rank.memory`` -> ``lazarus.rank`` -> ``resume`` ->
+    ``memory``, the last one, gone with the rank facade) is caught too."""
+    circles = [sorted(c) for c in strongly_connected(plain_graph()) if len(c) > 1]
+    assert not circles, f"import circles (package edges kept): {circles}"
+
+
+def test_no_module_imports_its_own_package() -> None:
+    """Siblings import each other directly (``from lazarus.rank import heartbeats``,
+    ``from lazarus.rank.identity import info``), never through the package they sit
+    in: a package's ``__init__`` imports its children, not the other way round."""
+    found = sorted(
+        f"{module} imports {target}"
+        for module, targets in plain_graph().items()
+        for target in targets
+        if module.startswith(target + ".")
+    )
+    assert not found, "\n".join(found)
+
+
 SLURM_OUTSIDE_NODES: dict[str, str] = {
     "bench.slurm_calls": "counts the Slurm commands of the Slurm agent's own poll, shared "
     "answers and preemption check (issue 29): it drives those modules with a fake runner",
@@ -290,6 +347,7 @@ def strongly_connected(edges: dict[str, set[str]]) -> list[set[str]]:
 def test_the_walk_sees_real_modules(module: str) -> None:
     """Guards the guard: a walk that found nothing would pass every check above."""
     assert graph()[module]
+    assert plain_graph()[module]
 
 
 def test_every_source_file_has_one_path() -> None:

@@ -26,9 +26,8 @@ from unittest import mock
 
 import pytest
 
-import lazarus.rank as lz
 from lazarus.domain import chaos_points, checkpoint_layout, environment, memory_tier
-from lazarus.rank import memory, replica, transfer
+from lazarus.rank import memory, replica, reset, transfer
 from tests.memory_root import private_roots_under
 
 JOB = "job"
@@ -64,10 +63,10 @@ def logical(name: str) -> Path:
 
 def snapshot(env: dict[str, str], step: int, payload: bytes) -> Path:
     with mock.patch.dict(os.environ, env):
-        lz._reset_state()
+        reset._reset_state()
         (memory.write_dir(step) / "state.pt").write_bytes(payload)
         final = memory.commit(step)
-    lz._reset_state()
+    reset._reset_state()
     return final
 
 

@@ -39,7 +39,7 @@ from lazarus.domain.memory_tier import (
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import CheckpointsSpec, NodeSpec, SpecError, parse_spec
 from lazarus.domain.timeline import with_cut
-from lazarus.rank import memory, replica, transfer
+from lazarus.rank import memory, replica, reset, transfer
 
 JOB = "memjob"
 SECRET = "c3" * 32
@@ -226,10 +226,10 @@ def write_snapshot(root: Path, step: int) -> Path:
         environment.JOB_ID: JOB,
     }
     with mock.patch.dict(os.environ, env):
-        lz._reset_state()
+        reset._reset_state()
         (memory.write_dir(step) / "state.pt").write_bytes(bytes(range(256)) * 40)
         path = memory.commit(step)
-    lz._reset_state()
+    reset._reset_state()
     return path
 
 

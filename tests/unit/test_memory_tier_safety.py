@@ -32,7 +32,7 @@ from lazarus.domain import environment, memory_tier
 from lazarus.domain.contracts import CheckpointRef, FindVerifiedCheckpointRequest
 from lazarus.domain.spec import parse_spec
 from lazarus.domain.timeline import MAX_CUTS, TimelineCut, abandoning_cut, with_cut
-from lazarus.rank import memory
+from lazarus.rank import memory, reset
 from workflows.state import JobState
 
 JOB = "job"
@@ -63,18 +63,18 @@ def rank_env(**values: str | int | None) -> dict[str, str]:
 
 def snap(env: dict[str, str], step: int, payload: str) -> None:
     with mock.patch.dict(os.environ, env, clear=False):
-        lz._reset_state()
+        reset._reset_state()
         (memory.write_dir(step) / "state.pt").write_text(payload)
         memory.commit(step)
-    lz._reset_state()
+    reset._reset_state()
 
 
 def disk_save(env: dict[str, str], step: int, payload: str) -> None:
     with mock.patch.dict(os.environ, env, clear=False):
-        lz._reset_state()
+        reset._reset_state()
         (lz.checkpoint_path(step) / "state.pt").write_text(payload)
         lz.commit_checkpoint(step, hash_files=False)
-    lz._reset_state()
+    reset._reset_state()
 
 
 def steps(root: Path) -> list[int]:

@@ -17,7 +17,6 @@ from unittest import mock
 
 import pytest
 
-import lazarus.rank as lz
 from activities.checkpoints import find as find_module
 from activities.checkpoints import memory_tier
 from activities.checkpoints.just_in_time import request_checkpoint
@@ -30,7 +29,7 @@ from lazarus.domain import checkpoint_layout, environment
 from lazarus.domain.contracts import CheckpointNowRequest, FindVerifiedCheckpointRequest, NodeAccess
 from lazarus.domain.memory_tier import MEMORY_ROOT, memory_checkpoint_dir, node_memory_dir
 from lazarus.domain.spec import CheckpointsSpec, JobSpec, NodeSpec, SpecError, parse_spec
-from lazarus.rank import memory
+from lazarus.rank import memory, reset
 from tests.checkpoint_helpers import write_checkpoint
 
 JOB = "memjob"
@@ -52,10 +51,10 @@ def write_snapshot(root: Path, step: int, *, job_id: str | None = JOB, size: int
         environment.JOB_ID: job_id or "",
     }
     with mock.patch.dict(os.environ, env):
-        lz._reset_state()
+        reset._reset_state()
         (memory.write_dir(step) / "state.pt").write_bytes(bytes(step % 251 for _ in range(size)))
         path = memory.commit(step)
-    lz._reset_state()
+    reset._reset_state()
     return path
 
 

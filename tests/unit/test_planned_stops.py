@@ -12,6 +12,7 @@ from activities.checkpoints.just_in_time import answering
 from activities.checkpoints.rollback import RETIRED_DIR, retire_newest
 from lazarus.domain import environment
 from lazarus.domain.checkpoint_layout import committed_steps
+from lazarus.rank import reset
 
 
 def commit(root: Path, step: int, request: int | None = None) -> None:
@@ -55,9 +56,9 @@ def rank_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv(environment.CONTROL_FILE, str(control))
     monkeypatch.setenv(environment.CHECKPOINT_DIR, str(tmp_path / "ckpt"))
     monkeypatch.setenv(environment.HEARTBEAT_FILE, str(tmp_path / "hb.json"))
-    lazarus_rank._reset_state()
+    reset._reset_state()
     yield control
-    lazarus_rank._reset_state()
+    reset._reset_state()
 
 
 def test_a_requested_checkpoint_records_its_request_and_holds(

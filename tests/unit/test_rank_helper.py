@@ -23,6 +23,7 @@ import pytest
 
 import lazarus.rank as lazarus_rank
 from lazarus.domain import checkpoint_layout, environment
+from lazarus.rank import atomic_files, reset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,9 +38,9 @@ def clean_rank_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     environment of the test runner holds."""
     for variable in _CONTRACT_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    lazarus_rank._reset_state()
+    reset._reset_state()
     yield
-    lazarus_rank._reset_state()
+    reset._reset_state()
 
 
 def _read_json(path: Path) -> dict[str, object]:
@@ -359,7 +360,7 @@ def _fill_checkpoint(directory: Path) -> dict[str, bytes]:
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_bytes(data)
     # An unfinished write from a crashed rank must not be listed.
-    (directory / f".state.pt.999.0{lazarus_rank.TEMP_SUFFIX}").write_bytes(b"partial")
+    (directory / f".state.pt.999.0{atomic_files.TEMP_SUFFIX}").write_bytes(b"partial")
     return contents
 
 

@@ -21,7 +21,7 @@ import pytest
 
 import lazarus.rank as lazarus_rank
 from lazarus.domain import checkpoint_layout, environment, phases
-from lazarus.rank import memory
+from lazarus.rank import memory, reset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _CONTRACT_VARIABLES = [
@@ -34,9 +34,9 @@ def clean_rank_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts outside Lazarus with fresh module state."""
     for variable in _CONTRACT_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    lazarus_rank._reset_state()
+    reset._reset_state()
     yield
-    lazarus_rank._reset_state()
+    reset._reset_state()
 
 
 def _beat(path: Path) -> dict[str, Any]:
@@ -372,13 +372,13 @@ def test_outside_lazarus_the_newest_across_tiers_wins(
         lazarus_rank.commit_checkpoint(step)
     _snapshot(6)
     assert lazarus_rank.resume_point() == (8, disk / "step-00000008")
-    lazarus_rank._reset_state()
+    reset._reset_state()
     _snapshot(8)
     assert lazarus_rank.resume_point() == (8, memory_dir / "step-00000008")  # a tie: memory
-    lazarus_rank._reset_state()
+    reset._reset_state()
     _snapshot(9)
     assert lazarus_rank.resume_point() == (9, memory_dir / "step-00000009")
-    lazarus_rank._reset_state()
+    reset._reset_state()
     seen: list[list[int]] = []
 
     def agree(steps: list[int]) -> int | None:

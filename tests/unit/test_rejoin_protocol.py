@@ -23,6 +23,8 @@ import pytest
 
 import lazarus.rank as lazarus_rank
 from lazarus.domain import environment, phases
+from lazarus.rank import rejoin as rank_rejoin
+from lazarus.rank import rejoin_requests, reset
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,9 +50,9 @@ def rank_of_generation_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     monkeypatch.setenv(environment.CONTROL_FILE, str(gen / "control.json"))
     monkeypatch.setenv(environment.HEARTBEAT_INTERVAL, "3600")
     _write_control(gen / "control.json", {"checkpoint_request": 0})
-    lazarus_rank._reset_state()
+    reset._reset_state()
     yield gen
-    lazarus_rank._reset_state()
+    reset._reset_state()
     os.environ.clear()
     os.environ.update(saved)
 
@@ -113,7 +115,7 @@ def test_heartbeat_raises_when_the_controller_asks_this_rank_to_rejoin(
     rank_of_generation_one: Path,
 ) -> None:
     gen = rank_of_generation_one
-    lazarus_rank._arm_rejoin(True)
+    rank_rejoin._arm_rejoin(True)
     lazarus_rank.heartbeat(1)
     _ask_to_rejoin(gen, _new_generation_env(gen.parent))
     deadline = time.monotonic() + 10
@@ -152,7 +154,7 @@ def test_requests_for_others_are_ignored_quietly(
     _write_control(
         gen / "control.json", {"checkpoint_request": 0, environment.CONTROL_REJOIN: rejoin}
     )
-    lazarus_rank._arm_rejoin(True)
+    rank_rejoin._arm_rejoin(True)
     lazarus_rank.heartbeat(1)
     assert lazarus_rank.should_checkpoint(1, every=10) is False
     assert capsys.readouterr().err == ""
@@ -172,14 +174,14 @@ def test_the_control_file_is_stated_at_most_every_poll_interval(
             stats += 1
         return real_stat(path, *args, **kwargs)
 
-    lazarus_rank._arm_rejoin(True)
+    rank_rejoin._arm_rejoin(True)
     monkeypatch.setattr(os, "stat", counting_stat)
     started = time.monotonic()
     for step in range(20_000):
         lazarus_rank.heartbeat(step)
     elapsed = time.monotonic() - started
     monkeypatch.undo()
-    assert 1 <= stats <= 2 + elapsed / lazarus_rank.REJOIN_POLL_INTERVAL_S
+    assert 1 <= stats <= 2 + elapsed / rejoin_requests.REJOIN_POLL_INTERVAL_S
 
 
 # --------------------------------------------------------------------------- malformed requests
@@ -208,19 +210,19 @@ def test_a_malformed_request_is_reported_once_and_ignored(
 ) -> None:
     gen = rank_of_generation_one
     # Each rewrite is waited past one poll interval; a short one keeps 9 cases fast.
-    monkeypatch.setattr(lazarus_rank, "REJOIN_POLL_INTERVAL_S", 0.02)
-    lazarus_rank._arm_rejoin(True)
+    monkeypatch.setattr(rejoin_requests, "REJOIN_POLL_INTERVAL_S", 0.02)
+    rank_rejoin._arm_rejoin(True)
     for request in (1, 2, 3):  # rewritten three times: the rest of the file still works
         _write_control(
             gen / "control.json",
             {"checkpoint_request": request, environment.CONTROL_REJOIN: rejoin},
         )
-        time.sleep(lazarus_rank.REJOIN_POLL_INTERVAL_S + 0.05)
+        time.sleep(rejoin_requests.REJOIN_POLL_INTERVAL_S + 0.05)
         lazarus_rank.heartbeat(request)
         assert lazarus_rank.should_checkpoint(request) is True
     err = capsys.readouterr().err
     assert err.count("rejoin request ignored") == 1, err
-    assert lazarus_rank._await_rejoin(0.2) is None
+    assert rank_rejoin._await_rejoin(0.2) is None
 
 
 # --------------------------------------------------------------------------- waiting and rejoining
@@ -230,11 +232,11 @@ def test_a_rank_without_a_request_waits_visibly_then_gives_up(
     rank_of_generation_one: Path,
 ) -> None:
     beat = rank_of_generation_one / "heartbeat-0.json"
-    lazarus_rank._arm_rejoin(True)
+    rank_rejoin._arm_rejoin(True)
     lazarus_rank.heartbeat(17, loss=0.5)
-    lazarus_rank._mark_torn_down()
+    rank_rejoin._mark_torn_down()
     started = time.monotonic()
-    assert lazarus_rank._await_rejoin(0.5) is None
+    assert rank_rejoin._await_rejoin(0.5) is None
     assert 0.5 <= time.monotonic() - started < 30
     document = _read(beat)
     assert document[environment.HEARTBEAT_REJOIN] == "waiting"
@@ -249,14 +251,14 @@ def test_a_rejoin_applies_the_new_generation_and_starts_its_timeline_afresh(
     gen = rank_of_generation_one
     monkeypatch.setenv(environment.MEMORY_CHECKPOINT_DIR, "/dev/shm/lazarus/job/old")
     env = _new_generation_env(gen.parent)
-    lazarus_rank._arm_rejoin(True)
+    rank_rejoin._arm_rejoin(True)
     lazarus_rank.mark(phases.PROCESS_GROUP_READY)
     lazarus_rank.heartbeat(23)
-    lazarus_rank._mark_torn_down()
+    rank_rejoin._mark_torn_down()
     _ask_to_rejoin(gen, env)
-    request = lazarus_rank._await_rejoin(10)
+    request = rank_rejoin._await_rejoin(10)
     assert request is not None and request.generation == 2
-    lazarus_rank._enter_generation(request)
+    rank_rejoin._enter_generation(request)
 
     for name, value in env.items():
         assert os.environ.get(name) == value, name  # set, or unset (null)
@@ -281,37 +283,37 @@ def test_a_rejoin_applies_the_new_generation_and_starts_its_timeline_afresh(
     assert marks[phases.TORN_DOWN] <= marks[phases.REJOIN_RECEIVED] <= marks[phases.FIRST_STEP]
     # The request that was acted on does not fire again in the new generation.
     lazarus_rank.heartbeat(22)
-    time.sleep(lazarus_rank.REJOIN_POLL_INTERVAL_S + 0.05)
+    time.sleep(rejoin_requests.REJOIN_POLL_INTERVAL_S + 0.05)
     lazarus_rank.heartbeat(23)
 
 
 def test_a_second_rejoin_marks_its_own_teardown(rank_of_generation_one: Path) -> None:
     gen = rank_of_generation_one
-    lazarus_rank._arm_rejoin(True)
-    lazarus_rank._mark_torn_down()
+    rank_rejoin._arm_rejoin(True)
+    rank_rejoin._mark_torn_down()
     _ask_to_rejoin(gen, _new_generation_env(gen.parent, 2))
-    request = lazarus_rank._await_rejoin(10)
+    request = rank_rejoin._await_rejoin(10)
     assert request is not None
-    lazarus_rank._enter_generation(request)
+    rank_rejoin._enter_generation(request)
     first = lazarus_rank.phase_marks()[phases.TORN_DOWN]
 
     time.sleep(0.01)
-    lazarus_rank._mark_torn_down()
+    rank_rejoin._mark_torn_down()
     second = lazarus_rank.phase_marks()[phases.TORN_DOWN]
     assert second > first
     gen2 = gen.parent / "gen-00002"
     env3 = _new_generation_env(gen.parent, 3)
     _ask_to_rejoin(gen2, env3, generation=3)
-    request = lazarus_rank._await_rejoin(10)
+    request = rank_rejoin._await_rejoin(10)
     assert request is not None and request.generation == 3
-    lazarus_rank._enter_generation(request)
+    rank_rejoin._enter_generation(request)
     assert lazarus_rank.phase_marks()[phases.TORN_DOWN] == second
     assert lazarus_rank.info().generation == 3
 
 
 def test_waiting_needs_run_resilient() -> None:
     with pytest.raises(RuntimeError, match="_arm_rejoin"):
-        lazarus_rank._await_rejoin(0.1)
+        rank_rejoin._await_rejoin(0.1)
 
 
 # --------------------------------------------------------------------------- torch glue
@@ -382,7 +384,7 @@ def test_the_watch_thread_reads_a_request_without_taking_it_from_the_main_thread
     """``rejoin_request_now`` (the NCCL watch's read) sees the request and leaves the
     helper's own state alone: the main thread still raises on its next heartbeat."""
     gen = rank_of_generation_one
-    lazarus_rank._arm_rejoin(True)
+    rank_rejoin._arm_rejoin(True)
     assert lazarus_rank.control.rejoin_request_now() is None
     _ask_to_rejoin(gen, _new_generation_env(gen.parent))
     request = lazarus_rank.control.rejoin_request_now()
@@ -407,7 +409,7 @@ def test_under_rejoin_on_nccl_the_watchdog_aborts_and_raises_rather_than_ending_
     monkeypatch.setenv(variable, "1")
     lazarus_torch._prefer_nccl_cleanup_only("nccl")
     assert os.environ[variable] == "1"  # not armed: no rejoin, no change
-    lazarus_rank._arm_rejoin(True)
+    rank_rejoin._arm_rejoin(True)
     lazarus_torch._prefer_nccl_cleanup_only("gloo")
     assert os.environ[variable] == "1"
     lazarus_torch._prefer_nccl_cleanup_only("nccl")

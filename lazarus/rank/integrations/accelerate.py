@@ -40,14 +40,14 @@ import accelerate
 from accelerate.data_loader import SeedableRandomSampler
 from torch.utils.data import RandomSampler
 
-import lazarus.rank as lz
 import lazarus.rank.torch as lz_torch
+from lazarus.rank import checkpoints, heartbeats, resume
 
 
 def load_state(accelerator: accelerate.Accelerator) -> int:
     """Restore the checkpoint Lazarus chose (outside Lazarus: the newest committed)
     with ``accelerator.load_state``; returns the step to continue from (0: fresh)."""
-    point = lz.resume_point()
+    point = resume.resume_point()
     if point is None:
         return 0
     step, directory = point
@@ -61,18 +61,18 @@ def step_end(
     """Heartbeat completed step ``step`` and say whether to checkpoint it now (a
     controller request, or the interval: the controller's, else ``every``). A
     collective: every process calls it at the same step."""
-    lz.heartbeat(step, **metrics)
+    heartbeats.heartbeat(step, **metrics)
     return lz_torch.should_checkpoint(step, every=every)
 
 
 def save_state(accelerator: accelerate.Accelerator, step: int) -> Path:
     """Save with ``accelerator.save_state`` into the step directory and commit it on
     the main process once every process has saved; returns the directory."""
-    directory = lz.checkpoint_path(step)
+    directory = checkpoints.checkpoint_path(step)
     accelerator.save_state(str(directory))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        lz.commit_checkpoint(step)
+        checkpoints.commit_checkpoint(step)
     accelerator.wait_for_everyone()
     return directory
 

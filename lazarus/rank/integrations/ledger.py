@@ -9,14 +9,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-import lazarus.rank as lz
+from lazarus.rank import resume
 
 
 def resume_file(name: str | None = None) -> str | None:
     """The checkpoint to resume from: the step directory the controller chose (outside
     Lazarus, the newest committed one), or the file ``name`` inside it; None to start
     fresh. Call it once, at startup."""
-    directory = lz.resume_path()
+    directory = resume.resume_path()
     if directory is None:
         return None
     return str(directory if name is None else directory / name)

@@ -37,8 +37,8 @@ import lightning.pytorch as pl
 from lightning.fabric.utilities.data import _set_sampler_epoch
 from lightning.pytorch.utilities import rank_zero_warn
 
-import lazarus.rank as lz
 import lazarus.rank.torch as lz_torch
+from lazarus.rank import checkpoints, heartbeats
 from lazarus.rank.integrations.ledger import loss_of, resume_file
 
 CHECKPOINT_FILE = "lightning.ckpt"
@@ -111,7 +111,7 @@ class LazarusCallback(pl.Callback):
         batch_idx: int,
     ) -> None:
         step = trainer.global_step
-        lz.heartbeat(step, loss=loss_of(outputs))
+        heartbeats.heartbeat(step, loss=loss_of(outputs))
         # A collective: every rank asks at the same batch, rank 0 decides.
         if lz_torch.should_checkpoint(step, every=self.every):
             self.save(trainer, step)
@@ -119,14 +119,14 @@ class LazarusCallback(pl.Callback):
     def save(self, trainer: pl.Trainer, step: int) -> None:
         """Save ``step`` with Lightning's own ``save_checkpoint`` (every rank calls it;
         rank 0 writes) and commit it once every rank is past the save."""
-        path = lz.checkpoint_path(step) / CHECKPOINT_FILE
+        path = checkpoints.checkpoint_path(step) / CHECKPOINT_FILE
         trainer.save_checkpoint(path)
         trainer.strategy.barrier("lazarus-checkpoint")
         if trainer.global_rank == 0:
-            lz.commit_checkpoint(step)
+            checkpoints.commit_checkpoint(step)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        lz.flush_heartbeat()
+        heartbeats.flush_heartbeat()
 
 
 def _resumable(loader: object) -> bool:

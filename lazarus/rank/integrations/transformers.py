@@ -31,8 +31,8 @@ from typing import Any
 
 import transformers
 
-import lazarus.rank as lz
 import lazarus.rank.torch as lz_torch
+from lazarus.rank import checkpoints, heartbeats
 from lazarus.rank.integrations.ledger import move_into, resume_file
 
 PREFIX_CHECKPOINT_DIR = "checkpoint"
@@ -78,7 +78,7 @@ class LazarusTrainerCallback(transformers.TrainerCallback):
         control: transformers.TrainerControl,
         **kwargs: Any,
     ) -> None:
-        lz.heartbeat(state.global_step)
+        heartbeats.heartbeat(state.global_step)
         # A collective: every rank asks at the same step, rank 0 decides.
         if lz_torch.should_checkpoint(state.global_step, every=self.every):
             control.should_save = True
@@ -92,11 +92,11 @@ class LazarusTrainerCallback(transformers.TrainerCallback):
     ) -> None:
         step = state.global_step
         saved = Path(str(args.output_dir)) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
-        target = lz.checkpoint_path(step)
+        target = checkpoints.checkpoint_path(step)
         _barrier()  # every rank's RNG file is written
         if state.is_world_process_zero:
             move_into(saved, target)
-            lz.commit_checkpoint(step)
+            checkpoints.commit_checkpoint(step)
         _barrier()  # nobody saves the next step over a commit in progress
 
     def on_train_end(
@@ -106,7 +106,7 @@ class LazarusTrainerCallback(transformers.TrainerCallback):
         control: transformers.TrainerControl,
         **kwargs: Any,
     ) -> None:
-        lz.flush_heartbeat()
+        heartbeats.flush_heartbeat()
 
 
 def _barrier() -> None:
