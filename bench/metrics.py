@@ -106,6 +106,13 @@ _DEFS: tuple[MetricDef, ...] = (
         "fault is recovery_outside_s",
     ),
     MetricDef(
+        "state_loaded_outside_s",
+        "s",
+        "the injected fault to the moment the last rank of the new generation holds its "
+        "state (the timeline's checkpoint_loaded, the latest rank's): training resumes, "
+        "its first step begins; recovery_outside_s adds that step",
+    ),
+    MetricDef(
         "recovery_outside_seen_s",
         "s",
         "as recovery_outside_s, to when the bench read that heartbeat (<= 50 ms later)",

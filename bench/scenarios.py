@@ -100,10 +100,12 @@ def _lazarus_phases(
     if incident is None:
         return {}
     first = trace.first_of_later_generation(incident.generation, fault_at)
+    loaded = incident.timeline.checkpoint_loaded_at if incident.timeline else None
     return {
         "stopped_after_s": _since(fault_at, incident.stopped_at),
         "relaunched_after_s": _since(fault_at, incident.relaunched_at),
         "relaunch_to_first_step_s": _since(incident.relaunched_at, first.t if first else None),
+        "state_loaded_outside_s": _since(fault_at, loaded),
     }
 
 

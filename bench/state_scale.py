@@ -31,7 +31,10 @@ Per size, in the JSON (``sizes[]``) and the table:
 * ``worker_rss_growth_mib`` (the worker's peak resident memory over the node-loss
   run, less its resident memory when the run started: a bound on what the restore
   costs the controller);
-* ``crash_s`` (SIGKILL to training again), ``crash_steps_lost``, ``crash_weights_ok``;
+* ``crash_s`` (SIGKILL to the first step completed at full world size: with this
+  bench's 1 s step, one step more than the restart), ``crash_state_loaded_s`` (SIGKILL
+  to every rank holding its state again, so the first step begins: the restart
+  itself), ``crash_steps_lost``, ``crash_weights_ok``;
 * ``torch_save_s``, ``torch_load_s`` and their GB/s: the disk path.
 
     python -m bench state-scale --sizes-mb 256,512,1024 --json-out F
@@ -308,6 +311,7 @@ def measure_size(size_mb: int, repeats: int, quick: bool, progress: Any) -> dict
             f"{prefix}_s": median("recovery_outside_s"),
             f"{prefix}_steps_lost": median("steps_lost"),
             f"{prefix}_weights_ok": all(v.get("weights_ok") is True for v in values),
+            f"{prefix}_state_loaded_s": median("state_loaded_outside_s"),
         }
         if prefix == "node_loss":
             for key in (
@@ -342,7 +346,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
     lines = [
         "| state a rank | snapshot stall (memcpy) | push | restore | node loss: kill to full "
-        "world | steps lost | worker RSS growth | weights | rank crash (rejoin) | steps lost "
+        "world | steps lost | worker RSS growth | weights | rank crash (rejoin): state loaded, "
+        "first step | steps lost "
         "| torch.save / torch.load |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -354,7 +359,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"| {fmt(r.get('node_loss_s'))} s | {fmt(r.get('node_loss_steps_lost'), '.0f')} "
             f"| {fmt(r.get('worker_rss_growth_mib'), '.0f')} MiB "
             f"| {'equal' if r.get('node_loss_weights_ok') else 'DIFFER'} "
-            f"| {fmt(r.get('crash_s'))} s | {fmt(r.get('crash_steps_lost'), '.0f')} "
+            f"| {fmt(r.get('crash_state_loaded_s'))} s, {fmt(r.get('crash_s'))} s "
+            f"| {fmt(r.get('crash_steps_lost'), '.0f')} "
             f"| {fmt(r.get('torch_save_gb_s'))} / {fmt(r.get('torch_load_gb_s'))} GB/s |"
         )
     return "\n".join(lines)
