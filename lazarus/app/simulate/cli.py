@@ -9,6 +9,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -147,8 +148,21 @@ def add_command(commands: Any) -> None:
     add_options(commands.add_parser("simulate", help=SUMMARY, description=SUMMARY))
 
 
+class _Help(argparse.HelpFormatter):
+    """``Usage:`` as every other ``lazarus`` verb's help begins."""
+
+    def add_usage(
+        self,
+        usage: str | None,
+        actions: Iterable[argparse.Action],
+        groups: Iterable[argparse._MutuallyExclusiveGroup],
+        prefix: str | None = None,
+    ) -> None:
+        super().add_usage(usage, actions, groups, "Usage: " if prefix is None else prefix)
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=SUMMARY)
+    parser = argparse.ArgumentParser(prog=prog, description=SUMMARY, formatter_class=_Help)
     add_options(parser)
     return parser
 
@@ -161,7 +175,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--nodes", type=int, help=f"job nodes (default {defaults.nodes})")
     parser.add_argument("--days", type=float, help=f"simulated days (default {defaults.days:g})")
-    parser.add_argument("--profile", choices=sorted(PROFILES), default=defaults.profile)
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default=defaults.profile,
+        metavar="PROFILE",
+        help=f"failure rates: {' or '.join(sorted(PROFILES))} (default {defaults.profile})",
+    )
     parser.add_argument("--seed", type=int, help=f"trace seed (default {defaults.seed})")
     parser.add_argument(
         "--rows",
@@ -175,7 +195,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rendezvous",
         choices=RENDEZVOUS_MODELS,
-        help=f"how start-up grows with the job (default {defaults.rendezvous}; "
+        metavar="MODEL",
+        help=f"how start-up grows with the job: {' or '.join(RENDEZVOUS_MODELS)} "
+        f"(default {defaults.rendezvous}; "
         "linear: the model of the figures before)",
     )
     parser.add_argument(
