@@ -9,6 +9,7 @@ Examples::
     python -m bench compare                           # Lazarus vs torchrun, overhead, soak
     python -m bench compare --scenarios crash,hang --repeats 5 --soak-minutes 0
     python -m bench soak --soak-minutes 10 --seed 1   # the chaos soak alone
+    python -m bench soak --false-alarms --soak-minutes 10   # no faults: 0 hangs expected
     python -m bench overhead                          # controller and helper costs alone
     python -m bench compare-report bench/results/compare-<ts>.json   # the tables again
     python -m bench checkpoints --size-mb 512         # checkpoint write/verify/S3 tiering costs
@@ -197,6 +198,20 @@ def build_parser() -> argparse.ArgumentParser:
     _common(soak, quick)
     _systems_flag(soak)
     _soak_flags(soak)
+    soak.add_argument(
+        "--false-alarms",
+        action="store_true",
+        help="no faults: saves, evaluations, 2x jitter, data stalls and a planned restart "
+        "under the learned hang budget; counts hang incidents (issue 38; "
+        "bench/soak_false_alarms.py)",
+    )
+    soak.add_argument(
+        "--scripts",
+        type=lambda text: _names(text, ["helper", "plain"], "script(s)"),
+        default=["helper", "plain"],
+        help="--false-alarms: helper (lazarus.rank), plain (progress_regex), or both "
+        "(default: helper,plain)",
+    )
 
     overhead = commands.add_parser(
         "overhead", help="controller CPU, history growth, heartbeat cost, fault-free wall time"
@@ -258,9 +273,19 @@ def _config(args: argparse.Namespace) -> BenchConfig:
 
 def _extras(args: argparse.Namespace, config: BenchConfig, json_out: Path) -> dict[str, Extra]:
     """Overhead and soak, as the command asks."""
-    from bench import overhead, soak
+    from bench import overhead, soak, soak_false_alarms
 
     extras: dict[str, Extra] = {}
+    if args.command == "soak" and args.false_alarms:
+        scripts = list(args.scripts)
+
+        async def run_false_alarms(
+            ctx: BenchContext, progress: Callable[[str], None]
+        ) -> dict[str, Any]:
+            return await soak_false_alarms.run(ctx, scripts, progress)
+
+        extras["false_alarms"] = run_false_alarms
+        return extras
     if (args.command == "compare" and not args.no_overhead) or args.command == "overhead":
         extras["overhead"] = overhead.measure
     if args.command in ("compare", "soak"):
@@ -280,7 +305,7 @@ def _extras(args: argparse.Namespace, config: BenchConfig, json_out: Path) -> di
 
 def tables(run: BenchRun, stats: report.Summary, benchmark: str) -> str:
     """What a benchmark prints: its scenario table, then overhead and soak tables."""
-    from bench import overhead, soak
+    from bench import overhead, soak, soak_false_alarms
 
     if benchmark == "slurm":
         from bench import scenarios_slurm
@@ -299,6 +324,8 @@ def tables(run: BenchRun, stats: report.Summary, benchmark: str) -> str:
         parts.append(overhead.markdown(run.extras["overhead"], stats))
     if "soak" in run.extras:
         parts.append(soak.markdown(run.extras["soak"]))
+    if "false_alarms" in run.extras:
+        parts.append(soak_false_alarms.markdown(run.extras["false_alarms"]))
     return "\n\n".join(parts)
 
 
@@ -340,7 +367,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     json_out: Path = args.json_out or report.default_json_path(args.command)
     extras = _extras(args, config, json_out)
-    if "soak" in extras and args.soak_minutes is not None:
+    if "false_alarms" in extras:
+        minutes = 10.0 if args.soak_minutes is None else args.soak_minutes
+        if minutes <= 0:
+            print(f"{PROG} soak --false-alarms: --soak-minutes must be above 0", file=sys.stderr)
+            return 2
+        config = replace(config, soak_minutes=minutes)
+    elif "soak" in extras and args.soak_minutes is not None:
         config = replace(config, soak_minutes=args.soak_minutes, seed=args.seed)
     elif "soak" in extras:
         config = replace(config, seed=args.seed)
