@@ -373,7 +373,6 @@ def test_remote_logs_go_through_the_node_agent(
     fake: type[FakeJobs], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from activities.nodes import factory
-
     from activities.nodes.agent import LogChunk, NodeStatus, RankRecord
 
     asked: list[tuple[str, str, int]] = []
