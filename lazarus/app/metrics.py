@@ -35,7 +35,7 @@ import socket
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast, overload
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -115,163 +115,107 @@ class _JobRecord:
     """Every labelled series this job owns, so :meth:`LazarusMetrics.forget` removes them."""
 
 
+@dataclass(frozen=True)
+class MetricDef(Generic[_Metric]):
+    """One row of :class:`LazarusMetrics`'s table: a metric's kind, name, help and
+    labels (every per-job metric's first label is :data:`JOB_LABEL`). As a class
+    attribute it reads as the instance's own metric of that kind."""
+
+    kind: type[_Metric]
+    name: str
+    help: str
+    labels: tuple[str, ...] = (JOB_LABEL,)
+    buckets: tuple[float, ...] | None = None
+
+    def build(self, registry: CollectorRegistry) -> _Metric:
+        extra: dict[str, Any] = {} if self.buckets is None else {"buckets": self.buckets}
+        return self.kind(self.name, self.help, list(self.labels), registry=registry, **extra)
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> MetricDef[_Metric]: ...
+    @overload
+    def __get__(self, instance: LazarusMetrics, owner: type) -> _Metric: ...
+    def __get__(self, instance: LazarusMetrics | None, owner: type) -> MetricDef[_Metric] | _Metric:
+        if instance is None:
+            return self
+        return cast(_Metric, instance._built[self.name])
+
+
+_J = JOB_LABEL
+
+
 class LazarusMetrics:
-    """The metrics one worker serves (see the module docstring for where they come from)."""
+    """The metrics one worker serves (see the module docstring for where they come from).
+
+    They are defined once, in the table below (:data:`METRICS` lists it); each row is
+    also the attribute through which the code feeds that metric."""
+
+    # fmt: off
+    # --- from the status query ---------------------------------------------------------
+    jobs = MetricDef(Gauge, "lazarus_jobs",
+        "Jobs by phase (the jobs this worker's collector tracks).", ("phase",))
+    job_phase = MetricDef(Gauge, "lazarus_job_phase",
+        "1, labelled with the job's current phase (one series per job).", (_J, "phase"))
+    step = MetricDef(Gauge, "lazarus_job_step",
+        "Newest training step (the supervisor's live view when fresher).")
+    generation = MetricDef(Gauge, "lazarus_job_generation", "Newest generation launched.")
+    ettr = MetricDef(Gauge, "lazarus_job_ettr",
+        "Effective training time ratio so far: productive over wall time.")
+    goodput = MetricDef(Gauge, "lazarus_job_goodput_seconds",
+        "Productive training seconds so far (ETTR x elapsed); "
+        "rate() is the goodput fraction over a window.")
+    elapsed = MetricDef(Gauge, "lazarus_job_elapsed_seconds", "Wall time since the job started.")
+    mttr = MetricDef(Gauge, "lazarus_job_mttr_seconds",
+        "Mean time to recover over the recovered incidents.")
+    restarts_left = MetricDef(Gauge, "lazarus_job_restarts_remaining",
+        "Automatic restarts left in the budget (max_restarts - restarts).")
+    nodes = MetricDef(Gauge, "lazarus_job_nodes",
+        "The job's nodes by state (active, spare, quarantined).", (_J, "state"))
+    quarantined = MetricDef(Gauge, "lazarus_quarantined_node",
+        "1 for each quarantined node; fenced says its stale ranks were confirmed stopped.",
+        (_J, "node", "fenced"))
+    durable_step = MetricDef(Gauge, "lazarus_job_durable_checkpoint_step",
+        "Newest checkpoint step whose durable copy is uploaded and verified.")
+    incidents = MetricDef(Counter, "lazarus_incidents_total",
+        "Incidents by class and decision.", (_J, "class", "decision"))
+    steps_lost = MetricDef(Counter, "lazarus_steps_lost_total",
+        "Training steps redone after incidents.", (_J, "class"))
+    detection = MetricDef(Histogram, "lazarus_detection_seconds",
+        "Fault to detection, per incident.", (_J, "class"), DETECTION_BUCKETS)
+    recovery = MetricDef(Histogram, "lazarus_recovery_seconds",
+        "Fault to the first step of the new generation, per recovered incident.",
+        (_J, "class"), RECOVERY_BUCKETS)
+    recovery_phase = MetricDef(Summary, "lazarus_recovery_phase_seconds",
+        "Each recovery phase's time since the previous one (the recovery timeline).",
+        (_J, "phase"))
+    # --- from activities ---------------------------------------------------------------
+    poll = MetricDef(Histogram, "lazarus_supervision_poll_seconds",
+        "One supervision round: every node of the generation polled.", (_J,), POLL_BUCKETS)
+    save = MetricDef(Gauge, "lazarus_checkpoint_save_seconds",
+        "Blocking part of a checkpoint save, as the ranks report it "
+        "(median of recent saves, slowest rank).")
+    checkpoint = MetricDef(Summary, "lazarus_checkpoint_duration_seconds",
+        "One checkpoint verified in full or uploaded to the durable tier.", (_J, "operation"))
+    checkpoint_bytes = MetricDef(Counter, "lazarus_checkpoint_bytes_total",
+        "Checkpoint bytes verified (hashed) or sent to the durable tier.", (_J, "operation"))
+    # --- the collector itself ----------------------------------------------------------
+    collect_seconds = MetricDef(Histogram, "lazarus_collector_pass_seconds",
+        "One collector pass: list the jobs and query each.", (), POLL_BUCKETS)
+    query_failures = MetricDef(Counter, "lazarus_collector_query_failures_total",
+        "Status queries that got no answer (the job is counted as last seen).", ())
+    # fmt: on
 
     def __init__(self, *, process_metrics: bool = False) -> None:
         """``process_metrics`` adds the worker process's CPU, memory and open files
         (``process_*``), for a worker that serves these."""
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
         if process_metrics:
-            ProcessCollector(registry=r)
+            ProcessCollector(registry=self.registry)
         self._lock = threading.Lock()
         self._jobs: dict[str, _JobRecord] = {}
-
-        # --- from the status query ---------------------------------------------------
-        self.jobs = Gauge(
-            "lazarus_jobs",
-            "Jobs by phase (the jobs this worker's collector tracks).",
-            ["phase"],
-            registry=r,
-        )
-        self.job_phase = Gauge(
-            "lazarus_job_phase",
-            "1, labelled with the job's current phase (one series per job).",
-            [JOB_LABEL, "phase"],
-            registry=r,
-        )
-        self.step = Gauge(
-            "lazarus_job_step",
-            "Newest training step (the supervisor's live view when fresher).",
-            [JOB_LABEL],
-            registry=r,
-        )
-        self.generation = Gauge(
-            "lazarus_job_generation", "Newest generation launched.", [JOB_LABEL], registry=r
-        )
-        self.ettr = Gauge(
-            "lazarus_job_ettr",
-            "Effective training time ratio so far: productive over wall time.",
-            [JOB_LABEL],
-            registry=r,
-        )
-        self.goodput = Gauge(
-            "lazarus_job_goodput_seconds",
-            "Productive training seconds so far (ETTR x elapsed); "
-            "rate() is the goodput fraction over a window.",
-            [JOB_LABEL],
-            registry=r,
-        )
-        self.elapsed = Gauge(
-            "lazarus_job_elapsed_seconds",
-            "Wall time since the job started.",
-            [JOB_LABEL],
-            registry=r,
-        )
-        self.mttr = Gauge(
-            "lazarus_job_mttr_seconds",
-            "Mean time to recover over the recovered incidents.",
-            [JOB_LABEL],
-            registry=r,
-        )
-        self.restarts_left = Gauge(
-            "lazarus_job_restarts_remaining",
-            "Automatic restarts left in the budget (max_restarts - restarts).",
-            [JOB_LABEL],
-            registry=r,
-        )
-        self.nodes = Gauge(
-            "lazarus_job_nodes",
-            "The job's nodes by state (active, spare, quarantined).",
-            [JOB_LABEL, "state"],
-            registry=r,
-        )
-        self.quarantined = Gauge(
-            "lazarus_quarantined_node",
-            "1 for each quarantined node; fenced says its stale ranks were confirmed stopped.",
-            [JOB_LABEL, "node", "fenced"],
-            registry=r,
-        )
-        self.durable_step = Gauge(
-            "lazarus_job_durable_checkpoint_step",
-            "Newest checkpoint step whose durable copy is uploaded and verified.",
-            [JOB_LABEL],
-            registry=r,
-        )
-        self.incidents = Counter(
-            "lazarus_incidents_total",
-            "Incidents by class and decision.",
-            [JOB_LABEL, "class", "decision"],
-            registry=r,
-        )
-        self.steps_lost = Counter(
-            "lazarus_steps_lost_total",
-            "Training steps redone after incidents.",
-            [JOB_LABEL, "class"],
-            registry=r,
-        )
-        self.detection = Histogram(
-            "lazarus_detection_seconds",
-            "Fault to detection, per incident.",
-            [JOB_LABEL, "class"],
-            buckets=DETECTION_BUCKETS,
-            registry=r,
-        )
-        self.recovery = Histogram(
-            "lazarus_recovery_seconds",
-            "Fault to the first step of the new generation, per recovered incident.",
-            [JOB_LABEL, "class"],
-            buckets=RECOVERY_BUCKETS,
-            registry=r,
-        )
-        self.recovery_phase = Summary(
-            "lazarus_recovery_phase_seconds",
-            "Each recovery phase's time since the previous one (the recovery timeline).",
-            [JOB_LABEL, "phase"],
-            registry=r,
-        )
-
-        # --- from activities --------------------------------------------------------
-        self.poll = Histogram(
-            "lazarus_supervision_poll_seconds",
-            "One supervision round: every node of the generation polled.",
-            [JOB_LABEL],
-            buckets=POLL_BUCKETS,
-            registry=r,
-        )
-        self.save = Gauge(
-            "lazarus_checkpoint_save_seconds",
-            "Blocking part of a checkpoint save, as the ranks report it "
-            "(median of recent saves, slowest rank).",
-            [JOB_LABEL],
-            registry=r,
-        )
-        self.checkpoint = Summary(
-            "lazarus_checkpoint_duration_seconds",
-            "One checkpoint verified in full or uploaded to the durable tier.",
-            [JOB_LABEL, "operation"],
-            registry=r,
-        )
-        self.checkpoint_bytes = Counter(
-            "lazarus_checkpoint_bytes_total",
-            "Checkpoint bytes verified (hashed) or sent to the durable tier.",
-            [JOB_LABEL, "operation"],
-            registry=r,
-        )
-
-        # --- the collector itself ---------------------------------------------------
-        self.collect_seconds = Histogram(
-            "lazarus_collector_pass_seconds",
-            "One collector pass: list the jobs and query each.",
-            buckets=POLL_BUCKETS,
-            registry=r,
-        )
-        self.query_failures = Counter(
-            "lazarus_collector_query_failures_total",
-            "Status queries that got no answer (the job is counted as last seen).",
-            registry=r,
-        )
+        self._built: dict[str, MetricWrapperBase] = {
+            definition.name: definition.build(self.registry) for definition in METRICS
+        }
 
     # --- plumbing ----------------------------------------------------------------------
 
@@ -425,6 +369,11 @@ class LazarusMetrics:
         for phase, count in counts.items():
             self.jobs.labels(phase).set(count)
 
+
+METRICS: tuple[MetricDef[Any], ...] = tuple(
+    value for value in vars(LazarusMetrics).values() if isinstance(value, MetricDef)
+)
+"""Every metric a worker serves (but ``process_*``), in the table's order."""
 
 # --- serving -------------------------------------------------------------------------------
 

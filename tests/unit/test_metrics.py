@@ -563,3 +563,21 @@ def test_prepare_refuses_a_busy_port_before_the_worker_connects(busy: str) -> No
         option = "--metrics-port" if busy == "port" else "--sdk-metrics-port"
         with pytest.raises(MetricsProblem, match=f"{option} {taken}: cannot listen"):
             prepare_metrics(MetricsSettings(addr="127.0.0.1", **ports))
+
+
+def test_every_metric_comes_from_the_one_table_and_the_guide_names_each() -> None:
+    """Metrics are defined once, as rows of ``LazarusMetrics``'s table (issue 40): a
+    worker's registry holds exactly those (its process metrics aside), names are
+    unique, and docs/guides/metrics.md names every one of them."""
+    import re
+    from pathlib import Path
+
+    from lazarus.app.metrics import METRICS, LazarusMetrics
+
+    names = [definition.name for definition in METRICS]
+    assert len(names) == len(set(names))
+    served = {family.name for family in LazarusMetrics().registry.collect()}
+    # prometheus_client drops a counter's _total from its family name
+    assert served == {name.removesuffix("_total") for name in names}
+    guide = (Path(__file__).resolve().parents[2] / "docs/guides/metrics.md").read_text()
+    assert set(names) <= set(re.findall(r"\blazarus_[a-z_]+", guide))
