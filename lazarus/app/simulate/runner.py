@@ -20,6 +20,7 @@ import math
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -67,6 +68,12 @@ from workflows.job import JobWorkflow
 from workflows.state import JobInput, JobStatus
 
 HOOK = ["sim-operator"]
+SIMULATED_TASK_TIMEOUT = timedelta(seconds=120)
+"""Each simulated workflow's task timeout (Temporal's default is 10 s). One task of a
+2,048-node job takes 14 s of real time on a busy 2-core machine; past 10 s the server
+expires it and schedules it again, which takes as long, and the simulated clock stops
+(seed 3 of the 54-day trace stalled so twice). Simulated time does not pass while a
+task runs, so a longer bound changes no figure."""
 """The escalation hook's command: the simulated operator (never run as a program)."""
 
 
@@ -416,6 +423,7 @@ async def run_variant(
                     fleet.fleet,
                     id=fleet_workflow_id(FLEET_NAME),
                     task_queue=queue,
+                    task_timeout=SIMULATED_TASK_TIMEOUT,
                 )
                 fleet_run = fleet_handle.first_execution_run_id or ""
             handle = await env.client.start_workflow(
@@ -426,6 +434,7 @@ async def run_variant(
                 id=cluster.workflow_id,
                 task_queue=queue,
                 result_type=JobStatus,
+                task_timeout=SIMULATED_TASK_TIMEOUT,
             )
             cluster.locks.first_run_id = handle.first_execution_run_id or handle.result_run_id or ""
             reporter = asyncio.create_task(report_progress(cluster, variant.name, progress))
