@@ -311,8 +311,9 @@ def measure_size(size_mb: int, repeats: int, quick: bool, progress: Any) -> dict
             f"{prefix}_s": median("recovery_outside_s"),
             f"{prefix}_steps_lost": median("steps_lost"),
             f"{prefix}_weights_ok": all(v.get("weights_ok") is True for v in values),
-            f"{prefix}_state_loaded_s": median("state_loaded_outside_s"),
         }
+        if prefix == "crash":
+            row["crash_state_loaded_s"] = median("state_loaded_outside_s")
         if prefix == "node_loss":
             for key in (
                 "restore_gb_s",
@@ -325,6 +326,7 @@ def measure_size(size_mb: int, repeats: int, quick: bool, progress: Any) -> dict
                 "memcpy_s",
                 "stall_over_memcpy",
                 "copy_over_memcpy",
+                "snapshots",
                 "snapshots_skipped",
                 "worker_rss_growth_mib",
             ):
