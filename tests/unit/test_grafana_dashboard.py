@@ -1,4 +1,4 @@
-"""``infra/grafana/lazarus.json`` is a dashboard Grafana can import, and it asks only
+"""``deploy/grafana/lazarus.json`` is a dashboard Grafana can import, and it asks only
 for metrics the worker serves, in PromQL that Prometheus's own ``promtool`` accepts."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from workflows.state import NodePool, QuarantinedNode
 
 pytestmark = pytest.mark.timeout(60)
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "lazarus.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "lazarus.json"
 REQUIRED_PANELS = (
     "Goodput over time",
     "Incidents by class",

@@ -31,7 +31,7 @@ def test_both_distributions_have_the_controllers_version_and_no_pin_between_them
     controller, rank = _project("pyproject.toml"), _project("rank/pyproject.toml")
     assert controller["version"] == rank["version"] == __version__
     assert not any("lazarus-rank" in r for r in controller["dependencies"])  # type: ignore[attr-defined]
-    constraints = (REPO / "infra/docker/worker-constraints.txt").read_text()
+    constraints = (REPO / "deploy/docker/worker-constraints.txt").read_text()
     assert "\nlazarus-rank==" not in constraints
 
 

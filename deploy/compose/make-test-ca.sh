@@ -2,9 +2,9 @@
 # Make a throw-away PKI for the Compose stack (and the TLS tests): a test CA, the
 # Temporal frontend's server certificate, and one client certificate per client.
 #
-#   infra/compose/make-test-ca.sh [OUT_DIR] [EXTRA_SAN ...]
+#   deploy/compose/make-test-ca.sh [OUT_DIR] [EXTRA_SAN ...]
 #
-# OUT_DIR defaults to infra/compose/certs (git-ignored). EXTRA_SAN entries are added to
+# OUT_DIR defaults to deploy/compose/certs (git-ignored). EXTRA_SAN entries are added to
 # the server certificate, e.g. DNS:temporal.example.com or IP:10.0.0.5; the server
 # certificate always names DNS:temporal (the Compose service), DNS:localhost and
 # IP:127.0.0.1, so the stack works both inside its network and from the host.
