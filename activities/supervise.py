@@ -59,9 +59,11 @@ import asyncio
 import contextlib
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from temporalio import activity
 
+from activities.flight_recorder import request_and_read
 from activities.heartbeat import in_thread_heartbeating
 from activities.nodes.agent import NodeAgent
 from activities.nodes.factory import agents
@@ -115,7 +117,16 @@ def with_rank_stacks(observer: GenerationObserver, outcome: SuperviseOutcome) ->
     if not targets and any(r.alive for r in outcome.ranks):
         lines = ["rank stacks: the ranks run on other machines, not visible from the controller"]
     else:
-        lines = stack_lines(targets)
+        # The collectives' flight recorder beside the stacks: both bounded, at once.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="flight-recorder") as beside:
+            recorder = beside.submit(
+                request_and_read,
+                observer.generation_dir,
+                [t.rank for t in targets],
+                [t.rank for t in targets if t.stopped],
+            )
+            lines = stack_lines(targets)
+            lines += recorder.result()
     first, *rest = failure.evidence or [""]
     return failure.model_copy(update={"evidence": [first, *lines, *rest]})
 

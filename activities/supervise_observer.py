@@ -585,6 +585,11 @@ class GenerationObserver:
         except Exception as exc:
             return f"(log of rank {rank} unavailable: {exc})"
 
+    @property
+    def generation_dir(self) -> Path:
+        """The generation's run directory (on the controller's machine for local ranks)."""
+        return self._gen.path
+
     def is_local(self, rank: int) -> bool:
         """Whether the rank runs on the controller's own machine (its pid is ours)."""
         return self._agents[rank // self._request.nproc_per_node].node.launcher == "local"

@@ -86,6 +86,7 @@ from lazarus.domain import environment, phases
 from lazarus.rank import (
     checkpoints,
     control,
+    flight_recorder,
     heartbeats,
     identity,
     marks,
@@ -125,8 +126,10 @@ def init_process_group(*args: Any, **kwargs: Any) -> None:
     """``torch.distributed.init_process_group``, marking ``process_group_ready``
     when it returns (scripts that create the group themselves call
     ``lazarus.rank.mark("process_group_ready")``)."""
+    flight_recorder.configure()  # the collectives' recorder, read as the group is made
     dist.init_process_group(*args, **kwargs)
     _ensure_snapshot_group()
+    flight_recorder.start_watch()  # answers a hang's request for the recorder's dump
     marks.mark(phases.PROCESS_GROUP_READY)
 
 
