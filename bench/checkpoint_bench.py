@@ -1,23 +1,15 @@
 """``python -m bench checkpoints``: what trusting checkpoints costs.
 
-* **write**: N MB written as a checkpoint and sealed with the rank helper's commit
-  protocol (fsync, sha256 manifest, marker), as a ratio to ``dd ... conv=fsync``
-  of the same size on the same disk (1.0 means as fast as the raw disk write);
-  also without hashing (``commit_checkpoint(hash_files=False)``);
-* **verify**: seconds per GB for ``verify_checkpoint`` with sha256 and sizes only
-  (the page cache is warm from the write: this is the hashing cost, not the disk's);
-* **upload/restore**: MB/s to and from a local moto S3 server (a separate
-  process on 127.0.0.1), multipart and parallel, verified.
-
-Every figure is the median over ``--repeats``. Prints a markdown table and writes
-``bench/results/checkpoints-<timestamp>.json``.
+The commit protocol's write (fsync, sha256 manifest, marker; and sizes only) against
+``dd ... conv=fsync`` of the same size, ``verify_checkpoint``'s seconds per GB, and
+upload/restore MB/s against a local moto S3 server; medians over ``--repeats``.
+Figures: docs/results/2026-11-checkpoint-costs.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import shutil
@@ -26,11 +18,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench import costs
+from bench.costs import progress, results_path, timed, write_results
 from lazarus.domain.ports import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -38,10 +32,12 @@ CHUNK = 1 << 20
 
 
 def add_command(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = costs.add_parser(
         "checkpoints",
+        commands,
+        __doc__,
         help="checkpoint write, verification and S3 tiering costs",
-        description=(__doc__ or "").splitlines()[0],
+        json_help="default: bench/results/checkpoints-<ts>.json",
     )
     parser.add_argument("--size-mb", type=int, default=512, help="checkpoint size (default 512)")
     parser.add_argument("--files", type=int, default=1, help="files the size is split into")
@@ -52,20 +48,11 @@ def add_command(commands: Any) -> None:
     parser.add_argument("--part-size-mb", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--no-s3", action="store_true", help="skip the moto upload/restore")
-    parser.add_argument(
-        "--json-out", type=Path, help="default: bench/results/checkpoints-<ts>.json"
-    )
-
-
-def _timed(action: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
 
 
 def _dd(target: Path, size_mb: int) -> float:
     command = ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={size_mb}", "conv=fsync"]
-    seconds = _timed(lambda: subprocess.run(command, check=True, capture_output=True))
+    seconds = timed(lambda: subprocess.run(command, check=True, capture_output=True))
     target.unlink()
     return seconds
 
@@ -111,14 +98,6 @@ def _moto_server() -> Iterator[str]:
             process.wait()
 
 
-def progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 def run(args: argparse.Namespace) -> int:
     from activities.checkpoints.verify import verify_checkpoint
 
@@ -145,20 +124,18 @@ def run(args: argparse.Namespace) -> int:
             raw["dd_s"].append(_dd(scratch / "dd.bin", size_mb))
             step += 1
             raw["commit_sizes_s"].append(
-                _timed(partial(_write_checkpoint, scratch / "ck", step, size_mb, args.files, False))
+                timed(partial(_write_checkpoint, scratch / "ck", step, size_mb, args.files, False))
             )
             shutil.rmtree(scratch / "ck")
             step += 1
             directory = scratch / "ck" / f"step-{step:08d}"
             raw["commit_sha256_s"].append(
-                _timed(partial(_write_checkpoint, scratch / "ck", step, size_mb, args.files, True))
+                timed(partial(_write_checkpoint, scratch / "ck", step, size_mb, args.files, True))
             )
             result = verify_checkpoint(directory)
             assert result.ok, result.problems
-            raw["verify_sha256_s"].append(_timed(partial(verify_checkpoint, directory)))
-            raw["verify_sizes_s"].append(
-                _timed(partial(verify_checkpoint, directory, hashes=False))
-            )
+            raw["verify_sha256_s"].append(timed(partial(verify_checkpoint, directory)))
+            raw["verify_sizes_s"].append(timed(partial(verify_checkpoint, directory, hashes=False)))
             if not args.no_s3:
                 progress(f"repeat {repeat + 1}/{repeats}: upload to and restore from moto S3")
                 _s3_round(directory, step, scratch, args, raw)
@@ -166,21 +143,21 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    dd = _median(raw["dd_s"])
+    dd = statistics.median(raw["dd_s"])
     figures: dict[str, Any] = {
         "size_mb": size_mb,
         "files": args.files,
         "dd_MBps": size_mb / dd,
-        "commit_sha256_MBps": size_mb / _median(raw["commit_sha256_s"]),
-        "commit_sizes_MBps": size_mb / _median(raw["commit_sizes_s"]),
-        "write_ratio_sha256": dd / _median(raw["commit_sha256_s"]),
-        "write_ratio_sizes": dd / _median(raw["commit_sizes_s"]),
-        "verify_sha256_s_per_GB": _median(raw["verify_sha256_s"]) / gb,
-        "verify_sizes_s_per_GB": _median(raw["verify_sizes_s"]) / gb,
+        "commit_sha256_MBps": size_mb / statistics.median(raw["commit_sha256_s"]),
+        "commit_sizes_MBps": size_mb / statistics.median(raw["commit_sizes_s"]),
+        "write_ratio_sha256": dd / statistics.median(raw["commit_sha256_s"]),
+        "write_ratio_sizes": dd / statistics.median(raw["commit_sizes_s"]),
+        "verify_sha256_s_per_GB": statistics.median(raw["verify_sha256_s"]) / gb,
+        "verify_sizes_s_per_GB": statistics.median(raw["verify_sizes_s"]) / gb,
     }
     if raw["upload_s"]:
-        figures["upload_MBps"] = size_mb / _median(raw["upload_s"])
-        figures["restore_MBps"] = size_mb / _median(raw["restore_s"])
+        figures["upload_MBps"] = size_mb / statistics.median(raw["upload_s"])
+        figures["restore_MBps"] = size_mb / statistics.median(raw["restore_s"])
     payload = {
         "benchmark": "checkpoints",
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -198,11 +175,8 @@ def run(args: argparse.Namespace) -> int:
         "figures": figures,
         "raw_seconds": raw,
     }
-    out: Path = args.json_out or RESULTS / f"checkpoints-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(markdown(figures, repeats))
-    print(f"\nraw results: {out}")
+    out = results_path("checkpoints", args.json_out, RESULTS)
+    write_results(out, payload, markdown(figures, repeats))
     return 0
 
 
@@ -247,7 +221,7 @@ def _s3_round(
             restore = RestoreCheckpointRequest(
                 uri=result.uri, checkpoint_dir=str(scratch / "restored"), checkpoints=spec
             )
-            raw["restore_s"].append(_timed(lambda: restore_checkpoint_sync(restore)))
+            raw["restore_s"].append(timed(lambda: restore_checkpoint_sync(restore)))
             shutil.rmtree(scratch / "restored")
     finally:
         for key, value in saved.items():

@@ -19,7 +19,6 @@ No Temporal server: the query side is measured by the e2e test
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 import urllib.request
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.observe import Observation
+from bench.costs import write_results
 from lazarus.app.metrics import LazarusMetrics, MetricsSettings, serve
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.ports import free_port
@@ -136,22 +136,20 @@ def main(argv: list[str] | None = None) -> None:
     if not counts or min(counts) < 1:
         parser.error("--jobs: give at least one count, each at least 1")
     rows = [measure(n, args.incidents, args.scrapes) for n in counts]
-    print(
+    table = [
         "| jobs | incidents/job | series | bytes | scrape median ms | max ms "
-        "| record_status ms/job |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        print(
-            f"| {r['jobs']} | {r['incidents_per_job']} | {r['series']} | {r['bytes']} | "
-            f"{r['scrape_median_ms']} | {r['scrape_max_ms']} | "
-            f"{r['record_status_cpu_ms_per_job']} |"
-        )
+        "| record_status ms/job |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    table += [
+        f"| {r['jobs']} | {r['incidents_per_job']} | {r['series']} | {r['bytes']} | "
+        f"{r['scrape_median_ms']} | {r['scrape_max_ms']} | {r['record_status_cpu_ms_per_job']} |"
+        for r in rows
+    ]
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     out = args.json_out or RESULTS / f"metrics-scrape-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "metrics-scrape", "rows": rows}, indent=2) + "\n")
-    print(f"results: {out}")
+    payload = {"benchmark": "metrics-scrape", "rows": rows}
+    write_results(out, payload, "\n".join(table), footer="results: {}")
 
 
 if __name__ == "__main__":

@@ -1,18 +1,9 @@
 """What memory-tier replicas cost a fault-free job: the example job's step rate with
-the memory tier on, with and without ``memory_replicas``, in the same run.
+the memory tier on, with and without ``memory_replicas``, in alternating runs.
 
-The ranks run as plain processes on this machine (one "node" per rank, each with a
-memory directory of its own, as separate nodes' tmpfs would be), with the variables
-the launcher sets: ``LAZARUS_MEMORY_*`` and, for the replica runs, the ring's
-``LAZARUS_MEMORY_REPLICA_*`` (:func:`lazarus.domain.memory_tier.replica_environment`)
-on 127.0.0.1. No controller: the figure is the rank side's cost (the snapshot
-thread's push to the buddy, the buddy's receiver), which is all a replica adds to a
-training step. The runs alternate (off, on, on, off, ...) so a machine whose load
-drifts weighs on both alike; the step rate is timed between the first and the last
-logged step of rank 0, so interpreter and torch start-up are left out.
-
-    python -m bench replica-cost                 # 4 pairs, 3 ranks, 200 steps
-    python -m bench replica-cost --quick         # 1 pair, 60 steps: checks the bench
+Plain rank processes with the launcher's variables (one "node" and memory directory
+each, the ring on 127.0.0.1), no controller: a replica's rank-side cost. Method and
+figures: docs/results/2026-12-memory-replicas.md, "What replicas cost a fault-free step".
 """
 
 from __future__ import annotations
@@ -30,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import costs
+from bench.costs import write_cost_results
 from bench.jobs import EXAMPLE, REPO
-from bench.report import write_cost_results
 from lazarus.domain import environment
 from lazarus.domain.memory_tier import replica_environment
 from lazarus.domain.ports import free_port
@@ -154,10 +146,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def add_command(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = costs.add_parser(
         "replica-cost",
+        commands,
+        __doc__,
         help="the example job's step rate with memory-tier replicas on and off",
-        description=(__doc__ or "").splitlines()[0],
     )
     parser.add_argument("--pairs", type=int, default=4, help="off/on pairs (default 4)")
     parser.add_argument("--ranks", type=int, default=3, help="ranks, one per node (default 3)")
@@ -169,7 +162,6 @@ def add_command(commands: Any) -> None:
         "compute-bound, and the bench's job shape)",
     )
     parser.add_argument("--quick", action="store_true", help="1 pair, 60 steps")
-    parser.add_argument("--json-out", type=Path)
 
 
 def run(args: argparse.Namespace) -> int:

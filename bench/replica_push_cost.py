@@ -1,35 +1,14 @@
 """``python -m bench replica-push-cost``: what pushing a memory snapshot to its buddy
 costs the training step, per GB, at realistic sizes.
 
-The simulator charged each replicated snapshot 2.5% of a step: the fraction
-``python -m bench replica-cost`` measured on the example's few-KB state with 50 ms
-steps, applied to Llama 3's 10 s step (0.25 s a snapshot, most of a snapshot's
-cost). A fixed fraction of a step is the wrong shape for a push, whose cost follows
-its bytes, not the step. This measures the push at size through the rank helper's own
-code, :func:`lazarus.rank.replica.push` (a ``sendfile`` of the committed snapshot), to
-a :class:`lazarus.rank.replica.Receiver` in another process (the buddy node), while the
-main thread runs a fixed step of CPU work on one thread (a matmul and a pass over
-64 MB of memory).
-
-Per size, alternating: ``--steps`` steps with no push (the baseline), then steps
-while one push runs. The cost is those steps' extra time,
-``sum(steps during the push) - n x median(baseline)``, per GB pushed: what the push
-takes from training, wherever it comes from (CPU, memory bandwidth, the GIL).
-
-Two placements, side by side:
-
-- **separate cores** (the figure the simulator uses): the step on core 0; the push
-  thread and the receiver on core 1. A GPU node has dozens of cores beside its 8
-  ranks, which mostly wait on their GPUs, so the push's CPU lands on a core no step
-  uses; what is left is memory bandwidth and the GIL.
-- **shared cores**: no pinning, the step, the push and the receiver on this machine's
-  2 cores together: the worst case, a node with no core to spare.
-
-Not measured here: a push sharing the node's NIC with NCCL's traffic (on a cluster
-whose TCP and NCCL networks are one), which needs GPU nodes.
-
-    python -m bench replica-push-cost                         # 256 and 1024 MiB, 5 pushes each
-    python -m bench replica-push-cost --sizes-mb 32 --repeats 1   # checks the bench
+A push's cost follows its bytes, not the step, so it is measured at size: a fixed CPU
+step on one thread (a matmul and a pass over 64 MB) timed alone, then while
+:func:`lazarus.rank.replica.push` sends a committed snapshot to a
+:class:`lazarus.rank.replica.Receiver` in another process. The cost is
+``sum(steps during the push) - n x median(baseline)``, per GB. Two placements: the push
+on a **separate** core (a GPU node's case, the simulator's figure) and **shared** cores
+(the worst case). Not measured: a push sharing the NIC with NCCL. Figures:
+docs/results/2026-12-memory-replicas.md, "At size, per GB".
 """
 
 from __future__ import annotations
@@ -47,8 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.report import write_cost_results
-from bench.snapshot_cost import sizes_mb, tmpfs_scratch
+from bench import costs
+from bench.costs import sizes_mb, timed, tmpfs_scratch, write_cost_results
 
 GB = 1e9
 JOB = "bench-replica-push"
@@ -131,12 +110,7 @@ def step_work() -> Callable[[], None]:
 
 
 def timed_steps(step: Callable[[], None], count: int) -> list[float]:
-    times = []
-    for _ in range(count):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
-    return times
+    return [timed(step) for _ in range(count)]
 
 
 def one_push(
@@ -237,17 +211,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def add_command(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = costs.add_parser(
         "replica-push-cost",
+        commands,
+        __doc__,
         help="what a memory replica's push to its buddy costs the step, per GB",
-        description=(__doc__ or "").splitlines()[0],
     )
     parser.add_argument(
         "--sizes-mb", default="256,1024", help="snapshot sizes in MiB (default 256,1024)"
     )
     parser.add_argument("--repeats", type=int, default=5, help="pushes per size and placement")
     parser.add_argument("--steps", type=int, default=20, help="baseline steps before each push")
-    parser.add_argument("--json-out", type=Path)
 
 
 def run(args: argparse.Namespace) -> int:

