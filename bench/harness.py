@@ -1,18 +1,11 @@
 """The one benchmark harness: one LocalStack per invocation, one fresh job per run.
 
 :func:`bench.benchmark.run_benchmark` runs every scenario under every chosen system
-``repeats`` times, interleaved, then the extras (overhead, soak), and keeps every
-run's raw numbers as :class:`RunRecord`. The stack (embedded dev server, headless, plus a real
-worker process) lives in a temporary directory that is removed at the end,
-whatever happened: every job is terminated, every rank of every generation is
-stopped, every torchrun job killed, the worker and the server shut down, even
-on Ctrl-C or SIGTERM.
-
-:class:`BenchContext` is what a runner gets: :meth:`~BenchContext.lazarus`
-and :meth:`~BenchContext.torchrun` start the example under either system with
-the same command line, :meth:`~BenchContext.job` any spec under Lazarus.
-Scenarios live in :mod:`bench.registry` (all of them: :mod:`bench.catalog`); the
-systems in :mod:`bench.systems`; what they measure in :mod:`bench.metrics`.
+``repeats`` times, interleaved, then the extras, and keeps every run's raw numbers as
+:class:`RunRecord`; the stack's temporary directory goes at the end whatever happened
+(Ctrl-C and SIGTERM included). :class:`BenchContext` is what a runner gets
+(:meth:`~BenchContext.lazarus`, :meth:`~BenchContext.torchrun`, :meth:`~BenchContext.job`).
+What it does: docs/results/2026-12-bench-notebook-2.md, "What it does".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Measuring a job from the outside: what the controller reports is checked, not trusted.
 
-:class:`RunMonitor` samples the job's run directory in a background thread for
-the whole run: how many rank processes are alive (never more than the world
-size, or two generations overlapped) and when each generation's heartbeats
-advanced (so recovery can be timed from the injected fault to the first real
-step of the new generation without asking the workflow).
-:func:`count_history_events` counts a workflow's events across every run of its
-continue-as-new chain.
-
-:class:`StepTrace` is a job's progress as (wall time, generation, step) points,
-and what follows from it. Both systems are judged from the same kind of record,
-taken from outside the controller: under torchrun, the ranks' timestamped
-``step <n>`` lines; under Lazarus, the ranks' heartbeat files. Recovery time,
-steps lost and goodput are then computed by one piece of code for both, so a
-difference in the numbers is a difference in the systems, not in how they were
-measured.
+:class:`RunMonitor` samples the run directory in a background thread (rank processes
+alive, each generation's heartbeats); :func:`count_history_events` counts a workflow's
+events across its continue-as-new chain; :class:`StepTrace` is a job's progress as
+(wall time, generation, step) points, from which recovery, steps lost and goodput are
+computed by one piece of code for every system. The method:
+docs/results/2026-12-bench-notebook.md, "How it measures".
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
-"""What Lazarus costs when nothing goes wrong, next to torchrun.
-
-* Controller CPU per training hour: the Lazarus worker's CPU time (every thread,
-  the Temporal core included) against the torchrun agent's, over the same steady
-  window of the same fault-free job.
-* Temporal history: events of a fault-free generation, and events per hour of
-  healthy training. A healthy generation writes into history once per
-  ``health.report_interval_s`` (default 300 s), too rarely to time in a short
-  job, so a second job reports every 2 s and the per-report cost is scaled to
-  the default interval; both figures are given.
-* The rank helper: ``lazarus.rank.heartbeat`` per call with
-  ``LAZARUS_HEARTBEAT_FILE`` set, against the same loop calling an empty
-  function, and the cost of the file write it makes at most every 0.2 s.
-* Memory-tier replicas: the example job's step rate with ``memory_replicas`` on
-  against off, alternating runs (:mod:`bench.replica_cost`).
-* Fault-free wall time, Lazarus over torchrun: from the ``clean`` scenario
-  (see :func:`markdown`), and from the two longer CPU jobs above (one each).
-
-Lazarus runs as the ``lazarus`` system: its fast setup (warm starts, the memory
-checkpoint tier; :data:`bench.systems.LAZARUS_SETUPS`), whose costs when
-nothing fails are what this measures.
+"""What Lazarus costs when nothing goes wrong, next to torchrun: controller CPU per
+training hour, Temporal history per generation and per hour, the rank helper's
+heartbeat per call, memory-tier replicas' step rate (:mod:`bench.replica_cost`) and
+fault-free wall time, for the ``lazarus`` system's fast setup. The method:
+docs/results/2026-12-bench-notebook.md, "Overhead".
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """The one scenario registry: every benchmark scenario, by name, with a runner per system.
 
-A scenario is registered once, with a docstring that walks through its fault
-sequence (the first line is its summary in ``--help`` and the JSON), and gets
-one runner per system that can run it: ``lazarus`` always (a scenario may be
-Lazarus-only; ``lazarus_cold`` runs the same script under the spec's defaults,
-see :class:`LazarusSetup`), ``torchrun`` / ``torchrun_default`` where the
-comparison says something. A system that cannot do it at all is ``not_possible`` with the
-reason (reported in every table); a scenario this machine cannot run
-(``unavailable``: no root for network namespaces) is skipped with its reason.
-
-``SUITES`` lists what each command runs by default, in table order:
-``python -m bench recovery`` runs Lazarus alone, ``python -m bench compare``
-both systems. To add a scenario::
-
-    MINE = scenario("mine", '''One line saying what happens.
-
-    1. start the example job; 2. once it reports the fault step, ...; 3. ...
-    ''')
-
-    @runs(MINE, "lazarus")
-    async def mine_lazarus(ctx: BenchContext, repeat: int) -> Measured: ...
-
-then add its name to a suite, and every metric it reports to
-:mod:`bench.metrics`. A module registers its scenarios when it is imported; a new
-scenario module is added to :mod:`bench.catalog`, which imports them all. The
-systems themselves are :mod:`bench.systems`.
+A scenario is registered once (:func:`scenario`, its docstring's first line the summary
+in ``--help`` and the JSON) with one runner per system that can run it (:func:`runs`); a
+system that cannot is ``not_possible`` with the reason, a scenario this machine cannot
+run is skipped with its reason. ``SUITES``: what each command runs by default, in table
+order. Adding a scenario: docs/results/2026-12-bench-notebook-2.md, "Adding a scenario";
+a new scenario module is imported by :mod:`bench.catalog`.
 """
 
 from __future__ import annotations

@@ -1,34 +1,16 @@
 """Running the example job under plain ``torchrun``, watched from outside, for comparison.
 
-torchrun is the baseline Lazarus is measured against, so it runs the very same
-script with the very same arguments, and is given its best chance: restarts
-allowed (``--max-restarts``), a fast monitor (``--monitor-interval 0.5``), and
-the example's own resume-from-the-newest-checkpoint logic. Two setups exist:
-
-* ``best``: ``--standalone`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``. On
-  torch 2.13 the ranks otherwise share the agent's rendezvous TCP store, and a
-  restarted generation often hangs in ``init_process_group`` against it; with
-  the variable each generation gets its own store and restarts work.
-* ``default``: ``--standalone`` as documented, without the variable; measured
-  only for how often it recovers at all.
-
-Multi-node (:class:`Rendezvous`): one agent per host, each started by the bench
-inside its host (a network namespace of :mod:`infra.testhosts`, entered with
-``nsenter``, so the agent is still the bench's child and its ranks the agent's),
-meeting through c10d rendezvous on the first host (``is_host=true`` there: every
-test host has the same hostname, so torchrun cannot tell by name which agent should
-serve the store), each with ``--local-addr`` its host's address (what the ranks use
-as ``MASTER_ADDR``). A rank's generation is then not one agent's restart count (a
-standby agent that joins late counts from 0): a new generation starts when a rank
-number is seen again.
-
-Nothing here trusts torchrun's own account. A reader thread timestamps every
-line the agent and its ranks print (``python -u``: unbuffered), which gives
-the step trace and the agent's detection messages; a poller finds the rank
-processes (the agent's children; their environment says ``RANK`` and
-``TORCHELASTIC_RESTART_COUNT``) so faults can be injected into a chosen rank and
-every rank ever started can be killed at cleanup, including ranks orphaned by a
-killed agent (torchrun starts each in its own session).
+torchrun is the baseline, so it runs the very same script and arguments and gets its
+best chance: restarts allowed, a 0.5 s monitor, the example's own resume. Setups:
+``best`` (``--standalone`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: on torch 2.13 a
+restarted generation otherwise often hangs on the agent's shared store) and ``default``
+(as documented). Multi-node (:class:`Rendezvous`): one agent per test host, started
+inside it with ``nsenter``, meeting through c10d on the first host (``is_host=true``:
+every test host has the same hostname); a new generation starts when a rank number is
+seen again. Nothing trusts torchrun's own account: a reader thread timestamps every line
+and a poller finds the rank processes, to inject faults and kill every rank ever
+started at cleanup. The method: docs/results/2026-12-bench-notebook.md, "The systems"
+and "How it measures".
 """
 
 from __future__ import annotations
