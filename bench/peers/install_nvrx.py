@@ -1,20 +1,11 @@
 """Install NVIDIA's nvidia-resiliency-ext (NVRx) into this interpreter's environment.
 
-NVRx 0.7.0 (like 0.5.0 and 0.6.0) publishes one wheel only, for CPython 3.12 on
-glibc 2.39 (``cp312-manylinux_2_39_x86_64``), so ``pip install`` refuses it on this
-project's Python 3.11. Its Python code runs on 3.11 all the same (the compiled
-parts it ships are for CUDA features the benchmark does not use), so this does
-what ``docs/results/2026-12-peers.md`` documents, once, idempotently:
-
-1. ``pip download`` the pinned wheel for that platform (``--only-binary``);
-2. check its sha256 against :data:`SHA256` (a different file is refused);
-3. ``pip install --no-deps --target <site-packages>/_nvrx`` it, where it cannot
-   overwrite anything of the environment's;
-4. put that folder on the path with a ``.pth`` file (``lazarus_nvrx.pth``);
-5. ``pip install`` the dependencies it needs at run time (:data:`DEPS`).
-
-Run: ``python -m bench.peers.install_nvrx`` (``make bench-peers`` does, with the
-``peers`` extra). A second run with the same version installed does nothing.
+NVRx 0.7.0 publishes one wheel, for CPython 3.12 on glibc 2.39, which ``pip install``
+refuses on 3.11, where its Python code runs all the same. So, once and idempotently:
+download the pinned wheel, check its :data:`SHA256`, install it ``--no-deps`` into
+``<site-packages>/_nvrx`` behind a ``.pth`` file, then its run-time :data:`DEPS`
+(docs/results/2026-12-peers.md). ``python -m bench.peers.install_nvrx``, or ``make
+bench-peers``.
 """
 
 from __future__ import annotations

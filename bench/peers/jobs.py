@@ -1,20 +1,11 @@
 """How the bench starts and watches the peers' jobs, from outside, as it does torchrun's.
 
-* :class:`NvrxLauncherJob`: NVRx's ``ft_launcher`` is torchrun with rank monitors,
-  so it is :class:`bench.torchrun.TorchrunJob` with another command line and
-  NVRx's own log lines counted as detection.
-* :class:`MemberJob`: the peers that are not one agent: NVRx's in-process restart
-  (one process per rank plus a spare, started directly) and torchft (a Lighthouse
-  and one ``torchrun`` per replica group). Each member's output is read by a
-  thread of its own and timestamped; every process a member ever started (its
-  descendants, polled every 50 ms) is remembered with its start time, so a fault
-  goes to the chosen rank and everything, orphans included, is killed at the end.
-
-Each member's lines are labelled with the member and its own generation: the
-number of times it printed its ``up`` line (a torchft group restarted by its
-torchrun prints it again; NVRx's in-process ranks print one per restart
-iteration). Which generation is "the job's" differs per peer, so the scenarios
-compute their figures from these labelled points (:mod:`bench.peers.scenarios`).
+:class:`NvrxLauncherJob`: ``ft_launcher`` is :class:`bench.torchrun.TorchrunJob` with
+another command line and NVRx's log lines counted as detection. :class:`MemberJob`:
+the peers that are not one agent (NVRx in-process, torchft): each member's output read
+and timestamped by a thread, every process it ever started remembered (a fault goes to
+the chosen rank; everything is killed at the end), its lines labelled with the member
+and its own generation (the times it printed its ``up`` line).
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """The example job under NVRx's in-process restart (``nvidia_resiliency_ext.inprocess``).
 
-The bench starts one process per rank plus a spare directly (``RANK``,
-``WORLD_SIZE`` = 3, ``MASTER_ADDR``, ``MASTER_PORT``; not under torchrun, which
-would kill every worker when one fails; and no ``LOCAL_RANK``, which would add
-GPU health checks that fail on CPU). The ``Wrapper`` runs the training function
-on two active ranks (``MaxActiveWorldSize(2)``); the third waits as a spare. When
-a rank fails, the Wrapper restarts the function in the surviving processes,
-``ShiftRanks`` moves the spare into the place of a rank that is gone, and the
-function resumes from the example's newest disk checkpoint.
-
-What differs from ``examples/train_ddp.py`` (whose ``setup``/``train`` run as they
-are): the process group is formed per restart iteration from the store the
-Wrapper hands the function (a ``PrefixStore`` per iteration, on ``MASTER_PORT``
-+ 1), ``call_wrapper.ping()`` marks progress once a step (through the example's
-per-step ``lazarus.rank.heartbeat``, a no-op outside Lazarus), and each iteration
-prints ``nvrx iteration <i> rank <r>`` so the bench can tell restarts apart.
-Everything training imports lazily (``torch._dynamo``: DDP's first construction
-and the optimizer's first step import it, seconds of work) is imported before the
-Wrapper starts, by :func:`warm_up`. NVRx interrupts a rank's function with an
-asynchronous exception when a restart is due; an import it cuts short leaves the
-module half-initialised in ``sys.modules`` for the rest of the process. The spare
-builds its first DDP inside a restart, and under load that import outlasted the soft
-timeout: from then on every iteration failed in it (``module 'torch._dynamo' has no
-attribute 'utils'`` / ``'trace_rules'``) and the spare never took the dead rank's place.
+One process per rank plus a spare, started directly (not under torchrun, which would
+kill every worker when one fails; no ``LOCAL_RANK``, which adds GPU checks that fail on
+CPU). The ``Wrapper`` runs ``examples/train_ddp.py``'s ``setup``/``train`` on two active
+ranks; on a failure it restarts the function in the survivors, ``ShiftRanks`` moves the
+spare in, and training resumes from the newest disk checkpoint. Per iteration: a process
+group from the Wrapper's store, ``call_wrapper.ping()`` once a step, a
+``nvrx iteration <i> rank <r>`` line. :func:`warm_up` imports before the Wrapper starts
+what training imports lazily (``torch._dynamo``): an import cut short by a restart's
+asynchronous exception leaves the module half-initialised, and the spare never took a
+dead rank's place. Settings: docs/results/2026-12-peers.md.
 """
 
 from __future__ import annotations

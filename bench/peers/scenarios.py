@@ -1,20 +1,11 @@
 """The peers' runners for ``crash`` and ``hang``, and why they do not run the rest.
 
-Each peer runs the same job as the other systems (:mod:`bench.peers.jobs`), gets its
-fault at the same step (SIGKILL rank 1; SIGSTOP rank 0), and is measured from
-outside with the same definitions (:func:`bench.scenarios.recovery_metrics`):
-
-* ``nvrx``: ``ft_launcher``, torchrun-like: the torchrun runners as they are.
-* ``nvrx_inprocess``: three processes (two ranks and a spare); a restart is a new
-  Wrapper iteration, so a "generation" is the iteration + 1.
-* ``torchft``: two replica groups. Its survivors go on without the failed group,
-  so two figures: ``survivors_first_step_s`` (fault to the survivors' first
-  committed step) and ``recovery_outside_s`` (fault to the restarted group's first
-  committed step: the job at full world size again). ``steps_lost`` counts the
-  steps the fault cost the survivors: attempts discarded plus any steps redone.
-
-A peer that is not installed fails its runs with a message saying how to install
-it (``make bench-peers``).
+The same job, fault step and outside measurement as the other systems
+(:func:`bench.scenarios.recovery_metrics`): ``nvrx`` runs as torchrun; for
+``nvrx_inprocess`` a generation is the Wrapper iteration + 1; torchft's survivors go
+on without the failed group, so it reports ``survivors_first_step_s`` beside
+``recovery_outside_s`` (the job at full world size). A peer not installed fails its
+runs saying how to install it (``make bench-peers``).
 """
 
 from __future__ import annotations

@@ -1,30 +1,12 @@
 """The peers' node loss on the SSH test hosts (``multinode_node_loss``, issue 30 item 2).
 
-The scenario, its job and its fault are :mod:`bench.scenarios_multinode_compare`'s:
-test hosts h1, h2 (the job) and h3 (the spare); ``kill_host("h2")`` once the job
-reports the fault step; fault to the first step after it. Each peer runs in its best
-documented multi-node setup:
-
-* ``nvrx``: ``ft_launcher`` as torchrun runs there (one agent per host, entered with
-  ``nsenter``, 2 ranks each, the store on h1), with ``--nnodes 2:3``: NVRx's barrier
-  rendezvous (0.7.0's only one) makes the nodes past ``min_nodes`` hot spares, so
-  h3's agent waits as one (released, as torchrun's standby, once the first round
-  formed). NVRx has no rendezvous keep-alive: the loss is found by the survivors'
-  heartbeats (their collective blocks, ``--ft-rank-heartbeat-timeout`` lapses), the
-  survivor's agent restarts its ranks and opens a round, which waits ``last_call``
-  for h2 and then takes h3. The ranks resume from the newest disk checkpoint.
-* ``torchft``: one replica group per host (group 0 on h1 with the Lighthouse, group 1
-  on h2), each under its own ``torchrun``. The survivor goes on alone once the
-  Lighthouse drops h2's group. torchft has no spares and does not restart a lost
-  group elsewhere: a scheduler does. The bench plays that scheduler. A replacement
-  group 1 waits on h3 with its imports done and goes on ``node_timeout_s`` after the
-  kill, the time Lazarus and torchrun take to declare the node dead. It heals from the
-  survivor, and that is the rejoin. The job is 2 groups of 1 rank, not 2 x 2, because
-  ``torchft_train.py`` runs one rank per group.
-* ``nvrx_inprocess``: in-process restart cannot start a process on a new host, so
-  the spares are processes running from the start: 2 per host on h1, h2 and h3, 4 of
-  the 6 active (``MaxActiveWorldSize(4)``, ``ShiftRanks``). After the kill the Wrapper
-  restarts in the 4 processes left and h3's take the lost ranks' places.
+The scenario is :mod:`bench.scenarios_multinode_compare`'s (h1, h2 the job, h3 the
+spare; ``kill_host("h2")`` at the fault step), each peer in its best documented
+multi-node setup: ``nvrx``, ``ft_launcher`` per host with ``--nnodes 2:3`` (h3 a hot
+spare); ``torchft``, one replica group per host, and the bench as the scheduler that
+starts a replacement group on h3 ``node_timeout_s`` after the kill; ``nvrx_inprocess``,
+6 processes over 3 hosts, 4 active (``MaxActiveWorldSize(4)``, ``ShiftRanks``). The
+setups and why: docs/results/2026-12-peers.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,12 @@
 """The peers in the chaos soak (:mod:`bench.soak`): the same seeded schedule of
 crashes, hangs and controller losses, and the same operator, as Lazarus and torchrun.
 
-What each fault is for each peer, and why:
-
-* ``nvrx`` (``ft_launcher``) is torchrun with rank monitors, so it is driven as
-  torchrun is: a crash SIGKILLs a rank, a hang SIGSTOPs one, a controller crash
-  SIGKILLs the launcher (its ranks are orphaned, as torchrun's are). The launcher
-  gets the soak's restart budget, as torchrun does.
-* ``nvrx_inprocess``: crash and hang hit the process holding the fault's rank among
-  the live ones (the Wrapper moves the spare into a lost rank's place, so the
-  second crash has no spare left). There is no controller apart from the ranks: a
-  controller crash is not injected, and the log says so.
-* ``torchft``: crash and hang hit replica group ``rank``'s trainer (under its own
-  torchrun, which restarts it); a controller crash SIGKILLs the Lighthouse, the
-  one process that coordinates the groups (nothing restarts it).
-
-The operator is the soak's: after ``soak_operator_after_s`` without a new step it
-kills everything and starts the job again, which resumes from the newest disk
-checkpoint (torchft's trainer does so on a cold start).
-
-A "generation" for a member job: the operator's restarts, then the sum over its
-members of each member's own generation (:class:`bench.peers.jobs.MemberJob`), so
-it grows with every restart of any member.
-
-torchft's survivors train on without a failed group, at part of the world size (a
-hung group is never replaced at all). Its soak trace therefore counts a step once
-every replica group has committed it, the job at full world size, as the other
-systems' steps always are; the note gives the ETTR counting the survivors' steps
-too. Its recovery time is fault -> the first full-world step after the failed
-group is up again.
+``nvrx`` is driven as torchrun (SIGKILL / SIGSTOP a rank, SIGKILL the launcher);
+``nvrx_inprocess``'s faults hit the process holding the rank (no controller to crash);
+``torchft``'s hit group ``rank``'s trainer, and a controller crash kills the
+Lighthouse. A member job's generation is the operator's restarts plus each member's
+own; torchft's trace counts a step once every group committed it (the job at full
+world size). What each fault is and why: docs/results/2026-12-peers.md, the soak.
 """
 
 from __future__ import annotations

@@ -1,42 +1,14 @@
 """The example job under torchft: one replica group per process, the same model and data.
 
-torchft does fault tolerance per step: each replica group (here one process, under
-its own ``torchrun --max-restarts``) asks the Lighthouse for a quorum every step,
-averages gradients over the groups in it, and commits the step only if every
-collective of it succeeded. A group that dies is dropped from the next quorum
-(the survivors keep training without it); its torchrun restarts it, and it heals
-from a live peer (torchft's checkpoint transport) before it takes part again.
-
-What differs from ``examples/train_ddp.py``, and why (the rest is imported from it:
-``build_model``, ``batch_for``, ``teacher_weights``, the SGD settings):
-
-* torchft's ``Manager``, ``DistributedDataParallel`` and ``OptimizerWrapper``
-  replace plain DDP: the documented way to use torchft.
-* The batch of step ``s`` is ``batch_for(seed, s, replica)``: replica group ``r``
-  sees what rank ``r`` sees in the example, so a fault-free run can match the
-  example's weights (the mean of two gradients is the same in any order).
-* The comm hook returns the (discarded) buffer when the Manager has already
-  failed the step, where torchft 0.2.0's own hook asserts (``assert fut._fut``) and
-  so crashes the survivor too when its peer dies mid-allreduce: with this the
-  survivor discards the step (``should_commit`` is False) and goes on, which is
-  the behaviour torchft documents. The results page says so.
-* Each group serves its own TCPStore (torchrun runs with
-  ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, as the torchrun system does).
-* Checkpoints to disk every ``--ckpt-every`` committed steps (replica 0; the cost
-  the other systems pay); a restarted group heals from a live peer instead.
-* A first start waits until every group is up (``--start-together``): the
-  first quorum then has every group in it, as under the other systems.
-* A cold start (not a restart by the group's torchrun) resumes from the newest
-  disk checkpoint, model, optimizer and the Manager's step: the way a torchft job
-  comes back after it was stopped whole (the soak's operator restarts it so).
-* Prints ``torchft replica <r> up`` once per process, ``step <n> loss <x>`` per
-  committed step and ``discarded step <n>`` per step the Manager did not commit.
-* On the SSH test hosts (``--advertise <address>``): every test host has the same
-  hostname, which torchft advertises for the Manager and the healing transport
-  (``socket.gethostname()``), so the group advertises its host's address instead,
-  and its store is reached there. ``--wait-for <file>``: a replacement group started
-  ahead (imports done) that goes on once the file exists (the bench's stand-in for
-  a scheduler that restarts a lost group elsewhere; torchft has none of its own).
+Each group (one process under its own ``torchrun --max-restarts``) asks the Lighthouse
+for a quorum every step and commits it only if every collective succeeded; a dead group
+is dropped, restarted by its torchrun, and heals from a live peer. Beside
+``examples/train_ddp.py`` (whose model, batches and SGD settings it imports): torchft's
+``Manager``, DDP and ``OptimizerWrapper``; group ``r`` sees rank ``r``'s batches, so a
+fault-free run matches the example's weights; a comm hook that discards a failed step
+where torchft 0.2.0's asserts; disk checkpoints every ``--ckpt-every`` steps (replica 0)
+and a cold start resumes from them; ``--start-together``; ``--advertise`` and
+``--wait-for`` for the SSH test hosts. Why each: docs/results/2026-12-peers.md.
 """
 
 from __future__ import annotations
