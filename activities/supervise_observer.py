@@ -127,7 +127,10 @@ class GenerationObserver:
         self._clock = clock or SystemClock()
         self._gen = GenerationDir(Path(request.run_dir))
         regex = request.health.progress_regex
-        self._progress_regex = re.compile(regex) if regex else None
+        # Searched over a log's tail of many lines: ``^`` and ``$`` anchor at each
+        # line (a ``^step`` pattern matched only the tail's first line before, so the
+        # step never advanced and a healthy rank was called hung).
+        self._progress_regex = re.compile(regex, re.MULTILINE) if regex else None
         self._regex_steps: dict[int, int] = {}
         self._marks: dict[int, tuple[str, float]] = {}
         """rank -> (progress marker, controller monotonic time of that progress: when a

@@ -220,3 +220,20 @@ def test_heartbeats_that_start_late_give_silent_peers_a_hang_timeout(tmp_path: P
     outcome = job.poll()
     assert outcome is not None and outcome.failure is not None
     assert outcome.failure.kind == "hang" and outcome.failure.rank == 1
+
+
+def test_an_anchored_progress_regex_matches_every_line_of_the_tail(tmp_path: Path) -> None:
+    """``^step`` (the pattern most scripts' lines suggest) matches at each line of the
+    log's tail, not only its first: the step advances, and a steady job is no hang."""
+    health = HealthSpec(
+        hang_timeout_s=HANG_S,
+        startup_timeout_s=STARTUP_S,
+        progress_regex=r"^step (?P<step>\d+)",
+        hang_budget=HangBudgetSpec(mode="off"),
+    )
+    job = Job(tmp_path, health=health)
+    for step in range(1, 30):
+        job.agent.logs[0] = "".join(f"step {s}\nloss 0.1\n" for s in range(1, step + 1))
+        assert job.poll() is None, f"a steady job called hung at step {step}"
+        job.clock.advance(HANG_S / 2)
+    assert job.observer._regex_steps[0] == 29
