@@ -89,7 +89,7 @@ from activities.nodes.secret_env import (
 )
 from activities.nodes.shim_agent import ShimError
 from activities.nodes.warm import stop_run_zygotes
-from activities.program import rank_search_path, resolve_program
+from activities.program import rank_paths, rank_search_path, rendezvous_host, resolve_program
 from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
 from lazarus.domain.chaos_points import chaos_point
@@ -172,7 +172,8 @@ def rank_environment(
 
     Precedence, lowest first: the worker's environment (local nodes only), the
     ``env_from_file`` values (local nodes; the shim reads it on ssh nodes, see
-    :func:`rank_env_file`), ``env``, ``pass_env``, then Lazarus's own variables.
+    :func:`rank_env_file`), ``env``, the node's ``env``, ``pass_env``, then Lazarus's
+    own variables (PATH and PYTHONPATH: :func:`~activities.program.rank_paths`).
     Raises :class:`LaunchRefused` for a secret that cannot be supplied.
 
     ``worker_env`` stands in for this worker's environment (default ``os.environ``):
@@ -186,6 +187,7 @@ def rank_environment(
         if local and spec.env_from_file is not None:
             env.update(read_env_file(spec.env_from_file))
         env.update(spec.env)
+        env.update(nodes[node_index].env)
         env.update(passed_env(spec.pass_env, source))
     except SecretEnvError as exc:
         raise LaunchRefused(str(exc)) from None
@@ -195,7 +197,7 @@ def rank_environment(
             nproc_per_node=spec.nproc_per_node,
             node_index=node_index,
             nodes=len(nodes),
-            master_addr=nodes[0].host,
+            master_addr=rendezvous_host(nodes[0], spec.ssh),
             master_port=master_port,
             generation=gen.generation,
             max_restarts=spec.recovery.max_restarts,
@@ -221,7 +223,7 @@ def rank_environment(
     env.update(checkpoint_tier_environment(spec, gen, node))
     memory_dir = run_memory_dir(spec, gen)
     if spec.checkpoints.memory_replicas and memory_dir is not None:
-        hosts = [node.host for node in nodes]
+        hosts = [rendezvous_host(node, spec.ssh) for node in nodes]
         secret = replica_secret or _run_secret(memory_dir)
         env.update(replica_environment(secret, gen.generation, hosts, node_index))
     env.pop(env_names.RESUME_FROM, None)
@@ -234,15 +236,11 @@ def rank_environment(
     env.pop(env_names.REJOIN_TIMEOUT_S, None)
     if spec.rejoins is not None:
         env[env_names.REJOIN_TIMEOUT_S] = str(spec.rejoins.timeout_s)
-    env["PATH"] = rank_search_path(spec.env.get("PATH"))
-    # Lazarus's own code only (a checkout), never the controller's site-packages.
-    extra = spec.env.get("PYTHONPATH") or (source.get("PYTHONPATH") if local else None)
-    root = str(RANK_IMPORT_ROOT) if RANK_IMPORT_ROOT is not None else None
-    python_path = os.pathsep.join(filter(None, [root, extra]))
-    if python_path:
-        env["PYTHONPATH"] = python_path
-    else:
-        env.pop("PYTHONPATH", None)
+    for name, value in rank_paths(spec, nodes[node_index], source, RANK_IMPORT_ROOT).items():
+        if value:
+            env[name] = value
+        else:
+            env.pop(name, None)
     return env
 
 
@@ -690,7 +688,7 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
         ranks.sort(key=lambda r: r.rank)
         result = LaunchResult(
             generation=request.generation,
-            master_addr=nodes[0].host,
+            master_addr=rendezvous_host(nodes[0], spec.ssh),
             master_port=master_port,
             run_dir=str(gen.path),
             ranks=ranks,

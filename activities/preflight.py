@@ -32,8 +32,13 @@ def check_nodes(request: PreflightActivityRequest) -> PreflightReport:
 
     def check(agent: NodeAgent) -> NodeHealth:
         name = agent.node.name
+        own_path = agent.node.env.get("PATH") or request.search_path
         try:
-            result = agent.preflight(checks)
+            result = agent.preflight(
+                checks.model_copy(
+                    update={"search_path": rank_search_path(own_path, agent.node.launcher)}
+                )
+            )
         except (NodeUnreachable, NodeRefused) as exc:
             problems = [f"reachable: {exc}"]
             if request.job_id:

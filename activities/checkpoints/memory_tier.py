@@ -192,6 +192,19 @@ def _restore(
     )
 
 
+def _node_side(agent: NodeAgent) -> dict[str, str]:
+    """How a node runs its end of a restore: its own interpreter (``lazarus-rank``
+    only), on its ranks' PATH (an ssh node's own), with Lazarus's checkout on the
+    PYTHONPATH of local nodes only."""
+    node = agent.node
+    local = node.launcher == "local"
+    return {
+        "python": agent.node_python(),
+        "search_path": rank_search_path(node.env.get("PATH"), node.launcher),
+        "python_path": str(lazarus_code_root() or "") if local else "",
+    }
+
+
 def _copy_node_to_node(
     plan: ReplicaRestore,
     by_name: dict[str, NodeAgent],
@@ -208,12 +221,20 @@ def _copy_node_to_node(
         "timeout_s": deadline_for(plan.bytes),
         "key_hex": key.hex(),
         "address": address(target.node.host, keyed_port(key, slot)),
-        "search_path": rank_search_path(None),
-        "python_path": str(lazarus_code_root() or ""),
     }
     root = str(request.memory_dir)
-    receive = RestoreEnd(verb="receive", path=on_node_dir(plan.target, root, plan.node), **common)
-    send = RestoreEnd(verb="send", path=on_node_dir(plan.source, root, plan.holder), **common)
+    receive = RestoreEnd(
+        verb="receive",
+        path=on_node_dir(plan.target, root, plan.node),
+        **common,
+        **_node_side(target),
+    )
+    send = RestoreEnd(
+        verb="send",
+        path=on_node_dir(plan.source, root, plan.holder),
+        **common,
+        **_node_side(holder),
+    )
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="replica-restore") as pool:
         received = pool.submit(target.restore_end, receive)
         sent = pool.submit(holder.restore_end, send)

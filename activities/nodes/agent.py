@@ -294,6 +294,12 @@ class NodeAgent(ABC):
     def __init__(self, node: NodeSpec) -> None:
         self.node = node
 
+    def node_python(self) -> str:
+        """The node's own interpreter for Lazarus's node-side work (``nodes[].python``,
+        else the launcher's job-wide setting, default ``python3``): it needs only
+        ``lazarus-rank``."""
+        return self.node.node_python("python3")
+
     @abstractmethod
     def start_ranks(self, gen_dir: str, ranks: list[RankLaunch]) -> list[StartedRank]:
         """Start each rank detached (setsid; never a child of the controller) unless its

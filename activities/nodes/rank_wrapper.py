@@ -12,7 +12,6 @@ quick to start, because it sits on the path of every (re)launch.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -20,50 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from lazarus.domain.checkpoint_layout import temp_path_for
 from lazarus.domain.memory_tier import environment_on_node
+from lazarus.rank.node_files import exit_record, pid_record, start_ticks, write_atomic
 
-
-def write_atomic(path: Path, payload: dict[str, object]) -> None:
-    tmp = temp_path_for(path)
-    with open(tmp, "w") as handle:
-        json.dump(payload, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def start_ticks(pid: int) -> int:
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    return int(raw[raw.rindex(")") + 2 :].split()[19])
-
-
-def exit_record(rank: int, returncode: int, ended_at: float) -> dict[str, object]:
-    """The exit-status file's payload; ``returncode`` as Popen gives it (negative: the
-    signal that killed the rank). Shared with the zygote, whose ranks end the same way."""
-    sig_name = None
-    if returncode < 0:
-        try:
-            sig_name = signal.Signals(-returncode).name
-        except ValueError:
-            sig_name = f"SIG{-returncode}"
-    return {"rank": rank, "exit_code": returncode, "signal": sig_name, "ended_at": ended_at}
-
-
-def pid_record(rank: int, child_pid: int) -> dict[str, object]:
-    """The pid file's payload, written by the wrapper (this process, the session and
-    group leader) once its rank runs: start ticks guard both pids against reuse. Shared
-    with the Slurm task, which adds the step's id."""
-    me = os.getpid()
-    return {
-        "rank": rank,
-        "wrapper_pid": me,
-        "pgid": os.getpgid(0),
-        "wrapper_start_ticks": start_ticks(me),
-        "pid": child_pid,
-        "start_ticks": start_ticks(child_pid),
-        "started_at": time.time(),
-    }
+__all__ = ["exit_record", "main", "pid_record", "start_ticks", "write_atomic"]
 
 
 def _supervise_rank(rank: int, gen_dir: Path, command: list[str]) -> None:

@@ -17,11 +17,19 @@ environment to the node).
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping, Sequence
 
 from lazarus.domain.environment import TEMPORAL_API_KEY
-from lazarus.domain.spec import ENV_NAME_PATTERN
+from lazarus.rank.env_file import EnvFileError, parse_env_lines, read_env_file
+
+__all__ = [
+    "WORKER_SECRETS",
+    "SecretEnvError",
+    "parse_env_lines",
+    "passed_env",
+    "read_env_file",
+    "without_worker_secrets",
+]
 
 WORKER_SECRETS = frozenset({TEMPORAL_API_KEY})
 """The worker's own credentials (its Temporal API key): a job's programs never get
@@ -29,8 +37,10 @@ them. With the key, a rank or a health command could start, signal or terminate 
 workflow of the namespace."""
 
 
-class SecretEnvError(Exception):
-    """A secret the launch cannot supply; the message names the variable or file."""
+SecretEnvError = EnvFileError
+"""A secret the launch cannot supply; the message names the variable or file. The
+class :mod:`lazarus.rank.env_file` raises too (it reads ``env_from_file`` on Slurm
+nodes, under the node's own interpreter)."""
 
 
 def without_worker_secrets(env: Mapping[str, str]) -> dict[str, str]:
@@ -50,45 +60,3 @@ def passed_env(names: Sequence[str], environ: Mapping[str, str] | None = None) -
             "worker (the value is read there at each launch, never stored in the job)"
         )
     return {name: source[name] for name in names}
-
-
-def parse_env_lines(text: str, path: str) -> dict[str, str]:
-    """``KEY=VALUE`` lines: the value is literal to the end of the line (no quotes, no
-    expansion); blank lines and lines starting with ``#`` are skipped."""
-    values: dict[str, str] = {}
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not ENV_NAME_PATTERN.fullmatch(key):
-            raise SecretEnvError(
-                f"env_from_file: {path} line {number}: expected KEY=VALUE with KEY a "
-                "variable name (letters, digits, '_'); the line is not shown, it may hold a "
-                "secret"
-            )
-        values[key] = value
-    return values
-
-
-def read_env_file(path: str) -> dict[str, str]:
-    """Read ``env_from_file`` on this machine, refusing a file others could read."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise SecretEnvError(f"env_from_file: {path} does not exist on this node") from None
-    except OSError as exc:
-        raise SecretEnvError(f"env_from_file: cannot stat {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise SecretEnvError(f"env_from_file: {path} is not a regular file")
-    if info.st_mode & 0o077:
-        raise SecretEnvError(
-            f"env_from_file: {path} is readable or writable by group or others (mode "
-            f"{stat.S_IMODE(info.st_mode):04o}); it holds secrets: chmod 600 {path}"
-        )
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or type(exc).__name__
-        raise SecretEnvError(f"env_from_file: cannot read {path}: {reason}") from None
-    return parse_env_lines(text, path)

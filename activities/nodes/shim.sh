@@ -42,8 +42,8 @@
 #       a replica's copy node to node; its one JSON line ({"error"} when it cannot)
 #   end-run MEMORY_DIR                     {"removed"} the run's memory tier, only
 #       under /dev/shm/lazarus/ (it is removed recursively)
-#   warm GEN_DIR PROGRAM WORKDIR           (stdin: the ranks' PATH line, their
-#       PYTHONPATH line, then one JSON request) runs `PROGRAM -m
+#   warm GEN_DIR PROGRAM WORKDIR           (stdin: the ranks' PATH line (empty:
+#       the node's own), their PYTHONPATH line, then one JSON request) runs `PROGRAM -m
 #       activities.nodes.warm` (PROGRAM found on the ranks' PATH: the ranks'
 #       own interpreter) in WORKDIR, which forks the ranks from the run's zygote on
 #       this node, starting it when needed, detached; one JSON line per rank, warm
@@ -391,14 +391,17 @@ shim_start() {
 	# The environment goes down a pipe: printf is a builtin (no argv), and a wrapper
 	# that dies before reading closes the pipe, so the writer never blocks for good.
 	_rsh=${LAZARUS_SHIM_SH:-/bin/sh}
+	# The node's own PATH first (its login environment), under everything else: a
+	# rank whose spec sets no PATH finds its programs as a login on the node would.
+	case $PATH in *"'"*) _npath= ;; *) _npath="PATH='$PATH'; export PATH" ;; esac
 	if [ "$SETSID_FORK" = yes ]; then
-		printf '%s\n%s\n%s\n' "$SHIM_ENV_LOADER" "$_env" "$SHIM_ENV_EXEC" |
+		printf '%s\n%s\n%s\n%s\n' "$_npath" "$SHIM_ENV_LOADER" "$_env" "$SHIM_ENV_EXEC" |
 			setsid -f "$_rsh" -c "$SHIM_LIB$SHIM_WRAPPER" lazarus-rank \
 				"$_gen" "$_rank" "$_wdir" "$_rsh" "$_envf" "$@" >>"$_log" 2>&1 9>&-
 	else
 		# Old setsid without -f: an asynchronous child is never a group leader, so
 		# setsid does not fork. (sh then ignores SIGINT in it for good.)
-		printf '%s\n%s\n%s\n' "$SHIM_ENV_LOADER" "$_env" "$SHIM_ENV_EXEC" |
+		printf '%s\n%s\n%s\n%s\n' "$_npath" "$SHIM_ENV_LOADER" "$_env" "$SHIM_ENV_EXEC" |
 			setsid "$_rsh" -c "$SHIM_LIB$SHIM_WRAPPER" lazarus-rank \
 				"$_gen" "$_rank" "$_wdir" "$_rsh" "$_envf" "$@" >>"$_log" 2>&1 9>&- &
 	fi
@@ -800,7 +803,7 @@ shim_run_module() {
 	case $_prog in
 	/*) _py=$_prog ;;
 	*/*) _py=$_wdir/$_prog ;;
-	*) _py=$(PATH=$_wpath && command -v "$_prog" 2>/dev/null) ;;
+	*) _py=$(PATH=${_wpath:-$PATH} && command -v "$_prog" 2>/dev/null) ;;
 	esac
 	case $_py in /*) ;; *) _py= ;; esac
 	if [ -z "$_py" ] || [ -d "$_py" ] || [ ! -x "$_py" ]; then
@@ -819,7 +822,7 @@ shim_run_module() {
 	# this session ends when the answers are written. fd 9 (the launch lock) stays here.
 	printf '%s\n' "$_wreq" | (
 		cd -- "$_wdir" || exit 1
-		PATH=$_wpath
+		PATH=${_wpath:-$PATH}
 		export PATH
 		if [ -n "$_wpp" ]; then
 			PYTHONPATH=$_wpp

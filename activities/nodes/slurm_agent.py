@@ -111,6 +111,13 @@ from activities.nodes.slurm_commands import (
     slurm_command,
     slurmd_silent,
 )
+from activities.nodes.slurm_container import (
+    PYXIS_OPTION,
+    ContainerRefused,
+    srun_options,
+    task_argv,
+    wrapped,
+)
 from activities.nodes.slurm_preemption import preemption_notice
 from activities.nodes.slurm_rounds import ROUNDS, SlurmRounds, Steps
 from activities.nodes.slurm_shim import SrunShim, send, silent_nodes, step_lock_at
@@ -159,6 +166,64 @@ def _step_lock(gen: GenerationDir, node: str) -> Iterator[None]:
         yield
 
 
+def step_argv(
+    *,
+    node_name: str,
+    job: str,
+    name: str,
+    gen_dir: str,
+    nodes: list[str],
+    nproc: int,
+    ranks: list[int],
+    workdir: str,
+    env_file: str | None,
+    command: list[str],
+    python: str,
+    slurm: SlurmSpec | None,
+    srun: str,
+    check_container: bool = True,
+) -> list[str]:
+    """The ``srun`` line of one node's step of a generation: its ranks' tasks, each
+    the node's own interpreter running ``lazarus.rank.slurm_task`` (``lazarus-rank``
+    only), in ``slurm.container`` if any. The dry run shows the same line
+    (``check_container`` False: it asks no ``srun --help``)."""
+    task = task_argv(
+        python,
+        [
+            "--gen-dir",
+            gen_dir,
+            "--nodes",
+            ",".join(nodes),
+            "--nproc",
+            str(nproc),
+            "--ranks",
+            ",".join(str(r) for r in ranks),
+            "--workdir",
+            workdir,
+            *(["--env-file", env_file] if env_file else []),
+            "--",
+            *command,
+        ],
+    )
+    help_text = None if check_container else PYXIS_OPTION
+    return [
+        srun,
+        f"--jobid={job}",
+        "--overlap",
+        "-N1",
+        "-w",
+        node_name,
+        f"--ntasks={len(ranks)}",
+        "--kill-on-bad-exit=0",
+        "--cpu-bind=none",
+        f"--job-name={name}",
+        "--export=ALL",
+        f"--chdir={workdir}",
+        *srun_options(slurm, srun_help=help_text),
+        *wrapped(slurm, task),
+    ]
+
+
 class SlurmAgent(SlurmWarm):
     def __init__(
         self,
@@ -190,6 +255,9 @@ class SlurmAgent(SlurmWarm):
                 "passed to its agent (the job spec's slurm.job_id)"
             )
         return self.slurm.allocation_id
+
+    def node_python(self) -> str:
+        return self.node.node_python(self.slurm.python if self.slurm else "python3")
 
     def _shim(self) -> SrunShim:
         return SrunShim(self.node, self._job(), self.command_timeout_s)
@@ -227,40 +295,24 @@ class SlurmAgent(SlurmWarm):
         if master:
             env[env_names.MASTER_ADDR] = master
         name = step_name(gen, self.node.name)
-        task = [
-            sys.executable,
-            "-m",
-            "activities.nodes.slurm_task",
-            "task",
-            "--gen-dir",
-            str(gen.path),
-            "--nodes",
-            ",".join(nodes),
-            "--nproc",
-            str(nproc),
-            "--ranks",
-            ",".join(str(r.rank) for r in launches),
-            "--workdir",
-            template.workdir,
-            *(["--env-file", template.env_file] if template.env_file else []),
-            "--",
-            *template.command,
-        ]
-        srun = [
-            slurm_command("srun"),
-            f"--jobid={job}",
-            "--overlap",
-            "-N1",
-            "-w",
-            self.node.name,
-            f"--ntasks={len(launches)}",
-            "--kill-on-bad-exit=0",
-            "--cpu-bind=none",
-            f"--job-name={name}",
-            "--export=ALL",
-            f"--chdir={template.workdir}",
-            *task,
-        ]
+        try:
+            srun = step_argv(
+                node_name=self.node.name,
+                job=str(job),
+                name=name,
+                gen_dir=str(gen.path),
+                nodes=nodes,
+                nproc=nproc,
+                ranks=[r.rank for r in launches],
+                workdir=template.workdir,
+                env_file=template.env_file,
+                command=template.command,
+                python=self.node_python(),
+                slurm=self.slurm,
+                srun=slurm_command("srun"),
+            )
+        except ContainerRefused as exc:
+            raise NodeRefused(f"node {self.node.name}: {exc}") from None
         files = SrunFiles.of(self.node.name)
         for stale in (files.pid, files.exit):
             (gen.path / stale).unlink(missing_ok=True)
@@ -274,6 +326,7 @@ class SlurmAgent(SlurmWarm):
                 "nproc_per_node": nproc,
                 "ranks": [r.rank for r in launches],
                 "master_addr": env.get(env_names.MASTER_ADDR),
+                "argv": srun,
                 "started_by": self.node.name,
                 "launched_at": time.time(),
             },

@@ -31,6 +31,7 @@ from paramiko.auth_strategy import AuthFailure, AuthSource, AuthStrategy, InMemo
 
 from activities.nodes.agent import NodeRefused, NodeUnreachable
 from activities.nodes.shim_agent import LocalShimAgent, ShimAgent, ShimError, ShimReply
+from activities.nodes.ssh_config import Hop, SSHConfigError, route
 from activities.nodes.ssh_files import SSHDirsError, allowed_ssh_dirs, ssh_file_problem
 from lazarus.domain.spec import NodeSpec, SSHSpec
 
@@ -163,6 +164,8 @@ class SSHAgent(ShimAgent):
         self._lock = threading.Lock()
         self._connecting = threading.Lock()
         self._epoch = 0
+        self._jumps: dict[paramiko.SSHClient, list[paramiko.SSHClient]] = {}
+        """The jump hosts' connections (``ProxyJump``) each open connection runs through."""
 
     def _where(self) -> str:
         return f"node {self.node.name} ({self.node.host}:{self.node.port})"
@@ -179,14 +182,23 @@ class SSHAgent(ShimAgent):
             client, self._client = self._client, None
             self._epoch += 1
         if client is not None:
-            client.close()
+            self._close(client)
+
+    def _close(self, client: paramiko.SSHClient) -> None:
+        """Close a connection and the jump hosts' connections under it."""
+        client.close()
+        for jump in reversed(self._jumps.pop(client, [])):
+            jump.close()
+
+    def node_python(self) -> str:
+        return self.node.node_python(self.ssh.python)
 
     def _drop(self, client: paramiko.SSHClient) -> None:
         """Forget a broken connection (only if no other thread replaced it already)."""
         with self._lock:
             if self._client is client:
                 self._client = None
-        client.close()
+        self._close(client)
 
     def _connection(self) -> tuple[paramiko.SSHClient, paramiko.Transport]:
         """The open connection, or a new one. One connect at a time (``_connecting``:
@@ -198,24 +210,22 @@ class SSHAgent(ShimAgent):
                     transport = self._client.get_transport()
                     if transport is not None and transport.is_active():
                         return self._client, transport
-                    self._client.close()
+                    self._close(self._client)
                     self._client = None
                 epoch = self._epoch
             client = self._connect()
             transport = client.get_transport()
             if transport is None:
-                client.close()
+                self._close(client)
                 raise NodeUnreachable(f"{self._where()}: connection closed right after login")
             with self._lock:
                 if self._epoch != epoch:
-                    client.close()
+                    self._close(client)
                     raise NodeUnreachable(f"{self._where()}: the agent was closed meanwhile")
                 self._client = client
             return client, transport
 
-    def _identity(self) -> paramiko.PKey | None:
-        path = self.node.identity_file
-        where = self._where()
+    def _identity(self, path: str | None, where: str) -> paramiko.PKey | None:
         if path is None:
             if not self.ssh.use_agent:
                 raise NodeRefused(
@@ -275,30 +285,78 @@ class SSHAgent(ShimAgent):
         for field, path in (
             ("ssh.known_hosts", self.ssh.known_hosts),
             ("identity_file", self.node.identity_file),
+            ("ssh.config", self.ssh.config),
         ):
             problem = None if path is None else ssh_file_problem(field, path, dirs)
             if problem is not None:
                 raise NodeRefused(f"{self._where()}: {problem}")
 
     def _connect(self) -> paramiko.SSHClient:
-        where = self._where()
+        """Log in to the node, through its jump hosts (``ProxyJump``) if any: each
+        hop's host key checked and its login by key only, as the node's own."""
         self._check_files()
-        pkey = self._identity()
+        try:
+            path = route(self.node, self.ssh)
+        except SSHConfigError as exc:
+            raise NodeRefused(f"{self._where()}: {exc}") from None
+        hops = [*path.jumps, path.target]
+        jumps: list[paramiko.SSHClient] = []
+        sock: paramiko.Channel | None = None
+        try:
+            for index, hop in enumerate(hops):
+                jump = index < len(path.jumps)
+                where = (
+                    f"{self._where()} via jump host {hop.name} ({hop.host}:{hop.port})"
+                    if jump
+                    else self._where()
+                )
+                client = self._login(hop, where, sock)
+                if not jump:
+                    self._jumps[client] = jumps
+                    return client
+                jumps.append(client)
+                sock = self._tunnel(client, hops[index + 1], where)
+        except BaseException:
+            for opened in reversed(jumps):
+                opened.close()
+            raise
+        raise AssertionError("unreachable: the route ends with the node")
+
+    def _tunnel(self, client: paramiko.SSHClient, to: Hop, where: str) -> paramiko.Channel:
+        """A ``direct-tcpip`` channel from a jump host to the next hop (``ssh -J``)."""
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            raise NodeUnreachable(f"{where}: connection closed right after login")
+        try:
+            return transport.open_channel(
+                "direct-tcpip",
+                (to.host, to.port),
+                ("127.0.0.1", 0),
+                timeout=self.ssh.connect_timeout_s,
+            )
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise NodeUnreachable(
+                f"{where}: the jump host cannot reach {to.host}:{to.port}: {_one_line(exc)}"
+            ) from None
+
+    def _login(self, hop: Hop, where: str, sock: paramiko.Channel | None) -> paramiko.SSHClient:
+        pkey = self._identity(hop.identity_file, where)
         client = paramiko.SSHClient()
         self._load_known_hosts(client)
         policy: paramiko.MissingHostKeyPolicy
         if self.ssh.accept_new_host_keys:
             policy = _AcceptNewHostKey(where, self.known_hosts)
         else:
-            policy = _RefuseUnknownHostKey(where, self.node.host, self.node.port, self.known_hosts)
+            policy = _RefuseUnknownHostKey(where, hop.host, hop.port, self.known_hosts)
         client.set_missing_host_key_policy(policy)
         timeout = self.ssh.connect_timeout_s
-        user = self.node.user or getpass.getuser()
+        user = hop.user or getpass.getuser()
         strategy = _KeysOnly(user, pkey, self.ssh.use_agent)
         try:
             client.connect(
-                self.node.host,
-                port=self.node.port,
+                hop.host,
+                port=hop.port,
+                sock=sock,
                 username=user,
                 look_for_keys=False,
                 allow_agent=False,  # the strategy asks the agent, if allowed
@@ -319,18 +377,18 @@ class SSHAgent(ShimAgent):
             client.close()
             if not exc.result:
                 raise NodeRefused(
-                    f"{where}: no key to offer for user {user} ({self._credentials()}); "
+                    f"{where}: no key to offer for user {user} ({self._credentials(hop)}); "
                     "set identity_file or load a key into the ssh agent"
                 ) from None
             raise NodeRefused(
-                f"{where}: authentication refused for user {user} with {self._credentials()}"
+                f"{where}: authentication refused for user {user} with {self._credentials(hop)}"
             ) from None
         except _HostKeyRefused as exc:
             client.close()
             raise NodeRefused(str(exc)) from None
         except paramiko.BadHostKeyException as exc:
             client.close()
-            entry = host_key_entry(self.node.host, self.node.port)
+            entry = host_key_entry(hop.host, hop.port)
             raise NodeRefused(
                 _changed_key_message(
                     where,
@@ -344,13 +402,13 @@ class SSHAgent(ShimAgent):
             client.close()
             raise NodeRefused(
                 f"{where}: authentication refused for user {user} with "
-                f"{self._credentials()}: {_one_line(exc)}"
+                f"{self._credentials(hop)}: {_one_line(exc)}"
             ) from None
         except paramiko.SSHException as exc:
             client.close()
             if "No authentication methods available" in str(exc):
                 raise NodeRefused(
-                    f"{where}: no key to offer for user {user} ({self._credentials()}); "
+                    f"{where}: no key to offer for user {user} ({self._credentials(hop)}); "
                     "set identity_file or load a key into the ssh agent"
                 ) from None
             raise NodeUnreachable(f"{where}: ssh handshake failed: {_one_line(exc)}") from None
@@ -364,10 +422,10 @@ class SSHAgent(ShimAgent):
             strategy.close()
         return client
 
-    def _credentials(self) -> str:
-        if self.node.identity_file is not None:
+    def _credentials(self, hop: Hop) -> str:
+        if hop.identity_file is not None:
             extra = " (and the ssh agent)" if self.ssh.use_agent else ""
-            return f"identity_file {self.node.identity_file}{extra}"
+            return f"identity_file {hop.identity_file}{extra}"
         return "the ssh agent"
 
     # --- one round trip ---------------------------------------------------------------

@@ -22,11 +22,9 @@ from lazarus.app.client import StatusView as StatusView
 from lazarus.app.outcome import Outcome
 from lazarus.domain import environment as env_names
 from lazarus.domain.api import job_name_from
-from lazarus.domain.checkpoint_interval import CheckpointIntervalView
+from lazarus.domain.checkpoint_interval import CheckpointIntervalView, short_duration
 from lazarus.domain.contracts import RankStatus
-from lazarus.domain.spec import JobSpec
-from workflows.checkpoint_tuning import short_duration
-from workflows.state import (
+from lazarus.domain.job_view import (
     IgnoredMessage,
     Incident,
     JobStatus,
@@ -34,6 +32,7 @@ from workflows.state import (
     Phase,
     StragglerRecord,
 )
+from lazarus.domain.spec import JobSpec
 
 PHASE_STYLES: dict[str, str] = {
     Phase.PENDING: "cyan",
@@ -200,8 +199,11 @@ def dry_run_json(plan: StartPlan) -> dict[str, Any]:
     return {
         "workflow_id": plan.workflow_id,
         "task_queue": plan.task_queue,
-        "world_size": plan.spec.world_size,
+        "world_size": len(plan.ranks),
         "spec": plan.spec.model_dump(mode="json"),
+        "nodes": [node.model_dump(mode="json") for node in plan.nodes],
+        "master_addr": plan.ranks[0].get(env_names.MASTER_ADDR) if plan.ranks else None,
+        "submit": plan.submit,
         "ranks": plan.ranks,
     }
 
@@ -212,9 +214,14 @@ def render_dry_run(plan: StartPlan) -> RenderableType:
     facts.add_row("job", plain(spec.name))
     facts.add_row("workflow id", plain(plan.workflow_id))
     facts.add_row("task queue", plain(plan.task_queue))
+    nodes = len(plan.nodes) or len(spec.nodes)
     facts.add_row(
-        "world size", f"{spec.world_size} ({len(spec.nodes)} node x {spec.nproc_per_node} proc)"
+        "world size", f"{nodes * spec.nproc_per_node} ({nodes} node x {spec.nproc_per_node} proc)"
     )
+    if plan.ranks:
+        facts.add_row("MASTER_ADDR", plain(plan.ranks[0].get(env_names.MASTER_ADDR, "")))
+    if plan.submit is not None:
+        facts.add_row("submits first", plain(" ".join(plan.submit)))
     facts.add_row("command", plain(" ".join(spec.command)))
     facts.add_row("workdir", plain(spec.workdir))
     facts.add_row("checkpoints", plain(spec.checkpoint_dir))
@@ -258,20 +265,42 @@ def render_dry_run(plan: StartPlan) -> RenderableType:
         )
     parts: list[RenderableType] = [
         Panel(facts, title="dry run: nothing was started", border_style="cyan"),
+        node_table(plan),
         ranks,
         shared,
     ]
+    local = any(node.launcher == "local" for node in plan.nodes)
     if spec.env_from_file is not None:
         parts.append(
             Text(
                 f"plus the KEY=VALUE lines of {spec.env_from_file}, read where each rank runs "
-                "(not shown: secrets); local ranks also inherit the worker's environment",
+                "(not shown: secrets)"
+                + ("; local ranks also inherit the worker's environment" if local else ""),
                 style="dim",
             )
         )
-    else:
+    elif local:
         parts.append(Text("local ranks also inherit the worker's environment", style="dim"))
     return Group(*parts)
+
+
+def node_table(plan: StartPlan) -> RenderableType:
+    """Each node: where it is, how it is reached, its interpreter, ranks and what it runs."""
+    table = Table(title="nodes of the first generation", title_justify="left")
+    for column in ("node", "launcher", "address", "login", "python", "ranks"):
+        table.add_column(column)
+    table.add_column("runs", overflow="fold")
+    for node in plan.nodes:
+        table.add_row(
+            plain(node.name),
+            node.launcher,
+            plain(node.address),
+            plain(node.login or "-"),
+            plain(node.python or "-"),
+            ",".join(str(r) for r in node.ranks),
+            plain(" ".join(node.runs)),
+        )
+    return table
 
 
 # --- status -------------------------------------------------------------------------------

@@ -80,6 +80,13 @@ from lazarus.app.client_errors import (
 from lazarus.app.client_errors import (
     TemporalRefused as TemporalRefused,
 )
+from lazarus.app.dry_run import (
+    NodePlan,
+    node_plans,
+    planned_nodes,
+    remote_placeholders,
+    submit_argv,
+)
 from lazarus.app.outcome import Outcome, outcome_of
 from lazarus.app.settings import ConnectionSettings, ServerUnreachable, connect
 from lazarus.domain import environment as env_names
@@ -100,17 +107,11 @@ from lazarus.domain.api import (
     workflow_id_for,
 )
 from lazarus.domain.contracts import CheckpointRef, SupervisionProgress
+from lazarus.domain.job_view import ForceRecover, Incident, JobStatus, NodeRequest, Phase
 from lazarus.domain.spec import JobSpec, SpecError
 from lazarus.domain.spec_base import job_name_problem
 from workflows.current_details import start_details, start_summary
-from workflows.state import (
-    ForceRecover,
-    Incident,
-    JobInput,
-    JobStatus,
-    NodeRequest,
-    Phase,
-)
+from workflows.state import JobInput
 
 __all__ = [
     "CancelResult",
@@ -208,6 +209,11 @@ class StartPlan(BaseModel):
     task_queue: str
     input: JobInput
     ranks: list[dict[str, str]] = Field(default_factory=list)
+    nodes: list[NodePlan] = Field(default_factory=list)
+    """Each node of the first generation: its address, login, interpreter, ranks and
+    the command line it runs (:mod:`lazarus.app.dry_run`)."""
+    submit: list[str] | None = None
+    """Slurm submit mode: the holder's ``sbatch`` line, the workflow's first step."""
 
     @property
     def spec(self) -> JobSpec:
@@ -325,13 +331,15 @@ def rank_environment_plan(
     shown_gen = str(gen.path.parent / GENERATION_DIR_PLACEHOLDER)
     worker_env = {name: _worker_variable(name) for name in spec.pass_env}
     unread = spec.model_copy(update={"env_from_file": None})
+    nodes = planned_nodes(spec)
+    remote = remote_placeholders(spec, nodes)
     plan: list[dict[str, str]] = []
-    for node_index in range(len(spec.nodes)):
+    for node_index in range(len(nodes)):
         for local_rank in range(spec.nproc_per_node):
             rank = node_index * spec.nproc_per_node + local_rank
             env = rank_environment(
                 unread,
-                spec.nodes,
+                nodes,
                 node_index,
                 gen,
                 rank,
@@ -344,6 +352,7 @@ def rank_environment_plan(
                 if value.startswith(str(gen.path)):
                     env[name] = shown_gen + value.removeprefix(str(gen.path))
             env.update({name: shown for name, shown in PLACEHOLDERS.items() if name in env})
+            env.update(remote)
             plan.append(env)
     return plan
 
@@ -367,6 +376,8 @@ def plan_start(
         task_queue=task_queue,
         input=job_input,
         ranks=rank_environment_plan(spec, resume),
+        nodes=node_plans(spec),
+        submit=submit_argv(spec),
     )
 
 

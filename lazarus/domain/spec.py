@@ -147,6 +147,14 @@ def secret_env_message(name: str) -> str:
     )
 
 
+def _spec_env_problem(name: str) -> str | None:
+    """What is wrong with ``name`` in a spec's ``env`` (the job's or a node's), or None."""
+    problem = _env_name_problem(name)
+    if problem is None and SECRET_NAME_PATTERN.search(name):
+        return secret_env_message(name)
+    return problem
+
+
 def _env_name_problem(name: str) -> str | None:
     """What is wrong with ``name`` as a variable a spec supplies, or None."""
     if name in RESERVED_ENV or name.startswith("LAZARUS_"):
@@ -302,11 +310,19 @@ class JobSpec(_Strict):
     @classmethod
     def _env_not_reserved(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
-            problem = _env_name_problem(key)
+            problem = _spec_env_problem(key)
             if problem is not None:
                 raise ValueError(problem)
-            if SECRET_NAME_PATTERN.search(key):
-                raise ValueError(secret_env_message(key))
+        return value
+
+    @field_validator("nodes", "spares")
+    @classmethod
+    def _node_env_not_reserved(cls, value: list[NodeSpec]) -> list[NodeSpec]:
+        for node in value:
+            for key in node.env:
+                problem = _spec_env_problem(key)
+                if problem is not None:
+                    raise ValueError(f"node {node.name}: env: {problem}")
         return value
 
     @field_validator("pass_env")

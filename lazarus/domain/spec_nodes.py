@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from lazarus.domain.compact_form import CompactForm
 from lazarus.domain.spec_base import _Strict
@@ -35,6 +35,35 @@ class NodeSpec(CompactForm, _Strict):
     identity_file: str | None = None
     """Path to a private key file; without it, the ssh agent is used."""
     labels: dict[str, str] = Field(default_factory=dict)
+    python: str | None = None
+    """The node's own interpreter for Lazarus's node-side work: a Slurm node's task
+    (``python -m lazarus.rank.slurm_task``), an ssh node's replica restore. It needs
+    ``lazarus-rank`` (standard library only) and nothing of the controller. None: the
+    job's ``ssh.python`` or ``slurm.python`` (default ``python3``, found on the
+    ranks' PATH on the node)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Plain settings for this node's ranks, over the job's ``env`` (e.g. ``PATH``,
+    ``NCCL_SOCKET_IFNAME``). Stored in workflow history like ``env``: the same names
+    are refused (checked by the job spec)."""
+
+    @field_validator("python")
+    @classmethod
+    def _python_is_a_program(cls, value: str | None) -> str | None:
+        return python_problem(value)
+
+    def node_python(self, default: str) -> str:
+        """The interpreter for this node's node-side work (``python``, else ``default``)."""
+        return self.python or default
+
+
+def python_problem(value: str | None) -> str | None:
+    """``value`` unless it cannot name a program (empty, blanks, a newline)."""
+    if value is not None and (not value.strip() or any(c.isspace() for c in value)):
+        raise ValueError(
+            f"{value!r} is not a program: give an interpreter's name (python3) or its "
+            "absolute path on the node (/opt/venv/bin/python)"
+        )
+    return value
 
 
 class SSHSpec(_Strict):
@@ -46,6 +75,55 @@ class SSHSpec(_Strict):
     command_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0
     """A status poll with no answer this long marks the node unreachable for that poll."""
     use_agent: bool = True
+    config: str | None = "~/.ssh/config"
+    """OpenSSH's client configuration, read for each ssh node's ``host`` as ``ssh``
+    would: ``HostName``, ``User``, ``Port``, ``IdentityFile`` and ``ProxyJump``
+    (one jump host or a chain, each reached with the same key rules and host-key
+    checks). The node's own ``user``, ``port`` (other than 22) and
+    ``identity_file`` win. A missing file is no error; None: none is read."""
+    python: str = "python3"
+    """The nodes' interpreter for Lazarus's node-side work (``nodes[].python`` wins),
+    found on the ranks' PATH on the node; it needs only ``lazarus-rank``."""
+
+    @field_validator("python")
+    @classmethod
+    def _python_is_a_program(cls, value: str) -> str:
+        python_problem(value)
+        return value
+
+
+class ContainerSpec(_Strict):
+    """The container each rank's Slurm task runs in (``slurm.container``). The run
+    directory, ``checkpoint_dir`` and ``workdir`` must be at the same paths inside
+    (``mounts``), and the image must hold ``slurm.python`` with ``lazarus-rank``."""
+
+    runtime: Literal["pyxis", "apptainer"] = "pyxis"
+    """``pyxis``: ``srun --container-image`` (pyxis + enroot; refused where this
+    Slurm's ``srun --help`` lacks the option). ``apptainer``: each task is
+    ``apptainer exec [--nv] [--bind M]... IMAGE python -m lazarus.rank.slurm_task``
+    (``apptainer`` must be on the ranks' PATH on the node)."""
+    image: str = Field(min_length=1)
+    """pyxis: an image reference or a ``.sqsh`` file; apptainer: a ``.sif`` file or
+    a ``docker://`` URI."""
+    mounts: list[str] = Field(default_factory=list)
+    """``SRC[:DST[:ro]]`` bind mounts (pyxis ``--container-mounts``, apptainer
+    ``--bind``)."""
+    options: list[str] = Field(default_factory=list)
+    """More options for the runtime, as they are: pyxis ``srun`` options starting
+    ``--container-`` (``--container-workdir=/w``), apptainer ``exec`` options
+    (``--nv``, ``--cleanenv``). Anything else is refused."""
+
+    @model_validator(mode="after")
+    def _options_belong(self) -> ContainerSpec:
+        for option in self.options:
+            if not option.startswith("-"):
+                raise ValueError(f"slurm.container.options: {option!r} is not an option")
+            if self.runtime == "pyxis" and not option.startswith("--container-"):
+                raise ValueError(
+                    f"slurm.container.options: {option!r}: with runtime pyxis only srun's "
+                    "--container-* options are passed (the rest of srun is Lazarus's)"
+                )
+        return self
 
 
 PREEMPT_MARKER_PREFIX = ".slurm-preempt-"
@@ -94,6 +172,21 @@ class SlurmSpec(_Strict):
     """How long the first allocation, a resubmitted one or a grown node may wait in
     Slurm's queue: then the job fails (the first), pauses (a resubmission) or shrinks
     or needs an operator (a grown node) instead."""
+    python: str = "python3"
+    """The compute nodes' interpreter that runs each rank's task (``python -m
+    lazarus.rank.slurm_task``): ``nodes[].python`` wins; found on the ranks' PATH
+    (the worker's ``PATH``, as ``srun`` exports it, or ``env.PATH``). It needs only
+    ``lazarus-rank``, never the controller's install."""
+    container: ContainerSpec | None = None
+    """Run each rank's task in a container (pyxis/enroot or Apptainer); None: on
+    the node itself."""
+
+    @field_validator("python")
+    @classmethod
+    def _python_is_a_program(cls, value: str) -> str:
+        python_problem(value)
+        return value
+
     submitted: bool = False
     """Set by Lazarus, never by hand: ``job_id`` is the allocation Lazarus submitted
     from the submit-mode options kept beside it (``nodes``, ``partition``...), so a

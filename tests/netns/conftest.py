@@ -12,6 +12,7 @@ hide the whole multi-node suite, so the same condition is a hard failure there.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -70,7 +71,13 @@ from tests.e2e.conftest import client, stack, start_job  # noqa: E402, F401
 
 
 def ssh_nodes(hosts: TestHosts) -> list[dict[str, object]]:
-    """The job spec's ``nodes`` entries for every test host (root, the hosts' key)."""
+    """The job spec's ``nodes`` entries for every test host (root, the hosts' key).
+
+    Each node's ``env.PATH`` puts this test venv's interpreter first, as a node whose
+    environment has the job's venv on its PATH: a rank on an ssh node gets the node's
+    own PATH unless the spec sets one (issue 39), and the hosts share this machine's
+    filesystem, so ``python`` in the example's command is the venv's, with torch."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     return [
         {
             "name": h.name,
@@ -79,6 +86,7 @@ def ssh_nodes(hosts: TestHosts) -> list[dict[str, object]]:
             "port": h.port,
             "user": "root",
             "identity_file": str(hosts.identity_file),
+            "env": {"PATH": path},
         }
         for h in hosts.hosts
     ]

@@ -16,7 +16,9 @@ asserts that nothing of the cluster (daemons, slurmstepd) is left alive.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,11 +54,16 @@ def slurm() -> Iterator[TestSlurm]:
     require_slurm()
     cluster = TestSlurm()
     previous = os.environ.get("SLURM_CONF")
+    previous_path = os.environ.get("PATH", "")
     try:
         cluster.start()
         os.environ["SLURM_CONF"] = str(cluster.conf)
+        # As from an activated venv: the tasks' `python3` (slurm.python's default,
+        # found on the PATH srun exports) is the test venv's, which has lazarus-rank.
+        os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), previous_path])
         yield cluster
     finally:
+        os.environ["PATH"] = previous_path
         if previous is None:
             os.environ.pop("SLURM_CONF", None)
         else:
