@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from activities.nodes import slurm_commands, slurm_grow, slurm_submit
+from activities.nodes import slurm_commands, slurm_container, slurm_grow, slurm_submit
 from lazarus.domain.contracts import (
     AllocationGranted,
     GrowAllocationRequest,
@@ -27,11 +27,17 @@ Progress = Callable[[str], None]
 
 def start_problems(spec: JobSpec) -> list[str]:
     """Why the job's allocation cannot be used, one line naming the spec field; empty
-    when it can. Submit mode asks Slurm whether it would take the holder
+    when it can. A ``slurm.container`` with pyxis needs ``srun --container-image``.
+    Submit mode asks Slurm whether it would take the holder
     (``sbatch --test-only``: nothing submitted); an existing allocation must be
     running and hold the spec's nodes. No allocation: nothing to check."""
     if spec.slurm is None:
         return []
+    container = spec.slurm.container
+    if container is not None and container.runtime == "pyxis":
+        problem = slurm_container.pyxis_problem()  # srun --help, asked on this machine
+        if problem is not None:
+            return [problem]
     if spec.slurm.submits:
         return slurm_submit.submit_problems(spec)
     return slurm_commands.allocation_problems(spec.slurm, spec.nodes, spec.spares)

@@ -47,6 +47,19 @@ def _stop_and_check(cluster: TestSlurm) -> None:
         cluster.remove()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def venv_on_path() -> Iterator[None]:
+    """As from an activated venv: the tasks' ``python3`` (``slurm.python``'s default,
+    found on the PATH ``srun`` exports from the worker) is the test venv's, which has
+    ``lazarus-rank``. Without it they would find this machine's own ``python3``."""
+    previous = os.environ.get("PATH", "")
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), previous])
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = previous
+
+
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[TestSlurm]:
     """The session's cluster: nodes n1..n3 idle, ``SLURM_CONF`` set for this process
@@ -54,16 +67,11 @@ def slurm() -> Iterator[TestSlurm]:
     require_slurm()
     cluster = TestSlurm()
     previous = os.environ.get("SLURM_CONF")
-    previous_path = os.environ.get("PATH", "")
     try:
         cluster.start()
         os.environ["SLURM_CONF"] = str(cluster.conf)
-        # As from an activated venv: the tasks' `python3` (slurm.python's default,
-        # found on the PATH srun exports) is the test venv's, which has lazarus-rank.
-        os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), previous_path])
         yield cluster
     finally:
-        os.environ["PATH"] = previous_path
         if previous is None:
             os.environ.pop("SLURM_CONF", None)
         else:

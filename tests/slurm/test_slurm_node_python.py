@@ -13,11 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from activities.nodes.rundir import read_json
 from activities.nodes.slurm_agent import step_record
 from activities.nodes.slurm_submit import start_allocation
 from infra.slurm import TestSlurm
+from lazarus.app import cli
 from lazarus.app.client import plan_start
 from lazarus.app.devserver import DevServer
 from lazarus.app.dry_run import GEN_DIR
@@ -130,3 +133,24 @@ async def test_submit_mode_runs_what_its_dry_run_showed(
     assert_launch_matches_dry_run(plan, ranks, gen.path, names)
     for seen in ranks.values():
         assert seen["parent"][:3] == [str(node_python), "-m", "lazarus.rank.slurm_task"]
+
+
+@pytest.mark.timeout(120)
+def test_lazarus_start_refuses_pyxis_where_srun_lacks_it(
+    slurm: TestSlurm, allocation: int, tmp_path: Path
+) -> None:
+    """This test cluster has no pyxis: ``lazarus start`` says so, naming the field, and
+    starts nothing (exit 2)."""
+    spec = {
+        "name": "pyxis-job",
+        "command": ["python3", "train.py"],
+        "workdir": str(tmp_path),
+        "nodes": [{"name": "n1", "launcher": "slurm", "host": HOST}],
+        "slurm": {"job_id": allocation, "container": {"image": "nvcr.io/nvidia/pytorch:24.05"}},
+    }
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    result = CliRunner().invoke(cli.app, ["start", str(spec_file)])
+    assert result.exit_code == 2, result.output
+    assert "slurm.container: runtime pyxis needs the pyxis plugin" in result.output
+    assert "has no --container-image" in result.output
