@@ -28,6 +28,7 @@ from lazarus.domain.checkpoint_interval import (
     interval_steps,
     job_mtbf_s,
     node_mtbf_h,
+    short_duration,
 )
 from lazarus.domain.contracts import NodeAccess, SetCheckpointIntervalRequest, SuperviseOutcome
 from lazarus.domain.spec import JobSpec
@@ -239,14 +240,3 @@ def describe(view: CheckpointIntervalView | None, change: IntervalChange) -> str
     if view.expected_loss is not None and view.every_steps == change.every_steps:
         parts.append(f"expected loss {view.expected_loss:.1%}")
     return f"{', '.join(parts)}: {change.reason}"
-
-
-def short_duration(seconds: float) -> str:
-    """``42.0 s``, ``9.1 min``, ``5.2 h``, ``66.5 d``: durations from seconds to months."""
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.1f} d"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.2f} s"

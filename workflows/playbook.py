@@ -24,50 +24,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
 from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.job_view import Action as Action
+from lazarus.domain.job_view import Decision as Decision
 from lazarus.domain.spec import ClassPolicy, RecoverySpec, StrategyName
-
-
-class Action(StrEnum):
-    RESTART = "restart"
-    """Stop the whole generation, relaunch generation+1 from the newest checkpoint."""
-    ROLLBACK = "rollback"
-    """Like RESTART, but from the checkpoint before the newest (it may hold the divergence)."""
-    NEEDS_OPERATOR = "needs_operator"
-    """Stop the ranks and wait for a person: more restarts would not help."""
-    REPLACE_NODE = "replace_node"
-    """Quarantine the failed node, take a spare, relaunch with the same world size."""
-    SHRINK = "shrink"
-    """No spare left, but the spec allows fewer nodes: relaunch without the failed node."""
-    RECORD = "record"
-    """Note it and alert, keep training: acting would cost more than it gains."""
-    PAUSE = "pause"
-    """Not a strategy's answer: Slurm is taking the allocation away (preemption, time
-    limit): checkpoint just in time, stop, and pause (``slurm.resubmit: false``)."""
-    RESUBMIT = "resubmit"
-    """Not a strategy's answer: Slurm is taking the allocation away and the job asked
-    to go on (``slurm.resubmit``): checkpoint just in time, stop, submit a new
-    allocation, relaunch there from that checkpoint."""
-    GROW = "grow"
-    """No spare left for a lost node, and the job may grow its Slurm allocation
-    (``slurm.grow``): ask Slurm for a node, then relaunch as with a spare. If Slurm
-    says no, shrink within ``min_nodes`` or ask a person."""
-    FALLBACK = "fallback"
-    """Not a strategy's answer: the relaunch found the newest checkpoints untrustworthy
-    and resumed from an older verified one. Recorded on the incident it opens when no
-    recovery was under way (class ``storage``, strategy ``verified_checkpoints_only``)."""
-
-
-class Decision(BaseModel):
-    action: Action
-    reason: str
-    backoff_s: float = 0.0
-    strategy: str = ""
-    """The ladder rung (or guard) that decided: visible in the incident."""
 
 
 class PastFailure(BaseModel):

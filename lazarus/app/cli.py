@@ -53,9 +53,9 @@ from lazarus.app.settings import (
     web_ui_url,
 )
 from lazarus.domain.api import workflow_id_for
+from lazarus.domain.job_view import Incident, JobStatus, Phase
 from lazarus.domain.spec import JobSpec, SpecError, load_spec
 from lazarus.domain.version import __version__
-from workflows.state import Incident, JobStatus, Phase
 
 if TYPE_CHECKING:
     from activities.checkpoints.resume_plan import ResumePlan

@@ -49,8 +49,8 @@ from typing import Any
 
 from activities.nodes.rundir import GenerationDir
 from lazarus.app.client import ClientError
+from lazarus.domain.job_view import JobStatus
 from lazarus.domain.spec import JobSpec, NodeSpec
-from workflows.state import JobStatus
 
 READ_CHUNK_BYTES = 1 << 20
 """What one read of a log (one round trip to an ssh node) brings back, at most."""

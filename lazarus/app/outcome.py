@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from workflows.state import Phase
+from lazarus.domain.job_view import Phase
 
 __all__ = ["EXIT_CODES", "Outcome", "outcome_of"]
 

@@ -64,8 +64,8 @@ from lazarus.domain.contracts import (
     SuperviseOutcome,
     UploadResult,
 )
+from lazarus.domain.job_view import Incident, JobStatus
 from lazarus.domain.recovery_timeline import PhaseDuration
-from workflows.state import Incident, JobStatus
 
 RecoveryPhase = Literal["detecting", "stopping", "relaunching", "catching_up"]
 RECOVERY_PHASES: tuple[RecoveryPhase, ...] = (

@@ -163,3 +163,14 @@ class CheckpointIntervalView(BaseModel):
     changed_at: float | None = None
     reason: str = ""
     """Why the last interval was sent."""
+
+
+def short_duration(seconds: float) -> str:
+    """``42.0 s``, ``9.1 min``, ``5.2 h``, ``66.5 d``: durations from seconds to months."""
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.2f} s"

