@@ -13,7 +13,7 @@ with and without replicas, preflight escalations, an operator's return, resume a
 recovery, a fleet's new node and continue-as-new, and an oracle that knows only
 which state each generation resumed from says whether each launch kept it.
 
-The fast tier runs the same 2,200 sequences every time (derandomized, in four
+The fast tier runs the same 1,600 sequences every time (derandomized, in four
 tests of one event mix each, under its CPU limit); ``make test-all``
 (``LAZARUS_TEST_ALL=1``) runs 50,000 new random ones, 12,500 a mix.
 """
@@ -41,13 +41,14 @@ and shrinks bytes far faster than lists of tuples, which is what lets the fast t
 afford thousands of sequences. Shrunk, a failure reads as few events on 2 nodes."""
 
 FAST = settings(
-    max_examples=550,
+    max_examples=400,
     derandomize=True,  # the same sequences each run: the fast tier never flakes
     database=None,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-"""Per fast test: 550 sequences (four tests: 2,200, about a second of CPU each)."""
+"""Per fast test: 400 sequences (four tests: 1,600; 550 took up to 2.1 s of CPU on a
+loaded machine, over the fast tier's 2 s)."""
 LONG = settings(FAST, max_examples=12_500, derandomize=False)
 """Per event mix in ``make test-all``: 12,500 new random sequences (50,000)."""
 
