@@ -17,36 +17,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
 from temporalio import activity
 
 from lazarus.domain.api import job_name_from
+from lazarus.domain.observation import Observation as Observation
+from lazarus.domain.observation import ObservationKind as ObservationKind
 
 log = logging.getLogger("lazarus.app.metrics")
-
-ObservationKind = Literal[
-    "supervision_poll",
-    "checkpoint_save",
-    "checkpoint_verify",
-    "checkpoint_upload",
-]
-"""``supervision_poll``: one supervision round (every node polled) in seconds;
-``checkpoint_save``: the blocking part of a save, as the ranks' helper reports it
-(a median of recent saves, so a level rather than an event); ``checkpoint_verify``
-and ``checkpoint_upload``: one checkpoint verified in full or copied to the durable
-tier, with its bytes."""
-
-
-@dataclass(frozen=True)
-class Observation:
-    kind: ObservationKind
-    job: str
-    seconds: float
-    size_bytes: int | None = None
-    """Bytes the operation handled (hashed, sent); None where it has none."""
-
 
 Sink = Callable[[Observation], None]
 

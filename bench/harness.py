@@ -43,7 +43,7 @@ from bench.measure import RunMonitor, StepTrace, count_history_events, max_logge
 from bench.metrics import Value
 from bench.systems import DEFAULT_PRELOAD, LAZARUS_SETUPS, LazarusSetup, Measured, Reference, System
 from bench.torchrun import Rendezvous, TorchrunJob, TorchrunSetup
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.lifecycle import StartStop
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.contracts import StopRequest

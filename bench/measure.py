@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from temporalio.client import Client
 
 from activities.nodes.rundir import generations_below, read_json
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain import environment as env_names
 
 SAMPLE_INTERVAL_S = 0.05

@@ -25,7 +25,7 @@ from bench.metrics import PHASE_METRICS
 from bench.registry import runs, scenario
 from bench.systems import Measured
 from bench.torchrun import TorchrunSetup
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.recovery_timeline import RecoveryTimeline
 from lazarus.domain.spec import JobSpec

@@ -19,8 +19,8 @@ from bench.measure import workflow_steps
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics
 from bench.systems import REJOIN_TIMEOUT_S, Measured
+from infra import chaos
 from infra.testhosts import TestHosts
-from lazarus.app import chaos
 from lazarus.domain.spec import JobSpec, SpecError
 from workflows.state import JobStatus
 

@@ -39,8 +39,8 @@ from bench.measure import max_logged_step, workflow_steps
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics
 from bench.systems import Measured, System
+from infra import chaos
 from infra.slurm import TestSlurm, unavailable_reason
-from lazarus.app import chaos
 from lazarus.domain.ports import free_port
 from lazarus.domain.recovery_timeline import RecoveryTimeline, latest_marks
 from lazarus.domain.spec import JobSpec

@@ -44,7 +44,7 @@ from bench.soak_results import (
     SoakSystemResult,
 )
 from bench.systems import LAZARUS_SETUPS, System
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.client import RequestRejected
 from workflows.state import Phase
 

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from bench.harness import BenchContext, BenchJob
 from bench.jobs import JobPaths
-from lazarus.app.chaos import newest_generation
+from infra.chaos import newest_generation
 from lazarus.domain.spec import JobSpec, parse_spec
 from workflows.state import Phase
 

@@ -26,7 +26,7 @@ from rich.text import Text
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lazarus.app import chaos  # noqa: E402
+from infra import chaos  # noqa: E402
 from lazarus.app.cli_render import incidents_table, render_status  # noqa: E402
 from lazarus.app.client import JobClient  # noqa: E402
 from lazarus.app.local_stack import LocalStack  # noqa: E402

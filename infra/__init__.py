@@ -1,4 +1,5 @@
 """Test infrastructure: disposable multi-host environments for tests, benchmarks and demos
-(network-namespace test hosts, a test Slurm cluster, the GPU fault jobs), and the docs
-site's MkDocs hook. Not installed; what is deployed (Helm, Compose, systemd, the image's
-constraints, the Grafana dashboard) lives in ``deploy/``."""
+(network-namespace test hosts, a test Slurm cluster, the GPU fault jobs), fault injection
+against a job's ranks (``chaos.py``), and the docs site's MkDocs hook. Not installed;
+what is deployed (Helm, Compose, systemd, the image's constraints, the Grafana
+dashboard) lives in ``deploy/``."""

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.client import JobClient
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import load_spec

@@ -52,8 +52,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic import Field as PydanticField
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from activities.observe import Observation
 from lazarus.domain.job_view import Incident, JobStatus, Phase
+from lazarus.domain.observation import Observation
 from lazarus.domain.recovery_timeline import RecoveryTimeline
 
 DETECTION_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)

@@ -15,8 +15,8 @@ from typing import Any
 
 from bench.harness import BenchContext, BenchJob
 from bench.jobs import WORLD_SIZE
+from infra import chaos
 from infra.testhosts import TestHosts
-from lazarus.app import chaos
 from tests.chaos.invariants import Launch
 from tests.chaos.points import ChaosPoints
 from tests.chaos.s3 import ChaosS3

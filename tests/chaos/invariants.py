@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from activities.nodes.rundir import generations_below
 from bench.measure import BackgroundSampler
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.checkpoint_layout import MANIFEST, TEMP_SUFFIX, committed_steps
 from lazarus.domain.memory_tier import MEMORY_ROOT, REPLICAS_DIR
 from workflows.state import JobStatus, Phase

@@ -52,8 +52,8 @@ from bench.jobs import JobControl, JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor
 from bench.registry import Scenario
 from bench.systems import Outcome, Reference
+from infra import chaos
 from infra.testhosts import TestHosts
-from lazarus.app import chaos
 from lazarus.app.fleet_client import FleetClient
 from lazarus.domain import chaos_points as points
 from lazarus.domain.activity_refs import LAUNCH

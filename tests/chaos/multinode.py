@@ -38,8 +38,8 @@ from pathlib import Path
 
 from bench import multinode
 from bench.jobs import JobPaths, JobShape
+from infra import chaos
 from infra.testhosts import TestHosts
-from lazarus.app import chaos
 from lazarus.domain import chaos_points as points
 from lazarus.domain.chaos_points import CHAOS_DIR_ENV
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST, TEMP_SUFFIX, parse_step_dir

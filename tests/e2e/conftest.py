@@ -27,7 +27,7 @@ from temporalio.worker import Replayer
 
 from activities.stop import stop_generations
 from bench.jobs import weights_match
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.devserver import DevServer
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for
@@ -245,7 +245,7 @@ def rank_census(job: Job) -> Iterator[list[int]]:
 @contextmanager
 def rank_fencing(job: Job) -> Iterator[list[dict[int, list[int]]]]:
     """Sample, every 50 ms while the block runs, the ranks alive in two processes at
-    once (:func:`lazarus.app.chaos.ranks_alive_twice`): the fencing invariant holds
+    once (:func:`infra.chaos.ranks_alive_twice`): the fencing invariant holds
     when no sample names one (``assert not any(samples)``)."""
     with sampled(lambda: chaos.ranks_alive_twice(job.run_root)) as samples:
         yield samples

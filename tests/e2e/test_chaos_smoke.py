@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
 from tests import tiers
 from tests.chaos.invariants import processes_mentioning

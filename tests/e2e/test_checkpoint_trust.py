@@ -25,7 +25,7 @@ from types import TracebackType
 import boto3
 import pytest
 
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import JobSpec
 from tests import tiers

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.local_stack import LocalStack
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec, rank_census
 from workflows.state import Phase

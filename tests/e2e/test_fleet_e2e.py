@@ -21,7 +21,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.fleet_client import FleetClient
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import fleet_workflow_id

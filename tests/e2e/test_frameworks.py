@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
 from tests.commands import run_ok
 from tests.e2e.conftest import REPO, Job, assert_same_weights, ddp_spec

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.spec import JobSpec
 from tests.e2e.conftest import REPO, Job, assert_same_weights, ddp_spec
 from tests.fsdp_example import fsdp_command, torchrun_fsdp

@@ -31,7 +31,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.stop import stop_generations
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.devserver import DevServer
 from lazarus.app.settings import ConnectionSettings, connect
 from lazarus.domain.api import WORKFLOW_TYPE, workflow_id_for

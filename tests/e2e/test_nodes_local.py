@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.api import SIGNAL_RESUME, UPDATE_DRAIN, UPDATE_RETURN
 from lazarus.domain.spec import JobSpec
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from activities.stop import stop_generations
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import SIGNAL_FORCE_RECOVER, SIGNAL_PAUSE, SIGNAL_RESUME
 from lazarus.domain.contracts import StopRequest

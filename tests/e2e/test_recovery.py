@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.app import chaos
+from infra import chaos
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from workflows.state import Phase
 

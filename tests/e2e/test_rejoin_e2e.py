@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from activities.nodes.rundir import GenerationDir, read_json
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import JobSpec
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec, rank_census

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.local_stack import LocalStack
 from lazarus.app.report import RECOVERY_PHASES
 from tests.e2e.conftest import Job, ddp_spec

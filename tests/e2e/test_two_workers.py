@@ -20,7 +20,7 @@ from temporalio.api.enums.v1 import EventType
 
 from activities.host_identity import this_host
 from bench.takeover import kill_supervising_worker, second_stack
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.local_stack import LocalStack
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from workflows.routing import MACHINE_BOUND, host_task_queue

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.spec import JobSpec, parse_spec
 from tests.e2e.conftest import REPO, Job
 from workflows.state import Phase

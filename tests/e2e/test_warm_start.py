@@ -21,7 +21,7 @@ from activities.nodes import zygote_client
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, latest_run, read_json
 from activities.nodes.warm import zygote_dir
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.contracts import WarmStartOutcome
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from workflows.state import Phase

@@ -30,7 +30,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.stop import stop_generations
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.app.client import JobClient, JobHandle
 from lazarus.app.devserver import DevServer
 from lazarus.app.local_stack import LocalStack

@@ -20,7 +20,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.launcher import launch_generation
 from activities.stop import stop_generations
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.contracts import LaunchRequest, StopRequest, SuperviseRequest
 from lazarus.domain.spec import JobSpec, parse_spec
 

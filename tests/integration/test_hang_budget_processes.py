@@ -23,7 +23,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.launcher import launch_generation
 from activities.rank_stacks import py_spy
 from activities.stop import stop_generations
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.contracts import (
     LaunchRequest,
     StopRequest,

@@ -15,7 +15,7 @@ from activities.launcher import LaunchRefused, launch_generation
 from activities.nodes.procfs import is_alive, read_stat
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.stop import stop_generations
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import LaunchRequest, StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec

@@ -28,7 +28,7 @@ from activities.launcher import launch_generation, run_memory_dir
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.stop import stop_generations
 from bench.jobs import run_reference, weights_match
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest, LaunchRequest, StopRequest
 from lazarus.domain.memory_tier import MEMORY_ROOT, node_memory_dir, on_node

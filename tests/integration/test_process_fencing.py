@@ -27,7 +27,7 @@ from activities.nodes.rundir import (
     write_json_atomic,
 )
 from activities.stop import stop_generations
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, RankProcess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec, parse_spec
 

@@ -18,7 +18,7 @@ from activities.launcher import launch_generation
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.stop import stop_generations
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import LaunchRequest, StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec

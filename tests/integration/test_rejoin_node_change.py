@@ -28,7 +28,7 @@ from activities.launcher import LaunchRefused, launch, launch_generation
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir
 from activities.stop import stop_generations
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, RankProcess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec
 from tests.integration.test_rejoin_launch import FAKE_RANK, kill_and_wait

@@ -22,7 +22,7 @@ from activities.nodes.agent import CarryRequest, CarryResult
 from activities.nodes.local_agent import LocalAgent
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.contracts import LaunchRequest, UnkillableGroup
 from lazarus.domain.spec import JobSpec
 from tests.integration.test_rejoin_node_change import crash, job, on

@@ -22,7 +22,7 @@ from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.shim_agent import LocalShimAgent
 from activities.nodes.warm import zygote_dir, zygote_dirs
 from activities.stop import stop_generations
-from lazarus.app import chaos
+from infra import chaos
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, StopRequest
 from lazarus.domain.memory_tier import memory_checkpoint_dir, on_node
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec

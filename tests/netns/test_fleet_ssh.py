@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from infra import chaos
 from infra.testhosts import TestHosts
-from lazarus.app import chaos
 from lazarus.app.client import RequestRejected
 from lazarus.domain.fleet import NodeState
 from lazarus.domain.spec import JobSpec

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from infra import chaos
 from infra.testhosts import TestHosts
-from lazarus.app import chaos
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import JobSpec
 from tests import tiers

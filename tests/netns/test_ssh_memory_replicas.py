@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.app import chaos
+from infra import chaos
 from tests.e2e.conftest import STEPS, Job, assert_same_weights
 from tests.netns.conftest import HostsFactory
 from tests.netns.test_ssh_jobs import ssh_spec

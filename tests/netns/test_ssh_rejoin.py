@@ -238,7 +238,7 @@ def rejoined(job: Job) -> dict[int, list[int]]:
 async def test_a_killed_rank_restarts_alone_and_three_rejoin_across_hosts(
     test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world4_weights: Path
 ) -> None:
-    from lazarus.app import chaos
+    from infra import chaos
 
     hosts = test_hosts(2)
     job = await start_job(resilient_ssh_spec(tmp_path, hosts, nodes=2, spares=0))
@@ -266,7 +266,7 @@ async def test_a_killed_rank_restarts_alone_and_three_rejoin_across_hosts(
 async def test_a_lost_host_is_replaced_by_the_spare_and_the_others_rejoin(
     test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world4_weights: Path
 ) -> None:
-    from lazarus.app import chaos
+    from infra import chaos
 
     hosts = test_hosts(3)
     spec = resilient_ssh_spec(tmp_path, hosts, nodes=2, spares=1, rejoin_s=60, pg_timeout_s=30)
@@ -321,7 +321,7 @@ async def test_a_survivor_that_never_rejoins_restarts_the_whole_generation(
     """Rank 0 (on h1) is frozen as rank 2 (on h2) dies: the launch carries it (it is
     alive), it never acts for generation 2, supervision reports it ``rejoin.timeout_s``
     after the launch, and the stop of the whole generation reaches it across ssh."""
-    from lazarus.app import chaos
+    from infra import chaos
 
     hosts = test_hosts(2)
     job = await start_job(resilient_ssh_spec(tmp_path, hosts, nodes=2, spares=0))

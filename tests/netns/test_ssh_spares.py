@@ -179,7 +179,7 @@ def world4_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def test_a_lost_host_is_replaced_by_a_prewarmed_spare_whose_ranks_start_warm(
     test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world4_weights: Path
 ) -> None:
-    from lazarus.app import chaos
+    from infra import chaos
 
     hosts = test_hosts(3)
     spec = resilient_ssh_spec(tmp_path, hosts, nodes=2, spares=1, rejoin_s=60, pg_timeout_s=30)

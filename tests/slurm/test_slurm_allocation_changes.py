@@ -21,8 +21,8 @@ import pytest
 from activities.nodes.rundir import read_json
 from activities.nodes.slurm_commands import allocation
 from activities.nodes.slurm_submit import start_allocation
+from infra import chaos
 from infra.slurm import TestSlurm
-from lazarus.app import chaos
 from lazarus.app.devserver import DevServer
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.spec import JobSpec, parse_spec

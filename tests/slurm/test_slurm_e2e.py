@@ -29,8 +29,8 @@ from activities.nodes.rundir import GenerationDir, generations, read_json, runs
 from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_commands import job_steps
 from bench.jobs import weights_match
+from infra import chaos
 from infra.slurm import TestSlurm
-from lazarus.app import chaos
 from lazarus.app.devserver import DevServer
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import WORKFLOW_TYPE, workflow_id_for

@@ -18,8 +18,8 @@ import pytest
 
 from activities.nodes.rundir import read_json
 from activities.nodes.slurm_preemption import holder_script
+from infra import chaos
 from infra.slurm import TestSlurm
-from lazarus.app import chaos
 from lazarus.app.devserver import DevServer
 from lazarus.domain.api import SIGNAL_RESUME
 from lazarus.domain.failure_classes import FailureClass

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from activities.nodes.rundir import read_json
+from infra import chaos
 from infra.slurm import TestSlurm
-from lazarus.app import chaos
 from lazarus.app.devserver import DevServer
 from lazarus.domain.spec import JobSpec, WarmStartSpec
 from lazarus.domain.spec_sections import RejoinSpec

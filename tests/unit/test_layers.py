@@ -7,7 +7,7 @@ Floors, bottom to top (README, "How it works"):
 1. **workflows**: ``workflows``, deterministic policy;
 2. **activities**: ``activities``, mechanics;
 3. **app**: ``lazarus.app`` (the CLI, the client, settings, the dev server, the
-   local stack, chaos), ``workers`` and ``infra``;
+   local stack), ``workers`` and ``infra`` (test rigs, fault injection);
 4. **bench**: ``bench``, the benchmarks (the simulator is ``lazarus.app.simulate``).
    It may use every floor of the product, and nothing but the tests may use it: a
    product that imported its own benchmark would ship it. It holds no circles either,
@@ -189,6 +189,57 @@ def test_no_module_imports_its_own_package() -> None:
         if module.startswith(target + ".")
     )
     assert not found, "\n".join(found)
+
+
+APP_MODULES_ON_ACTIVITIES: dict[str, str] = {
+    "lazarus.app.dry_run": "start --dry-run's node plan (activities.nodes.node_plan): the "
+    "dry-run owner's part of issue 39/40",
+    "lazarus.app.client": "rank_environment_plan (the dry run: activities.launcher, "
+    "nodes.rundir) and start_problems (sbatch --test-only, nodes.allocation): to the "
+    "worker with the start checks",
+    "lazarus.app.cli": "start's resume notice and --fresh (checkpoints.resume_plan), the "
+    "offline verify/checkpoints verbs (checkpoints.storage, verify, listing), and "
+    "WorkerSettingsError for 'lazarus worker'",
+    "lazarus.app.cli_checkpoints": "renders CheckpointListing, ResumePlan and SetAside: "
+    "their types move to the domain with the start checks",
+    "lazarus.app.cli_start_checks": "the local program and ssh reachability checks "
+    "(activities.program, activities.preflight), run in the CLI: to the worker",
+    "lazarus.app.cli_logs": "reads remote rank logs through a NodeAgent (nodes.factory) and "
+    "the run layout (nodes.rundir): to the worker, by offset",
+    "lazarus.app.simulate.cluster": "the simulator runs the real workflows with stand-in "
+    "activities in one process: a worker of its own (candidate home: workers/)",
+    "lazarus.app.simulate.runner": "the same: registers the fleet activities",
+}
+"""App modules that still import an activity, and why (issue 40, part 2: "the CLI is a
+client"). What needs a node or the checkpoint store belongs on the worker; the app
+reaches it through Temporal. This list only shrinks: a module that no longer imports an
+activity must leave it, and no other app module may start."""
+
+
+def test_the_app_is_a_client_of_the_activities() -> None:
+    """``lazarus.app`` imports nothing from ``activities`` outside the modules listed in
+    :data:`APP_MODULES_ON_ACTIVITIES` (fault injection moved to ``infra/chaos.py``;
+    the job's view types to ``lazarus/domain/job_view.py``; metrics' ``Observation``
+    to ``lazarus/domain/observation.py``)."""
+    app = "lazarus.app"
+    importing = {
+        module: sorted(
+            f"{module}:{line} imports {target}"
+            for target, line in targets
+            if target == "activities" or target.startswith("activities.")
+        )
+        for module, targets in graph().items()
+        if module == app or module.startswith(app + ".")
+    }
+    unlisted = [
+        line
+        for module, lines in sorted(importing.items())
+        if module not in APP_MODULES_ON_ACTIVITIES
+        for line in lines
+    ]
+    assert not unlisted, "the app imports activities:\n" + "\n".join(unlisted)
+    stale = [module for module in APP_MODULES_ON_ACTIVITIES if not importing.get(module)]
+    assert not stale, f"no longer import activities (drop them from the list): {stale}"
 
 
 SLURM_OUTSIDE_NODES: dict[str, str] = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from activities.nodes.rundir import GenerationDir, generations_below, latest_run, runs
 from activities.nodes.shim_agent import _unkillable_groups
-from lazarus.app import chaos
+from infra import chaos
 
 
 def make_gen(root: Path, generation: int, mtime_ns: int) -> GenerationDir:

@@ -1,4 +1,6 @@
 """Fault injection against a job's ranks, for the demo, the benchmarks and the tests.
+It signals processes on this machine, so it is a test tool, not part of the client
+(it was ``lazarus/app/chaos.py`` until issue 40).
 
 It reads the same run directory the controller does, so "kill rank 1 at step 30"
 means the same thing everywhere, and a game day can use it against a real job.
