@@ -327,7 +327,8 @@ def train(args: argparse.Namespace, completed: int, state: Mapping[str, Any]) ->
         print(f"resumed from step {completed}", flush=True)
     if "ballast" in state and completed and state["ballast"].step != completed:
         raise RuntimeError(f"--state-mb state of step {state['ballast'].step}, not {completed}")
-    report_state_costs(args, state)
+    if not completed:  # once a job, at its start: a replacement's time is its recovery's
+        report_state_costs(args, state)
     ddp_model = DistributedDataParallel(model)
     ddp_model.register_comm_hook(state=None, hook=rank_ordered_mean)
     teacher = teacher_weights(args.seed)

@@ -50,8 +50,8 @@ def configure() -> None:
     if not heartbeat:
         return
     buffer = str(BUFFER_ENTRIES)
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", buffer)
-    os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", buffer)
+    if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:  # the older name, deprecated
+        os.environ.setdefault("TORCH_FR_BUFFER_SIZE", buffer)
     os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     prefix = str(Path(heartbeat).parent / NCCL_DUMP_PREFIX)
     os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix)
