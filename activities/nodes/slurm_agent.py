@@ -224,6 +224,12 @@ def step_argv(
     ]
 
 
+QUIET_PROBE_S = 1.0
+"""A node whose live ranks have all been quiet this long has its slurmd probed."""
+PROBE_EVERY_S = 2.0
+"""At most one slurmd probe per node this often, and only while the node is quiet."""
+
+
 class SlurmAgent(SlurmWarm):
     def __init__(
         self,
@@ -242,6 +248,9 @@ class SlurmAgent(SlurmWarm):
         self._peers: dict[str, list[str]] = {}
         """generation directory -> its nodes (``plan.json``, read once): asked about
         with this node, so one ``scontrol`` answers the whole round."""
+        self._probed_at = -PROBE_EVERY_S
+        self._probe: str | None = None
+        """The last slurmd probe's answer (:meth:`_dead_slurmd`)."""
         self._files = LocalAgent(node)
         """Logs and control files are on the shared filesystem: read and written here."""
         self._gone: set[str] = set()
@@ -465,6 +474,8 @@ class SlurmAgent(SlurmWarm):
             error = f"Slurm reports node {self.node.name} {'+'.join(sorted(words))}" + (
                 f": {reason}" if reason else ""
             )
+        else:
+            error = self._dead_slurmd(records)
         return NodeStatus(
             node=self.node.name,
             reachable=error is None,
@@ -474,6 +485,25 @@ class SlurmAgent(SlurmWarm):
             observed_at=time.time(),
             round_trip_s=time.monotonic() - started,
         )
+
+    def _dead_slurmd(self, records: list[RankRecord]) -> str | None:
+        """Why this node looks dead, when every live rank of it has been quiet for
+        :data:`QUIET_PROBE_S`: its slurmd refuses connections. Slurm marks a dead node
+        ``NOT_RESPONDING`` only after ``SlurmdTimeout`` (tens of seconds), and until then
+        its ranks look running; their peers, blocked on them in a collective, would be
+        called hung by a learned hang budget of seconds, and the node's loss handled as
+        a hang (a whole restart instead of a rejoin). Probed at most every
+        :data:`PROBE_EVERY_S`, and only while the node is quiet."""
+        beats = [r.heartbeat.get("time") for r in records if r.alive and r.heartbeat]
+        newest = max((float(t) for t in beats if isinstance(t, int | float)), default=None)
+        if newest is None or time.time() - newest < QUIET_PROBE_S:
+            return None
+        now = time.monotonic()
+        if now - self._probed_at >= PROBE_EVERY_S:
+            self._probed_at = now
+            silent = slurmd_silent(self.node.name)
+            self._probe = None if silent is None else f"node {self.node.name}: {silent}"
+        return self._probe
 
     def _steps(self, jobs: set[str], asked_after: float | None = None) -> tuple[Steps, float]:
         """The steps of ``jobs`` (None when Slurm cannot be asked), shared with the
