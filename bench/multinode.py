@@ -21,6 +21,7 @@ import functools
 import os
 import shutil
 import statistics
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -47,6 +48,12 @@ def netns_unavailable_reason() -> str | None:
 
 
 def node_specs(hosts: TestHosts) -> list[NodeSpec]:
+    """The test hosts as ssh nodes whose Python is this venv's (the hosts share this
+    machine's filesystem): a node's own work (a replica's restore) runs on the node's
+    interpreter, ``python3`` on its PATH unless the node names one (issue 39), and the
+    system's has no Lazarus; the ranks get the venv first on their PATH, as a node
+    whose environment has the job's venv."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     return [
         NodeSpec(
             name=h.name,
@@ -55,6 +62,8 @@ def node_specs(hosts: TestHosts) -> list[NodeSpec]:
             port=h.port,
             user=hosts.user,
             identity_file=str(hosts.identity_file),
+            python=sys.executable,
+            env={"PATH": path},
         )
         for h in hosts.hosts
     ]

@@ -223,7 +223,9 @@ def _lazarus_spec(
             "env": dict(RANK_ENV),
             "nodes": [{"name": n, "launcher": "slurm", "host": host} for n in nodes],
             "spares": ([{"name": SPARE, "launcher": "slurm", "host": host}] if spare else []),
-            "slurm": {"job_id": allocation},
+            # The tasks' node-side Python (issue 39: python3 on the node's PATH by
+            # default): this venv's, on this one-host cluster.
+            "slurm": {"job_id": allocation, "python": sys.executable},
             # The memory tier with buddy replicas, as on ssh nodes: a lost node's step
             # comes from its buddy's replica, streamed onto the spare, not from disk.
             "checkpoints": {
