@@ -18,8 +18,9 @@ Rank 0 decides when an event is due and tells the others in the step's ``all_red
 so every rank acts on it at the same step. With ``--helper`` the script uses
 ``lazarus.rank``: heartbeats, the checkpoint protocol (which declares the save as a
 slow phase itself) and ``lz.slow_phase`` for the evaluation and the stall. Without it
-(the plain variant) it never imports Lazarus: it prints ``step N`` lines, which the
-spec's ``progress_regex`` reads, and keeps its own checkpoint file.
+(the plain variant) it never imports Lazarus and keeps its own checkpoint file; the
+spec's ``progress_regex`` reads the ``step N`` line it prints after each step (both
+variants print it).
 
 Each event rank 0 acts on is appended to ``<workdir>/events.jsonl`` (``kind``,
 ``at``: wall time, ``step``, ``pid``), for the soak's report.
@@ -136,8 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         local_steps += 1
         if lz is not None:
             lz.heartbeat(step)
-        else:
-            print(f"step {step}", flush=True)
+        print(f"step {step}", flush=True)  # the plain variant's progress signal
         if event in (SAVE, JIT):
             log_event(event)
             save_s = float(schedule["save_s"] if event == SAVE else schedule["jit_save_s"])

@@ -161,7 +161,10 @@ async def _one(
                 samples.append((time.time() - started, budget.source, budget.budget_s))
             await asyncio.sleep(SAMPLE_EVERY_S)
         status = await job.control.status()
-        final_step = status.step if status.step is not None else _logged_step(job.run_root)
+        # The workflow's step is the one its last supervision report carried (minutes
+        # old); the logs have the newest, and a plain script's status has none.
+        seen = [s for s in (status.step, _logged_step(job.run_root)) if s is not None]
+        final_step = max(seen, default=None)
     events = _events(state["events"], started)
     hangs = [i for i in status.incidents if i.kind == "hang"]
     others = [i for i in status.incidents if i.kind != "hang"]
@@ -209,8 +212,8 @@ async def _planned_restart(
 
 
 def _logged_step(run_root: Path) -> int | None:
-    """The newest ``step N`` line of the newest generation's rank logs: a plain
-    script's progress, which the job's status does not carry as a step."""
+    """The newest ``step N`` line of the newest generation's rank logs (both scripts
+    print them)."""
     gen = newest_generation(run_root)
     if gen is None:
         return None
