@@ -50,6 +50,16 @@ def logs_job(tmp_path: Path, name: str, python: str, **overrides: Any) -> dict[s
     return data
 
 
+SHELL_NOTICES = ("Terminated", "Killed")
+"""What a node's shell writes into a rank's log when the stop signals the rank it
+runs (timing decides whether it does: the rank may have ended first)."""
+
+
+def job_lines(stdout: str) -> list[str]:
+    """``lazarus logs``' lines less the shell's notices (:data:`SHELL_NOTICES`)."""
+    return [line for line in stdout.splitlines() if line.partition("] ")[2] not in SHELL_NOTICES]
+
+
 def expected(generation: int, ranks: int) -> list[str]:
     """The lines each rank of ``generation`` prints, rank by rank (``[rank N]`` prefixed)."""
     lines = []

@@ -16,7 +16,7 @@ import pytest
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import parse_spec
 from tests.e2e.conftest import Job
-from tests.logs_job import expected, lazarus, logs_job
+from tests.logs_job import expected, job_lines, lazarus, logs_job
 from workflows.state import Phase
 
 StartJob = Callable[..., Awaitable[Job]]
@@ -37,10 +37,10 @@ async def test_logs_previous_shows_the_crashed_generation_on_local_nodes(
     assert incident.kind == "crash" and incident.generation == 1 and incident.rank == 0
     previous = await asyncio.to_thread(lazarus, stack, "logs", name, "--previous")
     assert previous.returncode == 0, previous.stderr
-    assert previous.stdout.splitlines() == expected(1, 2)
+    assert job_lines(previous.stdout) == expected(1, 2)
     assert "generation 1" in previous.stderr and "crash of rank 0 (exit 3)" in previous.stderr
     current = await asyncio.to_thread(lazarus, stack, "logs", name)
-    assert current.returncode == 0 and current.stdout.splitlines() == expected(2, 2)
+    assert current.returncode == 0 and job_lines(current.stdout) == expected(2, 2)
     named = await asyncio.to_thread(
         lazarus, stack, "logs", name, "--generation", "1", "--rank", "0", "--json"
     )

@@ -17,7 +17,7 @@ import pytest
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import parse_spec
 from tests.e2e.conftest import Job
-from tests.logs_job import expected, lazarus, logs_job
+from tests.logs_job import expected, job_lines, lazarus, logs_job
 from tests.netns.conftest import HostsFactory, ssh_nodes
 from workflows.state import Phase
 
@@ -47,7 +47,7 @@ async def test_logs_previous_shows_the_crashed_generation_on_ssh_nodes(
     assert incident.kind == "crash" and incident.generation == 1 and incident.node == "h1"
     previous = await asyncio.to_thread(lazarus, stack, "logs", name, "--previous")
     assert previous.returncode == 0, previous.stderr
-    assert previous.stdout.splitlines() == expected(1, 2)
+    assert job_lines(previous.stdout) == expected(1, 2)
     assert "crash of rank 0 (exit 3) on node h1" in previous.stderr
     as_json = await asyncio.to_thread(lazarus, stack, "logs", name, "--previous", "--json")
     assert as_json.returncode == 0, as_json.stderr

@@ -16,7 +16,7 @@ import pytest
 from infra.slurm import TestSlurm
 from lazarus.app.devserver import DevServer
 from lazarus.domain.spec import parse_spec
-from tests.logs_job import expected, lazarus, logs_job
+from tests.logs_job import expected, job_lines, lazarus, logs_job
 from tests.slurm.test_slurm_e2e import HOST, harness
 from workflows.state import Phase
 
@@ -45,7 +45,7 @@ async def test_logs_previous_shows_the_crashed_generation_on_slurm_nodes(
         assert incident.kind == "crash" and incident.generation == 1 and incident.rank == 0
         previous = await asyncio.to_thread(lazarus, h.stack, "logs", name, "--previous")
         assert previous.returncode == 0, previous.stderr
-        assert previous.stdout.splitlines() == expected(1, 2)
+        assert job_lines(previous.stdout) == expected(1, 2)
         assert "crash of rank 0 (exit 3)" in previous.stderr
         as_json = await asyncio.to_thread(lazarus, h.stack, "logs", name, "--previous", "--json")
         assert as_json.returncode == 0, as_json.stderr
