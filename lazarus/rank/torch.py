@@ -567,8 +567,9 @@ def run_resilient(
     prints why on one line of stderr and exits with
     :data:`lazarus.rank.REJOIN_TIMEOUT_EXIT_CODE`: the controller then replaces it.
 
-    The state ``setup`` built is copied to CPU memory once, so a generation that
-    starts afresh (no checkpoint yet) restarts from it as a fresh process would.
+    The state ``setup`` built is copied to CPU memory once, when the process's first
+    generation starts afresh (no checkpoint yet), so a later generation that starts
+    afresh too restarts from it as a fresh process would (:class:`_InitialState`).
 
     **Timeouts.** gloo has no abort: a collective whose peer is frozen (SIGSTOP) or
     gone without closing its sockets (a node powered off, a partition) returns only
@@ -593,7 +594,7 @@ def run_resilient(
         slow_phases.enter_slow_phase(phases.FINISHING)  # teardown and exit: not a hang
         _finish()
         return state
-    initial = {name: _copy_to_cpu(stateful.state_dict()) for name, stateful in state.items()}
+    initial = _InitialState()
     rejoin._arm_rejoin(True)
     try:
         rejoined: tuple[float, float] | None = None
@@ -631,9 +632,45 @@ def _rejoin_timeout_s() -> float | None:
     return value
 
 
+class _InitialState:
+    """The state ``setup`` built, copied to CPU memory only when it may be needed again.
+
+    Why not always: a rank that starts from a resume point (every replacement after
+    the job's first checkpoint or snapshot) would copy its whole state for nothing, on
+    the recovery's critical path: at 1 GiB a rank, a second GiB of RAM and a few
+    tenths of a second before its process group forms. The copy is taken when the
+    process's first generation starts afresh, before any step changes the state.
+
+    A process that began from a resume point has no copy. Should a later generation of
+    it be told to start afresh (the controller fell back past every checkpoint it can
+    trust), it cannot rejoin with what it has trained: it raises, the controller sees a
+    crash during the rejoin and restarts the whole generation, whose fresh processes
+    build the state again."""
+
+    def __init__(self) -> None:
+        self.saved: dict[str, Any] | None = None
+        self.generations = 0
+
+    def after_load(self, state: TrainState, resumed: bool) -> None:
+        """Called once per generation, after the resume point (if any) was loaded."""
+        self.generations += 1
+        if self.generations == 1 and not resumed:
+            self.saved = {name: _copy_to_cpu(s.state_dict()) for name, s in state.items()}
+
+    def restore_into(self, state: TrainState) -> None:
+        """A later generation starts afresh: back to setup's state, or raise."""
+        if self.saved is None:
+            raise RuntimeError(
+                "this rank is asked to start afresh, but its process began from a "
+                "checkpoint and kept no copy of the state setup() built; it exits so "
+                "that a fresh process builds it"
+            )
+        _load_into(state, self.saved, "the state setup() built")
+
+
 def _start_generation(
     state: TrainState,
-    initial: Mapping[str, Any] | None,
+    initial: _InitialState | None,
     backend: str | None,
     timeout: timedelta | None,
 ) -> int:
@@ -649,11 +686,15 @@ def _start_generation(
     _start_rejoin_watch()
     resumed = load()
     if resumed is None:
+        if initial is not None and initial.generations:
+            initial.restore_into(state)
         if initial is not None:
-            _load_into(state, initial, "the state setup() built")
+            initial.after_load(state, resumed=False)
         return 0
     step, saved = resumed
     _load_into(state, saved, f"the checkpoint of step {step}")
+    if initial is not None:
+        initial.after_load(state, resumed=True)
     return step
 
 
