@@ -55,6 +55,9 @@ from activities.worker_settings import (
     ALLOWED_COMMANDS_FILE_ENV,
     WorkerSettings,
 )
+from activities.worker_settings import (  # what 'lazarus worker' reports as one line
+    WorkerSettingsError as WorkerSettingsError,
+)
 from lazarus.app.metrics import MetricsSettings, prepare_metrics
 from lazarus.app.settings import ConnectionSettings, connect
 from lazarus.domain.api import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES

@@ -2,32 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
-
 from activities.checkpoints.storage import CheckpointStore, LocalStore, open_store
 from activities.checkpoints.verify import Level, verify_in_store
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER
-
-TierState = Literal["verified", "corrupt", "uncommitted"]
-
-
-class CheckpointListing(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    step: int
-    time: float | None = None
-    """When it was committed (Unix seconds), or the newest file time without a marker."""
-    size_bytes: int = 0
-    local: TierState | None = None
-    """None: not in the local tier."""
-    local_path: str | None = None
-    local_problems: list[str] = Field(default_factory=list)
-    durable: TierState | None = None
-    durable_path: str | None = None
-    durable_problems: list[str] = Field(default_factory=list)
-    verification: Literal["sha256", "sizes"] = "sizes"
+from lazarus.domain.checkpoint_views import CheckpointListing, TierState
 
 
 def list_checkpoints(

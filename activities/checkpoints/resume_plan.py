@@ -16,9 +16,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from activities.checkpoints.find import durable_store, search_verified
 from activities.checkpoints.storage import LocalStore, S3Store, store_errors
@@ -29,28 +26,9 @@ from lazarus.domain.checkpoint_layout import (
     fsync_directory,
     parse_step_dir,
 )
-from lazarus.domain.contracts import FindVerifiedCheckpointRequest, SkippedCheckpoint
+from lazarus.domain.checkpoint_views import PREVIOUS_PREFIX, ResumePlan, SetAside
+from lazarus.domain.contracts import FindVerifiedCheckpointRequest
 from lazarus.domain.spec import JobSpec
-
-PREVIOUS_PREFIX = ".previous-"
-"""``<checkpoint_dir>/.previous-<UTC time>/``: where ``start --fresh`` moves checkpoints."""
-
-
-class ResumePlan(BaseModel):
-    """The checkpoint a job would resume from if it started now (None fields: fresh)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    checkpoint_dir: str
-    step: int | None = None
-    path: str | None = None
-    location: Literal["local", "durable"] | None = None
-    written_by: str | None = None
-    """The job id recorded in its manifest (None: written outside Lazarus)."""
-    written_at: float | None = None
-    """When it was committed (Unix seconds): the marker's time, else the manifest's."""
-    skipped: list[SkippedCheckpoint] = Field(default_factory=list)
-    durable_unavailable: str | None = None
 
 
 def plan_resume(spec: JobSpec) -> ResumePlan:
@@ -103,16 +81,6 @@ def _provenance(spec: JobSpec, path: str, durable: bool) -> tuple[str | None, fl
         created = manifest.get("created_at") if manifest else None
         when = float(created) if isinstance(created, int | float) else None
     return (job if isinstance(job, str) else None), when
-
-
-class SetAside(BaseModel):
-    """What ``start --fresh`` moved, and where to find it again."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    moved_to: str | None
-    """None: there was nothing to move."""
-    steps: list[int] = Field(default_factory=list)
 
 
 def set_aside(checkpoint_dir: str, now: float | None = None) -> SetAside:

@@ -23,19 +23,19 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from lazarus.domain import environment as env_names
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
-
-_GEN_DIR = re.compile(r"^gen-(\d{5,})$")
+from lazarus.domain.run_layout import GEN_DIR_PATTERN as _GEN_DIR
+from lazarus.domain.run_layout import GenerationDir as GenerationDir  # the layout: pure
+from lazarus.domain.run_layout import SrunFiles as SrunFiles
+from lazarus.domain.run_layout import job_root as job_root
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
@@ -82,75 +82,6 @@ def control_document(
     if memory_every_steps is not None:
         document[env_names.CONTROL_MEMORY_EVERY_STEPS] = memory_every_steps
     return document
-
-
-class SrunFiles(NamedTuple):
-    """A Slurm generation's detached ``srun`` client for one node (one step per node
-    and generation), in its generation directory: its pid record, its output and its
-    exit record (written by ``slurm_task srun``). Named here with the rest of the
-    layout, so that a reader of a run directory (the Slurm bench) needs not import
-    the Slurm transport."""
-
-    pid: str
-    log: str
-    exit: str
-
-    @classmethod
-    def of(cls, node: str) -> SrunFiles:
-        stem = f"slurm-srun-{node}"
-        return cls(f"{stem}.pid", f"{stem}.log", f"{stem}.exit.json")
-
-
-def job_root(run_dir: str | Path, job_id: str) -> Path:
-    return Path(run_dir) / job_id
-
-
-@dataclass(frozen=True)
-class GenerationDir:
-    path: Path
-
-    @classmethod
-    def of(cls, job_run_root: str | Path, generation: int) -> GenerationDir:
-        return cls(Path(job_run_root) / f"gen-{generation:05d}")
-
-    @property
-    def generation(self) -> int:
-        match = _GEN_DIR.match(self.path.name)
-        if match is None:
-            raise ValueError(f"{self.path} is not a generation directory")
-        return int(match.group(1))
-
-    @property
-    def plan_file(self) -> Path:
-        return self.path / "plan.json"
-
-    @property
-    def launch_file(self) -> Path:
-        return self.path / "launch.json"
-
-    @property
-    def control_file(self) -> Path:
-        return self.path / "control.json"
-
-    @property
-    def stopped_file(self) -> Path:
-        return self.path / "stopped.json"
-
-    @property
-    def lock_file(self) -> Path:
-        return self.path / ".launch.lock"
-
-    def pid_file(self, rank: int) -> Path:
-        return self.path / f"rank-{rank}.pid"
-
-    def log_file(self, rank: int) -> Path:
-        return self.path / f"rank-{rank}.log"
-
-    def heartbeat_file(self, rank: int) -> Path:
-        return self.path / f"rank-{rank}.heartbeat.json"
-
-    def exit_file(self, rank: int) -> Path:
-        return self.path / f"rank-{rank}.exit.json"
 
 
 def generations(job_run_root: str | Path) -> list[GenerationDir]:

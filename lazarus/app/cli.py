@@ -18,13 +18,12 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
 import yaml
 from rich.text import Text
 
-from activities.worker_settings import WorkerSettingsError
 from lazarus.app import cli_render as render
 from lazarus.app import cli_start_checks, cli_wait
 from lazarus.app.cli_output import console, plain, say
@@ -53,12 +52,10 @@ from lazarus.app.settings import (
     web_ui_url,
 )
 from lazarus.domain.api import workflow_id_for
+from lazarus.domain.checkpoint_views import ResumePlan
 from lazarus.domain.job_view import Incident, JobStatus, Phase
 from lazarus.domain.spec import JobSpec, SpecError, load_spec
 from lazarus.domain.version import __version__
-
-if TYPE_CHECKING:
-    from activities.checkpoints.resume_plan import ResumePlan
 
 T = TypeVar("T")
 
@@ -677,7 +674,9 @@ def worker(
 ) -> None:
     """Run the controller worker: the workflow and the activities that launch and watch ranks."""
     from lazarus.app.metrics import MetricsProblem, MetricsSettings
-    from workers.controller import run_worker  # heavy, and only this command needs it
+
+    # The worker room, heavy, and only this command needs it: it runs a worker here.
+    from workers.controller import WorkerSettingsError, run_worker
     from workers.versioning import WorkerDeployment
 
     settings = _settings(ctx)

@@ -14,8 +14,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from activities.checkpoints.listing import CheckpointListing
-from activities.checkpoints.resume_plan import ResumePlan, SetAside
+from lazarus.domain.checkpoint_views import CheckpointListing, ResumePlan, SetAside
 from lazarus.domain.contracts import CheckpointRef, CheckpointVerification
 from lazarus.domain.spec import JobSpec
 

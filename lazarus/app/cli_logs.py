@@ -47,9 +47,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from activities.nodes.rundir import GenerationDir
 from lazarus.app.client import ClientError
 from lazarus.domain.job_view import JobStatus
+from lazarus.domain.run_layout import GenerationDir
 from lazarus.domain.spec import JobSpec, NodeSpec
 
 READ_CHUNK_BYTES = 1 << 20

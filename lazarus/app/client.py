@@ -108,6 +108,7 @@ from lazarus.domain.api import (
 )
 from lazarus.domain.contracts import CheckpointRef, SupervisionProgress
 from lazarus.domain.job_view import ForceRecover, Incident, JobStatus, NodeRequest, Phase
+from lazarus.domain.run_layout import GenerationDir, job_root
 from lazarus.domain.spec import JobSpec, SpecError
 from lazarus.domain.spec_base import job_name_problem
 from workflows.current_details import start_details, start_summary
@@ -325,7 +326,6 @@ def rank_environment_plan(
     not read (it holds secrets, on the node).
     """
     from activities.launcher import rank_environment  # activities: only a dry run
-    from activities.nodes.rundir import GenerationDir, job_root
 
     gen = GenerationDir.of(job_root(spec.run_dir, spec.job_id) / RUN_KEY_PLACEHOLDER, 1)
     shown_gen = str(gen.path.parent / GENERATION_DIR_PLACEHOLDER)
