@@ -59,16 +59,14 @@ import asyncio
 import contextlib
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from temporalio import activity
 
-from activities.flight_recorder import request_and_read
 from activities.heartbeat import in_thread_heartbeating
 from activities.nodes.agent import NodeAgent
 from activities.nodes.factory import agents
 from activities.observe import observe
-from activities.rank_stacks import StackTarget, stack_lines
 from activities.supervise_observer import GenerationObserver
 from activities.supervise_rules import (
     HANG_CHECK_SLACK_S,
@@ -87,6 +85,8 @@ from lazarus.domain.contracts import (
     SuperviseRequest,
     SupervisionProgress,
 )
+from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence, evidence_lines
+from lazarus.rank.rank_stacks import MAX_RANKS
 
 
 def attach_evidence(observer: GenerationObserver, outcome: SuperviseOutcome) -> FailureReport:
@@ -103,32 +103,45 @@ def attach_evidence(observer: GenerationObserver, outcome: SuperviseOutcome) -> 
 
 
 def with_rank_stacks(observer: GenerationObserver, outcome: SuperviseOutcome) -> FailureReport:
-    """A hang's failure with the Python stack of its culprit and a few peers
-    (:mod:`activities.rank_stacks`: local ranks only, bounded, best effort), right
-    after its first evidence line: the decisive lines come first, and evidence keeps
-    only its first twenty."""
+    """A hang's failure with its evidence read where the ranks run
+    (:meth:`NodeAgent.hang_evidence`, :mod:`lazarus.rank.hang_evidence`): the Python
+    stack of its culprit and a few peers, and every live rank's flight recorder, asked
+    of every node that answered the last poll at once, each bounded. Put right after
+    the first evidence line: the decisive lines come first, and evidence keeps only its
+    first twenty."""
     failure = outcome.failure
     assert failure is not None
     if failure.kind != "hang":
         return failure
-    live = [r for r in outcome.ranks if r.alive and r.pid > 0 and observer.is_local(r.rank)]
+    live = [r for r in outcome.ranks if r.alive and r.pid > 0]
     live.sort(key=lambda r: (r.rank != failure.rank, r.rank))
-    targets = [StackTarget(r.rank, r.pid, r.stopped_by_signal) for r in live]
-    if not targets and any(r.alive for r in outcome.ranks):
-        lines = ["rank stacks: the ranks run on other machines, not visible from the controller"]
-    else:
-        # The collectives' flight recorder beside the stacks: both bounded, at once.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="flight-recorder") as beside:
-            recorder = beside.submit(
-                request_and_read,
-                observer.generation_dir,
-                [t.rank for t in targets],
-                [t.rank for t in targets if t.stopped],
-            )
-            lines = stack_lines(targets)
-            lines += recorder.result()
+    read = {r.rank for r in live[:MAX_RANKS]}
+    by_node: dict[str, tuple[NodeAgent, list[EvidenceTarget]]] = {}
+    for r in live:
+        agent = observer.answering_agent(r.rank)
+        if agent is not None:
+            target = EvidenceTarget(r.rank, r.pid, r.stopped_by_signal, r.rank in read)
+            by_node.setdefault(agent.node.name, (agent, []))[1].append(target)
+    if not by_node:
+        return failure
+    gen_dir = str(observer.generation_dir)
+    with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="hang-evidence") as pool:
+        asked = [
+            (name, pool.submit(agent.hang_evidence, gen_dir, targets))
+            for name, (agent, targets) in by_node.items()  # the culprit's node first
+        ]
+        lines = evidence_lines(_answer(name, future) for name, future in asked)
     first, *rest = failure.evidence or [""]
     return failure.model_copy(update={"evidence": [first, *lines, *rest]})
+
+
+def _answer(node: str, future: Future[HangEvidence]) -> HangEvidence:
+    """A node's evidence, or one line saying why there is none (an agent's bug must
+    not hold up the recovery)."""
+    try:
+        return future.result()
+    except Exception as exc:
+        return HangEvidence(stacks=[f"rank stacks on node {node}: not read ({exc!r})"[:400]])
 
 
 def drain_lost_node(opened: list[NodeAgent], failure: FailureReport, job_id: str) -> FailureReport:

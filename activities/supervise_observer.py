@@ -593,9 +593,11 @@ class GenerationObserver:
         """The generation's run directory (on the controller's machine for local ranks)."""
         return self._gen.path
 
-    def is_local(self, rank: int) -> bool:
-        """Whether the rank runs on the controller's own machine (its pid is ours)."""
-        return self._agents[rank // self._request.nproc_per_node].node.launcher == "local"
+    def answering_agent(self, rank: int) -> NodeAgent | None:
+        """The agent of the rank's node, unless that node did not answer the last poll
+        (a hang's evidence is not asked of it: the stop would wait out its timeout)."""
+        agent = self._agents[rank // self._request.nproc_per_node]
+        return None if agent.node.name in self._unreachable_since else agent
 
     def kernel_evidence_for(self, rank: int, pid: int) -> list[str] | None:
         """The kernel's OOM records for a SIGKILLed rank; None when its node's kernel

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import NodeSpec
+from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence
 
 
 class _Record(BaseModel):
@@ -274,6 +275,12 @@ class DrainResult(_Record):
         return f"could not drain node {self.node} in Slurm (ignored): {self.error}"
 
 
+HANG_EVIDENCE_TIMEOUT_S = 5.0
+"""The longest a node's :meth:`NodeAgent.hang_evidence` may take, round trip and the
+node's interpreter included: its reads are bounded at 1.5 s (a stack) and 1 s (the
+flight recorder), run at once, and the hang's stop waits for them."""
+
+
 class AllocationRefused(RuntimeError):
     """The scheduler refused to grant or change the allocation the nodes live in (see
     :mod:`activities.nodes.allocation`). Its answer will not change by asking
@@ -425,6 +432,16 @@ class NodeAgent(ABC):
         through this process. Raises :class:`NodeUnreachable` when the node cannot be
         reached."""
         raise NotImplementedError(f"{type(self).__name__} cannot restore replicas")
+
+    def hang_evidence(self, gen_dir: str, targets: list[EvidenceTarget]) -> HangEvidence:
+        """A hung generation's evidence from this node's live ranks, read where they
+        run (:mod:`lazarus.rank.hang_evidence`): the Python stacks of the targets marked
+        ``stack`` and every target's flight-recorder dump, compacted. Bounded by
+        :data:`HANG_EVIDENCE_TIMEOUT_S` (the stop waits for it) and never raises: a node
+        that cannot answer gives one line saying why. This default reads nothing."""
+        return HangEvidence(
+            stacks=[f"rank stacks: not read on node {self.node.name} (its agent cannot)"]
+        )
 
     def exit_fds(self) -> list[int]:
         """Descriptors that become readable when a rank this agent polled, or the

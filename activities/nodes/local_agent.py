@@ -54,6 +54,7 @@ from lazarus.domain.checkpoint_layout import (
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.memory_tier import MEMORY_ROOT, on_node, private_root
 from lazarus.domain.spec import NodeSpec
+from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence, gather
 from lazarus.rank.memory import secure
 
 RESTORE_START_S = 15.0
@@ -270,6 +271,10 @@ class LocalAgent(NodeAgent):
         except subprocess.TimeoutExpired:
             return {"error": f"replica restore ({end.verb}) outran {end.timeout_s:.0f} s"}
         return end.answer(done.stdout + done.stderr)
+
+    def hang_evidence(self, gen_dir: str, targets: list[EvidenceTarget]) -> HangEvidence:
+        """Read here, in the worker: the ranks are this machine's processes."""
+        return gather(Path(gen_dir), targets, "the worker")
 
 
 def local_memory_snapshots(root: Path) -> list[MemorySnapshot]:

@@ -40,6 +40,11 @@
 #       PYTHONPATH line, then the request, its key included) runs `PROGRAM -m
 #       lazarus.rank.replica_restore VERB` (send or receive) in WORKDIR: one end of
 #       a replica's copy node to node; its one JSON line ({"error"} when it cannot)
+#   hang-evidence PROGRAM WORKDIR          (stdin: the ranks' PATH line, their
+#       PYTHONPATH line, then the request) runs `PROGRAM -m
+#       lazarus.rank.hang_evidence` in WORKDIR: a hung generation's Python stacks
+#       (py-spy) and flight-recorder dumps read on this node; its one JSON line
+#       ({"hang_evidence"}, or {"error"} when it cannot)
 #   end-run MEMORY_DIR                     {"removed"} the run's memory tier, only
 #       under /dev/shm/lazarus/ (it is removed recursively)
 #   warm GEN_DIR PROGRAM WORKDIR           (stdin: the ranks' PATH line (empty:
@@ -785,6 +790,16 @@ shim_replica_restore() {
 	shim_run_module "lazarus.rank.replica_restore $1" replica-restore "$2" "$3"
 }
 
+shim_hang_evidence() {
+	# PROGRAM WORKDIR: a hang's evidence read on this node (no lock: the ranks are live
+	# and the stop waits for this). stdin as shim_python's.
+	[ $# -eq 2 ] || {
+		fail "hang-evidence: usage: hang-evidence PROGRAM WORKDIR"
+		return 2
+	}
+	shim_run_module lazarus.rank.hang_evidence hang-evidence "$1" "$2"
+}
+
 shim_run_module() {
 	# MODULE VERB PROGRAM WORKDIR: run `PROGRAM -m MODULE` (its words: a module and its
 	# arguments) with the ranks' interpreter in WORKDIR. stdin: the ranks' PATH and
@@ -1006,6 +1021,7 @@ shim_main() {
 	stop-zygote) shim_stop_zygote "$@" ;;
 	memory) shim_memory "$@" ;;
 	replica-restore) shim_replica_restore "$@" ;;
+	hang-evidence) shim_hang_evidence "$@" ;;
 	json-escape)
 		for _s; do
 			json_str "$_s"

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.nodes.agent import (
+    HANG_EVIDENCE_TIMEOUT_S,
     CarryRequest,
     CarryResult,
     LogChunk,
@@ -81,6 +82,7 @@ from activities.nodes.warm import (
 from lazarus.domain.checkpoint_layout import parse_step_dir
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import ENV_NAME_PATTERN, NodeSpec
+from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence, request_json
 
 SHIM_PATH = Path(__file__).with_name("shim.sh")
 SHIM_TEXT = SHIM_PATH.read_text()
@@ -748,6 +750,42 @@ class ShimAgent(NodeAgent):
         )
         reply = self._call([call], end.timeout_s + START_TIMEOUT_S)
         return end.answer(reply.output.decode("utf-8", errors="replace"))
+
+    def hang_evidence(self, gen_dir: str, targets: list[EvidenceTarget]) -> HangEvidence:
+        return self.hang_evidence_with(gen_dir, targets, self.node_python())
+
+    def hang_evidence_with(
+        self, gen_dir: str, targets: list[EvidenceTarget], python: str
+    ) -> HangEvidence:
+        """The shim's ``hang-evidence``: ``python`` (the node's interpreter, with
+        ``lazarus-rank``) runs :mod:`lazarus.rank.hang_evidence` on the node, on the
+        ranks' PATH (a node's ``env.PATH``, else its own), so py-spy reads the ranks
+        there and the flight recorder is asked in the node's generation directory.
+        One round trip within :data:`HANG_EVIDENCE_TIMEOUT_S`; whatever goes wrong is
+        one line."""
+        where = f"node {self.node.name}"
+        search_path = self.node.env.get("PATH", "")
+        if "\n" in search_path:
+            return HangEvidence(stacks=[f"rank stacks on {where}: its PATH holds a newline"])
+        call = ShimCall(
+            argv=["hang-evidence", python, "/"],
+            stdin=f"{search_path}\n\n{request_json(gen_dir, targets, where)}\n",
+        )
+        try:
+            reply = self._call([call], HANG_EVIDENCE_TIMEOUT_S)
+        except (NodeUnreachable, NodeRefused, OSError) as exc:
+            return HangEvidence(stacks=[f"rank stacks on {where}: no answer ({exc})"[:400]])
+        records, noise = json_lines(reply.output)
+        answer = next((r for r in reversed(records) if "hang_evidence" in r), None)
+        try:
+            evidence = HangEvidence.from_json(answer["hang_evidence"] if answer else None)
+        except ValueError:
+            said = next((str(r["error"]) for r in records if "error" in r), None)
+            said = said or " | ".join(noise[-3:]) or f"exit {reply.exit_code}, no output"
+            return HangEvidence(stacks=[f"rank stacks on {where}: not read ({said})"[:400]])
+        if evidence.dump_dir:
+            evidence.dump_dir += f" on {where}"
+        return evidence
 
 
 def memory_snapshot_records(root: str, records: list[dict[str, Any]]) -> list[MemorySnapshot]:

@@ -126,6 +126,7 @@ from activities.nodes.warm import zygote_dir
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.spec import NodeSpec, SlurmSpec
+from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence
 
 START_WAIT_S = 120.0
 """For every rank's pid file after the step is started: step creation, the task's
@@ -803,6 +804,12 @@ class SlurmAgent(SlurmWarm):
 
     def restore_end(self, end: RestoreEnd) -> dict[str, Any]:
         return self._shim().restore_end(end)
+
+    def hang_evidence(self, gen_dir: str, targets: list[EvidenceTarget]) -> HangEvidence:
+        """Read on the node, as a one-task step (the ranks' pids are the node's)."""
+        if self.slurm is None:
+            return HangEvidence(stacks=[f"rank stacks: node {self.node.name} has no allocation"])
+        return self._shim().hang_evidence_with(gen_dir, targets, self.node_python())
 
     def preflight(self, request: PreflightRequest) -> PreflightResult:
         return self._shim().preflight(request)

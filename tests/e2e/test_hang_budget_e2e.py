@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.rank_stacks import py_spy
 from infra import chaos
+from lazarus.rank.rank_stacks import py_spy
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec
 from workflows.state import Phase
 

@@ -21,7 +21,6 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.launcher import launch_generation
-from activities.rank_stacks import py_spy
 from activities.stop import stop_generations
 from infra import chaos
 from lazarus.domain.contracts import (
@@ -32,6 +31,7 @@ from lazarus.domain.contracts import (
     SupervisionProgress,
 )
 from lazarus.domain.spec import JobSpec, parse_spec
+from lazarus.rank.rank_stacks import py_spy
 
 HANG_S = 10.0
 

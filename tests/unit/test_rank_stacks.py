@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from activities import rank_stacks
-from activities.rank_stacks import MAX_LINE_CHARS, StackTarget, dump_stack, fold, stack_lines
+from lazarus.rank import rank_stacks
+from lazarus.rank.rank_stacks import MAX_LINE_CHARS, StackTarget, dump_stack, fold, stack_lines
 
 DUMP = """Process 6455: python train.py
 Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)

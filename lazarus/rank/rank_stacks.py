@@ -7,14 +7,17 @@ outside, without its help, even while it is stopped (SIGSTOP) or stuck in native
 code; ``--nonblocking`` reads the memory without pausing the process (no ptrace
 stop, so a rank that is merely slow is not slowed further).
 
-Best effort and bounded, because it sits between the detection and the stop: only
-ranks on the controller's own machine (a remote node's processes are not visible
-here), at most :data:`MAX_RANKS` of them (the culprit first), all at once, each
-within :data:`DUMP_TIMEOUT_S`, each folded into one evidence line of at most
-:data:`MAX_LINE_CHARS`. Without py-spy (``pip install py-spy`` on the worker's
-machine), or where the kernel forbids reading another process
-(``kernel.yama.ptrace_scope`` 2 or 3, or a container without ``CAP_SYS_PTRACE``),
-the line says so and the recovery goes on.
+Runs where the ranks run: in the worker for ranks on its own machine, and on an ssh
+or Slurm node through the node's interpreter (:mod:`lazarus.rank.hang_evidence`, run
+by the shim's ``hang-evidence``), so this module is standard library only.
+
+Best effort and bounded, because it sits between the detection and the stop: at most
+:data:`MAX_RANKS` ranks per hang (the culprit first, chosen by the supervisor), all at
+once, each within :data:`DUMP_TIMEOUT_S`, each folded into one evidence line of at
+most :data:`MAX_LINE_CHARS`. Without py-spy (``pip install py-spy`` beside the
+interpreter that reads, or on its PATH), or where the kernel forbids reading another
+process (``kernel.yama.ptrace_scope`` 1 for a process that is not a descendant, 2 or
+3; a container without ``CAP_SYS_PTRACE``), the line says so and the recovery goes on.
 """
 
 from __future__ import annotations
@@ -106,14 +109,15 @@ def dump_stack(executable: str, target: StackTarget) -> str:
     return (head + fold(done.stdout))[:MAX_LINE_CHARS]
 
 
-def stack_lines(targets: list[StackTarget]) -> list[str]:
+def stack_lines(targets: list[StackTarget], where: str = "the worker") -> list[str]:
     """Evidence lines for the first :data:`MAX_RANKS` targets (the culprit first),
-    read at once; one line saying why not when py-spy is missing."""
+    read at once; one line saying why not when py-spy is missing (``where``: the
+    machine that reads, ``the worker`` or ``node NAME``)."""
     if not targets:
         return []
     executable = py_spy()
     if executable is None:
-        return ["rank stacks: py-spy is not installed on the worker (pip install py-spy)"]
+        return [f"rank stacks: py-spy is not installed on {where} (pip install py-spy)"]
     chosen = targets[:MAX_RANKS]
     with ThreadPoolExecutor(max_workers=len(chosen), thread_name_prefix="py-spy") as pool:
         return list(pool.map(lambda t: dump_stack(executable, t), chosen))
