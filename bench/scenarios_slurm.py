@@ -37,7 +37,7 @@ from bench.harness import RANK_ENV, BenchContext, Metric
 from bench.jobs import JobPaths, build_spec
 from bench.measure import max_logged_step, workflow_steps
 from bench.registry import runs, scenario
-from bench.scenarios import phase_metrics
+from bench.scenarios import phase_metrics, since
 from bench.systems import Measured, System
 from infra import chaos
 from infra.reference_run import weights_match
@@ -133,10 +133,6 @@ def kill_node(cluster: TestSlurm, node: str) -> tuple[float, list[int]]:
     the first kill) and the pids killed."""
     at = time.time()
     return at, cluster.kill_node(node)
-
-
-def _since(start: float, at: float | None) -> float | None:
-    return None if at is None else at - start
 
 
 # --------------------------------------------------------------------------- node loss
@@ -250,12 +246,12 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
         "detected": incident is not None,
         "detection_s": incident.detection_s if incident else None,
         "detection_from_kill_s": (incident.detected_at - killed_at) if incident else None,
-        "node_not_responding_after_kill_s": _since(killed_at, watch.not_responding_at),
-        "node_down_after_kill_s": _since(killed_at, watch.node_down_at),
-        "stopped_after_kill_s": _since(killed_at, incident.stopped_at if incident else None),
-        "relaunched_after_kill_s": _since(killed_at, incident.relaunched_at if incident else None),
+        "node_not_responding_after_kill_s": since(killed_at, watch.not_responding_at),
+        "node_down_after_kill_s": since(killed_at, watch.node_down_at),
+        "stopped_after_kill_s": since(killed_at, incident.stopped_at if incident else None),
+        "relaunched_after_kill_s": since(killed_at, incident.relaunched_at if incident else None),
         "recovered": bool(incident and incident.first_step_at),
-        "recovery_from_kill_s": _since(killed_at, incident.first_step_at if incident else None),
+        "recovery_from_kill_s": since(killed_at, incident.first_step_at if incident else None),
         "steps_lost": (
             logged - incident.resumed_from_step
             if incident is not None and logged is not None and incident.resumed_from_step
@@ -481,7 +477,7 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
     if not recovered:
         note = (
             f"Slurm ended the job ({watch.end_state}) "
-            f"{_fmt(_since(killed_at, watch.ended_at))} after the kill, no requeue"
+            f"{_fmt(since(killed_at, watch.ended_at))} after the kill, no requeue"
             if watch.ended_at is not None
             else f"no step of a requeued job within {REQUEUE_WAIT_S:.0f} s of the kill"
         )
@@ -490,20 +486,20 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
             "fault_step": fault_step,
             "slurmd_timeout_s": float(slurm.get("SlurmdTimeout", "nan").split()[0]),
             "detected": watch.not_responding_at is not None,
-            "detection_from_kill_s": _since(killed_at, watch.not_responding_at),
-            "node_not_responding_after_kill_s": _since(killed_at, watch.not_responding_at),
-            "node_down_after_kill_s": _since(killed_at, watch.node_down_at),
-            "job_left_running_after_kill_s": _since(killed_at, watch.left_running_at),
-            "requeued_after_kill_s": _since(killed_at, watch.requeued_at),
-            "running_again_after_kill_s": _since(killed_at, watch.running_again_at),
+            "detection_from_kill_s": since(killed_at, watch.not_responding_at),
+            "node_not_responding_after_kill_s": since(killed_at, watch.not_responding_at),
+            "node_down_after_kill_s": since(killed_at, watch.node_down_at),
+            "job_left_running_after_kill_s": since(killed_at, watch.left_running_at),
+            "requeued_after_kill_s": since(killed_at, watch.requeued_at),
+            "running_again_after_kill_s": since(killed_at, watch.running_again_at),
             "recovered": recovered,
-            "recovery_from_kill_s": _since(killed_at, first_step_at),
-            "ended_after_kill_s": _since(killed_at, watch.ended_at),
+            "recovery_from_kill_s": since(killed_at, first_step_at),
+            "ended_after_kill_s": since(killed_at, watch.ended_at),
             "steps_lost": logged - resumed if logged is not None and resumed is not None else None,
             "resumed_from_step": resumed,
             "completed": completed,
             "weights_ok": weights_ok,
-            "launch_to_end_s": _since(launched_at, watch.ended_at),
+            "launch_to_end_s": since(launched_at, watch.ended_at),
             **phase_metrics(timeline),
         },
         details={
