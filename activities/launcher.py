@@ -39,7 +39,6 @@ elsewhere is stopped, so no half-launched generation is left running.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -69,7 +68,7 @@ from activities.nodes.agent import (
 )
 from activities.nodes.code_root import lazarus_code_root
 from activities.nodes.factory import agents, on_each, on_each_settled
-from activities.nodes.local_agent import RankStartFailed, stop_ranks
+from activities.nodes.local_agent import RankStartFailed
 from activities.nodes.rejoin import RanksWouldNotDie, rejoin_variables
 from activities.nodes.rundir import (
     GenerationDir,
@@ -89,11 +88,10 @@ from activities.nodes.secret_env import (
 )
 from activities.nodes.shim_agent import ShimError
 from activities.nodes.warm import stop_run_zygotes
-from activities.program import rank_paths, rank_search_path, rendezvous_host, resolve_program
+from activities.program import rank_paths, rank_search_path, rendezvous_host
 from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names
 from lazarus.domain.chaos_points import chaos_point
-from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.contracts import (
     CheckpointRef,
     LaunchRequest,
@@ -180,7 +178,7 @@ def rank_environment(
     ``start --dry-run`` passes only placeholders, since it cannot know the worker's.
     """
     source = os.environ if worker_env is None else worker_env
-    local = nodes[node_index].launcher == "local"
+    local = nodes[node_index].transport.runs_here
     # The worker's credentials for Temporal are not the job's to use.
     env = without_worker_secrets(source) if local else {}
     try:
@@ -304,7 +302,7 @@ def initial_control_document(spec: JobSpec) -> dict[str, object]:
 def rank_env_file(spec: JobSpec, node: NodeSpec) -> str | None:
     """The ``env_from_file`` the node itself must read: ssh nodes only (for local
     nodes :func:`rank_environment` has read it already)."""
-    return None if node.launcher == "local" else spec.env_from_file
+    return None if node.transport.runs_here else spec.env_from_file
 
 
 def _older_generations(run_root: Path, generation: int) -> list[GenerationDir]:
@@ -320,19 +318,15 @@ def _older_generations(run_root: Path, generation: int) -> list[GenerationDir]:
     return older
 
 
-def _fence_older_generations(run_root: Path, generation: int) -> None:
-    """Safety net behind the workflow's own ``stop``: nothing older may stay alive here."""
-    _fence(_older_generations(run_root, generation))
-
-
 def _fence_older_steps(opened: list[NodeAgent], run_root: Path, generation: int) -> None:
-    """The same safety net for Slurm nodes, through their agents: an older
-    generation's ranks run on compute nodes, so the pids in its files mean nothing
-    on this machine; its job step is cancelled instead. Every node's agent cancels
-    the steps it took part in (a step is whole: the first one ends it for all)."""
+    """The safety net where :meth:`NodeAgent.fence_here` cannot reach (Slurm: an older
+    generation's ranks run on compute nodes): every node's agent fences the older
+    generations it took part in (:meth:`NodeAgent.fence_older_generations`)."""
 
     def fence_on(agent: NodeAgent) -> None:
-        result = agent.stop(str(run_root), generation, 0.0, FENCE_KILL_WAIT_S)
+        result = agent.fence_older_generations(str(run_root), generation, FENCE_KILL_WAIT_S)
+        if result is None:
+            return
         for group in result.unkillable:
             log.warning("fencing: %s", group.reason)
         if not result.reachable:
@@ -350,50 +344,33 @@ def _other_runs(job_dir: Path, run_root: Path) -> list[Path]:
     return others
 
 
-def _fence(gens: list[GenerationDir], keep: frozenset[int] = frozenset()) -> list[UnkillableGroup]:
-    """Stop (start ticks checked) whatever still runs of these generations here,
-    except the groups ``keep``: ranks rejoining the new generation in place. Returns
-    the groups that would not die."""
-    if not gens:
-        return []
-    result = stop_ranks(
-        gens,
-        grace_s=0.0,
-        kill_wait_s=FENCE_KILL_WAIT_S,
-        reporter="local",
-        lock_timeout_s=FENCE_LOCK_WAIT_S,
-        keep_groups=keep,
-    )
-    for group in result.unkillable:
-        log.warning("fencing: %s", group.reason)
-    return result.unkillable
+def _fence_here(
+    opened: list[NodeAgent],
+    older: list[GenerationDir],
+    others: list[Path],
+    keep: frozenset[int] = frozenset(),
+) -> list[UnkillableGroup]:
+    """The machine-wide net behind each node's own fencing (:meth:`NodeAgent.fence_here`,
+    asked of the first node's agent: a job's nodes share one launcher). Returns the
+    groups of ``older`` that would not die."""
+    other_gens = [g for other in others for g in generations(other)]
+    return opened[0].fence_here(older, other_gens, keep, FENCE_KILL_WAIT_S, FENCE_LOCK_WAIT_S)
 
 
 def _fence_other_runs_remotely(opened: list[NodeAgent], others: list[Path], job_id: str) -> None:
-    """Earlier runs' ranks on remote nodes live in the nodes' own run directories:
+    """Earlier runs' ranks on nodes of their own live in the nodes' own run directories:
     stop them there too, with their zygotes (which would fork for nobody) and their
-    memory-tier snapshots. Raises :class:`LaunchUnreachable` for nodes that cannot be
-    reached (nothing has been started yet)."""
-    remote = [a for a in opened if a.node.launcher != "local"]
-    if not remote or not others:
+    memory-tier snapshots (:meth:`NodeAgent.fence_earlier_runs`). Raises
+    :class:`LaunchUnreachable` for nodes that cannot be reached (nothing has been
+    started yet)."""
+    if not others:
         return
-
-    def fence_on(agent: NodeAgent) -> str | None:
-        for other in others:
-            result = agent.stop(str(other), None, 0.0, FENCE_KILL_WAIT_S)
-            if not result.reachable:
-                return result.error or f"node {agent.node.name} is unreachable"
-            for group in result.unkillable:
-                log.warning("fencing: %s", group.reason)
-            legacy = other.name == job_id
-            memory = memory_checkpoint_dir(job_id, None if legacy else str(other))
-            try:
-                agent.end_run(str(other), [memory])
-            except NodeUnreachable as exc:
-                return str(exc)
-        return None
-
-    errors = {a.node.name: e for a, e in zip(remote, on_each(remote, fence_on), strict=True) if e}
+    earlier = {
+        str(other): [memory_checkpoint_dir(job_id, None if other.name == job_id else str(other))]
+        for other in others
+    }
+    outcomes = on_each(opened, lambda agent: agent.fence_earlier_runs(earlier, FENCE_KILL_WAIT_S))
+    errors = {a.node.name: e for a, e in zip(opened, outcomes, strict=True) if e}
     if errors:
         raise LaunchUnreachable(
             f"cannot reach {', '.join(errors)} to fence earlier runs: "
@@ -403,21 +380,9 @@ def _fence_other_runs_remotely(opened: list[NodeAgent], others: list[Path], job_
 
 
 def _master_port(spec: JobSpec, nodes: list[NodeSpec], generation: int) -> int:
-    if nodes[0].launcher == "local":
+    if nodes[0].transport.runs_here:
         return free_port(nodes[0].host)
     return derived_port(spec.job_id, generation)
-
-
-def _sweep_checkpoint_temps(checkpoint_dir: Path) -> None:
-    """A rank killed between writing a checkpoint file and renaming it (a manifest, a
-    shard) leaves its temporary file. Every older generation was just fenced and the
-    new one has not started, so no writer is alive: remove them before the ranks look.
-    Local nodes only: their checkpoint directory is on this machine."""
-    if not checkpoint_dir.is_dir():
-        return
-    for temp in checkpoint_dir.rglob(f"*{TEMP_SUFFIX}"):
-        with contextlib.suppress(OSError):
-            temp.unlink()
 
 
 def launch_generation(request: LaunchRequest) -> LaunchResult:
@@ -429,7 +394,7 @@ def launch_generation(request: LaunchRequest) -> LaunchResult:
         request.spec.command,
         workdir=request.spec.workdir,
         search_path=rank_search_path(request.spec.env.get("PATH")),
-        remote=nodes[0].launcher != "local",
+        remote=not nodes[0].transport.runs_here,
     )
     try:
         return _launch_generation(request)
@@ -568,8 +533,6 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
     root = Path(request.run_root) if request.run_root is not None else job_dir
     gen = GenerationDir.of(root, request.generation)
     gen.path.mkdir(parents=True, exist_ok=True)
-    # Slurm ranks run on compute nodes: their pid files are fenced by step, below.
-    on_slurm = nodes[0].launcher == "slurm"
     with generation_lock(gen), agents(NodeAccess.of(spec, nodes)) as opened:
         older = _older_generations(root, request.generation)
         others = _other_runs(job_dir, root)
@@ -602,9 +565,8 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
                 ]
                 refused += answer.refused
                 stuck += answer.unkillable
-        if not on_slurm:  # the machine-wide net behind each node's own fencing
-            stuck += _fence(older, keep=frozenset(r.pgid for r in carried))
-            _fence([g for other in others for g in generations(other)])
+        # The machine-wide net behind each node's own fencing (Slurm: by step, below).
+        stuck += _fence_here(opened, older, others, keep=frozenset(r.pgid for r in carried))
         if stuck:
             # Without rejoin the workflow's stop finds them and never launches (its
             # stuck_ranks); a carry replaces that stop, so it must refuse in its place.
@@ -616,13 +578,9 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
         done = read_json(gen.launch_file)
         if done is not None:
             return LaunchResult.model_validate({**done, "adopted": True})
-        if nodes[0].launcher == "local" and not carried:  # a survivor may still be writing
-            _sweep_checkpoint_temps(Path(spec.checkpoint_dir))
-        if nodes[0].launcher == "local" and resolve_program(spec) is None:
-            raise LaunchRefused(
-                f"command: cannot find program {spec.command[0]!r} (workdir {spec.workdir}); "
-                "fix the spec's command or PATH"
-            )
+        refusal = opened[0].prepare_launch(spec, carried=bool(carried))
+        if refusal is not None:
+            raise LaunchRefused(refusal)
         plan = _generation_plan(spec, nodes, gen)
         master_port = int(plan["master_port"])
         write_json_atomic(gen.control_file, initial_control_document(spec))
@@ -657,7 +615,7 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
         first_launch = all(g.generation == request.generation for g in generations(root))
         if first_launch:  # later launches of this run already fenced them
             _fence_other_runs_remotely(opened, others, spec.job_id)
-        if on_slurm and older and not carrying:
+        if older and not carrying:
             # A carry fenced every node already, the survivors excepted: this net's
             # stop, which keeps no group, would kill them after their rejoin request.
             _fence_older_steps(opened, root, request.generation)
@@ -714,7 +672,7 @@ def ranks_started_at(
     the rank helper. Only where the run directory is this machine's (local nodes);
     None elsewhere, or when a pid file does not say (the rank helper's own mark
     still fills the phase)."""
-    if not ranks or any(node.launcher != "local" for node in nodes):
+    if not ranks or not all(node.transport.runs_here for node in nodes):
         return None
     times: list[float] = []
     for rank in ranks:
@@ -888,7 +846,7 @@ async def launch(request: LaunchRequest) -> LaunchResult:
         raise ApplicationError(
             str(exc), *exc.nodes, type="NodeUnreachable", non_retryable=True
         ) from exc
-    if all(node.launcher == "local" for node in request.nodes or request.spec.nodes):
+    if all(node.transport.runs_here for node in request.nodes or request.spec.nodes):
         # Local ranks live on this machine: the job routes its machine-bound work here.
         result = result.model_copy(update={"host": this_host()})
     return result

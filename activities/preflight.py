@@ -75,7 +75,7 @@ def enforce_health_command(request: PreflightActivityRequest) -> None:
         health,
         workdir=request.workdir,
         search_path=os.environ.get("PATH"),
-        remote=any(node.launcher != "local" for node in request.access.nodes),
+        remote=not all(node.transport.runs_here for node in request.access.nodes),
     )
 
 

@@ -26,13 +26,11 @@ from activities.nodes.agent import (
     NodeStopResult,
     NodeUnreachable,
 )
-from activities.nodes.factory import agents, on_each
-from activities.nodes.local_agent import LocalAgent
+from activities.nodes.factory import agents, on_each, this_machine_agent
 from activities.nodes.rundir import runs
 from activities.nodes.shim_agent import ShimError
 from lazarus.domain.contracts import StopRequest, StopResult
 from lazarus.domain.memory_tier import memory_checkpoint_dir
-from lazarus.domain.spec import NodeSpec
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +62,7 @@ def stop_on_nodes(request: StopRequest) -> StopResult:
         if node.name in skipped
     ]
     if not nodes:
-        results.append(stop_one(LocalAgent(NodeSpec(), whole_machine=True)))
+        results.append(stop_one(this_machine_agent()))
     elif contacted:
         with agents(request.access.with_nodes(contacted)) as opened:
             results += on_each(opened, stop_one)

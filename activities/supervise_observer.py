@@ -451,7 +451,8 @@ class GenerationObserver:
             ranks=ranks,
             dead_since=dict(self._dead_since),
             nodes=nodes,
-            multi_node=len(self._agents) > 1 or any(a.node.launcher == "ssh" for a in self._agents),
+            multi_node=len(self._agents) > 1
+            or any(a.node.transport.own_host for a in self._agents),
             compute=self._compute.recent(now),
             progress_signal=signal,
             signal_seen_at=None if self._signal_seen is None else now - (mono - self._signal_seen),
@@ -548,7 +549,7 @@ class GenerationObserver:
             step = self._step_from_log(agent, rank)
             if step is not None:
                 _, progress_at = self._progressed(rank, f"log:{step}", now, mono)
-        if record.alive and record.pid is not None and agent.node.launcher == "local":
+        if record.alive and record.pid is not None and agent.runs_here:
             self._oom.watch(rank, record.pid)
         if record.exit is not None:
             # Its recorder spoke: a crash with an exit status, not a vanished rank. A
@@ -603,7 +604,7 @@ class GenerationObserver:
         """The kernel's OOM records for a SIGKILLed rank; None when its node's kernel
         is not visible from here (ranks on other machines)."""
         agent = self._agents[rank // self._request.nproc_per_node]
-        if agent.node.launcher != "local" or pid <= 0:
+        if not agent.runs_here or pid <= 0:
             return None
         return self._oom.evidence(rank, pid)
 

@@ -78,7 +78,7 @@ def host_task_queue(task_queue: str, host: str) -> str:
 def routes_by_host(spec: JobSpec) -> bool:
     """Only jobs of local nodes are tied to a machine; ssh and Slurm jobs never ask
     for the patch, so their commands stay exactly what they were."""
-    return all(node.launcher == "local" for node in (*spec.nodes, *spec.spares))
+    return all(node.transport.runs_here for node in (*spec.nodes, *spec.spares))
 
 
 def declared_host(spec: JobSpec) -> str | None:

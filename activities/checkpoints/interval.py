@@ -56,7 +56,7 @@ def write_interval(request: SetCheckpointIntervalRequest) -> list[str]:
     def write(agent: NodeAgent) -> str:
         # Local nodes share this machine's files: the file can be read and its request
         # kept. Elsewhere the workflow's knowledge (the request field) stands.
-        current = read_json(control) if agent.node.launcher == "local" else None
+        current = read_json(control) if agent.runs_here else None
         agent.write_file(str(control), json.dumps(interval_document(request, current)))
         return agent.node.name
 

@@ -197,7 +197,7 @@ def _node_side(agent: NodeAgent) -> dict[str, str]:
     only), on its ranks' PATH (an ssh node's own), with Lazarus's checkout on the
     PYTHONPATH of local nodes only."""
     node = agent.node
-    local = node.launcher == "local"
+    local = agent.runs_here
     return {
         "python": agent.node_python(),
         "search_path": rank_search_path(node.env.get("PATH"), node.launcher),

@@ -11,14 +11,18 @@ that runs its ranks (for the local agent, this machine).
 from __future__ import annotations
 
 import json
+import logging
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from activities.nodes.rundir import GenerationDir
 from lazarus.domain.contracts import UnkillableGroup
-from lazarus.domain.spec import NodeSpec
+from lazarus.domain.spec import JobSpec, NodeSpec
 from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence
+
+log = logging.getLogger(__name__)
 
 
 class _Record(BaseModel):
@@ -307,6 +311,12 @@ class NodeAgent(ABC):
         ``lazarus-rank``."""
         return self.node.node_python("python3")
 
+    @property
+    def runs_here(self) -> bool:
+        """The node is this machine (``local``: :mod:`lazarus.domain.transports`): its
+        ranks' pids, files, kernel and clock are the worker's own."""
+        return self.node.transport.runs_here
+
     @abstractmethod
     def start_ranks(self, gen_dir: str, ranks: list[RankLaunch]) -> list[StartedRank]:
         """Start each rank detached (setsid; never a child of the controller) unless its
@@ -373,6 +383,70 @@ class NodeAgent(ABC):
             refused=[f"rank {r}: {self.rejoin_unsupported}" for r in request.ranks],
             unkillable=stopped.unkillable,
         )
+
+    # --- Before a launch starts ranks --------------------------------------------------
+    # The launcher asks every node's agent alike (or, for what is this machine's, the
+    # first node's: a job's nodes share one launcher, the spec checks); each transport
+    # answers for its own nodes.
+
+    def fence_here(
+        self,
+        older: list[GenerationDir],
+        others: list[GenerationDir],
+        keep: frozenset[int],
+        kill_wait_s: float,
+        lock_timeout_s: float,
+    ) -> list[UnkillableGroup]:
+        """The launch's net behind the workflow's own ``stop``, before anything starts:
+        whatever this machine's run directory says still runs of the run's ``older``
+        generations (but the groups ``keep``: survivors carried in place) and of the
+        job's ``others`` runs is killed, start ticks checked. Returns the groups of
+        ``older`` that would not die (those of other runs are only logged). Asked of
+        one node's agent per launch: the run directory read is this machine's.
+
+        This default fences nothing here: nodes whose ranks run in a scheduler's steps
+        fence by step instead (:meth:`fence_older_generations`). The local agent and
+        the shim's (ssh nodes: their run directory holds no pid files here unless a
+        node shares the controller's filesystem) run
+        :func:`activities.nodes.local_agent.fence_this_machine`."""
+        return []
+
+    def fence_earlier_runs(self, runs: dict[str, list[str]], kill_wait_s: float) -> str | None:
+        """The job's earlier runs (run root -> its memory-tier directories) on this
+        node: their ranks stopped, their zygotes (which would fork for nobody) ended and
+        their memory tier removed, before the first launch of a new run. Returns why
+        the node could not be reached, or None. This default reaches the node through
+        :meth:`stop` and :meth:`end_run` (a node of its own, whose run directory is
+        its own); the local agent's are this machine's, which :meth:`fence_here` and
+        the launcher's zygote sweep have fenced already."""
+        for run_root, memory_dirs in runs.items():
+            result = self.stop(run_root, None, 0.0, kill_wait_s)
+            if not result.reachable:
+                return result.error or f"node {self.node.name} is unreachable"
+            for group in result.unkillable:
+                log.warning("fencing: %s", group.reason)
+            try:
+                self.end_run(run_root, memory_dirs)
+            except NodeUnreachable as exc:
+                return str(exc)
+        return None
+
+    def fence_older_generations(
+        self, run_root: str, generation: int, kill_wait_s: float
+    ) -> NodeStopResult | None:
+        """A launch of ``generation`` that carries no survivors: the run's older
+        generations fenced on this node, where :meth:`fence_here` cannot (their pid
+        files mean nothing on this machine). None: nothing to do here, :meth:`fence_here`
+        did it (this default). Slurm nodes cancel the older steps they took part in."""
+        return None
+
+    def prepare_launch(self, spec: JobSpec, carried: bool) -> str | None:
+        """Before the first rank of a launch starts, once per launch (asked of the
+        first node's agent): what the node's side needs, or why the launch must be
+        refused (its command's program cannot be found). ``carried``: survivors were
+        carried in place, and may still be writing. This default does nothing: a node
+        of its own finds the program when it starts a rank."""
+        return None
 
     @abstractmethod
     def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:

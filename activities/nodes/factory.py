@@ -35,6 +35,12 @@ def substituted_agents(source: AgentSource) -> Iterator[None]:
         _substitutes.remove(source)
 
 
+def this_machine_agent() -> NodeAgent:
+    """Every rank of this machine's run directories, whichever logical node launched
+    it: a stop that names no nodes."""
+    return LocalAgent(NodeSpec(), whole_machine=True)
+
+
 def agent_for(node: NodeSpec, ssh: SSHSpec, slurm: SlurmSpec | None = None) -> NodeAgent:
     """``slurm`` is the job's allocation: Slurm nodes need it to start a step, run a
     preflight or reach node-local state (polling, stopping and logs work without)."""

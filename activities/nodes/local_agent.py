@@ -4,6 +4,7 @@ Python rank wrapper and watched through /proc and the run directory directly."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -41,6 +42,7 @@ from activities.nodes.rundir import (
     runs,
     write_json_atomic,
 )
+from activities.nodes.search_path import resolve_program
 from activities.nodes.secret_env import without_worker_secrets
 from activities.nodes.warm import stop_run_zygotes, warm_start_ranks
 from lazarus.domain import chaos_points
@@ -53,9 +55,11 @@ from lazarus.domain.checkpoint_layout import (
 )
 from lazarus.domain.contracts import UnkillableGroup
 from lazarus.domain.memory_tier import MEMORY_ROOT, on_node, private_root
-from lazarus.domain.spec import NodeSpec
+from lazarus.domain.spec import JobSpec, NodeSpec
 from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence, gather
 from lazarus.rank.memory import secure
+
+log = logging.getLogger(__name__)
 
 RESTORE_START_S = 15.0
 """Beyond a restore's own bound: the interpreter's start on a loaded node."""
@@ -211,6 +215,35 @@ class LocalAgent(NodeAgent):
     def carry_survivors(self, request: CarryRequest) -> CarryResult:
         return carry_here(request)
 
+    def fence_here(
+        self,
+        older: list[GenerationDir],
+        others: list[GenerationDir],
+        keep: frozenset[int],
+        kill_wait_s: float,
+        lock_timeout_s: float,
+    ) -> list[UnkillableGroup]:
+        return fence_this_machine(older, others, keep, kill_wait_s, lock_timeout_s)
+
+    def fence_earlier_runs(self, runs: dict[str, list[str]], kill_wait_s: float) -> str | None:
+        """Nothing more: earlier runs here are this machine's, fenced by
+        :meth:`fence_here` and their zygotes by the launcher."""
+        return None
+
+    def prepare_launch(self, spec: JobSpec, carried: bool) -> str | None:
+        """The run's checkpoint directory is this machine's: a rank killed between
+        writing a file and renaming it left its temporary file, removed now (unless
+        survivors were carried: one may still be writing); and the command's program
+        must be found here."""
+        if not carried:
+            sweep_checkpoint_temps(Path(spec.checkpoint_dir))
+        if resolve_program(spec) is None:
+            return (
+                f"command: cannot find program {spec.command[0]!r} (workdir {spec.workdir}); "
+                "fix the spec's command or PATH"
+            )
+        return None
+
     def end_run(self, run_root: str, memory_dirs: list[str]) -> None:
         nodes = None if self.whole_machine else [self.node.name]
         for root in [Path(run_root), *runs(run_root)]:
@@ -275,6 +308,18 @@ class LocalAgent(NodeAgent):
     def hang_evidence(self, gen_dir: str, targets: list[EvidenceTarget]) -> HangEvidence:
         """Read here, in the worker: the ranks are this machine's processes."""
         return gather(Path(gen_dir), targets, "the worker")
+
+
+def sweep_checkpoint_temps(checkpoint_dir: Path) -> None:
+    """A rank killed between writing a checkpoint file and renaming it (a manifest, a
+    shard) leaves its temporary file. Every older generation was just fenced and the
+    new one has not started, so no writer is alive: remove them before the ranks look.
+    Local nodes only: their checkpoint directory is on this machine."""
+    if not checkpoint_dir.is_dir():
+        return
+    for temp in checkpoint_dir.rglob(f"*{TEMP_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            temp.unlink()
 
 
 def local_memory_snapshots(root: Path) -> list[MemorySnapshot]:
@@ -398,6 +443,38 @@ def stop_ranks(
             for pgid, pids in sorted(survivors.items())
         ],
     )
+
+
+def fence_this_machine(
+    older: list[GenerationDir],
+    others: list[GenerationDir],
+    keep: frozenset[int],
+    kill_wait_s: float,
+    lock_timeout_s: float,
+) -> list[UnkillableGroup]:
+    """:meth:`NodeAgent.fence_here` on this machine's run directory: every rank of
+    ``older`` but the groups ``keep``, and every rank of ``others``, stopped with no
+    grace (start ticks checked). Returns the groups of ``older`` that would not die;
+    those of other runs are logged."""
+
+    def fence(gens: list[GenerationDir], spared: frozenset[int]) -> list[UnkillableGroup]:
+        if not gens:
+            return []
+        result = stop_ranks(
+            gens,
+            grace_s=0.0,
+            kill_wait_s=kill_wait_s,
+            reporter="local",
+            lock_timeout_s=lock_timeout_s,
+            keep_groups=spared,
+        )
+        for group in result.unkillable:
+            log.warning("fencing: %s", group.reason)
+        return result.unkillable
+
+    stuck = fence(older, keep)
+    fence(others, frozenset())
+    return stuck
 
 
 def carry_here(request: CarryRequest) -> CarryResult:

@@ -69,6 +69,8 @@ from activities.nodes.agent import (
 )
 from activities.nodes.code_root import RANK_HELPER_INSTALL
 from activities.nodes.gpu_health import gpu_problems, parse_gpu_health
+from activities.nodes.local_agent import fence_this_machine
+from activities.nodes.rundir import GenerationDir
 from activities.nodes.warm import (
     CLAIM_WAIT_S,
     FIRST_START_WAIT_S,
@@ -556,6 +558,18 @@ class ShimAgent(NodeAgent):
             observed_at=time.time(),
             round_trip_s=reply.round_trip_s,
         )
+
+    def fence_here(
+        self,
+        older: list[GenerationDir],
+        others: list[GenerationDir],
+        keep: frozenset[int],
+        kill_wait_s: float,
+        lock_timeout_s: float,
+    ) -> list[UnkillableGroup]:
+        """This machine's net too: the node fences its own run directory when it
+        carries survivors or stops, but a node may share the controller's filesystem."""
+        return fence_this_machine(older, others, keep, kill_wait_s, lock_timeout_s)
 
     def stop(
         self,

@@ -560,7 +560,26 @@ class SlurmAgent(SlurmWarm):
                 missing.add(key)
         return missing
 
-    # --- stop -------------------------------------------------------------------------
+    # --- fencing and stop ---------------------------------------------------------------
+
+    def fence_here(
+        self,
+        older: list[GenerationDir],
+        others: list[GenerationDir],
+        keep: frozenset[int],
+        kill_wait_s: float,
+        lock_timeout_s: float,
+    ) -> list[UnkillableGroup]:
+        """Nothing on this machine: the ranks run on compute nodes, so the pids in the
+        run directory's files mean nothing here (:meth:`fence_older_generations`)."""
+        return []
+
+    def fence_older_generations(
+        self, run_root: str, generation: int, kill_wait_s: float
+    ) -> NodeStopResult | None:
+        """An older generation's ranks run on compute nodes: the steps this node took
+        part in are cancelled instead (a step is whole: the first node ends it for all)."""
+        return self.stop(run_root, generation, 0.0, kill_wait_s)
 
     def stop(
         self,

@@ -216,7 +216,7 @@ def start(
     if (
         check_nodes
         and not dry_run
-        and any(n.launcher == "ssh" for n in (*spec.nodes, *spec.spares))
+        and any(n.transport.own_host for n in (*spec.nodes, *spec.spares))
     ):
         problems = cli_start_checks.unusable_nodes(spec_file, spec, console())
         if problems:

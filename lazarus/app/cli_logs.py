@@ -87,7 +87,7 @@ class RankLog:
 
     @property
     def local(self) -> bool:
-        return self.node_spec is None or self.node_spec.launcher == "local"
+        return self.node_spec is None or self.node_spec.transport.runs_here
 
     @property
     def generation(self) -> int:
@@ -252,7 +252,7 @@ class Reader:
     def _read_on(
         self, log: RankLog, node: str, node_spec: NodeSpec | None, offset: int, max_bytes: int
     ) -> Chunk:
-        if node_spec is None or node_spec.launcher == "local":
+        if node_spec is None or node_spec.transport.runs_here:
             try:
                 return _read_file(log.path, offset, max_bytes)
             except OSError as exc:

@@ -33,6 +33,7 @@ from lazarus.domain.job_view import (
     StragglerRecord,
 )
 from lazarus.domain.spec import JobSpec
+from lazarus.domain.transports import transport
 
 PHASE_STYLES: dict[str, str] = {
     Phase.PENDING: "cyan",
@@ -269,7 +270,7 @@ def render_dry_run(plan: StartPlan) -> RenderableType:
         ranks,
         shared,
     ]
-    local = any(node.launcher == "local" for node in plan.nodes)
+    local = any(transport(node.launcher).runs_here for node in plan.nodes)
     if spec.env_from_file is not None:
         parts.append(
             Text(

@@ -107,7 +107,7 @@ class FleetConfig(_Strict):
         if twice:
             raise ValueError(f"nodes/spares: node names must be unique; repeated: {twice}")
         launchers = {n.launcher for n in (*self.nodes, *self.spares)}
-        if "slurm" in launchers:
+        if any(n.transport.scheduled for n in (*self.nodes, *self.spares)):
             raise ValueError("nodes/spares: a fleet holds local or ssh nodes, not slurm ones")
         if len(launchers) > 1:
             raise ValueError("nodes/spares: all nodes must use the same launcher")

@@ -360,7 +360,7 @@ class JobSpec(_Strict):
         rank runs in the zygote's step, which lives as long as the run."""
         if self.rejoin is None or not self.rejoin.enabled:
             return self
-        if self.nodes[0].launcher == "slurm" and self.warm is None:
+        if self.nodes[0].transport.scheduled and self.warm is None:
             raise ValueError(
                 "rejoin: on Slurm nodes a survivor must be a rank forked from its node's "
                 "zygote, which needs warm_start: a cold rank runs in its generation's job "
@@ -397,7 +397,7 @@ class JobSpec(_Strict):
             if self.min_nodes is not None and self.min_nodes > wanted:
                 raise ValueError(f"min_nodes: {self.min_nodes} is more than slurm.nodes {wanted}")
             return self
-        slurm_nodes = every[0].launcher == "slurm"
+        slurm_nodes = every[0].transport.scheduled
         if slurm_nodes and self.slurm is None:
             raise ValueError(
                 "slurm: nodes use launcher slurm but the job names no allocation; "
@@ -613,7 +613,7 @@ def checks_workdir_here(spec: JobSpec) -> bool:
     return (
         spec.fleet is None
         and spec.slurm is None
-        and all(node.launcher == "local" for node in (*spec.nodes, *spec.spares))
+        and all(node.transport.runs_here for node in (*spec.nodes, *spec.spares))
     )
 
 

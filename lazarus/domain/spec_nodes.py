@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from lazarus.domain.compact_form import CompactForm
 from lazarus.domain.spec_base import _Strict
+from lazarus.domain.transports import Transport, transport
 
 
 class NodeSpec(CompactForm, _Strict):
@@ -54,6 +55,12 @@ class NodeSpec(CompactForm, _Strict):
     def node_python(self, default: str) -> str:
         """The interpreter for this node's node-side work (``python``, else ``default``)."""
         return self.python or default
+
+    @property
+    def transport(self) -> Transport:
+        """What its launcher is (:mod:`lazarus.domain.transports`): code outside the
+        node layer asks this, never the launcher's name."""
+        return transport(self.launcher)
 
 
 def python_problem(value: str | None) -> str | None:

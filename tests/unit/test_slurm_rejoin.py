@@ -151,7 +151,12 @@ def test_slurm_that_cannot_be_asked_carries_nothing(tmp_path: Path) -> None:
 
 class Recorded:
     """A node agent whose every call is recorded in one shared list (the launch's
-    order), carrying rank 0 on n1 and forking the others."""
+    order), carrying rank 0 on n1 and forking the others. Its fencing before a launch
+    is the Slurm agent's own, over the recorded :meth:`stop`."""
+
+    fence_here = SlurmAgent.fence_here
+    fence_older_generations = SlurmAgent.fence_older_generations
+    prepare_launch = SlurmAgent.prepare_launch
 
     def __init__(self, node: NodeSpec, calls: list[str]) -> None:
         self.node = node
