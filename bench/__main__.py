@@ -58,6 +58,18 @@ from bench.systems import DEFAULT_PRELOAD, SLURM_SYSTEMS, SOAK_SYSTEMS, SYSTEMS,
 from lazarus.app.simulate import cli as simulate
 
 PROG = "python -m bench"
+COST_COMMANDS: dict[str, Any] = {
+    "checkpoints": checkpoint_bench,
+    "scale": scale,
+    "state-costs": state_costs,
+    "slurm-calls": slurm_calls,
+    "replica-cost": replica_cost,
+    "replica-push-cost": replica_push_cost,
+    "snapshot-cost": snapshot_cost,
+    "state-scale": state_scale,
+}
+"""The cost commands, each a module with ``add_command(commands)`` (its parser, named
+as here) and ``run(args)``: they share :mod:`bench.costs`, not the scenario harness."""
 
 
 def _names(text: str, known: Sequence[str], what: str) -> list[str]:
@@ -247,15 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the tables of a saved recovery/compare/soak/overhead JSON again",
     )
     show.add_argument("json_file", type=Path)
-    checkpoint_bench.add_command(commands)
-    scale.add_command(commands)
     simulate.add_command(commands)
-    state_costs.add_command(commands)
-    slurm_calls.add_command(commands)
-    replica_cost.add_command(commands)
-    replica_push_cost.add_command(commands)
-    snapshot_cost.add_command(commands)
-    state_scale.add_command(commands)
+    for module in COST_COMMANDS.values():
+        module.add_command(commands)
     return parser
 
 
@@ -331,24 +337,10 @@ def tables(run: BenchRun, stats: report.Summary, benchmark: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "checkpoints":
-        return checkpoint_bench.run(args)
-    if args.command == "scale":
-        return scale.run(args)
+    if args.command in COST_COMMANDS:
+        return int(COST_COMMANDS[args.command].run(args))
     if args.command == "simulate":  # an alias: the simulator is lazarus simulate
         return simulate.run(args, f"{PROG} simulate", Path("bench/results"))
-    if args.command == "state-costs":
-        return state_costs.run(args)
-    if args.command == "state-scale":
-        return state_scale.run(args)
-    if args.command == "slurm-calls":
-        return slurm_calls.run(args)
-    if args.command == "replica-cost":
-        return replica_cost.run(args)
-    if args.command == "replica-push-cost":
-        return replica_push_cost.run(args)
-    if args.command == "snapshot-cost":
-        return snapshot_cost.run(args)
     if args.command == "compare-report":
         try:
             saved, data = report.load(args.json_file)

@@ -29,21 +29,13 @@ from temporalio.service import RPCError
 
 from activities.nodes.rundir import GenerationDir
 from activities.stop import stop_generations
-from bench.jobs import (
-    EXAMPLE,
-    WORLD_SIZE,
-    JobControl,
-    JobPaths,
-    JobShape,
-    build_spec,
-    run_reference,
-    weights_match,
-)
+from bench.jobs import EXAMPLE, WORLD_SIZE, JobControl, JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor, StepTrace, count_history_events, max_logged_step
 from bench.metrics import Value
 from bench.systems import DEFAULT_PRELOAD, LAZARUS_SETUPS, LazarusSetup, Measured, Reference, System
 from bench.torchrun import Rendezvous, TorchrunJob, TorchrunSetup
 from infra import chaos
+from infra.reference_run import run_reference, weights_match
 from lazarus.app.lifecycle import StartStop
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.contracts import StopRequest

@@ -1,17 +1,12 @@
-"""The job every benchmark runs: the example DDP script, its spec, and its reference weights.
+"""The job every benchmark runs: the example DDP script, its shape, spec and control.
 
-The example is deterministic (see ``examples/train_ddp.py``), so a job that
-survived any number of faults must end with exactly the weights of one plain
-fault-free run; :func:`run_reference` makes that run once per benchmark, without
-Lazarus, and :func:`weights_match` compares with ``torch.equal``.
+Its reference weights (one plain fault-free run, compared bit for bit) are
+:mod:`infra.reference_run`'s, which the tests use too.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,18 +14,12 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
+from infra.reference_run import EXAMPLE as EXAMPLE
+from infra.reference_run import REPO as REPO
+from infra.reference_run import WORLD_SIZE as WORLD_SIZE
 from lazarus.app.client import JobClient, JobHandle
-from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec, parse_spec
 from workflows.state import JobInput, JobStatus
-
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "train_ddp.py"
-WORLD_SIZE = 2
-REFERENCE_ATTEMPT_S = 600.0
-"""One try of the reference run; then another port (:class:`ReferenceStalled`).
-Generous: on a saturated 2-core machine (load 30) four reference ranks got 3% of a
-core each and 120 steps did not finish in 300 s."""
 
 
 @dataclass(frozen=True)
@@ -173,106 +162,6 @@ def build_spec(
         **(extra or {}),
     }
     return parse_spec(data, "<bench>").resolved(paths.root)
-
-
-REFERENCE_PORT_TRIES = 3
-"""A free port is free when asked, not when rank 0 binds it: another process on a busy
-machine (a parallel test, a dev server) may take it in between (EADDRINUSE)."""
-
-
-def run_reference(workdir: Path, steps: int, world_size: int = WORLD_SIZE) -> Path:
-    """Run the example straight through with plain processes (no Lazarus, no sleeps)
-    and return its final weights: what every benchmark job must end with. A port
-    taken between :func:`free_port` and rank 0's bind is retried on another port."""
-    for attempt in range(REFERENCE_PORT_TRIES):
-        try:
-            return _run_reference_once(workdir, steps, world_size)
-        except (PortTaken, ReferenceStalled):
-            if attempt == REFERENCE_PORT_TRIES - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
-class PortTaken(RuntimeError):
-    """Rank 0 of the reference run could not bind its rendezvous port."""
-
-
-class ReferenceStalled(RuntimeError):
-    """The reference run did not finish in :data:`REFERENCE_ATTEMPT_S`. On a busy
-    machine the usual cause is the port race of :class:`PortTaken` seen from the other
-    side: another process took the port first, so rank 1 waits on a rendezvous that
-    is not ours. Another port is the cure; waiting longer is not."""
-
-
-def _run_reference_once(workdir: Path, steps: int, world_size: int) -> Path:
-    workdir.mkdir(parents=True, exist_ok=True)
-    out = workdir / "model.pt"
-    port = free_port()
-    procs: list[subprocess.Popen[bytes]] = []
-    for rank in range(world_size):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
-        env.update(
-            {
-                "RANK": str(rank),
-                "LOCAL_RANK": str(rank),
-                "WORLD_SIZE": str(world_size),
-                "LOCAL_WORLD_SIZE": str(world_size),
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(port),
-                "PYTHONPATH": str(REPO),
-            }
-        )
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    str(EXAMPLE),
-                    "--steps",
-                    str(steps),
-                    "--step-time",
-                    "0",
-                    "--out",
-                    str(out),
-                    "--checkpoint-dir",
-                    str(workdir / "checkpoints"),
-                ],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-        )
-    deadline = time.monotonic() + REFERENCE_ATTEMPT_S
-    try:
-        for proc in procs:
-            try:
-                _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired as exc:
-                raise ReferenceStalled(
-                    f"reference run on port {port}: no end after {REFERENCE_ATTEMPT_S:.0f} s"
-                ) from exc
-            if proc.returncode != 0:
-                text = err.decode()[-2000:]
-                if "EADDRINUSE" in text:
-                    raise PortTaken(f"reference run: port {port} was taken: {text}")
-                raise RuntimeError(f"reference run failed: {text}")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return out
-
-
-def weights_match(actual: Path, expected: Path) -> bool:
-    """True when both state dicts hold the same tensors, bit for bit."""
-    import torch
-
-    if not actual.is_file():
-        return False
-    got = torch.load(actual, map_location="cpu")
-    want = torch.load(expected, map_location="cpu")
-    return bool(got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want))
 
 
 class JobControl:

@@ -79,7 +79,8 @@ def _first(incidents: list[Incident]) -> Incident | None:
     return incidents[0] if incidents else None
 
 
-def _since(start: float | None, end: float | None) -> float | None:
+def since(start: float | None, end: float | None) -> float | None:
+    """Seconds from ``start`` to ``end``; None when either is unknown."""
     return end - start if start is not None and end is not None else None
 
 
@@ -102,10 +103,10 @@ def _lazarus_phases(
     first = trace.first_of_later_generation(incident.generation, fault_at)
     loaded = incident.timeline.checkpoint_loaded_at if incident.timeline else None
     return {
-        "stopped_after_s": _since(fault_at, incident.stopped_at),
-        "relaunched_after_s": _since(fault_at, incident.relaunched_at),
-        "relaunch_to_first_step_s": _since(incident.relaunched_at, first.t if first else None),
-        "state_loaded_outside_s": _since(fault_at, loaded),
+        "stopped_after_s": since(fault_at, incident.stopped_at),
+        "relaunched_after_s": since(fault_at, incident.relaunched_at),
+        "relaunch_to_first_step_s": since(incident.relaunched_at, first.t if first else None),
+        "state_loaded_outside_s": since(fault_at, loaded),
     }
 
 
@@ -212,7 +213,7 @@ def torchrun_recovery(run: TorchrunRun, fault_at: float, generation: int) -> dic
         "detected": detected is not None,
         "detection_from_injection_s": (detected - fault_at) if detected is not None else None,
         **recovery_metrics(trace, fault_at, generation, None, resumed),
-        "relaunch_to_first_step_s": _since(relaunched, first.t if first else None),
+        "relaunch_to_first_step_s": since(relaunched, first.t if first else None),
         **phase_metrics(timeline),
     }
 
@@ -548,7 +549,7 @@ async def _pause_lazarus(ctx: BenchContext, repeat: int, label: str, hold_s: flo
         "resumed_from_step": lost["resumed_from_step"],
         "jit_checkpoint_ok": stop is not None and stop.checkpoint_step is not None,
         "jit_checkpoint_s": stop.checkpoint_s if stop else None,
-        "signal_to_checkpoint_s": _since(asked_at, committed_at),
+        "signal_to_checkpoint_s": since(asked_at, committed_at),
     }
     return Measured(metrics, details)
 

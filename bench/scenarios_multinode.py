@@ -17,7 +17,7 @@ from bench.harness import RANK_ENV, BenchContext, Metric, SpecBuilder
 from bench.jobs import JobPaths, build_spec
 from bench.measure import workflow_steps
 from bench.registry import runs, scenario
-from bench.scenarios import phase_metrics
+from bench.scenarios import phase_metrics, since
 from bench.systems import REJOIN_TIMEOUT_S, Measured
 from infra import chaos
 from infra.testhosts import TestHosts
@@ -285,20 +285,16 @@ async def run_node_loss(ctx: BenchContext, repeat: int, layout: Layout, rejoin: 
             else None
         ),
         # The recovery's phases, by the controller (incident) and from the run directory.
-        "stopped_after_kill_s": _since(killed_at, incident.stopped_at if incident else None),
-        "relaunched_after_kill_s": _since(killed_at, incident.relaunched_at if incident else None),
-        "stopped_after_kill_outside_s": _since(killed_at, stopped_at),
-        "launched_after_kill_outside_s": _since(killed_at, launched_at),
+        "stopped_after_kill_s": since(killed_at, incident.stopped_at if incident else None),
+        "relaunched_after_kill_s": since(killed_at, incident.relaunched_at if incident else None),
+        "stopped_after_kill_outside_s": since(killed_at, stopped_at),
+        "launched_after_kill_outside_s": since(killed_at, launched_at),
         **outside,
         "steps_lost": incident.steps_lost if incident else None,
         "resumed_from_step": incident.resumed_from_step if incident else None,
         **phase_metrics(incident.timeline if incident else None),
     }
     return outcome
-
-
-def _since(start: float, at: float | None) -> float | None:
-    return at - start if at is not None else None
 
 
 def _stopped_at(gen: GenerationDir) -> float | None:

@@ -34,12 +34,13 @@ from typing import Any
 
 from activities.nodes.rundir import GenerationDir, read_json
 from bench.harness import RANK_ENV, BenchContext, Metric
-from bench.jobs import JobPaths, build_spec, weights_match
+from bench.jobs import JobPaths, build_spec
 from bench.measure import max_logged_step, workflow_steps
 from bench.registry import runs, scenario
-from bench.scenarios import phase_metrics
+from bench.scenarios import phase_metrics, since
 from bench.systems import Measured, System
 from infra import chaos
+from infra.reference_run import weights_match
 from infra.slurm import TestSlurm, unavailable_reason
 from lazarus.domain.ports import free_port
 from lazarus.domain.recovery_timeline import RecoveryTimeline, latest_marks
@@ -117,13 +118,6 @@ def slurm_settings(cluster: TestSlurm) -> dict[str, str]:
     return found
 
 
-def _environ(pid: int) -> dict[str, str]:
-    with contextlib.suppress(OSError):
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-        return dict(e.partition("=")[::2] for e in raw.decode(errors="replace").split("\0") if e)
-    return {}
-
-
 def _stat(pid: int) -> tuple[str, int] | None:
     """(command name, parent pid) of ``pid``."""
     with contextlib.suppress(OSError):
@@ -133,46 +127,12 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return None
 
 
-def _pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
-def kill_node(cluster: TestSlurm, job_id: int, node: str) -> tuple[float, list[int]]:
-    """The node dies, as ``tests/slurm/test_slurm_e2e.py`` kills it: its slurmd, and
-    every process of Slurm job ``job_id``'s steps there (each task, its
-    ``slurmstepd``, everything under them), SIGKILLed. The tasks are found by their
-    environment (``SLURM_JOB_ID``, ``SLURMD_NODENAME``: the nodes share this host).
-    Returns when (wall clock, before the first kill) and the pids killed."""
-    tasks = [
-        pid
-        for pid in _pids()
-        if (env := _environ(pid)).get("SLURM_JOB_ID") == str(job_id)
-        and env.get("SLURMD_NODENAME") == node
-    ]
-    victims = set(tasks)
-    for pid in tasks:
-        stat = _stat(pid)
-        if stat is not None and stat[0] == "slurmstepd":
-            continue
-        parent = _stat(stat[1]) if stat is not None else None
-        if stat is not None and parent is not None and parent[0] == "slurmstepd":
-            victims.add(stat[1])
-    parents = {pid: s[1] for pid in _pids() if (s := _stat(pid)) is not None}
-    grew = True
-    while grew:  # every descendant of a victim (the rank under a Lazarus task)
-        more = {pid for pid, parent in parents.items() if parent in victims} - victims
-        victims |= more
-        grew = bool(more)
+def kill_node(cluster: TestSlurm, node: str) -> tuple[float, list[int]]:
+    """The node dies, as the Slurm tests kill it (:meth:`TestSlurm.kill_node`): its
+    slurmd and every process of its steps, SIGKILLed. Returns when (wall clock, before
+    the first kill) and the pids killed."""
     at = time.time()
-    cluster.kill_slurmd(node)
-    for pid in sorted(victims):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return at, sorted(victims)
-
-
-def _since(start: float, at: float | None) -> float | None:
-    return None if at is None else at - start
+    return at, cluster.kill_node(node)
 
 
 # --------------------------------------------------------------------------- node loss
@@ -261,7 +221,7 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
             gen = GenerationDir.of(chaos.run_root_of(job.run_root), generation)
             record = read_json(gen.pid_file(VICTIM_RANK)) or {}
             victim = str(record.get("slurm_node", "n2"))
-            killed_at, pids = await asyncio.to_thread(kill_node, cluster, allocation, victim)
+            killed_at, pids = await asyncio.to_thread(kill_node, cluster, victim)
             watch = _Watch(killed_at)
             watcher = asyncio.ensure_future(_watch_node(cluster, victim, watch))
             try:
@@ -286,12 +246,12 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
         "detected": incident is not None,
         "detection_s": incident.detection_s if incident else None,
         "detection_from_kill_s": (incident.detected_at - killed_at) if incident else None,
-        "node_not_responding_after_kill_s": _since(killed_at, watch.not_responding_at),
-        "node_down_after_kill_s": _since(killed_at, watch.node_down_at),
-        "stopped_after_kill_s": _since(killed_at, incident.stopped_at if incident else None),
-        "relaunched_after_kill_s": _since(killed_at, incident.relaunched_at if incident else None),
+        "node_not_responding_after_kill_s": since(killed_at, watch.not_responding_at),
+        "node_down_after_kill_s": since(killed_at, watch.node_down_at),
+        "stopped_after_kill_s": since(killed_at, incident.stopped_at if incident else None),
+        "relaunched_after_kill_s": since(killed_at, incident.relaunched_at if incident else None),
         "recovered": bool(incident and incident.first_step_at),
-        "recovery_from_kill_s": _since(killed_at, incident.first_step_at if incident else None),
+        "recovery_from_kill_s": since(killed_at, incident.first_step_at if incident else None),
         "steps_lost": (
             logged - incident.resumed_from_step
             if incident is not None and logged is not None and incident.resumed_from_step
@@ -481,7 +441,7 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
         fields = await asyncio.to_thread(_job_fields, cluster, job_id)
         nodes = cluster.command("scontrol", "show", "hostnames", fields.get("NodeList", ""))
         victim = nodes.stdout.split()[VICTIM_RANK]
-        killed_at, pids = await asyncio.to_thread(kill_node, cluster, job_id, victim)
+        killed_at, pids = await asyncio.to_thread(kill_node, cluster, victim)
         watch = _Watch(killed_at)
         first_step_at: float | None = None
         marks: dict[str, float] = {}
@@ -517,7 +477,7 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
     if not recovered:
         note = (
             f"Slurm ended the job ({watch.end_state}) "
-            f"{_fmt(_since(killed_at, watch.ended_at))} after the kill, no requeue"
+            f"{_fmt(since(killed_at, watch.ended_at))} after the kill, no requeue"
             if watch.ended_at is not None
             else f"no step of a requeued job within {REQUEUE_WAIT_S:.0f} s of the kill"
         )
@@ -526,20 +486,20 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
             "fault_step": fault_step,
             "slurmd_timeout_s": float(slurm.get("SlurmdTimeout", "nan").split()[0]),
             "detected": watch.not_responding_at is not None,
-            "detection_from_kill_s": _since(killed_at, watch.not_responding_at),
-            "node_not_responding_after_kill_s": _since(killed_at, watch.not_responding_at),
-            "node_down_after_kill_s": _since(killed_at, watch.node_down_at),
-            "job_left_running_after_kill_s": _since(killed_at, watch.left_running_at),
-            "requeued_after_kill_s": _since(killed_at, watch.requeued_at),
-            "running_again_after_kill_s": _since(killed_at, watch.running_again_at),
+            "detection_from_kill_s": since(killed_at, watch.not_responding_at),
+            "node_not_responding_after_kill_s": since(killed_at, watch.not_responding_at),
+            "node_down_after_kill_s": since(killed_at, watch.node_down_at),
+            "job_left_running_after_kill_s": since(killed_at, watch.left_running_at),
+            "requeued_after_kill_s": since(killed_at, watch.requeued_at),
+            "running_again_after_kill_s": since(killed_at, watch.running_again_at),
             "recovered": recovered,
-            "recovery_from_kill_s": _since(killed_at, first_step_at),
-            "ended_after_kill_s": _since(killed_at, watch.ended_at),
+            "recovery_from_kill_s": since(killed_at, first_step_at),
+            "ended_after_kill_s": since(killed_at, watch.ended_at),
             "steps_lost": logged - resumed if logged is not None and resumed is not None else None,
             "resumed_from_step": resumed,
             "completed": completed,
             "weights_ok": weights_ok,
-            "launch_to_end_s": _since(launched_at, watch.ended_at),
+            "launch_to_end_s": since(launched_at, watch.ended_at),
             **phase_metrics(timeline),
         },
         details={

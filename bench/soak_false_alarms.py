@@ -43,7 +43,6 @@ from lazarus.domain.spec import JobSpec, parse_spec
 from workflows.state import Phase
 
 Variant = Literal["helper", "plain"]
-VARIANTS: tuple[Variant, ...] = ("helper", "plain")
 JOB = Path(__file__).resolve().parent / "false_alarm_job.py"
 PROGRESS_REGEX = r"step (\d+)"
 STEP_TIME_S = 0.1

@@ -316,7 +316,7 @@ class TorchrunJob:
                 with self._lock:
                     if any(r.pid == pid for r in self.ranks):
                         continue
-                env = _environ(pid)
+                env = process_environ(pid)
                 stat = read_stat(pid)
                 if env is None or stat is None or "RANK" not in env:
                     continue  # not exec'ed yet: next poll
@@ -434,7 +434,8 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _environ(pid: int) -> dict[str, str] | None:
+def process_environ(pid: int) -> dict[str, str] | None:
+    """``/proc/PID/environ`` as a dict; None once the process is gone."""
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:

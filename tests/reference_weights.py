@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from bench.jobs import WORLD_SIZE, run_reference
+from infra.reference_run import WORLD_SIZE, run_reference
 
 
 def shared_reference(
@@ -19,7 +19,7 @@ def shared_reference(
     Lazarus), run once per test session however many xdist workers ask. Each
     reference costs a few CPU-seconds of torch that every worker used to repeat, and
     every extra run was one more chance at the rendezvous port race
-    (:class:`bench.jobs.ReferenceStalled`)."""
+    (:class:`infra.reference_run.ReferenceStalled`)."""
     return shared_once(
         tmp_path_factory,
         f"reference-{world_size}x{steps}",

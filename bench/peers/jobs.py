@@ -32,6 +32,7 @@ from bench.torchrun import (
     RESUMED_LINE,
     TorchrunJob,
     _children,
+    process_environ,
 )
 
 NVRX_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ \[(INFO|WARNING|ERROR)\]")
@@ -333,14 +334,6 @@ class MemberJob:
 
 
 def _env_rank(pid: int) -> int | None:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    for item in raw.split(b"\0"):
-        if item.startswith(b"RANK="):
-            try:
-                return int(item[5:])
-            except ValueError:
-                return None
-    return None
+    """The ``RANK`` a process was started with, if any."""
+    rank = (process_environ(pid) or {}).get("RANK", "")
+    return int(rank) if rank.isdigit() else None

@@ -71,19 +71,6 @@ def require(dist: str) -> None:
         raise RuntimeError(f"{dist} is not installed: {INSTALL_HINT}")
 
 
-def missing_peers() -> dict[str, str]:
-    """The peer systems that cannot run here, and why (not installed)."""
-    missing: dict[str, str] = {}
-    for system, dist in (
-        ("nvrx", NVRX_DIST),
-        ("nvrx_inprocess", NVRX_DIST),
-        ("torchft", TORCHFT_DIST),
-    ):
-        if version(dist) is None:
-            missing[system] = f"{dist} is not installed: {INSTALL_HINT}"
-    return missing
-
-
 # --------------------------------------------------------------------------- nvrx
 
 

@@ -342,6 +342,35 @@ class TestSlurm(StartStop):
             os.kill(daemon.process.pid, signal.SIGKILL)
         daemon.process.wait(timeout=STOP_TIMEOUT_S)
 
+    def kill_node(self, node: str) -> list[int]:
+        """``node`` dies: its slurmd and every process of its steps, SIGKILLed; returns
+        the pids killed besides slurmd. The steps' processes are those whose environment
+        names this node (``SLURMD_NODENAME``, which forks inherit: a warm node's zygote
+        and the ranks forked from it) of this cluster (``SLURM_CONF``: a private
+        cluster's nodes have the session cluster's names; the nodes share this host),
+        their ``slurmstepd`` and everything under them (a rank under a Lazarus task)."""
+        marks = {f"SLURMD_NODENAME={node}".encode(), f"SLURM_CONF={self.conf}".encode()}
+        parents: dict[int, int] = {}
+        victims: set[int] = set()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, ValueError):
+                    stat = (entry / "stat").read_text()
+                    parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+                    if marks <= set((entry / "environ").read_bytes().split(b"\0")):
+                        victims.add(int(entry.name))
+        for pid in list(victims):
+            with contextlib.suppress(OSError, KeyError):
+                if Path(f"/proc/{parents[pid]}/comm").read_text().startswith("slurmstepd"):
+                    victims.add(parents[pid])
+        while more := {p for p, parent in parents.items() if parent in victims} - victims:
+            victims |= more  # every descendant of a victim
+        self.kill_slurmd(node)
+        for pid in sorted(victims):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return sorted(victims)
+
     def mount_namespace(self, node: str) -> str | None:
         """``node``'s mount namespace (``mnt:[inode]``) while its slurmd runs, else None."""
         daemon = self._slurmd.get(node)

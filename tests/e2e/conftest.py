@@ -26,8 +26,8 @@ from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from activities.stop import stop_generations
-from bench.jobs import weights_match
 from infra import chaos
+from infra.reference_run import weights_match
 from lazarus.app.devserver import DevServer
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.api import QUERY_STATUS, WORKFLOW_TYPE, workflow_id_for

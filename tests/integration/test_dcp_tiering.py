@@ -25,7 +25,7 @@ from activities.checkpoints import (
     search_verified,
     verify_checkpoint,
 )
-from bench.jobs import weights_match
+from infra.reference_run import weights_match
 from lazarus.domain.checkpoint_layout import COMMIT_MARKER, MANIFEST
 from lazarus.domain.contracts import (
     CheckpointRef,

@@ -27,8 +27,8 @@ from activities.checkpoints.find import search_verified
 from activities.launcher import launch_generation, run_memory_dir
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.stop import stop_generations
-from bench.jobs import run_reference, weights_match
 from infra import chaos
+from infra.reference_run import run_reference, weights_match
 from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest, LaunchRequest, StopRequest
 from lazarus.domain.memory_tier import MEMORY_ROOT, node_memory_dir, on_node

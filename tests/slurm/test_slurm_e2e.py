@@ -24,12 +24,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import GenerationDir, generations, read_json, runs
 from activities.nodes.slurm_agent import SlurmAgent
 from activities.nodes.slurm_commands import job_steps
-from bench.jobs import weights_match
 from infra import chaos
+from infra.reference_run import weights_match
 from infra.slurm import TestSlurm
 from lazarus.app.devserver import DevServer
 from lazarus.app.local_stack import LocalStack
@@ -155,28 +154,9 @@ def kill_node(cluster: TestSlurm, gen: GenerationDir, rank: int, node: str) -> f
 
 
 def kill_node_processes(cluster: TestSlurm, node: str) -> None:
-    """A node of ``cluster`` dies: its slurmd, and every process of its steps (tasks,
-    a warm node's zygote and the ranks forked from it, their slurmstepd), all
-    SIGKILLed. The steps' processes are those whose environment names this node
-    (``SLURMD_NODENAME``, which forks inherit) of this cluster (``SLURM_CONF``: a
-    private cluster's nodes have the session cluster's names)."""
-    cluster.kill_slurmd(node)
-    marks = {f"SLURMD_NODENAME={node}".encode(), f"SLURM_CONF={cluster.conf}".encode()}
-    tasks = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if marks <= set((entry / "environ").read_bytes().split(b"\0")):
-                    tasks.append(int(entry.name))
-    assert tasks, f"no process of a step on {node}"
-    stepds = set()
-    for stat in map(read_stat, tasks):
-        with contextlib.suppress(OSError):
-            if stat and Path(f"/proc/{stat.ppid}/comm").read_text().startswith("slurmstepd"):
-                stepds.add(stat.ppid)
-    for pid in [*stepds, *tasks]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    """A node of ``cluster`` dies (:meth:`infra.slurm.TestSlurm.kill_node`): its
+    slurmd and every process of its steps."""
+    assert cluster.kill_node(node), f"no process of a step on {node}"
 
 
 def assert_weights(job: Job, reference: Path) -> None:

@@ -4,18 +4,18 @@
   under ``docs/`` names is there: ``bench/results/`` is not committed
   (``.gitignore``), so a cited file must be added with ``git add -f``.
 - Every ``python -m bench <command>`` they cite is a command of ``python -m bench``
-  (read from the source: ``bench/__main__.py`` and each module whose
-  ``add_command`` it calls), and ``lazarus simulate``, the simulator's verb, exists.
+  (its parser's subcommands), and ``lazarus simulate``, the simulator's verb, exists.
 """
 
 from __future__ import annotations
 
-import ast
+import argparse
 import re
 from pathlib import Path
 
 import typer
 
+from bench.__main__ import COST_COMMANDS, build_parser
 from lazarus.app.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,47 +36,18 @@ def cited(pattern: re.Pattern[str]) -> dict[str, list[str]]:
     return found
 
 
-def _add_parser_names(tree: ast.AST) -> set[str]:
-    return {
-        node.args[0].value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "add_parser"
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-        and isinstance(node.args[0].value, str)
-    }
-
-
 def bench_commands() -> set[str]:
-    """The subcommands ``bench/__main__.py`` registers, from its source."""
-    main = ast.parse((REPO / "bench" / "__main__.py").read_text())
-    modules: dict[str, Path] = {}
-    for node in ast.walk(main):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            for alias in node.names:
-                base = REPO.joinpath(*node.module.split("."))
-                path = base / f"{alias.name}.py"
-                modules[alias.asname or alias.name] = (
-                    path if path.exists() else base / "__init__.py"
-                )
-    names = _add_parser_names(main)
-    for node in ast.walk(main):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "add_command"
-            and isinstance(node.func.value, ast.Name)
-        ):
-            module = modules[node.func.value.id]
-            names |= _add_parser_names(ast.parse(module.read_text()))
-    return names
+    """The subcommands of ``python -m bench``, from its parser."""
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(commands.choices)
 
 
 def test_the_walk_finds_the_commands() -> None:
-    """Guards the guard: the commands the docs lean on most are found."""
+    """Guards the guard: the commands the docs lean on most are found, and every cost
+    command's parser has the name its dispatch table gives it."""
     assert {"compare", "recovery", "simulate", "checkpoints", "state-scale"} <= bench_commands()
+    assert set(COST_COMMANDS) <= bench_commands()
 
 
 def test_every_cited_bench_command_exists() -> None:
