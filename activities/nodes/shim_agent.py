@@ -797,8 +797,7 @@ class ShimAgent(NodeAgent):
             said = next((str(r["error"]) for r in records if "error" in r), None)
             said = said or " | ".join(noise[-3:]) or f"exit {reply.exit_code}, no output"
             return HangEvidence(stacks=[f"rank stacks on {where}: not read ({said})"[:400]])
-        if evidence.dump_dir:
-            evidence.dump_dir += f" on {where}"
+        evidence.node = self.node.name
         return evidence
 
 

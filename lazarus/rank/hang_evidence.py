@@ -71,7 +71,10 @@ class HangEvidence:
     dumps: dict[int, Dump] = field(default_factory=dict)
     """The flight recorder of each rank that was asked (compacted)."""
     dump_dir: str = ""
-    """Where the dumps are, for the reader (``... on node NAME`` for another machine)."""
+    """Where the dumps are, on the node that answered."""
+    node: str = ""
+    """That node's name when it is another machine (set by its agent, not sent): the
+    reader is told where the directory is."""
     nccl: list[str] = field(default_factory=list)
     """The NCCL watchdog's own dumps, named."""
 
@@ -148,10 +151,24 @@ def evidence_lines(parts: Iterable[HangEvidence]) -> list[str]:
     for part in parts:
         dumps.update(part.dumps)
     if any(dump is not None for dump in dumps.values()):
-        where = "; ".join(dict.fromkeys(p.dump_dir for p in parts if p.dumps and p.dump_dir))
-        lines += fr.summarize(dumps, where)
+        lines += fr.summarize(dumps, _where([p for p in parts if p.dumps and p.dump_dir]))
     lines += [line for part in parts for line in part.nccl]
     return lines
+
+
+def _where(parts: list[HangEvidence]) -> str:
+    """``DIR``, ``DIR on node h2`` or ``DIR on nodes h2, h1``: one directory path per
+    run, on each node that holds some of the dumps."""
+    nodes: dict[str, list[str]] = {}
+    for part in parts:
+        nodes.setdefault(part.dump_dir, [])
+        if part.node:
+            nodes[part.dump_dir].append(part.node)
+    said = []
+    for path, names in nodes.items():
+        on = f" on node{'s' if len(names) > 1 else ''} {', '.join(names)}" if names else ""
+        said.append(path + on)
+    return "; ".join(said)
 
 
 def request_dumps(

@@ -62,12 +62,14 @@ def test_two_nodes_make_one_summary_the_culprits_node_first() -> None:
     h2 = HangEvidence(
         stacks=["rank 2 (pid 7, stopped) stack, innermost first: ..."],
         dumps={2: None, 3: compact(_dump(5))},
-        dump_dir="/r/gen-1/flight-recorder on node h2",
+        dump_dir="/r/gen-1/flight-recorder",
+        node="h2",
     )
     h1 = HangEvidence(
         stacks=["rank 0 (pid 5) stack, innermost first: ..."],
         dumps={0: compact(_dump(5, 6)), 1: compact(_dump(5, 6))},
-        dump_dir="/r/gen-1/flight-recorder on node h1",
+        dump_dir="/r/gen-1/flight-recorder",
+        node="h1",
         nccl=["NCCL flight recorder dumps (watchdog timeout) in /r/gen-1: nccl-trace-rank-0"],
     )
     lines = evidence_lines([h2, h1])
@@ -75,8 +77,7 @@ def test_two_nodes_make_one_summary_the_culprits_node_first() -> None:
     assert lines[2] == (
         "flight recorder, group default_pg: gloo:all_reduce #6 [[4]] entered by ranks 0, 1; "
         "never joined by rank 3 (last #5); no dump from rank 2 (stopped, or stuck outside "
-        "Python) (dumps in /r/gen-1/flight-recorder on node h2; "
-        "/r/gen-1/flight-recorder on node h1)"
+        "Python) (dumps in /r/gen-1/flight-recorder on nodes h2, h1)"
     )
     assert lines[3].startswith("NCCL flight recorder dumps")
     # Nobody answered: no summary (a script without the helper's process group).
