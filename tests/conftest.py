@@ -8,11 +8,12 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from activities.checkpoints.replica_key import KEY_FILE_ENV
-from activities.nodes.ssh_files import SSH_DIRS_ENV
+from activities.nodes.ssh.files import SSH_DIRS_ENV
 from lazarus.app.devserver import DevServer
 
 # The worker's replica key (activities.checkpoints.replica_key): one of the test
@@ -24,7 +25,7 @@ atexit.register(shutil.rmtree, _KEY_DIR, ignore_errors=True)
 
 # The SSH files of the test hosts (infra/testhosts.py) and of tests' own specs live
 # under the temporary directory: the workers this process starts allow it beside
-# ~/.ssh (activities.nodes.ssh_files; a worker allows ~/.ssh alone by default).
+# ~/.ssh (activities.nodes.ssh.files; a worker allows ~/.ssh alone by default).
 os.environ.setdefault(SSH_DIRS_ENV, os.pathsep.join(["~/.ssh", tempfile.gettempdir()]))
 
 
@@ -61,3 +62,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return LONGEST_FIRST.index(folder) if folder in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=folder_rank)
+
+
+@pytest.fixture
+def worker_here(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The CLI's calls to a worker (start's checks, the checkpoint verbs: issue 40,
+    part 2) answered in this process by the worker's own functions, each request and
+    answer through JSON as Temporal carries them; no server, and no job is ever started
+    (``JobClient.start`` fails the test). Returns the requests. The same calls through
+    a real worker: tests/workflow/test_cli_client.py."""
+    from activities.checkpoints.reports import listing, verification
+    from activities.start_checks import check_start
+    from lazarus.app import cli
+    from lazarus.app.client import JobClient
+    from lazarus.domain.worker_calls import WorkerCall, WorkerReply
+
+    requests: list[object] = []
+
+    async def connect(settings: object, timeout_s: float = 5.0) -> object:
+        return None
+
+    async def call(self: JobClient, request: Any, what: str) -> Any:
+        request = WorkerCall.model_validate_json(WorkerCall(request=request).model_dump_json())
+        requests.append(request.request)
+        answer = {
+            "start_checks": check_start,
+            "list_checkpoints": listing,
+            "verify_checkpoints": verification,
+        }[request.request.kind](request.request)
+        return WorkerReply.model_validate_json(WorkerReply(answer=answer).model_dump_json()).answer
+
+    async def free(self: JobClient, name: str) -> None:
+        return None
+
+    async def never(self: JobClient, what: object) -> object:
+        raise AssertionError("worker_here starts no job")
+
+    monkeypatch.setattr(cli, "connect", connect)
+    monkeypatch.setattr(JobClient, "_call_worker", call)
+    monkeypatch.setattr(JobClient, "ensure_not_running", free)
+    monkeypatch.setattr(JobClient, "start", never)
+    return requests

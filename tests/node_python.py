@@ -17,7 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lazarus.app.client import StartPlan
+from activities.start_checks import check_start
+from lazarus.app.client import StartPlan, plan_start
+from lazarus.domain.spec import JobSpec
+from lazarus.domain.worker_calls import StartCheckRequest
 
 REPO = Path(__file__).resolve().parents[1]
 PIP_INSTALL = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
@@ -91,6 +94,14 @@ def rank_only_python(work: Path) -> Path:
     )
     assert check.stdout.strip() == "True", check.stdout + check.stderr
     return python
+
+
+def worker_plan(spec: JobSpec) -> StartPlan:
+    """What ``start --dry-run`` shows for ``spec``: the worker's plan
+    (``activities/start_checks.py``), made here as the worker makes it."""
+    checked = check_start(StartCheckRequest(spec=spec, spec_file="<test>", dry_run=True))
+    assert not checked.problems, checked.problems
+    return plan_start(spec, checked=checked)
 
 
 def assert_launch_matches_dry_run(

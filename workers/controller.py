@@ -31,6 +31,10 @@ from activities.checkpoints import (
 )
 from activities.checkpoints.interval import set_checkpoint_interval
 from activities.checkpoints.just_in_time import checkpoint_now
+from activities.checkpoints.reports import (
+    list_checkpoints_for_client,
+    verify_checkpoints_for_client,
+)
 from activities.checkpoints.rollback import roll_back_checkpoint
 from activities.checkpoints.watch import watch_checkpoints
 from activities.escalation import run_escalation_hook
@@ -48,6 +52,7 @@ from activities.slurm_allocation import (
     grow_allocation,
     submit_allocation,
 )
+from activities.start_checks import start_checks
 from activities.stop import stop
 from activities.supervise import supervise
 from activities.worker_settings import (
@@ -66,6 +71,7 @@ from workers.versioning import WorkerDeployment
 from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
 from workflows.routing import host_task_queue
+from workflows.worker_call import WorkerCallWorkflow
 
 log = logging.getLogger("lazarus.worker")
 
@@ -91,7 +97,14 @@ ACTIVITIES: Sequence[Any] = (
     fleet_release,
     fleet_hand_back,
 )
-WORKFLOWS: Sequence[type] = (JobWorkflow, FleetWorkflow)
+CLIENT_CALLS: Sequence[Any] = (
+    start_checks,
+    list_checkpoints_for_client,
+    verify_checkpoints_for_client,
+)
+"""What a client's call workflow runs (``activity_refs.WORKER_CALLS``): start's checks
+and the checkpoint verbs, on the worker, never in the CLI."""
+WORKFLOWS: Sequence[type] = (JobWorkflow, FleetWorkflow, WorkerCallWorkflow)
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:
@@ -122,7 +135,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
-        activities=list(ACTIVITIES),
+        activities=[*ACTIVITIES, *CLIENT_CALLS],
         max_concurrent_activities=256,
         deployment_config=deployment.config() if deployment else None,
     )
@@ -137,7 +150,7 @@ def build_host_worker(
     return Worker(
         client,
         task_queue=host_task_queue(task_queue, this_host()),
-        activities=list(ACTIVITIES),
+        activities=[*ACTIVITIES, *CLIENT_CALLS],
         max_concurrent_activities=256,
         deployment_config=deployment.config() if deployment else None,
     )

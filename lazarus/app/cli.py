@@ -3,9 +3,10 @@
 This is the app floor, and presentation only: everything that talks to Temporal
 goes through :class:`lazarus.app.client.JobClient` (the supported Python API), and this
 module turns its results into rich tables or ``--json`` and its errors into exit
-codes. It imports the activities (checkpoint listing and verification, the resume
-plan, node preflight), the worker only for ``lazarus worker``, and the workflow's
-models (:mod:`workflows.state`), never workflow code itself.
+codes. It runs no activity code (issue 40, part 2): start's checks, ``--fresh``, the
+resume notice, a dry run's plan and the checkpoint verbs are typed calls to a worker
+(:meth:`~lazarus.app.client.JobClient.check_start` and its siblings); it imports the
+worker room only for ``lazarus worker``, which runs one.
 Failures a person can fix (a bad spec, no server, a job name that does not
 exist) end in one line on stderr and a non-zero exit code, never a traceback.
 """
@@ -25,7 +26,7 @@ import yaml
 from rich.text import Text
 
 from lazarus.app import cli_render as render
-from lazarus.app import cli_start_checks, cli_wait
+from lazarus.app import cli_wait
 from lazarus.app.cli_output import console, plain, say
 from lazarus.app.cli_wait import ThroughOperatorOption, TimeoutOption
 from lazarus.app.client import (
@@ -35,7 +36,6 @@ from lazarus.app.client import (
     JobNotFound,
     StatusUnavailable,
     plan_start,
-    start_problems,
 )
 from lazarus.app.devserver import (
     DEFAULT_PORT,
@@ -56,6 +56,7 @@ from lazarus.domain.checkpoint_views import ResumePlan
 from lazarus.domain.job_view import Incident, JobStatus, Phase
 from lazarus.domain.spec import JobSpec, SpecError, load_spec
 from lazarus.domain.version import __version__
+from lazarus.domain.worker_calls import StartCheckResult
 
 T = TypeVar("T")
 
@@ -170,15 +171,20 @@ def start(
         str | None, typer.Option(help="Run under this name instead of the spec's.")
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Show the plan; start nothing, contact nothing.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Show the plan, as the worker that would launch it makes it; start "
+            "nothing, move nothing, contact no node.",
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     check_nodes: Annotated[
         bool,
         typer.Option(
             "--check-nodes/--no-check-nodes",
-            help="Check the nodes first: every ssh node is reached (host key, identity, "
-            "interpreter); on local nodes the command's program must exist.",
+            help="Check the nodes first, on the worker: every ssh node is reached (host "
+            "key, identity, interpreter); on local nodes the command's program must exist.",
         ),
     ] = True,
     fresh: Annotated[
@@ -203,39 +209,38 @@ def start(
 
     Says first whether the job will resume from an existing checkpoint (its step,
     the job that wrote it, and when), so a leftover never passes for progress."""
-    from activities.checkpoints.resume_plan import FreshRefused, start_fresh
     from lazarus.app import cli_checkpoints
 
     try:
         spec = load_spec(spec_file, name_override=name)
+        plan_start(spec)  # the job's name, checked here (no server needed)
     except SpecError as exc:
         _fail("\n".join(exc.lines), code=2)
-    missing = cli_start_checks.missing_local_program(spec) if check_nodes else None
-    if missing is not None:
-        _fail(f"{spec_file}: {missing}", code=2)
-    if (
-        check_nodes
-        and not dry_run
-        and any(n.transport.own_host for n in (*spec.nodes, *spec.spares))
-    ):
-        problems = cli_start_checks.unusable_nodes(spec_file, spec, console())
-        if problems:
-            _fail("\n".join(problems), code=2)
-    if spec.slurm is not None and not dry_run:
-        problems = start_problems(spec)  # submit mode: sbatch --test-only, nothing submitted
-        if problems:
-            _fail("\n".join(f"{spec_file}: {p}" for p in problems), code=2)
     if not wait and (timeout is not None or through_operator):
         _fail("--timeout and --through-operator go with --wait", code=2)
     if wait and dry_run:
         _fail("--wait starts the job; --dry-run starts nothing: give one of them", code=2)
     settings = _settings(ctx)
     workflow_id = workflow_id_for(spec.name)
+
+    async def check(jobs: JobClient) -> StartCheckResult:
+        """The checks on a worker (activities/start_checks.py): the CLI runs none."""
+        if not dry_run:  # --fresh must not pull a running job's checkpoints from under it
+            await jobs.ensure_not_running(spec.name)
+        with console().status("checking on the worker ..."):
+            return await jobs.check_start(
+                spec,
+                spec_file=str(spec_file),
+                check_nodes=check_nodes,
+                fresh=fresh,
+                dry_run=dry_run,
+            )
+
     if dry_run:
-        resume = None if fresh else _resume_plan(spec)
-        plan = plan_start(
-            spec, settings.task_queue, resume=cli_checkpoints.resume_ref(resume, spec)
-        )
+        checked = _with_client(ctx, check)
+        _refuse_on(checked)
+        resume = checked.resume
+        plan = plan_start(spec, settings.task_queue, checked)
         if as_json:
             _print_json(
                 {
@@ -254,28 +259,19 @@ def start(
                     say(line)
         return
     said: list[str] = []
-    plan_holder: list[ResumePlan | None] = []
+    resumes: list[ResumePlan | None] = []
 
-    async def before_start(jobs: JobClient) -> None:
-        """--fresh and the resume notice, once the name is known to be free: moving a
-        running job's checkpoints aside would pull them from under it."""
-        await jobs.ensure_not_running(spec.name)
+    async def action(jobs: JobClient) -> str:
+        checked = await check(jobs)
+        _refuse_on(checked)
         if fresh:
-            try:
-                moved = await asyncio.to_thread(start_fresh, spec)
-            except FreshRefused as exc:
-                raise Refusal(str(exc)) from None
-            said.extend(cli_checkpoints.set_aside_lines(moved))
-        plan = await asyncio.to_thread(_resume_plan, spec)
-        plan_holder.append(plan)
-        if plan is not None:
-            said.extend(cli_checkpoints.resume_lines(plan, spec.name))
+            said.extend(cli_checkpoints.set_aside_lines(checked.set_aside))
+        if checked.resume is not None:
+            said.extend(cli_checkpoints.resume_lines(checked.resume, spec.name))
+        resumes.append(checked.resume)
         if not as_json:
             for line in said:
                 say(line)
-
-    async def action(jobs: JobClient) -> str:
-        await before_start(jobs)
         handle = await jobs.start(spec)
         if spec.slurm is not None and spec.slurm.submits:
             await _follow_first_submit(jobs, handle, as_json)
@@ -288,7 +284,7 @@ def start(
         "workflow_id": workflow_id,
         "run_id": run_id,
         "ui": url,
-        "resume_from": cli_checkpoints.resume_json(plan_holder[0] if plan_holder else None),
+        "resume_from": cli_checkpoints.resume_json(resumes[0] if resumes else None),
         "checkpoint_dir": spec.checkpoint_dir,
         "notes": said,
     }
@@ -324,16 +320,18 @@ async def _follow_first_submit(jobs: JobClient, handle: JobHandle, as_json: bool
         raise Refusal(f"job {handle.job} failed: {reason or 'see lazarus status'}")
 
 
-def _resume_plan(spec: JobSpec) -> ResumePlan | None:
-    """The resume point as this machine sees it; None if it cannot look (the
-    notice is advice: it never stops a start)."""
-    from activities.checkpoints.resume_plan import plan_resume
-
-    try:
-        return plan_resume(spec)
-    except (OSError, ValueError) as exc:
-        say(f"note: cannot inspect {spec.checkpoint_dir} for a resume point: {exc}")
-        return None
+def _refuse_on(checked: StartCheckResult) -> None:
+    """What the worker's checks found: bad input ends the start with exit code 2 (one
+    line per problem, naming the spec file and field), a --fresh that cannot keep its
+    promise with 1; warnings and an unreadable checkpoint directory are said."""
+    for warning in checked.warnings:
+        say(warning)
+    if checked.problems:
+        _fail("\n".join(checked.problems), code=2)
+    if checked.refusal is not None:
+        _fail(checked.refusal)
+    if checked.resume_unreadable is not None:
+        say(f"note: {checked.resume_unreadable}")
 
 
 @app.command()
@@ -748,6 +746,7 @@ def _dash(value: object) -> str:
 
 @app.command()
 def verify(
+    ctx: typer.Context,
     target: Annotated[
         str,
         typer.Argument(
@@ -768,32 +767,23 @@ def verify(
         int | None, typer.Option(help="Also require the manifest's world size to be this.")
     ] = None,
 ) -> None:
-    """Check checkpoints against their manifest: marker, sizes, sha256. Offline.
+    """Check checkpoints against their manifest: marker, sizes, sha256. A worker reads
+    them (as the job's restore would: its filesystem, its store credentials).
 
     Exits 0 when every checkpoint is good, 1 when one is corrupt (problems
     listed), 2 when it could not check (no such path, no checkpoint, store
     unreachable)."""
-    from activities.checkpoints.storage import CheckpointInputError, locate, store_errors
-    from activities.checkpoints.verify import verify_in_store
     from lazarus.app import cli_checkpoints
 
-    try:
-        store, name = locate(target, endpoint_url=endpoint_url)
-        if name is not None and not store.exists(name):
-            raise CheckpointInputError(f"{target}: no such checkpoint")
-        names = [name] if name is not None else [n for _, n in reversed(store.steps())]
-        if not names:
-            raise CheckpointInputError(f"{target}: no checkpoints (step-NNNNNNNN) under it")
-        results = [
-            verify_in_store(
-                store, n, "sizes" if sizes_only else "hashes", expected_world_size=world_size
-            )
-            for n in names
-        ]
-    except CheckpointInputError as exc:
-        _fail(str(exc), code=2)
-    except store_errors() as exc:
-        _fail(f"{target}: cannot read the store: {exc}", code=2)
+    found = _with_client(
+        ctx,
+        lambda jobs: jobs.verify_checkpoints(
+            target, endpoint_url=endpoint_url, sizes_only=sizes_only, world_size=world_size
+        ),
+    )
+    if found.input_error is not None or found.store_error is not None:
+        _fail(found.input_error or found.store_error or "", code=2)
+    results = found.results
     if as_json:
         _print_json(cli_checkpoints.verification_json(results))
     else:
@@ -809,11 +799,10 @@ def checkpoints(
         str | None, typer.Argument(help="Job name (its directories come from its status).")
     ] = None,
     directory: Annotated[
-        str | None, typer.Option("--dir", help="List this checkpoint directory (no server).")
+        str | None,
+        typer.Option("--dir", help="List this checkpoint directory (as the worker sees it)."),
     ] = None,
-    uri: Annotated[
-        str | None, typer.Option("--uri", help="List this durable store (no server).")
-    ] = None,
+    uri: Annotated[str | None, typer.Option("--uri", help="List this durable store.")] = None,
     endpoint_url: Annotated[
         str | None, typer.Option(help="S3-compatible endpoint (or env AWS_ENDPOINT_URL).")
     ] = None,
@@ -822,13 +811,12 @@ def checkpoints(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """A job's checkpoints: step, time, size, verified locally, durable."""
-    from activities.checkpoints.listing import list_checkpoints
-    from activities.checkpoints.storage import CheckpointInputError, store_errors
+    """A job's checkpoints: step, time, size, verified locally, durable. A worker reads
+    them (its filesystem, its store credentials)."""
     from lazarus.app import cli_checkpoints
 
     if job is None and directory is None and uri is None:
-        _fail("give a JOB, or --dir PATH and/or --uri URI to list without a server", code=2)
+        _fail("give a JOB, or --dir PATH and/or --uri URI to list a directory or store", code=2)
     if job is not None:
 
         async def action(jobs: JobClient) -> tuple[str, str | None]:
@@ -843,12 +831,15 @@ def checkpoints(
         found_dir, found_uri = _with_client(ctx, action)
         directory = directory or found_dir
         uri = uri or found_uri
-    try:
-        rows = list_checkpoints(directory, uri, endpoint_url=endpoint_url, hashes=hashes)
-    except CheckpointInputError as exc:
-        _fail(str(exc), code=2)
-    except store_errors() as exc:
-        _fail(f"{uri}: cannot read the durable store: {exc}", code=2)
+    listed = _with_client(
+        ctx,
+        lambda jobs: jobs.list_checkpoints(
+            directory, uri, endpoint_url=endpoint_url, hashes=hashes
+        ),
+    )
+    if listed.input_error is not None or listed.store_error is not None:
+        _fail(listed.input_error or listed.store_error or "", code=2)
+    rows = listed.rows
     if as_json:
         _print_json(cli_checkpoints.checkpoints_json(rows))
     elif not rows:

@@ -7,7 +7,6 @@ a module of its own so the checkpoint commands stay out of the job views.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -15,8 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lazarus.domain.checkpoint_views import CheckpointListing, ResumePlan, SetAside
-from lazarus.domain.contracts import CheckpointRef, CheckpointVerification
-from lazarus.domain.spec import JobSpec
+from lazarus.domain.contracts import CheckpointVerification
 
 _DASH = "—"
 
@@ -158,14 +156,3 @@ def set_aside_lines(moved: list[SetAside]) -> list[str]:
         f"aside to {m.moved_to} (kept, not deleted)"
         for m in moved
     ]
-
-
-def resume_ref(plan: ResumePlan | None, spec: JobSpec) -> CheckpointRef | None:
-    """The checkpoint the first launch would be told to resume from: a durable one is
-    restored first, under the same name in the checkpoint directory."""
-    if plan is None or plan.step is None or plan.path is None:
-        return None
-    if plan.location == "durable":
-        name = plan.path.rstrip("/").rsplit("/", 1)[-1]
-        return CheckpointRef(step=plan.step, path=str(Path(spec.checkpoint_dir) / name))
-    return CheckpointRef(step=plan.step, path=plan.path)

@@ -14,17 +14,19 @@ line meant for them (the CLI prints it as is); a server that cannot be reached i
 :class:`~lazarus.app.settings.ServerUnreachable`, exactly as :func:`~lazarus.app.settings.connect`
 raises it. No :class:`temporalio.service.RPCError` escapes a ``JobClient`` call.
 
-This is the app floor: it may import the activities, for the launcher's own
-:func:`~activities.launcher.rank_environment` in a dry run, and the
-allocation facade (:mod:`activities.nodes.allocation`) for the checks a
-start makes before anything starts (:func:`start_problems`).
+It imports no activity (issue 40, part 2: "the CLI is a client"): what needs the
+nodes, the checkpoint store or the worker's environment (start's checks, ``--fresh``,
+the resume point, a dry run's node and rank plan, listing and verifying checkpoints)
+is a typed call to a worker (:meth:`JobClient.check_start`,
+:meth:`JobClient.list_checkpoints`, :meth:`JobClient.verify_checkpoints`), run as the
+short workflow :class:`workflows.worker_call.WorkerCallWorkflow`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -71,6 +73,7 @@ from lazarus.app.client_errors import (
 from lazarus.app.client_errors import (
     NotAJob as NotAJob,
 )
+from lazarus.app.client_errors import NoWorker as NoWorker
 from lazarus.app.client_errors import (
     RequestRejected as RequestRejected,
 )
@@ -80,16 +83,10 @@ from lazarus.app.client_errors import (
 from lazarus.app.client_errors import (
     TemporalRefused as TemporalRefused,
 )
-from lazarus.app.dry_run import (
-    NodePlan,
-    node_plans,
-    planned_nodes,
-    remote_placeholders,
-    submit_argv,
-)
+from lazarus.app.client_errors import WorkerCallFailed as WorkerCallFailed
 from lazarus.app.outcome import Outcome, outcome_of
 from lazarus.app.settings import ConnectionSettings, ServerUnreachable, connect
-from lazarus.domain import environment as env_names
+from lazarus.app.worker_client import WorkerCalls
 from lazarus.domain.activity_refs import SUBMIT_ALLOCATION
 from lazarus.domain.api import (
     DEFAULT_TASK_QUEUE,
@@ -106,11 +103,14 @@ from lazarus.domain.api import (
     job_name_from,
     workflow_id_for,
 )
-from lazarus.domain.contracts import CheckpointRef, SupervisionProgress
+from lazarus.domain.contracts import SupervisionProgress
 from lazarus.domain.job_view import ForceRecover, Incident, JobStatus, NodeRequest, Phase
-from lazarus.domain.run_layout import GenerationDir, job_root
 from lazarus.domain.spec import JobSpec, SpecError
 from lazarus.domain.spec_base import job_name_problem
+from lazarus.domain.worker_calls import (
+    NodePlan,
+    StartCheckResult,
+)
 from workflows.current_details import start_details, start_summary
 from workflows.state import JobInput
 
@@ -126,6 +126,7 @@ __all__ = [
     "JobRef",
     "JobRow",
     "MissingSearchAttributes",
+    "NoWorker",
     "NotAJob",
     "RequestRejected",
     "ServerUnreachable",
@@ -134,9 +135,8 @@ __all__ = [
     "StatusView",
     "TemporalRefused",
     "WaitResult",
+    "WorkerCallFailed",
     "plan_start",
-    "rank_environment_plan",
-    "start_problems",
 ]
 
 SUPERVISE_ACTIVITY = "supervise"
@@ -149,31 +149,6 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 PAUSABLE = (Phase.PENDING, Phase.LAUNCHING, Phase.RUNNING, Phase.RECOVERING)
 """The phases a pause is sent in; anywhere else the job would only record it as ignored."""
 RESUMABLE = (Phase.PAUSED, Phase.NEEDS_OPERATOR)
-
-# Dry-run placeholders: what only the launch itself can know, marked as such.
-RUN_KEY_PLACEHOLDER = "run-<run id>"
-"""Each start of a job gets ``run-<Temporal run id>`` under ``{run_dir}/{job_id}``."""
-GENERATION_DIR_PLACEHOLDER = "gen-<NNNNN>"
-"""Generation ``N`` runs in ``gen-NNNNN`` (zero-padded to five digits)."""
-PLACEHOLDERS: dict[str, str] = {
-    env_names.MASTER_PORT: "<port chosen at launch>",
-    env_names.GENERATION: "<generation: 1, then +1 per restart>",
-    env_names.RESTART_COUNT: "<generation - 1>",
-    env_names.MEMORY_REPLICA_SECRET: "<the run's replica secret: on the ranks only, never shown>",
-    env_names.MEMORY_REPLICA_LISTEN: "<this node's address>:<port derived from the secret>",
-    env_names.MEMORY_REPLICA_TO: "<the buddy's address>:<port derived from the secret>",
-}
-"""Variables whose value the launcher picks per generation, shown as placeholders."""
-
-
-DRY_RUN_SECRET = "00" * 32
-"""Stands in for the run's replica secret, which only the worker derives: the dry run
-shows a placeholder and never reads or creates the worker's key."""
-
-
-def _worker_variable(name: str) -> str:
-    return f"<{name} from the worker's environment>"
-
 
 # --- results ------------------------------------------------------------------------------
 
@@ -194,13 +169,14 @@ JobRef = str | JobHandle
 
 
 class StartPlan(BaseModel):
-    """What :meth:`JobClient.start` submits, made without contacting anything.
+    """What :meth:`JobClient.start` submits (:func:`plan_start`, contacting nothing),
+    and after :meth:`JobClient.dry_run` the plan of its nodes and ranks.
 
     ``ranks`` is the environment of each rank as the launcher's own
-    :func:`~activities.launcher.rank_environment` builds it for the first
-    generation; values only the launch can know are placeholders in ``<...>``
-    (see :data:`PLACEHOLDERS`). The worker's own environment, which local ranks
-    also inherit, is not shown: the dry run cannot know it.
+    ``rank_environment`` builds it for the first generation, made by a worker
+    (``activities/start_checks.py``); values only the launch can know are
+    placeholders in ``<...>``. The worker's own environment, which local ranks also
+    inherit, is not shown, nor are ``pass_env`` values (a dry run shows no secret).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -212,7 +188,7 @@ class StartPlan(BaseModel):
     ranks: list[dict[str, str]] = Field(default_factory=list)
     nodes: list[NodePlan] = Field(default_factory=list)
     """Each node of the first generation: its address, login, interpreter, ranks and
-    the command line it runs (:mod:`lazarus.app.dry_run`)."""
+    the command line it runs (``activities/nodes/node_plan.py``, on the worker)."""
     submit: list[str] | None = None
     """Slurm submit mode: the holder's ``sbatch`` line, the workflow's first step."""
 
@@ -314,57 +290,15 @@ class CancelResult(BaseModel):
 # --- the dry run --------------------------------------------------------------------------
 
 
-def rank_environment_plan(
-    spec: JobSpec, resume: CheckpointRef | None = None
-) -> list[dict[str, str]]:
-    """Each rank's environment as the launcher sets it for the first generation.
-
-    Calls the launcher's own ``rank_environment``, so the dry run cannot drift from
-    it, with placeholders where only the launch knows the value: the run key, the
-    generation's folder and number, the port. ``pass_env`` values come from the
-    worker's environment, so they are placeholders too, and ``env_from_file`` is
-    not read (it holds secrets, on the node).
-    """
-    from activities.launcher import rank_environment  # activities: only a dry run
-
-    gen = GenerationDir.of(job_root(spec.run_dir, spec.job_id) / RUN_KEY_PLACEHOLDER, 1)
-    shown_gen = str(gen.path.parent / GENERATION_DIR_PLACEHOLDER)
-    worker_env = {name: _worker_variable(name) for name in spec.pass_env}
-    unread = spec.model_copy(update={"env_from_file": None})
-    nodes = planned_nodes(spec)
-    remote = remote_placeholders(spec, nodes)
-    plan: list[dict[str, str]] = []
-    for node_index in range(len(nodes)):
-        for local_rank in range(spec.nproc_per_node):
-            rank = node_index * spec.nproc_per_node + local_rank
-            env = rank_environment(
-                unread,
-                nodes,
-                node_index,
-                gen,
-                rank,
-                0,
-                resume,
-                worker_env=worker_env,
-                replica_secret=DRY_RUN_SECRET,
-            )
-            for name, value in env.items():
-                if value.startswith(str(gen.path)):
-                    env[name] = shown_gen + value.removeprefix(str(gen.path))
-            env.update({name: shown for name, shown in PLACEHOLDERS.items() if name in env})
-            env.update(remote)
-            plan.append(env)
-    return plan
-
-
 def plan_start(
     what: JobSpec | JobInput,
     task_queue: str = DEFAULT_TASK_QUEUE,
-    resume: CheckpointRef | None = None,
+    checked: StartCheckResult | None = None,
 ) -> StartPlan:
-    """The first half of a start, contacting nothing: :meth:`JobClient.dry_run`
-    without a client. ``resume`` is the checkpoint the first launch would resume
-    from, when known, so the plan shows the variables that point at it."""
+    """What a start submits, contacting nothing: the workflow's id, queue and input
+    (a bad job name is refused here, naming ``name``). ``checked``, a dry run's
+    answer from a worker (:meth:`JobClient.check_start`), adds its node and rank
+    plan."""
     job_input = what if isinstance(what, JobInput) else JobInput(spec=what)
     spec = job_input.spec
     problem = job_name_problem(spec.name)
@@ -375,28 +309,16 @@ def plan_start(
         workflow_id=workflow_id_for(spec.name),
         task_queue=task_queue,
         input=job_input,
-        ranks=rank_environment_plan(spec, resume),
-        nodes=node_plans(spec),
-        submit=submit_argv(spec),
+        ranks=checked.ranks if checked is not None else [],
+        nodes=checked.nodes if checked is not None else [],
+        submit=checked.submit if checked is not None else None,
     )
-
-
-def start_problems(spec: JobSpec) -> list[str]:
-    """Why the job's batch allocation cannot be used, one line each naming the spec
-    field; empty when it can (or the job has none). Contacts the scheduler but starts
-    nothing: in submit mode Slurm is asked whether it would take the holder
-    (``sbatch --test-only``); an existing allocation must be running and hold the
-    spec's nodes. A start refuses a spec with problems before the workflow exists;
-    the submission itself is the workflow's first step."""
-    from activities.nodes import allocation  # activities: the pre-start check only
-
-    return allocation.start_problems(spec)
 
 
 # --- the client ---------------------------------------------------------------------------
 
 
-class JobClient:
+class JobClient(WorkerCalls):
     """Start, watch and steer jobs over an existing Temporal :class:`Client`.
 
     The client must use the pydantic data converter (:func:`lazarus.app.settings.connect`
@@ -426,14 +348,25 @@ class JobClient:
 
     # --- starting ---------------------------------------------------------------------
 
-    def dry_run(self, what: JobSpec | JobInput, resume: CheckpointRef | None = None) -> StartPlan:
-        """What :meth:`start` would submit to this client's task queue; starts nothing."""
-        return plan_start(what, self.task_queue, resume)
+    async def dry_run(self, what: JobSpec | JobInput, *, fresh: bool = False) -> StartPlan:
+        """What :meth:`start` would submit to this client's task queue, with the plan of
+        each node and rank as a worker makes it (:meth:`check_start` with ``dry_run``);
+        starts nothing, moves nothing, contacts no node. Raises
+        :class:`~lazarus.domain.spec.SpecError` naming the field for bad input (a
+        program that is not there), :class:`NoWorker` without a worker."""
+        plan = plan_start(what, self.task_queue)
+        checked = await self.check_start(plan.spec, fresh=fresh, dry_run=True)
+        if checked.problems:
+            raise SpecError(checked.problems)
+        return plan_start(plan.input, self.task_queue, checked)
 
     async def start_problems(self, spec: JobSpec) -> list[str]:
-        """:func:`start_problems`, off the event loop: what :meth:`start` callers check
-        first (``lazarus start`` does), since a refusal then starts nothing."""
-        return await asyncio.to_thread(start_problems, spec)
+        """Why a start of ``spec`` would be refused, one line each naming the field
+        (a missing program, an ssh node that cannot be reached, a Slurm allocation
+        that cannot be used); empty when none. What :meth:`start` callers check first
+        (``lazarus start`` does, with :meth:`check_start`), since a refusal then starts
+        nothing."""
+        return (await self.check_start(spec)).problems
 
     async def start(self, what: JobSpec | JobInput | StartPlan) -> JobHandle:
         """Start a job. Raises :class:`JobAlreadyRunning` while a job of that name
@@ -442,7 +375,7 @@ class JobClient:
         A job whose allocation Lazarus submits (``slurm.nodes``) starts PENDING: the
         workflow's first step submits it and waits for it to run
         (:meth:`wait_while_pending` follows that)."""
-        plan = what if isinstance(what, StartPlan) else self.dry_run(what)
+        plan = what if isinstance(what, StartPlan) else plan_start(what, self.task_queue)
         with self._translated():
             try:
                 handle = await self.temporal.start_workflow(
@@ -732,17 +665,6 @@ class JobClient:
         return CancelResult(job=name)
 
     # --- plumbing ---------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _translated(self) -> Iterator[None]:
-        """Temporal's transport errors as this module's: a server that is not there
-        reads the same as at connect time."""
-        try:
-            yield
-        except RPCError as exc:
-            if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-                raise ServerUnreachable(self.address) from exc
-            raise TemporalRefused(exc.message) from exc
 
     async def _describe(
         self, name: str

@@ -141,3 +141,19 @@ class TemporalRefused(ClientError):
 
     def __init__(self, server_message: str) -> None:
         super().__init__(f"Temporal refused the request: {server_message}")
+
+
+class NoWorker(ClientError):
+    """A call that needs a worker (start's checks, the checkpoint verbs) found none
+    polling the task queue: nothing was checked, moved or started."""
+
+    def __init__(self, task_queue: str) -> None:
+        super().__init__(
+            f"no worker polls task queue '{task_queue}': start one ('lazarus worker'), "
+            "which runs start's checks and the checkpoint commands; nothing was started"
+        )
+        self.task_queue = task_queue
+
+
+class WorkerCallFailed(ClientError):
+    """A worker took the call and could not answer it (its activity failed)."""

@@ -58,6 +58,14 @@ from lazarus.domain.fleet import (
     HandBackReply,
     Lease,
 )
+from lazarus.domain.worker_calls import (
+    ListCheckpointsRequest,
+    ListCheckpointsResult,
+    StartCheckRequest,
+    StartCheckResult,
+    VerifyCheckpointsRequest,
+    VerifyCheckpointsResult,
+)
 
 RequestT = TypeVar("RequestT")
 ResultT = TypeVar("ResultT")
@@ -158,4 +166,23 @@ ALL: tuple[ActivityRef[Any, Any], ...] = (
     SET_CHECKPOINT_INTERVAL,
     *FLEET_CALLS,
 )
-"""What the controller worker must register, each exactly once."""
+"""What the controller worker must register for the job workflow, each exactly once."""
+
+START_CHECKS = ActivityRef[StartCheckRequest, StartCheckResult](
+    "start_checks", StartCheckRequest, StartCheckResult
+)
+LIST_CHECKPOINTS = ActivityRef[ListCheckpointsRequest, ListCheckpointsResult](
+    "list_checkpoints", ListCheckpointsRequest, ListCheckpointsResult
+)
+VERIFY_CHECKPOINTS = ActivityRef[VerifyCheckpointsRequest, VerifyCheckpointsResult](
+    "verify_checkpoints", VerifyCheckpointsRequest, VerifyCheckpointsResult
+)
+
+WORKER_CALLS: tuple[ActivityRef[Any, Any], ...] = (
+    START_CHECKS,
+    LIST_CHECKPOINTS,
+    VERIFY_CHECKPOINTS,
+)
+"""What a client asks a worker for (:mod:`lazarus.domain.worker_calls`), each through the
+call workflow (``workflows/worker_call.py``), never the job workflow: the job's fakes and
+the simulator's stand-ins need not have them."""

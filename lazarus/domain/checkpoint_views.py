@@ -9,11 +9,15 @@ them, so the app needs only this module, never the code that reads the store.
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lazarus.domain.contracts import SkippedCheckpoint
+from lazarus.domain.contracts import CheckpointRef, SkippedCheckpoint
+
+if TYPE_CHECKING:
+    from lazarus.domain.spec import JobSpec
 
 PREVIOUS_PREFIX = ".previous-"
 """``<checkpoint_dir>/.previous-<UTC time>/``: where ``start --fresh`` moves checkpoints."""
@@ -34,6 +38,17 @@ class ResumePlan(BaseModel):
     """When it was committed (Unix seconds): the marker's time, else the manifest's."""
     skipped: list[SkippedCheckpoint] = Field(default_factory=list)
     durable_unavailable: str | None = None
+
+
+def resume_ref(plan: ResumePlan | None, spec: JobSpec) -> CheckpointRef | None:
+    """The checkpoint the first launch would be told to resume from: a durable one is
+    restored first, under the same name in the checkpoint directory."""
+    if plan is None or plan.step is None or plan.path is None:
+        return None
+    if plan.location == "durable":
+        name = plan.path.rstrip("/").rsplit("/", 1)[-1]
+        return CheckpointRef(step=plan.step, path=str(PurePath(spec.checkpoint_dir) / name))
+    return CheckpointRef(step=plan.step, path=plan.path)
 
 
 class SetAside(BaseModel):

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 from activities.nodes.rundir import generations, runs
-from lazarus.app.client import plan_start
 from lazarus.domain.spec import JobSpec, parse_spec
 from tests.e2e.conftest import Job
-from tests.node_python import RANK_SCRIPT, assert_launch_matches_dry_run
+from tests.node_python import RANK_SCRIPT, assert_launch_matches_dry_run, worker_plan
 from workflows.state import Phase
 
 pytestmark = pytest.mark.e2e
@@ -47,7 +46,7 @@ async def test_a_local_job_runs_what_its_dry_run_showed(
         },
         "<test>",
     ).resolved(tmp_path)
-    plan = plan_start(spec)
+    plan = worker_plan(spec)
     assert [(n.name, n.ranks) for n in plan.nodes] == [("a", [0, 1]), ("b", [2, 3])]
     job = await start_job(spec)
     status = await job.result(timeout_s=150)

@@ -245,13 +245,16 @@ def test_durable_gc_and_listing(tmp_path: Path, moto_s3: MotoS3) -> None:
     assert zero.newest_verified_durable == 20 and zero.deleted_durable == []
 
 
-def test_cli_verify_and_list_over_s3(tmp_path: Path, moto_s3: MotoS3) -> None:
+def test_cli_verify_and_list_over_s3(
+    tmp_path: Path, moto_s3: MotoS3, worker_here: list[object]
+) -> None:
     import json
 
     from typer.testing import CliRunner
 
     from lazarus.app import cli
 
+    assert worker_here == []  # the worker's reading of the store, in this process
     local = tmp_path / "ckpt"
     spec = spec_for(moto_s3)
     for step in (10, 20):

@@ -15,13 +15,17 @@ from pathlib import Path
 import pytest
 
 from activities.nodes.rundir import generations, runs
-from activities.nodes.ssh_agent import SSHAgent
+from activities.nodes.ssh.agent import SSHAgent
 from infra.testhosts import TestHosts
-from lazarus.app.client import plan_start
 from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec, parse_spec
 from tests.e2e.conftest import Job
 from tests.netns.conftest import HostsFactory
-from tests.node_python import RANK_SCRIPT, assert_launch_matches_dry_run, rank_only_python
+from tests.node_python import (
+    RANK_SCRIPT,
+    assert_launch_matches_dry_run,
+    rank_only_python,
+    worker_plan,
+)
 from workflows.state import Phase
 
 pytestmark = pytest.mark.e2e
@@ -128,7 +132,7 @@ async def test_ranks_run_on_the_nodes_python_and_path_through_the_config(
         # The alias resolved: the ranks rendezvous at h1's address, not "node-one".
         assert seen["env"]["MASTER_ADDR"] == hosts.hosts[0].address, seen
     # What `lazarus start --dry-run` showed is what ran (issue 39, part 3).
-    plan = plan_start(spec)
+    plan = worker_plan(spec)
     [gen] = [g for run in runs(job.run_root) for g in generations(run)]
     assert_launch_matches_dry_run(plan, ranks, gen.path)
     h1, h2 = hosts.hosts[:2]

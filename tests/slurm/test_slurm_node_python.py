@@ -16,16 +16,20 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from activities.nodes.node_plan import GEN_DIR
 from activities.nodes.rundir import read_json
-from activities.nodes.slurm_agent import step_record
-from activities.nodes.slurm_submit import start_allocation
+from activities.nodes.slurm.agent import step_record
+from activities.nodes.slurm.submit import start_allocation
 from infra.slurm import TestSlurm
 from lazarus.app import cli
-from lazarus.app.client import plan_start
 from lazarus.app.devserver import DevServer
-from lazarus.app.dry_run import GEN_DIR
 from lazarus.domain.spec import parse_spec
-from tests.node_python import RANK_SCRIPT, assert_launch_matches_dry_run, rank_only_python
+from tests.node_python import (
+    RANK_SCRIPT,
+    assert_launch_matches_dry_run,
+    rank_only_python,
+    worker_plan,
+)
 from tests.slurm.test_slurm_e2e import HOST, all_generations, harness
 from workflows.state import Phase
 
@@ -77,7 +81,7 @@ async def test_ranks_run_on_the_nodes_python_with_only_lazarus_rank(
         assert seen["env"]["LAZARUS_NODE"] == f"n{rank + 1}"
     # What `lazarus start --dry-run` showed is what ran (issue 39, part 3): each
     # node's srun line, placeholders filled in, and the ranks' variables.
-    plan = plan_start(spec)
+    plan = worker_plan(spec)
     [gen] = all_generations(job)
     assert_launch_matches_dry_run(plan, ranks, gen.path)
     for node in plan.nodes:
@@ -115,7 +119,7 @@ async def test_submit_mode_runs_what_its_dry_run_showed(
         },
         "<test>",
     ).resolved(tmp_path)
-    plan = plan_start(spec)
+    plan = worker_plan(spec)
     assert plan.submit is not None and len(plan.ranks) == 2
     assert [n.ranks for n in plan.nodes] == [[0], [1]]
     granted = start_allocation(spec, lambda _: None)  # the workflow's first step, by hand

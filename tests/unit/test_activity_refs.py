@@ -13,12 +13,12 @@ from temporalio import activity
 
 from activities.stand_ins import stand_ins
 from lazarus.domain import activity_refs
-from workers.controller import ACTIVITIES
+from workers.controller import ACTIVITIES, CLIENT_CALLS
 
 
 def registered() -> dict[str, list[object]]:
     by_name: dict[str, list[object]] = {}
-    for fn in ACTIVITIES:
+    for fn in (*ACTIVITIES, *CLIENT_CALLS):
         definition = activity._Definition.from_callable(fn)
         assert definition is not None and definition.name is not None
         by_name.setdefault(definition.name, []).append(fn)
@@ -27,7 +27,7 @@ def registered() -> dict[str, list[object]]:
 
 def test_every_reference_has_exactly_one_implementation_with_its_types() -> None:
     found = registered()
-    for ref in activity_refs.ALL:
+    for ref in (*activity_refs.ALL, *activity_refs.WORKER_CALLS):
         implementations = found.get(ref.name, [])
         assert len(implementations) == 1, f"{ref.name}: {len(implementations)} implementations"
         hints = typing.get_type_hints(implementations[0])
@@ -37,7 +37,8 @@ def test_every_reference_has_exactly_one_implementation_with_its_types() -> None
 
 
 def test_the_worker_registers_nothing_the_workflow_cannot_call() -> None:
-    assert set(registered()) == {ref.name for ref in activity_refs.ALL}
+    refs = (*activity_refs.ALL, *activity_refs.WORKER_CALLS)
+    assert set(registered()) == {ref.name for ref in refs}
 
 
 def test_stand_ins_carry_the_references_names_and_types() -> None:

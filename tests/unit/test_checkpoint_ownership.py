@@ -230,7 +230,7 @@ def _spec(tmp_path: Path) -> Path:
 
 
 def test_start_dry_run_says_it_will_resume_and_from_whose_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_here: list[object]
 ) -> None:
     spec_file = _spec(tmp_path)
     root = tmp_path / "checkpoints" / "walk"

@@ -191,7 +191,8 @@ def test_listing(root: Path) -> None:
 runner = CliRunner()
 
 
-def test_cli_verify_exit_codes(root: Path, tmp_path: Path) -> None:
+def test_cli_verify_exit_codes(root: Path, tmp_path: Path, worker_here: list[object]) -> None:
+    """The worker reads the checkpoints (issue 40): here in this process."""
     good = write_checkpoint(root, 10)
     result = runner.invoke(cli.app, ["verify", str(good)])
     assert result.exit_code == 0, result.output
@@ -214,7 +215,7 @@ def test_cli_verify_exit_codes(root: Path, tmp_path: Path) -> None:
     assert runner.invoke(cli.app, ["verify", str(root)]).exit_code == 0
 
 
-def test_cli_checkpoints_offline(root: Path) -> None:
+def test_cli_checkpoints_of_a_directory(root: Path, worker_here: list[object]) -> None:
     write_checkpoint(root, 10)
     write_checkpoint(root, 20)
     result = runner.invoke(cli.app, ["checkpoints", "--dir", str(root), "--json"])

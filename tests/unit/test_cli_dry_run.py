@@ -17,15 +17,14 @@ from typer.testing import CliRunner
 
 from activities.launcher import rank_environment
 from activities.nodes.rundir import GenerationDir, job_root
-from lazarus.app import cli
-from lazarus.app.client import (
+from activities.start_checks import (
     GENERATION_DIR_PLACEHOLDER,
     PLACEHOLDERS,
     RUN_KEY_PLACEHOLDER,
-    plan_start,
     rank_environment_plan,
 )
-from lazarus.app.settings import ConnectionSettings
+from lazarus.app import cli
+from lazarus.app.client import plan_start
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import CheckpointRef
 from lazarus.domain.spec import JobSpec, parse_spec
@@ -116,11 +115,14 @@ def test_dry_run_never_shows_a_secret(tmp_path: Path, monkeypatch: pytest.Monkey
     (rank0, _) = rank_environment_plan(spec)
     assert rank0["HF_TOKEN"] == "<HF_TOKEN from the worker's environment>"
     assert "WANDB_API_KEY" not in rank0
-    shown = json.dumps(plan_start(spec).model_dump(mode="json"))
+    shown = json.dumps([plan_start(spec).model_dump(mode="json"), rank_environment_plan(spec)])
     assert "s3cret-value" not in shown and "also-secret" not in shown
 
 
-def test_cli_dry_run_prints_the_plan_and_the_resume_point(tmp_path: Path) -> None:
+def test_cli_dry_run_prints_the_plan_and_the_resume_point(
+    tmp_path: Path, worker_here: list[object]
+) -> None:
+    """The plan is the worker's (``activities/start_checks.py``): the CLI shows it."""
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text(
         "name: tiny\ncommand: [python, train.py]\nnproc_per_node: 1\ncheckpoint_dir: ckpt\n"
@@ -130,12 +132,10 @@ def test_cli_dry_run_prints_the_plan_and_the_resume_point(tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)
     spec = _spec(tmp_path, env={}, nproc_per_node=1)
-    expected = plan_start(
-        spec,
-        ConnectionSettings().task_queue,
-        resume=CheckpointRef(step=10, path=str(tmp_path / "ckpt" / "step-00000010")),
+    expected = rank_environment_plan(
+        spec, CheckpointRef(step=10, path=str(tmp_path / "ckpt" / "step-00000010"))
     )
-    assert shown["ranks"] == expected.ranks
+    assert shown["ranks"] == expected
     assert shown["ranks"][0][env_names.RESUME_STEP] == "10"
     assert shown["resume_from"]["step"] == 10
 

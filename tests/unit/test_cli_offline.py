@@ -88,7 +88,9 @@ def test_missing_spec_file_exits_2(tmp_path: Path, no_server: list[Any]) -> None
     assert no_server == []
 
 
-def test_dry_run_shows_plan_without_a_server(tmp_path: Path, no_server: list[Any]) -> None:
+def test_dry_run_shows_the_workers_plan(tmp_path: Path, worker_here: list[Any]) -> None:
+    """The plan of the nodes and ranks is the worker's (issue 40): one call, nothing
+    started (``worker_here`` fails a start)."""
     spec = _write(tmp_path, GOOD_SPEC)
     result = CliRunner().invoke(cli.app, ["start", str(spec), "--dry-run"], env={"COLUMNS": "160"})
 
@@ -99,10 +101,10 @@ def test_dry_run_shows_plan_without_a_server(tmp_path: Path, no_server: list[Any
     assert "lazarus" in out  # the default task queue
     assert str(tmp_path / "ckpt") in out  # paths are shown resolved
     assert "MASTER_ADDR" in out and "LAZARUS_JOB_ID" in out
-    assert no_server == []
+    assert [r.kind for r in worker_here] == ["start_checks"]
 
 
-def test_dry_run_json_honours_name_and_task_queue(tmp_path: Path, no_server: list[Any]) -> None:
+def test_dry_run_json_honours_name_and_task_queue(tmp_path: Path, worker_here: list[Any]) -> None:
     spec = _write(tmp_path, GOOD_SPEC)
     result = CliRunner().invoke(
         cli.app,
@@ -120,7 +122,6 @@ def test_dry_run_json_honours_name_and_task_queue(tmp_path: Path, no_server: lis
     assert {rank["WORLD_SIZE"] for rank in plan["ranks"]} == {"2"}
     assert plan["ranks"][1]["LOCAL_RANK"] == "1"
     assert plan["ranks"][0]["FOO"] == "bar"
-    assert no_server == []
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,8 @@
 """Bad input is the spec's fault, said before anything starts (issue 29; the newcomer
 review of 2026-12-03): a program that does not exist on a local job's machine, and a
-job name with a typo. No server is involved: ``connect`` refuses every attempt.
+job name with a typo. The program is checked by the worker, before the job exists
+(``activities/start_checks.py``, issue 40): here the worker's functions answer in this
+process (``worker_here``), through a real worker in tests/workflow/test_cli_client.py.
 The workflow's side (every node lacks the program) is tests/workflow/test_missing_program.py."""
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any, cast
 import pytest
 from typer.testing import CliRunner
 
-from lazarus.app import cli, cli_start_checks
+from activities.start_checks import missing_local_program
+from lazarus.app import cli
 from lazarus.app.client import ClientError, JobClient, JobNotFound, JobRow
 
 pytestmark = pytest.mark.timeout(60)
@@ -39,7 +42,7 @@ def _spec(tmp_path: Path, program: str, extra: str = "") -> Path:
 @pytest.mark.parametrize("program", ["./no_such_train.sh", "pyhton-lazarus-typo"])
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_a_missing_program_on_a_local_job_is_refused_naming_command(
-    tmp_path: Path, no_server: list[Any], program: str, dry_run: bool
+    tmp_path: Path, worker_here: list[Any], program: str, dry_run: bool
 ) -> None:
     spec = _spec(tmp_path, program)
     args = ["start", str(spec)] + (["--dry-run"] if dry_run else [])
@@ -48,11 +51,11 @@ def test_a_missing_program_on_a_local_job_is_refused_naming_command(
     line = result.stderr.strip()
     assert line.startswith(f"{spec}: command: program {program!r} not found"), line
     assert "fix `command`" in line and "nothing was started" in line
-    assert no_server == [], "refused before any server is contacted"
+    assert [r.kind for r in worker_here] == ["start_checks"], "checked on the worker"
 
 
 def test_an_existing_script_passes_and_a_non_executable_one_is_named(
-    tmp_path: Path, no_server: list[Any]
+    tmp_path: Path, worker_here: list[Any]
 ) -> None:
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/sh\n")
@@ -64,7 +67,7 @@ def test_an_existing_script_passes_and_a_non_executable_one_is_named(
 
 
 def test_no_check_nodes_skips_the_local_program_check(tmp_path: Path, no_server: list[Any]) -> None:
-    """The escape hatch when the worker's PATH differs from the CLI's: it goes on to
+    """The escape hatch for a program the launch finds another way: it goes on to
     the server (refused here by the fixture)."""
     spec = _spec(tmp_path, "pyhton-lazarus-typo")
     CliRunner().invoke(cli.app, ["start", str(spec), "--no-check-nodes"])
@@ -78,7 +81,7 @@ def test_an_ssh_job_is_not_checked_for_a_local_program(tmp_path: Path) -> None:
     spec = load_spec(
         _spec(tmp_path, "/opt/venv/bin/python", "nodes: [{name: h1, launcher: ssh, host: h1}]\n")
     )
-    assert cli_start_checks.missing_local_program(spec) is None
+    assert missing_local_program(spec) is None
 
 
 def _row(job: str) -> JobRow:

@@ -192,15 +192,6 @@ def test_no_module_imports_its_own_package() -> None:
 
 
 APP_MODULES_ON_ACTIVITIES: dict[str, str] = {
-    "lazarus.app.dry_run": "start --dry-run's node plan (activities.nodes.node_plan): the "
-    "dry-run owner's part of issue 39/40",
-    "lazarus.app.client": "rank_environment_plan (the dry run: activities.launcher) and "
-    "start_problems (sbatch --test-only, nodes.allocation): to the "
-    "worker with the start checks",
-    "lazarus.app.cli": "start's resume notice and --fresh (checkpoints.resume_plan), the "
-    "offline verify/checkpoints verbs (checkpoints.storage, verify, listing)",
-    "lazarus.app.cli_start_checks": "the local program and ssh reachability checks "
-    "(activities.program, activities.preflight), run in the CLI: to the worker",
     "lazarus.app.cli_logs": "reads remote rank logs through a NodeAgent (nodes.factory): to "
     "the worker, by offset",
     "lazarus.app.simulate.cluster": "the simulator runs the real workflows with stand-in "

@@ -22,13 +22,15 @@ from temporalio.worker import Worker
 from typer.testing import CliRunner, Result
 
 from lazarus.app import cli
-from lazarus.app.client import JobClient, StatusView
+from lazarus.app.client import JobClient, JobNotFound, StatusView
 from lazarus.app.devserver import DevServer
 from lazarus.app.outcome import Outcome
 from lazarus.domain.contracts import AllocationGranted, SubmitAllocationRequest
 from tests.workflow import fakes
+from workers.controller import CLIENT_CALLS
 from workflows.job import JobWorkflow
 from workflows.state import Phase
+from workflows.worker_call import WorkerCallWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -65,7 +67,10 @@ async def lazarus(dev_server: DevServer) -> AsyncIterator[Cli]:
     client = await Client.connect(dev_server.address, data_converter=pydantic_data_converter)
     task_queue = f"cli-{uuid.uuid4().hex[:8]}"
     async with Worker(
-        client, task_queue=task_queue, workflows=[JobWorkflow], activities=list(fakes.ACTIVITIES)
+        client,
+        task_queue=task_queue,
+        workflows=[JobWorkflow, WorkerCallWorkflow],
+        activities=[*fakes.ACTIVITIES, *CLIENT_CALLS],  # start's checks: the real ones
     ):
         yield Cli(dev_server.address, task_queue, JobClient(client, task_queue=task_queue))
 
@@ -205,3 +210,47 @@ async def test_start_says_why_slurm_refused_the_first_allocation(
     assert f"job {name} failed: slurm: the allocation was not granted" in started.stderr
     assert "no nodes" in started.stderr
     assert fakes.script_for(name).launches == []
+
+
+async def test_the_checks_run_on_the_worker_and_refuse_naming_the_field(
+    lazarus: Cli, tmp_path: Path
+) -> None:
+    """Issue 40, part 2: the CLI runs no check itself. A program the worker cannot find
+    is refused with exit code 2 naming ``command``, and no job exists; the dry run's
+    plan and ``checkpoints --dir`` are the worker's answers too, each a call workflow
+    (``lazarus-call-...``) that ``lazarus list`` does not show."""
+    name, spec_file = _spec_file(tmp_path)
+    text = spec_file.read_text().replace("python", "pyhton-lazarus-typo")
+    spec_file.write_text(text)
+    refused = await lazarus("start", str(spec_file))
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.strip().startswith(
+        f"{spec_file}: command: program 'pyhton-lazarus-typo' not found on PATH"
+    )
+    with pytest.raises(JobNotFound):
+        await lazarus.jobs.query(name)
+
+    spec_file.write_text(text.replace("pyhton-lazarus-typo", "python"))
+    planned = await lazarus("start", str(spec_file), "--dry-run", "--json")
+    assert planned.exit_code == 0, planned.output
+    plan = json.loads(planned.stdout)
+    assert plan["workflow_id"] == f"lazarus-{name}" and plan["ranks"][0]["RANK"] == "0"
+    assert plan["nodes"][0]["launcher"] == "local"
+    with pytest.raises(JobNotFound):
+        await lazarus.jobs.query(name)  # a dry run starts nothing
+
+    listed = await lazarus("checkpoints", "--dir", str(tmp_path / "none"), "--json")
+    assert listed.exit_code == 0 and json.loads(listed.stdout) == [], listed.output
+    assert name not in [row.job for row in await lazarus.jobs.list()]
+
+
+async def test_without_a_worker_a_start_is_refused_at_once(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    _, spec_file = _spec_file(tmp_path)
+    env = {"TEMPORAL_ADDRESS": dev_server.address, "LAZARUS_TASK_QUEUE": "nobody-polls-this"}
+    result = await asyncio.to_thread(
+        CliRunner().invoke, cli.app, ["start", str(spec_file)], env=env
+    )
+    assert result.exit_code == 1, result.output
+    assert "no worker polls task queue 'nobody-polls-this'" in result.stderr

@@ -32,6 +32,7 @@ from lazarus.app.client import (
     RequestRejected,
     StartPlan,
     StatusView,
+    plan_start,
 )
 from lazarus.app.devserver import DevServer
 from lazarus.app.outcome import Outcome
@@ -94,7 +95,7 @@ async def test_start_status_pause_resume_and_an_idempotent_cancel(
     jobs: JobClient, tmp_path: Path
 ) -> None:
     spec = fake_spec(tmp_path)
-    plan = jobs.dry_run(spec)
+    plan = plan_start(spec, jobs.task_queue)  # the pure first half (dry_run asks a worker)
     assert plan.workflow_id == workflow_id_for(spec.name) and plan.task_queue == jobs.task_queue
 
     handle = await jobs.start(plan)
