@@ -20,7 +20,7 @@ from activities.nodes.agent import (
     NodeStopResult,
     NodeUnreachable,
 )
-from activities.nodes.local_agent import LocalAgent
+from activities.nodes.local.agent import LocalAgent
 from activities.nodes.rundir import GenerationDir, read_json, write_json_atomic
 from activities.nodes.shim_agent import LocalShimAgent, ShimReply, carry_answer, rejoin_call
 from lazarus.domain import environment as env_names
@@ -232,16 +232,15 @@ class FakeC10d:
 def test_a_rank_aborts_nccl_communicators_and_destroys_gloo_groups(
     backend: str, has_abort: bool, called: str
 ) -> None:
-    from lazarus.rank import torch as lazarus_torch
-    from lazarus.rank.torch import teardown_call
+    from lazarus.rank.nccl_teardown import aborted_groups, teardown_call
 
     api = FakeC10d(has_abort)
     groups = list(api._world.pg_map)
-    kept_before = len(lazarus_torch._aborted_groups)
+    kept_before = len(aborted_groups)
     teardown_call(backend, api)()
     assert api.calls == [called]
     # An aborted NCCL group is kept alive: its destructor would join a watchdog
     # thread that may sit in its debug dump (seen on an H200).
-    kept = lazarus_torch._aborted_groups[kept_before:]
+    kept = aborted_groups[kept_before:]
     assert kept == (groups if called == "abort" else [])
-    del lazarus_torch._aborted_groups[kept_before:]
+    del aborted_groups[kept_before:]

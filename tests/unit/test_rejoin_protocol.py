@@ -403,19 +403,19 @@ def test_under_rejoin_on_nccl_the_watchdog_aborts_and_raises_rather_than_ending_
     that must outlive its peer's failure needs 2. A job's own 0 or 2 is kept, and
     nothing changes on gloo or without rejoin."""
     pytest.importorskip("torch")
-    import lazarus.rank.torch as lazarus_torch
+    from lazarus.rank import nccl_teardown
 
     variable = environment.NCCL_ASYNC_ERROR_HANDLING
     monkeypatch.setenv(variable, "1")
-    lazarus_torch._prefer_nccl_cleanup_only("nccl")
+    nccl_teardown.prefer_nccl_cleanup_only("nccl")
     assert os.environ[variable] == "1"  # not armed: no rejoin, no change
     rank_rejoin._arm_rejoin(True)
-    lazarus_torch._prefer_nccl_cleanup_only("gloo")
+    nccl_teardown.prefer_nccl_cleanup_only("gloo")
     assert os.environ[variable] == "1"
-    lazarus_torch._prefer_nccl_cleanup_only("nccl")
+    nccl_teardown.prefer_nccl_cleanup_only("nccl")
     assert os.environ[variable] == "2"
     monkeypatch.setenv(variable, "0")
-    lazarus_torch._prefer_nccl_cleanup_only("nccl")
+    nccl_teardown.prefer_nccl_cleanup_only("nccl")
     assert os.environ[variable] == "0"
 
 
