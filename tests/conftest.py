@@ -72,12 +72,14 @@ def worker_here(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     (``JobClient.start`` fails the test). Returns the requests. The same calls through
     a real worker: tests/workflow/test_cli_client.py."""
     from activities.checkpoints.reports import listing, verification
+    from activities.node_logs import AgentLogs
     from activities.start_checks import check_start
     from lazarus.app import cli
     from lazarus.app.client import JobClient
     from lazarus.domain.worker_calls import WorkerCall, WorkerReply
 
     requests: list[object] = []
+    logs = AgentLogs()
 
     async def connect(settings: object, timeout_s: float = 5.0) -> object:
         return None
@@ -89,6 +91,8 @@ def worker_here(monkeypatch: pytest.MonkeyPatch) -> list[object]:
             "start_checks": check_start,
             "list_checkpoints": listing,
             "verify_checkpoints": verification,
+            "read_log": logs.read,
+            "ranks_ended": logs.ended,
         }[request.request.kind](request.request)
         return WorkerReply.model_validate_json(WorkerReply(answer=answer).model_dump_json()).answer
 

@@ -46,6 +46,7 @@ from activities.fleet import (
 )
 from activities.host_identity import this_host
 from activities.launcher import launch
+from activities.node_logs import ranks_ended_for_client, read_log_for_client
 from activities.preflight import preflight
 from activities.slurm_allocation import (
     cancel_allocation,
@@ -101,6 +102,8 @@ CLIENT_CALLS: Sequence[Any] = (
     start_checks,
     list_checkpoints_for_client,
     verify_checkpoints_for_client,
+    read_log_for_client,
+    ranks_ended_for_client,
 )
 """What a client's call workflow runs (``activity_refs.WORKER_CALLS``): start's checks
 and the checkpoint verbs, on the worker, never in the CLI."""

@@ -2,10 +2,11 @@
 
 What the CLI needs from the nodes, the checkpoint store or the worker's environment
 (start's checks, ``--fresh``, the resume notice, the dry run's plan, ``lazarus
-checkpoints``, ``lazarus verify``) runs on a worker, never in the client (issue 40, part
-2). A workflow rather than the job's own first step because the checks come before the
-job exists: a refused start leaves no job behind, and nothing in a job's history
-changes, so released histories replay as they are. The call is visible in the server's
+checkpoints``, ``lazarus verify``, ``lazarus logs`` of a remote node) runs on a
+worker, never in the client (issue 40, part 2). A workflow rather than the job's own
+first step because the checks come before the job exists: a refused start leaves no
+job behind, and nothing in a job's history changes, so released histories replay as
+they are. The call is visible in the server's
 history like any workflow (``lazarus-call-<kind>-<random>``) and is no job: ``lazarus
 list`` never shows it.
 
@@ -24,6 +25,8 @@ from temporalio import workflow
 
 from lazarus.domain.activity_refs import (
     LIST_CHECKPOINTS,
+    RANKS_ENDED,
+    READ_LOG,
     START_CHECKS,
     VERIFY_CHECKPOINTS,
     ActivityRef,
@@ -41,6 +44,8 @@ CALLS: dict[str, tuple[ActivityRef[Any, Any], timedelta]] = {
     START_CHECKS.name: (START_CHECKS, timedelta(minutes=10)),
     LIST_CHECKPOINTS.name: (LIST_CHECKPOINTS, timedelta(hours=1)),
     VERIFY_CHECKPOINTS.name: (VERIFY_CHECKPOINTS, timedelta(hours=1)),
+    READ_LOG.name: (READ_LOG, timedelta(minutes=2)),
+    RANKS_ENDED.name: (RANKS_ENDED, timedelta(minutes=2)),
 }
 """Each request kind's activity and how long it may take (hashing a large checkpoint
 reads every byte)."""

@@ -437,8 +437,8 @@ def logs(
     ] = False,
 ) -> None:
     """Print the rank logs (rank-N.log) of one generation of the job, whole: local
-    nodes' files are read here, ssh and slurm nodes' through their agent. With several
-    ranks each line starts with [rank N]."""
+    nodes' files are read here, ssh and slurm nodes' by a worker, through their agent.
+    With several ranks each line starts with [rank N]."""
     from lazarus.app import cli_logs
 
     async def action(jobs: JobClient) -> tuple[JobStatus, JobSpec]:
@@ -454,7 +454,15 @@ def logs(
         if previous:
             say(cli_logs.previous_note(status_, chosen), stderr=True)
         found = cli_logs.rank_logs(status_, spec, rank, chosen)
-        problems = cli_logs.show(found, spec, tail, follow, since=since_at, as_json=as_json)
+        problems = cli_logs.show(
+            found,
+            spec,
+            tail,
+            follow,
+            since=since_at,
+            as_json=as_json,
+            remote=cli_logs.WorkerLogs(_settings(ctx)),
+        )
     except cli_logs.LogsProblem as exc:
         _fail(str(exc), code=2 if exc.bad_input else 1)
     except KeyboardInterrupt:

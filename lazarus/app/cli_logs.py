@@ -10,9 +10,10 @@ each node is reached.
   this CLI runs on that machine; elsewhere the file is not there, and the message
   says where it is).
 - An **ssh** or **slurm** node's log is read through the node's own agent, the one the
-  supervisor uses (:meth:`NodeAgent.log_read`): by offset, a chunk of
-  :data:`READ_CHUNK_BYTES` per round trip, so a log of any size comes whole and
-  ``--follow`` neither loses nor repeats a line. A Slurm generation's directory is
+  supervisor uses (``NodeAgent.log_read``), on a worker (issue 40: the CLI is a
+  client; ``activities/node_logs.py`` answers :class:`RemoteLogs`' calls): by offset,
+  a chunk of :data:`READ_CHUNK_BYTES` per round trip, so a log of any size comes whole
+  and ``--follow`` neither loses nor repeats a line. A Slurm generation's directory is
   on the shared filesystem, read where the worker runs.
 
 Which generation: ``--generation N`` names it; ``--previous`` is the newest generation
@@ -36,6 +37,7 @@ which ``lazarus logs`` run again shows.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -45,15 +47,36 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from lazarus.app.client import ClientError
+from lazarus.app.client import ClientError, JobClient
+from lazarus.app.settings import ConnectionProblem, ConnectionSettings
 from lazarus.domain.job_view import JobStatus
 from lazarus.domain.run_layout import GenerationDir
 from lazarus.domain.spec import JobSpec, NodeSpec
+from lazarus.domain.worker_calls import (
+    RanksEndedRequest,
+    RanksEndedResult,
+    ReadLogRequest,
+    ReadLogResult,
+)
 
 READ_CHUNK_BYTES = 1 << 20
-"""What one read of a log (one round trip to an ssh node) brings back, at most."""
+"""What one read of a log brings back, at most."""
+REMOTE_CHUNK_BYTES = 256 << 10
+"""The same for a remote node's log, read by a worker: one call workflow per chunk,
+whose answer (base64) the server keeps in that call's history."""
+
+
+class RemoteLogs(Protocol):
+    """Who reads a log on an ssh or Slurm node: a worker, through its agents
+    (``WorkerLogs`` for the CLI; ``activities.node_logs.AgentLogs`` is the worker's own)."""
+
+    def read(self, request: ReadLogRequest) -> ReadLogResult: ...
+
+    def ended(self, request: RanksEndedRequest) -> RanksEndedResult: ...
+
+    def close(self) -> None: ...
 FOLLOW_POLL_S = 0.5
 FAILURE_KINDS = frozenset({"crash", "hang", "vanished", "node_lost"})
 """Incident kinds that end a generation in a failure (``--previous``)."""
@@ -100,6 +123,36 @@ class Chunk:
     size: int | None = None
     """None: no such file."""
     mtime: float | None = None
+
+
+class WorkerLogs:
+    """:class:`RemoteLogs` through a worker, for the CLI: a client of its own, on an
+    event loop of its own (the printing below is synchronous), connected at the first
+    remote read (a job of local nodes never connects)."""
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        self._settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._jobs: JobClient | None = None
+
+    def _ask(self, call: Callable[[JobClient], Any]) -> Any:
+        try:
+            if self._jobs is None:
+                self._jobs = self._loop.run_until_complete(JobClient.connect(self._settings))
+            return self._loop.run_until_complete(call(self._jobs))
+        except (ClientError, ConnectionProblem) as exc:
+            raise LogsProblem(str(exc)) from None
+
+    def read(self, request: ReadLogRequest) -> ReadLogResult:
+        answer: ReadLogResult = self._ask(lambda jobs: jobs.read_log(request))
+        return answer
+
+    def ended(self, request: RanksEndedRequest) -> RanksEndedResult:
+        answer: RanksEndedResult = self._ask(lambda jobs: jobs.ranks_ended(request))
+        return answer
+
+    def close(self) -> None:
+        self._loop.close()
 
 
 # --- which generation, which ranks, which nodes -------------------------------------------
@@ -217,22 +270,23 @@ class Reader:
     """Reads rank logs by offset, wherever they are; one agent per remote node, kept
     open for the reader's life (:meth:`close`)."""
 
-    def __init__(self, spec: JobSpec) -> None:
+    def __init__(self, spec: JobSpec, remote: RemoteLogs | None = None) -> None:
         self.spec = spec
-        self._agents: dict[str, Any] = {}
+        self.remote = remote
+        """Reads remote nodes' logs (None: only logs on this machine can be read)."""
         self._where: dict[int, tuple[str, NodeSpec | None]] = {}
 
     def close(self) -> None:
-        for agent in self._agents.values():
-            agent.close()
-        self._agents.clear()
+        if self.remote is not None:
+            self.remote.close()
 
-    def _agent(self, node: NodeSpec) -> Any:
-        if node.name not in self._agents:
-            from activities.nodes.factory import agent_for
-
-            self._agents[node.name] = agent_for(node, self.spec.ssh, self.spec.slurm)
-        return self._agents[node.name]
+    def _remote(self, node: str, node_spec: NodeSpec) -> RemoteLogs:
+        if self.remote is None:
+            raise LogsProblem(
+                f"node {node} ({node_spec.launcher}): its logs are read by a worker, and "
+                "none was asked"
+            )
+        return self.remote
 
     def node_of(self, log: RankLog) -> str:
         return self._where.get(log.rank, (log.node, None))[0]
@@ -257,12 +311,22 @@ class Reader:
                 return _read_file(log.path, offset, max_bytes)
             except OSError as exc:
                 raise LogsProblem(f"rank {log.rank}: cannot read {log.path}: {exc}") from None
-        try:
-            got = self._agent(node_spec).log_read(str(log.path.parent), log.rank, offset, max_bytes)
-        except Exception as exc:  # unreachable, refused: said in one line, never a traceback
+        got = self._remote(node, node_spec).read(
+            ReadLogRequest(
+                node=node_spec,
+                ssh=self.spec.ssh,
+                slurm=self.spec.slurm,
+                gen_dir=str(log.path.parent),
+                rank=log.rank,
+                offset=offset,
+                max_bytes=min(max_bytes, REMOTE_CHUNK_BYTES),
+            )
+        )
+        if got.error is not None:  # unreachable, refused: said in one line, never a traceback
             raise LogsProblem(
-                f"rank {log.rank}: cannot read its log on node {node} ({node_spec.launcher}): {exc}"
-            ) from None
+                f"rank {log.rank}: cannot read its log on node {node} "
+                f"({node_spec.launcher}): {got.error}"
+            )
         return Chunk(got.data, got.size, got.mtime)
 
     def ended(self, logs: list[RankLog]) -> bool:
@@ -281,12 +345,19 @@ class Reader:
                 by_node.setdefault(node, []).append(log.rank)
                 specs[node] = spec
         for node, ranks in by_node.items():
-            status = self._agent(specs[node]).poll(str(gen.path), ranks)
-            if not status.reachable:
-                raise LogsProblem(f"node {node} stopped answering: {status.error}")
-            for record in status.ranks:
-                if record.exit is None and (record.pid is None or record.alive):
-                    return False
+            answer = self._remote(node, specs[node]).ended(
+                RanksEndedRequest(
+                    node=specs[node],
+                    ssh=self.spec.ssh,
+                    slurm=self.spec.slurm,
+                    gen_dir=str(gen.path),
+                    ranks=ranks,
+                )
+            )
+            if answer.error is not None:
+                raise LogsProblem(f"node {node} stopped answering: {answer.error}")
+            if not answer.ended:
+                return False
         return True
 
     def tail_offset(self, log: RankLog, size: int, count: int) -> int:
@@ -526,10 +597,12 @@ def show(
     *,
     since: float | None = None,
     as_json: bool = False,
+    remote: RemoteLogs | None = None,
 ) -> list[str]:
     """Print ``logs`` on stdout (followed, with ``follow_``). Returns the logs that
-    could not be read, one line each (the others are printed all the same)."""
-    reader = Reader(spec)
+    could not be read, one line each (the others are printed all the same).
+    ``remote`` reads the logs on ssh and Slurm nodes (closed at the end)."""
+    reader = Reader(spec, remote)
     try:
         emit = printer(logs, reader, as_json)
         if follow_:

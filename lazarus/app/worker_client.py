@@ -29,6 +29,10 @@ from lazarus.domain.worker_calls import (
     WORKER_CALL_WORKFLOW,
     ListCheckpointsRequest,
     ListCheckpointsResult,
+    RanksEndedRequest,
+    RanksEndedResult,
+    ReadLogRequest,
+    ReadLogResult,
     StartCheckRequest,
     StartCheckResult,
     VerifyCheckpointsRequest,
@@ -41,6 +45,8 @@ CALL_TIMEOUTS = {
     "start_checks": timedelta(minutes=11),
     "list_checkpoints": timedelta(minutes=61),
     "verify_checkpoints": timedelta(minutes=61),
+    "read_log": timedelta(minutes=3),
+    "ranks_ended": timedelta(minutes=3),
 }
 """How long a call to a worker may take, waiting included: a minute more than its
 activity may run (``workflows/worker_call.py``)."""
@@ -56,6 +62,7 @@ class WorkerCalls:
     temporal: Client
     task_queue: str
     address: str
+    _worker_seen: bool = False
 
     async def check_start(
         self,
@@ -117,11 +124,34 @@ class WorkerCalls:
         assert isinstance(answer, VerifyCheckpointsResult)
         return answer
 
+    async def read_log(self, request: ReadLogRequest) -> ReadLogResult:
+        """A chunk of a rank's log on an ssh or Slurm node, read by its agent on a
+        worker (``activities/node_logs.py``): ``lazarus logs``."""
+        answer = await self._call_worker(request, "read the log")
+        assert isinstance(answer, ReadLogResult)
+        return answer
+
+    async def ranks_ended(self, request: RanksEndedRequest) -> RanksEndedResult:
+        """Whether the request's ranks have all ended on their node (``logs -f``)."""
+        answer = await self._call_worker(request, "poll the node")
+        assert isinstance(answer, RanksEndedResult)
+        return answer
+
     async def _call_worker(
         self,
-        request: StartCheckRequest | ListCheckpointsRequest | VerifyCheckpointsRequest,
+        request: StartCheckRequest
+        | ListCheckpointsRequest
+        | VerifyCheckpointsRequest
+        | ReadLogRequest
+        | RanksEndedRequest,
         what: str,
-    ) -> StartCheckResult | ListCheckpointsResult | VerifyCheckpointsResult:
+    ) -> (
+        StartCheckResult
+        | ListCheckpointsResult
+        | VerifyCheckpointsResult
+        | ReadLogResult
+        | RanksEndedResult
+    ):
         """One call workflow (``workflows/worker_call.py``) on this client's queue, and
         its answer. Refused with :class:`NoWorker` when no worker polls the queue
         (the call would wait for one); a worker that dies on it is bounded by the
@@ -148,7 +178,9 @@ class WorkerCalls:
     async def _require_worker(self) -> None:
         """A worker polls this client's queue, or :class:`NoWorker`. The server lists a
         worker once its first poll arrives: one started a moment ago is waited for
-        (:data:`WORKER_GRACE_S`)."""
+        (:data:`WORKER_GRACE_S`). Asked once per client: a follower calls often."""
+        if self._worker_seen:
+            return
         for attempt in range(WORKER_GRACE_S + 1):
             if attempt:
                 await asyncio.sleep(1)
@@ -162,6 +194,7 @@ class WorkerCalls:
                     timeout=DESCRIBE_TIMEOUT,
                 )
             if described.pollers:
+                self._worker_seen = True
                 return
         raise NoWorker(self.task_queue)
 

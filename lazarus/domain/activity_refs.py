@@ -61,6 +61,10 @@ from lazarus.domain.fleet import (
 from lazarus.domain.worker_calls import (
     ListCheckpointsRequest,
     ListCheckpointsResult,
+    RanksEndedRequest,
+    RanksEndedResult,
+    ReadLogRequest,
+    ReadLogResult,
     StartCheckRequest,
     StartCheckResult,
     VerifyCheckpointsRequest,
@@ -178,10 +182,17 @@ VERIFY_CHECKPOINTS = ActivityRef[VerifyCheckpointsRequest, VerifyCheckpointsResu
     "verify_checkpoints", VerifyCheckpointsRequest, VerifyCheckpointsResult
 )
 
+READ_LOG = ActivityRef[ReadLogRequest, ReadLogResult]("read_log", ReadLogRequest, ReadLogResult)
+RANKS_ENDED = ActivityRef[RanksEndedRequest, RanksEndedResult](
+    "ranks_ended", RanksEndedRequest, RanksEndedResult
+)
+
 WORKER_CALLS: tuple[ActivityRef[Any, Any], ...] = (
     START_CHECKS,
     LIST_CHECKPOINTS,
     VERIFY_CHECKPOINTS,
+    READ_LOG,
+    RANKS_ENDED,
 )
 """What a client asks a worker for (:mod:`lazarus.domain.worker_calls`), each through the
 call workflow (``workflows/worker_call.py``), never the job workflow: the job's fakes and

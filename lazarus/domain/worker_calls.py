@@ -11,7 +11,9 @@ activity and returns its answer:
   point it announces, and for ``--dry-run`` the plan of each node and rank as the worker
   that would launch them makes it;
 - :class:`ListCheckpointsRequest`: ``lazarus checkpoints``;
-- :class:`VerifyCheckpointsRequest`: ``lazarus verify``.
+- :class:`VerifyCheckpointsRequest`: ``lazarus verify``;
+- :class:`ReadLogRequest` and :class:`RanksEndedRequest`: ``lazarus logs`` of a rank on
+  an ssh or Slurm node, read by offset through the node's agent on the worker.
 
 The checks run where the launch will run, with the worker's PATH, ssh configuration,
 Slurm client and store credentials, so what they say holds for the launch. Pure models:
@@ -27,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lazarus.domain.checkpoint_views import CheckpointListing, ResumePlan, SetAside
 from lazarus.domain.contracts import CheckpointVerification
 from lazarus.domain.spec import JobSpec
+from lazarus.domain.spec_nodes import NodeSpec, SlurmSpec, SSHSpec
 
 WORKER_CALL_WORKFLOW = "LazarusWorkerCall"
 """The workflow type of a client's call (ids ``lazarus-call-<kind>-<random>``)."""
@@ -122,12 +125,66 @@ class VerifyCheckpointsResult(_Model):
     store_error: str | None = None
 
 
+class _OnNode(_Model):
+    node: NodeSpec
+    """The node, as the job's spec names it (how the worker reaches it)."""
+    ssh: SSHSpec
+    slurm: SlurmSpec | None = None
+    gen_dir: str
+    """The generation's folder on the node."""
+
+
+class ReadLogRequest(_OnNode):
+    """At most ``max_bytes`` of ``rank-<rank>.log`` from byte ``offset``."""
+
+    kind: Literal["read_log"] = "read_log"
+    rank: int
+    offset: int = 0
+    max_bytes: int
+
+
+class ReadLogResult(_Model):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, ser_json_bytes="base64", val_json_bytes="base64"
+    )
+
+    kind: Literal["read_log"] = "read_log"
+    data: bytes = b""
+    size: int | None = None
+    """None: no such log on the node."""
+    mtime: float | None = None
+    error: str | None = None
+    """The node could not be read (unreachable, refused): one line."""
+
+
+class RanksEndedRequest(_OnNode):
+    """Whether every one of ``ranks`` has ended on the node (``logs --follow``)."""
+
+    kind: Literal["ranks_ended"] = "ranks_ended"
+    ranks: list[int]
+
+
+class RanksEndedResult(_Model):
+    kind: Literal["ranks_ended"] = "ranks_ended"
+    ended: bool = False
+    error: str | None = None
+    """The node stopped answering."""
+
+
 WorkerRequest = Annotated[
-    StartCheckRequest | ListCheckpointsRequest | VerifyCheckpointsRequest,
+    StartCheckRequest
+    | ListCheckpointsRequest
+    | VerifyCheckpointsRequest
+    | ReadLogRequest
+    | RanksEndedRequest,
     Field(discriminator="kind"),
 ]
 WorkerAnswer = Annotated[
-    StartCheckResult | ListCheckpointsResult | VerifyCheckpointsResult,
+    StartCheckResult
+    | ListCheckpointsResult
+    | VerifyCheckpointsResult
+    | ReadLogResult
+    | RanksEndedResult,
     Field(discriminator="kind"),
 ]
 

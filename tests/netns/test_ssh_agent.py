@@ -514,7 +514,9 @@ def test_lazarus_logs_reads_a_big_ssh_log_whole_through_its_agent(
     """``lazarus logs`` on an ssh node (issue 39): the CLI's reader goes through the
     node's own agent (its log_read over SSH, host key checked) a chunk at a time, so a
     log of 3 MB comes whole, not its last 64 KiB; ``--tail`` reads only the end, and
-    ``--json`` gives one object per line with the node and the line's own time."""
+    ``--json`` gives one object per line with the node and the line's own time. The
+    agent is the worker's (``AgentLogs``, issue 40), here in this process."""
+    from activities.node_logs import AgentLogs
     from lazarus.app import cli_logs
 
     gen = run_root / "gen-00001"
@@ -528,17 +530,17 @@ def test_lazarus_logs_reads_a_big_ssh_log_whole_through_its_agent(
     spec, status = _ssh_job(hosts, run_root, tmp_path)
     [log] = cli_logs.rank_logs(status, spec, None)
     assert not log.local and log.path == gen / "rank-0.log"
-    assert cli_logs.show([log], spec, None, False) == []
+    assert cli_logs.show([log], spec, None, False, remote=AgentLogs()) == []
     out = capsys.readouterr().out.splitlines()
     assert len(out) == lines + 1, len(out)
     assert out[0].startswith("line 000000 ") and out[lines - 1].startswith(f"line {lines - 1:06d}")
     assert len("\n".join(out[:lines]).encode()) > 3 * cli_logs.READ_CHUNK_BYTES
-    assert cli_logs.show([log], spec, 2, False) == []
+    assert cli_logs.show([log], spec, 2, False, remote=AgentLogs()) == []
     assert capsys.readouterr().out.splitlines() == [
         out[-2],
         "2026-12-07 10:00:00,250 INFO the end",
     ]
-    assert cli_logs.show([log], spec, 1, False, as_json=True) == []
+    assert cli_logs.show([log], spec, 1, False, as_json=True, remote=AgentLogs()) == []
     [document] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert document["generation"] == 1 and document["rank"] == 0 and document["node"] == "h1"
     assert document["line"] == "2026-12-07 10:00:00,250 INFO the end"
@@ -553,6 +555,7 @@ def test_lazarus_logs_follows_an_ssh_rank_to_its_end(
     """``--follow`` on an ssh node: lines appear as the rank writes them (by offset,
     none lost or repeated, a line split across reads printed once whole), and the
     follower ends when the rank does."""
+    from activities.node_logs import AgentLogs
     from lazarus.app import cli_logs
 
     gen = run_root / "gen-00001"
@@ -565,7 +568,7 @@ def test_lazarus_logs_follows_an_ssh_rank_to_its_end(
     def emit(_: cli_logs.RankLog, lines: list[tuple[bytes, float | None]]) -> None:
         got.extend((time.monotonic(), line) for line, _ in lines)
 
-    reader = cli_logs.Reader(spec)
+    reader = cli_logs.Reader(spec, AgentLogs())
     began = time.monotonic()
     try:
         cli_logs.follow([log], reader, None, None, emit, poll_s=0.1)

@@ -140,21 +140,24 @@ def test_a_past_generation_is_read_whole_from_whichever_node_ran_it(
     monkeypatch.setattr(cli_logs, "READ_CHUNK_BYTES", 64)
     big = b"".join(b"line %04d of rank 1\n" % i for i in range(100))  # 2,000 bytes
     agents = {"a": FakeAgent({1: big}), "b": FakeAgent({}), "c": FakeAgent({0: b"boom\n"})}
-    monkeypatch.setattr(cli_logs.Reader, "_agent", lambda self, node: agents[node.name])
+    from activities import node_logs  # the worker's reader, here in this process
+
+    monkeypatch.setattr(node_logs, "agent_for", lambda node, ssh, slurm=None: agents[node.name])
+    remote = node_logs.AgentLogs()
     spec = _ssh_spec(tmp_path)
     status = _status(tmp_path, 2, [(1, "crash")])
     logs = cli_logs.rank_logs(status, spec, None, cli_logs.pick_generation(status, None, True))
     assert [(log.rank, log.node) for log in logs] == [(0, "c"), (1, "b")]
-    assert cli_logs.show(logs, spec, None, False, as_json=True) == []
+    assert cli_logs.show(logs, spec, None, False, as_json=True, remote=remote) == []
     documents = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert documents[0] == {"generation": 1, "rank": 0, "node": "c", "line": "boom", "time": None}
     assert [d["line"] for d in documents[1:]] == big.decode().splitlines()
     assert {d["node"] for d in documents[1:]} == {"a"}
     reads = agents["a"].reads
-    assert cli_logs.show(logs[1:], spec, 2, False) == []
+    assert cli_logs.show(logs[1:], spec, 2, False, remote=remote) == []
     assert capsys.readouterr().out == "line 0098 of rank 1\nline 0099 of rank 1\n"
     assert agents["a"].reads - reads <= 4, "a tail reads from the end, not the whole log"
     missing = cli_logs.rank_logs(status, spec, None, 1)
     agents["c"].files.clear()
-    [problem] = cli_logs.show(missing[:1], spec, None, False)
+    [problem] = cli_logs.show(missing[:1], spec, None, False, remote=remote)
     assert "no log at" in problem and "on node c, a, b" in problem

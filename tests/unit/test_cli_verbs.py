@@ -372,7 +372,7 @@ def test_follow_reads_lines_as_they_are_added(
 def test_remote_logs_go_through_the_node_agent(
     fake: type[FakeJobs], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from activities.nodes import factory
+    from activities import node_logs
     from activities.nodes.agent import LogChunk, NodeStatus, RankRecord
 
     asked: list[tuple[str, str, int]] = []
@@ -393,7 +393,9 @@ def test_remote_logs_go_through_the_node_agent(
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(factory, "agent_for", lambda node, ssh, slurm=None: Agent(node))
+    monkeypatch.setattr(node_logs, "agent_for", lambda node, ssh, slurm=None: Agent(node))
+    # The worker's reader, here in this process (through a worker: test_cli_client.py).
+    monkeypatch.setattr(cli_logs, "WorkerLogs", lambda settings: node_logs.AgentLogs())
     gen = _logs_job(fake, tmp_path, [{"name": "h1", "launcher": "ssh", "host": "10.0.0.1"}])
     result = _run("logs", "demo", "--tail", "1")
     assert result.exit_code == 0, result.output

@@ -192,8 +192,6 @@ def test_no_module_imports_its_own_package() -> None:
 
 
 APP_MODULES_ON_ACTIVITIES: dict[str, str] = {
-    "lazarus.app.cli_logs": "reads remote rank logs through a NodeAgent (nodes.factory): to "
-    "the worker, by offset",
     "lazarus.app.simulate.cluster": "the simulator runs the real workflows with stand-in "
     "activities in one process: a worker of its own (candidate home: workers/)",
     "lazarus.app.simulate.runner": "the same: registers the fleet activities",

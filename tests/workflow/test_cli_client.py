@@ -254,3 +254,23 @@ async def test_without_a_worker_a_start_is_refused_at_once(
     )
     assert result.exit_code == 1, result.output
     assert "no worker polls task queue 'nobody-polls-this'" in result.stderr
+
+
+async def test_a_log_is_read_by_the_worker_byte_for_byte(lazarus: Cli, tmp_path: Path) -> None:
+    """``lazarus logs`` of a node the CLI cannot read itself: the worker's agent reads it
+    by offset (``activities/node_logs.py``), and bytes that are not UTF-8 cross the call
+    workflow unchanged (base64 in JSON). A local node's agent stands in for ssh's."""
+    from lazarus.domain.spec import NodeSpec, SSHSpec
+    from lazarus.domain.worker_calls import RanksEndedRequest, ReadLogRequest
+
+    gen = tmp_path / "gen-00001"
+    gen.mkdir()
+    data = b"caf\xe9 \xff\x00 line\n" * 3
+    (gen / "rank-0.log").write_bytes(data)
+    on_node = {"node": NodeSpec(), "ssh": SSHSpec(), "gen_dir": str(gen)}
+    got = await lazarus.jobs.read_log(ReadLogRequest(**on_node, rank=0, offset=4, max_bytes=8))
+    assert (got.data, got.size, got.error) == (data[4:12], len(data), None)
+    absent = await lazarus.jobs.read_log(ReadLogRequest(**on_node, rank=1, max_bytes=8))
+    assert absent.size is None and absent.error is None
+    ended = await lazarus.jobs.ranks_ended(RanksEndedRequest(**on_node, ranks=[0]))
+    assert ended.error is None and ended.ended is False  # no exit record, no pid: not yet
