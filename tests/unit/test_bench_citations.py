@@ -3,6 +3,9 @@
 - Every ``bench/results/<file>`` that ``README.md``, ``bench/README.md`` or a page
   under ``docs/`` names is there: ``bench/results/`` is not committed
   (``.gitignore``), so a cited file must be added with ``git add -f``.
+- Every result file in git is cited by a ``docs/results/`` page (by name, or by a
+  name with ``<...>`` in place of the part that varies; a ``.png`` with its ``.json``):
+  the rest of a run's output stays out of git.
 - Every ``python -m bench <command>`` they cite is a command of ``python -m bench``
   (its parser's subcommands), and ``lazarus simulate``, the simulator's verb, exists.
 """
@@ -11,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import typer
 
 from bench.__main__ import COST_COMMANDS, build_parser
@@ -77,4 +83,33 @@ def test_every_cited_result_file_exists() -> None:
     assert not missing, (
         f"cited result files missing from bench/results/: {missing} "
         "(bench/results/ is ignored: git add -f the file a page cites)"
+    )
+
+
+CITED_NAME = re.compile(r"bench/results/([\w.+<>|-]+)")
+"""A results file a page names, perhaps as a pattern: ``seed<1|2|3>``, ``<10|54>d``; a
+placeholder stands for one part of the name, without a ``-`` (so ``simulate-<time>.json``,
+a page's description of the naming, cites no dated file)."""
+
+
+@pytest.mark.slow  # asks git for the committed files: the fast tier starts no process
+def test_every_committed_result_file_is_cited_by_a_results_page() -> None:
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(
+        ["git", "ls-files", "bench/results"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    text = "\n".join(page.read_text() for page in sorted((REPO / "docs" / "results").glob("*.md")))
+    patterns = [
+        re.compile(re.sub(r"<[^>]*>", r"[\\w.+]+", re.escape(name)) + "$")
+        for name in CITED_NAME.findall(text)
+    ]
+    uncited = [
+        name
+        for name in (Path(path).name for path in listed.stdout.split())
+        if not any(p.match(name) or p.match(name.rsplit(".", 1)[0] + ".json") for p in patterns)
+    ]
+    assert not uncited, (
+        f"result files in git that no docs/results/ page cites: {uncited} "
+        "(git rm --cached them, or cite them from the page their figures are on)"
     )
