@@ -40,9 +40,7 @@ class AgentLogs:
         self._lock = threading.Lock()
 
     def _agent(self, node: NodeSpec, ssh: SSHSpec, slurm: SlurmSpec | None) -> Any:
-        key = "\n".join(
-            m.model_dump_json() if m is not None else "" for m in (node, ssh, slurm)
-        )
+        key = "\n".join(m.model_dump_json() if m is not None else "" for m in (node, ssh, slurm))
         now = time.monotonic()
         with self._lock:
             for old, (agent, used) in list(self._agents.items()):

@@ -2,7 +2,7 @@
 
 The workflow tests run the real ``JobWorkflow`` against a scripted fake cluster
 (``tests/workflow/fakes.py``) and the simulator against a simulated one
-(:mod:`lazarus.app.simulate.cluster`). Both must register exactly the names and the types the
+(:mod:`workers.simulate.cluster`). Both must register exactly the names and the types the
 workflow calls (:mod:`lazarus.domain.activity_refs`). Written out by hand, each
 fake repeated that roster and could drift from it: a renamed activity, or a request
 decoded with other types than the real activity's, would pass the fakes and fail a

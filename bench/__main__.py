@@ -55,7 +55,7 @@ from bench.harness import BenchConfig, BenchContext, BenchRun, Extra
 from bench.jobs import JobShape
 from bench.registry import SUITES
 from bench.systems import DEFAULT_PRELOAD, SLURM_SYSTEMS, SOAK_SYSTEMS, SYSTEMS, System
-from lazarus.app.simulate import cli as simulate
+from workers.simulate import cli as simulate
 
 PROG = "python -m bench"
 COST_COMMANDS: dict[str, Any] = {

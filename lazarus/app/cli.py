@@ -886,7 +886,7 @@ from lazarus.app.cli_fleet import fleet_app  # noqa: E402 (the sub-app after the
 app.add_typer(fleet_app, name="fleet")
 
 from lazarus.app import cli_help, cli_tools  # noqa: E402 (after every verb is registered)
-from lazarus.app.simulate import verb as simulate_verb  # noqa: E402
+from workers.simulate import verb as simulate_verb  # noqa: E402
 
 cli_tools.register(app)  # spec schema, completion
 simulate_verb.register(app)  # lazarus simulate

@@ -77,6 +77,8 @@ class RemoteLogs(Protocol):
     def ended(self, request: RanksEndedRequest) -> RanksEndedResult: ...
 
     def close(self) -> None: ...
+
+
 FOLLOW_POLL_S = 0.5
 FAILURE_KINDS = frozenset({"crash", "hang", "vanished", "node_lost"})
 """Incident kinds that end a generation in a failure (``--previous``)."""

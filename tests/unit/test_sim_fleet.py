@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.app.simulate.fleet import LEMON_INCIDENTS, PAST_JOB, fleet_plan
-from lazarus.app.simulate.model import DAY_S, ClusterTrace, TraceConfig, llama3_profile, make_trace
 from lazarus.domain.fleet import LeaseRequest, is_lemon, lease
+from workers.simulate.fleet import LEMON_INCIDENTS, PAST_JOB, fleet_plan
+from workers.simulate.model import DAY_S, ClusterTrace, TraceConfig, llama3_profile, make_trace
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.app.simulate.cli import add_command, config_from
-from lazarus.app.simulate.cluster import Generation, stops_generation
-from lazarus.app.simulate.model import (
+from lazarus.domain.contracts import NodeAccess, StopRequest
+from lazarus.domain.spec import NodeSpec
+from workers.simulate.cli import add_command, config_from
+from workers.simulate.cluster import Generation, stops_generation
+from workers.simulate.model import (
     LLAMA3_STATE_BYTES_PER_GPU,
     MEMORY_CALIBRATION,
     REPLICA_PUSH_COST_FILE,
@@ -29,9 +31,7 @@ from lazarus.app.simulate.model import (
     progress_at,
     snapshot_reachable,
 )
-from lazarus.app.simulate.runner import SimConfig, sim_spec, variants
-from lazarus.domain.contracts import NodeAccess, StopRequest
-from lazarus.domain.spec import NodeSpec
+from workers.simulate.runner import SimConfig, sim_spec, variants
 
 pytestmark = pytest.mark.timeout(30)
 

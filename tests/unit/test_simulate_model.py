@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.app.simulate import watch
-from lazarus.app.simulate.cli import add_command, config_from
-from lazarus.app.simulate.cluster import PROBATION_COMMAND, SimCluster, fault_reported_first
-from lazarus.app.simulate.model import (
+from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest
+from lazarus.domain.spec import NodeSpec, PreflightSpec
+from workers.simulate import watch
+from workers.simulate.cli import add_command, config_from
+from workers.simulate.cluster import PROBATION_COMMAND, SimCluster, fault_reported_first
+from workers.simulate.model import (
     CALIBRATION,
     CALIBRATION_FILE,
     DAY_S,
@@ -26,16 +28,14 @@ from lazarus.app.simulate.model import (
     make_trace,
     progress_at,
 )
-from lazarus.app.simulate.runner import SimConfig, variants
-from lazarus.app.simulate.watch import (
+from workers.simulate.runner import SimConfig, variants
+from workers.simulate.watch import (
     TEST_SERVER_NAME,
     clock_stopped,
     find_test_server,
     report_progress,
     until_done_or_overrun,
 )
-from lazarus.domain.contracts import NodeAccess, PreflightActivityRequest
-from lazarus.domain.spec import NodeSpec, PreflightSpec
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from lazarus.app.simulate.cluster import Generation, carried_ranks, starting_nodes, stop_reach
-from lazarus.app.simulate.model import MEASURED_PHASES_S, MEMORY_CALIBRATION, CostModel, fan_out
-from lazarus.app.simulate.runner import REJOIN_TIMEOUT_S, SimConfig, sim_spec, variants
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec
+from workers.simulate.cluster import Generation, carried_ranks, starting_nodes, stop_reach
+from workers.simulate.model import MEASURED_PHASES_S, MEMORY_CALIBRATION, CostModel, fan_out
+from workers.simulate.runner import REJOIN_TIMEOUT_S, SimConfig, sim_spec, variants
 
 pytestmark = pytest.mark.timeout(30)
 

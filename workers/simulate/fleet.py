@@ -23,8 +23,6 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
-from lazarus.app.simulate.clock import run_chain
-from lazarus.app.simulate.model import DAY_S, ClusterTrace
 from lazarus.domain.api import FLEET_QUERY_STATUS, fleet_workflow_id
 from lazarus.domain.fleet import (
     FleetConfig,
@@ -40,6 +38,8 @@ from lazarus.domain.fleet import (
     is_lemon,
 )
 from lazarus.domain.spec import NodeSpec
+from workers.simulate.clock import run_chain
+from workers.simulate.model import DAY_S, ClusterTrace
 
 FLEET_NAME = "sim-cluster"
 PAST_JOB = "before-the-simulation"

@@ -1,5 +1,5 @@
 """The simulated cluster itself: the real activity names answered from the seeded
-failure trace and the cost model, on the clock of :mod:`lazarus.app.simulate.clock`."""
+failure trace and the cost model, on the clock of :mod:`workers.simulate.clock`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,17 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from activities.stand_ins import StandIn, launched_without_ranks, stand_ins
-from lazarus.app.simulate.clock import (
+from lazarus.domain import contracts
+from lazarus.domain.activity_refs import ALL, FLEET_CALLS
+from lazarus.domain.api import (
+    FLEET_QUERY_STATUS,
+    FLEET_UPDATE_RETURN,
+    QUERY_STATUS,
+    SIGNAL_RESUME,
+    UPDATE_RETURN,
+)
+from lazarus.domain.fleet import FleetStatus, NodeState, ReturnRequest
+from workers.simulate.clock import (
     CHUNK_S,
     REPORT_S,
     SINCE_HEARTBEAT,
@@ -31,7 +41,7 @@ from lazarus.app.simulate.clock import (
     advance_clock,
     simulated,
 )
-from lazarus.app.simulate.model import (
+from workers.simulate.model import (
     DAY_S,
     ClusterTrace,
     CostModel,
@@ -43,16 +53,6 @@ from lazarus.app.simulate.model import (
     progress_at,
     snapshot_reachable,
 )
-from lazarus.domain import contracts
-from lazarus.domain.activity_refs import ALL, FLEET_CALLS
-from lazarus.domain.api import (
-    FLEET_QUERY_STATUS,
-    FLEET_UPDATE_RETURN,
-    QUERY_STATUS,
-    SIGNAL_RESUME,
-    UPDATE_RETURN,
-)
-from lazarus.domain.fleet import FleetStatus, NodeState, ReturnRequest
 
 PROBATION_COMMAND = ["sim-probation"]
 """The fleet's probation health command in the simulation (never run as a program):

@@ -14,12 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lazarus.app.simulate.model import (
+from workers.simulate.model import (
     PROFILES,
     RENDEZVOUS_MODELS,
 )
-from lazarus.app.simulate.runner import SimConfig, simulate, variants
-from lazarus.app.simulate.watch import (
+from workers.simulate.runner import SimConfig, simulate, variants
+from workers.simulate.watch import (
     TEST_SERVER_DIST,
     TEST_SERVER_NAME,
     find_test_server,

@@ -1,5 +1,5 @@
 """``lazarus simulate``: the verb on the ``lazarus`` app. The options are the
-simulator's own (:func:`lazarus.app.simulate.cli.add_options`), passed through as
+simulator's own (:func:`workers.simulate.cli.add_options`), passed through as
 written, so the verb and its alias ``python -m bench simulate`` take the same ones;
 the simulator is imported when the verb runs, not when the CLI starts."""
 
@@ -25,6 +25,6 @@ def register(app: typer.Typer) -> None:
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )
     def simulate(ctx: typer.Context) -> None:
-        from lazarus.app.simulate.cli import main
+        from workers.simulate.cli import main
 
         raise typer.Exit(main(list(ctx.args)))
