@@ -68,7 +68,7 @@ from activities.nodes.agent import (
 )
 from activities.nodes.code_root import lazarus_code_root
 from activities.nodes.factory import agents, on_each, on_each_settled
-from activities.nodes.local_agent import RankStartFailed
+from activities.nodes.local.agent import RankStartFailed
 from activities.nodes.rejoin import RanksWouldNotDie, rejoin_variables
 from activities.nodes.rundir import (
     GenerationDir,

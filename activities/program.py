@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from activities.nodes.search_path import rank_search_path, resolve_program
-from activities.nodes.ssh_config import rendezvous_host
+from activities.nodes.ssh.config import rendezvous_host
 from lazarus.domain.spec import JobSpec, NodeSpec
 
 __all__ = ["rank_paths", "rank_search_path", "rendezvous_host", "resolve_program"]

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from activities.nodes.ssh_files import SSH_DIRS_ENV, allowed_ssh_dirs
+from activities.nodes.ssh.files import SSH_DIRS_ENV, allowed_ssh_dirs
 from bench.harness import BenchConfig, BenchContext, BenchRun, Extra, Metric, Plan, RunRecord
 from bench.jobs import JobShape
 from bench.registry import Scenario
@@ -67,7 +67,7 @@ def run_benchmark(
     )
     workdir = Path(tempfile.mkdtemp(prefix=f"lazarus-{label}-"))
     # The test hosts' SSH files live under workdir (bench.multinode): the worker
-    # started below allows that directory too (activities.nodes.ssh_files).
+    # started below allows that directory too (activities.nodes.ssh.files).
     os.environ[SSH_DIRS_ENV] = os.pathsep.join([*allowed_ssh_dirs(), str(workdir)])
     stack = LocalStack(
         workdir / "stack", task_queue=f"{label}-{uuid.uuid4().hex[:8]}", headless=True

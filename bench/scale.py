@@ -1,7 +1,7 @@
 """``python -m bench scale``: how far one controller goes: one worker supervising one
 job on 100 to 2,000 simulated nodes.
 
-The nodes are :mod:`activities.nodes.simulated_agent` nodes (each call sleeps
+The nodes are :mod:`activities.nodes.simulated.agent` nodes (each call sleeps
 ``--round-trip-ms``), so what is measured is the controller alone: the real
 ``supervise`` activity, run by a real worker against a real Temporal dev server, driven
 by a probe workflow that calls it as ``JobWorkflow`` does in a healthy generation. Per
@@ -36,7 +36,7 @@ from temporalio.common import RetryPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.nodes.simulated_agent import SimulatedCluster, simulate
+from activities.nodes.simulated.agent import SimulatedCluster, simulate
 from activities.supervise import supervise
 from bench import costs
 from bench.costs import node_counts, progress, results_path, write_results

@@ -2,7 +2,7 @@
 per job, at 2, 8 and 64 nodes (issue 29: at most 1), and how late a change in Slurm
 is seen.
 
-Simulated, no Slurm needed: N :class:`~activities.nodes.slurm_agent.SlurmAgent` nodes
+Simulated, no Slurm needed: N :class:`~activities.nodes.slurm.agent.SlurmAgent` nodes
 poll a running generation through the real code paths for a simulated minute, against
 :class:`FakeSlurm`, which counts every command on a clock moved by hand. The method and
 figures: docs/results/2026-12-bench-notebook-4.md, "Slurm calls per job".
@@ -21,9 +21,9 @@ from typing import Any
 
 from activities.nodes.agent import NodeStatus
 from activities.nodes.rundir import GenerationDir
-from activities.nodes.slurm_agent import SlurmAgent
-from activities.nodes.slurm_commands import SlurmCommandFailed
-from activities.nodes.slurm_rounds import QUERY_INTERVAL_S, SlurmRounds
+from activities.nodes.slurm.agent import SlurmAgent
+from activities.nodes.slurm.commands import SlurmCommandFailed
+from activities.nodes.slurm.rounds import QUERY_INTERVAL_S, SlurmRounds
 from bench import costs
 from bench.costs import node_counts, results_path, write_results
 from lazarus.domain.spec import NodeSpec, SlurmSpec

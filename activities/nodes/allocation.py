@@ -13,7 +13,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from activities.nodes import slurm_commands, slurm_container, slurm_grow, slurm_submit
+from activities.nodes.slurm import commands as slurm_commands
+from activities.nodes.slurm import container as slurm_container
+from activities.nodes.slurm import grow as slurm_grow
+from activities.nodes.slurm import submit as slurm_submit
 from lazarus.domain.contracts import (
     AllocationGranted,
     GrowAllocationRequest,

@@ -6,7 +6,7 @@ The shim's ``rejoin`` runs it with the ranks' own interpreter, as warm starts ru
 stdin (it holds rank variables: stdin only, never argv), one
 :class:`~activities.nodes.agent.CarryResult` JSON line on stdout, or
 ``{"error": ...}``. The work is the local agent's own
-(:func:`activities.nodes.local_agent.carry_here`), so every node carries alike."""
+(:func:`activities.nodes.local.agent.carry_here`), so every node carries alike."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 from pydantic import ValidationError
 
 from activities.nodes.agent import CarryRequest
-from activities.nodes.local_agent import carry_here
+from activities.nodes.local.agent import carry_here
 
 
 def main() -> int:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from activities.nodes.agent import NodeAgent
-from activities.nodes.local_agent import LocalAgent
+from activities.nodes.local.agent import LocalAgent
 from lazarus.domain.contracts import NodeAccess
 from lazarus.domain.spec import NodeSpec, SlurmSpec, SSHSpec
 
@@ -49,11 +49,11 @@ def agent_for(node: NodeSpec, ssh: SSHSpec, slurm: SlurmSpec | None = None) -> N
         if substitute is not None:
             return substitute
     if node.launcher == "ssh":
-        from activities.nodes.ssh_agent import SSHAgent
+        from activities.nodes.ssh.agent import SSHAgent
 
         return SSHAgent(node, ssh)
     if node.launcher == "slurm":
-        from activities.nodes.slurm_agent import SlurmAgent
+        from activities.nodes.slurm.agent import SlurmAgent
 
         return SlurmAgent(node, slurm)
     return LocalAgent(node)

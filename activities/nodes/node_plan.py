@@ -5,10 +5,10 @@ same functions the launch uses (issue 39, part 3):
 - ``ssh``: the login (``~/.ssh/config`` applied: alias, user, port, jump hosts), the
   node's interpreter, and the shim's ``start`` of the command there;
 - ``slurm`` inside an allocation: each node's job step, the ``srun`` line the node's
-  agent runs (:func:`activities.nodes.slurm_agent.step_argv`) with the task on the
+  agent runs (:func:`activities.nodes.slurm.agent.step_argv`) with the task on the
   node's own interpreter;
 - ``slurm`` submit mode: the ``sbatch`` line of the holder
-  (:func:`activities.nodes.slurm_submit.holder_argv`) and the nodes it asks for, as
+  (:func:`activities.nodes.slurm.submit.holder_argv`) and the nodes it asks for, as
   placeholders until Slurm grants them.
 
 Contacts nothing: no ssh login, no Slurm command (``MASTER_ADDR`` on Slurm is the
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.nodes.slurm_agent import step_argv
-from activities.nodes.slurm_submit import first_holder_name, holder_argv
-from activities.nodes.ssh_config import SSHConfigError, rendezvous_host, route
+from activities.nodes.slurm.agent import step_argv
+from activities.nodes.slurm.submit import first_holder_name, holder_argv
+from activities.nodes.ssh.config import SSHConfigError, rendezvous_host, route
 from lazarus.domain.spec import JobSpec, NodeSpec
 
 GEN_DIR = "<run_dir>/<job>/run-<run id>/gen-<NNNNN>"

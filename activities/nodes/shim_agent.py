@@ -69,7 +69,7 @@ from activities.nodes.agent import (
 )
 from activities.nodes.code_root import RANK_HELPER_INSTALL
 from activities.nodes.gpu_health import gpu_problems, parse_gpu_health
-from activities.nodes.local_agent import fence_this_machine
+from activities.nodes.local.agent import fence_this_machine
 from activities.nodes.rundir import GenerationDir
 from activities.nodes.warm import (
     CLAIM_WAIT_S,

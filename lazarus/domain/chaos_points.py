@@ -30,7 +30,7 @@ LAUNCH_BEFORE_LAUNCH_JSON = "launch.before_launch_json"
 """activities/launcher.py launch_generation: every rank started (pid files written),
 ``launch.json`` not yet written."""
 STOP_AFTER_SIGTERM = "stop.after_sigterm"
-"""activities/nodes/local_agent.py LocalAgent.stop: SIGTERM sent, nothing reaped yet."""
+"""activities/nodes/local/agent.py LocalAgent.stop: SIGTERM sent, nothing reaped yet."""
 CHECKPOINT_BEFORE_COMMIT = "checkpoint.before_commit"
 """lazarus/rank commit_checkpoint: the manifest is written, ``COMMITTED`` is not."""
 REPLICA_BEFORE_COMMIT = "replica.before_commit"

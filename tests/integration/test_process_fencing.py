@@ -17,7 +17,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.launcher import LaunchUnreachable, launch, launch_generation
-from activities.nodes import local_agent
+from activities.nodes.local import agent as local_agent
 from activities.nodes.procfs import is_alive, read_stat
 from activities.nodes.rundir import (
     GenerationDir,

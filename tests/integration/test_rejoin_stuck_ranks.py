@@ -19,7 +19,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.launcher import RanksWouldNotDie, launch, launch_generation
 from activities.nodes.agent import CarryRequest, CarryResult
-from activities.nodes.local_agent import LocalAgent
+from activities.nodes.local.agent import LocalAgent
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir
 from infra import chaos

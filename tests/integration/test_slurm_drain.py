@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.nodes.local_agent import LocalAgent
-from activities.nodes.slurm_agent import SlurmAgent
-from activities.nodes.slurm_commands import slurmd_silent
+from activities.nodes.local.agent import LocalAgent
+from activities.nodes.slurm.agent import SlurmAgent
+from activities.nodes.slurm.commands import slurmd_silent
 from activities.stop import undrain_on
 from activities.supervise import drain_lost_node
 from lazarus.domain.contracts import FailureReport

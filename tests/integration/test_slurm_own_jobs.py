@@ -23,9 +23,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.nodes.allocation import cancel_submitted, submit
-from activities.nodes.slurm_commands import SlurmCommandFailed
-from activities.nodes.slurm_grow import grow
-from activities.nodes.slurm_submit import (
+from activities.nodes.slurm.commands import SlurmCommandFailed
+from activities.nodes.slurm.grow import grow
+from activities.nodes.slurm.submit import (
     SubmitCancelled,
     SubmitRefused,
     extra_args_problems,
@@ -194,7 +194,7 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAKE_SLURM_STATE", str(state_file))
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
-    monkeypatch.setattr("activities.nodes.slurm_submit.WAIT_POLL_S", 0.01)
+    monkeypatch.setattr("activities.nodes.slurm.submit.WAIT_POLL_S", 0.01)
     yield fake
 
 

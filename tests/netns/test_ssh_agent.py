@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from activities.nodes.agent import NodeRefused, NodeUnreachable, RankLaunch
-from activities.nodes.ssh_agent import SSHAgent
+from activities.nodes.ssh.agent import SSHAgent
 from infra.testhosts import TestHosts
 from lazarus.domain.spec import NodeSpec, SSHSpec
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from activities.nodes.slurm_rounds import ROUNDS
+from activities.nodes.slurm.rounds import ROUNDS
 from infra.slurm import TestSlurm, unavailable_reason
 
 

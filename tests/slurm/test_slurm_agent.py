@@ -25,9 +25,9 @@ from activities.launcher import launch_generation
 from activities.nodes.agent import NodeUnreachable, PreflightRequest, RankLaunch
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, read_json
-from activities.nodes.slurm_agent import SlurmAgent
-from activities.nodes.slurm_commands import job_steps, node_states, run_slurm
-from activities.nodes.slurm_rounds import QUERY_INTERVAL_S, SlurmRounds
+from activities.nodes.slurm.agent import SlurmAgent
+from activities.nodes.slurm.commands import job_steps, node_states, run_slurm
+from activities.nodes.slurm.rounds import QUERY_INTERVAL_S, SlurmRounds
 from infra.slurm import TestSlurm
 from lazarus.domain.contracts import LaunchRequest, LaunchResult
 from lazarus.domain.spec import JobSpec, NodeSpec, SlurmSpec, WarmStartSpec, parse_spec

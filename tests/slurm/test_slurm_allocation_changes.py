@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from activities.nodes.rundir import read_json
-from activities.nodes.slurm_commands import allocation
-from activities.nodes.slurm_submit import start_allocation
+from activities.nodes.slurm.commands import allocation
+from activities.nodes.slurm.submit import start_allocation
 from infra import chaos
 from infra.slurm import TestSlurm
 from lazarus.app.devserver import DevServer

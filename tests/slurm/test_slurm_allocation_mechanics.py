@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.nodes.slurm_commands import allocation
-from activities.nodes.slurm_grow import GrowRefused, grow
-from activities.nodes.slurm_submit import resubmit
+from activities.nodes.slurm.commands import allocation
+from activities.nodes.slurm.grow import GrowRefused, grow
+from activities.nodes.slurm.submit import resubmit
 from infra.slurm import TestSlurm
 from lazarus.domain.contracts import GrowAllocationRequest, SubmitAllocationRequest
 from lazarus.domain.spec import SlurmSpec

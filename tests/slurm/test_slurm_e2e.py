@@ -25,8 +25,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.nodes.rundir import GenerationDir, generations, read_json, runs
-from activities.nodes.slurm_agent import SlurmAgent
-from activities.nodes.slurm_commands import job_steps
+from activities.nodes.slurm.agent import SlurmAgent
+from activities.nodes.slurm.commands import job_steps
 from infra import chaos
 from infra.reference_run import weights_match
 from infra.slurm import TestSlurm

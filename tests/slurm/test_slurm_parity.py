@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from activities.launcher import launch_generation
-from activities.nodes.slurm_agent import SlurmAgent
+from activities.nodes.slurm.agent import SlurmAgent
 from lazarus.domain.contracts import LaunchRequest
 from lazarus.domain.spec import parse_spec
 from tests.torchrun_parity import (

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from activities.nodes.rundir import read_json
-from activities.nodes.slurm_preemption import holder_script
+from activities.nodes.slurm.preemption import holder_script
 from infra import chaos
 from infra.slurm import TestSlurm
 from lazarus.app.devserver import DevServer

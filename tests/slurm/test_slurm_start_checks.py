@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.nodes.slurm_commands import allocation_problems
+from activities.nodes.slurm.commands import allocation_problems
 from infra.slurm import TestSlurm
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 

@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from activities.nodes.rundir import read_json
-from activities.nodes.slurm_submit import start_allocation
+from activities.nodes.slurm.submit import start_allocation
 from infra.slurm import TestSlurm
 from lazarus.app import cli
 from lazarus.app.devserver import DevServer

@@ -25,7 +25,7 @@ from activities.checkpoints import memory_tier
 from activities.checkpoints.memory_tier import HeldReplicas, ReplicaRestore, choose
 from activities.launcher import rank_environment
 from activities.nodes.agent import MemorySnapshot, NodeAgent, RestoreEnd
-from activities.nodes.local_agent import LocalAgent, local_memory_snapshots
+from activities.nodes.local.agent import LocalAgent, local_memory_snapshots
 from activities.nodes.rundir import GenerationDir, job_root
 from activities.nodes.shim_agent import LocalShimAgent
 from lazarus.domain import checkpoint_layout, environment

@@ -26,7 +26,7 @@ from activities.checkpoints.find import search_verified
 from activities.checkpoints.memory_tier import choose
 from activities.checkpoints.rollback import retire_newest
 from activities.launcher import rank_environment
-from activities.nodes.local_agent import local_memory_snapshots, remove_memory_dir
+from activities.nodes.local.agent import local_memory_snapshots, remove_memory_dir
 from activities.nodes.rundir import GenerationDir, job_root
 from lazarus.domain import environment, memory_tier
 from lazarus.domain.contracts import CheckpointRef, FindVerifiedCheckpointRequest

@@ -22,7 +22,7 @@ from activities.checkpoints import memory_tier
 from activities.checkpoints.just_in_time import request_checkpoint
 from activities.launcher import initial_control_document, rank_environment
 from activities.nodes.agent import MemorySnapshot, NodeAgent, NodeUnreachable
-from activities.nodes.local_agent import LocalAgent, local_memory_snapshots
+from activities.nodes.local.agent import LocalAgent, local_memory_snapshots
 from activities.nodes.rundir import GenerationDir, job_root, read_json
 from activities.nodes.shim_agent import LocalShimAgent
 from lazarus.domain import checkpoint_layout, environment

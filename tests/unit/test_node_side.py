@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from activities.nodes.slurm_container import (
+from activities.nodes.slurm.container import (
     ContainerRefused,
     pyxis_problem,
     srun_options,
     task_argv,
     wrapped,
 )
-from activities.nodes.ssh_config import SSHConfigError, route
+from activities.nodes.ssh.config import SSHConfigError, route
 from activities.program import rank_paths, rendezvous_host
 from lazarus.domain.spec import (
     ENV_NAME_PATTERN,

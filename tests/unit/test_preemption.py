@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from activities.nodes import slurm_preemption
-from activities.nodes.local_agent import LocalAgent
-from activities.nodes.slurm_agent import SlurmAgent
-from activities.nodes.slurm_preemption import holder_script, preemption_notice
-from activities.nodes.slurm_rounds import SlurmRounds
+from activities.nodes.local.agent import LocalAgent
+from activities.nodes.slurm import preemption as slurm_preemption
+from activities.nodes.slurm.agent import SlurmAgent
+from activities.nodes.slurm.preemption import holder_script, preemption_notice
+from activities.nodes.slurm.rounds import SlurmRounds
 from activities.supervise_rules import Observation, evaluate
 from bench.slurm_calls import FakeSlurm
 from lazarus.domain.contracts import FailureReport, NodeAccess, RankStatus, SuperviseRequest

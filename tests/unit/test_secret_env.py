@@ -15,7 +15,7 @@ import pytest
 
 from activities.launcher import LaunchRefused, rank_env_file, rank_environment
 from activities.nodes.agent import PreflightRequest
-from activities.nodes.local_checks import run_local_preflight
+from activities.nodes.local.checks import run_local_preflight
 from activities.nodes.rundir import GenerationDir
 from activities.nodes.secret_env import (
     SecretEnvError,
@@ -23,7 +23,7 @@ from activities.nodes.secret_env import (
     passed_env,
     read_env_file,
 )
-from activities.nodes.slurm_commands import client_environment
+from activities.nodes.slurm.commands import client_environment
 from lazarus.domain.api import API_KEY_ENV
 from lazarus.domain.contracts import LaunchRequest
 from lazarus.domain.spec import JobSpec, NodeSpec

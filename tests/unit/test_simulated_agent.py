@@ -8,8 +8,8 @@ import time
 import pytest
 
 from activities.nodes.factory import agent_for
-from activities.nodes.local_agent import LocalAgent
-from activities.nodes.simulated_agent import SimulatedAgent, SimulatedCluster, simulate
+from activities.nodes.local.agent import LocalAgent
+from activities.nodes.simulated.agent import SimulatedAgent, SimulatedCluster, simulate
 from lazarus.domain.spec import NodeSpec, SSHSpec
 
 GEN = "/sim/run/gen-00001"

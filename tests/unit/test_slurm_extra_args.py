@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.nodes.slurm_submit import SCHEDULING_OPTIONS, extra_args_problems
+from activities.nodes.slurm.submit import SCHEDULING_OPTIONS, extra_args_problems
 
 pytestmark = pytest.mark.timeout(10)
 

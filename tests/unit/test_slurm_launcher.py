@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from activities.nodes.factory import agent_for
-from activities.nodes.slurm_agent import SlurmAgent
-from activities.nodes.slurm_commands import _fields, client_environment
+from activities.nodes.slurm.agent import SlurmAgent
+from activities.nodes.slurm.commands import _fields, client_environment
 from activities.nodes.slurm_task import SLURM_TASK_VARIABLES, rank_slot, slurm_identity
 from lazarus.domain import environment as env_names
 from lazarus.domain.spec import NodeSpec, SpecError, SSHSpec, parse_spec

@@ -22,8 +22,8 @@ from activities.nodes.agent import (
 )
 from activities.nodes.rundir import GenerationDir, write_json_atomic
 from activities.nodes.shim_agent import ShimReply
-from activities.nodes.slurm_agent import SlurmAgent
-from activities.nodes.slurm_shim import SrunShim
+from activities.nodes.slurm.agent import SlurmAgent
+from activities.nodes.slurm.shim import SrunShim
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import LaunchRequest, NodeAccess
 from lazarus.domain.spec import NodeSpec, SlurmSpec, SpecError, parse_spec

@@ -1,5 +1,5 @@
 """Slurm supervision asks slurmctld for the whole job at once, not once per node, and
-at most every query interval (:mod:`activities.nodes.slurm_rounds`): at most 1
+at most every query interval (:mod:`activities.nodes.slurm.rounds`): at most 1
 command a second per job, without hiding a step that just started or one that ended.
 A fake command runner (:class:`bench.slurm_calls.FakeSlurm`) stands in for
 ``squeue``/``scontrol`` and counts them; no Slurm needed."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.nodes.slurm_preemption import preemption_notice
-from activities.nodes.slurm_rounds import MAX_BACKOFF_S, QUERY_INTERVAL_S, SlurmRounds
+from activities.nodes.slurm.preemption import preemption_notice
+from activities.nodes.slurm.rounds import MAX_BACKOFF_S, QUERY_INTERVAL_S, SlurmRounds
 from bench import slurm_calls
 from bench.slurm_calls import (
     JOB,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.nodes.slurm_submit import _refusal, holder_argv
+from activities.nodes.slurm.submit import _refusal, holder_argv
 from lazarus.domain.spec import SlurmSpec, SpecError, parse_spec
 
 

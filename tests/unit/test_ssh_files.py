@@ -15,8 +15,8 @@ import paramiko
 import pytest
 
 from activities.nodes.agent import NodeRefused
-from activities.nodes.ssh_agent import SSHAgent
-from activities.nodes.ssh_files import (
+from activities.nodes.ssh.agent import SSHAgent
+from activities.nodes.ssh.files import (
     DEFAULT_SSH_DIRS,
     SSH_DIRS_ENV,
     SSHDirsError,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from activities.nodes.agent import NodeUnreachable
-from activities.nodes.ssh_agent import SSHAgent
+from activities.nodes.ssh.agent import SSHAgent
 from lazarus.domain.spec import NodeSpec, SSHSpec
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from activities.nodes.factory import agents
-from activities.nodes.simulated_agent import SimulatedCluster, simulate
+from activities.nodes.simulated.agent import SimulatedCluster, simulate
 from activities.supervise import RANKS_IN_FULL, for_history
 from activities.supervise_observer import GenerationObserver
 from activities.supervise_rules import evaluate

@@ -1,6 +1,6 @@
 """Warm starts on Slurm nodes: the run's zygote as a job step of its own per node.
 
-The half of :class:`~activities.nodes.slurm_agent.SlurmAgent` that deals with ranks
+The half of :class:`~activities.nodes.slurm.agent.SlurmAgent` that deals with ranks
 forked from a zygote: starting the zygote's step, forking through the node-local
 shim, stopping forked ranks by process group on the node (their cgroup is the
 zygote's step, which a step cancel would kill too), and cancelling the zygote's step
@@ -31,9 +31,9 @@ from activities.nodes.agent import (
 )
 from activities.nodes.rundir import GenerationDir, SrunFiles, read_json, runs, write_json_atomic
 from activities.nodes.shim_agent import carry_through_shim, refused_all
-from activities.nodes.slurm_commands import SlurmCommandFailed, job_steps, slurm_command
-from activities.nodes.slurm_drain import SlurmDrain
-from activities.nodes.slurm_shim import SrunShim, send, step_lock_at
+from activities.nodes.slurm.commands import SlurmCommandFailed, job_steps, slurm_command
+from activities.nodes.slurm.drain import SlurmDrain
+from activities.nodes.slurm.shim import SrunShim, send, step_lock_at
 from activities.nodes.warm import FORKED_MARK, zygote_dir, zygote_environment
 from activities.nodes.zygote import PID_FILE as ZYGOTE_PID_FILE
 from activities.nodes.zygote import SOCKET_FILE as ZYGOTE_SOCKET_FILE

@@ -4,7 +4,7 @@
 step in the allocation (preflight, the memory tier, the zygote's forks, the stop of
 forked ranks); :func:`silent_nodes` asks nodes whether their slurmd still runs a
 task; :func:`send` starts a Slurm command without waiting for it. Used by
-:mod:`activities.nodes.slurm_agent` and :mod:`activities.nodes.slurm_warm`.
+:mod:`activities.nodes.slurm.agent` and :mod:`activities.nodes.slurm.warm`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from activities.nodes.agent import NodeRefused, NodeUnreachable, RankLaunch, StartedRank
 from activities.nodes.shim_agent import ShimAgent, ShimReply
-from activities.nodes.slurm_commands import (
+from activities.nodes.slurm.commands import (
     SlurmCommandFailed,
     client_environment,
     slurm_command,

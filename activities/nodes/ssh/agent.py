@@ -31,8 +31,8 @@ from paramiko.auth_strategy import AuthFailure, AuthSource, AuthStrategy, InMemo
 
 from activities.nodes.agent import NodeRefused, NodeUnreachable
 from activities.nodes.shim_agent import LocalShimAgent, ShimAgent, ShimError, ShimReply
-from activities.nodes.ssh_config import Hop, SSHConfigError, route
-from activities.nodes.ssh_files import SSHDirsError, allowed_ssh_dirs, ssh_file_problem
+from activities.nodes.ssh.config import Hop, SSHConfigError, route
+from activities.nodes.ssh.files import SSHDirsError, allowed_ssh_dirs, ssh_file_problem
 from lazarus.domain.spec import NodeSpec, SSHSpec
 
 __all__ = ["LocalShimAgent", "SSHAgent", "ShimError"]
@@ -275,7 +275,7 @@ class SSHAgent(ShimAgent):
 
     def _check_files(self) -> None:
         """Refuse SSH files outside the directories the worker allows
-        (:mod:`activities.nodes.ssh_files`): the spec comes from the workflow input, and
+        (:mod:`activities.nodes.ssh.files`): the spec comes from the workflow input, and
         the worker would read the identity file and append host keys to
         ``known_hosts``, wherever they point (issue 37, N13)."""
         try:

@@ -74,7 +74,7 @@ def pyxis_problem(srun_help: str | None = None) -> str | None:
 
 @functools.cache
 def _srun_help() -> str:
-    from activities.nodes.slurm_commands import client_environment, slurm_command
+    from activities.nodes.slurm.commands import client_environment, slurm_command
 
     try:
         done = subprocess.run(

@@ -273,7 +273,7 @@ class LocalAgent(NodeAgent):
         return LogChunk(data=data, size=stat.st_size, mtime=stat.st_mtime)
 
     def preflight(self, request: PreflightRequest) -> PreflightResult:
-        from activities.nodes.local_checks import run_local_preflight
+        from activities.nodes.local.checks import run_local_preflight
 
         return run_local_preflight(self.node.name, request)
 

@@ -9,7 +9,7 @@ exist, an account the user lacks) is refused before the workflow starts, with no
 submitted: ``sbatch --test-only`` with the same options (:func:`submit_problems`,
 which ``lazarus start`` asks through the allocation facade).
 
-The holder is :func:`~activities.nodes.slurm_preemption.holder_script`:
+The holder is :func:`~activities.nodes.slurm.preemption.holder_script`:
 ``--no-kill`` so a node failure does not end the allocation (Lazarus replaces the
 node), ``--no-requeue`` so Slurm never restarts the holder behind the workflow's
 back, ``--signal=B:USR1@<notice_s>`` for the just-in-time checkpoint.
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from activities.nodes.agent import AllocationRefused
-from activities.nodes.slurm_commands import (
+from activities.nodes.slurm.commands import (
     RUNNING,
     Allocation,
     SlurmCommandFailed,
@@ -42,7 +42,7 @@ from activities.nodes.slurm_commands import (
     one_line,
     run_slurm,
 )
-from activities.nodes.slurm_preemption import holder_script
+from activities.nodes.slurm.preemption import holder_script
 from lazarus.domain.contracts import AllocationGranted, SubmitAllocationRequest
 from lazarus.domain.spec import JobSpec, SlurmSpec
 
@@ -423,7 +423,7 @@ def own_jobs_named(name: str, exclude: list[int] | None = None) -> list[Allocati
     would launch into an allocation ``srun`` may not use, and cancelling it would
     end someone else's work.
 
-    Raises :class:`~activities.nodes.slurm_commands.SlurmCommandFailed` when
+    Raises :class:`~activities.nodes.slurm.commands.SlurmCommandFailed` when
     ``squeue`` cannot answer: "none found" would be a guess, and a retried resubmit
     that took it for an answer submitted a second holder beside the first attempt's,
     which then held its nodes, unrecorded, until its time limit (issue 37, N11). The

@@ -4,7 +4,7 @@ its size.
 
 Why: every supervision round polls every node of the generation at once (one thread
 per node, :mod:`activities.supervise_observer`), and each Slurm node's
-:meth:`~activities.nodes.slurm_agent.SlurmAgent.poll` needs two facts from
+:meth:`~activities.nodes.slurm.agent.SlurmAgent.poll` needs two facts from
 slurmctld: the allocation's steps (``squeue --steps -j J``) and its node's state
 (``scontrol show node``). Asked per node, that was 2 commands per node per round:
 a 64-node job at the default ``poll_interval_s: 0.5`` sent about 256 RPCs a second,
@@ -20,7 +20,7 @@ same for every node, so they are asked once for the job, and not every round:
   cover starts one that does; one Slurm does not list is asked alone, as before,
   for its one-line error.
 - **the allocation's state** (``squeue -j J -h -o %T``, the preemption check of
-  :mod:`~activities.nodes.slurm_preemption`): shared the same way, and asked only
+  :mod:`~activities.nodes.slurm.preemption`): shared the same way, and asked only
   when it matters: the steps answer does not show the allocation running, or a poll
   just saw a rank of it end (:meth:`SlurmRounds.rank_ended`; then in an answer
   asked after that, since an allocation that ends takes its ranks with it, and its
@@ -39,7 +39,7 @@ What a shared answer may not hide, and how it does not:
   caller read its pid files (``asked_after``); otherwise the caller asks again
   (that answer is shared too). In steady state every step is listed and nobody
   asks again; a step such an answer found gone is not asked about again.
-- **a write of our own.** ``drain``/``undrain`` (:mod:`~activities.nodes.slurm_drain`)
+- **a write of our own.** ``drain``/``undrain`` (:mod:`~activities.nodes.slurm.drain`)
   call :meth:`SlurmRounds.forget`, so the next poll sees the state they set.
 - **a change since the answer** (a node Slurm marks DOWN, a step that vanished, the
   allocation ending) is seen at most :data:`QUERY_INTERVAL_S` plus one poll
@@ -67,7 +67,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from activities.nodes.slurm_commands import (
+from activities.nodes.slurm.commands import (
     SlurmRunner,
     job_state,
     job_steps,
@@ -196,7 +196,7 @@ class _Shared(Generic[T]):
 
 class SlurmRounds:
     """The shared answers (see the module docstring). ``runner`` runs the commands
-    (default: :func:`~activities.nodes.slurm_commands.run_slurm`); ``clock`` is
+    (default: :func:`~activities.nodes.slurm.commands.run_slurm`); ``clock`` is
     monotonic time (tests move it by hand)."""
 
     def __init__(
@@ -225,7 +225,7 @@ class SlurmRounds:
         return self._clock()
 
     def steps(self, job: str, asked_after: float | None = None) -> tuple[Steps, float]:
-        """The job's steps (as :func:`~activities.nodes.slurm_commands.job_steps`: None
+        """The job's steps (as :func:`~activities.nodes.slurm.commands.job_steps`: None
         when Slurm cannot be asked), from a ``squeue`` started within the TTL (or the
         backoff, after failures) and at or after ``asked_after``; and when that
         ``squeue`` started."""
@@ -254,10 +254,10 @@ class SlurmRounds:
 
     def job_state(self, job: int, asked_after: float | None = None) -> str | None:
         """The allocation's state word, as
-        :func:`~activities.nodes.slurm_commands.job_state` says it, from a ``squeue``
+        :func:`~activities.nodes.slurm.commands.job_state` says it, from a ``squeue``
         started within the interval and at or after ``asked_after`` (the steps answer
         that made the caller ask: an older state would be older news). Raises
-        :class:`~activities.nodes.slurm_commands.SlurmCommandFailed`."""
+        :class:`~activities.nodes.slurm.commands.SlurmCommandFailed`."""
         state, _ = self._job_states.get(
             str(job), lambda _: job_state(job, self._runner), asked_after=asked_after
         )
@@ -265,10 +265,10 @@ class SlurmRounds:
 
     def node_state(self, node: str, peers: Iterable[str] = ()) -> tuple[set[str], str]:
         """``node``'s state words and reason, as
-        :func:`~activities.nodes.slurm_commands.node_state` says them, from one
+        :func:`~activities.nodes.slurm.commands.node_state` says them, from one
         ``scontrol`` for every node polled lately and ``peers`` (the generation's
         other nodes, so that the first round asks once too). Raises
-        :class:`~activities.nodes.slurm_commands.SlurmCommandFailed`."""
+        :class:`~activities.nodes.slurm.commands.SlurmCommandFailed`."""
         now = self._clock()
         with self._lock:
             for name in (*peers, node):

@@ -33,14 +33,14 @@ import time
 from collections.abc import Callable
 
 from activities.nodes.agent import AllocationRefused
-from activities.nodes.slurm_commands import (
+from activities.nodes.slurm.commands import (
     RUNNING,
     SlurmCommandFailed,
     allocation,
     one_line,
     run_slurm,
 )
-from activities.nodes.slurm_submit import cancel, own_jobs_named
+from activities.nodes.slurm.submit import cancel, own_jobs_named
 from lazarus.domain.contracts import AllocationGranted, GrowAllocationRequest
 
 _GRANTED = re.compile(r"Granted job allocation (\d+)")

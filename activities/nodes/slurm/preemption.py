@@ -2,7 +2,7 @@
 allocation is going away.
 
 The holder (:func:`holder_script`, submitted by
-:mod:`activities.nodes.slurm_submit`) turns Slurm's USR1 into a file on the
+:mod:`activities.nodes.slurm.submit`) turns Slurm's USR1 into a file on the
 shared filesystem; :func:`preemption_notice` reads it, and asks Slurm whether the
 allocation still runs when the job's shared steps answer does not show it running.
 """
@@ -14,8 +14,8 @@ import shlex
 import time
 from pathlib import Path
 
-from activities.nodes.slurm_commands import RUNNING, SlurmCommandFailed, job_state
-from activities.nodes.slurm_rounds import SlurmRounds, Steps
+from activities.nodes.slurm.commands import RUNNING, SlurmCommandFailed, job_state
+from activities.nodes.slurm.rounds import SlurmRounds, Steps
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.spec import PREEMPT_MARKER_PREFIX, SlurmSpec
 

@@ -5,7 +5,7 @@ an environment that points at the cluster and not at any allocation the worker
 itself runs in (:func:`client_environment`); the parsers of their answers (a node's
 state words, a job's steps, a job's state and nodes); and the start check that a
 job fits the allocation it names (:func:`allocation_problems`). The agent that runs
-ranks through these is :mod:`activities.nodes.slurm_agent`.
+ranks through these is :mod:`activities.nodes.slurm.agent`.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def slurmd_silent(node: str, timeout_s: float = SLURMD_CONNECT_S) -> str | None:
     Slurm call that needs the dead slurmd waits ``MessageTimeout`` (10 s by
     default) before it fails. A hung slurmd that still accepts connections passes:
     what then blocks is found by the stop's wait and probe
-    (:func:`~activities.nodes.slurm_agent.silent_nodes`)."""
+    (:func:`~activities.nodes.slurm.agent.silent_nodes`)."""
     try:
         done = run_slurm(["scontrol", "show", "node", "-o", node])
     except SlurmCommandFailed:

@@ -7,7 +7,7 @@ never raised; a node someone else drained keeps their drain and their reason.
 from __future__ import annotations
 
 from activities.nodes.agent import DrainResult, NodeAgent
-from activities.nodes.slurm_commands import (
+from activities.nodes.slurm.commands import (
     LOST_STATES,
     SlurmCommandFailed,
     node_state,
@@ -15,7 +15,7 @@ from activities.nodes.slurm_commands import (
     run_slurm,
     slurmd_silent,
 )
-from activities.nodes.slurm_rounds import ROUNDS
+from activities.nodes.slurm.rounds import ROUNDS
 
 DRAIN_REASON_PREFIX = "lazarus:"
 """How the reasons of Lazarus's own drains start: only those it overwrites or undoes."""
@@ -23,7 +23,7 @@ DRAIN_REASON_PREFIX = "lazarus:"
 
 class SlurmDrain(NodeAgent):
     """The drain, undrain and drain-if-lost of
-    :class:`~activities.nodes.slurm_agent.SlurmAgent`, for this agent's node
+    :class:`~activities.nodes.slurm.agent.SlurmAgent`, for this agent's node
     (``scontrol show node``, then ``scontrol update``)."""
 
     command_timeout_s: float

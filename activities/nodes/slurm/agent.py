@@ -33,7 +33,7 @@ them directly. :meth:`poll` adds what Slurm says: the step's state
 (``squeue --steps``) and the node's (``scontrol show node``); a node Slurm reports
 ``DOWN``, ``DRAIN``, ``FAIL`` or ``NOT_RESPONDING`` is unreachable, i.e. lost. Both
 answers are asked for all the job's nodes at once and shared by their agents, at
-most every 2 s (:mod:`~activities.nodes.slurm_rounds`: at most 1 command a second
+most every 2 s (:mod:`~activities.nodes.slurm.rounds`: at most 1 command a second
 per job, not 2 per node per round).
 
 A stop cancels the node's own steps: ``scancel --signal=TERM J.S`` (and ``CONT``),
@@ -42,7 +42,7 @@ shows the step. Each ``scancel`` is sent, not waited for: Slurm 22.05's returns 
 once every node of the *allocation* answered, so with one dead node each one
 blocked for ``MessageTimeout`` + 1 s although the signal reached the live node at
 once; ``squeue`` is what says the step ended. Before that, a node whose slurmd
-refuses connections (:func:`~activities.nodes.slurm_commands.slurmd_silent`) or
+refuses connections (:func:`~activities.nodes.slurm.commands.slurmd_silent`) or
 that Slurm reports lost is not waited for at all: its step is sent SIGKILL and the
 stop reports the node unreachable at once (the workflow replaces it; Slurm ends the
 step when it marks the node DOWN, and the preflight drains it). A SIGKILL takes
@@ -55,11 +55,11 @@ agent's shim through ``srun -w <node> sh -s`` in the allocation; draining
 raised. Warm starts run the zygote as a step of its own and fork ranks from it.
 
 Around this module: Slurm's client commands and the parsing of their answers are
-:mod:`~activities.nodes.slurm_commands`, the shim as a step and the commands not
-waited for :mod:`~activities.nodes.slurm_shim`, warm starts
-:mod:`~activities.nodes.slurm_warm`, draining and undraining a node
-:mod:`~activities.nodes.slurm_drain`, the holder script and the preemption
-notice :mod:`~activities.nodes.slurm_preemption`.
+:mod:`~activities.nodes.slurm.commands`, the shim as a step and the commands not
+waited for :mod:`~activities.nodes.slurm.shim`, warm starts
+:mod:`~activities.nodes.slurm.warm`, draining and undraining a node
+:mod:`~activities.nodes.slurm.drain`, the holder script and the preemption
+notice :mod:`~activities.nodes.slurm.preemption`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ from activities.nodes.agent import (
     RestoreEnd,
     StartedRank,
 )
-from activities.nodes.local_agent import LocalAgent, RankStartFailed, last_step
+from activities.nodes.local.agent import LocalAgent, RankStartFailed, last_step
 from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import (
     GenerationDir,
@@ -100,7 +100,7 @@ from activities.nodes.rundir import (
     read_json,
     write_json_atomic,
 )
-from activities.nodes.slurm_commands import (
+from activities.nodes.slurm.commands import (
     COMMAND_TIMEOUT_S,
     LOST_STATES,
     SlurmCommandFailed,
@@ -111,17 +111,17 @@ from activities.nodes.slurm_commands import (
     slurm_command,
     slurmd_silent,
 )
-from activities.nodes.slurm_container import (
+from activities.nodes.slurm.container import (
     PYXIS_OPTION,
     ContainerRefused,
     srun_options,
     task_argv,
     wrapped,
 )
-from activities.nodes.slurm_preemption import preemption_notice
-from activities.nodes.slurm_rounds import ROUNDS, SlurmRounds, Steps
-from activities.nodes.slurm_shim import SrunShim, send, silent_nodes, step_lock_at
-from activities.nodes.slurm_warm import ZYGOTE_STEP, SlurmWarm, merged_stop
+from activities.nodes.slurm.preemption import preemption_notice
+from activities.nodes.slurm.rounds import ROUNDS, SlurmRounds, Steps
+from activities.nodes.slurm.shim import SrunShim, send, silent_nodes, step_lock_at
+from activities.nodes.slurm.warm import ZYGOTE_STEP, SlurmWarm, merged_stop
 from activities.nodes.warm import zygote_dir
 from lazarus.domain import environment as env_names
 from lazarus.domain.contracts import UnkillableGroup
@@ -435,7 +435,7 @@ class SlurmAgent(SlurmWarm):
         steps, asked = self._steps(jobs)
         if asked < read_at and self._unlisted(gen, pid_records, steps, zygote):
             # The shared answer may predate a pid file: only one asked after we read
-            # them may say a step is gone (see activities.nodes.slurm_rounds).
+            # them may say a step is gone (see activities.nodes.slurm.rounds).
             steps, asked = self._steps(jobs, asked_after=read_at)
         if asked >= read_at:  # asked after the pid files were read: what it lacks is gone
             self._gone |= self._unlisted(gen, pid_records, steps, zygote) - {""}
