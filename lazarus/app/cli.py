@@ -748,6 +748,12 @@ def classify(
         out.print(Text.assemble(("  > ", "dim"), plain(line)), soft_wrap=True)
 
 
+def _absolute(target: str) -> str:
+    """A path as the user meant it, from this shell's directory: the worker that reads it
+    has a working directory of its own. URIs (``s3://...``) are kept as written."""
+    return target if "://" in target else os.path.abspath(target)
+
+
 def _dash(value: object) -> str:
     return "—" if value is None else str(value)
 
@@ -786,7 +792,10 @@ def verify(
     found = _with_client(
         ctx,
         lambda jobs: jobs.verify_checkpoints(
-            target, endpoint_url=endpoint_url, sizes_only=sizes_only, world_size=world_size
+            _absolute(target),
+            endpoint_url=endpoint_url,
+            sizes_only=sizes_only,
+            world_size=world_size,
         ),
     )
     if found.input_error is not None or found.store_error is not None:
@@ -842,7 +851,10 @@ def checkpoints(
     listed = _with_client(
         ctx,
         lambda jobs: jobs.list_checkpoints(
-            directory, uri, endpoint_url=endpoint_url, hashes=hashes
+            _absolute(directory) if directory is not None else None,
+            _absolute(uri) if uri is not None else None,
+            endpoint_url=endpoint_url,
+            hashes=hashes,
         ),
     )
     if listed.input_error is not None or listed.store_error is not None:

@@ -215,7 +215,9 @@ def test_cli_verify_exit_codes(root: Path, tmp_path: Path, worker_here: list[obj
     assert runner.invoke(cli.app, ["verify", str(root)]).exit_code == 0
 
 
-def test_cli_checkpoints_of_a_directory(root: Path, worker_here: list[object]) -> None:
+def test_cli_checkpoints_of_a_directory(
+    root: Path, worker_here: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_checkpoint(root, 10)
     write_checkpoint(root, 20)
     result = runner.invoke(cli.app, ["checkpoints", "--dir", str(root), "--json"])
@@ -228,6 +230,11 @@ def test_cli_checkpoints_of_a_directory(root: Path, worker_here: list[object]) -
     table = runner.invoke(cli.app, ["checkpoints", "--dir", str(root)])
     assert table.exit_code == 0 and "step" in table.output
     assert runner.invoke(cli.app, ["checkpoints"]).exit_code == 2
+    # A relative path is the user's shell's: the worker (its own directory) gets it whole.
+    monkeypatch.chdir(root.parent)
+    relative = runner.invoke(cli.app, ["checkpoints", "--dir", root.name, "--json"])
+    assert relative.exit_code == 0 and len(json.loads(relative.stdout)) == 2, relative.output
+    assert getattr(worker_here[-1], "checkpoint_dir", None) == str(root)
 
 
 async def test_activities_wrap_the_same_logic(root: Path) -> None:
