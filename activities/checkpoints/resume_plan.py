@@ -6,9 +6,10 @@ of the same spec under another name) trains nothing and looks like success. So
 step it will resume from, which job wrote it and when; ``start --fresh`` first
 moves every existing checkpoint of the directory aside, keeping them.
 
-Plain I/O, no temporalio: the CLI calls it. It sees the checkpoint directory as
-this machine sees it, which is the ranks' view on a local stack or a shared
-filesystem.
+Plain I/O, no temporalio: start's check on the worker calls it
+(:mod:`activities.start_checks`; the CLI runs no checkpoint code). It sees the
+checkpoint directory as the worker sees it, which is the ranks' view on a local stack
+or a shared filesystem.
 """
 
 from __future__ import annotations
