@@ -51,8 +51,10 @@ CALL_TIMEOUTS = {
 """How long a call to a worker may take, waiting included: a minute more than its
 activity may run (``workflows/worker_call.py``)."""
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
-WORKER_GRACE_S = 3
-"""How long a call waits for a worker's first poll before :class:`NoWorker`."""
+WORKER_WAIT_S = 30.0
+"""How long a call waits for a worker's first poll before :class:`NoWorker`: a worker
+started just before (``lazarus worker & lazarus start job.yaml``) takes seconds to
+import and connect."""
 
 
 class WorkerCalls:
@@ -178,12 +180,12 @@ class WorkerCalls:
     async def _require_worker(self) -> None:
         """A worker polls this client's queue, or :class:`NoWorker`. The server lists a
         worker once its first poll arrives: one started a moment ago is waited for
-        (:data:`WORKER_GRACE_S`). Asked once per client: a follower calls often."""
+        (:data:`WORKER_WAIT_S`). Asked once per client: a follower calls often."""
         if self._worker_seen:
             return
-        for attempt in range(WORKER_GRACE_S + 1):
-            if attempt:
-                await asyncio.sleep(1)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WORKER_WAIT_S
+        while True:
             with self._translated():
                 described = await self.temporal.workflow_service.describe_task_queue(
                     DescribeTaskQueueRequest(
@@ -196,7 +198,9 @@ class WorkerCalls:
             if described.pollers:
                 self._worker_seen = True
                 return
-        raise NoWorker(self.task_queue)
+            if loop.time() >= deadline:
+                raise NoWorker(self.task_queue)
+            await asyncio.sleep(0.5)
 
     @contextlib.contextmanager
     def _translated(self) -> Iterator[None]:

@@ -244,9 +244,14 @@ async def test_the_checks_run_on_the_worker_and_refuse_naming_the_field(
     assert name not in [row.job for row in await lazarus.jobs.list()]
 
 
-async def test_without_a_worker_a_start_is_refused_at_once(
-    dev_server: DevServer, tmp_path: Path
+async def test_without_a_worker_a_start_is_refused(
+    dev_server: DevServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """After :data:`~lazarus.app.worker_client.WORKER_WAIT_S` (30 s; 1 s here) for a
+    worker's first poll, nothing checked and nothing started."""
+    from lazarus.app import worker_client
+
+    monkeypatch.setattr(worker_client, "WORKER_WAIT_S", 1.0)
     _, spec_file = _spec_file(tmp_path)
     env = {"TEMPORAL_ADDRESS": dev_server.address, "LAZARUS_TASK_QUEUE": "nobody-polls-this"}
     result = await asyncio.to_thread(
