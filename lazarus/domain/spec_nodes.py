@@ -159,8 +159,9 @@ class SlurmSpec(_Strict):
     extra_args: list[str] = Field(default_factory=list)
     """Submit mode: more ``sbatch`` scheduling options, passed as they are
     (``--qos=high``, ``--gres=gpu:8``, ``-Cgpu``): written in full, values after ``=``
-    or glued to a short option. An allow-list (``slurm_submit.SCHEDULING_OPTIONS``:
-    where, when and with how much the holder runs); any other option, such as one
+    or glued to a short option. An allow-list
+    (``activities.nodes.slurm.submit.SCHEDULING_OPTIONS``: where, when and with how
+    much the holder runs); any other option, such as one
     that chooses what the holder runs or its environment (``--container``,
     ``--export``, ``--wrap``), is refused when the allocation is submitted, naming it."""
     notice_s: Annotated[int, Field(ge=10, le=86_400)] = 120
