@@ -748,12 +748,6 @@ def classify(
         out.print(Text.assemble(("  > ", "dim"), plain(line)), soft_wrap=True)
 
 
-def _absolute(target: str) -> str:
-    """A path as the user meant it, from this shell's directory: the worker that reads it
-    has a working directory of its own. URIs (``s3://...``) are kept as written."""
-    return target if "://" in target else os.path.abspath(target)
-
-
 def _dash(value: object) -> str:
     return "—" if value is None else str(value)
 
@@ -792,7 +786,7 @@ def verify(
     found = _with_client(
         ctx,
         lambda jobs: jobs.verify_checkpoints(
-            _absolute(target),
+            cli_checkpoints.absolute(target),
             endpoint_url=endpoint_url,
             sizes_only=sizes_only,
             world_size=world_size,
@@ -851,8 +845,8 @@ def checkpoints(
     listed = _with_client(
         ctx,
         lambda jobs: jobs.list_checkpoints(
-            _absolute(directory) if directory is not None else None,
-            _absolute(uri) if uri is not None else None,
+            cli_checkpoints.absolute(directory),
+            cli_checkpoints.absolute(uri),
             endpoint_url=endpoint_url,
             hashes=hashes,
         ),

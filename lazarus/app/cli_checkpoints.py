@@ -6,8 +6,9 @@ a module of its own so the checkpoint commands stay out of the job views.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -17,6 +18,18 @@ from lazarus.domain.checkpoint_views import CheckpointListing, ResumePlan, SetAs
 from lazarus.domain.contracts import CheckpointVerification
 
 _DASH = "—"
+
+
+@overload
+def absolute(target: str) -> str: ...
+@overload
+def absolute(target: None) -> None: ...
+def absolute(target: str | None) -> str | None:
+    """A path as the user meant it, from this shell's directory: the worker that reads it
+    has a working directory of its own. URIs (``s3://...``) are kept as written."""
+    if target is None or "://" in target:
+        return target
+    return os.path.abspath(target)
 
 
 def human_size(size: int) -> str:
