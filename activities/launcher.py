@@ -63,12 +63,13 @@ from activities.nodes.agent import (
     NodeRefused,
     NodeUnreachable,
     RankLaunch,
+    RankStartFailed,
+    ShimError,
     StartedRank,
     WarmStart,
 )
 from activities.nodes.code_root import lazarus_code_root
 from activities.nodes.factory import agents, on_each, on_each_settled
-from activities.nodes.local.agent import RankStartFailed
 from activities.nodes.rejoin import RanksWouldNotDie, rejoin_variables
 from activities.nodes.rundir import (
     GenerationDir,
@@ -86,7 +87,6 @@ from activities.nodes.secret_env import (
     read_env_file,
     without_worker_secrets,
 )
-from activities.nodes.shim_agent import ShimError
 from activities.nodes.warm import stop_run_zygotes
 from activities.program import rank_paths, rank_search_path, rendezvous_host
 from lazarus.domain import chaos_points

@@ -25,10 +25,10 @@ from activities.nodes.agent import (
     NodeRefused,
     NodeStopResult,
     NodeUnreachable,
+    ShimError,
 )
 from activities.nodes.factory import agents, on_each, this_machine_agent
 from activities.nodes.rundir import runs
-from activities.nodes.shim_agent import ShimError
 from lazarus.domain.contracts import StopRequest, StopResult
 from lazarus.domain.memory_tier import memory_checkpoint_dir
 

@@ -301,6 +301,17 @@ class NodeRefused(Exception):
     identity file, authentication refused): retrying will not help."""
 
 
+class RankStartFailed(Exception):
+    """The rank's program could not be started at all (not a crash: a bad command)."""
+
+
+class ShimError(RuntimeError):
+    """The node answered, but the operation failed there (a stopped generation, a
+    missing workdir, a group that survived SIGKILL). Neither a network problem nor
+    a misconfigured node: the message says what to fix. Raised by the shim that ssh
+    and Slurm nodes run (:mod:`activities.nodes.shim_agent`)."""
+
+
 class NodeAgent(ABC):
     def __init__(self, node: NodeSpec) -> None:
         self.node = node

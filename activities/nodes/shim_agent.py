@@ -64,6 +64,7 @@ from activities.nodes.agent import (
     RankLaunch,
     RankRecord,
     RestoreEnd,
+    ShimError,
     StartedRank,
     WarmStart,
 )
@@ -135,12 +136,6 @@ def no_warm_answer_reason(noise: list[str]) -> str:
 
 
 _MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
-
-
-class ShimError(RuntimeError):
-    """The node answered, but the operation failed there (a stopped generation, a
-    missing workdir, a group that survived SIGKILL). Neither a network problem nor
-    a misconfigured node: the message says what to fix."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from activities.nodes.agent import (
     PreflightResult,
     RankLaunch,
     RankRecord,
+    RankStartFailed,
     RestoreEnd,
     StartedRank,
     WarmStart,
@@ -66,10 +67,6 @@ RESTORE_START_S = 15.0
 
 PID_FILE_WAIT_S = 30.0
 _PID_FILE = re.compile(r"^rank-(\d+)\.pid$")
-
-
-class RankStartFailed(Exception):
-    """The rank's program could not be started at all (not a crash: a bad command)."""
 
 
 class LocalAgent(NodeAgent):

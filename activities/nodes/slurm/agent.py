@@ -87,10 +87,11 @@ from activities.nodes.agent import (
     PreflightResult,
     RankLaunch,
     RankRecord,
+    RankStartFailed,
     RestoreEnd,
     StartedRank,
 )
-from activities.nodes.local.agent import LocalAgent, RankStartFailed, last_step
+from activities.nodes.local.agent import LocalAgent, last_step
 from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import (
     GenerationDir,

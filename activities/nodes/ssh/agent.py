@@ -29,8 +29,8 @@ from pathlib import Path
 import paramiko
 from paramiko.auth_strategy import AuthFailure, AuthSource, AuthStrategy, InMemoryPrivateKey
 
-from activities.nodes.agent import NodeRefused, NodeUnreachable
-from activities.nodes.shim_agent import LocalShimAgent, ShimAgent, ShimError, ShimReply
+from activities.nodes.agent import NodeRefused, NodeUnreachable, ShimError
+from activities.nodes.shim_agent import LocalShimAgent, ShimAgent, ShimReply
 from activities.nodes.ssh.config import Hop, SSHConfigError, route
 from activities.nodes.ssh.files import SSHDirsError, allowed_ssh_dirs, ssh_file_problem
 from lazarus.domain.spec import NodeSpec, SSHSpec
