@@ -1,4 +1,5 @@
-"""The node side of ``lazarus start --dry-run`` (:mod:`lazarus.app.dry_run` shows it):
+"""The node side of ``lazarus start --dry-run`` (the worker's start check,
+:mod:`activities.start_checks`, returns it; the CLI shows it):
 where each rank of the first generation runs and what each node runs, made from the
 same functions the launch uses (issue 39, part 3):
 - ``local``: the worker's rank wrapper on the worker's machine;
