@@ -370,7 +370,9 @@ class Reader:
         end = size
         newlines = 0
         while end > 0:
-            start = max(0, end - READ_CHUNK_BYTES)
+            # A remote read brings back REMOTE_CHUNK_BYTES at most: ask no more, so
+            # the bytes read always end at ``end``.
+            start = max(0, end - REMOTE_CHUNK_BYTES)
             data = self.read(log, start, end - start).data
             if end == size and data.endswith(b"\n"):
                 data = data[:-1]  # the last line's own newline
@@ -394,7 +396,9 @@ def lines_of(
         text = pending + chunk.data
         complete, newline, pending = text.rpartition(b"\n")
         yield chunk, (complete.split(b"\n") if newline else []), offset, pending
-        if len(chunk.data) < READ_CHUNK_BYTES:
+        # The end: nothing more, or the file's size reached. Not "a short chunk": a
+        # remote node's chunks are shorter than a local one's (REMOTE_CHUNK_BYTES).
+        if not chunk.data or (chunk.size is not None and offset >= chunk.size):
             return
 
 

@@ -9,15 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
-from typer.testing import CliRunner
 
 from activities.nodes.rundir import read_json
 from activities.nodes.slurm.submit import start_allocation
+from activities.start_checks import check_start
 from infra.slurm import TestSlurm
-from lazarus.app import cli
 from lazarus.app.devserver import DevServer
 from lazarus.domain.spec import JobSpec, parse_spec
+from lazarus.domain.worker_calls import StartCheckRequest
 from tests.slurm.test_slurm_e2e import (
     STEPS,
     all_generations,
@@ -48,13 +47,13 @@ def jobs_listed(cluster: TestSlurm) -> list[str]:
 def test_lazarus_start_refuses_a_partition_slurm_does_not_have(
     slurm: TestSlurm, tmp_path: Path
 ) -> None:
+    # The worker runs lazarus start's checks (issue 40): asked here directly, as the
+    # CLI's call to a worker asks it; the CLI prints these lines and exits 2.
     spec = submit_spec(tmp_path, partition="no-such-partition")
     spec_file = tmp_path / "job.yaml"
-    spec_file.write_text(yaml.safe_dump(spec.model_dump(mode="json", by_alias=True)))
     before = jobs_listed(slurm)
-    result = CliRunner().invoke(cli.app, ["start", str(spec_file)])
-    assert result.exit_code == 2, result.output
-    [line] = [ln for ln in result.output.splitlines() if ln.strip()]
+    checked = check_start(StartCheckRequest(spec=spec, spec_file=str(spec_file)))
+    [line] = checked.problems
     assert line.startswith(f"{spec_file}: slurm.partition: "), line
     assert "no-such-partition" in line or "partition" in line.lower(), line
     assert jobs_listed(slurm) == before, "nothing may be submitted"
