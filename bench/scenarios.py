@@ -75,8 +75,12 @@ def _seen_outside(monitor: RunMonitor, generation: int, fault_at: float) -> floa
     return first.seen_at - fault_at if first is not None else None
 
 
-def _first(incidents: list[Incident]) -> Incident | None:
-    return incidents[0] if incidents else None
+def _first(incidents: list[Incident], since: float | None = None) -> Incident | None:
+    """The first incident, or with ``since`` the first detected after it: the one the
+    injected fault caused, not an earlier one (a loaded machine's false alarm would
+    otherwise give every figure of the run from the wrong incident, negative ones)."""
+    later = incidents if since is None else [i for i in incidents if i.detected_at >= since]
+    return later[0] if later else None
 
 
 def since(start: float | None, end: float | None) -> float | None:
@@ -138,7 +142,7 @@ async def rank_fault(
     fault = chaos.signal_rank(run.job.run_root, rank=rank, sig=sig)
     status, metrics, details = await finish(run)
     trace = run.trace()
-    incident = _first(status.incidents)
+    incident = _first(status.incidents, since=fault.at)
     metrics |= {
         "fault_step": fault.step,
         "detected": incident is not None,
