@@ -98,7 +98,11 @@ async def test_the_new_timelines_own_checkpoint_of_a_rolled_back_step_is_resumed
     job.script.failures[1] = failure("numerical", 159)
     job.script.failures[2] = failure("unknown", 162)
 
-    await job.wait_for(lambda s: s.generation == 3, "the relaunch after generation 2's crash")
+    # The generation is counted before its launch runs: wait for the launch itself.
+    await job.wait_for(
+        lambda s: s.generation == 3 and len(job.script.launches) == 3,
+        "the relaunch after generation 2's crash",
+    )
 
     assert resumes(job) == [100, 100, 150]
     assert job.script.searches[-1].retired == [RetiredCheckpoint(step=150, generation=1)]
