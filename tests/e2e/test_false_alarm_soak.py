@@ -58,7 +58,9 @@ def test_a_one_minute_false_alarm_soak_has_no_hang_incident(tmp_path: Path) -> N
         assert result["hang_incidents"] == 0, why
         assert result["other_incidents"] == 0, why
         counts = result["event_counts"]
-        assert counts.get("checkpoint_save", 0) >= 2, counts
+        # The events fall due on the wall clock (saves every 15 s of the minute); a
+        # loaded machine that starts the ranks late sees fewer of them, never none.
+        assert counts.get("checkpoint_save", 0) >= 1, counts
         assert counts.get("evaluation", 0) >= 1, counts
         assert counts.get("data_loader_stall", 0) >= 1, counts
         assert [r["ok"] for r in result["restarts"]] == [True], result["restarts"]
