@@ -325,7 +325,7 @@ async def node_loss_under_agents(ctx: BenchContext, repeat: int, how: AgentNodeL
                 else how.standby_waits
             )
             if not await wait_until(
-                lambda: run.job.agent_log_after(joining, standby_at) is not None,
+                lambda: run.job.line_after(joining, standby_at) is not None,
                 shape.job_timeout_s,
             ):
                 raise TimeoutError(f"the standby never asked to join:\n{run.job.tail()}")

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
@@ -65,6 +66,131 @@ RESUMED_LINE = re.compile(r"^resumed from step (\d+)")
 class Line:
     t: float
     text: str
+    label: str = ""
+    """Which process printed it, where a job has several kinds (a peer's members)."""
+
+
+class ProcessWatch:
+    """What the bench's outside watch of a job shares, torchrun's and the peers'
+    (:class:`bench.peers.jobs.MemberJob`): each process's output read and timestamped
+    by a thread into :attr:`lines` and one log file, a poller thread remembering every
+    process ever seen, and all of them killed at the end, orphans included."""
+
+    log_path: Path
+
+    def _watch_init(self) -> None:
+        self.lines: list[Line] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._log: IO[str] | None = None
+
+    def _thread(self, target: Callable[..., None], name: str, *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _open_log(self) -> None:
+        """The log file, and the poller, once."""
+        if self._log is None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.log_path, "a")  # noqa: SIM115 - closed by stop()
+            self._thread(self._poll_loop, "bench-poll")
+
+    def _popen(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """``argv`` in a session of its own, from the repository, its output piped."""
+        return subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _read_loop(self, proc: subprocess.Popen[bytes], label: str = "") -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = Line(time.time(), raw.decode(errors="replace").rstrip("\n"), label)
+            with self._lock:
+                self.lines.append(line)
+                if self._log is not None:
+                    self._log.write(f"{line.t:.3f} {_prefix(label)}{line.text}\n")
+                self._on_line(line)
+        proc.stdout.close()
+
+    def _on_line(self, line: Line) -> None:
+        """Called with the lock held for each line read."""
+
+    def _poll_loop(self) -> None:
+        while not self._done.is_set():
+            self._poll_once()
+            self._done.wait(POLL_INTERVAL_S)
+
+    def _poll_once(self) -> None:
+        raise NotImplementedError
+
+    def _started(self) -> list[subprocess.Popen[bytes]]:
+        """The processes the bench started itself."""
+        raise NotImplementedError
+
+    def _seen(self) -> dict[int, int]:
+        """Every process ever seen (pid -> start ticks), called with the lock held."""
+        raise NotImplementedError
+
+    def kill_processes(self) -> None:
+        """SIGKILL every process started and every one ever seen under them (a stopped
+        one too: they run in sessions of their own, and an orphan is no exception) and
+        wait until they are gone; the job can be started again afterwards."""
+        for proc in self._started():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        self._poll_once()  # a process started in the last few ms
+        with self._lock:
+            seen = self._seen()
+        for pid, start_ticks in seen.items():
+            if is_alive(pid, start_ticks):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        for proc in self._started():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10.0)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and any(map(is_alive, seen.keys(), seen.values())):
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Kill everything (:meth:`kill_processes`) and stop the threads. Idempotent."""
+        self.kill_processes()
+        self._done.set()
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def line_after(self, pattern: re.Pattern[str], t: float) -> float | None:
+        """When a line matching ``pattern`` was first printed after ``t``."""
+        with self._lock:
+            lines = list(self.lines)
+        return next((line.t for line in lines if line.t >= t and pattern.search(line.text)), None)
+
+    def tail(self, lines: int = 40) -> str:
+        with self._lock:
+            return "\n".join(_prefix(line.label) + line.text for line in self.lines[-lines:])
+
+
+def job_env(extra: dict[str, str]) -> dict[str, str]:
+    """This environment less Lazarus's variables, with the repository on ``PYTHONPATH``,
+    and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
+    return {**env, "PYTHONPATH": str(REPO), **extra}
+
+
+def _prefix(label: str) -> str:
+    return f"[{label}] " if label else ""
 
 
 @dataclass
@@ -106,7 +232,7 @@ class Rendezvous:
 
 
 @dataclass
-class TorchrunJob:
+class TorchrunJob(ProcessWatch):
     """One job under torchrun: possibly several agents in a row (an operator restart)."""
 
     example_args: list[str]
@@ -120,8 +246,8 @@ class TorchrunJob:
     """None: one node, ``--standalone``; else one agent per host (:meth:`start_agent`)."""
 
     def __post_init__(self) -> None:
+        self._watch_init()
         self.trace = StepTrace(started_at=time.time())
-        self.lines: list[Line] = []
         self.ranks: list[RankProcess] = []
         self.resumed_from: dict[int, int] = {}
         """Generation -> the step its ranks said they resumed from."""
@@ -133,10 +259,6 @@ class TorchrunJob:
         self._descendants: dict[int, int] = {}
         """Every process ever seen under an agent (ranks, NVRx's rank monitors,
         helpers) -> its start ticks: killed with the job even once orphaned."""
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._log: IO[str] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -176,9 +298,8 @@ class TorchrunJob:
         ]
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
+        env = job_env({})
         env.pop(UNSHARED_STORE_ENV, None)
-        env["PYTHONPATH"] = str(REPO)
         if self.setup == "best":
             env[UNSHARED_STORE_ENV] = "1"
         if self.rendezvous is not None:
@@ -216,29 +337,12 @@ class TorchrunJob:
         return agent
 
     def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
-        if self._log is None:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = open(self.log_path, "a")  # noqa: SIM115 - closed by stop()
-            poller = threading.Thread(target=self._poll_loop, name="torchrun-poll", daemon=True)
-            poller.start()
-            self._threads.append(poller)
+        self._open_log()
         if not self.agents:
             self.trace.started_at = time.time()
-        agent = subprocess.Popen(
-            argv,
-            cwd=REPO,
-            env=self.env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        agent = self._popen(argv, self.env())
         self.agents.append(agent)
-        reader = threading.Thread(
-            target=self._read_loop, args=(agent,), name="torchrun-read", daemon=True
-        )
-        reader.start()
-        self._threads.append(reader)
+        self._thread(self._read_loop, "torchrun-read", agent)
         return agent
 
     @property
@@ -249,62 +353,22 @@ class TorchrunJob:
     def agent_running(self) -> bool:
         return bool(self.agents) and self.agent.poll() is None
 
-    def kill_processes(self) -> None:
-        """SIGKILL every agent and every process ever seen under one (a stopped process
-        dies too) and wait until they are gone; the job can be started again afterwards."""
-        for agent in self.agents:
-            if agent.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(agent.pid, signal.SIGKILL)
-                agent.wait()
-        self._poll_once()  # a rank started in the last few ms
-        # Every process ever seen under an agent, not only its process group: the ranks
-        # run in sessions of their own, and so do NVRx's rank monitors, which an agent
-        # killed alone (a controller crash) leaves orphaned.
-        with self._lock:
-            seen = {**self._descendants, **{r.pid: r.start_ticks for r in self.ranks}}
-        for pid, start_ticks in seen.items():
-            if is_alive(pid, start_ticks):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline and any(map(is_alive, seen.keys(), seen.values())):
-            time.sleep(0.02)
+    def _started(self) -> list[subprocess.Popen[bytes]]:
+        return self.agents
 
-    def stop(self) -> None:
-        """Kill everything (:meth:`kill_processes`) and stop the threads. Idempotent."""
-        self.kill_processes()
-        self._done.set()
-        for thread in self._threads:
-            thread.join(timeout=5.0)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+    def _seen(self) -> dict[int, int]:
+        return {**self._descendants, **{r.pid: r.start_ticks for r in self.ranks}}
 
     # ------------------------------------------------------------------ observation
 
-    def _read_loop(self, agent: subprocess.Popen[bytes]) -> None:
-        assert agent.stdout is not None
-        for raw in agent.stdout:
-            now = time.time()
-            text = raw.decode(errors="replace").rstrip("\n")
-            with self._lock:
-                self.lines.append(Line(now, text))
-                if self._log is not None:
-                    self._log.write(f"{now:.3f} {text}\n")
-                if match := STEP_LINE.match(text):
-                    self.trace.add(now, self._current_generation(), int(match.group(1)))
-                elif match := RESUMED_LINE.match(text):
-                    self.resumed_from.setdefault(self._current_generation(), int(match.group(1)))
-        agent.stdout.close()
+    def _on_line(self, line: Line) -> None:
+        if match := STEP_LINE.match(line.text):
+            self.trace.add(line.t, self._current_generation(), int(match.group(1)))
+        elif match := RESUMED_LINE.match(line.text):
+            self.resumed_from.setdefault(self._current_generation(), int(match.group(1)))
 
     def _current_generation(self) -> int:
         return max((r.generation for r in self.ranks), default=0)
-
-    def _poll_loop(self) -> None:
-        while not self._done.is_set():
-            self._poll_once()
-            self._done.wait(POLL_INTERVAL_S)
 
     def _poll_once(self) -> None:
         now = time.time()
@@ -380,12 +444,6 @@ class TorchrunJob:
         """Every agent started has exited (killed with its host, or done)."""
         return all(agent.poll() is not None for agent in self.agents)
 
-    def agent_log_after(self, pattern: re.Pattern[str], t: float) -> float | None:
-        """When any agent first printed a line matching ``pattern``, after ``t``."""
-        with self._lock:
-            lines = list(self.lines)
-        return next((line.t for line in lines if line.t >= t and pattern.search(line.text)), None)
-
     def kill_agent(self) -> None:
         """SIGKILL the agent alone (its ranks live in their own sessions)."""
         self.agent.send_signal(signal.SIGKILL)
@@ -412,10 +470,6 @@ class TorchrunJob:
     def snapshot(self) -> StepTrace:
         with self._lock:
             return self.trace.model_copy(deep=True)
-
-    def tail(self, lines: int = 40) -> str:
-        with self._lock:
-            return "\n".join(line.text for line in self.lines[-lines:])
 
 
 def _children(pid: int) -> list[int]:

@@ -10,16 +10,13 @@ and its own generation (the times it printed its ``up`` line).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from activities.nodes.procfs import is_alive, read_stat
 from bench.jobs import REPO
@@ -28,10 +25,12 @@ from bench.peers.settings import NvrxSettings
 from bench.torchrun import (
     AGENT_DETECTION,
     AGENT_LINE,
-    POLL_INTERVAL_S,
     RESUMED_LINE,
+    Line,
+    ProcessWatch,
     TorchrunJob,
     _children,
+    job_env,
     process_environ,
 )
 
@@ -113,7 +112,7 @@ class Seen:
 
 
 @dataclass
-class MemberJob:
+class MemberJob(ProcessWatch):
     """Several processes making one job (:class:`Member`), watched from outside."""
 
     members: list[Member]
@@ -121,6 +120,7 @@ class MemberJob:
     started_at: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
+        self._watch_init()
         self.points: list[MemberPoint] = []
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.seen: list[Seen] = []
@@ -129,81 +129,41 @@ class MemberJob:
         """(when, member, its new generation): each ``up_line`` seen."""
         self.resumed_from: dict[int, int] = {}
         """Generation -> the step its ranks said they resumed from."""
-        self.lines: list[tuple[float, str, str]] = []
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._log: IO[str] | None = None
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "a")  # noqa: SIM115 - closed by stop()
+        self._open_log()
         self.started_at = time.time()
         for member in self.members:
             self.start_member(member)
-        poller = threading.Thread(target=self._poll_loop, name="peer-poll", daemon=True)
-        poller.start()
-        self._threads.append(poller)
 
     def start_member(self, member: Member) -> subprocess.Popen[bytes]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
-        env["PYTHONPATH"] = str(REPO)
-        env.update(member.env)
-        proc = subprocess.Popen(
-            member.argv,
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        proc = self._popen(member.argv, job_env(member.env))
         self.procs[member.name] = proc
         stat = read_stat(proc.pid)
         with self._lock:
             self.seen.append(
                 Seen(proc.pid, stat.start_ticks if stat else 0, member.name, time.time(), None)
             )
-        reader = threading.Thread(
-            target=self._read_loop,
-            args=(member, proc),
-            name=f"peer-read-{member.name}",
-            daemon=True,
-        )
-        reader.start()
-        self._threads.append(reader)
+        self._thread(self._read_loop, f"peer-read-{member.name}", proc, member.name)
         return proc
 
-    def _read_loop(self, member: Member, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            now = time.time()
-            text = raw.decode(errors="replace").rstrip("\n")
-            with self._lock:
-                self.lines.append((now, member.name, text))
-                if self._log is not None:
-                    self._log.write(f"{now:.3f} [{member.name}] {text}\n")
-                up = member.up_line.search(text) if member.up_line is not None else None
-                if up is not None:
-                    counted = self.generations.get(member.name, 0) + 1
-                    named = up.groupdict().get("gen")
-                    self.generations[member.name] = int(named) + 1 if named else counted
-                    self.ups.append((now, member.name, self.generations[member.name]))
-                generation = max(1, self.generations.get(member.name, 1))
-                if match := RESUMED_LINE.match(text):
-                    self.resumed_from.setdefault(generation, int(match[1]))
-                elif match := STEP_LINE.match(text):
-                    self.points.append(MemberPoint(now, member.name, generation, int(match[1])))
-                elif match := DISCARDED_LINE.match(text):
-                    self.points.append(
-                        MemberPoint(now, member.name, generation, int(match[1]), committed=False)
-                    )
-        proc.stdout.close()
-
-    def _poll_loop(self) -> None:
-        while not self._done.is_set():
-            self._poll_once()
-            self._done.wait(POLL_INTERVAL_S)
+    def _on_line(self, line: Line) -> None:
+        member = next(m for m in self.members if m.name == line.label)
+        up = member.up_line.search(line.text) if member.up_line is not None else None
+        if up is not None:
+            counted = self.generations.get(member.name, 0) + 1
+            named = up.groupdict().get("gen")
+            self.generations[member.name] = int(named) + 1 if named else counted
+            self.ups.append((line.t, member.name, self.generations[member.name]))
+        generation = max(1, self.generations.get(member.name, 1))
+        if match := RESUMED_LINE.match(line.text):
+            self.resumed_from.setdefault(generation, int(match[1]))
+        elif match := STEP_LINE.match(line.text):
+            self.points.append(MemberPoint(line.t, member.name, generation, int(match[1])))
+        elif match := DISCARDED_LINE.match(line.text):
+            self.points.append(
+                MemberPoint(line.t, member.name, generation, int(match[1]), committed=False)
+            )
 
     def _poll_once(self) -> None:
         """Remember every descendant of every member (ranks, monitors, helpers)."""
@@ -228,6 +188,12 @@ class MemberJob:
                         self.seen.append(entry)
                     nxt.append((child, member))
             frontier = nxt
+
+    def _started(self) -> list[subprocess.Popen[bytes]]:
+        return list(self.procs.values())
+
+    def _seen(self) -> dict[int, int]:
+        return {s.pid: s.start_ticks for s in self.seen}
 
     # ------------------------------------------------------------------ control
 
@@ -271,39 +237,10 @@ class MemberJob:
         """What the soak's operator does: SIGKILL every process ever seen and start
         ``members`` afresh (fresh ports), watched by the same threads; each member's
         generation count goes on."""
-        self._kill_all()
+        self.kill_processes()
         self.members = members
         for member in members:
             self.start_member(member)
-
-    def stop(self) -> None:
-        """SIGKILL every process ever seen (a stopped one too); stop the threads."""
-        self._kill_all()
-        self._done.set()
-        for thread in self._threads:
-            thread.join(timeout=5.0)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def _kill_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-        self._poll_once()
-        with self._lock:
-            seen = list(self.seen)
-        for entry in seen:
-            if entry.alive:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(entry.pid, signal.SIGKILL)
-        for proc in self.procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10.0)
-        deadline = time.monotonic() + 10.0
-        while any(s.alive for s in seen) and time.monotonic() < deadline:
-            time.sleep(0.02)
 
     # ------------------------------------------------------------------ observation
 
@@ -317,20 +254,11 @@ class MemberJob:
         ]
         return max(steps, default=None)
 
-    def line_after(self, pattern: re.Pattern[str], t: float) -> float | None:
-        with self._lock:
-            lines = list(self.lines)
-        return next((at for at, _, text in lines if at >= t and pattern.search(text)), None)
-
     def last_line(self, pattern: re.Pattern[str]) -> str | None:
         """The last line any member printed that matches ``pattern``."""
         with self._lock:
             lines = list(self.lines)
-        return next((text for _, _, text in reversed(lines) if pattern.search(text)), None)
-
-    def tail(self, lines: int = 40) -> str:
-        with self._lock:
-            return "\n".join(f"[{m}] {text}" for _, m, text in self.lines[-lines:])
+        return next((ln.text for ln in reversed(lines) if pattern.search(ln.text)), None)
 
 
 def _env_rank(pid: int) -> int | None:
