@@ -159,9 +159,25 @@ _CLOSED = {
 }
 
 
+async def workflow_timeline(
+    client: Client, workflow_id: str, run_id: str, fault_at: float, before_s: float = 5.0
+) -> list[dict[str, object]]:
+    """The activities and timers of one workflow run from ``before_s`` before the fault,
+    in seconds from it: where the seconds of a recovery went, by the server's clock."""
+    return [
+        {
+            "name": st.name,
+            "from_s": round(st.started_at - fault_at, 3),
+            "to_s": round(st.ended_at - fault_at, 3) if st.ended_at else None,
+            "outcome": st.outcome,
+        }
+        for st in await workflow_steps(client, workflow_id, run_id)
+        if (st.ended_at or st.started_at) >= fault_at - before_s
+    ]
+
+
 async def workflow_steps(client: Client, workflow_id: str, run_id: str) -> list[Step]:
-    """Every activity and timer of one workflow run, in the order they were scheduled:
-    where the seconds of a recovery went, by the server's clock."""
+    """Every activity and timer of one workflow run, in the order they were scheduled."""
     history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     opened: dict[int, tuple[str, float]] = {}
     closed: dict[int, tuple[float, str]] = {}

@@ -293,15 +293,20 @@ class CpuSample:
     cpu_s: float
     at: float
     """``time.monotonic()``"""
+    children_s: float = 0.0
+    """cutime + cstime: the CPU of the children it has waited for (commands it ran)."""
 
 
 def cpu_sample(pid: int) -> CpuSample:
-    """From ``/proc/<pid>/stat``: utime and stime (fields 14 and 15), start time (22)."""
+    """From ``/proc/<pid>/stat``: utime and stime (fields 14 and 15), cutime and cstime
+    (16 and 17), start time (22)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     fields = stat[stat.rfind(")") + 2 :].split()
-    utime, stime, start = int(fields[11]), int(fields[12]), int(fields[19])
-    return CpuSample(pid, start, (utime + stime) / _CLOCK_TICKS, time.monotonic())
+    own, children = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+    return CpuSample(
+        pid, int(fields[19]), own / _CLOCK_TICKS, time.monotonic(), children / _CLOCK_TICKS
+    )
 
 
 def cpu_rate(first: CpuSample, last: CpuSample) -> float:

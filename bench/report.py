@@ -22,6 +22,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -270,14 +271,17 @@ def recovery_table(stats: Summary, skipped: dict[str, str], system: System = "la
     return "\n".join(lines)
 
 
-def phase_table(stats: Summary, scenario: str = "crash") -> str | None:
+def phase_table(
+    stats: Summary, scenario: str = "crash", among: Sequence[System] = SYSTEMS
+) -> str | None:
     """Where a recovery's time goes, phase by phase: each system's median seconds
     from the previous phase it reached (``phase_<name>_s``), and the sum of those
     medians. A phase a system cannot show (torchrun has no decision or checkpoint
     search to time; a script without the rank helper has no rank phases) is blank.
-    None when the scenario has no phase figures."""
+    None when the scenario has no phase figures. ``among``: the systems that may have
+    a column (``slurm`` has plain Slurm's)."""
     per_system = stats.get(scenario, {})
-    systems = [s for s in SYSTEMS if any(m in per_system.get(s, {}) for m, _ in PHASE_METRICS)]
+    systems = [s for s in among if any(m in per_system.get(s, {}) for m, _ in PHASE_METRICS)]
     if not systems:
         return None
     names = {**LABELS, "torchrun_default": "torchrun (default)"}

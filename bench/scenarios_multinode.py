@@ -15,7 +15,7 @@ from activities.nodes.rundir import GenerationDir, read_json
 from bench import multinode
 from bench.harness import RANK_ENV, BenchContext, Metric, SpecBuilder
 from bench.jobs import JobPaths, build_spec
-from bench.measure import workflow_steps
+from bench.measure import workflow_timeline
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics, since
 from bench.systems import REJOIN_TIMEOUT_S, Measured
@@ -207,8 +207,8 @@ async def run_node_loss(ctx: BenchContext, repeat: int, layout: Layout, rejoin: 
             kill_took = time.time() - killed_at
             status = await job.result()
             outcome = await job.common_outcome(status)
-            steps = await workflow_steps(
-                ctx.client, job.control.workflow_id, job.control.first_run_id
+            activities = await workflow_timeline(
+                ctx.client, job.control.workflow_id, job.control.first_run_id, killed_at
             )
     spares = {h.name for h in hosts.hosts[layout.nodes :]}
     lost = [i for i in status.incidents if i.kind == "node_lost"]
@@ -249,17 +249,7 @@ async def run_node_loss(ctx: BenchContext, repeat: int, layout: Layout, rejoin: 
         "spec": _multinode_settings(job.spec),
         "setup": setup.details(),
         "rig": multinode.rig_details(hosts),
-        # Activities and timers from 5 s before the kill, in seconds from the kill.
-        "timeline": [
-            {
-                "name": st.name,
-                "from_s": round(st.started_at - killed_at, 3),
-                "to_s": round(st.ended_at - killed_at, 3) if st.ended_at else None,
-                "outcome": st.outcome,
-            }
-            for st in steps
-            if (st.ended_at or st.started_at) >= killed_at - 5
-        ],
+        "timeline": activities,  # activities and timers from 5 s before the kill
     }
     outcome.metrics |= {
         "fault_step": step,

@@ -32,13 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import GenerationDir, read_json
 from bench.harness import RANK_ENV, BenchContext, Metric
 from bench.jobs import JobPaths, build_spec
-from bench.measure import max_logged_step, workflow_steps
+from bench.measure import max_logged_step, workflow_timeline
+from bench.multinode import cpu_sample
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics, since
-from bench.systems import Measured, System
+from bench.systems import Measured
 from infra import chaos
 from infra.reference_run import weights_match
 from infra.slurm import TestSlurm, unavailable_reason
@@ -116,23 +118,6 @@ def slurm_settings(cluster: TestSlurm) -> dict[str, str]:
         if sep and key.strip() in SLURM_SETTINGS:
             found[key.strip()] = value.strip()
     return found
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(command name, parent pid) of ``pid``."""
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        return name, int(stat[stat.rindex(")") + 2 :].split()[1])
-    return None
-
-
-def kill_node(cluster: TestSlurm, node: str) -> tuple[float, list[int]]:
-    """The node dies, as the Slurm tests kill it (:meth:`TestSlurm.kill_node`): its
-    slurmd and every process of its steps, SIGKILLed. Returns when (wall clock, before
-    the first kill) and the pids killed."""
-    at = time.time()
-    return at, cluster.kill_node(node)
 
 
 # --------------------------------------------------------------------------- node loss
@@ -221,7 +206,8 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
             gen = GenerationDir.of(chaos.run_root_of(job.run_root), generation)
             record = read_json(gen.pid_file(VICTIM_RANK)) or {}
             victim = str(record.get("slurm_node", "n2"))
-            killed_at, pids = await asyncio.to_thread(kill_node, cluster, victim)
+            killed_at = time.time()  # the node dies as the Slurm tests kill it
+            pids = await asyncio.to_thread(cluster.kill_node, victim)
             watch = _Watch(killed_at)
             watcher = asyncio.ensure_future(_watch_node(cluster, victim, watch))
             try:
@@ -231,8 +217,8 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
             outcome = await job.common_outcome(status)
-            steps = await workflow_steps(
-                ctx.client, job.control.workflow_id, job.control.first_run_id
+            activities = await workflow_timeline(
+                ctx.client, job.control.workflow_id, job.control.first_run_id, killed_at
             )
             logged = max_logged_step(sorted(gen.path.glob("rank-*.log")))
         ctx.run_roots.pop(job.spec.job_id, None)  # stopped above; the cluster goes next
@@ -269,17 +255,7 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
         "settings": _settings(job.spec, slurm),
         "incident_kinds": [i.kind for i in status.incidents],
         "phases": [d.model_dump() for d in timeline.durations()] if timeline else [],
-        # Activities and timers from 5 s before the kill, in seconds from the kill.
-        "timeline": [
-            {
-                "name": st.name,
-                "from_s": round(st.started_at - killed_at, 3),
-                "to_s": round(st.ended_at - killed_at, 3) if st.ended_at else None,
-                "outcome": st.outcome,
-            }
-            for st in steps
-            if (st.ended_at or st.started_at) >= killed_at - 5
-        ],
+        "timeline": activities,  # activities and timers from 5 s before the kill
     }
     return outcome
 
@@ -441,7 +417,8 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
         fields = await asyncio.to_thread(_job_fields, cluster, job_id)
         nodes = cluster.command("scontrol", "show", "hostnames", fields.get("NodeList", ""))
         victim = nodes.stdout.split()[VICTIM_RANK]
-        killed_at, pids = await asyncio.to_thread(kill_node, cluster, victim)
+        killed_at = time.time()
+        pids = await asyncio.to_thread(cluster.kill_node, victim)
         watch = _Watch(killed_at)
         first_step_at: float | None = None
         marks: dict[str, float] = {}
@@ -569,25 +546,6 @@ CPU = scenario(
 )
 
 
-@dataclass(frozen=True)
-class _Cpu:
-    at: float
-    own_s: float
-    children_s: float
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu(pid: int) -> _Cpu:
-    """utime + stime, and cutime + cstime (children it has waited for), in seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rfind(")") + 2 :].split()
-    own = (int(fields[11]) + int(fields[12])) / _TICKS
-    children = (int(fields[13]) + int(fields[14])) / _TICKS
-    return _Cpu(time.monotonic(), own, children)
-
-
 def _srun_records(gen: GenerationDir) -> list[dict[str, Any]]:
     """The pid records of the generation's detached ``srun`` clients (one per node)."""
     return [r for p in sorted(gen.path.glob("slurm-srun-*.pid")) if (r := read_json(p))]
@@ -600,11 +558,11 @@ def _srun_cpu(gen: GenerationDir) -> float:
     total = 0.0
     for record in _srun_records(gen):
         pid = int(record["pid"])
-        stat = _stat(pid)
-        for one in (pid, stat[1] if stat else None):
+        stat = read_stat(pid)
+        for one in (pid, stat.ppid if stat else None):
             if one is not None and one > 1:
                 with contextlib.suppress(OSError):
-                    total += _cpu(one).own_s
+                    total += cpu_sample(one).cpu_s
     return total
 
 
@@ -617,11 +575,11 @@ async def cpu_lazarus(ctx: BenchContext, repeat: int) -> Measured:
         outcome.details["slurm"] = slurm_settings(cluster)
         outcome.details["cluster_root"] = str(cluster.root)
         pid = ctx.stack.worker_pid
-        first = _cpu(pid)
+        first = cpu_sample(pid)
         await asyncio.sleep(shape.idle_window_s)
-        last = _cpu(pid)
+        last = cpu_sample(pid)
         outcome.metrics["idle_cpu_ms_per_s"] = (
-            1000.0 * (last.own_s + last.children_s - first.own_s - first.children_s)
+            1000.0 * (last.cpu_s + last.children_s - first.cpu_s - first.children_s)
         ) / (last.at - first.at)
         for count in CPU_NODE_COUNTS:
             nodes = ["n1", "n2", "n3"][:count]
@@ -648,14 +606,14 @@ async def _supervision_cpu(
         await job.reach_step(max(1, steps // 6))
         pid = ctx.stack.worker_pid
         gen = _current_generation(job.run_root)
-        first, srun_first = _cpu(pid), _srun_cpu(gen)
+        first, srun_first = cpu_sample(pid), _srun_cpu(gen)
         await job.reach_step(steps * 5 // 6)
-        last, srun_last = _cpu(pid), _srun_cpu(gen)
+        last, srun_last = cpu_sample(pid), _srun_cpu(gen)
         status: JobStatus = await job.result()
         common = await job.common_outcome(status)
     ctx.run_roots.pop(job.spec.job_id, None)
     window = last.at - first.at
-    own = (last.own_s - first.own_s) / window
+    own = (last.cpu_s - first.cpu_s) / window
     children = (last.children_s - first.children_s) / window
     srun = (srun_last - srun_first) / window
     metrics: dict[str, Metric] = {
@@ -688,7 +646,7 @@ def _current_generation(run_root: Path) -> GenerationDir:
     return GenerationDir.of(chaos.run_root_of(run_root), max(generation, 1))
 
 
-__all__ = ["CPU", "NODE_LOSS", "kill_node", "requeue_script", "slurm_for_run"]
+__all__ = ["CPU", "NODE_LOSS", "requeue_script", "slurm_for_run"]
 
 
 # --------------------------------------------------------------------------- report
@@ -749,34 +707,14 @@ def markdown(stats: Any) -> str:
             if (c := per_system[s].get("failed_runs")) is not None and c.note
         ]
         parts.append("\n".join([f"{NODE_LOSS.name}: median (min-max)", "", *lines, *notes]))
-        phases = report.phase_table(stats, NODE_LOSS.name)
-        extra = _phase_table(per_system, systems)
-        parts.append(extra if phases is None or "slurm_requeue" in systems else phases)
+        # Plain Slurm's "detected" is the node seen DOWN, its "decision" the requeue, its
+        # "launch requested" the job RUNNING again; its rank phases are its ranks' marks.
+        phases = report.phase_table(stats, NODE_LOSS.name, SLURM_SYSTEMS)
+        if phases is not None:
+            parts.append(phases)
     cpu = stats.get(CPU.name, {}).get("lazarus")
     if cpu:
         lines = ["| metric | median (min-max) |", "|---|---|"]
         lines += [f"| {m} | {report.render_cell(cpu.get(m))} |" for m in CPU_HEADLINE if m in cpu]
         parts.append("\n".join([f"{CPU.name}: Lazarus worker CPU", "", *lines]))
     return "\n\n".join(parts)
-
-
-def _phase_table(per_system: dict[str, Any], systems: list[System]) -> str:
-    """The recovery phases side by side, including plain Slurm (whose "detected" is
-    the node seen DOWN, "decision" the requeue, "launch requested" the job RUNNING
-    again; the rank phases are its ranks' own marks)."""
-    from bench import report
-    from bench.metrics import PHASE_METRICS
-    from bench.systems import LABELS
-
-    lines = [
-        f"{NODE_LOSS.name}: recovery phases, median seconds from the previous phase",
-        "",
-        "| phase | " + " | ".join(LABELS[s] for s in systems) + " |",
-        "|---|" + "---|" * len(systems),
-    ]
-    for metric, label in PHASE_METRICS:
-        cells = [per_system[s].get(metric) for s in systems]
-        if all(c is None for c in cells):
-            continue
-        lines.append(f"| {label} | " + " | ".join(report.render_cell(c) for c in cells) + " |")
-    return "\n".join(lines)
