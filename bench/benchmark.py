@@ -91,7 +91,7 @@ def run_benchmark(
                 # The worker first, so nothing relaunches the ranks stopped next.
                 stack.kill_worker(signal.SIGKILL)
                 for ctx in contexts:
-                    ctx.stop_all_torchrun()
+                    ctx.stop_all_watched()
                     try:
                         asyncio.run(ctx.stop_all_ranks())
                     finally:
@@ -153,7 +153,7 @@ class _Loop:
                 self.progress(traceback.format_exc())
                 self.run.extras[name] = {"error": f"{type(exc).__name__}: {exc}"}
             finally:
-                ctx.stop_all_torchrun()
+                ctx.stop_all_watched()
                 if not self.stack.worker_running:
                     self.stack.start_worker()
             self.progress(f"{self.label}: {name} took {time.time() - started:.0f} s")
@@ -187,7 +187,7 @@ class _Loop:
             record.error = f"{type(exc).__name__}: {exc}"
             self.progress(traceback.format_exc())
         finally:
-            ctx.stop_all_torchrun()
+            ctx.stop_all_watched()
             ctx.release_resources()
         record.wall_clock_s = time.time() - started
         shown = ", ".join(f"{k}={_short(v)}" for k, v in record.metrics.items())

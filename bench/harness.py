@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 from temporalio.client import Client
@@ -33,7 +33,7 @@ from bench.jobs import EXAMPLE, WORLD_SIZE, JobControl, JobPaths, JobShape, buil
 from bench.measure import RunMonitor, StepTrace, count_history_events, max_logged_step
 from bench.metrics import Value
 from bench.systems import DEFAULT_PRELOAD, LAZARUS_SETUPS, LazarusSetup, Measured, Reference, System
-from bench.torchrun import Rendezvous, TorchrunJob, TorchrunSetup
+from bench.torchrun import ProcessWatch, Rendezvous, TorchrunJob, TorchrunSetup
 from infra import chaos
 from infra.reference_run import run_reference, weights_match
 from lazarus.app.lifecycle import StartStop
@@ -59,6 +59,7 @@ RANK_ENV = {"OMP_NUM_THREADS": "1"}
 """torchrun sets OMP_NUM_THREADS=1 for its ranks unless it is set; Lazarus passes the
 environment through. Under the comparable command line both get it explicitly."""
 
+Watched = TypeVar("Watched", bound=ProcessWatch)
 SpecBuilder = Callable[[str, JobPaths], JobSpec]
 """Builds a job's spec from its name and paths (the default: :func:`bench.jobs.build_spec`)."""
 
@@ -322,7 +323,8 @@ class BenchContext:
         self._reference_lock = asyncio.Lock()
         self.run_roots: dict[str, Path] = {}
         """Every Lazarus job started, by job id, so that cleanup can find its ranks."""
-        self.torchrun_jobs: list[TorchrunJob] = []
+        self.watched: list[ProcessWatch] = []
+        """Every job watched from outside (torchrun's, the peers'): cleanup kills each."""
         self.resources: list[StartStop] = []
         """Other things a scenario started (test hosts): cleanup stops each one."""
         self.setup: LazarusSetup = LAZARUS_SETUPS["lazarus"]
@@ -501,11 +503,19 @@ class BenchContext:
             rendezvous=rendezvous,
             nproc=nproc,
         )
-        self.torchrun_jobs.append(job)
-        if rendezvous is None:
+        async with self.watch(job, start=rendezvous is None):
+            yield TorchrunRun(job, paths)
+
+    @asynccontextmanager
+    async def watch(self, job: Watched, start: bool = True) -> AsyncIterator[Watched]:
+        """Start ``job`` (unless ``start`` is False: the agents of a multi-node job are
+        the scenario's to start); every process it started is killed on exit, and by
+        the cleanup after a failed run."""
+        self.watched.append(job)
+        if start:
             job.start()
         try:
-            yield TorchrunRun(job, paths)
+            yield job
         finally:
             await asyncio.to_thread(job.stop)
 
@@ -527,8 +537,8 @@ class BenchContext:
         for job_id, run_root in self.run_roots.items():
             await self.stop_ranks(run_root, job_id)
 
-    def stop_all_torchrun(self) -> None:
-        for job in self.torchrun_jobs:
+    def stop_all_watched(self) -> None:
+        for job in self.watched:
             try:
                 job.stop()
             except Exception:

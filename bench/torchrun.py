@@ -128,6 +128,9 @@ class ProcessWatch:
             self._poll_once()
             self._done.wait(POLL_INTERVAL_S)
 
+    def start(self) -> None:
+        raise NotImplementedError
+
     def _poll_once(self) -> None:
         raise NotImplementedError
 

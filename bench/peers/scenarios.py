@@ -10,7 +10,6 @@ runs saying how to install it (``make bench-peers``).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import shutil
@@ -38,7 +37,6 @@ from bench.registry import SCENARIOS, runs
 from bench.scenarios import CRASH, HANG, crash_under_agent, hang_under_agent, recovery_metrics
 from bench.systems import PEER_SYSTEMS, Measured, System
 from bench.torchrun import Rendezvous
-from lazarus.app.lifecycle import StartStop
 from lazarus.domain.ports import free_port
 
 PEERS_DIR = REPO / "bench" / "peers"
@@ -103,13 +101,8 @@ async def nvrx_launcher(
         rendezvous=rendezvous,
         settings=settings,
     )
-    ctx.torchrun_jobs.append(job)
-    if rendezvous is None:
-        job.start()
-    try:
+    async with ctx.watch(job, start=rendezvous is None):
         yield TorchrunRun(job, paths)
-    finally:
-        await asyncio.to_thread(job.stop)
 
 
 @runs(CRASH, "nvrx")
@@ -143,26 +136,8 @@ async def member_job(
     members: list[Member],
     paths: JobPaths,
 ) -> AsyncIterator[MemberJob]:
-    job = MemberJob(members, paths.root / f"{system}.log")
-    ctx.resources.append(_Stopper(job))
-    job.start()
-    try:
+    async with ctx.watch(MemberJob(members, paths.root / f"{system}.log")) as job:
         yield job
-    finally:
-        await asyncio.to_thread(job.stop)
-
-
-class _Stopper(StartStop):
-    """A :class:`MemberJob` as a resource the harness stops after a failed run."""
-
-    def __init__(self, job: MemberJob) -> None:
-        self.job = job
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        self.job.stop()
 
 
 async def reach(ctx: BenchContext, job: MemberJob, step: int) -> int:

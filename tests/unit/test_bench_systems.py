@@ -75,7 +75,7 @@ def test_a_run_of_each_system_gets_its_setup_and_shares_the_cleanup_records() ->
     # What a run under one system starts, the invocation's cleanup still finds.
     cold.run_roots["job"] = Path("/nowhere/job")
     assert ctx.run_roots == {"job": Path("/nowhere/job")}
-    assert cold.torchrun_jobs is ctx.torchrun_jobs and cold.resources is ctx.resources
+    assert cold.watched is ctx.watched and cold.resources is ctx.resources
 
 
 def _compare(per_system: dict[System, float]) -> BenchRun:
