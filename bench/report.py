@@ -28,7 +28,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.costs import write_cost_results as write_cost_results
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import WORLD_SIZE
 from bench.metrics import PHASE_METRICS

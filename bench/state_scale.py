@@ -58,12 +58,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench import multinode
+from bench import costs, multinode
 from bench.benchmark import run_benchmark
 from bench.harness import BenchConfig, BenchContext, LazarusRun
 from bench.jobs import JobShape
 from bench.registry import runs, scenario
-from bench.report import write_cost_results
 from bench.scenarios import rank_fault
 from bench.scenarios_multinode import Layout, run_node_loss, ssh_builder
 from bench.systems import Measured
@@ -369,23 +368,23 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def add_command(commands: Any) -> None:
-    parser = commands.add_parser(
+    parser = costs.add_parser(
         "state-scale",
+        commands,
+        __doc__,
         help="node loss and rank crash with GBs of state a rank, on the SSH test hosts",
-        description=(__doc__ or "").splitlines()[0],
     )
     parser.add_argument(
         "--sizes-mb", default="256,512,1024", help="extra state a rank, MiB, comma-separated"
     )
     parser.add_argument("--repeats", type=int, default=1, help="runs per size (default 1)")
     parser.add_argument("--quick", action="store_true", help="64 MiB, a short job")
-    parser.add_argument("--json-out", type=Path)
 
 
 def run(args: argparse.Namespace) -> int:
-    sizes = [64] if args.quick else [int(s) for s in str(args.sizes_mb).split(",") if s.strip()]
+    sizes = [64] if args.quick else costs.sizes_mb(args.sizes_mb)
     load = os.getloadavg()
     rows = [measure_size(size, max(1, args.repeats), args.quick, print) for size in sizes]
-    write_cost_results("state-scale", args.json_out, load, rows, markdown(rows))
+    costs.write_cost_results("state-scale", args.json_out, load, rows, markdown(rows))
     print(json.dumps(rows, indent=1, default=str)[:4000])
     return 0
