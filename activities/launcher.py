@@ -57,19 +57,21 @@ from activities.command_policy import CommandNotAllowed, enforce
 from activities.heartbeat import in_thread_heartbeating
 from activities.host_identity import this_host
 from activities.nodes.agent import (
-    CarryRequest,
-    CarryResult,
     NodeAgent,
     NodeRefused,
     NodeUnreachable,
-    RankLaunch,
     RankStartFailed,
     ShimError,
-    StartedRank,
-    WarmStart,
 )
 from activities.nodes.code_root import lazarus_code_root
 from activities.nodes.factory import agents, on_each, on_each_settled
+from activities.nodes.node_records import (
+    CarryRequest,
+    CarryResult,
+    RankLaunch,
+    StartedRank,
+    WarmStart,
+)
 from activities.nodes.rejoin import RanksWouldNotDie, rejoin_variables
 from activities.nodes.rundir import (
     GenerationDir,
@@ -98,7 +100,6 @@ from lazarus.domain.contracts import (
     LaunchResult,
     NodeAccess,
     RankProcess,
-    UnkillableGroup,
     WarmStartOutcome,
 )
 from lazarus.domain.memory_tier import (
@@ -108,6 +109,7 @@ from lazarus.domain.memory_tier import (
     replica_environment,
 )
 from lazarus.domain.ports import free_port
+from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import JobSpec, NodeSpec
 
 RANK_IMPORT_ROOT = lazarus_code_root()

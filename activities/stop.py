@@ -20,14 +20,9 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.heartbeat import in_thread_heartbeating
-from activities.nodes.agent import (
-    NodeAgent,
-    NodeRefused,
-    NodeStopResult,
-    NodeUnreachable,
-    ShimError,
-)
+from activities.nodes.agent import NodeAgent, NodeRefused, NodeUnreachable, ShimError
 from activities.nodes.factory import agents, on_each, this_machine_agent
+from activities.nodes.node_records import NodeStopResult
 from activities.nodes.rundir import runs
 from lazarus.domain.contracts import StopRequest, StopResult
 from lazarus.domain.memory_tier import memory_checkpoint_dir

@@ -28,8 +28,9 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from activities.nodes.agent import NodeAgent, NodeStatus, RankLaunch
+from activities.nodes.agent import NodeAgent, NodeStatus
 from activities.nodes.factory import agents, on_each
+from activities.nodes.node_records import RankLaunch
 from activities.nodes.rundir import GenerationDir, write_json_atomic
 from bench.harness import BenchContext
 from bench.jobs import JobPaths, JobShape, build_spec

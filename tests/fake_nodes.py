@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from activities.nodes.agent import (
-    NodeAgent,
-    NodeStatus,
-    NodeStopResult,
-    PreflightRequest,
-    PreflightResult,
-    RankLaunch,
-    StartedRank,
-)
+from activities.nodes.agent import NodeAgent, NodeStatus, PreflightRequest, PreflightResult
+from activities.nodes.node_records import NodeStopResult, RankLaunch, StartedRank
 from lazarus.domain.spec import NodeSpec
 
 

@@ -9,7 +9,8 @@ nothing left alive, and ranks that survive SIGKILL block the next launch.
 
 from __future__ import annotations
 
-from lazarus.domain.contracts import CheckpointRef, StopResult, UnkillableGroup
+from lazarus.domain.contracts import CheckpointRef, StopResult
+from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import JobSpec
 from workflows.placement import find_node
 from workflows.state import MAX_RECORDS, JobState, NodePool, PlannedStop

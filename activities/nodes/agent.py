@@ -15,102 +15,26 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from activities.nodes.node_records import (
+    CarryRequest,
+    CarryResult,
+    NodeRecord,
+    NodeStopResult,
+    RankLaunch,
+    StartedRank,
+    WarmStart,
+)
 from activities.nodes.rundir import GenerationDir
-from lazarus.domain.contracts import UnkillableGroup
+from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import JobSpec, NodeSpec
 from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence
 
 log = logging.getLogger(__name__)
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RankLaunch(_Record):
-    """Everything a node needs to start one rank; the env is complete (torchrun + LAZARUS_*)."""
-
-    rank: int
-    command: list[str]
-    env: dict[str, str]
-    workdir: str
-    env_file: str | None = None
-    """``env_from_file`` for the node to read itself (ssh nodes): its values go under
-    ``env``, and never leave the node."""
-
-
-class StartedRank(_Record):
-    rank: int
-    pid: int
-    pgid: int
-    start_ticks: int
-    log_file: str
-    adopted: bool = False
-    """The rank was already running (a retried launch): nothing new was started."""
-    warm: bool = False
-    """Forked from the node's zygote (``warm_start``), not started by a fresh interpreter."""
-    from_standby: bool = False
-    """Warm, and handed to an idle pre-forked process: no fork on the critical path."""
-    cold_reason: str | None = None
-    """With ``warm_start`` on: why this rank was started cold."""
-    started_at: float | None = None
-    """When its process started (the pid file's ``started_at``), where the node says."""
-
-
-class WarmStart(_Record):
-    """``warm_start`` for one launch on one node: where the run's zygotes live and
-    what they preload."""
-
-    run_root: str
-    preload: list[str]
-    standby: int
-
-
-class CarryRequest(_Record):
-    """One node's part of a launch with ``rejoin`` (:meth:`NodeAgent.carry_survivors`):
-    carry ``ranks`` of the previous generation into ``generation`` in their own
-    process, and fence every other rank of the older generations on this node."""
-
-    run_root: str
-    """The run whose older generations are fenced (all but the carried groups)."""
-    previous_gen_dir: str
-    """The newest older generation: the survivors' pid files, and the control file
-    they read their rejoin request from."""
-    gen_dir: str
-    """The new generation: the survivors' records are linked into it."""
-    generation: int
-    ranks: list[int]
-    """This node's ranks to carry (the launcher gives each node its own slots)."""
-    env: dict[int, dict[str, str | None]] = Field(default_factory=dict)
-    """Per rank of ``ranks``, the rejoin variables of its new environment
-    (:data:`lazarus.domain.environment.REJOIN_VARIABLES`; null: unset)."""
-    node: str | None = None
-    """Fence only the ranks this logical node launched (local nodes share one run
-    directory); None: every rank of the run directory (a node of its own)."""
-    kill_wait_s: float = 10.0
-    lock_timeout_s: float = 10.0
-    program: str = "python"
-    """The ranks' interpreter (their command's program): a node that runs the carry
-    in a process of its own (the shim's ``rejoin``) runs Lazarus with it."""
-    workdir: str = "/"
-    search_path: str = ""
-    """The ranks' PATH, where ``program`` is found."""
-    python_path: str = ""
-    """The ranks' PYTHONPATH, from which Lazarus is imported."""
-
-
-class CarryResult(_Record):
-    carried: list[StartedRank] = Field(default_factory=list)
-    """The survivors, carried into the new generation (their records linked there)."""
-    refused: list[str] = Field(default_factory=list)
-    """One line per asked-for rank that was not carried (it starts afresh): why."""
-    unkillable: list[UnkillableGroup] = Field(default_factory=list)
-    """Groups of older generations the fencing could not kill."""
-
-
-class RankRecord(_Record):
+class RankRecord(NodeRecord):
     """What one poll saw of one rank, raw: the supervisor interprets it."""
 
     rank: int
@@ -125,7 +49,7 @@ class RankRecord(_Record):
     """The rank helper's heartbeat record: {"step": int, "time": float, ...}."""
 
 
-class NodeStatus(_Record):
+class NodeStatus(NodeRecord):
     node: str
     reachable: bool
     error: str | None = None
@@ -138,7 +62,7 @@ class NodeStatus(_Record):
     round_trip_s: float = 0.0
 
 
-class LogChunk(_Record):
+class LogChunk(NodeRecord):
     """Bytes of a rank's log from an offset (:meth:`NodeAgent.log_read`): a reader that
     asks again from ``offset + len(data)`` gets the rest, and a follower the lines
     written since, without losing or repeating any."""
@@ -151,19 +75,7 @@ class LogChunk(_Record):
     """When the file was last written (seconds since the epoch), where the node says."""
 
 
-class NodeStopResult(_Record):
-    node: str
-    reachable: bool
-    error: str | None = None
-    signalled_groups: int = 0
-    killed_groups: int = 0
-    last_step: int | None = None
-    generations: list[int] = Field(default_factory=list)
-    unkillable: list[UnkillableGroup] = Field(default_factory=list)
-    """Groups still alive ``kill_wait_s`` after SIGKILL: reported, never waited on forever."""
-
-
-class PreflightRequest(_Record):
+class PreflightRequest(NodeRecord):
     interpreter: str
     """The training command's program (e.g. ``python``): it must exist on the node."""
     workdir: str
@@ -177,14 +89,14 @@ class PreflightRequest(_Record):
     login shell's PATH."""
 
 
-class GpuHealth(_Record):
+class GpuHealth(NodeRecord):
     count: int
     ecc_errors: int = 0
     xid_errors: int = 0
     details: list[str] = Field(default_factory=list)
 
 
-class PreflightResult(_Record):
+class PreflightResult(NodeRecord):
     node: str
     ok: bool
     problems: list[str] = Field(default_factory=list)
@@ -196,7 +108,7 @@ class PreflightResult(_Record):
     """The command's program was not found on the node (one of ``problems``)."""
 
 
-class MemorySnapshot(_Record):
+class MemorySnapshot(NodeRecord):
     """One committed step directory of a node's memory tier, as the node reports it:
     raw facts, judged by the checkpoint search alike for every node."""
 
@@ -208,7 +120,7 @@ class MemorySnapshot(_Record):
     """Every regular file under the step directory: relative path -> bytes."""
 
 
-class RestoreEnd(_Record):
+class RestoreEnd(NodeRecord):
     """One end of a replica's restore node to node (:mod:`lazarus.rank.replica_restore`
     runs it on the node): ``receive`` on the node that lacks the step, ``send`` on the
     buddy that holds it. Built by the activity and handed to the node on stdin; the
@@ -257,7 +169,7 @@ class RestoreEnd(_Record):
         return {"error": f"replica restore ({self.verb}): no answer ({tail or 'no output'})"}
 
 
-class DrainResult(_Record):
+class DrainResult(NodeRecord):
     """What a scheduler did when asked to take a node out of its scheduling (or give it
     back): ``scontrol update nodename=X state=drain`` on Slurm, the only scheduler with
     drains today, so the evidence names it. A refusal (no admin rights) is recorded in

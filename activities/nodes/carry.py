@@ -2,11 +2,11 @@
 generation, run on that node (``rejoin`` on ssh nodes).
 
 The shim's ``rejoin`` runs it with the ranks' own interpreter, as warm starts run
-:mod:`activities.nodes.warm`: a :class:`~activities.nodes.agent.CarryRequest` on
+:mod:`activities.nodes.warm`: a :class:`~activities.nodes.node_records.CarryRequest` on
 stdin (it holds rank variables: stdin only, never argv), one
-:class:`~activities.nodes.agent.CarryResult` JSON line on stdout, or
+:class:`~activities.nodes.node_records.CarryResult` JSON line on stdout, or
 ``{"error": ...}``. The work is the local agent's own
-(:func:`activities.nodes.local.agent.carry_here`), so every node carries alike."""
+(:func:`activities.nodes.fencing.carry_here`), so every node carries alike."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import sys
 
 from pydantic import ValidationError
 
-from activities.nodes.agent import CarryRequest
-from activities.nodes.local.agent import carry_here
+from activities.nodes.fencing import carry_here
+from activities.nodes.node_records import CarryRequest
 
 
 def main() -> int:

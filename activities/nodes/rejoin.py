@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from activities.nodes.agent import CarryRequest, CarryResult, NodeStopResult, StartedRank
+from activities.nodes.node_records import CarryRequest, CarryResult, NodeStopResult, StartedRank
 from activities.nodes.procfs import is_alive, owned_group
 from activities.nodes.rundir import (
     GenerationDir,
@@ -66,7 +66,7 @@ from activities.nodes.rundir import (
     write_json_atomic,
 )
 from lazarus.domain import environment as env_names
-from lazarus.domain.contracts import RankProcess, UnkillableGroup
+from lazarus.domain.process_groups import UnkillableGroup
 
 
 class RanksWouldNotDie(Exception):
@@ -94,9 +94,6 @@ class Survivor:
     start_ticks: int
     home: Path
     """The directory of the generation that started it: its wrapper writes there."""
-
-    def process(self, node: str) -> RankProcess:
-        return RankProcess(node=node, **self.started().model_dump(include=_PROCESS_FIELDS))
 
     def started(self) -> StartedRank:
         """As a node agent reports a rank (the survivor was not started now)."""

@@ -50,27 +50,29 @@ from typing import Any
 
 from activities.nodes.agent import (
     HANG_EVIDENCE_TIMEOUT_S,
-    CarryRequest,
-    CarryResult,
     LogChunk,
     MemorySnapshot,
     NodeAgent,
     NodeRefused,
     NodeStatus,
-    NodeStopResult,
     NodeUnreachable,
     PreflightRequest,
     PreflightResult,
-    RankLaunch,
     RankRecord,
     RestoreEnd,
     ShimError,
+)
+from activities.nodes.code_root import RANK_HELPER_INSTALL
+from activities.nodes.fencing import fence_this_machine
+from activities.nodes.gpu_health import gpu_problems, parse_gpu_health
+from activities.nodes.node_records import (
+    CarryRequest,
+    CarryResult,
+    NodeStopResult,
+    RankLaunch,
     StartedRank,
     WarmStart,
 )
-from activities.nodes.code_root import RANK_HELPER_INSTALL
-from activities.nodes.gpu_health import gpu_problems, parse_gpu_health
-from activities.nodes.local.agent import fence_this_machine
 from activities.nodes.rundir import GenerationDir
 from activities.nodes.warm import (
     CLAIM_WAIT_S,
@@ -83,7 +85,7 @@ from activities.nodes.warm import (
     zygote_dir,
 )
 from lazarus.domain.checkpoint_layout import parse_step_dir
-from lazarus.domain.contracts import UnkillableGroup
+from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import ENV_NAME_PATTERN, NodeSpec
 from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence, request_json
 

@@ -62,7 +62,7 @@ def _local_stop(args: argparse.Namespace) -> int:
     as a local node's agent stops its ranks (process groups, start ticks checked, only
     that node's ranks), and print the result as one JSON line. Their cgroup is the
     zygote's step: cancelling that step would kill the zygote too."""
-    from activities.nodes.local.agent import stop_ranks
+    from activities.nodes.fencing import stop_ranks
     from activities.nodes.rundir import generations_below
 
     result = stop_ranks(

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from lazarus.domain.compact_form import CompactForm
 from lazarus.domain.evidence import cap_evidence
 from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import (
     CheckpointsSpec,
     HealthSpec,
@@ -236,17 +237,6 @@ class StopRequest(_OnNodes):
     """The nodes are being returned to the pool (``lazarus return``): Slurm nodes are
     also given back to Slurm's scheduling (``scontrol update state=resume``), where
     the rights allow; a refusal is logged, never fatal."""
-
-
-class UnkillableGroup(_Model):
-    """A rank process group still alive ``kill_wait_s`` after SIGKILL: a process in
-    uninterruptible sleep (state D, e.g. a GPU after an Xid, a hung NFS mount)."""
-
-    node: str
-    pgid: int
-    pids: list[int] = Field(default_factory=list)
-    """Members still alive when the stop gave up (empty if the node did not say)."""
-    reason: str
 
 
 class StopResult(_Model):

@@ -18,12 +18,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.launcher import RanksWouldNotDie, launch, launch_generation
-from activities.nodes.agent import CarryRequest, CarryResult
 from activities.nodes.local.agent import LocalAgent
+from activities.nodes.node_records import CarryRequest, CarryResult
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir
 from infra import chaos
-from lazarus.domain.contracts import LaunchRequest, UnkillableGroup
+from lazarus.domain.contracts import LaunchRequest
+from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import JobSpec
 from tests.integration.test_rejoin_node_change import crash, job, on
 

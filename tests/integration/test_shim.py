@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from activities.nodes.agent import NodeStatus, NodeUnreachable, PreflightRequest, RankLaunch
+from activities.nodes.agent import NodeStatus, NodeUnreachable, PreflightRequest
+from activities.nodes.node_records import RankLaunch
 from activities.nodes.shim_agent import (
     SHIM_PATH,
     LocalShimAgent,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from activities.nodes import zygote_client
-from activities.nodes.agent import RankLaunch, StartedRank, WarmStart
+from activities.nodes.node_records import RankLaunch, StartedRank, WarmStart
 from activities.nodes.procfs import is_alive
 from activities.nodes.shim_agent import LocalShimAgent, json_lines, warm_call
 from activities.nodes.warm import zygote_dir

@@ -16,7 +16,7 @@ import pytest
 
 from activities.launcher import launch_generation
 from activities.nodes import zygote_client
-from activities.nodes.agent import RankLaunch, WarmStart
+from activities.nodes.node_records import RankLaunch, WarmStart
 from activities.nodes.procfs import is_alive, read_stat
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.shim_agent import LocalShimAgent

@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from activities.nodes.agent import NodeRefused, NodeUnreachable, RankLaunch
+from activities.nodes.agent import NodeRefused, NodeUnreachable
+from activities.nodes.node_records import RankLaunch
 from activities.nodes.ssh.agent import SSHAgent
 from infra.testhosts import TestHosts
 from lazarus.domain.spec import NodeSpec, SSHSpec

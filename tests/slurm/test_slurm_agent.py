@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from activities.launcher import launch_generation
-from activities.nodes.agent import NodeUnreachable, PreflightRequest, RankLaunch
+from activities.nodes.agent import NodeUnreachable, PreflightRequest
+from activities.nodes.node_records import RankLaunch
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.slurm.agent import SlurmAgent

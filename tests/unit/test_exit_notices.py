@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from activities.nodes.agent import NodeStatus, RankLaunch, RankRecord
+from activities.nodes.agent import NodeStatus, RankRecord
 from activities.nodes.exit_watch import ExitWatch, recorded_processes
 from activities.nodes.local.agent import LocalAgent
+from activities.nodes.node_records import RankLaunch
 from activities.nodes.procfs import read_stat, signal_group
 from activities.supervise import until_an_exit
 from activities.supervise_observer import GenerationObserver

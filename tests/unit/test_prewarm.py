@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from activities.launcher import Prewarmed, _prewarm_spares, prewarm_targets, warm_start_outcome
-from activities.nodes.agent import RankLaunch, StartedRank, WarmStart
 from activities.nodes.local.agent import LocalAgent
+from activities.nodes.node_records import RankLaunch, StartedRank, WarmStart
 from activities.nodes.rundir import GenerationDir
 from activities.nodes.shim_agent import warm_call
 from lazarus.domain.contracts import LaunchRequest

@@ -15,12 +15,9 @@ import pytest
 
 from activities.launcher import carry_slots
 from activities.nodes import carry, rejoin
-from activities.nodes.agent import (
-    CarryRequest,
-    NodeStopResult,
-    NodeUnreachable,
-)
+from activities.nodes.agent import NodeUnreachable
 from activities.nodes.local.agent import LocalAgent
+from activities.nodes.node_records import CarryRequest, NodeStopResult
 from activities.nodes.rundir import GenerationDir, read_json, write_json_atomic
 from activities.nodes.shim_agent import LocalShimAgent, ShimReply, carry_answer, rejoin_call
 from lazarus.domain import environment as env_names

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from activities import launcher
-from activities.nodes.agent import (
+from activities.nodes.agent import NodeUnreachable
+from activities.nodes.node_records import (
     CarryRequest,
     CarryResult,
     NodeStopResult,
-    NodeUnreachable,
     RankLaunch,
     StartedRank,
     WarmStart,

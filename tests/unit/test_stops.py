@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lazarus.domain.contracts import CheckpointRef, StopResult, UnkillableGroup
+from lazarus.domain.contracts import CheckpointRef, StopResult
+from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import JobSpec, WarmStartSpec
 from workflows.state import MAX_RECORDS, JobState, NodePool, PlannedStop
 from workflows.stops import (

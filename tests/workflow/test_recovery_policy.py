@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
-from lazarus.domain.contracts import FailureReport, UnkillableGroup
+from lazarus.domain.contracts import FailureReport
 from lazarus.domain.evidence import MAX_EVIDENCE_CHARS, MAX_EVIDENCE_LINES, cap_evidence
+from lazarus.domain.process_groups import UnkillableGroup
 from tests.workflow.conftest import StartFakeJob, fake_spec
 from workflows.state import Phase
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.domain.contracts import FailureReport, UnkillableGroup
+from lazarus.domain.contracts import FailureReport
 from lazarus.domain.failure_classes import FailureClass
+from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import SpecError
 from tests.workflow.conftest import StartFakeJob, fake_spec
 from workflows.playbook import Action

@@ -34,13 +34,11 @@ from activities.nodes.agent import (
     MemorySnapshot,
     NodeAgent,
     NodeStatus,
-    NodeStopResult,
     PreflightRequest,
     PreflightResult,
-    RankLaunch,
     RankRecord,
-    StartedRank,
 )
+from activities.nodes.node_records import NodeStopResult, RankLaunch, StartedRank
 from activities.nodes.rundir import GenerationDir
 from lazarus.domain.spec import NodeSpec
 

@@ -81,17 +81,16 @@ from activities.nodes.agent import (
     MemorySnapshot,
     NodeRefused,
     NodeStatus,
-    NodeStopResult,
     NodeUnreachable,
     PreflightRequest,
     PreflightResult,
-    RankLaunch,
     RankRecord,
     RankStartFailed,
     RestoreEnd,
-    StartedRank,
 )
-from activities.nodes.local.agent import LocalAgent, last_step
+from activities.nodes.fencing import last_step
+from activities.nodes.local.agent import LocalAgent
+from activities.nodes.node_records import NodeStopResult, RankLaunch, StartedRank
 from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import (
     GenerationDir,
@@ -125,7 +124,7 @@ from activities.nodes.slurm.shim import SrunShim, send, silent_nodes, step_lock_
 from activities.nodes.slurm.warm import ZYGOTE_STEP, SlurmWarm, merged_stop
 from activities.nodes.warm import zygote_dir
 from lazarus.domain import environment as env_names
-from lazarus.domain.contracts import UnkillableGroup
+from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence
 

@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from activities.nodes.agent import NodeRefused, NodeUnreachable, RankLaunch, StartedRank
+from activities.nodes.agent import NodeRefused, NodeUnreachable
+from activities.nodes.node_records import RankLaunch, StartedRank
 from activities.nodes.shim_agent import ShimAgent, ShimReply
 from activities.nodes.slurm.commands import (
     SlurmCommandFailed,

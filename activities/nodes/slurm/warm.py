@@ -18,13 +18,11 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any
 
-from activities.nodes.agent import (
+from activities.nodes.agent import NodeAgent, NodeRefused, NodeUnreachable
+from activities.nodes.node_records import (
     CarryRequest,
     CarryResult,
-    NodeAgent,
-    NodeRefused,
     NodeStopResult,
-    NodeUnreachable,
     RankLaunch,
     StartedRank,
     WarmStart,

@@ -1,0 +1,112 @@
+"""The records a node's own side reads and answers: rank launches, carries, stops.
+
+Kept apart from :mod:`activities.nodes.agent` (the interface, which needs the job's
+spec) because the node-side entry points import them on a recovery's critical path:
+``python -m activities.nodes.carry`` runs on an ssh node between a crash and the
+survivors' rejoin, and each import there is interpreter start-up the job waits for
+(the spec and the workflow contracts cost about a second on a loaded node)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lazarus.domain.process_groups import UnkillableGroup
+
+
+class NodeRecord(BaseModel):
+    """Every record that crosses the node interface: closed and immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RankLaunch(NodeRecord):
+    """Everything a node needs to start one rank; the env is complete (torchrun + LAZARUS_*)."""
+
+    rank: int
+    command: list[str]
+    env: dict[str, str]
+    workdir: str
+    env_file: str | None = None
+    """``env_from_file`` for the node to read itself (ssh nodes): its values go under
+    ``env``, and never leave the node."""
+
+
+class StartedRank(NodeRecord):
+    rank: int
+    pid: int
+    pgid: int
+    start_ticks: int
+    log_file: str
+    adopted: bool = False
+    """The rank was already running (a retried launch): nothing new was started."""
+    warm: bool = False
+    """Forked from the node's zygote (``warm_start``), not started by a fresh interpreter."""
+    from_standby: bool = False
+    """Warm, and handed to an idle pre-forked process: no fork on the critical path."""
+    cold_reason: str | None = None
+    """With ``warm_start`` on: why this rank was started cold."""
+    started_at: float | None = None
+    """When its process started (the pid file's ``started_at``), where the node says."""
+
+
+class WarmStart(NodeRecord):
+    """``warm_start`` for one launch on one node: where the run's zygotes live and
+    what they preload."""
+
+    run_root: str
+    preload: list[str]
+    standby: int
+
+
+class CarryRequest(NodeRecord):
+    """One node's part of a launch with ``rejoin`` (:meth:`NodeAgent.carry_survivors`):
+    carry ``ranks`` of the previous generation into ``generation`` in their own
+    process, and fence every other rank of the older generations on this node."""
+
+    run_root: str
+    """The run whose older generations are fenced (all but the carried groups)."""
+    previous_gen_dir: str
+    """The newest older generation: the survivors' pid files, and the control file
+    they read their rejoin request from."""
+    gen_dir: str
+    """The new generation: the survivors' records are linked into it."""
+    generation: int
+    ranks: list[int]
+    """This node's ranks to carry (the launcher gives each node its own slots)."""
+    env: dict[int, dict[str, str | None]] = Field(default_factory=dict)
+    """Per rank of ``ranks``, the rejoin variables of its new environment
+    (:data:`lazarus.domain.environment.REJOIN_VARIABLES`; null: unset)."""
+    node: str | None = None
+    """Fence only the ranks this logical node launched (local nodes share one run
+    directory); None: every rank of the run directory (a node of its own)."""
+    kill_wait_s: float = 10.0
+    lock_timeout_s: float = 10.0
+    program: str = "python"
+    """The ranks' interpreter (their command's program): a node that runs the carry
+    in a process of its own (the shim's ``rejoin``) runs Lazarus with it."""
+    workdir: str = "/"
+    search_path: str = ""
+    """The ranks' PATH, where ``program`` is found."""
+    python_path: str = ""
+    """The ranks' PYTHONPATH, from which Lazarus is imported."""
+
+
+class CarryResult(NodeRecord):
+    carried: list[StartedRank] = Field(default_factory=list)
+    """The survivors, carried into the new generation (their records linked there)."""
+    refused: list[str] = Field(default_factory=list)
+    """One line per asked-for rank that was not carried (it starts afresh): why."""
+    unkillable: list[UnkillableGroup] = Field(default_factory=list)
+    """Groups of older generations the fencing could not kill."""
+
+
+class NodeStopResult(NodeRecord):
+    node: str
+    reachable: bool
+    error: str | None = None
+    signalled_groups: int = 0
+    killed_groups: int = 0
+    last_step: int | None = None
+    generations: list[int] = Field(default_factory=list)
+    unkillable: list[UnkillableGroup] = Field(default_factory=list)
+    """Groups still alive ``kill_wait_s`` after SIGKILL: reported, never waited on forever."""
