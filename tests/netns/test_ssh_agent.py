@@ -25,7 +25,9 @@ import pytest
 
 from activities.nodes.agent import NodeRefused, NodeUnreachable
 from activities.nodes.node_records import RankLaunch
+from activities.nodes.ssh import agent as ssh_agent_module
 from activities.nodes.ssh.agent import SSHAgent
+from activities.nodes.ssh.pool import ConnectionPool
 from infra.testhosts import TestHosts
 from lazarus.domain.spec import NodeSpec, SSHSpec
 
@@ -356,6 +358,55 @@ def test_close_does_not_wait_for_a_connect_to_a_dead_host(hosts: TestHosts, run_
     poll.join(CONNECT_TIMEOUT_S + 30)
     assert polled == [False]
     assert agent._client is None
+
+
+@pytest.mark.timeout(90)
+def test_idle_connections_are_reused_by_the_next_agent_and_never_when_unanswered(
+    hosts: TestHosts, run_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """activities/nodes/ssh/pool.py: an agent that closes after an answered command
+    parks its login, and the next agent for the same node and settings runs on it (no
+    second handshake); other settings get a login of their own; a connection whose
+    last command timed out (a partition) is closed, not parked; an idle one is closed
+    after the pool's idle time."""
+    pool = ConnectionPool(idle_s=120.0)
+    monkeypatch.setattr(ssh_agent_module, "POOL", pool)
+    gen = str(run_root / "gen-00001")
+    first = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
+    assert first.poll(gen, [0]).reachable
+    assert first._client is not None
+    login = first._client.get_transport()
+    first.close()
+    assert len(pool) == 1
+
+    second = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts))
+    assert second.poll(gen, [0]).reachable
+    assert second._client is not None and second._client.get_transport() is login
+    assert len(pool) == 0
+    other = SSHAgent(node_for(hosts, "h1"), ssh_spec(hosts.known_hosts, accept_new=True))
+    assert other.poll(gen, [0]).reachable
+    assert other._client is not None and other._client.get_transport() is not login
+    other.close()
+    second.status_timeout_s = 1.0
+    hosts.partition("h1")
+    try:
+        assert not second.poll(gen, [0]).reachable
+        second.close()
+        assert len(pool) == 1, "the partitioned login was parked"  # only `other`'s
+    finally:
+        hosts.heal("h1")
+    pool.close_all()
+    pool.idle_s = 0.5
+    last = SSHAgent(node_for(hosts, "h2"), ssh_spec(hosts.known_hosts))
+    assert last.poll(gen, [0]).reachable
+    assert last._client is not None
+    idle = last._client.get_transport()
+    last.close()
+    deadline = time.monotonic() + 15
+    while len(pool) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(pool) == 0, "an idle connection outlived the idle time"
+    assert idle is not None and not idle.is_active()
 
 
 @pytest.mark.timeout(60)

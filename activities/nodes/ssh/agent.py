@@ -33,6 +33,7 @@ from activities.nodes.agent import NodeRefused, NodeUnreachable, ShimError
 from activities.nodes.shim_agent import LocalShimAgent, ShimAgent, ShimReply
 from activities.nodes.ssh.config import Hop, SSHConfigError, route
 from activities.nodes.ssh.files import SSHDirsError, allowed_ssh_dirs, ssh_file_problem
+from activities.nodes.ssh.pool import POOL
 from lazarus.domain.spec import NodeSpec, SSHSpec
 
 __all__ = ["LocalShimAgent", "SSHAgent", "ShimError"]
@@ -151,8 +152,10 @@ class _KeysOnly(AuthStrategy):
 
 
 class SSHAgent(ShimAgent):
-    """One SSH connection per agent, opened on first use and reopened lazily after a
-    failure; each method is one ``sh -s`` exec on it."""
+    """One SSH connection per agent, opened on first use (or taken from the worker's
+    pool of idle ones, :mod:`activities.nodes.ssh.pool`) and reopened lazily after a
+    failure; each method is one ``sh -s`` exec on it. Closing parks a connection whose
+    last command answered for the next agent of the same node and settings."""
 
     def __init__(self, node: NodeSpec, ssh: SSHSpec) -> None:
         super().__init__(node)
@@ -166,6 +169,10 @@ class SSHAgent(ShimAgent):
         self._epoch = 0
         self._jumps: dict[paramiko.SSHClient, list[paramiko.SSHClient]] = {}
         """The jump hosts' connections (``ProxyJump``) each open connection runs through."""
+        self._pool_key = f"{node.model_dump_json()}|{ssh.model_dump_json()}"
+        """Every field of the login: a parked connection serves exactly this one."""
+        self._answered = False
+        """Whether the last command on the connection answered: only then is it parked."""
 
     def _where(self) -> str:
         return f"node {self.node.name} ({self.node.host}:{self.node.port})"
@@ -181,7 +188,12 @@ class SSHAgent(ShimAgent):
         with self._lock:
             client, self._client = self._client, None
             self._epoch += 1
-        if client is not None:
+        if client is None:
+            return
+        transport = client.get_transport()
+        if self._answered and transport is not None and transport.is_active():
+            POOL.park(self._pool_key, client, self._jumps.pop(client, []))
+        else:
             self._close(client)
 
     def _close(self, client: paramiko.SSHClient) -> None:
@@ -213,7 +225,11 @@ class SSHAgent(ShimAgent):
                     self._close(self._client)
                     self._client = None
                 epoch = self._epoch
-            client = self._connect()
+            pooled = POOL.take(self._pool_key)
+            if pooled is not None:
+                client, self._jumps[pooled[0]] = pooled
+            else:
+                client = self._connect()
             transport = client.get_transport()
             if transport is None:
                 self._close(client)
@@ -433,6 +449,7 @@ class SSHAgent(ShimAgent):
     def _run(self, script: bytes, timeout_s: float) -> ShimReply:
         started = time.monotonic()
         client, transport = self._connection()
+        self._answered = False
         deadline = time.monotonic() + timeout_s
         # paramiko's channel requests wait without a timeout for a peer that vanished
         # without a TCP reset; closing the transport is what unblocks them.
@@ -485,4 +502,5 @@ class SSHAgent(ShimAgent):
             # No exit status: the session ended without one (sshd or the link died).
             self._drop(client)
             raise NodeUnreachable(f"{self._where()}: connection lost mid-command")
+        self._answered = True
         return ShimReply(code, b"".join(chunks), time.monotonic() - started)
