@@ -468,34 +468,42 @@ def _carry_everywhere(
     environment_of: Callable[[int], dict[str, str]],
     command: list[str],
     workdir: str,
-) -> list[CarryResult]:
+    start: tuple[Callable[[NodeAgent], list[RankLaunch]], WarmStart] | None = None,
+) -> list[tuple[CarryResult, dict[int, StartedRank]]]:
     """Every node carries its own survivors and fences the rest of the older
     generations there (:meth:`NodeAgent.carry_survivors`), all nodes at once. A node
-    asked to carry nothing is still fenced: a rank that failed may have left a process."""
+    asked to carry nothing is still fenced: a rank that failed may have left a process.
 
-    def carry_on(agent: NodeAgent) -> CarryResult:
+    With ``start`` (warm starts: each node's launches, and ``warm_start``) a node that
+    can also forks the ranks it did not carry in the same call
+    (:meth:`NodeAgent.carry_and_start`); the ranks started so are returned beside each
+    node's carry, and the launch starts the rest as usual."""
+
+    def carry_on(agent: NodeAgent) -> tuple[CarryResult, dict[int, StartedRank]]:
         ranks = slots.get(agent.node.name, [])
         first = environment_of(ranks[0] if ranks else 0)
-        return agent.carry_survivors(
-            CarryRequest(
-                run_root=str(gen.path.parent),
-                previous_gen_dir=str(previous.path),
-                gen_dir=str(gen.path),
-                generation=gen.generation,
-                ranks=ranks,
-                env={r: rejoin_variables(environment_of(r)) for r in ranks},
-                node=agent.node.name,
-                kill_wait_s=FENCE_KILL_WAIT_S,
-                lock_timeout_s=FENCE_LOCK_WAIT_S,
-                program=command[0],
-                workdir=workdir,
-                search_path=first.get("PATH", ""),
-                python_path=first.get("PYTHONPATH", ""),
-            )
+        request = CarryRequest(
+            run_root=str(gen.path.parent),
+            previous_gen_dir=str(previous.path),
+            gen_dir=str(gen.path),
+            generation=gen.generation,
+            ranks=ranks,
+            env={r: rejoin_variables(environment_of(r)) for r in ranks},
+            node=agent.node.name,
+            kill_wait_s=FENCE_KILL_WAIT_S,
+            lock_timeout_s=FENCE_LOCK_WAIT_S,
+            program=command[0],
+            workdir=workdir,
+            search_path=first.get("PATH", ""),
+            python_path=first.get("PYTHONPATH", ""),
         )
+        if start is None:
+            return agent.carry_survivors(request), {}
+        launches_on, warm = start
+        return agent.carry_and_start(request, str(gen.path), launches_on(agent), warm)
 
     results = _on_every_node(opened, carry_on, "the carry of survivors")
-    for result in results:
+    for result, _ in results:
         for group in result.unkillable:
             log.warning("fencing: %s", group.reason)
     return results
@@ -550,17 +558,47 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
             port = int(plan["master_port"])
             return rank_environment(spec, nodes, index, gen, rank, port, request.resume)
 
+        warm = (
+            WarmStart(run_root=str(root), preload=spec.warm.preload, standby=spec.warm.standby)
+            if spec.warm is not None
+            else None
+        )
+
+        def launches_on(agent: NodeAgent, kept: frozenset[int] = frozenset()) -> list[RankLaunch]:
+            """The node's ranks to start: all of its slot but those ``kept`` (carried)."""
+            first = nodes.index(agent.node) * spec.nproc_per_node
+            return [
+                RankLaunch(
+                    rank=rank,
+                    command=spec.command,
+                    env=environment_of(rank),
+                    workdir=spec.workdir,
+                    env_file=rank_env_file(spec, agent.node),
+                )
+                for rank in range(first, first + spec.nproc_per_node)
+                if rank not in kept
+            ]
+
         carried: list[RankProcess] = []
         refused: list[str] = []
         stuck: list[UnkillableGroup] = []
+        started_early: dict[str, dict[int, StartedRank]] = {}
         if carrying and previous is not None:
             slots, refused = carry_slots(
                 read_json(previous.plan_file), request.rejoin_ranks, nodes, spec.nproc_per_node
             )
             results = _carry_everywhere(
-                opened, previous, gen, slots, environment_of, spec.command, spec.workdir
+                opened,
+                previous,
+                gen,
+                slots,
+                environment_of,
+                spec.command,
+                spec.workdir,
+                start=(launches_on, warm) if warm is not None else None,
             )
-            for node, answer in zip(nodes, results, strict=True):
+            for node, (answer, early) in zip(nodes, results, strict=True):
+                started_early[node.name] = early
                 carried += [
                     RankProcess(node=node.name, **r.model_dump(include=_PROCESS_FIELDS))
                     for r in answer.carried
@@ -586,32 +624,17 @@ def _launch_generation(request: LaunchRequest) -> LaunchResult:
         plan = _generation_plan(spec, nodes, gen)
         master_port = int(plan["master_port"])
         write_json_atomic(gen.control_file, initial_control_document(spec))
-        kept = {r.rank for r in carried}
-        warm = (
-            WarmStart(run_root=str(root), preload=spec.warm.preload, standby=spec.warm.standby)
-            if spec.warm is not None
-            else None
-        )
+        kept = frozenset(r.rank for r in carried)
 
         def start_on(agent: NodeAgent) -> list[StartedRank]:
-            index = nodes.index(agent.node)
-            first = index * spec.nproc_per_node
-            launches = [
-                RankLaunch(
-                    rank=rank,
-                    command=spec.command,
-                    env=environment_of(rank),
-                    workdir=spec.workdir,
-                    env_file=rank_env_file(spec, agent.node),
-                )
-                for rank in range(first, first + spec.nproc_per_node)
-                if rank not in kept
-            ]
+            early = started_early.get(agent.node.name, {})
+            launches = [launch for launch in launches_on(agent, kept) if launch.rank not in early]
+            started = [early[rank] for rank in sorted(early) if rank not in kept]
             if not launches:
-                return []
+                return started
             if warm is not None:
-                return agent.start_ranks_warm(str(gen.path), launches, warm)
-            return agent.start_ranks(str(gen.path), launches)
+                return started + agent.start_ranks_warm(str(gen.path), launches, warm)
+            return started + agent.start_ranks(str(gen.path), launches)
 
         chaos_point(chaos_points.LAUNCH_BEFORE_PIDS)
         first_launch = all(g.generation == request.generation for g in generations(root))

@@ -307,6 +307,18 @@ class NodeAgent(ABC):
             unkillable=stopped.unkillable,
         )
 
+    def carry_and_start(
+        self, request: CarryRequest, gen_dir: str, launches: list[RankLaunch], warm: WarmStart
+    ) -> tuple[CarryResult, dict[int, StartedRank]]:
+        """:meth:`carry_survivors`, then, where the node can do both at once, start
+        ``launches`` warm (those of them it did not carry): the carry's answer and the
+        ranks it started, by rank. The launcher starts whatever is not in that map
+        the usual way, after its own checks, so an agent that cannot combine the two
+        (this default: nothing started) or a node that could not start a rank loses
+        nothing but the time saved. Nothing starts on a node whose fencing left a
+        group alive. Same fencing-first order as a carry and then a start."""
+        return self.carry_survivors(request), {}
+
     # --- Before a launch starts ranks --------------------------------------------------
     # The launcher asks every node's agent alike (or, for what is this machine's, the
     # first node's: a job's nodes share one launcher, the spec checks); each transport

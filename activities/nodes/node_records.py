@@ -58,6 +58,34 @@ class WarmStart(NodeRecord):
     standby: int
 
 
+class WarmRankRequest(NodeRecord):
+    rank: int = Field(ge=0)
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str]
+    """The rank's environment without the ``env_file`` values (read on the node)."""
+    workdir: str
+
+
+class NodeWarmRequest(NodeRecord):
+    """Every rank of one node's launch, for ``python -m activities.nodes.warm``
+    (one JSON object on its stdin)."""
+
+    gen_dir: str
+    node: str
+    run_root: str
+    preload: list[str]
+    standby: int = Field(ge=0)
+    env_file: str | None = None
+    """``env_from_file``, read here on the node, below each rank's ``env``."""
+    start_zygote: bool = True
+    """False on Slurm: the node's agent starts the zygote as its own job step."""
+    ranks: list[WarmRankRequest]
+    prewarm: bool = False
+    """Only start the node's zygote (:func:`prewarm_zygote`, not waiting for it to
+    serve) with the environment of the one rank in ``ranks``, which is not started:
+    a spare's. Answers one :class:`PrewarmAnswer` line."""
+
+
 class CarryRequest(NodeRecord):
     """One node's part of a launch with ``rejoin`` (:meth:`NodeAgent.carry_survivors`):
     carry ``ranks`` of the previous generation into ``generation`` in their own
@@ -89,6 +117,12 @@ class CarryRequest(NodeRecord):
     """The ranks' PATH, where ``program`` is found."""
     python_path: str = ""
     """The ranks' PYTHONPATH, from which Lazarus is imported."""
+    start: NodeWarmRequest | None = None
+    """Then, in the same process on the node, start these ranks warm, less those the
+    carry carried (:func:`activities.nodes.warm.answer_start`); none when the fencing
+    left a group alive. One interpreter start and one round trip instead of two
+    between a crash and the replacement's fork (``NodeAgent.carry_and_start``).
+    Left out of the JSON when None, so a node with older code still reads the carry."""
 
 
 class CarryResult(NodeRecord):

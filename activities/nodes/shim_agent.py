@@ -69,8 +69,10 @@ from activities.nodes.node_records import (
     CarryRequest,
     CarryResult,
     NodeStopResult,
+    NodeWarmRequest,
     RankLaunch,
     StartedRank,
+    WarmRankRequest,
     WarmStart,
 )
 from activities.nodes.rundir import GenerationDir
@@ -78,10 +80,8 @@ from activities.nodes.warm import (
     CLAIM_WAIT_S,
     FIRST_START_WAIT_S,
     FORK_TIMEOUT_S,
-    NodeWarmRequest,
     PrewarmAnswer,
     WarmAnswer,
-    WarmRankRequest,
     zygote_dir,
 )
 from lazarus.domain.checkpoint_layout import parse_step_dir
@@ -219,13 +219,34 @@ def warm_call(
     only the zygote is started (one rank: its environment), and ``gen_dir`` is the
     zygote's directory, whose lock the shim takes instead of a generation's."""
     first = ranks[0]
-    if not first.command:
-        raise ValueError(f"rank {first.rank}: empty command")
     search_path = first.env.get("PATH", "")
     python_path = first.env.get("PYTHONPATH", "")
     if "\n" in search_path or "\n" in python_path:
         raise ValueError("the ranks' PATH or PYTHONPATH holds a newline")
-    request = NodeWarmRequest(
+    request = node_warm_request(gen_dir, node, ranks, warm, start_zygote, prewarm)
+    # Without ``prewarm`` the request is what a node running an older Lazarus (which
+    # refuses unknown fields) accepts: only a prewarm needs the node's new code.
+    body = request.model_dump_json(exclude=None if prewarm else {"prewarm"})
+    return ShimCall(
+        argv=["warm", gen_dir, first.command[0], first.workdir],
+        stdin=f"{search_path}\n{python_path}\n{body}\n",
+    )
+
+
+def node_warm_request(
+    gen_dir: str,
+    node: str,
+    ranks: list[RankLaunch],
+    warm: WarmStart,
+    start_zygote: bool = True,
+    prewarm: bool = False,
+) -> NodeWarmRequest:
+    """The :class:`NodeWarmRequest` for ``ranks`` of one node (``warm``, or a carry's
+    ``start``). Raises ValueError for a launch without a command."""
+    first = ranks[0]
+    if not first.command:
+        raise ValueError(f"rank {first.rank}: empty command")
+    return NodeWarmRequest(
         gen_dir=gen_dir,
         node=node,
         run_root=warm.run_root,
@@ -239,13 +260,6 @@ def warm_call(
         ],
         prewarm=prewarm,
     )
-    # Without ``prewarm`` the request is what a node running an older Lazarus (which
-    # refuses unknown fields) accepts: only a prewarm needs the node's new code.
-    body = request.model_dump_json(exclude=None if prewarm else {"prewarm"})
-    return ShimCall(
-        argv=["warm", gen_dir, first.command[0], first.workdir],
-        stdin=f"{search_path}\n{python_path}\n{body}\n",
-    )
 
 
 def rejoin_call(request: CarryRequest) -> ShimCall:
@@ -256,7 +270,10 @@ def rejoin_call(request: CarryRequest) -> ShimCall:
         raise ValueError("the ranks' PATH or PYTHONPATH holds a newline")
     return ShimCall(
         argv=["rejoin", request.gen_dir, request.program, request.workdir],
-        stdin=f"{request.search_path}\n{request.python_path}\n{request.model_dump_json()}\n",
+        stdin=(
+            f"{request.search_path}\n{request.python_path}\n"
+            f"{request.model_dump_json(exclude=None if request.start else {'start'})}\n"
+        ),
     )
 
 
@@ -268,17 +285,31 @@ def carry_through_shim(
     """Run the shim's ``rejoin`` for ``request`` through ``call`` (ssh, or ``srun`` on
     a Slurm node, which adds ``extra_timeout_s``): the node's answer, or why there is
     none, for :func:`refused_all`."""
+    outcome = _carry_records(request, call, extra_timeout_s)
+    return outcome if isinstance(outcome, str) else outcome[0]
+
+
+def _carry_records(
+    request: CarryRequest,
+    call: Callable[[list[list[str] | ShimCall], float], ShimReply],
+    extra_timeout_s: float = 0.0,
+) -> tuple[CarryResult, list[dict[str, Any]]] | str:
+    """:func:`carry_through_shim`, with every record the node answered (a carry with
+    ``start`` answers its warm starts after the carry)."""
     try:
         invocation = rejoin_call(request)
     except ValueError as exc:
         return str(exc)
-    # The fencing's SIGKILL wait, two lock waits and the interpreter's start.
+    # The fencing's SIGKILL wait, two lock waits and the interpreter's start; with a
+    # start, a warm start's own bound per rank.
     timeout = request.kill_wait_s + 2 * request.lock_timeout_s + START_TIMEOUT_S
+    if request.start is not None:
+        timeout += FIRST_START_WAIT_S + (FORK_TIMEOUT_S + CLAIM_WAIT_S) * len(request.start.ranks)
     reply = call([invocation], timeout + extra_timeout_s)
     records, noise = json_lines(reply.output)
     answer = carry_answer(records)
     if answer is not None:
-        return answer
+        return answer, records
     error = next((str(r["error"]) for r in records if "error" in r), None)
     return error or f"no answer ({' | '.join(noise[-3:]) or 'no output'})"
 
@@ -506,6 +537,32 @@ class ShimAgent(NodeAgent):
             return outcome
         # Nothing was carried: fence everything older here, so the ranks start afresh.
         return refused_all(super().carry_survivors(request), request, self.node.name, outcome)
+
+    def carry_and_start(
+        self, request: CarryRequest, gen_dir: str, launches: list[RankLaunch], warm: WarmStart
+    ) -> tuple[CarryResult, dict[int, StartedRank]]:
+        """One ``rejoin`` whose node process then forks the other ranks warm
+        (``CarryRequest.start``). Ranks it answered cold, or not at all, are left to
+        the launcher's usual start; a node that cannot run the carry fences as
+        :meth:`carry_survivors` does and starts nothing."""
+        if not launches:
+            return self.carry_survivors(request), {}
+        try:
+            start = node_warm_request(gen_dir, self.node.name, launches, warm, self.starts_zygote)
+        except ValueError:
+            return self.carry_survivors(request), {}
+        outcome = _carry_records(request.model_copy(update={"start": start}), self._call)
+        if isinstance(outcome, str):
+            fallback = super().carry_survivors(request)
+            return refused_all(fallback, request, self.node.name, outcome), {}
+        result, records = outcome
+        started: dict[int, StartedRank] = {}
+        for rank, answer in warm_answers(records).items():
+            if answer.cold_reason is None and answer.pid is not None:
+                fields = answer.model_dump(exclude={"cold_reason"})
+                log_file = f"{gen_dir.rstrip('/')}/rank-{rank}.log"
+                started[rank] = StartedRank(**fields, log_file=log_file)
+        return result, started
 
     def poll(self, gen_dir: str, ranks: list[int]) -> NodeStatus:
         started = time.monotonic()

@@ -42,8 +42,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from activities.nodes.node_records import NodeWarmRequest, WarmRankRequest
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.zygote_client import (
     PID_FILE_WAIT_S,
@@ -279,34 +280,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class WarmRankRequest(_Model):
-    rank: int = Field(ge=0)
-    command: list[str] = Field(min_length=1)
-    env: dict[str, str]
-    """The rank's environment without the ``env_file`` values (read on the node)."""
-    workdir: str
-
-
-class NodeWarmRequest(_Model):
-    """Every rank of one node's launch, for ``python -m activities.nodes.warm``
-    (one JSON object on its stdin)."""
-
-    gen_dir: str
-    node: str
-    run_root: str
-    preload: list[str]
-    standby: int = Field(ge=0)
-    env_file: str | None = None
-    """``env_from_file``, read here on the node, below each rank's ``env``."""
-    start_zygote: bool = True
-    """False on Slurm: the node's agent starts the zygote as its own job step."""
-    ranks: list[WarmRankRequest]
-    prewarm: bool = False
-    """Only start the node's zygote (:func:`prewarm_zygote`, not waiting for it to
-    serve) with the environment of the one rank in ``ranks``, which is not started:
-    a spare's. Answers one :class:`PrewarmAnswer` line."""
-
-
 class WarmAnswer(_Model):
     """How one rank was started warm (forked, or adopted from its pid file), or why
     it must be started cold (``cold_reason``; then nothing of it runs)."""
@@ -400,6 +373,24 @@ def warm_start_ranks(
     return answers
 
 
+def answer_start(request: NodeWarmRequest) -> list[WarmAnswer]:
+    """Start the request's ranks warm (not a prewarm): one answer per rank, in order.
+    Also run by a carry that starts its node's other ranks in the same process
+    (``CarryRequest.start``, :mod:`activities.nodes.carry`)."""
+    ranks = _with_env_file(request)
+    if isinstance(ranks, str):
+        return [WarmAnswer(rank=r.rank, cold_reason=ranks) for r in request.ranks]
+    return warm_start_ranks(
+        GenerationDir(Path(request.gen_dir)),
+        request.node,
+        request.run_root,
+        request.preload,
+        request.standby,
+        ranks,
+        request.start_zygote,
+    )
+
+
 def _with_env_file(request: NodeWarmRequest) -> list[WarmRankRequest] | str:
     """The ranks with ``env_from_file``'s values under their own (as the shim's cold
     start sets them), or why the file cannot be used."""
@@ -430,8 +421,8 @@ def main() -> int:
     except ValidationError as exc:
         print(json.dumps({"error": f"warm: bad request on stdin: {_problems(exc)}"}), flush=True)
         return 2
-    ranks = _with_env_file(request)
     if request.prewarm:
+        ranks = _with_env_file(request)
         if isinstance(ranks, str) or len(ranks) != 1:
             why = ranks if isinstance(ranks, str) else "prewarm: give exactly one rank"
             print(PrewarmAnswer(prewarmed=False, reason=why).model_dump_json(), flush=True)
@@ -441,20 +432,7 @@ def main() -> int:
         )
         print(PrewarmAnswer(prewarmed=reason is None, reason=reason).model_dump_json(), flush=True)
         return 0
-    if isinstance(ranks, str):
-        answers = [WarmAnswer(rank=r.rank, cold_reason=ranks) for r in request.ranks]
-    else:
-        gen = GenerationDir(Path(request.gen_dir))
-        answers = warm_start_ranks(
-            gen,
-            request.node,
-            request.run_root,
-            request.preload,
-            request.standby,
-            ranks,
-            request.start_zygote,
-        )
-    for answer in answers:
+    for answer in answer_start(request):
         print(answer.model_dump_json(), flush=True)
     return 0
 

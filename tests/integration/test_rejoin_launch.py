@@ -11,12 +11,15 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from activities.launcher import launch_generation
+from activities.nodes.factory import substituted_agents
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, read_json
+from activities.nodes.shim_agent import LocalShimAgent, ShimCall, ShimReply
 from activities.stop import stop_generations
 from infra import chaos
 from lazarus.domain import environment as env_names
@@ -133,3 +136,53 @@ def launched_pids(job: JobSpec, generation: int) -> list[int]:
 def ticks_of(pid: int) -> int:
     raw = Path(f"/proc/{pid}/stat").read_text()
     return int(raw[raw.rindex(")") + 2 :].split()[19])
+
+
+class _CountingShim(LocalShimAgent):
+    """The shim run on this machine, as an ssh node's would be, counting its verbs."""
+
+    verbs: ClassVar[list[str]] = []
+
+    def _call(self, invocations: list[list[str] | ShimCall], timeout_s: float) -> ShimReply:
+        _CountingShim.verbs += [i.argv[0] if isinstance(i, ShimCall) else i[0] for i in invocations]
+        return super()._call(invocations, timeout_s)
+
+
+def test_a_shim_node_carries_and_forks_the_replacement_in_one_call(tmp_path: Path) -> None:
+    """With warm starts, a shim node (ssh) carries its survivor and forks the crashed
+    rank's replacement in one ``rejoin`` call, one interpreter on the node
+    (``NodeAgent.carry_and_start``), not a ``rejoin`` and then a ``warm``."""
+    spec = parse_spec(
+        {
+            "name": "rejoin-warm",
+            "command": [sys.executable, str(FAKE_RANK)],
+            "nproc_per_node": 2,
+            "checkpoint_dir": "ckpt",
+            "env": {"FAKE_STEPS": "100000", "FAKE_STEP_S": "0.1"},
+            "rejoin": {"timeout_s": 45},
+            "warm_start": {"preload": ["json"], "standby": 1},
+        },
+        "<test>",
+    ).resolved(tmp_path)
+    run_root = Path(spec.run_dir) / spec.job_id
+    try:
+        with substituted_agents(_CountingShim):
+            first = launch_generation(LaunchRequest(spec=spec, generation=1))
+            assert first.warm_start is not None and first.warm_start.warm_ranks == [0, 1]
+            survivor, failed = first.ranks
+            kill_and_wait(failed.pid, failed.start_ticks)
+            _CountingShim.verbs.clear()
+
+            second = launch_generation(LaunchRequest(spec=spec, generation=2, rejoin_ranks=[0, 1]))
+    finally:
+        asyncio.run(
+            stop_generations(
+                StopRequest(job_id=spec.job_id, run_root=str(run_root), grace_s=0, end_of_run=True)
+            )
+        )
+    assert second.rejoined == [0]
+    assert second.warm_start is not None and second.warm_start.warm_ranks == [1]
+    kept, started = second.ranks
+    assert (kept.pid, kept.start_ticks) == (survivor.pid, survivor.start_ticks)
+    assert started.pid not in (survivor.pid, failed.pid)
+    assert _CountingShim.verbs == ["rejoin"], _CountingShim.verbs
