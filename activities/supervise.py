@@ -213,7 +213,10 @@ async def _supervise_with(
                 failure = await asyncio.to_thread(attach_evidence, observer, outcome)
                 outcome = outcome.model_copy(update={"failure": failure})
                 failure = await asyncio.to_thread(with_rank_stacks, observer, outcome)
-                fired = learned_budget_fired(failure, request.health.hang_timeout_s)
+                stopped = any(r.rank == failure.rank and r.stopped_by_signal for r in obs.ranks)
+                fired = learned_budget_fired(
+                    failure, request.health.hang_timeout_s, culprit_stopped=stopped
+                )
                 if fired is not None:
                     observer.note_learned_hang(fired)
                 failure = await asyncio.to_thread(drain_lost_node, opened, failure, request.job_id)

@@ -403,13 +403,24 @@ def _hang(request: SuperviseRequest, obs: Observation) -> FailureReport | None:
     )
 
 
-def learned_budget_fired(failure: FailureReport, hang_timeout_s: float) -> float | None:
+def learned_budget_fired(
+    failure: FailureReport, hang_timeout_s: float, *, culprit_stopped: bool = False
+) -> float | None:
     """The learned budget a hang was declared by, or None: a crash, a slow phase's
     hang, one judged by ``hang_timeout_s`` (still learning, pinned, off, or capped).
     Such a hang raises later generations' budgets
-    (:func:`activities.progress_cadence.backoff_floor`). Pure."""
+    (:func:`activities.progress_cadence.backoff_floor`). Pure.
+
+    ``culprit_stopped``: the hung rank was found stopped (state T: SIGSTOP, a
+    debugger, a frozen cgroup). The back-off exists for a pause the budget misjudged
+    (an undeclared save the rank would have finished); a stopped process never speaks
+    again by itself, so its hang is certain and raises nothing: a second one is found
+    as fast as the first. A hang in a running process (stuck in a collective) still
+    backs off."""
     budget = failure.hang_budget
     if failure.kind != "hang" or failure.slow_phase is not None or budget is None:
+        return None
+    if culprit_stopped:
         return None
     if budget.source != "learned" or budget.budget_s >= hang_timeout_s:
         return None

@@ -438,6 +438,8 @@ def test_a_hang_the_learned_budget_declared_doubles_the_next_generations(
     job.train(40)
     outcome, _ = job.silence(HANG_S)
     assert outcome is not None and outcome.failure is not None
+    # A stopped process is certainly hung: nothing to back off from.
+    assert learned_budget_fired(outcome.failure, HANG_S, culprit_stopped=True) is None
     fired = learned_budget_fired(outcome.failure, HANG_S)
     assert fired is not None and fired == pytest.approx(2.0)
     job.observer.note_learned_hang(fired)
