@@ -210,7 +210,7 @@ def test_the_installed_wheel_runs_from_outside_the_repository(wheel: Path, tmp_p
 
     probe = (
         "import json, lazarus.rank as r, lazarus.domain.spec as d, workers.controller;"
-        "import activities.nodes.shim_agent as s, workflows.job as j;"
+        "import activities.nodes.shim_calls as s, workflows.job as j;"
         "from activities.nodes.code_root import lazarus_code_root;"
         "print(json.dumps({'code_root': lazarus_code_root(), 'rank': r.__file__,"
         " 'domain': d.__file__, 'job': j.__file__,"

@@ -19,7 +19,8 @@ from activities.launcher import launch_generation
 from activities.nodes.factory import substituted_agents
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, read_json
-from activities.nodes.shim_agent import LocalShimAgent, ShimCall, ShimReply
+from activities.nodes.shim_agent import LocalShimAgent
+from activities.nodes.shim_calls import ShimCall, ShimReply
 from activities.stop import stop_generations
 from infra import chaos
 from lazarus.domain import environment as env_names

@@ -27,14 +27,8 @@ import pytest
 
 from activities.nodes.agent import NodeStatus, NodeUnreachable, PreflightRequest
 from activities.nodes.node_records import RankLaunch
-from activities.nodes.shim_agent import (
-    SHIM_PATH,
-    LocalShimAgent,
-    ShimError,
-    json_lines,
-    shim_script,
-    start_call,
-)
+from activities.nodes.shim_agent import LocalShimAgent, ShimError
+from activities.nodes.shim_calls import SHIM_PATH, json_lines, shim_script, start_call
 from lazarus.domain.checkpoint_layout import TEMP_SUFFIX
 from lazarus.domain.spec import NodeSpec
 

@@ -19,7 +19,8 @@ import pytest
 from activities.nodes import zygote_client
 from activities.nodes.node_records import RankLaunch, StartedRank, WarmStart
 from activities.nodes.procfs import is_alive
-from activities.nodes.shim_agent import LocalShimAgent, json_lines, warm_call
+from activities.nodes.shim_agent import LocalShimAgent
+from activities.nodes.shim_calls import json_lines, warm_call
 from activities.nodes.warm import zygote_dir
 from lazarus.domain.spec import NodeSpec
 from tests.integration.test_shim import DASH, _all_cmdlines, kill_leftovers, wait_for

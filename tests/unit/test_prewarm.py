@@ -11,7 +11,7 @@ from activities.launcher import Prewarmed, _prewarm_spares, prewarm_targets, war
 from activities.nodes.local.agent import LocalAgent
 from activities.nodes.node_records import RankLaunch, StartedRank, WarmStart
 from activities.nodes.rundir import GenerationDir
-from activities.nodes.shim_agent import warm_call
+from activities.nodes.shim_calls import warm_call
 from lazarus.domain.contracts import LaunchRequest
 from lazarus.domain.spec import JobSpec, NodeSpec
 

@@ -19,7 +19,8 @@ from activities.nodes.agent import NodeUnreachable
 from activities.nodes.local.agent import LocalAgent
 from activities.nodes.node_records import CarryRequest, NodeStopResult
 from activities.nodes.rundir import GenerationDir, read_json, write_json_atomic
-from activities.nodes.shim_agent import LocalShimAgent, ShimReply, carry_answer, rejoin_call
+from activities.nodes.shim_agent import LocalShimAgent, carry_answer
+from activities.nodes.shim_calls import ShimReply, rejoin_call
 from lazarus.domain import environment as env_names
 from lazarus.domain.spec import NodeSpec
 

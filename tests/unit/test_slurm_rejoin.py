@@ -21,7 +21,7 @@ from activities.nodes.node_records import (
     WarmStart,
 )
 from activities.nodes.rundir import GenerationDir, write_json_atomic
-from activities.nodes.shim_agent import ShimReply
+from activities.nodes.shim_calls import ShimReply
 from activities.nodes.slurm.agent import SlurmAgent
 from activities.nodes.slurm.shim import SrunShim
 from lazarus.domain import environment as env_names
@@ -157,6 +157,7 @@ class Recorded:
     fence_here = SlurmAgent.fence_here
     fence_older_generations = SlurmAgent.fence_older_generations
     prepare_launch = SlurmAgent.prepare_launch
+    carry_and_start = SlurmAgent.carry_and_start  # the interface's: carry, start later
 
     def __init__(self, node: NodeSpec, calls: list[str]) -> None:
         self.node = node

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from activities.nodes.agent import NodeRefused, NodeUnreachable
 from activities.nodes.node_records import RankLaunch, StartedRank
-from activities.nodes.shim_agent import ShimAgent, ShimReply
+from activities.nodes.shim_agent import ShimAgent
+from activities.nodes.shim_calls import ShimReply
 from activities.nodes.slurm.commands import (
     SlurmCommandFailed,
     client_environment,

@@ -30,7 +30,8 @@ import paramiko
 from paramiko.auth_strategy import AuthFailure, AuthSource, AuthStrategy, InMemoryPrivateKey
 
 from activities.nodes.agent import NodeRefused, NodeUnreachable, ShimError
-from activities.nodes.shim_agent import LocalShimAgent, ShimAgent, ShimReply
+from activities.nodes.shim_agent import LocalShimAgent, ShimAgent
+from activities.nodes.shim_calls import ShimReply
 from activities.nodes.ssh.config import Hop, SSHConfigError, route
 from activities.nodes.ssh.files import SSHDirsError, allowed_ssh_dirs, ssh_file_problem
 from activities.nodes.ssh.pool import POOL
