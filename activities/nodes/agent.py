@@ -343,7 +343,7 @@ class NodeAgent(ABC):
         fence by step instead (:meth:`fence_older_generations`). The local agent and
         the shim's (ssh nodes: their run directory holds no pid files here unless a
         node shares the controller's filesystem) run
-        :func:`activities.nodes.local.agent.fence_this_machine`."""
+        :func:`activities.nodes.fencing.fence_this_machine`."""
         return []
 
     def fence_earlier_runs(self, runs: dict[str, list[str]], kill_wait_s: float) -> str | None:

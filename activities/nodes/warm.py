@@ -262,7 +262,7 @@ def await_claimed(gen: GenerationDir, rank: int) -> dict[str, object] | None:
 
 
 class _Launch(Protocol):
-    """One rank to start: :class:`activities.nodes.agent.RankLaunch` or
+    """One rank to start: :class:`activities.nodes.node_records.RankLaunch` or
     :class:`WarmRankRequest` (this module stays free of the agent's imports: it runs
     on every warm launch on an ssh node, where start-up time is relaunch time)."""
 

@@ -17,7 +17,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.launcher import LaunchUnreachable, launch, launch_generation
-from activities.nodes.local import agent as local_agent
+from activities.nodes import fencing
 from activities.nodes.procfs import is_alive, read_stat
 from activities.nodes.rundir import (
     GenerationDir,
@@ -179,7 +179,7 @@ def test_a_group_we_may_not_signal_is_gone_not_retried(
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "killpg", refuse)  # what procfs.signal_group calls
-    monkeypatch.setattr(local_agent, "live_groups", lambda pgids: {p: [p] for p in pgids})
+    monkeypatch.setattr(fencing, "live_groups", lambda pgids: {p: [p] for p in pgids})
     started = time.monotonic()
     result = asyncio.run(
         stop_generations(
@@ -210,8 +210,8 @@ def test_a_group_that_survives_sigkill_is_reported_within_the_bound(
         signals.append(sig)
         return True  # delivered, but the process is in state D: nothing happens
 
-    monkeypatch.setattr(local_agent, "signal_group", record)
-    monkeypatch.setattr(local_agent, "live_groups", lambda pgids: {p: [p, p + 1] for p in pgids})
+    monkeypatch.setattr(fencing, "signal_group", record)
+    monkeypatch.setattr(fencing, "live_groups", lambda pgids: {p: [p, p + 1] for p in pgids})
     started = time.monotonic()
     result = asyncio.run(
         stop_generations(

@@ -27,6 +27,7 @@ from activities.fleet import (  # noqa: F401 - they stand in for themselves
 )
 from activities.stand_ins import launched_without_ranks, stand_ins
 from lazarus.domain import contracts
+from lazarus.domain.process_groups import UnkillableGroup
 from tests.workflow.fake_checkpoints import holdings_for
 
 
@@ -40,7 +41,7 @@ class Script:
     """generation -> the failure supervision reports (else it runs until cancelled)."""
     succeed_at: set[int] = field(default_factory=set)
     """Generations whose supervision reports success."""
-    unkillable: list[contracts.UnkillableGroup] = field(default_factory=list)
+    unkillable: list[UnkillableGroup] = field(default_factory=list)
     """Reported by every stop while non-empty."""
     failure_evidence: list[str] = field(default_factory=list)
     hook_fails: bool = False
@@ -89,7 +90,7 @@ class Script:
     """Garbage collection runs until cancelled (else it fails at once)."""
     rejoin_refused: bool = False
     """Launches start every rank afresh although survivors were asked for (all gone)."""
-    unkillable_at_carry: dict[int, list[contracts.UnkillableGroup]] = field(default_factory=dict)
+    unkillable_at_carry: dict[int, list[UnkillableGroup]] = field(default_factory=dict)
     """generation -> groups a carrying launch's fencing could not kill: the launch
     refuses (``RanksWouldNotDie``) and starts nothing."""
     supervisions: list[contracts.SuperviseRequest] = field(default_factory=list)
