@@ -389,8 +389,8 @@ class ShimAgent(NodeAgent):
     ) -> tuple[CarryResult, dict[int, StartedRank]]:
         """One ``rejoin`` whose node process then forks the other ranks warm
         (``CarryRequest.start``). Ranks it answered cold, or not at all, are left to
-        the launcher's usual start; a node that cannot run the carry fences as
-        :meth:`carry_survivors` does and starts nothing."""
+        the launcher's usual start; a node that answers no carry (older code that
+        refuses ``start``, or one that cannot run it) gets the plain carry."""
         if not launches:
             return self.carry_survivors(request), {}
         try:
@@ -399,8 +399,9 @@ class ShimAgent(NodeAgent):
             return self.carry_survivors(request), {}
         outcome = _carry_records(request.model_copy(update={"start": start}), self._call)
         if isinstance(outcome, str):
-            fallback = super().carry_survivors(request)
-            return refused_all(fallback, request, self.node.name, outcome), {}
+            # A node whose code predates ``start`` refuses the whole request before it
+            # acts: carry alone, as before (idempotent), and start the rest later.
+            return self.carry_survivors(request), {}
         result, records = outcome
         started: dict[int, StartedRank] = {}
         for rank, answer in warm_answers(records).items():

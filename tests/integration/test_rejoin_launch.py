@@ -187,3 +187,51 @@ def test_a_shim_node_carries_and_forks_the_replacement_in_one_call(tmp_path: Pat
     assert (kept.pid, kept.start_ticks) == (survivor.pid, survivor.start_ticks)
     assert started.pid not in (survivor.pid, failed.pid)
     assert _CountingShim.verbs == ["rejoin"], _CountingShim.verbs
+
+
+class _OlderNode(_CountingShim):
+    """A node whose Lazarus predates ``CarryRequest.start``: it refuses the field, as
+    pydantic's ``extra="forbid"`` does, before doing anything."""
+
+    def _call(self, invocations: list[list[str] | ShimCall], timeout_s: float) -> ShimReply:
+        if any(isinstance(i, ShimCall) and '"start":' in i.stdin for i in invocations):
+            _CountingShim.verbs.append("refused")
+            refusal = b'{"error": "rejoin: bad request on stdin: start: Extra inputs"}\n'
+            return ShimReply(2, refusal, 0.0)
+        return super()._call(invocations, timeout_s)
+
+
+def test_a_node_that_refuses_the_start_still_carries_its_survivor(tmp_path: Path) -> None:
+    """An older node refuses the one-call request: the survivor is carried all the
+    same, and the replacement starts through the usual ``warm`` afterwards."""
+    spec = parse_spec(
+        {
+            "name": "rejoin-older",
+            "command": [sys.executable, str(FAKE_RANK)],
+            "nproc_per_node": 2,
+            "checkpoint_dir": "ckpt",
+            "env": {"FAKE_STEPS": "100000", "FAKE_STEP_S": "0.1"},
+            "rejoin": {"timeout_s": 45},
+            "warm_start": {"preload": ["json"], "standby": 1},
+        },
+        "<test>",
+    ).resolved(tmp_path)
+    run_root = Path(spec.run_dir) / spec.job_id
+    try:
+        with substituted_agents(_OlderNode):
+            first = launch_generation(LaunchRequest(spec=spec, generation=1))
+            survivor, failed = first.ranks
+            kill_and_wait(failed.pid, failed.start_ticks)
+            _CountingShim.verbs.clear()
+            second = launch_generation(LaunchRequest(spec=spec, generation=2, rejoin_ranks=[0, 1]))
+    finally:
+        asyncio.run(
+            stop_generations(
+                StopRequest(job_id=spec.job_id, run_root=str(run_root), grace_s=0, end_of_run=True)
+            )
+        )
+    assert second.rejoined == [0]
+    kept, started = second.ranks
+    assert (kept.pid, kept.start_ticks) == (survivor.pid, survivor.start_ticks)
+    assert started.pid not in (survivor.pid, failed.pid)
+    assert _CountingShim.verbs == ["refused", "rejoin", "warm"], _CountingShim.verbs
