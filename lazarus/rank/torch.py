@@ -97,6 +97,7 @@ from lazarus.rank import (
     replica,
     resume,
     slow_phases,
+    step_interrupt,
     transfer,
 )
 from lazarus.rank.host_copy import copy_to_cpu as _copy_to_cpu
@@ -530,6 +531,7 @@ def run_resilient(
     *,
     backend: str | None = None,
     timeout: timedelta | None = None,
+    interrupt: bool = True,
 ) -> TrainState:
     """Run a training loop that survives its peers' failures in its own process.
 
@@ -562,6 +564,10 @@ def run_resilient(
        control files, resume point), marks ``rejoin_received`` and goes round again,
        printing ``lazarus.rank: rank R rejoined generation G at step S (torn down in
        T s, waited W s)`` once the resume point is loaded.
+
+    A survivor busy in its own work (not in a collective) is cut short as soon as the
+    controller's request names it (:mod:`lazarus.rank.step_interrupt`, not on NCCL);
+    ``interrupt=False`` leaves it to its next heartbeat or collective instead.
 
     Any other exception propagates, so the rank crashes and the controller classifies
     it. A rank that gets no request in time, or whose group will not tear down,
@@ -596,6 +602,7 @@ def run_resilient(
         _finish()
         return state
     initial = _InitialState()
+    step_interrupt.install()
     rejoin._arm_rejoin(True)
     try:
         rejoined: tuple[float, float] | None = None
@@ -604,7 +611,8 @@ def run_resilient(
                 start_step = _start_generation(state, initial, backend, timeout)
                 if rejoined is not None:
                     _report_rejoin(start_step, *rejoined)
-                train(start_step, state)
+                with step_interrupt.armed(interrupt and dist.get_backend() != "nccl"):
+                    train(start_step, state)
                 break
             except Exception as error:
                 if not is_peer_failure(error):

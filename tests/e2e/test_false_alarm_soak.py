@@ -17,12 +17,19 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiers
+
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 480.0
 """Two one-minute soaks, each with a start (torch imports on a loaded machine), and the
 bench's dev server: generous."""
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    # Two minutes of soak on two shared cores; the hang budget's product paths have
+    # tests of their own (tests/unit/test_hang_budget.py, tests/e2e/test_hang_budget_e2e.py).
+    tiers.only_in_test_all("the false-alarm soak's harness (python -m bench soak --false-alarms)"),
+]
 
 
 @pytest.mark.timeout(TIMEOUT_S + 90)
