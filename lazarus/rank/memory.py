@@ -40,6 +40,7 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Collection
 from pathlib import Path
 
 from lazarus.domain import checkpoint_layout, environment, memory_tier
@@ -142,8 +143,10 @@ def write_dir(step: int) -> Path:
     return target
 
 
-def commit(step: int) -> Path:
-    """Seal ``step``'s snapshot (after the cross-node barrier), then prune."""
+def commit(step: int, also_keep: Collection[Path] = ()) -> Path:
+    """Seal ``step``'s snapshot (after the cross-node barrier), then prune, keeping
+    ``also_keep`` too (the snapshots a replica push holds:
+    :func:`lazarus.rank.replica.held_for_pushes`)."""
     root = _root()
     final, _ = checkpoints._commit(
         root,
@@ -154,15 +157,16 @@ def commit(step: int) -> Path:
         tier=checkpoint_layout.MEMORY_TIER,
     )
     _close_to_others(final)
-    prune(root)
+    prune(root, also_keep)
     return final
 
 
-def prune(root: Path) -> list[Path]:
+def prune(root: Path, also_keep: Collection[Path] = ()) -> list[Path]:
     """Delete the snapshots of a timeline this generation left (see
     :func:`abandoned`), then committed snapshots beyond the newest :func:`keep`, and
     uncommitted step directories older than the newest commit (torn writes of a dead
-    process), except the one this process resumed from. Never follows a symlink.
+    process), except the one this process resumed from and ``also_keep``. Never
+    follows a symlink.
     ``root`` is one :func:`commit` has just checked with :func:`secure` (only this
     user can change a private root, so the check holds). Returns what was deleted."""
     committed = [
@@ -185,7 +189,7 @@ def prune(root: Path) -> list[Path]:
             and not checkpoint_layout.is_committed(child)
         ):
             doomed.append(child)
-    protected = {path.absolute() for path in _resume_dirs()}
+    protected = {path.absolute() for path in [*_resume_dirs(), *also_keep]}
     deleted = []
     for path in doomed:
         if path.absolute() in protected or path.is_symlink():

@@ -76,7 +76,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, NoReturn, Protocol
+from typing import Any, Literal, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -98,10 +98,10 @@ from lazarus.rank import (
     resume,
     slow_phases,
     step_interrupt,
-    transfer,
 )
 from lazarus.rank.host_copy import copy_to_cpu as _copy_to_cpu
 from lazarus.rank.state_file import save_checkpoint_file, save_snapshot_file
+from lazarus.rank.train_state import InitialState, TrainState, load_into
 
 STATE_FILE = "state.pt"
 
@@ -320,6 +320,9 @@ def flush_snapshots() -> None:
         _snapshot_thread = None
 
 
+FINAL_PUSH_WAIT_S = 30.0
+"""How long a rank that finished training waits for its node's last replica push (a
+dead buddy fails it within the transfer's I/O timeout)."""
 SNAPSHOT_EXIT_WAIT_S = 10.0
 """How long a rank that is exiting waits for the snapshot in flight. A daemon thread
 still inside ``torch.save`` when the interpreter finalizes aborts the process: a rank
@@ -410,20 +413,29 @@ def _write_snapshot(step: int, state: Mapping[str, Any] | None, group: Any) -> N
                 f"lazarus.rank: memory snapshot of step {step} not written: {exc}", file=sys.stderr
             )
     try:
-        if group is not None:
-            dist.barrier(group=group)  # every node's copy is in tmpfs before any commit
+        push = _pushers_idle(group)  # and every node's copy is in tmpfs before any commit
         if written:
-            final = memory.commit(step)
-            # To the buddy, when replicas are on: by sendfile, under the digest above.
-            if replica.push_committed(final, {STATE_FILE: written}):
-                # This thread waits for the buddy's answer (the training thread does
-                # not: the next snapshot is skipped meanwhile), so every node pushes
-                # the same steps, and the newest ``memory_keep`` a survivor keeps
-                # always include the step a lost node's buddy holds.
-                size = (final / STATE_FILE).stat().st_size
-                replica.wait_for_pushes(transfer.deadline_for(size))
+            final = memory.commit(step, also_keep=replica.held_for_pushes())
+            # To the buddy, when replicas are on and every node's previous push has
+            # ended: by sendfile, under the digest above, in the background. The next
+            # snapshot does not wait for it; the nodes push the same steps.
+            if push:
+                replica.push_committed(final, {STATE_FILE: written})
     except Exception as exc:
         print(f"lazarus.rank: memory snapshot of step {step} not committed: {exc}", file=sys.stderr)
+
+
+def _pushers_idle(group: Any) -> bool:
+    """Whether no node's replica push is still running: one all-reduce (max) on the
+    snapshot threads' group, which is also their barrier. A step is pushed by every
+    node or by none, so a lost node's buddy holds a step every survivor keeps
+    (:func:`lazarus.rank.replica.held_for_pushes`)."""
+    busy = replica.busy()
+    if group is None:
+        return not busy
+    flag = torch.tensor([int(busy)], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    return int(flag.item()) == 0
 
 
 def _resolve(state: State) -> Mapping[str, Any]:
@@ -455,17 +467,6 @@ def _max_over_ranks(flags: list[bool]) -> list[bool]:
 
 # --------------------------------------------------------------------------- rejoin in place
 
-
-class Stateful(Protocol):
-    """What :func:`run_resilient` restores: a model, an optimizer, a scheduler..."""
-
-    def state_dict(self) -> Any: ...
-
-    def load_state_dict(self, state_dict: Any, /) -> Any: ...
-
-
-TrainState = Mapping[str, Stateful]
-"""``setup()``'s result: named stateful objects, named as in the checkpoint."""
 
 TEARDOWN_TIMEOUT_S = 30.0
 """How long the process group's teardown may take before the rank gives up on
@@ -576,7 +577,7 @@ def run_resilient(
 
     The state ``setup`` built is copied to CPU memory once, when the process's first
     generation starts afresh (no checkpoint yet), so a later generation that starts
-    afresh too restarts from it as a fresh process would (:class:`_InitialState`).
+    afresh too restarts from it as a fresh process would (:class:`InitialState`).
 
     **Timeouts.** gloo has no abort: a collective whose peer is frozen (SIGSTOP) or
     gone without closing its sockets (a node powered off, a partition) returns only
@@ -601,7 +602,7 @@ def run_resilient(
         slow_phases.enter_slow_phase(phases.FINISHING)  # teardown and exit: not a hang
         _finish()
         return state
-    initial = _InitialState()
+    initial = InitialState()
     step_interrupt.install()
     rejoin._arm_rejoin(True)
     try:
@@ -610,6 +611,7 @@ def run_resilient(
             try:
                 start_step = _start_generation(state, initial, backend, timeout)
                 if rejoined is not None:
+                    _collected()
                     _report_rejoin(start_step, *rejoined)
                 with step_interrupt.armed(interrupt and dist.get_backend() != "nccl"):
                     train(start_step, state)
@@ -641,45 +643,9 @@ def _rejoin_timeout_s() -> float | None:
     return value
 
 
-class _InitialState:
-    """The state ``setup`` built, copied to CPU memory only when it may be needed again.
-
-    Why not always: a rank that starts from a resume point (every replacement after
-    the job's first checkpoint or snapshot) would copy its whole state for nothing, on
-    the recovery's critical path: at 1 GiB a rank, a second GiB of RAM and a few
-    tenths of a second before its process group forms. The copy is taken when the
-    process's first generation starts afresh, before any step changes the state.
-
-    A process that began from a resume point has no copy. Should a later generation of
-    it be told to start afresh (the controller fell back past every checkpoint it can
-    trust), it cannot rejoin with what it has trained: it raises, the controller sees a
-    crash during the rejoin and restarts the whole generation, whose fresh processes
-    build the state again."""
-
-    def __init__(self) -> None:
-        self.saved: dict[str, Any] | None = None
-        self.generations = 0
-
-    def after_load(self, state: TrainState, resumed: bool) -> None:
-        """Called once per generation, after the resume point (if any) was loaded."""
-        self.generations += 1
-        if self.generations == 1 and not resumed:
-            self.saved = {name: _copy_to_cpu(s.state_dict()) for name, s in state.items()}
-
-    def restore_into(self, state: TrainState) -> None:
-        """A later generation starts afresh: back to setup's state, or raise."""
-        if self.saved is None:
-            raise RuntimeError(
-                "this rank is asked to start afresh, but its process began from a "
-                "checkpoint and kept no copy of the state setup() built; it exits so "
-                "that a fresh process builds it"
-            )
-        _load_into(state, self.saved, "the state setup() built")
-
-
 def _start_generation(
     state: TrainState,
-    initial: _InitialState | None,
+    initial: InitialState | None,
     backend: str | None,
     timeout: timedelta | None,
 ) -> int:
@@ -701,26 +667,17 @@ def _start_generation(
             initial.after_load(state, resumed=False)
         return 0
     step, saved = resumed
-    _load_into(state, saved, f"the checkpoint of step {step}")
+    load_into(state, saved, f"the checkpoint of step {step}")
     if initial is not None:
         initial.after_load(state, resumed=True)
     return step
-
-
-def _load_into(state: TrainState, saved: Mapping[str, Any], what: str) -> None:
-    for name, stateful in state.items():
-        if name not in saved:
-            raise KeyError(
-                f"{what} has no {name!r} (it has {sorted(saved)}): setup() must name its "
-                "objects as the checkpoints do"
-            )
-        stateful.load_state_dict(saved[name])
 
 
 def _finish() -> None:
     _stop_rejoin_watch()
     heartbeats.flush_heartbeat()  # the last step and phase marks, whatever train did
     flush_snapshots()
+    replica.wait_for_pushes(FINAL_PUSH_WAIT_S)  # the last step's replica, at a clean end
     if _distributed():
         dist.destroy_process_group()
 
@@ -786,8 +743,13 @@ def _tear_down() -> None:
         if failures and _distributed():
             _give_up(f"the process group could not be torn down ({_one_line(failures[0])})")
     # The failed generation's DDP lived in the frames of the traceback just dropped:
-    # collect it now, so its hooks are gone before the next DDP registers its own.
-    gc.collect()
+    # it must be collected before the next DDP registers its hooks. A full collection
+    # takes 0.2 s with torch loaded, so it runs while the rank waits for its request and
+    # forms the next group; the next train() waits for it (_collected).
+    global _collector
+    _collected()  # a rejoin that failed before its train(): its collection first
+    _collector = threading.Thread(target=gc.collect, name="lazarus-collect", daemon=True)
+    _collector.start()
     _watch_aborted.clear()
     rejoin._mark_torn_down()
 
@@ -867,6 +829,18 @@ def _watch_for_rejoin(stop: threading.Event) -> None:
             flush=True,
         )
         return
+
+
+_collector: threading.Thread | None = None
+"""The teardown's garbage collection, running while the rank rejoins."""
+
+
+def _collected() -> None:
+    """Wait for the teardown's collection: the dropped DDP's hooks are gone after it."""
+    global _collector
+    if _collector is not None:
+        _collector.join()
+        _collector = None
 
 
 def _report_rejoin(start_step: int, torn_down_s: float, waited_s: float) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from lazarus.rank.torch import _InitialState  # noqa: E402
+from lazarus.rank.train_state import InitialState as _InitialState  # noqa: E402
 
 
 def _state() -> dict[str, torch.nn.Module]:
