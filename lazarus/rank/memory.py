@@ -40,7 +40,6 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Collection
 from pathlib import Path
 
 from lazarus.domain import checkpoint_layout, environment, memory_tier
@@ -143,10 +142,8 @@ def write_dir(step: int) -> Path:
     return target
 
 
-def commit(step: int, also_keep: Collection[Path] = ()) -> Path:
-    """Seal ``step``'s snapshot (after the cross-node barrier), then prune, keeping
-    ``also_keep`` too (the snapshots a replica push holds:
-    :func:`lazarus.rank.replica.held_for_pushes`)."""
+def commit(step: int) -> Path:
+    """Seal ``step``'s snapshot (after the cross-node barrier), then prune."""
     root = _root()
     final, _ = checkpoints._commit(
         root,
@@ -157,16 +154,15 @@ def commit(step: int, also_keep: Collection[Path] = ()) -> Path:
         tier=checkpoint_layout.MEMORY_TIER,
     )
     _close_to_others(final)
-    prune(root, also_keep)
+    prune(root)
     return final
 
 
-def prune(root: Path, also_keep: Collection[Path] = ()) -> list[Path]:
+def prune(root: Path) -> list[Path]:
     """Delete the snapshots of a timeline this generation left (see
     :func:`abandoned`), then committed snapshots beyond the newest :func:`keep`, and
     uncommitted step directories older than the newest commit (torn writes of a dead
-    process), except the one this process resumed from and ``also_keep``. Never
-    follows a symlink.
+    process), except the one this process resumed from. Never follows a symlink.
     ``root`` is one :func:`commit` has just checked with :func:`secure` (only this
     user can change a private root, so the check holds). Returns what was deleted."""
     committed = [
@@ -189,7 +185,7 @@ def prune(root: Path, also_keep: Collection[Path] = ()) -> list[Path]:
             and not checkpoint_layout.is_committed(child)
         ):
             doomed.append(child)
-    protected = {path.absolute() for path in [*_resume_dirs(), *also_keep]}
+    protected = {path.absolute() for path in _resume_dirs()}
     deleted = []
     for path in doomed:
         if path.absolute() in protected or path.is_symlink():

@@ -17,16 +17,12 @@ the port (it cannot be computed without the key, and the pusher checks the
 receiver's proof first), nor plant a forged replica, nor wipe one; a refusal tells an
 unauthenticated peer nothing.
 
-The snapshot thread (:mod:`lazarus.rank.torch`) hands a committed step to a pusher
-thread when no node's previous push is still running (the snapshot threads agree on
-it in the all-reduce that is also their barrier) and ends without waiting for the
-buddy: the next snapshot, a step or two later, is written while the push runs. So
-every node pushes the same steps, and each keeps its own copy of the steps a push
-holds (:func:`held_for_pushes`: the one in flight and the newest the buddy committed)
-beyond its newest ``memory_keep``: whichever node is lost, its buddy's replica is of
-a step every survivor still has. The training thread never waits. One push at a time;
-a step handed over while a push is in flight replaces any step still waiting (RAM
-stays bounded: ``memory_keep`` + 2 snapshots of a node's own, at most).
+The snapshot thread (:mod:`lazarus.rank.torch`) hands each committed step to a
+pusher thread and waits for the buddy's answer before it ends; the training thread
+never waits (a snapshot due meanwhile is skipped), and every node pushes the same
+steps, so the survivors' newest snapshots include the step a lost node's buddy holds.
+One push at a time; a step handed over while a push is in flight replaces any step
+still waiting (RAM stays bounded).
 
 The receiver writes each copy into a hidden directory under
 ``<run>/replicas/slot-<i>/`` in the node's private root (:func:`lazarus.rank.memory.secure`:
@@ -207,11 +203,6 @@ class _Push:
 
 
 _pending: _Push | None = None
-_in_flight: Path | None = None
-"""The snapshot being pushed now: a local prune keeps it (:func:`held_for_pushes`)."""
-_last_pushed: Path | None = None
-"""The newest snapshot the buddy committed: the step a lost node's buddy holds, so the
-survivors keep theirs of the same step until a newer push lands."""
 _pusher: threading.Thread | None = None
 _push_lock = threading.Lock()
 _idle = threading.Condition(_push_lock)
@@ -269,24 +260,6 @@ def push_committed(snapshot: Path, known: Mapping[str, str] | None = None) -> bo
     return True
 
 
-def busy() -> bool:
-    """Whether a push is waiting or in flight on this node: the snapshot threads agree
-    on it (:func:`lazarus.rank.torch._pushers_idle`), so every node pushes the same
-    steps."""
-    with _push_lock:
-        return _pusher is not None
-
-
-def held_for_pushes() -> list[Path]:
-    """The snapshots a local prune must keep beyond the newest ``memory_keep``: the
-    one waiting, the one in flight (``sendfile`` reads it) and the newest the buddy
-    committed. Every node pushes the same steps, so a lost node's buddy holds one of
-    these steps, and every survivor still has its own copy of it."""
-    with _push_lock:
-        waiting = _pending.snapshot if _pending is not None else None
-        return [p for p in (waiting, _in_flight, _last_pushed) if p is not None]
-
-
 def wait_for_pushes(timeout_s: float) -> bool:
     """Wait until no push is pending or in flight (tests, and a clean exit)."""
     deadline = time.monotonic() + timeout_s
@@ -300,19 +273,15 @@ def wait_for_pushes(timeout_s: float) -> bool:
 
 
 def _push_loop() -> None:
-    global _pending, _pusher, _in_flight, _last_pushed
+    global _pending, _pusher
     while True:
         with _push_lock:
             job, _pending = _pending, None
-            _in_flight = None if job is None else job.snapshot
             if job is None:
                 _pusher = None
                 _idle.notify_all()
                 return
-        pushed = _push_one(job)
-        if pushed:
-            with _push_lock:
-                _last_pushed = job.snapshot
+        _push_one(job)
 
 
 def _push_one(job: _Push) -> bool:

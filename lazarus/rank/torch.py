@@ -98,6 +98,7 @@ from lazarus.rank import (
     resume,
     slow_phases,
     step_interrupt,
+    transfer,
 )
 from lazarus.rank.host_copy import copy_to_cpu as _copy_to_cpu
 from lazarus.rank.state_file import save_checkpoint_file, save_snapshot_file
@@ -320,9 +321,6 @@ def flush_snapshots() -> None:
         _snapshot_thread = None
 
 
-FINAL_PUSH_WAIT_S = 30.0
-"""How long a rank that finished training waits for its node's last replica push (a
-dead buddy fails it within the transfer's I/O timeout)."""
 SNAPSHOT_EXIT_WAIT_S = 10.0
 """How long a rank that is exiting waits for the snapshot in flight. A daemon thread
 still inside ``torch.save`` when the interpreter finalizes aborts the process: a rank
@@ -413,29 +411,20 @@ def _write_snapshot(step: int, state: Mapping[str, Any] | None, group: Any) -> N
                 f"lazarus.rank: memory snapshot of step {step} not written: {exc}", file=sys.stderr
             )
     try:
-        push = _pushers_idle(group)  # and every node's copy is in tmpfs before any commit
+        if group is not None:
+            dist.barrier(group=group)  # every node's copy is in tmpfs before any commit
         if written:
-            final = memory.commit(step, also_keep=replica.held_for_pushes())
-            # To the buddy, when replicas are on and every node's previous push has
-            # ended: by sendfile, under the digest above, in the background. The next
-            # snapshot does not wait for it; the nodes push the same steps.
-            if push:
-                replica.push_committed(final, {STATE_FILE: written})
+            final = memory.commit(step)
+            # To the buddy, when replicas are on: by sendfile, under the digest above.
+            if replica.push_committed(final, {STATE_FILE: written}):
+                # This thread waits for the buddy's answer (the training thread does
+                # not: the next snapshot is skipped meanwhile), so every node pushes
+                # the same steps, and the newest ``memory_keep`` a survivor keeps
+                # always include the step a lost node's buddy holds.
+                size = (final / STATE_FILE).stat().st_size
+                replica.wait_for_pushes(transfer.deadline_for(size))
     except Exception as exc:
         print(f"lazarus.rank: memory snapshot of step {step} not committed: {exc}", file=sys.stderr)
-
-
-def _pushers_idle(group: Any) -> bool:
-    """Whether no node's replica push is still running: one all-reduce (max) on the
-    snapshot threads' group, which is also their barrier. A step is pushed by every
-    node or by none, so a lost node's buddy holds a step every survivor keeps
-    (:func:`lazarus.rank.replica.held_for_pushes`)."""
-    busy = replica.busy()
-    if group is None:
-        return not busy
-    flag = torch.tensor([int(busy)], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-    return int(flag.item()) == 0
 
 
 def _resolve(state: State) -> Mapping[str, Any]:
@@ -677,7 +666,6 @@ def _finish() -> None:
     _stop_rejoin_watch()
     heartbeats.flush_heartbeat()  # the last step and phase marks, whatever train did
     flush_snapshots()
-    replica.wait_for_pushes(FINAL_PUSH_WAIT_S)  # the last step's replica, at a clean end
     if _distributed():
         dist.destroy_process_group()
 

@@ -348,25 +348,8 @@ def test_the_launchers_variables_start_the_receiver_and_push_after_commit(shm: P
         assert replica.wait_for_pushes(30)
         held = memory_tier.replica_dir(memory_tier.on_node(str(logical("b")), os.getuid()), 0)
         assert [s for s, _ in checkpoint_layout.committed_steps(Path(held))] == [8]
-        # Node a keeps its own step 8 while the buddy's replica is of that step.
-        assert not replica.busy() and replica.held_for_pushes() == [final]
     finally:
         replica.stop_receiver()
-        replica._last_pushed = None
-
-
-def test_a_commit_keeps_the_snapshots_a_push_holds(shm: Path) -> None:
-    """The newest ``memory_keep`` (2 here) and, beyond them, the step a push holds:
-    the buddy's replica is of that step, so a survivor must still have its own."""
-    env = node_env(logical("a"), extra={environment.MEMORY_KEEP: "2"})
-    pushed = snapshot(env, 1, b"a")
-    with mock.patch.dict(os.environ, env):
-        reset._reset_state()
-        for step in (2, 3, 4):
-            (memory.write_dir(step) / "state.pt").write_bytes(b"b")
-            memory.commit(step, also_keep=[pushed])
-        reset._reset_state()
-    assert [s for s, _ in checkpoint_layout.committed_steps(pushed.parent)] == [1, 3, 4]
 
 
 def test_without_the_secret_no_replica_is_pushed_or_received(shm: Path) -> None:
