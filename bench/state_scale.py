@@ -39,6 +39,7 @@ Per size, in the JSON (``sizes[]``) and the table:
 
     python -m bench state-scale --sizes-mb 256,512,1024 --json-out F
     python -m bench state-scale --quick      # 64 MiB, a short job: checks the bench
+    python -m bench state-scale --sizes-mb 256 --faults crash --repeats 4
 """
 
 from __future__ import annotations
@@ -281,12 +282,18 @@ def shape_for(size_mb: int, quick: bool) -> JobShape:
     )
 
 
-def measure_size(size_mb: int, repeats: int, quick: bool, progress: Any) -> dict[str, Any]:
+FAULTS = {"node_loss": STATE_NODE_LOSS, "crash": STATE_RANK_CRASH}
+"""``--faults`` names: the two scenarios, each in runs of its own."""
+
+
+def measure_size(
+    size_mb: int, repeats: int, quick: bool, progress: Any, faults: list[str] | None = None
+) -> dict[str, Any]:
     config = replace(
         BenchConfig.quick() if quick else BenchConfig(), shape=shape_for(size_mb, quick)
     )
     run = run_benchmark(
-        [STATE_NODE_LOSS, STATE_RANK_CRASH],
+        [FAULTS[name] for name in faults or list(FAULTS)],
         config,
         repeats,
         progress=progress,
@@ -379,12 +386,21 @@ def add_command(commands: Any) -> None:
     )
     parser.add_argument("--repeats", type=int, default=1, help="runs per size (default 1)")
     parser.add_argument("--quick", action="store_true", help="64 MiB, a short job")
+    parser.add_argument(
+        "--faults",
+        default=",".join(FAULTS),
+        help="which faults to run, comma-separated: node_loss, crash (default both)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     sizes = [64] if args.quick else costs.sizes_mb(args.sizes_mb)
     load = os.getloadavg()
-    rows = [measure_size(size, max(1, args.repeats), args.quick, print) for size in sizes]
+    faults = [name.strip() for name in args.faults.split(",") if name.strip()]
+    unknown = sorted(set(faults) - set(FAULTS))
+    if unknown or not faults:
+        raise SystemExit(f"--faults: unknown {unknown or 'none given'}; choose from {list(FAULTS)}")
+    rows = [measure_size(size, max(1, args.repeats), args.quick, print, faults) for size in sizes]
     costs.write_cost_results("state-scale", args.json_out, load, rows, markdown(rows))
     print(json.dumps(rows, indent=1, default=str)[:4000])
     return 0

@@ -26,6 +26,7 @@ import pytest
 
 from infra import chaos
 from lazarus.domain.api import SIGNAL_PAUSE, SIGNAL_RESUME
+from lazarus.domain.failure_classes import FailureClass
 from tests.commands import run_ok
 from tests.e2e.conftest import REPO, Job, assert_same_weights, ddp_spec
 from workflows.state import Phase
@@ -117,8 +118,11 @@ async def kill_after_first_checkpoint(framework: str, start_job: StartJob, tmp_p
     chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
     status = await job.result(timeout_s=240)
     assert status.phase == Phase.SUCCEEDED, status
-    assert status.generation == 2, status.incidents
-    [incident] = status.incidents
+    # Before the kill, a generation may fail its rendezvous (a port taken by a test
+    # beside it on a loaded machine: seen once in CI) and be retried, as designed.
+    *retried, incident = status.incidents
+    assert all(i.failure_class is FailureClass.RENDEZVOUS for i in retried), status.incidents
+    assert status.generation == 2 + len(retried), status.incidents
     assert incident.kind == "crash" and incident.resumed_from_step is not None
     assert incident.resumed_from_step >= CKPT_EVERY
     assert incident.resumed_from_step % CKPT_EVERY == 0
