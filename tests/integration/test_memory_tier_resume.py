@@ -26,6 +26,8 @@ RankRun = Any
 
 STEPS = 30
 INTERRUPT_AT = 25
+DISK_NEWEST = 20
+"""The newest disk checkpoint before the interruption (every 10 steps)."""
 RESUMED = re.compile(r"^resumed from step (\d+)$", re.MULTILINE)
 
 
@@ -69,14 +71,16 @@ def test_a_relaunch_resumes_from_the_memory_tier_with_fault_free_weights(
         per_rank_env=node_env,
     )
     _assert_clean_exit(interrupted)
-    assert [step for step, _ in checkpoint_layout.committed_steps(disk)] == [10, 20]
+    assert [step for step, _ in checkpoint_layout.committed_steps(disk)] == [10, DISK_NEWEST]
     for node in nodes:
         kept = checkpoint_layout.committed_steps(node)
         # Keep-newest 2, plus one: the exit comes before step 25's snapshot, and the
         # write of step 24's (or the prune after its commit), in flight during step 25,
         # may be cut by it.
         assert 1 <= len(kept) <= 3, kept
-        assert kept[-1][0] in (INTERRUPT_AT - 2, INTERRUPT_AT - 1)
+        # Newer than the disk's step 20: on a loaded machine a snapshot still being
+        # written is skipped, so the newest may be a few steps old (22 seen in CI).
+        assert DISK_NEWEST < kept[-1][0] < INTERRUPT_AT, kept
         manifest = json.loads((kept[-1][1] / checkpoint_layout.MANIFEST).read_text())
         assert manifest["tier"] == checkpoint_layout.MEMORY_TIER
         assert (manifest["world_size"], manifest["job_id"]) == (2, None)
@@ -92,7 +96,7 @@ def test_a_relaunch_resumes_from_the_memory_tier_with_fault_free_weights(
     resumed_steps = {int(RESUMED.findall(run.output)[0]) for run in second}
     assert len(resumed_steps) == 1, f"ranks resumed from different steps: {resumed_steps}"
     (resumed_step,) = resumed_steps
-    assert resumed_step >= INTERRUPT_AT - 2, "did not resume from the memory tier"
+    assert resumed_step > DISK_NEWEST, "did not resume from the memory tier"
 
     expected = torch.load(tmp_path / "straight.pt", weights_only=True)
     actual = torch.load(tmp_path / "resumed.pt", weights_only=True)
