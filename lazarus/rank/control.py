@@ -109,14 +109,8 @@ def _poll_control() -> None:
     path = os.environ.get(environment.CONTROL_FILE)
     if not path:
         return
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return
-    # The inode catches a rename-into-place rewrite even within one coarse mtime
-    # tick; mtime and size catch writers that rewrite in place.
-    signature = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    if signature == _control_signature:
+    signature = file_signature(path)
+    if signature is None or signature == _control_signature:
         return
     try:
         with open(path, "rb") as handle:
@@ -181,6 +175,17 @@ def _rejoin_request_in(document: dict[str, Any], path: str) -> RejoinRequest | N
             file=sys.stderr,
         )
     return request
+
+
+def file_signature(path: str) -> tuple[int, int, int] | None:
+    """What tells whether the control file changed since it was read, in one ``stat``
+    (None when it cannot be read). The inode catches a rename-into-place rewrite even
+    within one coarse mtime tick; mtime and size catch writers that rewrite in place."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (status.st_ino, status.st_mtime_ns, status.st_size)
 
 
 def rejoin_request_now() -> RejoinRequest | None:

@@ -130,12 +130,8 @@ def _watch(stop: threading.Event, main_thread: int, signum: int) -> None:
         return
     seen: tuple[int, int, int] | None = None
     while not stop.wait(WATCH_INTERVAL_S):
-        try:
-            status = os.stat(path)
-        except OSError:
-            continue
-        signature = (status.st_ino, status.st_mtime_ns, status.st_size)
-        if signature == seen:
+        signature = control.file_signature(path)
+        if signature is None or signature == seen:
             continue
         seen = signature
         request = control.rejoin_request_now()
