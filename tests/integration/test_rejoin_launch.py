@@ -149,13 +149,11 @@ class _CountingShim(LocalShimAgent):
         return super()._call(invocations, timeout_s)
 
 
-def test_a_shim_node_carries_and_forks_the_replacement_in_one_call(tmp_path: Path) -> None:
-    """With warm starts, a shim node (ssh) carries its survivor and forks the crashed
-    rank's replacement in one ``rejoin`` call, one interpreter on the node
-    (``NodeAgent.carry_and_start``), not a ``rejoin`` and then a ``warm``."""
-    spec = parse_spec(
+def _warm_rejoin_spec(tmp_path: Path, name: str) -> JobSpec:
+    """Two warm ranks of the fake script on one shim node, with rejoin."""
+    return parse_spec(
         {
-            "name": "rejoin-warm",
+            "name": name,
             "command": [sys.executable, str(FAKE_RANK)],
             "nproc_per_node": 2,
             "checkpoint_dir": "ckpt",
@@ -165,6 +163,13 @@ def test_a_shim_node_carries_and_forks_the_replacement_in_one_call(tmp_path: Pat
         },
         "<test>",
     ).resolved(tmp_path)
+
+
+def test_a_shim_node_carries_and_forks_the_replacement_in_one_call(tmp_path: Path) -> None:
+    """With warm starts, a shim node (ssh) carries its survivor and forks the crashed
+    rank's replacement in one ``rejoin`` call, one interpreter on the node
+    (``NodeAgent.carry_and_start``), not a ``rejoin`` and then a ``warm``."""
+    spec = _warm_rejoin_spec(tmp_path, "rejoin-warm")
     run_root = Path(spec.run_dir) / spec.job_id
     try:
         with substituted_agents(_CountingShim):
@@ -204,18 +209,7 @@ class _OlderNode(_CountingShim):
 def test_a_node_that_refuses_the_start_still_carries_its_survivor(tmp_path: Path) -> None:
     """An older node refuses the one-call request: the survivor is carried all the
     same, and the replacement starts through the usual ``warm`` afterwards."""
-    spec = parse_spec(
-        {
-            "name": "rejoin-older",
-            "command": [sys.executable, str(FAKE_RANK)],
-            "nproc_per_node": 2,
-            "checkpoint_dir": "ckpt",
-            "env": {"FAKE_STEPS": "100000", "FAKE_STEP_S": "0.1"},
-            "rejoin": {"timeout_s": 45},
-            "warm_start": {"preload": ["json"], "standby": 1},
-        },
-        "<test>",
-    ).resolved(tmp_path)
+    spec = _warm_rejoin_spec(tmp_path, "rejoin-older")
     run_root = Path(spec.run_dir) / spec.job_id
     try:
         with substituted_agents(_OlderNode):
