@@ -33,6 +33,7 @@ from lazarus.domain.checkpoint_layout import committed_steps
 from lazarus.domain.contracts import FindVerifiedCheckpointRequest, LaunchRequest, StopRequest
 from lazarus.domain.memory_tier import MEMORY_ROOT, node_memory_dir, on_node
 from lazarus.domain.spec import JobSpec, parse_spec
+from tests import tiers
 
 pytest.importorskip("torch")
 
@@ -98,6 +99,10 @@ def wait_for_exit(gen: GenerationDir, timeout_s: float = 120.0) -> list[dict[str
     raise TimeoutError(f"{gen.path}: ranks still running after {timeout_s:.0f} s")
 
 
+@tiers.twin_of(
+    "tests/e2e/test_memory_tier.py::test_a_crash_resumes_from_the_memory_tier_losing_at_most_two_steps",
+    "without the workflow (the same stop, search and launch activities, called by the test)",
+)
 @pytest.mark.timeout(300)
 def test_a_crash_resumes_from_the_memory_tier_with_fault_free_weights(
     tmp_path: Path, spec: JobSpec

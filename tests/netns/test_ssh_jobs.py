@@ -59,6 +59,10 @@ def ranks_on(hosts: TestHosts, name: str, run_root: Path) -> list[int]:
     return sorted(set(hosts.pids(name)) & set(chaos.live_rank_processes(run_root)))
 
 
+@tiers.twin_of(
+    "test_killed_host_is_replaced_by_the_spare",
+    "without the fault (every ssh job test here runs one across the hosts to the reference)",
+)
 @pytest.mark.timeout(240)
 async def test_fault_free_run_across_hosts(
     test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world3_weights: Path
@@ -130,6 +134,10 @@ async def test_partition_that_heals_is_fenced(
     assert_same_weights(job.weights, world3_weights)
 
 
+@tiers.twin_of(
+    "test_nodes_local.py::test_preflight_failure_replaces_the_node_before_launch",
+    "over ssh: the preflight runs through the node agent, which ssh jobs walk in every test",
+)
 @pytest.mark.timeout(240)
 async def test_preflight_failure_on_one_node_replaces_it_before_launch(
     test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path, world3_weights: Path
@@ -149,6 +157,10 @@ async def test_preflight_failure_on_one_node_replaces_it_before_launch(
     assert_same_weights(job.weights, world3_weights)
 
 
+@tiers.twin_of(
+    "test_nodes_local.py::test_no_spare_needs_operator_until_a_node_is_returned",
+    "over ssh: the decision is the workflow's, whatever the transport",
+)
 @pytest.mark.timeout(240)
 async def test_no_spare_and_no_shrinking_needs_operator(
     test_hosts: HostsFactory, start_job: StartJob, tmp_path: Path

@@ -16,6 +16,7 @@ import pytest
 
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.spec import parse_spec
+from tests import tiers
 from tests.e2e.conftest import Job
 from tests.logs_job import expected, job_lines, lazarus, logs_job
 from tests.netns.conftest import HostsFactory, ssh_nodes
@@ -26,6 +27,10 @@ StartJob = Callable[..., Awaitable[Job]]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
+@tiers.twin_of(
+    "test_slurm_logs.py::test_logs_previous_shows_the_crashed_generation_on_slurm_nodes",
+    "over ssh: both read a node's log through the same shim verb",
+)
 @pytest.mark.timeout(240)
 async def test_logs_previous_shows_the_crashed_generation_on_ssh_nodes(
     test_hosts: HostsFactory, start_job: StartJob, stack: LocalStack, tmp_path: Path
