@@ -18,9 +18,7 @@ Examples::
     python -m bench simulate [--quick]                # = lazarus simulate (the simulator)
     python -m bench state-costs                       # node lists and fleet state, before/after
     python -m bench slurm-calls                       # Slurm commands/s per job, 2/8/64 nodes
-    python -m bench replica-cost                      # memory-tier replicas: step rate on/off
-    python -m bench snapshot-cost                     # a memory snapshot's cost per GB
-    python -m bench replica-push-cost                 # a replica push's cost per GB
+    python -m bench state-scale --sizes-mb 256,1024   # recovery with GBs of state a rank
 
 ``recovery``, ``compare``, ``soak`` and ``overhead`` share one harness
 (:mod:`bench.harness`), one scenario registry (:mod:`bench.registry`) and one
@@ -41,12 +39,9 @@ from typing import Any
 from bench import (
     catalog,
     checkpoint_bench,
-    replica_cost,
-    replica_push_cost,
     report,
     scale,
     slurm_calls,
-    snapshot_cost,
     state_costs,
     state_scale,
 )
@@ -63,9 +58,6 @@ COST_COMMANDS: dict[str, Any] = {
     "scale": scale,
     "state-costs": state_costs,
     "slurm-calls": slurm_calls,
-    "replica-cost": replica_cost,
-    "replica-push-cost": replica_push_cost,
-    "snapshot-cost": snapshot_cost,
     "state-scale": state_scale,
 }
 """The cost commands, each a module with ``add_command(commands)`` (its parser, named

@@ -1,7 +1,6 @@
 """The cost commands' one skeleton (``checkpoints``, ``scale``, ``state-costs``,
-``state-scale``, ``slurm-calls``, ``replica-cost``, ``snapshot-cost``,
-``replica-push-cost``, ``bench.metrics_scrape``): their shared flags, timers and
-results file. Each command keeps its own measurement, rows and table."""
+``state-scale``, ``slurm-calls``, ``bench.metrics_scrape``): their shared flags, timers
+and results file. Each command keeps its own measurement, rows and table."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,13 +41,6 @@ def node_counts(text: str) -> tuple[int, ...]:
 def sizes_mb(text: str) -> list[int]:
     """``--sizes-mb``'s comma-separated MiB."""
     return [int(size) for size in str(text).split(",") if size.strip()]
-
-
-def tmpfs_scratch(prefix: str) -> tempfile.TemporaryDirectory[str]:
-    """A scratch directory in tmpfs (``/dev/shm``, where the memory tier lives), or
-    the default temporary directory where there is none; removed on exit."""
-    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-    return tempfile.TemporaryDirectory(dir=shm, prefix=prefix)
 
 
 def timed(action: Callable[[], object]) -> float:

@@ -28,9 +28,17 @@ REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 RESULT = re.compile(r"bench/results/([\w.+-]+\.(?:json|png|txt|csv))")
 COMMAND = re.compile(r"python -m bench ([a-z][a-z-]*)")
-MOVED = {"chaos": "python -m tests.chaos"}
-"""Commands that left ``python -m bench``, and their new names: a page may cite the old
-one (a dated run made with it) only where it names the new one too."""
+RETIRED_AT = "35cdd3d"
+"""The last commit with ``replica-cost``, ``snapshot-cost`` and ``replica-push-cost``,
+which ``state-scale`` superseded."""
+MOVED = {
+    "chaos": "python -m tests.chaos",
+    "replica-cost": RETIRED_AT,
+    "snapshot-cost": RETIRED_AT,
+    "replica-push-cost": RETIRED_AT,
+}
+"""Commands that left ``python -m bench``, and what a page citing one (a dated run made
+with it) must name too: the command's new name, or the commit it was retired after."""
 
 
 def cited(pattern: re.Pattern[str]) -> dict[str, list[str]]:
@@ -66,7 +74,8 @@ def test_every_cited_bench_command_exists() -> None:
     missing = {command: pages for command, pages in missing.items() if pages}
     assert not missing, (
         f"pages cite python -m bench commands that do not exist: {missing} "
-        "(name the new command on the page, or keep an alias)"
+        "(name the new command or the commit it was retired after on the page, or keep an "
+        "alias)"
     )
 
 
