@@ -274,6 +274,12 @@ class StepTrace(BaseModel):
         return [(p.t - self.started_at, p.step) for p in self.sorted_points()]
 
 
+def steady_window(steps: int) -> tuple[int, int]:
+    """The steps a job's steady rate or CPU is sampled between, 1/6 and 5/6 of its
+    steps: after start-up and rendezvous, before the end."""
+    return max(1, steps // 6), steps * 5 // 6
+
+
 LEAVES_GENERATION = re.compile(r"^lazarus\.rank: rank \d+ leaves generation \d+ ")
 """The line a rank rejoining in place prints as it leaves its generation: what its log
 holds after it belongs to later generations (the log stays the process's own)."""

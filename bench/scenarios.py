@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from activities.nodes.rundir import read_json
 from bench.harness import BenchContext, LazarusRun, Metric, SpecBuilder, TorchrunRun, wait_until
 from bench.jobs import JobPaths, JobShape, build_spec
-from bench.measure import RunMonitor, StepTrace
+from bench.measure import RunMonitor, StepTrace, steady_window
 from bench.metrics import PHASE_METRICS
 from bench.registry import runs, scenario
 from bench.systems import Measured
@@ -184,13 +184,21 @@ async def _torchrun_finish(
         raise TimeoutError(f"torchrun did not finish in {ctx.shape.job_timeout_s:.0f} s")
     completed = run.job.agent.returncode == 0
     weights_ok = completed and await ctx.weights_ok(run.weights, steps)
+    return torchrun_end(run, ended, completed, weights_ok, run.job.nproc)
+
+
+def torchrun_end(
+    run: TorchrunRun, ended: float, completed: bool, weights_ok: bool, world_size: int
+) -> dict[str, Metric]:
+    """What every finished job under a torchrun-style agent reports, as
+    :meth:`bench.harness.BenchJob.common_outcome` does for Lazarus."""
     return {
         "completed": completed,
         "weights_ok": weights_ok,
         "wall_s": ended - run.job.trace.started_at,
         "generations": run.job.generation,
         "max_live_ranks": run.job.max_live_ranks,
-        "duplicate_ranks": run.job.max_live_ranks > run.job.nproc,
+        "duplicate_ranks": run.job.max_live_ranks > world_size,
     }
 
 
@@ -236,7 +244,7 @@ CLEAN = scenario(
 
 def _rate(trace: StepTrace, shape: JobShape) -> dict[str, Metric]:
     """Steps per second over the middle of the job, and launch to first step."""
-    low, high = max(1, shape.steps // 6), shape.steps * 5 // 6
+    low, high = steady_window(shape.steps)
     t_low, t_high = trace.time_reaching(low), trace.time_reaching(high)
     first = trace.time_reaching(1)
     return {
@@ -467,17 +475,11 @@ async def controller_crash_torchrun(ctx: BenchContext, repeat: int) -> Measured:
         survivors = len(run.job.live_ranks())
         await wait_until(lambda: not run.job.live_ranks(), ctx.shape.job_timeout_s)
         ended = time.time()
-        trace = run.job.snapshot()
         completed = run.weights.is_file()
         weights_ok = completed and await ctx.weights_ok(run.weights)
     metrics: dict[str, Metric] = {
         "fault_step": step,
-        "completed": completed,
-        "weights_ok": weights_ok,
-        "wall_s": ended - trace.started_at,
-        "generations": run.job.generation,
-        "max_live_ranks": run.job.max_live_ranks,
-        "duplicate_ranks": run.job.max_live_ranks > run.job.nproc,
+        **torchrun_end(run, ended, completed, weights_ok, run.job.nproc),
         "ranks_alive_after_kill": survivors,
         "training_survived": weights_ok,
         "steps_lost": 0 if run.job.generation <= 1 else None,

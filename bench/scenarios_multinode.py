@@ -15,7 +15,7 @@ from activities.nodes.rundir import GenerationDir, read_json
 from bench import multinode
 from bench.harness import RANK_ENV, BenchContext, Metric, SpecBuilder
 from bench.jobs import JobPaths, build_spec
-from bench.measure import workflow_timeline
+from bench.measure import steady_window, workflow_timeline
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics, since
 from bench.systems import REJOIN_TIMEOUT_S, Measured
@@ -413,13 +413,13 @@ async def _supervision_cpu(
     prefix: str,
     outcome: Measured,
 ) -> None:
-    """Run one job to the end; sample the worker's CPU time over its steady middle
-    (from 1/6 to 5/6 of its steps: after start-up and rendezvous, before the end)."""
+    """Run one job to the end; sample the worker's CPU time over its steady window."""
     steps = ctx.shape.cpu_steps
+    low, high = steady_window(steps)
     async with ctx.job(label, repeat, build, steps=steps) as job:
-        await job.reach_step(max(1, steps // 6))
+        await job.reach_step(low)
         first = multinode.cpu_sample(ctx.stack.worker_pid)
-        await job.reach_step(steps * 5 // 6)
+        await job.reach_step(high)
         last = multinode.cpu_sample(ctx.stack.worker_pid)
         status: JobStatus = await job.result()
         common = await job.common_outcome(status)

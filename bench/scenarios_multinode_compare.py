@@ -32,7 +32,7 @@ from bench import multinode
 from bench.harness import BenchContext, LazarusRun, Metric, TorchrunRun, wait_until
 from bench.jobs import REPO, JobShape
 from bench.registry import runs, scenario
-from bench.scenarios import rank_fault, torchrun_reach, torchrun_recovery
+from bench.scenarios import rank_fault, torchrun_end, torchrun_reach, torchrun_recovery
 from bench.scenarios_multinode import Layout, run_node_loss, ssh_builder
 from bench.systems import Measured
 from bench.torchrun import Rendezvous
@@ -221,14 +221,7 @@ async def _finish_on_hosts(
     survivors = [a for a in run.job.agents if run.job.agent_hosts.get(a.pid) != killed]
     completed = bool(survivors) and all(a.returncode == 0 for a in survivors)
     weights_ok = completed and await ctx.weights_ok(run.weights, world_size=WORLD_SIZE)
-    return {
-        "completed": completed,
-        "weights_ok": weights_ok,
-        "wall_s": ended - run.job.trace.started_at,
-        "generations": run.job.generation,
-        "max_live_ranks": run.job.max_live_ranks,
-        "duplicate_ranks": run.job.max_live_ranks > WORLD_SIZE,
-    }
+    return torchrun_end(run, ended, completed, weights_ok, WORLD_SIZE)
 
 
 async def _recovered(ctx: BenchContext, run: TorchrunRun, generation: int, at: float) -> bool:

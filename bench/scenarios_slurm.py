@@ -36,7 +36,7 @@ from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import GenerationDir, read_json
 from bench.harness import RANK_ENV, BenchContext, Metric
 from bench.jobs import JobPaths, build_spec
-from bench.measure import max_logged_step, workflow_timeline
+from bench.measure import max_logged_step, steady_window, workflow_timeline
 from bench.multinode import cpu_sample
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics, since
@@ -602,12 +602,13 @@ async def _supervision_cpu(
     outcome: Measured,
 ) -> None:
     steps = ctx.shape.cpu_steps
+    low, high = steady_window(steps)
     async with ctx.job(f"slurm_cpu_{count}", repeat, build, steps=steps) as job:
-        await job.reach_step(max(1, steps // 6))
+        await job.reach_step(low)
         pid = ctx.stack.worker_pid
         gen = _current_generation(job.run_root)
         first, srun_first = cpu_sample(pid), _srun_cpu(gen)
-        await job.reach_step(steps * 5 // 6)
+        await job.reach_step(high)
         last, srun_last = cpu_sample(pid), _srun_cpu(gen)
         status: JobStatus = await job.result()
         common = await job.common_outcome(status)

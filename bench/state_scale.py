@@ -6,36 +6,14 @@ much extra state per rank (``--state-mb``: checkpointed, snapshotted, pushed to 
 buddy, restored and checked byte for byte on resume) on 2 test hosts x 1 rank plus a
 spare host, each a network namespace with its own sshd and ``/dev/shm``, memory
 snapshots every step (a snapshot that would overlap the previous one is skipped) and
-``memory_replicas`` on. Two faults, each in a run of its own:
-
-1. ``state_node_loss``: host h2 is killed whole (its tmpfs with it); the search finds
-   h2's newest step in h1's replicas and the restore streams it from h1 to the spare
-   h3 (node to node, the worker only starts the two ends), then every rank resumes
-   from that memory step;
-2. ``state_rank_crash``: h2's rank is SIGKILLed; with rejoin in place it restarts on
-   its own node from its own snapshot while h1's rank keeps its process.
+``memory_replicas`` on. Two faults, each in a run of its own and scripted below: a
+host lost whole (``state_node_loss``: its step restored from its buddy's replica onto
+the spare) and a rank crash with rejoin in place (``state_rank_crash``).
 
 Beside them, in the bench process: a plain host copy (``memcpy``) of the same bytes,
 and the disk path a torchrun user has, ``torch.save`` then ``torch.load`` of the same
-state into the run's directory.
-
-Per size, in the JSON (``sizes[]``) and the table:
-
-* ``snapshot_stall_s`` (median over the run's snapshots, from the ranks' logs) and
-  ``memcpy_s`` (the rank's own timing of one host copy of its extra state), and their
-  ratio ``stall_over_memcpy``; ``snapshots_skipped`` (overlaps skipped, never queued);
-* ``push_gb_s`` (median of the buddy pushes); ``restore_gb_s`` (the restore onto the
-  spare, from the worker's log line);
-* ``node_loss_s`` (kill to the first step at full world size on the spare),
-  ``node_loss_steps_lost``, ``node_loss_weights_ok`` (against a fault-free run);
-* ``worker_rss_growth_mib`` (the worker's peak resident memory over the node-loss
-  run, less its resident memory when the run started: a bound on what the restore
-  costs the controller);
-* ``crash_s`` (SIGKILL to the first step completed at full world size: with this
-  bench's 1 s step, one step more than the restart), ``crash_state_loaded_s`` (SIGKILL
-  to every rank holding its state again, so the first step begins: the restart
-  itself), ``crash_steps_lost``, ``crash_weights_ok``;
-* ``torch_save_s``, ``torch_load_s`` and their GB/s: the disk path.
+state into the run's directory. Every key of a size's row is described in
+bench/README.md ("Recovery at real model sizes").
 
     python -m bench state-scale --sizes-mb 256,512,1024 --json-out F
     python -m bench state-scale --quick      # 64 MiB, a short job: checks the bench

@@ -20,6 +20,8 @@ TORCHFT_DIST = "torchft"
 
 
 def version(dist: str) -> str | None:
+    """``dist``'s installed version, or None where it is not installed (a peer before
+    ``make bench-peers``): the results files record it for every package they name."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
