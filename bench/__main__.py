@@ -16,7 +16,6 @@ Examples::
     python -m bench scale --nodes 100,500,1000,2000   # one worker, many simulated nodes
     python -m bench slurm --repeats 3                 # node loss: Lazarus vs plain Slurm; CPU
     python -m bench simulate [--quick]                # = lazarus simulate (the simulator)
-    python -m bench state-costs                       # node lists and fleet state, before/after
     python -m bench slurm-calls                       # Slurm commands/s per job, 2/8/64 nodes
     python -m bench state-scale --sizes-mb 256,1024   # recovery with GBs of state a rank
 
@@ -42,7 +41,6 @@ from bench import (
     report,
     scale,
     slurm_calls,
-    state_costs,
     state_scale,
 )
 from bench.benchmark import run_benchmark
@@ -56,7 +54,6 @@ PROG = "python -m bench"
 COST_COMMANDS: dict[str, Any] = {
     "checkpoints": checkpoint_bench,
     "scale": scale,
-    "state-costs": state_costs,
     "slurm-calls": slurm_calls,
     "state-scale": state_scale,
 }

@@ -1,6 +1,6 @@
-"""The cost commands' one skeleton (``checkpoints``, ``scale``, ``state-costs``,
-``state-scale``, ``slurm-calls``, ``bench.metrics_scrape``): their shared flags, timers
-and results file. Each command keeps its own measurement, rows and table."""
+"""The cost commands' one skeleton (``checkpoints``, ``scale``, ``state-scale``,
+``slurm-calls``, ``bench.metrics_scrape``): their shared flags, timers and results
+file. Each command keeps its own measurement, rows and table."""
 
 from __future__ import annotations
 
@@ -48,11 +48,6 @@ def timed(action: Callable[[], object]) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
-
-
-def best_s(action: Callable[[], object], repeats: int) -> float:
-    """The fastest of ``repeats`` runs: the least disturbed by whatever else runs."""
-    return min(timed(action) for _ in range(repeats))
 
 
 def progress(line: str) -> None:

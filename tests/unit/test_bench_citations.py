@@ -29,13 +29,15 @@ PAGES = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs
 RESULT = re.compile(r"bench/results/([\w.+-]+\.(?:json|png|txt|csv))")
 COMMAND = re.compile(r"python -m bench ([a-z][a-z-]*)")
 RETIRED_AT = "35cdd3d"
-"""The last commit with ``replica-cost``, ``snapshot-cost`` and ``replica-push-cost``,
-which ``state-scale`` superseded."""
+"""The commit (on main) that still has ``replica-cost``, ``snapshot-cost`` and ``replica-push-cost``
+(which ``state-scale`` superseded) and ``state-costs`` (which timed replaced code
+against its replacement)."""
 MOVED = {
     "chaos": "python -m tests.chaos",
     "replica-cost": RETIRED_AT,
     "snapshot-cost": RETIRED_AT,
     "replica-push-cost": RETIRED_AT,
+    "state-costs": RETIRED_AT,
 }
 """Commands that left ``python -m bench``, and what a page citing one (a dated run made
 with it) must name too: the command's new name, or the commit it was retired after."""
