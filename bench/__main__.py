@@ -1,29 +1,10 @@
 """``python -m bench``: how fast Lazarus finds and recovers from faults, at what cost,
 and how that compares with torchrun.
 
-Examples::
-
-    python -m bench recovery                          # every scenario, 3 repeats
-    python -m bench recovery --scenarios crash,hang --repeats 5
-    python -m bench recovery --quick --repeats 1      # a tiny job: checks the harness only
-    python -m bench compare                           # Lazarus vs torchrun, overhead, soak
-    python -m bench compare --scenarios crash,hang --repeats 5 --soak-minutes 0
-    python -m bench soak --soak-minutes 10 --seed 1   # the chaos soak alone
-    python -m bench soak --false-alarms --soak-minutes 10   # no faults: 0 hangs expected
-    python -m bench overhead                          # controller and helper costs alone
-    python -m bench compare-report bench/results/compare-<ts>.json   # the tables again
-    python -m bench checkpoints --size-mb 512         # checkpoint write/verify/S3 tiering costs
-    python -m bench scale --nodes 100,500,1000,2000   # one worker, many simulated nodes
-    python -m bench slurm --repeats 3                 # node loss: Lazarus vs plain Slurm; CPU
-    python -m bench simulate [--quick]                # = lazarus simulate (the simulator)
-    python -m bench slurm-calls                       # Slurm commands/s per job, 2/8/64 nodes
-    python -m bench state-scale --sizes-mb 256,1024   # recovery with GBs of state a rank
-
-``recovery``, ``compare``, ``soak`` and ``overhead`` share one harness
-(:mod:`bench.harness`), one scenario registry (:mod:`bench.registry`) and one
-report (:mod:`bench.report`). Each prints a markdown table (median, min and max
-over repeats) and writes every raw number to
-``bench/results/<benchmark>-<timestamp>.json`` (or ``--json-out``).
+Every command, with examples, is in bench/README.md. ``recovery``, ``compare``,
+``soak``, ``overhead`` and ``slurm`` share one harness (:mod:`bench.harness`), one
+scenario registry (:mod:`bench.registry`) and one report (:mod:`bench.report`); the
+cost commands (:data:`COST_COMMANDS`) share :mod:`bench.costs`.
 """
 
 from __future__ import annotations
@@ -44,6 +25,7 @@ from bench import (
     state_scale,
 )
 from bench.benchmark import run_benchmark
+from bench.costs import results_path
 from bench.harness import BenchConfig, BenchContext, BenchRun, Extra
 from bench.jobs import JobShape
 from bench.registry import SUITES
@@ -346,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    json_out: Path = args.json_out or report.default_json_path(args.command)
+    json_out: Path = results_path(args.command, args.json_out)
     extras = _extras(args, config, json_out)
     if "false_alarms" in extras:
         minutes = 10.0 if args.soak_minutes is None else args.soak_minutes

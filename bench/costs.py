@@ -13,17 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path("bench/results")
+RESULTS = Path(__file__).resolve().parent / "results"
+"""Where every command's results file goes unless ``--json-out`` (bench/README.md)."""
 
 
-def add_parser(
-    name: str, commands: Any, doc: str | None, help: str, json_help: str | None = None
-) -> argparse.ArgumentParser:
+def add_parser(name: str, commands: Any, doc: str | None, help: str) -> argparse.ArgumentParser:
     """``python -m bench <name>``, described by ``doc``'s first line, with ``--json-out``."""
     parser: argparse.ArgumentParser = commands.add_parser(
         name, help=help, description=(doc or "").splitlines()[0]
     )
-    parser.add_argument("--json-out", type=Path, help=json_help)
+    parser.add_argument("--json-out", type=Path, help=f"default: bench/results/{name}-<ts>.json")
     return parser
 
 
@@ -54,9 +53,9 @@ def progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def results_path(benchmark: str, json_out: Path | None, root: Path = RESULTS) -> Path:
-    """``json_out``, or ``<root>/<benchmark>-<local time>.json``."""
-    return json_out or root / f"{benchmark}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+def results_path(benchmark: str, json_out: Path | None = None) -> Path:
+    """``json_out``, or ``bench/results/<benchmark>-<local time>.json``."""
+    return json_out or RESULTS / f"{benchmark}-{time.strftime('%Y%m%d-%H%M%S')}.json"
 
 
 def write_results(

@@ -125,6 +125,11 @@ class JobPaths:
         return self.root / "out" / "model.pt"
 
 
+def flags(**values: object) -> list[str]:
+    """``--name value`` per keyword, ``_`` as ``-`` (``ckpt_every=10``: ``--ckpt-every 10``)."""
+    return [part for k, v in values.items() for part in (f"--{k.replace('_', '-')}", str(v))]
+
+
 def build_spec(
     name: str,
     paths: JobPaths,
@@ -143,15 +148,13 @@ def build_spec(
         "command": [
             sys.executable,
             str(EXAMPLE),
-            "--steps",
-            str(shape.steps if steps is None else steps),
-            "--step-time",
-            str(shape.step_time_s),
-            "--ckpt-every",
-            str(shape.ckpt_every),
-            "--out",
-            str(paths.weights),
-            *(["--state-mb", str(shape.state_mb)] if shape.state_mb else []),
+            *flags(
+                steps=shape.steps if steps is None else steps,
+                step_time=shape.step_time_s,
+                ckpt_every=shape.ckpt_every,
+                out=paths.weights,
+            ),
+            *(flags(state_mb=shape.state_mb) if shape.state_mb else []),
         ],
         "workdir": str(paths.root),
         "nproc_per_node": nproc_per_node,

@@ -1,17 +1,12 @@
 """``python -m bench.metrics_scrape``: what the worker's metrics endpoint costs as jobs add up.
 
-For each job count it fills one :class:`~lazarus.app.metrics.LazarusMetrics` the way the
-collector does (each job: its status answer with ``--incidents`` recovered incidents
-and a quarantined node, plus the activities' poll and checkpoint observations),
-serves it on loopback exactly as ``lazarus worker --metrics-port`` does, and
-reports:
-
-- a scrape's wall time (median and max over ``--scrapes``) and size in bytes;
-- the number of series;
-- the collector's CPU to turn one status answer into metrics (``record_status``).
-
-No Temporal server: the query side is measured by the e2e test
-(``tests/e2e/test_metrics_e2e.py`` prints its scrape cost). Example::
+For each job count it fills one :class:`~lazarus.app.metrics.LazarusMetrics` as the
+collector does (each job's status answer with ``--incidents`` recovered incidents and a
+quarantined node, plus the activities' observations), serves it on loopback as
+``lazarus worker --metrics-port`` does, and reports a scrape's wall time and size, the
+series, and the collector's CPU per status answer. No Temporal server: the query side
+is measured by ``tests/e2e/test_metrics_e2e.py``. Figures:
+docs/results/2026-12-metrics-scrape.md. Example::
 
     python -m bench.metrics_scrape --jobs 1,10,100,500 --incidents 5
 """
@@ -22,19 +17,17 @@ import argparse
 import statistics
 import time
 import urllib.request
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from activities.observe import Observation
-from bench.costs import write_results
+from bench.costs import node_counts, results_path, write_results
 from lazarus.app.metrics import LazarusMetrics, MetricsSettings, serve
 from lazarus.domain.failure_classes import FailureClass
 from lazarus.domain.ports import free_port
 from workflows.playbook import Action
 from workflows.state import Incident, JobStatus, NodePool, Phase, QuarantinedNode
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CLASSES = (FailureClass.UNKNOWN, FailureClass.HANG, FailureClass.NODE_LOST)
 
 
@@ -124,18 +117,14 @@ def measure(jobs: int, incidents: int, scrapes: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.metrics_scrape", description=__doc__)
-    parser.add_argument("--jobs", default="1,10,100,500", help="job counts, comma-separated")
+    parser.add_argument(
+        "--jobs", type=node_counts, default=(1, 10, 100, 500), help="job counts, comma-separated"
+    )
     parser.add_argument("--incidents", type=int, default=5, help="recovered incidents per job")
     parser.add_argument("--scrapes", type=int, default=20)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
-    try:
-        counts = [int(n) for n in args.jobs.split(",") if n.strip()]
-    except ValueError:
-        parser.error(f"--jobs: not a list of numbers: {args.jobs!r}")
-    if not counts or min(counts) < 1:
-        parser.error("--jobs: give at least one count, each at least 1")
-    rows = [measure(n, args.incidents, args.scrapes) for n in counts]
+    rows = [measure(n, args.incidents, args.scrapes) for n in args.jobs]
     table = [
         "| jobs | incidents/job | series | bytes | scrape median ms | max ms "
         "| record_status ms/job |",
@@ -146,10 +135,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{r['scrape_median_ms']} | {r['scrape_max_ms']} | {r['record_status_cpu_ms_per_job']} |"
         for r in rows
     ]
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    out = args.json_out or RESULTS / f"metrics-scrape-{stamp}.json"
     payload = {"benchmark": "metrics-scrape", "rows": rows}
-    write_results(out, payload, "\n".join(table), footer="results: {}")
+    write_results(results_path("metrics-scrape", args.json_out), payload, "\n".join(table))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from activities.nodes.rundir import read_json
 from bench.harness import BenchContext, LazarusRun, Metric, SpecBuilder, TorchrunRun, wait_until
-from bench.jobs import JobPaths, JobShape, build_spec
+from bench.jobs import JobPaths, JobShape, build_spec, flags
 from bench.measure import RunMonitor, StepTrace, steady_window
 from bench.metrics import PHASE_METRICS
 from bench.registry import runs, scenario
@@ -595,12 +595,11 @@ STRAGGLER = scenario(
 def _slow_args(shape: JobShape, *target: str) -> list[str]:
     return [
         *target,
-        "--slow-factor",
-        str(shape.straggler_factor),
-        "--slow-from-step",
-        str(shape.straggler_from_step),
-        "--slow-until-step",
-        str(shape.straggler_until_step),
+        *flags(
+            slow_factor=shape.straggler_factor,
+            slow_from_step=shape.straggler_from_step,
+            slow_until_step=shape.straggler_until_step,
+        ),
     ]
 
 

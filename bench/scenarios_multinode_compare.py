@@ -1,19 +1,10 @@
-"""Multi-node faults side by side: Lazarus and torchrun, the same job on the same SSH
-test hosts (:mod:`bench.multinode`), the same fault at the same step.
-
-The job is the example on 2 hosts x 2 ranks (world size 4), with the comparable
-command line (:meth:`bench.harness.BenchContext.example_args`). Lazarus runs it on
-ssh nodes with its best settings there (warm start, memory tier, and rejoin in
-place when the spec takes it on ssh nodes: :func:`bench.scenarios_multinode.ssh_builder`
-records which). torchrun runs it in its best working multi-node setup: one agent per
-host, each started inside its host's network namespace, c10d rendezvous served by
-the first host's agent, ``--max-restarts``, a 0.5 s monitor, the unshared store
-(:mod:`bench.torchrun`); for the node loss, elastic ``--nnodes 1:2`` with a standby
-agent on the spare host and the rendezvous keep-alive tuned to declare a silent node
-dead in ``node_timeout_s``, as Lazarus is told to.
-
-Skipped, with the reason in the results, where the test hosts cannot run (no root,
-no ``ip`` or ``sshd``).
+"""Multi-node faults side by side: Lazarus and torchrun, the same job (2 hosts x 2 ranks,
+the comparable command line) on the same SSH test hosts (:mod:`bench.multinode`), the
+same fault at the same step, each in its best multi-node setup: Lazarus on ssh nodes
+(warm start, memory tier, rejoin where the spec takes it:
+:func:`bench.scenarios_multinode.ssh_builder` records which); torchrun with one agent
+per host and c10d rendezvous, elastic with a standby for the node loss (the scenario
+docs below). Skipped, with the reason in the results, without root, ``ip`` or ``sshd``.
 """
 
 from __future__ import annotations

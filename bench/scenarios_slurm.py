@@ -1,20 +1,13 @@
 """The Slurm scenarios: a real Slurm on this machine (:class:`infra.slurm.TestSlurm`,
 slurmctld plus slurmd n1..n3), Lazarus against plain Slurm; skipped, with the reason in
-the results, where Slurm cannot run (no root, no slurm-wlm or munge).
+the results, without root, slurm-wlm or munge.
 
-Why a fresh cluster per run: the node kill takes a slurmd down and Lazarus drains the
-node, so a run leaves the cluster damaged; every run starts from three idle nodes. The
-worker is restarted with the cluster's ``SLURM_CONF`` (its Slurm commands must reach
-that cluster, as a worker on a login node reaches its site's), before the job starts,
-so the restart is in no figure.
-
-Plain Slurm runs *the same command line* as Lazarus (the example, 2 nodes x 1 rank,
-the same checkpoint directory, ``OMP_NUM_THREADS=1``) under ``sbatch --requeue -N 2``:
-``srun`` of the example with the variables torchrun would set (``RANK`` from
-``SLURM_PROCID``...). Each rank also gets ``LAZARUS_HEARTBEAT_FILE`` (one file per
-rank and requeue), only so the bench can date the first step of the requeued job by
-the rank's own clock, as it dates Lazarus's from the heartbeat files: the file write
-is all it changes (the example's checkpoint interval stays its ``--ckpt-every``).
+A fresh cluster per run: the node kill takes a slurmd down and Lazarus drains the node.
+The worker is restarted with the cluster's ``SLURM_CONF`` before the job starts, so the
+restart is in no figure. Plain Slurm runs the same command line under ``sbatch --requeue
+-N 2`` (``srun`` with the variables torchrun would set); each rank also gets
+``LAZARUS_HEARTBEAT_FILE`` only so that the bench dates the requeued job's first step by
+the rank's own clock, as it dates Lazarus's.
 """
 
 from __future__ import annotations

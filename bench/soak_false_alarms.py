@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bench.harness import BenchContext, BenchJob
-from bench.jobs import JobPaths
+from bench.jobs import JobPaths, flags
 from infra.chaos import newest_generation
 from lazarus.domain.spec import JobSpec, parse_spec
 from workflows.state import Phase
@@ -69,12 +69,7 @@ def _spec(variant: Variant, name: str, paths: JobPaths, schedule_file: Path) -> 
     command = [
         sys.executable,
         str(JOB),
-        "--schedule",
-        str(schedule_file),
-        "--workdir",
-        str(paths.root / "state"),
-        "--step-time",
-        str(STEP_TIME_S),
+        *flags(schedule=schedule_file, workdir=paths.root / "state", step_time=STEP_TIME_S),
     ]
     health: dict[str, object] = {"startup_timeout_s": 120.0}
     checkpoints: dict[str, object] = {}

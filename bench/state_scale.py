@@ -1,23 +1,13 @@
 """``python -m bench state-scale``: recovery at real model sizes, on the SSH test hosts.
 
 Every figure before it was measured on a few-KB to 60 MB training state; real jobs
-carry gigabytes a rank. For each size (``--sizes-mb``), the example job carries that
-much extra state per rank (``--state-mb``: checkpointed, snapshotted, pushed to its
-buddy, restored and checked byte for byte on resume) on 2 test hosts x 1 rank plus a
-spare host, each a network namespace with its own sshd and ``/dev/shm``, memory
-snapshots every step (a snapshot that would overlap the previous one is skipped) and
-``memory_replicas`` on. Two faults, each in a run of its own and scripted below: a
-host lost whole (``state_node_loss``: its step restored from its buddy's replica onto
-the spare) and a rank crash with rejoin in place (``state_rank_crash``).
-
-Beside them, in the bench process: a plain host copy (``memcpy``) of the same bytes,
-and the disk path a torchrun user has, ``torch.save`` then ``torch.load`` of the same
-state into the run's directory. Every key of a size's row is described in
-bench/README.md ("Recovery at real model sizes").
-
-    python -m bench state-scale --sizes-mb 256,512,1024 --json-out F
-    python -m bench state-scale --quick      # 64 MiB, a short job: checks the bench
-    python -m bench state-scale --sizes-mb 256 --faults crash --repeats 4
+carry gigabytes a rank. For each ``--sizes-mb`` the example carries that much extra
+state a rank (``--state-mb``: checkpointed, snapshotted, pushed to its buddy, restored
+and checked byte for byte) on 2 test hosts x 1 rank plus a spare, each with its own
+``/dev/shm``, a snapshot every step and ``memory_replicas`` on; two faults, a host lost
+(``state_node_loss``) and a rank crash with rejoin (``state_rank_crash``), against a
+plain memcpy and ``torch.save``/``torch.load`` of the same bytes. Each row's keys and
+the examples: bench/README.md ("Recovery at real model sizes").
 """
 
 from __future__ import annotations

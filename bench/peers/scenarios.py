@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.harness import RANK_ENV, BenchContext, Metric, TorchrunRun, wait_until
-from bench.jobs import REPO, WORLD_SIZE, JobPaths
+from bench.jobs import REPO, WORLD_SIZE, JobPaths, flags
 from bench.measure import StepTrace
 from bench.peers.jobs import Member, MemberJob, MemberPoint, NvrxLauncherJob
 from bench.peers.settings import (
@@ -351,26 +351,18 @@ def torchft_script(ctx: BenchContext, paths: JobPaths, settings: TorchftSettings
     shape = ctx.shape
     return [
         str(PEERS_DIR / "torchft_train.py"),
-        "--steps",
-        str(shape.steps),
-        "--step-time",
-        str(shape.step_time_s),
-        "--ckpt-every",
-        str(shape.ckpt_every),
-        "--out",
-        str(paths.weights),
-        "--checkpoint-dir",
-        str(paths.checkpoints),
-        "--timeout-s",
-        str(settings.timeout_s),
-        "--quorum-timeout-s",
-        str(settings.quorum_timeout_s),
-        "--min-replica-size",
-        str(settings.min_replicas),
-        "--start-together",
-        str(paths.root / "started"),
-        "--groups",
-        str(settings.groups),
+        *flags(
+            steps=shape.steps,
+            step_time=shape.step_time_s,
+            ckpt_every=shape.ckpt_every,
+            out=paths.weights,
+            checkpoint_dir=paths.checkpoints,
+            timeout_s=settings.timeout_s,
+            quorum_timeout_s=settings.quorum_timeout_s,
+            min_replica_size=settings.min_replicas,
+            start_together=paths.root / "started",
+            groups=settings.groups,
+        ),
     ]
 
 
@@ -392,12 +384,11 @@ def torchft_group(
         "-m",
         "torch.distributed.run",
         "--standalone",
-        "--nproc-per-node",
-        "1",
-        "--max-restarts",
-        str(settings.max_restarts),
-        "--monitor-interval",
-        str(settings.monitor_interval_s),
+        *flags(
+            nproc_per_node=1,
+            max_restarts=settings.max_restarts,
+            monitor_interval=settings.monitor_interval_s,
+        ),
         *script,
         *extra_args,
     ]
