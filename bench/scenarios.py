@@ -202,6 +202,15 @@ def torchrun_end(
     }
 
 
+def unrecovered(metrics: dict[str, Metric], run: TorchrunRun, bound_s: float) -> Measured:
+    """A run under a torchrun-style agent that showed no restarted generation's step
+    within ``bound_s``: not completed, and the agent's last lines to say why."""
+    note = f"no step of a restarted generation within {bound_s:.0f} s"
+    return Measured(
+        {**metrics, "completed": False, "weights_ok": False}, {"tail": run.job.tail()}, note=note
+    )
+
+
 def torchrun_recovery(run: TorchrunRun, fault_at: float, generation: int) -> dict[str, Metric]:
     trace = run.job.snapshot()
     first = trace.first_of_later_generation(generation, fault_at)
@@ -314,16 +323,8 @@ async def crash_under_agent(ctx: BenchContext, run: TorchrunRun, bound: float) -
         bound,
     )
     if not recovered:
-        metrics: dict[str, Metric] = {
-            "fault_step": step,
-            **torchrun_recovery(run, fault_at, generation),
-            "completed": False,
-            "weights_ok": False,
-        }
-        return Measured(
-            metrics,
-            {"tail": run.job.tail()},
-            note=f"no step of a restarted generation within {bound:.0f} s",
+        return unrecovered(
+            {"fault_step": step, **torchrun_recovery(run, fault_at, generation)}, run, bound
         )
     metrics = await _torchrun_finish(ctx, run)
     metrics |= {"fault_step": step, **torchrun_recovery(run, fault_at, generation)}

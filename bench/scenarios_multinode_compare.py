@@ -23,7 +23,13 @@ from bench import multinode
 from bench.harness import BenchContext, LazarusRun, Metric, TorchrunRun, wait_until
 from bench.jobs import REPO, JobShape
 from bench.registry import runs, scenario
-from bench.scenarios import rank_fault, torchrun_end, torchrun_reach, torchrun_recovery
+from bench.scenarios import (
+    rank_fault,
+    torchrun_end,
+    torchrun_reach,
+    torchrun_recovery,
+    unrecovered,
+)
 from bench.scenarios_multinode import Layout, run_node_loss, ssh_builder
 from bench.systems import Measured
 from bench.torchrun import Rendezvous
@@ -238,12 +244,7 @@ async def multinode_crash_torchrun(ctx: BenchContext, repeat: int) -> Measured:
                 **torchrun_recovery(run, fault_at, generation),
             }
             if not recovered:
-                metrics |= {"completed": False, "weights_ok": False}
-                return Measured(
-                    metrics,
-                    {"tail": run.job.tail()},
-                    note=f"no restarted generation's step within {ctx.shape.job_timeout_s:.0f} s",
-                )
+                return unrecovered(metrics, run, ctx.shape.job_timeout_s)
             metrics |= await _finish_on_hosts(ctx, run)
     details = {"rendezvous": _rendezvous_details(rendezvous), "rig": multinode.rig_details(hosts)}
     return Measured(metrics, details)
@@ -327,12 +328,7 @@ async def node_loss_under_agents(ctx: BenchContext, repeat: int, how: AgentNodeL
                 "spare_used": any(run.job.agent_hosts.get(r.agent) == SPARE for r in later),
             }
             if not recovered:
-                metrics |= {"completed": False, "weights_ok": False}
-                return Measured(
-                    metrics,
-                    {"tail": run.job.tail()},
-                    note=f"no step of a restarted generation within {shape.job_timeout_s:.0f} s",
-                )
+                return unrecovered(metrics, run, shape.job_timeout_s)
             metrics |= await _finish_on_hosts(ctx, run, killed=VICTIM)
     details = {
         "rendezvous": _rendezvous_details(rendezvous),
