@@ -57,11 +57,8 @@ SUITES: dict[str, tuple[str, ...]] = {
         "worker_kill",
         "pause",
         "straggler",
-        "schedule",
         "node_loss",
         "node_loss_replicas",
-        "ssh_poll",
-        "controller_cpu",
     ),
     "compare": (
         "clean",

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 
 from activities.nodes.rundir import read_json
-from bench.harness import BenchContext, LazarusRun, Metric, SpecBuilder, TorchrunRun, wait_until
-from bench.jobs import JobPaths, JobShape, build_spec, flags
+from bench.harness import BenchContext, LazarusRun, Metric, TorchrunRun, wait_until
+from bench.jobs import JobShape, flags
 from bench.measure import RunMonitor, StepTrace, steady_window
 from bench.metrics import PHASE_METRICS
 from bench.registry import runs, scenario
@@ -28,7 +28,6 @@ from bench.torchrun import TorchrunSetup
 from infra import chaos
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.recovery_timeline import RecoveryTimeline
-from lazarus.domain.spec import JobSpec
 from workflows.state import Incident, JobStatus, Phase
 
 NO_PAUSE = (
@@ -678,71 +677,3 @@ async def straggler_torchrun(ctx: BenchContext, repeat: int) -> Measured:
             "swapped": False,
         }
     return Measured(metrics, note="torchrun has no straggler detection")
-
-
-# --------------------------------------------------------------------------- schedule
-
-SCHEDULE_STEPS = 300
-
-SCHEDULE = scenario(
-    "schedule",
-    f"""A scripted fault schedule on one {SCHEDULE_STEPS}-step job; reports ETTR.
-
-    1. launch {SCHEDULE_STEPS} steps on local nodes a and b (one rank each) and spare
-       s0, node b slowed 2x from 75% of the steps;
-    2. at 20%: SIGKILL rank 1; at 40% (generation 2): SIGSTOP rank 0; at 60%
-       (generation 3): SIGKILL the worker, restart it ``shape.worker_down_s`` later;
-    3. wait for the end: the controller's ETTR, MTTR, incidents, straggler swaps.
-    """,
-    references=lambda shape: [(2, SCHEDULE_STEPS)],
-)
-
-
-def _two_local_nodes(shape: JobShape, steps: int, *slow_args: str) -> SpecBuilder:
-    def build(name: str, paths: JobPaths) -> JobSpec:
-        spec = build_spec(
-            name,
-            paths,
-            shape,
-            nproc_per_node=1,
-            steps=steps,
-            extra={
-                "nodes": [{"name": "a"}, {"name": "b"}],
-                "spares": [{"name": "s0"}],
-                "total_steps": steps,
-                # What one of our recoveries costs here (see the crash scenario), so the
-                # cost model weighs a real number rather than the conservative default.
-                "straggler": {"default_restart_cost_s": 5.0},
-            },
-        )
-        return spec.model_copy(update={"command": [*spec.command, *slow_args]})
-
-    return build
-
-
-@runs(SCHEDULE, "lazarus")
-async def schedule_lazarus(ctx: BenchContext, repeat: int) -> Measured:
-    shape = ctx.shape
-    steps = SCHEDULE_STEPS
-    at = {name: int(steps * f) for name, f in (("crash", 0.2), ("hang", 0.4), ("worker", 0.6))}
-    slow_from = int(steps * 0.75)
-    build = _two_local_nodes(
-        shape, steps, "--slow-node", "b", "--slow-factor", "2", "--slow-from-step", str(slow_from)
-    )
-    async with ctx.job("schedule", repeat, build, steps=steps) as job:
-        await job.reach_step(at["crash"])
-        chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
-        await job.reach_step(at["hang"], min_generation=2)
-        chaos.signal_rank(job.run_root, rank=0, sig=signal.SIGSTOP)
-        await job.reach_step(at["worker"], min_generation=3)
-        await kill_controller(ctx.stack, shape.worker_down_s)
-        status = await job.result()
-        outcome = await job.common_outcome(status)
-        outcome.metrics |= {
-            "ettr": status.ettr,
-            "mttr_s": status.mttr_s,
-            "stragglers_swapped": sum(1 for s in status.stragglers if s.action == "replace_node"),
-            "steps_lost": status.steps_lost,
-            "unhandled": status.phase.value != "SUCCEEDED",
-        }
-        return outcome
