@@ -1,5 +1,5 @@
 """The cost commands' one skeleton (``checkpoints``, ``scale``, ``state-scale``,
-``slurm-calls``, ``bench.metrics_scrape``): their shared flags, timers and results
+``slurm-calls``): their shared flags, timers and results
 file. Each command keeps its own measurement, rows and table."""
 
 from __future__ import annotations
