@@ -1,16 +1,11 @@
 """What the multi-node scenarios share: real SSH test hosts, ssh job specs, and a
 process's CPU time (the controller worker's, torchrun's agent's).
 
-The hosts are :class:`infra.testhosts.TestHosts`: one network namespace per host,
-each running its own sshd, reachable from the controller (which stays in the root
-namespace) across a bridge, each with its own ``/dev/shm`` (a private tmpfs that a
-killed host loses, so the memory tier is measured as on real nodes). They share
-this machine's filesystem and PID space, so a job's run directory (and the monitor
-reading it) is the same on every node, exactly as the product expects of nodes with
-a shared or synced training tree.
-They need root with CAP_NET_ADMIN and CAP_SYS_ADMIN, ``ip`` and ``sshd``:
-:func:`netns_unavailable_reason` says what is missing, and the scenarios are then
-skipped with that reason in the results.
+The hosts (:class:`infra.testhosts.TestHosts`, described in
+docs/results/2026-12-bench-notebook-3.md, "Multi-node figures") each have their own
+``/dev/shm``, so a killed host's memory tier dies with it, as on a real node, and share
+this machine's filesystem, as nodes with a shared training tree do. Without root,
+``ip`` or ``sshd`` the scenarios are skipped with :func:`netns_unavailable_reason`.
 """
 
 from __future__ import annotations
