@@ -175,15 +175,6 @@ def _lazarus_spec(
     )
 
 
-def _settings(job: JobSpec, slurm: dict[str, str]) -> dict[str, Any]:
-    return {
-        "poll_interval_s": job.health.poll_interval_s,
-        "node_timeout_s": job.node_timeout_s,
-        "stop_grace_s": job.recovery.stop_grace_s,
-        "slurm": slurm,
-    }
-
-
 @runs(NODE_LOSS, "lazarus")
 async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
     async with slurm_for_run(ctx) as cluster:
@@ -221,12 +212,10 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
         "fault_step": step,
         "poll_interval_s": job.spec.health.poll_interval_s,
         "node_timeout_s": job.spec.node_timeout_s,
-        "slurmd_timeout_s": float(slurm.get("SlurmdTimeout", "nan").split()[0]),
+        **watch.node_metrics(slurm),
         "detected": incident is not None,
         "detection_s": incident.detection_s if incident else None,
         "detection_from_kill_s": (incident.detected_at - killed_at) if incident else None,
-        "node_not_responding_after_kill_s": since(killed_at, watch.not_responding_at),
-        "node_down_after_kill_s": since(killed_at, watch.node_down_at),
         "stopped_after_kill_s": since(killed_at, incident.stopped_at if incident else None),
         "relaunched_after_kill_s": since(killed_at, incident.relaunched_at if incident else None),
         "recovered": bool(incident and incident.first_step_at),
@@ -245,7 +234,12 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
         "killed_pids": pids,
         "cluster_root": str(cluster.root),
         "nodes": status.nodes.model_dump(mode="json"),
-        "settings": _settings(job.spec, slurm),
+        "settings": {
+            "poll_interval_s": job.spec.health.poll_interval_s,
+            "node_timeout_s": job.spec.node_timeout_s,
+            "stop_grace_s": job.spec.recovery.stop_grace_s,
+            "slurm": slurm,
+        },
         "incident_kinds": [i.kind for i in status.incidents],
         "phases": [d.model_dump() for d in timeline.durations()] if timeline else [],
         "timeline": activities,  # activities and timers from 5 s before the kill
@@ -269,6 +263,14 @@ class _Watch:
     end_state: str | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     last: tuple[str, str, str] | None = None
+
+    def node_metrics(self, slurm: dict[str, str]) -> dict[str, Metric]:
+        """Slurm's node timeout and when the victim showed not responding, then DOWN."""
+        return {
+            "slurmd_timeout_s": float(slurm.get("SlurmdTimeout", "nan").split()[0]),
+            "node_not_responding_after_kill_s": since(self.killed_at, self.not_responding_at),
+            "node_down_after_kill_s": since(self.killed_at, self.node_down_at),
+        }
 
     def see_node(self, at: float, node: set[str]) -> None:
         if self.not_responding_at is None and node & {"DOWN", "NOT_RESPONDING"}:
@@ -447,18 +449,16 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
     if not recovered:
         note = (
             f"Slurm ended the job ({watch.end_state}) "
-            f"{_fmt(since(killed_at, watch.ended_at))} after the kill, no requeue"
+            f"{since(killed_at, watch.ended_at) or 0.0:.1f} s after the kill, no requeue"
             if watch.ended_at is not None
             else f"no step of a requeued job within {REQUEUE_WAIT_S:.0f} s of the kill"
         )
     return Measured(
         metrics={
             "fault_step": fault_step,
-            "slurmd_timeout_s": float(slurm.get("SlurmdTimeout", "nan").split()[0]),
+            **watch.node_metrics(slurm),
             "detected": watch.not_responding_at is not None,
             "detection_from_kill_s": since(killed_at, watch.not_responding_at),
-            "node_not_responding_after_kill_s": since(killed_at, watch.not_responding_at),
-            "node_down_after_kill_s": since(killed_at, watch.node_down_at),
             "job_left_running_after_kill_s": since(killed_at, watch.left_running_at),
             "requeued_after_kill_s": since(killed_at, watch.requeued_at),
             "running_again_after_kill_s": since(killed_at, watch.running_again_at),
@@ -493,10 +493,6 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
         },
         note=note,
     )
-
-
-def _fmt(value: float | None) -> str:
-    return "?" if value is None else f"{value:.1f} s"
 
 
 async def _wait_step(folder: Path, step: int, timeout_s: float) -> int:

@@ -82,7 +82,7 @@ async def state_node_loss(ctx: BenchContext, repeat: int) -> Measured:
     with _rss_sampler(ctx.stack.worker_pid) as rss:
         outcome = await run_node_loss(ctx, repeat, NODE_LOSS_LAYOUT, rejoin=False)
     outcome.metrics |= {"worker_rss_growth_mib": rss.growth_mib(), **_restore_rate(ctx)}
-    outcome.metrics |= _rank_log_metrics(ctx, outcome)
+    outcome.metrics |= _rank_log_metrics(ctx)
     return outcome
 
 
@@ -155,7 +155,7 @@ def _restore_rate(ctx: BenchContext) -> dict[str, Any]:
     return {"restore_s": seconds, "restore_gb_s": rate, "restore_total_s": total}
 
 
-def _rank_log_metrics(ctx: BenchContext, outcome: Measured) -> dict[str, Any]:
+def _rank_log_metrics(ctx: BenchContext) -> dict[str, Any]:
     """Stalls, pushes, skipped snapshots and the memcpy, from every rank log of the
     newest node-loss run (the example prints ``state-scale ...`` lines)."""
     stalls: list[float] = []

@@ -129,12 +129,7 @@ async def hang_nvrx(ctx: BenchContext, repeat: int) -> Measured:
 
 @asynccontextmanager
 async def member_job(
-    ctx: BenchContext,
-    system: str,
-    scenario: str,
-    repeat: int,
-    members: list[Member],
-    paths: JobPaths,
+    ctx: BenchContext, system: str, members: list[Member], paths: JobPaths
 ) -> AsyncIterator[MemberJob]:
     async with ctx.watch(MemberJob(members, paths.root / f"{system}.log")) as job:
         yield job
@@ -230,7 +225,7 @@ async def inprocess_run(
 ) -> Measured:
     """Run the in-process job, ``fault`` at the fault step; fault to the first step of
     a later restart iteration, steps lost, the weights of the finished job."""
-    async with member_job(ctx, "nvrx_inprocess", scenario, repeat, members, paths) as job:
+    async with member_job(ctx, "nvrx_inprocess", members, paths) as job:
         step = await reach(ctx, job, ctx.shape.fault_step)
         generation = job.generation(members[0].name)
         fault_at = time.time()
@@ -486,7 +481,7 @@ async def torchft_run(
     """Run torchft's job, ``fault`` at the fault step; :func:`torchft_figures` and the
     finished job's weights. The fault is dated before it is injected, as in
     :func:`inprocess_run` (a host kill takes a while; a signal does not)."""
-    async with member_job(ctx, "torchft", scenario, repeat, members, paths) as job:
+    async with member_job(ctx, "torchft", members, paths) as job:
         step = await reach(ctx, job, ctx.shape.fault_step)
         generation = job.generation(fault.victim)
         fault_at = time.time()
