@@ -287,12 +287,8 @@ class TorchrunRun:
 
     async def wait_exit(self, timeout_s: float) -> float | None:
         """Wait for the agent to exit; the time it did, or None on timeout."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.job.agent.poll() is not None:
-                return time.time()
-            await asyncio.sleep(STEP_POLL_S)
-        return None
+        exited = await wait_until(lambda: self.job.agent.poll() is not None, timeout_s)
+        return time.time() if exited else None
 
 
 async def wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:
@@ -619,14 +615,6 @@ class BenchRun:
     @property
     def shape(self) -> JobShape:
         return self.config.shape
-
-    @property
-    def scenarios(self) -> list[str]:
-        return self.plan.scenarios
-
-    @property
-    def repeats(self) -> int:
-        return self.plan.repeats
 
 
 Extra = Callable[[BenchContext, Callable[[str], None]], Awaitable[dict[str, Any]]]
