@@ -1,32 +1,10 @@
 """``python -m bench``: how fast Lazarus finds and recovers from faults, at what cost,
 and how that compares with torchrun.
 
-Examples::
-
-    python -m bench recovery                          # every scenario, 3 repeats
-    python -m bench recovery --scenarios crash,hang --repeats 5
-    python -m bench recovery --quick --repeats 1      # a tiny job: checks the harness only
-    python -m bench compare                           # Lazarus vs torchrun, overhead, soak
-    python -m bench compare --scenarios crash,hang --repeats 5 --soak-minutes 0
-    python -m bench soak --soak-minutes 10 --seed 1   # the chaos soak alone
-    python -m bench soak --false-alarms --soak-minutes 10   # no faults: 0 hangs expected
-    python -m bench overhead                          # controller and helper costs alone
-    python -m bench compare-report bench/results/compare-<ts>.json   # the tables again
-    python -m bench checkpoints --size-mb 512         # checkpoint write/verify/S3 tiering costs
-    python -m bench scale --nodes 100,500,1000,2000   # one worker, many simulated nodes
-    python -m bench slurm --repeats 3                 # node loss: Lazarus vs plain Slurm; CPU
-    python -m bench simulate [--quick]                # = lazarus simulate (the simulator)
-    python -m bench state-costs                       # node lists and fleet state, before/after
-    python -m bench slurm-calls                       # Slurm commands/s per job, 2/8/64 nodes
-    python -m bench replica-cost                      # memory-tier replicas: step rate on/off
-    python -m bench snapshot-cost                     # a memory snapshot's cost per GB
-    python -m bench replica-push-cost                 # a replica push's cost per GB
-
-``recovery``, ``compare``, ``soak`` and ``overhead`` share one harness
-(:mod:`bench.harness`), one scenario registry (:mod:`bench.registry`) and one
-report (:mod:`bench.report`). Each prints a markdown table (median, min and max
-over repeats) and writes every raw number to
-``bench/results/<benchmark>-<timestamp>.json`` (or ``--json-out``).
+Every command, with examples, is in bench/README.md. ``recovery``, ``compare``,
+``soak``, ``overhead`` and ``slurm`` share one harness (:mod:`bench.harness`), one
+scenario registry (:mod:`bench.registry`) and one report (:mod:`bench.report`); the
+cost commands (:data:`COST_COMMANDS`) share :mod:`bench.costs`.
 """
 
 from __future__ import annotations
@@ -41,16 +19,13 @@ from typing import Any
 from bench import (
     catalog,
     checkpoint_bench,
-    replica_cost,
-    replica_push_cost,
     report,
     scale,
     slurm_calls,
-    snapshot_cost,
-    state_costs,
     state_scale,
 )
 from bench.benchmark import run_benchmark
+from bench.costs import results_path
 from bench.harness import BenchConfig, BenchContext, BenchRun, Extra
 from bench.jobs import JobShape
 from bench.registry import SUITES
@@ -61,11 +36,7 @@ PROG = "python -m bench"
 COST_COMMANDS: dict[str, Any] = {
     "checkpoints": checkpoint_bench,
     "scale": scale,
-    "state-costs": state_costs,
     "slurm-calls": slurm_calls,
-    "replica-cost": replica_cost,
-    "replica-push-cost": replica_push_cost,
-    "snapshot-cost": snapshot_cost,
     "state-scale": state_scale,
 }
 """The cost commands, each a module with ``add_command(commands)`` (its parser, named
@@ -161,27 +132,47 @@ def _soak_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot-out", type=Path, help="default: next to the JSON, .png")
 
 
+def _described(suite: str) -> str:
+    scenarios = catalog.load()
+    return "Scenarios: " + "; ".join(f"{n}: {scenarios[n].summary}" for n in SUITES[suite])
+
+
+def _run_flags(
+    parser: argparse.ArgumentParser,
+    suite: str,
+    scenario_names: Callable[[str], list[str]] = _any_scenarios,
+    scenarios_help: str | None = None,
+    steps_help: str = "training steps per job",
+) -> None:
+    """``--repeats``, ``--scenarios`` (default: the suite) and ``--steps``: the scenario
+    commands' shared options."""
+    default = list(SUITES[suite])
+    parser.add_argument("--repeats", type=_positive_int, default=3)
+    parser.add_argument(
+        "--scenarios",
+        type=scenario_names,
+        default=default,
+        help=scenarios_help or f"comma-separated (default: {','.join(default)})",
+    )
+    parser.add_argument("--steps", type=_positive_int, help=steps_help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    scenarios = catalog.load()
 
     recovery = commands.add_parser(
         "recovery",
         help="fault scenarios against the example DDP job on a local stack, Lazarus alone",
-        description="Scenarios: "
-        + "; ".join(f"{n}: {scenarios[n].summary}" for n in SUITES["recovery"]),
+        description=_described("recovery"),
     )
-    recovery.add_argument("--repeats", type=_positive_int, default=3)
-    recovery.add_argument(
-        "--scenarios",
-        type=_lazarus_scenarios,
-        default=list(SUITES["recovery"]),
-        help=f"comma-separated, from: {','.join(SUITES['recovery'])} (default: all; any "
+    _run_flags(
+        recovery,
+        "recovery",
+        _lazarus_scenarios,
+        f"comma-separated, from: {','.join(SUITES['recovery'])} (default: all; any "
         "registered scenario Lazarus runs is accepted)",
-    )
-    recovery.add_argument(
-        "--steps", type=_positive_int, help="training steps per job (the fault step scales)"
+        "training steps per job (the fault step scales)",
     )
     _common(recovery, "a tiny job (30 steps, 3 s hang timeout): smoke only")
 
@@ -194,13 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     quick = "tiny jobs and a 15 s soak: checks the harness only"
     _common(compare, quick)
     _systems_flag(compare)
-    compare.add_argument("--repeats", type=_positive_int, default=3)
-    compare.add_argument(
-        "--scenarios",
-        type=_any_scenarios,
-        help=f"comma-separated (default: {','.join(SUITES['compare'])})",
-    )
-    compare.add_argument("--steps", type=_positive_int, help="training steps per job")
+    _run_flags(compare, "compare")
     compare.add_argument("--no-overhead", action="store_true", help="skip the overhead figures")
     _soak_flags(compare)
 
@@ -235,23 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
         "slurm",
         help="on a test Slurm: node loss under Lazarus and plain Slurm (--requeue), and "
         "the controller's CPU per supervised Slurm node",
-        description="Scenarios: "
-        + "; ".join(f"{n}: {scenarios[n].summary}" for n in SUITES["slurm"]),
+        description=_described("slurm"),
     )
-    slurm.add_argument("--repeats", type=_positive_int, default=3)
-    slurm.add_argument(
-        "--scenarios",
-        type=_any_scenarios,
-        default=list(SUITES["slurm"]),
-        help=f"comma-separated (default: {','.join(SUITES['slurm'])})",
-    )
+    _run_flags(slurm, "slurm")
     slurm.add_argument(
         "--systems",
         type=lambda text: _names(text, list(SLURM_SYSTEMS), "system(s)"),
         default=list(SLURM_SYSTEMS),
         help=f"comma-separated, from: {','.join(SLURM_SYSTEMS)} (default: both)",
     )
-    slurm.add_argument("--steps", type=_positive_int, help="training steps per job")
     _common(slurm, "a tiny job (30 steps): smoke only")
 
     show = commands.add_parser(
@@ -357,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    json_out: Path = args.json_out or report.default_json_path(args.command)
+    json_out: Path = results_path(args.command, args.json_out)
     extras = _extras(args, config, json_out)
     if "false_alarms" in extras:
         minutes = 10.0 if args.soak_minutes is None else args.soak_minutes
@@ -365,29 +342,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG} soak --false-alarms: --soak-minutes must be above 0", file=sys.stderr)
             return 2
         config = replace(config, soak_minutes=minutes)
-    elif "soak" in extras and args.soak_minutes is not None:
-        config = replace(config, soak_minutes=args.soak_minutes, seed=args.seed)
     elif "soak" in extras:
-        config = replace(config, seed=args.seed)
-    scenarios = catalog.load()
-    names: list[str]
-    systems: list[System]
-    if args.command == "recovery":
-        names, systems, repeats = args.scenarios, ["lazarus"], args.repeats
-    elif args.command == "slurm":
-        names, systems, repeats = args.scenarios, args.systems, args.repeats
-    elif args.command == "compare":
-        names, systems, repeats = (
-            args.scenarios or list(SUITES["compare"]),
-            args.systems,
-            args.repeats,
-        )
-    else:
-        names, systems, repeats = [], args.systems, 1
+        minutes = config.soak_minutes if args.soak_minutes is None else args.soak_minutes
+        config = replace(config, soak_minutes=minutes, seed=args.seed)
+    systems: list[System] = ["lazarus"] if args.command == "recovery" else args.systems
+    names: list[str] = getattr(args, "scenarios", [])
     run = run_benchmark(
-        [scenarios[n] for n in names],
+        [catalog.load()[n] for n in names],
         config,
-        repeats,
+        getattr(args, "repeats", 1),
         keep_workdir=args.keep_workdir,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
         systems=systems,

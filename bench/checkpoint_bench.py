@@ -27,7 +27,6 @@ from bench import costs
 from bench.costs import progress, results_path, timed, write_results
 from lazarus.domain.ports import free_port
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CHUNK = 1 << 20
 
 
@@ -37,7 +36,6 @@ def add_command(commands: Any) -> None:
         commands,
         __doc__,
         help="checkpoint write, verification and S3 tiering costs",
-        json_help="default: bench/results/checkpoints-<ts>.json",
     )
     parser.add_argument("--size-mb", type=int, default=512, help="checkpoint size (default 512)")
     parser.add_argument("--files", type=int, default=1, help="files the size is split into")
@@ -175,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         "figures": figures,
         "raw_seconds": raw,
     }
-    out = results_path("checkpoints", args.json_out, RESULTS)
+    out = results_path("checkpoints", args.json_out)
     write_results(out, payload, markdown(figures, repeats))
     return 0
 

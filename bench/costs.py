@@ -1,7 +1,6 @@
-"""The cost commands' one skeleton (``checkpoints``, ``scale``, ``state-costs``,
-``state-scale``, ``slurm-calls``, ``replica-cost``, ``snapshot-cost``,
-``replica-push-cost``, ``bench.metrics_scrape``): their shared flags, timers and
-results file. Each command keeps its own measurement, rows and table."""
+"""The cost commands' one skeleton (``checkpoints``, ``scale``, ``state-scale``,
+``slurm-calls``): their shared flags, timers and results
+file. Each command keeps its own measurement, rows and table."""
 
 from __future__ import annotations
 
@@ -9,23 +8,21 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path("bench/results")
+RESULTS = Path(__file__).resolve().parent / "results"
+"""Where every command's results file goes unless ``--json-out`` (bench/README.md)."""
 
 
-def add_parser(
-    name: str, commands: Any, doc: str | None, help: str, json_help: str | None = None
-) -> argparse.ArgumentParser:
+def add_parser(name: str, commands: Any, doc: str | None, help: str) -> argparse.ArgumentParser:
     """``python -m bench <name>``, described by ``doc``'s first line, with ``--json-out``."""
     parser: argparse.ArgumentParser = commands.add_parser(
         name, help=help, description=(doc or "").splitlines()[0]
     )
-    parser.add_argument("--json-out", type=Path, help=json_help)
+    parser.add_argument("--json-out", type=Path, help=f"default: bench/results/{name}-<ts>.json")
     return parser
 
 
@@ -45,13 +42,6 @@ def sizes_mb(text: str) -> list[int]:
     return [int(size) for size in str(text).split(",") if size.strip()]
 
 
-def tmpfs_scratch(prefix: str) -> tempfile.TemporaryDirectory[str]:
-    """A scratch directory in tmpfs (``/dev/shm``, where the memory tier lives), or
-    the default temporary directory where there is none; removed on exit."""
-    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-    return tempfile.TemporaryDirectory(dir=shm, prefix=prefix)
-
-
 def timed(action: Callable[[], object]) -> float:
     """Seconds ``action`` took."""
     started = time.perf_counter()
@@ -59,18 +49,13 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def best_s(action: Callable[[], object], repeats: int) -> float:
-    """The fastest of ``repeats`` runs: the least disturbed by whatever else runs."""
-    return min(timed(action) for _ in range(repeats))
-
-
 def progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def results_path(benchmark: str, json_out: Path | None, root: Path = RESULTS) -> Path:
-    """``json_out``, or ``<root>/<benchmark>-<local time>.json``."""
-    return json_out or root / f"{benchmark}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+def results_path(benchmark: str, json_out: Path | None = None) -> Path:
+    """``json_out``, or ``bench/results/<benchmark>-<local time>.json``."""
+    return json_out or RESULTS / f"{benchmark}-{time.strftime('%Y%m%d-%H%M%S')}.json"
 
 
 def write_results(

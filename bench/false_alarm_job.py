@@ -1,29 +1,16 @@
 """The false-alarm soak's training job (issue 38): no fault, every legitimate pause.
 
-A 2-rank gloo job whose steps are an ``all_reduce`` after a sleep that jitters between
-one and two times ``--step-time`` at random, with, on a wall-clock schedule the soak
-writes (``--schedule``, JSON; times relative to the soak's start):
+A 2-rank gloo job whose steps are an ``all_reduce`` after a sleep jittering between one
+and two ``--step-time``, with, on the wall-clock ``--schedule`` the soak writes
+(:func:`bench.soak_false_alarms.plan`): checkpoint saves, evaluation pauses, data-loader
+stalls on one rank, with ``--helper`` a just-in-time save when the controller asks, and
+slow first steps after every (re)start. Rank 0 decides when an event is due and tells
+the others in the step's ``all_reduce``, so every rank acts on it at the same step.
 
-* a checkpoint save every ``save_every_s`` that takes ``save_s`` (rank 0 writes, every
-  rank waits in the barrier after it);
-* an evaluation pause of ``eval_s`` at each of ``eval_at_s`` (every rank, then a barrier);
-* a data-loader stall of ``stall_s`` on rank ``stall_rank`` at each of ``stall_at_s``
-  (its peers wait for it in the next ``all_reduce``);
-* with ``--helper``, a just-in-time save of ``jit_save_s`` when the controller asks
-  (``lz.should_checkpoint()``: before the soak's planned restart);
-* slow first steps in every process (``warmup_steps`` of ``warmup_s``, the first one
-  ``first_step_s``): compilation and warm-up, again after each restart.
-
-Rank 0 decides when an event is due and tells the others in the step's ``all_reduce``,
-so every rank acts on it at the same step. With ``--helper`` the script uses
-``lazarus.rank``: heartbeats, the checkpoint protocol (which declares the save as a
-slow phase itself) and ``lz.slow_phase`` for the evaluation and the stall. Without it
-(the plain variant) it never imports Lazarus and keeps its own checkpoint file; the
-spec's ``progress_regex`` reads the ``step N`` line it prints after each step (both
-variants print it).
-
-Each event rank 0 acts on is appended to ``<workdir>/events.jsonl`` (``kind``,
-``at``: wall time, ``step``, ``pid``), for the soak's report.
+With ``--helper`` it uses ``lazarus.rank`` (heartbeats, the checkpoint protocol, which
+declares the save a slow phase itself, and ``lz.slow_phase``); without it, it never
+imports Lazarus and the spec's ``progress_regex`` reads its ``step N`` lines. Each event
+rank 0 acts on goes to ``<workdir>/events.jsonl`` for the soak's report.
 """
 
 from __future__ import annotations

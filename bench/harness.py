@@ -1,11 +1,8 @@
 """The one benchmark harness: one LocalStack per invocation, one fresh job per run.
 
-:func:`bench.benchmark.run_benchmark` runs every scenario under every chosen system
-``repeats`` times, interleaved, then the extras, and keeps every run's raw numbers as
-:class:`RunRecord`; the stack's temporary directory goes at the end whatever happened
-(Ctrl-C and SIGTERM included). :class:`BenchContext` is what a runner gets
-(:meth:`~BenchContext.lazarus`, :meth:`~BenchContext.torchrun`, :meth:`~BenchContext.job`).
-What it does: docs/results/2026-12-bench-notebook-2.md, "What it does".
+:class:`BenchContext` is what a scenario's runner gets (:meth:`~BenchContext.lazarus`,
+:meth:`~BenchContext.torchrun`, :meth:`~BenchContext.job`); :mod:`bench.benchmark`
+runs them. What it does: docs/results/2026-12-bench-notebook-2.md, "What it does".
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from temporalio.service import RPCError
 
 from activities.nodes.rundir import GenerationDir
 from activities.stop import stop_generations
-from bench.jobs import EXAMPLE, WORLD_SIZE, JobControl, JobPaths, JobShape, build_spec
+from bench.jobs import EXAMPLE, WORLD_SIZE, JobControl, JobPaths, JobShape, build_spec, flags
 from bench.measure import RunMonitor, StepTrace, count_history_events, max_logged_step
 from bench.metrics import Value
 from bench.systems import DEFAULT_PRELOAD, LAZARUS_SETUPS, LazarusSetup, Measured, Reference, System
@@ -290,12 +287,8 @@ class TorchrunRun:
 
     async def wait_exit(self, timeout_s: float) -> float | None:
         """Wait for the agent to exit; the time it did, or None on timeout."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.job.agent.poll() is not None:
-                return time.time()
-            await asyncio.sleep(STEP_POLL_S)
-        return None
+        exited = await wait_until(lambda: self.job.agent.poll() is not None, timeout_s)
+        return time.time() if exited else None
 
 
 async def wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:
@@ -377,18 +370,14 @@ class BenchContext:
         shape = self.shape
         return [
             str(EXAMPLE),
-            "--steps",
-            str(steps or shape.steps),
-            "--step-time",
-            str(shape.step_time_s if step_time_s is None else step_time_s),
-            "--ckpt-every",
-            str(shape.ckpt_every),
-            "--pg-timeout-s",
-            str(self.config.pg_timeout_s),
-            "--out",
-            str(paths.weights),
-            "--checkpoint-dir",
-            str(paths.checkpoints),
+            *flags(
+                steps=steps or shape.steps,
+                step_time=shape.step_time_s if step_time_s is None else step_time_s,
+                ckpt_every=shape.ckpt_every,
+                pg_timeout_s=self.config.pg_timeout_s,
+                out=paths.weights,
+                checkpoint_dir=paths.checkpoints,
+            ),
             *(extra or []),
         ]
 
@@ -626,14 +615,6 @@ class BenchRun:
     @property
     def shape(self) -> JobShape:
         return self.config.shape
-
-    @property
-    def scenarios(self) -> list[str]:
-        return self.plan.scenarios
-
-    @property
-    def repeats(self) -> int:
-        return self.plan.repeats
 
 
 Extra = Callable[[BenchContext, Callable[[str], None]], Awaitable[dict[str, Any]]]

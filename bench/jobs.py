@@ -57,12 +57,10 @@ class JobShape:
     """Multi-node scenarios: ``ssh.connect_timeout_s``."""
     ssh_command_timeout_s: float = 2.0
     """Multi-node scenarios: ``ssh.command_timeout_s`` (a poll that takes longer fails)."""
-    ssh_polls: int = 50
-    """ssh_poll: warm polls per node (and concurrent rounds over every node)."""
     cpu_steps: int = 150
-    """controller_cpu: training steps of each supervised job."""
+    """slurm_cpu: training steps of each supervised job."""
     idle_window_s: float = 10.0
-    """controller_cpu: how long the worker's CPU is sampled with no job at all."""
+    """slurm_cpu: how long the worker's CPU is sampled with no job at all."""
     state_mb: int = 0
     """Extra training state every rank carries (the example's ``--state-mb``): what
     ``bench state-scale`` sizes; 0 for every other benchmark."""
@@ -86,7 +84,6 @@ class JobShape:
             health={"startup_timeout_s": 60.0, "poll_interval_s": 0.2},
             recovery={"backoff_initial_s": 0.2, "stop_grace_s": 2.0},
             job_timeout_s=120.0,
-            ssh_polls=10,
             cpu_steps=30,
             idle_window_s=2.0,
         )
@@ -125,6 +122,11 @@ class JobPaths:
         return self.root / "out" / "model.pt"
 
 
+def flags(**values: object) -> list[str]:
+    """``--name value`` per keyword, ``_`` as ``-`` (``ckpt_every=10``: ``--ckpt-every 10``)."""
+    return [part for k, v in values.items() for part in (f"--{k.replace('_', '-')}", str(v))]
+
+
 def build_spec(
     name: str,
     paths: JobPaths,
@@ -143,15 +145,13 @@ def build_spec(
         "command": [
             sys.executable,
             str(EXAMPLE),
-            "--steps",
-            str(shape.steps if steps is None else steps),
-            "--step-time",
-            str(shape.step_time_s),
-            "--ckpt-every",
-            str(shape.ckpt_every),
-            "--out",
-            str(paths.weights),
-            *(["--state-mb", str(shape.state_mb)] if shape.state_mb else []),
+            *flags(
+                steps=shape.steps if steps is None else steps,
+                step_time=shape.step_time_s,
+                ckpt_every=shape.ckpt_every,
+                out=paths.weights,
+            ),
+            *(flags(state_mb=shape.state_mb) if shape.state_mb else []),
         ],
         "workdir": str(paths.root),
         "nproc_per_node": nproc_per_node,

@@ -269,9 +269,11 @@ class StepTrace(BaseModel):
             high_water = max(high_water, point.step)
         return productive
 
-    def relative(self) -> list[tuple[float, int]]:
-        """(seconds since launch, step), for plots."""
-        return [(p.t - self.started_at, p.step) for p in self.sorted_points()]
+
+def steady_window(steps: int) -> tuple[int, int]:
+    """The steps a job's steady rate or CPU is sampled between, 1/6 and 5/6 of its
+    steps: after start-up and rendezvous, before the end."""
+    return max(1, steps // 6), steps * 5 // 6
 
 
 LEAVES_GENERATION = re.compile(r"^lazarus\.rank: rank \d+ leaves generation \d+ ")

@@ -1,11 +1,8 @@
 """Every metric a benchmark scenario reports: one name, one unit, one meaning.
 
-The recovery and comparison benchmarks used to share names for different
-things (``detection_s`` was the incident's own detection time in one and the
-time from the injected fault in the other). Here every name has exactly one
-definition; a scenario may only report names in :data:`METRICS` (a unit test
-runs every scenario's metric names through :func:`lookup`). The definitions are one
-table, ``bench/metrics.tsv``.
+Two benchmarks once gave ``detection_s`` two meanings; so a scenario may only report
+names in ``bench/metrics.tsv`` (a unit test runs every scenario's names through
+:func:`lookup`).
 
 Times named ``..._from_injection_s`` or ``..._outside_s`` start at the moment the
 bench injected the fault (its own clock); plain ``detection_s`` and

@@ -1,16 +1,11 @@
-"""What the multi-node scenarios share: real SSH test hosts, ssh job specs, measuring
-an SSH poll, and the controller worker's CPU time.
+"""What the multi-node scenarios share: real SSH test hosts, ssh job specs, and a
+process's CPU time (the controller worker's, torchrun's agent's).
 
-The hosts are :class:`infra.testhosts.TestHosts`: one network namespace per host,
-each running its own sshd, reachable from the controller (which stays in the root
-namespace) across a bridge, each with its own ``/dev/shm`` (a private tmpfs that a
-killed host loses, so the memory tier is measured as on real nodes). They share
-this machine's filesystem and PID space, so a job's run directory (and the monitor
-reading it) is the same on every node, exactly as the product expects of nodes with
-a shared or synced training tree.
-They need root with CAP_NET_ADMIN and CAP_SYS_ADMIN, ``ip`` and ``sshd``:
-:func:`netns_unavailable_reason` says what is missing, and the scenarios are then
-skipped with that reason in the results.
+The hosts (:class:`infra.testhosts.TestHosts`, described in
+docs/results/2026-12-bench-notebook-3.md, "Multi-node figures") each have their own
+``/dev/shm``, so a killed host's memory tier dies with it, as on a real node, and share
+this machine's filesystem, as nodes with a shared training tree do. Without root,
+``ip`` or ``sshd`` the scenarios are skipped with :func:`netns_unavailable_reason`.
 """
 
 from __future__ import annotations
@@ -19,28 +14,19 @@ import asyncio
 import contextlib
 import functools
 import os
-import shutil
-import statistics
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from activities.nodes.agent import NodeAgent, NodeStatus
-from activities.nodes.factory import agents, on_each
-from activities.nodes.node_records import RankLaunch
-from activities.nodes.rundir import GenerationDir, write_json_atomic
 from bench.harness import BenchContext
 from bench.jobs import JobPaths, JobShape, build_spec
 from infra.testhost_network import nameservers, unavailable_reason
 from infra.testhosts import TestHosts
-from lazarus.domain.contracts import NodeAccess
-from lazarus.domain.spec import JobSpec, NodeSpec, SSHSpec
+from lazarus.domain.spec import JobSpec, NodeSpec
 
 
-# Capability bits from <linux/capability.h>.
 @functools.cache
 def netns_unavailable_reason() -> str | None:
     """Why SSH test hosts cannot run on this machine, or None when they can."""
@@ -70,14 +56,6 @@ def node_specs(hosts: TestHosts) -> list[NodeSpec]:
     ]
 
 
-def ssh_settings(shape: JobShape, hosts: TestHosts) -> SSHSpec:
-    return SSHSpec(
-        known_hosts=str(hosts.known_hosts),
-        connect_timeout_s=shape.ssh_connect_timeout_s,
-        command_timeout_s=shape.ssh_command_timeout_s,
-    )
-
-
 def ssh_spec(
     name: str,
     paths: JobPaths,
@@ -85,7 +63,6 @@ def ssh_spec(
     hosts: TestHosts,
     nodes: int,
     spares: int = 0,
-    steps: int | None = None,
     setup: Mapping[str, object] | None = None,
     nproc_per_node: int = 1,
 ) -> JobSpec:
@@ -101,7 +78,6 @@ def ssh_spec(
         paths,
         shape,
         nproc_per_node=nproc_per_node,
-        steps=steps,
         extra={
             **(setup or {}),
             "nodes": entries[:nodes],
@@ -111,172 +87,12 @@ def ssh_spec(
                 "GLOO_SOCKET_IFNAME": hosts.hosts[0].interface,
             },
             "node_timeout_s": shape.node_timeout_s,
-            "ssh": ssh_settings(shape, hosts).model_dump(mode="json"),
+            "ssh": {
+                "known_hosts": str(hosts.known_hosts),
+                "connect_timeout_s": shape.ssh_connect_timeout_s,
+                "command_timeout_s": shape.ssh_command_timeout_s,
+            },
         },
-    )
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        raise ValueError("no values")
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * pct / 100.0
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def _ms(seconds: float) -> float:
-    return seconds * 1000.0
-
-
-# --------------------------------------------------------------------------- ssh polls
-
-
-@dataclass
-class PollResults:
-    """Seconds, per poll; what :func:`measure_polls` saw."""
-
-    first: dict[str, float]
-    """Each node's first poll: SSH connect, key exchange and login included."""
-    per_node: dict[str, list[float]]
-    """Warm polls on the reused connection, node by node, one round per poll interval."""
-    reported: list[float]
-    """The agent's own ``round_trip_s`` for the same warm polls."""
-    concurrent: list[float]
-    """One poll of every node at once (``on_each``), wall time per round, one round
-    per poll interval: what the supervisor does."""
-    sequential: list[float]
-    """The warm polls of one round added up: every node one after another."""
-    back_to_back: list[float]
-    """The first node polled again as soon as the previous poll returned."""
-    interval_s: float
-    """The pacing of the rounds (the spec's ``health.poll_interval_s``)."""
-    failures: list[str]
-    """Polls that were unreachable or did not see the idle rank alive."""
-
-    def metrics(self) -> dict[str, float | int | bool]:
-        out: dict[str, float | int | bool] = {
-            "polls_per_node": min((len(v) for v in self.per_node.values()), default=0),
-            "polls_ok": not self.failures,
-            "first_poll_with_connect_ms": _ms(statistics.median(self.first.values())),
-        }
-        for node, samples in self.per_node.items():
-            out[f"{node}_median_ms"] = _ms(statistics.median(samples))
-            out[f"{node}_p95_ms"] = _ms(percentile(samples, 95))
-        out["reported_round_trip_median_ms"] = _ms(statistics.median(self.reported))
-        out["all_sequential_median_ms"] = _ms(statistics.median(self.sequential))
-        out["all_concurrent_median_ms"] = _ms(statistics.median(self.concurrent))
-        out["all_concurrent_p95_ms"] = _ms(percentile(self.concurrent, 95))
-        out["back_to_back_median_ms"] = _ms(statistics.median(self.back_to_back))
-        out["back_to_back_p95_ms"] = _ms(percentile(self.back_to_back, 95))
-        return out
-
-
-def _check(status: NodeStatus, rank: int, failures: list[str]) -> None:
-    if not status.reachable:
-        failures.append(f"{status.node}: unreachable: {status.error}")
-    elif not any(r.rank == rank and r.alive for r in status.ranks):
-        failures.append(f"{status.node}: rank {rank} not seen alive")
-
-
-def measure_polls(
-    hosts: TestHosts, shape: JobShape, run_root: Path, cancel: threading.Event | None = None
-) -> PollResults:
-    """Start one idle rank per host (``sleep``, with a heartbeat file like a training
-    rank's), then time ``SSHAgent.poll`` of it: the first poll (connecting), then
-    ``shape.ssh_polls`` rounds node by node on the reused connections, then as many
-    rounds of every node at once, a round starting every poll interval as under
-    supervision; and last, polls of one node back to back. Every rank is stopped
-    before returning. Setting ``cancel`` ends it after the current poll (the hosts
-    are about to be torn down: nothing is stopped then)."""
-    cancel = cancel or threading.Event()
-
-    def check_cancel() -> None:
-        if cancel.is_set():
-            raise RuntimeError("poll measurement cancelled")
-
-    gen = GenerationDir.of(run_root, 1)
-    sleep = shutil.which("sleep") or "/bin/sleep"
-    workdir = run_root.parent
-    rank_of: dict[str, int] = {h.name: i for i, h in enumerate(hosts.hosts)}
-    failures: list[str] = []
-
-    def start(agent: NodeAgent) -> None:
-        rank = rank_of[agent.node.name]
-        launch = RankLaunch(rank=rank, command=[sleep, "3600"], env={}, workdir=str(workdir))
-        agent.start_ranks(str(gen.path), [launch])
-
-    def timed_poll(agent: NodeAgent) -> tuple[float, NodeStatus]:
-        rank = rank_of[agent.node.name]
-        started = time.perf_counter()
-        status = agent.poll(str(gen.path), [rank])
-        return time.perf_counter() - started, status
-
-    interval = float(shape.health.get("poll_interval_s", 0.5))
-
-    def pace(round_started: float) -> None:
-        time.sleep(max(0.0, round_started + interval - time.perf_counter()))
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    with agents(NodeAccess(nodes=node_specs(hosts), ssh=ssh_settings(shape, hosts))) as opened:
-        try:
-            # Starting the ranks opens every connection; close them again, so that the
-            # first poll below pays for a fresh connection as after a worker restart.
-            on_each(opened, start)
-            for agent in opened:
-                agent.close()
-            for rank in rank_of.values():
-                write_json_atomic(
-                    gen.heartbeat_file(rank),
-                    {"step": 0, "time": time.time(), "pid": 0, "metrics": {"loss": 1.0}},
-                )
-            first: dict[str, float] = {}
-            for agent in opened:
-                elapsed, status = timed_poll(agent)
-                _check(status, rank_of[agent.node.name], failures)
-                first[agent.node.name] = elapsed
-            per_node: dict[str, list[float]] = {a.node.name: [] for a in opened}
-            reported: list[float] = []
-            sequential: list[float] = []
-            for _ in range(shape.ssh_polls):
-                check_cancel()
-                round_started = time.perf_counter()
-                total = 0.0
-                for agent in opened:
-                    elapsed, status = timed_poll(agent)
-                    _check(status, rank_of[agent.node.name], failures)
-                    per_node[agent.node.name].append(elapsed)
-                    reported.append(status.round_trip_s)
-                    total += elapsed
-                sequential.append(total)
-                pace(round_started)
-            concurrent: list[float] = []
-            for _ in range(shape.ssh_polls):
-                check_cancel()
-                round_started = time.perf_counter()
-                results = on_each(opened, timed_poll)
-                concurrent.append(time.perf_counter() - round_started)
-                for agent, (_, status) in zip(opened, results, strict=True):
-                    _check(status, rank_of[agent.node.name], failures)
-                pace(round_started)
-            back_to_back: list[float] = []
-            for _ in range(shape.ssh_polls):
-                check_cancel()
-                elapsed, status = timed_poll(opened[0])
-                _check(status, rank_of[opened[0].node.name], failures)
-                back_to_back.append(elapsed)
-        finally:
-            # Best effort: stopping the hosts kills whatever is left in their namespaces.
-            if not cancel.is_set():
-                with contextlib.suppress(Exception):
-                    on_each(opened, lambda agent: agent.stop(str(run_root), None, 0.0))
-    return PollResults(
-        first, per_node, reported, concurrent, sequential, back_to_back, interval, failures
     )
 
 

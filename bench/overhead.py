@@ -1,7 +1,8 @@
 """What Lazarus costs when nothing goes wrong, next to torchrun: controller CPU per
 training hour, Temporal history per generation and per hour, the rank helper's
-heartbeat per call, memory-tier replicas' step rate (:mod:`bench.replica_cost`) and
-fault-free wall time, for the ``lazarus`` system's fast setup. The method:
+heartbeat per call and fault-free wall time, for the ``lazarus`` system's fast setup.
+What the memory tier's snapshots and replica pushes cost a step is measured at real
+sizes by ``python -m bench state-scale``. The method:
 docs/results/2026-12-bench-notebook.md, "Overhead".
 """
 
@@ -20,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bench import multinode, replica_cost
+from bench import multinode
 from bench.harness import BenchContext, wait_until
 from bench.jobs import REPO
-from bench.measure import count_history_events
+from bench.measure import count_history_events, steady_window
 from bench.report import Summary, render_cell
 
 DEFAULT_REPORT_INTERVAL_S = 300.0
@@ -82,9 +83,6 @@ class OverheadResult(BaseModel):
     cpu_job_wall_s: dict[str, float] = {}
     """Launch to end of each system's fault-free CPU job (``overhead_steps`` steps)."""
     cpu_job_steps: int | None = None
-    replica_slowdown: float | None = None
-    """Memory-tier replicas: 1 - (steps/s with replicas) / (steps/s without), the
-    example job at the bench's step time, 3 ranks (:mod:`bench.replica_cost`)."""
 
 
 async def measure(ctx: BenchContext, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -108,11 +106,6 @@ async def measure(ctx: BenchContext, progress: Callable[[str], None]) -> dict[st
     if ctx.config.overhead_history_job:
         progress("compare: overhead: history growth at a 2 s report interval")
         await _history_rate(ctx, result)
-    progress("compare: overhead: memory-tier replicas, step rate on and off")
-    replicas = await asyncio.to_thread(
-        replica_cost.measure, 1, 3, ctx.config.overhead_steps, ctx.shape.step_time_s
-    )
-    result.replica_slowdown = replicas["slowdown"]
     return result.model_dump()
 
 
@@ -134,15 +127,11 @@ def heartbeat_micro(calls: int = MICRO_CALLS, writes: int = MICRO_WRITES) -> dic
     return data
 
 
-def _window(steps: int) -> tuple[int, int]:
-    return max(1, steps // 6), steps * 5 // 6
-
-
 async def _lazarus_cpu(ctx: BenchContext, result: OverheadResult) -> None:
     """Worker CPU over the steady middle of a fault-free job; in quick mode the same
     job also reports every 2 s and gives the history growth."""
     steps = ctx.config.overhead_steps
-    low, high = _window(steps)
+    low, high = steady_window(steps)
     fast = not ctx.config.overhead_history_job
     extra = _fast_reports(ctx, fast)
     async with ctx.lazarus("overhead-cpu", 0, steps=steps, spec_extra=extra) as run:
@@ -190,7 +179,7 @@ def _history_figures(result: OverheadResult, events: int, window_s: float) -> No
 
 async def _torchrun_cpu(ctx: BenchContext, result: OverheadResult) -> None:
     steps = ctx.config.overhead_steps
-    low, high = _window(steps)
+    low, high = steady_window(steps)
     async with ctx.torchrun("overhead-cpu", 0, steps=steps) as run:
         timeout = ctx.shape.job_timeout_s
         await wait_until(lambda: (run.job.current_step() or 0) >= low, timeout)
@@ -209,7 +198,7 @@ async def _history_rate(ctx: BenchContext, result: OverheadResult) -> None:
     """History growth of a healthy generation that reports every 2 s, and the events
     of one fault-free generation (the job's whole history minus its reports)."""
     steps = ctx.config.overhead_steps
-    low, high = _window(steps)
+    low, high = steady_window(steps)
     async with ctx.lazarus(
         "overhead-history", 0, steps=steps, spec_extra=_fast_reports(ctx, True)
     ) as run:
@@ -264,11 +253,6 @@ def markdown(extra: dict[str, Any], stats: Summary) -> str:
             "-",
         ),
         ("heartbeat file write, µs", f(o.heartbeat_write_us), "-"),
-        (
-            "memory replicas: step rate, slower by %",
-            f(o.replica_slowdown * 100 if o.replica_slowdown is not None else None),
-            "-",
-        ),
         (f"helper µs per step at {o.step_time_s} s/step", f(o.heartbeat_us_per_step, 2), "-"),
         (
             "fault-free wall time, s (clean)",

@@ -1,11 +1,8 @@
 """The one scenario registry: every benchmark scenario, by name, with a runner per system.
 
-A scenario is registered once (:func:`scenario`, its docstring's first line the summary
-in ``--help`` and the JSON) with one runner per system that can run it (:func:`runs`); a
-system that cannot is ``not_possible`` with the reason, a scenario this machine cannot
-run is skipped with its reason. ``SUITES``: what each command runs by default, in table
-order. Adding a scenario: docs/results/2026-12-bench-notebook-2.md, "Adding a scenario";
-a new scenario module is imported by :mod:`bench.catalog`.
+A system that cannot run a scenario is ``not_possible`` with the reason, and a scenario
+this machine cannot run is skipped with its reason: every table cell says why it is
+empty. Adding a scenario: bench/README.md, "Structure".
 """
 
 from __future__ import annotations
@@ -57,11 +54,8 @@ SUITES: dict[str, tuple[str, ...]] = {
         "worker_kill",
         "pause",
         "straggler",
-        "schedule",
         "node_loss",
         "node_loss_replicas",
-        "ssh_poll",
-        "controller_cpu",
     ),
     "compare": (
         "clean",

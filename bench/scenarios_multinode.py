@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 
 from activities.nodes.rundir import GenerationDir, read_json
 from bench import multinode
 from bench.harness import RANK_ENV, BenchContext, Metric, SpecBuilder
-from bench.jobs import JobPaths, build_spec
+from bench.jobs import JobPaths
 from bench.measure import workflow_timeline
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics, since
@@ -22,7 +21,6 @@ from bench.systems import REJOIN_TIMEOUT_S, Measured
 from infra import chaos
 from infra.testhosts import TestHosts
 from lazarus.domain.spec import JobSpec, SpecError
-from workflows.state import JobStatus
 
 NOT_MEASURED_NODE_LOSS = (
     "not measured on this 3 x 1 layout: torchrun's elastic answer (c10d rendezvous, a "
@@ -31,7 +29,6 @@ NOT_MEASURED_NODE_LOSS = (
 )
 NODE_LOSS_VICTIM = "h2"
 NODE_LOSS_WORLD_SIZE = 3
-CPU_WORLD_SIZE = 4
 
 
 NODE_LOSS = scenario(
@@ -304,136 +301,4 @@ def _multinode_settings(spec: JobSpec) -> dict[str, Metric]:
         "ssh_connect_timeout_s": spec.ssh.connect_timeout_s,
         "ssh_command_timeout_s": spec.ssh.command_timeout_s,
         "poll_interval_s": spec.health.poll_interval_s,
-    }
-
-
-SSH_POLL = scenario(
-    "ssh_poll",
-    """The supervision round trip over SSH, node by node and all 4 at once.
-
-    1. start 4 test hosts; start an idle rank (``sleep`` plus a heartbeat file) on
-       each through ``SSHAgent.start_ranks``;
-    2. ``SSHAgent.poll`` each node on its kept-open connection, one round every
-       poll interval: node by node, all 4 at once (``factory.on_each``), and one
-       node back to back; the first poll of each node includes its connect.
-    """,
-    unavailable=multinode.netns_unavailable_reason,
-    references=lambda shape: [],
-)
-
-
-@runs(SSH_POLL, "lazarus")
-async def ssh_poll(ctx: BenchContext, repeat: int) -> Measured:
-    async with multinode.hosts_for_run(ctx, "ssh_poll", repeat, count=4) as hosts:
-        run_root = ctx.workdir / "polls" / f"ssh-poll-{repeat}" / "runs" / "bench-ssh-poll"
-        cancel = threading.Event()  # so that Ctrl-C does not wait for every poll to fail
-        try:
-            polls = await asyncio.to_thread(
-                multinode.measure_polls, hosts, ctx.shape, run_root, cancel
-            )
-        finally:
-            cancel.set()
-    return Measured(
-        metrics={
-            "nodes": len(polls.per_node),
-            "poll_interval_s": polls.interval_s,
-            "ssh_command_timeout_s": ctx.shape.ssh_command_timeout_s,
-            **polls.metrics(),
-        },
-        details={
-            "seconds": {
-                "first": polls.first,
-                "per_node": polls.per_node,
-                "concurrent": polls.concurrent,
-                "sequential": polls.sequential,
-                "back_to_back": polls.back_to_back,
-            },
-            "failures": polls.failures[:20],
-            "rig": multinode.rig_details(hosts),
-        },
-    )
-
-
-CONTROLLER_CPU = scenario(
-    "controller_cpu",
-    f"""The worker's CPU supervising {CPU_WORLD_SIZE} ssh nodes, against 1 local node, and idle.
-
-    1. sample the worker's CPU time (``/proc/<pid>/stat``) over
-       ``shape.idle_window_s`` with no job;
-    2. run {CPU_WORLD_SIZE} ranks on 1 local node for ``shape.cpu_steps`` steps;
-       sample from 1/6 to 5/6 of its steps;
-    3. the same on {CPU_WORLD_SIZE} ssh test hosts, one rank each.
-    """,
-    unavailable=multinode.netns_unavailable_reason,
-    references=lambda shape: [(CPU_WORLD_SIZE, shape.cpu_steps)],
-)
-
-
-@runs(CONTROLLER_CPU, "lazarus")
-async def controller_cpu(ctx: BenchContext, repeat: int) -> Measured:
-    shape = ctx.shape
-    outcome = Measured(metrics={"poll_interval_s": shape.health.get("poll_interval_s")})
-    # With no job at all: what the worker costs just by being connected.
-    pid = ctx.stack.worker_pid
-    first = multinode.cpu_sample(pid)
-    await asyncio.sleep(shape.idle_window_s)
-    idle = multinode.cpu_rate(first, multinode.cpu_sample(pid))
-    outcome.metrics["idle_cpu_ms_per_s"] = idle * 1000.0
-
-    def local(name: str, paths: JobPaths) -> JobSpec:
-        return build_spec(name, paths, shape, nproc_per_node=CPU_WORLD_SIZE, steps=shape.cpu_steps)
-
-    await _supervision_cpu(ctx, "cpu_local", repeat, local, "local1", outcome)
-    async with multinode.hosts_for_run(
-        ctx, "controller_cpu", repeat, count=CPU_WORLD_SIZE
-    ) as hosts:
-
-        def ssh(name: str, paths: JobPaths) -> JobSpec:
-            return multinode.ssh_spec(
-                name, paths, shape, hosts, nodes=CPU_WORLD_SIZE, steps=shape.cpu_steps
-            )
-
-        await _supervision_cpu(ctx, "cpu_ssh", repeat, ssh, "ssh4", outcome)
-        outcome.details["rig"] = multinode.rig_details(hosts)
-    local_rate = outcome.metrics.get("local1_cpu_ms_per_s")
-    ssh_rate = outcome.metrics.get("ssh4_cpu_ms_per_s")
-    outcome.metrics["ssh4_over_local1"] = (
-        ssh_rate / local_rate
-        if isinstance(ssh_rate, float) and isinstance(local_rate, float) and local_rate > 0
-        else None
-    )
-    return outcome
-
-
-async def _supervision_cpu(
-    ctx: BenchContext,
-    label: str,
-    repeat: int,
-    build: SpecBuilder,
-    prefix: str,
-    outcome: Measured,
-) -> None:
-    """Run one job to the end; sample the worker's CPU time over its steady middle
-    (from 1/6 to 5/6 of its steps: after start-up and rendezvous, before the end)."""
-    steps = ctx.shape.cpu_steps
-    async with ctx.job(label, repeat, build, steps=steps) as job:
-        await job.reach_step(max(1, steps // 6))
-        first = multinode.cpu_sample(ctx.stack.worker_pid)
-        await job.reach_step(steps * 5 // 6)
-        last = multinode.cpu_sample(ctx.stack.worker_pid)
-        status: JobStatus = await job.result()
-        common = await job.common_outcome(status)
-    rate = multinode.cpu_rate(first, last)
-    outcome.metrics |= {
-        f"{prefix}_completed": common.metrics["completed"],
-        f"{prefix}_weights_ok": common.metrics["weights_ok"],
-        f"{prefix}_window_s": last.at - first.at,
-        f"{prefix}_cpu_ms_per_s": rate * 1000.0,
-        f"{prefix}_cpu_s_per_hour": rate * 3600.0,
-    }
-    outcome.details[prefix] = {
-        **common.details,
-        "world_size": job.spec.world_size,
-        "nodes": [n.name for n in job.spec.nodes],
-        "window": {"from_cpu_s": first.cpu_s, "to_cpu_s": last.cpu_s},
     }

@@ -1,19 +1,10 @@
-"""Multi-node faults side by side: Lazarus and torchrun, the same job on the same SSH
-test hosts (:mod:`bench.multinode`), the same fault at the same step.
-
-The job is the example on 2 hosts x 2 ranks (world size 4), with the comparable
-command line (:meth:`bench.harness.BenchContext.example_args`). Lazarus runs it on
-ssh nodes with its best settings there (warm start, memory tier, and rejoin in
-place when the spec takes it on ssh nodes: :func:`bench.scenarios_multinode.ssh_builder`
-records which). torchrun runs it in its best working multi-node setup: one agent per
-host, each started inside its host's network namespace, c10d rendezvous served by
-the first host's agent, ``--max-restarts``, a 0.5 s monitor, the unshared store
-(:mod:`bench.torchrun`); for the node loss, elastic ``--nnodes 1:2`` with a standby
-agent on the spare host and the rendezvous keep-alive tuned to declare a silent node
-dead in ``node_timeout_s``, as Lazarus is told to.
-
-Skipped, with the reason in the results, where the test hosts cannot run (no root,
-no ``ip`` or ``sshd``).
+"""Multi-node faults side by side: Lazarus and torchrun, the same job (2 hosts x 2 ranks,
+the comparable command line) on the same SSH test hosts (:mod:`bench.multinode`), the
+same fault at the same step, each in its best multi-node setup: Lazarus on ssh nodes
+(warm start, memory tier, rejoin where the spec takes it:
+:func:`bench.scenarios_multinode.ssh_builder` records which); torchrun with one agent
+per host and c10d rendezvous, elastic with a standby for the node loss (the scenario
+docs below). Skipped, with the reason in the results, without root, ``ip`` or ``sshd``.
 """
 
 from __future__ import annotations
@@ -32,7 +23,13 @@ from bench import multinode
 from bench.harness import BenchContext, LazarusRun, Metric, TorchrunRun, wait_until
 from bench.jobs import REPO, JobShape
 from bench.registry import runs, scenario
-from bench.scenarios import rank_fault, torchrun_reach, torchrun_recovery
+from bench.scenarios import (
+    rank_fault,
+    torchrun_end,
+    torchrun_reach,
+    torchrun_recovery,
+    unrecovered,
+)
 from bench.scenarios_multinode import Layout, run_node_loss, ssh_builder
 from bench.systems import Measured
 from bench.torchrun import Rendezvous
@@ -221,14 +218,7 @@ async def _finish_on_hosts(
     survivors = [a for a in run.job.agents if run.job.agent_hosts.get(a.pid) != killed]
     completed = bool(survivors) and all(a.returncode == 0 for a in survivors)
     weights_ok = completed and await ctx.weights_ok(run.weights, world_size=WORLD_SIZE)
-    return {
-        "completed": completed,
-        "weights_ok": weights_ok,
-        "wall_s": ended - run.job.trace.started_at,
-        "generations": run.job.generation,
-        "max_live_ranks": run.job.max_live_ranks,
-        "duplicate_ranks": run.job.max_live_ranks > WORLD_SIZE,
-    }
+    return torchrun_end(run, ended, completed, weights_ok, WORLD_SIZE)
 
 
 async def _recovered(ctx: BenchContext, run: TorchrunRun, generation: int, at: float) -> bool:
@@ -254,12 +244,7 @@ async def multinode_crash_torchrun(ctx: BenchContext, repeat: int) -> Measured:
                 **torchrun_recovery(run, fault_at, generation),
             }
             if not recovered:
-                metrics |= {"completed": False, "weights_ok": False}
-                return Measured(
-                    metrics,
-                    {"tail": run.job.tail()},
-                    note=f"no restarted generation's step within {ctx.shape.job_timeout_s:.0f} s",
-                )
+                return unrecovered(metrics, run, ctx.shape.job_timeout_s)
             metrics |= await _finish_on_hosts(ctx, run)
     details = {"rendezvous": _rendezvous_details(rendezvous), "rig": multinode.rig_details(hosts)}
     return Measured(metrics, details)
@@ -343,12 +328,7 @@ async def node_loss_under_agents(ctx: BenchContext, repeat: int, how: AgentNodeL
                 "spare_used": any(run.job.agent_hosts.get(r.agent) == SPARE for r in later),
             }
             if not recovered:
-                metrics |= {"completed": False, "weights_ok": False}
-                return Measured(
-                    metrics,
-                    {"tail": run.job.tail()},
-                    note=f"no step of a restarted generation within {shape.job_timeout_s:.0f} s",
-                )
+                return unrecovered(metrics, run, shape.job_timeout_s)
             metrics |= await _finish_on_hosts(ctx, run, killed=VICTIM)
     details = {
         "rendezvous": _rendezvous_details(rendezvous),

@@ -1,20 +1,13 @@
 """The Slurm scenarios: a real Slurm on this machine (:class:`infra.slurm.TestSlurm`,
 slurmctld plus slurmd n1..n3), Lazarus against plain Slurm; skipped, with the reason in
-the results, where Slurm cannot run (no root, no slurm-wlm or munge).
+the results, without root, slurm-wlm or munge.
 
-Why a fresh cluster per run: the node kill takes a slurmd down and Lazarus drains the
-node, so a run leaves the cluster damaged; every run starts from three idle nodes. The
-worker is restarted with the cluster's ``SLURM_CONF`` (its Slurm commands must reach
-that cluster, as a worker on a login node reaches its site's), before the job starts,
-so the restart is in no figure.
-
-Plain Slurm runs *the same command line* as Lazarus (the example, 2 nodes x 1 rank,
-the same checkpoint directory, ``OMP_NUM_THREADS=1``) under ``sbatch --requeue -N 2``:
-``srun`` of the example with the variables torchrun would set (``RANK`` from
-``SLURM_PROCID``...). Each rank also gets ``LAZARUS_HEARTBEAT_FILE`` (one file per
-rank and requeue), only so the bench can date the first step of the requeued job by
-the rank's own clock, as it dates Lazarus's from the heartbeat files: the file write
-is all it changes (the example's checkpoint interval stays its ``--ckpt-every``).
+A fresh cluster per run: the node kill takes a slurmd down and Lazarus drains the node.
+The worker is restarted with the cluster's ``SLURM_CONF`` before the job starts, so the
+restart is in no figure. Plain Slurm runs the same command line under ``sbatch --requeue
+-N 2`` (``srun`` with the variables torchrun would set); each rank also gets
+``LAZARUS_HEARTBEAT_FILE`` only so that the bench dates the requeued job's first step by
+the rank's own clock, as it dates Lazarus's.
 """
 
 from __future__ import annotations
@@ -36,7 +29,7 @@ from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import GenerationDir, read_json
 from bench.harness import RANK_ENV, BenchContext, Metric
 from bench.jobs import JobPaths, build_spec
-from bench.measure import max_logged_step, workflow_timeline
+from bench.measure import max_logged_step, steady_window, workflow_timeline
 from bench.multinode import cpu_sample
 from bench.registry import runs, scenario
 from bench.scenarios import phase_metrics, since
@@ -182,15 +175,6 @@ def _lazarus_spec(
     )
 
 
-def _settings(job: JobSpec, slurm: dict[str, str]) -> dict[str, Any]:
-    return {
-        "poll_interval_s": job.health.poll_interval_s,
-        "node_timeout_s": job.node_timeout_s,
-        "stop_grace_s": job.recovery.stop_grace_s,
-        "slurm": slurm,
-    }
-
-
 @runs(NODE_LOSS, "lazarus")
 async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
     async with slurm_for_run(ctx) as cluster:
@@ -228,12 +212,10 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
         "fault_step": step,
         "poll_interval_s": job.spec.health.poll_interval_s,
         "node_timeout_s": job.spec.node_timeout_s,
-        "slurmd_timeout_s": float(slurm.get("SlurmdTimeout", "nan").split()[0]),
+        **watch.node_metrics(slurm),
         "detected": incident is not None,
         "detection_s": incident.detection_s if incident else None,
         "detection_from_kill_s": (incident.detected_at - killed_at) if incident else None,
-        "node_not_responding_after_kill_s": since(killed_at, watch.not_responding_at),
-        "node_down_after_kill_s": since(killed_at, watch.node_down_at),
         "stopped_after_kill_s": since(killed_at, incident.stopped_at if incident else None),
         "relaunched_after_kill_s": since(killed_at, incident.relaunched_at if incident else None),
         "recovered": bool(incident and incident.first_step_at),
@@ -252,7 +234,12 @@ async def node_loss_lazarus(ctx: BenchContext, repeat: int) -> Measured:
         "killed_pids": pids,
         "cluster_root": str(cluster.root),
         "nodes": status.nodes.model_dump(mode="json"),
-        "settings": _settings(job.spec, slurm),
+        "settings": {
+            "poll_interval_s": job.spec.health.poll_interval_s,
+            "node_timeout_s": job.spec.node_timeout_s,
+            "stop_grace_s": job.spec.recovery.stop_grace_s,
+            "slurm": slurm,
+        },
         "incident_kinds": [i.kind for i in status.incidents],
         "phases": [d.model_dump() for d in timeline.durations()] if timeline else [],
         "timeline": activities,  # activities and timers from 5 s before the kill
@@ -276,6 +263,14 @@ class _Watch:
     end_state: str | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     last: tuple[str, str, str] | None = None
+
+    def node_metrics(self, slurm: dict[str, str]) -> dict[str, Metric]:
+        """Slurm's node timeout and when the victim showed not responding, then DOWN."""
+        return {
+            "slurmd_timeout_s": float(slurm.get("SlurmdTimeout", "nan").split()[0]),
+            "node_not_responding_after_kill_s": since(self.killed_at, self.not_responding_at),
+            "node_down_after_kill_s": since(self.killed_at, self.node_down_at),
+        }
 
     def see_node(self, at: float, node: set[str]) -> None:
         if self.not_responding_at is None and node & {"DOWN", "NOT_RESPONDING"}:
@@ -454,18 +449,16 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
     if not recovered:
         note = (
             f"Slurm ended the job ({watch.end_state}) "
-            f"{_fmt(since(killed_at, watch.ended_at))} after the kill, no requeue"
+            f"{since(killed_at, watch.ended_at) or 0.0:.1f} s after the kill, no requeue"
             if watch.ended_at is not None
             else f"no step of a requeued job within {REQUEUE_WAIT_S:.0f} s of the kill"
         )
     return Measured(
         metrics={
             "fault_step": fault_step,
-            "slurmd_timeout_s": float(slurm.get("SlurmdTimeout", "nan").split()[0]),
+            **watch.node_metrics(slurm),
             "detected": watch.not_responding_at is not None,
             "detection_from_kill_s": since(killed_at, watch.not_responding_at),
-            "node_not_responding_after_kill_s": since(killed_at, watch.not_responding_at),
-            "node_down_after_kill_s": since(killed_at, watch.node_down_at),
             "job_left_running_after_kill_s": since(killed_at, watch.left_running_at),
             "requeued_after_kill_s": since(killed_at, watch.requeued_at),
             "running_again_after_kill_s": since(killed_at, watch.running_again_at),
@@ -500,10 +493,6 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
         },
         note=note,
     )
-
-
-def _fmt(value: float | None) -> str:
-    return "?" if value is None else f"{value:.1f} s"
 
 
 async def _wait_step(folder: Path, step: int, timeout_s: float) -> int:
@@ -602,12 +591,13 @@ async def _supervision_cpu(
     outcome: Measured,
 ) -> None:
     steps = ctx.shape.cpu_steps
+    low, high = steady_window(steps)
     async with ctx.job(f"slurm_cpu_{count}", repeat, build, steps=steps) as job:
-        await job.reach_step(max(1, steps // 6))
+        await job.reach_step(low)
         pid = ctx.stack.worker_pid
         gen = _current_generation(job.run_root)
         first, srun_first = cpu_sample(pid), _srun_cpu(gen)
-        await job.reach_step(steps * 5 // 6)
+        await job.reach_step(high)
         last, srun_last = cpu_sample(pid), _srun_cpu(gen)
         status: JobStatus = await job.result()
         common = await job.common_outcome(status)

@@ -229,7 +229,6 @@ def add_command(commands: Any) -> None:
         __doc__,
         help="Slurm commands per second that supervising one job sends, simulated "
         "(2, 8, 64 nodes; CPU only)",
-        json_help="default: bench/results/slurm-calls-<ts>.json",
     )
     parser.add_argument(
         "--nodes",

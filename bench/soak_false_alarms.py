@@ -1,27 +1,17 @@
 """The false-alarm soak (issue 38): no fault at all, only pauses a healthy job makes.
 
-``python -m bench soak --false-alarms --soak-minutes 10`` runs
-:mod:`bench.false_alarm_job` (2 ranks over gloo, 0.1 s steps that jitter up to 2x at
-random) under Lazarus with the spec's default hang settings (``hang_budget`` learned,
-``hang_timeout_s`` 60 s), twice: with the rank helper (heartbeats; the save declared by
-its checkpoint protocol, the evaluation and the stall by ``lz.slow_phase``) and as a
-plain script (``progress_regex`` on its ``step N`` lines, nothing declared). Each run
-sees, on one wall-clock schedule scaled to its length (:func:`plan`):
+``python -m bench soak --false-alarms`` runs :mod:`bench.false_alarm_job` (2 ranks,
+0.1 s steps jittering up to 2x) under Lazarus with the spec's default hang settings
+(the learned ``hang_budget``, ``hang_timeout_s`` 60 s), once with the rank helper (its
+saves, evaluations and stalls declared) and once as a plain script (``progress_regex``,
+nothing declared), through the saves, evaluations, data-loader stalls and planned
+restart of :func:`plan`. The first events come once the first generation has had time
+to learn its rhythm, so that they meet the learned budget, not ``hang_timeout_s``.
 
-* a 3 s checkpoint save every minute (every quarter of a shorter soak);
-* two 5 s evaluation pauses (at 45% and 90% of the soak);
-* two 2 s data-loader stalls on rank 1 (at 35% and 80%);
-* one planned restart at 55% (``pause``: a just-in-time save of 1 s with the helper,
-  then the stop; ``resume``): a new generation, whose first step takes 3 s and next
-  four 1 s each (compilation, warm-up), as does the first generation's.
-
-The first events come once the first generation has had time to learn its rhythm
-(about 20 s here), so that they meet the learned budget, not ``hang_timeout_s``.
-
-What counts is the job's hang incidents: any is a false alarm (there is no fault).
-Every other incident is reported too (there should be none either). The live hang
-budget is sampled every second from the supervisor's heartbeat (``lazarus status``),
-so the report says how tight it was when each pause came.
+Any hang incident is a false alarm (there is no fault); every other incident is
+reported too. The live budget is sampled every second from the supervisor's heartbeat,
+so the report says how tight it was when each pause came. Figures:
+docs/results/2026-12-hang-budget.md.
 """
 
 from __future__ import annotations
@@ -37,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bench.harness import BenchContext, BenchJob
-from bench.jobs import JobPaths
+from bench.jobs import JobPaths, flags
 from infra.chaos import newest_generation
 from lazarus.domain.spec import JobSpec, parse_spec
 from workflows.state import Phase
@@ -79,12 +69,7 @@ def _spec(variant: Variant, name: str, paths: JobPaths, schedule_file: Path) -> 
     command = [
         sys.executable,
         str(JOB),
-        "--schedule",
-        str(schedule_file),
-        "--workdir",
-        str(paths.root / "state"),
-        "--step-time",
-        str(STEP_TIME_S),
+        *flags(schedule=schedule_file, workdir=paths.root / "state", step_time=STEP_TIME_S),
     ]
     health: dict[str, object] = {"startup_timeout_s": 120.0}
     checkpoints: dict[str, object] = {}

@@ -1,45 +1,13 @@
 """``python -m bench state-scale``: recovery at real model sizes, on the SSH test hosts.
 
 Every figure before it was measured on a few-KB to 60 MB training state; real jobs
-carry gigabytes a rank. For each size (``--sizes-mb``), the example job carries that
-much extra state per rank (``--state-mb``: checkpointed, snapshotted, pushed to its
-buddy, restored and checked byte for byte on resume) on 2 test hosts x 1 rank plus a
-spare host, each a network namespace with its own sshd and ``/dev/shm``, memory
-snapshots every step (a snapshot that would overlap the previous one is skipped) and
-``memory_replicas`` on. Two faults, each in a run of its own:
-
-1. ``state_node_loss``: host h2 is killed whole (its tmpfs with it); the search finds
-   h2's newest step in h1's replicas and the restore streams it from h1 to the spare
-   h3 (node to node, the worker only starts the two ends), then every rank resumes
-   from that memory step;
-2. ``state_rank_crash``: h2's rank is SIGKILLed; with rejoin in place it restarts on
-   its own node from its own snapshot while h1's rank keeps its process.
-
-Beside them, in the bench process: a plain host copy (``memcpy``) of the same bytes,
-and the disk path a torchrun user has, ``torch.save`` then ``torch.load`` of the same
-state into the run's directory.
-
-Per size, in the JSON (``sizes[]``) and the table:
-
-* ``snapshot_stall_s`` (median over the run's snapshots, from the ranks' logs) and
-  ``memcpy_s`` (the rank's own timing of one host copy of its extra state), and their
-  ratio ``stall_over_memcpy``; ``snapshots_skipped`` (overlaps skipped, never queued);
-* ``push_gb_s`` (median of the buddy pushes); ``restore_gb_s`` (the restore onto the
-  spare, from the worker's log line);
-* ``node_loss_s`` (kill to the first step at full world size on the spare),
-  ``node_loss_steps_lost``, ``node_loss_weights_ok`` (against a fault-free run);
-* ``worker_rss_growth_mib`` (the worker's peak resident memory over the node-loss
-  run, less its resident memory when the run started: a bound on what the restore
-  costs the controller);
-* ``crash_s`` (SIGKILL to the first step completed at full world size: with this
-  bench's 1 s step, one step more than the restart), ``crash_state_loaded_s`` (SIGKILL
-  to every rank holding its state again, so the first step begins: the restart
-  itself), ``crash_steps_lost``, ``crash_weights_ok``;
-* ``torch_save_s``, ``torch_load_s`` and their GB/s: the disk path.
-
-    python -m bench state-scale --sizes-mb 256,512,1024 --json-out F
-    python -m bench state-scale --quick      # 64 MiB, a short job: checks the bench
-    python -m bench state-scale --sizes-mb 256 --faults crash --repeats 4
+carry gigabytes a rank. For each ``--sizes-mb`` the example carries that much extra
+state a rank (``--state-mb``: checkpointed, snapshotted, pushed to its buddy, restored
+and checked byte for byte) on 2 test hosts x 1 rank plus a spare, each with its own
+``/dev/shm``, a snapshot every step and ``memory_replicas`` on; two faults, a host lost
+(``state_node_loss``) and a rank crash with rejoin (``state_rank_crash``), against a
+plain memcpy and ``torch.save``/``torch.load`` of the same bytes. Each row's keys and
+the examples: bench/README.md ("Recovery at real model sizes").
 """
 
 from __future__ import annotations
@@ -114,7 +82,7 @@ async def state_node_loss(ctx: BenchContext, repeat: int) -> Measured:
     with _rss_sampler(ctx.stack.worker_pid) as rss:
         outcome = await run_node_loss(ctx, repeat, NODE_LOSS_LAYOUT, rejoin=False)
     outcome.metrics |= {"worker_rss_growth_mib": rss.growth_mib(), **_restore_rate(ctx)}
-    outcome.metrics |= _rank_log_metrics(ctx, outcome)
+    outcome.metrics |= _rank_log_metrics(ctx)
     return outcome
 
 
@@ -187,7 +155,7 @@ def _restore_rate(ctx: BenchContext) -> dict[str, Any]:
     return {"restore_s": seconds, "restore_gb_s": rate, "restore_total_s": total}
 
 
-def _rank_log_metrics(ctx: BenchContext, outcome: Measured) -> dict[str, Any]:
+def _rank_log_metrics(ctx: BenchContext) -> dict[str, Any]:
     """Stalls, pushes, skipped snapshots and the memcpy, from every rank log of the
     newest node-loss run (the example prints ``state-scale ...`` lines)."""
     stalls: list[float] = []

@@ -1,12 +1,9 @@
 """Two controller workers, one killed: who holds supervision, and when the survivor took it.
 
-Production runs two or more workers against one Temporal cluster. Supervision is one
-long-running activity per job; when the worker running it dies, Temporal notices the
-missing heartbeats after ``supervisor_heartbeat_timeout_s``, and the retry goes to a
-surviving worker (for a local job, one polling the job's host queue). The takeover
-time is read from Temporal's own view of the pending activity (which worker holds
-it, when its attempt started, when it last beat), so the bench and the end-to-end
-test measure it the same way, with no instrumentation in the controller.
+The takeover time is read from Temporal's own view of the pending ``supervise``
+activity (which worker holds it, when its attempt started, when it last beat), so the
+bench (:mod:`bench.scenarios_ha`) and the end-to-end test measure it the same way, with
+no instrumentation in the controller.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """Running the example job under plain ``torchrun``, watched from outside, for comparison.
 
-torchrun is the baseline, so it runs the very same script and arguments and gets its
-best chance: restarts allowed, a 0.5 s monitor, the example's own resume. Setups:
-``best`` (``--standalone`` with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: on torch 2.13 a
-restarted generation otherwise often hangs on the agent's shared store) and ``default``
-(as documented). Multi-node (:class:`Rendezvous`): one agent per test host, started
-inside it with ``nsenter``, meeting through c10d on the first host (``is_host=true``:
-every test host has the same hostname); a new generation starts when a rank number is
-seen again. Nothing trusts torchrun's own account: a reader thread timestamps every line
-and a poller finds the rank processes, to inject faults and kill every rank ever
-started at cleanup. The method: docs/results/2026-12-bench-notebook.md, "The systems"
-and "How it measures".
+torchrun runs the very same script and arguments and gets its best chance: restarts
+allowed, a 0.5 s monitor. Setups: ``best`` (``--standalone`` with
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: on torch 2.13 a restarted generation otherwise
+often hangs on the agent's shared store) and ``default``. Multi-node (:class:`Rendezvous`):
+one agent per test host, c10d on the first (``is_host=true``: every test host has the same
+hostname). Nothing trusts torchrun's own account: a reader thread timestamps every line
+and a poller finds every rank process, to inject faults and kill them all at cleanup.
+The method: docs/results/2026-12-bench-notebook.md, "The systems" and "How it measures".
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from activities.nodes.procfs import is_alive, read_stat
-from bench.jobs import REPO
+from bench.jobs import REPO, flags
 from bench.measure import STEP_LINE, StepTrace
 
 TorchrunSetup = Literal["best", "default"]
@@ -272,31 +269,25 @@ class TorchrunJob(ProcessWatch):
         where = (
             ["--standalone"]
             if rdzv is None
-            else [
-                "--nnodes",
-                rdzv.nnodes,
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                rdzv.endpoint,
-                "--rdzv-id",
-                rdzv.run_id,
-                "--rdzv-conf",
-                ",".join([f"is_host={str(is_host).lower()}", *rdzv.conf]),
-                *(["--local-addr", local_addr] if local_addr else []),
-            ]
+            else flags(
+                nnodes=rdzv.nnodes,
+                rdzv_backend="c10d",
+                rdzv_endpoint=rdzv.endpoint,
+                rdzv_id=rdzv.run_id,
+                rdzv_conf=",".join([f"is_host={str(is_host).lower()}", *rdzv.conf]),
+            )
+            + (flags(local_addr=local_addr) if local_addr else [])
         )
         return [
             sys.executable,
             "-m",
             "torch.distributed.run",
             *where,
-            "--nproc-per-node",
-            str(self.nproc),
-            "--max-restarts",
-            str(self.max_restarts),
-            "--monitor-interval",
-            str(self.monitor_interval_s),
+            *flags(
+                nproc_per_node=self.nproc,
+                max_restarts=self.max_restarts,
+                monitor_interval=self.monitor_interval_s,
+            ),
             *self.example_args,
         ]
 

@@ -1,15 +1,10 @@
 """The example job under NVRx's ``ft_launcher``: the same script, plus NVRx heartbeats.
 
-``ft_launcher`` is torchrun with a rank monitor per rank: a rank that stops
-sending heartbeats for ``--ft-rank-heartbeat-timeout`` seconds (or never sends
-its first within ``--ft-initial-rank-heartbeat-timeout``) is declared hung, and
-the worker group is restarted as on a crash. The one change the example needs is
-to send those heartbeats, with NVRx's documented client
-(``RankMonitorClient.init_workload_monitoring`` once, ``send_heartbeat`` each
-step): this wraps the example's per-step ``lazarus.rank.heartbeat`` call (a
-no-op outside Lazarus) so that every completed step also beats for NVRx, then
-runs the example's own ``main`` with the same arguments. Training, checkpoints
-(the example's own, every ``--ckpt-every`` steps) and resume are the example's.
+``ft_launcher`` declares a rank hung when its heartbeats stop, so the one change the
+example needs is to send them, with NVRx's documented client: this wraps the example's
+per-step ``lazarus.rank.heartbeat`` (a no-op outside Lazarus) so that every step also
+beats for NVRx, then runs the example's own ``main``; training, checkpoints and resume
+are the example's.
 """
 
 from __future__ import annotations

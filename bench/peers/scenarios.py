@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.harness import RANK_ENV, BenchContext, Metric, TorchrunRun, wait_until
-from bench.jobs import REPO, WORLD_SIZE, JobPaths
+from bench.jobs import REPO, WORLD_SIZE, JobPaths, flags
 from bench.measure import StepTrace
 from bench.peers.jobs import Member, MemberJob, MemberPoint, NvrxLauncherJob
 from bench.peers.settings import (
@@ -129,12 +129,7 @@ async def hang_nvrx(ctx: BenchContext, repeat: int) -> Measured:
 
 @asynccontextmanager
 async def member_job(
-    ctx: BenchContext,
-    system: str,
-    scenario: str,
-    repeat: int,
-    members: list[Member],
-    paths: JobPaths,
+    ctx: BenchContext, system: str, members: list[Member], paths: JobPaths
 ) -> AsyncIterator[MemberJob]:
     async with ctx.watch(MemberJob(members, paths.root / f"{system}.log")) as job:
         yield job
@@ -230,7 +225,7 @@ async def inprocess_run(
 ) -> Measured:
     """Run the in-process job, ``fault`` at the fault step; fault to the first step of
     a later restart iteration, steps lost, the weights of the finished job."""
-    async with member_job(ctx, "nvrx_inprocess", scenario, repeat, members, paths) as job:
+    async with member_job(ctx, "nvrx_inprocess", members, paths) as job:
         step = await reach(ctx, job, ctx.shape.fault_step)
         generation = job.generation(members[0].name)
         fault_at = time.time()
@@ -351,26 +346,18 @@ def torchft_script(ctx: BenchContext, paths: JobPaths, settings: TorchftSettings
     shape = ctx.shape
     return [
         str(PEERS_DIR / "torchft_train.py"),
-        "--steps",
-        str(shape.steps),
-        "--step-time",
-        str(shape.step_time_s),
-        "--ckpt-every",
-        str(shape.ckpt_every),
-        "--out",
-        str(paths.weights),
-        "--checkpoint-dir",
-        str(paths.checkpoints),
-        "--timeout-s",
-        str(settings.timeout_s),
-        "--quorum-timeout-s",
-        str(settings.quorum_timeout_s),
-        "--min-replica-size",
-        str(settings.min_replicas),
-        "--start-together",
-        str(paths.root / "started"),
-        "--groups",
-        str(settings.groups),
+        *flags(
+            steps=shape.steps,
+            step_time=shape.step_time_s,
+            ckpt_every=shape.ckpt_every,
+            out=paths.weights,
+            checkpoint_dir=paths.checkpoints,
+            timeout_s=settings.timeout_s,
+            quorum_timeout_s=settings.quorum_timeout_s,
+            min_replica_size=settings.min_replicas,
+            start_together=paths.root / "started",
+            groups=settings.groups,
+        ),
     ]
 
 
@@ -392,12 +379,11 @@ def torchft_group(
         "-m",
         "torch.distributed.run",
         "--standalone",
-        "--nproc-per-node",
-        "1",
-        "--max-restarts",
-        str(settings.max_restarts),
-        "--monitor-interval",
-        str(settings.monitor_interval_s),
+        *flags(
+            nproc_per_node=1,
+            max_restarts=settings.max_restarts,
+            monitor_interval=settings.monitor_interval_s,
+        ),
         *script,
         *extra_args,
     ]
@@ -467,6 +453,61 @@ def _first(points: list[MemberPoint]) -> MemberPoint | None:
     return min(points, key=lambda p: p.t) if points else None
 
 
+@dataclass(frozen=True)
+class TorchftFault:
+    """A fault to one of torchft's replica groups and what its measure needs."""
+
+    victim: str
+    survivor: str
+    inject: Callable[[MemberJob], Awaitable[None]]
+    finish: list[str]
+    """The groups that must exit 0 for the job to count as completed."""
+    why_not: str
+    """The note when neither the victim nor ``replacement`` commits a step past the fault."""
+    wait_for: list[str] | None = None
+    """The groups the run waits on (default ``finish``): a hung group never exits."""
+    replacement: str | None = None
+    """A group started elsewhere in the victim's place (node loss)."""
+
+
+async def torchft_run(
+    ctx: BenchContext,
+    repeat: int,
+    scenario: str,
+    paths: JobPaths,
+    members: list[Member],
+    fault: TorchftFault,
+) -> Measured:
+    """Run torchft's job, ``fault`` at the fault step; :func:`torchft_figures` and the
+    finished job's weights. The fault is dated before it is injected, as in
+    :func:`inprocess_run` (a host kill takes a while; a signal does not)."""
+    async with member_job(ctx, "torchft", members, paths) as job:
+        step = await reach(ctx, job, ctx.shape.fault_step)
+        generation = job.generation(fault.victim)
+        fault_at = time.time()
+        await fault.inject(job)
+        max_before = job.max_step(before=fault_at) or step
+        ended = await wait_exit(job, fault.wait_for or fault.finish, ctx.shape.job_timeout_s)
+        figures = torchft_figures(
+            job, fault.victim, fault.survivor, fault_at, max_before, generation, fault.replacement
+        )
+        completed = ended is not None and all(job.returncode(g) == 0 for g in fault.finish)
+        weights_ok = completed and await ctx.weights_ok(paths.weights)
+        metrics: dict[str, Metric] = {
+            "fault_step": step,
+            **figures,
+            "completed": completed,
+            "weights_ok": weights_ok,
+            "wall_s": (ended or time.time()) - job.started_at,
+        }
+        tail = job.tail()
+    notes = [] if figures["recovered"] else [fault.why_not]
+    if completed and not weights_ok:
+        notes.append(TORCHFT_WEIGHTS)
+    details = {"settings_note": TORCHFT_WEIGHTS, **({} if figures["recovered"] else {"tail": tail})}
+    return Measured(metrics, details, note="; ".join(notes) or None)
+
+
 async def _torchft_fault(
     ctx: BenchContext, repeat: int, scenario: str, group: int, sig: signal.Signals
 ) -> Measured:
@@ -476,36 +517,20 @@ async def _torchft_fault(
     groups = [m.name for m in members if m.name.startswith("group")]
     victim = f"group{group}"
     survivor = next(g for g in groups if g != victim)
-    async with member_job(ctx, "torchft", scenario, repeat, members, paths) as job:
-        step = await reach(ctx, job, ctx.shape.fault_step)
-        generation = job.generation(victim)
+
+    async def inject(job: MemberJob) -> None:
         job.signal_member(victim, sig)
-        fault_at = time.time()
-        max_before = job.max_step(before=fault_at) or step
-        if sig == signal.SIGKILL:
-            ended = await wait_exit(job, groups, ctx.shape.job_timeout_s)
-        else:
-            ended = await wait_exit(job, [survivor], ctx.shape.job_timeout_s)
-        metrics: dict[str, Metric] = {
-            "fault_step": step,
-            **torchft_figures(job, victim, survivor, fault_at, max_before, generation),
-        }
-        completed = ended is not None and all(job.returncode(g) == 0 for g in groups)
-        weights_ok = completed and await ctx.weights_ok(paths.weights)
-        metrics |= {
-            "completed": completed,
-            "weights_ok": weights_ok,
-            "wall_s": (ended or time.time()) - job.started_at,
-        }
-        notes = []
-        if sig == signal.SIGSTOP:
-            notes.append(NO_HANG_REPLACEMENT)
-        elif not metrics["recovered"]:
-            notes.append(NO_REJOIN)
-        if sig == signal.SIGKILL and completed and not weights_ok:
-            notes.append(TORCHFT_WEIGHTS)
-        note = "; ".join(notes) or None
-    return Measured(metrics, {"settings_note": TORCHFT_WEIGHTS}, note=note)
+
+    hang = sig == signal.SIGSTOP
+    fault = TorchftFault(
+        victim,
+        survivor,
+        inject,
+        finish=groups,
+        why_not=NO_HANG_REPLACEMENT if hang else NO_REJOIN,
+        wait_for=[survivor] if hang else None,
+    )
+    return await torchft_run(ctx, repeat, scenario, paths, members, fault)
 
 
 @runs(CRASH, "torchft")

@@ -16,23 +16,20 @@ import re
 import time
 
 from bench import multinode
-from bench.harness import BenchContext, Metric
+from bench.harness import BenchContext
 from bench.jobs import REPO
 from bench.peers.jobs import Member, MemberJob
 from bench.peers.scenarios import (
-    TORCHFT_WEIGHTS,
     InprocessFault,
+    TorchftFault,
     inprocess_members,
     inprocess_run,
-    member_job,
     nvrx_launcher,
-    reach,
     require,
-    torchft_figures,
     torchft_group,
     torchft_lighthouse,
+    torchft_run,
     torchft_script,
-    wait_exit,
 )
 from bench.peers.settings import NVRX_DIST, TORCHFT_DIST, NvrxSettings, TorchftSettings
 from bench.registry import runs
@@ -121,49 +118,39 @@ async def multinode_node_loss_torchft(ctx: BenchContext, repeat: int) -> Measure
     layout = NODE_LOSS_LAYOUT
     shape = ctx.shape
     settings = TorchftSettings.for_shape(shape)
-    victim, survivor = "group1", "group0"
+    released: dict[str, float] = {}
     async with multinode.hosts_for_run(ctx, layout.label, repeat, count=layout.hosts) as hosts:
         paths = ctx._paths("torchft", layout.label, repeat)
         gate = paths.root / "replace-go"
         members = torchft_on_hosts(ctx, hosts, torchft_script(ctx, paths, settings), str(gate))
-        async with member_job(ctx, "torchft", layout.label, repeat, members, paths) as job:
-            step = await reach(ctx, job, shape.fault_step)
-            generation = job.generation(victim)
+
+        async def inject(_: MemberJob) -> None:
             killed_at = time.time()
-            max_before = job.max_step(before=killed_at) or step
             await asyncio.to_thread(hosts.kill_host, VICTIM)
             # The scheduler's detection: the node declared dead after node_timeout_s.
             await asyncio.sleep(max(0.0, killed_at + shape.node_timeout_s - time.time()))
             gate.touch()
-            released_at = time.time()
-            ended = await wait_exit(job, [survivor, "spare"], shape.job_timeout_s)
-            figures = torchft_figures(
-                job, victim, survivor, killed_at, max_before, generation, replacement="spare"
-            )
-            completed = ended is not None and all(
-                job.returncode(name) == 0 for name in (survivor, "spare")
-            )
-            weights_ok = completed and await ctx.weights_ok(paths.weights)
-            metrics: dict[str, Metric] = {
-                "fault_step": step,
-                "node_timeout_s": shape.node_timeout_s,
-                **figures,
-                "spare_used": bool(figures["recovered"]),
-                "completed": completed,
-                "weights_ok": weights_ok,
-                "wall_s": (ended or time.time()) - job.started_at,
-            }
-            tail = job.tail()
-    notes = [] if metrics["recovered"] else ["the replacement group never committed a step"]
-    if completed and not weights_ok:
-        notes.append(TORCHFT_WEIGHTS)
-    details = {
-        "replacement_released_after_kill_s": released_at - killed_at,
+            released["replacement_released_after_kill_s"] = time.time() - killed_at
+
+        fault = TorchftFault(
+            victim="group1",
+            survivor="group0",
+            inject=inject,
+            finish=["group0", "spare"],
+            why_not="the replacement group never committed a step",
+            replacement="spare",
+        )
+        outcome = await torchft_run(ctx, repeat, layout.label, paths, members, fault)
+    outcome.metrics |= {
+        "node_timeout_s": shape.node_timeout_s,
+        "spare_used": bool(outcome.metrics["recovered"]),
+    }
+    outcome.details |= {
+        **released,
         "lighthouse": f"{hosts.hosts[0].address}:{LIGHTHOUSE_PORT}",
         "rig": multinode.rig_details(hosts),
-        **({} if metrics["recovered"] else {"tail": tail}),
     }
-    return Measured(metrics, details, note="; ".join(notes) or None)
+    return outcome
 
 
 # --------------------------------------------------------------------------- nvrx in-process

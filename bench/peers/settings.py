@@ -13,13 +13,15 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
-from bench.jobs import JobShape
+from bench.jobs import JobShape, flags
 
 NVRX_DIST = "nvidia-resiliency-ext"
 TORCHFT_DIST = "torchft"
 
 
 def version(dist: str) -> str | None:
+    """``dist``'s installed version, or None where it is not installed (a peer before
+    ``make bench-peers``): the results files record it for every package they name."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -65,14 +67,11 @@ class NvrxSettings:
         return cls(rank_heartbeat_timeout_s=shape.hang_timeout_s)
 
     def launcher_flags(self) -> list[str]:
-        return [
-            "--ft-workload-check-interval",
-            str(self.workload_check_interval_s),
-            "--ft-initial-rank-heartbeat-timeout",
-            str(self.initial_rank_heartbeat_timeout_s),
-            "--ft-rank-heartbeat-timeout",
-            str(self.rank_heartbeat_timeout_s),
-        ]
+        return flags(
+            ft_workload_check_interval=self.workload_check_interval_s,
+            ft_initial_rank_heartbeat_timeout=self.initial_rank_heartbeat_timeout_s,
+            ft_rank_heartbeat_timeout=self.rank_heartbeat_timeout_s,
+        )
 
 
 @dataclass(frozen=True)

@@ -169,9 +169,7 @@ async def nvrx_inprocess_soak(
     require(NVRX_DIST)
     view = soak_context(ctx, steps, step_time_s)
     paths = view._paths("nvrx-inprocess", "soak", 0)
-    async with member_job(
-        view, "nvrx_inprocess", "soak", 0, inprocess_members(view, paths), paths
-    ) as job:
+    async with member_job(view, "nvrx_inprocess", inprocess_members(view, paths), paths) as job:
         yield MemberDriver(
             "nvrx_inprocess", job, lambda: inprocess_members(view, paths), _live_rank, None
         )
@@ -188,7 +186,7 @@ async def torchft_soak(
     def members() -> list[Member]:
         return torchft_members(view, paths, max_restarts=max_restarts)
 
-    async with member_job(view, "torchft", "soak", 0, members(), paths) as job:
+    async with member_job(view, "torchft", members(), paths) as job:
         yield MemberDriver(
             "torchft",
             job,

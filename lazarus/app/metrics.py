@@ -61,7 +61,7 @@ RECOVERY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0)
 POLL_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 """Few buckets on purpose: every bucket is a series per job (and class). Where only a
 mean is wanted (recovery phases, checkpoint operations) a summary (sum and count) is
-used instead: ``python -m bench.metrics_scrape`` measures what series cost a scrape."""
+used instead: what series cost a scrape is in docs/results/2026-12-metrics-scrape.md."""
 
 UNRECORDED_DECISION = "unrecorded"
 """The decision label of incidents the job had already dropped from its bounded list

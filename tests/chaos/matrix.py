@@ -47,6 +47,7 @@ from temporalio.service import RPCError
 from activities.nodes.rundir import read_json
 from bench import multinode, report
 from bench.benchmark import run_benchmark
+from bench.costs import results_path
 from bench.harness import BenchContext, BenchJob, BenchRun, RunRecord
 from bench.jobs import JobControl, JobPaths, JobShape, build_spec
 from bench.measure import RunMonitor
@@ -1566,7 +1567,7 @@ def run(args: argparse.Namespace) -> int:
         keep_workdir=args.keep_workdir,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
-    json_out: Path = args.json_out or report.default_json_path("chaos")
+    json_out: Path = results_path("chaos", args.json_out)
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(payload(matrix, bench, CHAOS_SHAPE), indent=2, default=str))
     print(render_table(matrix))

@@ -1,8 +1,8 @@
 """The recovery benchmark harness runs a scenario once and writes well-formed JSON.
 
 The suite runs one single-node scenario (``crash``) and one multi-node one
-(``node_loss``); ``make test-all`` runs every scenario, as ``make bench``
-does. The product paths behind the others have their own tests (hangs in
+(``node_loss``); ``make test-all`` adds ``clean``, ``hang`` and ``worker_kill``.
+The product paths behind the others have their own tests (hangs in
 tests/e2e/test_recovery.py, a killed worker in test_controller_faults.py).
 
 Only the shape of the output is checked, never a timing: the numbers of a
@@ -35,7 +35,6 @@ SCENARIOS = ["crash"]
 MULTINODE_SCENARIOS = ["node_loss"]
 if tiers.ALL:
     SCENARIOS = ["clean", "crash", "hang", "worker_kill"]
-    MULTINODE_SCENARIOS = ["node_loss", "ssh_poll", "controller_cpu"]
 COMMON_METRICS = {
     "completed",
     "weights_ok",
@@ -66,37 +65,18 @@ SCENARIO_METRICS = {
     "worker_kill": {"fault_step", "steps_lost", "duplicate_ranks", "worker_down_s"},
 }
 STAT_KEYS = {"median", "min", "max", "n"}
-MULTINODE_METRICS = {
-    "node_loss": COMMON_METRICS
-    | {
-        "fault_step",
-        "node_timeout_s",
-        "ssh_connect_timeout_s",
-        "ssh_command_timeout_s",
-        "node_lost_ok",
-        "spare_used",
-        "detection_s",
-        "detection_from_kill_s",
-        "recovery_s",
-        "recovery_outside_s",
-        "steps_lost",
-    },
-    "ssh_poll": {
-        "polls_ok",
-        "first_poll_with_connect_ms",
-        *(f"h{i}_{stat}_ms" for i in range(1, 5) for stat in ("median", "p95")),
-        "all_concurrent_median_ms",
-        "all_concurrent_p95_ms",
-        "back_to_back_median_ms",
-    },
-    "controller_cpu": {
-        "idle_cpu_ms_per_s",
-        *(
-            f"{job}_{metric}"
-            for job in ("local1", "ssh4")
-            for metric in ("completed", "weights_ok", "cpu_ms_per_s", "cpu_s_per_hour")
-        ),
-    },
+NODE_LOSS_METRICS = COMMON_METRICS | {
+    "fault_step",
+    "node_timeout_s",
+    "ssh_connect_timeout_s",
+    "ssh_command_timeout_s",
+    "node_lost_ok",
+    "spare_used",
+    "detection_s",
+    "detection_from_kill_s",
+    "recovery_s",
+    "recovery_outside_s",
+    "steps_lost",
 }
 
 pytestmark = pytest.mark.e2e
@@ -194,7 +174,7 @@ def test_quick_multinode_benchmark_writes_expected_json(tmp_path: Path) -> None:
     for run in data["runs"]:
         assert run["error"] is None, run["error"]
         assert run["skipped"] is None
-        assert MULTINODE_METRICS[run["scenario"]] <= run["metrics"].keys(), run["scenario"]
+        assert run["metrics"].keys() >= NODE_LOSS_METRICS, run["scenario"]
         # Its test hosts are gone: no namespace, so no sshd or rank left in one.
         assert not [
             ns for ns in run["details"]["rig"]["namespaces"] if Path("/run/netns", ns).exists()
@@ -206,13 +186,7 @@ def test_quick_multinode_benchmark_writes_expected_json(tmp_path: Path) -> None:
     # is 3 s); the first one must be the killed host.
     incident = node_loss["details"]["incidents"][0]
     assert incident["kind"] == "node_lost" and incident["node"] == "h2"
-    if len(data["runs"]) == 1:
-        return
-    assert data["runs"][1]["metrics"]["polls_ok"]
-    cpu = data["runs"][2]["metrics"]
-    assert cpu["local1_weights_ok"] and cpu["ssh4_weights_ok"]
-    for scenario, per_system in data["summary"].items():
-        assert MULTINODE_METRICS[scenario] <= per_system["lazarus"].keys(), scenario
+    assert data["summary"]["node_loss"]["lazarus"].keys() >= NODE_LOSS_METRICS
 
 
 def test_a_skipped_scenario_is_reported_not_failed() -> None:

@@ -7,7 +7,9 @@
   name with ``<...>`` in place of the part that varies; a ``.png`` with its ``.json``):
   the rest of a run's output stays out of git.
 - Every ``python -m bench <command>`` they cite is a command of ``python -m bench``
-  (its parser's subcommands), and ``lazarus simulate``, the simulator's verb, exists.
+  (its parser's subcommands), every ``python -m bench.<module>`` a module, every
+  scenario of a cited ``--scenarios`` a registered scenario, and ``lazarus simulate``,
+  the simulator's verb, exists.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 import typer
 
+from bench import catalog
 from bench.__main__ import COST_COMMANDS, build_parser
 from lazarus.app.cli import app
 
@@ -28,18 +31,42 @@ REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 RESULT = re.compile(r"bench/results/([\w.+-]+\.(?:json|png|txt|csv))")
 COMMAND = re.compile(r"python -m bench ([a-z][a-z-]*)")
-MOVED = {"chaos": "python -m tests.chaos"}
-"""Commands that left ``python -m bench``, and their new names: a page may cite the old
-one (a dated run made with it) only where it names the new one too."""
+MODULE = re.compile(r"python -m (bench(?:\.\w+)+)")
+SCENARIOS = re.compile(r"python -m bench [a-z-]+ [^`\n]*?--scenarios[ =]([a-z_,]+)")
+RETIRED_AT = "35cdd3d"
+"""The commit (on main) that still has what bench/README.md lists as retired after it:
+commands that ``state-scale`` superseded or that timed replaced code against its
+replacement, and scenarios and a module whose figures are dated history."""
+MOVED = {
+    "chaos": "python -m tests.chaos",
+    **dict.fromkeys(["replica-cost", "snapshot-cost", "replica-push-cost"], RETIRED_AT),
+    **dict.fromkeys(["state-costs", "bench.metrics_scrape"], RETIRED_AT),
+    **dict.fromkeys(["ssh_poll", "controller_cpu", "schedule"], RETIRED_AT),
+}
+"""Commands, modules and scenarios that left ``bench``, and what a page citing one (a
+dated run made with it) must name too: the new name, or the commit it was retired after."""
 
 
-def cited(pattern: re.Pattern[str]) -> dict[str, list[str]]:
-    """Each match of ``pattern`` in the pages, with the pages that cite it."""
+def cited(pattern: re.Pattern[str], split: bool = False) -> dict[str, list[str]]:
+    """Each match of ``pattern`` in the pages (``split``: each name of a comma list),
+    with the pages that cite it."""
     found: dict[str, list[str]] = {}
     for page in PAGES:
         for match in pattern.finditer(page.read_text()):
-            found.setdefault(match.group(1), []).append(str(page.relative_to(REPO)))
+            for name in match.group(1).split(",") if split else [match.group(1)]:
+                found.setdefault(name, []).append(str(page.relative_to(REPO)))
     return found
+
+
+def not_moved(names: dict[str, list[str]], existing: set[str]) -> dict[str, list[str]]:
+    """The cited names that do not exist, with the pages that cite one without naming
+    where it went (:data:`MOVED`)."""
+    missing = {
+        name: [p for p in pages if MOVED.get(name, "\0") not in (REPO / p).read_text()]
+        for name, pages in names.items()
+        if name not in existing
+    }
+    return {name: pages for name, pages in missing.items() if pages}
 
 
 def bench_commands() -> set[str]:
@@ -56,18 +83,26 @@ def test_the_walk_finds_the_commands() -> None:
     assert set(COST_COMMANDS) <= bench_commands()
 
 
-def test_every_cited_bench_command_exists() -> None:
-    commands = bench_commands()
+def test_every_cited_bench_command_module_and_scenario_exists() -> None:
+    modules = {name for name in cited(MODULE) if (REPO / f"{name.replace('.', '/')}.py").is_file()}
     missing = {
-        command: [p for p in pages if MOVED.get(command, "\0") not in (REPO / p).read_text()]
-        for command, pages in cited(COMMAND).items()
-        if command not in commands
+        **not_moved(cited(COMMAND), bench_commands()),
+        **not_moved(cited(MODULE), modules),
+        **not_moved(cited(SCENARIOS, split=True), set(catalog.load())),
     }
-    missing = {command: pages for command, pages in missing.items() if pages}
     assert not missing, (
-        f"pages cite python -m bench commands that do not exist: {missing} "
-        "(name the new command on the page, or keep an alias)"
+        f"pages cite python -m bench commands, modules or scenarios that do not exist: "
+        f"{missing} (name the new name or the commit it was retired after on the page, or "
+        "keep an alias)"
     )
+
+
+def test_the_walk_finds_modules_and_scenarios() -> None:
+    """Guards the guard: a module and the scenarios of a ``--scenarios`` list are found."""
+    assert "bench.peers.install_nvrx" in cited(MODULE)
+    assert {"crash", "hang", "node_loss", "multinode_node_loss"} <= cited(
+        SCENARIOS, split=True
+    ).keys()
 
 
 def test_lazarus_simulate_exists() -> None:

@@ -13,7 +13,6 @@ from bench import catalog, report
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import JobShape
 from bench.metrics import METRICS, lookup
-from bench.multinode import PollResults
 from bench.registry import SUITES, scenario
 from bench.systems import Measured, System
 
@@ -107,19 +106,10 @@ def test_every_metric_a_scenario_reports_is_in_the_dictionary() -> None:
 
 
 def test_templated_metrics_resolve_and_unknown_ones_are_named() -> None:
-    polls = PollResults(
-        first={"h1": 0.1, "h2": 0.1},
-        per_node={"h1": [0.005, 0.006], "h2": [0.005, 0.007]},
-        reported=[0.005],
-        concurrent=[0.01],
-        sequential=[0.012],
-        back_to_back=[0.05],
-        interval_s=0.5,
-        failures=[],
-    )
-    for name in polls.metrics():
-        lookup(name)
-    for job in ("local1", "ssh4"):
+    # <node>: the retired ssh_poll's, in saved results files; <job>: slurm_cpu's.
+    for node in ("h1", "h4"):
+        assert lookup(f"{node}_median_ms").unit == lookup(f"{node}_p95_ms").unit == "ms"
+    for job in ("local1", "ssh4", "slurm2"):
         for suffix in ("completed", "weights_ok", "window_s", "cpu_ms_per_s", "cpu_s_per_hour"):
             assert lookup(f"{job}_{suffix}").unit
     with pytest.raises(KeyError, match="no_such_metric"):

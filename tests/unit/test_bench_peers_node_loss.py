@@ -5,9 +5,14 @@ are on docs/results/2026-12-peers.md, with the command."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -132,3 +137,55 @@ def test_torchft_counts_the_replacement_groups_first_step_as_the_rejoin(tmp_path
     # Without the replacement named, the killed group never came back.
     alone = peer_scenarios.torchft_figures(job, "group1", "group0", 100.0, 50, 1)
     assert alone["recovered"] is False
+
+
+class _Exited:
+    """A finished member process (``poll`` is all :class:`MemberJob` asks of one)."""
+
+    def poll(self) -> int:
+        return 0
+
+
+def test_one_torchft_runner_dates_the_fault_before_it_and_counts_the_replacement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The crash's and the node loss's runner, without processes: at the fault step the
+    fault goes in; the survivor commits one step 1 s later, the replacement ``spare``
+    one 2 s later. Without the replacement named the victim is not back: its note."""
+    ctx = _ctx(tmp_path)
+    step = ctx.shape.fault_step
+    job = MemberJob([], tmp_path / "log")
+    job.procs = {name: cast(Any, _Exited()) for name in ("group0", "spare")}
+
+    @asynccontextmanager
+    async def member_job(*_: object) -> AsyncIterator[MemberJob]:
+        yield job
+
+    async def weights_ok(*_: object, **__: object) -> bool:
+        return True
+
+    async def inject(_: MemberJob) -> None:
+        now = time.time()
+        job.points += [MemberPoint(now + 1, "group0", 1, step + 1)]
+        job.points += [MemberPoint(now + 2, "spare", 1, step + 5)]
+
+    monkeypatch.setattr(peer_scenarios, "member_job", member_job)
+    monkeypatch.setattr(ctx, "weights_ok", weights_ok)
+    fault = peer_scenarios.TorchftFault(
+        "group1", "group0", inject, ["group0", "spare"], "never back", replacement="spare"
+    )
+    for replacement in ("spare", None):
+        job.points = [MemberPoint(time.time() - 1, g, 1, step) for g in ("group0", "group1")]
+        paths = ctx._paths("torchft", "multinode_node_loss", 0)
+        outcome = asyncio.run(
+            peer_scenarios.torchft_run(
+                ctx, 0, "multinode_node_loss", paths, [], replace(fault, replacement=replacement)
+            )
+        )
+        assert outcome.metrics["completed"] and outcome.metrics["weights_ok"]
+        assert outcome.metrics["survivors_first_step_s"] == pytest.approx(1.0, abs=0.2)
+        if replacement:
+            assert outcome.metrics["recovery_outside_s"] == pytest.approx(2.0, abs=0.2)
+            assert outcome.note is None and "tail" not in outcome.details
+        else:
+            assert outcome.metrics["recovered"] is False and outcome.note == "never back"

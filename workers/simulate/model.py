@@ -107,7 +107,8 @@ LLAMA3_STATE_BYTES_PER_GPU = LLAMA3_STATE_BYTES / LLAMA3_GPUS
 """Each GPU's share of that state, 0.35 GB: what one rank copies per memory snapshot."""
 
 SNAPSHOT_COST_FILE = "bench/results/snapshot-cost-20261204.json"
-"""The memory snapshot's measured cost per GB (``python -m bench snapshot-cost``)."""
+"""The memory snapshot's measured cost per GB (``python -m bench snapshot-cost`` as of
+commit 35cdd3d, retired since: ``python -m bench state-scale`` measures it at size)."""
 
 SNAPSHOT_S_PER_GB = 0.1328
 """The blocking copy per GB at the file's largest size (1 GiB), median of 5."""
@@ -116,7 +117,8 @@ LLAMA3_GPUS_PER_NODE = 8
 """Llama 3's nodes: 8 H100s each (Dubey et al., 2024, section 3.3)."""
 
 REPLICA_PUSH_COST_FILE = "bench/results/replica-push-cost-20261204.json"
-"""A replica push's measured cost to the step per GB (``python -m bench replica-push-cost``)."""
+"""A replica push's measured cost to the step per GB (``python -m bench replica-push-cost``
+as of commit 35cdd3d, retired since: ``python -m bench state-scale`` measures it at size)."""
 
 REPLICA_PUSH_S_PER_GB = 0.0644
 """The steps' extra time per GB pushed, separate cores, at the file's largest size (1
@@ -485,7 +487,7 @@ MEMORY_CALIBRATION: dict[str, MeasuredFigure] = {
         f"{SNAPSHOT_COST_FILE}: the blocking part of lazarus.rank.torch.snapshot (the copy "
         "into the previous snapshot's CPU buffers) on 256 MB to 1 GB of float32 tensors, "
         "one core of this machine, the median of 5 per size; the largest size's figure "
-        "(python -m bench snapshot-cost)",
+        "(python -m bench snapshot-cost, at commit 35cdd3d)",
         "memory_snapshot_s: this x each GPU's share of the state (LLAMA3_STATE_BYTES_PER_GPU, "
         "0.35 GB; every rank copies its own shard at once)",
     ),
@@ -494,8 +496,9 @@ MEMORY_CALIBRATION: dict[str, MeasuredFigure] = {
         f"{REPLICA_PUSH_COST_FILE}: the extra time of a fixed step (a matmul and a pass "
         "over 64 MB, one thread on core 0) while lazarus.rank.replica.push sends a "
         "committed snapshot to a receiver process (push and receiver on core 1), per GB; "
-        "1 GiB, the median of 5 pushes (python -m bench replica-push-cost). It replaces "
-        "2.5% of a step measured on a few-KB state (python -m bench replica-cost)",
+        "1 GiB, the median of 5 pushes (python -m bench replica-push-cost, at commit "
+        "35cdd3d). It replaces 2.5% of a step measured on a few-KB state (python -m bench "
+        "replica-cost)",
         "memory_snapshot_s: this x a node's share of the state (8 x "
         "LLAMA3_STATE_BYTES_PER_GPU, 2.8 GB; the node's pusher sends it, and every rank "
         "waits for the slowest) with memory_replicas",
