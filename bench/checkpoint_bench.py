@@ -255,8 +255,6 @@ def markdown(figures: dict[str, Any], repeats: int) -> str:
     lines = [
         f"checkpoint of {figures['size_mb']} MB in {figures['files']} file(s), median of {repeats}",
         "",
-        "| measure | result | vs dd |",
-        "|---|---:|---:|",
-        *[f"| {a} | {b} | {c} |" for a, b, c in rows],
+        *costs.table(["measure", "result", "vs dd"], rows, ["---", "---:", "---:"]),
     ]
     return "\n".join(lines)

@@ -9,12 +9,26 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 """Where every command's results file goes unless ``--json-out`` (bench/README.md)."""
+
+
+def table(
+    head: Sequence[str], rows: Iterable[Sequence[object]], align: str | Sequence[str] = "---"
+) -> list[str]:
+    """A markdown table's lines, the one layout every bench table prints (header,
+    separator: ``align`` for every column or one per column, rows), so none
+    hand-writes its pipes; a None cell prints as ``-``, the bench's "not measured"."""
+    aligns = [align] * len(head) if isinstance(align, str) else align
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "".join(f"{a}|" for a in aligns),
+        *["| " + " | ".join("-" if c is None else str(c) for c in row) + " |" for row in rows],
+    ]
 
 
 def add_parser(name: str, commands: Any, doc: str | None, help: str) -> argparse.ArgumentParser:

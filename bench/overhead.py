@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from bench import multinode
+from bench.costs import table
 from bench.harness import BenchContext, wait_until
 from bench.jobs import REPO
 from bench.measure import count_history_events, steady_window
@@ -265,8 +266,7 @@ def markdown(extra: dict[str, Any], stats: Summary) -> str:
         rows.append(
             (f"fault-free wall time, s ({o.cpu_job_steps}-step CPU job)", f(laz_long), f(tr_long))
         )
-    lines = ["| overhead | Lazarus | torchrun |", "|---|---|---|"]
-    lines += [f"| {name} | {a} | {b} |" for name, a, b in rows]
+    lines = table(["overhead", "Lazarus", "torchrun"], rows)
     if wall_ratio:
         lines.append(f"| fault-free wall time, Lazarus/torchrun (clean) | {wall_ratio} | |")
     if laz_long and tr_long:

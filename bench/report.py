@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.costs import table
 from bench.harness import BenchConfig, BenchRun, Metric, Plan, RunRecord
 from bench.jobs import WORLD_SIZE
 from bench.metrics import PHASE_METRICS
@@ -241,21 +242,16 @@ def recovery_table(stats: Summary, skipped: dict[str, str], system: System = "la
     """One system's metrics, every one: median, min, max, n, and p95 (over at least
     :data:`P95_MIN_RUNS` runs); each skipped scenario gets a note under the table
     saying why."""
-    lines = [
-        "| scenario | metric | median | min | max | n | p95 |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows: list[list[object]] = []
     for scenario, per_system in stats.items():
         for metric, cell in per_system.get(system, {}).items():
-            s = cell.stats
-            if s is None:
+            if (s := cell.stats) is None:
                 continue
             # A boolean's "median" column says how many runs were true.
             median = f"{s.true_count}/{s.n}" if s.kind == "bool" else _cell(s.median, s.kind)
-            lines.append(
-                f"| {scenario} | {metric} | {median} | {_cell(s.min, s.kind)} | "
-                f"{_cell(s.max, s.kind)} | {s.n} | {_fmt(s.p95)} |"
-            )
+            low, high = _cell(s.min, s.kind), _cell(s.max, s.kind)
+            rows.append([scenario, metric, median, low, high, s.n, _fmt(s.p95)])
+    lines = table(["scenario", "metric", "median", "min", "max", "n", "p95"], rows)
     if skipped:
         lines.append("")
         lines += [f"Skipped {name}: {why}" for name, why in skipped.items()]
@@ -276,12 +272,7 @@ def phase_table(
     if not systems:
         return None
     names = {**LABELS, "torchrun_default": "torchrun (default)"}
-    lines = [
-        f"{scenario}: recovery phases, median seconds from the previous phase",
-        "",
-        "| phase | " + " | ".join(names.get(s, s) for s in systems) + " |",
-        "|---|" + "---|" * len(systems),
-    ]
+    rows: list[list[str]] = []
     totals: dict[str, float] = dict.fromkeys(systems, 0.0)
     for metric, label in PHASE_METRICS:
         cells = [per_system.get(s, {}).get(metric) for s in systems]
@@ -290,9 +281,11 @@ def phase_table(
             continue
         for system, median in zip(systems, medians, strict=True):
             totals[system] += median or 0.0
-        lines.append(f"| {label} | " + " | ".join(_fmt(m) for m in medians) + " |")
-    lines.append("| sum of medians | " + " | ".join(_fmt(totals[s]) for s in systems) + " |")
-    return "\n".join(lines)
+        rows.append([label, *map(_fmt, medians)])
+    rows.append(["sum of medians", *(_fmt(totals[s]) for s in systems)])
+    head = ["phase", *(names.get(s, s) for s in systems)]
+    title = f"{scenario}: recovery phases, median seconds from the previous phase"
+    return "\n".join([title, "", *table(head, rows)])
 
 
 def phase_tables(stats: Summary) -> str | None:
@@ -359,10 +352,7 @@ def compare_table(stats: Summary) -> str:
         heads += [LABELS[system], f"{system.removeprefix('lazarus_')}/torchrun"]
     heads.append(LABELS["torchrun_default"])
     heads += [LABELS[system] for system in peers]
-    lines = [
-        "| scenario | metric | " + " | ".join(heads) + " |",
-        "|---|---|" + "---|" * len(heads),
-    ]
+    rows: list[list[str]] = []
     for name, per_system in stats.items():
         notes = {s: cells["*"].note for s, cells in per_system.items() if "*" in cells}
         for metric in [*HEADLINE.get(name, []), "failed_runs"]:
@@ -385,7 +375,8 @@ def compare_table(stats: Summary) -> str:
                 row += [shown[system], ratio(cells[system], cells["torchrun"])]
             row.append(shown["torchrun_default"])
             row += [shown[system] for system in peers]
-            lines.append(f"| {name} | {metric} | " + " | ".join(row) + " |")
+            rows.append([name, metric, *row])
+    lines = table(["scenario", "metric", *heads], rows)
     notes_seen: dict[str, str] = {}
     for name, per_system in stats.items():
         for who, system_cells in per_system.items():

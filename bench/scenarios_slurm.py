@@ -27,6 +27,7 @@ from typing import Any
 
 from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import GenerationDir, read_json
+from bench.costs import table
 from bench.harness import RANK_ENV, BenchContext, Metric
 from bench.jobs import JobPaths, build_spec
 from bench.measure import max_logged_step, steady_window, workflow_timeline
@@ -682,15 +683,12 @@ def markdown(stats: Any) -> str:
     per_system = stats.get(NODE_LOSS.name, {})
     systems = [s for s in SLURM_SYSTEMS if s in per_system]
     if systems:
-        lines = [
-            "| metric | " + " | ".join(LABELS[s] for s in systems) + " |",
-            "|---|" + "---|" * len(systems),
+        rows = [
+            [metric, *map(report.render_cell, cells)]
+            for metric in HEADLINE
+            if any(cells := [per_system[s].get(metric) or per_system[s].get("*") for s in systems])
         ]
-        for metric in HEADLINE:
-            cells = [per_system[s].get(metric) or per_system[s].get("*") for s in systems]
-            if all(c is None for c in cells):
-                continue
-            lines.append(f"| {metric} | " + " | ".join(report.render_cell(c) for c in cells) + " |")
+        lines = table(["metric", *(LABELS[s] for s in systems)], rows)
         notes = [
             f"{LABELS[s]}: {c.note}"
             for s in systems
@@ -704,7 +702,9 @@ def markdown(stats: Any) -> str:
             parts.append(phases)
     cpu = stats.get(CPU.name, {}).get("lazarus")
     if cpu:
-        lines = ["| metric | median (min-max) |", "|---|---|"]
-        lines += [f"| {m} | {report.render_cell(cpu.get(m))} |" for m in CPU_HEADLINE if m in cpu]
+        lines = table(
+            ["metric", "median (min-max)"],
+            [[m, report.render_cell(cpu.get(m))] for m in CPU_HEADLINE if m in cpu],
+        )
         parts.append("\n".join([f"{CPU.name}: Lazarus worker CPU", "", *lines]))
     return "\n\n".join(parts)

@@ -33,6 +33,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+from bench.costs import table
 from bench.harness import BenchContext, LazarusRun, TorchrunRun
 from bench.measure import StepTrace
 from bench.scenarios import kill_controller
@@ -383,20 +384,19 @@ def markdown(extra: dict[str, Any]) -> str:
     if "error" in extra:
         return f"soak: failed: {extra['error']}"
     soak = SoakResult.model_validate(extra)
+    head = ["soak", "ETTR", "MTTR s", "incidents", "unhandled", "operator restarts", "final step"]
+    rows: list[tuple[object, ...]] = []
+    for name, r in soak.systems.items():
+        mttr = None if r.mttr_s is None else f"{r.mttr_s:.1f}"
+        counts = (r.incident_count, r.unhandled, r.operator_interventions, r.final_step)
+        rows.append((name, f"{r.ettr:.1%}", mttr, *counts))
     lines = [
         f"Soak: {soak.minutes:g} min per system, seed {soak.seed}, "
         f"{len(soak.schedule)} faults ({', '.join(f.kind for f in soak.schedule)}), "
         f"operator after {soak.operator_after_s:.0f} s without progress",
         "",
-        "| soak | ETTR | MTTR s | incidents | unhandled | operator restarts | final step |",
-        "|---|---|---|---|---|---|---|",
+        *table(head, rows),
     ]
-    for name, r in soak.systems.items():
-        mttr = "-" if r.mttr_s is None else f"{r.mttr_s:.1f}"
-        lines.append(
-            f"| {name} | {r.ettr:.1%} | {mttr} | {r.incident_count} | {r.unhandled} | "
-            f"{r.operator_interventions} | {r.final_step} |"
-        )
     notes = [f"- {name}: {r.note}" for name, r in soak.systems.items() if r.note]
     if notes:
         lines.extend(["", *notes])

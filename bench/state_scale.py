@@ -320,26 +320,28 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             else str(value)
         )
 
-    lines = [
-        "| state a rank | snapshot stall (memcpy) | push | restore | node loss: kill to full "
-        "world | steps lost | worker RSS growth | weights | rank crash (rejoin): state loaded, "
-        "first step | steps lost "
-        "| torch.save / torch.load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+    head = ["state a rank", "snapshot stall (memcpy)", "push", "restore"]
+    head += ["node loss: kill to full world", "steps lost", "worker RSS growth", "weights"]
+    head += ["rank crash (rejoin): state loaded, first step", "steps lost"]
+    head += ["torch.save / torch.load"]
+    body = [
+        [
+            f"{r['size_mb']} MiB",
+            f"{fmt(r.get('snapshot_stall_s'), '.3f')} s "
+            f"({fmt(r.get('memcpy_s'), '.3f')} s, {fmt(r.get('stall_over_memcpy'))}x)",
+            f"{fmt(r.get('push_gb_s'))} GB/s",
+            f"{fmt(r.get('restore_gb_s'))} GB/s",
+            f"{fmt(r.get('node_loss_s'))} s",
+            fmt(r.get("node_loss_steps_lost"), ".0f"),
+            f"{fmt(r.get('worker_rss_growth_mib'), '.0f')} MiB",
+            "equal" if r.get("node_loss_weights_ok") else "DIFFER",
+            f"{fmt(r.get('crash_state_loaded_s'))} s, {fmt(r.get('crash_s'))} s",
+            fmt(r.get("crash_steps_lost"), ".0f"),
+            f"{fmt(r.get('torch_save_gb_s'))} / {fmt(r.get('torch_load_gb_s'))} GB/s",
+        ]
+        for r in rows
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['size_mb']} MiB | {fmt(r.get('snapshot_stall_s'), '.3f')} s "
-            f"({fmt(r.get('memcpy_s'), '.3f')} s, {fmt(r.get('stall_over_memcpy'))}x) "
-            f"| {fmt(r.get('push_gb_s'))} GB/s | {fmt(r.get('restore_gb_s'))} GB/s "
-            f"| {fmt(r.get('node_loss_s'))} s | {fmt(r.get('node_loss_steps_lost'), '.0f')} "
-            f"| {fmt(r.get('worker_rss_growth_mib'), '.0f')} MiB "
-            f"| {'equal' if r.get('node_loss_weights_ok') else 'DIFFER'} "
-            f"| {fmt(r.get('crash_state_loaded_s'))} s, {fmt(r.get('crash_s'))} s "
-            f"| {fmt(r.get('crash_steps_lost'), '.0f')} "
-            f"| {fmt(r.get('torch_save_gb_s'))} / {fmt(r.get('torch_load_gb_s'))} GB/s |"
-        )
-    return "\n".join(lines)
+    return "\n".join(costs.table(head, body))
 
 
 def add_command(commands: Any) -> None:
