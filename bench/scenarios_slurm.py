@@ -41,7 +41,6 @@ from infra.slurm import TestSlurm, unavailable_reason
 from lazarus.domain.ports import free_port
 from lazarus.domain.recovery_timeline import RecoveryTimeline, latest_marks
 from lazarus.domain.spec import JobSpec
-from workflows.state import JobStatus
 
 VICTIM_RANK = 1
 """The rank whose node dies (rank 1: never the batch host of the plain-Slurm job)."""
@@ -571,65 +570,51 @@ async def cpu_lazarus(ctx: BenchContext, repeat: int) -> Measured:
         outcome.metrics["idle_cpu_ms_per_s"] = (
             1000.0 * (last.cpu_s + last.children_s - first.cpu_s - first.children_s)
         ) / (last.at - first.at)
+        steps = shape.cpu_steps
+        low, high = steady_window(steps)
         for count in CPU_NODE_COUNTS:
-            nodes = ["n1", "n2", "n3"][:count]
+            nodes, prefix = ["n1", "n2", "n3"][:count], f"slurm{count}"
 
             def build(name: str, paths: JobPaths, nodes: list[str] = nodes) -> JobSpec:
-                return _lazarus_spec(
-                    ctx, name, paths, allocation, nodes, shape.cpu_steps, spare=False
-                )
+                return _lazarus_spec(ctx, name, paths, allocation, nodes, steps, spare=False)
 
-            await _supervision_cpu(ctx, repeat, build, f"slurm{count}", count, outcome)
+            async with ctx.job(f"slurm_cpu_{count}", repeat, build, steps=steps) as job:
+                await job.reach_step(low)
+                pid, gen = ctx.stack.worker_pid, _current_generation(job.run_root)
+                first, srun_first = cpu_sample(pid), _srun_cpu(gen)
+                await job.reach_step(high)
+                last, srun_last = cpu_sample(pid), _srun_cpu(gen)
+                common = await job.common_outcome(await job.result())
+            ctx.run_roots.pop(job.spec.job_id, None)
+            window = last.at - first.at
+            own = (last.cpu_s - first.cpu_s) / window
+            children = (last.children_s - first.children_s) / window
+            srun = (srun_last - srun_first) / window
+            outcome.metrics |= {
+                f"{prefix}_completed": common.metrics["completed"],
+                f"{prefix}_weights_ok": common.metrics["weights_ok"],
+                f"{prefix}_window_s": window,
+                f"{prefix}_cpu_ms_per_s": (own + children) * 1000.0,
+                f"{prefix}_own_cpu_ms_per_s": own * 1000.0,
+                f"{prefix}_children_cpu_ms_per_s": children * 1000.0,
+                f"{prefix}_srun_client_cpu_ms_per_s": srun * 1000.0,
+                f"{prefix}_cpu_ms_per_s_per_node": (own + children) * 1000.0 / count,
+                f"{prefix}_cpu_s_per_hour": (own + children) * 3600.0,
+            }
+            outcome.details[prefix] = {
+                **common.details,
+                "nodes": [n.name for n in job.spec.nodes],
+                "window": {"from": first.__dict__, "to": last.__dict__},
+                "srun_clients": _srun_records(gen),
+                "srun_client_cpu_s": {"from": srun_first, "to": srun_last},
+            }
+    two, three = (
+        outcome.metrics.get("slurm2_cpu_ms_per_s"),
+        outcome.metrics.get("slurm3_cpu_ms_per_s"),
+    )
+    if isinstance(two, float) and isinstance(three, float):
+        outcome.metrics["slurm_marginal_node_cpu_ms_per_s"] = three - two
     return outcome
-
-
-async def _supervision_cpu(
-    ctx: BenchContext,
-    repeat: int,
-    build: Any,
-    prefix: str,
-    count: int,
-    outcome: Measured,
-) -> None:
-    steps = ctx.shape.cpu_steps
-    low, high = steady_window(steps)
-    async with ctx.job(f"slurm_cpu_{count}", repeat, build, steps=steps) as job:
-        await job.reach_step(low)
-        pid = ctx.stack.worker_pid
-        gen = _current_generation(job.run_root)
-        first, srun_first = cpu_sample(pid), _srun_cpu(gen)
-        await job.reach_step(high)
-        last, srun_last = cpu_sample(pid), _srun_cpu(gen)
-        status: JobStatus = await job.result()
-        common = await job.common_outcome(status)
-    ctx.run_roots.pop(job.spec.job_id, None)
-    window = last.at - first.at
-    own = (last.cpu_s - first.cpu_s) / window
-    children = (last.children_s - first.children_s) / window
-    srun = (srun_last - srun_first) / window
-    metrics: dict[str, Metric] = {
-        f"{prefix}_completed": common.metrics["completed"],
-        f"{prefix}_weights_ok": common.metrics["weights_ok"],
-        f"{prefix}_window_s": window,
-        f"{prefix}_cpu_ms_per_s": (own + children) * 1000.0,
-        f"{prefix}_own_cpu_ms_per_s": own * 1000.0,
-        f"{prefix}_children_cpu_ms_per_s": children * 1000.0,
-        f"{prefix}_srun_client_cpu_ms_per_s": srun * 1000.0,
-        f"{prefix}_cpu_ms_per_s_per_node": (own + children) * 1000.0 / count,
-        f"{prefix}_cpu_s_per_hour": (own + children) * 3600.0,
-    }
-    outcome.metrics |= metrics
-    outcome.details[prefix] = {
-        **common.details,
-        "nodes": [n.name for n in job.spec.nodes],
-        "window": {"from": first.__dict__, "to": last.__dict__},
-        "srun_clients": _srun_records(gen),
-        "srun_client_cpu_s": {"from": srun_first, "to": srun_last},
-    }
-    if "slurm2_cpu_ms_per_s" in outcome.metrics and prefix == "slurm3":
-        two, three = outcome.metrics["slurm2_cpu_ms_per_s"], metrics[f"{prefix}_cpu_ms_per_s"]
-        if isinstance(two, float) and isinstance(three, float):
-            outcome.metrics["slurm_marginal_node_cpu_ms_per_s"] = three - two
 
 
 def _current_generation(run_root: Path) -> GenerationDir:
