@@ -36,6 +36,7 @@ from lazarus.domain.contracts import CheckpointRef
 from lazarus.domain.ports import free_port
 from lazarus.domain.spec import JobSpec, parse_spec
 from lazarus.rank import REJOIN_TIMEOUT_EXIT_CODE
+from tests import tiers
 
 torch = pytest.importorskip("torch")
 
@@ -222,6 +223,10 @@ def _reference_weights(tmp_path: Path) -> dict[str, Any]:
     return weights
 
 
+@tiers.twin_of(
+    "tests/e2e/test_rejoin_e2e.py::test_a_killed_rank_is_replaced_and_the_survivor_keeps_its_process",
+    "without the workflow (the test writes the request the launcher writes)",
+)
 @pytest.mark.timeout(420)
 def test_a_survivor_rejoins_in_place_and_the_weights_match_a_fault_free_run(
     tmp_path: Path, controller: Controller
