@@ -1,6 +1,6 @@
 """The cost commands' one skeleton (``checkpoints``, ``scale``, ``state-scale``,
-``slurm-calls``): their shared flags, timers and results
-file. Each command keeps its own measurement, rows and table."""
+``slurm-calls``): their shared flags, timers, results file and table layout. Each
+command keeps its own measurement and rows."""
 
 from __future__ import annotations
 

@@ -39,9 +39,13 @@ commands that ``state-scale`` superseded or that timed replaced code against its
 replacement, and scenarios and a module whose figures are dated history."""
 MOVED = {
     "chaos": "python -m tests.chaos",
-    **dict.fromkeys(["replica-cost", "snapshot-cost", "replica-push-cost"], RETIRED_AT),
-    **dict.fromkeys(["state-costs", "bench.metrics_scrape"], RETIRED_AT),
-    **dict.fromkeys(["ssh_poll", "controller_cpu", "schedule"], RETIRED_AT),
+    **dict.fromkeys(
+        [
+            *("replica-cost", "snapshot-cost", "replica-push-cost", "state-costs"),
+            *("bench.metrics_scrape", "ssh_poll", "controller_cpu", "schedule"),
+        ],
+        RETIRED_AT,
+    ),
 }
 """Commands, modules and scenarios that left ``bench``, and what a page citing one (a
 dated run made with it) must name too: the new name, or the commit it was retired after."""

@@ -498,7 +498,7 @@ MEMORY_CALIBRATION: dict[str, MeasuredFigure] = {
         "committed snapshot to a receiver process (push and receiver on core 1), per GB; "
         "1 GiB, the median of 5 pushes (python -m bench replica-push-cost, at commit "
         "35cdd3d). It replaces 2.5% of a step measured on a few-KB state (python -m bench "
-        "replica-cost)",
+        "replica-cost, also retired after 35cdd3d)",
         "memory_snapshot_s: this x a node's share of the state (8 x "
         "LLAMA3_STATE_BYTES_PER_GPU, 2.8 GB; the node's pusher sends it, and every rank "
         "waits for the slowest) with memory_replicas",
