@@ -112,48 +112,59 @@ def search_memory(request: FindVerifiedCheckpointRequest, *, restore: bool = Fal
     if root is None or (request.below_step is not None):
         return MemoryChoice()
     access = request.access.or_this_machine()
-
-    def listing(agent: NodeAgent) -> list[MemorySnapshot]:
-        return agent.memory_snapshots(node_memory_dir(root, agent.node.name))
-
     names = [node.name for node in access.nodes]
+    replicas = request.checkpoints.memory_replicas and len(names) > 1
+
+    def listing(agent: NodeAgent) -> _NodeListing:
+        return _list_node(agent, root, names, replicas)
+
     with agents(access) as opened:
         answers = on_each_settled(opened, listing)
         per_node: dict[str, dict[int, MemorySnapshot]] = {}
-        for name, answer in zip(names, answers, strict=True):
+        held: dict[str, HeldReplicas] = {}
+        for index, (name, answer) in enumerate(zip(names, answers, strict=True)):
             if isinstance(answer, Exception):
                 why = f"node {name}: {answer}"
                 log.warning("memory tier not searched: %s", why)
                 return MemoryChoice(unavailable=why)
-            per_node[name] = {snapshot.step: snapshot for snapshot in answer}
-        held: dict[str, HeldReplicas] = {}
-        if request.checkpoints.memory_replicas and len(names) > 1:
-            held = _held_replicas(opened, root, names)
+            own, replica_listing = answer
+            per_node[name] = {snapshot.step: snapshot for snapshot in own}
+            if replica_listing is not None:
+                origin = names[(index - 1) % len(names)]
+                held[origin] = HeldReplicas(name, {s.step: s for s in replica_listing})
         choice = choose(request, root, names, per_node, held)
         if restore and choice.restores:
             choice = _restore(choice, dict(zip(names, opened, strict=True)), request)
     return choice
 
 
-def _held_replicas(opened: list[NodeAgent], root: str, names: list[str]) -> dict[str, HeldReplicas]:
-    """What each node holds of its ring predecessor's slot (the node in slot ``i``
-    pushes to slot ``i + 1``; a spare takes its lost node's slot, so the buddy of a
-    lost node still holds that slot's replicas). A node that cannot list them holds
-    none: the replicas only ever add resume points."""
-    count = len(names)
+_NodeListing = tuple[list[MemorySnapshot], list[MemorySnapshot] | None]
+"""A node's own snapshots, and the replicas it holds (None: not asked, or not listed)."""
 
-    def listing(agent: NodeAgent) -> list[MemorySnapshot]:
-        slot = (names.index(agent.node.name) - 1) % count
-        return agent.memory_snapshots(replica_dir(node_memory_dir(root, agent.node.name), slot))
 
-    held: dict[str, HeldReplicas] = {}
-    for index, answer in enumerate(on_each_settled(opened, listing)):
-        origin = names[(index - 1) % count]
-        if isinstance(answer, Exception):
-            log.warning("memory replicas on node %s not listed: %s", names[index], answer)
-            continue
-        held[origin] = HeldReplicas(names[index], {s.step: s for s in answer})
-    return held
+def _list_node(agent: NodeAgent, root: str, names: list[str], replicas: bool) -> _NodeListing:
+    """One node's snapshots and, with ``replicas``, what it holds of its ring
+    predecessor's slot (the node in slot ``i`` pushes to slot ``i + 1``; a spare takes
+    its lost node's slot, so the buddy of a lost node still holds that slot's
+    replicas), in one round trip. When that fails the two are listed apart: a node
+    that cannot list its replicas holds none (the replicas only ever add resume
+    points), while its own listing's failure is the tier's."""
+    own = node_memory_dir(root, agent.node.name)
+    if not replicas:
+        return agent.memory_snapshots(own), None
+    slot = (names.index(agent.node.name) - 1) % len(names)
+    held_root = replica_dir(own, slot)
+    try:
+        mine, held = agent.memory_snapshots_in([own, held_root])
+        return mine, held
+    except Exception as exc:  # which root failed is found below
+        log.debug("node %s: memory listed apart: %s", agent.node.name, exc)
+    mine = agent.memory_snapshots(own)
+    try:
+        return mine, agent.memory_snapshots(held_root)
+    except Exception as exc:  # replicas only ever add resume points
+        log.warning("memory replicas on node %s not listed: %s", agent.node.name, exc)
+        return mine, None
 
 
 def _restore(

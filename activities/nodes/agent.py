@@ -434,6 +434,14 @@ class NodeAgent(ABC):
         :class:`NodeUnreachable` or :class:`NodeRefused` when the node cannot answer."""
         raise NotImplementedError(f"{type(self).__name__} cannot list memory snapshots")
 
+    def memory_snapshots_in(self, roots: list[str]) -> list[list[MemorySnapshot]]:
+        """:meth:`memory_snapshots` of each of ``roots``, in order, in one round trip
+        where the transport can: a rank crash's resume search lists each node's own
+        snapshots and the replicas it holds, and on SSH nodes a second round was 0.1 s
+        of that crash's recovery. Raises as :meth:`memory_snapshots` when any root
+        cannot be listed (the caller then lists them one by one, to tell which)."""
+        return [self.memory_snapshots(root) for root in roots]
+
     def restore_end(self, end: RestoreEnd) -> dict[str, Any]:
         """Run one end of a replica restore on this node and return its one-line
         answer (``{"sent"|"received": ...}`` or ``{"error": ...}``). Blocks for at most

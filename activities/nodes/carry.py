@@ -1,5 +1,5 @@
 """``python -m activities.nodes.carry``: carry a node's surviving ranks into the next
-generation, run on that node (``rejoin`` on ssh nodes).
+generation, run on that node (``rejoin`` on ssh and Slurm nodes).
 
 The shim's ``rejoin`` runs it with the ranks' own interpreter, as warm starts run
 :mod:`activities.nodes.warm`: a :class:`~activities.nodes.node_records.CarryRequest` on
@@ -11,44 +11,85 @@ stdin (it holds rank variables: stdin only, never argv), one
 With ``CarryRequest.start`` it then starts the node's other ranks warm in the same
 process, one :class:`~activities.nodes.warm.WarmAnswer` line each after the carry's:
 the replacement of a crashed rank is forked one interpreter start and one round trip
-sooner than by a second call (``NodeAgent.carry_and_start``)."""
+sooner than by a second call (``NodeAgent.carry_and_start``).
+
+Where the run's zygote serves on the node, the carry runs in a fork of it, which has
+this module's imports done (:data:`ZYGOTE_PRELOAD`): this process then imports only
+the standard library and copies the answer lines back
+(:mod:`activities.nodes.zygote_socket`). A carry is safe to repeat (a carried rank is
+adopted, a fenced one stays fenced), so where the zygote runs nothing, it runs here."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import BinaryIO
 
-from pydantic import ValidationError
+from activities.nodes.zygote_socket import run_in_zygote, zygote_dir
 
-from activities.nodes.fencing import carry_here
-from activities.nodes.node_records import CarryRequest
-from activities.nodes.warm import answer_start
+ZYGOTE_PRELOAD = ("activities.nodes.fencing", "activities.nodes.node_records", "pydantic")
+"""What :func:`run` imports, imported by the zygote that runs it (its ``VERBS``)."""
 
 
 def main() -> int:
-    """A bad request names its fields, never their values (a value may be a secret)."""
+    stdin = sys.stdin.buffer.read()
+    directory = _zygote_of(stdin)
+    if directory is not None and run_in_zygote(directory, "carry", stdin, sys.stdout.buffer):
+        return 0
+    return run(stdin, sys.stdout.buffer)
+
+
+def run(stdin: bytes, out: BinaryIO) -> int:
+    """Carry (then start) as ``stdin``'s request says, one JSON line each on ``out``.
+    A bad request names its fields, never their values (a value may be a secret)."""
+    from pydantic import ValidationError
+
+    from activities.nodes.fencing import carry_here
+    from activities.nodes.node_records import CarryRequest
+    from activities.nodes.warm import answer_start
+
+    def say(line: str) -> None:
+        out.write(line.encode() + b"\n")
+        out.flush()
+
     try:
-        request = CarryRequest.model_validate_json(sys.stdin.buffer.read())
+        request = CarryRequest.model_validate_json(stdin)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()
         )
-        print(json.dumps({"error": f"rejoin: bad request on stdin: {problems}"}), flush=True)
+        say(json.dumps({"error": f"rejoin: bad request on stdin: {problems}"}))
         return 2
     try:
         result = carry_here(request)
     except (OSError, ValueError) as exc:
-        print(json.dumps({"error": f"rejoin: {exc}"}), flush=True)
+        say(json.dumps({"error": f"rejoin: {exc}"}))
         return 1
-    print(result.model_dump_json(), flush=True)
+    say(result.model_dump_json())
     if request.start is not None and not result.unkillable:
         # Never beside a group that would not die: the launcher refuses the launch.
         carried = {r.rank for r in result.carried}
         rest = [r for r in request.start.ranks if r.rank not in carried]
         if rest:
             for answer in answer_start(request.start.model_copy(update={"ranks": rest})):
-                print(answer.model_dump_json(), flush=True)
+                say(answer.model_dump_json())
     return 0
+
+
+def _zygote_of(stdin: bytes) -> Path | None:
+    """The directory of the zygote the request's node runs for its run, read without
+    validating (the carry validates it wherever it runs); None when it names none."""
+    try:
+        request = json.loads(stdin)
+    except ValueError:
+        return None
+    if not isinstance(request, dict):
+        return None
+    run_root, node = request.get("run_root"), request.get("node")
+    if not isinstance(run_root, str) or not isinstance(node, str) or not run_root:
+        return None
+    return zygote_dir(run_root, node)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@
 #        "health_timed_out","health_output"}
 #   write PATH [CONTENT]                   (stdin without CONTENT) {"written"}
 #   memory ROOT                            per committed step-N under ROOT:
-#       {"memory_step","manifest","sizes"} (manifest embedded or null)
+#       {"root","memory_step","manifest","sizes"} (manifest embedded or null)
 #   replica-restore VERB PROGRAM WORKDIR   (stdin: the ranks' PATH line, their
 #       PYTHONPATH line, then the request, its key included) runs `PROGRAM -m
 #       lazarus.rank.replica_restore VERB` (send or receive) in WORKDIR: one end of
@@ -970,7 +970,8 @@ shim_preflight() {
 
 shim_memory() {
 	# ROOT: one line per committed step directory of a run's memory tier, oldest
-	# first: {"memory_step":NAME,"manifest":{...}|null,"sizes":{RELPATH:BYTES,...}}.
+	# first: {"root":ROOT,"memory_step":NAME,"manifest":{...}|null,"sizes":{RELPATH:BYTES,...}}
+	# (the root as given: one call may list several).
 	# Facts only; the controller judges them (torn, another job's).
 	[ $# -eq 1 ] || {
 		fail "memory: usage: memory ROOT"
@@ -998,7 +999,8 @@ shim_memory() {
 		done
 		set +f
 		IFS=$_mifs
-		printf '{"memory_step":%s,"manifest":%s,"sizes":{%s}}\n' "$(json_str "$_mn")" "$RJ" "$_msz"
+		printf '{"root":%s,"memory_step":%s,"manifest":%s,"sizes":{%s}}\n' \
+			"$(json_str "$1")" "$(json_str "$_mn")" "$RJ" "$_msz"
 	done
 }
 

@@ -87,8 +87,8 @@ from activities.nodes.warm import (
     FORK_TIMEOUT_S,
     PrewarmAnswer,
     WarmAnswer,
-    zygote_dir,
 )
+from activities.nodes.zygote_socket import zygote_dir
 from lazarus.domain.checkpoint_layout import parse_step_dir
 from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import NodeSpec
@@ -643,15 +643,19 @@ class ShimAgent(NodeAgent):
             )
 
     def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
-        reply = self._call([["memory", root]], self.status_timeout_s)
+        return self.memory_snapshots_in([root])[0]
+
+    def memory_snapshots_in(self, roots: list[str]) -> list[list[MemorySnapshot]]:
+        """One shim call with a ``memory`` per root; each line names its root."""
+        reply = self._call([["memory", root] for root in roots], self.status_timeout_s)
         records, noise = json_lines(reply.output)
         error = next((str(r["error"]) for r in records if "error" in r), None)
         if error is not None or reply.exit_code != 0:
             raise ShimError(
-                f"{self._where()}: cannot list memory snapshots in {root}: "
+                f"{self._where()}: cannot list memory snapshots in {', '.join(roots)}: "
                 f"{error or ' | '.join(noise[:3]) or f'exit {reply.exit_code}'}"
             )
-        return memory_snapshot_records(root, records)
+        return [memory_snapshot_records(root, records) for root in roots]
 
     def restore_end(self, end: RestoreEnd) -> dict[str, Any]:
         """The shim's ``replica-restore``: the node's own interpreter runs the end,
@@ -703,9 +707,12 @@ class ShimAgent(NodeAgent):
 
 
 def memory_snapshot_records(root: str, records: list[dict[str, Any]]) -> list[MemorySnapshot]:
-    """The shim's ``memory`` lines as records (a line that is not one is ignored)."""
+    """The shim's ``memory`` lines of ``root`` as records (a line that is not one, or
+    is another root's, is ignored)."""
     found: list[MemorySnapshot] = []
     for record in records:
+        if record.get("root", root) != root:
+            continue
         name = record.get("memory_step")
         step = parse_step_dir(name) if isinstance(name, str) else None
         sizes = record.get("sizes")

@@ -57,9 +57,9 @@ from activities.nodes.zygote_client import (
     stop_zygote,
     wait_serving,
 )
+from activities.nodes.zygote_socket import ZYGOTE_DIR_PREFIX, zygote_dir
 from lazarus.domain import environment as env_names
 
-ZYGOTE_DIR_PREFIX = ".zygote-"
 FORKED_MARK = "forked"
 """In a zygote directory: some rank of this run was forked here (see :func:`ensure_zygote`)."""
 FIRST_START_WAIT_S = 90.0
@@ -96,10 +96,6 @@ PER_RANK_ENV = frozenset(
 """Variables that differ per rank or per generation: not the zygote's to have."""
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
-
-
-def zygote_dir(run_root: str | Path, node: str) -> Path:
-    return Path(run_root) / f"{ZYGOTE_DIR_PREFIX}{node}"
 
 
 def zygote_dirs(run_root: str | Path) -> list[Path]:

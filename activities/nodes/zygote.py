@@ -101,10 +101,10 @@ from pathlib import Path
 from typing import Any
 
 from activities.nodes.rank_wrapper import exit_record, start_ticks, write_atomic
+from activities.nodes.zygote_socket import RUN_OP, SOCKET_FILE, socket_address
 from lazarus.domain.memory_tier import environment_on_node
 
 PID_FILE = "zygote.pid"
-SOCKET_FILE = "zygote.sock"
 LOG_FILE = "zygote.log"
 MAX_REQUEST_BYTES = 4 << 20
 REQUEST_READ_TIMEOUT_S = 5.0
@@ -151,17 +151,6 @@ class _BecomeRank(BaseException):
 
 class Refused(Exception):
     """A request this zygote will not serve; the message is the reason given to the client."""
-
-
-def socket_address(run_dir: Path) -> tuple[str, int | None]:
-    """The address to bind or connect ``run_dir/zygote.sock`` by, and a directory fd to
-    close afterwards. Unix socket paths are limited to 107 bytes; a longer one is
-    reached through ``/proc/self/fd/N/``, which the kernel resolves like any path."""
-    path = str(run_dir / SOCKET_FILE)
-    if len(path.encode()) <= 100:
-        return path, None
-    dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
-    return f"/proc/self/fd/{dir_fd}/{SOCKET_FILE}", dir_fd
 
 
 # --------------------------------------------------------------------------- requests
@@ -399,6 +388,9 @@ class _Zygote:
                 },
             )
             return
+        if op == RUN_OP:
+            self._run_verb(client, request)
+            return
         if op != "fork":
             self._answer(client, {"ok": False, "reason": f"unknown op {op!r}"})
             return
@@ -429,6 +421,26 @@ class _Zygote:
         else:
             self._close_client(client)  # the standby answers on its own copy
         standby.channel.close()
+
+    def _run_verb(self, client: _Client, request: dict[str, Any]) -> None:
+        """A node-side verb (:data:`VERBS`) run in a fork of this zygote, which has its
+        modules imported (:mod:`activities.nodes.zygote_socket` says why). Not a rank:
+        no standby and no pid file; the loop reaps it."""
+        verb, stdin = request.get("verb"), request.get("stdin")
+        name = VERBS.get(verb, "") if isinstance(verb, str) else ""
+        loaded = self.record["preload_results"].get(name, {}).get("ok") is True
+        module = sys.modules.get(name) if loaded else None
+        if module is None or not isinstance(stdin, str):
+            self._answer(client, {"ok": False, "reason": f"verb {verb!r} is not served here"})
+            return
+        if not self.guard():
+            self._answer(client, {"ok": False, "reason": self.record["reason"]})
+            return
+        if os.fork() == 0:
+            conn_fd = os.dup(client.conn.fileno())
+            self._close_inherited()
+            os._exit(_verb_main(module, conn_fd, stdin.encode()))
+        self._close_client(client)
 
     def _answer(self, client: _Client, reply: dict[str, Any]) -> None:
         try:
@@ -500,16 +512,39 @@ loaded"); importing it in the zygote starts no thread. A failure here is recorde
 but refuses nothing: the rank then pays the import itself, as a cold one would."""
 
 
+VERBS: dict[str, str] = {"carry": "activities.nodes.carry"}
+"""Node-side verbs this zygote runs in a fork (``run`` requests), by the module whose
+``run(stdin, out) -> exit code`` runs each; imported with the preload, with what they
+run with (each module's ``ZYGOTE_PRELOAD``), and recorded as optional: a verb that
+failed to import is refused, and its relay runs it in a process of its own."""
+
+
+def _verb_main(module: types.ModuleType, conn_fd: int, stdin: bytes) -> int:
+    """In the fork: accept, then run the verb with its output on the connection."""
+    try:
+        with socket.socket(fileno=conn_fd) as conn, conn.makefile("wb") as out:
+            conn.setblocking(True)
+            out.write(b'{"ok": true}\n')
+            out.flush()
+            return int(module.run(stdin, out))
+    except BaseException:  # the zygote's frames are below: never unwind into them
+        traceback.print_exc()
+        return 1
+
+
 def preload(modules: list[str]) -> dict[str, dict[str, Any]]:
     """Import each module, recording which failed and why (the launcher's fallback and
     the incident both report it), then the imports each implies
-    (:data:`IMPLIED_PRELOADS`, recorded as optional). Never raises."""
+    (:data:`IMPLIED_PRELOADS`) and the :data:`VERBS`, recorded as optional. Never raises."""
     results: dict[str, dict[str, Any]] = {}
     implied = [i for name in modules for i in IMPLIED_PRELOADS.get(name, ()) if i not in modules]
+    implied += [verb for verb in VERBS.values() if verb not in modules]
     for name in [*modules, *implied]:
         started = time.monotonic()
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
+            for needed in getattr(module, "ZYGOTE_PRELOAD", ()) if name in VERBS.values() else ():
+                importlib.import_module(needed)
         except BaseException as exc:  # a broken module may raise anything, even SystemExit
             results[name] = {
                 "ok": False,

@@ -26,7 +26,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from activities.nodes.procfs import is_alive, read_stat, signal_group
-from activities.nodes.zygote import PID_FILE, SOCKET_FILE, socket_address
+from activities.nodes.zygote import PID_FILE
+from activities.nodes.zygote_socket import SOCKET_FILE, socket_address
 
 PID_FILE_WAIT_S = 10.0
 """After a lost answer, how long to wait for the pid file of a rank the zygote claimed."""

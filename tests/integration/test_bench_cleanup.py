@@ -18,7 +18,7 @@ import pytest
 
 from activities.nodes import zygote_client
 from activities.nodes.procfs import is_alive
-from activities.nodes.warm import zygote_dir
+from activities.nodes.zygote_socket import zygote_dir
 from bench.harness import BenchConfig, BenchContext
 from lazarus.domain.memory_tier import memory_checkpoint_dir, on_node
 from lazarus.rank.memory import secure

@@ -23,7 +23,7 @@ import pytest
 from activities.launcher import launch_generation
 from activities.nodes import zygote_client
 from activities.nodes.procfs import read_stat
-from activities.nodes.warm import zygote_dir
+from activities.nodes.zygote_socket import zygote_dir
 from activities.stop import stop_on_nodes
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest
 from lazarus.domain.spec import JobSpec, parse_spec

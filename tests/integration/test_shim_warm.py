@@ -21,7 +21,7 @@ from activities.nodes.node_records import RankLaunch, StartedRank, WarmStart
 from activities.nodes.procfs import is_alive
 from activities.nodes.shim_agent import LocalShimAgent
 from activities.nodes.shim_calls import json_lines, warm_call
-from activities.nodes.warm import zygote_dir
+from activities.nodes.zygote_socket import zygote_dir
 from lazarus.domain.spec import NodeSpec
 from tests.integration.test_shim import DASH, _all_cmdlines, kill_leftovers, wait_for
 
@@ -190,7 +190,7 @@ def test_a_dead_zygote_is_restarted_cold_once_then_warm(run_root: Path, tmp_path
     assert not cold.warm and cold.cold_reason is not None
     assert "dead" in cold.cold_reason and "restarted" in cold.cold_reason
     directory = zygote_dir(run_root, "n1")
-    wait_for(lambda: zygote_client.zygote_status(directory).state == "serving", 60, "serving")
+    zygote_client.wait_serving(directory, 60)
     assert start(3).warm
 
 

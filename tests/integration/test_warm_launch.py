@@ -20,7 +20,8 @@ from activities.nodes.node_records import RankLaunch, WarmStart
 from activities.nodes.procfs import is_alive, read_stat
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.shim_agent import LocalShimAgent
-from activities.nodes.warm import zygote_dir, zygote_dirs
+from activities.nodes.warm import zygote_dirs
+from activities.nodes.zygote_socket import zygote_dir
 from activities.stop import stop_generations
 from infra import chaos
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, StopRequest
@@ -138,7 +139,7 @@ def test_a_dead_zygote_means_cold_once_then_warm_again(tmp_path: Path, job_dir: 
     [reason] = second.warm_start.fallback_reasons
     assert reason.startswith("local: ") and "dead" in reason and "restarted" in reason
 
-    wait_for(lambda: zygote_client.zygote_status(directory).state == "serving", 60, "serving")
+    zygote_client.wait_serving(directory, 60)
     third = launch(spec, 3)
     assert third.warm_start is not None and third.warm_start.warm_ranks == [0, 1]
 

@@ -30,7 +30,7 @@ from activities.launcher import launch_generation
 from activities.nodes import zygote_client
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import read_json
-from activities.nodes.warm import ZYGOTE_DIR_PREFIX, zygote_dir
+from activities.nodes.zygote_socket import ZYGOTE_DIR_PREFIX, zygote_dir
 from activities.stop import stop_generations
 from infra.testhosts import TestHosts
 from lazarus.domain.contracts import LaunchRequest, NodeAccess, StopRequest

@@ -166,7 +166,7 @@ def test_ssh_nodes_fork_warm_fall_back_cold_and_end_run_stops_the_zygotes(
 
     # Restarted by that launch: the next one is warm on both nodes again.
     restarted = zygote_dir(Path(first.run_dir).parent, h2.name)
-    wait_for(lambda: zygote_client.zygote_status(restarted).state == "serving", 60, "serving")
+    zygote_client.wait_serving(restarted, 60)
     third = launch(spec, 3)
     assert third.warm_start is not None and third.warm_start.warm_ranks == [0, 1], third
     assert third.warm_start.fallback_reasons == []

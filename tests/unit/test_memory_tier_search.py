@@ -308,6 +308,22 @@ def test_the_shim_reports_the_same_facts_as_the_local_agent(tmp_path: Path) -> N
     assert LocalShimAgent(NodeSpec(name="n")).memory_snapshots(str(tmp_path / "none")) == []
 
 
+@pytest.mark.slow  # runs the node shim
+def test_the_shim_lists_several_roots_in_one_call(tmp_path: Path) -> None:
+    own, held, empty = tmp_path / "own", tmp_path / "own" / "replica-1", tmp_path / "none"
+    write_snapshot(own, 3)
+    write_snapshot(held, 2)
+    write_snapshot(held, 5)
+    agent = LocalShimAgent(NodeSpec(name="n"))
+
+    with mock.patch.object(agent, "_run", wraps=agent._run) as calls:
+        listed = agent.memory_snapshots_in([str(own), str(held), str(empty)])
+
+    assert calls.call_count == 1
+    assert [[s.step for s in snapshots] for snapshots in listed] == [[3], [2, 5], []]
+    assert listed[1] == LocalAgent(NodeSpec(name="n")).memory_snapshots(str(held))
+
+
 # --------------------------------------------------------------------------- launcher
 
 

@@ -122,7 +122,7 @@ from activities.nodes.slurm.preemption import preemption_notice
 from activities.nodes.slurm.rounds import ROUNDS, SlurmRounds, Steps
 from activities.nodes.slurm.shim import SrunShim, send, silent_nodes, step_lock_at
 from activities.nodes.slurm.warm import ZYGOTE_STEP, SlurmWarm, merged_stop
-from activities.nodes.warm import zygote_dir
+from activities.nodes.zygote_socket import zygote_dir
 from lazarus.domain import environment as env_names
 from lazarus.domain.process_groups import UnkillableGroup
 from lazarus.domain.spec import NodeSpec, SlurmSpec
@@ -820,6 +820,9 @@ class SlurmAgent(SlurmWarm):
 
     def memory_snapshots(self, root: str) -> list[MemorySnapshot]:
         return self._shim().memory_snapshots(root)
+
+    def memory_snapshots_in(self, roots: list[str]) -> list[list[MemorySnapshot]]:
+        return self._shim().memory_snapshots_in(roots)
 
     def restore_end(self, end: RestoreEnd) -> dict[str, Any]:
         return self._shim().restore_end(end)
