@@ -334,7 +334,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"{fmt(r.get('node_loss_s'))} s",
             fmt(r.get("node_loss_steps_lost"), ".0f"),
             f"{fmt(r.get('worker_rss_growth_mib'), '.0f')} MiB",
-            "equal" if r.get("node_loss_weights_ok") else "DIFFER",
+            {None: "-", True: "equal", False: "DIFFER"}[r.get("node_loss_weights_ok")],
             f"{fmt(r.get('crash_state_loaded_s'))} s, {fmt(r.get('crash_s'))} s",
             fmt(r.get("crash_steps_lost"), ".0f"),
             f"{fmt(r.get('torch_save_gb_s'))} / {fmt(r.get('torch_load_gb_s'))} GB/s",
