@@ -57,6 +57,10 @@ interpreter or an already loaded library reads only at start-up (``PYTHONHASHSEE
 ``OMP_NUM_THREADS``, ``LD_PRELOAD``...): such a rank would silently differ from a
 cold one.
 
+Verbs. A ``run`` request runs a node-side verb (:data:`VERBS`: the rejoin's carry) in
+a plain fork of the zygote, whose preload imported it, and the fork answers on the
+client's connection; :mod:`activities.nodes.zygote_socket` says why and how.
+
 Pitfall guards:
 
 - CUDA: ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` is set before preloading, so even an
