@@ -89,7 +89,7 @@ from activities.nodes.secret_env import (
     read_env_file,
     without_worker_secrets,
 )
-from activities.nodes.warm import stop_run_zygotes
+from activities.nodes.warm_starts import stop_run_zygotes
 from activities.program import rank_paths, rank_search_path, rendezvous_host
 from lazarus.domain import chaos_points
 from lazarus.domain import environment as env_names

@@ -275,7 +275,8 @@ class NodeAgent(ABC):
         waiting for a fresh interpreter to import ``warm.preload`` (issue 28).
 
         ``launch`` is a rank as this node would start it (its environment, less the
-        per-rank variables, is the zygote's: :func:`activities.nodes.warm.zygote_environment`).
+        per-rank variables, is the zygote's:
+        :func:`activities.nodes.warm_starts.zygote_environment`).
         Starts the zygote unless one of the run is alive there and returns at once,
         without waiting for it to serve; bounded by one round trip. Returns None when
         it runs (started now or before), otherwise why not, in words: a failure only

@@ -9,7 +9,7 @@ stdin (it holds rank variables: stdin only, never argv), one
 (:func:`activities.nodes.fencing.carry_here`), so every node carries alike.
 
 With ``CarryRequest.start`` it then starts the node's other ranks warm in the same
-process, one :class:`~activities.nodes.warm.WarmAnswer` line each after the carry's:
+process, one :class:`~activities.nodes.warm_starts.WarmAnswer` line each after the carry's:
 the replacement of a crashed rank is forked one interpreter start and one round trip
 sooner than by a second call (``NodeAgent.carry_and_start``).
 
@@ -23,21 +23,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import BinaryIO
 
-from activities.nodes.zygote_socket import run_in_zygote, zygote_dir
+from activities.nodes.zygote_socket import relayed_main
 
-ZYGOTE_PRELOAD = ("activities.nodes.fencing", "activities.nodes.node_records", "pydantic")
+ZYGOTE_PRELOAD = ("activities.nodes.fencing", "activities.nodes.warm_starts")
 """What :func:`run` imports, imported by the zygote that runs it (its ``VERBS``)."""
-
-
-def main() -> int:
-    stdin = sys.stdin.buffer.read()
-    directory = _zygote_of(stdin)
-    if directory is not None and run_in_zygote(directory, "carry", stdin, sys.stdout.buffer):
-        return 0
-    return run(stdin, sys.stdout.buffer)
 
 
 def run(stdin: bytes, out: BinaryIO) -> int:
@@ -46,8 +37,8 @@ def run(stdin: bytes, out: BinaryIO) -> int:
     from pydantic import ValidationError
 
     from activities.nodes.fencing import carry_here
-    from activities.nodes.node_records import CarryRequest
-    from activities.nodes.warm import answer_start
+    from activities.nodes.node_records import CarryRequest, field_problems
+    from activities.nodes.warm_starts import answer_start
 
     def say(line: str) -> None:
         out.write(line.encode() + b"\n")
@@ -56,10 +47,7 @@ def run(stdin: bytes, out: BinaryIO) -> int:
     try:
         request = CarryRequest.model_validate_json(stdin)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()
-        )
-        say(json.dumps({"error": f"rejoin: bad request on stdin: {problems}"}))
+        say(json.dumps({"error": f"rejoin: bad request on stdin: {field_problems(exc)}"}))
         return 2
     try:
         result = carry_here(request)
@@ -77,19 +65,8 @@ def run(stdin: bytes, out: BinaryIO) -> int:
     return 0
 
 
-def _zygote_of(stdin: bytes) -> Path | None:
-    """The directory of the zygote the request's node runs for its run, read without
-    validating (the carry validates it wherever it runs); None when it names none."""
-    try:
-        request = json.loads(stdin)
-    except ValueError:
-        return None
-    if not isinstance(request, dict):
-        return None
-    run_root, node = request.get("run_root"), request.get("node")
-    if not isinstance(run_root, str) or not isinstance(node, str) or not run_root:
-        return None
-    return zygote_dir(run_root, node)
+def main() -> int:
+    return relayed_main("carry", run)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ survivors' rejoin, and each import there is interpreter start-up the job waits f
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lazarus.domain.process_groups import UnkillableGroup
 
@@ -119,7 +119,7 @@ class CarryRequest(NodeRecord):
     """The ranks' PYTHONPATH, from which Lazarus is imported."""
     start: NodeWarmRequest | None = None
     """Then, in the same process on the node, start these ranks warm, less those the
-    carry carried (:func:`activities.nodes.warm.answer_start`); none when the fencing
+    carry carried (:func:`activities.nodes.warm_starts.answer_start`); none when the fencing
     left a group alive. One interpreter start and one round trip instead of two
     between a crash and the replacement's fork (``NodeAgent.carry_and_start``).
     Left out of the JSON when None, so a node with older code still reads the carry."""
@@ -144,3 +144,11 @@ class NodeStopResult(NodeRecord):
     generations: list[int] = Field(default_factory=list)
     unkillable: list[UnkillableGroup] = Field(default_factory=list)
     """Groups still alive ``kill_wait_s`` after SIGKILL: reported, never waited on forever."""
+
+
+def field_problems(exc: ValidationError) -> str:
+    """A bad node request's problems: field names and messages, never the values (a
+    value may be a secret: the ranks' environments travel in these requests)."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()
+    )

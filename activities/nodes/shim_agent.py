@@ -81,7 +81,7 @@ from activities.nodes.shim_calls import (
     start_call,
     warm_call,
 )
-from activities.nodes.warm import (
+from activities.nodes.warm_starts import (
     CLAIM_WAIT_S,
     FIRST_START_WAIT_S,
     FORK_TIMEOUT_S,
@@ -347,11 +347,12 @@ class ShimAgent(NodeAgent):
         return [started[r.rank] for r in ranks]
 
     def prewarm(self, launch: RankLaunch, warm: WarmStart) -> str | None:
-        """The shim's ``warm`` with ``prewarm`` (:func:`activities.nodes.warm.prewarm_zygote`):
-        one round trip that starts the zygote detached and does not wait for its
-        preload. It holds the zygote directory's lock, not the generation's: on a
-        filesystem the nodes share, the generation's is held by the other nodes'
-        launches while their zygotes preload."""
+        """The shim's ``warm`` with ``prewarm``
+        (:func:`activities.nodes.warm_starts.prewarm_zygote`): one round trip that
+        starts the zygote detached and does not wait for its preload. It holds the
+        zygote directory's lock, not the generation's: on a filesystem the nodes
+        share, the generation's is held by the other nodes' launches while their
+        zygotes preload."""
         directory = str(zygote_dir(warm.run_root, self.node.name))
         try:
             call = warm_call(directory, self.node.name, [launch], warm, self.starts_zygote, True)

@@ -57,9 +57,9 @@ interpreter or an already loaded library reads only at start-up (``PYTHONHASHSEE
 ``OMP_NUM_THREADS``, ``LD_PRELOAD``...): such a rank would silently differ from a
 cold one.
 
-Verbs. A ``run`` request runs a node-side verb (:data:`VERBS`: the rejoin's carry) in
-a plain fork of the zygote, whose preload imported it, and the fork answers on the
-client's connection; :mod:`activities.nodes.zygote_socket` says why and how.
+Verbs. A ``run`` request runs a node-side verb (:data:`VERBS`: a rejoin's carry, a
+warm start) in a plain fork of the zygote, whose preload imported it, and the fork
+answers on the client's connection (:mod:`activities.nodes.zygote_socket`).
 
 Pitfall guards:
 
@@ -516,7 +516,7 @@ loaded"); importing it in the zygote starts no thread. A failure here is recorde
 but refuses nothing: the rank then pays the import itself, as a cold one would."""
 
 
-VERBS: dict[str, str] = {"carry": "activities.nodes.carry"}
+VERBS: dict[str, str] = {"carry": "activities.nodes.carry", "warm": "activities.nodes.warm"}
 """Node-side verbs this zygote runs in a fork (``run`` requests), by the module whose
 ``run(stdin, out) -> exit code`` runs each; imported with the preload, with what they
 run with (each module's ``ZYGOTE_PRELOAD``), and recorded as optional: a verb that

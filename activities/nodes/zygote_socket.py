@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -86,3 +88,29 @@ def run_in_zygote(directory: Path, verb: str, stdin: bytes, out: BinaryIO) -> bo
         if dir_fd is not None:
             os.close(dir_fd)
     return copied
+
+
+def relayed_main(verb: str, run: Callable[[bytes, BinaryIO], int]) -> int:
+    """A node-side verb's ``main``: its request read from stdin, run in a fork of the
+    zygote the request names (its ``run_root`` and ``node``) where that serves, else
+    by ``run`` in this process; the answer lines on stdout either way."""
+    stdin = sys.stdin.buffer.read()
+    directory = _zygote_named_by(stdin)
+    if directory is not None and run_in_zygote(directory, verb, stdin, sys.stdout.buffer):
+        return 0
+    return run(stdin, sys.stdout.buffer)
+
+
+def _zygote_named_by(stdin: bytes) -> Path | None:
+    """The zygote directory of a request's ``run_root`` and ``node``, read without
+    validating (the verb validates wherever it runs); None when it names none."""
+    try:
+        request = json.loads(stdin)
+    except ValueError:
+        return None
+    if not isinstance(request, dict):
+        return None
+    run_root, node = request.get("run_root"), request.get("node")
+    if not isinstance(run_root, str) or not isinstance(node, str) or not run_root:
+        return None
+    return zygote_dir(run_root, node)

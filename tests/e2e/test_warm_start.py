@@ -20,7 +20,7 @@ import pytest
 from activities.nodes import zygote_client
 from activities.nodes.procfs import is_alive
 from activities.nodes.rundir import GenerationDir, latest_run, read_json
-from activities.nodes.warm import zygote_dir
+from activities.nodes.zygote_socket import zygote_dir
 from infra import chaos
 from lazarus.domain.contracts import WarmStartOutcome
 from tests.e2e.conftest import STEPS, Job, assert_same_weights, ddp_spec

@@ -20,7 +20,7 @@ from activities.nodes.node_records import RankLaunch, WarmStart
 from activities.nodes.procfs import is_alive, read_stat
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.shim_agent import LocalShimAgent
-from activities.nodes.warm import zygote_dirs
+from activities.nodes.warm_starts import zygote_dirs
 from activities.nodes.zygote_socket import zygote_dir
 from activities.stop import stop_generations
 from infra import chaos

@@ -1,6 +1,6 @@
 """Node-side verbs run in a fork of the run's zygote (``activities.nodes.zygote_socket``):
-the carry's relay gets the carry's own answer from a process that had its imports
-done, and falls back to running the verb itself wherever the zygote runs nothing.
+the relay of a carry or a warm start gets the verb's own answer from a process that
+had its imports done, and falls back to running the verb itself wherever the zygote runs nothing.
 Real zygotes; each test stops its own."""
 
 from __future__ import annotations
@@ -34,17 +34,18 @@ def zygote(tmp_path: Path) -> Iterator[Path]:
         zygote_client.stop_zygote(run_dir)
 
 
-def test_the_carry_runs_in_a_fork_of_a_serving_zygote(zygote: Path) -> None:
+@pytest.mark.parametrize(("verb", "said"), [("carry", "rejoin"), ("warm", "warm")])
+def test_a_verb_runs_in_a_fork_of_a_serving_zygote(zygote: Path, verb: str, said: str) -> None:
     info = zygote_client.live_zygote(zygote)
-    loaded = info.preload_results["activities.nodes.carry"]
+    loaded = info.preload_results[f"activities.nodes.{verb}"]
     assert loaded.ok and loaded.optional  # a verb that will not import refuses nothing
 
     out = io.BytesIO()
-    assert run_in_zygote(zygote, "carry", b'{"ranks": "none"}', out)
+    assert run_in_zygote(zygote, verb, b'{"ranks": "none"}', out)
 
     (line,) = out.getvalue().splitlines()
     error = json.loads(line)["error"]
-    assert error.startswith("rejoin: bad request on stdin: ") and "none" not in error
+    assert error.startswith(f"{said}: bad request on stdin: ") and "none" not in error
     assert zygote_client.zygote_status(zygote).state == "serving"
     deadline = time.monotonic() + 10  # the loop reaps its verb's fork
     while _children(info.pid) and time.monotonic() < deadline:

@@ -23,7 +23,7 @@ import pytest
 from activities.launcher import launch_generation
 from activities.nodes import zygote_client
 from activities.nodes.procfs import is_alive, read_stat
-from activities.nodes.warm import zygote_dir
+from activities.nodes.zygote_socket import zygote_dir
 from activities.stop import stop_generations
 from infra.testhosts import TestHosts
 from lazarus.domain.contracts import LaunchRequest, LaunchResult, NodeAccess, StopRequest

@@ -18,7 +18,7 @@ import pytest
 from activities.launcher import rank_environment
 from activities.nodes.rundir import GenerationDir
 from activities.nodes.slurm.agent import PER_RANK_VARIABLES
-from activities.nodes.warm import PER_RANK_ENV
+from activities.nodes.warm_starts import PER_RANK_ENV
 from lazarus.domain import environment as env_names
 from lazarus.domain.spec import JobSpec, NodeSpec, parse_spec
 from lazarus.rank.rejoin_requests import _INTEGER_REJOIN_VARIABLES

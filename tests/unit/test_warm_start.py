@@ -11,7 +11,7 @@ import pytest
 
 from activities.nodes.local.agent import remove_memory_dir
 from activities.nodes.shim_calls import SHIM_PATH
-from activities.nodes.warm import PER_RANK_ENV, warm_argv, zygote_environment
+from activities.nodes.warm_starts import PER_RANK_ENV, warm_argv, zygote_environment
 from activities.nodes.zygote_client import ZygoteUnavailable
 from lazarus.domain.memory_tier import on_node
 from lazarus.domain.spec import SpecError, parse_spec

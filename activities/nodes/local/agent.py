@@ -44,7 +44,7 @@ from activities.nodes.rundir import (
 )
 from activities.nodes.search_path import resolve_program
 from activities.nodes.secret_env import without_worker_secrets
-from activities.nodes.warm import stop_run_zygotes, warm_start_ranks
+from activities.nodes.warm_starts import stop_run_zygotes, warm_start_ranks
 from lazarus.domain.checkpoint_layout import (
     MANIFEST,
     TEMP_SUFFIX,

@@ -32,7 +32,7 @@ from activities.nodes.shim_agent import carry_through_shim, refused_all
 from activities.nodes.slurm.commands import SlurmCommandFailed, job_steps, slurm_command
 from activities.nodes.slurm.drain import SlurmDrain
 from activities.nodes.slurm.shim import SrunShim, send, step_lock_at
-from activities.nodes.warm import FORKED_MARK, zygote_environment
+from activities.nodes.warm_starts import FORKED_MARK, zygote_environment
 from activities.nodes.zygote import PID_FILE as ZYGOTE_PID_FILE
 from activities.nodes.zygote_socket import SOCKET_FILE as ZYGOTE_SOCKET_FILE
 from activities.nodes.zygote_socket import zygote_dir
