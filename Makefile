@@ -78,9 +78,9 @@ bench: setup bench-peers
 # 3.12: its pinned, checksummed wheel goes into the venv beside the rest (idempotent).
 PEERS_STAMP := $(VENV)/.peers-installed
 
-$(PEERS_STAMP): $(STAMP) bench/peers/install_nvrx.py
+$(PEERS_STAMP): $(STAMP) infra/install_nvrx.py
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[bench,peers]'
-	$(PY) -m bench.peers.install_nvrx
+	$(PY) -m infra.install_nvrx
 	touch $(PEERS_STAMP)
 
 bench-peers: $(PEERS_STAMP)

@@ -25,8 +25,8 @@ from bench import (
     state_scale,
 )
 from bench.benchmark import run_benchmark
-from bench.costs import results_path
-from bench.harness import BenchConfig, BenchContext, BenchRun, Extra
+from bench.costs import progress, results_path
+from bench.harness import BenchConfig, BenchRun, Extra
 from bench.jobs import JobShape
 from bench.registry import SUITES
 from bench.systems import DEFAULT_PRELOAD, SLURM_SYSTEMS, SOAK_SYSTEMS, SYSTEMS, System
@@ -261,13 +261,7 @@ def _extras(args: argparse.Namespace, config: BenchConfig, json_out: Path) -> di
     extras: dict[str, Extra] = {}
     if args.command == "soak" and args.false_alarms:
         scripts = list(args.scripts)
-
-        async def run_false_alarms(
-            ctx: BenchContext, progress: Callable[[str], None]
-        ) -> dict[str, Any]:
-            return await soak_false_alarms.run(ctx, scripts, progress)
-
-        extras["false_alarms"] = run_false_alarms
+        extras["false_alarms"] = lambda ctx, progress: soak_false_alarms.run(ctx, scripts, progress)
         return extras
     if (args.command == "compare" and not args.no_overhead) or args.command == "overhead":
         extras["overhead"] = overhead.measure
@@ -276,13 +270,9 @@ def _extras(args: argparse.Namespace, config: BenchConfig, json_out: Path) -> di
         if minutes > 0:
             plot_out: Path = args.plot_out or json_out.with_suffix(".png")
             soak_systems: list[System] = [s for s in args.systems if s in SOAK_SYSTEMS]
-
-            async def run_soak(
-                ctx: BenchContext, progress: Callable[[str], None]
-            ) -> dict[str, Any]:
-                return await soak.run_soak(ctx, soak_systems, plot_out, progress)
-
-            extras["soak"] = run_soak
+            extras["soak"] = lambda ctx, progress: soak.run_soak(
+                ctx, soak_systems, plot_out, progress
+            )
     return extras
 
 
@@ -352,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config,
         getattr(args, "repeats", 1),
         keep_workdir=args.keep_workdir,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        progress=progress,
         systems=systems,
         extras=extras,
         label={"recovery": "bench", "slurm": "slurm"}.get(args.command, "compare"),

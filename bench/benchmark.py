@@ -83,7 +83,6 @@ def run_benchmark(
         try:
             progress(f"{label}: state in {workdir}; starting the dev server and a worker")
             stack.start()
-            run.server_address = stack.server.address
             loop = _Loop(stack, config, workdir, scenarios, run, progress, label)
             asyncio.run(loop.run_all(extras or {}, contexts))
         finally:
@@ -124,14 +123,8 @@ class _Loop:
             if reason is not None:
                 skipped[sc.name] = reason
                 self.progress(f"{self.label}: skipping {sc.name}: {reason}")
-        references = sorted(
-            {
-                ref
-                for s in self.scenarios
-                if s.name not in skipped
-                for ref in s.references(ctx.shape)
-            }
-        )
+        to_run = [s for s in self.scenarios if s.name not in skipped]
+        references = sorted({ref for s in to_run for ref in s.references(ctx.shape)})
         for world_size, steps in references:
             self.progress(
                 f"{self.label}: fault-free reference run (no controller), "
@@ -178,11 +171,8 @@ class _Loop:
         self.progress(f"{self.label}: {where} #{repeat + 1}/{self.run.plan.repeats} ...")
         try:
             measured = await runner(ctx.under(system), repeat)
-            record.metrics, record.details, record.note = (
-                measured.metrics,
-                measured.details,
-                measured.note,
-            )
+            record.metrics, record.details = measured.metrics, measured.details
+            record.note = measured.note
         except Exception as exc:
             record.error = f"{type(exc).__name__}: {exc}"
             self.progress(traceback.format_exc())

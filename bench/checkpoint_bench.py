@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from bench import costs
 from bench.costs import progress, results_path, timed, write_results
@@ -197,36 +198,28 @@ def _s3_round(
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        with _moto_server() as endpoint:
-            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
-            spec = CheckpointsSpec(
-                durable_uri="s3://bench/ck",
-                endpoint_url=endpoint,
-                upload_part_size_mb=args.part_size_mb,
-                upload_concurrency=args.concurrency,
-            )
-            request = UploadCheckpointRequest(
-                checkpoint=CheckpointRef(step=step, path=str(directory)), checkpoints=spec
-            )
-            tracker = UploadTracker(step, f"s3://bench/ck/{directory.name}")
-            started = time.perf_counter()
-            result = upload_checkpoint_sync(request, tracker)
-            raw["upload_s"].append(time.perf_counter() - started)
-            assert result.verified
-            restore = RestoreCheckpointRequest(
-                uri=result.uri, checkpoint_dir=str(scratch / "restored"), checkpoints=spec
-            )
-            raw["restore_s"].append(timed(lambda: restore_checkpoint_sync(restore)))
-            shutil.rmtree(scratch / "restored")
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    # The credentials for this round only: os.environ is as it was afterwards.
+    with mock.patch.dict(os.environ, env), _moto_server() as endpoint:
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
+        spec = CheckpointsSpec(
+            durable_uri="s3://bench/ck",
+            endpoint_url=endpoint,
+            upload_part_size_mb=args.part_size_mb,
+            upload_concurrency=args.concurrency,
+        )
+        request = UploadCheckpointRequest(
+            checkpoint=CheckpointRef(step=step, path=str(directory)), checkpoints=spec
+        )
+        tracker = UploadTracker(step, f"s3://bench/ck/{directory.name}")
+        started = time.perf_counter()
+        result = upload_checkpoint_sync(request, tracker)
+        raw["upload_s"].append(time.perf_counter() - started)
+        assert result.verified
+        restore = RestoreCheckpointRequest(
+            uri=result.uri, checkpoint_dir=str(scratch / "restored"), checkpoints=spec
+        )
+        raw["restore_s"].append(timed(lambda: restore_checkpoint_sync(restore)))
+        shutil.rmtree(scratch / "restored")
 
 
 def markdown(figures: dict[str, Any], repeats: int) -> str:

@@ -31,12 +31,22 @@ def table(
     ]
 
 
-def add_parser(name: str, commands: Any, doc: str | None, help: str) -> argparse.ArgumentParser:
-    """``python -m bench <name>``, described by ``doc``'s first line, with ``--json-out``."""
+def add_parser(
+    name: str, commands: Any, doc: str | None, help: str, nodes: tuple[int, ...] = ()
+) -> argparse.ArgumentParser:
+    """``python -m bench <name>``, described by ``doc``'s first line, with ``--json-out``
+    and, given default ``nodes``, ``--nodes`` (:func:`node_counts`)."""
     parser: argparse.ArgumentParser = commands.add_parser(
         name, help=help, description=(doc or "").splitlines()[0]
     )
     parser.add_argument("--json-out", type=Path, help=f"default: bench/results/{name}-<ts>.json")
+    if nodes:
+        parser.add_argument(
+            "--nodes",
+            type=node_counts,
+            default=nodes,
+            help=f"node counts, comma-separated (default: {','.join(map(str, nodes))})",
+        )
     return parser
 
 

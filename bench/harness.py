@@ -291,13 +291,15 @@ class TorchrunRun:
         return time.time() if exited else None
 
 
-async def wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:
-    """Poll ``predicate`` every 50 ms; False if it never held within ``timeout_s``."""
+async def wait_until(
+    predicate: Callable[[], bool], timeout_s: float, poll_s: float = STEP_POLL_S
+) -> bool:
+    """Poll ``predicate`` every ``poll_s``; False if it never held within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return True
-        await asyncio.sleep(STEP_POLL_S)
+        await asyncio.sleep(poll_s)
     return predicate()
 
 
@@ -396,8 +398,8 @@ class BenchContext:
         ``steps`` says how many steps it trains, when not ``shape.steps``, so its
         weights meet the right reference; ``input_overrides`` sets other
         :class:`JobInput` fields (e.g. a low ``continue_as_new_after_events``)."""
-        name = f"bench-{scenario.replace('_', '-')}-{repeat}-{uuid.uuid4().hex[:6]}"
-        paths = JobPaths(self.workdir / "jobs" / name)
+        paths = self._paths("bench", scenario, repeat)
+        name = paths.root.name
         spec = build(name, paths) if build is not None else build_spec(name, paths, self.shape)
         run_root = Path(spec.run_dir) / spec.job_id
         self.run_roots[spec.job_id] = run_root
@@ -608,7 +610,6 @@ class BenchRun:
     """Overhead and soak results, by name, as JSON-ready dicts."""
     summaries: dict[str, str] = field(default_factory=dict)
     """Each scenario's one-line summary, by name."""
-    server_address: str = ""
     load_average_at_start: list[float] = field(default_factory=lambda: list(os.getloadavg()))
     """Other work on the machine skews every timing; this says how busy it was."""
 

@@ -88,6 +88,10 @@ class JobShape:
             idle_window_s=2.0,
         )
 
+    def health_section(self, **fields: float) -> dict[str, float]:
+        """The spec's ``health`` for this job (:func:`build_spec`'s), ``fields`` over it."""
+        return {"hang_timeout_s": self.hang_timeout_s, **self.health, **fields}
+
     def with_steps(self, steps: int) -> JobShape:
         """Scale the fault step with a new step count (about 5/12 of the way in),
         keeping at least one checkpoint before the fault."""
@@ -157,7 +161,7 @@ def build_spec(
         "nproc_per_node": nproc_per_node,
         "checkpoint_dir": str(paths.checkpoints),
         "run_dir": str(paths.run_dir),
-        "health": {"hang_timeout_s": shape.hang_timeout_s, **shape.health},
+        "health": shape.health_section(),
         "recovery": dict(shape.recovery),
         **(extra or {}),
     }

@@ -15,7 +15,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from pydantic import BaseModel
@@ -54,12 +53,7 @@ class BackgroundSampler:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def stop(self) -> None:
@@ -246,6 +240,13 @@ class StepTrace(BaseModel):
         """When the job first reported ``step`` or beyond (after ``after``)."""
         times = [p.t for p in self.points if p.step >= step and p.t >= after]
         return min(times, default=None)
+
+    def rate(self, low: int, high: int) -> float | None:
+        """Steps per second from first reaching ``low`` to first reaching ``high``."""
+        t_low, t_high = self.time_reaching(low), self.time_reaching(high)
+        if t_low is None or t_high is None or t_high <= t_low:
+            return None
+        return (high - low) / (t_high - t_low)
 
     def productive_seconds(self, until: float | None = None) -> float:
         """Time spent making new progress: each step beyond the high-water mark is

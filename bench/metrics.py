@@ -84,10 +84,3 @@ def lookup(name: str) -> MetricDef:
         if pattern.match(name):
             return definition
     raise KeyError(f"metric {name!r} is not in bench.metrics.METRICS: define it there first")
-
-
-def markdown() -> str:
-    """The dictionary as a markdown table (for the README)."""
-    lines = ["| metric | unit | meaning |", "|---|---|---|"]
-    lines += [f"| `{m.name}` | {m.unit} | {m.meaning} |" for m in _DEFS]
-    return "\n".join(lines)

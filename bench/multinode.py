@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench.harness import BenchContext
 from bench.jobs import JobPaths, JobShape, build_spec
+from bench.torchrun import CLOCK_TICKS
 from infra.testhost_network import nameservers, unavailable_reason
 from infra.testhosts import TestHosts
 from lazarus.domain.spec import JobSpec, NodeSpec
@@ -98,8 +99,6 @@ def ssh_spec(
 
 # --------------------------------------------------------------------------- CPU time
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
 
 @dataclass(frozen=True)
 class CpuSample:
@@ -122,7 +121,7 @@ def cpu_sample(pid: int) -> CpuSample:
     fields = stat[stat.rfind(")") + 2 :].split()
     own, children = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
     return CpuSample(
-        pid, int(fields[19]), own / _CLOCK_TICKS, time.monotonic(), children / _CLOCK_TICKS
+        pid, int(fields[19]), own / CLOCK_TICKS, time.monotonic(), children / CLOCK_TICKS
     )
 
 

@@ -159,12 +159,7 @@ async def _lazarus_cpu(ctx: BenchContext, result: OverheadResult) -> None:
 def _fast_reports(ctx: BenchContext, fast: bool) -> dict[str, object]:
     if not fast:
         return {}
-    health = {
-        "hang_timeout_s": ctx.shape.hang_timeout_s,
-        **ctx.shape.health,
-        "report_interval_s": FAST_REPORT_INTERVAL_S,
-    }
-    return {"health": health}
+    return {"health": ctx.shape.health_section(report_interval_s=FAST_REPORT_INTERVAL_S)}
 
 
 def _history_figures(result: OverheadResult, events: int, window_s: float) -> None:

@@ -34,14 +34,8 @@ def soak_plot(soak: SoakResult, path: Path) -> None:
         for t, generation, step in result.trace:
             by_generation.setdefault(generation, []).append((t, step))
         for points in by_generation.values():
-            ax.plot(
-                [p[0] for p in points],
-                [p[1] for p in points],
-                lw=1.2,
-                marker=".",
-                markersize=2,
-                color="tab:blue",
-            )
+            times, steps = zip(*points, strict=True)
+            ax.plot(times, steps, lw=1.2, marker=".", markersize=2, color="tab:blue")
         seen: set[str] = set()
         for incident in result.incidents:
             colour = KIND_COLOURS.get(incident.kind, "black")

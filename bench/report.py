@@ -32,28 +32,20 @@ SCHEMA = 2
 """The results files' schema. 1 (no ``schema`` key): the two frameworks' files;
 2: one layout for every benchmark (see bench/README.md, "Results files")."""
 
+_FAULT_HEADLINE = [
+    "detection_from_injection_s",
+    "survivors_first_step_s",
+    "recovery_outside_s",
+    "relaunch_to_first_step_s",
+    "steps_lost",
+    "wall_vs_clean",
+    "weights_ok",
+]
+"""What ``crash`` and ``hang`` show after whether the fault was recovered (detected)."""
 HEADLINE: dict[str, list[str]] = {
     "clean": ["wall_s", "steps_per_s", "launch_to_first_step_s", "weights_ok"],
-    "crash": [
-        "recovered",
-        "detection_from_injection_s",
-        "survivors_first_step_s",
-        "recovery_outside_s",
-        "relaunch_to_first_step_s",
-        "steps_lost",
-        "wall_vs_clean",
-        "weights_ok",
-    ],
-    "hang": [
-        "detected",
-        "detection_from_injection_s",
-        "survivors_first_step_s",
-        "recovery_outside_s",
-        "relaunch_to_first_step_s",
-        "steps_lost",
-        "wall_vs_clean",
-        "weights_ok",
-    ],
+    "crash": ["recovered", *_FAULT_HEADLINE],
+    "hang": ["detected", *_FAULT_HEADLINE],
     "multinode_crash": [
         "recovered",
         "detection_from_injection_s",
@@ -316,14 +308,7 @@ def render_cell(cell: Cell | None) -> str:
 def ratio(lazarus: Cell | None, torchrun: Cell | None) -> str:
     a = lazarus.stats if lazarus else None
     b = torchrun.stats if torchrun else None
-    if (
-        a is None
-        or b is None
-        or a.kind != "number"
-        or b.kind != "number"
-        or a.median is None
-        or not b.median
-    ):
+    if a is None or b is None or {a.kind, b.kind} != {"number"} or a.median is None or not b.median:
         return ""
     return f"{a.median / b.median:.2f}"
 
@@ -336,16 +321,9 @@ def compare_table(stats: Summary) -> str:
     setup the run had (``lazarus_rejoin``, ``lazarus_cold``) with its ratio to
     torchrun, then torchrun's default setup, then each peer the run had
     (:data:`bench.systems.PEER_SYSTEMS`)."""
-    variants: list[System] = [
-        system
-        for system in LAZARUS_SETUPS
-        if system != "lazarus" and any(system in per_system for per_system in stats.values())
-    ]
-    peers: list[System] = [
-        system
-        for system in PEER_SYSTEMS
-        if any(system in per_system for per_system in stats.values())
-    ]
+    ran = {system for per_system in stats.values() for system in per_system}
+    variants: list[System] = [s for s in LAZARUS_SETUPS if s != "lazarus" and s in ran]
+    peers: list[System] = [s for s in PEER_SYSTEMS if s in ran]
     systems: list[System] = ["lazarus", "torchrun", *variants, "torchrun_default", *peers]
     heads = ["Lazarus", "torchrun", "Lazarus/torchrun"]
     for system in variants:

@@ -38,7 +38,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from activities.nodes.simulated.agent import SimulatedCluster, simulate
 from activities.supervise import supervise
 from bench import costs
-from bench.costs import node_counts, progress, results_path, write_results
+from bench.costs import progress, results_path, write_results
+from bench.harness import wait_until
 from lazarus.app.devserver import DevServer
 from lazarus.domain.contracts import NodeAccess, SuperviseOutcome, SuperviseRequest
 from lazarus.domain.spec import HealthSpec, NodeSpec
@@ -217,15 +218,6 @@ async def _start_probe(
     )
 
 
-async def _until(predicate: Any, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return False
-
-
 async def _history(client: Client, workflow_id: str) -> tuple[int, int, int]:
     """(events, bytes, supervise activities scheduled) of one probe run."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
@@ -242,7 +234,7 @@ async def _steady(client: Client, queue: str, size: _Size, result: SizeResult) -
     request = size.launch(report_after_s=config.report_interval_s)
     handle = await _start_probe(client, queue, request)
     count = len(size.names)
-    if not await _until(lambda: size.total_polls() >= 2 * count, TRIAL_TIMEOUT_S):
+    if not await wait_until(lambda: size.total_polls() >= 2 * count, TRIAL_TIMEOUT_S, 0.02):
         raise RuntimeError(f"{count} nodes: supervision did not poll every node twice in time")
     polls0, wall0, cpu0 = size.cluster.polls(size.names[0]), time.monotonic(), _cpu_s()
     await asyncio.sleep(config.steady_s)
@@ -258,14 +250,10 @@ async def _steady(client: Client, queue: str, size: _Size, result: SizeResult) -
     # Fixed: the start and its workflow task (4 events) and the completion (1).
     start_events = 5
     reports = max(1, activities)
-    result.history_events_per_report = (events - start_events) / reports
+    per_report = result.history_events_per_report = (events - start_events) / reports
     result.history_bytes_per_report = nbytes / reports
-    result.history_events_per_hour = (
-        result.history_events_per_report * 3600 / config.report_interval_s
-    )
-    result.history_events_per_hour_default = (
-        result.history_events_per_report * 3600 / DEFAULT_REPORT_INTERVAL_S
-    )
+    result.history_events_per_hour = per_report * 3600 / config.report_interval_s
+    result.history_events_per_hour_default = per_report * 3600 / DEFAULT_REPORT_INTERVAL_S
     progress(
         f"  steady: {result.cpu_cores:.3f} cores, round {result.poll_round_s:.3f} s, "
         f"{probe.reports} reports, {result.history_events_per_report:.1f} events/report"
@@ -282,7 +270,7 @@ async def _trial(
     handle = await _start_probe(client, queue, request)
     count = len(size.names)
     polls = size.total_polls()
-    if not await _until(lambda: size.total_polls() >= polls + 2 * count, TRIAL_TIMEOUT_S):
+    if not await wait_until(lambda: size.total_polls() >= polls + 2 * count, TRIAL_TIMEOUT_S, 0.02):
         raise RuntimeError(f"{count} nodes: supervision did not poll every node twice in time")
     await asyncio.sleep(rng.uniform(0, size.config.poll_interval_s))
     victim = rng.randrange(count)
@@ -365,14 +353,9 @@ def add_command(commands: Any) -> None:
         __doc__,
         help="one worker supervising one job on 100-2,000 simulated nodes: CPU per node, "
         "crash and silent-node detection latency, history per hour",
+        nodes=DEFAULT_NODES,
     )
     defaults = ScaleConfig()
-    parser.add_argument(
-        "--nodes",
-        type=node_counts,
-        default=defaults.nodes,
-        help=f"node counts, comma-separated (default: {','.join(map(str, defaults.nodes))})",
-    )
     for name in TUNABLE:  # one flag per field, its type and default the field's
         default = getattr(defaults, name)
         flag, hint = f"--{name.replace('_', '-')}", HELP.get(name)

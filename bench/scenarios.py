@@ -186,6 +186,16 @@ async def _torchrun_finish(
     return torchrun_end(run, ended, completed, weights_ok, run.job.nproc)
 
 
+async def torchrun_recovered(
+    run: TorchrunRun, generation: int, fault_at: float, timeout_s: float
+) -> bool:
+    """Whether a generation after ``generation`` stepped within ``timeout_s`` of the fault."""
+    trace = run.job.snapshot
+    return await wait_until(
+        lambda: trace().first_of_later_generation(generation, fault_at) is not None, timeout_s
+    )
+
+
 def torchrun_end(
     run: TorchrunRun, ended: float, completed: bool, weights_ok: bool, world_size: int
 ) -> dict[str, Metric]:
@@ -252,14 +262,9 @@ CLEAN = scenario(
 
 def _rate(trace: StepTrace, shape: JobShape) -> dict[str, Metric]:
     """Steps per second over the middle of the job, and launch to first step."""
-    low, high = steady_window(shape.steps)
-    t_low, t_high = trace.time_reaching(low), trace.time_reaching(high)
-    first = trace.time_reaching(1)
     return {
-        "steps_per_s": (high - low) / (t_high - t_low)
-        if t_low is not None and t_high is not None and t_high > t_low
-        else None,
-        "launch_to_first_step_s": (first - trace.started_at) if first is not None else None,
+        "steps_per_s": trace.rate(*steady_window(shape.steps)),
+        "launch_to_first_step_s": since(trace.started_at, trace.time_reaching(1)),
     }
 
 
@@ -317,11 +322,7 @@ async def crash_under_agent(ctx: BenchContext, run: TorchrunRun, bound: float) -
     generation = run.job.generation
     run.job.signal_rank(1, signal.SIGKILL)
     fault_at = time.time()
-    recovered = await wait_until(
-        lambda: run.job.snapshot().first_of_later_generation(generation, fault_at) is not None,
-        bound,
-    )
-    if not recovered:
+    if not await torchrun_recovered(run, generation, fault_at, bound):
         return unrecovered(
             {"fault_step": step, **torchrun_recovery(run, fault_at, generation)}, run, bound
         )
@@ -606,19 +607,11 @@ def _slow_args(shape: JobShape, *target: str) -> list[str]:
 def _stretch(trace: StepTrace, shape: JobShape) -> dict[str, Metric]:
     """Steps per second before and during the slow stretch (by the high-water mark)."""
     start, end = shape.straggler_from_step, shape.straggler_until_step
-    warm = max(1, start // 5)
-    t_warm, t_start, t_end = (trace.time_reaching(s) for s in (warm, start, end))
-    metrics: dict[str, Metric] = {
-        "before_steps_per_s": (start - warm) / (t_start - t_warm)
-        if t_warm is not None and t_start is not None and t_start > t_warm
-        else None,
-        "stretch_s": (t_end - t_start) if t_start is not None and t_end is not None else None,
+    return {
+        "before_steps_per_s": trace.rate(max(1, start // 5), start),
+        "stretch_s": since(trace.time_reaching(start), trace.time_reaching(end)),
+        "stretch_steps_per_s": trace.rate(start, end),
     }
-    stretch = metrics["stretch_s"]
-    metrics["stretch_steps_per_s"] = (
-        (end - start) / stretch if isinstance(stretch, float) and stretch > 0 else None
-    )
-    return metrics
 
 
 @runs(STRAGGLER, "lazarus")

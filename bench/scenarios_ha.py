@@ -31,10 +31,9 @@ NO_SECOND_CONTROLLER = (
     "not possible: torchrun's agent is the only controller of its node; nothing takes "
     "over when it dies (see controller_crash)"
 )
-_NOT_TORCHRUN: dict[System, str] = {
-    "torchrun": NO_SECOND_CONTROLLER,
-    "torchrun_default": NO_SECOND_CONTROLLER,
-}
+_NOT_TORCHRUN: dict[System, str] = dict.fromkeys(
+    ("torchrun", "torchrun_default"), NO_SECOND_CONTROLLER
+)
 FAST_HEARTBEAT_TIMEOUT_S = 4.0
 """``worker_takeover_fast``: the timeout the end-to-end tests use."""
 HEARTBEAT_SAMPLES = 3
@@ -91,11 +90,7 @@ def _takeover_runner(sc: Scenario, timeout_s: float) -> None:
         # Room after the fault step for the heartbeat sample, the takeover and some more.
         needed_s = (HEARTBEAT_SAMPLES + 2) * timeout_s + 10.0
         step_time = max(shape.step_time_s, needed_s / max(1, shape.steps - shape.fault_step))
-        health = {
-            "hang_timeout_s": shape.hang_timeout_s,
-            **shape.health,
-            "supervisor_heartbeat_timeout_s": timeout_s,
-        }
+        health = shape.health_section(supervisor_heartbeat_timeout_s=timeout_s)
         other = second_stack(ctx.stack, ctx.workdir / f"{sc.name}-{repeat}-second-worker")
         ctx.resources.append(other)
         other.start_worker()

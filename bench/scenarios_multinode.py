@@ -6,17 +6,18 @@ where they cannot run (no root, no ``ip`` or ``sshd``).
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from activities.nodes.rundir import GenerationDir, read_json
 from bench import multinode
-from bench.harness import RANK_ENV, BenchContext, Metric, SpecBuilder
+from bench.harness import RANK_ENV, BenchContext, LazarusRun, Metric, SpecBuilder
 from bench.jobs import JobPaths
 from bench.measure import workflow_timeline
 from bench.registry import runs, scenario
-from bench.scenarios import phase_metrics, since
+from bench.scenarios import phase_metrics, rank_fault, since
 from bench.systems import REJOIN_TIMEOUT_S, Measured
 from infra import chaos
 from infra.testhosts import TestHosts
@@ -99,9 +100,7 @@ class Layout:
 
 
 NODE_LOSS_LAYOUT = Layout("node_loss", nodes=3, spares=1, nproc_per_node=1, victim=NODE_LOSS_VICTIM)
-NODE_LOSS_REPLICAS_LAYOUT = Layout(
-    "node_loss", nodes=3, spares=1, nproc_per_node=1, victim=NODE_LOSS_VICTIM, replicas=True
-)
+NODE_LOSS_REPLICAS_LAYOUT = replace(NODE_LOSS_LAYOUT, replicas=True)
 
 
 @dataclass
@@ -189,6 +188,21 @@ async def node_loss_replicas(ctx: BenchContext, repeat: int) -> Measured:
     return await run_node_loss(ctx, repeat, NODE_LOSS_REPLICAS_LAYOUT, rejoin=ctx.setup.rejoin)
 
 
+async def run_rank_crash(
+    ctx: BenchContext, repeat: int, layout: Layout, rank: int, rejoin: bool
+) -> Measured:
+    """The Lazarus side of a rank crash on ssh nodes: the job on ``layout``'s hosts,
+    SIGKILL of ``rank`` at the fault step (:func:`bench.scenarios.rank_fault`)."""
+    async with multinode.hosts_for_run(ctx, layout.label, repeat, count=layout.hosts) as hosts:
+        build, setup = ssh_builder(ctx, hosts, layout, rejoin)
+        started = time.time()
+        async with ctx.job(layout.label, repeat, build) as job:
+            outcome = await rank_fault(ctx, LazarusRun(job, started), rank, signal.SIGKILL)
+    outcome.metrics["rejoin_used"] = setup.rejoin_used
+    outcome.details |= {"setup": setup.details(), "rig": multinode.rig_details(hosts)}
+    return outcome
+
+
 async def run_node_loss(ctx: BenchContext, repeat: int, layout: Layout, rejoin: bool) -> Measured:
     """The Lazarus side of a node loss: the job on ``layout.nodes`` hosts and its
     spares, ``kill_host(layout.victim)`` at the fault step, and where the seconds went."""
@@ -216,11 +230,9 @@ async def run_node_loss(ctx: BenchContext, repeat: int, layout: Layout, rejoin: 
     stopped_at = _stopped_at(GenerationDir.of(run_root, generation))
     launch = read_json(GenerationDir.of(run_root, generation + 1).launch_file)
     launched_at = float(launch["launched_at"]) if launch else None
-    outside: dict[str, float | None] = {
-        "recovery_outside_s": None,
-        "recovery_outside_seen_s": None,
-        "relaunch_to_first_step_s": None,
-    }
+    outside: dict[str, float | None] = dict.fromkeys(
+        ("recovery_outside_s", "recovery_outside_seen_s", "relaunch_to_first_step_s")
+    )
     if incident is not None:
         first = job.monitor.first_progress(incident.generation + 1, incident.resumed_from_step or 0)
         if first is not None:

@@ -16,21 +16,21 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench import multinode
-from bench.harness import BenchContext, LazarusRun, Metric, TorchrunRun, wait_until
+from bench.harness import BenchContext, Metric, TorchrunRun, wait_until
 from bench.jobs import REPO, JobShape
 from bench.registry import runs, scenario
 from bench.scenarios import (
-    rank_fault,
     torchrun_end,
     torchrun_reach,
+    torchrun_recovered,
     torchrun_recovery,
     unrecovered,
 )
-from bench.scenarios_multinode import Layout, run_node_loss, ssh_builder
+from bench.scenarios_multinode import Layout, run_node_loss, run_rank_crash
 from bench.systems import Measured
 from bench.torchrun import Rendezvous
 from infra.testhosts import TestHosts
@@ -51,17 +51,14 @@ CRASH_LAYOUT = Layout(
     victim=VICTIM,
     comparable=True,
 )
-NODE_LOSS_LAYOUT = Layout(
-    "multinode_node_loss",
-    nodes=NODES,
+NODE_LOSS_LAYOUT = replace(
+    CRASH_LAYOUT,
+    label="multinode_node_loss",
     spares=1,
-    nproc_per_node=RANKS_PER_NODE,
-    victim=VICTIM,
     # Lazarus's best setting for a node loss: the lost node's memory snapshot also
     # lives on its buddy, so the spare resumes from it, not from disk. torchrun has
     # no counterpart and resumes from the newest disk checkpoint.
     replicas=True,
-    comparable=True,
 )
 RDZV_PORT = 29400
 """The c10d store's port on the first host (each host has a network of its own)."""
@@ -128,17 +125,9 @@ MULTINODE_NODE_LOSS = scenario(
 
 @runs(MULTINODE_CRASH, "lazarus")
 async def multinode_crash_lazarus(ctx: BenchContext, repeat: int) -> Measured:
-    layout = CRASH_LAYOUT
-    async with multinode.hosts_for_run(ctx, layout.label, repeat, count=layout.hosts) as hosts:
-        # The best settings on ssh nodes: rejoin asked for by every setup that is not
-        # the spec's defaults (the cold system stays cold).
-        build, setup = ssh_builder(ctx, hosts, layout, rejoin=ctx.setup.warm_start)
-        started = time.time()
-        async with ctx.job(layout.label, repeat, build) as job:
-            outcome = await rank_fault(ctx, LazarusRun(job, started), CRASH_RANK, signal.SIGKILL)
-    outcome.metrics["rejoin_used"] = setup.rejoin_used
-    outcome.details |= {"setup": setup.details(), "rig": multinode.rig_details(hosts)}
-    return outcome
+    # The best settings on ssh nodes: rejoin asked for by every setup that is not the
+    # spec's defaults (the cold system stays cold).
+    return await run_rank_crash(ctx, repeat, CRASH_LAYOUT, CRASH_RANK, ctx.setup.warm_start)
 
 
 @runs(MULTINODE_NODE_LOSS, "lazarus")
@@ -221,13 +210,6 @@ async def _finish_on_hosts(
     return torchrun_end(run, ended, completed, weights_ok, WORLD_SIZE)
 
 
-async def _recovered(ctx: BenchContext, run: TorchrunRun, generation: int, at: float) -> bool:
-    return await wait_until(
-        lambda: run.job.snapshot().first_of_later_generation(generation, at) is not None,
-        ctx.shape.job_timeout_s,
-    )
-
-
 @runs(MULTINODE_CRASH, "torchrun")
 async def multinode_crash_torchrun(ctx: BenchContext, repeat: int) -> Measured:
     layout = CRASH_LAYOUT
@@ -238,7 +220,7 @@ async def multinode_crash_torchrun(ctx: BenchContext, repeat: int) -> Measured:
             generation = run.job.generation
             run.job.signal_rank(CRASH_RANK, signal.SIGKILL)
             fault_at = time.time()
-            recovered = await _recovered(ctx, run, generation, fault_at)
+            recovered = await torchrun_recovered(run, generation, fault_at, ctx.shape.job_timeout_s)
             metrics: dict[str, Metric] = {
                 "fault_step": step,
                 **torchrun_recovery(run, fault_at, generation),
@@ -319,7 +301,7 @@ async def node_loss_under_agents(ctx: BenchContext, repeat: int, how: AgentNodeL
             generation = run.job.generation
             killed_at = time.time()
             await asyncio.to_thread(hosts.kill_host, VICTIM)
-            recovered = await _recovered(ctx, run, generation, killed_at)
+            recovered = await torchrun_recovered(run, generation, killed_at, shape.job_timeout_s)
             later = [r for r in run.job.ranks if r.generation > generation]
             metrics: dict[str, Metric] = {
                 "fault_step": step,

@@ -20,7 +20,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from typing import Any
 from activities.nodes.procfs import read_stat
 from activities.nodes.rundir import GenerationDir, read_json
 from bench.costs import table
-from bench.harness import RANK_ENV, BenchContext, Metric
+from bench.harness import RANK_ENV, BenchContext, Metric, wait_until
 from bench.jobs import JobPaths, build_spec
 from bench.measure import max_logged_step, steady_window, workflow_timeline
 from bench.multinode import cpu_sample
@@ -104,13 +104,14 @@ async def slurm_for_run(ctx: BenchContext) -> AsyncIterator[TestSlurm]:
 
 def slurm_settings(cluster: TestSlurm) -> dict[str, str]:
     """The settings of :data:`SLURM_SETTINGS` as ``scontrol show config`` prints them."""
-    out = cluster.command("scontrol", "show", "config").stdout
-    found: dict[str, str] = {}
-    for line in out.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() in SLURM_SETTINGS:
-            found[key.strip()] = value.strip()
-    return found
+    found = _pairs(cluster.command("scontrol", "show", "config").stdout.splitlines())
+    return {key: value for key, value in found.items() if key in SLURM_SETTINGS}
+
+
+def _pairs(words: Iterable[str]) -> dict[str, str]:
+    """``key=value`` words (or lines) as a dict; the rest left out."""
+    split = (word.partition("=") for word in words)
+    return {key.strip(): value.strip() for key, sep, value in split if sep}
 
 
 # --------------------------------------------------------------------------- node loss
@@ -316,12 +317,7 @@ async def _watch_node(cluster: TestSlurm, node: str, watch: _Watch) -> None:
 def _job_fields(cluster: TestSlurm, job_id: int) -> dict[str, str]:
     out = cluster.command("scontrol", "show", "job", "-o", str(job_id)).stdout
     head, _, _ = out.partition(" Command=")
-    fields = {}
-    for word in head.split():
-        key, sep, value = word.partition("=")
-        if sep:
-            fields[key] = value
-    return fields
+    return _pairs(head.split())
 
 
 def _node_words(cluster: TestSlurm, node: str) -> set[str]:
@@ -385,8 +381,7 @@ def _resumed_from(folder: Path, restart: int) -> int | None:
 
 @runs(NODE_LOSS, "slurm_requeue")
 async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
-    paths = JobPaths(ctx.workdir / "jobs" / f"slurm-requeue-{repeat}-{os.urandom(3).hex()}")
-    paths.root.mkdir(parents=True, exist_ok=True)
+    paths = ctx._paths("slurm", "requeue", repeat)
     folder = paths.root / "plain"
     script = paths.root / "job.sh"
     async with slurm_for_run(ctx) as cluster:
@@ -496,18 +491,10 @@ async def node_loss_requeue(ctx: BenchContext, repeat: int) -> Measured:
 
 
 async def _wait_step(folder: Path, step: int, timeout_s: float) -> int:
-    """Wait until a rank of the first run reports ``step`` (heartbeat files)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        seen = [
-            int(b.get("step", 0))
-            for p in folder.glob("hb-r0-rank*.json")
-            if (b := read_json(p)) is not None
-        ]
-        if seen and min(seen) >= step:
-            return min(seen)
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"{folder}: the plain Slurm job never reached step {step}")
+    """Wait until every rank of the first run reports ``step`` (heartbeat files)."""
+    if not await wait_until(lambda: (_first_steps(folder, 0)[1] or 0) >= step, timeout_s):
+        raise TimeoutError(f"{folder}: the plain Slurm job never reached step {step}")
+    return _first_steps(folder, 0)[1] or step
 
 
 # --------------------------------------------------------------------------- controller CPU

@@ -25,7 +25,7 @@ from activities.nodes.slurm.agent import SlurmAgent
 from activities.nodes.slurm.commands import SlurmCommandFailed
 from activities.nodes.slurm.rounds import QUERY_INTERVAL_S, SlurmRounds
 from bench import costs
-from bench.costs import node_counts, results_path, write_results
+from bench.costs import results_path, write_results
 from lazarus.domain.spec import NodeSpec, SlurmSpec
 
 JOB = 7
@@ -229,12 +229,7 @@ def add_command(commands: Any) -> None:
         __doc__,
         help="Slurm commands per second that supervising one job sends, simulated "
         "(2, 8, 64 nodes; CPU only)",
-    )
-    parser.add_argument(
-        "--nodes",
-        type=node_counts,
-        default=DEFAULT_NODES,
-        help=f"node counts, comma-separated (default: {','.join(map(str, DEFAULT_NODES))})",
+        nodes=DEFAULT_NODES,
     )
     parser.add_argument("--seconds", type=float, default=60.0, help="simulated (default 60)")
     parser.add_argument(

@@ -138,15 +138,12 @@ class _LazarusDriver(SoakDriver):
         return f"force_recover ({status.phase.value})"
 
     async def controller_ettr(self) -> float | None:
-        status = await self.run.job.control.status()
-        return status.ettr
+        return (await self.run.job.control.status()).ettr
 
 
 class _TorchrunDriver(SoakDriver):
-    system: System = "torchrun"
-
-    def __init__(self, run: TorchrunRun) -> None:
-        self.run = run
+    def __init__(self, run: TorchrunRun, system: System = "torchrun") -> None:
+        self.run, self.system = run, system
 
     def trace(self) -> StepTrace:
         return self.run.job.snapshot()

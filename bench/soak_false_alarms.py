@@ -22,6 +22,7 @@ import re
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -166,7 +167,7 @@ async def _one(
         "final_step": final_step,
         "restarts": restarts,
         "events": events,
-        "event_counts": _counts(events),
+        "event_counts": dict(Counter(e["kind"] for e in events)),
         "budget_learned_fraction": len(learned) / len(samples) if samples else 0.0,
         "budget_learned_min_s": min(learned, default=None),
         "budget_learned_median_s": statistics.median(learned) if learned else None,
@@ -214,13 +215,6 @@ def _events(path: Path, started: float) -> list[dict[str, Any]]:
         return []
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [{"kind": e["kind"], "at_s": e["at"] - started, "step": e["step"]} for e in lines]
-
-
-def _counts(events: list[dict[str, Any]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for e in events:
-        counts[e["kind"]] = counts.get(e["kind"], 0) + 1
-    return counts
 
 
 def _source_at(samples: list[tuple[float, str, float]], at_s: float) -> str | None:

@@ -17,23 +17,20 @@ import contextlib
 import json
 import os
 import re
-import signal
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench import costs, multinode
 from bench.benchmark import run_benchmark
-from bench.harness import BenchConfig, BenchContext, LazarusRun
+from bench.harness import BenchConfig, BenchContext
 from bench.jobs import JobShape
+from bench.measure import SAMPLE_INTERVAL_S, BackgroundSampler
 from bench.registry import runs, scenario
-from bench.scenarios import rank_fault
-from bench.scenarios_multinode import Layout, run_node_loss, ssh_builder
+from bench.scenarios_multinode import Layout, run_node_loss, run_rank_crash
 from bench.systems import Measured
 
 NODE_LOSS_LAYOUT = Layout(
@@ -79,7 +76,7 @@ STATE_RANK_CRASH = scenario(
 
 @runs(STATE_NODE_LOSS, "lazarus")
 async def state_node_loss(ctx: BenchContext, repeat: int) -> Measured:
-    with _rss_sampler(ctx.stack.worker_pid) as rss:
+    with _Rss(ctx.stack.worker_pid) as rss:
         outcome = await run_node_loss(ctx, repeat, NODE_LOSS_LAYOUT, rejoin=False)
     outcome.metrics |= {"worker_rss_growth_mib": rss.growth_mib(), **_restore_rate(ctx)}
     outcome.metrics |= _rank_log_metrics(ctx)
@@ -89,30 +86,25 @@ async def state_node_loss(ctx: BenchContext, repeat: int) -> Measured:
 @runs(STATE_RANK_CRASH, "lazarus")
 async def state_rank_crash(ctx: BenchContext, repeat: int) -> Measured:
     layout = replace(NODE_LOSS_LAYOUT, label="state_rank_crash")
-    async with multinode.hosts_for_run(ctx, layout.label, repeat, count=layout.hosts) as hosts:
-        build, setup = ssh_builder(ctx, hosts, layout, rejoin=True)
-        started = time.time()
-        async with ctx.job(layout.label, repeat, build) as job:
-            outcome = await rank_fault(ctx, LazarusRun(job, started), CRASH_RANK, signal.SIGKILL)
-    outcome.metrics["rejoin_used"] = setup.rejoin_used
-    return outcome
+    return await run_rank_crash(ctx, repeat, layout, CRASH_RANK, rejoin=True)
 
 
 # --------------------------------------------------------------------------- measures
 
 
-class _Rss:
+class _Rss(BackgroundSampler):
+    """The worker's resident memory every 50 ms while the run lasts (a context manager)."""
+
     def __init__(self, pid: int) -> None:
+        super().__init__(SAMPLE_INTERVAL_S, name="bench-rss")
         self.pid = pid
         self.start_kib = _rss_kib(pid) or 0
         self.peak_kib = self.start_kib
-        self.stop = threading.Event()
 
     def sample(self) -> None:
-        while not self.stop.wait(0.05):
-            now = _rss_kib(self.pid)
-            if now is not None:
-                self.peak_kib = max(self.peak_kib, now)
+        now = _rss_kib(self.pid)
+        if now is not None:
+            self.peak_kib = max(self.peak_kib, now)
 
     def growth_mib(self) -> float:
         return round((self.peak_kib - self.start_kib) / 1024, 1)
@@ -124,19 +116,6 @@ def _rss_kib(pid: int) -> int | None:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return None
-
-
-@contextlib.contextmanager
-def _rss_sampler(pid: int) -> Iterator[_Rss]:
-    """The worker's resident memory every 50 ms while the run lasts."""
-    rss = _Rss(pid)
-    thread = threading.Thread(target=rss.sample, name="bench-rss", daemon=True)
-    thread.start()
-    try:
-        yield rss
-    finally:
-        rss.stop.set()
-        thread.join(timeout=5)
 
 
 def _restore_rate(ctx: BenchContext) -> dict[str, Any]:
@@ -158,10 +137,7 @@ def _restore_rate(ctx: BenchContext) -> dict[str, Any]:
 def _rank_log_metrics(ctx: BenchContext) -> dict[str, Any]:
     """Stalls, pushes, skipped snapshots and the memcpy, from every rank log of the
     newest node-loss run (the example prints ``state-scale ...`` lines)."""
-    stalls: list[float] = []
-    copies: list[float] = []
-    pushes: list[float] = []
-    memcpy: list[float] = []
+    seen: dict[str, list[float]] = {"stall_s": [], "copy_s": [], "memcpy_s": [], "push_s": []}
     skipped = 0
     roots = [root for root in ctx.run_roots.values() if "state-node-loss" in str(root)]
     for root in roots[-1:]:
@@ -171,28 +147,24 @@ def _rank_log_metrics(ctx: BenchContext) -> dict[str, Any]:
                 if match is None:
                     continue
                 what, value, size = match.group(1), float(match.group(2)), match.group(3)
-                if what == "stall_s":
-                    stalls.append(value)
-                elif what == "copy_s":
-                    copies.append(value)
-                elif what == "memcpy_s":
-                    memcpy.append(value)
-                elif what == "push_s" and size and value > 0:
-                    pushes.append(int(size) / value / 1e9)
+                if what == "push_s" and size and value > 0:
+                    seen[what].append(int(size) / value / 1e9)  # GB/s
+                elif what in ("stall_s", "copy_s", "memcpy_s"):
+                    seen[what].append(value)
                 elif what == "skipped":
                     skipped += int(value)
-    stall = statistics.median(stalls) if stalls else None
-    copy = statistics.median(memcpy) if memcpy else None
-    host_copy = statistics.median(copies) if copies else None
+    stall, host_copy, copy, push = (
+        statistics.median(values) if values else None for values in seen.values()
+    )
     return {
         "snapshot_stall_s": stall,
         "snapshot_copy_s": host_copy,
         "memcpy_s": copy,
         "stall_over_memcpy": stall / copy if stall and copy else None,
         "copy_over_memcpy": host_copy / copy if host_copy and copy else None,
-        "snapshots": len(stalls),
+        "snapshots": len(seen["stall_s"]),
         "snapshots_skipped": skipped,
-        "push_gb_s": statistics.median(pushes) if pushes else None,
+        "push_gb_s": push,
     }
 
 

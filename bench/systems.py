@@ -38,23 +38,18 @@ SYSTEMS: tuple[System, ...] = (
 )
 """Every system ``compare`` can run, in table order (``slurm_requeue`` is the
 ``slurm`` command's: see :data:`SLURM_SYSTEMS`)."""
-SOAK_SYSTEMS: tuple[System, ...] = (
-    "lazarus",
-    "lazarus_rejoin",
-    "lazarus_cold",
-    "torchrun",
-    *PEER_SYSTEMS,
-)
-"""The systems the chaos soak can play its schedule against."""
+SOAK_SYSTEMS: tuple[System, ...] = tuple(s for s in SYSTEMS if s != "torchrun_default")
+"""The systems the chaos soak can play its schedule against: every one but torchrun's
+default setup (the soak's torchrun is its best)."""
 SLURM_SYSTEMS: tuple[System, ...] = ("lazarus", "slurm_requeue")
 """What ``python -m bench slurm`` runs side by side: Lazarus on Slurm, and plain
 Slurm (``sbatch --requeue``) with the same job and the same fault."""
 
 
 DEFAULT_PRELOAD: tuple[str, ...] = ("torch",)
+"""The fast setup's ``warm_start.preload``, as the spec recommends."""
 REJOIN_TIMEOUT_S = 30.0
 """``rejoin.timeout_s`` of the ``lazarus_rejoin`` system."""
-"""The fast setup's ``warm_start.preload``, as the spec recommends."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, ClassVar, Literal
 
 from activities.nodes.procfs import is_alive, read_stat
 from bench.jobs import REPO, flags
@@ -33,7 +33,8 @@ TorchrunSetup = Literal["best", "default"]
 POLL_INTERVAL_S = 0.05
 MONITOR_INTERVAL_S = 0.5
 UNSHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""What ``/proc/<pid>/stat``'s times count in (a process's start, its CPU time)."""
 
 AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 """glog-style prefix of the elastic agent's log lines (``W1130 15:02:51.889000 5036 ...``)."""
@@ -214,7 +215,7 @@ class RankProcess:
     def started_at(self) -> float:
         """When the kernel started the process (unix time, 10 ms resolution): from its
         start ticks, more exact than ``seen_at`` (the bench's next poll)."""
-        age_s = time.clock_gettime(time.CLOCK_BOOTTIME) - self.start_ticks / _CLOCK_TICKS
+        age_s = time.clock_gettime(time.CLOCK_BOOTTIME) - self.start_ticks / CLOCK_TICKS
         return time.time() - age_s
 
 
@@ -244,6 +245,10 @@ class TorchrunJob(ProcessWatch):
     extra_env: dict[str, str] = field(default_factory=dict)
     rendezvous: Rendezvous | None = None
     """None: one node, ``--standalone``; else one agent per host (:meth:`start_agent`)."""
+    DETECTIONS: ClassVar[tuple[tuple[re.Pattern[str], re.Pattern[str]], ...]] = (
+        (AGENT_LINE, AGENT_DETECTION),
+    )
+    """(prefix, text) of the lines that say a worker failed: the agent's glog lines."""
 
     def __post_init__(self) -> None:
         self._watch_init()
@@ -453,11 +458,13 @@ class TorchrunJob(ProcessWatch):
             return self.trace.max_step()
 
     def agent_detection_after(self, t: float) -> float | None:
-        """When the agent first said, after ``t``, that a worker failed."""
+        """When the agent first said, after ``t``, that a worker failed (:attr:`DETECTIONS`)."""
         with self._lock:
             lines = list(self.lines)
         for line in lines:
-            if line.t >= t and AGENT_LINE.match(line.text) and AGENT_DETECTION.search(line.text):
+            if line.t >= t and any(
+                p.match(line.text) and d.search(line.text) for p, d in self.DETECTIONS
+            ):
                 return line.t
         return None
 

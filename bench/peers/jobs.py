@@ -23,8 +23,6 @@ from bench.jobs import REPO
 from bench.measure import STEP_LINE
 from bench.peers.settings import NvrxSettings
 from bench.torchrun import (
-    AGENT_DETECTION,
-    AGENT_LINE,
     RESUMED_LINE,
     Line,
     ProcessWatch,
@@ -46,6 +44,9 @@ class NvrxLauncherJob(TorchrunJob):
     """The example under ``ft_launcher`` (:class:`NvrxSettings`); the script is
     :mod:`bench.peers.nvrx_train` (the example plus NVRx heartbeats)."""
 
+    DETECTIONS = (*TorchrunJob.DETECTIONS, (NVRX_LINE, NVRX_DETECTION))
+    """torch's own glog lines (a worker failed) or NVRx's (a heartbeat missed)."""
+
     def __init__(self, *args: object, settings: NvrxSettings, **kwargs: object) -> None:
         self.settings = settings
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -57,19 +58,6 @@ class NvrxLauncherJob(TorchrunJob):
         flags = base[3 : len(base) - len(self.example_args)]
         script = [str(REPO / "bench" / "peers" / "nvrx_train.py"), *self.example_args[1:]]
         return [*launcher, *flags, *self.settings.launcher_flags(), *script]
-
-    def agent_detection_after(self, t: float) -> float | None:
-        """torch's own glog lines (a worker failed) or NVRx's (a heartbeat missed)."""
-        with self._lock:
-            lines = list(self.lines)
-        for line in lines:
-            if line.t < t:
-                continue
-            if AGENT_LINE.match(line.text) and AGENT_DETECTION.search(line.text):
-                return line.t
-            if NVRX_LINE.match(line.text) and NVRX_DETECTION.search(line.text):
-                return line.t
-        return None
 
 
 @dataclass(frozen=True)

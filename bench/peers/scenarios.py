@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,7 +40,7 @@ from bench.torchrun import Rendezvous
 from lazarus.domain.ports import free_port
 
 PEERS_DIR = REPO / "bench" / "peers"
-INSTALL_HINT = "run `make bench-peers` (the `peers` extra and bench/peers/install_nvrx.py)"
+INSTALL_HINT = "run `make bench-peers` (the `peers` extra and infra/install_nvrx.py)"
 NVRX_UP = re.compile(r"^nvrx iteration (?P<gen>\d+) rank")
 TORCHFT_UP = re.compile(r"^torchft replica \d+ up")
 INPROCESS_DETECTION = re.compile(r"RankShouldRestart|SOFT_TIMEOUT|HARD_TIMEOUT")
@@ -127,12 +127,11 @@ async def hang_nvrx(ctx: BenchContext, repeat: int) -> Measured:
 # --------------------------------------------------------------------------- member jobs
 
 
-@asynccontextmanager
-async def member_job(
+def member_job(
     ctx: BenchContext, system: str, members: list[Member], paths: JobPaths
-) -> AsyncIterator[MemberJob]:
-    async with ctx.watch(MemberJob(members, paths.root / f"{system}.log")) as job:
-        yield job
+) -> AbstractAsyncContextManager[MemberJob]:
+    """``members`` started as one job, logged to ``<system>.log``, all killed on exit."""
+    return ctx.watch(MemberJob(members, paths.root / f"{system}.log"))
 
 
 async def reach(ctx: BenchContext, job: MemberJob, step: int) -> int:
@@ -142,16 +141,10 @@ async def reach(ctx: BenchContext, job: MemberJob, step: int) -> int:
     return job.max_step() or step
 
 
-async def wait_exit(job: MemberJob, names: list[str], timeout_s: float) -> float | None:
-    if await wait_until(lambda: job.exited(names), timeout_s):
-        return time.time()
-    return None
-
-
-def trace_of(job: MemberJob, only: str | None = None) -> StepTrace:
+def trace_of(job: MemberJob) -> StepTrace:
     trace = StepTrace(started_at=job.started_at)
     for p in job.snapshot():
-        if p.committed and (only is None or p.member == only):
+        if p.committed:
             trace.add(p.t, p.generation, p.step)
     return trace
 
@@ -487,7 +480,9 @@ async def torchft_run(
         fault_at = time.time()
         await fault.inject(job)
         max_before = job.max_step(before=fault_at) or step
-        ended = await wait_exit(job, fault.wait_for or fault.finish, ctx.shape.job_timeout_s)
+        waiting = fault.wait_for or fault.finish
+        exited = await wait_until(lambda: job.exited(waiting), ctx.shape.job_timeout_s)
+        ended = time.time() if exited else None
         figures = torchft_figures(
             job, fault.victim, fault.survivor, fault_at, max_before, generation, fault.replacement
         )

@@ -9,6 +9,7 @@ derived from the job's shape, so ``--quick`` scales them with the job.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
@@ -173,22 +174,18 @@ class TorchftSettings:
         ]
 
 
+PEERS: dict[str, tuple[str, Callable[[JobShape], Any]]] = {
+    "nvrx": (NVRX_DIST, NvrxSettings.for_shape),
+    "nvrx_inprocess": (NVRX_DIST, NvrxInprocessSettings.for_shape),
+    "torchft": (TORCHFT_DIST, TorchftSettings.for_shape),
+}
+"""Each peer's distribution and its settings for a job's shape."""
+
+
 def peer_settings(systems: list[str], shape: JobShape) -> dict[str, dict[str, Any]]:
     """What the results file records for each peer in ``systems``: version and settings."""
-    found: dict[str, dict[str, Any]] = {}
-    if "nvrx" in systems:
-        found["nvrx"] = {
-            "version": version(NVRX_DIST),
-            **asdict(NvrxSettings.for_shape(shape)),
-        }
-    if "nvrx_inprocess" in systems:
-        found["nvrx_inprocess"] = {
-            "version": version(NVRX_DIST),
-            **asdict(NvrxInprocessSettings.for_shape(shape)),
-        }
-    if "torchft" in systems:
-        found["torchft"] = {
-            "version": version(TORCHFT_DIST),
-            **asdict(TorchftSettings.for_shape(shape)),
-        }
-    return found
+    return {
+        system: {"version": version(dist), **asdict(settings(shape))}
+        for system, (dist, settings) in PEERS.items()
+        if system in systems
+    }

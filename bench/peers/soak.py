@@ -156,9 +156,7 @@ async def nvrx_soak(
     async with nvrx_launcher(
         soak_context(ctx, steps, step_time_s), "soak", 0, max_restarts=max_restarts
     ) as run:
-        driver = _TorchrunDriver(run)
-        driver.system = "nvrx"
-        yield driver
+        yield _TorchrunDriver(run, "nvrx")
 
 
 @asynccontextmanager

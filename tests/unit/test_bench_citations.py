@@ -39,6 +39,7 @@ commands that ``state-scale`` superseded or that timed replaced code against its
 replacement, and scenarios and a module whose figures are dated history."""
 MOVED = {
     "chaos": "python -m tests.chaos",
+    "bench.peers.install_nvrx": "python -m infra.install_nvrx",
     **dict.fromkeys(
         [
             *("replica-cost", "snapshot-cost", "replica-push-cost", "state-costs"),

@@ -16,13 +16,13 @@ from bench import catalog
 from bench.__main__ import build_parser
 from bench.harness import BenchConfig, BenchContext
 from bench.jobs import JobShape
-from bench.peers import install_nvrx
 from bench.peers import scenarios as peer_scenarios
 from bench.peers.jobs import MemberJob, MemberPoint, NvrxLauncherJob
 from bench.peers.settings import NvrxSettings, TorchftSettings, peer_settings
 from bench.peers.soak import EPOCH, MemberDriver
 from bench.soak import PEER_SOAKS
 from bench.systems import PEER_SYSTEMS, SOAK_SYSTEMS, SYSTEMS
+from infra import install_nvrx
 
 
 def _ctx(tmp_path: Path, config: BenchConfig | None = None) -> BenchContext:

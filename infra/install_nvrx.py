@@ -4,8 +4,8 @@ NVRx 0.7.0 publishes one wheel, for CPython 3.12 on glibc 2.39, which ``pip inst
 refuses on 3.11, where its Python code runs all the same. So, once and idempotently:
 download the pinned wheel, check its :data:`SHA256`, install it ``--no-deps`` into
 ``<site-packages>/_nvrx`` behind a ``.pth`` file, then its run-time :data:`DEPS`
-(docs/results/2026-12-peers.md). ``python -m bench.peers.install_nvrx``, or ``make
-bench-peers``.
+(docs/results/2026-12-peers.md). ``python -m infra.install_nvrx``, or ``make
+bench-peers``. An installer, not a benchmark: it lives with the other set-up scripts.
 """
 
 from __future__ import annotations
