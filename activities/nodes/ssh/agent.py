@@ -199,6 +199,7 @@ class SSHAgent(ShimAgent):
 
     def _close(self, client: paramiko.SSHClient) -> None:
         """Close a connection and the jump hosts' connections under it."""
+        POOL.release(self._pool_key, client)
         client.close()
         for jump in reversed(self._jumps.pop(client, [])):
             jump.close()
@@ -240,6 +241,7 @@ class SSHAgent(ShimAgent):
                     self._close(client)
                     raise NodeUnreachable(f"{self._where()}: the agent was closed meanwhile")
                 self._client = client
+            POOL.hold(self._pool_key, client)
             return client, transport
 
     def _identity(self, path: str | None, where: str) -> paramiko.PKey | None:
