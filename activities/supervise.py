@@ -51,12 +51,19 @@ of the nodes that have nothing to say. A silent node is declared lost no sooner
 than ``node_timeout_s`` and two failed polls (two transport timeouts).
 The heartbeat details hold one progress mark per rank (about 75 bytes): about
 7,000 ranks pass Temporal's 512 KB warning, about 27,000 its 2 MB limit.
+
+A failure that ended a rank, in a job with ``rejoin``, is announced to the
+generation's survivors as it is reported (:func:`announce_failure`), beside the
+evidence's round trips: a survivor busy in its step tears down then, not when its
+rejoin request comes after the resume search and the carry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -85,8 +92,11 @@ from lazarus.domain.contracts import (
     SuperviseRequest,
     SupervisionProgress,
 )
+from lazarus.domain.run_layout import FAILED_FILE
 from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence, evidence_lines
 from lazarus.rank.rank_stacks import MAX_RANKS
+
+log = logging.getLogger(__name__)
 
 
 def attach_evidence(observer: GenerationObserver, outcome: SuperviseOutcome) -> FailureReport:
@@ -133,6 +143,44 @@ def with_rank_stacks(observer: GenerationObserver, outcome: SuperviseOutcome) ->
         lines = evidence_lines(_answer(name, future) for name, future in asked)
     first, *rest = failure.evidence or [""]
     return failure.model_copy(update={"evidence": [first, *lines, *rest]})
+
+
+ANNOUNCED_KINDS = frozenset({"crash", "vanished", "node_lost"})
+"""Failures that ended a rank: its peers cannot go on, whatever the workflow decides
+(a hang or a straggler leaves every rank alive, and a generation the workflow keeps
+must not be torn down)."""
+
+
+def announce_failure(
+    request: SuperviseRequest, observer: GenerationObserver, failure: FailureReport
+) -> list[str]:
+    """Write the generation's failure notice (:data:`FAILED_FILE`) on every node that
+    answered the last poll, all at once, when the job rejoins and ``failure`` ended a
+    rank; the nodes written. A node that cannot be written is logged and skipped: its
+    survivors tear down when their collective fails or their request comes, as before.
+    Never raises, and bounded by one write per node (the nodes' command timeout)."""
+    if request.rejoin_timeout_s is None or failure.kind not in ANNOUNCED_KINDS:
+        return []
+    by_node: dict[str, NodeAgent] = {}
+    for rank in range(request.world_size):
+        agent = observer.answering_agent(rank)
+        if agent is not None:
+            by_node.setdefault(agent.node.name, agent)
+    path = str(observer.generation_dir / FAILED_FILE)
+    notice = json.dumps({"rank": failure.rank, "kind": failure.kind})
+
+    def write(agent: NodeAgent) -> str | None:
+        try:
+            agent.write_file(path, notice)
+        except Exception as exc:  # a notice only ever speeds a teardown up
+            log.warning("failure notice not written on node %s: %s", agent.node.name, exc)
+            return None
+        return agent.node.name
+
+    if not by_node:
+        return []
+    with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="notice") as pool:
+        return [name for name in pool.map(write, by_node.values()) if name is not None]
 
 
 def _answer(node: str, future: Future[HangEvidence]) -> HangEvidence:
@@ -210,6 +258,9 @@ async def _supervise_with(
         outcome = evaluate(request, obs, started_at, seconds_per_step)
         if outcome is not None:
             if outcome.kind == "failed" and outcome.failure is not None:
+                notice = asyncio.create_task(
+                    asyncio.to_thread(announce_failure, request, observer, outcome.failure)
+                )
                 failure = await asyncio.to_thread(attach_evidence, observer, outcome)
                 outcome = outcome.model_copy(update={"failure": failure})
                 failure = await asyncio.to_thread(with_rank_stacks, observer, outcome)
@@ -221,6 +272,7 @@ async def _supervise_with(
                     observer.note_learned_hang(fired)
                 failure = await asyncio.to_thread(drain_lost_node, opened, failure, request.job_id)
                 outcome = outcome.model_copy(update={"failure": failure})
+                await notice
             return for_history(outcome)
         if last is None or time.monotonic() - details_at >= DETAILS_EVERY_S:
             last = observer.heartbeat_details(obs, seconds_per_step)

@@ -16,6 +16,11 @@ from typing import NamedTuple
 
 GEN_DIR_PATTERN = re.compile(r"^gen-(\d{5,})$")
 """A generation folder's name, ``gen-00003``."""
+FAILED_FILE = "failed.json"
+"""In a generation folder: the supervisor's notice that one of its ranks has ended
+(``{"rank", "kind"}``), which tells a survivor armed for rejoin to leave its step and
+tear down at once, before its rejoin request is written
+(:mod:`lazarus.rank.step_interrupt`)."""
 
 
 class SrunFiles(NamedTuple):
@@ -69,6 +74,10 @@ class GenerationDir:
     @property
     def stopped_file(self) -> Path:
         return self.path / "stopped.json"
+
+    @property
+    def failed_file(self) -> Path:
+        return self.path / FAILED_FILE
 
     @property
     def lock_file(self) -> Path:

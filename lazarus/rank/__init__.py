@@ -83,13 +83,14 @@ from lazarus.rank.heartbeats import flush_heartbeat, heartbeat
 from lazarus.rank.identity import RankInfo, checkpoint_dir, configure, info
 from lazarus.rank.marks import mark, phase_marks
 from lazarus.rank.rejoin import REJOIN_TIMEOUT_EXIT_CODE
-from lazarus.rank.rejoin_requests import RejoinRequested
+from lazarus.rank.rejoin_requests import GenerationFailed, RejoinRequested
 from lazarus.rank.resume import resume_path, resume_point, resume_step
 from lazarus.rank.save_timing import checkpoint_save_s, record_checkpoint_save
 from lazarus.rank.slow_phases import enter_slow_phase, exit_slow_phase, slow_phase
 
 __all__ = [
     "REJOIN_TIMEOUT_EXIT_CODE",
+    "GenerationFailed",
     "RankInfo",
     "RejoinRequested",
     "checkpoint_dir",

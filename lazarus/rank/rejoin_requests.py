@@ -53,6 +53,15 @@ class RejoinRequested(Exception):
         self.generation = generation
 
 
+class GenerationFailed(Exception):
+    """A rank of this rank's generation has ended (the supervisor's notice in the
+    generation's folder, :data:`lazarus.domain.run_layout.FAILED_FILE`): raised where
+    the step is by :mod:`lazarus.rank.step_interrupt`, only under
+    :func:`lazarus.rank.torch.run_resilient`, which tears the process group down and
+    waits for its rejoin request, as when a collective fails. Let it propagate, as
+    :class:`RejoinRequested`."""
+
+
 @dataclass(frozen=True)
 class RejoinRequest:
     """A valid rejoin request naming this rank: the generation to act for and the

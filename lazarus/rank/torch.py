@@ -507,7 +507,10 @@ def is_peer_failure(error: BaseException) -> bool:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, rejoin_requests.RejoinRequested | dist.DistError):
+        if isinstance(
+            current,
+            rejoin_requests.RejoinRequested | rejoin_requests.GenerationFailed | dist.DistError,
+        ):
             return True
         if isinstance(current, RuntimeError) and _PEER_FAILURE.search(str(current)):
             return True

@@ -6,6 +6,7 @@ for ten minutes (a long forward pass, far from any collective). The test writes 
 rejoin request with the launcher's own ``request_rejoin``; the rank cuts the sleep
 short, tears down, rejoins generation 2 in the same process and finishes. Without the
 interrupt it would sleep out its step first: the test's timeout is a fraction of it.
+The supervisor's failure notice cuts it short the same way, before any request.
 With ``interrupt=False`` the script keeps its step (it would leave at its next
 heartbeat), and the request is left to that.
 """
@@ -131,6 +132,28 @@ def test_a_rejoin_request_cuts_the_survivors_step_short(tmp_path: Path) -> None:
     assert "generation 2 trains" in output and "finished" in output
     beat = read_json(GenerationDir.of(run_root, 2).heartbeat_file(0)) or {}
     assert beat.get(environment.HEARTBEAT_GENERATION) == 2 and beat["pid"] == process.pid
+
+
+@pytest.mark.timeout(240)
+def test_the_supervisors_failure_notice_cuts_the_step_before_any_request(tmp_path: Path) -> None:
+    """The notice (``failed.json`` beside the control file) comes before the request:
+    the rank leaves its step and tears down at once, then waits for the request."""
+    process, log, spec, run_root = _start(tmp_path, "on")
+    try:
+        _wait_for_line(log, "in the long step", process, 120)
+        gen1 = GenerationDir.of(run_root, 1)
+        write_json_atomic(gen1.failed_file, {"rank": 1, "kind": "crash"})
+        _wait_for_line(log, "tearing down to rejoin", process, LONG_STEP_S / 10)
+        gen2 = _generation(spec, run_root, 2)
+        request_rejoin(gen1, 2, {0: _environment(spec, gen2, free_port())})
+        assert process.wait(timeout=LONG_STEP_S / 10) == 0, log.read_text()
+    finally:
+        process.kill()
+        process.wait()
+    output = log.read_text()
+    assert "is told a rank of generation 1 ended; cutting its step short" in output
+    assert "the long step ended" not in output
+    assert "lazarus.rank: rank 0 rejoined generation 2 at step 0" in output
 
 
 @pytest.mark.timeout(240)
