@@ -21,7 +21,6 @@ adopted, a fenced one stays fenced), so where the zygote runs nothing, it runs h
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import BinaryIO
 
@@ -34,34 +33,27 @@ ZYGOTE_PRELOAD = ("activities.nodes.fencing", "activities.nodes.warm_starts")
 def run(stdin: bytes, out: BinaryIO) -> int:
     """Carry (then start) as ``stdin``'s request says, one JSON line each on ``out``.
     A bad request names its fields, never their values (a value may be a secret)."""
-    from pydantic import ValidationError
-
     from activities.nodes.fencing import carry_here
-    from activities.nodes.node_records import CarryRequest, field_problems
+    from activities.nodes.node_records import CarryRequest, NodeAnswers
     from activities.nodes.warm_starts import answer_start
 
-    def say(line: str) -> None:
-        out.write(line.encode() + b"\n")
-        out.flush()
-
-    try:
-        request = CarryRequest.model_validate_json(stdin)
-    except ValidationError as exc:
-        say(json.dumps({"error": f"rejoin: bad request on stdin: {field_problems(exc)}"}))
+    answers = NodeAnswers("rejoin", out)
+    request = answers.request(CarryRequest, stdin)
+    if request is None:
         return 2
     try:
         result = carry_here(request)
     except (OSError, ValueError) as exc:
-        say(json.dumps({"error": f"rejoin: {exc}"}))
+        answers.error(str(exc))
         return 1
-    say(result.model_dump_json())
+    answers.say(result.model_dump_json())
     if request.start is not None and not result.unkillable:
         # Never beside a group that would not die: the launcher refuses the launch.
         carried = {r.rank for r in result.carried}
         rest = [r for r in request.start.ranks if r.rank not in carried]
         if rest:
             for answer in answer_start(request.start.model_copy(update={"ranks": rest})):
-                say(answer.model_dump_json())
+                answers.say(answer.model_dump_json())
     return 0
 
 

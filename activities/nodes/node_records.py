@@ -8,6 +8,9 @@ survivors' rejoin, and each import there is interpreter start-up the job waits f
 
 from __future__ import annotations
 
+import json
+from typing import BinaryIO, TypeVar
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lazarus.domain.process_groups import UnkillableGroup
@@ -17,6 +20,9 @@ class NodeRecord(BaseModel):
     """Every record that crosses the node interface: closed and immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+RecordT = TypeVar("RecordT", bound=NodeRecord)
 
 
 class RankLaunch(NodeRecord):
@@ -152,3 +158,26 @@ def field_problems(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()
     )
+
+
+class NodeAnswers:
+    """What a node-side verb (``rejoin``, ``warm``) answers: JSON lines on ``out``, each
+    written and flushed whole, so a relay copies them as they come."""
+
+    def __init__(self, verb: str, out: BinaryIO) -> None:
+        self.verb, self.out = verb, out
+
+    def say(self, line: str) -> None:
+        self.out.write(line.encode() + b"\n")
+        self.out.flush()
+
+    def error(self, message: str) -> None:
+        self.say(json.dumps({"error": f"{self.verb}: {message}"}))
+
+    def request(self, model: type[RecordT], stdin: bytes) -> RecordT | None:
+        """``stdin`` as ``model``, or None once the error naming its bad fields is said."""
+        try:
+            return model.model_validate_json(stdin)
+        except ValidationError as exc:
+            self.error(f"bad request on stdin: {field_problems(exc)}")
+            return None

@@ -32,7 +32,6 @@ secrets: stdin only, never argv.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -43,9 +42,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from activities.nodes.node_records import NodeWarmRequest, WarmRankRequest, field_problems
+from activities.nodes.node_records import NodeAnswers, NodeWarmRequest, WarmRankRequest
 from activities.nodes.rundir import GenerationDir, read_json
 from activities.nodes.zygote_client import (
     PID_FILE_WAIT_S,
@@ -406,27 +405,21 @@ def answer_request(stdin: bytes, out: BinaryIO) -> int:
     """The node side of the shim's ``warm`` (:mod:`activities.nodes.warm`): a
     :class:`NodeWarmRequest`, one :class:`WarmAnswer` JSON line per rank on ``out``, or
     one :class:`PrewarmAnswer` for a prewarm (``{"error": ...}`` for a bad request)."""
-
-    def say(line: str) -> None:
-        out.write(line.encode() + b"\n")
-        out.flush()
-
-    try:
-        request = NodeWarmRequest.model_validate_json(stdin)
-    except ValidationError as exc:
-        say(json.dumps({"error": f"warm: bad request on stdin: {field_problems(exc)}"}))
+    answers = NodeAnswers("warm", out)
+    request = answers.request(NodeWarmRequest, stdin)
+    if request is None:
         return 2
     if request.prewarm:
         ranks = _with_env_file(request)
         if isinstance(ranks, str) or len(ranks) != 1:
             why = ranks if isinstance(ranks, str) else "prewarm: give exactly one rank"
-            say(PrewarmAnswer(prewarmed=False, reason=why).model_dump_json())
+            answers.say(PrewarmAnswer(prewarmed=False, reason=why).model_dump_json())
             return 0
         reason = prewarm_zygote(
             request.run_root, request.node, request.preload, request.standby, ranks[0]
         )
-        say(PrewarmAnswer(prewarmed=reason is None, reason=reason).model_dump_json())
+        answers.say(PrewarmAnswer(prewarmed=reason is None, reason=reason).model_dump_json())
         return 0
     for answer in answer_start(request):
-        say(answer.model_dump_json())
+        answers.say(answer.model_dump_json())
     return 0
