@@ -92,7 +92,7 @@ from lazarus.domain.contracts import (
     SuperviseRequest,
     SupervisionProgress,
 )
-from lazarus.domain.run_layout import FAILED_FILE
+from lazarus.domain.environment import GENERATION_FAILED_FILE
 from lazarus.rank.hang_evidence import EvidenceTarget, HangEvidence, evidence_lines
 from lazarus.rank.rank_stacks import MAX_RANKS
 
@@ -154,7 +154,7 @@ must not be torn down)."""
 def announce_failure(
     request: SuperviseRequest, observer: GenerationObserver, failure: FailureReport
 ) -> list[str]:
-    """Write the generation's failure notice (:data:`FAILED_FILE`) on every node that
+    """Write the generation's failure notice (:data:`GENERATION_FAILED_FILE`) on every node that
     answered the last poll, all at once, when the job rejoins and ``failure`` ended a
     rank; the nodes written. A node that cannot be written is logged and skipped: its
     survivors tear down when their collective fails or their request comes, as before.
@@ -166,7 +166,7 @@ def announce_failure(
         agent = observer.answering_agent(rank)
         if agent is not None:
             by_node.setdefault(agent.node.name, agent)
-    path = str(observer.generation_dir / FAILED_FILE)
+    path = str(observer.generation_dir / GENERATION_FAILED_FILE)
     notice = json.dumps({"rank": failure.rank, "kind": failure.kind})
 
     def write(agent: NodeAgent) -> str | None:

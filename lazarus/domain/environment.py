@@ -123,6 +123,11 @@ REJOIN_TIMEOUT_S = "LAZARUS_REJOIN_TIMEOUT_S"
 """Set only for jobs with ``rejoin.enabled``: how long a rank that tore its process group
 down waits for the controller's rejoin request before it gives up and exits."""
 CONTROL_REJOIN = "rejoin"
+GENERATION_FAILED_FILE = "failed.json"
+"""In a generation's folder, beside its control file: the supervisor's notice that one
+of its ranks has ended (``{"rank", "kind"}``), which tells a survivor armed for rejoin
+to leave its step and tear down at once, before its rejoin request is written
+(:mod:`lazarus.rank.step_interrupt`)."""
 """Key of the control document that moves surviving ranks into the next generation:
 ``{"generation": N, "env": {"<current RANK>": {VARIABLE: value or null (unset)}}}``.
 Written by the launcher into the failed generation's control file; a rank that sees a

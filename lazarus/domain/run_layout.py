@@ -14,13 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from lazarus.domain.environment import GENERATION_FAILED_FILE
+
 GEN_DIR_PATTERN = re.compile(r"^gen-(\d{5,})$")
 """A generation folder's name, ``gen-00003``."""
-FAILED_FILE = "failed.json"
-"""In a generation folder: the supervisor's notice that one of its ranks has ended
-(``{"rank", "kind"}``), which tells a survivor armed for rejoin to leave its step and
-tear down at once, before its rejoin request is written
-(:mod:`lazarus.rank.step_interrupt`)."""
 
 
 class SrunFiles(NamedTuple):
@@ -77,7 +74,7 @@ class GenerationDir:
 
     @property
     def failed_file(self) -> Path:
-        return self.path / FAILED_FILE
+        return self.path / GENERATION_FAILED_FILE
 
     @property
     def lock_file(self) -> Path:

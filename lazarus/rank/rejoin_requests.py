@@ -55,7 +55,7 @@ class RejoinRequested(Exception):
 
 class GenerationFailed(Exception):
     """A rank of this rank's generation has ended (the supervisor's notice in the
-    generation's folder, :data:`lazarus.domain.run_layout.FAILED_FILE`): raised where
+    generation's folder, :data:`lazarus.domain.environment.GENERATION_FAILED_FILE`): raised where
     the step is by :mod:`lazarus.rank.step_interrupt`, only under
     :func:`lazarus.rank.torch.run_resilient`, which tears the process group down and
     waits for its rejoin request, as when a collective fails. Let it propagate, as

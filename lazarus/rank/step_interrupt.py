@@ -20,7 +20,7 @@ data loader. ``run_resilient`` tears down and rejoins, as it does when a heartbe
 raises the same exception.
 
 Sooner still: the supervisor writes its notice that a rank of the generation ended
-(:data:`lazarus.domain.run_layout.FAILED_FILE`, beside the control file) as it reports
+(:data:`lazarus.domain.environment.GENERATION_FAILED_FILE`, beside the control file) as it reports
 the failure, before the workflow has searched for the resume point and the launch has
 written any request. The watch looks for it too (a second ``stat``) and the handler
 raises :class:`~lazarus.rank.rejoin_requests.GenerationFailed`: the survivor tears
@@ -60,7 +60,6 @@ from collections.abc import Iterator
 from types import FrameType
 
 from lazarus.domain import environment
-from lazarus.domain.run_layout import FAILED_FILE
 from lazarus.rank import control
 from lazarus.rank.identity import _generation_now, _rank_now
 from lazarus.rank.rejoin_requests import GenerationFailed, RejoinRequested
@@ -140,7 +139,7 @@ def _watch(stop: threading.Event, main_thread: int, signum: int) -> None:
     path = os.environ.get(environment.CONTROL_FILE)
     if not path:
         return
-    failed = os.path.join(os.path.dirname(path), FAILED_FILE)
+    failed = os.path.join(os.path.dirname(path), environment.GENERATION_FAILED_FILE)
     seen: tuple[int, int, int] | None = None
     while not stop.wait(WATCH_INTERVAL_S):
         pending: Exception | None = None

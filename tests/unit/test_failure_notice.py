@@ -13,8 +13,8 @@ import pytest
 
 from activities.supervise import announce_failure
 from lazarus.domain.contracts import FailureKind, FailureReport, SuperviseRequest
+from lazarus.domain.environment import GENERATION_FAILED_FILE
 from lazarus.domain.failure_classes import FailureClass
-from lazarus.domain.run_layout import FAILED_FILE
 from lazarus.domain.spec import HealthSpec
 
 pytestmark = pytest.mark.timeout(30)
@@ -69,7 +69,10 @@ def test_every_answering_node_is_told_and_a_broken_one_is_skipped(tmp_path: Path
     written = announce_failure(_request(rejoin=True), observer, _failure("crash"))  # type: ignore[arg-type]
 
     assert written == ["h1"]
-    assert json.loads((tmp_path / "h1" / FAILED_FILE).read_text()) == {"rank": 3, "kind": "crash"}
+    assert json.loads((tmp_path / "h1" / GENERATION_FAILED_FILE).read_text()) == {
+        "rank": 3,
+        "kind": "crash",
+    }
     assert not (tmp_path / "h3").exists()
 
 
