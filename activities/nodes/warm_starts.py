@@ -158,6 +158,7 @@ def ensure_zygote(
     env: Mapping[str, str],
     cwd: str,
     start: bool = True,
+    verbs: bool = False,
 ) -> Path:
     """The serving zygote's directory for ``node`` in this run, starting it when
     needed; :class:`ZygoteUnavailable` (with the reason) when this launch must start
@@ -179,7 +180,8 @@ def ensure_zygote(
             if not first:
                 raise
         else:
-            start_zygote(directory, preload, standby, env=zygote_environment(env), cwd=cwd)
+            env = zygote_environment(env)
+            start_zygote(directory, preload, standby, env=env, cwd=cwd, verbs=verbs)
         if not first:
             raise ZygoteUnavailable(
                 f"{exc.reason}; restarted it: warm starts resume from the next launch"
@@ -191,7 +193,12 @@ def ensure_zygote(
 
 
 def prewarm_zygote(
-    run_root: str | Path, node: str, preload: Sequence[str], standby: int, launch: _Launch
+    run_root: str | Path,
+    node: str,
+    preload: Sequence[str],
+    standby: int,
+    launch: _Launch,
+    verbs: bool = False,
 ) -> str | None:
     """Start ``node``'s zygote of the run unless one is alive, and return at once,
     before it serves: a spare's, started when the run's first generation launches
@@ -214,7 +221,7 @@ def prewarm_zygote(
         except ZygoteUnavailable:
             pass
         env = zygote_environment(launch.env)
-        start_zygote(directory, preload, standby, env=env, cwd=launch.workdir)
+        start_zygote(directory, preload, standby, env=env, cwd=launch.workdir, verbs=verbs)
     except ZygoteUnavailable as exc:
         return exc.reason
     except (OSError, subprocess.SubprocessError) as exc:
@@ -321,6 +328,7 @@ def warm_start_ranks(
     standby: int,
     launches: Sequence[_Launch],
     may_start: bool = True,
+    verbs: bool = False,
 ) -> list[WarmAnswer]:
     """Start ``launches`` of ``node`` on this machine from the run's zygote: one answer
     per launch, in order. A retry adopts what an earlier attempt started, forked or
@@ -341,7 +349,7 @@ def warm_start_ranks(
             argv = warm_argv(launch.command, launch.env, launch.workdir)
             if zygote is None and reason is None:
                 zygote = ensure_zygote(
-                    run_root, node, preload, standby, launch.env, launch.workdir, may_start
+                    run_root, node, preload, standby, launch.env, launch.workdir, may_start, verbs
                 )
             if zygote is None:
                 raise ZygoteUnavailable(reason or "no zygote")
@@ -384,6 +392,7 @@ def answer_start(request: NodeWarmRequest) -> list[WarmAnswer]:
         request.standby,
         ranks,
         request.start_zygote,
+        verbs=True,
     )
 
 
@@ -416,7 +425,7 @@ def answer_request(stdin: bytes, out: BinaryIO) -> int:
             answers.say(PrewarmAnswer(prewarmed=False, reason=why).model_dump_json())
             return 0
         reason = prewarm_zygote(
-            request.run_root, request.node, request.preload, request.standby, ranks[0]
+            request.run_root, request.node, request.preload, request.standby, ranks[0], True
         )
         answers.say(PrewarmAnswer(prewarmed=reason is None, reason=reason).model_dump_json())
         return 0

@@ -57,9 +57,8 @@ interpreter or an already loaded library reads only at start-up (``PYTHONHASHSEE
 ``OMP_NUM_THREADS``, ``LD_PRELOAD``...): such a rank would silently differ from a
 cold one.
 
-Verbs. A ``run`` request runs a node-side verb (:data:`VERBS`: a rejoin's carry, a
-warm start) in a plain fork of the zygote, whose preload imported it, and the fork
-answers on the client's connection (:mod:`activities.nodes.zygote_socket`).
+Verbs. With ``--verbs`` (started on an ssh or Slurm node) a ``run`` request runs a
+node-side verb (:data:`VERBS`) in a plain fork (:mod:`activities.nodes.zygote_socket`).
 
 Pitfall guards:
 
@@ -517,10 +516,9 @@ but refuses nothing: the rank then pays the import itself, as a cold one would."
 
 
 VERBS: dict[str, str] = {"carry": "activities.nodes.carry", "warm": "activities.nodes.warm"}
-"""Node-side verbs this zygote runs in a fork (``run`` requests), by the module whose
-``run(stdin, out) -> exit code`` runs each; imported with the preload, with what they
-run with (each module's ``ZYGOTE_PRELOAD``), and recorded as optional: a verb that
-failed to import is refused, and its relay runs it in a process of its own."""
+"""The node-side verbs a ``--verbs`` zygote runs in a fork, by the module whose ``run(stdin,
+out)`` runs each; preloaded with its ``ZYGOTE_PRELOAD``, as optional: a verb that failed
+to import is refused, and its relay runs it in a process of its own."""
 
 
 def _verb_main(module: types.ModuleType, conn_fd: int, stdin: bytes) -> int:
@@ -536,13 +534,14 @@ def _verb_main(module: types.ModuleType, conn_fd: int, stdin: bytes) -> int:
         return 1
 
 
-def preload(modules: list[str]) -> dict[str, dict[str, Any]]:
+def preload(modules: list[str], verbs: bool = False) -> dict[str, dict[str, Any]]:
     """Import each module, recording which failed and why (the launcher's fallback and
     the incident both report it), then the imports each implies
-    (:data:`IMPLIED_PRELOADS`) and the :data:`VERBS`, recorded as optional. Never raises."""
+    (:data:`IMPLIED_PRELOADS`) and, with ``verbs``, the :data:`VERBS`, recorded as
+    optional. Never raises."""
     results: dict[str, dict[str, Any]] = {}
     implied = [i for name in modules for i in IMPLIED_PRELOADS.get(name, ()) if i not in modules]
-    implied += [verb for verb in VERBS.values() if verb not in modules]
+    implied += [verb for verb in VERBS.values() if verbs and verb not in modules]
     for name in [*modules, *implied]:
         started = time.monotonic()
         try:
@@ -811,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--preload", default="", help="comma-separated modules to import")
     parser.add_argument("--standby", type=int, default=0, help="idle pre-forked ranks to keep")
+    parser.add_argument("--verbs", action="store_true", help="serve the node-side VERBS")
     parser.add_argument(
         "--foreground",
         action="store_true",
@@ -830,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.foreground and os.fork() > 0:
         return 0  # the caller reaps this parent; the zygote lives on in the child
     try:
-        _zygote(run_dir, modules, args.standby, new_session=not args.foreground)
+        _zygote(run_dir, modules, args.standby, not args.foreground, args.verbs)
     except _BecomeRank as become:
         spec = become.spec  # a rank process: the zygote's frames are gone now
     except BaseException:
@@ -841,7 +841,9 @@ def main(argv: list[str] | None = None) -> int:
     return _run_as_main(spec)
 
 
-def _zygote(run_dir: Path, modules: list[str], standby: int, new_session: bool = True) -> None:
+def _zygote(
+    run_dir: Path, modules: list[str], standby: int, new_session: bool, verbs: bool
+) -> None:
     if new_session:
         os.setsid()
     elif os.getpgid(0) != os.getpid():
@@ -874,7 +876,7 @@ def _zygote(run_dir: Path, modules: list[str], standby: int, new_session: bool =
     write_atomic(run_dir / PID_FILE, record)
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     env = dict(os.environ)
-    results = preload(modules)
+    results = preload(modules, verbs)
     zygote = _Zygote(run_dir, standby, record, env)
     failed = {
         name: r["error"] for name, r in results.items() if not r["ok"] and not r.get("optional")

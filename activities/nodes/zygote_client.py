@@ -105,11 +105,15 @@ def start_zygote(
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     python: str = sys.executable,
+    verbs: bool = False,
 ) -> None:
     """Start a zygote for ``run_dir`` (returns at once: it preloads in the background).
 
     ``env`` should be the ranks' environment minus per-rank variables: requests must
-    match it in every start-up-only variable (``zygote.STARTUP_ONLY_ENV``)."""
+    match it in every start-up-only variable (``zygote.STARTUP_ONLY_ENV``). ``verbs``:
+    it serves the node-side verbs too (``zygote.VERBS``: on a node the shim reaches,
+    where they would start an interpreter each; a local node's agent runs them in the
+    worker, so its zygote, and every rank forked from it, import none of it)."""
     command = [
         python,
         "-m",
@@ -120,6 +124,7 @@ def start_zygote(
         ",".join(preload),
         "--standby",
         str(standby),
+        *(["--verbs"] if verbs else []),
     ]
     result = subprocess.run(
         command,

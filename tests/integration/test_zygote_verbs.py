@@ -12,26 +12,34 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from activities.nodes import zygote_client
+from activities.nodes.zygote import VERBS
 from activities.nodes.zygote_socket import run_in_zygote
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def zygote(tmp_path: Path) -> Iterator[Path]:
-    run_dir = tmp_path / ".zygote-n"
+@contextmanager
+def _serving(run_dir: Path, verbs: bool) -> Iterator[Path]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
-    zygote_client.start_zygote(run_dir, ("json",), 0, env=env)
+    zygote_client.start_zygote(run_dir, ("json",), 0, env=env, verbs=verbs)
     try:
         zygote_client.wait_serving(run_dir, 90)
         yield run_dir
     finally:
         zygote_client.stop_zygote(run_dir)
+
+
+@pytest.fixture
+def zygote(tmp_path: Path) -> Iterator[Path]:
+    """A zygote as the shim starts one on an ssh or Slurm node (``--verbs``)."""
+    with _serving(tmp_path / ".zygote-n", verbs=True) as run_dir:
+        yield run_dir
 
 
 @pytest.mark.parametrize(("verb", "said"), [("carry", "rejoin"), ("warm", "warm")])
@@ -59,6 +67,17 @@ def test_nothing_runs_where_the_zygote_cannot_run_it(zygote: Path, tmp_path: Pat
     assert not run_in_zygote(tmp_path / "nowhere", "carry", b"{}", out)
     assert not run_in_zygote(zygote, "carry", b"\xff not text", out)
     assert out.getvalue() == b""
+
+
+def test_a_local_nodes_zygote_imports_no_verb_and_runs_none(tmp_path: Path) -> None:
+    """A local node's agent runs the verbs in the worker: its zygote, and so every rank
+    forked from it, never imports them."""
+    with _serving(tmp_path / ".zygote-local", verbs=False) as run_dir:
+        info = zygote_client.live_zygote(run_dir)
+        assert not any(name in info.preload_results for name in VERBS.values())
+        out = io.BytesIO()
+        assert not run_in_zygote(run_dir, "carry", b'{"ranks": "none"}', out)
+        assert out.getvalue() == b""
 
 
 def test_the_carry_falls_back_to_its_own_process_without_a_zygote(tmp_path: Path) -> None:

@@ -188,6 +188,7 @@ class SlurmWarm(SlurmDrain):
                 "--standby",
                 str(warm.standby),
                 "--foreground",
+                "--verbs",
             ]
             srun = [
                 slurm_command("srun"),
